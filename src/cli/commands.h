@@ -1,0 +1,18 @@
+// Each fp8rl subcommand lives in its own cmd_*.cpp and adds itself to the CLI11 app here.
+// A command's callback throws fp8rl::Error on bad input; main() turns it into a message and a
+// non-zero exit.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace fp8rl::cli {
+
+void add_info_command(CLI::App& app);
+void add_logits_command(CLI::App& app);
+void add_quantize_command(CLI::App& app);
+void add_init_command(CLI::App& app);
+void add_schemes_command(CLI::App& app);
+void add_tokenize_commands(CLI::App& app);  // tokenize, detokenize
+void add_chat_template_command(CLI::App& app);
+
+}  // namespace fp8rl::cli

@@ -1,0 +1,34 @@
+// The fp8rl binary: one subcommand per job (DESIGN.md §1).
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "core/check.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"fp8rl: LoRA reinforcement learning over frozen FP8 weights", "fp8rl"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "fp8rl 0.1.0");
+  fp8rl::cli::add_info_command(app);
+  fp8rl::cli::add_logits_command(app);
+  fp8rl::cli::add_quantize_command(app);
+  fp8rl::cli::add_init_command(app);
+  fp8rl::cli::add_schemes_command(app);
+  fp8rl::cli::add_tokenize_commands(app);
+  fp8rl::cli::add_chat_template_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const fp8rl::Error& e) {
+    std::fprintf(stderr, "fp8rl: error: %s\n", e.describe().c_str());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "fp8rl: error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fp8rl: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,1 @@
+// replaced by fp8.cpp

@@ -1,0 +1,1 @@
+// Replaced by the tokenizer and chat-template sources.

@@ -1,0 +1,51 @@
+#include <gtest/gtest.h>
+
+#include "core/arena.h"
+#include "core/check.h"
+#include "core/parallel.h"
+#include "core/tensor.h"
+
+using namespace fp8rl;
+
+TEST(Tensor, ContiguousStridesAndSlices) {
+  Tensor t = Tensor::zeros({3, 4, 5}, DType::f32);
+  EXPECT_EQ(t.view().strides[0], 20);
+  EXPECT_EQ(t.view().strides[2], 1);
+  EXPECT_TRUE(t.view().is_contiguous());
+  TensorView rows = t.view().slice_rows(1, 3);
+  EXPECT_EQ(rows.shape, (Shape{2, 4, 5}));
+  EXPECT_EQ(rows.ptr<float>(), t.ptr<float>() + 20);
+  EXPECT_THROW(t.view().slice_rows(2, 4), Error);
+  EXPECT_THROW(t.view().reshape({7}), Error);
+}
+
+TEST(Check, ReportsFileLineAndMessage) {
+  try {
+    CHECK(1 + 1 == 3, "arithmetic is {}", "broken");
+    FAIL() << "CHECK did not throw";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "arithmetic is broken");
+    EXPECT_GT(e.line(), 0);
+    EXPECT_NE(e.describe().find("test_tensor.cpp"), std::string::npos);
+  }
+}
+
+TEST(Arena, AllocRewindAndExhaustion) {
+  Arena a(1024);
+  {
+    ArenaScope scope(a);
+    TensorView v = a.alloc({10}, DType::f32);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data) % 64, 0u);
+    EXPECT_EQ(a.mark(), 64u);
+    EXPECT_THROW(a.alloc({1000}, DType::f32), Error);
+  }
+  EXPECT_EQ(a.mark(), 0u);
+  EXPECT_EQ(a.high_water(), 64u);
+}
+
+TEST(Parallel, ForwardsExceptions) {
+  std::vector<int> hits(100, 0);
+  parallel_for(0, 100, [&](int64_t i) { hits[i] += 1; });
+  for (int h : hits) EXPECT_EQ(h, 1);
+  EXPECT_THROW(parallel_for(0, 10, [](int64_t i) { CHECK(i != 5, "boom"); }), Error);
+}
