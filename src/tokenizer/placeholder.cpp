@@ -1,1 +1,0 @@
-// Replaced by the tokenizer and chat-template sources.
