@@ -1,0 +1,209 @@
+#include "formats/safetensors_header.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <unordered_set>
+
+#include "core/check.h"
+
+namespace fp8rl {
+
+using nlohmann::json;
+
+namespace {
+
+struct StDtype {
+  std::string_view name;
+  int bits;
+};
+// enum Dtype of safetensors/src/tensor.rs.
+constexpr std::array<StDtype, 22> kStDtypes = {
+    {{"BOOL", 8},        {"F4", 4},      {"F6_E2M3", 6}, {"F6_E3M2", 6}, {"U8", 8},
+     {"I8", 8},          {"F8_E5M2", 8}, {"F8_E4M3", 8}, {"F8_E8M0", 8}, {"F8_E4M3FNUZ", 8},
+     {"F8_E5M2FNUZ", 8}, {"I16", 16},    {"U16", 16},    {"F16", 16},    {"BF16", 16},
+     {"I32", 32},        {"U32", 32},    {"F32", 32},    {"C64", 64},    {"F64", 64},
+     {"I64", 64},        {"U64", 64}}};
+
+// nlohmann keeps the last of duplicate keys silently; a safetensors header with two entries of
+// one name is ambiguous, so the parser callback records the first duplicate at any depth.
+struct DuplicateKeys {
+  std::vector<std::unordered_set<std::string>> open_objects;
+  std::string top_key;  // the tensor whose entry is being parsed
+  bool found = false;
+  std::string key, within;
+
+  bool on_event(json::parse_event_t event, const json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        open_objects.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        open_objects.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        const std::string& k = parsed.get_ref<const std::string&>();
+        if (open_objects.size() == 1) top_key = k;
+        if (!open_objects.back().insert(k).second && !found) {
+          found = true;
+          key = k;
+          within = open_objects.size() == 1 ? "" : top_key;
+        }
+        break;
+      }
+      default:
+        break;
+    }
+    return true;
+  }
+};
+
+struct Context {
+  const std::string& path;
+  [[noreturn]] void fail(const std::string& what) const {
+    RAISE("safetensors file '{}': {}", path, what);
+  }
+  [[noreturn]] void fail(const std::string& tensor, const std::string& what) const {
+    RAISE("safetensors file '{}': tensor '{}': {}", path, tensor, what);
+  }
+};
+
+uint64_t unsigned_entry(const Context& cx, const std::string& name, const char* field,
+                        const json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer()) cx.fail(name, fmt::format("negative {} entry {}", field, v.dump()));
+  cx.fail(name, fmt::format("{} entry {} is not a non-negative integer", field, v.dump()));
+}
+
+SafetensorsTensorInfo parse_entry(const Context& cx, const std::string& name, const json& e,
+                                  size_t buffer_size) {
+  if (!e.is_object())
+    cx.fail(name, fmt::format("entry is a JSON {}, not an object", e.type_name()));
+  for (const auto& [k, v] : e.items()) {
+    if (k != "dtype" && k != "shape" && k != "data_offsets")
+      cx.fail(name, fmt::format("unexpected key '{}' (expected dtype, shape, data_offsets)", k));
+  }
+  for (const char* k : {"dtype", "shape", "data_offsets"})
+    if (!e.contains(k)) cx.fail(name, fmt::format("missing '{}'", k));
+
+  SafetensorsTensorInfo info;
+  info.name = name;
+  const json& dt = e["dtype"];
+  if (!dt.is_string()) cx.fail(name, fmt::format("dtype {} is not a string", dt.dump()));
+  info.dtype_str = dt.get<std::string>();
+  const int bits = safetensors_dtype_bits(info.dtype_str);
+  if (bits == 0) cx.fail(name, fmt::format("unknown dtype '{}'", info.dtype_str));
+  info.supported = dtype_from_safetensors(info.dtype_str, &info.dtype);
+
+  const json& sh = e["shape"];
+  if (!sh.is_array()) cx.fail(name, fmt::format("shape {} is not an array", sh.dump()));
+  if (sh.size() > size_t(kMaxDims))
+    cx.fail(name, fmt::format("rank {} above the supported {}", sh.size(), kMaxDims));
+  uint64_t numel = 1;
+  for (const json& d : sh) {
+    const uint64_t n = unsigned_entry(cx, name, "shape", d);
+    if (n > uint64_t(std::numeric_limits<int64_t>::max()) ||
+        __builtin_mul_overflow(numel, n, &numel))
+      cx.fail(name, fmt::format("shape {} overflows", sh.dump()));
+    info.shape.dims[info.shape.rank++] = int64_t(n);
+  }
+  uint64_t total_bits;
+  if (__builtin_mul_overflow(numel, uint64_t(bits), &total_bits))
+    cx.fail(name, fmt::format("shape {} overflows", sh.dump()));
+  if (total_bits % 8 != 0)
+    cx.fail(name, fmt::format("{} elements of {} do not fill whole bytes", numel, info.dtype_str));
+  const uint64_t nbytes = total_bits / 8;
+
+  const json& off = e["data_offsets"];
+  if (!off.is_array() || off.size() != 2)
+    cx.fail(name, fmt::format("data_offsets {} is not [begin, end]", off.dump()));
+  const uint64_t begin = unsigned_entry(cx, name, "data_offsets", off[0]);
+  const uint64_t end = unsigned_entry(cx, name, "data_offsets", off[1]);
+  if (begin > end) cx.fail(name, fmt::format("data_offsets [{}, {}] has begin > end", begin, end));
+  if (end > buffer_size)
+    cx.fail(name, fmt::format("data_offsets [{}, {}] out of bounds of the {}-byte data buffer",
+                              begin, end, buffer_size));
+  if (end - begin != nbytes)
+    cx.fail(name, fmt::format("shape {} of {} needs {} bytes but data_offsets [{}, {}] hold {}",
+                              sh.dump(), info.dtype_str, nbytes, begin, end, end - begin));
+  info.begin = size_t(begin);
+  info.end = size_t(end);
+  return info;
+}
+
+// Rust's reader requires the ranges to tile the buffer exactly; so do we.
+void check_coverage(const Context& cx, const std::vector<SafetensorsTensorInfo>& tensors,
+                    size_t buffer_size) {
+  std::vector<const SafetensorsTensorInfo*> order;
+  for (const auto& t : tensors) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
+    return std::tie(a->begin, a->end, a->name) < std::tie(b->begin, b->end, b->name);
+  });
+  size_t pos = 0;
+  const SafetensorsTensorInfo* prev = nullptr;
+  for (const auto* t : order) {
+    if (t->begin < pos)
+      cx.fail(t->name, fmt::format("data_offsets [{}, {}] overlap tensor '{}' [{}, {}]", t->begin,
+                                   t->end, prev->name, prev->begin, prev->end));
+    if (t->begin > pos)
+      cx.fail(t->name, fmt::format("hole in the data buffer: bytes [{}, {}) before it belong to "
+                                   "no tensor",
+                                   pos, t->begin));
+    pos = t->end;
+    prev = t;
+  }
+  if (pos != buffer_size)
+    cx.fail(fmt::format("hole in the data buffer: bytes [{}, {}) at its end belong to no tensor",
+                        pos, buffer_size));
+}
+
+}  // namespace
+
+int safetensors_dtype_bits(std::string_view dtype_str) {
+  for (const auto& d : kStDtypes)
+    if (d.name == dtype_str) return d.bits;
+  return 0;
+}
+
+SafetensorsHeader parse_safetensors_header(std::string_view text, size_t buffer_size,
+                                           const std::string& path) {
+  const Context cx{path};
+  if (text.empty() || text.front() != '{')
+    cx.fail("header does not start with '{' (not a safetensors file?)");
+  DuplicateKeys dups;
+  json j;
+  try {
+    j = json::parse(text.begin(), text.end(), [&dups](int, json::parse_event_t ev, json& parsed) {
+      return dups.on_event(ev, parsed);
+    });
+  } catch (const json::exception& e) {
+    cx.fail(fmt::format("header is not valid JSON: {}", e.what()));
+  }
+  if (!j.is_object()) cx.fail(fmt::format("header is a JSON {}, not an object", j.type_name()));
+  if (dups.found) {
+    if (dups.within.empty()) cx.fail(dups.key, "duplicate tensor name in the header");
+    cx.fail(dups.within, fmt::format("duplicate key '{}' in its entry", dups.key));
+  }
+
+  SafetensorsHeader h;
+  for (const auto& [name, entry] : j.items()) {
+    if (name == "__metadata__") {
+      if (!entry.is_object()) cx.fail("__metadata__ is not a string->string object");
+      for (const auto& [k, v] : entry.items()) {
+        if (!v.is_string())
+          cx.fail(fmt::format("__metadata__ value of '{}' is {}, not a string", k, v.dump()));
+        h.metadata.emplace(k, v.get<std::string>());
+      }
+      continue;
+    }
+    h.tensors.push_back(parse_entry(cx, name, entry, buffer_size));
+  }
+  // json objects iterate in key order, so tensors are already sorted by name.
+  check_coverage(cx, h.tensors, buffer_size);
+  return h;
+}
+
+}  // namespace fp8rl
