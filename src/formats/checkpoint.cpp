@@ -27,9 +27,13 @@ std::string read_text(const std::string& path) {
 
 // weight_map of an index: tensor name -> shard file name (relative to the index's folder).
 std::map<std::string, std::string> read_weight_map(const std::string& path) {
+  const std::string text = read_text(path);
+  // nlohmann stops at a NUL byte as if the input ended there.
+  CHECK(text.find('\0') == std::string::npos, "checkpoint index '{}': not valid JSON (NUL byte)",
+        path);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_text(path));
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     RAISE("checkpoint index '{}': not valid JSON: {}", path, e.what());
   }

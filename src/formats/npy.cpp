@@ -151,8 +151,8 @@ void write_npy(const std::string& path, const TensorView& t) {
   CHECK(t.device == Device::cpu, "write_npy '{}': tensor is on {}, not the CPU", path,
         device_name(t.device));
   std::string shape;
-  for (int i = 0; i < t.rank(); ++i) shape += fmt::format("{}, ", t.shape[i]);
-  if (t.rank() > 1) shape.resize(shape.size() - 2);  // a 1-tuple keeps its comma
+  for (int i = 0; i < t.rank(); ++i) shape += fmt::format("{}{}", i ? ", " : "", t.shape[i]);
+  if (t.rank() == 1) shape += ',';  // a Python 1-tuple: "(7,)"
   std::string dict =
       fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': ({}), }}", descr, shape);
   // numpy pads the header with spaces and a newline so that the data starts 64-aligned.

@@ -173,6 +173,11 @@ SafetensorsHeader parse_safetensors_header(std::string_view text, size_t buffer_
   const Context cx{path};
   if (text.empty() || text.front() != '{')
     cx.fail("header does not start with '{' (not a safetensors file?)");
+  // JSON never holds a raw NUL, but nlohmann's lexer takes one for the end of input and would
+  // accept whatever follows it.
+  const size_t nul = text.find('\0');
+  if (nul != std::string_view::npos)
+    cx.fail(fmt::format("header is not valid JSON: NUL byte at offset {}", nul));
   DuplicateKeys dups;
   json j;
   try {

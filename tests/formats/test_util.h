@@ -6,8 +6,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include "core/check.h"
 
 namespace fp8rl::test {
 
@@ -51,6 +55,18 @@ inline std::string safetensors_bytes(const std::string& header, const std::strin
 }
 inline std::string safetensors_bytes(const std::string& header, const std::string& data) {
   return safetensors_bytes(header, data, header.size());
+}
+
+// f() must throw fp8rl::Error whose message contains every one of parts.
+inline void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one mentioning '" << parts.at(0) << "'";
+  } catch (const Error& e) {
+    for (const auto& p : parts)
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
+          << "message lacks '" << p << "': " << e.what();
+  }
 }
 
 }  // namespace fp8rl::test
