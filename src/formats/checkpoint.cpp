@@ -62,16 +62,25 @@ Checkpoint Checkpoint::open(const std::string& dir_or_file) {
   c.root_ = dir_or_file;
   std::error_code ec;
   CHECK(fs::exists(dir_or_file, ec), "checkpoint '{}' does not exist", dir_or_file);
-  if (!fs::is_directory(dir_or_file, ec)) {
+  fs::path index;
+  if (fs::is_directory(dir_or_file, ec)) {
+    const fs::path dir(dir_or_file);
+    if (fs::exists(dir / kSingleName, ec)) {
+      Checkpoint single = open((dir / kSingleName).string());
+      single.root_ = dir_or_file;
+      return single;
+    }
+    index = dir / kIndexName;
+    CHECK(fs::exists(index, ec), "checkpoint '{}': neither {} nor {} found", dir_or_file,
+          kSingleName, kIndexName);
+  } else if (std::string_view(dir_or_file).ends_with(".index.json")) {
+    index = dir_or_file;
+  } else {
     c.files_.push_back(SafetensorsFile::open(dir_or_file));
     for (const auto& t : c.files_[0]->tensors()) c.entries_.emplace(t.name, Entry{&t, 0});
     return c;
   }
-  const fs::path dir(dir_or_file);
-  if (fs::exists(dir / kSingleName, ec)) return open((dir / kSingleName).string());
-  const fs::path index = dir / kIndexName;
-  CHECK(fs::exists(index, ec), "checkpoint '{}': neither {} nor {} found", dir_or_file, kSingleName,
-        kIndexName);
+  const fs::path dir = index.parent_path();
 
   const std::string index_path = index.string();
   const std::map<std::string, std::string> weight_map = read_weight_map(index_path);

@@ -65,10 +65,10 @@ class SafetensorsFile {
 
 // A checkpoint directory: model.safetensors, or shards through model.safetensors.index.json
 // (weight_map only; total_size ignored; empty metadata accepted). Also accepts a single file
-// path. Every tensor resolves through the index; a tensor in the index but missing from its
-// shard, a shard that does not exist, a tensor in a shard but not in the index, or the same
-// name in two shards is an error naming it. model.safetensors wins over an index when both
-// exist, as in transformers.
+// path, or the path of an index (*.index.json). Every tensor resolves through the index; a tensor
+// in the index but missing from its shard, a shard that does not exist, a tensor in a shard but not
+// in the index, or the same name in two shards is an error naming it. model.safetensors wins over
+// an index when both exist, as in transformers.
 class Checkpoint {
  public:
   static Checkpoint open(const std::string& dir_or_file);

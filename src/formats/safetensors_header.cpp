@@ -102,17 +102,20 @@ SafetensorsTensorInfo parse_entry(const Context& cx, const std::string& name, co
   if (!sh.is_array()) cx.fail(name, fmt::format("shape {} is not an array", sh.dump()));
   if (sh.size() > size_t(kMaxDims))
     cx.fail(name, fmt::format("rank {} above the supported {}", sh.size(), kMaxDims));
-  uint64_t numel = 1;
+  // The extent ignores zero dims: strides of an empty [0, 2^62, 2^62] would still overflow
+  // int64 in TensorView, so the product of the nonzero dims times the element size must fit.
+  uint64_t numel = 1, extent = 1, extent_bits;
   for (const json& d : sh) {
     const uint64_t n = unsigned_entry(cx, name, "shape", d);
-    if (n > uint64_t(std::numeric_limits<int64_t>::max()) ||
-        __builtin_mul_overflow(numel, n, &numel))
+    if (__builtin_mul_overflow(extent, std::max<uint64_t>(n, 1), &extent))
       cx.fail(name, fmt::format("shape {} overflows", sh.dump()));
+    numel *= n;  // <= extent
     info.shape.dims[info.shape.rank++] = int64_t(n);
   }
-  uint64_t total_bits;
-  if (__builtin_mul_overflow(numel, uint64_t(bits), &total_bits))
+  if (__builtin_mul_overflow(extent, uint64_t(bits), &extent_bits) ||
+      extent_bits / 8 > uint64_t(std::numeric_limits<int64_t>::max()))
     cx.fail(name, fmt::format("shape {} overflows", sh.dump()));
+  const uint64_t total_bits = numel * uint64_t(bits);
   if (total_bits % 8 != 0)
     cx.fail(name, fmt::format("{} elements of {} do not fill whole bytes", numel, info.dtype_str));
   const uint64_t nbytes = total_bits / 8;

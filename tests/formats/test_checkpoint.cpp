@@ -81,6 +81,9 @@ TEST(Checkpoint, ShardedRoundTripThroughTheIndex) {
     EXPECT_TRUE(t.nbytes() == 0 || std::memcmp(v.data, t.view().data, t.nbytes()) == 0) << n;
     EXPECT_EQ(c.info(n).nbytes(), t.nbytes());
   }
+  Checkpoint by_index = Checkpoint::open(index_path);
+  EXPECT_EQ(by_index.names(), c.names());
+  EXPECT_EQ(by_index.file_of(tensors[0].first), c.file_of(tensors[0].first));
   EXPECT_FALSE(c.contains("nope"));
   expect_error([&] { c.info("nope"); }, {"'nope'", dir.str()});
   expect_error([&] { c.view("nope"); }, {"'nope'"});

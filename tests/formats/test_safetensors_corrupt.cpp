@@ -104,6 +104,9 @@ TEST_F(Corrupt, ShapeAndSizeMismatch) {
   expect_header_rejected(
       R"({"w":{"dtype":"F32","shape":[18446744073709551615],"data_offsets":[0,8]}})", 8,
       {"'w'", "overflows"});
+  expect_header_rejected(
+      R"({"w":{"dtype":"F32","shape":[0,4611686018427387904,4],"data_offsets":[0,0]}})", 0,
+      {"'w'", "overflows"});
   expect_header_rejected(R"({"w":{"dtype":"F32","shape":[1e999],"data_offsets":[0,8]}})", 8,
                          {"not valid JSON"});
   expect_header_rejected(R"({"w":{"dtype":"F32","shape":[1,1,1,1,1,1,2],"data_offsets":[0,8]}})", 8,
