@@ -1,0 +1,95 @@
+// Renders a parsed Template against a context, with the environment HF transformers builds
+// (ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, loopcontrols), its
+// tojson, raise_exception and strftime_now) and jinja2's default Undefined.
+//
+// Scoping follows jinja2: {% for %} bodies (one scope per iteration), macro calls, {% with %},
+// {% set %}...{% endset %} and {% filter %} bodies get their own scope; {% if %} does not. Macros
+// see the scope they were defined in as it is when they run. Scopes and objects live in arenas
+// owned by the Interpreter, so closures and namespaces can refer to each other (even in cycles)
+// without leaking, and all of it is freed with the Interpreter.
+//
+// Recursion (nested expressions and blocks, macro calls) is bounded by kMaxEvalDepth; beyond it
+// the render fails with a TemplateError instead of exhausting the stack.
+#pragma once
+
+#include <ctime>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/value.h"
+
+namespace fp8rl::jinja {
+
+inline constexpr int kMaxEvalDepth = 1500;
+
+struct RenderOptions {
+  // The time strftime_now() formats (local time fields); unset: the current local time.
+  std::optional<std::tm> fixed_now;
+};
+
+class Interpreter {
+ public:
+  // `context` is a dict of the template's variables.
+  Interpreter(const Template& tpl, Value context, RenderOptions options);
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
+
+  // Throws TemplateError (kind runtime or raised) with the template line.
+  std::string render();
+
+  // Services that filters, tests, methods and globals use.
+  Value call(const Value& callee, CallArgs args);
+  Value apply_filter(std::string_view name, const Value& input, CallArgs args);
+  bool apply_test(std::string_view name, const Value& input, CallArgs args);
+  Value getattr(const Value& object, std::string_view name);
+  Value getitem(const Value& object, const Value& key);
+  Value::Object* new_object(std::string type_name, bool is_namespace);
+  const RenderOptions& options() const { return options_; }
+  // Python's binary operators as templates evaluate them (the sum filter adds with this).
+  Value binary(BinaryExpr::Op op, const Value& a, const Value& b) { return eval_binary(op, a, b); }
+
+ private:
+  struct Scope;
+  enum class Flow { normal, break_loop, continue_loop };
+  class DepthGuard;
+  class ScopeLease;
+
+  Value lookup(Scope* scope, const std::string& name);
+  void assign(Scope* scope, const Target& target, const Value& value);
+
+  Flow exec_body(const Body& body, Scope* scope, std::string& out);
+  Flow exec(const Stmt& stmt, Scope* scope, std::string& out);
+  Flow exec_for(const ForStmt& stmt, Scope* scope, std::string& out);
+  void run_loop(const ForStmt& stmt, Scope* scope, const Value& iterable, int depth,
+                std::string& out);
+  std::string render_in_child(const Body& body, Scope* scope);
+  Value define_macro(const MacroStmt& macro, Scope* scope);
+  Value invoke_macro(const MacroStmt& macro, Scope* closure, CallArgs& args);
+
+  Value eval(const Expr& expr, Scope* scope);
+  CallArgs eval_args(const ArgsExpr& args, Scope* scope);
+  Value eval_filter(const FilterExpr& f, Scope* scope, const Value* block_input);
+  Value eval_slice(const Value& object, const SliceExpr& slice, Scope* scope);
+  Value eval_binary(BinaryExpr::Op op, const Value& a, const Value& b);
+  bool eval_compare(CompareExpr::Op op, const Value& a, const Value& b);
+
+  Scope* acquire_scope(Scope* parent);
+  void release_scope(Scope* scope);
+  void mark_captured(Scope* scope);
+
+  const Template& tpl_;
+  Value context_;
+  RenderOptions options_;
+  std::deque<std::unique_ptr<Scope>> scopes_;
+  std::vector<Scope*> free_scopes_;
+  std::deque<std::unique_ptr<Value::Object>> objects_;
+  int depth_ = 0;
+};
+
+}  // namespace fp8rl::jinja

@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""Reference chat-template renderer: Python jinja2 configured the way HF transformers configures it
+(transformers/utils/chat_template_utils.py, _compile_jinja_template), for comparison with fp8rl's
+C++ interpreter (src/tokenizer/jinja/).
+
+  render   PATH --messages-file F [--add-generation-prompt] [--var k=v ...] [--template NAME]
+           [--now YYYY-MM-DDTHH:MM:SS]
+           Same interface and output as `fp8rl chat-template`.
+  compare  --runner BIN [--work-dir DIR] [--chat-dir tests/data/chat]
+           Renders every conversation x template x add_generation_prompt of the corpus in
+           tests/data/chat, plus the feature snippets, with jinja2 and with BIN
+           (jinja_render_corpus), and fails unless the outputs are byte-identical and both sides
+           agree on which cases raise.
+
+Run it with Debian's /usr/bin/python3 (python3-jinja2), the reference the tests name.
+"""
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+# strftime_now makes renders time-dependent; tests pin the clock to this instant on both sides.
+DEFAULT_FIXED_NOW = "2024-09-05T13:45:10"
+
+
+class GenerationTag(jinja2.ext.Extension):
+    """HF's {% generation %}...{% endgeneration %} (its AssistantTracker): renders the body."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_render"), [], [], body).set_lineno(lineno)
+
+    def _render(self, caller):
+        return caller()
+
+
+def make_environment(now):
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    def strftime_now(format):
+        return (now if now is not None else datetime.datetime.now()).strftime(format)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[GenerationTag, jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    return env
+
+
+def parse_now(text):
+    return datetime.datetime.strptime(text.replace(" ", "T"), "%Y-%m-%dT%H:%M:%S") if text else None
+
+
+def token_content(value):
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return value["content"]
+    return None
+
+
+def load_config(path, template_name=None):
+    """tokenizer_config.json -> (template source, special_tokens_map) as transformers reads it."""
+    file = os.path.join(path, "tokenizer_config.json") if os.path.isdir(path) else path
+    with open(file, encoding="utf-8") as f:
+        cfg = json.load(f)
+    template = cfg.get("chat_template")
+    if template is None:
+        with open(os.path.join(os.path.dirname(file), "chat_template.jinja"), encoding="utf-8") as f:
+            source = f.read()
+    elif isinstance(template, str):
+        source = template
+    else:
+        named = {t["name"]: t["template"] for t in template}
+        source = named[template_name or "default"]
+    special = {}
+    for key in ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
+                "mask_token"):
+        content = token_content(cfg.get(key))
+        if content is not None:
+            special[key] = content
+    extra = [token_content(t) for t in cfg.get("additional_special_tokens") or []]
+    if extra:
+        special["additional_special_tokens"] = [t for t in extra if t is not None]
+    return source, special
+
+
+def build_context(special, messages, add_generation_prompt, tools=None, documents=None,
+                  variables=None):
+    # apply_chat_template: render(messages=, tools=, documents=, add_generation_prompt=,
+    # **{**special_tokens_map, **kwargs})
+    context = dict(special)
+    context.update(messages=messages, tools=tools, documents=documents,
+                   add_generation_prompt=add_generation_prompt)
+    context.update(variables or {})
+    return context
+
+
+def render(env, source, context):
+    return env.from_string(source).render(**context)
+
+
+def parse_var(text):
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--var expects key=value, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def cmd_render(args):
+    source, special = load_config(args.path, args.template)
+    with open(args.messages_file, encoding="utf-8") as f:
+        data = json.load(f)
+    tools = None
+    if isinstance(data, dict):
+        tools = data.get("tools")
+        data = data["messages"]
+    variables = dict(parse_var(v) for v in args.var or [])
+    context = build_context(special, data, args.add_generation_prompt, tools, None, variables)
+    try:
+        sys.stdout.write(render(make_environment(parse_now(args.now)), source, context))
+    except jinja2.exceptions.TemplateError as e:
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def repo_path(root, p):
+    return p if os.path.isabs(p) else os.path.join(root, p)
+
+
+def build_jobs(root, chat_dir):
+    """The corpus as jobs for both renderers: (job for the C++ runner, how to render it here)."""
+    with open(os.path.join(chat_dir, "templates.json"), encoding="utf-8") as f:
+        templates = json.load(f)
+    with open(os.path.join(chat_dir, "conversations.json"), encoding="utf-8") as f:
+        conversations = json.load(f)
+    with open(os.path.join(chat_dir, "snippets.json"), encoding="utf-8") as f:
+        snippets = json.load(f)
+    jobs, expectations = [], {}
+    for t in templates:
+        config = repo_path(root, t["config"])
+        if not os.path.exists(config):
+            raise SystemExit(f"missing template config {config} (run `npm ci --prefix tools/peers/npm`)")
+        for conv in conversations:
+            for agp in (False, True):
+                job_id = f"{t['name']}|{conv['name']}|agp={int(agp)}"
+                job = {"id": job_id, "config": config, "messages": conv["messages"],
+                       "add_generation_prompt": agp}
+                if "template_name" in t:
+                    job["template_name"] = t["template_name"]
+                if "tools" in conv:
+                    job["tools"] = conv["tools"]
+                if "variables" in conv:
+                    job["variables"] = conv["variables"]
+                jobs.append(job)
+                if t["name"] in conv.get("must_raise", []):
+                    expectations[job_id] = "raise"
+    shared = snippets["context"]
+    for i, s in enumerate(snippets["snippets"]):
+        entry = {"template": s} if isinstance(s, str) else s
+        context = dict(shared)
+        context.update(entry.get("context", {}))
+        jobs.append({"id": f"snippet {i}", "template": entry["template"], "context": context})
+    return jobs, expectations
+
+
+def render_here(env, job):
+    if "template" in job:
+        return render(env, job["template"], job["context"])
+    source, special = load_config(job["config"], job.get("template_name"))
+    context = build_context(special, job["messages"], job["add_generation_prompt"],
+                            job.get("tools"), None, job.get("variables"))
+    return render(env, source, context)
+
+
+def cmd_compare(args):
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    chat_dir = repo_path(root, args.chat_dir)
+    jobs, expectations = build_jobs(root, chat_dir)
+    work_dir = args.work_dir or os.getcwd()
+    jobs_file = os.path.join(work_dir, "jinja_peer_jobs.json")
+    with open(jobs_file, "w", encoding="utf-8") as f:
+        json.dump({"fixed_now": args.now, "jobs": jobs}, f, ensure_ascii=False)
+    proc = subprocess.run([args.runner, jobs_file], capture_output=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr.decode("utf-8", "replace"))
+        raise SystemExit(f"{args.runner} failed with exit code {proc.returncode}")
+    ours = {r["id"]: r for r in json.loads(proc.stdout.decode("utf-8"))}
+
+    env = make_environment(parse_now(args.now))
+    counts = {"identical": 0, "both raise": 0}
+    failures = []
+    for job in jobs:
+        try:
+            expected, error = render_here(env, job), None
+        except Exception as e:  # jinja2 raises TemplateError, TypeError, RecursionError, ...
+            expected, error = None, f"{type(e).__name__}: {e}"
+        got = ours[job["id"]]
+        if expectations.get(job["id"]) == "raise" and error is None:
+            failures.append((job, "corpus expects jinja2 to raise, it rendered", expected, got))
+        if error is not None and not got["ok"]:
+            counts["both raise"] += 1
+            if args.verbose:
+                print(f"both raise {job['id']}:\n  jinja2: {error}\n  fp8rl:  {got['error']}")
+        elif error is None and got["ok"] and got["text"] == expected:
+            counts["identical"] += 1
+        elif error is not None:
+            failures.append((job, f"jinja2 raised {error}; fp8rl rendered", None, got))
+        elif not got["ok"]:
+            failures.append((job, "jinja2 rendered; fp8rl raised " + got["error"], expected, got))
+        else:
+            failures.append((job, "outputs differ", expected, got))
+    for job, why, expected, got in failures:
+        print(f"MISMATCH {job['id']}: {why}")
+        if "template" in job:
+            print(f"  template: {job['template'][:300]!r}")
+        if expected is not None:
+            print(f"  jinja2: {expected[:2000]!r}")
+        if got.get("ok"):
+            print(f"  fp8rl:  {got['text'][:2000]!r}")
+    print(f"{len(jobs)} cases: {counts['identical']} identical, {counts['both raise']} raise on "
+          f"both sides, {len(failures)} mismatches (jinja2 {jinja2.__version__})")
+    return 1 if failures else 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("render")
+    r.add_argument("path")
+    r.add_argument("--messages-file", required=True)
+    r.add_argument("--add-generation-prompt", action="store_true")
+    r.add_argument("--var", action="append")
+    r.add_argument("--template")
+    r.add_argument("--now")
+    c = sub.add_parser("compare")
+    c.add_argument("--runner", required=True)
+    c.add_argument("--work-dir")
+    c.add_argument("--chat-dir", default="tests/data/chat")
+    c.add_argument("--now", default=DEFAULT_FIXED_NOW)
+    c.add_argument("--verbose", action="store_true", help="also list cases that raise on both sides")
+    args = parser.parse_args()
+    return cmd_render(args) if args.command == "render" else cmd_compare(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
