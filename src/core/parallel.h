@@ -16,3 +16,8 @@ void parallel_for(int64_t begin, int64_t end, Fn&& fn);
 }  // namespace fp8rl
 
 #include "core/parallel_impl.h"
+
+namespace fp8rl {
+// Index of the calling thread inside parallel_for, in [0, num_threads()).
+int thread_index();
+}  // namespace fp8rl

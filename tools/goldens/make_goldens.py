@@ -3,8 +3,12 @@
 
 For each architecture: a random model is rounded to bf16 and saved with save_pretrained (that
 is the checkpoint fp8rl loads); then the same weights, upcast to fp32, run HF's eager forward
-on a fixed token sequence (logits_fp32.npy), and again with every decoder linear replaced by an
-emulation of fp8rl's FP8 recipe (DESIGN.md §4) for each scaling scheme (logits_fp8_<scheme>.npy).
+on a fixed token sequence (ids.json -> logits_fp32.npy), and again with every decoder linear
+replaced by an emulation of fp8rl's FP8 recipe (DESIGN.md §4) for each scaling scheme
+(ids_fp8_<scheme>.json -> logits_fp8_<scheme>.npy). The FP8 token sequences are drawn until no
+activation lands within MIN_MARGIN of an e4m3 rounding boundary: otherwise a
+last-ulp difference in fp32 summation order between two correct implementations flips one
+rounding, and in a quantized network one flip cascades into the FP8 noise level.
 
 Runs wherever torch + transformers exist (the GPU machine); everything runs on the CPU in fp32
 so the results do not depend on TF32 or GPU kernels. Usage:
@@ -23,7 +27,11 @@ from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, Llam
 
 E4M3_MAX = 448.0
 BLOCK = 128
-SEQ_LEN = 40
+SEQ_LEN = 32      # tokens of the fp32 golden
+FP8_SEQ_LEN = 12  # tokens of the FP8 goldens: fewer quantized elements, fewer near-ties
+MIN_MARGIN = 1.5e-7  # ~2.5 fp32 ulps of the group maximum, see record_margin
+REL_MARGIN = 2e-6    # ~30 fp32 ulps of the element itself
+MAX_TRIES = 3000
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 COMMON = dict(vocab_size=256, hidden_size=192, intermediate_size=320, num_hidden_layers=2,
@@ -51,6 +59,30 @@ def configs():
             query_pre_attn_scalar=24, layer_types=["sliding_attention", "full_attention"],
             hidden_activation="gelu_pytorch_tanh")),
     }
+
+
+def e4m3_midpoints():
+    """The rounding boundaries of e4m3 (midpoints between consecutive positive values)."""
+    codes = torch.arange(0, 0x7F, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    return (codes[1:] + codes[:-1]) / 2
+
+
+MIDPOINTS = e4m3_midpoints()
+# Smallest distance of any activation (x / scale) to an e4m3 rounding boundary, in units of
+# E4M3_MAX (the scaled group maximum), seen in the emulated forwards since the last reset. Two
+# fp32 implementations differ in an element by a few ulps of its row's magnitude (reduction
+# order), not of the element itself, hence this normalisation.
+# The score also asks for a relative margin (distance / the element itself) of
+# REL_MARGIN: a score >= 1 meets both.
+MARGIN = {"min": float("inf")}
+
+
+def record_margin(v):
+    a = v.abs().flatten()
+    idx = torch.bucketize(a, MIDPOINTS).clamp(1, MIDPOINTS.numel() - 1)
+    d = torch.minimum((a - MIDPOINTS[idx - 1]).abs(), (a - MIDPOINTS[idx]).abs())
+    score = torch.minimum(d / (E4M3_MAX * MIN_MARGIN), d / (a.clamp_min(1e-30) * REL_MARGIN))
+    MARGIN["min"] = min(MARGIN["min"], float(score.min()))
 
 
 def to_e4m3(x):
@@ -92,6 +124,7 @@ def quantize_activation(x, scheme):
         padded[:, :k] = x
         s = scale_from_amax(padded.abs().view(m, kb, BLOCK).amax(dim=2))
         s_full = s.repeat_interleave(BLOCK, 1)[:, :k]
+    record_margin(x / s_full)
     return to_e4m3(x / s_full) * s_full
 
 
@@ -139,22 +172,47 @@ def main():
         model = model.to(torch.bfloat16)
         out = os.path.join(out_root, arch)
         model.save_pretrained(out, safe_serialization=True)
-        model = model.float().eval()
-        ids = torch.randint(3, cfg.vocab_size, (1, SEQ_LEN), generator=gen)
-        np.save(os.path.join(out, "logits_fp32.npy"), logits_of(model, ids))
+        state = model.float().state_dict()
+
+        def fresh():
+            # A new module gets fp32 rotary buffers; .to(bfloat16) above rounded the old ones.
+            m = cls(cfg).float().eval()
+            m.load_state_dict(state)
+            return m
+
+        model = fresh()
+        qmodels = {}
         for scheme in ("tensor", "row", "block"):
-            qmodel = cls(cfg).float().eval()
-            qmodel.load_state_dict(model.state_dict())
-            for layer in qmodel.model.layers:
+            qmodels[scheme] = fresh()
+            for layer in qmodels[scheme].model.layers:
                 for parent in (layer.self_attn, layer.mlp):
                     for name in LINEARS:
                         if hasattr(parent, name):
                             setattr(parent, name, Fp8EmulatedLinear(getattr(parent, name), scheme))
-            np.save(os.path.join(out, f"logits_fp8_{scheme}.npy"), logits_of(qmodel, ids))
+        ids = torch.randint(3, cfg.vocab_size, (1, SEQ_LEN), generator=gen)
+        np.save(os.path.join(out, "logits_fp32.npy"), logits_of(model, ids))
         with open(os.path.join(out, "ids.json"), "w") as f:
             json.dump(ids[0].tolist(), f)
+        # Per scheme, a token sequence whose FP8 forward keeps every activation away from the
+        # e4m3 rounding boundaries: the FP8 golden then tests the recipe, not summation order.
+        for scheme, qmodel in qmodels.items():
+            best = None
+            for attempt in range(MAX_TRIES):
+                ids = torch.randint(3, cfg.vocab_size, (1, FP8_SEQ_LEN), generator=gen)
+                MARGIN["min"] = float("inf")
+                lg = logits_of(qmodel, ids)
+                if best is None or MARGIN["min"] > best[0]:
+                    best = (MARGIN["min"], ids, lg)
+                if MARGIN["min"] >= 1.0:
+                    break
+            margin, ids, lg = best
+            np.save(os.path.join(out, f"logits_fp8_{scheme}.npy"), lg)
+            with open(os.path.join(out, f"ids_fp8_{scheme}.json"), "w") as f:
+                json.dump(ids[0].tolist(), f)
+            summary[f"{arch}_{scheme}_margin_score"] = margin
+            summary[f"{arch}_{scheme}_tries"] = attempt + 1
+            print(arch, scheme, "margin score", margin, "tries", attempt + 1, flush=True)
         summary[arch] = json.load(open(os.path.join(out, "config.json")))
-        print(arch, "ok", flush=True)
     with open(os.path.join(out_root, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
 

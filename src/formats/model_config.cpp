@@ -1,0 +1,290 @@
+#include "formats/model_config.h"
+
+#include <cmath>
+#include <fstream>
+
+#include "core/check.h"
+
+namespace fp8rl {
+
+namespace {
+
+using json = nlohmann::json;
+
+struct ArchEntry {
+  const char* class_name;
+  Arch arch;
+};
+constexpr ArchEntry kArchs[] = {{"LlamaForCausalLM", Arch::llama},
+                                {"Qwen2ForCausalLM", Arch::qwen2},
+                                {"Qwen3ForCausalLM", Arch::qwen3},
+                                {"MistralForCausalLM", Arch::mistral},
+                                {"Gemma3ForCausalLM", Arch::gemma3}};
+
+// Field readers that name the field and what was wrong with it.
+const json* find(const json& j, const char* key) {
+  auto it = j.find(key);
+  return (it == j.end() || it->is_null()) ? nullptr : &*it;
+}
+
+int64_t get_int(const json& j, const char* key) {
+  const json* v = find(j, key);
+  CHECK(v != nullptr, "config.json: missing required field '{}'", key);
+  CHECK(v->is_number_integer() ||
+            (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>()),
+        "config.json: field '{}' must be an integer, got {}", key, v->dump());
+  return v->is_number_integer() ? v->get<int64_t>() : int64_t(v->get<double>());
+}
+
+int64_t get_int(const json& j, const char* key, int64_t fallback) {
+  return find(j, key) ? get_int(j, key) : fallback;
+}
+
+int64_t get_positive(const json& j, const char* key) {
+  const int64_t v = get_int(j, key);
+  CHECK(v > 0, "config.json: field '{}' must be positive, got {}", key, v);
+  return v;
+}
+
+double get_double(const json& j, const char* key, double fallback) {
+  const json* v = find(j, key);
+  if (!v) return fallback;
+  CHECK(v->is_number(), "config.json: field '{}' must be a number, got {}", key, v->dump());
+  const double d = v->get<double>();
+  CHECK(std::isfinite(d), "config.json: field '{}' is not finite", key);
+  return d;
+}
+
+bool get_bool(const json& j, const char* key, bool fallback) {
+  const json* v = find(j, key);
+  if (!v) return fallback;
+  CHECK(v->is_boolean(), "config.json: field '{}' must be true or false, got {}", key, v->dump());
+  return v->get<bool>();
+}
+
+std::string get_string(const json& j, const char* key, const std::string& fallback) {
+  const json* v = find(j, key);
+  if (!v) return fallback;
+  CHECK(v->is_string(), "config.json: field '{}' must be a string, got {}", key, v->dump());
+  return v->get<std::string>();
+}
+
+// One rope parameter set: transformers 5 `rope_parameters` (with rope_theta inside) or
+// transformers 4 `rope_scaling` (theta given separately). A null set is the default rope.
+RopeConfig parse_rope(const json* p, double theta_fallback, const std::string& where) {
+  RopeConfig r;
+  r.theta = theta_fallback;
+  if (p == nullptr) return r;
+  CHECK(p->is_object(), "config.json: {} must be an object, got {}", where, p->dump());
+  r.theta = get_double(*p, "rope_theta", theta_fallback);
+  std::string type = get_string(*p, "rope_type", get_string(*p, "type", "default"));
+  if (type == "default") {
+    r.type = RopeConfig::Type::default_;
+  } else if (type == "linear") {
+    r.type = RopeConfig::Type::linear;
+    r.factor = get_double(*p, "factor", 0.0);
+    CHECK(r.factor > 0, "config.json: {} linear rope needs a positive 'factor'", where);
+  } else if (type == "llama3") {
+    r.type = RopeConfig::Type::llama3;
+    r.factor = get_double(*p, "factor", 0.0);
+    r.low_freq_factor = get_double(*p, "low_freq_factor", 0.0);
+    r.high_freq_factor = get_double(*p, "high_freq_factor", 0.0);
+    r.original_max_position_embeddings = get_int(*p, "original_max_position_embeddings", 0);
+    CHECK(r.factor > 0 && r.low_freq_factor > 0 && r.high_freq_factor > r.low_freq_factor &&
+              r.original_max_position_embeddings > 0,
+          "config.json: {} llama3 rope needs factor > 0, 0 < low_freq_factor < "
+          "high_freq_factor and original_max_position_embeddings > 0",
+          where);
+  } else {
+    RAISE("config.json: {} rope type '{}' is not supported (supported: default, linear, llama3)",
+          where, type);
+  }
+  CHECK(r.theta > 0, "config.json: {} rope_theta must be positive", where);
+  return r;
+}
+
+// Which layers slide: `layer_types` when present, else each family's older fields.
+std::vector<bool> sliding_layers(const json& j, Arch arch, int64_t n, int64_t window) {
+  std::vector<bool> sliding(size_t(n), false);
+  if (const json* lt = find(j, "layer_types")) {
+    CHECK(lt->is_array() && int64_t(lt->size()) == n,
+          "config.json: 'layer_types' must list {} layer types", n);
+    for (int64_t i = 0; i < n; ++i) {
+      const json& t = (*lt)[size_t(i)];
+      CHECK(t.is_string() && (t == "sliding_attention" || t == "full_attention"),
+            "config.json: layer_types[{}] must be 'sliding_attention' or 'full_attention', got {}",
+            i, t.dump());
+      sliding[size_t(i)] = t == "sliding_attention";
+    }
+  } else if (arch == Arch::gemma3) {
+    const int64_t pattern = get_int(j, "sliding_window_pattern", 6);
+    CHECK(pattern > 0, "config.json: sliding_window_pattern must be positive");
+    for (int64_t i = 0; i < n; ++i) sliding[size_t(i)] = (i + 1) % pattern != 0;
+  } else if (arch == Arch::mistral) {
+    for (int64_t i = 0; i < n; ++i) sliding[size_t(i)] = window > 0;
+  } else if (arch == Arch::qwen2 || arch == Arch::qwen3) {
+    const bool use = get_bool(j, "use_sliding_window", false);
+    const int64_t max_window_layers = get_int(j, "max_window_layers", n);
+    for (int64_t i = 0; i < n; ++i) sliding[size_t(i)] = use && i >= max_window_layers;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    CHECK(!sliding[size_t(i)] || window > 0,
+          "config.json: layer {} uses sliding attention but 'sliding_window' is not set", i);
+  }
+  return sliding;
+}
+
+}  // namespace
+
+std::string_view arch_name(Arch a) {
+  for (const auto& e : kArchs)
+    if (e.arch == a) return e.class_name;
+  RAISE("unknown architecture {}", int(a));
+}
+
+std::vector<std::string> supported_architectures() {
+  std::vector<std::string> v;
+  for (const auto& e : kArchs) v.emplace_back(e.class_name);
+  return v;
+}
+
+ModelConfig ModelConfig::from_json(const json& j) {
+  CHECK(j.is_object(), "config.json: top level must be an object");
+  ModelConfig c;
+  c.raw = j;
+  const json* archs = find(j, "architectures");
+  CHECK(archs && archs->is_array() && !archs->empty() && (*archs)[0].is_string(),
+        "config.json: 'architectures' must be a non-empty list of class names");
+  c.architecture = (*archs)[0].get<std::string>();
+  bool known = false;
+  for (const auto& e : kArchs) {
+    if (c.architecture == e.class_name) {
+      c.arch = e.arch;
+      known = true;
+    }
+  }
+  CHECK(known, "config.json: architecture '{}' is not supported (supported: {})", c.architecture,
+        fmt::join(supported_architectures(), ", "));
+
+  c.vocab_size = get_positive(j, "vocab_size");
+  c.hidden_size = get_positive(j, "hidden_size");
+  c.intermediate_size = get_positive(j, "intermediate_size");
+  c.num_layers = get_positive(j, "num_hidden_layers");
+  c.num_heads = get_positive(j, "num_attention_heads");
+  c.num_kv_heads =
+      find(j, "num_key_value_heads") ? get_positive(j, "num_key_value_heads") : c.num_heads;
+  CHECK(c.num_heads % c.num_kv_heads == 0,
+        "config.json: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",
+        c.num_heads, c.num_kv_heads);
+  c.head_dim = find(j, "head_dim") ? get_positive(j, "head_dim") : c.hidden_size / c.num_heads;
+  CHECK(find(j, "head_dim") || c.hidden_size % c.num_heads == 0,
+        "config.json: hidden_size ({}) is not a multiple of num_attention_heads ({}) and no "
+        "head_dim is given",
+        c.hidden_size, c.num_heads);
+  CHECK(c.head_dim % 2 == 0, "config.json: head_dim ({}) must be even for rotary embeddings",
+        c.head_dim);
+  c.max_position_embeddings = get_int(j, "max_position_embeddings", 4096);
+  c.rms_norm_eps = get_double(j, "rms_norm_eps", 1e-6);
+  CHECK(c.rms_norm_eps > 0, "config.json: rms_norm_eps must be positive");
+  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings",
+                                   c.arch == Arch::gemma3);  // HF default per family
+  const std::string dtype = get_string(j, "dtype", get_string(j, "torch_dtype", "bfloat16"));
+  if (dtype == "float32")
+    c.dtype = DType::f32;
+  else if (dtype == "float16")
+    c.dtype = DType::f16;
+  else
+    c.dtype = DType::bf16;
+
+  const std::string act = get_string(j, c.arch == Arch::gemma3 ? "hidden_activation" : "hidden_act",
+                                     c.arch == Arch::gemma3 ? "gelu_pytorch_tanh" : "silu");
+  if (act == "silu" || act == "swish")
+    c.activation = MlpActivation::silu;
+  else if (act == "gelu_pytorch_tanh" || act == "gelu_tanh")
+    c.activation = MlpActivation::gelu_tanh;
+  else
+    RAISE("config.json: MLP activation '{}' is not supported (silu, gelu_pytorch_tanh)", act);
+
+  switch (c.arch) {
+    case Arch::llama:
+      c.qkv_bias = c.o_bias = get_bool(j, "attention_bias", false);
+      c.mlp_bias = get_bool(j, "mlp_bias", false);
+      break;
+    case Arch::qwen2:
+      c.qkv_bias = true;  // Qwen2 always has q/k/v biases, never an o bias
+      break;
+    case Arch::qwen3:
+      c.qkv_bias = c.o_bias = get_bool(j, "attention_bias", false);
+      c.qk_norm = true;
+      break;
+    case Arch::mistral:
+      break;
+    case Arch::gemma3:
+      c.qkv_bias = c.o_bias = get_bool(j, "attention_bias", false);
+      c.qk_norm = true;
+      c.norm_plus_one = true;
+      c.sandwich_norms = true;
+      c.embedding_scale = std::sqrt(double(c.hidden_size));
+      c.final_logit_softcapping = get_double(j, "final_logit_softcapping", 0.0);
+      c.attn_logit_softcapping = get_double(j, "attn_logit_softcapping", 0.0);
+      CHECK(!get_bool(j, "use_bidirectional_attention", false),
+            "config.json: use_bidirectional_attention is not supported");
+      break;
+  }
+  const double qpas = c.arch == Arch::gemma3 ? get_double(j, "query_pre_attn_scalar", 0.0) : 0.0;
+  CHECK(qpas >= 0, "config.json: query_pre_attn_scalar must be positive");
+  c.attention_scale = 1.0 / std::sqrt(qpas > 0 ? qpas : double(c.head_dim));
+
+  c.sliding_window = get_int(j, "sliding_window", 0);
+  CHECK(c.sliding_window >= 0, "config.json: sliding_window must not be negative");
+  const std::vector<bool> sliding = sliding_layers(j, c.arch, c.num_layers, c.sliding_window);
+
+  // RoPE: transformers 5 keeps everything in rope_parameters (per layer type for Gemma 3);
+  // transformers 4 has rope_theta + rope_scaling, and Gemma 3 rope_local_base_freq for the
+  // sliding layers (which never take the scaling).
+  const json* params = find(j, "rope_parameters");
+  const double theta = get_double(j, "rope_theta", 10000.0);
+  RopeConfig global_rope, local_rope;
+  if (params && params->is_object() &&
+      (params->contains("full_attention") || params->contains("sliding_attention"))) {
+    global_rope =
+        parse_rope(find(*params, "full_attention"), theta, "rope_parameters.full_attention");
+    local_rope =
+        parse_rope(find(*params, "sliding_attention"), theta, "rope_parameters.sliding_attention");
+  } else {
+    const json* scaling = params ? params : find(j, "rope_scaling");
+    global_rope = parse_rope(scaling, theta, params ? "rope_parameters" : "rope_scaling");
+    local_rope = global_rope;
+    if (c.arch == Arch::gemma3) {
+      local_rope = RopeConfig{};
+      local_rope.theta = get_double(j, "rope_local_base_freq", 10000.0);
+    }
+  }
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    LayerConfig l;
+    l.sliding = sliding[size_t(i)];
+    l.rope = (c.arch == Arch::gemma3 && l.sliding) ? local_rope : global_rope;
+    c.layers.push_back(l);
+  }
+  if (const json* q = find(j, "quantization_config")) c.quantization = *q;
+  return c;
+}
+
+ModelConfig ModelConfig::load(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  std::ifstream f(path);
+  CHECK(f.good(), "cannot open '{}': is '{}' a Hugging Face model directory?", path, model_dir);
+  json j;
+  try {
+    j = json::parse(f);
+  } catch (const json::exception& e) {
+    RAISE("'{}' is not valid JSON: {}", path, e.what());
+  }
+  try {
+    return from_json(j);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{} ({})", e.what(), path), e.file(), e.line());
+  }
+}
+
+}  // namespace fp8rl

@@ -1,0 +1,22 @@
+// CPU reference implementations of ops/ops.h (exact fp32, multithreaded).
+#pragma once
+
+#include "ops/ops.h"
+
+namespace fp8rl::ops::cpu {
+
+void embedding(std::span<const int32_t> ids, const TensorView& table, float scale,
+               const TensorView& out);
+void rms_norm(const TensorView& x, const TensorView& w, float eps, bool plus_one,
+              const TensorView& out);
+void rope(const TensorView& x, std::span<const int32_t> positions, const TensorView& inv_freq);
+void attention(Arena& scratch, const TensorView& q, const TensorView& k_cache,
+               const TensorView& v_cache, int64_t first_slot, const AttentionParams& p,
+               const TensorView& out);
+void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out);
+void gelu_tanh_mul(const TensorView& gate, const TensorView& up, const TensorView& out);
+void add(const TensorView& a, const TensorView& b, const TensorView& out);
+void softcap(const TensorView& x, float cap);
+void linear(Arena& scratch, const TensorView& x, const LinearWeight& w, const TensorView& out);
+
+}  // namespace fp8rl::ops::cpu

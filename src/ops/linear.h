@@ -1,0 +1,26 @@
+// A frozen base linear layer y[M,N] = x[M,K] W[N,K]^T (+ b): unquantized (f32/bf16/f16
+// weight) or FP8 (e4m3 codes + fp32 scales, FP8 recipe of quant/fp8.h). The weight memory is
+// owned elsewhere (the model's Weights or an mmap'd checkpoint); this is a view.
+#pragma once
+
+#include "core/tensor.h"
+#include "formats/quant_config.h"
+
+namespace fp8rl {
+
+struct LinearWeight {
+  TensorView weight;                  // [N,K] f32 | bf16 | f16 | f8e4m3
+  Fp8Scheme scheme = Fp8Scheme::off;  // off unless weight is f8e4m3
+  ActScaling act = ActScaling::none;  // how the input is quantized in the forward
+  TensorView scales;                  // f32, weight_scale_shape(scheme, N, K)
+  float input_scale = 0.0f;           // act == static_tensor only
+  TensorView bias;                    // [N] or empty
+
+  int64_t out_features() const { return weight.dim(0); }
+  int64_t in_features() const { return weight.dim(1); }
+  bool is_fp8() const { return scheme != Fp8Scheme::off; }
+  // Bytes of weight + scales + bias.
+  size_t nbytes() const;
+};
+
+}  // namespace fp8rl

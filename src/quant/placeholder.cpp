@@ -1,1 +1,0 @@
-// replaced by fp8.cpp

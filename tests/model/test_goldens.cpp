@@ -1,0 +1,89 @@
+// The CPU forward against HF transformers: fp32 logits and FP8 logits per scheme, for every
+// architecture of tests/data/goldens (made by tools/goldens/make_goldens.py).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "formats/npy.h"
+#include "model/forward.h"
+#include "test_util.h"
+#include "tolerances.h"
+
+using namespace fp8rl;
+using namespace fp8rl::test;
+
+namespace {
+
+// The token ids of a golden: ids.json for fp32, ids_fp8_<scheme>.json for an FP8 scheme.
+std::vector<int32_t> golden_ids(const std::string& arch, const std::string& scheme = "off") {
+  std::ifstream f(golden_dir(arch) +
+                  (scheme == "off" ? "/ids.json" : "/ids_fp8_" + scheme + ".json"));
+  return nlohmann::json::parse(f).get<std::vector<int32_t>>();
+}
+
+std::vector<int32_t> iota_positions(size_t n, int32_t start = 0) {
+  std::vector<int32_t> p(n);
+  for (size_t i = 0; i < n; ++i) p[i] = start + int32_t(i);
+  return p;
+}
+
+Tensor run_prefill(const Model& m, const std::vector<int32_t>& ids) {
+  Arena arena;
+  Context ctx{Device::cpu, &arena};
+  KvCache cache(m.config(), int64_t(ids.size()));
+  const std::vector<int32_t> pos = iota_positions(ids.size());
+  Tensor logits = Tensor::empty({int64_t(ids.size()), m.config().vocab_size}, DType::f32);
+  SequenceInput seq{ids, pos, &cache};
+  forward(ctx, m, {&seq, 1}, LogitRows::all, logits);
+  return logits;
+}
+
+struct Case {
+  std::string arch;
+  std::string scheme;
+};
+
+class Golden : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Golden, LogitsMatchTransformers) {
+  const Case& c = GetParam();
+  LoadOptions opts;
+  opts.fp8 = parse_scheme(c.scheme);
+  const Model m = Model::load(golden_dir(c.arch), opts);
+  const Tensor ours = run_prefill(m, golden_ids(c.arch, c.scheme));
+  const std::string file =
+      c.scheme == "off" ? "logits_fp32.npy" : "logits_fp8_" + c.scheme + ".npy";
+  const Tensor ref = read_npy(golden_dir(c.arch) + "/" + file);
+  ASSERT_EQ(ours.shape(), ref.shape());
+  const double bound = c.scheme == "off" ? kHfFp32Logits : kHfFp8Logits;
+  const double err = rel_max_diff(ours, ref);
+  EXPECT_LE(err, bound) << c.arch << " " << c.scheme;
+  EXPECT_GE(top1_agreement(ours, ref), 0.95);
+  std::printf("%s %s rel_max_diff %.3g top1 %.3f\n", c.arch.c_str(), c.scheme.c_str(), err,
+              top1_agreement(ours, ref));
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> v;
+  for (const char* a : {"llama", "qwen2", "qwen3", "mistral", "gemma3"})
+    for (const char* s : {"off", "tensor", "row", "block"}) v.push_back({a, s});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllArchs, Golden, ::testing::ValuesIn(all_cases()), [](const auto& info) {
+  return info.param.arch + "_" + info.param.scheme;
+});
+
+// The FP8 schemes really change the numbers (the test above would pass vacuously if the
+// scheme were ignored): FP8 logits differ from fp32 by far more than the golden bound.
+TEST(Golden, Fp8DiffersFromFp32) {
+  const std::vector<int32_t> ids = golden_ids("llama");
+  const Tensor fp32 = run_prefill(Model::load(golden_dir("llama")), ids);
+  LoadOptions opts;
+  opts.fp8 = Fp8Scheme::row;
+  const Tensor fp8 = run_prefill(Model::load(golden_dir("llama"), opts), ids);
+  EXPECT_GT(rel_max_diff(fp8, fp32), 5 * kHfFp8Logits);
+}
+
+}  // namespace

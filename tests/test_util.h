@@ -1,0 +1,41 @@
+// Helpers shared by the tests.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace fp8rl::test {
+
+inline std::string golden_dir(const std::string& arch) {
+  return std::string(FP8RL_TEST_DATA) + "/goldens/" + arch;
+}
+
+// max |a - b| / max |ref|; NaN anywhere gives infinity.
+inline double rel_max_diff(const TensorView& a, const TensorView& ref) {
+  double diff = 0.0, scale = 0.0;
+  const float* pa = a.ptr<float>();
+  const float* pr = ref.ptr<float>();
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    if (std::isnan(pa[i]) || std::isnan(pr[i])) return INFINITY;
+    diff = std::max(diff, std::fabs(double(pa[i]) - double(pr[i])));
+    scale = std::max(scale, std::fabs(double(pr[i])));
+  }
+  return scale == 0.0 ? diff : diff / scale;
+}
+
+// Fraction of rows whose argmax agrees.
+inline double top1_agreement(const TensorView& a, const TensorView& b) {
+  const int64_t rows = a.dim(0), cols = a.dim(1);
+  int64_t same = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* pa = a.ptr<float>() + r * cols;
+    const float* pb = b.ptr<float>() + r * cols;
+    same += (std::max_element(pa, pa + cols) - pa) == (std::max_element(pb, pb + cols) - pb);
+  }
+  return double(same) / double(rows);
+}
+
+}  // namespace fp8rl::test
