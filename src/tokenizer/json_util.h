@@ -1,0 +1,52 @@
+// Small helpers for reading tokenizer.json-style configs with errors that name the field.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "core/check.h"
+
+namespace fp8rl::tok {
+
+using Json = nlohmann::json;
+
+// The value at key, which must exist (an fp8rl::Error names `where` and the key otherwise).
+inline const Json& json_at(const Json& j, std::string_view key, std::string_view where) {
+  CHECK(j.is_object(), "{}: expected a JSON object", where);
+  auto it = j.find(key);
+  CHECK(it != j.end(), "{}: missing field '{}'", where, key);
+  return *it;
+}
+
+inline std::string json_string(const Json& j, std::string_view key, std::string_view where) {
+  const Json& v = json_at(j, key, where);
+  CHECK(v.is_string(), "{}: field '{}' must be a string", where, key);
+  return v.get<std::string>();
+}
+
+// Optional fields: `fallback` when absent or null.
+inline bool json_bool_or(const Json& j, std::string_view key, bool fallback,
+                         std::string_view where) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  CHECK(it->is_boolean(), "{}: field '{}' must be true or false", where, key);
+  return it->get<bool>();
+}
+
+inline std::string json_string_or(const Json& j, std::string_view key, std::string fallback,
+                                  std::string_view where) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  CHECK(it->is_string(), "{}: field '{}' must be a string", where, key);
+  return it->get<std::string>();
+}
+
+inline std::string json_type(const Json& j, std::string_view where) {
+  return json_string(j, "type", where);
+}
+
+// A single-character field (Metaspace replacement, Strip content) as UTF-8.
+std::string json_char(const Json& j, std::string_view key, std::string_view where);
+
+}  // namespace fp8rl::tok
