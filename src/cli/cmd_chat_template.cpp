@@ -1,8 +1,105 @@
+// fp8rl chat-template PATH --messages-file F.json [--add-generation-prompt] [--var key=value ...]
+//
+// Prints exactly what HF transformers' apply_chat_template(messages, tokenize=False, ...) returns
+// for the model's chat template (no trailing newline added). A template that raises (e.g.
+// "Conversation roles must alternate") makes the command fail with the template's message.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
 #include "cli/commands.h"
 #include "core/check.h"
+#include "tokenizer/jinja/chat_template.h"
 
 namespace fp8rl::cli {
-void add_chat_template_command(CLI::App& app) {
-  app.add_subcommand("chat-template", "(being written)")->callback([] { RAISE("not built yet"); });
+namespace {
+
+struct ChatTemplateArgs {
+  std::string path;
+  std::string messages_file;
+  bool add_generation_prompt = false;
+  std::vector<std::string> vars;
+  std::string template_name;
+  std::string now;
+};
+
+nlohmann::ordered_json read_json_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  CHECK(in.good(), "cannot open {}", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  try {
+    return nlohmann::ordered_json::parse(text.str());
+  } catch (const nlohmann::json::exception& e) {
+    RAISE("{} is not valid JSON: {}", path, e.what());
+  }
 }
+
+// --var key=value: the value is JSON when it parses as JSON (enable_thinking=false), else a
+// string (name=alice).
+void add_variable(nlohmann::ordered_json& variables, const std::string& text) {
+  const std::size_t eq = text.find('=');
+  CHECK(eq != std::string::npos && eq > 0, "--var expects key=value, got '{}'", text);
+  const std::string value = text.substr(eq + 1);
+  nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(value, nullptr, false);
+  variables[text.substr(0, eq)] = parsed.is_discarded() ? nlohmann::ordered_json(value) : parsed;
+}
+
+void run_chat_template(const ChatTemplateArgs& args) {
+  const ChatTemplateConfig config = load_chat_template_config(args.path, args.template_name);
+
+  // The messages file holds the conversation: an array of messages, or an object with
+  // "messages" and optionally "tools" and "documents" (apply_chat_template's arguments).
+  ChatRequest request;
+  const nlohmann::ordered_json data = read_json_file(args.messages_file);
+  if (data.is_array()) {
+    request.messages = data;
+  } else {
+    CHECK(data.is_object() && data.contains("messages"),
+          "{} must hold an array of messages or an object with \"messages\"", args.messages_file);
+    request.messages = data["messages"];
+    if (data.contains("tools")) request.tools = data["tools"];
+    if (data.contains("documents")) request.documents = data["documents"];
+  }
+  request.add_generation_prompt = args.add_generation_prompt;
+  for (const std::string& v : args.vars) add_variable(request.variables, v);
+
+  ChatTemplateOptions options;
+  if (!args.now.empty()) options.fixed_now = parse_local_datetime(args.now);
+  const std::string text =
+      ChatTemplate(config.source).render(build_chat_context(config, request), options);
+  CHECK(std::fwrite(text.data(), 1, text.size(), stdout) == text.size() && std::fflush(stdout) == 0,
+        "writing the rendered template to stdout failed");
+}
+
+}  // namespace
+
+void add_chat_template_command(CLI::App& app) {
+  auto args = std::make_shared<ChatTemplateArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "chat-template",
+      "Render a conversation with the model's chat template, as HF transformers does");
+  cmd->add_option("PATH", args->path, "tokenizer_config.json, or a model directory holding one")
+      ->required();
+  cmd->add_option("--messages-file", args->messages_file,
+                  "JSON file: an array of messages, or {\"messages\": [...], \"tools\": [...]}")
+      ->required();
+  cmd->add_flag("--add-generation-prompt", args->add_generation_prompt,
+                "End with the header of an assistant turn");
+  cmd->add_option(
+         "--var", args->vars,
+         "key=value template variable, repeatable; JSON when it parses (enable_thinking=false), "
+         "else a string")
+      ->allow_extra_args(false);
+  cmd->add_option("--template", args->template_name,
+                  "Which named template when the config lists several (default: \"default\")");
+  cmd->add_option(
+      "--now", args->now,
+      "YYYY-MM-DDTHH:MM:SS: the local time strftime_now() sees, for reproducible output");
+  cmd->callback([args] { run_chat_template(*args); });
+}
+
 }  // namespace fp8rl::cli

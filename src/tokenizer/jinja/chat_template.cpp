@@ -30,7 +30,7 @@ std::string read_file(const std::filesystem::path& path) {
 }
 
 // A special token as tokenizer_config.json writes it: a string, or an AddedToken object.
-std::optional<std::string> token_content(const nlohmann::ordered_json& j) {
+std::optional<std::string> token_content(const nlohmann::json& j) {
   if (j.is_string()) return j.get<std::string>();
   if (j.is_object() && j.contains("content") && j["content"].is_string()) {
     return j["content"].get<std::string>();
@@ -97,9 +97,11 @@ ChatTemplateConfig load_chat_template_config(const std::string& path,
   fs::path file(path);
   if (fs::is_directory(file)) file /= "tokenizer_config.json";
   CHECK(fs::is_regular_file(file), "no tokenizer_config.json at {}", path);
-  nlohmann::ordered_json cfg;
+  // Plain (unordered) JSON: configs can hold thousands of added tokens, which an ordered_json
+  // would insert in quadratic time, and no field read here depends on key order.
+  nlohmann::json cfg;
   try {
-    cfg = nlohmann::ordered_json::parse(read_file(file));
+    cfg = nlohmann::json::parse(read_file(file));
   } catch (const nlohmann::json::exception& e) {
     RAISE("{} is not valid JSON: {}", file.string(), e.what());
   }

@@ -124,6 +124,27 @@ class Parser {
     Parser& p_;
   };
 
+  // Each link of a left-nested chain (a.b.c, x|f|g, 1 + 2 + 3) is one more level of the tree
+  // that evaluating and freeing it will recurse through.
+  class ChainDepth {
+   public:
+    explicit ChainDepth(Parser& p) : p_(p) {}
+    ~ChainDepth() { p_.depth_ -= links_; }
+    ChainDepth(const ChainDepth&) = delete;
+    ChainDepth& operator=(const ChainDepth&) = delete;
+    void add() {
+      ++links_;
+      if (++p_.depth_ > kMaxParseDepth) {
+        syntax_error(p_.cur().line,
+                     fmt::format("template nested deeper than {} levels", kMaxParseDepth));
+      }
+    }
+
+   private:
+    Parser& p_;
+    int links_ = 0;
+  };
+
   // Saves a flag and restores it at scope exit.
   template <class T>
   struct Restore {
@@ -148,6 +169,10 @@ class Parser {
   // Parses until a block tag whose name is in `end_names` (left unconsumed, after its {%), or eof.
   Body parse_body(std::initializer_list<std::string_view> end_names) {
     DepthGuard guard(*this);
+    Restore<int> blocks(block_depth_, block_depth_ + 1);
+    if (block_depth_ > kMaxBlockDepth) {
+      syntax_error(cur().line, fmt::format("blocks nested deeper than {} levels", kMaxBlockDepth));
+    }
     Body body;
     while (true) {
       const Token& t = cur();
@@ -438,7 +463,9 @@ class Parser {
     const std::size_t mark = pending_unknown_.size();
     int line = cur().line;
     ExprPtr expr = parse_or();
+    ChainDepth chain(*this);
     while (skip_name("if")) {
+      chain.add();
       auto c = std::make_unique<ConditionalExpr>(line);
       c->then = std::move(expr);
       c->test = parse_or();
@@ -454,7 +481,9 @@ class Parser {
 
   ExprPtr parse_or() {
     ExprPtr left = parse_and();
+    ChainDepth chain(*this);
     while (is_name("or")) {
+      chain.add();
       const int line = next().line;
       left = std::make_unique<BinaryExpr>(line, BinaryExpr::Op::or_, std::move(left), parse_and());
     }
@@ -463,7 +492,9 @@ class Parser {
 
   ExprPtr parse_and() {
     ExprPtr left = parse_not();
+    ChainDepth chain(*this);
     while (is_name("and")) {
+      chain.add();
       const int line = next().line;
       left = std::make_unique<BinaryExpr>(line, BinaryExpr::Op::and_, std::move(left), parse_not());
     }
@@ -516,7 +547,9 @@ class Parser {
 
   ExprPtr parse_math1() {
     ExprPtr left = parse_concat();
+    ChainDepth chain(*this);
     while (is_op("+") || is_op("-")) {
+      chain.add();
       const auto op = cur().value == "+" ? BinaryExpr::Op::add : BinaryExpr::Op::sub;
       const int line = next().line;
       left = std::make_unique<BinaryExpr>(line, op, std::move(left), parse_concat());
@@ -536,7 +569,9 @@ class Parser {
 
   ExprPtr parse_math2() {
     ExprPtr left = parse_pow();
+    ChainDepth chain(*this);
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
+      chain.add();
       const std::string& v = cur().value;
       const auto op = v == "*"    ? BinaryExpr::Op::mul
                       : v == "/"  ? BinaryExpr::Op::div
@@ -550,7 +585,9 @@ class Parser {
 
   ExprPtr parse_pow() {
     ExprPtr left = parse_unary(true);
+    ChainDepth chain(*this);
     while (is_op("**")) {
+      chain.add();
       const int line = next().line;
       left = std::make_unique<BinaryExpr>(line, BinaryExpr::Op::pow, std::move(left),
                                           parse_unary(true));
@@ -650,7 +687,9 @@ class Parser {
   }
 
   ExprPtr parse_postfix(ExprPtr node) {
+    ChainDepth chain(*this);
     while (true) {
+      chain.add();
       if (is_op(".") || is_op("[")) {
         node = parse_subscript(std::move(node));
       } else if (is_op("(")) {
@@ -662,7 +701,9 @@ class Parser {
   }
 
   ExprPtr parse_filter_expr(ExprPtr node) {
+    ChainDepth chain(*this);
     while (true) {
+      chain.add();
       if (is_op("|")) {
         node = parse_filter(std::move(node), false);
       } else if (is_name("is")) {
@@ -771,8 +812,9 @@ class Parser {
 
   // `|name(args)|...`; with start_inline the first filter has no leading '|'.
   ExprPtr parse_filter(ExprPtr node, bool start_inline) {
+    ChainDepth chain(*this);
     while (is_op("|") || start_inline) {
-      DepthGuard guard(*this);
+      chain.add();
       if (!start_inline) next();
       start_inline = false;
       const int line = cur().line;
@@ -809,6 +851,7 @@ class Parser {
   std::size_t pos_ = 0;
   int depth_ = 0;
   int loop_depth_ = 0;
+  int block_depth_ = 0;
   bool soft_ = false;
   std::vector<std::pair<std::string, int>> pending_unknown_;
   std::vector<MacroStmt*> open_macros_;

@@ -14,7 +14,10 @@
 
 namespace fp8rl::jinja {
 
-inline constexpr int kMaxParseDepth = 200;
+inline constexpr int kMaxParseDepth = 400;
+// Blocks ({% if %}, {% for %}, ...) nested in one another. jinja2 itself stops earlier for some
+// (Python's compiler refuses 99 nested ifs, or 21 nested fors).
+inline constexpr int kMaxBlockDepth = 100;
 
 // Throws TemplateError (syntax) with the template line.
 std::unique_ptr<Template> parse_template(std::string_view source);

@@ -1,5 +1,6 @@
 #include "tokenizer/jinja/value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -385,7 +386,12 @@ std::string string_repr(std::string_view s) {
   return out;
 }
 
-std::string repr(const Value& v) {
+namespace {
+
+// repr() with the namespaces being printed on `open`: a namespace that (indirectly) holds
+// itself prints as Python's recursion guard prints a dict, "{...}", and chains of namespaces
+// deeper than the value depth limit fail instead of exhausting the stack.
+std::string repr_at(const Value& v, std::vector<const Value::Object*>& open) {
   switch (v.kind()) {
     case Value::Kind::undefined:
       return "Undefined";
@@ -398,7 +404,7 @@ std::string repr(const Value& v) {
       const auto& items = v.items();
       for (std::size_t i = 0; i < items.size(); ++i) {
         if (i > 0) out += ", ";
-        out += repr(items[i]);
+        out += repr_at(items[i], open);
       }
       if (tuple && items.size() == 1) out += ",";
       out += tuple ? ")" : "]";
@@ -410,7 +416,7 @@ std::string repr(const Value& v) {
       for (const auto& [key, value] : v.dict_data().items) {
         if (!first) out += ", ";
         first = false;
-        out += repr(key) + ": " + repr(value);
+        out += repr_at(key, open) + ": " + repr_at(value, open);
       }
       return out + "}";
     }
@@ -422,13 +428,19 @@ std::string repr(const Value& v) {
         return fmt::format("<{} {}/{}>", o.type_name, index ? to_str(*index) : "?",
                            len ? to_str(*len) : "?");
       }
+      if (std::find(open.begin(), open.end(), &o) != open.end()) return "<Namespace {...}>";
+      if (open.size() >= static_cast<std::size_t>(kMaxValueDepth)) {
+        fail("value nested deeper than {} levels", kMaxValueDepth);
+      }
+      open.push_back(&o);
       std::string out = "<Namespace {";
       bool first = true;
       for (const auto& [key, value] : o.attrs) {
         if (!first) out += ", ";
         first = false;
-        out += string_repr(key) + ": " + repr(value);
+        out += string_repr(key) + ": " + repr_at(value, open);
       }
+      open.pop_back();
       return out + "}>";
     }
     case Value::Kind::callable:
@@ -436,6 +448,13 @@ std::string repr(const Value& v) {
     default:
       return to_str(v);
   }
+}
+
+}  // namespace
+
+std::string repr(const Value& v) {
+  std::vector<const Value::Object*> open;
+  return repr_at(v, open);
 }
 
 std::string to_str(const Value& v) {

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <memory>
 #include <sstream>
 
 #include "core/check.h"
@@ -17,22 +19,35 @@
 
 namespace {
 
-std::string render_job(const nlohmann::ordered_json& job,
-                       const fp8rl::ChatTemplateOptions& options) {
+// Configs and parsed templates by (path, template name): the corpus renders each many times.
+struct LoadedTemplate {
+  fp8rl::ChatTemplateConfig config;
+  std::shared_ptr<const fp8rl::ChatTemplate> tpl;
+};
+using TemplateCache = std::map<std::pair<std::string, std::string>, LoadedTemplate>;
+
+std::string render_job(const nlohmann::ordered_json& job, const fp8rl::ChatTemplateOptions& options,
+                       TemplateCache& cache) {
   if (job.contains("template")) {
     return fp8rl::render_chat_template(job["template"].get<std::string>(),
                                        job.value("context", nlohmann::ordered_json::object()),
                                        options);
   }
-  const auto config = fp8rl::load_chat_template_config(job["config"].get<std::string>(),
-                                                       job.value("template_name", ""));
+  const auto key =
+      std::make_pair(job["config"].get<std::string>(), job.value("template_name", std::string()));
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    LoadedTemplate loaded;
+    loaded.config = fp8rl::load_chat_template_config(key.first, key.second);
+    loaded.tpl = std::make_shared<const fp8rl::ChatTemplate>(loaded.config.source);
+    it = cache.emplace(key, std::move(loaded)).first;
+  }
   fp8rl::ChatRequest request;
   request.messages = job["messages"];
   request.add_generation_prompt = job.value("add_generation_prompt", false);
   if (job.contains("tools")) request.tools = job["tools"];
   if (job.contains("variables")) request.variables = job["variables"];
-  return fp8rl::ChatTemplate(config.source)
-      .render(fp8rl::build_chat_context(config, request), options);
+  return it->second.tpl->render(fp8rl::build_chat_context(it->second.config, request), options);
 }
 
 }  // namespace
@@ -52,12 +67,13 @@ int main(int argc, char** argv) {
   if (spec.contains("fixed_now")) {
     options.fixed_now = fp8rl::parse_local_datetime(spec["fixed_now"].get<std::string>());
   }
+  TemplateCache cache;
   nlohmann::ordered_json results = nlohmann::ordered_json::array();
   for (const auto& job : spec["jobs"]) {
     nlohmann::ordered_json r;
     r["id"] = job["id"];
     try {
-      r["text"] = render_job(job, options);
+      r["text"] = render_job(job, options, cache);
       r["ok"] = true;
     } catch (const fp8rl::Error& e) {
       r["ok"] = false;
