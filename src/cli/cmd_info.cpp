@@ -1,8 +1,97 @@
+// fp8rl info MODEL: what a model directory holds, without loading the weights.
+#include <map>
+#include <memory>
+
 #include "cli/commands.h"
 #include "core/check.h"
+#include "formats/model_config.h"
+#include "formats/quant_config.h"
+#include "formats/safetensors.h"
 
 namespace fp8rl::cli {
-void add_info_command(CLI::App& app) {
-  app.add_subcommand("info", "(being written)")->callback([] { RAISE("info: not built yet"); });
+
+namespace {
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  return fmt::format("{:.2f} {}", b, units[u]);
 }
+
+std::string human_count(double n) {
+  if (n >= 1e9) return fmt::format("{:.3f}B", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.3f}M", n / 1e6);
+  if (n >= 1e3) return fmt::format("{:.1f}K", n / 1e3);
+  return fmt::format("{:.0f}", n);
+}
+
+// Which part of the model a tensor belongs to, by its HF name.
+std::string category(const std::string& name) {
+  if (name.ends_with("weight_scale") || name.ends_with("weight_scale_inv") ||
+      name.ends_with("input_scale"))
+    return "fp8 scales";
+  if (name.find("embed_tokens") != std::string::npos) return "embedding";
+  if (name.starts_with("lm_head")) return "lm_head";
+  if (name.ends_with("_proj.weight")) return "decoder linears";
+  if (name.ends_with(".bias")) return "biases";
+  if (name.find("norm") != std::string::npos) return "norms";
+  return "other";
+}
+
+void run_info(const std::string& dir) {
+  const ModelConfig c = ModelConfig::load(dir);
+  const Checkpoint ckpt = Checkpoint::open(dir);
+  fmt::print("model            {}\n", dir);
+  fmt::print("architecture     {}\n", c.architecture);
+  fmt::print("layers           {}\n", c.num_layers);
+  fmt::print("hidden           {} (intermediate {}, {})\n", c.hidden_size, c.intermediate_size,
+             c.activation == MlpActivation::silu ? "SwiGLU" : "GELU-tanh gated");
+  fmt::print("attention        {} query heads, {} kv heads, head_dim {}{}\n", c.num_heads,
+             c.num_kv_heads, c.head_dim, c.qk_norm ? ", q/k RMSNorm" : "");
+  int64_t sliding = 0;
+  for (const LayerConfig& l : c.layers) sliding += l.sliding;
+  if (sliding > 0)
+    fmt::print("sliding window   {} tokens on {} of {} layers\n", c.sliding_window, sliding,
+               c.num_layers);
+  const char* rope_types[] = {"default", "linear", "llama3"};
+  fmt::print("rope             {} theta {}\n", rope_types[int(c.layers.back().rope.type)],
+             c.layers.back().rope.theta);
+  fmt::print("vocab            {}{}\n", c.vocab_size,
+             c.tie_word_embeddings ? " (lm_head tied to the embedding)" : "");
+
+  std::map<std::string, double> params;
+  std::map<std::string, double> bytes_by_dtype;
+  double total = 0;
+  for (const std::string& name : ckpt.names()) {
+    const SafetensorsTensorInfo& info = ckpt.info(name);
+    const std::string cat = category(name);
+    if (cat != "fp8 scales") {
+      params[cat] += double(info.shape.numel());
+      total += double(info.shape.numel());
+    }
+    bytes_by_dtype[info.dtype_str] += double(info.nbytes());
+  }
+  fmt::print("parameters       {}\n", human_count(total));
+  for (const auto& [cat, n] : params) fmt::print("  {:<17}{}\n", cat, human_count(n));
+  fmt::print("bytes by dtype\n");
+  for (const auto& [dt, b] : bytes_by_dtype) fmt::print("  {:<17}{}\n", dt, human_bytes(b));
+  const CheckpointQuant q = parse_quantization_config(c.quantization);
+  if (q.weight == Fp8Scheme::off) {
+    fmt::print("fp8              none (unquantized; --fp8 row|block|tensor quantizes on load)\n");
+  } else {
+    fmt::print("fp8              {}: weights {} scaling ({}), activations {}\n", q.method,
+               scheme_name(q.weight), q.weight_scale_name, act_scaling_name(q.act));
+  }
+}
+
+}  // namespace
+
+void add_info_command(CLI::App& app) {
+  auto dir = std::make_shared<std::string>();
+  CLI::App* c = app.add_subcommand("info", "Summarize a model: architecture, sizes, dtypes, FP8");
+  c->add_option("model", *dir, "Hugging Face model directory")->required();
+  c->callback([dir] { run_info(*dir); });
+}
+
 }  // namespace fp8rl::cli

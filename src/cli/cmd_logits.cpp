@@ -1,8 +1,47 @@
+// fp8rl logits MODEL --ids 1,2,3 [--fp8 ...] [--device cpu] --out FILE.npy
+#include <memory>
+
 #include "cli/commands.h"
 #include "core/check.h"
+#include "cli/common.h"
+#include "formats/npy.h"
+#include "model/forward.h"
 
 namespace fp8rl::cli {
-void add_logits_command(CLI::App& app) {
-  app.add_subcommand("logits", "(being written)")->callback([] { RAISE("logits: not built yet"); });
+
+namespace {
+struct LogitsOptions {
+  std::string model, ids, fp8 = "auto", device = "cpu", out;
+};
+
+void run_logits(const LogitsOptions& o) {
+  const std::vector<int32_t> ids = parse_ids(o.ids);
+  LoadOptions load;
+  load.fp8 = parse_fp8_option(o.fp8);
+  const Device device = parse_device(o.device);
+  CHECK(device == Device::cpu, "--device cuda: this build's forward runs on the CPU only");
+  const Model model = Model::load(o.model, load);
+  Arena arena;
+  Context ctx{device, &arena};
+  KvCache cache(model.config(), int64_t(ids.size()));
+  const std::vector<int32_t> positions = iota(ids.size());
+  Tensor logits = Tensor::empty({int64_t(ids.size()), model.config().vocab_size}, DType::f32);
+  SequenceInput seq{ids, positions, &cache};
+  forward(ctx, model, {&seq, 1}, LogitRows::all, logits);
+  write_npy(o.out, logits);
 }
+}  // namespace
+
+void add_logits_command(CLI::App& app) {
+  auto o = std::make_shared<LogitsOptions>();
+  CLI::App* c = app.add_subcommand(
+      "logits", "Run the forward on token ids and save the logits of every position (.npy)");
+  c->add_option("model", o->model, "Hugging Face model directory")->required();
+  c->add_option("--ids", o->ids, "Comma-separated token ids, e.g. 1,2,3")->required();
+  c->add_option("--fp8", o->fp8, kFp8Help)->capture_default_str();
+  c->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
+  c->add_option("--out", o->out, "Output .npy file: float32 [T, vocab]")->required();
+  c->callback([o] { run_logits(*o); });
+}
+
 }  // namespace fp8rl::cli

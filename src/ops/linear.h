@@ -15,6 +15,9 @@ struct LinearWeight {
   TensorView scales;                  // f32, weight_scale_shape(scheme, N, K)
   float input_scale = 0.0f;           // act == static_tensor only
   TensorView bias;                    // [N] or empty
+  // CUDA only (ops::prepare_linear): the weight scales as the GEMM library reads them, e.g.
+  // 128x128 block scales K-major with a leading dimension rounded up to 4 for cuBLASLt.
+  TensorView gemm_scales;
 
   int64_t out_features() const { return weight.dim(0); }
   int64_t in_features() const { return weight.dim(1); }

@@ -125,7 +125,7 @@ void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const Tens
 size_t linear_scratch_bytes(const LinearWeight& w, int64_t m) {
   const int64_t n = w.out_features(), k = w.in_features();
   const size_t pad = 256;
-  size_t bytes = w.weight.dtype == DType::f32 ? 0 : size_t(n * k) * 4 + pad;
+  size_t bytes = size_t(n * k) * 4 + pad;
   if (w.act != ActScaling::none)
     bytes += size_t(m * k) * 5 + size_t(m * (k / 128 + 2)) * 4 + 3 * pad;
   return bytes;

@@ -1,6 +1,10 @@
 // The op interface: every computation of the model forward, on tensor views, with an explicit
-// Context. Each op has a CPU reference in ops/cpu/; the CUDA backend implements the same
-// signatures. Activations are f32 [rows, features] row-major unless stated.
+// Context. Each op has a CPU reference in ops/cpu/ and a CUDA implementation in ops/cuda/
+// behind the same signature; ops.cpp checks operands once and dispatches on ctx.device.
+//
+// Activations are [rows, features] row-major in ctx.activation_dtype(): f32 on the CPU, bf16
+// on CUDA (fp32 math inside the kernels). Every tensor argument lives on ctx.device. Weights
+// (norm weights, embedding tables, linears) are whatever the model holds on that device.
 //
 // Dimension letters: T tokens, H hidden size, V vocab, Hq/Hkv query/kv heads, D head dim,
 // N/K out/in features, C cache capacity.
@@ -11,22 +15,30 @@
 
 #include "ops/context.h"
 #include "ops/linear.h"
+#include "ops/memory.h"
 
 namespace fp8rl::ops {
 
-// out[T,H] = table[ids[t], :] * scale. table [V,H] any float dtype.
+// out[T,H] = table[ids[t], :] * scale. ids [T] i32, table [V,H] (any float dtype on the CPU,
+// bf16 on CUDA). Ids outside [0, V) raise on the CPU and give NaN rows on CUDA (the forward
+// checks ids on the host before they reach a device).
+void embedding(Context& ctx, const TensorView& ids, const TensorView& table, float scale,
+               const TensorView& out);
+// Host ids: the CPU uses them in place, CUDA copies them to the device first.
 void embedding(Context& ctx, std::span<const int32_t> ids, const TensorView& table, float scale,
                const TensorView& out);
 
 // Row-wise RMSNorm: out = x / sqrt(mean(x^2) + eps) * (plus_one ? 1 + w : w).
-// x, out [R,D] f32 (may alias); w [D] any float dtype.
+// x, out [R,D] (may alias); w [D] (any float dtype on the CPU, f32 on CUDA).
 void rms_norm(Context& ctx, const TensorView& x, const TensorView& w, float eps, bool plus_one,
               const TensorView& out);
 
-// Rotary embedding in place, rotate-half (GPT-NeoX) layout: x [T, heads, D] f32,
-// positions [T], inv_freq [D/2] f32.
-void rope(Context& ctx, const TensorView& x, std::span<const int32_t> positions,
+// Rotary embedding in place, rotate-half (GPT-NeoX) layout: x [T, heads, D], positions [T]
+// i32, inv_freq [D/2] f32.
+void rope(Context& ctx, const TensorView& x, const TensorView& positions,
           const TensorView& inv_freq);
+void rope(Context& ctx, const TensorView& x, std::span<const int32_t> positions,
+          const TensorView& inv_freq);  // host positions (CPU only)
 
 struct AttentionParams {
   float scale = 1.0f;    // multiplies q.k
@@ -35,29 +47,89 @@ struct AttentionParams {
 };
 
 // Causal grouped-query attention of T new queries against a sequence's KV cache.
-// q [T,Hq,D]; k_cache, v_cache [C,Hkv,D] f32; query t sits at cache slot first_slot + t and
-// sees slots [0, first_slot + t] (and the window); out [T,Hq,D].
+// q [T,Hq,D]; k_cache, v_cache [C,Hkv,D] (activation dtype); query t sits at cache slot
+// first_slot + t and sees slots [0, first_slot + t] (and the window); out [T,Hq,D].
+// CUDA: a FlashAttention-2 style kernel (online softmax over key tiles, no [T,C] scores in
+// memory) for D in {32, 64, 128, 256}.
 void attention(Context& ctx, const TensorView& q, const TensorView& k_cache,
                const TensorView& v_cache, int64_t first_slot, const AttentionParams& p,
                const TensorView& out);
 
-// out = act(gate) * up, act = SiLU or GELU (tanh approximation). [T,I] f32, may alias.
+// out = act(gate) * up, act = SiLU or GELU (tanh approximation). [T,I], may alias.
 void silu_mul(Context& ctx, const TensorView& gate, const TensorView& up, const TensorView& out);
 void gelu_tanh_mul(Context& ctx, const TensorView& gate, const TensorView& up,
                    const TensorView& out);
 
-// out = a + b, f32, same shape, may alias.
+// out = a + b, same shape, may alias.
 void add(Context& ctx, const TensorView& a, const TensorView& b, const TensorView& out);
 
-// out = cap * tanh(x / cap), in place.
+// x = cap * tanh(x / cap), in place. x in the activation dtype or f32 (logits).
 void softcap(Context& ctx, const TensorView& x, float cap);
 
-// out[M,N] = x[M,K] W^T (+ b) with the FP8 recipe when W is FP8 (fp32 accumulation).
-void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const TensorView& out);
+// ---- FP8 activations -------------------------------------------------------------------
 
-// Scratch bytes linear() needs for this weight and M rows.
-size_t linear_scratch_bytes(const LinearWeight& w, int64_t m);
+// An activation quantized with the FP8 recipe (quant/fp8.h) for the linears that consume it:
+// e4m3 codes and fp32 scales of granularity `act`. Produced by quantize(), or fused into the
+// op that makes the activation (rms_norm_quant, silu_mul_quant) so it is never written in
+// bf16 first; several linears with the same act scaling share one (q/k/v, gate/up).
+//
+// Storage is the backend's: CPU scales are act_scale_shape() row-major ([1], [M], [M,G]);
+// CUDA keeps [1] and [M] but stores group scales token-fastest as [G, padded_rows] and pads
+// the rows to a multiple of 4 (code 0, scale 1), the layout cuBLASLt's VEC128 scaling reads.
+struct QuantizedActivation {
+  ActScaling act = ActScaling::none;
+  int64_t rows = 0, cols = 0;  // M, K
+  int64_t padded_rows = 0;     // rows of `codes` storage (>= rows)
+  TensorView codes;            // [padded_rows, K] f8e4m3
+  TensorView scales;           // f32, layout above
+};
+
+// Scratch for a quantized [rows, cols] activation on ctx.device.
+QuantizedActivation alloc_quantized(Context& ctx, ActScaling act, int64_t rows, int64_t cols);
+// q = quantize(x) with q.act (static_tensor: with `static_scale`). x [M,K] activation dtype
+// or f32. Codes and scales equal quantize_activation() of the same values bit for bit.
+void quantize(Context& ctx, const TensorView& x, const QuantizedActivation& q,
+              float static_scale = 0.0f);
+// quantize(rms_norm(x)) in one pass over x (q.act must be a dynamic scaling).
+void rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& w, float eps,
+                    bool plus_one, const QuantizedActivation& q);
+// quantize(act(gate) * up) in one pass.
+void silu_mul_quant(Context& ctx, const TensorView& gate, const TensorView& up,
+                    const QuantizedActivation& q);
+void gelu_tanh_mul_quant(Context& ctx, const TensorView& gate, const TensorView& up,
+                         const QuantizedActivation& q);
+// Dequantized values x_hat[M,K] = codes * scales (f32 on the CPU; bf16 on CUDA). For tests.
+void dequantize(Context& ctx, const QuantizedActivation& q, const TensorView& out);
+
+// ---- Linear layers ---------------------------------------------------------------------
+
+// out[M,N] = x[M,K] W^T (+ b) with the FP8 recipe when W is FP8 (fp32 accumulation); x is
+// quantized here with w.act. out is the activation dtype, or f32 (CUDA: the lm_head's
+// logits come out of the GEMM in fp32).
+void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const TensorView& out);
+// The same with x already quantized: q.act must be w.act (a dynamic scaling).
+void linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
+            const TensorView& out);
+
+// Scratch bytes linear() needs for this weight and M rows on a device.
+size_t linear_scratch_bytes(const LinearWeight& w, int64_t m);  // CPU
+size_t linear_scratch_bytes(const Context& ctx, const LinearWeight& w, int64_t m);
+// Scratch bytes of one alloc_quantized(ctx, act, m, k).
+size_t quantized_bytes(const Context& ctx, ActScaling act, int64_t m, int64_t k);
 // Scratch bytes attention() needs for T queries against a cache of C slots.
-size_t attention_scratch_bytes(int64_t t, int64_t heads, int64_t c);
+size_t attention_scratch_bytes(int64_t t, int64_t heads, int64_t c);  // CPU
+size_t attention_scratch_bytes(const Context& ctx, int64_t t, int64_t heads, int64_t c);
+
+// ---- Weights on a device ---------------------------------------------------------------
+
+// w (bf16 [N,K] on ctx.device) -> q [N,K] f8e4m3 and scales (f32, weight_scale_shape) with
+// the recipe of quantize_weight() (quant/fp8.h). For random-initialized device models.
+void quantize_weight(Context& ctx, const TensorView& w, Fp8Scheme scheme, const TensorView& q,
+                     const TensorView& scales);
+
+// Makes a linear whose weight, scales and bias live on ctx.device ready for linear(): adds
+// the backend's derived tensors (CUDA: block scales repacked for cuBLASLt, a per-tensor weight
+// scale broadcast to [N] where the GEMM needs a vector), allocated into `storage`.
+void prepare_linear(Context& ctx, LinearWeight& w, std::vector<DeviceBuffer>& storage);
 
 }  // namespace fp8rl::ops

@@ -2,12 +2,8 @@
 // architecture of tests/data/goldens (made by tools/goldens/make_goldens.py).
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <nlohmann/json.hpp>
-
 #include "formats/npy.h"
-#include "model/forward.h"
-#include "test_util.h"
+#include "model_test_util.h"
 #include "tolerances.h"
 
 using namespace fp8rl;
@@ -16,29 +12,6 @@ using namespace fp8rl::test;
 namespace {
 
 // The token ids of a golden: ids.json for fp32, ids_fp8_<scheme>.json for an FP8 scheme.
-std::vector<int32_t> golden_ids(const std::string& arch, const std::string& scheme = "off") {
-  std::ifstream f(golden_dir(arch) +
-                  (scheme == "off" ? "/ids.json" : "/ids_fp8_" + scheme + ".json"));
-  return nlohmann::json::parse(f).get<std::vector<int32_t>>();
-}
-
-std::vector<int32_t> iota_positions(size_t n, int32_t start = 0) {
-  std::vector<int32_t> p(n);
-  for (size_t i = 0; i < n; ++i) p[i] = start + int32_t(i);
-  return p;
-}
-
-Tensor run_prefill(const Model& m, const std::vector<int32_t>& ids) {
-  Arena arena;
-  Context ctx{Device::cpu, &arena};
-  KvCache cache(m.config(), int64_t(ids.size()));
-  const std::vector<int32_t> pos = iota_positions(ids.size());
-  Tensor logits = Tensor::empty({int64_t(ids.size()), m.config().vocab_size}, DType::f32);
-  SequenceInput seq{ids, pos, &cache};
-  forward(ctx, m, {&seq, 1}, LogitRows::all, logits);
-  return logits;
-}
-
 struct Case {
   std::string arch;
   std::string scheme;
@@ -51,7 +24,7 @@ TEST_P(Golden, LogitsMatchTransformers) {
   LoadOptions opts;
   opts.fp8 = parse_scheme(c.scheme);
   const Model m = Model::load(golden_dir(c.arch), opts);
-  const Tensor ours = run_prefill(m, golden_ids(c.arch, c.scheme));
+  const Tensor ours = prefill_logits(m, golden_ids(c.arch, c.scheme));
   const std::string file =
       c.scheme == "off" ? "logits_fp32.npy" : "logits_fp8_" + c.scheme + ".npy";
   const Tensor ref = read_npy(golden_dir(c.arch) + "/" + file);
@@ -79,10 +52,10 @@ INSTANTIATE_TEST_SUITE_P(AllArchs, Golden, ::testing::ValuesIn(all_cases()), [](
 // scheme were ignored): FP8 logits differ from fp32 by far more than the golden bound.
 TEST(Golden, Fp8DiffersFromFp32) {
   const std::vector<int32_t> ids = golden_ids("llama");
-  const Tensor fp32 = run_prefill(Model::load(golden_dir("llama")), ids);
+  const Tensor fp32 = prefill_logits(Model::load(golden_dir("llama")), ids);
   LoadOptions opts;
   opts.fp8 = Fp8Scheme::row;
-  const Tensor fp8 = run_prefill(Model::load(golden_dir("llama"), opts), ids);
+  const Tensor fp8 = prefill_logits(Model::load(golden_dir("llama"), opts), ids);
   EXPECT_GT(rel_max_diff(fp8, fp32), 5 * kHfFp8Logits);
 }
 

@@ -1,0 +1,124 @@
+// Element-wise kernels: residual add, softcap, bias add, fills (constant and the shared
+// uniform hash) and scalar broadcast.
+#include "ops/cuda/row_quant.cuh"
+#include "ops/uniform_hash.h"
+
+namespace fp8rl::cuda {
+
+namespace {
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+#define FP8RL_GRID_STRIDE(i, n)                                                          \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += int64_t(gridDim.x) * blockDim.x)
+
+// out may alias a or b.
+template <bool VEC>
+__global__ void __launch_bounds__(256) add_kernel(const bf16* a, const bf16* b, bf16* out,
+                                                  int64_t n) {
+  float x[8], y[8];
+  const int64_t stride = int64_t(gridDim.x) * 256 * kChunk;
+  for (int64_t j = (int64_t(blockIdx.x) * 256 + threadIdx.x) * kChunk; j < n; j += stride) {
+    load_chunk<VEC>(a, j, n, x);
+    load_chunk<VEC>(b, j, n, y);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] += y[i];
+    store_chunk<VEC>(out, j, n, x);
+  }
+}
+
+__global__ void softcap_bf16_kernel(bf16* x, int64_t n, float cap) {
+  FP8RL_GRID_STRIDE(i, n) {
+    x[i] = __float2bfloat16_rn(cap * tanhf(__bfloat162float(x[i]) / cap));
+  }
+}
+__global__ void softcap_f32_kernel(float* x, int64_t n, float cap) {
+  FP8RL_GRID_STRIDE(i, n) { x[i] = cap * tanhf(x[i] / cap); }
+}
+
+__global__ void add_bias_kernel(void* out, bool out_f32, const float* __restrict__ bias,
+                                int64_t rows, int64_t n) {
+  FP8RL_GRID_STRIDE(i, rows * n) {
+    const float b = bias[i % n];
+    if (out_f32) {
+      static_cast<float*>(out)[i] += b;
+    } else {
+      bf16* o = static_cast<bf16*>(out) + i;
+      *o = __float2bfloat16_rn(__bfloat162float(*o) + b);
+    }
+  }
+}
+
+__global__ void fill_f32_kernel(float* x, int64_t n, float v) {
+  FP8RL_GRID_STRIDE(i, n) { x[i] = v; }
+}
+__global__ void fill_bf16_kernel(bf16* x, int64_t n, float v) {
+  const bf16 b = __float2bfloat16_rn(v);
+  FP8RL_GRID_STRIDE(i, n) { x[i] = b; }
+}
+__global__ void fill_uniform_f32_kernel(float* x, int64_t n, uint64_t seed, float bound) {
+  FP8RL_GRID_STRIDE(i, n) { x[i] = uniform_hash(seed, uint64_t(i), bound); }
+}
+__global__ void fill_uniform_bf16_kernel(bf16* x, int64_t n, uint64_t seed, float bound) {
+  FP8RL_GRID_STRIDE(i, n) { x[i] = __float2bfloat16_rn(uniform_hash(seed, uint64_t(i), bound)); }
+}
+__global__ void broadcast_kernel(const float* __restrict__ in, float* __restrict__ out, int64_t n) {
+  FP8RL_GRID_STRIDE(i, n) { out[i] = in[0]; }
+}
+
+}  // namespace
+
+void launch_add(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  const unsigned grid = grid_for(n, 256 * kChunk);
+  if (n % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(out))
+    add_kernel<true><<<grid, 256, 0, s>>>(a, b, out, n);
+  else
+    add_kernel<false><<<grid, 256, 0, s>>>(a, b, out, n);
+  FP8RL_LAUNCH_CHECK("add");
+}
+
+void launch_softcap_bf16(bf16* x, int64_t n, float cap, cudaStream_t s) {
+  if (n == 0) return;
+  softcap_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, n, cap);
+  FP8RL_LAUNCH_CHECK("softcap");
+}
+void launch_softcap_f32(float* x, int64_t n, float cap, cudaStream_t s) {
+  if (n == 0) return;
+  softcap_f32_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, n, cap);
+  FP8RL_LAUNCH_CHECK("softcap");
+}
+void launch_add_bias(void* out, bool out_f32, const float* bias, int64_t rows, int64_t n,
+                     cudaStream_t s) {
+  if (rows * n == 0) return;
+  add_bias_kernel<<<grid_for(rows * n, 256), 256, 0, s>>>(out, out_f32, bias, rows, n);
+  FP8RL_LAUNCH_CHECK("add_bias");
+}
+void launch_fill_f32(float* x, int64_t n, float v, cudaStream_t s) {
+  if (n == 0) return;
+  fill_f32_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, n, v);
+  FP8RL_LAUNCH_CHECK("fill");
+}
+void launch_fill_bf16(bf16* x, int64_t n, float v, cudaStream_t s) {
+  if (n == 0) return;
+  fill_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, n, v);
+  FP8RL_LAUNCH_CHECK("fill");
+}
+void launch_fill_uniform_f32(float* x, int64_t n, uint64_t seed, float bound, cudaStream_t s) {
+  if (n == 0) return;
+  fill_uniform_f32_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, n, seed, bound);
+  FP8RL_LAUNCH_CHECK("fill_uniform");
+}
+void launch_fill_uniform_bf16(bf16* x, int64_t n, uint64_t seed, float bound, cudaStream_t s) {
+  if (n == 0) return;
+  fill_uniform_bf16_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, n, seed, bound);
+  FP8RL_LAUNCH_CHECK("fill_uniform");
+}
+void launch_broadcast(const float* in, float* out, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  broadcast_kernel<<<grid_for(n, 256), 256, 0, s>>>(in, out, n);
+  FP8RL_LAUNCH_CHECK("broadcast");
+}
+
+}  // namespace fp8rl::cuda

@@ -1,0 +1,109 @@
+// Launchers of the CUDA kernels, on raw device pointers. One .cu file per op family defines
+// them; every launcher checks its launch (cudaGetLastError) and raises fp8rl::Error on failure.
+// Host code in ops/cuda/*.cpp turns tensor views into these arguments after the checks of
+// ops.cpp. Included by nvcc and by the host compiler: CUDA runtime types only, no fmt.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fp8rl::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// Raises fp8rl::Error naming the kernel when the last launch failed (backend.cpp).
+void check_launch(const char* kernel, const char* file, int line);
+#define FP8RL_LAUNCH_CHECK(name) ::fp8rl::cuda::check_launch(name, __FILE__, __LINE__)
+
+// Where a fused kernel writes its FP8 output. token: scales[row]; group: scales[g * padded_rows
+// + row] (token-fastest, cuBLASLt VEC128) with rows in [rows, padded_rows) written as code 0
+// and scale 1.
+struct QuantOut {
+  uint8_t* codes = nullptr;  // [padded_rows, cols]
+  float* scales = nullptr;
+  int64_t padded_rows = 0;
+  bool group = false;  // false: one scale per row (token)
+};
+
+// ---- embedding.cu
+// out[t,:] = table[ids[t],:] * scale; ids outside [0, vocab) give NaN rows.
+void launch_embedding(const int32_t* ids, int64_t t, const bf16* table, int64_t vocab,
+                      int64_t h, float scale, bf16* out, cudaStream_t s);
+
+// ---- norm.cu (w is f32 [d])
+// out = rms_norm(x); amax (if set, pre-zeroed) gets max |out| over the bf16 outputs.
+void launch_rms_norm(const bf16* x, const float* w, int64_t rows, int64_t d, float eps,
+                     bool plus_one, bf16* out, float* amax, cudaStream_t s);
+// quantize(rms_norm(x)) per token or per 1x128 group from the fp32 normalized values.
+void launch_rms_norm_quant(const bf16* x, const float* w, int64_t rows, int64_t d, float eps,
+                           bool plus_one, const QuantOut& q, cudaStream_t s);
+
+// ---- rope.cu: x [t, heads, d] in place.
+void launch_rope(bf16* x, int64_t t, int64_t heads, int64_t d, const int32_t* positions,
+                 const float* inv_freq, cudaStream_t s);
+
+// ---- attention.cu
+struct AttentionArgs {
+  const bf16* q;  // [t, hq, d]
+  const bf16* k;  // [c, hkv, d]
+  const bf16* v;  // [c, hkv, d]
+  bf16* out;      // [t, hq, d]
+  int64_t t, hq, hkv, d, c, first;
+  float scale, softcap;
+  int64_t window;
+};
+bool attention_supports(int64_t d);
+// Raises the kernels' dynamic shared-memory limits; once per device, before the first launch.
+cudaError_t attention_init();
+void launch_attention(const AttentionArgs& a, cudaStream_t s);
+
+// ---- activation.cu: act 0 = SiLU, 1 = GELU-tanh. gate/up/out [rows, cols].
+void launch_gated(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int act,
+                  bf16* out, float* amax, cudaStream_t s);
+void launch_gated_quant(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int act,
+                        const QuantOut& q, cudaStream_t s);
+
+// ---- elementwise.cu
+void launch_add(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaStream_t s);
+void launch_softcap_bf16(bf16* x, int64_t n, float cap, cudaStream_t s);
+void launch_softcap_f32(float* x, int64_t n, float cap, cudaStream_t s);
+// out[r, j] += bias[j]; out is bf16 (out_f32 false) or f32.
+void launch_add_bias(void* out, bool out_f32, const float* bias, int64_t rows, int64_t n,
+                     cudaStream_t s);
+void launch_fill_f32(float* x, int64_t n, float v, cudaStream_t s);
+void launch_fill_bf16(bf16* x, int64_t n, float v, cudaStream_t s);
+// Uniform in [-bound, bound] from uniform_hash(seed, i) (the CPU computes the same floats).
+void launch_fill_uniform_f32(float* x, int64_t n, uint64_t seed, float bound, cudaStream_t s);
+void launch_fill_uniform_bf16(bf16* x, int64_t n, uint64_t seed, float bound, cudaStream_t s);
+// out[i] = in[0] for i < n (a device scalar broadcast to a vector).
+void launch_broadcast(const float* in, float* out, int64_t n, cudaStream_t s);
+
+// ---- quantize.cu (x is bf16, or f32 when x_f32)
+// Per token / per 1x128 group: rows [0, padded_rows) of q (pad rows: code 0, scale 1).
+void launch_quantize_rows(const void* x, bool x_f32, int64_t rows, int64_t cols,
+                          const QuantOut& q, cudaStream_t s);
+// *amax = max(*amax, max |x|) (pre-zero *amax).
+void launch_amax(const void* x, bool x_f32, int64_t n, float* amax, cudaStream_t s);
+// Per tensor: scale = amax ? fp8_scale(*amax) : static_scale; codes = e4m3(x / scale);
+// *scale_out = scale.
+void launch_quantize_tensor(const void* x, bool x_f32, int64_t n, const float* amax,
+                            float static_scale, uint8_t* codes, float* scale_out,
+                            cudaStream_t s);
+// x_hat[rows, cols] bf16 from codes/scales in the layouts above (mode 0 tensor, 1 token,
+// 2 group).
+void launch_dequantize_act(const uint8_t* codes, const float* scales, int mode, int64_t rows,
+                           int64_t cols, int64_t padded_rows, bf16* out, cudaStream_t s);
+// Weights [n, k] bf16 -> codes + canonical scales (scheme 1 tensor, 2 row, 3 block). Per
+// tensor needs amax_tmp (one float) zeroed beforehand.
+void launch_quantize_weight(const bf16* w, int64_t n, int64_t k, int scheme, uint8_t* q,
+                            float* scales, float* amax_tmp, cudaStream_t s);
+// w_hat[n, k] bf16 = codes * canonical scales.
+void launch_dequantize_weight(const uint8_t* q, const float* scales, int scheme, int64_t n,
+                              int64_t k, bf16* out, cudaStream_t s);
+// Block scales [nb, kb] row-major -> [nb, ld] (ld >= kb; pad columns 1).
+void launch_repack_block_scales(const float* in, int64_t nb, int64_t kb, int64_t ld, float* out,
+                                cudaStream_t s);
+
+}  // namespace fp8rl::cuda

@@ -1,0 +1,180 @@
+// The FP8 recipe on the device (quant/fp8.h): dynamic activation quantization per token, per
+// 1x128 group and per tensor; weight quantization per row, 128x128 block and tensor (device
+// random-init models); and the dequantization the bf16 fallback GEMM uses.
+#include "ops/cuda/row_quant.cuh"
+
+namespace fp8rl::cuda {
+
+namespace {
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+template <typename T, bool VEC>
+__global__ void __launch_bounds__(kRowThreads)
+    quantize_rows_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, QuantOut q) {
+  const int64_t row = blockIdx.x;
+  const T* xr = x + (row < rows ? row : 0) * cols;
+  quantize_row<VEC>(row, rows, cols, q,
+                    [&](int64_t j, float(&v)[8]) { load_chunk<VEC>(xr, j, cols, v); });
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) amax_kernel(const T* __restrict__ x, int64_t n, float* amax) {
+  __shared__ float shm[256 / kWarp];
+  float a = 0.0f;
+  for (int64_t i = int64_t(blockIdx.x) * 256 + threadIdx.x; i < n; i += int64_t(gridDim.x) * 256)
+    a = fmaxf(a, fabsf(load_f32(x, i)));
+  a = block_max<256>(a, shm);
+  if (threadIdx.x == 0) atomic_max_nonneg(amax, a);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+    quantize_tensor_kernel(const T* __restrict__ x, int64_t n, const float* amax,
+                           float static_scale, uint8_t* __restrict__ codes, float* scale_out) {
+  const float scale = amax != nullptr ? fp8_scale(*amax) : static_scale;
+  for (int64_t i = int64_t(blockIdx.x) * 256 + threadIdx.x; i < n; i += int64_t(gridDim.x) * 256)
+    codes[i] = fp8_code(load_f32(x, i), scale);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = scale;
+}
+
+__global__ void dequantize_act_kernel(const uint8_t* __restrict__ codes,
+                                      const float* __restrict__ scales, int mode, int64_t rows,
+                                      int64_t cols, int64_t padded_rows, bf16* __restrict__ out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * cols;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    const float s = mode == 0 ? scales[0] : mode == 1 ? scales[r] : scales[(c / 128) * padded_rows + r];
+    out[i] = __float2bfloat16_rn(fp8_value(codes[i]) * s);
+  }
+}
+
+// One block per 128x128 weight block: amax over its valid part, then its codes.
+__global__ void __launch_bounds__(256)
+    quantize_weight_block_kernel(const bf16* __restrict__ w, int64_t n, int64_t k,
+                                 uint8_t* __restrict__ q, float* __restrict__ scales) {
+  __shared__ float shm[256 / kWarp];
+  const int64_t kb = ceil_div(k, 128);
+  const int64_t r0 = int64_t(blockIdx.x / kb) * 128, c0 = int64_t(blockIdx.x % kb) * 128;
+  const int64_t r1 = min(n, r0 + 128), c1 = min(k, c0 + 128);
+  const int64_t width = c1 - c0, count = (r1 - r0) * width;
+  float a = 0.0f;
+  for (int64_t i = threadIdx.x; i < count; i += 256)
+    a = fmaxf(a, fabsf(__bfloat162float(w[(r0 + i / width) * k + c0 + i % width])));
+  const float scale = fp8_scale(block_max<256>(a, shm));
+  for (int64_t i = threadIdx.x; i < count; i += 256) {
+    const int64_t idx = (r0 + i / width) * k + c0 + i % width;
+    q[idx] = fp8_code(__bfloat162float(w[idx]), scale);
+  }
+  if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+}
+
+__global__ void dequantize_weight_kernel(const uint8_t* __restrict__ q,
+                                         const float* __restrict__ scales, int scheme, int64_t n,
+                                         int64_t k, bf16* __restrict__ out) {
+  const int64_t kb = ceil_div(k, 128);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * k;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / k, c = i % k;
+    const float s = scheme == 1 ? scales[0] : scheme == 2 ? scales[r] : scales[(r / 128) * kb + c / 128];
+    out[i] = __float2bfloat16_rn(fp8_value(q[i]) * s);
+  }
+}
+
+__global__ void repack_kernel(const float* __restrict__ in, int64_t nb, int64_t kb, int64_t ld,
+                              float* __restrict__ out) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < nb * ld;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / ld, c = i % ld;
+    out[i] = c < kb ? in[r * kb + c] : 1.0f;
+  }
+}
+
+template <typename T>
+void quantize_rows_t(const T* x, int64_t rows, int64_t cols, const QuantOut& q, cudaStream_t s) {
+  const bool vec = cols % 8 == 0 && aligned16(x) && aligned16(q.codes);
+  if (vec)
+    quantize_rows_kernel<T, true><<<unsigned(q.padded_rows), kRowThreads, 0, s>>>(x, rows, cols, q);
+  else
+    quantize_rows_kernel<T, false><<<unsigned(q.padded_rows), kRowThreads, 0, s>>>(x, rows, cols, q);
+}
+
+}  // namespace
+
+void launch_quantize_rows(const void* x, bool x_f32, int64_t rows, int64_t cols, const QuantOut& q,
+                          cudaStream_t s) {
+  if (q.padded_rows == 0) return;
+  if (x_f32)
+    quantize_rows_t(static_cast<const float*>(x), rows, cols, q, s);
+  else
+    quantize_rows_t(static_cast<const bf16*>(x), rows, cols, q, s);
+  FP8RL_LAUNCH_CHECK("quantize_rows");
+}
+
+void launch_amax(const void* x, bool x_f32, int64_t n, float* amax, cudaStream_t s) {
+  if (n == 0) return;
+  const unsigned grid = grid_for(n, 256 * 16, 132 * 16);
+  if (x_f32)
+    amax_kernel<<<grid, 256, 0, s>>>(static_cast<const float*>(x), n, amax);
+  else
+    amax_kernel<<<grid, 256, 0, s>>>(static_cast<const bf16*>(x), n, amax);
+  FP8RL_LAUNCH_CHECK("amax");
+}
+
+void launch_quantize_tensor(const void* x, bool x_f32, int64_t n, const float* amax,
+                            float static_scale, uint8_t* codes, float* scale_out, cudaStream_t s) {
+  const unsigned grid = grid_for(n, 256 * 4);  // n == 0 still writes the scale
+  if (x_f32)
+    quantize_tensor_kernel<<<grid, 256, 0, s>>>(static_cast<const float*>(x), n, amax,
+                                                static_scale, codes, scale_out);
+  else
+    quantize_tensor_kernel<<<grid, 256, 0, s>>>(static_cast<const bf16*>(x), n, amax, static_scale,
+                                                codes, scale_out);
+  FP8RL_LAUNCH_CHECK("quantize_tensor");
+}
+
+void launch_dequantize_act(const uint8_t* codes, const float* scales, int mode, int64_t rows,
+                           int64_t cols, int64_t padded_rows, bf16* out, cudaStream_t s) {
+  if (rows * cols == 0) return;
+  dequantize_act_kernel<<<grid_for(rows * cols, 256), 256, 0, s>>>(codes, scales, mode, rows, cols,
+                                                                   padded_rows, out);
+  FP8RL_LAUNCH_CHECK("dequantize_act");
+}
+
+void launch_quantize_weight(const bf16* w, int64_t n, int64_t k, int scheme, uint8_t* q,
+                            float* scales, float* amax_tmp, cudaStream_t s) {
+  if (n * k == 0) return;
+  if (scheme == 1) {  // amax_tmp is zeroed by the caller
+    launch_amax(w, false, n * k, amax_tmp, s);
+    launch_quantize_tensor(w, false, n * k, amax_tmp, 0.0f, q, scales, s);
+    return;
+  }
+  if (scheme == 2) {
+    QuantOut out;
+    out.codes = q;
+    out.scales = scales;
+    out.padded_rows = n;
+    out.group = false;
+    quantize_rows_t(w, n, k, out, s);
+  } else {
+    const unsigned blocks = unsigned(ceil_div(n, 128) * ceil_div(k, 128));
+    quantize_weight_block_kernel<<<blocks, 256, 0, s>>>(w, n, k, q, scales);
+  }
+  FP8RL_LAUNCH_CHECK("quantize_weight");
+}
+
+void launch_dequantize_weight(const uint8_t* q, const float* scales, int scheme, int64_t n,
+                              int64_t k, bf16* out, cudaStream_t s) {
+  if (n * k == 0) return;
+  dequantize_weight_kernel<<<grid_for(n * k, 256), 256, 0, s>>>(q, scales, scheme, n, k, out);
+  FP8RL_LAUNCH_CHECK("dequantize_weight");
+}
+
+void launch_repack_block_scales(const float* in, int64_t nb, int64_t kb, int64_t ld, float* out,
+                                cudaStream_t s) {
+  if (nb * ld == 0) return;
+  repack_kernel<<<grid_for(nb * ld, 256), 256, 0, s>>>(in, nb, kb, ld, out);
+  FP8RL_LAUNCH_CHECK("repack_block_scales");
+}
+
+}  // namespace fp8rl::cuda

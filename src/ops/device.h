@@ -1,0 +1,76 @@
+// A CUDA device opened for the ops: one stream, a cuBLASLt handle with its fixed workspace, a
+// device memory arena, the FP8 capabilities found at start, and per-op timing for benchmarks.
+// CUDA-free on purpose: the CLI and the model include this, never a CUDA header.
+//
+//   CudaDevice dev;                      // device 0
+//   Context ctx = dev.context();         // pass to Model::to_device, KvCache, forward, ops
+//
+// In a build without CUDA every constructor raises and count() is 0.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/context.h"
+#include "ops/linear.h"
+
+namespace fp8rl {
+
+struct CudaDeviceOptions {
+  int ordinal = 0;
+  size_t workspace_bytes = size_t(32) << 20;  // cuBLASLt workspace (the NVIDIA samples' size)
+  size_t arena_bytes = size_t(64) << 20;      // initial device arena; forward() grows it
+};
+
+// One op category's device time, summed over calls, from CUDA events around each op.
+struct OpTime {
+  std::string name;  // "linear 4096x4096 row", "attention", "rms_norm", ...
+  double ms = 0;
+  int64_t calls = 0;
+};
+
+class CudaDevice {
+ public:
+  // Visible CUDA devices; 0 when there is none or this build has no CUDA backend.
+  static int count();
+  // Whether this build has the CUDA backend at all.
+  static bool built();
+  // What `fp8rl info --device cuda` prints: device, compute capability, memory, cuBLASLt
+  // version, and which FP8 GEMM path each scheme takes on it (native cuBLASLt scaling mode or
+  // the dequantize-to-bf16 fallback).
+  static std::string describe(int ordinal = 0);
+
+  explicit CudaDevice(const CudaDeviceOptions& options = {});
+  ~CudaDevice();
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+
+  Context context();
+  void synchronize();
+  std::string name() const;
+  // Which GEMM each scheme runs on this device ("cuBLASLt OUTER_VEC_32F", "bf16 fallback").
+  std::string gemm_path(Fp8Scheme scheme) const;
+
+  // Per-op timing: while on, every op records CUDA events around itself (adds a little
+  // overhead; off by default). profile() synchronizes and returns the sums since reset.
+  void set_profiling(bool on);
+  std::vector<OpTime> profile();
+  void reset_profile();
+
+  // Milliseconds per call of the bare cuBLASLt GEMM that linear() runs for this weight and
+  // `m` rows: operands pre-quantized with random data, the same algorithm, `iters` timed
+  // calls after a warm-up. The anchor for the in-model linear time of the same shape.
+  double time_gemm(const LinearWeight& w, int64_t m, int iters);
+
+  size_t arena_high_water() const;  // peak bytes of the device arena
+  size_t memory_used() const;       // device memory in use now (all processes), bytes
+  size_t memory_total() const;
+  size_t peak_allocated() const;    // peak bytes this process has cudaMalloc'd (buffers + arena)
+
+ private:
+  std::unique_ptr<cuda::Backend> backend_;
+};
+
+}  // namespace fp8rl

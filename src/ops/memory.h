@@ -1,0 +1,77 @@
+// Memory on the context's device: owning buffers for long-lived tensors (weights, KV caches)
+// and the scratch arena for transient ones (activations, quantized operands), with the same
+// calls on both backends so that the one forward allocates without knowing the device.
+#pragma once
+
+#include <cstddef>
+
+#include "ops/context.h"
+
+namespace fp8rl {
+
+// Owning storage on one device: 64-byte aligned host memory (CPU) or one cudaMalloc (CUDA,
+// 256-byte aligned). Contents are undefined until written. Move-only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const Context& ctx, size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+  Device device() const { return device_; }
+  // A contiguous view of `shape` starting `offset` bytes in; must fit the buffer.
+  TensorView view(Shape shape, DType dtype, size_t offset = 0) const;
+
+ private:
+  void release();
+  void* data_ = nullptr;
+  size_t size_ = 0;
+  Device device_ = Device::cpu;
+};
+
+}  // namespace fp8rl
+
+namespace fp8rl::ops {
+
+// A transient tensor on ctx.device from the context's arena (the host Arena on the CPU, the
+// backend's device arena on CUDA): 64-byte (CPU) / 256-byte (CUDA) aligned, contents undefined.
+TensorView scratch_alloc(Context& ctx, Shape shape, DType dtype);
+size_t scratch_mark(const Context& ctx);
+void scratch_rewind(Context& ctx, size_t mark);
+// Grows the arena to at least `bytes` when nothing is allocated (mark 0); no-op otherwise.
+void scratch_reserve(Context& ctx, size_t bytes);
+size_t scratch_high_water(const Context& ctx);
+
+// Rewinds the context's arena to where it was when the scope began.
+class ScratchScope {
+ public:
+  explicit ScratchScope(Context& ctx) : ctx_(ctx), mark_(scratch_mark(ctx)) {}
+  ~ScratchScope() { scratch_rewind(ctx_, mark_); }
+  ScratchScope(const ScratchScope&) = delete;
+  ScratchScope& operator=(const ScratchScope&) = delete;
+
+ private:
+  Context& ctx_;
+  size_t mark_;
+};
+
+// dst = src: same dtype and element count, both contiguous, any pair of devices (one of them
+// ctx.device or the host). A copy to the host waits for the context's stream, so the data is
+// there on return; host-to-device copies may return before the device has the data.
+void copy(Context& ctx, const TensorView& src, const TensorView& dst);
+// Sets every byte of dst to zero.
+void fill_zero(Context& ctx, const TensorView& dst);
+// dst (f32 or bf16) = value.
+void fill(Context& ctx, const TensorView& dst, float value);
+// dst (f32 or bf16) = uniform in [-bound, bound], a deterministic hash of (seed, index): the
+// same values on both devices up to the final rounding to dst's dtype.
+void fill_uniform(Context& ctx, const TensorView& dst, uint64_t seed, float bound);
+// Waits until every op issued on the context has finished (no-op on the CPU).
+void synchronize(Context& ctx);
+
+}  // namespace fp8rl::ops

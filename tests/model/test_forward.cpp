@@ -1,0 +1,120 @@
+// One forward for prefill, decode steps and batches: the same math whichever way tokens arrive.
+#include <gtest/gtest.h>
+
+#include "model_test_util.h"
+#include "tolerances.h"
+
+using namespace fp8rl;
+using namespace fp8rl::test;
+
+namespace {
+
+Model load(const std::string& arch, Fp8Scheme s) {
+  LoadOptions o;
+  o.fp8 = s;
+  return Model::load(golden_dir(arch), o);
+}
+
+// Prefill `split` tokens, then one decode step per remaining token; logits of every token.
+Tensor prefill_then_decode(const Model& m, const std::vector<int32_t>& ids, size_t split) {
+  Arena arena;
+  Context ctx{Device::cpu, &arena};
+  KvCache cache(m.config(), int64_t(ids.size()));
+  const int64_t v = m.config().vocab_size;
+  Tensor all = Tensor::empty({int64_t(ids.size()), v}, DType::f32);
+  size_t done = 0;
+  while (done < ids.size()) {
+    const size_t n = done == 0 ? split : 1;
+    std::vector<int32_t> tok(ids.begin() + long(done), ids.begin() + long(done + n));
+    const std::vector<int32_t> pos = positions_from(n, int32_t(done));
+    SequenceInput seq{tok, pos, &cache};
+    forward(ctx, m, {&seq, 1}, LogitRows::all, all.view().slice_rows(int64_t(done), int64_t(done + n)));
+    done += n;
+  }
+  EXPECT_EQ(cache.length(), int64_t(ids.size()));
+  return all;
+}
+
+class DecodeEqualsPrefill : public ::testing::TestWithParam<std::tuple<std::string, Fp8Scheme>> {};
+
+TEST_P(DecodeEqualsPrefill, SameLogits) {
+  const auto& [arch, scheme] = GetParam();
+  const Model m = load(arch, scheme);
+  const std::vector<int32_t> ids = golden_ids(arch);  // 32 tokens: past the sliding window
+  const Tensor full = prefill_logits(m, ids);
+  const Tensor stepped = prefill_then_decode(m, ids, 5);
+  // The GEMM is batch-invariant and every other op works per token: bit-identical.
+  EXPECT_EQ(rel_max_diff(stepped, full), 0.0);
+}
+
+// Row and block scaling are per token: decode steps see exactly the prefill's numbers. Tensor
+// scaling couples all tokens of a forward through one amax, so it is excluded by design.
+INSTANTIATE_TEST_SUITE_P(
+    Archs, DecodeEqualsPrefill,
+    ::testing::Combine(::testing::Values("llama", "qwen2", "qwen3", "mistral", "gemma3"),
+                       ::testing::Values(Fp8Scheme::off, Fp8Scheme::row, Fp8Scheme::block)),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_" + std::string(scheme_name(std::get<1>(info.param)));
+    });
+
+TEST(Forward, BatchOfSequencesEqualsSeparateRuns) {
+  const Model m = load("gemma3", Fp8Scheme::row);
+  const std::vector<int32_t> a = golden_ids("gemma3");
+  const std::vector<int32_t> b(a.begin() + 3, a.begin() + 20);
+  Arena arena;
+  Context ctx{Device::cpu, &arena};
+  KvCache ca(m.config(), 64), cb(m.config(), 64);
+  const std::vector<int32_t> pa = positions_from(a.size()), pb = positions_from(b.size());
+  SequenceInput batch[2] = {{a, pa, &ca}, {b, pb, &cb}};
+  const int64_t v = m.config().vocab_size;
+  Tensor logits = Tensor::empty({int64_t(a.size() + b.size()), v}, DType::f32);
+  forward(ctx, m, batch, LogitRows::all, logits);
+  const double bound = 0.0;  // batch-invariant: bit-identical (see DecodeEqualsPrefill)
+  EXPECT_LE(rel_max_diff(logits.view().slice_rows(0, int64_t(a.size())), prefill_logits(m, a)),
+            bound);
+  EXPECT_LE(rel_max_diff(logits.view().slice_rows(int64_t(a.size()), int64_t(a.size() + b.size())),
+                         prefill_logits(m, b)),
+            bound);
+
+  // LogitRows::last gives each sequence's last row.
+  KvCache ca2(m.config(), 64), cb2(m.config(), 64);
+  SequenceInput batch2[2] = {{a, pa, &ca2}, {b, pb, &cb2}};
+  Tensor last = Tensor::empty({2, v}, DType::f32);
+  forward(ctx, m, batch2, LogitRows::last, last);
+  EXPECT_LE(rel_max_diff(last.view().slice_rows(0, 1),
+                         logits.view().slice_rows(int64_t(a.size()) - 1, int64_t(a.size()))),
+            bound);
+  EXPECT_LE(rel_max_diff(last.view().slice_rows(1, 2),
+                         logits.view().slice_rows(int64_t(a.size() + b.size()) - 1,
+                                                  int64_t(a.size() + b.size()))),
+            bound);
+}
+
+TEST(Forward, RejectsBadInput) {
+  const Model m = load("llama", Fp8Scheme::off);
+  Arena arena;
+  Context ctx{Device::cpu, &arena};
+  KvCache cache(m.config(), 4);
+  const std::vector<int32_t> ids = {1, 2, 3, 4, 5}, pos = positions_from(5);
+  Tensor logits = Tensor::empty({5, m.config().vocab_size}, DType::f32);
+  SequenceInput seq{ids, pos, &cache};
+  try {
+    forward(ctx, m, {&seq, 1}, LogitRows::all, logits);
+    FAIL() << "overflowing the KV cache must fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("do not fit the KV cache"), std::string::npos);
+  }
+  KvCache big(m.config(), 8);
+  const std::vector<int32_t> bad = {1, 100000};
+  const std::vector<int32_t> pos2 = positions_from(2);
+  SequenceInput seq2{bad, pos2, &big};
+  Tensor l2 = Tensor::empty({2, m.config().vocab_size}, DType::f32);
+  try {
+    forward(ctx, m, {&seq2, 1}, LogitRows::all, l2);
+    FAIL() << "an id outside the vocabulary must fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("outside the vocabulary"), std::string::npos);
+  }
+}
+
+}  // namespace
