@@ -84,15 +84,26 @@ def load_config(path, template_name=None):
     file = os.path.join(path, "tokenizer_config.json") if os.path.isdir(path) else path
     with open(file, encoding="utf-8") as f:
         cfg = json.load(f)
+    # transformers: the config's chat_template, then chat_template.jinja (which clobbers the
+    # config's default), then additional_chat_templates/NAME.jinja.
+    templates = {}
     template = cfg.get("chat_template")
-    if template is None:
-        with open(os.path.join(os.path.dirname(file), "chat_template.jinja"), encoding="utf-8") as f:
-            source = f.read()
-    elif isinstance(template, str):
-        source = template
-    else:
-        named = {t["name"]: t["template"] for t in template}
-        source = named[template_name or "default"]
+    if isinstance(template, str):
+        templates["default"] = template
+    elif isinstance(template, list):
+        templates.update({t["name"]: t["template"] for t in template})
+    folder = os.path.dirname(file)
+    jinja_file = os.path.join(folder, "chat_template.jinja")
+    if os.path.isfile(jinja_file):
+        with open(jinja_file, encoding="utf-8") as f:
+            templates["default"] = f.read()
+    extra_dir = os.path.join(folder, "additional_chat_templates")
+    if os.path.isdir(extra_dir):
+        for name in sorted(os.listdir(extra_dir)):
+            if name.endswith(".jinja"):
+                with open(os.path.join(extra_dir, name), encoding="utf-8") as f:
+                    templates[name[:-len(".jinja")]] = f.read()
+    source = templates[template_name or "default"]
     special = {}
     for key in ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
                 "mask_token"):

@@ -1,5 +1,6 @@
 #include "tokenizer/jinja/chat_template.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -107,42 +108,63 @@ ChatTemplateConfig load_chat_template_config(const std::string& path,
   }
   CHECK(cfg.is_object(), "{} must hold a JSON object", file.string());
 
-  ChatTemplateConfig out;
+  // Templates by name, as transformers assembles them: tokenizer_config.json's chat_template (a
+  // string is "default"), then chat_template.jinja beside it (which replaces "default"), then
+  // additional_chat_templates/NAME.jinja.
+  std::vector<std::pair<std::string, std::string>> templates;
+  const auto set_template = [&](const std::string& name, std::string source) {
+    for (auto& [n, s] : templates) {
+      if (n == name) {
+        s = std::move(source);
+        return;
+      }
+    }
+    templates.emplace_back(name, std::move(source));
+  };
   const auto ct = cfg.find("chat_template");
-  if (ct == cfg.end() || ct->is_null()) {
-    const fs::path jinja_file = file.parent_path() / "chat_template.jinja";
-    CHECK(fs::is_regular_file(jinja_file), "{} has no chat_template (and there is no {})",
-          file.string(), jinja_file.string());
-    CHECK(template_name.empty() || template_name == "default",
-          "no chat template named '{}': {} defines a single template", template_name,
-          jinja_file.string());
-    out.source = read_file(jinja_file);
-  } else if (ct->is_string()) {
-    CHECK(template_name.empty() || template_name == "default",
-          "no chat template named '{}': {} defines a single template", template_name,
-          file.string());
-    out.source = ct->get<std::string>();
-  } else if (ct->is_array()) {
-    const std::string wanted = template_name.empty() ? "default" : template_name;
-    std::string names;
+  if (ct != cfg.end() && ct->is_string()) {
+    set_template("default", ct->get<std::string>());
+  } else if (ct != cfg.end() && ct->is_array()) {
     for (const auto& entry : *ct) {
       CHECK(entry.is_object() && entry.contains("name") && entry["name"].is_string() &&
                 entry.contains("template") && entry["template"].is_string(),
             "{}: chat_template list entries must be {{\"name\": ..., \"template\": ...}}",
             file.string());
-      const std::string name = entry["name"].get<std::string>();
-      names += (names.empty() ? "" : ", ") + name;
-      if (name == wanted && out.name.empty()) {
-        out.name = name;
-        out.source = entry["template"].get<std::string>();
+      set_template(entry["name"].get<std::string>(), entry["template"].get<std::string>());
+    }
+  } else if (ct != cfg.end() && !ct->is_null()) {
+    RAISE("{}: chat_template must be a string or a list of named templates, got {}",
+          file.string(), ct->type_name());
+  }
+  const fs::path dir = file.parent_path();
+  if (fs::is_regular_file(dir / "chat_template.jinja")) {
+    set_template("default", read_file(dir / "chat_template.jinja"));
+  }
+  if (fs::is_directory(dir / "additional_chat_templates")) {
+    std::vector<fs::path> extra;
+    for (const auto& entry : fs::directory_iterator(dir / "additional_chat_templates")) {
+      if (entry.is_regular_file() && entry.path().extension() == ".jinja") {
+        extra.push_back(entry.path());
       }
     }
-    CHECK(!out.name.empty(), "{} has no chat template named '{}' (available: {})", file.string(),
-          wanted, names);
-  } else {
-    RAISE("{}: chat_template must be a string or a list of named templates, got {}", file.string(),
-          ct->type_name());
+    std::sort(extra.begin(), extra.end());
+    for (const auto& path : extra) set_template(path.stem().string(), read_file(path));
   }
+  CHECK(!templates.empty(), "{} has no chat template (no chat_template field, no {})",
+        file.string(), (dir / "chat_template.jinja").string());
+
+  ChatTemplateConfig out;
+  const std::string wanted = template_name.empty() ? "default" : template_name;
+  std::string names;
+  for (const auto& [name, source] : templates) {
+    names += (names.empty() ? "" : ", ") + name;
+    if (name == wanted) {
+      out.name = name;
+      out.source = source;
+    }
+  }
+  CHECK(!out.name.empty(), "{} has no chat template named '{}' (available: {})", file.string(),
+        wanted, names);
 
   for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
                           "cls_token", "mask_token"}) {

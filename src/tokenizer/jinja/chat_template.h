@@ -53,15 +53,16 @@ std::string render_chat_template(const std::string& source, const nlohmann::orde
 // What a model directory says about its chat template.
 struct ChatTemplateConfig {
   std::string source;  // the selected template
-  std::string name;    // its name when tokenizer_config.json lists named templates, else ""
+  std::string name;    // its name ("default" for a model's only template)
   // HF's special_tokens_map: bos_token, eos_token, unk_token, sep_token, pad_token, cls_token,
   // mask_token (strings) and additional_special_tokens (array), those the config sets.
   nlohmann::ordered_json special_tokens = nlohmann::ordered_json::object();
 };
 
-// `path` is tokenizer_config.json or a directory holding one. chat_template may be a string or a
-// list of {name, template}; `template_name` picks one (default: "default"). Without a
-// chat_template field, a chat_template.jinja beside the config is used, as transformers does.
+// `path` is tokenizer_config.json or a directory holding one. Templates are found as
+// transformers finds them: the config's chat_template (a string, named "default", or a list of
+// {name, template}), chat_template.jinja beside it (which wins over the config's "default"), and
+// additional_chat_templates/NAME.jinja. `template_name` picks one (default: "default").
 ChatTemplateConfig load_chat_template_config(const std::string& path,
                                              const std::string& template_name = "");
 

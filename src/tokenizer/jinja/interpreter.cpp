@@ -255,8 +255,16 @@ Interpreter::Flow Interpreter::exec(const Stmt& stmt, Scope* scope, std::string&
         return Flow::normal;
       }
       case Stmt::Kind::set_block: {
+        // jinja2 compiles set and filter blocks inline: a {% break %} in them leaves the loop
+        // before the assignment or the output happens.
         const auto& s = static_cast<const SetBlockStmt&>(stmt);
-        Value body = Value::string(render_in_child(s.body, scope));
+        std::string text;
+        {
+          ScopeLease child(*this, scope);
+          const Flow flow = exec_body(s.body, child.get(), text);
+          if (flow != Flow::normal) return flow;
+        }
+        Value body = Value::string(std::move(text));
         if (s.filter) {
           ScopeLease child(*this, scope);
           body = eval_filter(static_cast<const FilterExpr&>(*s.filter), child.get(), &body);
@@ -282,7 +290,8 @@ Interpreter::Flow Interpreter::exec(const Stmt& stmt, Scope* scope, std::string&
         const auto& s = static_cast<const FilterBlockStmt&>(stmt);
         ScopeLease child(*this, scope);
         std::string body;
-        exec_body(s.body, child.get(), body);
+        const Flow flow = exec_body(s.body, child.get(), body);
+        if (flow != Flow::normal) return flow;
         const Value input = Value::string(std::move(body));
         out += to_str(eval_filter(static_cast<const FilterExpr&>(*s.filter), child.get(), &input));
         return Flow::normal;

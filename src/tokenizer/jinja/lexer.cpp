@@ -33,11 +33,7 @@ std::size_t whitespace_run(std::string_view src, std::size_t pos) {
   std::size_t i = pos;
   while (i < src.size()) {
     std::size_t next = i;
-    const std::u32string one = utf8_decode(src.substr(i, std::min<std::size_t>(4, src.size() - i)));
-    if (one.empty() || !py_isspace(one[0])) break;
-    std::string enc;
-    utf8_append(enc, one[0]);
-    next += enc.size();
+    if (!py_isspace(utf8_next(src, next))) break;
     i = next;
   }
   return i - pos;

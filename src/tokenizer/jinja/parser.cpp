@@ -247,6 +247,8 @@ class Parser {
     }
     if (n == "generation") {
       auto s = std::make_unique<GenerationStmt>(next().line);
+      // The body becomes a caller() function in jinja2: no loop around it to break out of.
+      Restore<int> loops(loop_depth_, 0);
       s->body = parse_statements({"endgeneration"}, true);
       return s;
     }
@@ -254,9 +256,7 @@ class Parser {
         n == "autoescape") {
       syntax_error(t.line, "the '" + n + "' tag is not supported in chat templates");
     }
-    if (n.starts_with("end") || n == "elif" || n == "else") {
-      syntax_error(t.line, "Encountered unknown tag '" + n + "'.");
-    }
+    // Includes end tags and elif/else that no open block expects.
     syntax_error(t.line, "Encountered unknown tag '" + n + "'.");
   }
 

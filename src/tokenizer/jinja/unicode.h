@@ -11,6 +11,8 @@
 
 namespace fp8rl::jinja {
 
+// The code point at text[i], advancing i past it (U+FFFD and one byte for malformed input).
+char32_t utf8_next(std::string_view text, std::size_t& i);
 // Code points of a UTF-8 string.
 std::u32string utf8_decode(std::string_view text);
 void utf8_append(std::string& out, char32_t cp);

@@ -80,7 +80,7 @@ TEST(ChatTemplateConfig, StringTemplateAndAddedTokenObjects) {
     "bos_token": {"__type": "AddedToken", "content": "<s>"}, "eos_token": "</s>",
     "pad_token": null, "additional_special_tokens": ["<a>", {"content": "<b>"}]})");
   const auto cfg = fp8rl::load_chat_template_config(dir.string());
-  EXPECT_EQ(cfg.name, "");
+  EXPECT_EQ(cfg.name, "default");
   EXPECT_EQ(cfg.special_tokens["bos_token"], "<s>");
   EXPECT_EQ(cfg.special_tokens["eos_token"], "</s>");
   EXPECT_FALSE(cfg.special_tokens.contains("pad_token"));
@@ -111,12 +111,19 @@ TEST(ChatTemplateConfig, NamedTemplates) {
   }
 }
 
-TEST(ChatTemplateConfig, JinjaFileBesideConfigAndFailures) {
+TEST(ChatTemplateConfig, JinjaFilesBesideConfigAndFailures) {
   const auto dir = temp_dir("cfg_jinja");
   write_file(dir / "tokenizer_config.json", R"({"eos_token": "</s>"})");
   EXPECT_THROW(fp8rl::load_chat_template_config(dir.string()), fp8rl::Error);  // no template at all
   write_file(dir / "chat_template.jinja", "{{ eos_token }}");
   EXPECT_EQ(fp8rl::load_chat_template_config(dir.string()).source, "{{ eos_token }}");
+  // As in transformers, chat_template.jinja wins over the config's template, and
+  // additional_chat_templates/NAME.jinja adds named ones.
+  write_file(dir / "tokenizer_config.json", R"({"chat_template": "from config"})");
+  std::filesystem::create_directories(dir / "additional_chat_templates");
+  write_file(dir / "additional_chat_templates" / "tool_use.jinja", "tools!");
+  EXPECT_EQ(fp8rl::load_chat_template_config(dir.string()).source, "{{ eos_token }}");
+  EXPECT_EQ(fp8rl::load_chat_template_config(dir.string(), "tool_use").source, "tools!");
   write_file(dir / "tokenizer_config.json", "{not json");
   EXPECT_THROW(fp8rl::load_chat_template_config(dir.string()), fp8rl::Error);
   write_file(dir / "tokenizer_config.json", R"({"chat_template": 5})");
