@@ -1,6 +1,7 @@
 // The fp8rl binary: one subcommand per job (DESIGN.md §1).
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "cli/commands.h"
 #include "core/check.h"
@@ -16,6 +17,17 @@ int main(int argc, char** argv) {
   fp8rl::cli::add_schemes_command(app);
   fp8rl::cli::add_tokenize_commands(app);
   fp8rl::cli::add_chat_template_command(app);
+  // CLI11 would only say "A subcommand is required" for a mistyped command name.
+  bool known = argc < 2 || argv[1][0] == '-';
+  std::string valid;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    known = known || sub->get_name() == argv[1];
+    valid += (valid.empty() ? "" : ", ") + sub->get_name();
+  }
+  if (!known) {
+    std::fprintf(stderr, "fp8rl: error: unknown command '%s' (valid: %s)\n", argv[1], valid.c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

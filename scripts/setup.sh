@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what fp8rl needs to build and test on Debian 12 (run as root or with sudo).
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+packages=(
+  build-essential cmake pkg-config
+  nlohmann-json3-dev libcli11-dev libpcre2-dev libfmt-dev
+  libgtest-dev googletest
+  nodejs npm python3-jinja2
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,136 @@
+// The fp8rl binary end to end: the happy paths, and bad input of every kind giving a clear
+// message and a non-zero exit (never a crash).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "formats/npy.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+using namespace fp8rl;
+
+namespace {
+
+struct Result {
+  int exit_code;  // -1: killed by a signal
+  std::string output;
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(FP8RL_BIN) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  Result r{0, ""};
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+void expect_error(const std::string& args, const std::string& fragment) {
+  const Result r = run(args);
+  EXPECT_GT(r.exit_code, 0) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find(fragment), std::string::npos) << args << "\n" << r.output;
+}
+
+std::string temp(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / ("fp8rl_cli_" + name + std::to_string(::getpid()));
+  fs::remove_all(p);
+  return p.string();
+}
+
+const std::string kQwen3 = fp8rl::test::golden_dir("qwen3");
+
+TEST(Cli, HelpForEverySubcommand) {
+  for (const char* sub : {"info", "logits", "quantize", "init", "schemes"}) {
+    const Result r = run(std::string(sub) + " --help");
+    EXPECT_EQ(r.exit_code, 0) << sub;
+    EXPECT_NE(r.output.find("Usage"), std::string::npos) << sub;
+  }
+}
+
+TEST(Cli, LogitsWritesTheNpy) {
+  const std::string out = temp("logits") + ".npy";
+  const Result r = run("logits " + kQwen3 + " --ids 5,6,7 --fp8 row --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Tensor t = read_npy(out);
+  EXPECT_EQ(t.shape(), (Shape{3, 256}));
+  fs::remove(out);
+}
+
+TEST(Cli, InitQuantizeInfo) {
+  const std::string dir = temp("init"), q = temp("q");
+  ASSERT_EQ(run("init --arch gemma3 --preset tiny --out " + dir + " --seed 3").exit_code, 0);
+  const Result qr = run("quantize " + dir + " " + q + " --scheme block --format fp8");
+  ASSERT_EQ(qr.exit_code, 0) << qr.output;
+  const Result info = run("info " + q);
+  ASSERT_EQ(info.exit_code, 0) << info.output;
+  EXPECT_NE(info.output.find("Gemma3ForCausalLM"), std::string::npos);
+  EXPECT_NE(info.output.find("fp8: weights block scaling (weight_scale_inv)"), std::string::npos)
+      << info.output;
+  EXPECT_NE(info.output.find("F8_E4M3"), std::string::npos);
+  const Result s = run("schemes " + dir + " --tokens 8 --repeat 1");
+  ASSERT_EQ(s.exit_code, 0) << s.output;
+  EXPECT_NE(s.output.find("block"), std::string::npos);
+  expect_error("schemes " + q, "already FP8");
+  fs::remove_all(dir);
+  fs::remove_all(q);
+}
+
+TEST(Cli, BadArgumentsAreClearErrors) {
+  expect_error("", "A subcommand is required");
+  expect_error("bogus", "unknown command 'bogus'");
+  expect_error("info /nonexistent/model", "cannot open '/nonexistent/model/config.json'");
+  expect_error("logits " + kQwen3 + " --ids 1,x,3 --out /tmp/x.npy", "'x' is not a token id");
+  expect_error("logits " + kQwen3 + " --ids 1,,3 --out /tmp/x.npy", "'' is not a token id");
+  expect_error("logits " + kQwen3 + " --ids 1,-2 --out /tmp/x.npy", "'-2' is not a token id");
+  expect_error("logits " + kQwen3 + " --ids 1,300 --out /tmp/x.npy",
+               "token id 300 is outside the vocabulary");
+  expect_error("logits " + kQwen3 + " --ids 1 --fp8 int4 --out /tmp/x.npy",
+               "unknown FP8 scheme 'int4'");
+  expect_error("logits " + kQwen3 + " --ids 1 --device tpu --out /tmp/x.npy",
+               "'tpu' is not a device");
+  expect_error("logits " + kQwen3 + " --ids 1 --out /nonexistent/dir/x.npy", "x.npy");
+  expect_error("logits " + kQwen3 + " --ids 1", "--out is required");
+  expect_error("quantize " + kQwen3 + " /tmp/q --scheme off", "choose row, block or tensor");
+  expect_error("quantize " + kQwen3 + " /tmp/q --scheme row --format fp8", "block scales only");
+  expect_error("quantize " + kQwen3 + " /tmp/q --scheme row --format gguf",
+               "unknown checkpoint format 'gguf'");
+  expect_error("init --arch bert --preset tiny --out /tmp/b", "'bert' is not one of");
+  expect_error("init --arch qwen3 --preset 9000b --out /tmp/b", "unknown preset 'qwen3-9000b'");
+  expect_error("schemes " + kQwen3 + " --tokens 0", "--tokens must be positive");
+}
+
+TEST(Cli, CorruptModelsAreClearErrors) {
+  const std::string dir = temp("corrupt");
+  fs::create_directories(dir);
+  std::ofstream(dir + "/config.json") << "{ not json";
+  expect_error("info " + dir, "is not valid JSON");
+  fs::copy_file(kQwen3 + "/config.json", dir + "/config.json", fs::copy_options::overwrite_existing);
+  expect_error("info " + dir, "model.safetensors");  // no weights at all
+  {
+    std::ifstream in(kQwen3 + "/model.safetensors", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(dir + "/model.safetensors", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  }
+  expect_error("logits " + dir + " --ids 1 --out /tmp/x.npy", "model.safetensors");
+  {
+    std::ifstream f(kQwen3 + "/config.json");
+    std::string c((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    c.replace(c.find("\"hidden_size\": 192"), 18, "\"hidden_size\": 128");
+    std::ofstream(dir + "/config.json") << c;
+  }
+  fs::copy_file(kQwen3 + "/model.safetensors", dir + "/model.safetensors",
+                fs::copy_options::overwrite_existing);
+  expect_error("logits " + dir + " --ids 1 --out /tmp/x.npy",
+               "tensor 'model.embed_tokens.weight' has shape [256, 192], the config implies [256, 128]");
+  fs::remove_all(dir);
+}
+
+}  // namespace
