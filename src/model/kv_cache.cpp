@@ -1,25 +1,39 @@
 #include "model/kv_cache.h"
 
+#include "ops/ops.h"
+
 namespace fp8rl {
 
-KvCache::KvCache(const ModelConfig& c, int64_t capacity) : capacity_(capacity) {
+KvCache::KvCache(const ModelConfig& c, int64_t capacity) {
+  Context host{Device::cpu, nullptr};  // host buffers need no arena
+  init(c, capacity, host);
+}
+
+KvCache::KvCache(const ModelConfig& c, int64_t capacity, Context& ctx) { init(c, capacity, ctx); }
+
+void KvCache::init(const ModelConfig& c, int64_t capacity, Context& ctx) {
   CHECK(capacity > 0, "KV cache capacity must be positive, got {}", capacity);
-  k_ = Tensor::zeros({c.num_layers, capacity, c.num_kv_heads, c.head_dim}, DType::f32);
-  v_ = Tensor::zeros({c.num_layers, capacity, c.num_kv_heads, c.head_dim}, DType::f32);
+  dtype_ = ctx.activation_dtype();
+  layers_ = c.num_layers;
+  heads_ = c.num_kv_heads;
+  head_dim_ = c.head_dim;
+  capacity_ = capacity;
+  const size_t bytes = size_t(layers_ * capacity * heads_ * head_dim_) * dtype_size(dtype_);
+  k_ = DeviceBuffer(ctx, bytes);
+  v_ = DeviceBuffer(ctx, bytes);
+  const Shape all{layers_, capacity, heads_, head_dim_};
+  ops::fill_zero(ctx, k_.view(all, dtype_));
+  ops::fill_zero(ctx, v_.view(all, dtype_));
 }
 
-static TensorView layer_of(const Tensor& t, int64_t layer) {
-  const Shape& s = t.shape();
-  CHECK(layer >= 0 && layer < s[0], "KV cache layer {} out of range [0, {})", layer, s[0]);
-  return TensorView(t.ptr<float>() + layer * s[1] * s[2] * s[3], DType::f32, {s[1], s[2], s[3]});
+TensorView KvCache::layer_of(const DeviceBuffer& b, int64_t layer) const {
+  CHECK(layer >= 0 && layer < layers_, "KV cache layer {} out of range [0, {})", layer, layers_);
+  const size_t per_layer = size_t(capacity_ * heads_ * head_dim_) * dtype_size(dtype_);
+  return b.view({capacity_, heads_, head_dim_}, dtype_, size_t(layer) * per_layer);
 }
 
-TensorView KvCache::k(int64_t layer) const {
-  return layer_of(k_, layer);
-}
-TensorView KvCache::v(int64_t layer) const {
-  return layer_of(v_, layer);
-}
+TensorView KvCache::k(int64_t layer) const { return layer_of(k_, layer); }
+TensorView KvCache::v(int64_t layer) const { return layer_of(v_, layer); }
 
 void KvCache::advance(int64_t n) {
   CHECK(n >= 0 && length_ + n <= capacity_, "KV cache overflow: {} + {} slots > capacity {}",

@@ -12,7 +12,9 @@
 
 #include "formats/model_config.h"
 #include "formats/safetensors.h"
+#include "ops/context.h"
 #include "ops/linear.h"
+#include "ops/memory.h"
 
 namespace fp8rl {
 
@@ -29,13 +31,30 @@ struct LayerWeights {
   TensorView post_feedforward_norm;  // [H] Gemma only
   TensorView q_norm, k_norm;         // [D] Qwen3 / Gemma only
   LinearWeight q, k, v, o, gate, up, down;
-  std::vector<float> inv_freq;  // [D/2]
+  std::vector<float> inv_freq;  // [D/2] on the host
+  TensorView rope_freq;         // [D/2] f32 on the model's device (to_device); empty on the CPU
   bool sliding = false;
 };
 
 class Model {
  public:
   static Model load(const std::string& dir, const LoadOptions& options = {});
+  // A model of `config` with random weights made directly on ctx's device (no files, no host
+  // copy): uniform with standard deviation 0.02 as HF initializes, norms at their neutral
+  // value, linears quantized on the device with `fp8` (nullopt or off: bf16). The values are
+  // a hash of (seed, tensor, index), identical on the CPU and CUDA, so the same call on both
+  // devices gives the same model. For benchmarks and device tests.
+  static Model random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Context& ctx,
+                      uint64_t seed);
+
+  // Copies every weight to ctx's device once and points the views at the copies: bf16
+  // embeddings and unquantized linears, FP8 codes as stored, f32 scales, norm weights, biases
+  // and RoPE frequencies, plus what the backend's GEMM needs (ops::prepare_linear). The
+  // forward then runs with that context. No-op for a CPU context; a model moves once. The
+  // device memory is released with the model, which must go before the CudaDevice.
+  void to_device(Context& ctx);
+  Device device() const { return device_; }
+  size_t device_bytes() const;  // bytes of weights held on the device
 
   const ModelConfig& config() const { return config_; }
   const std::string& dir() const { return dir_; }
@@ -57,11 +76,14 @@ class Model {
   std::string dir_;
   Checkpoint checkpoint_;
   std::vector<Tensor> owned_;
+  std::vector<DeviceBuffer> device_storage_;
+  Device device_ = Device::cpu;
   Fp8Scheme scheme_ = Fp8Scheme::off;
   ActScaling act_ = ActScaling::none;
   bool prequantized_ = false;
 
   friend class ModelLoader;
+  friend class ModelUploader;
 };
 
 }  // namespace fp8rl

@@ -10,7 +10,8 @@
 namespace fp8rl {
 
 // Owning storage on one device: 64-byte aligned host memory (CPU) or one cudaMalloc (CUDA,
-// 256-byte aligned). Contents are undefined until written. Move-only.
+// 256-byte aligned). Contents are undefined until written. Move-only. A CUDA buffer must be
+// released before the CudaDevice whose context made it.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -32,6 +33,7 @@ class DeviceBuffer {
   void* data_ = nullptr;
   size_t size_ = 0;
   Device device_ = Device::cpu;
+  cuda::Backend* backend_ = nullptr;
 };
 
 }  // namespace fp8rl

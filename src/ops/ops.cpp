@@ -1,9 +1,13 @@
 // Shape checks and backend dispatch for the op interface. Every op validates its operands
-// here once, so backends can assume well-formed views.
+// here once (shapes, dtypes, devices), so backends can assume well-formed views.
 #include "ops/ops.h"
 
 #include "core/parallel.h"
 #include "ops/cpu/cpu_ops.h"
+#include "quant/fp8.h"
+#if FP8RL_HAVE_CUDA
+#include "ops/cuda/cuda_ops.h"
+#endif
 
 namespace fp8rl {
 size_t LinearWeight::nbytes() const {
@@ -12,65 +16,172 @@ size_t LinearWeight::nbytes() const {
 }
 }  // namespace fp8rl
 
+// Runs the CPU or the CUDA implementation; the CUDA one inside a profiling range.
+#if FP8RL_HAVE_CUDA
+#define FP8RL_DISPATCH(ctx, name, cpu_call, cuda_call)   \
+  do {                                                   \
+    if ((ctx).device == Device::cpu) {                   \
+      cpu_call;                                          \
+    } else {                                             \
+      cuda::ProfileRange range_(*(ctx).cuda, name);      \
+      cuda_call;                                         \
+    }                                                    \
+  } while (0)
+#else
+#define FP8RL_DISPATCH(ctx, name, cpu_call, cuda_call)                                   \
+  do {                                                                                   \
+    if ((ctx).device == Device::cpu) {                                                   \
+      cpu_call;                                                                          \
+    } else {                                                                             \
+      RAISE("{}: this build has no CUDA backend (built without nvcc)", name);            \
+    }                                                                                    \
+  } while (0)
+#endif
+
 namespace fp8rl::ops {
 
 namespace {
-void check_f32(const TensorView& t, int rank, const char* what) {
-  CHECK(t.dtype == DType::f32 && t.rank() == rank && t.is_contiguous(),
-        "{}: expected a contiguous f32 tensor of rank {}, got {} {}", what, rank,
-        dtype_name(t.dtype), t.shape.str());
+
+void check_ctx(const Context& ctx) {
+  CHECK(ctx.device == Device::cpu ? ctx.scratch != nullptr : ctx.cuda != nullptr,
+        "Context for {} has no {}", device_name(ctx.device),
+        ctx.device == Device::cpu ? "scratch arena" : "CUDA backend (use CudaDevice::context())");
 }
-void check_cpu(const Context& ctx) {
-  CHECK(ctx.device == Device::cpu, "this build has no {} backend for the forward ops yet",
-        device_name(ctx.device));
+
+// An activation: contiguous, on the context's device, in its activation dtype (or f32 where
+// `f32_ok`, for logits).
+void check_act(const Context& ctx, const TensorView& t, int rank, const char* what,
+               bool f32_ok = false) {
+  const DType want = ctx.activation_dtype();
+  CHECK((t.dtype == want || (f32_ok && t.dtype == DType::f32)) && t.rank() == rank &&
+            t.is_contiguous() && t.device == ctx.device,
+        "{}: expected a contiguous {} tensor of rank {} on {}, got {} {} on {}", what,
+        dtype_name(want), rank, device_name(ctx.device), dtype_name(t.dtype), t.shape.str(),
+        device_name(t.device));
 }
+
+// A weight-like operand (norm weight, table, frequencies) on the context's device; on CUDA
+// it must have the dtype the kernels read.
+void check_param(const Context& ctx, const TensorView& t, DType cuda_dtype, const char* what) {
+  CHECK(t.device == ctx.device && t.is_contiguous(), "{}: expected a contiguous tensor on {}",
+        what, device_name(ctx.device));
+  if (ctx.device == Device::cuda)
+    CHECK(t.dtype == cuda_dtype, "{}: CUDA needs {}, got {} (Model::to_device converts)", what,
+          dtype_name(cuda_dtype), dtype_name(t.dtype));
+}
+
+void check_i32(const Context& ctx, const TensorView& t, int64_t n, const char* what) {
+  CHECK(t.dtype == DType::i32 && t.rank() == 1 && t.dim(0) == n && t.is_contiguous() &&
+            t.device == ctx.device,
+        "{}: expected {} i32 on {}, got {} {} on {}", what, n, device_name(ctx.device),
+        dtype_name(t.dtype), t.shape.str(), device_name(t.device));
+}
+
 Arena& scratch_of(Context& ctx) {
   CHECK(ctx.scratch != nullptr, "Context has no scratch arena");
   return *ctx.scratch;
 }
+
+void check_quantized(const Context& ctx, const QuantizedActivation& q, const char* what) {
+  CHECK(q.act != ActScaling::none && q.codes.dtype == DType::f8e4m3 &&
+            q.codes.device == ctx.device && q.scales.dtype == DType::f32 &&
+            q.padded_rows >= q.rows && q.codes.numel() == q.padded_rows * q.cols,
+        "{}: malformed quantized activation (use alloc_quantized)", what);
+}
+
+void check_linear(const Context& ctx, int64_t m, int64_t k, const LinearWeight& w,
+                  const TensorView& out) {
+  check_act(ctx, out, 2, "linear output", true);
+  CHECK(w.weight.rank() == 2 && k == w.in_features() && out.dim(0) == m &&
+            out.dim(1) == w.out_features(),
+        "linear: x [{}, {}] weight {} out {}", m, k, w.weight.shape.str(), out.shape.str());
+  CHECK(w.is_fp8() == (w.weight.dtype == DType::f8e4m3),
+        "linear: scheme {} does not match weight dtype {}", scheme_name(w.scheme),
+        dtype_name(w.weight.dtype));
+  CHECK(w.weight.device == ctx.device, "linear: weight on {}, context on {} (Model::to_device)",
+        device_name(w.weight.device), device_name(ctx.device));
+  if (ctx.device == Device::cuda && w.is_fp8())
+    CHECK(!w.gemm_scales.empty() && (w.bias.empty() || w.bias.dtype == DType::f32),
+          "linear: CUDA weight not prepared (ops::prepare_linear / Model::to_device)");
+}
+
 }  // namespace
+
+void embedding(Context& ctx, const TensorView& ids, const TensorView& table, float scale,
+               const TensorView& out) {
+  check_ctx(ctx);
+  check_act(ctx, out, 2, "embedding output");
+  check_i32(ctx, ids, out.dim(0), "embedding ids");
+  check_param(ctx, table, DType::bf16, "embedding table");
+  CHECK(table.rank() == 2 && out.dim(1) == table.dim(1), "embedding: table {} out {}",
+        table.shape.str(), out.shape.str());
+  if (ctx.device == Device::cpu)  // device ids are checked on the host before their upload
+    for (int64_t i = 0; i < ids.numel(); ++i)
+      CHECK(ids.ptr<const int32_t>()[i] >= 0 && ids.ptr<const int32_t>()[i] < table.dim(0),
+            "token id {} is outside the vocabulary [0, {})", ids.ptr<const int32_t>()[i],
+            table.dim(0));
+  FP8RL_DISPATCH(ctx, "embedding",
+                 cpu::embedding({ids.ptr<const int32_t>(), size_t(ids.numel())}, table, scale, out),
+                 cuda::embedding(*ctx.cuda, ids, table, scale, out));
+}
 
 void embedding(Context& ctx, std::span<const int32_t> ids, const TensorView& table, float scale,
                const TensorView& out) {
-  check_cpu(ctx);
-  check_f32(out, 2, "embedding output");
-  CHECK(table.rank() == 2 && out.dim(0) == int64_t(ids.size()) && out.dim(1) == table.dim(1),
-        "embedding: table {} ids {} out {}", table.shape.str(), ids.size(), out.shape.str());
+  check_ctx(ctx);
   for (int32_t id : ids)
     CHECK(id >= 0 && id < table.dim(0), "token id {} is outside the vocabulary [0, {})", id,
           table.dim(0));
-  cpu::embedding(ids, table, scale, out);
+  TensorView host(const_cast<int32_t*>(ids.data()), DType::i32, {int64_t(ids.size())});
+  if (ctx.device == Device::cpu) return embedding(ctx, host, table, scale, out);
+  ScratchScope scope(ctx);
+  TensorView dev = scratch_alloc(ctx, host.shape, DType::i32);
+  copy(ctx, host, dev);
+  embedding(ctx, dev, table, scale, out);
 }
 
 void rms_norm(Context& ctx, const TensorView& x, const TensorView& w, float eps, bool plus_one,
               const TensorView& out) {
-  check_cpu(ctx);
-  check_f32(x, 2, "rms_norm input");
-  check_f32(out, 2, "rms_norm output");
+  check_ctx(ctx);
+  check_act(ctx, x, 2, "rms_norm input");
+  check_act(ctx, out, 2, "rms_norm output");
+  check_param(ctx, w, DType::f32, "rms_norm weight");
   CHECK(w.rank() == 1 && w.dim(0) == x.dim(1) && out.shape == x.shape, "rms_norm: x {} w {} out {}",
         x.shape.str(), w.shape.str(), out.shape.str());
-  cpu::rms_norm(x, w, eps, plus_one, out);
+  FP8RL_DISPATCH(ctx, "rms_norm", cpu::rms_norm(x, w, eps, plus_one, out),
+                 cuda::rms_norm(*ctx.cuda, x, w, eps, plus_one, out));
+}
+
+void rope(Context& ctx, const TensorView& x, const TensorView& positions,
+          const TensorView& inv_freq) {
+  check_ctx(ctx);
+  check_act(ctx, x, 3, "rope input");
+  check_i32(ctx, positions, x.dim(0), "rope positions");
+  check_param(ctx, inv_freq, DType::f32, "rope inv_freq");
+  CHECK(inv_freq.dtype == DType::f32 && inv_freq.rank() == 1 && x.dim(2) == 2 * inv_freq.dim(0),
+        "rope: x {} inv_freq {}", x.shape.str(), inv_freq.shape.str());
+  FP8RL_DISPATCH(
+      ctx, "rope",
+      cpu::rope(x, {positions.ptr<const int32_t>(), size_t(positions.numel())}, inv_freq),
+      cuda::rope(*ctx.cuda, x, positions, inv_freq));
 }
 
 void rope(Context& ctx, const TensorView& x, std::span<const int32_t> positions,
           const TensorView& inv_freq) {
-  check_cpu(ctx);
-  check_f32(x, 3, "rope input");
-  check_f32(inv_freq, 1, "rope inv_freq");
-  CHECK(x.dim(0) == int64_t(positions.size()) && x.dim(2) == 2 * inv_freq.dim(0),
-        "rope: x {} positions {} inv_freq {}", x.shape.str(), positions.size(),
-        inv_freq.shape.str());
-  cpu::rope(x, positions, inv_freq);
+  CHECK(ctx.device == Device::cpu, "rope with host positions runs on the CPU only");
+  rope(ctx, x,
+       TensorView(const_cast<int32_t*>(positions.data()), DType::i32,
+                  {int64_t(positions.size())}),
+       inv_freq);
 }
 
 void attention(Context& ctx, const TensorView& q, const TensorView& k_cache,
                const TensorView& v_cache, int64_t first_slot, const AttentionParams& p,
                const TensorView& out) {
-  check_cpu(ctx);
-  check_f32(q, 3, "attention q");
-  check_f32(k_cache, 3, "attention k cache");
-  check_f32(v_cache, 3, "attention v cache");
-  check_f32(out, 3, "attention output");
+  check_ctx(ctx);
+  check_act(ctx, q, 3, "attention q");
+  check_act(ctx, k_cache, 3, "attention k cache");
+  check_act(ctx, v_cache, 3, "attention v cache");
+  check_act(ctx, out, 3, "attention output");
   CHECK(k_cache.shape == v_cache.shape && q.dim(2) == k_cache.dim(2) &&
             q.dim(1) % k_cache.dim(1) == 0 && out.shape == q.shape,
         "attention: q {} k {} v {} out {}", q.shape.str(), k_cache.shape.str(), v_cache.shape.str(),
@@ -78,48 +189,165 @@ void attention(Context& ctx, const TensorView& q, const TensorView& k_cache,
   CHECK(first_slot >= 0 && first_slot + q.dim(0) <= k_cache.dim(0),
         "attention: queries at slots [{}, {}) exceed the cache capacity {}", first_slot,
         first_slot + q.dim(0), k_cache.dim(0));
-  cpu::attention(scratch_of(ctx), q, k_cache, v_cache, first_slot, p, out);
+  FP8RL_DISPATCH(ctx, "attention",
+                 cpu::attention(scratch_of(ctx), q, k_cache, v_cache, first_slot, p, out),
+                 cuda::attention(*ctx.cuda, q, k_cache, v_cache, first_slot, p, out));
 }
 
+namespace {
+void check_gated(const Context& ctx, const TensorView& gate, const TensorView& up,
+                 const TensorView& out, const char* what) {
+  check_ctx(ctx);
+  check_act(ctx, gate, gate.rank(), what);
+  check_act(ctx, up, up.rank(), what);
+  check_act(ctx, out, out.rank(), what);
+  CHECK(gate.rank() >= 1 && gate.shape == up.shape && out.shape == gate.shape,
+        "{}: gate {} up {} out {}", what, gate.shape.str(), up.shape.str(), out.shape.str());
+}
+}  // namespace
+
 void silu_mul(Context& ctx, const TensorView& gate, const TensorView& up, const TensorView& out) {
-  check_cpu(ctx);
-  CHECK(gate.shape == up.shape && out.shape == gate.shape && gate.dtype == DType::f32,
-        "silu_mul: gate {} up {} out {}", gate.shape.str(), up.shape.str(), out.shape.str());
-  cpu::silu_mul(gate, up, out);
+  check_gated(ctx, gate, up, out, "silu_mul");
+  FP8RL_DISPATCH(ctx, "silu_mul", cpu::silu_mul(gate, up, out),
+                 cuda::gated(*ctx.cuda, gate, up, 0, out));
 }
 
 void gelu_tanh_mul(Context& ctx, const TensorView& gate, const TensorView& up,
                    const TensorView& out) {
-  check_cpu(ctx);
-  CHECK(gate.shape == up.shape && out.shape == gate.shape && gate.dtype == DType::f32,
-        "gelu_tanh_mul: gate {} up {} out {}", gate.shape.str(), up.shape.str(), out.shape.str());
-  cpu::gelu_tanh_mul(gate, up, out);
+  check_gated(ctx, gate, up, out, "gelu_tanh_mul");
+  FP8RL_DISPATCH(ctx, "gelu_tanh_mul", cpu::gelu_tanh_mul(gate, up, out),
+                 cuda::gated(*ctx.cuda, gate, up, 1, out));
 }
 
 void add(Context& ctx, const TensorView& a, const TensorView& b, const TensorView& out) {
-  check_cpu(ctx);
-  CHECK(a.shape == b.shape && out.shape == a.shape && a.dtype == DType::f32,
-        "add: a {} b {} out {}", a.shape.str(), b.shape.str(), out.shape.str());
-  cpu::add(a, b, out);
+  check_ctx(ctx);
+  check_act(ctx, a, a.rank(), "add");
+  check_act(ctx, b, b.rank(), "add");
+  check_act(ctx, out, out.rank(), "add");
+  CHECK(a.rank() >= 1 && a.shape == b.shape && out.shape == a.shape, "add: a {} b {} out {}",
+        a.shape.str(), b.shape.str(), out.shape.str());
+  FP8RL_DISPATCH(ctx, "add", cpu::add(a, b, out), cuda::add(*ctx.cuda, a, b, out));
 }
 
 void softcap(Context& ctx, const TensorView& x, float cap) {
-  check_cpu(ctx);
-  CHECK(cap > 0 && x.dtype == DType::f32, "softcap: cap must be positive");
-  cpu::softcap(x, cap);
+  check_ctx(ctx);
+  check_act(ctx, x, x.rank(), "softcap", true);
+  CHECK(cap > 0 && x.rank() >= 1, "softcap: cap must be positive");
+  FP8RL_DISPATCH(ctx, "softcap", cpu::softcap(x, cap), cuda::softcap(*ctx.cuda, x, cap));
 }
 
+// ---- FP8 activations
+
+QuantizedActivation alloc_quantized(Context& ctx, ActScaling act, int64_t rows, int64_t cols) {
+  check_ctx(ctx);
+  CHECK(act != ActScaling::none, "alloc_quantized: activation scaling none");
+#if FP8RL_HAVE_CUDA
+  if (ctx.device == Device::cuda) return cuda::alloc_quantized(*ctx.cuda, act, rows, cols);
+#endif
+  Arena& a = scratch_of(ctx);
+  QuantizedActivation q;
+  q.act = act;
+  q.rows = q.padded_rows = rows;
+  q.cols = cols;
+  q.codes = a.alloc({rows, cols}, DType::f8e4m3);
+  q.scales = a.alloc(act_scale_shape(act, rows, cols), DType::f32);
+  return q;
+}
+
+size_t quantized_bytes(const Context& ctx, ActScaling act, int64_t m, int64_t k) {
+#if FP8RL_HAVE_CUDA
+  if (ctx.device == Device::cuda) return cuda::quantized_bytes(act, m, k);
+#endif
+  (void)ctx;
+  return size_t(m * k + 63) / 64 * 64 + size_t(act_scale_shape(act, m, k).numel() * 4 + 63) / 64 * 64;
+}
+
+void quantize(Context& ctx, const TensorView& x, const QuantizedActivation& q, float static_scale) {
+  check_ctx(ctx);
+  check_quantized(ctx, q, "quantize");
+  CHECK(x.rank() == 2 && x.dim(0) == q.rows && x.dim(1) == q.cols && x.is_contiguous() &&
+            x.device == ctx.device &&
+            (x.dtype == DType::f32 || x.dtype == ctx.activation_dtype()),
+        "quantize: x {} {} does not fit [{}, {}]", dtype_name(x.dtype), x.shape.str(), q.rows,
+        q.cols);
+  CHECK(q.act != ActScaling::static_tensor || static_scale > 0,
+        "quantize: a static scale must be positive, got {}", static_scale);
+  FP8RL_DISPATCH(ctx, "quantize", cpu::quantize(x, q, static_scale),
+                 cuda::quantize(*ctx.cuda, x, q, static_scale));
+}
+
+void rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& w, float eps,
+                    bool plus_one, const QuantizedActivation& q) {
+  check_ctx(ctx);
+  check_act(ctx, x, 2, "rms_norm_quant input");
+  check_param(ctx, w, DType::f32, "rms_norm weight");
+  check_quantized(ctx, q, "rms_norm_quant");
+  CHECK(q.act != ActScaling::static_tensor, "rms_norm_quant needs a dynamic scaling");
+  CHECK(w.rank() == 1 && w.dim(0) == x.dim(1) && q.rows == x.dim(0) && q.cols == x.dim(1),
+        "rms_norm_quant: x {} w {} q [{}, {}]", x.shape.str(), w.shape.str(), q.rows, q.cols);
+  FP8RL_DISPATCH(ctx, "rms_norm_quant", cpu::rms_norm_quant(scratch_of(ctx), x, w, eps, plus_one, q),
+                 cuda::rms_norm_quant(*ctx.cuda, x, w, eps, plus_one, q));
+}
+
+namespace {
+void gated_quant(Context& ctx, const TensorView& gate, const TensorView& up,
+                 const QuantizedActivation& q, int act, const char* what) {
+  check_ctx(ctx);
+  check_act(ctx, gate, 2, what);
+  check_act(ctx, up, 2, what);
+  check_quantized(ctx, q, what);
+  CHECK(q.act != ActScaling::static_tensor, "{} needs a dynamic scaling", what);
+  CHECK(gate.shape == up.shape && q.rows == gate.dim(0) && q.cols == gate.dim(1),
+        "{}: gate {} up {} q [{}, {}]", what, gate.shape.str(), up.shape.str(), q.rows, q.cols);
+  FP8RL_DISPATCH(ctx, what, cpu::gated_quant(scratch_of(ctx), gate, up, act, q),
+                 cuda::gated_quant(*ctx.cuda, gate, up, act, q));
+}
+}  // namespace
+
+void silu_mul_quant(Context& ctx, const TensorView& gate, const TensorView& up,
+                    const QuantizedActivation& q) {
+  gated_quant(ctx, gate, up, q, 0, "silu_mul_quant");
+}
+void gelu_tanh_mul_quant(Context& ctx, const TensorView& gate, const TensorView& up,
+                         const QuantizedActivation& q) {
+  gated_quant(ctx, gate, up, q, 1, "gelu_tanh_mul_quant");
+}
+
+void dequantize(Context& ctx, const QuantizedActivation& q, const TensorView& out) {
+  check_ctx(ctx);
+  check_quantized(ctx, q, "dequantize");
+  check_act(ctx, out, 2, "dequantize output");
+  CHECK(out.dim(0) == q.rows && out.dim(1) == q.cols, "dequantize: out {} for [{}, {}]",
+        out.shape.str(), q.rows, q.cols);
+  FP8RL_DISPATCH(ctx, "dequantize", cpu::dequantize(q, out), cuda::dequantize(*ctx.cuda, q, out));
+}
+
+// ---- Linear layers
+
+namespace {
+std::string linear_name(const LinearWeight& w) {
+  return fmt::format("linear {}x{} {}", w.out_features(), w.in_features(), scheme_name(w.scheme));
+}
+}  // namespace
+
 void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const TensorView& out) {
-  check_cpu(ctx);
-  check_f32(x, 2, "linear input");
-  check_f32(out, 2, "linear output");
-  CHECK(w.weight.rank() == 2 && x.dim(1) == w.in_features() && out.dim(0) == x.dim(0) &&
-            out.dim(1) == w.out_features(),
-        "linear: x {} weight {} out {}", x.shape.str(), w.weight.shape.str(), out.shape.str());
-  CHECK(w.is_fp8() == (w.weight.dtype == DType::f8e4m3),
-        "linear: scheme {} does not match weight dtype {}", scheme_name(w.scheme),
-        dtype_name(w.weight.dtype));
-  cpu::linear(scratch_of(ctx), x, w, out);
+  check_ctx(ctx);
+  check_act(ctx, x, 2, "linear input");
+  check_linear(ctx, x.dim(0), x.dim(1), w, out);
+  FP8RL_DISPATCH(ctx, linear_name(w), cpu::linear(scratch_of(ctx), x, w, out),
+                 cuda::linear(*ctx.cuda, x, w, out));
+}
+
+void linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
+            const TensorView& out) {
+  check_ctx(ctx);
+  check_quantized(ctx, x, "linear input");
+  check_linear(ctx, x.rows, x.cols, w, out);
+  CHECK(w.is_fp8() && x.act == w.act,
+        "linear: input quantized with {} scaling for a weight whose activations use {}",
+        act_scaling_name(x.act), act_scaling_name(w.act));
+  FP8RL_DISPATCH(ctx, linear_name(w), cpu::linear(scratch_of(ctx), x, w, out),
+                 cuda::linear(*ctx.cuda, x, w, out));
 }
 
 size_t linear_scratch_bytes(const LinearWeight& w, int64_t m) {
@@ -131,8 +359,45 @@ size_t linear_scratch_bytes(const LinearWeight& w, int64_t m) {
   return bytes;
 }
 
+size_t linear_scratch_bytes(const Context& ctx, const LinearWeight& w, int64_t m) {
+#if FP8RL_HAVE_CUDA
+  if (ctx.device == Device::cuda) return cuda::linear_scratch_bytes(w, m);
+#endif
+  (void)ctx;
+  return linear_scratch_bytes(w, m);
+}
+
 size_t attention_scratch_bytes(int64_t /*t*/, int64_t /*heads*/, int64_t c) {
   return size_t(num_threads()) * size_t(c) * 4 + 256;
+}
+
+size_t attention_scratch_bytes(const Context& ctx, int64_t t, int64_t heads, int64_t c) {
+  return ctx.device == Device::cuda ? 0 : attention_scratch_bytes(t, heads, c);
+}
+
+// ---- Weights on a device
+
+void quantize_weight(Context& ctx, const TensorView& w, Fp8Scheme scheme, const TensorView& q,
+                     const TensorView& scales) {
+  check_ctx(ctx);
+  CHECK(scheme != Fp8Scheme::off && w.rank() == 2 && q.shape == w.shape &&
+            q.dtype == DType::f8e4m3 && scales.dtype == DType::f32 &&
+            scales.shape == weight_scale_shape(scheme, w.dim(0), w.dim(1)) &&
+            w.device == ctx.device && q.device == ctx.device && scales.device == ctx.device,
+        "quantize_weight: w {} q {} scales {}", w.shape.str(), q.shape.str(), scales.shape.str());
+  if (ctx.device == Device::cuda)
+    CHECK(w.dtype == DType::bf16, "quantize_weight on CUDA takes bf16 weights");
+  FP8RL_DISPATCH(ctx, "quantize_weight", fp8rl::quantize_weight(w, scheme, q, scales),
+                 cuda::quantize_weight(*ctx.cuda, w, scheme, q, scales));
+}
+
+void prepare_linear(Context& ctx, LinearWeight& w, std::vector<DeviceBuffer>& storage) {
+  check_ctx(ctx);
+#if FP8RL_HAVE_CUDA
+  if (ctx.device == Device::cuda) return cuda::prepare_linear(ctx, w, storage);
+#endif
+  (void)storage;
+  w.gemm_scales = w.scales;
 }
 
 }  // namespace fp8rl::ops

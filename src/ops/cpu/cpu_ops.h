@@ -19,4 +19,14 @@ void add(const TensorView& a, const TensorView& b, const TensorView& out);
 void softcap(const TensorView& x, float cap);
 void linear(Arena& scratch, const TensorView& x, const LinearWeight& w, const TensorView& out);
 
+// FP8 activations (quantize.cpp): the recipe of quant/fp8.h on the op's f32 output.
+void quantize(const TensorView& x, const QuantizedActivation& q, float static_scale);
+void rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& w, float eps,
+                    bool plus_one, const QuantizedActivation& q);
+void gated_quant(Arena& scratch, const TensorView& gate, const TensorView& up, int act,
+                 const QuantizedActivation& q);
+void dequantize(const QuantizedActivation& q, const TensorView& out);
+void linear(Arena& scratch, const QuantizedActivation& x, const LinearWeight& w,
+            const TensorView& out);
+
 }  // namespace fp8rl::ops::cpu

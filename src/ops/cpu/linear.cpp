@@ -31,44 +31,13 @@ void materialize_transposed_weight(const LinearWeight& w, float* wt) {
   });
 }
 
-// x_hat[M,K] = dequantize(quantize(x)) with the activation scaling of the weight.
-void fake_quantize_activation(Arena& scratch, const TensorView& x, const LinearWeight& w,
-                              float* x_hat) {
-  const int64_t m = x.dim(0), k = x.dim(1);
-  TensorView codes = scratch.alloc({m, k}, DType::f8e4m3);
-  TensorView scales = scratch.alloc(act_scale_shape(w.act, m, k), DType::f32);
-  if (w.act == ActScaling::static_tensor) scales.ptr<float>()[0] = w.input_scale;
-  quantize_activation(x, w.act, codes, scales);
-  const uint8_t* q = codes.ptr<uint8_t>();
-  const float* s = scales.ptr<float>();
-  const int64_t groups = (k + kFp8Block - 1) / kFp8Block;
-  parallel_for(0, m, [&](int64_t r) {
-    for (int64_t c = 0; c < k; ++c) {
-      float sc;
-      switch (w.act) {
-        case ActScaling::token: sc = s[r]; break;
-        case ActScaling::group: sc = s[r * groups + c / kFp8Block]; break;
-        default: sc = s[0]; break;
-      }
-      x_hat[r * k + c] = e4m3_to_f32(q[r * k + c]) * sc;
-    }
-  });
-}
-
-}  // namespace
-
-void linear(Arena& scratch, const TensorView& x, const LinearWeight& w, const TensorView& out) {
-  const int64_t m = x.dim(0), k = x.dim(1), n = w.out_features();
-  if (m == 0) return;
+// out[M,N] = xf[M,K] w_hat^T (+ b) for an fp32 (or dequantized) input.
+void linear_f32(Arena& scratch, const float* xf, int64_t m, const LinearWeight& w,
+                const TensorView& out) {
+  const int64_t k = w.in_features(), n = w.out_features();
   ArenaScope scope(scratch);
   TensorView wt = scratch.alloc({k, n}, DType::f32);
   materialize_transposed_weight(w, wt.ptr<float>());
-  const float* xf = x.ptr<float>();
-  if (w.act != ActScaling::none) {
-    TensorView x_hat = scratch.alloc({m, k}, DType::f32);
-    fake_quantize_activation(scratch, x, w, x_hat.ptr<float>());
-    xf = x_hat.ptr<float>();
-  }
   gemm_batch_invariant(xf, wt.ptr<float>(), out.ptr<float>(), m, n, k);
   if (!w.bias.empty()) {
     float* o = out.ptr<float>();
@@ -77,6 +46,38 @@ void linear(Arena& scratch, const TensorView& x, const LinearWeight& w, const Te
         o[r * n + j] += load_as_f32(w.bias.data, w.bias.dtype, size_t(j));
     });
   }
+}
+
+}  // namespace
+
+void linear(Arena& scratch, const TensorView& x, const LinearWeight& w, const TensorView& out) {
+  const int64_t m = x.dim(0), k = x.dim(1);
+  if (m == 0) return;
+  ArenaScope scope(scratch);
+  const float* xf = x.ptr<float>();
+  if (w.act != ActScaling::none) {
+    // x_hat[M,K] = dequantize(quantize(x)) with the activation scaling of the weight.
+    QuantizedActivation q;
+    q.act = w.act;
+    q.rows = q.padded_rows = m;
+    q.cols = k;
+    q.codes = scratch.alloc({m, k}, DType::f8e4m3);
+    q.scales = scratch.alloc(act_scale_shape(w.act, m, k), DType::f32);
+    quantize(x, q, w.input_scale);
+    TensorView x_hat = scratch.alloc({m, k}, DType::f32);
+    dequantize(q, x_hat);
+    xf = x_hat.ptr<float>();
+  }
+  linear_f32(scratch, xf, m, w, out);
+}
+
+void linear(Arena& scratch, const QuantizedActivation& x, const LinearWeight& w,
+            const TensorView& out) {
+  if (x.rows == 0) return;
+  ArenaScope scope(scratch);
+  TensorView x_hat = scratch.alloc({x.rows, x.cols}, DType::f32);
+  dequantize(x, x_hat);
+  linear_f32(scratch, x_hat.ptr<float>(), x.rows, w, out);
 }
 
 }  // namespace fp8rl::ops::cpu

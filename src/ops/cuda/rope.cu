@@ -1,5 +1,8 @@
 // Rotary position embedding in place, rotate-half layout, as ops/cpu/elementwise.cpp: the
-// angle is position * inv_freq in fp32, cos and sin of it with the accurate sincosf.
+// angle is position * inv_freq in fp32 (as HF computes it), and its cos and sin are accurate to
+// about an ulp. The angle reaches 1e5+ rad at long positions; sincosf would then take its
+// Payne-Hanek path (a local-memory array), so the reduction to half-turns is done in fp64 here
+// and sincospif finishes on a value in [-1, 1].
 #include "ops/cuda/common.cuh"
 
 namespace fp8rl::cuda {
@@ -17,8 +20,10 @@ __global__ void __launch_bounds__(256)
     const int64_t th = idx / half;  // token * heads + head
     const int64_t tok = th / heads;
     const float angle = float(positions[tok]) * inv_freq[i];
+    double turns = double(angle) * 0.31830988618379067154;  // angle / pi
+    turns -= 2.0 * rint(turns * 0.5);                        // in [-1, 1]
     float s, c;
-    sincosf(angle, &s, &c);
+    sincospif(float(turns), &s, &c);
     bf16* v = x + th * 2 * half;
     const float a = __bfloat162float(v[i]), b = __bfloat162float(v[i + half]);
     v[i] = __float2bfloat16_rn(a * c - b * s);

@@ -1,0 +1,193 @@
+#include "ops/cuda/backend.h"
+
+#include <algorithm>
+#include <map>
+
+#include "ops/cuda/gemm.h"
+#include "ops/cuda/kernels.h"
+
+namespace fp8rl::cuda {
+
+void check_launch(const char* kernel, const char* file, int line) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    detail::raise_error(file, line,
+                        fmt::format("CUDA kernel {} failed to launch: {} ({})", kernel,
+                                    cudaGetErrorName(e), cudaGetErrorString(e)));
+}
+
+TensorView DeviceArena::alloc(Shape shape, DType dtype) {
+  const size_t bytes = (size_t(shape.numel()) * dtype_size(dtype) + 255) / 256 * 256;
+  CHECK(used_ + bytes <= capacity_,
+        "device arena exhausted: need {} more bytes, {} of {} in use (size it with "
+        "ops::scratch_reserve before the forward)",
+        bytes, used_, capacity_);
+  TensorView v(base_ + used_, dtype, shape, Device::cuda);
+  used_ += bytes;
+  high_water_ = std::max(high_water_, used_);
+  return v;
+}
+
+void DeviceArena::rewind(size_t mark) {
+  CHECK(mark <= used_, "device arena rewind to {} past the top {}", mark, used_);
+  used_ = mark;
+}
+
+void DeviceArena::attach(void* base, size_t capacity) {
+  CHECK(used_ == 0, "device arena replaced while {} bytes are in use", used_);
+  base_ = static_cast<char*>(base);
+  capacity_ = capacity;
+}
+
+namespace {
+
+Capabilities query_capabilities(int ordinal) {
+  Capabilities c;
+  c.ordinal = ordinal;
+  cudaDeviceProp p{};
+  CUDA_CHECK(cudaGetDeviceProperties(&p, ordinal));
+  c.name = p.name;
+  c.major = p.major;
+  c.minor = p.minor;
+  c.multiprocessors = p.multiProcessorCount;
+  c.memory = p.totalGlobalMem;
+  c.cublaslt_version = cublasLtGetVersion();
+  return c;
+}
+
+// cuBLASLt is asked for each FP8 mode on a representative shape; the compute capability
+// gates what the cuBLAS docs list (outer-vector and 128-block scaling are sm_90 only), so a
+// heuristic that answers on another chip cannot switch on a mode the library does not promise.
+void probe_fp8(Capabilities& c, Gemm& gemm) {
+  const int sm = c.major * 10 + c.minor;
+  GemmArgs a;
+  a.m = 64, a.n = 256, a.k = 256;
+  a.mode = GemmScale::scalar;
+  c.fp8_tensor = sm >= 89 && gemm.supported(a);
+  const bool new_modes = sm == 90 && c.cublaslt_version >= 120900;
+  a.mode = GemmScale::outer;
+  c.fp8_outer = new_modes && gemm.supported(a);
+  a.mode = GemmScale::block;
+  c.fp8_block = new_modes && gemm.supported(a);
+}
+
+}  // namespace
+
+Backend::Backend(const CudaDeviceOptions& o) {
+  int count = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&count));
+  CHECK(o.ordinal >= 0 && o.ordinal < count, "CUDA device {} does not exist ({} visible)",
+        o.ordinal, count);
+  CUDA_CHECK(cudaSetDevice(o.ordinal));
+  caps_ = query_capabilities(o.ordinal);
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUBLAS_CHECK(cublasLtCreate(&lt_));
+  workspace_bytes_ = o.workspace_bytes;
+  workspace_ = malloc(workspace_bytes_);
+  gemm_ = std::make_unique<Gemm>(lt_, workspace_, workspace_bytes_);
+  probe_fp8(caps_, *gemm_);
+  CUDA_CHECK(attention_init());
+  reserve_arena(o.arena_bytes);
+}
+
+Backend::~Backend() {
+  // Destructors must not throw: errors here are ignored (the process is tearing down).
+  cudaStreamSynchronize(stream_);
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  gemm_.reset();
+  if (arena_.base()) cudaFree(arena_.base());
+  if (workspace_) cudaFree(workspace_);
+  if (lt_) cublasLtDestroy(lt_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void* Backend::malloc(size_t bytes) {
+  void* p = nullptr;
+  if (bytes == 0) return nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear the (non-sticky) error
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    RAISE("out of device memory: cudaMalloc of {:.1f} MiB failed ({}), {:.1f} of {:.1f} MiB free",
+          double(bytes) / (1 << 20), cudaGetErrorString(e), double(free_b) / (1 << 20),
+          double(total_b) / (1 << 20));
+  }
+  allocated_ += bytes;
+  peak_allocated_ = std::max(peak_allocated_, allocated_);
+  return p;
+}
+
+void Backend::free(void* p, size_t bytes) {
+  if (p == nullptr) return;
+  cudaFree(p);
+  allocated_ -= std::min(allocated_, bytes);
+}
+
+void Backend::reserve_arena(size_t bytes) {
+  if (bytes <= arena_.capacity()) return;
+  CHECK(arena_.mark() == 0, "device arena grown while {} bytes are in use", arena_.mark());
+  CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued ops may still read the old arena
+  if (arena_.base()) free(arena_.base(), arena_.capacity());
+  arena_.attach(nullptr, 0);
+  arena_.attach(malloc(bytes), bytes);
+}
+
+cudaEvent_t Backend::event() {
+  if (events_used_ == events_.size()) {
+    cudaEvent_t e;
+    CUDA_CHECK(cudaEventCreate(&e));
+    events_.push_back(e);
+  }
+  return events_[events_used_++];
+}
+
+void Backend::set_profiling(bool on) { profiling_ = on; }
+
+void Backend::range_begin() noexcept {
+  try {
+    cudaEvent_t e = event();
+    if (cudaEventRecord(e, stream_) != cudaSuccess) e = nullptr;
+    open_.push_back(e);
+  } catch (...) {
+    open_.push_back(nullptr);
+  }
+}
+
+void Backend::range_end(std::string name) noexcept {
+  if (open_.empty()) return;
+  cudaEvent_t b = open_.back();
+  open_.pop_back();
+  try {
+    cudaEvent_t e = event();
+    if (b != nullptr && cudaEventRecord(e, stream_) == cudaSuccess)
+      ranges_.push_back({std::move(name), b, e});
+  } catch (...) {
+  }
+}
+
+std::vector<OpTime> Backend::collect_profile() {
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::map<std::string, OpTime> by_name;
+  for (const Range& r : ranges_) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, r.begin, r.end));
+    OpTime& t = by_name[r.name];
+    t.name = r.name;
+    t.ms += ms;
+    t.calls += 1;
+  }
+  std::vector<OpTime> v;
+  for (auto& [name, t] : by_name) v.push_back(t);
+  std::sort(v.begin(), v.end(), [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; });
+  return v;
+}
+
+void Backend::reset_profile() {
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  ranges_.clear();
+  open_.clear();
+  events_used_ = 0;
+}
+
+}  // namespace fp8rl::cuda

@@ -1,0 +1,125 @@
+// The CUDA backend object behind a CUDA Context: one device, one stream, the cuBLASLt handle
+// with its fixed workspace, the device arena for transient tensors, the FP8 capabilities found
+// at start, the GEMM plan cache and the per-op profiler. Explicit, never global: every op gets
+// it through ctx.cuda. Only ops/cuda/ includes this header (it brings the CUDA headers).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "core/tensor.h"
+#include "ops/device.h"
+
+// The CHECK family for CUDA and cuBLAS(Lt) calls: file, line, the call and the error string.
+#define CUDA_CHECK(expr)                                                                    \
+  do {                                                                                      \
+    const cudaError_t fp8rl_e_ = (expr);                                                    \
+    if (fp8rl_e_ != cudaSuccess) [[unlikely]]                                               \
+      ::fp8rl::detail::raise_error(__FILE__, __LINE__,                                      \
+                                   ::fmt::format("CUDA error {} ({}) in {}",                \
+                                                 cudaGetErrorName(fp8rl_e_),                \
+                                                 cudaGetErrorString(fp8rl_e_), #expr));     \
+  } while (0)
+#define CUBLAS_CHECK(expr)                                                                  \
+  do {                                                                                      \
+    const cublasStatus_t fp8rl_s_ = (expr);                                                 \
+    if (fp8rl_s_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                     \
+      ::fp8rl::detail::raise_error(                                                         \
+          __FILE__, __LINE__,                                                               \
+          ::fmt::format("cuBLAS error {} in {}", cublasLtGetStatusString(fp8rl_s_), #expr)); \
+  } while (0)
+
+namespace fp8rl::cuda {
+
+class Gemm;
+
+// What the device can do, decided once at start from its compute capability and cuBLASLt's
+// answers for each scaling mode (DESIGN.md §4): sm_90 has all three FP8 schemes, sm_89 and
+// sm_10x/12x per-tensor only, older GPUs none. A scheme without a native path runs through
+// the dequantize-to-bf16 GEMM: slower, never wrong.
+struct Capabilities {
+  int ordinal = 0;
+  std::string name;
+  int major = 0, minor = 0;
+  int multiprocessors = 0;
+  size_t memory = 0;
+  size_t cublaslt_version = 0;
+  bool fp8_tensor = false;  // SCALAR_32F x SCALAR_32F
+  bool fp8_outer = false;   // OUTER_VEC_32F x OUTER_VEC_32F (per-row weights, per-token acts)
+  bool fp8_block = false;   // BLK128x128_32F weights x VEC128_32F activations
+};
+
+// Bump allocator over one cudaMalloc: transient tensors of the ops, released by rewinding.
+// Nothing is allocated inside an op; grown only between forwards (at mark 0).
+class DeviceArena {
+ public:
+  TensorView alloc(Shape shape, DType dtype);  // 256-byte aligned
+  size_t mark() const { return used_; }
+  void rewind(size_t mark);
+  size_t capacity() const { return capacity_; }
+  size_t high_water() const { return high_water_; }
+  void attach(void* base, size_t capacity);
+  void* base() const { return base_; }
+
+ private:
+  char* base_ = nullptr;
+  size_t capacity_ = 0, used_ = 0, high_water_ = 0;
+};
+
+class Backend {
+ public:
+  Backend(const CudaDeviceOptions& options);
+  ~Backend();
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  int ordinal() const { return caps_.ordinal; }
+  cudaStream_t stream() const { return stream_; }
+  cublasLtHandle_t lt() const { return lt_; }
+  const Capabilities& caps() const { return caps_; }
+  Gemm& gemm() { return *gemm_; }
+  DeviceArena& arena() { return arena_; }
+  // Grows the arena to `bytes` (synchronizes; only when nothing is allocated from it).
+  void reserve_arena(size_t bytes);
+
+  // cudaMalloc / cudaFree with a byte count for the peak-memory report.
+  void* malloc(size_t bytes);
+  void free(void* p, size_t bytes);
+  size_t peak_allocated() const { return peak_allocated_; }
+
+  // Per-op profiling with CUDA events (off by default).
+  bool profiling() const { return profiling_; }
+  void set_profiling(bool on);
+  // Never throw (they run in destructors); a failed event record drops the range.
+  void range_begin() noexcept;
+  void range_end(std::string name) noexcept;
+  std::vector<OpTime> collect_profile();  // synchronizes
+  void reset_profile();
+
+ private:
+  cudaEvent_t event();
+  Capabilities caps_;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::unique_ptr<Gemm> gemm_;
+  DeviceArena arena_;
+  size_t allocated_ = 0, peak_allocated_ = 0;
+  bool profiling_ = false;
+  std::vector<cudaEvent_t> events_;  // pool, reused after reset_profile()
+  size_t events_used_ = 0;
+  std::vector<cudaEvent_t> open_;  // begin events of ranges not yet ended
+  struct Range {
+    std::string name;
+    cudaEvent_t begin, end;
+  };
+  std::vector<Range> ranges_;
+};
+
+}  // namespace fp8rl::cuda

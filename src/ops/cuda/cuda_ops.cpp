@@ -1,0 +1,296 @@
+// Tensor views -> kernel launches for the CUDA ops, device memory and the device description.
+#include "ops/cuda/cuda_ops.h"
+
+#include "ops/cuda/backend.h"
+#include "ops/cuda/gemm.h"
+#include "ops/cuda/kernels.h"
+
+namespace fp8rl::cuda {
+
+namespace {
+
+bf16* bf(const TensorView& t) { return static_cast<bf16*>(t.data); }
+const float* f32(const TensorView& t) { return static_cast<const float*>(t.data); }
+int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+QuantOut quant_out(const ops::QuantizedActivation& q) {
+  QuantOut o;
+  o.codes = static_cast<uint8_t*>(q.codes.data);
+  o.scales = static_cast<float*>(q.scales.data);
+  o.padded_rows = q.padded_rows;
+  o.group = q.act == ActScaling::group;
+  return o;
+}
+
+// A zeroed fp32 accumulator for a tensor-wide amax, from the arena (the caller's scope).
+float* zeroed_amax(Backend& b) {
+  TensorView a = b.arena().alloc({1}, DType::f32);
+  CUDA_CHECK(cudaMemsetAsync(a.data, 0, sizeof(float), b.stream()));
+  return static_cast<float*>(a.data);
+}
+
+}  // namespace
+
+// ---- devices and memory
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // no driver / no device: not an error for the caller
+    return 0;
+  }
+  return n;
+}
+
+std::string gemm_path(Backend& b, Fp8Scheme scheme) {
+  const Capabilities& c = b.caps();
+  switch (scheme) {
+    case Fp8Scheme::off:
+      return "cuBLASLt bf16 x bf16, fp32 accumulation";
+    case Fp8Scheme::tensor:
+      return c.fp8_tensor ? "cuBLASLt e4m3, SCALAR_32F scales"
+                          : "fallback: dequantize to bf16, cuBLASLt bf16";
+    case Fp8Scheme::row:
+      return c.fp8_outer ? "cuBLASLt e4m3, OUTER_VEC_32F scales (per-row weights, per-token acts)"
+                         : "fallback: dequantize to bf16, cuBLASLt bf16";
+    case Fp8Scheme::block:
+      return c.fp8_block
+                 ? "cuBLASLt e4m3, BLK128x128_32F weights x VEC128_32F activations (tokens padded "
+                   "to a multiple of 4)"
+                 : "fallback: dequantize to bf16, cuBLASLt bf16";
+  }
+  return "?";
+}
+
+std::string describe(int ordinal) {
+  CudaDeviceOptions o;
+  o.ordinal = ordinal;
+  o.arena_bytes = 0;
+  Backend b(o);
+  const Capabilities& c = b.caps();
+  std::string s = fmt::format(
+      "device {}: {}, compute capability {}.{}, {} multiprocessors, {:.1f} GiB\n"
+      "cuBLASLt {}\n",
+      c.ordinal, c.name, c.major, c.minor, c.multiprocessors, double(c.memory) / (1u << 30),
+      c.cublaslt_version);
+  for (Fp8Scheme sc : {Fp8Scheme::off, Fp8Scheme::tensor, Fp8Scheme::row, Fp8Scheme::block})
+    s += fmt::format("--fp8 {:<7}{}\n", scheme_name(sc), gemm_path(b, sc));
+  s += "activations bf16 (fp32 math), attention FlashAttention-2 style (mma.sync bf16)";
+  return s;
+}
+
+void* device_malloc(Backend& b, size_t bytes) { return b.malloc(bytes); }
+void device_free(Backend& b, void* p, size_t bytes) { b.free(p, bytes); }
+TensorView arena_alloc(Backend& b, Shape shape, DType dtype) { return b.arena().alloc(shape, dtype); }
+size_t arena_mark(Backend& b) { return b.arena().mark(); }
+void arena_rewind(Backend& b, size_t mark) { b.arena().rewind(mark); }
+void arena_reserve(Backend& b, size_t bytes) { b.reserve_arena(bytes); }
+size_t arena_high_water(Backend& b) { return b.arena().high_water(); }
+
+void copy(Backend& b, const TensorView& src, const TensorView& dst) {
+  if (src.nbytes() == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDefault, b.stream()));
+  if (dst.device == Device::cpu) CUDA_CHECK(cudaStreamSynchronize(b.stream()));
+}
+
+void fill_zero(Backend& b, const TensorView& dst) {
+  if (dst.device == Device::cpu) {
+    std::memset(dst.data, 0, dst.nbytes());
+    return;
+  }
+  CUDA_CHECK(cudaMemsetAsync(dst.data, 0, dst.nbytes(), b.stream()));
+}
+
+void fill(Backend& b, const TensorView& dst, float value) {
+  if (dst.dtype == DType::f32)
+    launch_fill_f32(static_cast<float*>(dst.data), dst.numel(), value, b.stream());
+  else
+    launch_fill_bf16(bf(dst), dst.numel(), value, b.stream());
+}
+
+void fill_uniform(Backend& b, const TensorView& dst, uint64_t seed, float bound) {
+  if (dst.dtype == DType::f32)
+    launch_fill_uniform_f32(static_cast<float*>(dst.data), dst.numel(), seed, bound, b.stream());
+  else
+    launch_fill_uniform_bf16(bf(dst), dst.numel(), seed, bound, b.stream());
+}
+
+void synchronize(Backend& b) { CUDA_CHECK(cudaStreamSynchronize(b.stream())); }
+
+// ---- ops
+
+void embedding(Backend& b, const TensorView& ids, const TensorView& table, float scale,
+               const TensorView& out) {
+  launch_embedding(static_cast<const int32_t*>(ids.data), ids.numel(), bf(table), table.dim(0),
+                   table.dim(1), scale, bf(out), b.stream());
+}
+
+void rms_norm(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
+              const TensorView& out) {
+  launch_rms_norm(bf(x), f32(w), x.dim(0), x.dim(1), eps, plus_one, bf(out), nullptr, b.stream());
+}
+
+void rope(Backend& b, const TensorView& x, const TensorView& positions,
+          const TensorView& inv_freq) {
+  launch_rope(bf(x), x.dim(0), x.dim(1), x.dim(2), static_cast<const int32_t*>(positions.data),
+              f32(inv_freq), b.stream());
+}
+
+void attention(Backend& b, const TensorView& q, const TensorView& k_cache,
+               const TensorView& v_cache, int64_t first_slot, const ops::AttentionParams& p,
+               const TensorView& out) {
+  CHECK(attention_supports(q.dim(2)),
+        "CUDA attention supports head_dim 32, 64, 128 and 256, not {}", q.dim(2));
+  for (const TensorView* t : {&q, &k_cache, &v_cache, &out})
+    CHECK((reinterpret_cast<uintptr_t>(t->data) & 15) == 0,
+          "CUDA attention needs 16-byte aligned q/k/v/out");
+  AttentionArgs a;
+  a.q = bf(q);
+  a.k = bf(k_cache);
+  a.v = bf(v_cache);
+  a.out = bf(out);
+  a.t = q.dim(0);
+  a.hq = q.dim(1);
+  a.d = q.dim(2);
+  a.hkv = k_cache.dim(1);
+  a.c = k_cache.dim(0);
+  a.first = first_slot;
+  a.scale = p.scale;
+  a.softcap = p.softcap;
+  a.window = p.window;
+  launch_attention(a, b.stream());
+}
+
+void gated(Backend& b, const TensorView& gate, const TensorView& up, int act,
+           const TensorView& out) {
+  launch_gated(bf(gate), bf(up), gate.dim(0), gate.numel() / std::max<int64_t>(gate.dim(0), 1),
+               act, bf(out), nullptr, b.stream());
+}
+
+void add(Backend& b, const TensorView& a, const TensorView& c, const TensorView& out) {
+  launch_add(bf(a), bf(c), bf(out), a.numel(), b.stream());
+}
+
+void softcap(Backend& b, const TensorView& x, float cap) {
+  if (x.dtype == DType::f32)
+    launch_softcap_f32(static_cast<float*>(x.data), x.numel(), cap, b.stream());
+  else
+    launch_softcap_bf16(bf(x), x.numel(), cap, b.stream());
+}
+
+// ---- FP8 activations
+
+size_t quantized_bytes(ActScaling act, int64_t rows, int64_t cols) {
+  const int64_t padded = act == ActScaling::group ? round_up(rows, 4) : rows;
+  const int64_t scales = act == ActScaling::token   ? rows
+                         : act == ActScaling::group ? ((cols + 127) / 128) * padded
+                                                    : 1;
+  return size_t(round_up(padded * cols, 256) + round_up(scales * 4, 256));
+}
+
+ops::QuantizedActivation alloc_quantized(Backend& b, ActScaling act, int64_t rows, int64_t cols) {
+  CHECK(act != ActScaling::none, "alloc_quantized: no activation scaling");
+  ops::QuantizedActivation q;
+  q.act = act;
+  q.rows = rows;
+  q.cols = cols;
+  q.padded_rows = act == ActScaling::group ? round_up(rows, 4) : rows;
+  q.codes = b.arena().alloc({q.padded_rows, cols}, DType::f8e4m3);
+  if (act == ActScaling::token)
+    q.scales = b.arena().alloc({rows}, DType::f32);
+  else if (act == ActScaling::group)
+    q.scales = b.arena().alloc({(cols + 127) / 128, q.padded_rows}, DType::f32);
+  else
+    q.scales = b.arena().alloc({1}, DType::f32);
+  return q;
+}
+
+void quantize(Backend& b, const TensorView& x, const ops::QuantizedActivation& q,
+              float static_scale) {
+  const bool x_f32 = x.dtype == DType::f32;
+  uint8_t* codes = static_cast<uint8_t*>(q.codes.data);
+  float* scales = static_cast<float*>(q.scales.data);
+  switch (q.act) {
+    case ActScaling::token:
+    case ActScaling::group:
+      launch_quantize_rows(x.data, x_f32, q.rows, q.cols, quant_out(q), b.stream());
+      return;
+    case ActScaling::tensor: {
+      const size_t mark = b.arena().mark();
+      float* amax = zeroed_amax(b);
+      launch_amax(x.data, x_f32, x.numel(), amax, b.stream());
+      launch_quantize_tensor(x.data, x_f32, x.numel(), amax, 0.0f, codes, scales, b.stream());
+      b.arena().rewind(mark);
+      return;
+    }
+    case ActScaling::static_tensor:
+      launch_quantize_tensor(x.data, x_f32, x.numel(), nullptr, static_scale, codes, scales,
+                             b.stream());
+      return;
+    case ActScaling::none:
+      break;
+  }
+  RAISE("quantize: no activation scaling");
+}
+
+void rms_norm_quant(Backend& b, const TensorView& x, const TensorView& w, float eps,
+                    bool plus_one, const ops::QuantizedActivation& q) {
+  if (q.act == ActScaling::token || q.act == ActScaling::group) {
+    launch_rms_norm_quant(bf(x), f32(w), x.dim(0), x.dim(1), eps, plus_one, quant_out(q),
+                          b.stream());
+    return;
+  }
+  // Per tensor: the scale needs the amax of the whole output first, so the norm writes bf16
+  // and its amax in one pass, and the quantizer reads that back.
+  CHECK(q.act == ActScaling::tensor, "rms_norm_quant: {} scaling is not dynamic",
+        act_scaling_name(q.act));
+  const size_t mark = b.arena().mark();
+  TensorView h = b.arena().alloc(x.shape, DType::bf16);
+  float* amax = zeroed_amax(b);
+  launch_rms_norm(bf(x), f32(w), x.dim(0), x.dim(1), eps, plus_one, bf(h), amax, b.stream());
+  launch_quantize_tensor(h.data, false, h.numel(), amax, 0.0f, static_cast<uint8_t*>(q.codes.data),
+                         static_cast<float*>(q.scales.data), b.stream());
+  b.arena().rewind(mark);
+}
+
+void gated_quant(Backend& b, const TensorView& gate, const TensorView& up, int act,
+                 const ops::QuantizedActivation& q) {
+  const int64_t rows = gate.dim(0), cols = gate.numel() / std::max<int64_t>(rows, 1);
+  if (q.act == ActScaling::token || q.act == ActScaling::group) {
+    launch_gated_quant(bf(gate), bf(up), rows, cols, act, quant_out(q), b.stream());
+    return;
+  }
+  CHECK(q.act == ActScaling::tensor, "gated_quant: {} scaling is not dynamic",
+        act_scaling_name(q.act));
+  const size_t mark = b.arena().mark();
+  TensorView h = b.arena().alloc(gate.shape, DType::bf16);
+  float* amax = zeroed_amax(b);
+  launch_gated(bf(gate), bf(up), rows, cols, act, bf(h), amax, b.stream());
+  launch_quantize_tensor(h.data, false, h.numel(), amax, 0.0f, static_cast<uint8_t*>(q.codes.data),
+                         static_cast<float*>(q.scales.data), b.stream());
+  b.arena().rewind(mark);
+}
+
+void dequantize(Backend& b, const ops::QuantizedActivation& q, const TensorView& out) {
+  const int mode = q.act == ActScaling::token ? 1 : q.act == ActScaling::group ? 2 : 0;
+  launch_dequantize_act(static_cast<const uint8_t*>(q.codes.data), f32(q.scales), mode, q.rows,
+                        q.cols, q.padded_rows, bf(out), b.stream());
+}
+
+// ---- profiling
+
+bool profiling(Backend& b) { return b.profiling(); }
+
+ProfileRange::ProfileRange(Backend& b, const char* name)
+    : b_(b.profiling() ? &b : nullptr), name_(b_ ? name : "") {
+  if (b_) b_->range_begin();
+}
+ProfileRange::ProfileRange(Backend& b, std::string name)
+    : b_(b.profiling() ? &b : nullptr), name_(std::move(name)) {
+  if (b_) b_->range_begin();
+}
+ProfileRange::~ProfileRange() {
+  if (b_) b_->range_end(std::move(name_));
+}
+
+}  // namespace fp8rl::cuda

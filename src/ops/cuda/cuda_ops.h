@@ -1,0 +1,84 @@
+// The CUDA backend of the op interface, on tensor views: what ops.cpp, memory.cpp and
+// device.cpp call when ctx.device is cuda. CUDA-free (the backend is an opaque reference), so
+// the dispatch layer compiles without CUDA headers; defined in ops/cuda/*.cpp.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ops/memory.h"
+#include "ops/ops.h"
+
+namespace fp8rl::cuda {
+
+class Backend;
+
+// ---- devices and memory (cuda_ops.cpp)
+int device_count();
+std::string describe(int ordinal);
+std::string gemm_path(Backend& b, Fp8Scheme scheme);
+void* device_malloc(Backend& b, size_t bytes);
+void device_free(Backend& b, void* p, size_t bytes);
+TensorView arena_alloc(Backend& b, Shape shape, DType dtype);
+size_t arena_mark(Backend& b);
+void arena_rewind(Backend& b, size_t mark);
+void arena_reserve(Backend& b, size_t bytes);
+size_t arena_high_water(Backend& b);
+void copy(Backend& b, const TensorView& src, const TensorView& dst);
+void fill_zero(Backend& b, const TensorView& dst);
+void fill(Backend& b, const TensorView& dst, float value);
+void fill_uniform(Backend& b, const TensorView& dst, uint64_t seed, float bound);
+void synchronize(Backend& b);
+
+// ---- ops (cuda_ops.cpp); operands already checked by ops.cpp
+void embedding(Backend& b, const TensorView& ids, const TensorView& table, float scale,
+               const TensorView& out);
+void rms_norm(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
+              const TensorView& out);
+void rope(Backend& b, const TensorView& x, const TensorView& positions,
+          const TensorView& inv_freq);
+void attention(Backend& b, const TensorView& q, const TensorView& k_cache,
+               const TensorView& v_cache, int64_t first_slot, const ops::AttentionParams& p,
+               const TensorView& out);
+void gated(Backend& b, const TensorView& gate, const TensorView& up, int act,
+           const TensorView& out);
+void add(Backend& b, const TensorView& a, const TensorView& c, const TensorView& out);
+void softcap(Backend& b, const TensorView& x, float cap);
+
+// ---- FP8 activations (cuda_ops.cpp)
+ops::QuantizedActivation alloc_quantized(Backend& b, ActScaling act, int64_t rows, int64_t cols);
+size_t quantized_bytes(ActScaling act, int64_t rows, int64_t cols);
+void quantize(Backend& b, const TensorView& x, const ops::QuantizedActivation& q,
+              float static_scale);
+void rms_norm_quant(Backend& b, const TensorView& x, const TensorView& w, float eps,
+                    bool plus_one, const ops::QuantizedActivation& q);
+void gated_quant(Backend& b, const TensorView& gate, const TensorView& up, int act,
+                 const ops::QuantizedActivation& q);
+void dequantize(Backend& b, const ops::QuantizedActivation& q, const TensorView& out);
+
+// ---- linear layers (linear.cpp)
+void linear(Backend& b, const TensorView& x, const LinearWeight& w, const TensorView& out);
+void linear(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
+            const TensorView& out);
+size_t linear_scratch_bytes(const LinearWeight& w, int64_t m);
+void quantize_weight(Backend& b, const TensorView& w, Fp8Scheme scheme, const TensorView& q,
+                     const TensorView& scales);
+void prepare_linear(Context& ctx, LinearWeight& w, std::vector<DeviceBuffer>& storage);
+double time_gemm(Backend& b, const LinearWeight& w, int64_t m, int iters);
+
+// ---- profiling (cuda_ops.cpp): a range per op while the backend profiles.
+class ProfileRange {
+ public:
+  ProfileRange(Backend& b, const char* name);
+  ProfileRange(Backend& b, std::string name);
+  ~ProfileRange();
+  ProfileRange(const ProfileRange&) = delete;
+  ProfileRange& operator=(const ProfileRange&) = delete;
+
+ private:
+  Backend* b_;  // null when not profiling
+  std::string name_;
+};
+bool profiling(Backend& b);
+
+}  // namespace fp8rl::cuda

@@ -1,0 +1,68 @@
+// GEMMs through cuBLASLt for the linear layers: Y[m,n] = X[m,k] W[n,k]^T, row-major, mapped
+// onto cuBLASLt's column-major TN form (DESIGN.md §4): A = W (k x n, ld k, op T), B = X (k x m,
+// ld k, op N), D = Y (n x m, ld n). bf16 operands, or e4m3 operands with one of the FP8 scaling
+// modes; fp32 accumulation (FP8 fast accumulation off), bf16 or f32 output.
+//
+// One plan (descriptors + the heuristic's algorithm) per shape, created on first use and
+// cached; a fixed workspace, so calls are CUDA-graph capturable once planned.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+namespace fp8rl::cuda {
+
+enum class GemmScale {
+  none,    // bf16 x bf16
+  scalar,  // e4m3, SCALAR_32F both: w_scale[1], x_scale[1]
+  outer,   // e4m3, OUTER_VEC_32F both: w_scale[n], x_scale[m]
+  block,   // e4m3, W BLK128x128_32F [ceil(n/128), roundup(ceil(k/128),4)], X VEC128_32F
+           // [ceil(k/128), m] token-fastest; m and n multiples of 4
+};
+
+struct GemmArgs {
+  GemmScale mode = GemmScale::none;
+  int64_t m = 0, n = 0, k = 0;
+  const void* w = nullptr;
+  const void* x = nullptr;
+  void* y = nullptr;
+  bool y_f32 = false;
+  const float* w_scale = nullptr;
+  const float* x_scale = nullptr;
+};
+
+class Gemm {
+ public:
+  Gemm(cublasLtHandle_t lt, void* workspace, size_t workspace_bytes);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // Whether cuBLASLt has an algorithm for this mode and shape (pointers may be null: the
+  // answer assumes 256-byte aligned operands).
+  bool supported(const GemmArgs& a);
+  // Runs it on `stream`; raises when unsupported.
+  void run(const GemmArgs& a, cudaStream_t stream);
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool ok = false;
+  };
+  // mode, m, n, k, f32 out, alignment of w, x, y (bytes, up to 256)
+  using Key = std::tuple<int, int64_t, int64_t, int64_t, bool, int, int, int>;
+  Plan& plan(const GemmArgs& a);
+
+  cublasLtHandle_t lt_;
+  void* workspace_;
+  size_t workspace_bytes_;
+  std::map<Key, Plan> plans_;
+};
+
+}  // namespace fp8rl::cuda

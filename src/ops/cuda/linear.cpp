@@ -1,0 +1,264 @@
+// Linear layers on CUDA: pick the GEMM that computes the FP8 recipe exactly for this weight's
+// scheme and the activation's scaling, quantize the input if it is not already, run cuBLASLt,
+// add the bias.
+//
+//   weights  activations      GEMM
+//   tensor   tensor / static  SCALAR_32F x SCALAR_32F
+//   tensor   token            OUTER_VEC_32F, the weight scale broadcast to [N] at load time
+//   row      token            OUTER_VEC_32F x OUTER_VEC_32F
+//   row      tensor / static  OUTER_VEC_32F, the activation scale broadcast to [M] per call
+//   block    group            BLK128x128_32F x VEC128_32F, tokens padded to a multiple of 4
+//   anything else, a device without that mode, or K, N not multiples of 16: both operands
+//   dequantized to bf16 and a bf16 GEMM (same values up to bf16 rounding of the products).
+#include <cstring>
+
+#include "ops/cuda/backend.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/gemm.h"
+#include "ops/cuda/kernels.h"
+#include "quant/fp8.h"
+
+namespace fp8rl::cuda {
+
+namespace {
+
+int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
+int scheme_code(Fp8Scheme s) { return s == Fp8Scheme::tensor ? 1 : s == Fp8Scheme::row ? 2 : 3; }
+
+enum class Path { bf16, scalar, outer, outer_broadcast_x, block, dequantized };
+
+Path choose_path(Backend& b, const LinearWeight& w, ActScaling act) {
+  if (!w.is_fp8()) return Path::bf16;
+  const Capabilities& c = b.caps();
+  const int64_t n = w.out_features(), k = w.in_features();
+  if (k % 16 != 0 || n % 16 != 0) return Path::dequantized;  // FP8 tensor-core alignment
+  const bool per_tensor_act = act == ActScaling::tensor || act == ActScaling::static_tensor;
+  switch (w.scheme) {
+    case Fp8Scheme::tensor:
+      if (per_tensor_act && c.fp8_tensor) return Path::scalar;
+      if (act == ActScaling::token && c.fp8_outer) return Path::outer;
+      break;
+    case Fp8Scheme::row:
+      if (act == ActScaling::token && c.fp8_outer) return Path::outer;
+      if (per_tensor_act && c.fp8_outer) return Path::outer_broadcast_x;
+      break;
+    case Fp8Scheme::block:
+      if (act == ActScaling::group && c.fp8_block) return Path::block;
+      break;
+    case Fp8Scheme::off:
+      break;
+  }
+  return Path::dequantized;
+}
+
+void add_bias(Backend& b, const LinearWeight& w, const TensorView& out) {
+  if (w.bias.empty()) return;
+  launch_add_bias(out.data, out.dtype == DType::f32, static_cast<const float*>(w.bias.data),
+                  out.dim(0), out.dim(1), b.stream());
+}
+
+GemmArgs bf16_args(const TensorView& x, const void* w, const TensorView& out, int64_t n) {
+  GemmArgs g;
+  g.mode = GemmScale::none;
+  g.m = x.dim(0);
+  g.n = n;
+  g.k = x.dim(1);
+  g.w = w;
+  g.x = x.data;
+  g.y = out.data;
+  g.y_f32 = out.dtype == DType::f32;
+  return g;
+}
+
+// W dequantized to bf16 [N,K] in the arena (the caller's scope).
+TensorView dequantized_weight(Backend& b, const LinearWeight& w) {
+  TensorView wd = b.arena().alloc(w.weight.shape, DType::bf16);
+  launch_dequantize_weight(static_cast<const uint8_t*>(w.weight.data),
+                           static_cast<const float*>(w.scales.data), scheme_code(w.scheme),
+                           w.out_features(), w.in_features(), static_cast<bf16*>(wd.data),
+                           b.stream());
+  return wd;
+}
+
+// The GEMM arguments of an FP8 path for a quantized input; may allocate from the arena.
+GemmArgs fp8_args(Backend& b, Path path, const ops::QuantizedActivation& x, const LinearWeight& w,
+                  void* y, bool y_f32) {
+  GemmArgs g;
+  g.m = path == Path::block ? x.padded_rows : x.rows;
+  g.n = w.out_features();
+  g.k = w.in_features();
+  g.w = w.weight.data;
+  g.x = x.codes.data;
+  g.y = y;
+  g.y_f32 = y_f32;
+  g.w_scale = static_cast<const float*>(w.gemm_scales.data);
+  g.x_scale = static_cast<const float*>(x.scales.data);
+  switch (path) {
+    case Path::scalar:
+      g.mode = GemmScale::scalar;
+      break;
+    case Path::outer:
+      g.mode = GemmScale::outer;
+      break;
+    case Path::outer_broadcast_x: {
+      g.mode = GemmScale::outer;
+      TensorView v = b.arena().alloc({x.rows}, DType::f32);
+      launch_broadcast(static_cast<const float*>(x.scales.data), static_cast<float*>(v.data), x.rows,
+                       b.stream());
+      g.x_scale = static_cast<const float*>(v.data);
+      break;
+    }
+    case Path::block:
+      g.mode = GemmScale::block;
+      break;
+    default:
+      RAISE("fp8_args: not an FP8 GEMM path");
+  }
+  return g;
+}
+
+void run_quantized(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
+                   const TensorView& out) {
+  const size_t mark = b.arena().mark();
+  const bool y_f32 = out.dtype == DType::f32;
+  Path path = choose_path(b, w, x.act);
+  // Block scaling runs on the padded token count; the pad rows' outputs land in scratch.
+  const bool padded = path == Path::block && x.padded_rows != x.rows;
+  TensorView y = padded ? b.arena().alloc({x.padded_rows, out.dim(1)}, out.dtype) : out;
+  GemmArgs g;
+  if (path != Path::dequantized) {
+    g = fp8_args(b, path, x, w, y.data, y_f32);
+    if (!b.gemm().supported(g)) path = Path::dequantized;  // e.g. a shape cuBLASLt rejects
+  }
+  if (path == Path::dequantized) {
+    TensorView xd = b.arena().alloc({x.rows, x.cols}, DType::bf16);
+    dequantize(b, x, xd);
+    TensorView wd = dequantized_weight(b, w);
+    b.gemm().run(bf16_args(xd, wd.data, out, w.out_features()), b.stream());
+  } else {
+    b.gemm().run(g, b.stream());
+    if (padded)
+      CUDA_CHECK(cudaMemcpyAsync(out.data, y.data, out.nbytes(), cudaMemcpyDeviceToDevice,
+                                 b.stream()));
+  }
+  add_bias(b, w, out);
+  b.arena().rewind(mark);
+}
+
+}  // namespace
+
+void linear(Backend& b, const TensorView& x, const LinearWeight& w, const TensorView& out) {
+  if (!w.is_fp8()) {
+    CHECK(w.weight.dtype == DType::bf16, "CUDA linear: unquantized weights must be bf16 on the "
+                                         "device (Model::to_device converts them)");
+    b.gemm().run(bf16_args(x, w.weight.data, out, w.out_features()), b.stream());
+    add_bias(b, w, out);
+    return;
+  }
+  const size_t mark = b.arena().mark();
+  if (w.act == ActScaling::none) {  // weight-only FP8: the activations stay bf16
+    TensorView wd = dequantized_weight(b, w);
+    b.gemm().run(bf16_args(x, wd.data, out, w.out_features()), b.stream());
+    add_bias(b, w, out);
+  } else {
+    const ops::QuantizedActivation q = alloc_quantized(b, w.act, x.dim(0), x.dim(1));
+    quantize(b, x, q, w.input_scale);
+    run_quantized(b, q, w, out);
+  }
+  b.arena().rewind(mark);
+}
+
+void linear(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
+            const TensorView& out) {
+  run_quantized(b, x, w, out);
+}
+
+size_t linear_scratch_bytes(const LinearWeight& w, int64_t m) {
+  const int64_t n = w.out_features(), k = w.in_features();
+  if (!w.is_fp8()) return 0;
+  size_t bytes = aligned(size_t(n * k) * 2);  // dequantized weight (fallback, weight-only)
+  if (w.act != ActScaling::none) {
+    bytes += quantized_bytes(w.act, m, k) + 256;           // codes, scales, amax
+    bytes += aligned(size_t(m) * 4);                       // broadcast activation scale
+    bytes += aligned(size_t(round_up(m, 4) * n) * 4);      // padded output
+    bytes += aligned(size_t(m * k) * 2);                   // dequantized activation (fallback)
+  }
+  return bytes;
+}
+
+void quantize_weight(Backend& b, const TensorView& w, Fp8Scheme scheme, const TensorView& q,
+                     const TensorView& scales) {
+  const size_t mark = b.arena().mark();
+  float* amax = nullptr;
+  if (scheme == Fp8Scheme::tensor) {
+    TensorView a = b.arena().alloc({1}, DType::f32);
+    CUDA_CHECK(cudaMemsetAsync(a.data, 0, sizeof(float), b.stream()));
+    amax = static_cast<float*>(a.data);
+  }
+  launch_quantize_weight(static_cast<const bf16*>(w.data), w.dim(0), w.dim(1), scheme_code(scheme),
+                         static_cast<uint8_t*>(q.data), static_cast<float*>(scales.data), amax,
+                         b.stream());
+  b.arena().rewind(mark);
+}
+
+void prepare_linear(Context& ctx, LinearWeight& w, std::vector<DeviceBuffer>& storage) {
+  Backend& b = *ctx.cuda;
+  w.gemm_scales = w.scales;
+  if (!w.is_fp8()) return;
+  const int64_t n = w.out_features(), k = w.in_features();
+  if (w.scheme == Fp8Scheme::block) {
+    const int64_t nb = (n + 127) / 128, kb = (k + 127) / 128, ld = round_up(kb, 4);
+    if (ld != kb) {  // cuBLASLt's K-major block scales need a leading dimension % 4 == 0
+      storage.emplace_back(ctx, size_t(nb * ld) * 4);
+      w.gemm_scales = storage.back().view({nb, ld}, DType::f32);
+      launch_repack_block_scales(static_cast<const float*>(w.scales.data), nb, kb, ld,
+                                 static_cast<float*>(w.gemm_scales.data), b.stream());
+    }
+  } else if (w.scheme == Fp8Scheme::tensor && w.act == ActScaling::token) {
+    storage.emplace_back(ctx, size_t(n) * 4);
+    w.gemm_scales = storage.back().view({n}, DType::f32);
+    launch_broadcast(static_cast<const float*>(w.scales.data),
+                     static_cast<float*>(w.gemm_scales.data), n, b.stream());
+  }
+}
+
+double time_gemm(Backend& b, const LinearWeight& w, int64_t m, int iters) {
+  const size_t mark = b.arena().mark();
+  const int64_t n = w.out_features(), k = w.in_features();
+  TensorView x = b.arena().alloc({m, k}, DType::bf16);
+  launch_fill_uniform_bf16(static_cast<bf16*>(x.data), m * k, 7, 1.0f, b.stream());
+  TensorView y = b.arena().alloc({round_up(m, 4), n}, DType::bf16);
+  GemmArgs g;
+  Path path = w.is_fp8() && w.act != ActScaling::none ? choose_path(b, w, w.act) : Path::bf16;
+  ops::QuantizedActivation q;
+  if (w.is_fp8() && w.act != ActScaling::none) {
+    q = alloc_quantized(b, w.act, m, k);
+    quantize(b, x, q, w.input_scale > 0 ? w.input_scale : 1.0f);
+  }
+  if (path != Path::bf16 && path != Path::dequantized) {
+    g = fp8_args(b, path, q, w, y.data, false);
+    if (!b.gemm().supported(g)) path = Path::dequantized;
+  }
+  if (path == Path::bf16 || path == Path::dequantized) {
+    const void* wd = w.weight.data;
+    if (w.is_fp8()) wd = dequantized_weight(b, w).data;
+    g = bf16_args(x, wd, y, n);
+  }
+  for (int i = 0; i < 3; ++i) b.gemm().run(g, b.stream());  // warm-up (plans the algorithm)
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  CUDA_CHECK(cudaEventRecord(e0, b.stream()));
+  for (int i = 0; i < iters; ++i) b.gemm().run(g, b.stream());
+  CUDA_CHECK(cudaEventRecord(e1, b.stream()));
+  CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  b.arena().rewind(mark);
+  return double(ms) / std::max(iters, 1);
+}
+
+}  // namespace fp8rl::cuda

@@ -1,0 +1,79 @@
+#include "ops/device.h"
+
+#include "core/check.h"
+#if FP8RL_HAVE_CUDA
+#include "ops/cuda/backend.h"
+#include "ops/cuda/cuda_ops.h"
+#endif
+
+namespace fp8rl {
+
+#if FP8RL_HAVE_CUDA
+
+int CudaDevice::count() { return cuda::device_count(); }
+bool CudaDevice::built() { return true; }
+std::string CudaDevice::describe(int ordinal) {
+  CHECK(ordinal >= 0 && ordinal < count(), "no CUDA device {} ({} visible)", ordinal, count());
+  return cuda::describe(ordinal);
+}
+
+CudaDevice::CudaDevice(const CudaDeviceOptions& options) {
+  CHECK(count() > 0, "no CUDA device is visible");
+  backend_ = std::make_unique<cuda::Backend>(options);
+}
+CudaDevice::~CudaDevice() = default;
+
+Context CudaDevice::context() {
+  Context ctx;
+  ctx.device = Device::cuda;
+  ctx.cuda = backend_.get();
+  return ctx;
+}
+
+void CudaDevice::synchronize() { cuda::synchronize(*backend_); }
+std::string CudaDevice::name() const { return backend_->caps().name; }
+std::string CudaDevice::gemm_path(Fp8Scheme scheme) const {
+  return cuda::gemm_path(*backend_, scheme);
+}
+void CudaDevice::set_profiling(bool on) { backend_->set_profiling(on); }
+std::vector<OpTime> CudaDevice::profile() { return backend_->collect_profile(); }
+void CudaDevice::reset_profile() { backend_->reset_profile(); }
+double CudaDevice::time_gemm(const LinearWeight& w, int64_t m, int iters) {
+  return cuda::time_gemm(*backend_, w, m, iters);
+}
+size_t CudaDevice::arena_high_water() const { return backend_->arena().high_water(); }
+size_t CudaDevice::memory_used() const {
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return total_b - free_b;
+}
+size_t CudaDevice::memory_total() const { return backend_->caps().memory; }
+size_t CudaDevice::peak_allocated() const { return backend_->peak_allocated(); }
+
+#else  // a build without nvcc: the type exists, nothing can be opened
+
+namespace {
+[[noreturn]] void no_cuda() { RAISE("this build has no CUDA backend (built without nvcc)"); }
+}  // namespace
+
+int CudaDevice::count() { return 0; }
+bool CudaDevice::built() { return false; }
+std::string CudaDevice::describe(int) { no_cuda(); }
+CudaDevice::CudaDevice(const CudaDeviceOptions&) { no_cuda(); }
+CudaDevice::~CudaDevice() = default;
+Context CudaDevice::context() { no_cuda(); }
+void CudaDevice::synchronize() { no_cuda(); }
+std::string CudaDevice::name() const { no_cuda(); }
+std::string CudaDevice::gemm_path(Fp8Scheme) const { no_cuda(); }
+void CudaDevice::set_profiling(bool) { no_cuda(); }
+std::vector<OpTime> CudaDevice::profile() { no_cuda(); }
+void CudaDevice::reset_profile() { no_cuda(); }
+double CudaDevice::time_gemm(const LinearWeight&, int64_t, int) { no_cuda(); }
+size_t CudaDevice::arena_high_water() const { no_cuda(); }
+size_t CudaDevice::memory_used() const { no_cuda(); }
+size_t CudaDevice::memory_total() const { no_cuda(); }
+size_t CudaDevice::peak_allocated() const { no_cuda(); }
+
+#endif
+
+}  // namespace fp8rl

@@ -1,0 +1,184 @@
+#include "ops/memory.h"
+
+#include <cstring>
+
+#include "core/dtype.h"
+#include "core/parallel.h"
+#include "ops/uniform_hash.h"
+#if FP8RL_HAVE_CUDA
+#include "ops/cuda/cuda_ops.h"
+#endif
+
+namespace fp8rl {
+
+namespace {
+[[noreturn, maybe_unused]] void no_cuda() { RAISE("this build has no CUDA backend (built without nvcc)"); }
+}  // namespace
+
+DeviceBuffer::DeviceBuffer(const Context& ctx, size_t bytes) : size_(bytes), device_(ctx.device) {
+  if (device_ == Device::cpu) {
+    data_ = aligned_alloc_bytes(bytes);
+    return;
+  }
+#if FP8RL_HAVE_CUDA
+  CHECK(ctx.cuda != nullptr, "CUDA context without a backend");
+  backend_ = ctx.cuda;
+  data_ = cuda::device_malloc(*backend_, bytes);
+#else
+  no_cuda();
+#endif
+}
+
+DeviceBuffer::~DeviceBuffer() { release(); }
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
+    : data_(o.data_), size_(o.size_), device_(o.device_), backend_(o.backend_) {
+  o.data_ = nullptr;
+  o.size_ = 0;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    release();
+    data_ = o.data_;
+    size_ = o.size_;
+    device_ = o.device_;
+    backend_ = o.backend_;
+    o.data_ = nullptr;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+void DeviceBuffer::release() {
+  if (data_ == nullptr) return;
+  if (device_ == Device::cpu) {
+    aligned_free(data_);
+  } else {
+#if FP8RL_HAVE_CUDA
+    cuda::device_free(*backend_, data_, size_);
+#endif
+  }
+  data_ = nullptr;
+  size_ = 0;
+}
+
+TensorView DeviceBuffer::view(Shape shape, DType dtype, size_t offset) const {
+  CHECK(offset + size_t(shape.numel()) * dtype_size(dtype) <= size_,
+        "DeviceBuffer view {} {} at {} exceeds its {} bytes", dtype_name(dtype), shape.str(),
+        offset, size_);
+  return TensorView(static_cast<char*>(data_) + offset, dtype, shape, device_);
+}
+
+}  // namespace fp8rl
+
+namespace fp8rl::ops {
+
+namespace {
+Arena& host_arena(Context& ctx) {
+  CHECK(ctx.scratch != nullptr, "Context has no scratch arena");
+  return *ctx.scratch;
+}
+#if FP8RL_HAVE_CUDA
+cuda::Backend& backend(const Context& ctx) {
+  CHECK(ctx.cuda != nullptr, "CUDA context without a backend");
+  return *ctx.cuda;
+}
+#endif
+}  // namespace
+
+#if FP8RL_HAVE_CUDA
+#define FP8RL_ON_CUDA(ctx, expr) \
+  if ((ctx).device == Device::cuda) return expr
+#else
+#define FP8RL_ON_CUDA(ctx, expr) \
+  if ((ctx).device == Device::cuda) no_cuda()
+#endif
+
+TensorView scratch_alloc(Context& ctx, Shape shape, DType dtype) {
+  FP8RL_ON_CUDA(ctx, cuda::arena_alloc(backend(ctx), shape, dtype));
+  return host_arena(ctx).alloc(shape, dtype);
+}
+
+size_t scratch_mark(const Context& ctx) {
+  FP8RL_ON_CUDA(ctx, cuda::arena_mark(backend(ctx)));
+  CHECK(ctx.scratch != nullptr, "Context has no scratch arena");
+  return ctx.scratch->mark();
+}
+
+void scratch_rewind(Context& ctx, size_t mark) {
+  FP8RL_ON_CUDA(ctx, cuda::arena_rewind(backend(ctx), mark));
+  host_arena(ctx).rewind(mark);
+}
+
+void scratch_reserve(Context& ctx, size_t bytes) {
+  FP8RL_ON_CUDA(ctx, cuda::arena_reserve(backend(ctx), bytes));
+  Arena& a = host_arena(ctx);
+  if (a.mark() == 0) a.reserve(bytes);
+}
+
+size_t scratch_high_water(const Context& ctx) {
+  FP8RL_ON_CUDA(ctx, cuda::arena_high_water(backend(ctx)));
+  CHECK(ctx.scratch != nullptr, "Context has no scratch arena");
+  return ctx.scratch->high_water();
+}
+
+void copy(Context& ctx, const TensorView& src, const TensorView& dst) {
+  CHECK(src.dtype == dst.dtype && src.numel() == dst.numel() && src.is_contiguous() &&
+            dst.is_contiguous(),
+        "copy: {} {} -> {} {}: needs the same dtype and size, contiguous", dtype_name(src.dtype),
+        src.shape.str(), dtype_name(dst.dtype), dst.shape.str());
+  CHECK((src.device == Device::cpu || src.device == ctx.device) &&
+            (dst.device == Device::cpu || dst.device == ctx.device),
+        "copy between {} and {} with a {} context", device_name(src.device),
+        device_name(dst.device), device_name(ctx.device));
+  if (src.device == Device::cpu && dst.device == Device::cpu) {
+    if (src.nbytes() > 0) std::memmove(dst.data, src.data, src.nbytes());
+    return;
+  }
+#if FP8RL_HAVE_CUDA
+  cuda::copy(backend(ctx), src, dst);
+#else
+  no_cuda();
+#endif
+}
+
+void fill_zero(Context& ctx, const TensorView& dst) {
+  CHECK(dst.is_contiguous() && dst.device == ctx.device, "fill_zero: contiguous {} tensor",
+        device_name(ctx.device));
+  FP8RL_ON_CUDA(ctx, cuda::fill_zero(backend(ctx), dst));
+  if (dst.nbytes() > 0) std::memset(dst.data, 0, dst.nbytes());
+}
+
+void fill(Context& ctx, const TensorView& dst, float value) {
+  CHECK(dst.is_contiguous() && dst.device == ctx.device &&
+            (dst.dtype == DType::f32 || dst.dtype == DType::bf16),
+        "fill: contiguous f32/bf16 tensor on {}", device_name(ctx.device));
+  FP8RL_ON_CUDA(ctx, cuda::fill(backend(ctx), dst, value));
+  for (int64_t i = 0; i < dst.numel(); ++i) {
+    if (dst.dtype == DType::f32)
+      dst.ptr<float>()[i] = value;
+    else
+      dst.ptr<uint16_t>()[i] = f32_to_bf16(value);
+  }
+}
+
+void fill_uniform(Context& ctx, const TensorView& dst, uint64_t seed, float bound) {
+  CHECK(dst.is_contiguous() && dst.device == ctx.device &&
+            (dst.dtype == DType::f32 || dst.dtype == DType::bf16),
+        "fill_uniform: contiguous f32/bf16 tensor on {}", device_name(ctx.device));
+  FP8RL_ON_CUDA(ctx, cuda::fill_uniform(backend(ctx), dst, seed, bound));
+  parallel_for(0, dst.numel(), [&](int64_t i) {
+    const float v = uniform_hash(seed, uint64_t(i), bound);
+    if (dst.dtype == DType::f32)
+      dst.ptr<float>()[i] = v;
+    else
+      dst.ptr<uint16_t>()[i] = f32_to_bf16(v);
+  });
+}
+
+void synchronize(Context& ctx) {
+  FP8RL_ON_CUDA(ctx, cuda::synchronize(backend(ctx)));
+}
+
+}  // namespace fp8rl::ops
