@@ -3,7 +3,11 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
+
 #include "core/check.h"
+#include "tokenizer/unicode.h"
+#include "tokenizer/unicode_properties.h"
 
 namespace fp8rl::tok {
 
@@ -14,6 +18,80 @@ constexpr std::string_view kWhiteSpaceClass =
     R"(\t-\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
 constexpr std::string_view kWordClass = R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D})";
 constexpr std::string_view kHexClass = "0-9a-fA-F";
+
+// Property names compare as Oniguruma compares them: case, spaces, '_' and '-' ignored.
+std::string loose_name(std::string_view name) {
+  std::string out;
+  for (char c : name) {
+    if (c == '_' || c == ' ' || c == '-') continue;
+    out += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  }
+  return out;
+}
+
+// The ranges Unicode 16.0 adds to a property PCRE2 knows at Unicode 14.0 ("" when none).
+std::string property_additions(std::string_view name) {
+  static constexpr std::pair<std::string_view, std::string_view> kLongNames[] = {
+      {"letter", "L"},
+      {"uppercaseletter", "Lu"},
+      {"lowercaseletter", "Ll"},
+      {"titlecaseletter", "Lt"},
+      {"modifierletter", "Lm"},
+      {"otherletter", "Lo"},
+      {"mark", "M"},
+      {"nonspacingmark", "Mn"},
+      {"spacingmark", "Mc"},
+      {"enclosingmark", "Me"},
+      {"number", "N"},
+      {"decimalnumber", "Nd"},
+      {"letternumber", "Nl"},
+      {"othernumber", "No"},
+      {"punctuation", "P"},
+      {"connectorpunctuation", "Pc"},
+      {"dashpunctuation", "Pd"},
+      {"openpunctuation", "Ps"},
+      {"closepunctuation", "Pe"},
+      {"initialpunctuation", "Pi"},
+      {"finalpunctuation", "Pf"},
+      {"otherpunctuation", "Po"},
+      {"symbol", "S"},
+      {"mathsymbol", "Sm"},
+      {"currencysymbol", "Sc"},
+      {"modifiersymbol", "Sk"},
+      {"othersymbol", "So"}};
+  std::string key = loose_name(name);
+  for (const auto& [long_name, short_name] : kLongNames) {
+    if (key == long_name) key = loose_name(short_name);
+  }
+  for (const PropertyAddition& a : unicode_property_additions()) {
+    if (loose_name(a.name) != key) continue;
+    std::string out;
+    for (const PropertyRange& r : a.ranges) {
+      out += fmt::format("\\x{{{:X}}}", static_cast<uint32_t>(r.first));
+      if (r.last != r.first) out += fmt::format("-\\x{{{:X}}}", static_cast<uint32_t>(r.last));
+    }
+    return out;
+  }
+  return {};
+}
+
+// Whether valid UTF-8 text holds a character PCRE2 does not know but Unicode 16.0 assigns.
+bool has_newer_assigned(std::string_view text) {
+  const auto newer = unicode_newer_assigned();
+  const char32_t lowest = newer.front().first;
+  for (size_t i = 0; i < text.size();) {
+    if (static_cast<uint8_t>(text[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    const char32_t cp = next_code_point(text, i);
+    if (cp < lowest) continue;
+    auto it = std::upper_bound(newer.begin(), newer.end(), cp,
+                               [](char32_t c, const PropertyRange& r) { return c < r.first; });
+    if (it != newer.begin() && cp <= std::prev(it)->last) return true;
+  }
+  return false;
+}
 
 std::string pcre2_message(int code) {
   PCRE2_UCHAR buffer[256];
@@ -28,7 +106,7 @@ struct Regex::Compiled {
   ~Compiled() { pcre2_code_free(code); }
 };
 
-std::string translate_oniguruma_pattern(std::string_view p) {
+std::string translate_oniguruma_pattern(std::string_view p, bool unicode16) {
   std::string out;
   out.reserve(p.size() + 64);
   bool in_class = false;
@@ -60,6 +138,38 @@ std::string translate_oniguruma_pattern(std::string_view p) {
           body = kHexClass;
           negated = true;
           break;
+        case 'p':
+        case 'P': {
+          // \p{Name}, \p{^Name}, \P{Name}, \pL
+          std::string_view name;
+          size_t end = i;
+          if (i + 1 < p.size() && p[i + 1] == '{') {
+            const size_t close = p.find('}', i + 2);
+            CHECK(close != std::string_view::npos, "regex '{}': unterminated \\{}{{", p, e);
+            name = p.substr(i + 2, close - i - 2);
+            end = close;
+          } else {
+            CHECK(i + 1 < p.size(), "regex '{}': \\{} needs a property name", p, e);
+            name = p.substr(i + 1, 1);
+            end = i + 1;
+          }
+          const std::string_view original = p.substr(i - 1, end - i + 2);
+          i = end;
+          const bool negated = e == 'P' || name.starts_with('^');
+          if (name.starts_with('^')) name.remove_prefix(1);
+          const std::string extra = unicode16 ? property_additions(name) : std::string();
+          const std::string positive = fmt::format("\\p{{{}}}", name);
+          if (extra.empty() || (in_class && negated)) {
+            // Nothing to add, or a negated property inside a class, which a list cannot express
+            // (PCRE2's own set then applies).
+            out += original;
+          } else if (in_class) {
+            out += positive + extra;
+          } else {
+            out += (negated ? "[^" : "[") + positive + extra + "]";
+          }
+          continue;
+        }
         case 'u': {
           const std::string_view hex = p.substr(i + 1, 4);
           CHECK(hex.size() == 4 &&
@@ -117,49 +227,8 @@ std::string translate_oniguruma_pattern(std::string_view p) {
   return out;
 }
 
-Regex::Regex(std::string pattern, std::unique_ptr<Compiled> compiled)
-    : pattern_(std::move(pattern)), compiled_(std::move(compiled)) {}
-Regex::Regex(Regex&&) noexcept = default;
-Regex& Regex::operator=(Regex&&) noexcept = default;
-Regex::~Regex() = default;
-
 namespace {
-std::unique_ptr<Regex::Compiled> compile(std::string_view source, std::string_view shown,
-                                         uint32_t extra_options);
-}
 
-Regex Regex::from_oniguruma(std::string_view pattern) {
-  const std::string translated = translate_oniguruma_pattern(pattern);
-  return Regex(std::string(pattern), compile(translated, pattern, 0));
-}
-
-Regex Regex::literal(std::string_view text) {
-  return Regex(std::string(text), compile(text, text, PCRE2_LITERAL));
-}
-
-// Match data lives per for_each_match call, not in the Regex: a Regex stays immutable and can
-// be shared by threads.
-Regex::Scratch::Scratch() : data(pcre2_match_data_create(1, nullptr)) {
-  CHECK(data != nullptr, "out of memory creating PCRE2 match data");
-}
-Regex::Scratch::~Scratch() {
-  pcre2_match_data_free(static_cast<pcre2_match_data*>(data));
-}
-
-bool Regex::find(std::string_view text, size_t from, Scratch& scratch, size_t& begin,
-                 size_t& end) const {
-  auto* md = static_cast<pcre2_match_data*>(scratch.data);
-  const int rc = pcre2_match(compiled_->code, reinterpret_cast<PCRE2_SPTR>(text.data()),
-                             text.size(), from, PCRE2_NO_UTF_CHECK, md, nullptr);
-  if (rc == PCRE2_ERROR_NOMATCH) return false;
-  CHECK(rc >= 0, "regex '{}' failed to match: {}", pattern_, pcre2_message(rc));
-  const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-  begin = ov[0];
-  end = ov[1];
-  return true;
-}
-
-namespace {
 std::unique_ptr<Regex::Compiled> compile(std::string_view source, std::string_view shown,
                                          uint32_t extra_options) {
   int error = 0;
@@ -176,6 +245,53 @@ std::unique_ptr<Regex::Compiled> compile(std::string_view source, std::string_vi
   pcre2_jit_compile(compiled->code, PCRE2_JIT_COMPLETE);
   return compiled;
 }
+
 }  // namespace
+
+Regex::Regex(std::string pattern, std::unique_ptr<Compiled> compiled,
+             std::unique_ptr<Compiled> extended)
+    : pattern_(std::move(pattern)),
+      compiled_(std::move(compiled)),
+      extended_(std::move(extended)) {}
+Regex::Regex(Regex&&) noexcept = default;
+Regex& Regex::operator=(Regex&&) noexcept = default;
+Regex::~Regex() = default;
+
+Regex Regex::from_oniguruma(std::string_view pattern) {
+  const std::string plain = translate_oniguruma_pattern(pattern, /*unicode16=*/false);
+  const std::string extended = translate_oniguruma_pattern(pattern, /*unicode16=*/true);
+  return Regex(std::string(pattern), compile(plain, pattern, 0),
+               extended == plain ? nullptr : compile(extended, pattern, 0));
+}
+
+Regex Regex::literal(std::string_view text) {
+  return Regex(std::string(text), compile(text, text, PCRE2_LITERAL), nullptr);
+}
+
+const Regex::Compiled& Regex::choose(std::string_view text) const {
+  return extended_ && has_newer_assigned(text) ? *extended_ : *compiled_;
+}
+
+// Match data lives per for_each_match call, not in the Regex: a Regex stays immutable and can
+// be shared by threads.
+Regex::Scratch::Scratch() : data(pcre2_match_data_create(1, nullptr)) {
+  CHECK(data != nullptr, "out of memory creating PCRE2 match data");
+}
+Regex::Scratch::~Scratch() {
+  pcre2_match_data_free(static_cast<pcre2_match_data*>(data));
+}
+
+bool Regex::find(const Compiled& code, std::string_view text, size_t from, Scratch& scratch,
+                 size_t& begin, size_t& end) const {
+  auto* md = static_cast<pcre2_match_data*>(scratch.data);
+  const int rc = pcre2_match(code.code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(),
+                             from, PCRE2_NO_UTF_CHECK, md, nullptr);
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  CHECK(rc >= 0, "regex '{}' failed to match: {}", pattern_, pcre2_message(rc));
+  const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+  begin = ov[0];
+  end = ov[1];
+  return true;
+}
 
 }  // namespace fp8rl::tok

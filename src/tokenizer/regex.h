@@ -4,7 +4,10 @@
 // (UTF + Unicode properties, JIT) after translating the few constructs whose meaning differs:
 // \s and \S are rewritten to Unicode White_Space (Oniguruma's set; PCRE2 adds U+180E),
 // \w/\W to Oniguruma's Word (Alphabetic, marks, decimal digits, connector punctuation, joiners),
-// \h/\H to hexadecimal digits, and \uHHHH to \x{HHHH}.
+// \h/\H to hexadecimal digits, \uHHHH to \x{HHHH}, and \p{...} gets the characters Unicode
+// 16.0 (Oniguruma's) adds over PCRE2's Unicode 14.0. Those additions slow matching down, so
+// each pattern is compiled twice and the extended one runs only on text that holds a
+// character assigned after Unicode 14.0.
 #pragma once
 
 #include <memory>
@@ -45,25 +48,32 @@ class Regex {
     void* data;
   };
 
-  Regex(std::string pattern, std::unique_ptr<Compiled> compiled);
+  Regex(std::string pattern, std::unique_ptr<Compiled> compiled,
+        std::unique_ptr<Compiled> extended);
+  // The compiled pattern to run on `text`.
+  const Compiled& choose(std::string_view text) const;
   // Finds the first match at or after `from`; false when none.
-  bool find(std::string_view text, size_t from, Scratch& scratch, size_t& begin, size_t& end) const;
+  bool find(const Compiled& code, std::string_view text, size_t from, Scratch& scratch,
+            size_t& begin, size_t& end) const;
 
   std::string pattern_;
-  std::unique_ptr<Compiled> compiled_;
+  std::unique_ptr<Compiled> compiled_;  // PCRE2's own Unicode data
+  std::unique_ptr<Compiled> extended_;  // with the Unicode 16.0 additions; null when none
 };
 
-// Exposed for tests: the PCRE2 pattern an Oniguruma pattern is translated to.
-std::string translate_oniguruma_pattern(std::string_view pattern);
+// Exposed for tests: the PCRE2 pattern an Oniguruma pattern is translated to, with or without
+// the Unicode 16.0 additions to \p{...}.
+std::string translate_oniguruma_pattern(std::string_view pattern, bool unicode16 = true);
 
 template <typename OnMatch>
 void Regex::for_each_match(std::string_view text, OnMatch&& on_match) const {
   Scratch scratch;
+  const Compiled& code = choose(text);
   size_t from = 0;
   size_t last_match_end = std::string_view::npos;
   while (from <= text.size()) {
     size_t begin, end;
-    if (!find(text, from, scratch, begin, end)) return;
+    if (!find(code, text, from, scratch, begin, end)) return;
     if (begin == end && end == last_match_end) {
       if (from >= text.size()) return;
       const auto lead = static_cast<unsigned char>(text[from]);

