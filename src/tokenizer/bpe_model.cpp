@@ -6,6 +6,10 @@
 
 namespace fp8rl::tok {
 
+namespace {
+constexpr size_t kMaxCachedWordBytes = 256;
+}  // namespace
+
 BpeModel BpeModel::from_json(TokenizerJson& file) {
   const std::string where = "model";
   const Json& model = json_at(file.root, "model", "tokenizer.json");
@@ -111,6 +115,8 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& ids,
   }
   const size_t first = ids.size();
   merge_symbols(word, ids, scratch);
+  // Long words (whole lines for tokenizers without a pre-tokenizer) rarely repeat.
+  if (word.size() > kMaxCachedWordBytes) return;
   const auto offset = static_cast<uint32_t>(scratch.cached_ids.size());
   scratch.cached_ids.insert(scratch.cached_ids.end(), ids.begin() + first, ids.end());
   scratch.cache.emplace(std::string(word),

@@ -113,7 +113,7 @@ void read_generation_config(const Json& j, TokenizerConfig& c) {
 }
 
 void set_template(TokenizerConfig& c, std::string name, std::string source) {
-  for (ChatTemplate& t : c.chat_templates) {
+  for (NamedChatTemplate& t : c.chat_templates) {
     if (t.name == name) {
       t.source = std::move(source);
       return;
@@ -140,12 +140,14 @@ TokenizerConfig TokenizerConfig::from_json_text(std::string_view tokenizer_confi
   return c;
 }
 
-TokenizerConfig TokenizerConfig::load(const std::filesystem::path& model_dir) {
-  CHECK(std::filesystem::is_directory(model_dir), "{} is not a model directory",
-        model_dir.string());
+TokenizerConfig TokenizerConfig::load(const std::filesystem::path& path) {
+  const std::filesystem::path model_dir =
+      std::filesystem::is_regular_file(path) ? path.parent_path() : path;
+  CHECK(std::filesystem::is_directory(model_dir),
+        "{} is neither a model directory nor a tokenizer_config.json", path.string());
   auto optional_text = [&](const char* name) {
-    const auto path = model_dir / name;
-    return std::filesystem::is_regular_file(path) ? read_text(path) : std::string();
+    const auto file = model_dir / name;
+    return std::filesystem::is_regular_file(file) ? read_text(file) : std::string();
   };
   TokenizerConfig c = from_json_text(optional_text("tokenizer_config.json"),
                                      optional_text("generation_config.json"));
@@ -166,7 +168,7 @@ TokenizerConfig TokenizerConfig::load(const std::filesystem::path& model_dir) {
 }
 
 const std::string* TokenizerConfig::chat_template(std::string_view name) const {
-  for (const ChatTemplate& t : chat_templates) {
+  for (const NamedChatTemplate& t : chat_templates) {
     if (t.name == name) return &t.source;
   }
   return nullptr;

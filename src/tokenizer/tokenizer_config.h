@@ -16,15 +16,16 @@ namespace fp8rl::tok {
 
 class Tokenizer;
 
-struct ChatTemplate {
+struct NamedChatTemplate {
   std::string name;    // "default" for a single template
   std::string source;  // the Jinja text
 };
 
 struct TokenizerConfig {
-  // Reads the files of a model directory; each is optional (a missing file leaves its fields
-  // empty), a malformed one is an fp8rl::Error naming it.
-  static TokenizerConfig load(const std::filesystem::path& model_dir);
+  // Reads the files of a model directory (`path` is the directory or its tokenizer_config.json);
+  // each file is optional (a missing one leaves its fields empty), a malformed one is an
+  // fp8rl::Error naming it.
+  static TokenizerConfig load(const std::filesystem::path& path);
   // From file contents; an empty view means the file is absent.
   static TokenizerConfig from_json_text(std::string_view tokenizer_config_json,
                                         std::string_view generation_config_json = {});
@@ -39,7 +40,7 @@ struct TokenizerConfig {
   bool clean_up_tokenization_spaces = false;
 
   // In file order; a plain string template is named "default".
-  std::vector<ChatTemplate> chat_templates;
+  std::vector<NamedChatTemplate> chat_templates;
   // The template with this name, or nullptr.
   const std::string* chat_template(std::string_view name = "default") const;
 

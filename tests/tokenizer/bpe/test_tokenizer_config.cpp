@@ -81,6 +81,9 @@ TEST(TokenizerConfig, ModelDirectoryFiles) {
   EXPECT_EQ(*c.chat_template("rag"), "rag");
   EXPECT_EQ(c.bos_token, "<s>");
   EXPECT_EQ(c.generation_eos_token_ids, (std::vector<int32_t>{7}));
+  // The tokenizer_config.json path works as well as its directory.
+  EXPECT_EQ(*TokenizerConfig::load(dir / "tokenizer_config.json").chat_template("rag"), "rag");
+  EXPECT_THROW(TokenizerConfig::load(dir / "missing"), fp8rl::Error);
 
   // An empty directory is a config with nothing set.
   std::filesystem::remove_all(dir);
