@@ -12,23 +12,31 @@ C++ interpreter (src/tokenizer/jinja/).
            --now, a template that raises) and compares stdout and exit status with `render`.
   compare  --runner BIN [--work-dir DIR] [--chat-dir tests/data/chat]
            Renders every conversation x template x add_generation_prompt of the corpus in
-           tests/data/chat, plus the feature snippets, with jinja2 and with BIN
+           tests/data/chat, plus the feature snippets and --random random templates, with jinja2
+           and with BIN
            (jinja_render_corpus), and fails unless the outputs are byte-identical and both sides
            agree on which cases raise.
 
 Run it with Debian's /usr/bin/python3 (python3-jinja2), the reference the tests name.
 """
 import argparse
+import copy
 import datetime
 import json
 import os
+import random
 import subprocess
 import sys
+
+import warnings
 
 import jinja2
 import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+# Random templates make jinja2 compile things like `1[::-1]`, which Python warns about.
+warnings.filterwarnings("ignore", category=SyntaxWarning)
 
 # strftime_now makes renders time-dependent; tests pin the clock to this instant on both sides.
 DEFAULT_FIXED_NOW = "2024-09-05T13:45:10"
@@ -167,7 +175,118 @@ def repo_path(root, p):
     return p if os.path.isabs(p) else os.path.join(root, p)
 
 
-def build_jobs(root, chat_dir):
+# ---- randomized corpus ----
+# Random templates from a fixed seed: whitespace-control layouts (tags, comments, raw blocks and
+# -/+ modifiers around spaces, tabs, newlines, CRLF, NBSP and U+3000) and random expressions over
+# operators, filters, tests and methods. Most expressions are nonsense; what matters is that both
+# sides agree on the text or on failing.
+RANDOM_CONTEXT = {"l": [1, 2, 3], "s": " héllo wörld ", "d": {"a": "<&>", "b": None}, "n": None,
+                  "f": 2.5, "people": [{"name": "Ann", "age": 31}, {"name": "bob", "age": 0}]}
+
+
+def random_layout(rng):
+    spaces = [" ", "  ", "\t", "\n", "\n\n", " \n", "\n  ", "\r\n", "\u00a0", "\u3000", "", "", "",
+              "x", "y\n", " z ", "\n\t\n"]
+    exprs = ["1", "'a'", "x", "l|length", "s|trim", "d.a", "l[::-1]", "s.split(' ')", "n",
+             "(1, 2)", "l|join('-')", "'%s'|format(s)", "s|title", "s.upper()",
+             "l|select('odd')|list", "[1.5, 2e20]", "{'k': l}", "d|tojson", "s ~ 1", "1 / 3",
+             "s[1:]", "x is defined", "none|string"]
+
+    def ws():
+        return "".join(rng.choice(spaces) for _ in range(rng.randint(0, 3)))
+
+    def mod(variable=False):
+        return rng.choice(["", "", "-"] if variable else ["", "", "-", "+"])
+
+    def block(depth):
+        parts = []
+        for _ in range(rng.randint(1, 4)):
+            r = rng.random()
+            if r < 0.3:
+                parts.append(ws() + rng.choice(["text", "T", "é", "{", "}", "#", "%"]) + ws())
+            elif r < 0.5:
+                parts.append("{{" + mod(True) + " " + rng.choice(exprs) + " " + mod(True) + "}}")
+            elif r < 0.6:
+                parts.append("{#" + mod() + " c " + mod() + "#}")
+            elif r < 0.65:
+                parts.append("{%" + mod() + " raw " + mod() + "%}" + ws() + "{{ r }}" + ws() +
+                             "{%" + mod() + " endraw " + mod() + "%}")
+            elif depth < 3 and r < 0.8:
+                parts.append(ws() + "{%" + mod() + " if " + rng.choice(["true", "false", "x", "l"]) +
+                             " " + mod() + "%}" + block(depth + 1) + ws() + "{%" + mod() + " else " +
+                             mod() + "%}" + block(depth + 1) + ws() + "{%" + mod() + " endif " +
+                             mod() + "%}")
+            elif depth < 3:
+                parts.append(ws() + "{%" + mod() + " for i in l " + mod() + "%}" + block(depth + 1) +
+                             "{{ loop.index }}" + ws() + "{%" + mod() + " endfor " + mod() + "%}")
+            else:
+                parts.append(ws() + "{%" + mod() + " set v = " + rng.choice(exprs) + " " + mod() +
+                             "%}" + ws())
+        return "".join(parts)
+
+    return block(0) + rng.choice(["", "\n", "\n\n", " "])
+
+
+def random_expression(rng):
+    atoms = ["1", "0", "-3", "2.5", "1e2", "0.1", "'hé llo'", "''", "' a,b '", "'ǆß'", "\"it's\"",
+             "none", "true", "false", "[1, 2, 2]", "[]", "['b', 'A', 'a']", "{'a': 1, 'b': none}",
+             "{}", "(1, 'x')", "l", "s", "d", "n", "x", "f", "people", "'\\n\\t'", "'%s-%d'"]
+    filters = ["trim", "length", "default('z')", "default('z', true)", "upper", "lower", "title",
+               "capitalize", "replace('l', 'L')", "join(',')", "items|list", "string", "int",
+               "float", "first", "last", "list", "map('string')|list", "select('odd')|list",
+               "reject('odd')|list", "unique|list", "indent(2)", "round(1)", "abs", "safe",
+               "tojson", "sort", "reverse|list", "sum", "min", "max", "batch(2)|list", "center(9)",
+               "truncate(5, leeway=0)", "dictsort", "e", "tojson(indent=1)",
+               "selectattr('age')|list", "map(attribute='name')|list",
+               "join(', ', attribute='name')", "format(1)", "count"]
+    tests = ["defined", "undefined", "none", "string", "number", "mapping", "iterable", "sequence",
+             "boolean", "true", "false", "eq 1", "in [1, 2]", "odd", "even", "integer", "float",
+             "lower", "upper", "divisibleby 2", "sameas none", "not none"]
+    methods = ["startswith('h')", "endswith('o')", "split()", "split(',')", "rsplit(' ', 1)",
+               "strip()", "lstrip('h ')", "rstrip()", "replace('l', '0')", "upper()", "lower()",
+               "title()", "capitalize()", "format(1, 2)", "get('a')", "items()|list",
+               "keys()|list", "values()|list", "count(1)", "index(1)", "find('l')",
+               "join(['a', 'b'])", "splitlines()", "center(7, '*')", "zfill(4)"]
+    ops = ["+", "-", "*", "/", "//", "%", "**", "~", "==", "!=", "<", "<=", ">", ">=", "in",
+           "not in", "and", "or"]
+
+    def expr(depth):
+        r = rng.random()
+        if depth <= 0 or r < 0.25:
+            return rng.choice(atoms)
+        if r < 0.45:
+            return f"({expr(depth - 1)} {rng.choice(ops)} {expr(depth - 1)})"
+        if r < 0.6:
+            return f"{expr(depth - 1)}|{rng.choice(filters)}"
+        if r < 0.68:
+            return f"({expr(depth - 1)} is {rng.choice(tests)})"
+        if r < 0.78:
+            return f"({expr(depth - 1)}).{rng.choice(methods)}"
+        if r < 0.84:
+            index = rng.choice(["0", "-1", "1:", "::-1", ":2", "'a'", "5"])
+            return f"{expr(depth - 1)}[{index}]"
+        if r < 0.9:
+            return f"({expr(depth - 1)} if {expr(depth - 1)} else {expr(depth - 1)})"
+        if r < 0.95:
+            return f"(not {expr(depth - 1)})"
+        return f"(-{expr(depth - 1)})"
+
+    return "{{ " + expr(rng.randint(1, 4)) + " }}"
+
+
+def random_jobs(seed, layouts, expressions):
+    rng = random.Random(seed)
+    jobs = []
+    for i in range(layouts):
+        jobs.append({"id": f"random layout {i}", "template": random_layout(rng),
+                     "context": RANDOM_CONTEXT})
+    for i in range(expressions):
+        jobs.append({"id": f"random expression {i}", "template": random_expression(rng),
+                     "context": RANDOM_CONTEXT})
+    return jobs
+
+
+def build_jobs(root, chat_dir, random_seed, random_count):
     """The corpus as jobs for both renderers: (job for the C++ runner, how to render it here)."""
     with open(os.path.join(chat_dir, "templates.json"), encoding="utf-8") as f:
         templates = json.load(f)
@@ -200,12 +319,14 @@ def build_jobs(root, chat_dir):
         context = dict(shared)
         context.update(entry.get("context", {}))
         jobs.append({"id": f"snippet {i}", "template": entry["template"], "context": context})
+    jobs += random_jobs(random_seed, random_count // 2, random_count - random_count // 2)
     return jobs, expectations
 
 
 def render_here(env, job, cache):
     if "template" in job:
-        return render(env, job["template"], job["context"])
+        # A deep copy: jinja2 can mutate its context (indent() extends a list in place).
+        return render(env, job["template"], copy.deepcopy(job["context"]))
     key = (job["config"], job.get("template_name"))
     if key not in cache:
         source, special = load_config(*key)
@@ -219,7 +340,7 @@ def render_here(env, job, cache):
 def cmd_compare(args):
     root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
     chat_dir = repo_path(root, args.chat_dir)
-    jobs, expectations = build_jobs(root, chat_dir)
+    jobs, expectations = build_jobs(root, chat_dir, args.random_seed, args.random)
     work_dir = args.work_dir or os.getcwd()
     jobs_file = os.path.join(work_dir, "jinja_peer_jobs.json")
     with open(jobs_file, "w", encoding="utf-8") as f:
@@ -344,6 +465,8 @@ def main():
     c.add_argument("--chat-dir", default="tests/data/chat")
     c.add_argument("--now", default=DEFAULT_FIXED_NOW)
     c.add_argument("--verbose", action="store_true", help="also list cases that raise on both sides")
+    c.add_argument("--random", type=int, default=3000, help="random templates to add")
+    c.add_argument("--random-seed", type=int, default=20241129)
     cc = sub.add_parser("compare-cli")
     cc.add_argument("--fp8rl", required=True)
     cc.add_argument("--work-dir")

@@ -34,6 +34,11 @@ struct Expr {
   virtual ~Expr() = default;
   Kind kind;
   int line;
+  // jinja2's compiler folds constant expressions (as_const) and, in a {{ }}, whole constant
+  // outputs. Folding differs from running only where a slice of something that cannot be sliced
+  // is involved: folded, the sandbox's getitem makes it undefined; at run time it raises. So
+  // expressions that contain a slice and may be constant are tried as constants first.
+  bool fold_candidate = false;
 };
 using ExprPtr = std::unique_ptr<Expr>;
 

@@ -133,8 +133,8 @@ ChatTemplateConfig load_chat_template_config(const std::string& path,
       set_template(entry["name"].get<std::string>(), entry["template"].get<std::string>());
     }
   } else if (ct != cfg.end() && !ct->is_null()) {
-    RAISE("{}: chat_template must be a string or a list of named templates, got {}",
-          file.string(), ct->type_name());
+    RAISE("{}: chat_template must be a string or a list of named templates, got {}", file.string(),
+          ct->type_name());
   }
   const fs::path dir = file.parent_path();
   if (fs::is_regular_file(dir / "chat_template.jinja")) {

@@ -298,6 +298,9 @@ Value f_indent(Interpreter&, const Value& v, CallArgs& args) {
   }
   const bool first = a.has(1) && truthy(a[1]);
   const bool blank = a.has(2) && truthy(a[2]);
+  // jinja2 appends "\n" to the input: anything but a string is a TypeError.
+  if (v.is_undefined()) fail_undefined(v);
+  if (!v.is_string()) fail("unsupported operand type(s) for +=: '{}' and 'str'", type_name(v));
   const std::vector<std::string> lines = py_splitlines(to_str(v) + "\n");
   std::string out;
   if (blank) {
@@ -386,6 +389,9 @@ Value f_upper(Interpreter&, const Value& v, CallArgs& args) {
 
 Value f_map(Interpreter& interp, const Value& v, CallArgs& args) {
   std::vector<Value> out;
+  // jinja2's map, select, reject, selectattr and rejectattr yield nothing for a falsy input,
+  // before looking at their arguments.
+  if (!truthy(v)) return to_list({});
   const auto attr_kw = std::find_if(args.keyword.begin(), args.keyword.end(),
                                     [](const auto& kv) { return kv.first == "attribute"; });
   if (args.positional.empty() && attr_kw != args.keyword.end()) {
@@ -441,6 +447,7 @@ Value f_min(Interpreter& interp, const Value& v, CallArgs& args) {
 
 Value select_common(Interpreter& interp, const Value& v, CallArgs& args, bool lookup_attr,
                     bool keep_when) {
+  if (!truthy(v)) return to_list({});
   std::size_t off = 0;
   std::vector<Value> parts;
   if (lookup_attr) {
@@ -553,21 +560,17 @@ Value f_sort(Interpreter& interp, const Value& v, CallArgs& args) {
   } else if (a.has(2) && !a[2].is_none()) {
     attrs.push_back(attribute_parts(a[2]));
   }
+  // jinja2 sorts by a list of keys (one per attribute), so equal keys compare through list
+  // equality and never reach '<' (two undefined keys sort fine).
+  if (attrs.empty()) attrs.emplace_back();
   std::vector<std::pair<Value, Value>> keyed;
   for (Value& item : iterate(v)) {
-    Value key;
-    if (attrs.size() > 1) {
-      std::vector<Value> ks;
-      for (const auto& parts : attrs) {
-        Value k = get_attribute(interp, item, parts, std::nullopt);
-        ks.push_back(case_sensitive ? k : ignore_case(k));
-      }
-      key = Value::list(std::move(ks));
-    } else {
-      Value k = attrs.empty() ? item : get_attribute(interp, item, attrs[0], std::nullopt);
-      key = case_sensitive ? k : ignore_case(k);
+    std::vector<Value> ks;
+    for (const auto& parts : attrs) {
+      Value k = get_attribute(interp, item, parts, std::nullopt);
+      ks.push_back(case_sensitive ? k : ignore_case(k));
     }
-    keyed.emplace_back(std::move(key), std::move(item));
+    keyed.emplace_back(Value::list(std::move(ks)), std::move(item));
   }
   std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
     return reverse ? less(y.first, x.first) : less(x.first, y.first);
@@ -659,8 +662,14 @@ Value f_truncate(Interpreter&, const Value& v, CallArgs& args) {
   if (len < static_cast<std::int64_t>(end.size()))
     fail("expected length >= {}, got {}", end.size(), len);
   if (leeway < 0) fail("expected leeway >= 0, got {}", leeway);
-  const std::u32string s = utf8_decode(to_str(v));
-  if (static_cast<std::int64_t>(s.size()) <= len + leeway) return Value::string(to_str(v));
+  if (!v.is_string()) {
+    // len(s) first: undefined is empty, containers pass through when short enough, and
+    // anything else fails as in Python.
+    if (v.is_undefined() || length(v) <= len + leeway) return v;
+    fail("'{}' object has no attribute 'rsplit'", type_name(v));
+  }
+  const std::u32string s = utf8_decode(v.str());
+  if (static_cast<std::int64_t>(s.size()) <= len + leeway) return v;
   std::u32string head = s.substr(0, static_cast<std::size_t>(len) - end.size());
   if (!killwords) {
     const std::size_t sp = head.rfind(U' ');

@@ -359,11 +359,15 @@ std::string python_format(Interpreter& interp, std::string_view format, CallArgs
 std::string percent_format(std::string_view format, const Value& args) {
   std::vector<Value> positional;
   const Value* mapping = nullptr;
+  // Python treats any non-tuple, non-str argument with __getitem__ (dict, list, Undefined) as a
+  // mapping: then unused arguments are no error.
+  bool mapping_like = false;
   if (args.is_tuple()) {
     positional = args.items();
   } else {
     positional.push_back(args);
     if (args.is_dict()) mapping = &args;
+    mapping_like = args.is_dict() || args.is_list() || args.is_undefined();
   }
   std::size_t next_arg = 0;
   bool used_mapping = false;
@@ -382,6 +386,7 @@ std::string percent_format(std::string_view format, const Value& args) {
     if (format[i] == '(') {
       const std::size_t close = format.find(')', i);
       if (close == std::string_view::npos) fail("incomplete format key");
+      if (args.is_undefined()) fail_undefined(args);
       if (mapping == nullptr) fail("format requires a mapping");
       const Value* v = mapping->dict_data().find(format.substr(i + 1, close - i - 1));
       if (v == nullptr) fail("KeyError: '{}'", format.substr(i + 1, close - i - 1));
@@ -487,7 +492,7 @@ std::string percent_format(std::string_view format, const Value& args) {
         fail("unsupported format character '{}'", type);
     }
   }
-  if (!used_mapping && mapping == nullptr && next_arg < positional.size()) {
+  if (!used_mapping && !mapping_like && next_arg < positional.size()) {
     fail("not all arguments converted during string formatting");
   }
   return out;

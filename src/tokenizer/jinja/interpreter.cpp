@@ -61,6 +61,33 @@ class Interpreter::ScopeLease {
 
 namespace {
 
+// Thrown while folding (Interpreter::folding_) by what jinja2 cannot evaluate at compile time.
+struct NotConstant {};
+
+bool has_safe_repr(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::none:
+    case Value::Kind::boolean:
+    case Value::Kind::integer:
+    case Value::Kind::floating:
+    case Value::Kind::string:
+      return true;
+    case Value::Kind::list:
+    case Value::Kind::tuple:
+      for (const Value& x : v.items()) {
+        if (!has_safe_repr(x)) return false;
+      }
+      return true;
+    case Value::Kind::dict:
+      for (const auto& [k, x] : v.dict_data().items) {
+        if (!has_safe_repr(k) || !has_safe_repr(x)) return false;
+      }
+      return true;
+    default:
+      return false;
+  }
+}
+
 [[noreturn]] void raise_type_error_operands(std::string_view op, const Value& a, const Value& b) {
   fail("unsupported operand type(s) for {}: '{}' and '{}'", op, type_name(a), type_name(b));
 }
@@ -140,6 +167,20 @@ std::vector<Value> unpack(const Value& item, std::size_t n) {
 }
 
 }  // namespace
+
+std::optional<Value> Interpreter::fold_constant(const Expr& expr) {
+  // Any failure makes jinja2 give up folding and compile the expression for run time.
+  folding_ = true;
+  try {
+    Value v = eval_node(expr, nullptr);
+    folding_ = false;
+    return v;
+  } catch (const NotConstant&) {
+  } catch (const TemplateError&) {
+  }
+  folding_ = false;
+  return std::nullopt;
+}
 
 Interpreter::Interpreter(const Template& tpl, Value context, RenderOptions options)
     : tpl_(tpl), context_(std::move(context)), options_(std::move(options)) {}
@@ -237,9 +278,18 @@ Interpreter::Flow Interpreter::exec(const Stmt& stmt, Scope* scope, std::string&
       case Stmt::Kind::text:
         out += static_cast<const TextStmt&>(stmt).text;
         return Flow::normal;
-      case Stmt::Kind::output:
-        out += to_str(eval(*static_cast<const OutputStmt&>(stmt).expr, scope));
+      case Stmt::Kind::output: {
+        const auto& s = static_cast<const OutputStmt&>(stmt);
+        // A constant {{ }} is printed as folded, whatever the value (see Expr::fold_candidate).
+        if (s.expr->fold_candidate) {
+          if (auto folded = fold_constant(*s.expr)) {
+            out += to_str(*folded);
+            return Flow::normal;
+          }
+        }
+        out += to_str(eval_node(*s.expr, scope));
         return Flow::normal;
+      }
       case Stmt::Kind::if_: {
         const auto& s = static_cast<const IfStmt&>(stmt);
         for (const auto& [test, body] : s.branches) {
@@ -482,10 +532,15 @@ CallArgs Interpreter::eval_args(const ArgsExpr& args, Scope* scope) {
 }
 
 Value Interpreter::eval_filter(const FilterExpr& f, Scope* scope, const Value* block_input) {
+  // Filters that take the template context are never folded by jinja2.
+  if (folding_ && (f.name == "map" || f.name == "select" || f.name == "reject" ||
+                   f.name == "selectattr" || f.name == "rejectattr")) {
+    throw NotConstant{};
+  }
   Value input;
   if (f.input == nullptr) {
     input = *block_input;
-  } else if (f.input->kind == Expr::Kind::filter) {
+  } else if (block_input != nullptr && f.input->kind == Expr::Kind::filter) {
     input = eval_filter(static_cast<const FilterExpr&>(*f.input), scope, block_input);
   } else {
     input = eval(*f.input, scope);
@@ -494,11 +549,21 @@ Value Interpreter::eval_filter(const FilterExpr& f, Scope* scope, const Value* b
 }
 
 Value Interpreter::eval(const Expr& expr, Scope* scope) {
+  // Inner expressions fold only to values jinja2 can write back as literals (Const.from_untrusted:
+  // numbers, strings, None, and containers of those).
+  if (expr.fold_candidate && !folding_) {
+    if (auto folded = fold_constant(expr); folded && has_safe_repr(*folded)) return *folded;
+  }
+  return eval_node(expr, scope);
+}
+
+Value Interpreter::eval_node(const Expr& expr, Scope* scope) {
   DepthGuard guard(*this);
   switch (expr.kind) {
     case Expr::Kind::literal:
       return static_cast<const LiteralExpr&>(expr).value;
     case Expr::Kind::name:
+      if (folding_) throw NotConstant{};
       return lookup(scope, static_cast<const NameExpr&>(expr).name);
     case Expr::Kind::list: {
       const auto& e = static_cast<const ListExpr&>(expr);
@@ -528,6 +593,7 @@ Value Interpreter::eval(const Expr& expr, Scope* scope) {
     case Expr::Kind::slice:
       fail("slice outside of a subscript");
     case Expr::Kind::call: {
+      if (folding_) throw NotConstant{};
       const auto& e = static_cast<const CallExpr&>(expr);
       const Value callee = eval(*e.callee, scope);
       return call(callee, eval_args(e.args, scope));
@@ -586,6 +652,7 @@ Value Interpreter::eval(const Expr& expr, Scope* scope) {
       const auto& e = static_cast<const ConditionalExpr&>(expr);
       if (truthy(eval(*e.test, scope))) return eval(*e.then, scope);
       if (e.otherwise) return eval(*e.otherwise, scope);
+      if (folding_) throw NotConstant{};  // jinja2 leaves a false test without else to run time
       return Value::undefined(fmt::format(
           "the inline if-expression on line {} evaluated to false and no else section was defined.",
           expr.line));
@@ -617,6 +684,10 @@ bool Interpreter::eval_compare(CompareExpr::Op op, const Value& a, const Value& 
 }
 
 Value Interpreter::eval_binary(BinaryExpr::Op op, const Value& a, const Value& b) {
+  // str % x formats first: Python's str.__mod__ accepts any right operand (even Undefined).
+  if (op == BinaryExpr::Op::mod && a.is_string()) {
+    return Value::string(percent_format(a.str(), b), a.is_safe());
+  }
   if (a.is_undefined()) fail_undefined(a);
   if (b.is_undefined()) fail_undefined(b);
   const bool ints = (a.is_int() || a.is_bool()) && (b.is_int() || b.is_bool());
@@ -670,10 +741,6 @@ Value Interpreter::eval_binary(BinaryExpr::Op op, const Value& a, const Value& b
     case BinaryExpr::Op::floordiv:
     case BinaryExpr::Op::mod: {
       const bool is_mod = op == BinaryExpr::Op::mod;
-      if (is_mod && a.is_string()) {
-        const std::string s = percent_format(a.str(), b);
-        return Value::string(s, a.is_safe());
-      }
       if (ints) {
         const std::int64_t x = a.as_int(), y = b.as_int();
         if (y == 0) fail("integer division or modulo by zero");
@@ -728,20 +795,30 @@ Value Interpreter::eval_slice(const Value& object, const SliceExpr& slice, Scope
   };
   const std::optional<Value> start_v = part(slice.start), stop_v = part(slice.stop),
                              step_v = part(slice.step);
-  // jinja2 compiles slices to plain Python subscripts (not environment.getitem), so every
-  // failure here is an error rather than an undefined result.
+  // jinja2 compiles slices to plain Python subscripts (not environment.getitem), so a value
+  // that cannot be sliced is an error, unless the slice was folded at compile time (see
+  // OutputStmt::has_slice), where the sandbox turns TypeErrors into an undefined value.
   if (object.is_undefined()) fail_undefined(object);
-  if (object.is_dict()) fail("unhashable type: 'slice'");
+  const auto type_error = [&](std::string message) -> Value {
+    if (folding_) return Value::undefined(std::move(message));
+    fail("{}", message);
+  };
+  if (object.is_dict()) return type_error("unhashable type: 'slice'");
   if (!(object.is_string() || object.is_sequence())) {
-    fail("'{}' object is not subscriptable", type_name(object));
+    return type_error(fmt::format("'{}' object is not subscriptable", type_name(object)));
   }
-  const auto index_of = [](const std::optional<Value>& v) -> std::optional<std::int64_t> {
+  bool bad_index = false;
+  const auto index_of = [&](const std::optional<Value>& v) -> std::optional<std::int64_t> {
     if (!v || v->is_none()) return std::nullopt;
     if (v->is_int() || v->is_bool()) return v->as_int();
     if (v->is_undefined()) fail_undefined(*v);
-    fail("slice indices must be integers or None or have an __index__ method");
+    bad_index = true;
+    return std::nullopt;
   };
   const auto start_i = index_of(start_v), stop_i = index_of(stop_v), step_i = index_of(step_v);
+  if (bad_index) {
+    return type_error("slice indices must be integers or None or have an __index__ method");
+  }
   const std::int64_t step = step_i.value_or(1);
   if (step == 0) fail("slice step cannot be zero");
 

@@ -73,9 +73,11 @@ class Interpreter {
   Value invoke_macro(const MacroStmt& macro, Scope* closure, CallArgs& args);
 
   Value eval(const Expr& expr, Scope* scope);
+  Value eval_node(const Expr& expr, Scope* scope);
   CallArgs eval_args(const ArgsExpr& args, Scope* scope);
   Value eval_filter(const FilterExpr& f, Scope* scope, const Value* block_input);
   Value eval_slice(const Value& object, const SliceExpr& slice, Scope* scope);
+  std::optional<Value> fold_constant(const Expr& expr);
   Value eval_binary(BinaryExpr::Op op, const Value& a, const Value& b);
   bool eval_compare(CompareExpr::Op op, const Value& a, const Value& b);
 
@@ -90,6 +92,8 @@ class Interpreter {
   std::vector<Scope*> free_scopes_;
   std::deque<std::unique_ptr<Value::Object>> objects_;
   int depth_ = 0;
+  // Evaluating as jinja2's compile-time constant folding does (see Expr::fold_candidate).
+  bool folding_ = false;
 };
 
 }  // namespace fp8rl::jinja

@@ -85,12 +85,26 @@ bool t_sequence(Interpreter&, const Value& v, CallArgs& a) {
   return v.is_string() || v.is_sequence() || v.is_dict() || v.is_undefined();
 }
 
+// value % 2 == 1 (odd) or == 0 (even), with Python's modulo.
 bool parity(const Value& v, bool odd) {
   if (v.is_undefined()) fail_undefined(v);
-  if (v.is_int() || v.is_bool()) return (v.as_int() % 2 != 0) == odd;
-  if (v.is_float()) return (std::fmod(std::fabs(v.as_float()), 2.0) == 1.0) == odd;
-  fail("not all arguments converted during string formatting");
+  if (v.is_int() || v.is_bool()) {
+    const std::int64_t m = ((v.as_int() % 2) + 2) % 2;
+    return m == (odd ? 1 : 0);
+  }
+  if (v.is_float()) {
+    double m = std::fmod(v.as_float(), 2.0);
+    if (m != 0.0 && m < 0) m += 2.0;
+    return m == (odd ? 1.0 : 0.0);
+  }
+  // jinja2 computes value % 2: a string formats 2 into itself and never equals a number.
+  if (v.is_string()) {
+    percent_format(v.str(), Value::integer(2));
+    return false;
+  }
+  fail("unsupported operand type(s) for %: '{}' and 'int'", type_name(v));
 }
+
 bool t_odd(Interpreter&, const Value& v, CallArgs& a) {
   no_args("odd", a);
   return parity(v, true);

@@ -225,8 +225,9 @@ class Lexer {
     } else if (sign != '+' && block_or_comment) {
       const std::size_t nl = text.rfind('\n');
       const std::size_t l_pos = nl == std::string::npos ? 0 : nl + 1;
-      if (l_pos > 0 || line_starting) {
-        if (text.find_first_not_of(" \t", l_pos) == std::string::npos) text.resize(l_pos);
+      // jinja2 tests the rest of the line with \s, i.e. any Unicode whitespace.
+      if ((l_pos > 0 || line_starting) && whitespace_run(text, l_pos) == text.size() - l_pos) {
+        text.resize(l_pos);
       }
     }
   }

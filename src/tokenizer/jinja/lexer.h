@@ -1,6 +1,6 @@
 // Template source -> tokens, with jinja2's whitespace rules as HF configures them: trim_blocks
-// (the first newline after a block or comment tag is dropped), lstrip_blocks (spaces and tabs
-// before a block or comment tag at the start of a line are dropped), `-` (strip all whitespace on
+// (the first newline after a block or comment tag is dropped), lstrip_blocks (whitespace
+// before a block or comment tag at the start of a line is dropped), `-` (strip all whitespace on
 // that side) and `+` (keep it) modifiers, {% raw %} blocks, CR/CRLF normalised to LF, and one
 // trailing newline of the source dropped (keep_trailing_newline=False).
 #pragma once

@@ -198,6 +198,7 @@ class Parser {
         }
         next();
         flush_unknown();
+        annotate_root(e.get());
         body.push_back(std::make_unique<OutputStmt>(line, std::move(e)));
       } else if (t.kind == TokenKind::block_begin) {
         next();
@@ -238,6 +239,7 @@ class Parser {
       const int line = next().line;
       auto s = std::make_unique<OutputStmt>(line, parse_tuple(false, true, {}, false));
       flush_unknown();
+      annotate_root(s->expr.get());
       return s;
     }
     if (n == "break" || n == "continue") {
@@ -265,6 +267,7 @@ class Parser {
     Restore<bool> soft(soft_, true);
     ExprPtr test = parse_tuple(false, false, {}, false);
     flush_unknown();
+    annotate_root(test.get());
     while (true) {
       Body body = parse_statements({"elif", "else", "endif"}, false);
       s->branches.emplace_back(std::move(test), std::move(body));
@@ -272,6 +275,7 @@ class Parser {
       if (tag == "elif") {
         test = parse_tuple(false, false, {}, false);
         flush_unknown();
+        annotate_root(test.get());
         continue;
       }
       if (tag == "else") s->otherwise = parse_statements({"endif"}, true);
@@ -290,6 +294,8 @@ class Parser {
     if (skip_name("if")) s->condition = parse_expression(true);
     if (skip_name("recursive")) s->recursive = true;
     flush_unknown();
+    annotate_root(s->iterable.get());
+    annotate_root(s->condition.get());
     Restore<bool> soft(soft_, false);
     Restore<int> loops(loop_depth_, loop_depth_ + 1);
     s->body = parse_statements({"endfor", "else"}, false);
@@ -308,6 +314,7 @@ class Parser {
       s->target = std::move(target);
       s->value = parse_tuple(false, true, {}, false);
       flush_unknown();
+      annotate_root(s->value.get());
       return s;
     }
     auto s = std::make_unique<SetBlockStmt>(line);
@@ -370,6 +377,7 @@ class Parser {
       p.name = expect_name();
       if (skip_op("=")) {
         p.default_value = parse_expression(true);
+        annotate_root(p.default_value.get());
       } else if (!params.empty() && params.back().default_value) {
         syntax_error(cur().line, "non-default argument follows default argument");
       }
@@ -387,6 +395,7 @@ class Parser {
     if (call->kind != Expr::Kind::call) syntax_error(s->line, "expected call");
     s->call = std::move(call);
     flush_unknown();
+    annotate_root(s->call.get());
     Restore<bool> soft(soft_, false);
     Restore<int> loops(loop_depth_, 0);
     open_macros_.push_back(s->caller.get());
@@ -411,6 +420,7 @@ class Parser {
       Target t = parse_target(false, "");
       expect_op("=");
       s->assignments.emplace_back(std::move(t), parse_expression(true));
+      annotate_root(s->assignments.back().second.get());
     }
     flush_unknown();
     Restore<bool> soft(soft_, false);
@@ -745,6 +755,118 @@ class Parser {
       index = std::move(tuple);
     }
     return std::make_unique<ItemExpr>(line, std::move(node), std::move(index));
+  }
+
+  // Sets Expr::fold_candidate over a finished expression tree. `no_names` is false when the
+  // expression reads variables or calls something (never constant); a conditional's branches
+  // and the right side of and/or are judged when they run, as jinja2 folds them lazily.
+  struct FoldInfo {
+    bool slice = false;
+    bool no_names = true;
+  };
+  static FoldInfo annotate(Expr& e) {
+    FoldInfo info;
+    const auto add = [&](Expr* x) {
+      if (x == nullptr) return;
+      const FoldInfo sub = annotate(*x);
+      info.slice = info.slice || sub.slice;
+      info.no_names = info.no_names && sub.no_names;
+    };
+    const auto add_args = [&](ArgsExpr& a) {
+      for (auto& x : a.positional) add(x.get());
+      for (auto& kv : a.keyword) add(kv.second.get());
+      add(a.star_args.get());
+      add(a.star_kwargs.get());
+    };
+    switch (e.kind) {
+      case Expr::Kind::literal:
+        break;
+      case Expr::Kind::name:
+        info.no_names = false;
+        break;
+      case Expr::Kind::slice: {
+        auto& x = static_cast<SliceExpr&>(e);
+        info.slice = true;
+        add(x.start.get());
+        add(x.stop.get());
+        add(x.step.get());
+        break;
+      }
+      case Expr::Kind::list:
+        for (auto& x : static_cast<ListExpr&>(e).items) add(x.get());
+        break;
+      case Expr::Kind::dict:
+        for (auto& [k, v] : static_cast<DictExpr&>(e).items) {
+          add(k.get());
+          add(v.get());
+        }
+        break;
+      case Expr::Kind::attr:
+        add(static_cast<AttrExpr&>(e).object.get());
+        break;
+      case Expr::Kind::item:
+        add(static_cast<ItemExpr&>(e).object.get());
+        add(static_cast<ItemExpr&>(e).index.get());
+        break;
+      case Expr::Kind::call: {
+        auto& c = static_cast<CallExpr&>(e);
+        add(c.callee.get());
+        add_args(c.args);
+        info.no_names = false;
+        break;
+      }
+      case Expr::Kind::filter: {
+        auto& f = static_cast<FilterExpr&>(e);
+        add(f.input.get());
+        add_args(f.args);
+        if (f.input == nullptr || f.name == "map" || f.name == "select" || f.name == "reject" ||
+            f.name == "selectattr" || f.name == "rejectattr") {
+          info.no_names = false;
+        }
+        break;
+      }
+      case Expr::Kind::test:
+        add(static_cast<TestExpr&>(e).input.get());
+        add_args(static_cast<TestExpr&>(e).args);
+        break;
+      case Expr::Kind::unary:
+        add(static_cast<UnaryExpr&>(e).operand.get());
+        break;
+      case Expr::Kind::binary: {
+        auto& b = static_cast<BinaryExpr&>(e);
+        add(b.left.get());
+        const bool left_no_names = info.no_names;
+        add(b.right.get());
+        // `and`/`or` fold lazily too: the right side may never be looked at.
+        if (b.op == BinaryExpr::Op::and_ || b.op == BinaryExpr::Op::or_) {
+          info.no_names = left_no_names;
+        }
+        break;
+      }
+      case Expr::Kind::concat:
+        for (auto& x : static_cast<ConcatExpr&>(e).parts) add(x.get());
+        break;
+      case Expr::Kind::compare: {
+        auto& c = static_cast<CompareExpr&>(e);
+        add(c.first.get());
+        for (auto& [op, x] : c.rest) add(x.get());
+        break;
+      }
+      case Expr::Kind::conditional: {
+        auto& c = static_cast<ConditionalExpr&>(e);
+        add(c.test.get());
+        const bool test_no_names = info.no_names;
+        add(c.then.get());
+        add(c.otherwise.get());
+        info.no_names = test_no_names;
+        break;
+      }
+    }
+    e.fold_candidate = info.slice && info.no_names && e.kind != Expr::Kind::slice;
+    return info;
+  }
+  static void annotate_root(Expr* e) {
+    if (e != nullptr) annotate(*e);
   }
 
   ExprPtr parse_subscribed() {

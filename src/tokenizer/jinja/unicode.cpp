@@ -94,7 +94,9 @@ std::string map_all(std::string_view text, CaseKind kind) {
 
 }  // namespace
 
-char32_t utf8_next(std::string_view text, std::size_t& i) { return decode_one(text, i); }
+char32_t utf8_next(std::string_view text, std::size_t& i) {
+  return decode_one(text, i);
+}
 
 std::u32string utf8_decode(std::string_view text) {
   std::u32string out;

@@ -501,7 +501,7 @@ std::vector<Value> iterate(const Value& v) {
       for (char32_t cp : utf8_decode(v.str())) {
         std::string s;
         utf8_append(s, cp);
-        out.push_back(Value::string(std::move(s), v.is_safe()));
+        out.push_back(Value::string(std::move(s)));  // iterating a Markup yields plain str
       }
       return out;
     }
