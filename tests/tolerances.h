@@ -2,6 +2,7 @@
 // rel_max_diff(): max |a - b| over all elements divided by max |reference|.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -33,5 +34,74 @@ inline constexpr double kHfFp8Logits = 2e-3;
 // The same computation run as one prefill, as prefill + decode steps or inside a batch has no
 // tolerance at all on the CPU: the GEMM is batch-invariant (ops/cpu/gemm.h) and every other op
 // works per token, so the tests require bit-identical logits.
+
+// ---- CUDA backend vs the CPU reference (tests/gpu) ----------------------------------------
+// The CUDA ops take bf16 activations and do their math in fp32; the CPU ops get the same
+// bf16-representable inputs as f32. What differs is then the rounding of each output to bf16
+// (at most half an ulp of an 8-bit significand: 2^-9 relative), fp32 reduction order and the
+// ulp-level differences of expf/tanhf/sincospif. Unless stated, errors are max |gpu - cpu| /
+// max |cpu| over the output (test_util.h rel_max_diff).
+
+inline constexpr double kBf16HalfUlp = 1.0 / 512;  // 2^-9
+
+// One op with a bf16 output (embedding, RMSNorm, RoPE, gated activations, add, softcap, the
+// bf16 GEMM): one output rounding (2^-9) plus fp32-level noise; a factor 2 of margin.
+inline constexpr double kCudaBf16Op = 2 * kBf16HalfUlp;
+
+// Attention, as max |gpu - cpu| / max |v|: P is rounded to bf16 before P.V (FlashAttention-2
+// does too), each weight by <= 2^-9 relative, so sum_j dp_j v_j <= 2^-9 max|v| (the weights sum
+// to 1); the output rounding adds <= 2^-9 max|o| <= 2^-9 max|v|; a factor 2 of margin.
+inline constexpr double kCudaAttention = 4 * kBf16HalfUlp;
+
+// An FP8 GEMM (cuBLASLt, fast accumulation off) against the CPU's fp32 sum of the same
+// dequantized products: the output rounding to bf16 (2^-9, doubled) plus Hopper's FP8 tensor
+// core accumulation, which keeps ~14 significant bits inside each 128-element K chunk before
+// promoting to fp32 (DeepSeek-V3 report §3.3): 2^-14 relative to the chunk sums, whose total
+// is of the size of the output for random operands; 4x that for the worst element.
+inline constexpr double kCudaFp8Gemm = 2 * kBf16HalfUlp + 4.0 / 16384;
+
+// The dequantize-to-bf16 fallback GEMM (devices or shapes without a native FP8 mode): both
+// operands' dequantized values are rounded to bf16 (2^-9 each) before an exact-product fp32 GEMM;
+// those errors are independent per product, so they add like the output rounding does.
+inline constexpr double kCudaDequantGemm = kCudaFp8Gemm + 2 * kBf16HalfUlp;
+
+// A GEMM with an fp32 output (the lm_head's logits): only the summation order differs; the
+// fp32 rounding of K additions is bounded by K * 2^-24 relative to sum |x w|, which for random
+// operands is ~sqrt(K) times max |y|; 8 * 2^-24 * K covers both with margin.
+inline double cuda_f32_gemm_bound(int64_t k) {
+  return std::max(1e-5, 8.0 * kF32Eps * double(k));
+}
+
+// Fused quantization (RMSNorm -> FP8, act*up -> FP8) on the GPU vs op + quantize_activation on
+// the CPU: the fp32 values before quantization agree to a few ulps (reduction order, expf),
+// which flips an e4m3 rounding only for values within a few ulps of a midpoint (~2^-18 of
+// them): at most kFp8FusedFlips of the codes may differ, each by one e4m3 step (2^-3 of the
+// value, or one subnormal step scale * 2^-9), and scales agree to ulps (kFp8ScaleRel).
+inline constexpr double kFp8FusedFlips = 1e-3;
+inline constexpr double kFp8ScaleRel = 1e-6;
+// Per-tensor fused scaling stages the op's output in bf16 first: the quantized values are then
+// perturbed by up to 2^-9 relative, which flips a rounding with probability <= 2^-9 / 2^-4
+// (the narrowest e4m3 rounding interval is 2^-4 of the value): up to 2^-5 of the codes; and the
+// amax moves by up to 2^-9.
+inline constexpr double kFp8TensorFusedFlips = 1.0 / 16;
+inline constexpr double kFp8TensorScaleRel = 2 * kBf16HalfUlp;
+
+// Logits of the CUDA forward (bf16 activations) vs the CPU forward (fp32) on the goldens.
+// Every op output on the way to a logit is rounded to bf16: about 13 per decoder layer
+// (norm, q/k/v, rope, attention, o, add, norm, gate/up, act, down, add) plus the embedding and
+// the final norm, each an independent relative error of at most 2^-9 (std 2^-9/sqrt(3)). The
+// pre-norm residual network carries them with a gain of ~1, so the relative logit error is a
+// random walk of n = 13 L + 2 steps, std sqrt(n) * 2^-9 / sqrt(3) (L = 2: 6.1e-3), and the
+// largest of the T x V elements sits ~4 std out, relative to max |logit| rather than the
+// typical one (>= 2x larger): ~1.2e-2. Bound 2e-2.
+inline constexpr double kCudaBf16Logits = 2e-2;
+
+// FP8 schemes: on top of that, a bf16-rounded activation lands on the other side of an e4m3
+// rounding midpoint from the CPU's fp32 value with probability p ~ E|2^-9 u| / 2^-3 = 2^-7, and
+// then differs by one e4m3 step, where the CPU's FP8 quantization error is uniform within half
+// a step. The variance of the CUDA-vs-CPU difference is therefore 12 p = 0.094 of the variance
+// of the FP8-vs-fp32 difference d_fp8 that the same input shows on the CPU (measured by the
+// test): std ratio 0.31, doubled for margin.
+inline double cuda_fp8_logits_bound(double d_fp8) { return kCudaBf16Logits + 0.6 * d_fp8; }
 
 }  // namespace fp8rl::test

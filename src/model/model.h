@@ -50,7 +50,8 @@ class Model {
   // Copies every weight to ctx's device once and points the views at the copies: bf16
   // embeddings and unquantized linears, FP8 codes as stored, f32 scales, norm weights, biases
   // and RoPE frequencies, plus what the backend's GEMM needs (ops::prepare_linear). The
-  // forward then runs with that context. No-op for a CPU context; a model moves once. The
+  // forward then runs with that context. No-op when the model is already on ctx's device (a
+  // CPU context, or Model::random on it); a loaded model moves once. The
   // device memory is released with the model, which must go before the CudaDevice.
   void to_device(Context& ctx);
   Device device() const { return device_; }

@@ -43,7 +43,6 @@ class ModelUploader {
   }
 
   void run() {
-    const ModelConfig& c = m_.config_;
     const void* embed_host = m_.embed.data;
     m_.embed = upload(m_.embed, DType::bf16);
     if (m_.lm_head.weight.data == embed_host) {  // tied: one device copy serves both
@@ -62,7 +61,6 @@ class ModelUploader {
       l.rope_freq = upload(TensorView(l.inv_freq.data(), DType::f32, {int64_t(l.inv_freq.size())}),
                            DType::f32);
     }
-    (void)c;
     ops::synchronize(ctx_);
     m_.device_ = ctx_.device;
   }
@@ -73,7 +71,7 @@ class ModelUploader {
 };
 
 void Model::to_device(Context& ctx) {
-  if (ctx.device == Device::cpu) return;
+  if (ctx.device == device_) return;  // a CPU context, or a model made on this device
   CHECK(device_ == Device::cpu, "the model is already on {}", device_name(device_));
   ModelUploader(*this, ctx).run();
 }

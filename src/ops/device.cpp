@@ -35,6 +35,7 @@ std::string CudaDevice::name() const { return backend_->caps().name; }
 std::string CudaDevice::gemm_path(Fp8Scheme scheme) const {
   return cuda::gemm_path(*backend_, scheme);
 }
+std::string CudaDevice::last_linear_path() const { return backend_->last_linear_path; }
 void CudaDevice::set_profiling(bool on) { backend_->set_profiling(on); }
 std::vector<OpTime> CudaDevice::profile() { return backend_->collect_profile(); }
 void CudaDevice::reset_profile() { backend_->reset_profile(); }
@@ -65,6 +66,7 @@ Context CudaDevice::context() { no_cuda(); }
 void CudaDevice::synchronize() { no_cuda(); }
 std::string CudaDevice::name() const { no_cuda(); }
 std::string CudaDevice::gemm_path(Fp8Scheme) const { no_cuda(); }
+std::string CudaDevice::last_linear_path() const { no_cuda(); }
 void CudaDevice::set_profiling(bool) { no_cuda(); }
 std::vector<OpTime> CudaDevice::profile() { no_cuda(); }
 void CudaDevice::reset_profile() { no_cuda(); }

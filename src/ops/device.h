@@ -52,6 +52,8 @@ class CudaDevice {
   std::string name() const;
   // Which GEMM each scheme runs on this device ("cuBLASLt OUTER_VEC_32F", "bf16 fallback").
   std::string gemm_path(Fp8Scheme scheme) const;
+  // The GEMM the last ops::linear on this device ran, e.g. "fp8 OUTER_VEC_32F".
+  std::string last_linear_path() const;
 
   // Per-op timing: while on, every op records CUDA events around itself (adds a little
   // overhead; off by default). profile() synchronizes and returns the sums since reset.

@@ -87,6 +87,10 @@ class Backend {
   // Grows the arena to `bytes` (synchronizes; only when nothing is allocated from it).
   void reserve_arena(size_t bytes);
 
+  // The GEMM the last linear() ran ("fp8 outer", "bf16", "fp8 dequantized to bf16", ...): for
+  // tests and benchmarks that report which path a shape took on this device.
+  const char* last_linear_path = "";
+
   // cudaMalloc / cudaFree with a byte count for the peak-memory report.
   void* malloc(size_t bytes);
   void free(void* p, size_t bytes);

@@ -28,6 +28,18 @@ int scheme_code(Fp8Scheme s) { return s == Fp8Scheme::tensor ? 1 : s == Fp8Schem
 
 enum class Path { bf16, scalar, outer, outer_broadcast_x, block, dequantized };
 
+const char* path_name(Path p) {
+  switch (p) {
+    case Path::bf16: return "bf16";
+    case Path::scalar: return "fp8 SCALAR_32F";
+    case Path::outer: return "fp8 OUTER_VEC_32F";
+    case Path::outer_broadcast_x: return "fp8 OUTER_VEC_32F (activation scale broadcast)";
+    case Path::block: return "fp8 BLK128x128_32F x VEC128_32F";
+    case Path::dequantized: return "fp8 dequantized to bf16 (fallback)";
+  }
+  return "?";
+}
+
 Path choose_path(Backend& b, const LinearWeight& w, ActScaling act) {
   if (!w.is_fp8()) return Path::bf16;
   const Capabilities& c = b.caps();
@@ -143,6 +155,7 @@ void run_quantized(Backend& b, const ops::QuantizedActivation& x, const LinearWe
                                  b.stream()));
   }
   add_bias(b, w, out);
+  b.last_linear_path = path_name(path);
   b.arena().rewind(mark);
 }
 
@@ -154,6 +167,7 @@ void linear(Backend& b, const TensorView& x, const LinearWeight& w, const Tensor
                                          "device (Model::to_device converts them)");
     b.gemm().run(bf16_args(x, w.weight.data, out, w.out_features()), b.stream());
     add_bias(b, w, out);
+    b.last_linear_path = path_name(Path::bf16);
     return;
   }
   const size_t mark = b.arena().mark();
@@ -161,6 +175,7 @@ void linear(Backend& b, const TensorView& x, const LinearWeight& w, const Tensor
     TensorView wd = dequantized_weight(b, w);
     b.gemm().run(bf16_args(x, wd.data, out, w.out_features()), b.stream());
     add_bias(b, w, out);
+    b.last_linear_path = "fp8 weight-only, dequantized to bf16";
   } else {
     const ops::QuantizedActivation q = alloc_quantized(b, w.act, x.dim(0), x.dim(1));
     quantize(b, x, q, w.input_scale);

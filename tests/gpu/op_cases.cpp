@@ -1,0 +1,705 @@
+// The registry of op cases: ragged token counts (1, 19, 257, 989), head dims 32/64/128/256,
+// K not a multiple of 128 (block edge groups) or of 8/16 (scalar kernel paths, GEMM fallback),
+// every FP8 scheme and activation scaling, in-place variants. Bounds: tests/tolerances.h.
+#include <cmath>
+#include <cstring>
+
+#include "harness.h"
+#include "model/rope.h"
+#include "ops/uniform_hash.h"
+#include "quant/fp8.h"
+#include "tolerances.h"
+
+namespace fp8rl::gpu_test {
+
+using test::kBf16HalfUlp;
+using test::kCudaAttention;
+using test::kCudaBf16Op;
+using test::kCudaFp8Gemm;
+
+namespace {
+
+std::string fmtname(const char* op, const std::string& params) {
+  return std::string(op) + " " + params;
+}
+
+// Token ids from an integer hash of (seed, index).
+std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + uint64_t(i) + 1;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    v[size_t(i)] = int32_t((z ^ (z >> 31)) % uint64_t(vocab));
+  }
+  return v;
+}
+
+// ---- element-wise and row-wise ops -----------------------------------------------------
+
+void embedding_case(Harness& h, Outcome& o, int64_t t, int64_t vocab, int64_t hd, float scale) {
+  const Tensor table = host_values({vocab, hd}, 11);
+  const std::vector<int32_t> ids = random_ids(t, vocab, 12);
+  Tensor ref = Tensor::empty({t, hd}, DType::f32);
+  ops::embedding(h.cpu, std::span<const int32_t>(ids), table, scale, ref);
+  const TensorView table_d = to_device(h, table, DType::bf16);
+  Tensor ids_h = Tensor::empty({t}, DType::i32);
+  std::memcpy(ids_h.view().data, ids.data(), ids.size() * 4);
+  const TensorView ids_d = to_device(h, ids_h, DType::i32);
+  Guard g(h);
+  const TensorView out = ops::scratch_alloc(h.gpu, {t, hd}, DType::bf16);
+  g.seal();
+  ops::embedding(h.gpu, ids_d, table_d, scale, out);
+  o.checks.push_back(compare("out", as_f32(h, out), ref, kCudaBf16Op));
+  o.checks.push_back(g.verify({out}));
+}
+
+void rms_norm_case(Harness& h, Outcome& o, int64_t rows, int64_t d, bool plus_one, bool in_place) {
+  const Tensor x = host_values({rows, d}, 21, 3.0f);
+  const Tensor w = host_values({d}, 22, 1.0f);
+  Tensor ref = Tensor::empty({rows, d}, DType::f32);
+  ops::rms_norm(h.cpu, x, w, 1e-6f, plus_one, ref);
+  const TensorView w_d = to_device(h, w, DType::f32);
+  Guard g(h);
+  const TensorView xin = ops::scratch_alloc(h.gpu, {rows, d}, DType::bf16);
+  const TensorView out = in_place ? xin : ops::scratch_alloc(h.gpu, {rows, d}, DType::bf16);
+  g.seal();
+  Tensor xb = Tensor::empty({rows, d}, DType::bf16);
+  convert(x.view().data, DType::f32, xb.view().data, DType::bf16, size_t(x.numel()));
+  ops::copy(h.gpu, xb.view(), xin);
+  ops::rms_norm(h.gpu, xin, w_d, 1e-6f, plus_one, out);
+  o.checks.push_back(compare("out", as_f32(h, out), ref, kCudaBf16Op));
+  std::vector<TensorView> outs = {out};
+  if (!in_place) outs.push_back(xin);
+  o.checks.push_back(g.verify(outs));
+}
+
+void rope_case(Harness& h, Outcome& o, int64_t t, int64_t heads, int64_t d, int32_t base) {
+  const Tensor x = host_values({t, heads, d}, 31, 2.0f);
+  std::vector<int32_t> pos(static_cast<size_t>(t));
+  for (int64_t i = 0; i < t; ++i) pos[size_t(i)] = base + int32_t(i);
+  RopeConfig rc;
+  rc.theta = 1e6;
+  std::vector<float> f = rope_inv_freq(rc, d);
+  const TensorView freq(f.data(), DType::f32, {int64_t(f.size())});
+  Tensor ref = Tensor::empty({t, heads, d}, DType::f32);
+  std::memcpy(ref.view().data, x.view().data, x.nbytes());
+  ops::rope(h.cpu, ref.view(), std::span<const int32_t>(pos), freq);
+  Tensor pos_h = Tensor::empty({t}, DType::i32);
+  std::memcpy(pos_h.view().data, pos.data(), pos.size() * 4);
+  const TensorView pos_d = to_device(h, pos_h, DType::i32);
+  Tensor freq_h = Tensor::empty({int64_t(f.size())}, DType::f32);
+  std::memcpy(freq_h.view().data, f.data(), f.size() * 4);
+  const TensorView freq_d = to_device(h, freq_h, DType::f32);
+  Guard g(h);
+  const TensorView xd = ops::scratch_alloc(h.gpu, {t, heads, d}, DType::bf16);
+  g.seal();
+  Tensor xb = Tensor::empty(x.shape(), DType::bf16);
+  convert(x.view().data, DType::f32, xb.view().data, DType::bf16, size_t(x.numel()));
+  ops::copy(h.gpu, xb.view(), xd);
+  ops::rope(h.gpu, xd, pos_d, freq_d);
+  o.checks.push_back(compare("out", as_f32(h, xd), ref, kCudaBf16Op));
+  o.checks.push_back(g.verify({xd}));
+}
+
+void gated_case(Harness& h, Outcome& o, int64_t t, int64_t i, bool silu, bool in_place) {
+  const Tensor gate = host_values({t, i}, 41, 4.0f), up = host_values({t, i}, 42, 2.0f);
+  Tensor ref = Tensor::empty({t, i}, DType::f32);
+  if (silu)
+    ops::silu_mul(h.cpu, gate, up, ref);
+  else
+    ops::gelu_tanh_mul(h.cpu, gate, up, ref);
+  const TensorView up_d = to_device(h, up, DType::bf16);
+  Guard g(h);
+  const TensorView gate_d = ops::scratch_alloc(h.gpu, {t, i}, DType::bf16);
+  const TensorView out = in_place ? gate_d : ops::scratch_alloc(h.gpu, {t, i}, DType::bf16);
+  g.seal();
+  Tensor gb = Tensor::empty({t, i}, DType::bf16);
+  convert(gate.view().data, DType::f32, gb.view().data, DType::bf16, size_t(gate.numel()));
+  ops::copy(h.gpu, gb.view(), gate_d);
+  if (silu)
+    ops::silu_mul(h.gpu, gate_d, up_d, out);
+  else
+    ops::gelu_tanh_mul(h.gpu, gate_d, up_d, out);
+  o.checks.push_back(compare("out", as_f32(h, out), ref, kCudaBf16Op));
+  std::vector<TensorView> outs = {out};
+  if (!in_place) outs.push_back(gate_d);
+  o.checks.push_back(g.verify(outs));
+}
+
+void add_case(Harness& h, Outcome& o, int64_t t, int64_t d) {
+  const Tensor a = host_values({t, d}, 51, 3.0f), b = host_values({t, d}, 52, 3.0f);
+  Tensor ref = Tensor::empty({t, d}, DType::f32);
+  ops::add(h.cpu, a, b, ref);
+  const TensorView a_d = to_device(h, a, DType::bf16), b_d = to_device(h, b, DType::bf16);
+  Guard g(h);
+  const TensorView out = ops::scratch_alloc(h.gpu, {t, d}, DType::bf16);
+  g.seal();
+  ops::add(h.gpu, a_d, b_d, out);
+  o.checks.push_back(compare("out", as_f32(h, out), ref, kCudaBf16Op));
+  o.checks.push_back(g.verify({out}));
+}
+
+void softcap_case(Harness& h, Outcome& o, int64_t t, int64_t v, DType dt) {
+  const Tensor x = host_values({t, v}, 61, 100.0f);
+  Tensor ref = Tensor::empty({t, v}, DType::f32);
+  std::memcpy(ref.view().data, x.view().data, x.nbytes());
+  ops::softcap(h.cpu, ref.view(), 30.0f);
+  Guard g(h);
+  const TensorView xd = ops::scratch_alloc(h.gpu, {t, v}, dt);
+  g.seal();
+  Tensor xc = Tensor::empty({t, v}, dt);
+  convert(x.view().data, DType::f32, xc.view().data, dt, size_t(x.numel()));
+  ops::copy(h.gpu, xc.view(), xd);
+  ops::softcap(h.gpu, xd, 30.0f);
+  o.checks.push_back(
+      compare("out", as_f32(h, xd), ref, dt == DType::f32 ? 1e-6 : kCudaBf16Op));
+  o.checks.push_back(g.verify({xd}));
+}
+
+void fill_case(Harness& h, Outcome& o, int64_t n) {
+  Tensor ref = Tensor::empty({n}, DType::f32);
+  ops::fill_uniform(h.cpu, ref.view(), 99, 0.5f);
+  const TensorView d = ops::scratch_alloc(h.gpu, {n}, DType::f32);
+  ops::fill_uniform(h.gpu, d, 99, 0.5f);
+  o.checks.push_back(compare("fill_uniform f32 bit-exact", as_f32(h, d), ref, 0.0));
+}
+
+// ---- attention ---------------------------------------------------------------------------
+
+void attention_case(Harness& h, Outcome& o, int64_t t, int64_t first, int64_t hq, int64_t hkv,
+                    int64_t d, int64_t window, float softcap) {
+  const int64_t cap = first + t + 5;  // 5 slots past the queries: NaN, never to be read
+  const Tensor q = host_values({t, hq, d}, 71, 3.0f);
+  Tensor k = host_values({cap, hkv, d}, 72, 3.0f), v = host_values({cap, hkv, d}, 73, 2.0f);
+  for (int64_t i = (first + t) * hkv * d; i < cap * hkv * d; ++i)
+    k.ptr<float>()[i] = v.ptr<float>()[i] = NAN;
+  ops::AttentionParams p;
+  p.scale = 1.0f / std::sqrt(float(d));
+  p.softcap = softcap;
+  p.window = window;
+  Tensor ref = Tensor::empty({t, hq, d}, DType::f32);
+  ops::attention(h.cpu, q, k, v, first, p, ref);
+  const TensorView q_d = to_device(h, q, DType::bf16), k_d = to_device(h, k, DType::bf16),
+                   v_d = to_device(h, v, DType::bf16);
+  Guard g(h);
+  const TensorView out = ops::scratch_alloc(h.gpu, {t, hq, d}, DType::bf16);
+  g.seal();
+  ops::attention(h.gpu, q_d, k_d, v_d, first, p, out);
+  double vmax = 0;
+  for (int64_t i = 0; i < (first + t) * hkv * d; ++i)
+    vmax = std::max(vmax, double(std::fabs(v.ptr<float>()[i])));
+  o.checks.push_back(compare("out / max|v|", as_f32(h, out), ref, kCudaAttention, vmax));
+  o.checks.push_back(g.verify({out}));
+}
+
+// ---- FP8 activations ---------------------------------------------------------------------
+
+// GPU quantized activation -> codes [rows, cols] and scales in the CPU's row-major layout.
+struct HostQuant {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  std::vector<uint8_t> pad_codes;   // codes of the pad rows
+  std::vector<float> pad_scales;    // scales of the pad rows
+};
+
+HostQuant download_quant(Harness& h, const ops::QuantizedActivation& q) {
+  HostQuant r;
+  const Tensor codes = to_host(h, q.codes), scales = to_host(h, q.scales);
+  const uint8_t* c = codes.ptr<uint8_t>();
+  r.codes.assign(c, c + q.rows * q.cols);
+  r.pad_codes.assign(c + q.rows * q.cols, c + q.padded_rows * q.cols);
+  const float* s = scales.ptr<float>();
+  if (q.act == ActScaling::group) {
+    const int64_t g = (q.cols + 127) / 128;
+    r.scales.resize(size_t(q.rows * g));
+    for (int64_t m = 0; m < q.rows; ++m)
+      for (int64_t b = 0; b < g; ++b) r.scales[size_t(m * g + b)] = s[b * q.padded_rows + m];
+    for (int64_t m = q.rows; m < q.padded_rows; ++m)
+      for (int64_t b = 0; b < g; ++b) r.pad_scales.push_back(s[b * q.padded_rows + m]);
+  } else {
+    r.scales.assign(s, s + scales.numel());
+  }
+  return r;
+}
+
+float scale_of(ActScaling act, const std::vector<float>& s, int64_t m, int64_t k, int64_t cols) {
+  if (act == ActScaling::token) return s[size_t(m)];
+  if (act == ActScaling::group) return s[size_t(m * ((cols + 127) / 128) + k / 128)];
+  return s[0];
+}
+
+// Bit-exact comparison of GPU and CPU quantization of the same values, plus the pad rows.
+void expect_bit_exact(Outcome& o, const HostQuant& g, const ops::QuantizedActivation& ref) {
+  int64_t code_diff = 0, scale_diff = 0;
+  const uint8_t* rc = ref.codes.ptr<uint8_t>();
+  for (size_t i = 0; i < g.codes.size(); ++i) code_diff += g.codes[i] != rc[i];
+  const float* rs = ref.scales.ptr<float>();
+  for (size_t i = 0; i < g.scales.size(); ++i)
+    scale_diff += std::memcmp(&g.scales[i], &rs[i], 4) != 0;
+  o.checks.push_back(expect_le("codes differing (bit-exact)", double(code_diff), 0));
+  o.checks.push_back(expect_le("scales differing (bit-exact)", double(scale_diff), 0));
+  int64_t bad_pad = 0;
+  for (uint8_t c : g.pad_codes) bad_pad += c != 0;
+  for (float s : g.pad_scales) bad_pad += s != 1.0f;
+  o.checks.push_back(expect_le("pad rows not (code 0, scale 1)", double(bad_pad), 0));
+}
+
+// Fused ops: codes may differ by one e4m3 step for a few values near a rounding midpoint.
+void expect_close_quant(Outcome& o, const HostQuant& g, const ops::QuantizedActivation& ref,
+                        double flip_bound, double scale_rel) {
+  const uint8_t* rc = ref.codes.ptr<uint8_t>();
+  const float* rs = ref.scales.ptr<float>();
+  double worst_scale = 0, worst_value = 0;
+  for (size_t i = 0; i < g.scales.size(); ++i)
+    worst_scale = std::max(worst_scale, std::fabs(double(g.scales[i]) - rs[i]) / rs[i]);
+  int64_t flips = 0;
+  std::vector<float> rsv(rs, rs + g.scales.size());
+  for (int64_t m = 0; m < ref.rows; ++m)
+    for (int64_t k = 0; k < ref.cols; ++k) {
+      const size_t i = size_t(m * ref.cols + k);
+      const float sg = scale_of(ref.act, g.scales, m, k, ref.cols);
+      const float sr = scale_of(ref.act, rsv, m, k, ref.cols);
+      const double a = double(e4m3_to_f32(g.codes[i])) * sg, b = double(e4m3_to_f32(rc[i])) * sr;
+      if (!std::isfinite(a)) {
+        worst_value = INFINITY;
+        continue;
+      }
+      flips += g.codes[i] != rc[i];
+      // One e4m3 step: 2^-3 of the value (normals) or sr * 2^-9 (subnormals).
+      const double allowed = std::max(std::fabs(a), std::fabs(b)) / 8 + sr / 512.0 +
+                             std::fabs(b) * scale_rel;
+      worst_value = std::max(worst_value, std::fabs(a - b) / allowed);
+    }
+  o.checks.push_back(expect_le("scale rel diff", worst_scale, scale_rel));
+  o.checks.push_back(
+      expect_le("codes differing (fraction)", double(flips) / double(g.codes.size()), flip_bound));
+  o.checks.push_back(expect_le("value diff / one e4m3 step", worst_value, 1.0));
+  int64_t bad_pad = 0;
+  for (uint8_t c : g.pad_codes) bad_pad += c != 0;
+  for (float s : g.pad_scales) bad_pad += s != 1.0f;
+  o.checks.push_back(expect_le("pad rows not (code 0, scale 1)", double(bad_pad), 0));
+}
+
+void quantize_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k, float bound) {
+  Tensor x = host_values({m, k}, 81, bound);
+  if (m > 2)  // a zero row (scale 1) and a zero group
+    for (int64_t j = 0; j < k; ++j) x.ptr<float>()[k + j] = 0.0f;
+  float static_scale = 0;
+  if (act == ActScaling::static_tensor) static_scale = bound / 300.0f;  // saturates some values
+  const ops::QuantizedActivation ref = ops::alloc_quantized(h.cpu, act, m, k);
+  ops::quantize(h.cpu, x, ref, static_scale);
+  const TensorView x_d = to_device(h, x, DType::bf16);
+  Guard g(h);
+  const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, act, m, k);
+  g.seal();
+  ops::quantize(h.gpu, x_d, q, static_scale);
+  expect_bit_exact(o, download_quant(h, q), ref);
+  o.checks.push_back(g.verify({q.codes, q.scales}));
+}
+
+void rms_norm_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k,
+                         bool plus_one) {
+  const Tensor x = host_values({m, k}, 91, 3.0f), w = host_values({k}, 92, 1.0f);
+  const ops::QuantizedActivation ref = ops::alloc_quantized(h.cpu, act, m, k);
+  ops::rms_norm_quant(h.cpu, x, w, 1e-6f, plus_one, ref);
+  const TensorView x_d = to_device(h, x, DType::bf16), w_d = to_device(h, w, DType::f32);
+  Guard g(h);
+  const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, act, m, k);
+  g.seal();
+  ops::rms_norm_quant(h.gpu, x_d, w_d, 1e-6f, plus_one, q);
+  const bool tensor = act == ActScaling::tensor;
+  expect_close_quant(o, download_quant(h, q), ref,
+                     tensor ? test::kFp8TensorFusedFlips : test::kFp8FusedFlips,
+                     tensor ? test::kFp8TensorScaleRel : test::kFp8ScaleRel);
+  o.checks.push_back(g.verify({q.codes, q.scales}));
+}
+
+void gated_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k, bool silu) {
+  const Tensor gate = host_values({m, k}, 93, 4.0f), up = host_values({m, k}, 94, 2.0f);
+  const ops::QuantizedActivation ref = ops::alloc_quantized(h.cpu, act, m, k);
+  if (silu)
+    ops::silu_mul_quant(h.cpu, gate, up, ref);
+  else
+    ops::gelu_tanh_mul_quant(h.cpu, gate, up, ref);
+  const TensorView g_d = to_device(h, gate, DType::bf16), u_d = to_device(h, up, DType::bf16);
+  Guard g(h);
+  const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, act, m, k);
+  g.seal();
+  if (silu)
+    ops::silu_mul_quant(h.gpu, g_d, u_d, q);
+  else
+    ops::gelu_tanh_mul_quant(h.gpu, g_d, u_d, q);
+  const bool tensor = act == ActScaling::tensor;
+  expect_close_quant(o, download_quant(h, q), ref,
+                     tensor ? test::kFp8TensorFusedFlips : test::kFp8FusedFlips,
+                     tensor ? test::kFp8TensorScaleRel : test::kFp8ScaleRel);
+  o.checks.push_back(g.verify({q.codes, q.scales}));
+}
+
+void quantize_weight_case(Harness& h, Outcome& o, Fp8Scheme s, int64_t n, int64_t k) {
+  const Tensor w = host_values({n, k}, 101, 0.3f);
+  Tensor q = Tensor::empty({n, k}, DType::f8e4m3);
+  Tensor sc = Tensor::empty(weight_scale_shape(s, n, k), DType::f32);
+  quantize_weight(w, s, q, sc);
+  const TensorView w_d = to_device(h, w, DType::bf16);
+  const TensorView q_d = ops::scratch_alloc(h.gpu, {n, k}, DType::f8e4m3);
+  const TensorView s_d = ops::scratch_alloc(h.gpu, sc.shape(), DType::f32);
+  ops::quantize_weight(h.gpu, w_d, s, q_d, s_d);
+  const Tensor qg = to_host(h, q_d), sg = to_host(h, s_d);
+  o.checks.push_back(expect_le("codes differing (bit-exact)",
+                               double(std::memcmp(qg.view().data, q.view().data, q.nbytes()) != 0), 0));
+  o.checks.push_back(expect_le("scales differing (bit-exact)",
+                               double(std::memcmp(sg.view().data, sc.view().data, sc.nbytes()) != 0), 0));
+}
+
+// ---- linear layers -------------------------------------------------------------------------
+
+struct DeviceLinear {
+  LinearWeight cpu, gpu;
+  std::vector<DeviceBuffer> storage;
+  Tensor w_codes, w_scales, w_values, bias;
+};
+
+// A random weight, quantized on the CPU with `scheme` (off: bf16 values), copied to the device.
+std::unique_ptr<DeviceLinear> make_linear(Harness& h, int64_t n, int64_t k, Fp8Scheme scheme,
+                                          ActScaling act, bool bias, uint64_t seed) {
+  auto l = std::make_unique<DeviceLinear>();
+  l->w_values = host_values({n, k}, seed, 1.0f / std::sqrt(float(k)) * 1.7f);
+  if (scheme == Fp8Scheme::off) {
+    l->cpu.weight = l->w_values.view();
+  } else {
+    l->w_codes = Tensor::empty({n, k}, DType::f8e4m3);
+    l->w_scales = Tensor::empty(weight_scale_shape(scheme, n, k), DType::f32);
+    quantize_weight(l->w_values, scheme, l->w_codes, l->w_scales);
+    l->cpu.weight = l->w_codes.view();
+    l->cpu.scales = l->w_scales.view();
+    l->cpu.scheme = scheme;
+    l->cpu.act = act;
+    if (act == ActScaling::static_tensor) l->cpu.input_scale = 0.01f;
+  }
+  if (bias) {
+    l->bias = host_values({n}, seed + 1, 0.5f);
+    l->cpu.bias = l->bias.view();
+  }
+  l->gpu = l->cpu;
+  auto upload = [&](const TensorView& host, DType dt) {
+    if (host.empty()) return host;
+    l->storage.emplace_back(h.gpu, size_t(host.numel()) * dtype_size(dt));
+    TensorView d = l->storage.back().view(host.shape, dt);
+    Tensor conv = Tensor::empty(host.shape, dt);
+    convert(host.data, host.dtype, conv.view().data, dt, size_t(host.numel()));
+    ops::copy(h.gpu, conv.view(), d);
+    return d;
+  };
+  l->gpu.weight = upload(l->cpu.weight, scheme == Fp8Scheme::off ? DType::bf16 : DType::f8e4m3);
+  l->gpu.scales = upload(l->cpu.scales, DType::f32);
+  l->gpu.bias = upload(l->cpu.bias, DType::f32);
+  ops::prepare_linear(h.gpu, l->gpu, l->storage);
+  return l;
+}
+
+// Which bound a weight/activation pair gets on this device: the dequantized bf16 fallback is
+// looser than a native FP8 GEMM.
+bool native_fp8(Harness& h, Fp8Scheme s, ActScaling act, int64_t n, int64_t k) {
+  if (s == Fp8Scheme::off || act == ActScaling::none) return false;
+  if (n % 16 != 0 || k % 16 != 0) return false;
+  if (h.dev->gemm_path(s).find("fallback") != std::string::npos) return false;
+  const bool per_tensor = act == ActScaling::tensor || act == ActScaling::static_tensor;
+  if (s == Fp8Scheme::tensor) return per_tensor || act == ActScaling::token;
+  if (s == Fp8Scheme::row) return per_tensor || act == ActScaling::token;
+  return act == ActScaling::group;
+}
+
+void linear_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k, Fp8Scheme scheme,
+                 ActScaling act, bool bias, DType out_dtype, bool prequantized) {
+  auto l = make_linear(h, n, k, scheme, act, bias, 111);
+  const Tensor x = host_values({m, k}, 112, 2.0f);
+  Tensor ref = Tensor::empty({m, n}, DType::f32);
+  ops::linear(h.cpu, x, l->cpu, ref);
+  const TensorView x_d = to_device(h, x, DType::bf16);
+  ops::QuantizedActivation xq;
+  if (prequantized) {
+    xq = ops::alloc_quantized(h.gpu, act, m, k);
+    ops::quantize(h.gpu, x_d, xq);
+  }
+  Guard g(h);
+  const TensorView out = ops::scratch_alloc(h.gpu, {m, n}, out_dtype);
+  g.seal();
+  if (prequantized)
+    ops::linear(h.gpu, xq, l->gpu, out);
+  else
+    ops::linear(h.gpu, x_d, l->gpu, out);
+  double bound;
+  if (scheme == Fp8Scheme::off)
+    bound = out_dtype == DType::f32 ? test::cuda_f32_gemm_bound(k) : kCudaBf16Op;
+  else
+    bound = native_fp8(h, scheme, act, n, k) ? kCudaFp8Gemm : test::kCudaDequantGemm;
+  o.info = h.dev->last_linear_path();
+  o.checks.push_back(compare("out", as_f32(h, out), ref, bound));
+  o.checks.push_back(g.verify({out}));
+}
+
+std::string shape(std::initializer_list<std::pair<const char*, int64_t>> kv) {
+  std::string s;
+  for (const auto& [k, v] : kv) s += fmt::format("{}{}={}", s.empty() ? "" : " ", k, v);
+  return s;
+}
+
+const int64_t kTokens[] = {1, 19, 257, 989};
+
+}  // namespace
+
+std::vector<OpCase> correctness_cases() {
+  std::vector<OpCase> c;
+  auto add = [&](std::string name, std::function<void(Harness&, Outcome&)> fn, bool quick) {
+    c.push_back({std::move(name), std::move(fn), quick});
+  };
+  add("fill_uniform n=100003", [](Harness& h, Outcome& o) { fill_case(h, o, 100003); }, true);
+  for (int64_t t : kTokens)
+    for (int64_t hd : {192, 200}) {
+      const float sc = hd == 192 ? std::sqrt(192.0f) : 1.0f;
+      add(fmtname("embedding", shape({{"T", t}, {"H", hd}})),
+          [=](Harness& h, Outcome& o) { embedding_case(h, o, t, 1000, hd, sc); }, t == 19);
+    }
+  for (int64_t t : kTokens)
+    for (int64_t d : {64, 128, 200, 4096})
+      for (bool plus_one : {false, true}) {
+        const bool in_place = d == 128;
+        add(fmtname("rms_norm", shape({{"rows", t}, {"D", d}, {"plus_one", plus_one},
+                                       {"in_place", in_place}})),
+            [=](Harness& h, Outcome& o) { rms_norm_case(h, o, t, d, plus_one, in_place); },
+            t == 19 && !plus_one);
+      }
+  for (int64_t t : {1, 19, 257})
+    for (int64_t d : {64, 128, 256})
+      for (int32_t base : {0, 100000})
+        add(fmtname("rope", shape({{"T", t}, {"heads", 4}, {"D", d}, {"pos0", base}})),
+            [=](Harness& h, Outcome& o) { rope_case(h, o, t, 4, d, base); }, t == 19 && base == 0);
+  for (int64_t t : {1, 19, 257})
+    for (int64_t i : {320, 1000, 2880})
+      for (bool silu : {true, false})
+        add(fmtname(silu ? "silu_mul" : "gelu_tanh_mul",
+                    shape({{"T", t}, {"I", i}, {"in_place", i == 320}})),
+            [=](Harness& h, Outcome& o) { gated_case(h, o, t, i, silu, i == 320); },
+            t == 19 && i == 1000);
+  for (int64_t t : kTokens)
+    add(fmtname("add", shape({{"T", t}, {"H", 1000}})),
+        [=](Harness& h, Outcome& o) { add_case(h, o, t, 1000); }, t == 19);
+  add("softcap bf16 T=19 V=1000", [](Harness& h, Outcome& o) { softcap_case(h, o, 19, 1000, DType::bf16); }, true);
+  add("softcap f32 T=19 V=1000", [](Harness& h, Outcome& o) { softcap_case(h, o, 19, 1000, DType::f32); }, false);
+
+  // Attention: (T, first slot, Hq, Hkv, D, window, softcap).
+  struct A {
+    int64_t t, first, hq, hkv, d, window;
+    float softcap;
+  };
+  const A attn[] = {{1, 0, 4, 2, 64, 0, 0},      {19, 0, 8, 2, 128, 0, 0},
+                    {257, 0, 4, 4, 128, 0, 0},   {989, 0, 8, 2, 64, 0, 0},
+                    {257, 0, 2, 1, 256, 0, 0},   {19, 238, 4, 2, 128, 0, 0},
+                    {1, 300, 8, 2, 128, 0, 0},   {257, 0, 6, 2, 32, 8, 0},
+                    {989, 0, 4, 2, 128, 100, 0}, {19, 200, 4, 2, 64, 50, 0},
+                    {257, 0, 4, 2, 256, 0, 50},  {989, 0, 2, 2, 256, 0, 0},
+                    {1, 988, 4, 1, 256, 0, 0},   {989, 0, 4, 1, 32, 0, 30}};
+  for (const A& a : attn)
+    add(fmtname("attention", shape({{"T", a.t}, {"first", a.first}, {"Hq", a.hq}, {"Hkv", a.hkv},
+                                    {"D", a.d}, {"window", a.window},
+                                    {"softcap", int64_t(a.softcap)}})),
+        [=](Harness& h, Outcome& o) {
+          attention_case(h, o, a.t, a.first, a.hq, a.hkv, a.d, a.window, a.softcap);
+        },
+        a.t == 19 || (a.t == 257 && a.d == 256));
+
+  for (ActScaling act : {ActScaling::token, ActScaling::group, ActScaling::tensor,
+                         ActScaling::static_tensor})
+    for (int64_t m : kTokens)
+      for (int64_t k : {192, 200, 2880, 4096}) {
+        const std::string an(act_scaling_name(act));
+        add(fmtname("quantize", an + " " + shape({{"M", m}, {"K", k}})),
+            [=](Harness& h, Outcome& o) { quantize_case(h, o, act, m, k, 5.0f); },
+            m == 19 && k == 200);
+      }
+  for (ActScaling act : {ActScaling::token, ActScaling::group, ActScaling::tensor})
+    for (int64_t m : kTokens)
+      for (int64_t k : {192, 200, 4096}) {
+        const std::string an(act_scaling_name(act));
+        add(fmtname("rms_norm_quant", an + " " + shape({{"M", m}, {"K", k}})),
+            [=](Harness& h, Outcome& o) { rms_norm_quant_case(h, o, act, m, k, k == 200); },
+            m == 19 && k == 200);
+        add(fmtname("silu_mul_quant", an + " " + shape({{"M", m}, {"K", k + 128}})),
+            [=](Harness& h, Outcome& o) { gated_quant_case(h, o, act, m, k + 128, true); },
+            m == 19 && k == 200);
+      }
+  add("gelu_tanh_mul_quant group M=257 K=2880",
+      [](Harness& h, Outcome& o) { gated_quant_case(h, o, ActScaling::group, 257, 2880, false); },
+      false);
+  for (Fp8Scheme s : {Fp8Scheme::tensor, Fp8Scheme::row, Fp8Scheme::block})
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{256, 192}, {300, 200}, {1024, 4096}})
+      add(fmtname("quantize_weight", std::string(scheme_name(s)) + " " + shape({{"N", n}, {"K", k}})),
+          [=](Harness& h, Outcome& o) { quantize_weight_case(h, o, s, n, k); }, n == 300);
+
+  // Linear: bf16, each FP8 scheme with its activation scaling, the mixed pairs cuBLASLt runs
+  // through broadcast scales, the dequantized fallback (block x token, K % 16 != 0), biases,
+  // fp32 output (lm_head), and pre-quantized inputs (the fused path of the forward).
+  struct L {
+    Fp8Scheme s;
+    ActScaling act;
+    int64_t n, k;
+    bool bias;
+    DType out;
+    bool pre;
+  };
+  const DType bf = DType::bf16;
+  std::vector<L> lin = {
+      {Fp8Scheme::off, ActScaling::none, 256, 192, false, bf, false},
+      {Fp8Scheme::off, ActScaling::none, 1024, 4096, true, bf, false},
+      {Fp8Scheme::off, ActScaling::none, 1000, 256, false, DType::f32, false},
+      {Fp8Scheme::tensor, ActScaling::tensor, 256, 192, false, bf, false},
+      {Fp8Scheme::tensor, ActScaling::tensor, 2048, 1024, true, bf, false},
+      {Fp8Scheme::tensor, ActScaling::static_tensor, 512, 256, false, bf, false},
+      {Fp8Scheme::tensor, ActScaling::token, 512, 256, false, bf, false},
+      {Fp8Scheme::row, ActScaling::token, 256, 192, false, bf, false},
+      {Fp8Scheme::row, ActScaling::token, 1024, 2880, true, bf, false},
+      {Fp8Scheme::row, ActScaling::token, 2048, 1024, false, bf, true},
+      {Fp8Scheme::row, ActScaling::tensor, 512, 256, false, bf, false},
+      {Fp8Scheme::block, ActScaling::group, 256, 192, false, bf, false},
+      {Fp8Scheme::block, ActScaling::group, 1024, 2880, false, bf, false},
+      {Fp8Scheme::block, ActScaling::group, 2048, 1024, true, bf, true},
+      {Fp8Scheme::block, ActScaling::group, 320, 640, false, DType::f32, false},
+      {Fp8Scheme::block, ActScaling::token, 512, 256, false, bf, false},
+      {Fp8Scheme::row, ActScaling::token, 200, 200, false, bf, false},
+      {Fp8Scheme::block, ActScaling::group, 304, 200, false, bf, false},
+  };
+  for (const L& l : lin)
+    for (int64_t m : kTokens) {
+      const std::string name =
+          std::string(scheme_name(l.s)) + "/" + std::string(act_scaling_name(l.act)) + " " +
+          shape({{"M", m}, {"N", l.n}, {"K", l.k}}) + (l.bias ? " bias" : "") +
+          (l.out == DType::f32 ? " f32-out" : "") + (l.pre ? " prequantized" : "");
+      add(fmtname("linear", name),
+          [=](Harness& h, Outcome& o) {
+            linear_case(h, o, m, l.n, l.k, l.s, l.act, l.bias, l.out, l.pre);
+          },
+          (m == 19 || m == 1) && l.n <= 512);
+    }
+  return c;
+}
+
+// ---- perf mode: the CUDA op alone at prefill sizes (8192 tokens, Qwen3-8B widths) -------------
+
+std::vector<OpCase> perf_cases() {
+  std::vector<OpCase> c;
+  constexpr int64_t T = 8192, H = 4096, I = 12288, HQ = 32, HKV = 8, D = 128;
+  auto bf = [](Harness& h, Shape s, uint64_t seed, float bound) {
+    const TensorView t = ops::scratch_alloc(h.gpu, s, DType::bf16);
+    ops::fill_uniform(h.gpu, t, seed, bound);
+    return t;
+  };
+  c.push_back({"rms_norm T=8192 H=4096", [=](Harness& h, Outcome& o) {
+                 const TensorView x = bf(h, {T, H}, 1, 3), out = bf(h, {T, H}, 2, 1);
+                 const TensorView w = ops::scratch_alloc(h.gpu, {H}, DType::f32);
+                 ops::fill(h.gpu, w, 1.0f);
+                 o.seconds = time_op(h, [&] { ops::rms_norm(h.gpu, x, w, 1e-6f, false, out); });
+                 o.bytes = 2.0 * T * H * 2;
+               }});
+  for (ActScaling act : {ActScaling::token, ActScaling::group})
+    c.push_back({"rms_norm_quant " + std::string(act_scaling_name(act)) + " T=8192 H=4096",
+                 [=](Harness& h, Outcome& o) {
+                   const TensorView x = bf(h, {T, H}, 1, 3);
+                   const TensorView w = ops::scratch_alloc(h.gpu, {H}, DType::f32);
+                   ops::fill(h.gpu, w, 1.0f);
+                   const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, act, T, H);
+                   o.seconds = time_op(h, [&] { ops::rms_norm_quant(h.gpu, x, w, 1e-6f, false, q); });
+                   o.bytes = double(T) * H * 3;
+                 }});
+  c.push_back({"quantize group T=8192 K=4096", [=](Harness& h, Outcome& o) {
+                 const TensorView x = bf(h, {T, H}, 1, 3);
+                 const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, ActScaling::group, T, H);
+                 o.seconds = time_op(h, [&] { ops::quantize(h.gpu, x, q); });
+                 o.bytes = double(T) * H * 3;
+               }});
+  c.push_back({"silu_mul T=8192 I=12288", [=](Harness& h, Outcome& o) {
+                 const TensorView g = bf(h, {T, I}, 1, 3), u = bf(h, {T, I}, 2, 3),
+                                  out = bf(h, {T, I}, 3, 1);
+                 o.seconds = time_op(h, [&] { ops::silu_mul(h.gpu, g, u, out); });
+                 o.bytes = 3.0 * T * I * 2;
+               }});
+  c.push_back({"silu_mul_quant group T=8192 I=12288", [=](Harness& h, Outcome& o) {
+                 const TensorView g = bf(h, {T, I}, 1, 3), u = bf(h, {T, I}, 2, 3);
+                 const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, ActScaling::group, T, I);
+                 o.seconds = time_op(h, [&] { ops::silu_mul_quant(h.gpu, g, u, q); });
+                 o.bytes = double(T) * I * 5;
+               }});
+  c.push_back({"rope q T=8192 heads=32 D=128", [=](Harness& h, Outcome& o) {
+                 const TensorView x = bf(h, {T, HQ, D}, 1, 1);
+                 Tensor p = Tensor::empty({T}, DType::i32);
+                 for (int64_t i = 0; i < T; ++i) p.ptr<int32_t>()[i] = int32_t(i);
+                 const TensorView pd = to_device(h, p, DType::i32);
+                 const TensorView f = ops::scratch_alloc(h.gpu, {D / 2}, DType::f32);
+                 ops::fill(h.gpu, f, 0.01f);
+                 o.seconds = time_op(h, [&] { ops::rope(h.gpu, x, pd, f); });
+                 o.bytes = 2.0 * T * HQ * D * 2;
+               }});
+  c.push_back({"add T=8192 H=4096", [=](Harness& h, Outcome& o) {
+                 const TensorView a = bf(h, {T, H}, 1, 1), b = bf(h, {T, H}, 2, 1);
+                 o.seconds = time_op(h, [&] { ops::add(h.gpu, a, b, a); });
+                 o.bytes = 3.0 * T * H * 2;
+               }});
+  for (int64_t d : {64, 128, 256})
+    c.push_back({fmt::format("attention causal T=8192 Hq=32 Hkv=8 D={}", d),
+                 [=](Harness& h, Outcome& o) {
+                   const TensorView q = bf(h, {T, HQ, d}, 1, 1), k = bf(h, {T, HKV, d}, 2, 1),
+                                    v = bf(h, {T, HKV, d}, 3, 1), out = bf(h, {T, HQ, d}, 4, 1);
+                   ops::AttentionParams p;
+                   p.scale = 1.0f / std::sqrt(float(d));
+                   o.seconds = time_op(h, [&] { ops::attention(h.gpu, q, k, v, 0, p, out); }, 5);
+                   o.flops = 4.0 * double(d) * HQ * double(T) * double(T + 1) / 2;
+                 }});
+  c.push_back({"attention window=4096 T=8192 Hq=32 Hkv=8 D=128", [=](Harness& h, Outcome& o) {
+                 const TensorView q = bf(h, {T, HQ, D}, 1, 1), k = bf(h, {T, HKV, D}, 2, 1),
+                                  v = bf(h, {T, HKV, D}, 3, 1), out = bf(h, {T, HQ, D}, 4, 1);
+                 ops::AttentionParams p;
+                 p.scale = 1.0f / std::sqrt(float(D));
+                 p.window = 4096;
+                 o.seconds = time_op(h, [&] { ops::attention(h.gpu, q, k, v, 0, p, out); }, 5);
+                 double keys = 0;
+                 for (int64_t t = 0; t < T; ++t) keys += double(std::min<int64_t>(t + 1, 4096));
+                 o.flops = 4.0 * D * HQ * keys;
+               }});
+  for (Fp8Scheme s : {Fp8Scheme::off, Fp8Scheme::tensor, Fp8Scheme::row, Fp8Scheme::block})
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {1024, 4096}, {12288, 4096},
+                        {4096, 12288}})
+      c.push_back({fmt::format("linear {} M=8192 N={} K={}", scheme_name(s), n, k),
+                   [=](Harness& h, Outcome& o) {
+                     const ActScaling act = matching_act_scaling(s);
+                     LinearWeight w;
+                     std::vector<DeviceBuffer> store;
+                     store.emplace_back(h.gpu, size_t(n * k) * 2);
+                     const TensorView wb = store.back().view({n, k}, DType::bf16);
+                     ops::fill_uniform(h.gpu, wb, 5, 0.02f);
+                     if (s == Fp8Scheme::off) {
+                       w.weight = wb;
+                     } else {
+                       store.emplace_back(h.gpu, size_t(n * k));
+                       w.weight = store.back().view({n, k}, DType::f8e4m3);
+                       const Shape ss = weight_scale_shape(s, n, k);
+                       store.emplace_back(h.gpu, size_t(ss.numel()) * 4);
+                       w.scales = store.back().view(ss, DType::f32);
+                       w.scheme = s;
+                       w.act = act;
+                       ops::quantize_weight(h.gpu, wb, s, w.weight, w.scales);
+                     }
+                     ops::prepare_linear(h.gpu, w, store);
+                     const TensorView x = bf(h, {T, k}, 6, 2), y = bf(h, {T, n}, 7, 1);
+                     o.seconds = time_op(h, [&] { ops::linear(h.gpu, x, w, y); });
+                     o.flops = 2.0 * T * n * k;
+                     const std::string path = h.dev->last_linear_path();
+                     const double gemm = h.dev->time_gemm(w, T, 10) * 1e-3;
+                     o.info = fmt::format("[{}] GEMM alone {:.1f} TFLOP/s; linear incl. "
+                                          "quantization at {:.0f}% of it",
+                                          path, o.flops / gemm * 1e-12, 100.0 * gemm / o.seconds);
+                   }});
+  return c;
+}
+
+}  // namespace fp8rl::gpu_test

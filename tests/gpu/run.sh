@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Runs every GPU test and benchmark from a build made elsewhere (nothing is built here), in
+# order of importance, each step under its own time limit, and writes logs and a summary under
+# $OUT (default ./gpu-results): at most 8 files, so the device tool can bring them all back.
+#
+#   tests/gpu/run.sh [BUILD_DIR] [--skip-hf] [--skip-memcheck]
+#
+# BUILD_DIR holds tests/gpu/{test_ops,test_model_gpu,fp8rl_bench} and lib/ with the shared
+# libraries they need beyond CUDA (tests/gpu/bundle.sh makes such a folder from a build).
+# Steps: device info + kernel resource usage, op harness, model on CUDA vs CPU,
+# compute-sanitizer memcheck of the harness's quick subset, Qwen3-8B prefill benchmark for
+# --fp8 row/off/block/tensor (random weights, 8192 tokens), the HF transformers bf16 anchor on
+# the same config, op perf mode.
+set -u
+BUILD=build-cuda
+SKIP_HF=0
+SKIP_MEMCHECK=0
+for a in "$@"; do
+  case "$a" in
+    --skip-hf) SKIP_HF=1 ;;
+    --skip-memcheck) SKIP_MEMCHECK=1 ;;
+    *) BUILD="$a" ;;
+  esac
+done
+OUT=${OUT:-gpu-results}
+BIN="$BUILD/tests/gpu"
+# Shared libraries: the bundle's own (libfmt, libgomp of the build machine) first, then
+# cuBLASLt from the CUDA toolkit or the PyTorch wheel, wherever this machine has it.
+LIBS="$BUILD/lib"
+for d in /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+         $(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__) + "/lib")' 2>/dev/null); do
+  [ -e "$d/libcublasLt.so.13" ] && LIBS="$LIBS:$d"
+done
+export LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+CUOBJDUMP=$(command -v cuobjdump || ls /usr/local/cuda*/bin/cuobjdump 2>/dev/null | head -1)
+TOKENS=${TOKENS:-8192}
+CONFIG=tools/bench/configs/qwen3-8b
+mkdir -p "$OUT"
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+start=$(date +%s)
+
+# step NAME LOG SECONDS CMD...: appends the command's output to LOG, its status to the summary.
+step() {
+  local name=$1 log=$2 secs=$3
+  shift 3
+  echo "=== $name: $*" >> "$log"
+  local t0=$(date +%s)
+  timeout "$secs" "$@" >> "$log" 2>&1
+  local rc=$?
+  local status=ok
+  [ $rc -eq 124 ] && status="TIMEOUT after ${secs}s"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && status="FAILED rc=$rc"
+  printf '%-28s %-22s %4ss  (t=%ss)\n' "$name" "$status" "$(( $(date +%s) - t0 ))" \
+    "$(( $(date +%s) - start ))" >> "$SUMMARY"
+}
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+  uname -r
+  echo "--- kernel resource usage (registers, shared memory, stack, spills)"
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  ldd "$BIN/test_ops" | grep -E "cublas|fmt|gomp|not found"
+  "$CUOBJDUMP" --dump-resource-usage "$BIN/test_ops" 2>&1 | grep -E "Function|REG" | \
+    sed -E 's/^\s+//' | paste - - | sed -E 's/Function ([^:]*):/\1/' | cut -c1-220
+} > "$OUT/env.txt" 2>&1
+
+# One process per op family / architecture: a kernel fault (a sticky CUDA error) then costs
+# only its own family's results.
+for op in fill_uniform embedding rms_norm rope silu_mul gelu_tanh_mul add softcap attention \
+          quantize rms_norm_quant silu_mul_quant gelu_tanh_mul_quant quantize_weight linear; do
+  step "ops $op" "$OUT/ops.log" 60 "$BIN/test_ops" --op "$op"
+  tail -1 "$OUT/ops.log" >> "$SUMMARY"
+done
+for arch in llama qwen2 qwen3 mistral gemma3 random; do
+  if [ "$arch" = random ]; then sel=--random; else sel="--arch $arch"; fi
+  step "model $arch" "$OUT/model.log" 60 "$BIN/test_model_gpu" --data tests/data $sel
+  tail -1 "$OUT/model.log" >> "$SUMMARY"
+done
+if [ $SKIP_MEMCHECK -eq 0 ]; then
+  step "memcheck (quick)" "$OUT/memcheck.log" 60 "$SANITIZER" --tool memcheck \
+    --leak-check no --error-exitcode 3 "$BIN/test_ops" --quick
+  tail -3 "$OUT/memcheck.log" >> "$SUMMARY"
+fi
+
+for fp8 in row off block tensor; do
+  step "bench qwen3-8b $fp8" "$OUT/bench.log" 60 "$BIN/fp8rl_bench" bench forward \
+    --model "$CONFIG" --tokens "$TOKENS" --fp8 "$fp8" --iters 5 --warmup 2
+done
+if [ $SKIP_HF -eq 0 ]; then
+  step "hf transformers bf16" "$OUT/hf.log" 100 python3 tools/bench/hf_forward.py \
+    --model "$CONFIG" --tokens "$TOKENS" --iters 5 --warmup 2
+fi
+step "op perf" "$OUT/perf.log" 90 "$BIN/test_ops" --perf
+# Headline numbers of the benchmarks.
+grep -hE '"(fp8|tokens_per_second|forward_seconds_median|model_vs_cublaslt|shape)"' \
+  "$OUT/bench.log" "$OUT/hf.log" 2>/dev/null | tr -s ' ' >> "$SUMMARY"
+cat "$SUMMARY"

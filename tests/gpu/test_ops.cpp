@@ -1,0 +1,99 @@
+// test_ops [--perf] [--quick] [--op NAME] [--filter TEXT] [--json FILE]
+//
+// Runs every op case of op_cases.cpp on the CPU reference and on CUDA and compares (exit 1 on
+// any failure), or with --perf times the CUDA ops at prefill sizes and prints GB/s or
+// TFLOP/s. Without a CUDA device it prints "SKIPPED: no CUDA device" and exits 77 (CTest's
+// skip code), so CI, which has no GPU, shows the skip instead of a pass.
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "harness.h"
+
+using namespace fp8rl;
+using namespace fp8rl::gpu_test;
+
+int main(int argc, char** argv) {
+  bool perf = false, quick = false;
+  std::string filter, op, json_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--perf") perf = true;
+    else if (a == "--quick") quick = true;
+    else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
+    else if (a == "--op" && i + 1 < argc) op = argv[++i];
+    else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    else {
+      std::fprintf(stderr,
+                   "usage: test_ops [--perf] [--quick] [--op NAME] [--filter TEXT] [--json FILE]\n");
+      return 2;
+    }
+  }
+  if (CudaDevice::count() == 0) {
+    std::printf("SKIPPED: no CUDA device%s\n",
+                CudaDevice::built() ? "" : " (and this build has no CUDA backend)");
+    return 77;
+  }
+  try {
+    Harness h(perf);
+    std::printf("%s\n", CudaDevice::describe(0).c_str());
+    std::ofstream json;
+    if (!json_path.empty()) json.open(json_path);
+    int passed = 0, failed = 0;
+    for (const OpCase& c : perf ? perf_cases() : correctness_cases()) {
+      if (quick && !c.quick) continue;
+      if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
+      if (!op.empty() && c.name.substr(0, c.name.find(' ')) != op) continue;
+      Outcome o;
+      std::string error;
+      try {
+        ops::ScratchScope scope(h.gpu);
+        ArenaScope cpu_scope(h.arena);
+        c.run(h, o);
+        ops::synchronize(h.gpu);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      bool ok = error.empty();
+      double worst = 0;
+      std::string worst_what;
+      for (const Check& k : o.checks) {
+        ok = ok && k.ok;
+        const double ratio = k.bound > 0 ? k.err / k.bound : (k.err > 0 ? INFINITY : 0);
+        if (!k.ok || ratio >= worst) {
+          worst = ratio;
+          worst_what = fmt::format("{} {:.3g} (bound {:.3g})", k.what, k.err, k.bound);
+        }
+      }
+      ok ? ++passed : ++failed;
+      if (perf) {
+        const std::string rate =
+            o.flops > 0 ? fmt::format("{:8.1f} TFLOP/s", o.flops / o.seconds * 1e-12)
+                        : fmt::format("{:8.1f} GB/s", o.bytes / o.seconds * 1e-9);
+        std::printf("%-4s %-58s %9.3f ms %s  %s%s\n", ok ? "OK" : "FAIL", c.name.c_str(),
+                    o.seconds * 1e3, rate.c_str(), o.info.c_str(), error.c_str());
+      } else {
+        std::printf("%-4s %-78s %s%s%s\n", ok ? "PASS" : "FAIL", c.name.c_str(),
+                    worst_what.c_str(), o.info.empty() ? "" : ("  [" + o.info + "]").c_str(),
+                    error.empty() ? "" : (" ERROR: " + error).c_str());
+        if (!ok)
+          for (const Check& k : o.checks)
+            if (!k.ok)
+              std::printf("       %s: %.4g > %.4g\n", k.what.c_str(), k.err, k.bound);
+      }
+      std::fflush(stdout);
+      if (json.is_open())
+        json << fmt::format(
+            "{{\"case\": \"{}\", \"ok\": {}, \"seconds\": {}, \"bytes\": {}, \"flops\": {}, "
+            "\"worst\": \"{}\", \"error\": \"{}\", \"info\": \"{}\"}}\n",
+            c.name, ok ? "true" : "false", o.seconds, o.bytes, o.flops, worst_what,
+            error.empty() ? "" : "see log", o.info);
+    }
+    std::printf("%s: %d passed, %d failed\n", perf ? "perf" : "op harness", passed, failed);
+    return failed == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "test_ops: %s\n", e.what());
+    return 1;
+  }
+}
