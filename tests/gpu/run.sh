@@ -7,10 +7,10 @@
 #
 # BUILD_DIR holds tests/gpu/{test_ops,test_model_gpu,fp8rl_bench} and lib/ with the shared
 # libraries they need beyond CUDA (tests/gpu/bundle.sh makes such a folder from a build).
-# Steps: device info + kernel resource usage, op harness, model on CUDA vs CPU,
-# compute-sanitizer memcheck of the harness's quick subset, Qwen3-8B prefill benchmark for
-# --fp8 row/off/block/tensor (random weights, 8192 tokens), the HF transformers bf16 anchor on
-# the same config, op perf mode.
+# Steps: device info + kernel resource usage, op harness, model on CUDA vs CPU, Qwen3-8B
+# prefill benchmark for --fp8 row/off/block/tensor (random weights, 8192 tokens), the HF
+# transformers bf16 anchor on the same config, op perf mode, compute-sanitizer memcheck of the
+# harness's quick subset.
 set -u
 BUILD=build-cuda
 SKIP_HF=0
@@ -67,33 +67,32 @@ step() {
     sed -E 's/^\s+//' | paste - - | sed -E 's/Function ([^:]*):/\1/' | cut -c1-220
 } > "$OUT/env.txt" 2>&1
 
-# One process per op family / architecture: a kernel fault (a sticky CUDA error) then costs
-# only its own family's results.
-for op in fill_uniform embedding rms_norm rope silu_mul gelu_tanh_mul add softcap attention \
-          quantize rms_norm_quant silu_mul_quant gelu_tanh_mul_quant quantize_weight linear; do
-  step "ops $op" "$OUT/ops.log" 60 "$BIN/test_ops" --op "$op"
+# A few processes for the op families and the models: a kernel fault (a sticky CUDA error)
+# then costs only its own group's results.
+for ops in fill_uniform,embedding,rms_norm,rope,silu_mul,gelu_tanh_mul,add,softcap attention \
+           quantize,rms_norm_quant,silu_mul_quant,gelu_tanh_mul_quant,quantize_weight linear; do
+  step "ops ${ops%%,*}.." "$OUT/ops.log" 60 "$BIN/test_ops" --op "$ops"
   tail -1 "$OUT/ops.log" >> "$SUMMARY"
 done
-for arch in llama qwen2 qwen3 mistral gemma3 random; do
-  if [ "$arch" = random ]; then sel=--random; else sel="--arch $arch"; fi
-  step "model $arch" "$OUT/model.log" 60 "$BIN/test_model_gpu" --data tests/data $sel
-  tail -1 "$OUT/model.log" >> "$SUMMARY"
+step "model goldens" "$OUT/model.log" 60 "$BIN/test_model_gpu" --data tests/data --arch all
+tail -1 "$OUT/model.log" >> "$SUMMARY"
+step "model random" "$OUT/model.log" 60 "$BIN/test_model_gpu" --data tests/data --random
+tail -1 "$OUT/model.log" >> "$SUMMARY"
+
+for fp8 in row off block tensor; do
+  step "bench qwen3-8b $fp8" "$OUT/bench.log" 60 "$BIN/fp8rl_bench" bench forward \
+    --model "$CONFIG" --tokens "$TOKENS" --fp8 "$fp8" --iters 3 --warmup 1 --gemm-iters 10
 done
+if [ $SKIP_HF -eq 0 ]; then
+  step "hf transformers bf16" "$OUT/hf.log" 100 python3 tools/bench/hf_forward.py \
+    --model "$CONFIG" --tokens "$TOKENS" --iters 3 --warmup 1
+fi
+step "op perf" "$OUT/perf.log" 60 "$BIN/test_ops" --perf
 if [ $SKIP_MEMCHECK -eq 0 ]; then
   step "memcheck (quick)" "$OUT/memcheck.log" 60 "$SANITIZER" --tool memcheck \
     --leak-check no --error-exitcode 3 "$BIN/test_ops" --quick
   tail -3 "$OUT/memcheck.log" >> "$SUMMARY"
 fi
-
-for fp8 in row off block tensor; do
-  step "bench qwen3-8b $fp8" "$OUT/bench.log" 60 "$BIN/fp8rl_bench" bench forward \
-    --model "$CONFIG" --tokens "$TOKENS" --fp8 "$fp8" --iters 5 --warmup 2
-done
-if [ $SKIP_HF -eq 0 ]; then
-  step "hf transformers bf16" "$OUT/hf.log" 100 python3 tools/bench/hf_forward.py \
-    --model "$CONFIG" --tokens "$TOKENS" --iters 5 --warmup 2
-fi
-step "op perf" "$OUT/perf.log" 90 "$BIN/test_ops" --perf
 # Headline numbers of the benchmarks.
 grep -hE '"(fp8|tokens_per_second|forward_seconds_median|model_vs_cublaslt|shape)"' \
   "$OUT/bench.log" "$OUT/hf.log" 2>/dev/null | tr -s ' ' >> "$SUMMARY"

@@ -1,4 +1,4 @@
-// test_model_gpu [--data DIR] [--arch NAME | --random] [--json FILE]
+// test_model_gpu [--data DIR] [--arch NAME|all | --random] [--json FILE]
 //
 // The one forward on CUDA against the same forward on the CPU: the golden models of issue 2
 // (every architecture, --fp8 off/tensor/row/block) and two random models at realistic widths
@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
     CudaDevice dev;
     std::printf("%s\n", CudaDevice::describe(0).c_str());
     for (const char* arch : {"llama", "qwen2", "qwen3", "mistral", "gemma3"})
-      if (!only_random && (only_arch.empty() || only_arch == arch))
+      if (!only_random && (only_arch.empty() || only_arch == "all" || only_arch == arch))
         for (const char* scheme : {"off", "tensor", "row", "block"}) golden(dev, arch, scheme);
     const ModelConfig qwen = random_config(
         "qwen3-tiny", {{"vocab_size", 4096}, {"hidden_size", 1024}, {"intermediate_size", 2880},

@@ -1,9 +1,10 @@
-// test_ops [--perf] [--quick] [--op NAME] [--filter TEXT] [--json FILE]
+// test_ops [--list] [--perf] [--quick] [--op NAME[,NAME...]] [--filter TEXT] [--json FILE]
 //
 // Runs every op case of op_cases.cpp on the CPU reference and on CUDA and compares (exit 1 on
 // any failure), or with --perf times the CUDA ops at prefill sizes and prints GB/s or
 // TFLOP/s. Without a CUDA device it prints "SKIPPED: no CUDA device" and exits 77 (CTest's
 // skip code), so CI, which has no GPU, shows the skip instead of a pass.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -15,11 +16,12 @@ using namespace fp8rl;
 using namespace fp8rl::gpu_test;
 
 int main(int argc, char** argv) {
-  bool perf = false, quick = false;
+  bool perf = false, quick = false, list = false;
   std::string filter, op, json_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--perf") perf = true;
+    else if (a == "--list") list = true;
     else if (a == "--quick") quick = true;
     else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
     else if (a == "--op" && i + 1 < argc) op = argv[++i];
@@ -29,6 +31,17 @@ int main(int argc, char** argv) {
                    "usage: test_ops [--perf] [--quick] [--op NAME] [--filter TEXT] [--json FILE]\n");
       return 2;
     }
+  }
+  std::vector<std::string> ops_wanted;  // --op takes a comma-separated list of op names
+  for (size_t b = 0; !op.empty() && b <= op.size();) {
+    const size_t e = std::min(op.find(',', b), op.size());
+    ops_wanted.push_back(op.substr(b, e - b));
+    b = e + 1;
+  }
+  if (list) {  // the registry, without a device
+    for (const OpCase& c : perf ? perf_cases() : correctness_cases())
+      std::printf("%s%s\n", c.name.c_str(), c.quick ? "  (quick)" : "");
+    return 0;
   }
   if (CudaDevice::count() == 0) {
     std::printf("SKIPPED: no CUDA device%s\n",
@@ -44,7 +57,10 @@ int main(int argc, char** argv) {
     for (const OpCase& c : perf ? perf_cases() : correctness_cases()) {
       if (quick && !c.quick) continue;
       if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
-      if (!op.empty() && c.name.substr(0, c.name.find(' ')) != op) continue;
+      if (!ops_wanted.empty() &&
+          std::find(ops_wanted.begin(), ops_wanted.end(), c.name.substr(0, c.name.find(' '))) ==
+              ops_wanted.end())
+        continue;
       Outcome o;
       std::string error;
       try {
