@@ -351,9 +351,10 @@ void linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
 }
 
 size_t linear_scratch_bytes(const LinearWeight& w, int64_t m) {
-  const int64_t n = w.out_features(), k = w.in_features();
+  const int64_t k = w.in_features();
   const size_t pad = 256;
-  size_t bytes = size_t(n * k) * 4 + pad;
+  // Per-thread blocks of 16 dequantized weight rows (ops/cpu/gemm.cpp), then the activation.
+  size_t bytes = size_t(num_threads()) * 16 * size_t(k) * 4 + pad;
   if (w.act != ActScaling::none)
     bytes += size_t(m * k) * 5 + size_t(m * (k / 128 + 2)) * 4 + 3 * pad;
   return bytes;

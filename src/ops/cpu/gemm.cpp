@@ -8,48 +8,66 @@
 namespace fp8rl::ops::cpu {
 
 namespace {
-constexpr int64_t kTileM = 4;
-constexpr int64_t kTileN = 32;
 
-// One tile: rows [m0, m0+tm), columns [n0, n0+tn). The accumulators stay in registers for the
-// full tile; the partial-tile case runs the same per-element chain.
-template <int64_t TM, int64_t TN>
-void tile(const float* x, const float* wt, float* out, int64_t n, int64_t k, int64_t m0,
-          int64_t n0, int64_t tm, int64_t tn) {
-  float acc[TM][TN] = {};
-  if (tm == TM && tn == TN) {
-    for (int64_t kk = 0; kk < k; ++kk) {
-      const float* wrow = wt + kk * n + n0;
-      for (int64_t i = 0; i < TM; ++i) {
-        const float xv = x[(m0 + i) * k + kk];
+constexpr int kLanes = 8;
+constexpr int64_t kRowsPerBlock = 16;  // weight rows dequantized at a time (per thread)
+
+inline float reduce_lanes(const float* a) {
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+// out[i, j] for MR rows of x and NR rows of w; the per-element arithmetic is identical for
+// every MR/NR, so edge tiles may use smaller ones.
+template <int MR, int NR>
+void dot_tile(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t k, float* out,
+              int64_t ldo) {
+  float acc[MR][NR][kLanes] = {};
+  const int64_t k8 = k - k % kLanes;
+  for (int64_t kk = 0; kk < k8; kk += kLanes) {
+    for (int i = 0; i < MR; ++i) {
+      for (int j = 0; j < NR; ++j) {
+        const float* xv = x + i * ldx + kk;
+        const float* wv = w + j * ldw + kk;
 #pragma omp simd
-        for (int64_t j = 0; j < TN; ++j) acc[i][j] = std::fma(xv, wrow[j], acc[i][j]);
-      }
-    }
-  } else {
-    for (int64_t kk = 0; kk < k; ++kk) {
-      const float* wrow = wt + kk * n + n0;
-      for (int64_t i = 0; i < tm; ++i) {
-        const float xv = x[(m0 + i) * k + kk];
-        for (int64_t j = 0; j < tn; ++j) acc[i][j] = std::fma(xv, wrow[j], acc[i][j]);
+        for (int l = 0; l < kLanes; ++l) acc[i][j][l] = std::fma(xv[l], wv[l], acc[i][j][l]);
       }
     }
   }
-  for (int64_t i = 0; i < tm; ++i)
-    for (int64_t j = 0; j < tn; ++j) out[(m0 + i) * n + n0 + j] = acc[i][j];
+  for (int i = 0; i < MR; ++i) {
+    for (int j = 0; j < NR; ++j) {
+      float s = reduce_lanes(acc[i][j]);
+      for (int64_t kk = k8; kk < k; ++kk) s = std::fma(x[i * ldx + kk], w[j * ldw + kk], s);
+      out[i * ldo + j] = s;
+    }
+  }
 }
+
 }  // namespace
 
-void gemm_batch_invariant(const float* x, const float* wt, float* out, int64_t m, int64_t n,
-                          int64_t k) {
-  const int64_t tiles_n = (n + kTileN - 1) / kTileN;
-  const int64_t tiles_m = (m + kTileM - 1) / kTileM;
-  // Column tiles outermost: a [K, 32] slice of wt stays in cache across all row tiles.
-  parallel_for(0, tiles_n, [&](int64_t tn_idx) {
-    const int64_t n0 = tn_idx * kTileN, tn = std::min(kTileN, n - n0);
-    for (int64_t tm_idx = 0; tm_idx < tiles_m; ++tm_idx) {
-      const int64_t m0 = tm_idx * kTileM, tm = std::min(kTileM, m - m0);
-      tile<kTileM, kTileN>(x, wt, out, n, k, m0, n0, tm, tn);
+void gemm_batch_invariant(Arena& scratch, const float* x, int64_t m, int64_t k, int64_t n,
+                          const WeightRows& rows, float* out) {
+  ArenaScope scope(scratch);
+  TensorView buffers = scratch.alloc({num_threads(), kRowsPerBlock, k}, DType::f32);
+  const int64_t blocks = (n + kRowsPerBlock - 1) / kRowsPerBlock;
+  parallel_for(0, blocks, [&](int64_t b) {
+    const int64_t n0 = b * kRowsPerBlock, n1 = std::min(n, n0 + kRowsPerBlock);
+    float* w = buffers.ptr<float>() + int64_t(thread_index()) * kRowsPerBlock * k;
+    rows(n0, n1, w);
+    for (int64_t i = 0; i < m; i += 2) {
+      const bool two = i + 1 < m;
+      int64_t j = n0;
+      for (; j + 4 <= n1; j += 4) {
+        if (two)
+          dot_tile<2, 4>(x + i * k, k, w + (j - n0) * k, k, k, out + i * n + j, n);
+        else
+          dot_tile<1, 4>(x + i * k, k, w + (j - n0) * k, k, k, out + i * n + j, n);
+      }
+      for (; j < n1; ++j) {
+        if (two)
+          dot_tile<2, 1>(x + i * k, k, w + (j - n0) * k, k, k, out + i * n + j, n);
+        else
+          dot_tile<1, 1>(x + i * k, k, w + (j - n0) * k, k, k, out + i * n + j, n);
+      }
     }
   });
 }

@@ -1,5 +1,5 @@
-// The linear layer on the CPU: materialize the dequantized fp32 operands, one batch-invariant
-// GEMM (gemm.h).
+// The linear layer on the CPU: the dequantized fp32 activation and, block by block, the
+// dequantized fp32 weight, through one batch-invariant GEMM (gemm.h).
 //
 // This is the FP8 recipe's dequantized semantics taken literally: x_hat = xq * sx and
 // w_hat = wq * sw are each one exact-product rounding away from the fp32 values, and the sum
@@ -13,32 +13,31 @@ namespace fp8rl::ops::cpu {
 
 namespace {
 
-// wt[K,N] = the fp32 value of weight element (n, k), scales applied.
-void materialize_transposed_weight(const LinearWeight& w, float* wt) {
-  const int64_t n = w.out_features(), k = w.in_features();
-  const float* s = w.is_fp8() ? w.scales.ptr<float>() : nullptr;
-  const uint8_t* codes = w.weight.ptr<uint8_t>();
-  // Parallel over k: each thread writes whole rows of wt.
-  parallel_for(0, k, [&](int64_t kk) {
-    float* row = wt + kk * n;
-    if (w.is_fp8()) {
-      for (int64_t r = 0; r < n; ++r)
-        row[r] = e4m3_to_f32(codes[r * k + kk]) * weight_scale_at(w.scheme, s, r, kk, k);
-    } else {
-      for (int64_t r = 0; r < n; ++r)
-        row[r] = load_as_f32(w.weight.data, w.weight.dtype, size_t(r * k + kk));
-    }
-  });
+// Rows [n0, n1) of the fp32 weight w_hat: FP8 codes times their scales, or widened bf16/f16.
+void dequantize_rows(const LinearWeight& w, int64_t n0, int64_t n1, float* dst) {
+  const int64_t k = w.in_features();
+  if (w.is_fp8()) {
+    const uint8_t* codes = w.weight.ptr<uint8_t>();
+    const float* s = w.scales.ptr<float>();
+    for (int64_t r = n0; r < n1; ++r)
+      for (int64_t c = 0; c < k; ++c)
+        dst[(r - n0) * k + c] =
+            e4m3_to_f32(codes[r * k + c]) * weight_scale_at(w.scheme, s, r, c, k);
+  } else {
+    const size_t es = dtype_size(w.weight.dtype);
+    convert(static_cast<const char*>(w.weight.data) + size_t(n0 * k) * es, w.weight.dtype, dst,
+            DType::f32, size_t((n1 - n0) * k));
+  }
 }
 
 // out[M,N] = xf[M,K] w_hat^T (+ b) for an fp32 (or dequantized) input.
 void linear_f32(Arena& scratch, const float* xf, int64_t m, const LinearWeight& w,
                 const TensorView& out) {
   const int64_t k = w.in_features(), n = w.out_features();
-  ArenaScope scope(scratch);
-  TensorView wt = scratch.alloc({k, n}, DType::f32);
-  materialize_transposed_weight(w, wt.ptr<float>());
-  gemm_batch_invariant(xf, wt.ptr<float>(), out.ptr<float>(), m, n, k);
+  gemm_batch_invariant(
+      scratch, xf, m, k, n,
+      [&](int64_t n0, int64_t n1, float* dst) { dequantize_rows(w, n0, n1, dst); },
+      out.ptr<float>());
   if (!w.bias.empty()) {
     float* o = out.ptr<float>();
     parallel_for(0, m, [&](int64_t r) {
