@@ -93,6 +93,9 @@ Tokenizer Tokenizer::from_json_text(std::string_view json_text, std::string_view
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
   check_utf8(text, "text to encode");
+  // Offsets inside the pipeline are 32-bit.
+  CHECK(text.size() < (size_t{1} << 32), "text to encode is {} bytes; the limit is 4 GiB",
+        text.size());
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 8);
   BpeModel::Scratch scratch;
