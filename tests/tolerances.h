@@ -73,12 +73,14 @@ inline double cuda_f32_gemm_bound(int64_t k) {
 }
 
 // Fused quantization (RMSNorm -> FP8, act*up -> FP8) on the GPU vs op + quantize_activation on
-// the CPU: the fp32 values before quantization agree to a few ulps (reduction order, expf),
-// which flips an e4m3 rounding only for values within a few ulps of a midpoint (~2^-18 of
-// them): at most kFp8FusedFlips of the codes may differ, each by one e4m3 step (2^-3 of the
-// value, or one subnormal step scale * 2^-9), and scales agree to ulps (kFp8ScaleRel).
+// the CPU: the fp32 values before quantization differ by the RMSNorm's K-long fp32 reduction
+// (summation order: f32_reduction_bound(K) relative, ~4e-6 measured at K = 4096 on the H200)
+// or by a few ulps of expf/tanhf; the group amax and so the scale inherit that relative
+// difference (fused_scale_bound), and a code flips only for values that close to an e4m3
+// midpoint (a fraction ~1e-4 of them): at most kFp8FusedFlips of the codes may differ, each by
+// one e4m3 step (2^-3 of the value, or one subnormal step scale * 2^-9).
 inline constexpr double kFp8FusedFlips = 1e-3;
-inline constexpr double kFp8ScaleRel = 1e-6;
+inline double fused_scale_bound(int64_t k) { return std::max(1e-6, f32_reduction_bound(k)); }
 // Per-tensor fused scaling stages the op's output in bf16 first: the quantized values are then
 // perturbed by up to 2^-9 relative, which flips a rounding with probability <= 2^-9 / 2^-4
 // (the narrowest e4m3 rounding interval is 2^-4 of the value): up to 2^-5 of the codes; and the
@@ -96,12 +98,16 @@ inline constexpr double kFp8TensorScaleRel = 2 * kBf16HalfUlp;
 // typical one (>= 2x larger): ~1.2e-2. Bound 2e-2.
 inline constexpr double kCudaBf16Logits = 2e-2;
 
-// FP8 schemes: on top of that, a bf16-rounded activation lands on the other side of an e4m3
-// rounding midpoint from the CPU's fp32 value with probability p ~ E|2^-9 u| / 2^-3 = 2^-7, and
-// then differs by one e4m3 step, where the CPU's FP8 quantization error is uniform within half
-// a step. The variance of the CUDA-vs-CPU difference is therefore 12 p = 0.094 of the variance
-// of the FP8-vs-fp32 difference d_fp8 that the same input shows on the CPU (measured by the
-// test): std ratio 0.31, doubled for margin.
-inline double cuda_fp8_logits_bound(double d_fp8) { return kCudaBf16Logits + 0.6 * d_fp8; }
+// FP8 schemes: every activation that reaches a quantizer carries the bf16 error accumulated
+// so far, a relative error eps_a of a few 1e-3 (the logits of the fp8-off forward differ by
+// ~1e-2). Its e4m3 rounding then differs from the CPU's fp32 value with probability
+// p ~ 2 eps_a / w, w ~ 0.09 the mean relative width of an e4m3 rounding interval (2^-4..2^-3):
+// p ~ 0.1 at eps_a = 5e-3. A flipped value differs by one step, where the CPU's own FP8 error
+// is uniform within half a step, so the variance of CUDA-vs-CPU is 12 p ~ 1.3 times the
+// variance of the FP8-vs-fp32 difference d_fp8 that the same input shows on the CPU (measured
+// by the test): std ratio ~1.15, bound 1.25 d_fp8 on top of the bf16 bound. In words: with
+// bf16 activations an FP8 forward agrees with the fp32-activation FP8 forward only to the size
+// of the FP8 effect itself (measured on the H200, 2026-11-29: ratio 0.3..0.85).
+inline double cuda_fp8_logits_bound(double d_fp8) { return kCudaBf16Logits + 1.25 * d_fp8; }
 
 }  // namespace fp8rl::test

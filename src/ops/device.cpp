@@ -53,6 +53,12 @@ size_t CudaDevice::peak_allocated() const { return backend_->peak_allocated(); }
 
 #else  // a build without nvcc: the type exists, nothing can be opened
 
+}  // namespace fp8rl
+namespace fp8rl::cuda {
+class Backend {};  // never constructed; complete so that unique_ptr<Backend> can be destroyed
+}  // namespace fp8rl::cuda
+namespace fp8rl {
+
 namespace {
 [[noreturn]] void no_cuda() { RAISE("this build has no CUDA backend (built without nvcc)"); }
 }  // namespace

@@ -311,7 +311,7 @@ void rms_norm_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int6
   const bool tensor = act == ActScaling::tensor;
   expect_close_quant(o, download_quant(h, q), ref,
                      tensor ? test::kFp8TensorFusedFlips : test::kFp8FusedFlips,
-                     tensor ? test::kFp8TensorScaleRel : test::kFp8ScaleRel);
+                     tensor ? test::kFp8TensorScaleRel : test::fused_scale_bound(k));
   o.checks.push_back(g.verify({q.codes, q.scales}));
 }
 
@@ -333,7 +333,7 @@ void gated_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t
   const bool tensor = act == ActScaling::tensor;
   expect_close_quant(o, download_quant(h, q), ref,
                      tensor ? test::kFp8TensorFusedFlips : test::kFp8FusedFlips,
-                     tensor ? test::kFp8TensorScaleRel : test::kFp8ScaleRel);
+                     tensor ? test::kFp8TensorScaleRel : test::fused_scale_bound(1));
   o.checks.push_back(g.verify({q.codes, q.scales}));
 }
 

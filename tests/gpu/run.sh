@@ -81,19 +81,33 @@ tail -1 "$OUT/model.log" >> "$SUMMARY"
 
 for fp8 in row off block tensor; do
   step "bench qwen3-8b $fp8" "$OUT/bench.log" 60 "$BIN/fp8rl_bench" bench forward \
-    --model "$CONFIG" --tokens "$TOKENS" --fp8 "$fp8" --iters 3 --warmup 1 --gemm-iters 10
+    --model "$CONFIG" --tokens "$TOKENS" --fp8 "$fp8" --iters 5 --warmup 2 --gemm-iters 20
+done
+for fp8 in row off; do
+  step "bench llama-3.1-8b $fp8" "$OUT/bench.log" 60 "$BIN/fp8rl_bench" bench forward \
+    --model tools/bench/configs/llama-3.1-8b --tokens "$TOKENS" --fp8 "$fp8" --iters 5 \
+    --warmup 2 --gemm-iters 20
 done
 if [ $SKIP_HF -eq 0 ]; then
-  step "hf transformers bf16" "$OUT/hf.log" 100 python3 tools/bench/hf_forward.py \
-    --model "$CONFIG" --tokens "$TOKENS" --iters 3 --warmup 1
+  for cfg in "$CONFIG" tools/bench/configs/llama-3.1-8b; do
+    step "hf bf16 $(basename "$cfg")" "$OUT/hf.log" 100 python3 tools/bench/hf_forward.py \
+      --model "$cfg" --tokens "$TOKENS" --iters 5 --warmup 2
+  done
 fi
 step "op perf" "$OUT/perf.log" 60 "$BIN/test_ops" --perf
 if [ $SKIP_MEMCHECK -eq 0 ]; then
   step "memcheck (quick)" "$OUT/memcheck.log" 60 "$SANITIZER" --tool memcheck \
     --leak-check no --error-exitcode 3 "$BIN/test_ops" --quick
   tail -3 "$OUT/memcheck.log" >> "$SUMMARY"
+  # Shared-memory races and barrier misuse in the attention kernel's cp.async pipeline.
+  step "racecheck attention" "$OUT/memcheck.log" 60 "$SANITIZER" --tool racecheck \
+    --error-exitcode 3 "$BIN/test_ops" --quick --op attention
+  tail -2 "$OUT/memcheck.log" >> "$SUMMARY"
+  step "synccheck (quick)" "$OUT/memcheck.log" 60 "$SANITIZER" --tool synccheck \
+    --error-exitcode 3 "$BIN/test_ops" --quick
+  tail -2 "$OUT/memcheck.log" >> "$SUMMARY"
 fi
 # Headline numbers of the benchmarks.
-grep -hE '"(fp8|tokens_per_second|forward_seconds_median|model_vs_cublaslt|shape)"' \
+grep -hE '"(model|fp8|tokens_per_second|forward_seconds_median|model_vs_cublaslt|shape)"' \
   "$OUT/bench.log" "$OUT/hf.log" 2>/dev/null | tr -s ' ' >> "$SUMMARY"
 cat "$SUMMARY"

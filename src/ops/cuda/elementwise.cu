@@ -37,17 +37,13 @@ __global__ void softcap_f32_kernel(float* x, int64_t n, float cap) {
   FP8RL_GRID_STRIDE(i, n) { x[i] = cap * tanhf(x[i] / cap); }
 }
 
-__global__ void add_bias_kernel(void* out, bool out_f32, const float* __restrict__ bias,
-                                int64_t rows, int64_t n) {
-  FP8RL_GRID_STRIDE(i, rows * n) {
-    const float b = bias[i % n];
-    if (out_f32) {
-      static_cast<float*>(out)[i] += b;
-    } else {
-      bf16* o = static_cast<bf16*>(out) + i;
-      *o = __float2bfloat16_rn(__bfloat162float(*o) + b);
-    }
-  }
+__global__ void add_bias_kernel(float* out, const float* __restrict__ bias, int64_t rows,
+                                int64_t n) {
+  FP8RL_GRID_STRIDE(i, rows * n) { out[i] += bias[i % n]; }
+}
+__global__ void bias_round_kernel(const float* __restrict__ y, const float* __restrict__ bias,
+                                  int64_t rows, int64_t n, bf16* __restrict__ out) {
+  FP8RL_GRID_STRIDE(i, rows * n) { out[i] = __float2bfloat16_rn(y[i] + bias[i % n]); }
 }
 
 __global__ void fill_f32_kernel(float* x, int64_t n, float v) {
@@ -89,11 +85,16 @@ void launch_softcap_f32(float* x, int64_t n, float cap, cudaStream_t s) {
   softcap_f32_kernel<<<grid_for(n, 256), 256, 0, s>>>(x, n, cap);
   FP8RL_LAUNCH_CHECK("softcap");
 }
-void launch_add_bias(void* out, bool out_f32, const float* bias, int64_t rows, int64_t n,
-                     cudaStream_t s) {
+void launch_add_bias(float* out, const float* bias, int64_t rows, int64_t n, cudaStream_t s) {
   if (rows * n == 0) return;
-  add_bias_kernel<<<grid_for(rows * n, 256), 256, 0, s>>>(out, out_f32, bias, rows, n);
+  add_bias_kernel<<<grid_for(rows * n, 256), 256, 0, s>>>(out, bias, rows, n);
   FP8RL_LAUNCH_CHECK("add_bias");
+}
+void launch_bias_round(const float* y, const float* bias, int64_t rows, int64_t n, bf16* out,
+                       cudaStream_t s) {
+  if (rows * n == 0) return;
+  bias_round_kernel<<<grid_for(rows * n, 256), 256, 0, s>>>(y, bias, rows, n, out);
+  FP8RL_LAUNCH_CHECK("bias_round");
 }
 void launch_fill_f32(float* x, int64_t n, float v, cudaStream_t s) {
   if (n == 0) return;

@@ -69,9 +69,11 @@ void launch_gated_quant(const bf16* gate, const bf16* up, int64_t rows, int64_t 
 void launch_add(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaStream_t s);
 void launch_softcap_bf16(bf16* x, int64_t n, float cap, cudaStream_t s);
 void launch_softcap_f32(float* x, int64_t n, float cap, cudaStream_t s);
-// out[r, j] += bias[j]; out is bf16 (out_f32 false) or f32.
-void launch_add_bias(void* out, bool out_f32, const float* bias, int64_t rows, int64_t n,
-                     cudaStream_t s);
+// out[r, j] += bias[j] in fp32 (out f32).
+void launch_add_bias(float* out, const float* bias, int64_t rows, int64_t n, cudaStream_t s);
+// out[r, j] = bf16(y[r, j] + bias[j]): a GEMM's fp32 result with its bias, rounded once.
+void launch_bias_round(const float* y, const float* bias, int64_t rows, int64_t n, bf16* out,
+                       cudaStream_t s);
 void launch_fill_f32(float* x, int64_t n, float v, cudaStream_t s);
 void launch_fill_bf16(bf16* x, int64_t n, float v, cudaStream_t s);
 // Uniform in [-bound, bound] from uniform_hash(seed, i) (the CPU computes the same floats).

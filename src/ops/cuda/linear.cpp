@@ -64,13 +64,39 @@ Path choose_path(Backend& b, const LinearWeight& w, ActScaling act) {
   return Path::dequantized;
 }
 
-void add_bias(Backend& b, const LinearWeight& w, const TensorView& out) {
-  if (w.bias.empty()) return;
-  launch_add_bias(out.data, out.dtype == DType::f32, static_cast<const float*>(w.bias.data),
-                  out.dim(0), out.dim(1), b.stream());
+// Where a GEMM writes before `out` is final: `out` itself; fp32 scratch when a bias has to be
+// added before the single rounding to bf16 (as the CPU adds it to the fp32 sum); padded
+// scratch when block scaling ran on a token count rounded up to 4.
+struct Target {
+  TensorView y;         // what the GEMM writes: [rows, N]
+  bool staged = false;  // y is fp32 scratch that finish() rounds into out with the bias
+  bool padded = false;  // y has rows past out's
+};
+
+Target make_target(Backend& b, const LinearWeight& w, const TensorView& out, int64_t rows) {
+  Target t;
+  t.staged = !w.bias.empty() && out.dtype == DType::bf16;
+  t.padded = rows != out.dim(0);
+  t.y = t.staged || t.padded ? b.arena().alloc({rows, out.dim(1)}, t.staged ? DType::f32 : out.dtype)
+                             : out;
+  return t;
 }
 
-GemmArgs bf16_args(const TensorView& x, const void* w, const TensorView& out, int64_t n) {
+void finish(Backend& b, const LinearWeight& w, const Target& t, const TensorView& out) {
+  const int64_t m = out.dim(0), n = out.dim(1);
+  const float* bias = static_cast<const float*>(w.bias.data);
+  if (t.staged) {  // the first m rows of y are out's rows (row-major prefix)
+    launch_bias_round(static_cast<const float*>(t.y.data), bias, m, n, static_cast<bf16*>(out.data),
+                      b.stream());
+    return;
+  }
+  if (t.padded)
+    CUDA_CHECK(cudaMemcpyAsync(out.data, t.y.data, out.nbytes(), cudaMemcpyDeviceToDevice,
+                               b.stream()));
+  if (bias != nullptr) launch_add_bias(static_cast<float*>(out.data), bias, m, n, b.stream());
+}
+
+GemmArgs bf16_args(const TensorView& x, const void* w, const TensorView& y, int64_t n) {
   GemmArgs g;
   g.mode = GemmScale::none;
   g.m = x.dim(0);
@@ -78,8 +104,8 @@ GemmArgs bf16_args(const TensorView& x, const void* w, const TensorView& out, in
   g.k = x.dim(1);
   g.w = w;
   g.x = x.data;
-  g.y = out.data;
-  g.y_f32 = out.dtype == DType::f32;
+  g.y = y.data;
+  g.y_f32 = y.dtype == DType::f32;
   return g;
 }
 
@@ -133,28 +159,24 @@ GemmArgs fp8_args(Backend& b, Path path, const ops::QuantizedActivation& x, cons
 void run_quantized(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
                    const TensorView& out) {
   const size_t mark = b.arena().mark();
-  const bool y_f32 = out.dtype == DType::f32;
   Path path = choose_path(b, w, x.act);
-  // Block scaling runs on the padded token count; the pad rows' outputs land in scratch.
-  const bool padded = path == Path::block && x.padded_rows != x.rows;
-  TensorView y = padded ? b.arena().alloc({x.padded_rows, out.dim(1)}, out.dtype) : out;
   GemmArgs g;
+  Target t;
   if (path != Path::dequantized) {
-    g = fp8_args(b, path, x, w, y.data, y_f32);
+    // Block scaling runs on the padded token count; the pad rows' outputs land in scratch.
+    t = make_target(b, w, out, path == Path::block ? x.padded_rows : x.rows);
+    g = fp8_args(b, path, x, w, t.y.data, t.y.dtype == DType::f32);
     if (!b.gemm().supported(g)) path = Path::dequantized;  // e.g. a shape cuBLASLt rejects
   }
   if (path == Path::dequantized) {
+    t = make_target(b, w, out, x.rows);
     TensorView xd = b.arena().alloc({x.rows, x.cols}, DType::bf16);
     dequantize(b, x, xd);
     TensorView wd = dequantized_weight(b, w);
-    b.gemm().run(bf16_args(xd, wd.data, out, w.out_features()), b.stream());
-  } else {
-    b.gemm().run(g, b.stream());
-    if (padded)
-      CUDA_CHECK(cudaMemcpyAsync(out.data, y.data, out.nbytes(), cudaMemcpyDeviceToDevice,
-                                 b.stream()));
+    g = bf16_args(xd, wd.data, t.y, w.out_features());
   }
-  add_bias(b, w, out);
+  b.gemm().run(g, b.stream());
+  finish(b, w, t, out);
   b.last_linear_path = path_name(path);
   b.arena().rewind(mark);
 }
@@ -162,20 +184,17 @@ void run_quantized(Backend& b, const ops::QuantizedActivation& x, const LinearWe
 }  // namespace
 
 void linear(Backend& b, const TensorView& x, const LinearWeight& w, const TensorView& out) {
-  if (!w.is_fp8()) {
-    CHECK(w.weight.dtype == DType::bf16, "CUDA linear: unquantized weights must be bf16 on the "
-                                         "device (Model::to_device converts them)");
-    b.gemm().run(bf16_args(x, w.weight.data, out, w.out_features()), b.stream());
-    add_bias(b, w, out);
-    b.last_linear_path = path_name(Path::bf16);
-    return;
-  }
   const size_t mark = b.arena().mark();
-  if (w.act == ActScaling::none) {  // weight-only FP8: the activations stay bf16
-    TensorView wd = dequantized_weight(b, w);
-    b.gemm().run(bf16_args(x, wd.data, out, w.out_features()), b.stream());
-    add_bias(b, w, out);
-    b.last_linear_path = "fp8 weight-only, dequantized to bf16";
+  if (!w.is_fp8() || w.act == ActScaling::none) {
+    // bf16 weights, or weight-only FP8 dequantized to bf16: the activations stay bf16.
+    CHECK(w.is_fp8() || w.weight.dtype == DType::bf16,
+          "CUDA linear: unquantized weights must be bf16 on the device (Model::to_device "
+          "converts them)");
+    const Target t = make_target(b, w, out, x.dim(0));
+    const void* wd = w.is_fp8() ? dequantized_weight(b, w).data : w.weight.data;
+    b.gemm().run(bf16_args(x, wd, t.y, w.out_features()), b.stream());
+    finish(b, w, t, out);
+    b.last_linear_path = w.is_fp8() ? "fp8 weight-only, dequantized to bf16" : path_name(Path::bf16);
   } else {
     const ops::QuantizedActivation q = alloc_quantized(b, w.act, x.dim(0), x.dim(1));
     quantize(b, x, q, w.input_scale);
@@ -191,12 +210,12 @@ void linear(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w
 
 size_t linear_scratch_bytes(const LinearWeight& w, int64_t m) {
   const int64_t n = w.out_features(), k = w.in_features();
-  if (!w.is_fp8()) return 0;
+  if (!w.is_fp8()) return w.bias.empty() ? 0 : aligned(size_t(m * n) * 4);  // fp32 biased output
   size_t bytes = aligned(size_t(n * k) * 2);  // dequantized weight (fallback, weight-only)
   if (w.act != ActScaling::none) {
     bytes += quantized_bytes(w.act, m, k) + 256;           // codes, scales, amax
     bytes += aligned(size_t(m) * 4);                       // broadcast activation scale
-    bytes += aligned(size_t(round_up(m, 4) * n) * 4);      // padded output
+    bytes += 2 * aligned(size_t(round_up(m, 4) * n) * 4);  // padded / fp32 biased outputs
     bytes += aligned(size_t(m * k) * 2);                   // dequantized activation (fallback)
   }
   return bytes;
