@@ -177,8 +177,8 @@ def repo_path(root, p):
 
 # ---- randomized corpus ----
 # Random templates from a fixed seed: whitespace-control layouts (tags, comments, raw blocks and
-# -/+ modifiers around spaces, tabs, newlines, CRLF, NBSP and U+3000) and random expressions over
-# operators, filters, tests and methods. Most expressions are nonsense; what matters is that both
+# -/+ modifiers around spaces, tabs, newlines, CRLF, NBSP and U+3000), random expressions over
+# operators, filters, tests and methods, and random programs (scoping, loops, macros, blocks). Most expressions are nonsense; what matters is that both
 # sides agree on the text or on failing.
 RANDOM_CONTEXT = {"l": [1, 2, 3], "s": " héllo wörld ", "d": {"a": "<&>", "b": None}, "n": None,
                   "f": 2.5, "people": [{"name": "Ann", "age": 31}, {"name": "bob", "age": 0}]}
@@ -274,6 +274,60 @@ def random_expression(rng):
     return "{{ " + expr(rng.randint(1, 4)) + " }}"
 
 
+def random_program(rng):
+    """Statements over a few variables: scoping of set in loops/ifs/macros/with, namespaces,
+    loop variables, break/continue, macros with defaults and caller(), set/filter blocks."""
+    values = ["1", "v", "w", "ns.c", "v ~ w", "(v|string)[:1]", "l|length", "ns.c ~ 1",
+              "[v, w]|join", "w is defined", "m(v)", "m(w, b=2)", "s|trim"]
+    loop_values = ["loop.index", "loop.first", "loop.revindex0", "loop.previtem", "i", "j",
+                   "loop.cycle('a', 'b')"]
+    in_loop_now = [False]
+
+    def value():
+        return rng.choice(values + (loop_values if in_loop_now[0] else []))
+
+    def stmts(depth, in_loop):
+        saved, in_loop_now[0] = in_loop_now[0], in_loop
+        out = []
+        for _ in range(rng.randint(1, 4)):
+            r = rng.random()
+            if r < 0.2:
+                out.append("{% set " + rng.choice(["v", "w"]) + " = " + value() + " %}")
+            elif r < 0.3:
+                out.append("{% set ns.c = " + value() + " %}")
+            elif r < 0.5:
+                out.append("[{{ " + value() + " }}]")
+            elif r < 0.56 and in_loop:
+                out.append(rng.choice(["{% break %}", "{% continue %}"]))
+            elif depth < 3 and r < 0.66:
+                out.append("{% if " + value() + " %}" + stmts(depth + 1, in_loop) + "{% elif " +
+                           value() + " %}" + stmts(depth + 1, in_loop) + "{% else %}" +
+                           stmts(depth + 1, in_loop) + "{% endif %}")
+            elif depth < 3 and r < 0.78:
+                var = rng.choice(["i", "j"])
+                cond = rng.choice(["", " if " + var + " > 1", " if false"])
+                out.append("{% for " + var + " in " + rng.choice(["l", "l[::-1]", "[]", "range(2)"]) +
+                           cond + " %}" + stmts(depth + 1, True) + "{% else %}E" + "{% endfor %}")
+            elif depth < 3 and r < 0.84:
+                out.append("{% with w = " + value() + " %}" + stmts(depth + 1, False) +
+                           "{% endwith %}")
+            elif depth < 3 and r < 0.9:
+                out.append("{% set w %}" + stmts(depth + 1, False) + "{% endset %}")
+            elif depth < 3 and r < 0.95:
+                out.append("{% filter upper %}" + stmts(depth + 1, in_loop) + "{% endfilter %}")
+            elif depth < 3:
+                out.append("{% call(x) k() %}<{{ x }}>" + stmts(depth + 1, False) + "{% endcall %}")
+            else:
+                out.append("{{ v }}")
+        in_loop_now[0] = saved
+        return "".join(out)
+
+    header = ("{% set ns = namespace(c=0) %}{% set v = 1 %}"
+              "{% macro m(a, b=v) %}({{ a }},{{ b }},{{ w }}){% set v = 9 %}{% endmacro %}"
+              "{% macro k() %}{{ caller(v) }}{% endmacro %}")
+    return header + stmts(0, False) + "|{{ v }}|{{ w }}|{{ ns.c }}"
+
+
 def random_jobs(seed, layouts, expressions):
     rng = random.Random(seed)
     jobs = []
@@ -282,6 +336,9 @@ def random_jobs(seed, layouts, expressions):
                      "context": RANDOM_CONTEXT})
     for i in range(expressions):
         jobs.append({"id": f"random expression {i}", "template": random_expression(rng),
+                     "context": RANDOM_CONTEXT})
+    for i in range(layouts):
+        jobs.append({"id": f"random program {i}", "template": random_program(rng),
                      "context": RANDOM_CONTEXT})
     return jobs
 
@@ -465,7 +522,7 @@ def main():
     c.add_argument("--chat-dir", default="tests/data/chat")
     c.add_argument("--now", default=DEFAULT_FIXED_NOW)
     c.add_argument("--verbose", action="store_true", help="also list cases that raise on both sides")
-    c.add_argument("--random", type=int, default=3000, help="random templates to add")
+    c.add_argument("--random", type=int, default=1500, help="random templates to add")
     c.add_argument("--random-seed", type=int, default=20241129)
     cc = sub.add_parser("compare-cli")
     cc.add_argument("--fp8rl", required=True)

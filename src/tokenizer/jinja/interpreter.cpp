@@ -388,9 +388,14 @@ void Interpreter::run_loop(const ForStmt& stmt, Scope* scope, const Value& itera
     }
     items = std::move(kept);
   }
-  if (items.empty()) {
+  // jinja2 runs the else block unless some iteration reached the end of the body: a loop whose
+  // every iteration ends in break or continue runs it too.
+  const auto run_else = [&] {
     ScopeLease child(*this, scope);
     exec_body(stmt.otherwise, child.get(), out);
+  };
+  if (items.empty()) {
+    run_else();
     return;
   }
 
@@ -425,6 +430,7 @@ void Interpreter::run_loop(const ForStmt& stmt, Scope* scope, const Value& itera
   const Value loop_value = Value::object(loop);
 
   Scope* iteration = acquire_scope(scope);
+  bool completed_body = false;
   for (std::int64_t i = 0; i < n; ++i) {
     if (iteration->captured) iteration = acquire_scope(scope);
     iteration->vars.clear();
@@ -443,9 +449,11 @@ void Interpreter::run_loop(const ForStmt& stmt, Scope* scope, const Value& itera
     assign(iteration, stmt.target, items[i]);
     iteration->set("loop", loop_value);
     const Flow flow = exec_body(stmt.body, iteration, out);
+    if (flow == Flow::normal) completed_body = true;
     if (flow == Flow::break_loop) break;
   }
   release_scope(iteration);
+  if (!completed_body) run_else();
 }
 
 Value Interpreter::define_macro(const MacroStmt& macro, Scope* scope) {
