@@ -233,6 +233,7 @@ class Lexer {
   }
 
   void lex_raw_body(bool line_starting) {
+    if (pos_ >= src_.size()) return;  // as for comments: the source ending here is no error
     for (std::size_t i = src_.find("{%", pos_); i != std::string::npos;
          i = src_.find("{%", i + 1)) {
       std::size_t j = i + 2;
@@ -254,6 +255,9 @@ class Lexer {
   }
 
   void lex_comment() {
+    // jinja2's lexer stops quietly when the source ends right after `{#` (nothing left to
+    // report on); anything after it must reach a `#}`.
+    if (pos_ >= src_.size()) return;
     for (std::size_t i = pos_; i < src_.size(); ++i) {
       std::size_t end = 0;
       if (src_.compare(i, 3, "+#}") == 0) {

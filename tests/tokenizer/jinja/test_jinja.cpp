@@ -259,7 +259,15 @@ TEST(ChatTemplateLimits, LongLoopsReuseScopes) {
 }
 
 // Where this interpreter deliberately differs from jinja2 (see src/tokenizer/jinja/README.md):
-// integers are 64-bit, so what Python would compute as a big integer is an error here.
+// integers are 64-bit and there are no complex numbers, so what Python would compute as a big
+// integer or a complex is an error here.
+TEST(ChatTemplateDivergence, ComplexResultsAreErrors) {
+  // Python gives (1.0614962176529745+0.34490102859218347j).
+  EXPECT_RENDER_ERROR("{{ (-3) ** 0.1 }}", "fractional power");
+  EXPECT_EQ(render("{{ (-8) ** 2 }}|{{ 8 ** 0.5 }}|{{ (-2.0) ** 3 }}"),
+            "64|2.8284271247461903|-8.0");
+}
+
 TEST(ChatTemplateDivergence, IntegersBeyond64BitsAreErrors) {
   EXPECT_RENDER_ERROR("{{ 9223372036854775807 + 1 }}", "integer overflow");
   EXPECT_RENDER_ERROR("{{ 2 ** 64 }}", "integer overflow");
