@@ -9,7 +9,9 @@
 // without leaking, and all of it is freed with the Interpreter.
 //
 // Recursion (nested expressions and blocks, macro calls) is bounded by kMaxEvalDepth; beyond it
-// the render fails with a TemplateError instead of exhausting the stack.
+// the render fails with a TemplateError instead of exhausting the stack. At the limit a release
+// build uses under 1 MB of stack (measured with recursive macros and loops), so rendering on a
+// worker thread with the default 8 MB stack is safe.
 #pragma once
 
 #include <ctime>
