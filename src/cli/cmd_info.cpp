@@ -7,6 +7,7 @@
 #include "formats/model_config.h"
 #include "formats/quant_config.h"
 #include "formats/safetensors.h"
+#include "ops/device.h"
 
 namespace fp8rl::cli {
 
@@ -39,7 +40,12 @@ std::string category(const std::string& name) {
   return "other";
 }
 
-void run_info(const std::string& dir) {
+void run_info(const std::string& dir, const std::string& device) {
+  CHECK(device == "cpu" || device == "cuda", "--device: '{}' is not a device (cpu, cuda)", device);
+  if (device == "cuda") {
+    CHECK(CudaDevice::built(), "--device cuda: this fp8rl was built without the CUDA backend");
+    CHECK(CudaDevice::count() > 0, "--device cuda: no CUDA device is visible");
+  }
   const ModelConfig c = ModelConfig::load(dir);
   const Checkpoint ckpt = Checkpoint::open(dir);
   fmt::print("model            {}\n", dir);
@@ -83,15 +89,20 @@ void run_info(const std::string& dir) {
     fmt::print("fp8              {}: weights {} scaling ({}), activations {}\n", q.method,
                scheme_name(q.weight), q.weight_scale_name, act_scaling_name(q.act));
   }
+  if (device == "cuda") fmt::print("device\n{}\n", CudaDevice::describe(0));
 }
 
 }  // namespace
 
 void add_info_command(CLI::App& app) {
   auto dir = std::make_shared<std::string>();
+  auto device = std::make_shared<std::string>("cpu");
   CLI::App* c = app.add_subcommand("info", "Summarize a model: architecture, sizes, dtypes, FP8");
   c->add_option("model", *dir, "Hugging Face model directory")->required();
-  c->callback([dir] { run_info(*dir); });
+  c->add_option("--device", *device,
+                "cpu, or cuda to also show the GPU and the GEMM path of each FP8 scheme")
+      ->capture_default_str();
+  c->callback([dir, device] { run_info(*dir, *device); });
 }
 
 }  // namespace fp8rl::cli

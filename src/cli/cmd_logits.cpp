@@ -6,6 +6,7 @@
 #include "cli/common.h"
 #include "formats/npy.h"
 #include "model/forward.h"
+#include "ops/device.h"
 
 namespace fp8rl::cli {
 
@@ -19,11 +20,19 @@ void run_logits(const LogitsOptions& o) {
   LoadOptions load;
   load.fp8 = parse_fp8_option(o.fp8);
   const Device device = parse_device(o.device);
-  CHECK(device == Device::cpu, "--device cuda: this build's forward runs on the CPU only");
-  const Model model = Model::load(o.model, load);
+  // The device outlives the model and cache that hold its memory.
+  std::unique_ptr<CudaDevice> cuda;
   Arena arena;
-  Context ctx{device, &arena};
-  KvCache cache(model.config(), int64_t(ids.size()));
+  Context ctx{Device::cpu, &arena};
+  if (device == Device::cuda) {
+    CHECK(CudaDevice::built(), "--device cuda: this fp8rl was built without the CUDA backend");
+    CHECK(CudaDevice::count() > 0, "--device cuda: no CUDA device is visible");
+    cuda = std::make_unique<CudaDevice>();
+    ctx = cuda->context();
+  }
+  Model model = Model::load(o.model, load);
+  model.to_device(ctx);
+  KvCache cache(model.config(), int64_t(ids.size()), ctx);
   const std::vector<int32_t> positions = iota(ids.size());
   Tensor logits = Tensor::empty({int64_t(ids.size()), model.config().vocab_size}, DType::f32);
   SequenceInput seq{ids, positions, &cache};
