@@ -1,10 +1,10 @@
 #include "tokenizer/jinja/chat_template.h"
 
+#include "tokenizer/tokenizer_config.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/check.h"
 #include "tokenizer/jinja/interpreter.h"
@@ -20,23 +20,6 @@ namespace {
                                                                       : "error";
   if (e.line() > 0) RAISE("chat template {} (template line {}): {}", what, e.line(), e.what());
   RAISE("chat template {}: {}", what, e.what());
-}
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  CHECK(in.good(), "cannot open {}", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// A special token as tokenizer_config.json writes it: a string, or an AddedToken object.
-std::optional<std::string> token_content(const nlohmann::json& j) {
-  if (j.is_string()) return j.get<std::string>();
-  if (j.is_object() && j.contains("content") && j["content"].is_string()) {
-    return j["content"].get<std::string>();
-  }
-  return std::nullopt;
 }
 
 }  // namespace
@@ -98,88 +81,28 @@ ChatTemplateConfig load_chat_template_config(const std::string& path,
   fs::path file(path);
   if (fs::is_directory(file)) file /= "tokenizer_config.json";
   CHECK(fs::is_regular_file(file), "no tokenizer_config.json at {}", path);
-  // Plain (unordered) JSON: configs can hold thousands of added tokens, which an ordered_json
-  // would insert in quadratic time, and no field read here depends on key order.
-  nlohmann::json cfg;
-  try {
-    cfg = nlohmann::json::parse(read_file(file));
-  } catch (const nlohmann::json::exception& e) {
-    RAISE("{} is not valid JSON: {}", file.string(), e.what());
-  }
-  CHECK(cfg.is_object(), "{} must hold a JSON object", file.string());
-
-  // Templates by name, as transformers assembles them: tokenizer_config.json's chat_template (a
-  // string is "default"), then chat_template.jinja beside it (which replaces "default"), then
-  // additional_chat_templates/NAME.jinja.
-  std::vector<std::pair<std::string, std::string>> templates;
-  const auto set_template = [&](const std::string& name, std::string source) {
-    for (auto& [n, s] : templates) {
-      if (n == name) {
-        s = std::move(source);
-        return;
-      }
-    }
-    templates.emplace_back(name, std::move(source));
-  };
-  const auto ct = cfg.find("chat_template");
-  if (ct != cfg.end() && ct->is_string()) {
-    set_template("default", ct->get<std::string>());
-  } else if (ct != cfg.end() && ct->is_array()) {
-    for (const auto& entry : *ct) {
-      CHECK(entry.is_object() && entry.contains("name") && entry["name"].is_string() &&
-                entry.contains("template") && entry["template"].is_string(),
-            "{}: chat_template list entries must be {{\"name\": ..., \"template\": ...}}",
-            file.string());
-      set_template(entry["name"].get<std::string>(), entry["template"].get<std::string>());
-    }
-  } else if (ct != cfg.end() && !ct->is_null()) {
-    RAISE("{}: chat_template must be a string or a list of named templates, got {}", file.string(),
-          ct->type_name());
-  }
-  const fs::path dir = file.parent_path();
-  if (fs::is_regular_file(dir / "chat_template.jinja")) {
-    set_template("default", read_file(dir / "chat_template.jinja"));
-  }
-  if (fs::is_directory(dir / "additional_chat_templates")) {
-    std::vector<fs::path> extra;
-    for (const auto& entry : fs::directory_iterator(dir / "additional_chat_templates")) {
-      if (entry.is_regular_file() && entry.path().extension() == ".jinja") {
-        extra.push_back(entry.path());
-      }
-    }
-    std::sort(extra.begin(), extra.end());
-    for (const auto& path : extra) set_template(path.stem().string(), read_file(path));
-  }
-  CHECK(!templates.empty(), "{} has no chat template (no chat_template field, no {})",
-        file.string(), (dir / "chat_template.jinja").string());
+  // One reader of the config files (tokenizer/tokenizer_config.h): it assembles the templates
+  // as transformers does (chat_template, then chat_template.jinja, then
+  // additional_chat_templates/NAME.jinja) and the special tokens the template sees.
+  const tok::TokenizerConfig tc = tok::TokenizerConfig::load(file);
+  CHECK(!tc.chat_templates.empty(), "{} has no chat template (no chat_template field, no {})",
+        file.string(), (file.parent_path() / "chat_template.jinja").string());
 
   ChatTemplateConfig out;
   const std::string wanted = template_name.empty() ? "default" : template_name;
   std::string names;
-  for (const auto& [name, source] : templates) {
-    names += (names.empty() ? "" : ", ") + name;
-    if (name == wanted) {
-      out.name = name;
-      out.source = source;
+  for (const tok::NamedChatTemplate& t : tc.chat_templates) {
+    names += (names.empty() ? "" : ", ") + t.name;
+    if (t.name == wanted) {
+      out.name = t.name;
+      out.source = t.source;
     }
   }
   CHECK(!out.name.empty(), "{} has no chat template named '{}' (available: {})", file.string(),
         wanted, names);
-
-  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
-                          "cls_token", "mask_token"}) {
-    const auto it = cfg.find(key);
-    if (it == cfg.end()) continue;
-    if (auto content = token_content(*it)) out.special_tokens[key] = *content;
-  }
-  const auto extra = cfg.find("additional_special_tokens");
-  if (extra != cfg.end() && extra->is_array() && !extra->empty()) {
-    nlohmann::ordered_json tokens = nlohmann::ordered_json::array();
-    for (const auto& t : *extra) {
-      if (auto content = token_content(t)) tokens.push_back(*content);
-    }
-    out.special_tokens["additional_special_tokens"] = tokens;
-  }
+  for (const auto& [key, value] : tc.special_tokens_map()) out.special_tokens[key] = value;
+  if (!tc.additional_special_tokens.empty())
+    out.special_tokens["additional_special_tokens"] = tc.additional_special_tokens;
   return out;
 }
 
