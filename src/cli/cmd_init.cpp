@@ -21,7 +21,7 @@ void run_init(const InitOptions& o) {
   // "--preset 8b" and "--preset qwen3-8b" both name qwen3-8b.
   const std::string name = o.preset.starts_with(o.arch + "-") ? o.preset : o.arch + "-" + o.preset;
   write_random_checkpoint(preset_config_json(name), o.out, o.seed);
-  fmt::print("wrote random-initialized {} ({}) to {}\n", name, "bf16", o.out);
+  fmt::print("wrote random-initialized {} (bf16) to {}\n", name, o.out);
 }
 }  // namespace
 
