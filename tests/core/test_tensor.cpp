@@ -49,3 +49,19 @@ TEST(Parallel, ForwardsExceptions) {
   for (int h : hits) EXPECT_EQ(h, 1);
   EXPECT_THROW(parallel_for(0, 10, [](int64_t i) { CHECK(i != 5, "boom"); }), Error);
 }
+
+TEST(Arena, OverExternalMemory) {
+  std::vector<char> block(4096);
+  Arena a(Device::cuda, 256);
+  EXPECT_THROW(a.alloc({1}, DType::f32), Error);  // nothing attached yet
+  a.attach(block.data(), block.size());
+  TensorView v = a.alloc({3}, DType::f32);
+  EXPECT_EQ(v.device, Device::cuda);
+  EXPECT_EQ(v.data, static_cast<void*>(block.data()));
+  EXPECT_EQ(a.mark(), 256u);
+  EXPECT_THROW(a.reserve(1 << 20), Error);  // external memory is grown by attaching
+  EXPECT_THROW(a.attach(block.data(), block.size()), Error);  // in use
+  a.rewind(0);
+  a.attach(block.data(), 512);
+  EXPECT_THROW(a.alloc({200}, DType::f32), Error);
+}

@@ -16,29 +16,6 @@ void check_launch(const char* kernel, const char* file, int line) {
                                     cudaGetErrorName(e), cudaGetErrorString(e)));
 }
 
-TensorView DeviceArena::alloc(Shape shape, DType dtype) {
-  const size_t bytes = (size_t(shape.numel()) * dtype_size(dtype) + 255) / 256 * 256;
-  CHECK(used_ + bytes <= capacity_,
-        "device arena exhausted: need {} more bytes, {} of {} in use (size it with "
-        "ops::scratch_reserve before the forward)",
-        bytes, used_, capacity_);
-  TensorView v(base_ + used_, dtype, shape, Device::cuda);
-  used_ += bytes;
-  high_water_ = std::max(high_water_, used_);
-  return v;
-}
-
-void DeviceArena::rewind(size_t mark) {
-  CHECK(mark <= used_, "device arena rewind to {} past the top {}", mark, used_);
-  used_ = mark;
-}
-
-void DeviceArena::attach(void* base, size_t capacity) {
-  CHECK(used_ == 0, "device arena replaced while {} bytes are in use", used_);
-  base_ = static_cast<char*>(base);
-  capacity_ = capacity;
-}
-
 namespace {
 
 Capabilities query_capabilities(int ordinal) {
@@ -142,7 +119,9 @@ cudaEvent_t Backend::event() {
   return events_[events_used_++];
 }
 
-void Backend::set_profiling(bool on) { profiling_ = on; }
+void Backend::set_profiling(bool on) {
+  profiling_ = on;
+}
 
 void Backend::range_begin() noexcept {
   try {

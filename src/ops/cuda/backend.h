@@ -4,6 +4,8 @@
 // it through ctx.cuda. Only ops/cuda/ includes this header (it brings the CUDA headers).
 #pragma once
 
+#include "core/arena.h"
+
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -16,21 +18,21 @@
 #include "ops/device.h"
 
 // The CHECK family for CUDA and cuBLAS(Lt) calls: file, line, the call and the error string.
-#define CUDA_CHECK(expr)                                                                    \
-  do {                                                                                      \
-    const cudaError_t fp8rl_e_ = (expr);                                                    \
-    if (fp8rl_e_ != cudaSuccess) [[unlikely]]                                               \
-      ::fp8rl::detail::raise_error(__FILE__, __LINE__,                                      \
-                                   ::fmt::format("CUDA error {} ({}) in {}",                \
-                                                 cudaGetErrorName(fp8rl_e_),                \
-                                                 cudaGetErrorString(fp8rl_e_), #expr));     \
+#define CUDA_CHECK(expr)                                                        \
+  do {                                                                          \
+    const cudaError_t fp8rl_e_ = (expr);                                        \
+    if (fp8rl_e_ != cudaSuccess) [[unlikely]]                                   \
+      ::fp8rl::detail::raise_error(                                             \
+          __FILE__, __LINE__,                                                   \
+          ::fmt::format("CUDA error {} ({}) in {}", cudaGetErrorName(fp8rl_e_), \
+                        cudaGetErrorString(fp8rl_e_), #expr));                  \
   } while (0)
-#define CUBLAS_CHECK(expr)                                                                  \
-  do {                                                                                      \
-    const cublasStatus_t fp8rl_s_ = (expr);                                                 \
-    if (fp8rl_s_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                     \
-      ::fp8rl::detail::raise_error(                                                         \
-          __FILE__, __LINE__,                                                               \
+#define CUBLAS_CHECK(expr)                                                                   \
+  do {                                                                                       \
+    const cublasStatus_t fp8rl_s_ = (expr);                                                  \
+    if (fp8rl_s_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                                      \
+      ::fp8rl::detail::raise_error(                                                          \
+          __FILE__, __LINE__,                                                                \
           ::fmt::format("cuBLAS error {} in {}", cublasLtGetStatusString(fp8rl_s_), #expr)); \
   } while (0)
 
@@ -54,23 +56,6 @@ struct Capabilities {
   bool fp8_block = false;   // BLK128x128_32F weights x VEC128_32F activations
 };
 
-// Bump allocator over one cudaMalloc: transient tensors of the ops, released by rewinding.
-// Nothing is allocated inside an op; grown only between forwards (at mark 0).
-class DeviceArena {
- public:
-  TensorView alloc(Shape shape, DType dtype);  // 256-byte aligned
-  size_t mark() const { return used_; }
-  void rewind(size_t mark);
-  size_t capacity() const { return capacity_; }
-  size_t high_water() const { return high_water_; }
-  void attach(void* base, size_t capacity);
-  void* base() const { return base_; }
-
- private:
-  char* base_ = nullptr;
-  size_t capacity_ = 0, used_ = 0, high_water_ = 0;
-};
-
 class Backend {
  public:
   Backend(const CudaDeviceOptions& options);
@@ -83,7 +68,7 @@ class Backend {
   cublasLtHandle_t lt() const { return lt_; }
   const Capabilities& caps() const { return caps_; }
   Gemm& gemm() { return *gemm_; }
-  DeviceArena& arena() { return arena_; }
+  Arena& arena() { return arena_; }
   // Grows the arena to `bytes` (synchronizes; only when nothing is allocated from it).
   void reserve_arena(size_t bytes);
 
@@ -113,7 +98,7 @@ class Backend {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::unique_ptr<Gemm> gemm_;
-  DeviceArena arena_;
+  Arena arena_{Device::cuda, 256};  // 256-byte aligned views into one cudaMalloc
   size_t allocated_ = 0, peak_allocated_ = 0;
   bool profiling_ = false;
   std::vector<cudaEvent_t> events_;  // pool, reused after reset_profile()
