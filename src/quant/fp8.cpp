@@ -160,14 +160,20 @@ void dequantize_weight(const TensorView& q, Fp8Scheme scheme, const TensorView& 
   check_matrix(q, "quantized weight");
   CHECK(q.dtype == DType::f8e4m3 && out.dtype == DType::f32 && out.shape == q.shape,
         "dequantize_weight: f8e4m3 {} -> f32 of the same shape", q.shape.str());
-  const int64_t n = q.dim(0), k = q.dim(1);
+  const int64_t k = q.dim(1);
+  parallel_for(0, q.dim(0), [&](int64_t r) {
+    dequantize_weight_rows(q, scheme, scales, r, r + 1, out.ptr<float>() + r * k);
+  });
+}
+
+void dequantize_weight_rows(const TensorView& q, Fp8Scheme scheme, const TensorView& scales,
+                            int64_t n0, int64_t n1, float* dst) {
+  const int64_t k = q.dim(1);
   const uint8_t* src = q.ptr<uint8_t>();
   const float* s = scales.ptr<float>();
-  float* dst = out.ptr<float>();
-  parallel_for(0, n, [&](int64_t r) {
+  for (int64_t r = n0; r < n1; ++r)
     for (int64_t c = 0; c < k; ++c)
-      dst[r * k + c] = e4m3_to_f32(src[r * k + c]) * weight_scale_at(scheme, s, r, c, k);
-  });
+      dst[(r - n0) * k + c] = e4m3_to_f32(src[r * k + c]) * weight_scale_at(scheme, s, r, c, k);
 }
 
 }  // namespace fp8rl

@@ -52,7 +52,12 @@ inline float weight_scale_at(Fp8Scheme scheme, const float* s, int64_t n, int64_
   return 1.0f;
 }
 
-// w_hat[N,K] f32 = e4m3 codes * scales: the dequantized weight.
+// Rows [n0, n1) of the dequantized weight, w_hat = e4m3 codes * scales, into dst
+// ([n1 - n0, K] f32) — the CPU linear streams the weight through this block by block.
+void dequantize_weight_rows(const TensorView& q, Fp8Scheme scheme, const TensorView& scales,
+                            int64_t n0, int64_t n1, float* dst);
+
+// w_hat[N,K] f32 = e4m3 codes * scales: the whole dequantized weight.
 void dequantize_weight(const TensorView& q, Fp8Scheme scheme, const TensorView& scales,
                        const TensorView& out);
 

@@ -17,12 +17,7 @@ namespace {
 void dequantize_rows(const LinearWeight& w, int64_t n0, int64_t n1, float* dst) {
   const int64_t k = w.in_features();
   if (w.is_fp8()) {
-    const uint8_t* codes = w.weight.ptr<uint8_t>();
-    const float* s = w.scales.ptr<float>();
-    for (int64_t r = n0; r < n1; ++r)
-      for (int64_t c = 0; c < k; ++c)
-        dst[(r - n0) * k + c] =
-            e4m3_to_f32(codes[r * k + c]) * weight_scale_at(w.scheme, s, r, c, k);
+    dequantize_weight_rows(w.weight, w.scheme, w.scales, n0, n1, dst);
   } else {
     const size_t es = dtype_size(w.weight.dtype);
     convert(static_cast<const char*>(w.weight.data) + size_t(n0 * k) * es, w.weight.dtype, dst,
