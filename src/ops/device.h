@@ -22,6 +22,9 @@ struct CudaDeviceOptions {
   int ordinal = 0;
   size_t workspace_bytes = size_t(32) << 20;  // cuBLASLt workspace (the NVIDIA samples' size)
   size_t arena_bytes = size_t(64) << 20;      // initial device arena; forward() grows it
+  // Attention on the Hopper wgmma kernel where the device runs it; false keeps the mma.sync
+  // kernel (tests hold both to the CPU reference on the same GPU).
+  bool wgmma_attention = true;
 };
 
 // One op category's device time, summed over calls, from CUDA events around each op.
@@ -69,7 +72,7 @@ class CudaDevice {
   size_t arena_high_water() const;  // peak bytes of the device arena
   size_t memory_used() const;       // device memory in use now (all processes), bytes
   size_t memory_total() const;
-  size_t peak_allocated() const;    // peak bytes this process has cudaMalloc'd (buffers + arena)
+  size_t peak_allocated() const;  // peak bytes this process has cudaMalloc'd (buffers + arena)
 
  private:
   std::unique_ptr<cuda::Backend> backend_;

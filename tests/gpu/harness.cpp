@@ -12,10 +12,11 @@ namespace {
 constexpr int64_t kGuardBytes = 256;
 }
 
-Harness::Harness(bool perf_mode) : arena(size_t(1) << 28), perf(perf_mode) {
+Harness::Harness(bool perf_mode, bool wgmma) : arena(size_t(1) << 28), perf(perf_mode) {
   cpu = Context{Device::cpu, &arena};
   CudaDeviceOptions o;
   o.arena_bytes = size_t(perf_mode ? 6 : 1) << 30;
+  o.wgmma_attention = wgmma;
   dev = std::make_unique<CudaDevice>(o);
   gpu = dev->context();
 }
@@ -60,7 +61,8 @@ Guard::Guard(Harness& h) : h_(h) {
 
 void Guard::seal() {
   post_ = ops::scratch_alloc(h_.gpu, {kGuardBytes}, DType::f8e4m3);
-  const int64_t bytes = static_cast<char*>(post_.data) + kGuardBytes - static_cast<char*>(pre_.data);
+  const int64_t bytes =
+      static_cast<char*>(post_.data) + kGuardBytes - static_cast<char*>(pre_.data);
   std::vector<uint8_t> poison(size_t(bytes), 0xFF);
   ops::copy(h_.gpu, TensorView(poison.data(), DType::f8e4m3, {bytes}),
             TensorView(pre_.data, DType::f8e4m3, {bytes}, Device::cuda));

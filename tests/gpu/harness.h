@@ -16,7 +16,8 @@
 namespace fp8rl::gpu_test {
 
 struct Harness {
-  explicit Harness(bool perf);
+  // wgmma = false keeps attention on the mma.sync kernel even where the wgmma one runs.
+  explicit Harness(bool perf, bool wgmma = true);
   Arena arena;  // CPU scratch
   Context cpu;
   std::unique_ptr<CudaDevice> dev;

@@ -152,8 +152,7 @@ void softcap_case(Harness& h, Outcome& o, int64_t t, int64_t v, DType dt) {
   convert(x.view().data, DType::f32, xc.view().data, dt, size_t(x.numel()));
   ops::copy(h.gpu, xc.view(), xd);
   ops::softcap(h.gpu, xd, 30.0f);
-  o.checks.push_back(
-      compare("out", as_f32(h, xd), ref, dt == DType::f32 ? 1e-6 : kCudaBf16Op));
+  o.checks.push_back(compare("out", as_f32(h, xd), ref, dt == DType::f32 ? 1e-6 : kCudaBf16Op));
   o.checks.push_back(g.verify({xd}));
 }
 
@@ -199,8 +198,8 @@ void attention_case(Harness& h, Outcome& o, int64_t t, int64_t first, int64_t hq
 struct HostQuant {
   std::vector<uint8_t> codes;
   std::vector<float> scales;
-  std::vector<uint8_t> pad_codes;   // codes of the pad rows
-  std::vector<float> pad_scales;    // scales of the pad rows
+  std::vector<uint8_t> pad_codes;  // codes of the pad rows
+  std::vector<float> pad_scales;   // scales of the pad rows
 };
 
 HostQuant download_quant(Harness& h, const ops::QuantizedActivation& q) {
@@ -267,8 +266,8 @@ void expect_close_quant(Outcome& o, const HostQuant& g, const ops::QuantizedActi
       }
       flips += g.codes[i] != rc[i];
       // One e4m3 step: 2^-3 of the value (normals) or sr * 2^-9 (subnormals).
-      const double allowed = std::max(std::fabs(a), std::fabs(b)) / 8 + sr / 512.0 +
-                             std::fabs(b) * scale_rel;
+      const double allowed =
+          std::max(std::fabs(a), std::fabs(b)) / 8 + sr / 512.0 + std::fabs(b) * scale_rel;
       worst_value = std::max(worst_value, std::fabs(a - b) / allowed);
     }
   o.checks.push_back(expect_le("scale rel diff", worst_scale, scale_rel));
@@ -348,9 +347,11 @@ void quantize_weight_case(Harness& h, Outcome& o, Fp8Scheme s, int64_t n, int64_
   ops::quantize_weight(h.gpu, w_d, s, q_d, s_d);
   const Tensor qg = to_host(h, q_d), sg = to_host(h, s_d);
   o.checks.push_back(expect_le("codes differing (bit-exact)",
-                               double(std::memcmp(qg.view().data, q.view().data, q.nbytes()) != 0), 0));
-  o.checks.push_back(expect_le("scales differing (bit-exact)",
-                               double(std::memcmp(sg.view().data, sc.view().data, sc.nbytes()) != 0), 0));
+                               double(std::memcmp(qg.view().data, q.view().data, q.nbytes()) != 0),
+                               0));
+  o.checks.push_back(
+      expect_le("scales differing (bit-exact)",
+                double(std::memcmp(sg.view().data, sc.view().data, sc.nbytes()) != 0), 0));
 }
 
 // ---- linear layers -------------------------------------------------------------------------
@@ -455,67 +456,83 @@ std::vector<OpCase> correctness_cases() {
   auto add = [&](std::string name, std::function<void(Harness&, Outcome&)> fn, bool quick) {
     c.push_back({std::move(name), std::move(fn), quick});
   };
-  add("fill_uniform n=100003", [](Harness& h, Outcome& o) { fill_case(h, o, 100003); }, true);
+  add(
+      "fill_uniform n=100003", [](Harness& h, Outcome& o) { fill_case(h, o, 100003); }, true);
   for (int64_t t : kTokens)
     for (int64_t hd : {192, 200}) {
       const float sc = hd == 192 ? std::sqrt(192.0f) : 1.0f;
-      add(fmtname("embedding", shape({{"T", t}, {"H", hd}})),
+      add(
+          fmtname("embedding", shape({{"T", t}, {"H", hd}})),
           [=](Harness& h, Outcome& o) { embedding_case(h, o, t, 1000, hd, sc); }, t == 19);
     }
   for (int64_t t : kTokens)
     for (int64_t d : {64, 128, 200, 4096})
       for (bool plus_one : {false, true}) {
         const bool in_place = d == 128;
-        add(fmtname("rms_norm", shape({{"rows", t}, {"D", d}, {"plus_one", plus_one},
-                                       {"in_place", in_place}})),
+        add(
+            fmtname("rms_norm",
+                    shape({{"rows", t}, {"D", d}, {"plus_one", plus_one}, {"in_place", in_place}})),
             [=](Harness& h, Outcome& o) { rms_norm_case(h, o, t, d, plus_one, in_place); },
             t == 19 && !plus_one);
       }
   for (int64_t t : {1, 19, 257})
     for (int64_t d : {64, 128, 256})
       for (int32_t base : {0, 100000})
-        add(fmtname("rope", shape({{"T", t}, {"heads", 4}, {"D", d}, {"pos0", base}})),
+        add(
+            fmtname("rope", shape({{"T", t}, {"heads", 4}, {"D", d}, {"pos0", base}})),
             [=](Harness& h, Outcome& o) { rope_case(h, o, t, 4, d, base); }, t == 19 && base == 0);
   for (int64_t t : {1, 19, 257})
     for (int64_t i : {320, 1000, 2880})
       for (bool silu : {true, false})
-        add(fmtname(silu ? "silu_mul" : "gelu_tanh_mul",
+        add(
+            fmtname(silu ? "silu_mul" : "gelu_tanh_mul",
                     shape({{"T", t}, {"I", i}, {"in_place", i == 320}})),
             [=](Harness& h, Outcome& o) { gated_case(h, o, t, i, silu, i == 320); },
             t == 19 && i == 1000);
   for (int64_t t : kTokens)
-    add(fmtname("add", shape({{"T", t}, {"H", 1000}})),
+    add(
+        fmtname("add", shape({{"T", t}, {"H", 1000}})),
         [=](Harness& h, Outcome& o) { add_case(h, o, t, 1000); }, t == 19);
-  add("softcap bf16 T=19 V=1000", [](Harness& h, Outcome& o) { softcap_case(h, o, 19, 1000, DType::bf16); }, true);
-  add("softcap f32 T=19 V=1000", [](Harness& h, Outcome& o) { softcap_case(h, o, 19, 1000, DType::f32); }, false);
+  add(
+      "softcap bf16 T=19 V=1000",
+      [](Harness& h, Outcome& o) { softcap_case(h, o, 19, 1000, DType::bf16); }, true);
+  add(
+      "softcap f32 T=19 V=1000",
+      [](Harness& h, Outcome& o) { softcap_case(h, o, 19, 1000, DType::f32); }, false);
 
   // Attention: (T, first slot, Hq, Hkv, D, window, softcap).
   struct A {
     int64_t t, first, hq, hkv, d, window;
     float softcap;
   };
-  const A attn[] = {{1, 0, 4, 2, 64, 0, 0},      {19, 0, 8, 2, 128, 0, 0},
-                    {257, 0, 4, 4, 128, 0, 0},   {989, 0, 8, 2, 64, 0, 0},
-                    {257, 0, 2, 1, 256, 0, 0},   {19, 238, 4, 2, 128, 0, 0},
-                    {1, 300, 8, 2, 128, 0, 0},   {257, 0, 6, 2, 32, 8, 0},
-                    {989, 0, 4, 2, 128, 100, 0}, {19, 200, 4, 2, 64, 50, 0},
-                    {257, 0, 4, 2, 256, 0, 50},  {989, 0, 2, 2, 256, 0, 0},
-                    {1, 988, 4, 1, 256, 0, 0},   {989, 0, 4, 1, 32, 0, 30}};
+  const A attn[] = {
+      {1, 0, 4, 2, 64, 0, 0},       {19, 0, 8, 2, 128, 0, 0},   {257, 0, 4, 4, 128, 0, 0},
+      {989, 0, 8, 2, 64, 0, 0},     {257, 0, 2, 1, 256, 0, 0},  {19, 238, 4, 2, 128, 0, 0},
+      {1, 300, 8, 2, 128, 0, 0},    {257, 0, 6, 2, 32, 8, 0},   {989, 0, 4, 2, 128, 100, 0},
+      {19, 200, 4, 2, 64, 50, 0},   {257, 0, 4, 2, 256, 0, 50}, {989, 0, 2, 2, 256, 0, 0},
+      {1, 988, 4, 1, 256, 0, 0},    {989, 0, 4, 1, 32, 0, 30},  {257, 0, 4, 2, 128, 0, 50},
+      {989, 37, 8, 1, 128, 300, 0}, {130, 0, 2, 2, 128, 0, 0}};
   for (const A& a : attn)
-    add(fmtname("attention", shape({{"T", a.t}, {"first", a.first}, {"Hq", a.hq}, {"Hkv", a.hkv},
-                                    {"D", a.d}, {"window", a.window},
+    add(
+        fmtname("attention", shape({{"T", a.t},
+                                    {"first", a.first},
+                                    {"Hq", a.hq},
+                                    {"Hkv", a.hkv},
+                                    {"D", a.d},
+                                    {"window", a.window},
                                     {"softcap", int64_t(a.softcap)}})),
         [=](Harness& h, Outcome& o) {
           attention_case(h, o, a.t, a.first, a.hq, a.hkv, a.d, a.window, a.softcap);
         },
         a.t == 19 || (a.t == 257 && a.d == 256));
 
-  for (ActScaling act : {ActScaling::token, ActScaling::group, ActScaling::tensor,
-                         ActScaling::static_tensor})
+  for (ActScaling act :
+       {ActScaling::token, ActScaling::group, ActScaling::tensor, ActScaling::static_tensor})
     for (int64_t m : kTokens)
       for (int64_t k : {192, 200, 2880, 4096}) {
         const std::string an(act_scaling_name(act));
-        add(fmtname("quantize", an + " " + shape({{"M", m}, {"K", k}})),
+        add(
+            fmtname("quantize", an + " " + shape({{"M", m}, {"K", k}})),
             [=](Harness& h, Outcome& o) { quantize_case(h, o, act, m, k, 5.0f); },
             m == 19 && k == 200);
       }
@@ -523,19 +540,24 @@ std::vector<OpCase> correctness_cases() {
     for (int64_t m : kTokens)
       for (int64_t k : {192, 200, 4096}) {
         const std::string an(act_scaling_name(act));
-        add(fmtname("rms_norm_quant", an + " " + shape({{"M", m}, {"K", k}})),
+        add(
+            fmtname("rms_norm_quant", an + " " + shape({{"M", m}, {"K", k}})),
             [=](Harness& h, Outcome& o) { rms_norm_quant_case(h, o, act, m, k, k == 200); },
             m == 19 && k == 200);
-        add(fmtname("silu_mul_quant", an + " " + shape({{"M", m}, {"K", k + 128}})),
+        add(
+            fmtname("silu_mul_quant", an + " " + shape({{"M", m}, {"K", k + 128}})),
             [=](Harness& h, Outcome& o) { gated_quant_case(h, o, act, m, k + 128, true); },
             m == 19 && k == 200);
       }
-  add("gelu_tanh_mul_quant group M=257 K=2880",
+  add(
+      "gelu_tanh_mul_quant group M=257 K=2880",
       [](Harness& h, Outcome& o) { gated_quant_case(h, o, ActScaling::group, 257, 2880, false); },
       false);
   for (Fp8Scheme s : {Fp8Scheme::tensor, Fp8Scheme::row, Fp8Scheme::block})
     for (auto [n, k] : {std::pair<int64_t, int64_t>{256, 192}, {300, 200}, {1024, 4096}})
-      add(fmtname("quantize_weight", std::string(scheme_name(s)) + " " + shape({{"N", n}, {"K", k}})),
+      add(
+          fmtname("quantize_weight",
+                  std::string(scheme_name(s)) + " " + shape({{"N", n}, {"K", k}})),
           [=](Harness& h, Outcome& o) { quantize_weight_case(h, o, s, n, k); }, n == 300);
 
   // Linear: bf16, each FP8 scheme with its activation scaling, the mixed pairs cuBLASLt runs
@@ -576,7 +598,8 @@ std::vector<OpCase> correctness_cases() {
           std::string(scheme_name(l.s)) + "/" + std::string(act_scaling_name(l.act)) + " " +
           shape({{"M", m}, {"N", l.n}, {"K", l.k}}) + (l.bias ? " bias" : "") +
           (l.out == DType::f32 ? " f32-out" : "") + (l.pre ? " prequantized" : "");
-      add(fmtname("linear", name),
+      add(
+          fmtname("linear", name),
           [=](Harness& h, Outcome& o) {
             linear_case(h, o, m, l.n, l.k, l.s, l.act, l.bias, l.out, l.pre);
           },
@@ -609,12 +632,14 @@ std::vector<OpCase> perf_cases() {
                    const TensorView w = ops::scratch_alloc(h.gpu, {H}, DType::f32);
                    ops::fill(h.gpu, w, 1.0f);
                    const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, act, T, H);
-                   o.seconds = time_op(h, [&] { ops::rms_norm_quant(h.gpu, x, w, 1e-6f, false, q); });
+                   o.seconds =
+                       time_op(h, [&] { ops::rms_norm_quant(h.gpu, x, w, 1e-6f, false, q); });
                    o.bytes = double(T) * H * 3;
                  }});
   c.push_back({"quantize group T=8192 K=4096", [=](Harness& h, Outcome& o) {
                  const TensorView x = bf(h, {T, H}, 1, 3);
-                 const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, ActScaling::group, T, H);
+                 const ops::QuantizedActivation q =
+                     ops::alloc_quantized(h.gpu, ActScaling::group, T, H);
                  o.seconds = time_op(h, [&] { ops::quantize(h.gpu, x, q); });
                  o.bytes = double(T) * H * 3;
                }});
@@ -626,7 +651,8 @@ std::vector<OpCase> perf_cases() {
                }});
   c.push_back({"silu_mul_quant group T=8192 I=12288", [=](Harness& h, Outcome& o) {
                  const TensorView g = bf(h, {T, I}, 1, 3), u = bf(h, {T, I}, 2, 3);
-                 const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, ActScaling::group, T, I);
+                 const ops::QuantizedActivation q =
+                     ops::alloc_quantized(h.gpu, ActScaling::group, T, I);
                  o.seconds = time_op(h, [&] { ops::silu_mul_quant(h.gpu, g, u, q); });
                  o.bytes = double(T) * I * 5;
                }});
@@ -646,29 +672,31 @@ std::vector<OpCase> perf_cases() {
                  o.bytes = 3.0 * T * H * 2;
                }});
   for (int64_t d : {64, 128, 256})
-    c.push_back({fmt::format("attention causal T=8192 Hq=32 Hkv=8 D={}", d),
-                 [=](Harness& h, Outcome& o) {
-                   const TensorView q = bf(h, {T, HQ, d}, 1, 1), k = bf(h, {T, HKV, d}, 2, 1),
-                                    v = bf(h, {T, HKV, d}, 3, 1), out = bf(h, {T, HQ, d}, 4, 1);
-                   ops::AttentionParams p;
-                   p.scale = 1.0f / std::sqrt(float(d));
-                   o.seconds = time_op(h, [&] { ops::attention(h.gpu, q, k, v, 0, p, out); }, 5);
-                   o.flops = 4.0 * double(d) * HQ * double(T) * double(T + 1) / 2;
-                 }});
+    c.push_back(
+        {fmt::format("attention causal T=8192 Hq=32 Hkv=8 D={}", d), [=](Harness& h, Outcome& o) {
+           const TensorView q = bf(h, {T, HQ, d}, 1, 1), k = bf(h, {T, HKV, d}, 2, 1),
+                            v = bf(h, {T, HKV, d}, 3, 1), out = bf(h, {T, HQ, d}, 4, 1);
+           ops::AttentionParams p;
+           p.scale = 1.0f / std::sqrt(float(d));
+           o.seconds = time_op(
+               h, [&] { ops::attention(h.gpu, q, k, v, 0, p, out); }, 5);
+           o.flops = 4.0 * double(d) * HQ * double(T) * double(T + 1) / 2;
+         }});
   c.push_back({"attention window=4096 T=8192 Hq=32 Hkv=8 D=128", [=](Harness& h, Outcome& o) {
                  const TensorView q = bf(h, {T, HQ, D}, 1, 1), k = bf(h, {T, HKV, D}, 2, 1),
                                   v = bf(h, {T, HKV, D}, 3, 1), out = bf(h, {T, HQ, D}, 4, 1);
                  ops::AttentionParams p;
                  p.scale = 1.0f / std::sqrt(float(D));
                  p.window = 4096;
-                 o.seconds = time_op(h, [&] { ops::attention(h.gpu, q, k, v, 0, p, out); }, 5);
+                 o.seconds = time_op(
+                     h, [&] { ops::attention(h.gpu, q, k, v, 0, p, out); }, 5);
                  double keys = 0;
                  for (int64_t t = 0; t < T; ++t) keys += double(std::min<int64_t>(t + 1, 4096));
                  o.flops = 4.0 * D * HQ * keys;
                }});
   for (Fp8Scheme s : {Fp8Scheme::off, Fp8Scheme::tensor, Fp8Scheme::row, Fp8Scheme::block})
-    for (auto [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {1024, 4096}, {12288, 4096},
-                        {4096, 12288}})
+    for (auto [n, k] :
+         {std::pair<int64_t, int64_t>{4096, 4096}, {1024, 4096}, {12288, 4096}, {4096, 12288}})
       c.push_back({fmt::format("linear {} M=8192 N={} K={}", scheme_name(s), n, k),
                    [=](Harness& h, Outcome& o) {
                      const ActScaling act = matching_act_scaling(s);
@@ -695,9 +723,10 @@ std::vector<OpCase> perf_cases() {
                      o.flops = 2.0 * T * n * k;
                      const std::string path = h.dev->last_linear_path();
                      const double gemm = h.dev->time_gemm(w, T, 10) * 1e-3;
-                     o.info = fmt::format("[{}] GEMM alone {:.1f} TFLOP/s; linear incl. "
-                                          "quantization at {:.0f}% of it",
-                                          path, o.flops / gemm * 1e-12, 100.0 * gemm / o.seconds);
+                     o.info = fmt::format(
+                         "[{}] GEMM alone {:.1f} TFLOP/s; linear incl. "
+                         "quantization at {:.0f}% of it",
+                         path, o.flops / gemm * 1e-12, 100.0 * gemm / o.seconds);
                    }});
   return c;
 }

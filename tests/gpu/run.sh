@@ -74,6 +74,9 @@ for ops in fill_uniform,embedding,rms_norm,rope,silu_mul,gelu_tanh_mul,add,softc
   step "ops ${ops%%,*}.." "$OUT/ops.log" 60 "$BIN/test_ops" --op "$ops"
   tail -1 "$OUT/ops.log" >> "$SUMMARY"
 done
+# The mma.sync attention kernel (what non-Hopper GPUs run) on this GPU too.
+step "ops attention mma.sync" "$OUT/ops.log" 60 "$BIN/test_ops" --no-wgmma --op attention
+tail -1 "$OUT/ops.log" >> "$SUMMARY"
 step "model goldens" "$OUT/model.log" 60 "$BIN/test_model_gpu" --data tests/data --arch all
 tail -1 "$OUT/model.log" >> "$SUMMARY"
 step "model random" "$OUT/model.log" 60 "$BIN/test_model_gpu" --data tests/data --random
@@ -95,6 +98,7 @@ if [ $SKIP_HF -eq 0 ]; then
   done
 fi
 step "op perf" "$OUT/perf.log" 60 "$BIN/test_ops" --perf
+step "op perf attention mma.sync" "$OUT/perf.log" 60 "$BIN/test_ops" --perf --no-wgmma --op attention
 if [ $SKIP_MEMCHECK -eq 0 ]; then
   step "memcheck (quick)" "$OUT/memcheck.log" 60 "$SANITIZER" --tool memcheck \
     --leak-check no --error-exitcode 3 "$BIN/test_ops" --quick

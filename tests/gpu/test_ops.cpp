@@ -1,9 +1,11 @@
-// test_ops [--list] [--perf] [--quick] [--op NAME[,NAME...]] [--filter TEXT] [--json FILE]
+// test_ops [--list] [--perf] [--quick] [--no-wgmma] [--op NAME[,NAME...]] [--filter TEXT]
+//          [--json FILE]
 //
 // Runs every op case of op_cases.cpp on the CPU reference and on CUDA and compares (exit 1 on
 // any failure), or with --perf times the CUDA ops at prefill sizes and prints GB/s or
 // TFLOP/s. Without a CUDA device it prints "SKIPPED: no CUDA device" and exits 77 (CTest's
-// skip code), so CI, which has no GPU, shows the skip instead of a pass.
+// skip code), so CI, which has no GPU, shows the skip instead of a pass. --no-wgmma runs
+// attention on the mma.sync kernel (the path of non-Hopper GPUs) on a Hopper GPU too.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -16,19 +18,28 @@ using namespace fp8rl;
 using namespace fp8rl::gpu_test;
 
 int main(int argc, char** argv) {
-  bool perf = false, quick = false, list = false;
+  bool perf = false, quick = false, list = false, wgmma = true;
   std::string filter, op, json_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--perf") perf = true;
-    else if (a == "--list") list = true;
-    else if (a == "--quick") quick = true;
-    else if (a == "--filter" && i + 1 < argc) filter = argv[++i];
-    else if (a == "--op" && i + 1 < argc) op = argv[++i];
-    else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    if (a == "--perf")
+      perf = true;
+    else if (a == "--list")
+      list = true;
+    else if (a == "--quick")
+      quick = true;
+    else if (a == "--no-wgmma")
+      wgmma = false;
+    else if (a == "--filter" && i + 1 < argc)
+      filter = argv[++i];
+    else if (a == "--op" && i + 1 < argc)
+      op = argv[++i];
+    else if (a == "--json" && i + 1 < argc)
+      json_path = argv[++i];
     else {
       std::fprintf(stderr,
-                   "usage: test_ops [--perf] [--quick] [--op NAME] [--filter TEXT] [--json FILE]\n");
+                   "usage: test_ops [--perf] [--quick] [--no-wgmma] [--op NAME] [--filter TEXT] "
+                   "[--json FILE]\n");
       return 2;
     }
   }
@@ -49,17 +60,17 @@ int main(int argc, char** argv) {
     return 77;
   }
   try {
-    Harness h(perf);
+    Harness h(perf, wgmma);
     std::printf("%s\n", CudaDevice::describe(0).c_str());
+    if (!wgmma) std::printf("--no-wgmma: attention runs the mma.sync kernel for every head dim\n");
     std::ofstream json;
     if (!json_path.empty()) json.open(json_path);
     int passed = 0, failed = 0;
     for (const OpCase& c : perf ? perf_cases() : correctness_cases()) {
       if (quick && !c.quick) continue;
       if (!filter.empty() && c.name.find(filter) == std::string::npos) continue;
-      if (!ops_wanted.empty() &&
-          std::find(ops_wanted.begin(), ops_wanted.end(), c.name.substr(0, c.name.find(' '))) ==
-              ops_wanted.end())
+      if (!ops_wanted.empty() && std::find(ops_wanted.begin(), ops_wanted.end(),
+                                           c.name.substr(0, c.name.find(' '))) == ops_wanted.end())
         continue;
       Outcome o;
       std::string error;
@@ -84,19 +95,18 @@ int main(int argc, char** argv) {
       }
       ok ? ++passed : ++failed;
       if (perf) {
-        const std::string rate =
-            o.flops > 0 ? fmt::format("{:8.1f} TFLOP/s", o.flops / o.seconds * 1e-12)
-                        : fmt::format("{:8.1f} GB/s", o.bytes / o.seconds * 1e-9);
+        const std::string rate = o.flops > 0
+                                     ? fmt::format("{:8.1f} TFLOP/s", o.flops / o.seconds * 1e-12)
+                                     : fmt::format("{:8.1f} GB/s", o.bytes / o.seconds * 1e-9);
         std::printf("%-4s %-58s %9.3f ms %s  %s%s\n", ok ? "OK" : "FAIL", c.name.c_str(),
                     o.seconds * 1e3, rate.c_str(), o.info.c_str(), error.c_str());
       } else {
-        std::printf("%-4s %-78s %s%s%s\n", ok ? "PASS" : "FAIL", c.name.c_str(),
-                    worst_what.c_str(), o.info.empty() ? "" : ("  [" + o.info + "]").c_str(),
+        std::printf("%-4s %-78s %s%s%s\n", ok ? "PASS" : "FAIL", c.name.c_str(), worst_what.c_str(),
+                    o.info.empty() ? "" : ("  [" + o.info + "]").c_str(),
                     error.empty() ? "" : (" ERROR: " + error).c_str());
         if (!ok)
           for (const Check& k : o.checks)
-            if (!k.ok)
-              std::printf("       %s: %.4g > %.4g\n", k.what.c_str(), k.err, k.bound);
+            if (!k.ok) std::printf("       %s: %.4g > %.4g\n", k.what.c_str(), k.err, k.bound);
       }
       std::fflush(stdout);
       if (json.is_open())

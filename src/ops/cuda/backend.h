@@ -54,6 +54,9 @@ struct Capabilities {
   bool fp8_tensor = false;  // SCALAR_32F x SCALAR_32F
   bool fp8_outer = false;   // OUTER_VEC_32F x OUTER_VEC_32F (per-row weights, per-token acts)
   bool fp8_block = false;   // BLK128x128_32F weights x VEC128_32F activations
+  // The wgmma attention kernel runs here (sm_90 with this build's sm_90a code) and is not
+  // switched off by CudaDeviceOptions::wgmma_attention; else the mma.sync kernel runs.
+  bool attention_wgmma = false;
 };
 
 class Backend {

@@ -9,9 +9,15 @@ namespace fp8rl::cuda {
 
 namespace {
 
-bf16* bf(const TensorView& t) { return static_cast<bf16*>(t.data); }
-const float* f32(const TensorView& t) { return static_cast<const float*>(t.data); }
-int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+bf16* bf(const TensorView& t) {
+  return static_cast<bf16*>(t.data);
+}
+const float* f32(const TensorView& t) {
+  return static_cast<const float*>(t.data);
+}
+int64_t round_up(int64_t a, int64_t b) {
+  return (a + b - 1) / b * b;
+}
 
 QuantOut quant_out(const ops::QuantizedActivation& q) {
   QuantOut o;
@@ -75,17 +81,34 @@ std::string describe(int ordinal) {
       c.cublaslt_version);
   for (Fp8Scheme sc : {Fp8Scheme::off, Fp8Scheme::tensor, Fp8Scheme::row, Fp8Scheme::block})
     s += fmt::format("--fp8 {:<7}{}\n", scheme_name(sc), gemm_path(b, sc));
-  s += "activations bf16 (fp32 math), attention FlashAttention-2 style (mma.sync bf16)";
+  s += fmt::format("activations bf16 (fp32 math), attention: {}",
+                   c.attention_wgmma ? "wgmma (Hopper warpgroup MMA) for head_dim 128, mma.sync "
+                                       "FlashAttention-2 style for other head dims"
+                                     : "mma.sync FlashAttention-2 style");
   return s;
 }
 
-void* device_malloc(Backend& b, size_t bytes) { return b.malloc(bytes); }
-void device_free(Backend& b, void* p, size_t bytes) { b.free(p, bytes); }
-TensorView arena_alloc(Backend& b, Shape shape, DType dtype) { return b.arena().alloc(shape, dtype); }
-size_t arena_mark(Backend& b) { return b.arena().mark(); }
-void arena_rewind(Backend& b, size_t mark) { b.arena().rewind(mark); }
-void arena_reserve(Backend& b, size_t bytes) { b.reserve_arena(bytes); }
-size_t arena_high_water(Backend& b) { return b.arena().high_water(); }
+void* device_malloc(Backend& b, size_t bytes) {
+  return b.malloc(bytes);
+}
+void device_free(Backend& b, void* p, size_t bytes) {
+  b.free(p, bytes);
+}
+TensorView arena_alloc(Backend& b, Shape shape, DType dtype) {
+  return b.arena().alloc(shape, dtype);
+}
+size_t arena_mark(Backend& b) {
+  return b.arena().mark();
+}
+void arena_rewind(Backend& b, size_t mark) {
+  b.arena().rewind(mark);
+}
+void arena_reserve(Backend& b, size_t bytes) {
+  b.reserve_arena(bytes);
+}
+size_t arena_high_water(Backend& b) {
+  return b.arena().high_water();
+}
 
 void copy(Backend& b, const TensorView& src, const TensorView& dst) {
   if (src.nbytes() == 0) return;
@@ -115,7 +138,9 @@ void fill_uniform(Backend& b, const TensorView& dst, uint64_t seed, float bound)
     launch_fill_uniform_bf16(bf(dst), dst.numel(), seed, bound, b.stream());
 }
 
-void synchronize(Backend& b) { CUDA_CHECK(cudaStreamSynchronize(b.stream())); }
+void synchronize(Backend& b) {
+  CUDA_CHECK(cudaStreamSynchronize(b.stream()));
+}
 
 // ---- ops
 
@@ -158,13 +183,16 @@ void attention(Backend& b, const TensorView& q, const TensorView& k_cache,
   a.scale = p.scale;
   a.softcap = p.softcap;
   a.window = p.window;
-  launch_attention(a, b.stream());
+  if (b.caps().attention_wgmma && attention_wgmma_supports(a))
+    launch_attention_wgmma(a, b.stream());
+  else
+    launch_attention(a, b.stream());
 }
 
 void gated(Backend& b, const TensorView& gate, const TensorView& up, int act,
            const TensorView& out) {
-  launch_gated(bf(gate), bf(up), gate.dim(0), gate.numel() / std::max<int64_t>(gate.dim(0), 1),
-               act, bf(out), nullptr, b.stream());
+  launch_gated(bf(gate), bf(up), gate.dim(0), gate.numel() / std::max<int64_t>(gate.dim(0), 1), act,
+               bf(out), nullptr, b.stream());
 }
 
 void add(Backend& b, const TensorView& a, const TensorView& c, const TensorView& out) {
@@ -233,8 +261,8 @@ void quantize(Backend& b, const TensorView& x, const ops::QuantizedActivation& q
   RAISE("quantize: no activation scaling");
 }
 
-void rms_norm_quant(Backend& b, const TensorView& x, const TensorView& w, float eps,
-                    bool plus_one, const ops::QuantizedActivation& q) {
+void rms_norm_quant(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
+                    const ops::QuantizedActivation& q) {
   if (q.act == ActScaling::token || q.act == ActScaling::group) {
     launch_rms_norm_quant(bf(x), f32(w), x.dim(0), x.dim(1), eps, plus_one, quant_out(q),
                           b.stream());
@@ -279,7 +307,9 @@ void dequantize(Backend& b, const ops::QuantizedActivation& q, const TensorView&
 
 // ---- profiling
 
-bool profiling(Backend& b) { return b.profiling(); }
+bool profiling(Backend& b) {
+  return b.profiling();
+}
 
 ProfileRange::ProfileRange(Backend& b, const char* name)
     : b_(b.profiling() ? &b : nullptr), name_(b_ ? name : "") {

@@ -29,8 +29,8 @@ struct QuantOut {
 
 // ---- embedding.cu
 // out[t,:] = table[ids[t],:] * scale; ids outside [0, vocab) give NaN rows.
-void launch_embedding(const int32_t* ids, int64_t t, const bf16* table, int64_t vocab,
-                      int64_t h, float scale, bf16* out, cudaStream_t s);
+void launch_embedding(const int32_t* ids, int64_t t, const bf16* table, int64_t vocab, int64_t h,
+                      float scale, bf16* out, cudaStream_t s);
 
 // ---- norm.cu (w is f32 [d])
 // out = rms_norm(x); amax (if set, pre-zeroed) gets max |out| over the bf16 outputs.
@@ -57,11 +57,18 @@ struct AttentionArgs {
 bool attention_supports(int64_t d);
 // Raises the kernels' dynamic shared-memory limits; once per device, before the first launch.
 cudaError_t attention_init();
+// mma.sync kernel (attention.cu), any head dim attention_supports().
 void launch_attention(const AttentionArgs& a, cudaStream_t s);
+// attention_wgmma.cu: the Hopper kernel, for the head dims attention_wgmma_supports(). Its
+// init sets its limits and reports whether the device runs it (an sm_90 GPU that loaded this
+// build's sm_90a code).
+cudaError_t attention_wgmma_init(bool* available);
+bool attention_wgmma_supports(const AttentionArgs& a);
+void launch_attention_wgmma(const AttentionArgs& a, cudaStream_t s);
 
 // ---- activation.cu: act 0 = SiLU, 1 = GELU-tanh. gate/up/out [rows, cols].
-void launch_gated(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int act,
-                  bf16* out, float* amax, cudaStream_t s);
+void launch_gated(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int act, bf16* out,
+                  float* amax, cudaStream_t s);
 void launch_gated_quant(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int act,
                         const QuantOut& q, cudaStream_t s);
 
@@ -84,15 +91,14 @@ void launch_broadcast(const float* in, float* out, int64_t n, cudaStream_t s);
 
 // ---- quantize.cu (x is bf16, or f32 when x_f32)
 // Per token / per 1x128 group: rows [0, padded_rows) of q (pad rows: code 0, scale 1).
-void launch_quantize_rows(const void* x, bool x_f32, int64_t rows, int64_t cols,
-                          const QuantOut& q, cudaStream_t s);
+void launch_quantize_rows(const void* x, bool x_f32, int64_t rows, int64_t cols, const QuantOut& q,
+                          cudaStream_t s);
 // *amax = max(*amax, max |x|) (pre-zero *amax).
 void launch_amax(const void* x, bool x_f32, int64_t n, float* amax, cudaStream_t s);
 // Per tensor: scale = amax ? fp8_scale(*amax) : static_scale; codes = e4m3(x / scale);
 // *scale_out = scale.
 void launch_quantize_tensor(const void* x, bool x_f32, int64_t n, const float* amax,
-                            float static_scale, uint8_t* codes, float* scale_out,
-                            cudaStream_t s);
+                            float static_scale, uint8_t* codes, float* scale_out, cudaStream_t s);
 // x_hat[rows, cols] bf16 from codes/scales in the layouts above (mode 0 tensor, 1 token,
 // 2 group).
 void launch_dequantize_act(const uint8_t* codes, const float* scales, int mode, int64_t rows,
