@@ -115,6 +115,12 @@ void attention_block(Context& ctx, const Model& m, int64_t li, std::span<const S
   p.scale = float(c.attention_scale);
   p.softcap = float(c.attn_logit_softcapping);
   p.window = l.sliding ? c.sliding_window : 0;
+  // A tensor-scaled o_proj gets max |attn| from the attention kernels' epilogues.
+  TensorView amax;
+  if (shared_dynamic_act({&l.o}) == ActScaling::tensor) {
+    amax = ops::scratch_alloc(ctx, {1}, DType::f32);
+    ops::fill_zero(ctx, amax);
+  }
   int64_t row = 0;
   for (const SequenceInput& seq : batch) {
     const int64_t n = int64_t(seq.tokens.size());
@@ -124,10 +130,13 @@ void attention_block(Context& ctx, const Model& m, int64_t li, std::span<const S
     ops::copy(ctx, s.k.slice_rows(row, row + n), kc.slice_rows(first, first + n));
     ops::copy(ctx, s.v.slice_rows(row, row + n), vc.slice_rows(first, first + n));
     ops::attention(ctx, s.q.slice_rows(row, row + n).reshape({n, hq, d}), kc, vc, first, p,
-                   s.attn.slice_rows(row, row + n).reshape({n, hq, d}));
+                   s.attn.slice_rows(row, row + n).reshape({n, hq, d}), amax);
     row += n;
   }
-  ops::linear(ctx, s.attn, l.o, s.proj);
+  if (amax.empty())
+    ops::linear(ctx, s.attn, l.o, s.proj);
+  else
+    ops::linear(ctx, s.attn, l.o, s.proj, amax);
 }
 
 // MLP sublayer: norm, gate/up, act(gate) * up (quantized for the down projection when it is a
@@ -184,10 +193,12 @@ size_t forward_scratch_bytes(const Context& ctx, const Model& model, int64_t tok
   // The quantized input of a block's linears lives while they run.
   size_t quantized = 0;
   if (act != ActScaling::none && act != ActScaling::static_tensor)
-    quantized = ops::quantized_bytes(ctx, act, tokens, std::max(c.hidden_size, c.intermediate_size));
+    quantized =
+        ops::quantized_bytes(ctx, act, tokens, std::max(c.hidden_size, c.intermediate_size));
   const size_t ids = 2 * (size_t(tokens) * 4 + 256);
   const size_t final_rows = size_t(logit_rows * c.hidden_size) * elem + 256;
-  const size_t staged_logits = ctx.device == Device::cpu ? 0 : size_t(logit_rows * c.vocab_size) * 4 + 256;
+  const size_t staged_logits =
+      ctx.device == Device::cpu ? 0 : size_t(logit_rows * c.vocab_size) * 4 + 256;
   return activation_bytes(ctx, c, tokens) + op + quantized + ids + final_rows + staged_logits +
          4096;
 }
@@ -227,8 +238,7 @@ void forward(Context& ctx, const Model& m, std::span<const SequenceInput> batch,
   const int64_t t = int64_t(tokens.size());
   const int64_t out_rows = rows == LogitRows::all ? t : int64_t(batch.size());
   CHECK(logits.dtype == DType::f32 && logits.shape == (Shape{out_rows, c.vocab_size}) &&
-            logits.is_contiguous() &&
-            (logits.device == ctx.device || logits.device == Device::cpu),
+            logits.is_contiguous() && (logits.device == ctx.device || logits.device == Device::cpu),
         "forward: logits must be contiguous f32 [{}, {}] on the host or {}, got {} {} on {}",
         out_rows, c.vocab_size, device_name(ctx.device), dtype_name(logits.dtype),
         logits.shape.str(), device_name(logits.device));
@@ -269,8 +279,7 @@ void forward(Context& ctx, const Model& m, std::span<const SequenceInput> batch,
   ops::rms_norm(ctx, final_in, m.final_norm, eps, c.norm_plus_one, final_in);
   // The lm_head writes fp32 logits on the device; they go to the host once at the end.
   const bool staged = logits.device != ctx.device;
-  const TensorView out =
-      staged ? ops::scratch_alloc(ctx, logits.shape, DType::f32) : logits;
+  const TensorView out = staged ? ops::scratch_alloc(ctx, logits.shape, DType::f32) : logits;
   ops::linear(ctx, final_in, m.lm_head, out);
   if (c.final_logit_softcapping > 0) ops::softcap(ctx, out, float(c.final_logit_softcapping));
   if (staged) ops::copy(ctx, out, logits);

@@ -18,23 +18,23 @@ size_t LinearWeight::nbytes() const {
 
 // Runs the CPU or the CUDA implementation; the CUDA one inside a profiling range.
 #if FP8RL_HAVE_CUDA
-#define FP8RL_DISPATCH(ctx, name, cpu_call, cuda_call)   \
-  do {                                                   \
-    if ((ctx).device == Device::cpu) {                   \
-      cpu_call;                                          \
-    } else {                                             \
-      cuda::ProfileRange range_(*(ctx).cuda, name);      \
-      cuda_call;                                         \
-    }                                                    \
+#define FP8RL_DISPATCH(ctx, name, cpu_call, cuda_call) \
+  do {                                                 \
+    if ((ctx).device == Device::cpu) {                 \
+      cpu_call;                                        \
+    } else {                                           \
+      cuda::ProfileRange range_(*(ctx).cuda, name);    \
+      cuda_call;                                       \
+    }                                                  \
   } while (0)
 #else
-#define FP8RL_DISPATCH(ctx, name, cpu_call, cuda_call)                                   \
-  do {                                                                                   \
-    if ((ctx).device == Device::cpu) {                                                   \
-      cpu_call;                                                                          \
-    } else {                                                                             \
-      RAISE("{}: this build has no CUDA backend (built without nvcc)", name);            \
-    }                                                                                    \
+#define FP8RL_DISPATCH(ctx, name, cpu_call, cuda_call)                        \
+  do {                                                                        \
+    if ((ctx).device == Device::cpu) {                                        \
+      cpu_call;                                                               \
+    } else {                                                                  \
+      RAISE("{}: this build has no CUDA backend (built without nvcc)", name); \
+    }                                                                         \
   } while (0)
 #endif
 
@@ -63,8 +63,8 @@ void check_act(const Context& ctx, const TensorView& t, int rank, const char* wh
 // A weight-like operand (norm weight, table, frequencies) on the context's device; on CUDA
 // it must have the dtype the kernels read.
 void check_param(const Context& ctx, const TensorView& t, DType cuda_dtype, const char* what) {
-  CHECK(t.device == ctx.device && t.is_contiguous(), "{}: expected a contiguous tensor on {}",
-        what, device_name(ctx.device));
+  CHECK(t.device == ctx.device && t.is_contiguous(), "{}: expected a contiguous tensor on {}", what,
+        device_name(ctx.device));
   if (ctx.device == Device::cuda)
     CHECK(t.dtype == cuda_dtype, "{}: CUDA needs {}, got {} (Model::to_device converts)", what,
           dtype_name(cuda_dtype), dtype_name(t.dtype));
@@ -169,14 +169,25 @@ void rope(Context& ctx, const TensorView& x, std::span<const int32_t> positions,
           const TensorView& inv_freq) {
   CHECK(ctx.device == Device::cpu, "rope with host positions runs on the CPU only");
   rope(ctx, x,
-       TensorView(const_cast<int32_t*>(positions.data()), DType::i32,
-                  {int64_t(positions.size())}),
+       TensorView(const_cast<int32_t*>(positions.data()), DType::i32, {int64_t(positions.size())}),
        inv_freq);
 }
 
+namespace {
+void cpu_attention(Arena& scratch, const TensorView& q, const TensorView& k_cache,
+                   const TensorView& v_cache, int64_t first_slot, const AttentionParams& p,
+                   const TensorView& out, const TensorView& amax) {
+  cpu::attention(scratch, q, k_cache, v_cache, first_slot, p, out);
+  if (amax.empty()) return;
+  float& a = *amax.ptr<float>();
+  const float* o = out.ptr<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) a = std::max(a, std::fabs(o[i]));
+}
+}  // namespace
+
 void attention(Context& ctx, const TensorView& q, const TensorView& k_cache,
                const TensorView& v_cache, int64_t first_slot, const AttentionParams& p,
-               const TensorView& out) {
+               const TensorView& out, const TensorView& amax) {
   check_ctx(ctx);
   check_act(ctx, q, 3, "attention q");
   check_act(ctx, k_cache, 3, "attention k cache");
@@ -189,9 +200,13 @@ void attention(Context& ctx, const TensorView& q, const TensorView& k_cache,
   CHECK(first_slot >= 0 && first_slot + q.dim(0) <= k_cache.dim(0),
         "attention: queries at slots [{}, {}) exceed the cache capacity {}", first_slot,
         first_slot + q.dim(0), k_cache.dim(0));
+  CHECK(
+      amax.empty() || (amax.dtype == DType::f32 && amax.numel() == 1 && amax.device == ctx.device),
+      "attention: amax must be one f32 on {}", device_name(ctx.device));
   FP8RL_DISPATCH(ctx, "attention",
-                 cpu::attention(scratch_of(ctx), q, k_cache, v_cache, first_slot, p, out),
-                 cuda::attention(*ctx.cuda, q, k_cache, v_cache, first_slot, p, out));
+                 cpu_attention(scratch_of(ctx), q, k_cache, v_cache, first_slot, p, out, amax),
+                 cuda::attention(*ctx.cuda, q, k_cache, v_cache, first_slot, p, out,
+                                 amax.empty() ? nullptr : amax.ptr<float>()));
 }
 
 namespace {
@@ -259,15 +274,15 @@ size_t quantized_bytes(const Context& ctx, ActScaling act, int64_t m, int64_t k)
   if (ctx.device == Device::cuda) return cuda::quantized_bytes(act, m, k);
 #endif
   (void)ctx;
-  return size_t(m * k + 63) / 64 * 64 + size_t(act_scale_shape(act, m, k).numel() * 4 + 63) / 64 * 64;
+  return size_t(m * k + 63) / 64 * 64 +
+         size_t(act_scale_shape(act, m, k).numel() * 4 + 63) / 64 * 64;
 }
 
 void quantize(Context& ctx, const TensorView& x, const QuantizedActivation& q, float static_scale) {
   check_ctx(ctx);
   check_quantized(ctx, q, "quantize");
   CHECK(x.rank() == 2 && x.dim(0) == q.rows && x.dim(1) == q.cols && x.is_contiguous() &&
-            x.device == ctx.device &&
-            (x.dtype == DType::f32 || x.dtype == ctx.activation_dtype()),
+            x.device == ctx.device && (x.dtype == DType::f32 || x.dtype == ctx.activation_dtype()),
         "quantize: x {} {} does not fit [{}, {}]", dtype_name(x.dtype), x.shape.str(), q.rows,
         q.cols);
   CHECK(q.act != ActScaling::static_tensor || static_scale > 0,
@@ -285,7 +300,8 @@ void rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& w, floa
   CHECK(q.act != ActScaling::static_tensor, "rms_norm_quant needs a dynamic scaling");
   CHECK(w.rank() == 1 && w.dim(0) == x.dim(1) && q.rows == x.dim(0) && q.cols == x.dim(1),
         "rms_norm_quant: x {} w {} q [{}, {}]", x.shape.str(), w.shape.str(), q.rows, q.cols);
-  FP8RL_DISPATCH(ctx, "rms_norm_quant", cpu::rms_norm_quant(scratch_of(ctx), x, w, eps, plus_one, q),
+  FP8RL_DISPATCH(ctx, "rms_norm_quant",
+                 cpu::rms_norm_quant(scratch_of(ctx), x, w, eps, plus_one, q),
                  cuda::rms_norm_quant(*ctx.cuda, x, w, eps, plus_one, q));
 }
 
@@ -336,6 +352,19 @@ void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const Tens
   check_linear(ctx, x.dim(0), x.dim(1), w, out);
   FP8RL_DISPATCH(ctx, linear_name(w), cpu::linear(scratch_of(ctx), x, w, out),
                  cuda::linear(*ctx.cuda, x, w, out));
+}
+
+void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const TensorView& out,
+            const TensorView& x_amax) {
+  check_ctx(ctx);
+  check_act(ctx, x, 2, "linear input");
+  check_linear(ctx, x.dim(0), x.dim(1), w, out);
+  CHECK(w.is_fp8() && w.act == ActScaling::tensor && x_amax.dtype == DType::f32 &&
+            x_amax.numel() == 1 && x_amax.device == ctx.device,
+        "linear with a known input amax: needs a tensor-scaled FP8 weight and one f32 on {}",
+        device_name(ctx.device));
+  FP8RL_DISPATCH(ctx, linear_name(w), cpu::linear(scratch_of(ctx), x, w, out),
+                 cuda::linear(*ctx.cuda, x, w, out, x_amax.ptr<float>()));
 }
 
 void linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,

@@ -50,10 +50,13 @@ struct AttentionParams {
 // q [T,Hq,D]; k_cache, v_cache [C,Hkv,D] (activation dtype); query t sits at cache slot
 // first_slot + t and sees slots [0, first_slot + t] (and the window); out [T,Hq,D].
 // CUDA: a FlashAttention-2 style kernel (online softmax over key tiles, no [T,C] scores in
-// memory) for D in {32, 64, 128, 256}.
+// memory) for D in {32, 64, 128, 256}; on Hopper, a wgmma kernel for D = 128.
+// amax (optional, f32 [1] on ctx.device, zeroed by the caller before the first of a series of
+// calls): the op also max-reduces |out| into it, so that a tensor-scaled linear reading out
+// needs no amax pass of its own (linear(..., x_amax)).
 void attention(Context& ctx, const TensorView& q, const TensorView& k_cache,
                const TensorView& v_cache, int64_t first_slot, const AttentionParams& p,
-               const TensorView& out);
+               const TensorView& out, const TensorView& amax = {});
 
 // out = act(gate) * up, act = SiLU or GELU (tanh approximation). [T,I], may alias.
 void silu_mul(Context& ctx, const TensorView& gate, const TensorView& up, const TensorView& out);
@@ -107,6 +110,10 @@ void dequantize(Context& ctx, const QuantizedActivation& q, const TensorView& ou
 // quantized here with w.act. out is the activation dtype, or f32 (CUDA: the lm_head's
 // logits come out of the GEMM in fp32).
 void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const TensorView& out);
+// The same with max |x| already known: x_amax is f32 [1] on ctx.device (as attention() makes
+// it) and w.act must be tensor, so x is quantized in one pass (CUDA; the CPU recomputes it).
+void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const TensorView& out,
+            const TensorView& x_amax);
 // The same with x already quantized: q.act must be w.act (a dynamic scaling).
 void linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
             const TensorView& out);

@@ -181,15 +181,24 @@ void attention_case(Harness& h, Outcome& o, int64_t t, int64_t first, int64_t hq
   ops::attention(h.cpu, q, k, v, first, p, ref);
   const TensorView q_d = to_device(h, q, DType::bf16), k_d = to_device(h, k, DType::bf16),
                    v_d = to_device(h, v, DType::bf16);
+  const TensorView amax = ops::scratch_alloc(h.gpu, {1}, DType::f32);
   Guard g(h);
   const TensorView out = ops::scratch_alloc(h.gpu, {t, hq, d}, DType::bf16);
   g.seal();
-  ops::attention(h.gpu, q_d, k_d, v_d, first, p, out);
+  ops::fill_zero(h.gpu, amax);
+  ops::attention(h.gpu, q_d, k_d, v_d, first, p, out, amax);
   double vmax = 0;
   for (int64_t i = 0; i < (first + t) * hkv * d; ++i)
     vmax = std::max(vmax, double(std::fabs(v.ptr<float>()[i])));
-  o.checks.push_back(compare("out / max|v|", as_f32(h, out), ref, kCudaAttention, vmax));
+  const Tensor got = as_f32(h, out);
+  o.checks.push_back(compare("out / max|v|", got, ref, kCudaAttention, vmax));
   o.checks.push_back(g.verify({out}));
+  // The fused amax is exactly max |out| of the bf16 output the kernel wrote.
+  float want = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) want = std::max(want, std::fabs(got.ptr<float>()[i]));
+  const float fused = to_host(h, amax).ptr<float>()[0];
+  o.checks.push_back(
+      {"fused amax == max|out|", double(std::fabs(fused - want)), 0.0, fused == want});
 }
 
 // ---- FP8 activations ---------------------------------------------------------------------

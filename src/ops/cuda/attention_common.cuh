@@ -179,11 +179,13 @@ __device__ __forceinline__ void p_fragment(const float (&s)[BC / 8][4], int kk, 
   pa[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 }
 
-// out rows = o / l in bf16, for this thread's two rows that exist.
+// out rows = o / l in bf16, for this thread's two rows that exist; with a.amax, the warp's
+// max |out| (of the rounded values) is max-reduced into it.
 template <int D>
 __device__ __forceinline__ void store_output_rows(const float (&o)[D / 8][4], float (&l)[2],
                                                   const AttentionArgs& a, const QueryBlock& b,
                                                   int warp, int g, int tq) {
+  float amax = 0.0f;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
@@ -193,9 +195,15 @@ __device__ __forceinline__ void store_output_rows(const float (&o)[D / 8][4], fl
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
     bf16* dst = a.out + (int64_t(row) * a.hq + b.h) * D + tq * 2;
 #pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn)
-      *reinterpret_cast<uint32_t*>(dst + dn * 8) =
-          pack_bf16(o[dn][2 * r] * inv, o[dn][2 * r + 1] * inv);
+    for (int dn = 0; dn < D / 8; ++dn) {
+      const __nv_bfloat162 v = __floats2bfloat162_rn(o[dn][2 * r] * inv, o[dn][2 * r + 1] * inv);
+      *reinterpret_cast<__nv_bfloat162*>(dst + dn * 8) = v;
+      amax = fmaxf(amax, fmaxf(fabsf(__low2float(v)), fabsf(__high2float(v))));
+    }
+  }
+  if (a.amax != nullptr) {
+    amax = warp_max(amax);
+    if ((threadIdx.x % kWarp) == 0) atomic_max_nonneg(a.amax, amax);
   }
 }
 

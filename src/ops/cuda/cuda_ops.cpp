@@ -163,7 +163,7 @@ void rope(Backend& b, const TensorView& x, const TensorView& positions,
 
 void attention(Backend& b, const TensorView& q, const TensorView& k_cache,
                const TensorView& v_cache, int64_t first_slot, const ops::AttentionParams& p,
-               const TensorView& out) {
+               const TensorView& out, float* amax) {
   CHECK(attention_supports(q.dim(2)),
         "CUDA attention supports head_dim 32, 64, 128 and 256, not {}", q.dim(2));
   for (const TensorView* t : {&q, &k_cache, &v_cache, &out})
@@ -183,6 +183,7 @@ void attention(Backend& b, const TensorView& q, const TensorView& k_cache,
   a.scale = p.scale;
   a.softcap = p.softcap;
   a.window = p.window;
+  a.amax = amax;
   if (b.caps().attention_wgmma && attention_wgmma_supports(a))
     launch_attention_wgmma(a, b.stream());
   else

@@ -35,11 +35,10 @@ void embedding(Backend& b, const TensorView& ids, const TensorView& table, float
                const TensorView& out);
 void rms_norm(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
               const TensorView& out);
-void rope(Backend& b, const TensorView& x, const TensorView& positions,
-          const TensorView& inv_freq);
+void rope(Backend& b, const TensorView& x, const TensorView& positions, const TensorView& inv_freq);
 void attention(Backend& b, const TensorView& q, const TensorView& k_cache,
                const TensorView& v_cache, int64_t first_slot, const ops::AttentionParams& p,
-               const TensorView& out);
+               const TensorView& out, float* amax);
 void gated(Backend& b, const TensorView& gate, const TensorView& up, int act,
            const TensorView& out);
 void add(Backend& b, const TensorView& a, const TensorView& c, const TensorView& out);
@@ -50,14 +49,16 @@ ops::QuantizedActivation alloc_quantized(Backend& b, ActScaling act, int64_t row
 size_t quantized_bytes(ActScaling act, int64_t rows, int64_t cols);
 void quantize(Backend& b, const TensorView& x, const ops::QuantizedActivation& q,
               float static_scale);
-void rms_norm_quant(Backend& b, const TensorView& x, const TensorView& w, float eps,
-                    bool plus_one, const ops::QuantizedActivation& q);
+void rms_norm_quant(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
+                    const ops::QuantizedActivation& q);
 void gated_quant(Backend& b, const TensorView& gate, const TensorView& up, int act,
                  const ops::QuantizedActivation& q);
 void dequantize(Backend& b, const ops::QuantizedActivation& q, const TensorView& out);
 
 // ---- linear layers (linear.cpp)
-void linear(Backend& b, const TensorView& x, const LinearWeight& w, const TensorView& out);
+// x_amax: max |x| computed by the producer (tensor scaling), or nullptr.
+void linear(Backend& b, const TensorView& x, const LinearWeight& w, const TensorView& out,
+            const float* x_amax = nullptr);
 void linear(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
             const TensorView& out);
 size_t linear_scratch_bytes(const LinearWeight& w, int64_t m);

@@ -53,6 +53,7 @@ struct AttentionArgs {
   int64_t t, hq, hkv, d, c, first;
   float scale, softcap;
   int64_t window;
+  float* amax;  // if set: max |out| (of the bf16 values) is atomically max-reduced into it
 };
 bool attention_supports(int64_t d);
 // Raises the kernels' dynamic shared-memory limits; once per device, before the first launch.

@@ -22,20 +22,32 @@ namespace fp8rl::cuda {
 
 namespace {
 
-int64_t round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
-size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
-int scheme_code(Fp8Scheme s) { return s == Fp8Scheme::tensor ? 1 : s == Fp8Scheme::row ? 2 : 3; }
+int64_t round_up(int64_t a, int64_t b) {
+  return (a + b - 1) / b * b;
+}
+size_t aligned(size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+int scheme_code(Fp8Scheme s) {
+  return s == Fp8Scheme::tensor ? 1 : s == Fp8Scheme::row ? 2 : 3;
+}
 
 enum class Path { bf16, scalar, outer, outer_broadcast_x, block, dequantized };
 
 const char* path_name(Path p) {
   switch (p) {
-    case Path::bf16: return "bf16";
-    case Path::scalar: return "fp8 SCALAR_32F";
-    case Path::outer: return "fp8 OUTER_VEC_32F";
-    case Path::outer_broadcast_x: return "fp8 OUTER_VEC_32F (activation scale broadcast)";
-    case Path::block: return "fp8 BLK128x128_32F x VEC128_32F";
-    case Path::dequantized: return "fp8 dequantized to bf16 (fallback)";
+    case Path::bf16:
+      return "bf16";
+    case Path::scalar:
+      return "fp8 SCALAR_32F";
+    case Path::outer:
+      return "fp8 OUTER_VEC_32F";
+    case Path::outer_broadcast_x:
+      return "fp8 OUTER_VEC_32F (activation scale broadcast)";
+    case Path::block:
+      return "fp8 BLK128x128_32F x VEC128_32F";
+    case Path::dequantized:
+      return "fp8 dequantized to bf16 (fallback)";
   }
   return "?";
 }
@@ -77,8 +89,9 @@ Target make_target(Backend& b, const LinearWeight& w, const TensorView& out, int
   Target t;
   t.staged = !w.bias.empty() && out.dtype == DType::bf16;
   t.padded = rows != out.dim(0);
-  t.y = t.staged || t.padded ? b.arena().alloc({rows, out.dim(1)}, t.staged ? DType::f32 : out.dtype)
-                             : out;
+  t.y = t.staged || t.padded
+            ? b.arena().alloc({rows, out.dim(1)}, t.staged ? DType::f32 : out.dtype)
+            : out;
   return t;
 }
 
@@ -91,8 +104,8 @@ void finish(Backend& b, const LinearWeight& w, const Target& t, const TensorView
     return;
   }
   if (t.padded)
-    CUDA_CHECK(cudaMemcpyAsync(out.data, t.y.data, out.nbytes(), cudaMemcpyDeviceToDevice,
-                               b.stream()));
+    CUDA_CHECK(
+        cudaMemcpyAsync(out.data, t.y.data, out.nbytes(), cudaMemcpyDeviceToDevice, b.stream()));
   if (bias != nullptr) launch_add_bias(static_cast<float*>(out.data), bias, m, n, b.stream());
 }
 
@@ -142,8 +155,8 @@ GemmArgs fp8_args(Backend& b, Path path, const ops::QuantizedActivation& x, cons
     case Path::outer_broadcast_x: {
       g.mode = GemmScale::outer;
       TensorView v = b.arena().alloc({x.rows}, DType::f32);
-      launch_broadcast(static_cast<const float*>(x.scales.data), static_cast<float*>(v.data), x.rows,
-                       b.stream());
+      launch_broadcast(static_cast<const float*>(x.scales.data), static_cast<float*>(v.data),
+                       x.rows, b.stream());
       g.x_scale = static_cast<const float*>(v.data);
       break;
     }
@@ -183,7 +196,8 @@ void run_quantized(Backend& b, const ops::QuantizedActivation& x, const LinearWe
 
 }  // namespace
 
-void linear(Backend& b, const TensorView& x, const LinearWeight& w, const TensorView& out) {
+void linear(Backend& b, const TensorView& x, const LinearWeight& w, const TensorView& out,
+            const float* x_amax) {
   const size_t mark = b.arena().mark();
   if (!w.is_fp8() || w.act == ActScaling::none) {
     // bf16 weights, or weight-only FP8 dequantized to bf16: the activations stay bf16.
@@ -194,10 +208,16 @@ void linear(Backend& b, const TensorView& x, const LinearWeight& w, const Tensor
     const void* wd = w.is_fp8() ? dequantized_weight(b, w).data : w.weight.data;
     b.gemm().run(bf16_args(x, wd, t.y, w.out_features()), b.stream());
     finish(b, w, t, out);
-    b.last_linear_path = w.is_fp8() ? "fp8 weight-only, dequantized to bf16" : path_name(Path::bf16);
+    b.last_linear_path =
+        w.is_fp8() ? "fp8 weight-only, dequantized to bf16" : path_name(Path::bf16);
   } else {
     const ops::QuantizedActivation q = alloc_quantized(b, w.act, x.dim(0), x.dim(1));
-    quantize(b, x, q, w.input_scale);
+    if (x_amax != nullptr)  // the producer already reduced max |x|: one pass
+      launch_quantize_tensor(x.data, x.dtype == DType::f32, x.numel(), x_amax, 0.0f,
+                             static_cast<uint8_t*>(q.codes.data),
+                             static_cast<float*>(q.scales.data), b.stream());
+    else
+      quantize(b, x, q, w.input_scale);
     run_quantized(b, q, w, out);
   }
   b.arena().rewind(mark);

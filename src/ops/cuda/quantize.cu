@@ -7,7 +7,9 @@ namespace fp8rl::cuda {
 
 namespace {
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
 
 template <typename T, bool VEC>
 __global__ void __launch_bounds__(kRowThreads)
@@ -18,24 +20,61 @@ __global__ void __launch_bounds__(kRowThreads)
                     [&](int64_t j, float(&v)[8]) { load_chunk<VEC>(xr, j, cols, v); });
 }
 
-template <typename T>
-__global__ void __launch_bounds__(256) amax_kernel(const T* __restrict__ x, int64_t n, float* amax) {
+// The whole tensor as chunks of 8 elements (16-byte loads with VEC), grid-stride.
+template <typename T, bool VEC>
+__global__ void __launch_bounds__(256)
+    amax_kernel(const T* __restrict__ x, int64_t n, float* amax) {
   __shared__ float shm[256 / kWarp];
   float a = 0.0f;
-  for (int64_t i = int64_t(blockIdx.x) * 256 + threadIdx.x; i < n; i += int64_t(gridDim.x) * 256)
-    a = fmaxf(a, fabsf(load_f32(x, i)));
+  for (int64_t c = int64_t(blockIdx.x) * 256 + threadIdx.x; c * kChunk < n;
+       c += int64_t(gridDim.x) * 256) {
+    float v[kChunk];
+    load_chunk<VEC>(x, c * kChunk, n, v);
+    a = fmaxf(a, chunk_amax(v));
+  }
   a = block_max<256>(a, shm);
   if (threadIdx.x == 0) atomic_max_nonneg(amax, a);
 }
 
-template <typename T>
+template <typename T, bool VEC>
 __global__ void __launch_bounds__(256)
     quantize_tensor_kernel(const T* __restrict__ x, int64_t n, const float* amax,
                            float static_scale, uint8_t* __restrict__ codes, float* scale_out) {
   const float scale = amax != nullptr ? fp8_scale(*amax) : static_scale;
-  for (int64_t i = int64_t(blockIdx.x) * 256 + threadIdx.x; i < n; i += int64_t(gridDim.x) * 256)
-    codes[i] = fp8_code(load_f32(x, i), scale);
+  for (int64_t c = int64_t(blockIdx.x) * 256 + threadIdx.x; c * kChunk < n;
+       c += int64_t(gridDim.x) * 256) {
+    float v[kChunk];
+    load_chunk<VEC>(x, c * kChunk, n, v);
+    store_codes<VEC>(codes, c * kChunk, n, v, scale);
+  }
   if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = scale;
+}
+
+// 16-byte loads (and 8-byte code stores) need n % 8 == 0 and aligned pointers.
+template <typename T>
+bool vec_ok(const T* x, int64_t n, const uint8_t* codes = nullptr) {
+  return n % kChunk == 0 && aligned16(x) && (reinterpret_cast<uintptr_t>(codes) & 7) == 0;
+}
+
+template <typename T>
+void amax_t(const T* x, int64_t n, float* amax, cudaStream_t s) {
+  const unsigned grid = grid_for(ceil_div(n, kChunk), 256 * 4, 132 * 16);
+  if (vec_ok(x, n))
+    amax_kernel<T, true><<<grid, 256, 0, s>>>(x, n, amax);
+  else
+    amax_kernel<T, false><<<grid, 256, 0, s>>>(x, n, amax);
+}
+
+template <typename T>
+void quantize_tensor_t(const T* x, int64_t n, const float* amax, float static_scale, uint8_t* codes,
+                       float* scale_out, cudaStream_t s) {
+  const unsigned grid = grid_for(ceil_div(n, kChunk), 256 * 2, 132 * 16);  // n == 0: the scale
+  if (vec_ok(x, n, codes))
+    quantize_tensor_kernel<T, true>
+        <<<grid, 256, 0, s>>>(x, n, amax, static_scale, codes, scale_out);
+  else
+    quantize_tensor_kernel<T, false>
+        <<<grid, 256, 0, s>>>(x, n, amax, static_scale, codes, scale_out);
 }
 
 __global__ void dequantize_act_kernel(const uint8_t* __restrict__ codes,
@@ -44,7 +83,9 @@ __global__ void dequantize_act_kernel(const uint8_t* __restrict__ codes,
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * cols;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i % cols;
-    const float s = mode == 0 ? scales[0] : mode == 1 ? scales[r] : scales[(c / 128) * padded_rows + r];
+    const float s = mode == 0   ? scales[0]
+                    : mode == 1 ? scales[r]
+                                : scales[(c / 128) * padded_rows + r];
     out[i] = __float2bfloat16_rn(fp8_value(codes[i]) * s);
   }
 }
@@ -76,7 +117,9 @@ __global__ void dequantize_weight_kernel(const uint8_t* __restrict__ q,
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n * k;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / k, c = i % k;
-    const float s = scheme == 1 ? scales[0] : scheme == 2 ? scales[r] : scales[(r / 128) * kb + c / 128];
+    const float s = scheme == 1   ? scales[0]
+                    : scheme == 2 ? scales[r]
+                                  : scales[(r / 128) * kb + c / 128];
     out[i] = __float2bfloat16_rn(fp8_value(q[i]) * s);
   }
 }
@@ -96,7 +139,8 @@ void quantize_rows_t(const T* x, int64_t rows, int64_t cols, const QuantOut& q, 
   if (vec)
     quantize_rows_kernel<T, true><<<unsigned(q.padded_rows), kRowThreads, 0, s>>>(x, rows, cols, q);
   else
-    quantize_rows_kernel<T, false><<<unsigned(q.padded_rows), kRowThreads, 0, s>>>(x, rows, cols, q);
+    quantize_rows_kernel<T, false>
+        <<<unsigned(q.padded_rows), kRowThreads, 0, s>>>(x, rows, cols, q);
 }
 
 }  // namespace
@@ -113,23 +157,19 @@ void launch_quantize_rows(const void* x, bool x_f32, int64_t rows, int64_t cols,
 
 void launch_amax(const void* x, bool x_f32, int64_t n, float* amax, cudaStream_t s) {
   if (n == 0) return;
-  const unsigned grid = grid_for(n, 256 * 16, 132 * 16);
   if (x_f32)
-    amax_kernel<<<grid, 256, 0, s>>>(static_cast<const float*>(x), n, amax);
+    amax_t(static_cast<const float*>(x), n, amax, s);
   else
-    amax_kernel<<<grid, 256, 0, s>>>(static_cast<const bf16*>(x), n, amax);
+    amax_t(static_cast<const bf16*>(x), n, amax, s);
   FP8RL_LAUNCH_CHECK("amax");
 }
 
 void launch_quantize_tensor(const void* x, bool x_f32, int64_t n, const float* amax,
                             float static_scale, uint8_t* codes, float* scale_out, cudaStream_t s) {
-  const unsigned grid = grid_for(n, 256 * 4);  // n == 0 still writes the scale
   if (x_f32)
-    quantize_tensor_kernel<<<grid, 256, 0, s>>>(static_cast<const float*>(x), n, amax,
-                                                static_scale, codes, scale_out);
+    quantize_tensor_t(static_cast<const float*>(x), n, amax, static_scale, codes, scale_out, s);
   else
-    quantize_tensor_kernel<<<grid, 256, 0, s>>>(static_cast<const bf16*>(x), n, amax, static_scale,
-                                                codes, scale_out);
+    quantize_tensor_t(static_cast<const bf16*>(x), n, amax, static_scale, codes, scale_out, s);
   FP8RL_LAUNCH_CHECK("quantize_tensor");
 }
 
