@@ -1,5 +1,7 @@
 #include "ops/device.h"
 
+#include <utility>
+
 #include "core/check.h"
 #if FP8RL_HAVE_CUDA
 #include "ops/cuda/backend.h"
@@ -10,8 +12,12 @@ namespace fp8rl {
 
 #if FP8RL_HAVE_CUDA
 
-int CudaDevice::count() { return cuda::device_count(); }
-bool CudaDevice::built() { return true; }
+int CudaDevice::count() {
+  return cuda::device_count();
+}
+bool CudaDevice::built() {
+  return true;
+}
 std::string CudaDevice::describe(int ordinal) {
   CHECK(ordinal >= 0 && ordinal < count(), "no CUDA device {} ({} visible)", ordinal, count());
   return cuda::describe(ordinal);
@@ -30,26 +36,80 @@ Context CudaDevice::context() {
   return ctx;
 }
 
-void CudaDevice::synchronize() { cuda::synchronize(*backend_); }
-std::string CudaDevice::name() const { return backend_->caps().name; }
+void CudaDevice::synchronize() {
+  cuda::synchronize(*backend_);
+}
+std::string CudaDevice::name() const {
+  return backend_->caps().name;
+}
 std::string CudaDevice::gemm_path(Fp8Scheme scheme) const {
   return cuda::gemm_path(*backend_, scheme);
 }
-std::string CudaDevice::last_linear_path() const { return backend_->last_linear_path; }
-void CudaDevice::set_profiling(bool on) { backend_->set_profiling(on); }
-std::vector<OpTime> CudaDevice::profile() { return backend_->collect_profile(); }
-void CudaDevice::reset_profile() { backend_->reset_profile(); }
+std::string CudaDevice::last_linear_path() const {
+  return backend_->last_linear_path;
+}
+void CudaDevice::set_profiling(bool on) {
+  backend_->set_profiling(on);
+}
+std::vector<OpTime> CudaDevice::profile() {
+  return backend_->collect_profile();
+}
+void CudaDevice::reset_profile() {
+  backend_->reset_profile();
+}
 double CudaDevice::time_gemm(const LinearWeight& w, int64_t m, int iters) {
   return cuda::time_gemm(*backend_, w, m, iters);
 }
-size_t CudaDevice::arena_high_water() const { return backend_->arena().high_water(); }
+size_t CudaDevice::arena_high_water() const {
+  return backend_->arena().high_water();
+}
+
+void CudaDevice::begin_capture() {
+  CUDA_CHECK(cudaStreamBeginCapture(backend_->stream(), cudaStreamCaptureModeThreadLocal));
+}
+
+CudaGraph CudaDevice::end_capture() {
+  cudaGraph_t graph = nullptr;
+  CUDA_CHECK(cudaStreamEndCapture(backend_->stream(), &graph));
+  CudaGraph g;
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t e = cudaGraphGetNodes(graph, nullptr, &g.nodes_);
+  const cudaError_t e2 = e == cudaSuccess ? cudaGraphInstantiate(&exec, graph, 0) : e;
+  cudaGraphDestroy(graph);
+  CUDA_CHECK(e2);
+  g.exec_ = exec;
+  g.stream_ = backend_->stream();
+  return g;
+}
+
+CudaGraph::CudaGraph(CudaGraph&& o) noexcept
+    : exec_(std::exchange(o.exec_, nullptr)), stream_(o.stream_), nodes_(o.nodes_) {}
+CudaGraph& CudaGraph::operator=(CudaGraph&& o) noexcept {
+  std::swap(exec_, o.exec_);
+  stream_ = o.stream_;
+  nodes_ = o.nodes_;
+  return *this;
+}
+CudaGraph::~CudaGraph() {
+  if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+}
+void CudaGraph::replay() {
+  CHECK(exec_ != nullptr, "CudaGraph::replay: nothing was captured");
+  CUDA_CHECK(
+      cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), static_cast<cudaStream_t>(stream_)));
+}
+
 size_t CudaDevice::memory_used() const {
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   return total_b - free_b;
 }
-size_t CudaDevice::memory_total() const { return backend_->caps().memory; }
-size_t CudaDevice::peak_allocated() const { return backend_->peak_allocated(); }
+size_t CudaDevice::memory_total() const {
+  return backend_->caps().memory;
+}
+size_t CudaDevice::peak_allocated() const {
+  return backend_->peak_allocated();
+}
 
 #else  // a build without nvcc: the type exists, nothing can be opened
 
@@ -60,27 +120,77 @@ class Backend {};  // never constructed; complete so that unique_ptr<Backend> ca
 namespace fp8rl {
 
 namespace {
-[[noreturn]] void no_cuda() { RAISE("this build has no CUDA backend (built without nvcc)"); }
+[[noreturn]] void no_cuda() {
+  RAISE("this build has no CUDA backend (built without nvcc)");
+}
 }  // namespace
 
-int CudaDevice::count() { return 0; }
-bool CudaDevice::built() { return false; }
-std::string CudaDevice::describe(int) { no_cuda(); }
-CudaDevice::CudaDevice(const CudaDeviceOptions&) { no_cuda(); }
+int CudaDevice::count() {
+  return 0;
+}
+bool CudaDevice::built() {
+  return false;
+}
+std::string CudaDevice::describe(int) {
+  no_cuda();
+}
+CudaDevice::CudaDevice(const CudaDeviceOptions&) {
+  no_cuda();
+}
 CudaDevice::~CudaDevice() = default;
-Context CudaDevice::context() { no_cuda(); }
-void CudaDevice::synchronize() { no_cuda(); }
-std::string CudaDevice::name() const { no_cuda(); }
-std::string CudaDevice::gemm_path(Fp8Scheme) const { no_cuda(); }
-std::string CudaDevice::last_linear_path() const { no_cuda(); }
-void CudaDevice::set_profiling(bool) { no_cuda(); }
-std::vector<OpTime> CudaDevice::profile() { no_cuda(); }
-void CudaDevice::reset_profile() { no_cuda(); }
-double CudaDevice::time_gemm(const LinearWeight&, int64_t, int) { no_cuda(); }
-size_t CudaDevice::arena_high_water() const { no_cuda(); }
-size_t CudaDevice::memory_used() const { no_cuda(); }
-size_t CudaDevice::memory_total() const { no_cuda(); }
-size_t CudaDevice::peak_allocated() const { no_cuda(); }
+Context CudaDevice::context() {
+  no_cuda();
+}
+void CudaDevice::synchronize() {
+  no_cuda();
+}
+std::string CudaDevice::name() const {
+  no_cuda();
+}
+std::string CudaDevice::gemm_path(Fp8Scheme) const {
+  no_cuda();
+}
+std::string CudaDevice::last_linear_path() const {
+  no_cuda();
+}
+void CudaDevice::set_profiling(bool) {
+  no_cuda();
+}
+std::vector<OpTime> CudaDevice::profile() {
+  no_cuda();
+}
+void CudaDevice::reset_profile() {
+  no_cuda();
+}
+double CudaDevice::time_gemm(const LinearWeight&, int64_t, int) {
+  no_cuda();
+}
+size_t CudaDevice::arena_high_water() const {
+  no_cuda();
+}
+void CudaDevice::begin_capture() {
+  no_cuda();
+}
+CudaGraph CudaDevice::end_capture() {
+  no_cuda();
+}
+CudaGraph::CudaGraph(CudaGraph&&) noexcept {}
+CudaGraph& CudaGraph::operator=(CudaGraph&&) noexcept {
+  return *this;
+}
+CudaGraph::~CudaGraph() = default;
+void CudaGraph::replay() {
+  no_cuda();
+}
+size_t CudaDevice::memory_used() const {
+  no_cuda();
+}
+size_t CudaDevice::memory_total() const {
+  no_cuda();
+}
+size_t CudaDevice::peak_allocated() const {
+  no_cuda();
+}
 
 #endif
 

@@ -34,6 +34,27 @@ struct OpTime {
   int64_t calls = 0;
 };
 
+class CudaDevice;
+
+// A sequence of ops recorded by CudaDevice::begin_capture/end_capture, replayable on the
+// device's stream with the same buffers (a CUDA graph: one launch for the whole sequence).
+class CudaGraph {
+ public:
+  CudaGraph() = default;
+  CudaGraph(CudaGraph&& o) noexcept;
+  CudaGraph& operator=(CudaGraph&& o) noexcept;
+  ~CudaGraph();
+  // Launches the recorded ops again (asynchronous, like the ops themselves).
+  void replay();
+  size_t nodes() const { return nodes_; }  // kernels, memsets and copies recorded
+
+ private:
+  friend class CudaDevice;
+  void* exec_ = nullptr;  // cudaGraphExec_t
+  void* stream_ = nullptr;
+  size_t nodes_ = 0;
+};
+
 class CudaDevice {
  public:
   // Visible CUDA devices; 0 when there is none or this build has no CUDA backend.
@@ -68,6 +89,14 @@ class CudaDevice {
   // `m` rows: operands pre-quantized with random data, the same algorithm, `iters` timed
   // calls after a warm-up. The anchor for the in-model linear time of the same shape.
   double time_gemm(const LinearWeight& w, int64_t m, int iters);
+
+  // CUDA graph capture: ops on this device's context between the two calls are recorded
+  // instead of run. Every op is capturable (no allocation, host transfer or synchronization
+  // inside a launch) as long as its operands already live on the device; transfers to or from
+  // host memory are not, and end_capture() then raises with CUDA's error. Buffers the ops use
+  // (arena scratch too) must stay valid while the graph is replayed.
+  void begin_capture();
+  CudaGraph end_capture();
 
   size_t arena_high_water() const;  // peak bytes of the device arena
   size_t memory_used() const;       // device memory in use now (all processes), bytes

@@ -450,6 +450,76 @@ void linear_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k, Fp8Sch
   o.checks.push_back(g.verify({out}));
 }
 
+// CUDA graphs: an attention block's ops (norm -> FP8, the q/k/v/o linears on the scheme's GEMM
+// path, RoPE, attention with its fused amax, the residual add) recorded on the device's stream
+// and replayed give the eager results bit for bit: no op allocates, touches host memory or
+// synchronizes inside a launch, and cuBLASLt runs the algorithms it chose eagerly.
+void graph_case(Harness& h, Outcome& o, Fp8Scheme scheme, ActScaling act) {
+  const int64_t T = 37, H = 256, HQ = 4, HKV = 2, D = 64;
+  auto wq = make_linear(h, HQ * D, H, scheme, act, false, 201);
+  auto wk = make_linear(h, HKV * D, H, scheme, act, false, 202);
+  auto wv = make_linear(h, HKV * D, H, scheme, act, false, 203);
+  auto wo = make_linear(h, H, HQ * D, scheme, act, false, 204);
+  const TensorView x = to_device(h, host_values({T, H}, 205, 2.0f), DType::bf16);
+  const TensorView nw = to_device(h, host_values({H}, 206, 1.0f), DType::f32);
+  Tensor pos_h = Tensor::empty({T}, DType::i32);
+  for (int64_t i = 0; i < T; ++i) pos_h.ptr<int32_t>()[i] = int32_t(3 * i);
+  const TensorView pos = to_device(h, pos_h, DType::i32);
+  const TensorView freq = to_device(h, host_values({D / 2}, 207, 0.5f), DType::f32);
+  auto act_bf16 = [&](Shape s) { return ops::scratch_alloc(h.gpu, s, DType::bf16); };
+  const TensorView hn = act_bf16({T, H}), q = act_bf16({T, HQ, D}), k = act_bf16({T, HKV, D}),
+                   v = act_bf16({T, HKV, D}), attn = act_bf16({T, HQ, D}), proj = act_bf16({T, H}),
+                   out = act_bf16({T, H});
+  const TensorView amax = ops::scratch_alloc(h.gpu, {1}, DType::f32);
+  const bool fused = act == ActScaling::token || act == ActScaling::group;
+  ops::QuantizedActivation xq;
+  if (fused) xq = ops::alloc_quantized(h.gpu, act, T, H);
+  ops::AttentionParams p;
+  p.scale = 0.125f;
+  auto block = [&] {
+    auto project = [&](const LinearWeight& w, const TensorView& y) {
+      if (fused)
+        ops::linear(h.gpu, xq, w, y.reshape({T, y.numel() / T}));
+      else
+        ops::linear(h.gpu, hn, w, y.reshape({T, y.numel() / T}));
+    };
+    if (fused)
+      ops::rms_norm_quant(h.gpu, x, nw, 1e-6f, false, xq);
+    else
+      ops::rms_norm(h.gpu, x, nw, 1e-6f, false, hn);
+    project(wq->gpu, q);
+    project(wk->gpu, k);
+    project(wv->gpu, v);
+    ops::rope(h.gpu, q, pos, freq);
+    ops::rope(h.gpu, k, pos, freq);
+    ops::fill_zero(h.gpu, amax);
+    ops::attention(h.gpu, q, k, v, 0, p, attn, amax);
+    const TensorView a2 = attn.reshape({T, HQ * D});
+    if (act == ActScaling::tensor)
+      ops::linear(h.gpu, a2, wo->gpu, proj, amax);
+    else
+      ops::linear(h.gpu, a2, wo->gpu, proj);
+    ops::add(h.gpu, x, proj, out);
+  };
+  block();
+  const Tensor eager = to_host(h, out);
+  h.dev->begin_capture();
+  block();
+  CudaGraph graph = h.dev->end_capture();
+  ops::fill(h.gpu, out, NAN);  // replay must rewrite every output element
+  graph.replay();
+  graph.replay();
+  const Tensor replayed = to_host(h, out);
+  double diff = 0;
+  for (int64_t i = 0; i < T * H; ++i) {
+    const float a = bf16_to_f32(eager.ptr<uint16_t>()[i]),
+                b = bf16_to_f32(replayed.ptr<uint16_t>()[i]);
+    diff = std::max(diff, a == b ? 0.0 : (std::isnan(b) ? INFINITY : double(std::fabs(a - b))));
+  }
+  o.info = fmt::format("{} graph nodes", graph.nodes());
+  o.checks.push_back({"graph replay == eager", diff, 0.0, diff == 0.0 && graph.nodes() >= 9});
+}
+
 std::string shape(std::initializer_list<std::pair<const char*, int64_t>> kv) {
   std::string s;
   for (const auto& [k, v] : kv) s += fmt::format("{}{}={}", s.empty() ? "" : " ", k, v);
@@ -614,6 +684,14 @@ std::vector<OpCase> correctness_cases() {
           },
           (m == 19 || m == 1) && l.n <= 512);
     }
+
+  for (auto [s, a] : {std::pair{Fp8Scheme::off, ActScaling::none},
+                      {Fp8Scheme::tensor, ActScaling::tensor},
+                      {Fp8Scheme::row, ActScaling::token},
+                      {Fp8Scheme::block, ActScaling::group}})
+    add(
+        fmt::format("graph attention block {}", scheme_name(s)),
+        [=](Harness& h, Outcome& o) { graph_case(h, o, s, a); }, s == Fp8Scheme::row);
   return c;
 }
 

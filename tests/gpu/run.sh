@@ -70,7 +70,7 @@ step() {
 # A few processes for the op families and the models: a kernel fault (a sticky CUDA error)
 # then costs only its own group's results.
 for ops in fill_uniform,embedding,rms_norm,rope,silu_mul,gelu_tanh_mul,add,softcap attention \
-           quantize,rms_norm_quant,silu_mul_quant,gelu_tanh_mul_quant,quantize_weight linear; do
+           quantize,rms_norm_quant,silu_mul_quant,gelu_tanh_mul_quant,quantize_weight linear graph; do
   step "ops ${ops%%,*}.." "$OUT/ops.log" 60 "$BIN/test_ops" --op "$ops"
   tail -1 "$OUT/ops.log" >> "$SUMMARY"
 done
