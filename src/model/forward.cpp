@@ -271,8 +271,9 @@ void forward(Context& ctx, const Model& m, std::span<const SequenceInput> batch,
   const bool staged = logits.device != ctx.device;
   const TensorView out =
       staged ? ops::scratch_alloc(ctx, logits.shape, DType::f32) : logits;
-  ops::linear(ctx, final_in, m.lm_head, out);
-  if (c.final_logit_softcapping > 0) ops::softcap(ctx, out, float(c.final_logit_softcapping));
+  ops::linear(ctx, final_in, m.lm_head, out, ops::Output::f32);
+  if (c.final_logit_softcapping > 0)
+    ops::softcap(ctx, out, float(c.final_logit_softcapping), ops::Output::f32);
   if (staged) ops::copy(ctx, out, logits);
 }
 
