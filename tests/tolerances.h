@@ -110,4 +110,33 @@ inline constexpr double kCudaBf16Logits = 2e-2;
 // of the FP8 effect itself (measured on the H200, 2026-11-29: ratio 0.3..0.85).
 inline double cuda_fp8_logits_bound(double d_fp8) { return kCudaBf16Logits + 1.25 * d_fp8; }
 
+// ---- The CPU's emulation of bf16 activations (Context::bf16_activations) ------------------
+// The emulating CPU forward rounds to bf16 exactly where the CUDA backend stores bf16, with the
+// same fp32 formula before each rounding (ops/cpu/cpu_ops.h).
+
+// Emulation vs the exact fp32 CPU forward: the differences are those roundings and nothing
+// else, which is what the derivation of kCudaBf16Logits counts (13 L + 2 independent 2^-9
+// relative errors carried to the logits), so the same bound holds; for FP8 schemes
+// cuda_fp8_logits_bound(d_fp8), by the same argument as for CUDA.
+inline constexpr double kBf16EmulationLogits = kCudaBf16Logits;
+
+// An op's emulated output vs round_to_bf16 of its exact fp32 output, for the ops whose only
+// bf16 rounding is the output's (embedding of a bf16 table, RMSNorm, RoPE, gated activations,
+// add, softcap, a linear with bf16 weights or a native FP8 GEMM): the same fp32 value rounded
+// the same way, so 0 (bit-identical). Attention rounds P inside as well: kCudaAttention (same
+// derivation) against the exact attention.
+
+// CUDA vs the emulating CPU forward (tests/gpu/test_model_gpu "vs cpu-bf16"): the same
+// roundings at the same points, so what is left is the fp32-level difference delta of each value
+// before its rounding: reduction order and expf/tanhf/sincospif ulps (~1e-6 relative), and for
+// FP8 GEMMs the tensor cores' accumulation (<= 2^-14 of the chunk sums, see kCudaFp8Gemm). A
+// bf16 rounding then flips with probability ~delta / 2^-8 (<= ~3% at delta = 1e-4), changing one
+// element by one bf16 ulp, which in turn flips an e4m3 rounding downstream with probability
+// ~2^-8 / 0.09: together ~0.2% of the quantized values flip, against ~10% with fp32 activations
+// (cuda_fp8_logits_bound). The logit error scales with the square root of the flip rate: ~0.15
+// of the 0.04..0.14 measured against the fp32-activation forward at that worst delta, so
+// <= ~0.02, less for smaller delta. The bound is kCudaBf16Logits, the unquantized model's: the
+// requirement (FP8 on CUDA agrees with its CPU reference as well as bf16 does), with little
+// margin if the FP8 GEMMs' accumulation error reaches 1e-4 on the worst tensor-scaled cases.
+
 }  // namespace fp8rl::test

@@ -1,4 +1,5 @@
-// fp8rl logits MODEL --ids 1,2,3 [--fp8 ...] [--device cpu] --out FILE.npy
+// fp8rl logits MODEL --ids 1,2,3 [--fp8 ...] [--device cpu|cuda] [--activations f32|bf16]
+//              --out FILE.npy
 #include <memory>
 
 #include "cli/commands.h"
@@ -12,7 +13,8 @@ namespace fp8rl::cli {
 
 namespace {
 struct LogitsOptions {
-  std::string model, ids, fp8 = "auto", device = "cpu", out;
+  std::string model, ids, fp8 = "auto", device = "cpu", activations = "f32", out;
+  bool activations_given = false;
 };
 
 void run_logits(const LogitsOptions& o) {
@@ -20,10 +22,12 @@ void run_logits(const LogitsOptions& o) {
   LoadOptions load;
   load.fp8 = parse_fp8_option(o.fp8);
   const Device device = parse_device(o.device);
+  const bool bf16_activations = parse_activations(o.activations, device, o.activations_given);
   // The device outlives the model and cache that hold its memory.
   std::unique_ptr<CudaDevice> cuda;
   Arena arena;
   Context ctx{Device::cpu, &arena};
+  ctx.bf16_activations = bf16_activations;
   if (device == Device::cuda) {
     CHECK(CudaDevice::built(), "--device cuda: this fp8rl was built without the CUDA backend");
     CHECK(CudaDevice::count() > 0, "--device cuda: no CUDA device is visible");
@@ -49,8 +53,13 @@ void add_logits_command(CLI::App& app) {
   c->add_option("--ids", o->ids, "Comma-separated token ids, e.g. 1,2,3")->required();
   c->add_option("--fp8", o->fp8, kFp8Help)->capture_default_str();
   c->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
+  CLI::Option* act = c->add_option("--activations", o->activations, kActivationsHelp);
+  act->capture_default_str();
   c->add_option("--out", o->out, "Output .npy file: float32 [T, vocab]")->required();
-  c->callback([o] { run_logits(*o); });
+  c->callback([o, act] {
+    o->activations_given = act->count() > 0;
+    run_logits(*o);
+  });
 }
 
 }  // namespace fp8rl::cli

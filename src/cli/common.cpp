@@ -38,6 +38,13 @@ Device parse_device(const std::string& value) {
   RAISE("--device: '{}' is not a device (cpu, cuda)", value);
 }
 
+bool parse_activations(const std::string& value, Device device, bool given) {
+  CHECK(value == "f32" || value == "bf16", "--activations: '{}' is not f32 or bf16", value);
+  CHECK(!given || device == Device::cpu,
+        "--activations {} applies to --device cpu only; CUDA activations are always bf16", value);
+  return value == "bf16";
+}
+
 std::vector<int32_t> iota(size_t n) {
   std::vector<int32_t> v(n);
   std::iota(v.begin(), v.end(), 0);

@@ -21,6 +21,15 @@ std::vector<int32_t> parse_ids(const std::string& text);
 // "--device cpu|cuda" -> Device.
 Device parse_device(const std::string& value);
 
+// "--activations f32|bf16" for a CPU forward -> Context::bf16_activations: exact fp32, or the
+// CUDA backend's bf16 roundings emulated (to compare CUDA results with their CPU reference).
+// `given`: whether the option was on the command line; with --device cuda it is an error, as
+// CUDA activations are always bf16.
+bool parse_activations(const std::string& value, Device device, bool given);
+inline const char* kActivationsHelp =
+    "CPU activations: f32 (exact reference) or bf16 (round where the CUDA backend stores bf16, "
+    "to compare with --device cuda); CUDA's are always bf16";
+
 // Positions 0..n-1.
 std::vector<int32_t> iota(size_t n);
 

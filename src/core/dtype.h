@@ -41,6 +41,12 @@ inline uint16_t f32_to_bf16(float x) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return uint16_t(u >> 16);
 }
+// x rounded to the nearest bf16 value (ties to even), kept as an fp32: what storing x in bf16
+// and reading it back gives (CUDA's __float2bfloat16_rn). The CPU's emulation of bf16
+// activations (Context::bf16_activations) rounds through this one function.
+inline float round_to_bf16(float x) {
+  return bf16_to_f32(f32_to_bf16(x));
+}
 
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float x);

@@ -279,9 +279,11 @@ void forward(Context& ctx, const Model& m, std::span<const SequenceInput> batch,
   ops::rms_norm(ctx, final_in, m.final_norm, eps, c.norm_plus_one, final_in);
   // The lm_head writes fp32 logits on the device; they go to the host once at the end.
   const bool staged = logits.device != ctx.device;
-  const TensorView out = staged ? ops::scratch_alloc(ctx, logits.shape, DType::f32) : logits;
-  ops::linear(ctx, final_in, m.lm_head, out);
-  if (c.final_logit_softcapping > 0) ops::softcap(ctx, out, float(c.final_logit_softcapping));
+  const TensorView out =
+      staged ? ops::scratch_alloc(ctx, logits.shape, DType::f32) : logits;
+  ops::linear(ctx, final_in, m.lm_head, out, ops::Output::f32);
+  if (c.final_logit_softcapping > 0)
+    ops::softcap(ctx, out, float(c.final_logit_softcapping), ops::Output::f32);
   if (staged) ops::copy(ctx, out, logits);
 }
 

@@ -22,9 +22,19 @@ struct Context {
   // whose transient buffers come from the backend's device arena (ops::scratch_alloc).
   Arena* scratch = nullptr;
   cuda::Backend* cuda = nullptr;  // set iff device == cuda
+  // CPU only: emulate the CUDA backend's bf16 activations. Every value that the CUDA kernels
+  // store in bf16 (op outputs, hence the KV cache; P inside attention; the operands of the
+  // dequantize-to-bf16 GEMM fallback; unquantized weights and embeddings, bf16 on the device)
+  // is rounded to bf16 (RNE) at the same point, still held in f32 tensors; logits stay fp32.
+  // Why: an FP8 forward is discontinuous (one ulp moves an activation across an e4m3 rounding
+  // boundary, and the flip cascades), so CUDA FP8 logits can only be held to the bf16 bound
+  // against a CPU forward whose activations carry the same bf16 roundings. With it the two
+  // differ by fp32 reduction order and intrinsic ulps only. Off: the exact fp32 reference.
+  bool bf16_activations = false;
 
-  // The dtype of activations between ops: exact fp32 on the CPU reference, bf16 on CUDA
-  // (fp32 math inside every kernel, fp32 accumulation in every reduction).
+  // The dtype of activations between ops: exact fp32 on the CPU reference (also with
+  // bf16_activations, whose values are bf16 but stored as f32), bf16 on CUDA (fp32 math inside
+  // every kernel, fp32 accumulation in every reduction).
   DType activation_dtype() const { return device == Device::cuda ? DType::bf16 : DType::f32; }
 };
 

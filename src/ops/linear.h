@@ -26,4 +26,11 @@ struct LinearWeight {
   size_t nbytes() const;
 };
 
+// Whether the CUDA backend runs an FP8 weight with inputs quantized with `act` as a native FP8
+// GEMM (ops/cuda/linear.cpp) on a GPU with all three cuBLASLt scaling modes (sm_90): K and N
+// multiples of 16, and a weight/activation scaling pair of its table. Otherwise it dequantizes
+// both operands to bf16 for a bf16 GEMM; the CPU's emulation of bf16 activations
+// (Context::bf16_activations) mirrors that from this same answer.
+bool fp8_gemm_native(const LinearWeight& w, ActScaling act);
+
 }  // namespace fp8rl

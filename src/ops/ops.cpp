@@ -14,6 +14,21 @@ size_t LinearWeight::nbytes() const {
   return weight.nbytes() + (scales.empty() ? 0 : scales.nbytes()) +
          (bias.empty() ? 0 : bias.nbytes());
 }
+
+bool fp8_gemm_native(const LinearWeight& w, ActScaling act) {
+  if (!w.is_fp8() || w.in_features() % 16 != 0 || w.out_features() % 16 != 0) return false;
+  const bool per_tensor_act = act == ActScaling::tensor || act == ActScaling::static_tensor;
+  switch (w.scheme) {
+    case Fp8Scheme::tensor:
+    case Fp8Scheme::row:
+      return per_tensor_act || act == ActScaling::token;
+    case Fp8Scheme::block:
+      return act == ActScaling::group;
+    case Fp8Scheme::off:
+      break;
+  }
+  return false;
+}
 }  // namespace fp8rl
 
 // Runs the CPU or the CUDA implementation; the CUDA one inside a profiling range.
@@ -46,18 +61,32 @@ void check_ctx(const Context& ctx) {
   CHECK(ctx.device == Device::cpu ? ctx.scratch != nullptr : ctx.cuda != nullptr,
         "Context for {} has no {}", device_name(ctx.device),
         ctx.device == Device::cpu ? "scratch arena" : "CUDA backend (use CudaDevice::context())");
+  CHECK(!ctx.bf16_activations || ctx.device == Device::cpu,
+        "bf16_activations is the CPU's emulation of CUDA; CUDA activations are always bf16");
 }
 
-// An activation: contiguous, on the context's device, in its activation dtype (or f32 where
-// `f32_ok`, for logits).
-void check_act(const Context& ctx, const TensorView& t, int rank, const char* what,
-               bool f32_ok = false) {
-  const DType want = ctx.activation_dtype();
-  CHECK((t.dtype == want || (f32_ok && t.dtype == DType::f32)) && t.rank() == rank &&
-            t.is_contiguous() && t.device == ctx.device,
+// Where the CPU ops round (ops/cpu/cpu_ops.h).
+cpu::Rounding rounding(const Context& ctx) {
+  return ctx.bf16_activations ? cpu::Rounding::bf16 : cpu::Rounding::none;
+}
+
+// A contiguous tensor on the context's device of rank `rank` and dtype `want`.
+void check_tensor(const Context& ctx, const TensorView& t, DType want, int rank, const char* what) {
+  CHECK(t.dtype == want && t.rank() == rank && t.is_contiguous() && t.device == ctx.device,
         "{}: expected a contiguous {} tensor of rank {} on {}, got {} {} on {}", what,
         dtype_name(want), rank, device_name(ctx.device), dtype_name(t.dtype), t.shape.str(),
         device_name(t.device));
+}
+
+// An activation: contiguous, on the context's device, in its activation dtype.
+void check_act(const Context& ctx, const TensorView& t, int rank, const char* what) {
+  check_tensor(ctx, t, ctx.activation_dtype(), rank, what);
+}
+
+// The output of a linear or softcap: an activation, or f32 for Output::f32.
+void check_output(const Context& ctx, const TensorView& t, Output kind, int rank,
+                  const char* what) {
+  check_tensor(ctx, t, kind == Output::f32 ? DType::f32 : ctx.activation_dtype(), rank, what);
 }
 
 // A weight-like operand (norm weight, table, frequencies) on the context's device; on CUDA
@@ -90,8 +119,8 @@ void check_quantized(const Context& ctx, const QuantizedActivation& q, const cha
 }
 
 void check_linear(const Context& ctx, int64_t m, int64_t k, const LinearWeight& w,
-                  const TensorView& out) {
-  check_act(ctx, out, 2, "linear output", true);
+                  const TensorView& out, Output kind) {
+  check_output(ctx, out, kind, 2, "linear output");
   CHECK(w.weight.rank() == 2 && k == w.in_features() && out.dim(0) == m &&
             out.dim(1) == w.out_features(),
         "linear: x [{}, {}] weight {} out {}", m, k, w.weight.shape.str(), out.shape.str());
@@ -121,7 +150,8 @@ void embedding(Context& ctx, const TensorView& ids, const TensorView& table, flo
             "token id {} is outside the vocabulary [0, {})", ids.ptr<const int32_t>()[i],
             table.dim(0));
   FP8RL_DISPATCH(ctx, "embedding",
-                 cpu::embedding({ids.ptr<const int32_t>(), size_t(ids.numel())}, table, scale, out),
+                 cpu::embedding({ids.ptr<const int32_t>(), size_t(ids.numel())}, table, scale, out,
+                                rounding(ctx)),
                  cuda::embedding(*ctx.cuda, ids, table, scale, out));
 }
 
@@ -147,7 +177,7 @@ void rms_norm(Context& ctx, const TensorView& x, const TensorView& w, float eps,
   check_param(ctx, w, DType::f32, "rms_norm weight");
   CHECK(w.rank() == 1 && w.dim(0) == x.dim(1) && out.shape == x.shape, "rms_norm: x {} w {} out {}",
         x.shape.str(), w.shape.str(), out.shape.str());
-  FP8RL_DISPATCH(ctx, "rms_norm", cpu::rms_norm(x, w, eps, plus_one, out),
+  FP8RL_DISPATCH(ctx, "rms_norm", cpu::rms_norm(x, w, eps, plus_one, out, rounding(ctx)),
                  cuda::rms_norm(*ctx.cuda, x, w, eps, plus_one, out));
 }
 
@@ -159,10 +189,10 @@ void rope(Context& ctx, const TensorView& x, const TensorView& positions,
   check_param(ctx, inv_freq, DType::f32, "rope inv_freq");
   CHECK(inv_freq.dtype == DType::f32 && inv_freq.rank() == 1 && x.dim(2) == 2 * inv_freq.dim(0),
         "rope: x {} inv_freq {}", x.shape.str(), inv_freq.shape.str());
-  FP8RL_DISPATCH(
-      ctx, "rope",
-      cpu::rope(x, {positions.ptr<const int32_t>(), size_t(positions.numel())}, inv_freq),
-      cuda::rope(*ctx.cuda, x, positions, inv_freq));
+  FP8RL_DISPATCH(ctx, "rope",
+                 cpu::rope(x, {positions.ptr<const int32_t>(), size_t(positions.numel())}, inv_freq,
+                           rounding(ctx)),
+                 cuda::rope(*ctx.cuda, x, positions, inv_freq));
 }
 
 void rope(Context& ctx, const TensorView& x, std::span<const int32_t> positions,
@@ -176,8 +206,8 @@ void rope(Context& ctx, const TensorView& x, std::span<const int32_t> positions,
 namespace {
 void cpu_attention(Arena& scratch, const TensorView& q, const TensorView& k_cache,
                    const TensorView& v_cache, int64_t first_slot, const AttentionParams& p,
-                   const TensorView& out, const TensorView& amax) {
-  cpu::attention(scratch, q, k_cache, v_cache, first_slot, p, out);
+                   const TensorView& out, const TensorView& amax, cpu::Rounding r) {
+  cpu::attention(scratch, q, k_cache, v_cache, first_slot, p, out, r);
   if (amax.empty()) return;
   float& a = *amax.ptr<float>();
   const float* o = out.ptr<float>();
@@ -204,7 +234,8 @@ void attention(Context& ctx, const TensorView& q, const TensorView& k_cache,
       amax.empty() || (amax.dtype == DType::f32 && amax.numel() == 1 && amax.device == ctx.device),
       "attention: amax must be one f32 on {}", device_name(ctx.device));
   FP8RL_DISPATCH(ctx, "attention",
-                 cpu_attention(scratch_of(ctx), q, k_cache, v_cache, first_slot, p, out, amax),
+                 cpu_attention(scratch_of(ctx), q, k_cache, v_cache, first_slot, p, out, amax,
+                               rounding(ctx)),
                  cuda::attention(*ctx.cuda, q, k_cache, v_cache, first_slot, p, out,
                                  amax.empty() ? nullptr : amax.ptr<float>()));
 }
@@ -223,14 +254,14 @@ void check_gated(const Context& ctx, const TensorView& gate, const TensorView& u
 
 void silu_mul(Context& ctx, const TensorView& gate, const TensorView& up, const TensorView& out) {
   check_gated(ctx, gate, up, out, "silu_mul");
-  FP8RL_DISPATCH(ctx, "silu_mul", cpu::silu_mul(gate, up, out),
+  FP8RL_DISPATCH(ctx, "silu_mul", cpu::silu_mul(gate, up, out, rounding(ctx)),
                  cuda::gated(*ctx.cuda, gate, up, 0, out));
 }
 
 void gelu_tanh_mul(Context& ctx, const TensorView& gate, const TensorView& up,
                    const TensorView& out) {
   check_gated(ctx, gate, up, out, "gelu_tanh_mul");
-  FP8RL_DISPATCH(ctx, "gelu_tanh_mul", cpu::gelu_tanh_mul(gate, up, out),
+  FP8RL_DISPATCH(ctx, "gelu_tanh_mul", cpu::gelu_tanh_mul(gate, up, out, rounding(ctx)),
                  cuda::gated(*ctx.cuda, gate, up, 1, out));
 }
 
@@ -241,14 +272,15 @@ void add(Context& ctx, const TensorView& a, const TensorView& b, const TensorVie
   check_act(ctx, out, out.rank(), "add");
   CHECK(a.rank() >= 1 && a.shape == b.shape && out.shape == a.shape, "add: a {} b {} out {}",
         a.shape.str(), b.shape.str(), out.shape.str());
-  FP8RL_DISPATCH(ctx, "add", cpu::add(a, b, out), cuda::add(*ctx.cuda, a, b, out));
+  FP8RL_DISPATCH(ctx, "add", cpu::add(a, b, out, rounding(ctx)), cuda::add(*ctx.cuda, a, b, out));
 }
 
-void softcap(Context& ctx, const TensorView& x, float cap) {
+void softcap(Context& ctx, const TensorView& x, float cap, Output kind) {
   check_ctx(ctx);
-  check_act(ctx, x, x.rank(), "softcap", true);
+  check_output(ctx, x, kind, x.rank(), "softcap");
   CHECK(cap > 0 && x.rank() >= 1, "softcap: cap must be positive");
-  FP8RL_DISPATCH(ctx, "softcap", cpu::softcap(x, cap), cuda::softcap(*ctx.cuda, x, cap));
+  FP8RL_DISPATCH(ctx, "softcap", cpu::softcap(x, cap, kind, rounding(ctx)),
+                 cuda::softcap(*ctx.cuda, x, cap));
 }
 
 // ---- FP8 activations
@@ -301,7 +333,7 @@ void rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& w, floa
   CHECK(w.rank() == 1 && w.dim(0) == x.dim(1) && q.rows == x.dim(0) && q.cols == x.dim(1),
         "rms_norm_quant: x {} w {} q [{}, {}]", x.shape.str(), w.shape.str(), q.rows, q.cols);
   FP8RL_DISPATCH(ctx, "rms_norm_quant",
-                 cpu::rms_norm_quant(scratch_of(ctx), x, w, eps, plus_one, q),
+                 cpu::rms_norm_quant(scratch_of(ctx), x, w, eps, plus_one, q, rounding(ctx)),
                  cuda::rms_norm_quant(*ctx.cuda, x, w, eps, plus_one, q));
 }
 
@@ -315,7 +347,7 @@ void gated_quant(Context& ctx, const TensorView& gate, const TensorView& up,
   CHECK(q.act != ActScaling::static_tensor, "{} needs a dynamic scaling", what);
   CHECK(gate.shape == up.shape && q.rows == gate.dim(0) && q.cols == gate.dim(1),
         "{}: gate {} up {} q [{}, {}]", what, gate.shape.str(), up.shape.str(), q.rows, q.cols);
-  FP8RL_DISPATCH(ctx, what, cpu::gated_quant(scratch_of(ctx), gate, up, act, q),
+  FP8RL_DISPATCH(ctx, what, cpu::gated_quant(scratch_of(ctx), gate, up, act, q, rounding(ctx)),
                  cuda::gated_quant(*ctx.cuda, gate, up, act, q));
 }
 }  // namespace
@@ -335,7 +367,8 @@ void dequantize(Context& ctx, const QuantizedActivation& q, const TensorView& ou
   check_act(ctx, out, 2, "dequantize output");
   CHECK(out.dim(0) == q.rows && out.dim(1) == q.cols, "dequantize: out {} for [{}, {}]",
         out.shape.str(), q.rows, q.cols);
-  FP8RL_DISPATCH(ctx, "dequantize", cpu::dequantize(q, out), cuda::dequantize(*ctx.cuda, q, out));
+  FP8RL_DISPATCH(ctx, "dequantize", cpu::dequantize(q, out, rounding(ctx)),
+                 cuda::dequantize(*ctx.cuda, q, out));
 }
 
 // ---- Linear layers
@@ -346,11 +379,12 @@ std::string linear_name(const LinearWeight& w) {
 }
 }  // namespace
 
-void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const TensorView& out) {
+void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const TensorView& out,
+            Output kind) {
   check_ctx(ctx);
   check_act(ctx, x, 2, "linear input");
-  check_linear(ctx, x.dim(0), x.dim(1), w, out);
-  FP8RL_DISPATCH(ctx, linear_name(w), cpu::linear(scratch_of(ctx), x, w, out),
+  check_linear(ctx, x.dim(0), x.dim(1), w, out, kind);
+  FP8RL_DISPATCH(ctx, linear_name(w), cpu::linear(scratch_of(ctx), x, w, out, kind, rounding(ctx)),
                  cuda::linear(*ctx.cuda, x, w, out));
 }
 
@@ -358,24 +392,25 @@ void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const Tens
             const TensorView& x_amax) {
   check_ctx(ctx);
   check_act(ctx, x, 2, "linear input");
-  check_linear(ctx, x.dim(0), x.dim(1), w, out);
+  check_linear(ctx, x.dim(0), x.dim(1), w, out, Output::activation);
   CHECK(w.is_fp8() && w.act == ActScaling::tensor && x_amax.dtype == DType::f32 &&
             x_amax.numel() == 1 && x_amax.device == ctx.device,
         "linear with a known input amax: needs a tensor-scaled FP8 weight and one f32 on {}",
         device_name(ctx.device));
-  FP8RL_DISPATCH(ctx, linear_name(w), cpu::linear(scratch_of(ctx), x, w, out),
+  FP8RL_DISPATCH(ctx, linear_name(w),
+                 cpu::linear(scratch_of(ctx), x, w, out, Output::activation, rounding(ctx)),
                  cuda::linear(*ctx.cuda, x, w, out, x_amax.ptr<float>()));
 }
 
 void linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
-            const TensorView& out) {
+            const TensorView& out, Output kind) {
   check_ctx(ctx);
   check_quantized(ctx, x, "linear input");
-  check_linear(ctx, x.rows, x.cols, w, out);
+  check_linear(ctx, x.rows, x.cols, w, out, kind);
   CHECK(w.is_fp8() && x.act == w.act,
         "linear: input quantized with {} scaling for a weight whose activations use {}",
         act_scaling_name(x.act), act_scaling_name(w.act));
-  FP8RL_DISPATCH(ctx, linear_name(w), cpu::linear(scratch_of(ctx), x, w, out),
+  FP8RL_DISPATCH(ctx, linear_name(w), cpu::linear(scratch_of(ctx), x, w, out, kind, rounding(ctx)),
                  cuda::linear(*ctx.cuda, x, w, out));
 }
 

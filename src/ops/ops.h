@@ -5,6 +5,8 @@
 // Activations are [rows, features] row-major in ctx.activation_dtype(): f32 on the CPU, bf16
 // on CUDA (fp32 math inside the kernels). Every tensor argument lives on ctx.device. Weights
 // (norm weights, embedding tables, linears) are whatever the model holds on that device.
+// A CPU context with bf16_activations rounds every value to bf16 where CUDA stores bf16
+// (ops/cpu/cpu_ops.h), keeping the f32 tensors.
 //
 // Dimension letters: T tokens, H hidden size, V vocab, Hq/Hkv query/kv heads, D head dim,
 // N/K out/in features, C cache capacity.
@@ -66,8 +68,14 @@ void gelu_tanh_mul(Context& ctx, const TensorView& gate, const TensorView& up,
 // out = a + b, same shape, may alias.
 void add(Context& ctx, const TensorView& a, const TensorView& b, const TensorView& out);
 
-// x = cap * tanh(x / cap), in place. x in the activation dtype or f32 (logits).
-void softcap(Context& ctx, const TensorView& x, float cap);
+// What the output of a linear or softcap is: an activation, in the activation dtype (bf16 on
+// CUDA; f32 on the CPU, rounded to bf16 values under Context::bf16_activations), or exact fp32
+// (the lm_head's logits), never rounded. On CUDA `out` is f32 exactly for Output::f32; on the
+// CPU both are f32 tensors and only this argument tells them apart.
+enum class Output : uint8_t { activation, f32 };
+
+// x = cap * tanh(x / cap), in place. x in the activation dtype, or f32 logits (Output::f32).
+void softcap(Context& ctx, const TensorView& x, float cap, Output kind = Output::activation);
 
 // ---- FP8 activations -------------------------------------------------------------------
 
@@ -101,22 +109,24 @@ void silu_mul_quant(Context& ctx, const TensorView& gate, const TensorView& up,
                     const QuantizedActivation& q);
 void gelu_tanh_mul_quant(Context& ctx, const TensorView& gate, const TensorView& up,
                          const QuantizedActivation& q);
-// Dequantized values x_hat[M,K] = codes * scales (f32 on the CPU; bf16 on CUDA). For tests.
+// Dequantized values x_hat[M,K] = codes * scales (f32 on the CPU, bf16 values under
+// bf16_activations; bf16 on CUDA). For tests.
 void dequantize(Context& ctx, const QuantizedActivation& q, const TensorView& out);
 
 // ---- Linear layers ---------------------------------------------------------------------
 
 // out[M,N] = x[M,K] W^T (+ b) with the FP8 recipe when W is FP8 (fp32 accumulation); x is
-// quantized here with w.act. out is the activation dtype, or f32 (CUDA: the lm_head's
-// logits come out of the GEMM in fp32).
-void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const TensorView& out);
+// quantized here with w.act. out is an activation, or f32 logits with Output::f32 (CUDA: the
+// lm_head's logits come out of the GEMM in fp32).
+void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const TensorView& out,
+            Output kind = Output::activation);
 // The same with max |x| already known: x_amax is f32 [1] on ctx.device (as attention() makes
 // it) and w.act must be tensor, so x is quantized in one pass (CUDA; the CPU recomputes it).
 void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const TensorView& out,
             const TensorView& x_amax);
 // The same with x already quantized: q.act must be w.act (a dynamic scaling).
 void linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
-            const TensorView& out);
+            const TensorView& out, Output kind = Output::activation);
 
 // Scratch bytes linear() needs for this weight and M rows on a device.
 size_t linear_scratch_bytes(const LinearWeight& w, int64_t m);  // CPU

@@ -64,6 +64,23 @@ TEST(Cli, LogitsWritesTheNpy) {
   fs::remove(out);
 }
 
+// --activations bf16 emulates CUDA's bf16 activations on the CPU: other logits, close ones.
+TEST(Cli, LogitsWithBf16Activations) {
+  const std::string f32 = temp("logits_f32") + ".npy", bf16 = temp("logits_bf16") + ".npy";
+  const std::string args = "logits " + kQwen3 + " --ids 5,6,7,8 --fp8 block --device cpu";
+  ASSERT_EQ(run(args + " --out " + f32).exit_code, 0);
+  const Result r = run(args + " --activations bf16 --out " + bf16);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Tensor a = read_npy(f32), b = read_npy(bf16);
+  ASSERT_EQ(b.shape(), a.shape());
+  const double d = fp8rl::test::rel_max_diff(b, a);
+  EXPECT_GT(d, 0.0);
+  EXPECT_LT(d, 0.5);
+  EXPECT_NE(run("logits --help").output.find("--activations"), std::string::npos);
+  fs::remove(f32);
+  fs::remove(bf16);
+}
+
 TEST(Cli, InitQuantizeInfo) {
   const std::string dir = temp("init"), q = temp("q");
   ASSERT_EQ(run("init --arch gemma3 --preset tiny --out " + dir + " --seed 3").exit_code, 0);
@@ -96,6 +113,10 @@ TEST(Cli, BadArgumentsAreClearErrors) {
                "unknown FP8 scheme 'int4'");
   expect_error("logits " + kQwen3 + " --ids 1 --device tpu --out /tmp/x.npy",
                "'tpu' is not a device");
+  expect_error("logits " + kQwen3 + " --ids 1 --activations fp16 --out /tmp/x.npy",
+               "'fp16' is not f32 or bf16");
+  expect_error("logits " + kQwen3 + " --ids 1 --device cuda --activations bf16 --out /tmp/x.npy",
+               "--activations bf16 applies to --device cpu only; CUDA activations are always bf16");
   expect_error("logits " + kQwen3 + " --ids 1 --out /nonexistent/dir/x.npy", "x.npy");
   expect_error("logits " + kQwen3 + " --ids 1", "--out is required");
   expect_error("quantize " + kQwen3 + " /tmp/q --scheme off", "choose row, block or tensor");

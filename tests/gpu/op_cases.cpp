@@ -151,8 +151,9 @@ void softcap_case(Harness& h, Outcome& o, int64_t t, int64_t v, DType dt) {
   Tensor xc = Tensor::empty({t, v}, dt);
   convert(x.view().data, DType::f32, xc.view().data, dt, size_t(x.numel()));
   ops::copy(h.gpu, xc.view(), xd);
-  ops::softcap(h.gpu, xd, 30.0f);
-  o.checks.push_back(compare("out", as_f32(h, xd), ref, dt == DType::f32 ? 1e-6 : kCudaBf16Op));
+  ops::softcap(h.gpu, xd, 30.0f, dt == DType::f32 ? ops::Output::f32 : ops::Output::activation);
+  o.checks.push_back(
+      compare("out", as_f32(h, xd), ref, dt == DType::f32 ? 1e-6 : kCudaBf16Op));
   o.checks.push_back(g.verify({xd}));
 }
 
@@ -436,10 +437,11 @@ void linear_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k, Fp8Sch
   Guard g(h);
   const TensorView out = ops::scratch_alloc(h.gpu, {m, n}, out_dtype);
   g.seal();
+  const ops::Output kind = out_dtype == DType::f32 ? ops::Output::f32 : ops::Output::activation;
   if (prequantized)
-    ops::linear(h.gpu, xq, l->gpu, out);
+    ops::linear(h.gpu, xq, l->gpu, out, kind);
   else
-    ops::linear(h.gpu, x_d, l->gpu, out);
+    ops::linear(h.gpu, x_d, l->gpu, out, kind);
   double bound;
   if (scheme == Fp8Scheme::off)
     bound = out_dtype == DType::f32 ? test::cuda_f32_gemm_bound(k) : kCudaBf16Op;

@@ -3,10 +3,12 @@
 // The one forward on CUDA against the same forward on the CPU: the golden models of issue 2
 // (every architecture, --fp8 off/tensor/row/block) and two random models at realistic widths
 // (head_dim 128 and 256, K not a multiple of 128, 300 tokens past a sliding window), made with
-// Model::random on both devices (identical weights). Bounds: kCudaBf16Logits and
-// cuda_fp8_logits_bound() in tests/tolerances.h. Also records top-1 agreement with the CPU and
-// the distance to the HF goldens, and checks decode steps and batches on CUDA. Exit 77 without
-// a CUDA device.
+// Model::random on both devices (identical weights). Each model is compared with two CPU
+// references: the exact fp32 forward (bounds kCudaBf16Logits, and cuda_fp8_logits_bound() for
+// FP8), and the CPU forward emulating CUDA's bf16 activations (Context::bf16_activations, rows
+// "vs cpu-bf16"), which every scheme must meet within kCudaBf16Logits (tests/tolerances.h).
+// Also records top-1 agreement with the CPU and the distance to the HF goldens, and checks
+// decode steps and batches on CUDA. Exit 77 without a CUDA device.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -39,7 +41,8 @@ std::vector<int32_t> iota(size_t n, int32_t start = 0) {
   return p;
 }
 
-// Logits of every token of `ids` as one prefill on ctx's device (a CPU context: f32 forward).
+// Logits of every token of `ids` as one prefill on ctx's device (a CPU context: f32 forward,
+// with bf16 roundings if ctx.bf16_activations).
 Tensor prefill(Context& ctx, const Model& m, const std::vector<int32_t>& ids) {
   KvCache cache(m.config(), int64_t(ids.size()), ctx);
   const std::vector<int32_t> pos = iota(ids.size());
@@ -51,16 +54,33 @@ Tensor prefill(Context& ctx, const Model& m, const std::vector<int32_t>& ids) {
 
 struct Row {
   std::string name;
+  std::string ref = "cpu";  // the CPU reference: "cpu" (fp32) or "cpu-bf16" (emulated bf16)
   double err = 0, bound = 0, top1 = 0, hf = -1, d_fp8 = 0;
   bool ok = false;
 };
+
+// CUDA logits `got` against the CPU forward with emulated bf16 activations of the same model.
+Row vs_cpu_bf16(const std::string& name, const Model& cpu_model, const std::vector<int32_t>& ids,
+                const Tensor& got) {
+  Arena arena;
+  Context cpu{Device::cpu, &arena};
+  cpu.bf16_activations = true;
+  const Tensor ref = prefill(cpu, cpu_model, ids);
+  Row r;
+  r.name = name + " vs cpu-bf16";
+  r.ref = "cpu-bf16";
+  r.err = rel_max_diff(got, ref);
+  r.top1 = top1_agreement(got, ref);
+  r.bound = kCudaBf16Logits;
+  return r;
+}
 
 std::vector<Row> g_rows;
 
 void report(Row r) {
   r.ok = std::isfinite(r.err) && r.err <= r.bound;
-  std::printf("%-4s %-34s cuda-vs-cpu %.3g (bound %.3g)  top1 %.3f%s\n", r.ok ? "PASS" : "FAIL",
-              r.name.c_str(), r.err, r.bound, r.top1,
+  std::printf("%-4s %-34s cuda-vs-%s %.3g (bound %.3g)  top1 %.3f%s\n", r.ok ? "PASS" : "FAIL",
+              r.name.c_str(), r.ref.c_str(), r.err, r.bound, r.top1,
               r.hf >= 0 ? fmt::format("  cuda-vs-HF {:.3g}", r.hf).c_str() : "");
   std::fflush(stdout);
   g_rows.push_back(r);
@@ -93,6 +113,7 @@ void golden(CudaDevice& dev, const std::string& arch, const std::string& scheme)
     r.bound = cuda_fp8_logits_bound(r.d_fp8);
   }
   report(r);
+  report(vs_cpu_bf16(r.name, cpu_model, ids, got));
 
   // Decode steps after a 5-token prefill, and a batch of two sequences (LogitRows::last),
   // against the CUDA prefill: cuBLASLt may pick other algorithms for other M, so the bound is
@@ -161,6 +182,7 @@ void random_model(CudaDevice& dev, const std::string& name, const ModelConfig& c
     r.bound = cuda_fp8_logits_bound(r.d_fp8);
   }
   report(r);
+  report(vs_cpu_bf16(r.name, cpu_model, ids, got));
 }
 
 ModelConfig random_config(const std::string& preset, nlohmann::json changes) {
@@ -214,9 +236,8 @@ int main(int argc, char** argv) {
   for (const Row& r : g_rows) {
     failed += !r.ok;
     if (json.is_open())
-      json << nlohmann::json{{"case", r.name}, {"ok", r.ok},       {"err", r.err},
-                             {"bound", r.bound}, {"top1", r.top1}, {"hf", r.hf},
-                             {"d_fp8", r.d_fp8}}
+      json << nlohmann::json{{"case", r.name},   {"ref", r.ref},   {"ok", r.ok}, {"err", r.err},
+                             {"bound", r.bound}, {"top1", r.top1}, {"hf", r.hf}, {"d_fp8", r.d_fp8}}
                   .dump()
            << "\n";
   }

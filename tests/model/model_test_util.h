@@ -16,10 +16,13 @@ inline std::vector<int32_t> positions_from(size_t n, int32_t start = 0) {
   return p;
 }
 
-// Logits of every token of one sequence run as a single prefill.
-inline Tensor prefill_logits(const Model& m, const std::vector<int32_t>& ids) {
+// Logits of every token of one sequence run as a single prefill (bf16_activations: the CPU's
+// emulation of CUDA's bf16 activations, Context::bf16_activations).
+inline Tensor prefill_logits(const Model& m, const std::vector<int32_t>& ids,
+                             bool bf16_activations = false) {
   Arena arena;
   Context ctx{Device::cpu, &arena};
+  ctx.bf16_activations = bf16_activations;
   KvCache cache(m.config(), int64_t(ids.size()));
   const std::vector<int32_t> pos = positions_from(ids.size());
   Tensor logits = Tensor::empty({int64_t(ids.size()), m.config().vocab_size}, DType::f32);

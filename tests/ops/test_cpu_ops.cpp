@@ -1,6 +1,7 @@
 // The CPU side of the op additions made for the CUDA backend: the fused FP8 ops equal op +
 // quantize_activation bit for bit, linear() of a pre-quantized input equals linear() of the
-// plain one, device-agnostic fills and buffers behave, and random device models run.
+// plain one, device-agnostic fills and buffers behave, random device models run, and the
+// emulation of CUDA's bf16 activations (Context::bf16_activations) rounds where CUDA does.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "ops/ops.h"
 #include "quant/fp8.h"
 #include "test_util.h"
+#include "tolerances.h"
 
 using namespace fp8rl;
 
@@ -152,6 +154,238 @@ TEST(RandomModel, RunsAndQuantizesTheSameWeights) {
   forward(ctx, row, {&seq, 1}, LogitRows::last, logits);
   for (int64_t i = 0; i < logits.numel(); ++i) ASSERT_TRUE(std::isfinite(logits.ptr<float>()[i]));
   EXPECT_EQ(cache.length(), 5);
+}
+
+// ---- bf16 activations emulated on the CPU --------------------------------------------------
+
+// Uniform values that are bf16 numbers (what every CUDA activation is), as f32.
+Tensor bf16_values(Shape s, uint64_t seed, float bound) {
+  Tensor t = values(s, seed, bound);
+  for (int64_t i = 0; i < t.numel(); ++i) t.ptr<float>()[i] = round_to_bf16(t.ptr<float>()[i]);
+  return t;
+}
+
+Tensor rounded(const TensorView& x) {
+  Tensor t = Tensor::empty(x.shape, DType::f32);
+  for (int64_t i = 0; i < x.numel(); ++i) t.ptr<float>()[i] = round_to_bf16(x.ptr<float>()[i]);
+  return t;
+}
+
+Tensor converted(const TensorView& x, DType dt) {
+  Tensor t = Tensor::empty(x.shape, dt);
+  convert(x.data, x.dtype, t.view().data, dt, size_t(x.numel()));
+  return t;
+}
+
+bool all_bf16(const TensorView& x) {
+  for (int64_t i = 0; i < x.numel(); ++i)
+    if (round_to_bf16(x.ptr<float>()[i]) != x.ptr<float>()[i]) return false;
+  return true;
+}
+
+// The same ops with exact fp32 activations and with bf16 activations emulated.
+struct Bf16Ops : ::testing::Test {
+  Arena arena_exact{size_t(64) << 20}, arena_emul{size_t(64) << 20};
+  Context exact{Device::cpu, &arena_exact};
+  Context emul{Device::cpu, &arena_emul};
+  void SetUp() override { emul.bf16_activations = true; }
+};
+
+// Ops whose only rounding on CUDA is their output's: the emulation gives exactly the fp32
+// result rounded to bf16 (kBf16EmulationLogits's note in tolerances.h: bit-identical).
+TEST_F(Bf16Ops, ElementwiseOutputsAreTheExactOutputsRounded) {
+  const int64_t t = 7, d = 96, heads = 3;
+  const Tensor x = bf16_values({t, d}, 11, 3.0f), y = bf16_values({t, d}, 12, 2.0f);
+  const Tensor w = values({d}, 13, 1.0f);
+  auto check = [&](const char* what, auto&& op) {
+    Tensor a = Tensor::empty({t, d}, DType::f32), b = Tensor::empty({t, d}, DType::f32);
+    op(exact, a.view());
+    op(emul, b.view());
+    EXPECT_TRUE(all_bf16(b)) << what;
+    EXPECT_TRUE(same_bytes(b, rounded(a))) << what;
+    EXPECT_FALSE(same_bytes(a, b)) << what << ": nothing was rounded";
+  };
+  check("rms_norm", [&](Context& c, TensorView o) { ops::rms_norm(c, x, w, 1e-6f, false, o); });
+  check("rms_norm 1+w", [&](Context& c, TensorView o) { ops::rms_norm(c, x, w, 1e-6f, true, o); });
+  check("silu_mul", [&](Context& c, TensorView o) { ops::silu_mul(c, x, y, o); });
+  check("gelu_tanh_mul", [&](Context& c, TensorView o) { ops::gelu_tanh_mul(c, x, y, o); });
+  check("add", [&](Context& c, TensorView o) { ops::add(c, x, y, o); });
+  check("softcap", [&](Context& c, TensorView o) {
+    std::memcpy(o.data, x.view().data, x.nbytes());
+    ops::softcap(c, o, 2.0f);
+  });
+  const std::vector<int32_t> pos = {0, 1, 5, 17, 100, 3000, 7};
+  std::vector<float> inv_freq(size_t(d / heads / 2));
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    inv_freq[i] = std::pow(10000.0f, -2.0f * float(i) / float(d / heads));
+  const TensorView freq(inv_freq.data(), DType::f32, {int64_t(inv_freq.size())});
+  check("rope", [&](Context& c, TensorView o) {
+    std::memcpy(o.data, x.view().data, x.nbytes());
+    ops::rope(c, o.reshape({t, heads, d / heads}), pos, freq);
+  });
+  // The embedding table is bf16 on CUDA: an f32 table is read rounded, then scaled and rounded.
+  const Tensor table = values({50, d}, 14, 1.0f);
+  const Tensor table_bf16 = converted(converted(table, DType::bf16), DType::f32);
+  const std::vector<int32_t> ids = {3, 49, 0, 3, 7, 8, 20};
+  Tensor a = Tensor::empty({t, d}, DType::f32), b = Tensor::empty({t, d}, DType::f32);
+  ops::embedding(exact, ids, table_bf16, 13.856406f, a);
+  ops::embedding(emul, ids, table, 13.856406f, b);
+  EXPECT_TRUE(same_bytes(b, rounded(a)));
+}
+
+TEST_F(Bf16Ops, LogitsAreNotRounded) {
+  const int64_t m = 5, n = 64, k = 96;
+  const Tensor x = bf16_values({m, k}, 21, 2.0f);
+  LinearWeight w;
+  const Tensor wt = converted(values({n, k}, 22, 0.1f), DType::bf16);
+  w.weight = wt;
+  Tensor a = Tensor::empty({m, n}, DType::f32), b = Tensor::empty({m, n}, DType::f32);
+  ops::linear(exact, x, w, a, ops::Output::f32);
+  ops::linear(emul, x, w, b, ops::Output::f32);
+  EXPECT_TRUE(same_bytes(a, b));
+  ops::softcap(exact, a, 0.5f, ops::Output::f32);
+  ops::softcap(emul, b, 0.5f, ops::Output::f32);
+  EXPECT_TRUE(same_bytes(a, b));
+  EXPECT_FALSE(all_bf16(b));
+}
+
+// Linears: unquantized weights are read as bf16 (the device copy) and the output rounded once
+// after the bias; a native FP8 GEMM rounds only its output; the dequantize-to-bf16 fallback
+// (K not a multiple of 16) rounds both dequantized operands as well.
+TEST_F(Bf16Ops, LinearRoundsWhereCudaDoes) {
+  const int64_t m = 6, n = 48;
+  const Tensor bias = values({n}, 31, 0.5f);
+  for (int64_t k : {256, 200}) {
+    const Tensor x = bf16_values({m, k}, 32, 2.0f), wf = values({n, k}, 33, 0.1f);
+    // Unquantized f32 weight, with a bias.
+    LinearWeight plain;
+    plain.weight = wf;
+    plain.bias = bias;
+    LinearWeight plain_bf16 = plain;
+    const Tensor wb = converted(converted(wf, DType::bf16), DType::f32);
+    plain_bf16.weight = wb;
+    Tensor a = Tensor::empty({m, n}, DType::f32), b = Tensor::empty({m, n}, DType::f32);
+    ops::linear(exact, x, plain_bf16, a);
+    ops::linear(emul, x, plain, b);
+    EXPECT_TRUE(same_bytes(b, rounded(a))) << "unquantized K=" << k;
+
+    // FP8 row weights, per-token activations.
+    Tensor codes = Tensor::empty({n, k}, DType::f8e4m3);
+    Tensor scales = Tensor::empty(weight_scale_shape(Fp8Scheme::row, n, k), DType::f32);
+    quantize_weight(wf, Fp8Scheme::row, codes, scales);
+    LinearWeight fp8;
+    fp8.weight = codes;
+    fp8.scales = scales;
+    fp8.scheme = Fp8Scheme::row;
+    fp8.act = ActScaling::token;
+    ASSERT_EQ(fp8_gemm_native(fp8, fp8.act), k % 16 == 0);
+    ops::linear(exact, x, fp8, a);
+    ops::linear(emul, x, fp8, b);
+    EXPECT_TRUE(all_bf16(b));
+    if (fp8_gemm_native(fp8, fp8.act)) {
+      EXPECT_TRUE(same_bytes(b, rounded(a))) << "native FP8";
+    } else {
+      // bf16(x_hat) and bf16(w_hat) through the exact linear, then the output rounding.
+      const ops::QuantizedActivation q = ops::alloc_quantized(emul, ActScaling::token, m, k);
+      ops::quantize(emul, x, q);
+      Tensor xh = Tensor::empty({m, k}, DType::f32);
+      ops::dequantize(emul, q, xh);
+      EXPECT_TRUE(all_bf16(xh));
+      Tensor wh = Tensor::empty({n, k}, DType::f32);
+      dequantize_weight(codes, Fp8Scheme::row, scales, wh);
+      LinearWeight deq;
+      const Tensor whr = rounded(wh);
+      deq.weight = whr;
+      Tensor c = Tensor::empty({m, n}, DType::f32);
+      ops::linear(exact, xh, deq, c);
+      EXPECT_TRUE(same_bytes(b, rounded(c))) << "dequantized fallback";
+      Tensor d = Tensor::empty({m, n}, DType::f32);
+      ops::linear(emul, q, fp8, d);  // the pre-quantized entry takes the same path
+      EXPECT_TRUE(same_bytes(b, d));
+    }
+  }
+}
+
+// Fused quantization: per-token and per-group quantize the op's fp32 values on CUDA (nothing to
+// round); per-tensor quantizes the op's bf16 output.
+TEST_F(Bf16Ops, FusedQuantizationSeesWhatCudaQuantizes) {
+  const int64_t m = 9, k = 300;
+  const Tensor x = bf16_values({m, k}, 41, 3.0f), w = values({k}, 42, 1.0f);
+  const Tensor g = bf16_values({m, k}, 43, 4.0f), u = bf16_values({m, k}, 44, 2.0f);
+  for (ActScaling act : {ActScaling::token, ActScaling::group, ActScaling::tensor}) {
+    for (int gated = 0; gated < 2; ++gated) {
+      const ops::QuantizedActivation qa = ops::alloc_quantized(exact, act, m, k);
+      const ops::QuantizedActivation qb = ops::alloc_quantized(emul, act, m, k);
+      Tensor h = Tensor::empty({m, k}, DType::f32);
+      if (gated) {
+        ops::silu_mul_quant(exact, g, u, qa);
+        ops::silu_mul_quant(emul, g, u, qb);
+        ops::silu_mul(emul, g, u, h);
+      } else {
+        ops::rms_norm_quant(exact, x, w, 1e-6f, false, qa);
+        ops::rms_norm_quant(emul, x, w, 1e-6f, false, qb);
+        ops::rms_norm(emul, x, w, 1e-6f, false, h);
+      }
+      const std::string what = std::string(act_scaling_name(act)) + (gated ? " gated" : " norm");
+      if (act == ActScaling::tensor) {
+        const ops::QuantizedActivation qh = ops::alloc_quantized(emul, act, m, k);
+        ops::quantize(emul, h, qh);  // the bf16 output, quantized
+        EXPECT_TRUE(same_bytes(qb.codes, qh.codes)) << what;
+        EXPECT_TRUE(same_bytes(qb.scales, qh.scales)) << what;
+      } else {
+        EXPECT_TRUE(same_bytes(qb.codes, qa.codes)) << what;
+        EXPECT_TRUE(same_bytes(qb.scales, qa.scales)) << what;
+      }
+    }
+  }
+}
+
+// Attention as the CUDA kernel computes it: close to the exact one (P and the output rounded to
+// bf16: kCudaAttention of max |v|), bf16 outputs, and each query row independent of the others
+// (a decode step gives the prefill's row bit for bit), across several key tiles, with a window,
+// and with D = 256 (tiles of 32 keys).
+TEST_F(Bf16Ops, AttentionFollowsTheKernel) {
+  struct Case {
+    int64_t d, window;
+    float softcap;
+  };
+  for (const Case& c : {Case{64, 0, 0.0f}, Case{32, 50, 0.0f}, Case{256, 0, 20.0f}}) {
+    const int64_t t = 150, hq = 4, hkv = 2;
+    const Tensor q = bf16_values({t, hq, c.d}, 51, 2.0f);
+    const Tensor kc = bf16_values({t, hkv, c.d}, 52, 2.0f),
+                 vc = bf16_values({t, hkv, c.d}, 53, 1.0f);
+    ops::AttentionParams p;
+    p.scale = 1.0f / std::sqrt(float(c.d));
+    p.window = c.window;
+    p.softcap = c.softcap;
+    Tensor a = Tensor::empty({t, hq, c.d}, DType::f32), b = Tensor::empty({t, hq, c.d}, DType::f32);
+    ops::attention(exact, q, kc, vc, 0, p, a);
+    ops::attention(emul, q, kc, vc, 0, p, b);
+    EXPECT_TRUE(all_bf16(b));
+    double vmax = 0;
+    for (int64_t i = 0; i < vc.numel(); ++i)
+      vmax = std::max(vmax, double(std::fabs(vc.ptr<float>()[i])));
+    double diff = 0;
+    for (int64_t i = 0; i < a.numel(); ++i)
+      diff = std::max(diff, double(std::fabs(a.ptr<float>()[i] - b.ptr<float>()[i])));
+    EXPECT_LE(diff / vmax, test::kCudaAttention) << "D=" << c.d;
+    EXPECT_GT(diff, 0.0);
+    // The last query alone (a decode step) against the full cache.
+    Tensor last = Tensor::empty({1, hq, c.d}, DType::f32);
+    ops::attention(emul, q.view().slice_rows(t - 1, t), kc, vc, t - 1, p, last);
+    EXPECT_TRUE(same_bytes(last, b.view().slice_rows(t - 1, t))) << "D=" << c.d;
+  }
+}
+
+TEST_F(Bf16Ops, DequantizeRoundsLikeTheKernel) {
+  const int64_t m = 4, k = 256;
+  const Tensor x = bf16_values({m, k}, 61, 5.0f);
+  const ops::QuantizedActivation q = ops::alloc_quantized(exact, ActScaling::group, m, k);
+  ops::quantize(exact, x, q);
+  Tensor a = Tensor::empty({m, k}, DType::f32), b = Tensor::empty({m, k}, DType::f32);
+  ops::dequantize(exact, q, a);
+  ops::dequantize(emul, q, b);
+  EXPECT_TRUE(same_bytes(b, rounded(a)));
 }
 
 }  // namespace

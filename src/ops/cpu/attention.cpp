@@ -1,4 +1,10 @@
 // Causal grouped-query attention against a KV cache, exact fp32 softmax.
+//
+// With Rounding::bf16 it follows the CUDA kernel (ops/cuda/attention.cu) instead: keys in tiles
+// of its BC slots (aligned to multiples of BC), scores in the log2 domain, an online softmax
+// whose P = exp2(s - running max) is rounded to bf16 before P.V while the normalizer sums the
+// unrounded P, and the output o * (1 / l) rounded to bf16. A row's result still depends only on
+// its slot and the cache, so prefill, decode and batches agree bit for bit.
 #include <algorithm>
 #include <cmath>
 
@@ -7,9 +13,52 @@
 
 namespace fp8rl::ops::cpu {
 
+namespace {
+
+// One query row against slots [lo, slot] as the CUDA kernel computes it. s: scratch for the
+// scores of one tile.
+void attend_bf16(const float* qv, const float* kp, const float* vp, int64_t hkv, int64_t kvh,
+                 int64_t d, int64_t lo, int64_t slot, const AttentionParams& p, float* s,
+                 float* o) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int64_t bc = d > 128 ? 32 : 64;  // the kernel's key tile: 64, 32 for D = 256
+  const float score_mul = p.softcap > 0.0f ? p.scale : p.scale * kLog2e;
+  float m = -INFINITY, l = 0.0f;
+  for (int64_t i = 0; i < d; ++i) o[i] = 0.0f;
+  for (int64_t tile = lo / bc * bc; tile <= slot; tile += bc) {
+    const int64_t j0 = std::max(lo, tile), j1 = std::min(slot, tile + bc - 1);
+    float mx = m;
+    for (int64_t j = j0; j <= j1; ++j) {
+      const float* kv = kp + (j * hkv + kvh) * d;
+      float dot = 0.0f;
+      for (int64_t i = 0; i < d; ++i) dot += qv[i] * kv[i];
+      float v = dot * score_mul;
+      if (p.softcap > 0.0f) v = p.softcap * std::tanh(v / p.softcap) * kLog2e;
+      s[j - j0] = v;
+      mx = std::max(mx, v);
+    }
+    // Every tile holds at least one visible key, so mx is finite; alpha is 0 on the first.
+    const float alpha = std::exp2(m - mx);
+    m = mx;
+    l *= alpha;
+    for (int64_t i = 0; i < d; ++i) o[i] *= alpha;
+    for (int64_t j = j0; j <= j1; ++j) {
+      const float pj = std::exp2(s[j - j0] - mx);
+      l += pj;
+      const float pr = round_to_bf16(pj);  // the mma's bf16 A operand
+      const float* vv = vp + (j * hkv + kvh) * d;
+      for (int64_t i = 0; i < d; ++i) o[i] += pr * vv[i];
+    }
+  }
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  for (int64_t i = 0; i < d; ++i) o[i] = round_to_bf16(o[i] * inv);
+}
+
+}  // namespace
+
 void attention(Arena& scratch, const TensorView& q, const TensorView& k_cache,
                const TensorView& v_cache, int64_t first_slot, const AttentionParams& p,
-               const TensorView& out) {
+               const TensorView& out, Rounding r) {
   const int64_t t_count = q.dim(0), hq = q.dim(1), d = q.dim(2);
   const int64_t cap = k_cache.dim(0), hkv = k_cache.dim(1);
   const int64_t group = hq / hkv;
@@ -26,6 +75,11 @@ void attention(Arena& scratch, const TensorView& q, const TensorView& k_cache,
     const int64_t lo = p.window > 0 ? std::max<int64_t>(0, slot - p.window + 1) : 0;
     float* s = scores.ptr<float>() + int64_t(thread_index()) * cap;
     const float* qv = qp + (t * hq + h) * d;
+    float* o = op + (t * hq + h) * d;
+    if (r == Rounding::bf16) {
+      attend_bf16(qv, kp, vp, hkv, kvh, d, lo, slot, p, s, o);
+      return;
+    }
     float mx = -INFINITY;
     for (int64_t j = lo; j <= slot; ++j) {
       const float* kv = kp + (j * hkv + kvh) * d;
@@ -41,7 +95,6 @@ void attention(Arena& scratch, const TensorView& q, const TensorView& k_cache,
       s[j] = std::exp(s[j] - mx);
       sum += s[j];
     }
-    float* o = op + (t * hq + h) * d;
     for (int64_t i = 0; i < d; ++i) o[i] = 0.0f;
     for (int64_t j = lo; j <= slot; ++j) {
       const float w = s[j] / sum;

@@ -1,32 +1,48 @@
 // CPU reference implementations of ops/ops.h (exact fp32, multithreaded).
+//
+// Every op takes a Rounding: none is the exact fp32 reference; bf16 emulates the CUDA
+// backend's bf16 activations (Context::bf16_activations): each value the CUDA kernels store in
+// bf16 (op outputs, and values rounded inside a kernel: attention's P, the operands of the
+// dequantize-to-bf16 GEMM fallback, the per-tensor fused quantizers' staged output) is rounded
+// to bf16 at the same point and kept in the f32 tensor. The fp32 math between those points is
+// the same as without rounding, so the two modes differ by the roundings only.
 #pragma once
 
 #include "ops/ops.h"
 
 namespace fp8rl::ops::cpu {
 
+enum class Rounding : uint8_t { none, bf16 };
+inline float round_as(Rounding r, float x) {
+  return r == Rounding::bf16 ? round_to_bf16(x) : x;
+}
+
 void embedding(std::span<const int32_t> ids, const TensorView& table, float scale,
-               const TensorView& out);
+               const TensorView& out, Rounding r);
 void rms_norm(const TensorView& x, const TensorView& w, float eps, bool plus_one,
-              const TensorView& out);
-void rope(const TensorView& x, std::span<const int32_t> positions, const TensorView& inv_freq);
+              const TensorView& out, Rounding r);
+void rope(const TensorView& x, std::span<const int32_t> positions, const TensorView& inv_freq,
+          Rounding r);
 void attention(Arena& scratch, const TensorView& q, const TensorView& k_cache,
                const TensorView& v_cache, int64_t first_slot, const AttentionParams& p,
-               const TensorView& out);
-void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out);
-void gelu_tanh_mul(const TensorView& gate, const TensorView& up, const TensorView& out);
-void add(const TensorView& a, const TensorView& b, const TensorView& out);
-void softcap(const TensorView& x, float cap);
-void linear(Arena& scratch, const TensorView& x, const LinearWeight& w, const TensorView& out);
+               const TensorView& out, Rounding r);
+void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out, Rounding r);
+void gelu_tanh_mul(const TensorView& gate, const TensorView& up, const TensorView& out, Rounding r);
+void add(const TensorView& a, const TensorView& b, const TensorView& out, Rounding r);
+// Output::f32 results are never rounded; Rounding::bf16 then still applies inside (the linear's
+// weight is bf16 on CUDA whatever its output).
+void softcap(const TensorView& x, float cap, Output kind, Rounding r);
+void linear(Arena& scratch, const TensorView& x, const LinearWeight& w, const TensorView& out,
+            Output kind, Rounding r);
 
 // FP8 activations (quantize.cpp): the recipe of quant/fp8.h on the op's f32 output.
 void quantize(const TensorView& x, const QuantizedActivation& q, float static_scale);
 void rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& w, float eps,
-                    bool plus_one, const QuantizedActivation& q);
+                    bool plus_one, const QuantizedActivation& q, Rounding r);
 void gated_quant(Arena& scratch, const TensorView& gate, const TensorView& up, int act,
-                 const QuantizedActivation& q);
-void dequantize(const QuantizedActivation& q, const TensorView& out);
+                 const QuantizedActivation& q, Rounding r);
+void dequantize(const QuantizedActivation& q, const TensorView& out, Rounding r);
 void linear(Arena& scratch, const QuantizedActivation& x, const LinearWeight& w,
-            const TensorView& out);
+            const TensorView& out, Output kind, Rounding r);
 
 }  // namespace fp8rl::ops::cpu

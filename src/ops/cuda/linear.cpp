@@ -54,9 +54,9 @@ const char* path_name(Path p) {
 
 Path choose_path(Backend& b, const LinearWeight& w, ActScaling act) {
   if (!w.is_fp8()) return Path::bf16;
+  // FP8 tensor-core alignment and the table above (the CPU's bf16 emulation asks the same).
+  if (!fp8_gemm_native(w, act)) return Path::dequantized;
   const Capabilities& c = b.caps();
-  const int64_t n = w.out_features(), k = w.in_features();
-  if (k % 16 != 0 || n % 16 != 0) return Path::dequantized;  // FP8 tensor-core alignment
   const bool per_tensor_act = act == ActScaling::tensor || act == ActScaling::static_tensor;
   switch (w.scheme) {
     case Fp8Scheme::tensor:
