@@ -9,7 +9,12 @@ void embedding(std::span<const int32_t> ids, const TensorView& table, float scal
                const TensorView& out);
 void rms_norm(const TensorView& x, const TensorView& w, float eps, bool plus_one,
               const TensorView& out);
+void add_rms_norm(const TensorView& x, const TensorView& delta, const TensorView& w, float eps,
+                  bool plus_one, const TensorView& out);
 void rope(const TensorView& x, std::span<const int32_t> positions, const TensorView& inv_freq);
+void rms_norm_rope(const TensorView& x, const TensorView& w, float eps, bool plus_one,
+                   std::span<const int32_t> positions, const TensorView& inv_freq,
+                   const TensorView& out);
 void attention(Arena& scratch, const TensorView& q, const TensorView& k_cache,
                const TensorView& v_cache, int64_t first_slot, const AttentionParams& p,
                const TensorView& out);
@@ -23,6 +28,9 @@ void linear(Arena& scratch, const TensorView& x, const LinearWeight& w, const Te
 void quantize(const TensorView& x, const QuantizedActivation& q, float static_scale);
 void rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& w, float eps,
                     bool plus_one, const QuantizedActivation& q);
+void add_rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& delta,
+                        const TensorView& w, float eps, bool plus_one,
+                        const QuantizedActivation& q);
 void gated_quant(Arena& scratch, const TensorView& gate, const TensorView& up, int act,
                  const QuantizedActivation& q);
 void dequantize(const QuantizedActivation& q, const TensorView& out);

@@ -19,6 +19,13 @@ void rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& w, fl
   quantize(h, q, 0.0f);
 }
 
+void add_rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& delta,
+                        const TensorView& w, float eps, bool plus_one,
+                        const QuantizedActivation& q) {
+  add(x, delta, x);
+  rms_norm_quant(scratch, x, w, eps, plus_one, q);
+}
+
 void gated_quant(Arena& scratch, const TensorView& gate, const TensorView& up, int act,
                  const QuantizedActivation& q) {
   ArenaScope scope(scratch);
