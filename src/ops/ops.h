@@ -53,7 +53,8 @@ void rope(Context& ctx, const TensorView& x, std::span<const int32_t> positions,
 // and the heads of a token contiguous; the token stride (strides[0]) of each is free, so out
 // can be a slice of a KV cache (kc.slice_rows(first, first + T)). out may be x itself (in
 // place) or must not overlap it. Equals rms_norm then rope (then a copy to out) bit for bit
-// on the CPU, and on CUDA where head_dim is 16..256 with D % 16 == 0 (ops/cuda/rope.cu).
+// on the CPU, and on CUDA for D % 16 == 0 up to 256 with 16-byte aligned rows (the vector
+// kernel of ops/cuda/rope.cu; other shapes sum the squares in another order).
 void rms_norm_rope(Context& ctx, const TensorView& x, const TensorView& w, float eps, bool plus_one,
                    const TensorView& positions, const TensorView& inv_freq, const TensorView& out);
 
