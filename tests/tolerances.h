@@ -48,6 +48,15 @@ inline constexpr double kBf16HalfUlp = 1.0 / 512;  // 2^-9
 // bf16 GEMM): one output rounding (2^-9) plus fp32-level noise; a factor 2 of margin.
 inline constexpr double kCudaBf16Op = 2 * kBf16HalfUlp;
 
+// RMSNorm then RoPE in one kernel (rms_norm_rope), as max |gpu - cpu| / max |cpu|: the CUDA
+// path rounds the normed pair p = (a, b) to bf16 before rotating it, as the unfused ops do,
+// and the rotated values once more. The first rounding is an error vector e with
+// |e| <= 2^-9 |p|; the rotation turns it without growing it, so each output moves by
+// <= 2^-9 |p|, and since one of the pair's two outputs is >= |p| / sqrt(2) (a rotation keeps
+// |p|), that is <= sqrt(2) 2^-9 of max |out|. The output rounding adds 2^-9: (1 + sqrt(2)) 2^-9
+// = 2.4 2^-9 at worst, plus ulps of cos/sin; bound 4 2^-9.
+inline constexpr double kCudaNormRope = 4 * kBf16HalfUlp;
+
 // Attention, as max |gpu - cpu| / max |v|: P is rounded to bf16 before P.V (FlashAttention-2
 // does too), each weight by <= 2^-9 relative, so sum_j dp_j v_j <= 2^-9 max|v| (the weights sum
 // to 1); the output rounding adds <= 2^-9 max|o| <= 2^-9 max|v|; a factor 2 of margin.

@@ -67,17 +67,24 @@ void apply(Context& ctx, const LinearInput& in, const LinearWeight& w, const Ten
     ops::linear(ctx, in.x, w, out);
 }
 
-// rms_norm(x) as the linears with activation scaling `act` consume it; `h` holds the plain
-// result when they do not share a dynamic scaling.
-LinearInput normed(Context& ctx, const ModelConfig& c, const TensorView& x,
+// rms_norm(x) as the linears with activation scaling `act` consume it, after the residual add
+// x += *delta when delta is set (fused into the norm's pass over x); `h` holds the plain result
+// when the linears do not share a dynamic scaling.
+LinearInput normed(Context& ctx, const ModelConfig& c, const TensorView& x, const TensorView* delta,
                    const TensorView& weight, ActScaling act, const TensorView& h) {
   const float eps = float(c.rms_norm_eps);
   LinearInput in;
   if (act != ActScaling::none) {
     in.q = ops::alloc_quantized(ctx, act, x.dim(0), x.dim(1));
-    ops::rms_norm_quant(ctx, x, weight, eps, c.norm_plus_one, in.q);
+    if (delta != nullptr)
+      ops::add_rms_norm_quant(ctx, x, *delta, weight, eps, c.norm_plus_one, in.q);
+    else
+      ops::rms_norm_quant(ctx, x, weight, eps, c.norm_plus_one, in.q);
   } else {
-    ops::rms_norm(ctx, x, weight, eps, c.norm_plus_one, h);
+    if (delta != nullptr)
+      ops::add_rms_norm(ctx, x, *delta, weight, eps, c.norm_plus_one, h);
+    else
+      ops::rms_norm(ctx, x, weight, eps, c.norm_plus_one, h);
     in.x = h;
   }
   return in;
@@ -89,28 +96,33 @@ TensorView rope_frequencies(const LayerWeights& l) {
                     {int64_t(l.inv_freq.size())});
 }
 
-// Attention sublayer of one layer for all sequences: norm, q/k/v, q/k norm, RoPE, cache
-// write, attention per sequence, output projection into s.proj.
+// Attention sublayer of one layer for all sequences, from its normed input `in`: q/k/v, q/k
+// norm and RoPE (one pass each; the keys are written straight into each sequence's cache, the
+// values too when there is one sequence), attention per sequence, output projection into
+// s.proj.
 void attention_block(Context& ctx, const Model& m, int64_t li, std::span<const SequenceInput> batch,
-                     const TensorView& positions, const Activations& s) {
+                     const TensorView& positions, const LinearInput& in, const Activations& s) {
   const ModelConfig& c = m.config();
   const LayerWeights& l = m.layers[size_t(li)];
   const int64_t t = s.x.dim(0), hq = c.num_heads, hkv = c.num_kv_heads, d = c.head_dim;
+  const float eps = float(c.rms_norm_eps);
   ops::ScratchScope scope(ctx);
-  const LinearInput in =
-      normed(ctx, c, s.x, l.input_norm, shared_dynamic_act({&l.q, &l.k, &l.v}), s.h);
   apply(ctx, in, l.q, s.q);
   apply(ctx, in, l.k, s.k);
-  apply(ctx, in, l.v, s.v);
-  if (c.qk_norm) {
-    ops::rms_norm(ctx, s.q.reshape({t * hq, d}), l.q_norm, float(c.rms_norm_eps), c.norm_plus_one,
-                  s.q.reshape({t * hq, d}));
-    ops::rms_norm(ctx, s.k.reshape({t * hkv, d}), l.k_norm, float(c.rms_norm_eps), c.norm_plus_one,
-                  s.k.reshape({t * hkv, d}));
+  // A lone sequence's values go from the projection straight into its cache slots.
+  const bool v_in_cache = batch.size() == 1;
+  if (v_in_cache) {
+    const int64_t first = batch[0].cache->length();
+    apply(ctx, in, l.v,
+          batch[0].cache->v(li).slice_rows(first, first + t).reshape({t, c.kv_dim()}));
+  } else {
+    apply(ctx, in, l.v, s.v);
   }
   const TensorView inv_freq = rope_frequencies(l);
-  ops::rope(ctx, s.q.reshape({t, hq, d}), positions, inv_freq);
-  ops::rope(ctx, s.k.reshape({t, hkv, d}), positions, inv_freq);
+  const TensorView q_norm = c.qk_norm ? l.q_norm : TensorView();
+  const TensorView k_norm = c.qk_norm ? l.k_norm : TensorView();
+  const TensorView q = s.q.reshape({t, hq, d});
+  ops::rms_norm_rope(ctx, q, q_norm, eps, c.norm_plus_one, positions, inv_freq, q);
   ops::AttentionParams p;
   p.scale = float(c.attention_scale);
   p.softcap = float(c.attn_logit_softcapping);
@@ -126,10 +138,12 @@ void attention_block(Context& ctx, const Model& m, int64_t li, std::span<const S
     const int64_t n = int64_t(seq.tokens.size());
     const int64_t first = seq.cache->length();
     TensorView kc = seq.cache->k(li), vc = seq.cache->v(li);
-    // The new keys/values go into the cache slots after the filled ones.
-    ops::copy(ctx, s.k.slice_rows(row, row + n), kc.slice_rows(first, first + n));
-    ops::copy(ctx, s.v.slice_rows(row, row + n), vc.slice_rows(first, first + n));
-    ops::attention(ctx, s.q.slice_rows(row, row + n).reshape({n, hq, d}), kc, vc, first, p,
+    // The new keys (normed, rotated) and values go into the cache slots after the filled ones.
+    ops::rms_norm_rope(ctx, s.k.slice_rows(row, row + n).reshape({n, hkv, d}), k_norm, eps,
+                       c.norm_plus_one, positions.slice_rows(row, row + n), inv_freq,
+                       kc.slice_rows(first, first + n));
+    if (!v_in_cache) ops::copy(ctx, s.v.slice_rows(row, row + n), vc.slice_rows(first, first + n));
+    ops::attention(ctx, q.slice_rows(row, row + n), kc, vc, first, p,
                    s.attn.slice_rows(row, row + n).reshape({n, hq, d}), amax);
     row += n;
   }
@@ -139,13 +153,12 @@ void attention_block(Context& ctx, const Model& m, int64_t li, std::span<const S
     ops::linear(ctx, s.attn, l.o, s.proj, amax);
 }
 
-// MLP sublayer: norm, gate/up, act(gate) * up (quantized for the down projection when it is a
-// dynamically scaled FP8 linear), down projection into s.proj.
-void mlp_block(Context& ctx, const Model& m, const LayerWeights& l, const Activations& s) {
+// MLP sublayer from its normed input `in`: gate/up, act(gate) * up (quantized for the down
+// projection when it is a dynamically scaled FP8 linear), down projection into s.proj.
+void mlp_block(Context& ctx, const Model& m, const LayerWeights& l, const LinearInput& in,
+               const Activations& s) {
   const ModelConfig& c = m.config();
   ops::ScratchScope scope(ctx);
-  const TensorView& norm = c.sandwich_norms ? l.pre_feedforward_norm : l.post_attention_norm;
-  const LinearInput in = normed(ctx, c, s.x, norm, shared_dynamic_act({&l.gate, &l.up}), s.h);
   apply(ctx, in, l.gate, s.gate);
   apply(ctx, in, l.up, s.up);
   const bool silu = c.activation == MlpActivation::silu;
@@ -190,11 +203,12 @@ size_t forward_scratch_bytes(const Context& ctx, const Model& model, int64_t tok
   op = std::max(op, ops::linear_scratch_bytes(ctx, model.lm_head, logit_rows));
   // Tensor-scaled fused quantization stages the op's output in the activation dtype.
   op += size_t(tokens * std::max(c.hidden_size, c.intermediate_size)) * elem + 1024;
-  // The quantized input of a block's linears lives while they run.
+  // The quantized input of a block's linears lives while they run; in the MLP, with the
+  // quantized input of the down projection.
   size_t quantized = 0;
   if (act != ActScaling::none && act != ActScaling::static_tensor)
-    quantized =
-        ops::quantized_bytes(ctx, act, tokens, std::max(c.hidden_size, c.intermediate_size));
+    quantized = ops::quantized_bytes(ctx, act, tokens, c.hidden_size) +
+                ops::quantized_bytes(ctx, act, tokens, c.intermediate_size);
   const size_t ids = 2 * (size_t(tokens) * 4 + 256);
   const size_t final_rows = size_t(logit_rows * c.hidden_size) * elem + 256;
   const size_t staged_logits =
@@ -252,16 +266,36 @@ void forward(Context& ctx, const Model& m, std::span<const SequenceInput> batch,
   const float eps = float(c.rms_norm_eps);
 
   ops::embedding(ctx, ids, m.embed, float(c.embedding_scale), s.x);
+  // The normed input of the next block's linears. Each residual add is fused with the norm
+  // that follows it: x += attention output with the MLP's input norm, x += MLP output with the
+  // next layer's input norm (the last layer's add stays plain: the final norm only normalizes
+  // the rows whose logits are wanted). One block input is live at a time, so each takes the
+  // same arena space, right after the activations.
+  const size_t input_mark = ops::scratch_mark(ctx);
+  auto block_input = [&](const TensorView* delta, const TensorView& norm, ActScaling act) {
+    ops::scratch_rewind(ctx, input_mark);
+    return normed(ctx, c, s.x, delta, norm, act, s.h);
+  };
+  auto qkv_act = [](const LayerWeights& l) { return shared_dynamic_act({&l.q, &l.k, &l.v}); };
+  LinearInput in;
   for (int64_t li = 0; li < c.num_layers; ++li) {
     const LayerWeights& l = m.layers[size_t(li)];
-    attention_block(ctx, m, li, batch, pos, s);
+    if (li == 0) in = block_input(nullptr, l.input_norm, qkv_act(l));
+    attention_block(ctx, m, li, batch, pos, in, s);
+    // Gemma's sandwich norms normalize each block's output before it joins the residual.
     if (c.sandwich_norms)
       ops::rms_norm(ctx, s.proj, l.post_attention_norm, eps, c.norm_plus_one, s.proj);
-    ops::add(ctx, s.x, s.proj, s.x);
-    mlp_block(ctx, m, l, s);
+    const TensorView& mlp_norm = c.sandwich_norms ? l.pre_feedforward_norm : l.post_attention_norm;
+    in = block_input(&s.proj, mlp_norm, shared_dynamic_act({&l.gate, &l.up}));
+    mlp_block(ctx, m, l, in, s);
     if (c.sandwich_norms)
       ops::rms_norm(ctx, s.proj, l.post_feedforward_norm, eps, c.norm_plus_one, s.proj);
-    ops::add(ctx, s.x, s.proj, s.x);
+    if (li + 1 < c.num_layers) {
+      const LayerWeights& next = m.layers[size_t(li + 1)];
+      in = block_input(&s.proj, next.input_norm, qkv_act(next));
+    } else {
+      ops::add(ctx, s.x, s.proj, s.x);
+    }
   }
   for (const SequenceInput& seq : batch) seq.cache->advance(int64_t(seq.tokens.size()));
 

@@ -181,6 +181,21 @@ void rms_norm(Context& ctx, const TensorView& x, const TensorView& w, float eps,
                  cuda::rms_norm(*ctx.cuda, x, w, eps, plus_one, out));
 }
 
+void add_rms_norm(Context& ctx, const TensorView& x, const TensorView& delta, const TensorView& w,
+                  float eps, bool plus_one, const TensorView& out) {
+  check_ctx(ctx);
+  check_act(ctx, x, 2, "add_rms_norm residual");
+  check_act(ctx, delta, 2, "add_rms_norm delta");
+  check_act(ctx, out, 2, "add_rms_norm output");
+  check_param(ctx, w, DType::f32, "rms_norm weight");
+  CHECK(w.rank() == 1 && w.dim(0) == x.dim(1) && delta.shape == x.shape && out.shape == x.shape &&
+            (out.data != x.data || x.numel() == 0),
+        "add_rms_norm: x {} delta {} w {} out {} (out must not be x)", x.shape.str(),
+        delta.shape.str(), w.shape.str(), out.shape.str());
+  FP8RL_DISPATCH(ctx, "add_rms_norm", cpu::add_rms_norm(x, delta, w, eps, plus_one, out, rounding(ctx)),
+                 cuda::add_rms_norm(*ctx.cuda, x, delta, w, eps, plus_one, out));
+}
+
 void rope(Context& ctx, const TensorView& x, const TensorView& positions,
           const TensorView& inv_freq) {
   check_ctx(ctx);
@@ -213,7 +228,51 @@ void cpu_attention(Arena& scratch, const TensorView& q, const TensorView& k_cach
   const float* o = out.ptr<float>();
   for (int64_t i = 0; i < out.numel(); ++i) a = std::max(a, std::fabs(o[i]));
 }
+
+// [T, heads, D] whose heads and head values are contiguous; the token stride is free.
+void check_heads(const Context& ctx, const TensorView& t, const char* what) {
+  const DType want = ctx.activation_dtype();
+  CHECK(t.dtype == want && t.rank() == 3 && t.device == ctx.device && t.strides[2] == 1 &&
+            t.strides[1] == t.dim(2) && (t.dim(0) <= 1 || t.strides[0] >= t.dim(1) * t.dim(2)),
+        "{}: expected a {} [T, heads, D] tensor on {} with contiguous heads, got {} {} strides "
+        "[{}, {}, {}] on {}",
+        what, dtype_name(want), device_name(ctx.device), dtype_name(t.dtype), t.shape.str(),
+        t.strides[0], t.strides[1], t.strides[2], device_name(t.device));
+}
 }  // namespace
+
+void rms_norm_rope(Context& ctx, const TensorView& x, const TensorView& w, float eps, bool plus_one,
+                   const TensorView& positions, const TensorView& inv_freq, const TensorView& out) {
+  check_ctx(ctx);
+  check_heads(ctx, x, "rms_norm_rope input");
+  check_heads(ctx, out, "rms_norm_rope output");
+  CHECK(out.shape == x.shape, "rms_norm_rope: x {} out {}", x.shape.str(), out.shape.str());
+  check_i32(ctx, positions, x.dim(0), "rms_norm_rope positions");
+  check_param(ctx, inv_freq, DType::f32, "rope inv_freq");
+  CHECK(inv_freq.dtype == DType::f32 && inv_freq.rank() == 1 && x.dim(2) == 2 * inv_freq.dim(0),
+        "rms_norm_rope: x {} inv_freq {}", x.shape.str(), inv_freq.shape.str());
+  if (!w.empty()) {
+    check_param(ctx, w, DType::f32, "rms_norm_rope weight");
+    CHECK(w.rank() == 1 && w.dim(0) == x.dim(2), "rms_norm_rope: x {} w {}", x.shape.str(),
+          w.shape.str());
+  }
+  // In place, or no overlap at all: each head is read completely before it is written.
+  const size_t es = dtype_size(x.dtype);
+  const auto span = [&](const TensorView& t) {
+    const char* b = static_cast<const char*>(t.data);
+    const int64_t last = t.dim(0) == 0 ? 0 : (t.dim(0) - 1) * t.strides[0] + t.dim(1) * t.dim(2);
+    return std::pair<const char*, const char*>(b, b + size_t(last) * es);
+  };
+  const auto [xb, xe] = span(x);
+  const auto [ob, oe] = span(out);
+  CHECK((x.data == out.data && x.strides[0] == out.strides[0]) || oe <= xb || xe <= ob,
+        "rms_norm_rope: out overlaps x without being x");
+  FP8RL_DISPATCH(ctx, "rms_norm_rope",
+                 cpu::rms_norm_rope(x, w, eps, plus_one,
+                                    {positions.ptr<const int32_t>(), size_t(positions.numel())},
+                                    inv_freq, out, rounding(ctx)),
+                 cuda::rms_norm_rope(*ctx.cuda, x, w, eps, plus_one, positions, inv_freq, out));
+}
 
 void attention(Context& ctx, const TensorView& q, const TensorView& k_cache,
                const TensorView& v_cache, int64_t first_slot, const AttentionParams& p,
@@ -335,6 +394,24 @@ void rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& w, floa
   FP8RL_DISPATCH(ctx, "rms_norm_quant",
                  cpu::rms_norm_quant(scratch_of(ctx), x, w, eps, plus_one, q, rounding(ctx)),
                  cuda::rms_norm_quant(*ctx.cuda, x, w, eps, plus_one, q));
+}
+
+void add_rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& delta,
+                        const TensorView& w, float eps, bool plus_one,
+                        const QuantizedActivation& q) {
+  check_ctx(ctx);
+  check_act(ctx, x, 2, "add_rms_norm_quant residual");
+  check_act(ctx, delta, 2, "add_rms_norm_quant delta");
+  check_param(ctx, w, DType::f32, "rms_norm weight");
+  check_quantized(ctx, q, "add_rms_norm_quant");
+  CHECK(q.act != ActScaling::static_tensor, "add_rms_norm_quant needs a dynamic scaling");
+  CHECK(w.rank() == 1 && w.dim(0) == x.dim(1) && delta.shape == x.shape && q.rows == x.dim(0) &&
+            q.cols == x.dim(1),
+        "add_rms_norm_quant: x {} delta {} w {} q [{}, {}]", x.shape.str(), delta.shape.str(),
+        w.shape.str(), q.rows, q.cols);
+  FP8RL_DISPATCH(ctx, "add_rms_norm_quant",
+                 cpu::add_rms_norm_quant(scratch_of(ctx), x, delta, w, eps, plus_one, q, rounding(ctx)),
+                 cuda::add_rms_norm_quant(*ctx.cuda, x, delta, w, eps, plus_one, q));
 }
 
 namespace {

@@ -35,12 +35,30 @@ void embedding(Context& ctx, std::span<const int32_t> ids, const TensorView& tab
 void rms_norm(Context& ctx, const TensorView& x, const TensorView& w, float eps, bool plus_one,
               const TensorView& out);
 
+// The residual add fused with the norm of the next block's input: x = x + delta (in place,
+// rounded to the activation dtype exactly as add() rounds it), then out = rms_norm(x) of the
+// updated x. x, delta, out [R,D]; out may alias delta but not x. Equals add(x, delta, x)
+// followed by rms_norm(x, w, eps, plus_one, out) bit for bit on every backend.
+void add_rms_norm(Context& ctx, const TensorView& x, const TensorView& delta, const TensorView& w,
+                  float eps, bool plus_one, const TensorView& out);
+
 // Rotary embedding in place, rotate-half (GPT-NeoX) layout: x [T, heads, D], positions [T]
 // i32, inv_freq [D/2] f32.
 void rope(Context& ctx, const TensorView& x, const TensorView& positions,
           const TensorView& inv_freq);
 void rope(Context& ctx, const TensorView& x, std::span<const int32_t> positions,
           const TensorView& inv_freq);  // host positions (CPU only)
+
+// Per-head RMSNorm (Qwen3 / Gemma q/k norm) and RoPE in one pass, written to `out`:
+// out = rope(rms_norm(x) over each head's D values). w [D] (f32 on CUDA), or an empty view for
+// RoPE alone. x, out [T, heads, D] in the activation dtype, each head's D values contiguous
+// and the heads of a token contiguous; the token stride (strides[0]) of each is free, so out
+// can be a slice of a KV cache (kc.slice_rows(first, first + T)). out may be x itself (in
+// place) or must not overlap it. Equals rms_norm then rope (then a copy to out) bit for bit
+// on the CPU, and on CUDA for D % 16 == 0 up to 256 with 16-byte aligned rows (the vector
+// kernel of ops/cuda/rope.cu; other shapes sum the squares in another order).
+void rms_norm_rope(Context& ctx, const TensorView& x, const TensorView& w, float eps, bool plus_one,
+                   const TensorView& positions, const TensorView& inv_freq, const TensorView& out);
 
 struct AttentionParams {
   float scale = 1.0f;    // multiplies q.k
@@ -104,6 +122,11 @@ void quantize(Context& ctx, const TensorView& x, const QuantizedActivation& q,
 // quantize(rms_norm(x)) in one pass over x (q.act must be a dynamic scaling).
 void rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& w, float eps,
                     bool plus_one, const QuantizedActivation& q);
+// add_rms_norm with the normed x quantized into q instead of written out: x = x + delta (in
+// place, as add()), then q = quantize(rms_norm(x)) as rms_norm_quant() makes it.
+void add_rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& delta,
+                        const TensorView& w, float eps, bool plus_one,
+                        const QuantizedActivation& q);
 // quantize(act(gate) * up) in one pass.
 void silu_mul_quant(Context& ctx, const TensorView& gate, const TensorView& up,
                     const QuantizedActivation& q);

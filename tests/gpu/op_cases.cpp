@@ -1,4 +1,4 @@
-// The registry of op cases: ragged token counts (1, 19, 257, 989), head dims 32/64/128/256,
+// The registry of op cases: ragged token counts (1, 19, 257, 989), head dims 32..256,
 // K not a multiple of 128 (block edge groups) or of 8/16 (scalar kernel paths, GEMM fallback),
 // every FP8 scheme and activation scaling, in-place variants. Bounds: tests/tolerances.h.
 #include <cmath>
@@ -138,6 +138,163 @@ void add_case(Harness& h, Outcome& o, int64_t t, int64_t d) {
   ops::add(h.gpu, a_d, b_d, out);
   o.checks.push_back(compare("out", as_f32(h, out), ref, kCudaBf16Op));
   o.checks.push_back(g.verify({out}));
+}
+
+// ---- fused residual add + RMSNorm, fused q/k norm + RoPE --------------------------------
+
+// host -> dev (bf16 or f32 by dev.dtype), dev contiguous and allocated by the caller.
+void upload_into(Harness& h, const Tensor& host, const TensorView& dev) {
+  Tensor conv = Tensor::empty(host.shape(), dev.dtype);
+  convert(host.view().data, host.dtype(), conv.view().data, dev.dtype, size_t(host.numel()));
+  ops::copy(h.gpu, conv.view(), dev);
+}
+
+// x + delta rounded to bf16 on the host: what the CUDA residual add stores, so the norm after
+// it can be checked against the CPU norm of the same values.
+Tensor bf16_sum(const Tensor& x, const Tensor& delta) {
+  Tensor r = Tensor::empty(x.shape(), DType::f32);
+  for (int64_t i = 0; i < x.numel(); ++i)
+    r.ptr<float>()[i] = bf16_to_f32(f32_to_bf16(x.ptr<float>()[i] + delta.ptr<float>()[i]));
+  return r;
+}
+
+Tensor copy_of(const Tensor& t) {
+  Tensor r = Tensor::empty(t.shape(), t.dtype());
+  std::memcpy(r.view().data, t.view().data, t.nbytes());
+  return r;
+}
+
+// Number of differing bytes of two device tensors of the same size.
+double bytes_differing(Harness& h, const TensorView& a, const TensorView& b) {
+  const Tensor ha = to_host(h, a), hb = to_host(h, b);
+  const uint8_t* pa = ha.ptr<uint8_t>();
+  const uint8_t* pb = hb.ptr<uint8_t>();
+  int64_t n = 0;
+  for (size_t i = 0; i < ha.nbytes(); ++i) n += pa[i] != pb[i];
+  return double(n);
+}
+
+// x += delta; out = rms_norm(x). The residual must equal the CPU's sum rounded once (one bf16
+// op); the normed output the CPU norm of that rounded sum; and both the unfused CUDA add +
+// rms_norm bit for bit (same kernel plan, same summation order). alias: out is delta.
+void add_rms_norm_case(Harness& h, Outcome& o, int64_t t, int64_t d, bool plus_one, bool alias) {
+  const Tensor x = host_values({t, d}, 201, 3.0f), delta = host_values({t, d}, 202, 3.0f);
+  const Tensor w = host_values({d}, 203, 1.0f);
+  Tensor ref_x = copy_of(x), ref_out = Tensor::empty({t, d}, DType::f32);
+  ops::add_rms_norm(h.cpu, ref_x, delta, w, 1e-6f, plus_one, ref_out);
+  Tensor ref_norm = Tensor::empty({t, d}, DType::f32);
+  ops::rms_norm(h.cpu, bf16_sum(x, delta), w, 1e-6f, plus_one, ref_norm);
+  const TensorView w_d = to_device(h, w, DType::f32);
+  Guard g(h);
+  const TensorView x_d = ops::scratch_alloc(h.gpu, {t, d}, DType::bf16);
+  const TensorView delta_d = ops::scratch_alloc(h.gpu, {t, d}, DType::bf16);
+  const TensorView out = alias ? delta_d : ops::scratch_alloc(h.gpu, {t, d}, DType::bf16);
+  g.seal();
+  upload_into(h, x, x_d);
+  upload_into(h, delta, delta_d);
+  ops::add_rms_norm(h.gpu, x_d, delta_d, w_d, 1e-6f, plus_one, out);
+  o.checks.push_back(compare("x (residual)", as_f32(h, x_d), ref_x, kCudaBf16Op));
+  o.checks.push_back(
+      compare("out vs CPU norm of the bf16 sum", as_f32(h, out), ref_norm, kCudaBf16Op));
+  o.checks.push_back(g.verify({x_d, delta_d, out}));
+  // The unfused CUDA ops on the same inputs.
+  const TensorView x2 = to_device(h, x, DType::bf16), delta2 = to_device(h, delta, DType::bf16);
+  const TensorView out2 = ops::scratch_alloc(h.gpu, {t, d}, DType::bf16);
+  ops::add(h.gpu, x2, delta2, x2);
+  ops::rms_norm(h.gpu, x2, w_d, 1e-6f, plus_one, out2);
+  o.checks.push_back(expect_le("x bytes != add (bit-exact)", bytes_differing(h, x_d, x2), 0));
+  o.checks.push_back(
+      expect_le("out bytes != add + rms_norm (bit-exact)", bytes_differing(h, out, out2), 0));
+}
+
+// Where rms_norm_rope writes: in place, into a KV-cache-like buffer at a slot offset, or into
+// rows with a token stride larger than heads * D (padded by 8 values: 16-byte aligned; by 3:
+// the scalar kernel).
+enum class RopeDest { in_place, cache, stride_pad8, stride_pad3 };
+const char* rope_dest_name(RopeDest d) {
+  switch (d) {
+    case RopeDest::in_place:
+      return "in_place";
+    case RopeDest::cache:
+      return "cache";
+    case RopeDest::stride_pad8:
+      return "stride+8";
+    case RopeDest::stride_pad3:
+      return "stride+3";
+  }
+  return "?";
+}
+
+void rms_norm_rope_case(Harness& h, Outcome& o, int64_t t, int64_t heads, int64_t d, bool norm,
+                        bool plus_one, int32_t pos0, RopeDest dest) {
+  const Tensor x = host_values({t, heads, d}, 211, 3.0f), w = host_values({d}, 212, 1.0f);
+  std::vector<int32_t> pos(static_cast<size_t>(t));
+  for (int64_t i = 0; i < t; ++i) pos[size_t(i)] = pos0 + int32_t(i);
+  RopeConfig rc;
+  rc.theta = 1e6;
+  std::vector<float> f = rope_inv_freq(rc, d);
+  const TensorView freq(f.data(), DType::f32, {int64_t(f.size())});
+  const TensorView pos_h(pos.data(), DType::i32, {t});
+  Tensor ref = Tensor::empty({t, heads, d}, DType::f32);
+  ops::rms_norm_rope(h.cpu, x, norm ? w.view() : TensorView(), 1e-6f, plus_one, pos_h, freq, ref);
+  Tensor pos_t = Tensor::empty({t}, DType::i32), freq_t = Tensor::empty({d / 2}, DType::f32);
+  std::memcpy(pos_t.view().data, pos.data(), pos.size() * 4);
+  std::memcpy(freq_t.view().data, f.data(), f.size() * 4);
+  const TensorView pos_d = to_device(h, pos_t, DType::i32),
+                   freq_d = to_device(h, freq_t, DType::f32);
+  const TensorView w_d = norm ? to_device(h, w, DType::f32) : TensorView();
+
+  const int64_t first = 7, pad = dest == RopeDest::stride_pad8 ? 8 : 3;
+  const bool in_place = dest == RopeDest::in_place;
+  const TensorView x_in = in_place ? TensorView() : to_device(h, x, DType::bf16);
+  Guard g(h);
+  TensorView buf, out;  // buf: the whole destination allocation
+  if (in_place) {
+    buf = out = ops::scratch_alloc(h.gpu, {t, heads, d}, DType::bf16);
+  } else if (dest == RopeDest::cache) {
+    buf = ops::scratch_alloc(h.gpu, {first + t + 3, heads, d}, DType::bf16);
+    out = buf.slice_rows(first, first + t);
+  } else {
+    buf = ops::scratch_alloc(h.gpu, {t, heads * d + pad}, DType::bf16);
+    out = TensorView(buf.data, DType::bf16, {t, heads, d}, Device::cuda);
+    out.strides[0] = heads * d + pad;
+  }
+  g.seal();
+  if (in_place) upload_into(h, x, out);
+  ops::rms_norm_rope(h.gpu, in_place ? out : x_in, w_d, 1e-6f, plus_one, pos_d, freq_d, out);
+
+  // The written values, gathered through out's token stride; the pads must still be poison.
+  const Tensor all = as_f32(h, buf);
+  Tensor got = Tensor::empty({t, heads, d}, DType::f32);
+  const float* a = all.ptr<float>() + (dest == RopeDest::cache ? first * heads * d : 0);
+  int64_t pads_written = 0;
+  for (int64_t i = 0; i < t; ++i) {
+    std::memcpy(got.ptr<float>() + i * heads * d, a + i * out.strides[0], size_t(heads * d) * 4);
+    for (int64_t j = heads * d; j < out.strides[0]; ++j)
+      pads_written += !std::isnan(a[i * out.strides[0] + j]);
+  }
+  o.checks.push_back(compare("out", got, ref, norm ? test::kCudaNormRope : kCudaBf16Op));
+  o.checks.push_back(expect_le("row padding written", double(pads_written), 0));
+  o.checks.push_back(g.verify({dest == RopeDest::cache ? out : buf}));
+
+  // rms_norm then rope on CUDA: the same bits where the vector kernel runs (D % 16 == 0, up to
+  // 256, 16-byte aligned rows); the scalar kernel sums squares in another order.
+  if (d % 16 == 0 && d <= 256 && dest != RopeDest::stride_pad3) {
+    const TensorView u = to_device(h, x, DType::bf16);
+    if (norm)
+      ops::rms_norm(h.gpu, u.reshape({t * heads, d}), w_d, 1e-6f, plus_one,
+                    u.reshape({t * heads, d}));
+    ops::rope(h.gpu, u, pos_d, freq_d);
+    const Tensor un = to_host(h, u), all_b = to_host(h, buf);
+    const uint16_t* ob = all_b.ptr<uint16_t>() + (dest == RopeDest::cache ? first * heads * d : 0);
+    int64_t diff = 0;
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t j = 0; j < heads * d; ++j)
+        diff += ob[i * out.strides[0] + j] != un.ptr<uint16_t>()[i * heads * d + j];
+    o.checks.push_back(
+        expect_le(norm ? "values != rms_norm + rope (bit-exact)" : "values != rope (bit-exact)",
+                  double(diff), 0));
+  }
 }
 
 void softcap_case(Harness& h, Outcome& o, int64_t t, int64_t v, DType dt) {
@@ -322,6 +479,41 @@ void rms_norm_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int6
                      tensor ? test::kFp8TensorFusedFlips : test::kFp8FusedFlips,
                      tensor ? test::kFp8TensorScaleRel : test::fused_scale_bound(k));
   o.checks.push_back(g.verify({q.codes, q.scales}));
+}
+
+// x += delta; q = quantize(rms_norm(x)). The residual is one bf16 op; the codes are checked as
+// rms_norm_quant's against the CPU quantization of the norm of the bf16-rounded sum (the
+// values the GPU normalizes), and must equal the unfused CUDA add + rms_norm_quant bit for bit.
+void add_rms_norm_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k,
+                             bool plus_one) {
+  const Tensor x = host_values({m, k}, 221, 3.0f), delta = host_values({m, k}, 222, 3.0f);
+  const Tensor w = host_values({k}, 223, 1.0f);
+  Tensor ref_x = copy_of(x);
+  const ops::QuantizedActivation ref_fused = ops::alloc_quantized(h.cpu, act, m, k);
+  ops::add_rms_norm_quant(h.cpu, ref_x, delta, w, 1e-6f, plus_one, ref_fused);
+  const ops::QuantizedActivation ref = ops::alloc_quantized(h.cpu, act, m, k);
+  ops::rms_norm_quant(h.cpu, bf16_sum(x, delta), w, 1e-6f, plus_one, ref);
+  const TensorView w_d = to_device(h, w, DType::f32), delta_d = to_device(h, delta, DType::bf16);
+  Guard g(h);
+  const TensorView x_d = ops::scratch_alloc(h.gpu, {m, k}, DType::bf16);
+  const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, act, m, k);
+  g.seal();
+  upload_into(h, x, x_d);
+  ops::add_rms_norm_quant(h.gpu, x_d, delta_d, w_d, 1e-6f, plus_one, q);
+  o.checks.push_back(compare("x (residual)", as_f32(h, x_d), ref_x, kCudaBf16Op));
+  const bool tensor = act == ActScaling::tensor;
+  expect_close_quant(o, download_quant(h, q), ref,
+                     tensor ? test::kFp8TensorFusedFlips : test::kFp8FusedFlips,
+                     tensor ? test::kFp8TensorScaleRel : test::fused_scale_bound(k));
+  o.checks.push_back(g.verify({x_d, q.codes, q.scales}));
+  const TensorView x2 = to_device(h, x, DType::bf16);
+  const ops::QuantizedActivation q2 = ops::alloc_quantized(h.gpu, act, m, k);
+  ops::add(h.gpu, x2, delta_d, x2);
+  ops::rms_norm_quant(h.gpu, x2, w_d, 1e-6f, plus_one, q2);
+  o.checks.push_back(expect_le("codes != add + rms_norm_quant (bit-exact)",
+                               bytes_differing(h, q.codes, q2.codes), 0));
+  o.checks.push_back(expect_le("scales != add + rms_norm_quant (bit-exact)",
+                               bytes_differing(h, q.scales, q2.scales), 0));
 }
 
 void gated_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k, bool silu) {
@@ -574,12 +766,60 @@ std::vector<OpCase> correctness_cases() {
     add(
         fmtname("add", shape({{"T", t}, {"H", 1000}})),
         [=](Harness& h, Outcome& o) { add_case(h, o, t, 1000); }, t == 19);
-  add(
-      "softcap bf16 T=19 V=1000",
-      [](Harness& h, Outcome& o) { softcap_case(h, o, 19, 1000, DType::bf16); }, true);
-  add(
-      "softcap f32 T=19 V=1000",
-      [](Harness& h, Outcome& o) { softcap_case(h, o, 19, 1000, DType::f32); }, false);
+  // Fused residual add + norm: hidden sizes with scalar tails (1001, 203), warp rows (200),
+  // every block plan up to one segment of NCH 8 (12288) and a multi-segment row (20000).
+  for (int64_t t : kTokens)
+    for (int64_t d : {200, 1001, 4096})
+      for (bool plus_one : {false, true}) {
+        const bool alias = d == 4096;
+        add(
+            fmtname("add_rms_norm",
+                    shape({{"T", t}, {"H", d}, {"plus_one", plus_one}, {"out_is_delta", alias}})),
+            [=](Harness& h, Outcome& o) { add_rms_norm_case(h, o, t, d, plus_one, alias); },
+            t == 19 && !plus_one);
+      }
+  for (int64_t d : {203, 12288, 20000})
+    add(
+        fmtname("add_rms_norm", shape({{"T", 19}, {"H", d}, {"plus_one", 0}, {"out_is_delta", 0}})),
+        [=](Harness& h, Outcome& o) { add_rms_norm_case(h, o, 19, d, false, false); }, false);
+  // Fused q/k norm + RoPE: head dims 64/128/256 (vector kernel), 48 (vector, a warp per head),
+  // 72 (scalar kernel); with and without the norm; in place, into a cache slice, strided rows.
+  struct R {
+    int64_t heads, d;
+    bool norm, plus_one;
+    int32_t pos0;
+    RopeDest dest;
+  };
+  const R ropes[] = {
+      {4, 64, true, false, 0, RopeDest::in_place},
+      {2, 128, true, false, 0, RopeDest::cache},
+      {3, 256, true, true, 100000, RopeDest::cache},
+      {8, 128, true, false, 100000, RopeDest::in_place},
+      {4, 128, false, false, 0, RopeDest::cache},
+      {2, 64, false, false, 100000, RopeDest::stride_pad8},
+      {2, 128, true, false, 0, RopeDest::stride_pad8},
+      {2, 128, true, true, 0, RopeDest::stride_pad3},
+      {3, 48, true, false, 0, RopeDest::in_place},
+      {2, 72, true, false, 100000, RopeDest::cache},
+      {5, 72, false, false, 0, RopeDest::in_place},
+      {40, 64, true, false, 0, RopeDest::cache},
+  };
+  for (int64_t t : kTokens)
+    for (const R& r : ropes)
+      add(
+          fmtname("rms_norm_rope", shape({{"T", t},
+                                          {"heads", r.heads},
+                                          {"D", r.d},
+                                          {"norm", r.norm},
+                                          {"plus_one", r.plus_one},
+                                          {"pos0", r.pos0}}) +
+                                       " " + rope_dest_name(r.dest)),
+          [=](Harness& h, Outcome& o) {
+            rms_norm_rope_case(h, o, t, r.heads, r.d, r.norm, r.plus_one, r.pos0, r.dest);
+          },
+          t == 19 && r.d != 256);
+  add("softcap bf16 T=19 V=1000", [](Harness& h, Outcome& o) { softcap_case(h, o, 19, 1000, DType::bf16); }, true);
+  add("softcap f32 T=19 V=1000", [](Harness& h, Outcome& o) { softcap_case(h, o, 19, 1000, DType::f32); }, false);
 
   // Attention: (T, first slot, Hq, Hkv, D, window, softcap).
   struct A {
@@ -626,12 +866,29 @@ std::vector<OpCase> correctness_cases() {
             [=](Harness& h, Outcome& o) { rms_norm_quant_case(h, o, act, m, k, k == 200); },
             m == 19 && k == 200);
         add(
-            fmtname("silu_mul_quant", an + " " + shape({{"M", m}, {"K", k + 128}})),
+            fmtname("add_rms_norm_quant", an + " " + shape({{"M", m}, {"K", k}})),
+            [=](Harness& h, Outcome& o) { add_rms_norm_quant_case(h, o, act, m, k, k == 200); },
+            m == 19 && k == 200);
+        add(fmtname("silu_mul_quant", an + " " + shape({{"M", m}, {"K", k + 128}})),
             [=](Harness& h, Outcome& o) { gated_quant_case(h, o, act, m, k + 128, true); },
             m == 19 && k == 200);
       }
-  add(
-      "gelu_tanh_mul_quant group M=257 K=2880",
+  // Row plans of the fused quantizers past the sizes above: NCH 8 (12288) and several
+  // segments (20000, 20003 with a scalar tail).
+  for (ActScaling act : {ActScaling::token, ActScaling::group})
+    for (int64_t k : {12288, 20000, 20003}) {
+      const std::string an(act_scaling_name(act));
+      add(
+          fmtname("add_rms_norm_quant", an + " " + shape({{"M", 19}, {"K", k}})),
+          [=](Harness& h, Outcome& o) { add_rms_norm_quant_case(h, o, act, 19, k, false); }, false);
+      add(
+          fmtname("silu_mul_quant", an + " " + shape({{"M", 19}, {"K", k}})),
+          [=](Harness& h, Outcome& o) { gated_quant_case(h, o, act, 19, k, true); }, false);
+      add(
+          fmtname("quantize", an + " " + shape({{"M", 19}, {"K", k}})),
+          [=](Harness& h, Outcome& o) { quantize_case(h, o, act, 19, k, 5.0f); }, false);
+    }
+  add("gelu_tanh_mul_quant group M=257 K=2880",
       [](Harness& h, Outcome& o) { gated_quant_case(h, o, ActScaling::group, 257, 2880, false); },
       false);
   for (Fp8Scheme s : {Fp8Scheme::tensor, Fp8Scheme::row, Fp8Scheme::block})
@@ -725,6 +982,46 @@ std::vector<OpCase> perf_cases() {
                        time_op(h, [&] { ops::rms_norm_quant(h.gpu, x, w, 1e-6f, false, q); });
                    o.bytes = double(T) * H * 3;
                  }});
+  for (ActScaling act : {ActScaling::token, ActScaling::group})
+    c.push_back({"add_rms_norm_quant " + std::string(act_scaling_name(act)) + " T=8192 H=4096",
+                 [=](Harness& h, Outcome& o) {
+                   const TensorView x = bf(h, {T, H}, 1, 3), dx = bf(h, {T, H}, 2, 0.01f);
+                   const TensorView w = ops::scratch_alloc(h.gpu, {H}, DType::f32);
+                   ops::fill(h.gpu, w, 1.0f);
+                   const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, act, T, H);
+                   o.seconds = time_op(
+                       h, [&] { ops::add_rms_norm_quant(h.gpu, x, dx, w, 1e-6f, false, q); });
+                   o.bytes = double(T) * H * 7;  // x, delta in; x, codes out
+                 }});
+  c.push_back({"add_rms_norm T=8192 H=4096", [=](Harness& h, Outcome& o) {
+                 const TensorView x = bf(h, {T, H}, 1, 3), dx = bf(h, {T, H}, 2, 0.01f),
+                                  out = bf(h, {T, H}, 3, 1);
+                 const TensorView w = ops::scratch_alloc(h.gpu, {H}, DType::f32);
+                 ops::fill(h.gpu, w, 1.0f);
+                 o.seconds =
+                     time_op(h, [&] { ops::add_rms_norm(h.gpu, x, dx, w, 1e-6f, false, out); });
+                 o.bytes = double(T) * H * 8;
+               }});
+  for (int64_t heads : {HQ, HKV}) {
+    const bool q = heads == HQ;
+    c.push_back(
+        {fmt::format("rms_norm_rope {} T=8192 heads={} D=128 {}", q ? "q" : "k", heads,
+                     q ? "in place" : "into a cache"),
+         [=](Harness& h, Outcome& o) {
+           const TensorView x = bf(h, {T, heads, D}, 1, 1);
+           const TensorView out = q ? x : bf(h, {T + 64, heads, D}, 2, 1).slice_rows(64, T + 64);
+           Tensor p = Tensor::empty({T}, DType::i32);
+           for (int64_t i = 0; i < T; ++i) p.ptr<int32_t>()[i] = int32_t(i);
+           const TensorView pd = to_device(h, p, DType::i32);
+           const TensorView f = ops::scratch_alloc(h.gpu, {D / 2}, DType::f32);
+           const TensorView w = ops::scratch_alloc(h.gpu, {D}, DType::f32);
+           ops::fill(h.gpu, f, 0.01f);
+           ops::fill(h.gpu, w, 1.0f);
+           o.seconds =
+               time_op(h, [&] { ops::rms_norm_rope(h.gpu, x, w, 1e-6f, false, pd, f, out); });
+           o.bytes = 2.0 * T * heads * D * 2;
+         }});
+  }
   c.push_back({"quantize group T=8192 K=4096", [=](Harness& h, Outcome& o) {
                  const TensorView x = bf(h, {T, H}, 1, 3);
                  const ops::QuantizedActivation q =
@@ -738,13 +1035,14 @@ std::vector<OpCase> perf_cases() {
                  o.seconds = time_op(h, [&] { ops::silu_mul(h.gpu, g, u, out); });
                  o.bytes = 3.0 * T * I * 2;
                }});
-  c.push_back({"silu_mul_quant group T=8192 I=12288", [=](Harness& h, Outcome& o) {
-                 const TensorView g = bf(h, {T, I}, 1, 3), u = bf(h, {T, I}, 2, 3);
-                 const ops::QuantizedActivation q =
-                     ops::alloc_quantized(h.gpu, ActScaling::group, T, I);
-                 o.seconds = time_op(h, [&] { ops::silu_mul_quant(h.gpu, g, u, q); });
-                 o.bytes = double(T) * I * 5;
-               }});
+  for (ActScaling act : {ActScaling::token, ActScaling::group})
+    c.push_back({"silu_mul_quant " + std::string(act_scaling_name(act)) + " T=8192 I=12288",
+                 [=](Harness& h, Outcome& o) {
+                   const TensorView g = bf(h, {T, I}, 1, 3), u = bf(h, {T, I}, 2, 3);
+                   const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, act, T, I);
+                   o.seconds = time_op(h, [&] { ops::silu_mul_quant(h.gpu, g, u, q); });
+                   o.bytes = double(T) * I * 5;
+                 }});
   c.push_back({"rope q T=8192 heads=32 D=128", [=](Harness& h, Outcome& o) {
                  const TensorView x = bf(h, {T, HQ, D}, 1, 1);
                  Tensor p = Tensor::empty({T}, DType::i32);

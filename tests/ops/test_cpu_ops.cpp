@@ -65,6 +65,24 @@ TEST_P(Fixture, GatedQuantIsGatedThenQuantize) {
   EXPECT_TRUE(same_bytes(q.scales, r.scales));
 }
 
+TEST_P(Fixture, AddRmsNormQuantIsAddThenRmsNormQuant) {
+  const ActScaling act = GetParam();
+  const int64_t m = 11, k = 200;
+  const Tensor x0 = values({m, k}, 9, 3.0f), d = values({m, k}, 10, 3.0f),
+               w = values({k}, 11, 1.0f);
+  Tensor x = Tensor::empty({m, k}, DType::f32), y = Tensor::empty({m, k}, DType::f32);
+  std::memcpy(x.view().data, x0.view().data, x0.nbytes());
+  std::memcpy(y.view().data, x0.view().data, x0.nbytes());
+  const ops::QuantizedActivation q = ops::alloc_quantized(ctx, act, m, k);
+  ops::add_rms_norm_quant(ctx, x, d, w, 1e-6f, false, q);
+  ops::add(ctx, y, d, y);
+  const ops::QuantizedActivation r = ops::alloc_quantized(ctx, act, m, k);
+  ops::rms_norm_quant(ctx, y, w, 1e-6f, false, r);
+  EXPECT_TRUE(same_bytes(x, y));
+  EXPECT_TRUE(same_bytes(q.codes, r.codes));
+  EXPECT_TRUE(same_bytes(q.scales, r.scales));
+}
+
 TEST_P(Fixture, LinearOfQuantizedInputEqualsLinear) {
   const ActScaling act = GetParam();
   const int64_t m = 5, n = 48, k = 200;
@@ -96,6 +114,72 @@ INSTANTIATE_TEST_SUITE_P(Scalings, Fixture,
                          ::testing::Values(ActScaling::token, ActScaling::group,
                                            ActScaling::tensor),
                          [](const auto& info) { return std::string(act_scaling_name(info.param)); });
+
+// The fused forward ops are their unfused compositions bit for bit on the CPU (the CPU
+// forward, and with it the goldens and DecodeEqualsPrefill, must not move).
+TEST(FusedOps, AddRmsNormIsAddThenRmsNorm) {
+  Arena arena{size_t(16) << 20};
+  Context ctx{Device::cpu, &arena};
+  const int64_t m = 9, k = 77;
+  const Tensor x0 = values({m, k}, 12, 3.0f), d = values({m, k}, 13, 3.0f),
+               w = values({k}, 14, 1.0f);
+  for (bool plus_one : {false, true}) {
+    Tensor x = Tensor::empty({m, k}, DType::f32), y = Tensor::empty({m, k}, DType::f32);
+    std::memcpy(x.view().data, x0.view().data, x0.nbytes());
+    std::memcpy(y.view().data, x0.view().data, x0.nbytes());
+    Tensor a = Tensor::empty({m, k}, DType::f32), b = Tensor::empty({m, k}, DType::f32);
+    ops::add_rms_norm(ctx, x, d, w, 1e-6f, plus_one, a);
+    ops::add(ctx, y, d, y);
+    ops::rms_norm(ctx, y, w, 1e-6f, plus_one, b);
+    EXPECT_TRUE(same_bytes(x, y));
+    EXPECT_TRUE(same_bytes(a, b));
+  }
+  Tensor x = Tensor::empty({m, k}, DType::f32);
+  EXPECT_THROW(ops::add_rms_norm(ctx, x, d, w, 1e-6f, false, x), Error);  // out must not be x
+}
+
+TEST(FusedOps, RmsNormRopeIsRmsNormThenRope) {
+  Arena arena{size_t(16) << 20};
+  Context ctx{Device::cpu, &arena};
+  const int64_t t = 6, heads = 3, d = 16;
+  const Tensor x = values({t, heads, d}, 15, 3.0f), w = values({d}, 16, 1.0f);
+  const Tensor inv_freq = values({d / 2}, 17, 0.5f);
+  const std::vector<int32_t> pos = {0, 1, 2, 30, 31, 100000};
+  const TensorView p(const_cast<int32_t*>(pos.data()), DType::i32, {t});
+  for (bool norm : {false, true}) {
+    // Unfused: rms_norm over each head, then rope in place.
+    Tensor ref = Tensor::empty({t, heads, d}, DType::f32);
+    std::memcpy(ref.view().data, x.view().data, x.nbytes());
+    if (norm)
+      ops::rms_norm(ctx, ref.view().reshape({t * heads, d}), w, 1e-6f, true,
+                    ref.view().reshape({t * heads, d}));
+    ops::rope(ctx, ref, p, inv_freq);
+    const TensorView wv = norm ? w.view() : TensorView();
+    // In place.
+    Tensor a = Tensor::empty({t, heads, d}, DType::f32);
+    std::memcpy(a.view().data, x.view().data, x.nbytes());
+    ops::rms_norm_rope(ctx, a, wv, 1e-6f, true, p, inv_freq, a);
+    EXPECT_TRUE(same_bytes(a, ref));
+    // Into a strided destination (a KV-cache-like slice with padded rows): pads untouched.
+    const int64_t stride = heads * d + 5;
+    Tensor buf = Tensor::zeros({t, stride}, DType::f32);
+    TensorView out(buf.view().data, DType::f32, {t, heads, d});
+    out.strides[0] = stride;
+    ops::rms_norm_rope(ctx, x, wv, 1e-6f, true, p, inv_freq, out);
+    for (int64_t i = 0; i < t; ++i) {
+      EXPECT_EQ(std::memcmp(buf.ptr<float>() + i * stride, ref.ptr<float>() + i * heads * d,
+                            size_t(heads * d) * 4),
+                0);
+      for (int64_t j = heads * d; j < stride; ++j)
+        EXPECT_EQ(buf.ptr<float>()[i * stride + j], 0.0f);
+    }
+  }
+  // Partial overlap of x and out is refused.
+  Tensor big = Tensor::empty({t + 1, heads, d}, DType::f32);
+  EXPECT_THROW(ops::rms_norm_rope(ctx, big.view().slice_rows(0, t), w, 1e-6f, true, p, inv_freq,
+                                  big.view().slice_rows(1, t + 1)),
+               Error);
+}
 
 TEST(Memory, FillUniformIsDeterministicAndBounded) {
   const Tensor a = values({1000}, 7, 0.5f), b = values({1000}, 7, 0.5f), c = values({1000}, 8, 0.5f);

@@ -21,8 +21,13 @@ void embedding(std::span<const int32_t> ids, const TensorView& table, float scal
                const TensorView& out, Rounding r);
 void rms_norm(const TensorView& x, const TensorView& w, float eps, bool plus_one,
               const TensorView& out, Rounding r);
+void add_rms_norm(const TensorView& x, const TensorView& delta, const TensorView& w, float eps,
+                  bool plus_one, const TensorView& out, Rounding r);
 void rope(const TensorView& x, std::span<const int32_t> positions, const TensorView& inv_freq,
           Rounding r);
+void rms_norm_rope(const TensorView& x, const TensorView& w, float eps, bool plus_one,
+                   std::span<const int32_t> positions, const TensorView& inv_freq,
+                   const TensorView& out, Rounding r);
 void attention(Arena& scratch, const TensorView& q, const TensorView& k_cache,
                const TensorView& v_cache, int64_t first_slot, const AttentionParams& p,
                const TensorView& out, Rounding r);
@@ -39,6 +44,9 @@ void linear(Arena& scratch, const TensorView& x, const LinearWeight& w, const Te
 void quantize(const TensorView& x, const QuantizedActivation& q, float static_scale);
 void rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& w, float eps,
                     bool plus_one, const QuantizedActivation& q, Rounding r);
+void add_rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& delta,
+                        const TensorView& w, float eps, bool plus_one, const QuantizedActivation& q,
+                        Rounding r);
 void gated_quant(Arena& scratch, const TensorView& gate, const TensorView& up, int act,
                  const QuantizedActivation& q, Rounding r);
 void dequantize(const QuantizedActivation& q, const TensorView& out, Rounding r);

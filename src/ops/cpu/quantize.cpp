@@ -31,6 +31,13 @@ void rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& w, fl
   quantize(h, q, 0.0f);
 }
 
+void add_rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& delta,
+                        const TensorView& w, float eps, bool plus_one,
+                        const QuantizedActivation& q, Rounding r) {
+  add(x, delta, x, r);
+  rms_norm_quant(scratch, x, w, eps, plus_one, q, r);
+}
+
 void gated_quant(Arena& scratch, const TensorView& gate, const TensorView& up, int act,
                  const QuantizedActivation& q, Rounding r) {
   ArenaScope scope(scratch);

@@ -1,11 +1,18 @@
 // Gated MLP activations: act(gate) * up with act = SiLU (Llama, Qwen, Mistral) or GELU-tanh
 // (Gemma), plain or fused with the FP8 quantization of the product for the down projection.
 // The formulas are the CPU reference's (ops/cpu/elementwise.cpp) in fp32.
+//
+// The plain op is flat over rows * cols: each thread has kUnroll chunks of 8 values in flight
+// (16-byte loads of gate and up, one 16-byte store). The fused op is a row kernel
+// (row_quant.cuh): the row's products stay in registers from the amax to the codes, so gate
+// and up are read once.
 #include "ops/cuda/row_quant.cuh"
 
 namespace fp8rl::cuda {
 
 namespace {
+
+constexpr int kUnroll = 4;
 
 template <int ACT>
 __device__ __forceinline__ float activate(float x) {
@@ -17,22 +24,47 @@ __device__ __forceinline__ float activate(float x) {
   }
 }
 
-// Flat over n = rows * cols elements, 8 per thread per step. out may alias gate or up.
+// act(gate) * up of one chunk from raw bf16 bits.
+template <int ACT>
+__device__ __forceinline__ void gated_chunk(const uint4& g, const uint4& u, float (&v)[8]) {
+  float up[8];
+  unpack(g, v);
+  unpack(u, up);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = activate<ACT>(v[i]) * up[i];
+}
+
+// Flat over n = rows * cols elements. out may alias gate or up (each chunk is read, then
+// written, by one thread). amax (if set) gets max |out| of the bf16 outputs.
 template <int ACT, bool VEC>
 __global__ void __launch_bounds__(256) gated_kernel(const bf16* gate, const bf16* up, int64_t n,
                                                     bf16* out, float* amax) {
   __shared__ float shm[256 / kWarp];
-  float g[8], u[8], mx = 0.0f;
-  const int64_t stride = int64_t(gridDim.x) * 256 * kChunk;
-  for (int64_t j = (int64_t(blockIdx.x) * 256 + threadIdx.x) * kChunk; j < n; j += stride) {
-    load_chunk<VEC>(gate, j, n, g);
-    load_chunk<VEC>(up, j, n, u);
+  const int64_t step = int64_t(gridDim.x) * 256 * kChunk;
+  float mx = 0.0f;
+  for (int64_t base = (int64_t(blockIdx.x) * 256 + threadIdx.x) * kChunk; base < n;
+       base += step * kUnroll) {
+    uint4 rg[kUnroll], ru[kUnroll];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      g[i] = round_bf16(activate<ACT>(g[i]) * u[i]);
-      if (j + i < n) mx = fmaxf(mx, fabsf(g[i]));
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t j = base + u * step;
+      if (j < n) {
+        rg[u] = load_raw<VEC>(gate, j, n);
+        ru[u] = load_raw<VEC>(up, j, n);
+      }
     }
-    store_chunk<VEC>(out, j, n, g);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t j = base + u * step;
+      if (j < n) {
+        float v[8];
+        gated_chunk<ACT>(rg[u], ru[u], v);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = round_bf16(v[i]);
+        mx = fmaxf(mx, chunk_amax(v));  // zeros past n
+        store_chunk<VEC>(out, j, n, v);
+      }
+    }
   }
   if (amax != nullptr) {
     mx = block_max<256>(mx, shm);
@@ -40,22 +72,36 @@ __global__ void __launch_bounds__(256) gated_kernel(const bf16* gate, const bf16
   }
 }
 
-template <int ACT, bool VEC>
-__global__ void __launch_bounds__(kRowThreads)
+template <int ACT, int NCH, bool WARP, bool MULTI, bool VEC>
+__global__ void __launch_bounds__(kMaxRowThreads)
     gated_quant_kernel(const bf16* __restrict__ gate, const bf16* __restrict__ up, int64_t rows,
                        int64_t cols, QuantOut q) {
-  const int64_t row = blockIdx.x;
-  const int64_t off = (row < rows ? row : 0) * cols;
-  quantize_row<VEC>(row, rows, cols, q, [&](int64_t j, float(&v)[8]) {
-    float u[8];
-    load_chunk<VEC>(gate + off, j, cols, v);
-    load_chunk<VEC>(up + off, j, cols, u);
+  __shared__ float shm[kWarp];
+  const RowThreads<WARP> g;
+  if (g.row >= q.padded_rows) return;
+  if (g.row >= rows) {
+    write_pad_row(g, cols, q);
+    return;
+  }
+  const bf16* gr = gate + g.row * cols;
+  const bf16* ur = up + g.row * cols;
+  float v[NCH][8];
+  const int nseg = MULTI ? g.template segments<NCH>(cols) : 1;
+  quantize_row<NCH, VEC>(g, nseg, cols, q, shm, v, [&](int s, float(&vv)[NCH][8]) {
+    uint4 rg[NCH], ru[NCH];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = activate<ACT>(v[i]) * u[i];
+    for (int k = 0; k < NCH; ++k) {
+      const int64_t j = g.template col<NCH>(s, k);
+      rg[k] = ru[k] = make_uint4(0, 0, 0, 0);  // act(0) * 0 = 0 past the row
+      if (j < cols) {
+        rg[k] = load_raw<VEC>(gr, j, cols);
+        ru[k] = load_raw<VEC>(ur, j, cols);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < NCH; ++k) gated_chunk<ACT>(rg[k], ru[k], vv[k]);
   });
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
 
@@ -64,7 +110,7 @@ void launch_gated(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, 
   const int64_t n = rows * cols;
   if (n == 0) return;
   const bool vec = n % 8 == 0 && aligned16(gate) && aligned16(up) && aligned16(out);
-  const unsigned grid = grid_for(n, 256 * kChunk);
+  const unsigned grid = grid_for(n, 256 * kChunk * kUnroll);
   if (act == 0) {
     if (vec) gated_kernel<0, true><<<grid, 256, 0, s>>>(gate, up, n, out, amax);
     else gated_kernel<0, false><<<grid, 256, 0, s>>>(gate, up, n, out, amax);
@@ -79,14 +125,18 @@ void launch_gated_quant(const bf16* gate, const bf16* up, int64_t rows, int64_t 
                         const QuantOut& q, cudaStream_t s) {
   if (q.padded_rows == 0) return;
   const bool vec = cols % 8 == 0 && aligned16(gate) && aligned16(up) && aligned16(q.codes);
-  const unsigned grid = unsigned(q.padded_rows);
-  if (act == 0) {
-    if (vec) gated_quant_kernel<0, true><<<grid, kRowThreads, 0, s>>>(gate, up, rows, cols, q);
-    else gated_quant_kernel<0, false><<<grid, kRowThreads, 0, s>>>(gate, up, rows, cols, q);
-  } else {
-    if (vec) gated_quant_kernel<1, true><<<grid, kRowThreads, 0, s>>>(gate, up, rows, cols, q);
-    else gated_quant_kernel<1, false><<<grid, kRowThreads, 0, s>>>(gate, up, rows, cols, q);
-  }
+  const RowPlan p = plan_rows(q.padded_rows, cols);
+  dispatch_rows(p, vec, [&](auto nch, auto warp, auto multi, auto v) {
+    constexpr int kNch = decltype(nch)::value;
+    constexpr bool kWarpRows = decltype(warp)::value, kMulti = decltype(multi)::value,
+                   kVec = decltype(v)::value;
+    if (act == 0)
+      gated_quant_kernel<0, kNch, kWarpRows, kMulti, kVec>
+          <<<p.grid, p.threads, 0, s>>>(gate, up, rows, cols, q);
+    else
+      gated_quant_kernel<1, kNch, kWarpRows, kMulti, kVec>
+          <<<p.grid, p.threads, 0, s>>>(gate, up, rows, cols, q);
+  });
   FP8RL_LAUNCH_CHECK("gated_quant");
 }
 

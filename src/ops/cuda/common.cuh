@@ -61,6 +61,29 @@ __device__ __forceinline__ float block_max(float v, float* shm) {
   return r;
 }
 
+// Sum / max over a block of any multiple of 32 threads (up to 1024); `shm` holds 32 floats.
+// The order is fixed by blockDim: each warp's butterfly, then warps 0, 1, ... in turn.
+__device__ __forceinline__ float block_sum_any(float v, float* shm) {
+  v = warp_sum(v);
+  const int w = threadIdx.x / kWarp, l = threadIdx.x % kWarp;
+  if (l == 0) shm[w] = v;
+  __syncthreads();
+  float r = 0.0f;
+  for (int i = 0; i < int(blockDim.x) / kWarp; ++i) r += shm[i];
+  __syncthreads();
+  return r;
+}
+__device__ __forceinline__ float block_max_any(float v, float* shm) {
+  v = warp_max(v);
+  const int w = threadIdx.x / kWarp, l = threadIdx.x % kWarp;
+  if (l == 0) shm[w] = v;
+  __syncthreads();
+  float r = 0.0f;
+  for (int i = 0; i < int(blockDim.x) / kWarp; ++i) r = fmaxf(r, shm[i]);
+  __syncthreads();
+  return r;
+}
+
 __device__ __forceinline__ float load_f32(const bf16* p, int64_t i) {
   return __bfloat162float(p[i]);
 }

@@ -152,13 +152,28 @@ void embedding(Backend& b, const TensorView& ids, const TensorView& table, float
 
 void rms_norm(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
               const TensorView& out) {
-  launch_rms_norm(bf(x), f32(w), x.dim(0), x.dim(1), eps, plus_one, bf(out), nullptr, b.stream());
+  launch_rms_norm(bf(x), nullptr, f32(w), x.dim(0), x.dim(1), eps, plus_one, bf(out), nullptr,
+                  b.stream());
+}
+
+void add_rms_norm(Backend& b, const TensorView& x, const TensorView& delta, const TensorView& w,
+                  float eps, bool plus_one, const TensorView& out) {
+  launch_rms_norm(bf(x), bf(delta), f32(w), x.dim(0), x.dim(1), eps, plus_one, bf(out), nullptr,
+                  b.stream());
 }
 
 void rope(Backend& b, const TensorView& x, const TensorView& positions,
           const TensorView& inv_freq) {
-  launch_rope(bf(x), x.dim(0), x.dim(1), x.dim(2), static_cast<const int32_t*>(positions.data),
-              f32(inv_freq), b.stream());
+  const int64_t stride = x.dim(1) * x.dim(2);
+  launch_rope(bf(x), stride, bf(x), stride, x.dim(0), x.dim(1), x.dim(2), nullptr, 0.0f, false,
+              static_cast<const int32_t*>(positions.data), f32(inv_freq), b.stream());
+}
+
+void rms_norm_rope(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
+                   const TensorView& positions, const TensorView& inv_freq, const TensorView& out) {
+  launch_rope(bf(x), x.strides[0], bf(out), out.strides[0], x.dim(0), x.dim(1), x.dim(2),
+              w.empty() ? nullptr : f32(w), eps, plus_one,
+              static_cast<const int32_t*>(positions.data), f32(inv_freq), b.stream());
 }
 
 void attention(Backend& b, const TensorView& q, const TensorView& k_cache,
@@ -262,24 +277,38 @@ void quantize(Backend& b, const TensorView& x, const ops::QuantizedActivation& q
   RAISE("quantize: no activation scaling");
 }
 
-void rms_norm_quant(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
-                    const ops::QuantizedActivation& q) {
+namespace {
+// quantize(rms_norm(x)), after x += delta when delta is set. Per tensor: the scale needs the
+// amax of the whole output first, so the norm writes bf16 and its amax in one pass, and the
+// quantizer reads that back.
+void norm_quant(Backend& b, const TensorView& x, const bf16* delta, const TensorView& w, float eps,
+                bool plus_one, const ops::QuantizedActivation& q) {
   if (q.act == ActScaling::token || q.act == ActScaling::group) {
-    launch_rms_norm_quant(bf(x), f32(w), x.dim(0), x.dim(1), eps, plus_one, quant_out(q),
+    launch_rms_norm_quant(bf(x), delta, f32(w), x.dim(0), x.dim(1), eps, plus_one, quant_out(q),
                           b.stream());
     return;
   }
-  // Per tensor: the scale needs the amax of the whole output first, so the norm writes bf16
-  // and its amax in one pass, and the quantizer reads that back.
   CHECK(q.act == ActScaling::tensor, "rms_norm_quant: {} scaling is not dynamic",
         act_scaling_name(q.act));
   const size_t mark = b.arena().mark();
   TensorView h = b.arena().alloc(x.shape, DType::bf16);
   float* amax = zeroed_amax(b);
-  launch_rms_norm(bf(x), f32(w), x.dim(0), x.dim(1), eps, plus_one, bf(h), amax, b.stream());
+  launch_rms_norm(bf(x), delta, f32(w), x.dim(0), x.dim(1), eps, plus_one, bf(h), amax, b.stream());
   launch_quantize_tensor(h.data, false, h.numel(), amax, 0.0f, static_cast<uint8_t*>(q.codes.data),
                          static_cast<float*>(q.scales.data), b.stream());
   b.arena().rewind(mark);
+}
+}  // namespace
+
+void rms_norm_quant(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
+                    const ops::QuantizedActivation& q) {
+  norm_quant(b, x, nullptr, w, eps, plus_one, q);
+}
+
+void add_rms_norm_quant(Backend& b, const TensorView& x, const TensorView& delta,
+                        const TensorView& w, float eps, bool plus_one,
+                        const ops::QuantizedActivation& q) {
+  norm_quant(b, x, bf(delta), w, eps, plus_one, q);
 }
 
 void gated_quant(Backend& b, const TensorView& gate, const TensorView& up, int act,

@@ -35,7 +35,12 @@ void embedding(Backend& b, const TensorView& ids, const TensorView& table, float
                const TensorView& out);
 void rms_norm(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
               const TensorView& out);
-void rope(Backend& b, const TensorView& x, const TensorView& positions, const TensorView& inv_freq);
+void add_rms_norm(Backend& b, const TensorView& x, const TensorView& delta, const TensorView& w,
+                  float eps, bool plus_one, const TensorView& out);
+void rope(Backend& b, const TensorView& x, const TensorView& positions,
+          const TensorView& inv_freq);
+void rms_norm_rope(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
+                   const TensorView& positions, const TensorView& inv_freq, const TensorView& out);
 void attention(Backend& b, const TensorView& q, const TensorView& k_cache,
                const TensorView& v_cache, int64_t first_slot, const ops::AttentionParams& p,
                const TensorView& out, float* amax);
@@ -49,8 +54,11 @@ ops::QuantizedActivation alloc_quantized(Backend& b, ActScaling act, int64_t row
 size_t quantized_bytes(ActScaling act, int64_t rows, int64_t cols);
 void quantize(Backend& b, const TensorView& x, const ops::QuantizedActivation& q,
               float static_scale);
-void rms_norm_quant(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
-                    const ops::QuantizedActivation& q);
+void rms_norm_quant(Backend& b, const TensorView& x, const TensorView& w, float eps,
+                    bool plus_one, const ops::QuantizedActivation& q);
+void add_rms_norm_quant(Backend& b, const TensorView& x, const TensorView& delta,
+                        const TensorView& w, float eps, bool plus_one,
+                        const ops::QuantizedActivation& q);
 void gated_quant(Backend& b, const TensorView& gate, const TensorView& up, int act,
                  const ops::QuantizedActivation& q);
 void dequantize(Backend& b, const ops::QuantizedActivation& q, const TensorView& out);

@@ -7,24 +7,41 @@ namespace fp8rl::cuda {
 
 namespace {
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 #define FP8RL_GRID_STRIDE(i, n)                                                          \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)
 
-// out may alias a or b.
+constexpr int kAddUnroll = 4;
+
+// out = a + b, flat; each thread has kAddUnroll chunks of 8 in flight (16-byte loads and
+// stores). out may alias a or b: each chunk is read, then written, by one thread.
 template <bool VEC>
 __global__ void __launch_bounds__(256) add_kernel(const bf16* a, const bf16* b, bf16* out,
                                                   int64_t n) {
-  float x[8], y[8];
-  const int64_t stride = int64_t(gridDim.x) * 256 * kChunk;
-  for (int64_t j = (int64_t(blockIdx.x) * 256 + threadIdx.x) * kChunk; j < n; j += stride) {
-    load_chunk<VEC>(a, j, n, x);
-    load_chunk<VEC>(b, j, n, y);
+  const int64_t step = int64_t(gridDim.x) * 256 * kChunk;
+  for (int64_t base = (int64_t(blockIdx.x) * 256 + threadIdx.x) * kChunk; base < n;
+       base += step * kAddUnroll) {
+    uint4 ra[kAddUnroll], rb[kAddUnroll];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) x[i] += y[i];
-    store_chunk<VEC>(out, j, n, x);
+    for (int u = 0; u < kAddUnroll; ++u) {
+      const int64_t j = base + u * step;
+      if (j < n) {
+        ra[u] = load_raw<VEC>(a, j, n);
+        rb[u] = load_raw<VEC>(b, j, n);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kAddUnroll; ++u) {
+      const int64_t j = base + u * step;
+      if (j < n) {
+        float x[8], y[8];
+        unpack(ra[u], x);
+        unpack(rb[u], y);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) x[i] += y[i];
+        store_chunk<VEC>(out, j, n, x);
+      }
+    }
   }
 }
 
@@ -67,7 +84,7 @@ __global__ void broadcast_kernel(const float* __restrict__ in, float* __restrict
 
 void launch_add(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  const unsigned grid = grid_for(n, 256 * kChunk);
+  const unsigned grid = grid_for(n, 256 * kChunk * kAddUnroll);
   if (n % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(out))
     add_kernel<true><<<grid, 256, 0, s>>>(a, b, out, n);
   else

@@ -32,17 +32,21 @@ struct QuantOut {
 void launch_embedding(const int32_t* ids, int64_t t, const bf16* table, int64_t vocab, int64_t h,
                       float scale, bf16* out, cudaStream_t s);
 
-// ---- norm.cu (w is f32 [d])
+// ---- norm.cu (w is f32 [d]). With delta set, x += delta first (in place, rounded to bf16
+// as launch_add rounds it) and the updated x is normalized: the residual add fused with the
+// next norm; out may then alias delta. Without delta, out may alias x.
 // out = rms_norm(x); amax (if set, pre-zeroed) gets max |out| over the bf16 outputs.
-void launch_rms_norm(const bf16* x, const float* w, int64_t rows, int64_t d, float eps,
+void launch_rms_norm(bf16* x, const bf16* delta, const float* w, int64_t rows, int64_t d, float eps,
                      bool plus_one, bf16* out, float* amax, cudaStream_t s);
 // quantize(rms_norm(x)) per token or per 1x128 group from the fp32 normalized values.
-void launch_rms_norm_quant(const bf16* x, const float* w, int64_t rows, int64_t d, float eps,
-                           bool plus_one, const QuantOut& q, cudaStream_t s);
+void launch_rms_norm_quant(bf16* x, const bf16* delta, const float* w, int64_t rows, int64_t d,
+                           float eps, bool plus_one, const QuantOut& q, cudaStream_t s);
 
-// ---- rope.cu: x [t, heads, d] in place.
-void launch_rope(bf16* x, int64_t t, int64_t heads, int64_t d, const int32_t* positions,
-                 const float* inv_freq, cudaStream_t s);
+// ---- rope.cu: out[t, heads, d] = rope(rms_norm(x) per head) (no norm when w is null); x and
+// out have token strides x_stride / out_stride (elements) and may be the same tensor.
+void launch_rope(const bf16* x, int64_t x_stride, bf16* out, int64_t out_stride, int64_t t,
+                 int64_t heads, int64_t d, const float* w, float eps, bool plus_one,
+                 const int32_t* positions, const float* inv_freq, cudaStream_t s);
 
 // ---- attention.cu
 struct AttentionArgs {

@@ -1,118 +1,199 @@
-// RMSNorm (Llama, Qwen3 q/k norm, Gemma's (1 + w)) and RMSNorm fused with the FP8
-// quantization of its output for the linears that read it.
+// RMSNorm (Llama, Qwen3 q/k norm, Gemma's (1 + w)), optionally after the residual add
+// (x += delta, in place), with a bf16 output or the FP8 quantization of the normed row for the
+// linears that read it. One kernel template covers the four ops.
 //
 // The formula follows ops/cpu/elementwise.cpp step by step: inv = 1 / sqrt(sum(x^2)/d + eps)
 // (IEEE division and square root), y = (x * inv) * w_eff, with w_eff = 1 + w for Gemma. Only
-// the order of the sum of squares differs from the CPU.
+// the order of the sum of squares differs from the CPU. The residual sum is rounded to bf16
+// (as launch_add stores it) before it is squared, so add + rms_norm and the fused kernel give
+// the same bits: both use the same row plan and therefore the same summation order.
+//
+// Layout (row_quant.cuh): a warp per row up to 512 values, else a block per row; the row's
+// values stay in registers between the sum of squares and the write (16-byte loads and
+// stores, all loads of a row in flight together).
 #include "ops/cuda/row_quant.cuh"
 
 namespace fp8rl::cuda {
 
 namespace {
 
-__device__ __forceinline__ float norm_weight(const float* w, int64_t j, int64_t d, bool plus_one) {
-  const float v = j < d ? w[j] : 0.0f;
-  return plus_one ? 1.0f + v : v;
-}
-
-// TPR threads per row: a warp for short rows (q/k norms over head_dim), the block otherwise.
-template <int TPR, bool VEC>
-// x and out may alias (in-place norms): each chunk is read and then written by one thread.
-__global__ void __launch_bounds__(256) rms_norm_kernel(const bf16* x, const float* __restrict__ w,
-                                                       int64_t rows, int64_t d, float eps,
-                                                       bool plus_one, bf16* out, float* amax) {
-  constexpr int kRowsPerBlock = 256 / TPR;
-  __shared__ float shm[256 / kWarp];
-  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / TPR;
-  const int lane = threadIdx.x % TPR;
-  const bool active = row < rows;
-  const bf16* xr = x + (active ? row : 0) * d;
-  float v[8];
-  float ss = 0.0f;
-  if (active)
-    for (int64_t j = int64_t(lane) * kChunk; j < d; j += TPR * kChunk) {
-      load_chunk<VEC>(xr, j, d, v);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) ss += v[i] * v[i];
-    }
-  ss = TPR == kWarp ? warp_sum(ss) : block_sum<256>(ss, shm);
-  const float inv = 1.0f / sqrtf(ss / float(d) + eps);
-  float mx = 0.0f;
-  if (active)
-    for (int64_t j = int64_t(lane) * kChunk; j < d; j += TPR * kChunk) {
-      load_chunk<VEC>(xr, j, d, v);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        v[i] = round_bf16((v[i] * inv) * norm_weight(w, j + i, d, plus_one));
-        mx = fmaxf(mx, fabsf(v[i]));
-      }
-      store_chunk<VEC>(out + row * d, j, d, v);
-    }
-  if (amax != nullptr) {
-    mx = TPR == kWarp ? warp_max(mx) : block_max<256>(mx, shm);
-    if (lane == 0 && active) atomic_max_nonneg(amax, mx);
-  }
-}
+struct NormArgs {
+  bf16* x;            // [rows, d]; updated in place when delta is set
+  const bf16* delta;  // [rows, d] or null
+  const float* w;     // [d]
+  int64_t rows, d;
+  float eps;
+  bool plus_one;
+  bf16* out;    // [rows, d] bf16 output (bf16 variant); may alias delta, or x without delta
+  float* amax;  // bf16 variant: if set, max |out| is atomically merged into it
+  QuantOut q;   // FP8 variant
+};
 
 template <bool VEC>
-__global__ void __launch_bounds__(kRowThreads)
-    rms_norm_quant_kernel(const bf16* __restrict__ x, const float* __restrict__ w, int64_t rows,
-                          int64_t d, float eps, bool plus_one, QuantOut q) {
-  __shared__ float shm[kRowThreads / kWarp];
-  const int64_t row = blockIdx.x;
-  float inv = 0.0f;
-  const bf16* xr = x + (row < rows ? row : 0) * d;
-  if (row < rows) {  // uniform over the block
-    float v[8], ss = 0.0f;
-    for (int64_t j = int64_t(threadIdx.x) * kChunk; j < d; j += kRowThreads * kChunk) {
-      load_chunk<VEC>(xr, j, d, v);
+__device__ __forceinline__ void load_weight(const float* w, int64_t j, int64_t d, bool plus_one,
+                                            float (&wv)[8]) {
+  load_chunk<VEC>(w, j, d, wv);
+  if (plus_one) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) ss += v[i] * v[i];
-    }
-    ss = block_sum<kRowThreads>(ss, shm);
-    inv = 1.0f / sqrtf(ss / float(d) + eps);
+    for (int i = 0; i < 8; ++i) wv[i] = 1.0f + wv[i];  // zeros past d stay harmless: x is 0 there
   }
-  quantize_row<VEC>(row, rows, d, q, [&](int64_t j, float(&v)[8]) {
-    load_chunk<VEC>(xr, j, d, v);
+}
+
+template <int NCH, bool WARP, bool MULTI, bool VEC, bool ADD, bool QUANT>
+__global__ void __launch_bounds__(kMaxRowThreads) norm_kernel(NormArgs a) {
+  __shared__ float shm[kWarp];
+  const RowThreads<WARP> g;
+  const int64_t d = a.d;
+  if constexpr (QUANT) {
+    if (g.row >= a.q.padded_rows) return;  // whole warps only (WARP); never without
+    if (g.row >= a.rows) {
+      write_pad_row(g, d, a.q);
+      return;
+    }
+  } else {
+    if (g.row >= a.rows) return;
+  }
+  bf16* xr = a.x + g.row * d;
+  const int nseg = MULTI ? g.template segments<NCH>(d) : 1;
+
+  // Pass 1: x (+ delta, rounded to bf16 and written back) and the sum of squares.
+  float v[NCH][8];
+  float ss = 0.0f;
+  for (int s = 0; s < nseg; ++s) {
+    uint4 rx[NCH], rd[NCH];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = (v[i] * inv) * norm_weight(w, j + i, d, plus_one);
+    for (int k = 0; k < NCH; ++k) {
+      const int64_t j = g.template col<NCH>(s, k);
+      rx[k] = rd[k] = make_uint4(0, 0, 0, 0);
+      if (j < d) {
+        rx[k] = load_raw<VEC>(xr, j, d);
+        if constexpr (ADD) rd[k] = load_raw<VEC>(a.delta + g.row * d, j, d);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < NCH; ++k) {
+      unpack(rx[k], v[k]);
+      if constexpr (ADD) {
+        const int64_t j = g.template col<NCH>(s, k);
+        float e[8];
+        unpack(rd[k], e);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[k][i] = round_bf16(v[k][i] + e[i]);
+        if (j < d) store_chunk<VEC>(xr, j, d, v[k]);
+      }
+      ss = chunk_sumsq(v[k], ss);
+    }
+  }
+  ss = g.sum(ss, shm);
+  const float inv = 1.0f / sqrtf(ss / float(d) + a.eps);
+
+  // The normed values of segment s in v (re-read from x when the row has several segments).
+  auto normed = [&](int s, float(&vv)[NCH][8]) {
+    if (nseg > 1) {
+#pragma unroll
+      for (int k = 0; k < NCH; ++k) {
+        const int64_t j = g.template col<NCH>(s, k);
+        if (j < d) {
+          load_chunk<VEC>(xr, j, d, vv[k]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) vv[k][i] = 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < NCH; ++k) {
+      const int64_t j = g.template col<NCH>(s, k);
+      float wv[8];
+      if (j < d) {
+        load_weight<VEC>(a.w, j, d, a.plus_one, wv);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) wv[i] = 0.0f;
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) vv[k][i] = (vv[k][i] * inv) * wv[i];
+    }
+  };
+
+  if constexpr (QUANT) {
+    quantize_row<NCH, VEC>(g, nseg, d, a.q, shm, v, normed);
+  } else {
+    bf16* outr = a.out + g.row * d;
+    float mx = 0.0f;
+    for (int s = 0; s < nseg; ++s) {
+      normed(s, v);
+#pragma unroll
+      for (int k = 0; k < NCH; ++k) {
+        const int64_t j = g.template col<NCH>(s, k);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[k][i] = round_bf16(v[k][i]);
+        mx = fmaxf(mx, chunk_amax(v[k]));
+        if (j < d) store_chunk<VEC>(outr, j, d, v[k]);
+      }
+    }
+    if (a.amax != nullptr) {
+      mx = g.max(mx, shm);
+      if (g.lane == 0) atomic_max_nonneg(a.amax, mx);
+    }
+  }
+}
+
+template <bool ADD, bool QUANT>
+void launch_norm(const NormArgs& a, bool vec, cudaStream_t s) {
+  const int64_t rows = QUANT ? a.q.padded_rows : a.rows;
+  const RowPlan p = plan_rows(rows, a.d);
+  dispatch_rows(p, vec, [&](auto nch, auto warp, auto multi, auto v) {
+    norm_kernel<decltype(nch)::value, decltype(warp)::value, decltype(multi)::value,
+                decltype(v)::value, ADD, QUANT><<<p.grid, p.threads, 0, s>>>(a);
   });
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+NormArgs norm_args(bf16* x, const bf16* delta, const float* w, int64_t rows, int64_t d, float eps,
+                   bool plus_one) {
+  NormArgs a{};
+  a.x = x;
+  a.delta = delta;
+  a.w = w;
+  a.rows = rows;
+  a.d = d;
+  a.eps = eps;
+  a.plus_one = plus_one;
+  return a;
+}
+
+bool vec_ok(const NormArgs& a, const void* dst) {
+  return a.d % 8 == 0 && aligned16(a.x) && aligned16(a.w) && aligned16(dst) &&
+         (a.delta == nullptr || aligned16(a.delta));
+}
 
 }  // namespace
 
-void launch_rms_norm(const bf16* x, const float* w, int64_t rows, int64_t d, float eps,
+void launch_rms_norm(bf16* x, const bf16* delta, const float* w, int64_t rows, int64_t d, float eps,
                      bool plus_one, bf16* out, float* amax, cudaStream_t s) {
   if (rows == 0) return;
-  const bool vec = d % 8 == 0 && aligned16(x) && aligned16(out);
-  if (d <= 512) {
-    const unsigned grid = unsigned(ceil_div(rows, 256 / kWarp));
-    if (vec)
-      rms_norm_kernel<kWarp, true><<<grid, 256, 0, s>>>(x, w, rows, d, eps, plus_one, out, amax);
-    else
-      rms_norm_kernel<kWarp, false><<<grid, 256, 0, s>>>(x, w, rows, d, eps, plus_one, out, amax);
-  } else {
-    const unsigned grid = unsigned(rows);
-    if (vec)
-      rms_norm_kernel<256, true><<<grid, 256, 0, s>>>(x, w, rows, d, eps, plus_one, out, amax);
-    else
-      rms_norm_kernel<256, false><<<grid, 256, 0, s>>>(x, w, rows, d, eps, plus_one, out, amax);
-  }
-  FP8RL_LAUNCH_CHECK("rms_norm");
+  NormArgs a = norm_args(x, delta, w, rows, d, eps, plus_one);
+  a.out = out;
+  a.amax = amax;
+  const bool vec = vec_ok(a, out);
+  if (delta != nullptr)
+    launch_norm<true, false>(a, vec, s);
+  else
+    launch_norm<false, false>(a, vec, s);
+  FP8RL_LAUNCH_CHECK(delta != nullptr ? "add_rms_norm" : "rms_norm");
 }
 
-void launch_rms_norm_quant(const bf16* x, const float* w, int64_t rows, int64_t d, float eps,
-                           bool plus_one, const QuantOut& q, cudaStream_t s) {
+void launch_rms_norm_quant(bf16* x, const bf16* delta, const float* w, int64_t rows, int64_t d,
+                           float eps, bool plus_one, const QuantOut& q, cudaStream_t s) {
   if (q.padded_rows == 0) return;
-  const bool vec = d % 8 == 0 && aligned16(x) && aligned16(q.codes);
-  const unsigned grid = unsigned(q.padded_rows);
-  if (vec)
-    rms_norm_quant_kernel<true><<<grid, kRowThreads, 0, s>>>(x, w, rows, d, eps, plus_one, q);
+  NormArgs a = norm_args(x, delta, w, rows, d, eps, plus_one);
+  a.q = q;
+  const bool vec = vec_ok(a, q.codes);
+  if (delta != nullptr)
+    launch_norm<true, true>(a, vec, s);
   else
-    rms_norm_quant_kernel<false><<<grid, kRowThreads, 0, s>>>(x, w, rows, d, eps, plus_one, q);
-  FP8RL_LAUNCH_CHECK("rms_norm_quant");
+    launch_norm<false, true>(a, vec, s);
+  FP8RL_LAUNCH_CHECK(delta != nullptr ? "add_rms_norm_quant" : "rms_norm_quant");
 }
 
 }  // namespace fp8rl::cuda

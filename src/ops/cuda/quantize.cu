@@ -7,17 +7,32 @@ namespace fp8rl::cuda {
 
 namespace {
 
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
-}
-
-template <typename T, bool VEC>
-__global__ void __launch_bounds__(kRowThreads)
+// A row kernel (row_quant.cuh): the row's values are loaded once and stay in registers.
+template <typename T, int NCH, bool WARP, bool MULTI, bool VEC>
+__global__ void __launch_bounds__(kMaxRowThreads)
     quantize_rows_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, QuantOut q) {
-  const int64_t row = blockIdx.x;
-  const T* xr = x + (row < rows ? row : 0) * cols;
-  quantize_row<VEC>(row, rows, cols, q,
-                    [&](int64_t j, float(&v)[8]) { load_chunk<VEC>(xr, j, cols, v); });
+  __shared__ float shm[kWarp];
+  const RowThreads<WARP> g;
+  if (g.row >= q.padded_rows) return;
+  if (g.row >= rows) {
+    write_pad_row(g, cols, q);
+    return;
+  }
+  const T* xr = x + g.row * cols;
+  float v[NCH][8];
+  const int nseg = MULTI ? g.template segments<NCH>(cols) : 1;
+  quantize_row<NCH, VEC>(g, nseg, cols, q, shm, v, [&](int s, float(&vv)[NCH][8]) {
+#pragma unroll
+    for (int k = 0; k < NCH; ++k) {
+      const int64_t j = g.template col<NCH>(s, k);
+      if (j < cols) {
+        load_chunk<VEC>(xr, j, cols, vv[k]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) vv[k][i] = 0.0f;
+      }
+    }
+  });
 }
 
 // The whole tensor as chunks of 8 elements (16-byte loads with VEC), grid-stride.
@@ -136,11 +151,11 @@ __global__ void repack_kernel(const float* __restrict__ in, int64_t nb, int64_t 
 template <typename T>
 void quantize_rows_t(const T* x, int64_t rows, int64_t cols, const QuantOut& q, cudaStream_t s) {
   const bool vec = cols % 8 == 0 && aligned16(x) && aligned16(q.codes);
-  if (vec)
-    quantize_rows_kernel<T, true><<<unsigned(q.padded_rows), kRowThreads, 0, s>>>(x, rows, cols, q);
-  else
-    quantize_rows_kernel<T, false>
-        <<<unsigned(q.padded_rows), kRowThreads, 0, s>>>(x, rows, cols, q);
+  const RowPlan p = plan_rows(q.padded_rows, cols);
+  dispatch_rows(p, vec, [&](auto nch, auto warp, auto multi, auto v) {
+    quantize_rows_kernel<T, decltype(nch)::value, decltype(warp)::value, decltype(multi)::value,
+                         decltype(v)::value><<<p.grid, p.threads, 0, s>>>(x, rows, cols, q);
+  });
 }
 
 }  // namespace
