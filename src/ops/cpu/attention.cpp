@@ -1,10 +1,12 @@
 // Causal grouped-query attention against a KV cache, exact fp32 softmax.
 //
-// With Rounding::bf16 it follows the CUDA kernel (ops/cuda/attention.cu) instead: keys in tiles
-// of its BC slots (aligned to multiples of BC), scores in the log2 domain, an online softmax
-// whose P = exp2(s - running max) is rounded to bf16 before P.V while the normalizer sums the
-// unrounded P, and the output o * (1 / l) rounded to bf16. A row's result still depends only on
-// its slot and the cache, so prefill, decode and batches agree bit for bit.
+// With Rounding::bf16 it follows the CUDA kernels instead (ops/cuda/attention_common.cuh, shared
+// by the mma.sync and wgmma kernels): keys in tiles of BC slots (aligned to multiples of BC),
+// an online softmax in the log2 domain with the scale folded into the exponent,
+// P = exp2(fma(s, scale * log2 e, -running max * scale * log2 e)), P rounded to bf16 before P.V
+// while the normalizer sums the unrounded P, and the output o * (1 / l) rounded to bf16 (CUDA's
+// exp2 is ex2.approx, within ~2 ulp of std::exp2). A row's result still depends only on its slot
+// and the cache, so prefill, decode and batches agree bit for bit.
 #include <algorithm>
 #include <cmath>
 
@@ -21,8 +23,9 @@ void attend_bf16(const float* qv, const float* kp, const float* vp, int64_t hkv,
                  int64_t d, int64_t lo, int64_t slot, const AttentionParams& p, float* s,
                  float* o) {
   constexpr float kLog2e = 1.4426950408889634f;
-  const int64_t bc = d > 128 ? 32 : 64;  // the kernel's key tile: 64, 32 for D = 256
-  const float score_mul = p.softcap > 0.0f ? p.scale : p.scale * kLog2e;
+  const int64_t bc = d > 128 ? 32 : 64;  // the kernels' key tile: 64, 32 for D = 256
+  const bool capped = p.softcap > 0.0f;
+  const float mul = capped ? 1.0f : p.scale * kLog2e;  // scores stay unscaled until exp2
   float m = -INFINITY, l = 0.0f;
   for (int64_t i = 0; i < d; ++i) o[i] = 0.0f;
   for (int64_t tile = lo / bc * bc; tile <= slot; tile += bc) {
@@ -30,20 +33,20 @@ void attend_bf16(const float* qv, const float* kp, const float* vp, int64_t hkv,
     float mx = m;
     for (int64_t j = j0; j <= j1; ++j) {
       const float* kv = kp + (j * hkv + kvh) * d;
-      float dot = 0.0f;
-      for (int64_t i = 0; i < d; ++i) dot += qv[i] * kv[i];
-      float v = dot * score_mul;
-      if (p.softcap > 0.0f) v = p.softcap * std::tanh(v / p.softcap) * kLog2e;
+      float v = 0.0f;
+      for (int64_t i = 0; i < d; ++i) v += qv[i] * kv[i];
+      if (capped) v = p.softcap * std::tanh(v * p.scale / p.softcap) * kLog2e;
       s[j - j0] = v;
       mx = std::max(mx, v);
     }
     // Every tile holds at least one visible key, so mx is finite; alpha is 0 on the first.
-    const float alpha = std::exp2(m - mx);
+    const float base = mx * mul;
+    const float alpha = std::exp2(m * mul - base);
     m = mx;
     l *= alpha;
     for (int64_t i = 0; i < d; ++i) o[i] *= alpha;
     for (int64_t j = j0; j <= j1; ++j) {
-      const float pj = std::exp2(s[j - j0] - mx);
+      const float pj = std::exp2(std::fma(s[j - j0], mul, -base));
       l += pj;
       const float pr = round_to_bf16(pj);  // the mma's bf16 A operand
       const float* vv = vp + (j * hkv + kvh) * d;
