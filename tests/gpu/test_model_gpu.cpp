@@ -6,7 +6,8 @@
 // Model::random on both devices (identical weights). Each model is compared with two CPU
 // references: the exact fp32 forward (bounds kCudaBf16Logits, and cuda_fp8_logits_bound() for
 // FP8), and the CPU forward emulating CUDA's bf16 activations (Context::bf16_activations, rows
-// "vs cpu-bf16"), which every scheme must meet within kCudaBf16Logits (tests/tolerances.h).
+// "vs cpu-bf16"), held to the same bounds; the unquantized model meets kCudaBf16Logits against
+// it with a wide margin, FP8 schemes do not (tests/tolerances.h says why).
 // Also records top-1 agreement with the CPU and the distance to the HF goldens, and checks
 // decode steps and batches on CUDA. Exit 77 without a CUDA device.
 #include <cmath>
@@ -59,9 +60,11 @@ struct Row {
   bool ok = false;
 };
 
-// CUDA logits `got` against the CPU forward with emulated bf16 activations of the same model.
+// CUDA logits `got` against the CPU forward with emulated bf16 activations of the same model;
+// bound: the fp32 row's (kCudaBf16Logits, or cuda_fp8_logits_bound for FP8; see
+// tests/tolerances.h for why FP8 cannot be held to the bf16 bound).
 Row vs_cpu_bf16(const std::string& name, const Model& cpu_model, const std::vector<int32_t>& ids,
-                const Tensor& got) {
+                const Tensor& got, double bound) {
   Arena arena;
   Context cpu{Device::cpu, &arena};
   cpu.bf16_activations = true;
@@ -71,7 +74,7 @@ Row vs_cpu_bf16(const std::string& name, const Model& cpu_model, const std::vect
   r.ref = "cpu-bf16";
   r.err = rel_max_diff(got, ref);
   r.top1 = top1_agreement(got, ref);
-  r.bound = kCudaBf16Logits;
+  r.bound = bound;
   return r;
 }
 
@@ -113,7 +116,7 @@ void golden(CudaDevice& dev, const std::string& arch, const std::string& scheme)
     r.bound = cuda_fp8_logits_bound(r.d_fp8);
   }
   report(r);
-  report(vs_cpu_bf16(r.name, cpu_model, ids, got));
+  report(vs_cpu_bf16(r.name, cpu_model, ids, got, r.bound));
 
   // Decode steps after a 5-token prefill, and a batch of two sequences (LogitRows::last),
   // against the CUDA prefill: cuBLASLt may pick other algorithms for other M, so the bound is
@@ -182,7 +185,7 @@ void random_model(CudaDevice& dev, const std::string& name, const ModelConfig& c
     r.bound = cuda_fp8_logits_bound(r.d_fp8);
   }
   report(r);
-  report(vs_cpu_bf16(r.name, cpu_model, ids, got));
+  report(vs_cpu_bf16(r.name, cpu_model, ids, got, r.bound));
 }
 
 ModelConfig random_config(const std::string& preset, nlohmann::json changes) {
