@@ -1,0 +1,74 @@
+// The op harness's case functions, by family (op_cases_*.cpp), and the names they share;
+// op_cases.cpp registers them, perf_cases.cpp times ops at prefill sizes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "harness.h"
+#include "ops/memory.h"
+
+namespace fp8rl::gpu_test {
+
+// "op params" case names; "K=v K=v" parameter lists.
+std::string fmtname(const char* op, const std::string& params);
+std::string shape(std::initializer_list<std::pair<const char*, int64_t>> kv);
+// Token ids from an integer hash of (seed, index).
+std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed);
+// Ragged token counts every family runs.
+inline constexpr int64_t kTokens[] = {1, 19, 257, 989};
+
+// Helpers of the fused-op cases (op_cases_rows.cpp): host values into an existing device
+// tensor; x + delta rounded to bf16 as `add` stores it; a host copy; how many bytes differ
+// between two device tensors of the same size.
+void upload_into(Harness& h, const Tensor& host, const TensorView& dev);
+Tensor bf16_sum(const Tensor& x, const Tensor& delta);
+Tensor copy_of(const Tensor& t);
+double bytes_differing(Harness& h, const TensorView& a, const TensorView& b);
+
+// Where rms_norm_rope writes: in place, a KV-cache slice, or rows with a padded stride.
+enum class RopeDest { in_place, cache, stride_pad8, stride_pad3 };
+const char* rope_dest_name(RopeDest d);
+
+// op_cases_rows.cpp: element-wise and row-wise ops, fused add + norm, fused norm + RoPE.
+void embedding_case(Harness& h, Outcome& o, int64_t t, int64_t vocab, int64_t hd, float scale);
+void rms_norm_case(Harness& h, Outcome& o, int64_t rows, int64_t d, bool plus_one, bool in_place);
+void rope_case(Harness& h, Outcome& o, int64_t t, int64_t heads, int64_t d, int32_t base);
+void gated_case(Harness& h, Outcome& o, int64_t t, int64_t i, bool silu, bool in_place);
+void add_case(Harness& h, Outcome& o, int64_t t, int64_t d);
+void add_rms_norm_case(Harness& h, Outcome& o, int64_t t, int64_t d, bool plus_one, bool alias);
+void rms_norm_rope_case(Harness& h, Outcome& o, int64_t t, int64_t heads, int64_t d, bool norm,
+                        bool plus_one, int32_t pos0, RopeDest dest);
+void softcap_case(Harness& h, Outcome& o, int64_t t, int64_t v, DType dt);
+void fill_case(Harness& h, Outcome& o, int64_t n);
+
+// op_cases_attention.cpp: attention (both kernels) and CUDA-graph replays of a block.
+void attention_case(Harness& h, Outcome& o, int64_t t, int64_t first, int64_t hq, int64_t hkv,
+                    int64_t d, int64_t window, float softcap);
+void graph_case(Harness& h, Outcome& o, Fp8Scheme scheme, ActScaling act);
+
+// A random linear layer on both devices: quantized on the CPU with `scheme` (off: bf16
+// values), its CPU weight and the device copy prepared for ops::linear (op_cases_fp8.cpp).
+struct DeviceLinear {
+  LinearWeight cpu, gpu;
+  std::vector<DeviceBuffer> storage;
+  Tensor w_codes, w_scales, w_values, bias;
+};
+std::unique_ptr<DeviceLinear> make_linear(Harness& h, int64_t n, int64_t k, Fp8Scheme scheme,
+                                          ActScaling act, bool bias, uint64_t seed);
+
+// op_cases_fp8.cpp: activation quantization (standalone and fused), weight quantization, linears.
+void quantize_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k, float bound);
+void rms_norm_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k,
+                         bool plus_one);
+void add_rms_norm_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k,
+                             bool plus_one);
+void gated_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k, bool silu);
+void quantize_weight_case(Harness& h, Outcome& o, Fp8Scheme s, int64_t n, int64_t k);
+void linear_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k, Fp8Scheme scheme,
+                 ActScaling act, bool bias, DType out_dtype, bool prequantized);
+
+}  // namespace fp8rl::gpu_test

@@ -1,0 +1,299 @@
+// Op cases: FP8 activation quantization (standalone and fused into its producer, codes
+// bit-exact with the recipe), weight quantization, and linears on every GEMM path.
+#include <cmath>
+#include <cstring>
+
+#include "harness.h"
+#include "model/rope.h"
+#include "op_cases.h"
+#include "ops/uniform_hash.h"
+#include "quant/fp8.h"
+#include "tolerances.h"
+
+namespace fp8rl::gpu_test {
+
+using test::kBf16HalfUlp;
+using test::kCudaAttention;
+using test::kCudaBf16Op;
+using test::kCudaFp8Gemm;
+
+// ---- FP8 activations ---------------------------------------------------------------------
+
+// GPU quantized activation -> codes [rows, cols] and scales in the CPU's row-major layout.
+struct HostQuant {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  std::vector<uint8_t> pad_codes;  // codes of the pad rows
+  std::vector<float> pad_scales;   // scales of the pad rows
+};
+
+HostQuant download_quant(Harness& h, const ops::QuantizedActivation& q) {
+  HostQuant r;
+  const Tensor codes = to_host(h, q.codes), scales = to_host(h, q.scales);
+  const uint8_t* c = codes.ptr<uint8_t>();
+  r.codes.assign(c, c + q.rows * q.cols);
+  r.pad_codes.assign(c + q.rows * q.cols, c + q.padded_rows * q.cols);
+  const float* s = scales.ptr<float>();
+  if (q.act == ActScaling::group) {
+    const int64_t g = (q.cols + 127) / 128;
+    r.scales.resize(size_t(q.rows * g));
+    for (int64_t m = 0; m < q.rows; ++m)
+      for (int64_t b = 0; b < g; ++b) r.scales[size_t(m * g + b)] = s[b * q.padded_rows + m];
+    for (int64_t m = q.rows; m < q.padded_rows; ++m)
+      for (int64_t b = 0; b < g; ++b) r.pad_scales.push_back(s[b * q.padded_rows + m]);
+  } else {
+    r.scales.assign(s, s + scales.numel());
+  }
+  return r;
+}
+
+float scale_of(ActScaling act, const std::vector<float>& s, int64_t m, int64_t k, int64_t cols) {
+  if (act == ActScaling::token) return s[size_t(m)];
+  if (act == ActScaling::group) return s[size_t(m * ((cols + 127) / 128) + k / 128)];
+  return s[0];
+}
+
+// Bit-exact comparison of GPU and CPU quantization of the same values, plus the pad rows.
+void expect_bit_exact(Outcome& o, const HostQuant& g, const ops::QuantizedActivation& ref) {
+  int64_t code_diff = 0, scale_diff = 0;
+  const uint8_t* rc = ref.codes.ptr<uint8_t>();
+  for (size_t i = 0; i < g.codes.size(); ++i) code_diff += g.codes[i] != rc[i];
+  const float* rs = ref.scales.ptr<float>();
+  for (size_t i = 0; i < g.scales.size(); ++i)
+    scale_diff += std::memcmp(&g.scales[i], &rs[i], 4) != 0;
+  o.checks.push_back(expect_le("codes differing (bit-exact)", double(code_diff), 0));
+  o.checks.push_back(expect_le("scales differing (bit-exact)", double(scale_diff), 0));
+  int64_t bad_pad = 0;
+  for (uint8_t c : g.pad_codes) bad_pad += c != 0;
+  for (float s : g.pad_scales) bad_pad += s != 1.0f;
+  o.checks.push_back(expect_le("pad rows not (code 0, scale 1)", double(bad_pad), 0));
+}
+
+// Fused ops: codes may differ by one e4m3 step for a few values near a rounding midpoint.
+void expect_close_quant(Outcome& o, const HostQuant& g, const ops::QuantizedActivation& ref,
+                        double flip_bound, double scale_rel) {
+  const uint8_t* rc = ref.codes.ptr<uint8_t>();
+  const float* rs = ref.scales.ptr<float>();
+  double worst_scale = 0, worst_value = 0;
+  for (size_t i = 0; i < g.scales.size(); ++i)
+    worst_scale = std::max(worst_scale, std::fabs(double(g.scales[i]) - rs[i]) / rs[i]);
+  int64_t flips = 0;
+  std::vector<float> rsv(rs, rs + g.scales.size());
+  for (int64_t m = 0; m < ref.rows; ++m)
+    for (int64_t k = 0; k < ref.cols; ++k) {
+      const size_t i = size_t(m * ref.cols + k);
+      const float sg = scale_of(ref.act, g.scales, m, k, ref.cols);
+      const float sr = scale_of(ref.act, rsv, m, k, ref.cols);
+      const double a = double(e4m3_to_f32(g.codes[i])) * sg, b = double(e4m3_to_f32(rc[i])) * sr;
+      if (!std::isfinite(a)) {
+        worst_value = INFINITY;
+        continue;
+      }
+      flips += g.codes[i] != rc[i];
+      // One e4m3 step: 2^-3 of the value (normals) or sr * 2^-9 (subnormals).
+      const double allowed =
+          std::max(std::fabs(a), std::fabs(b)) / 8 + sr / 512.0 + std::fabs(b) * scale_rel;
+      worst_value = std::max(worst_value, std::fabs(a - b) / allowed);
+    }
+  o.checks.push_back(expect_le("scale rel diff", worst_scale, scale_rel));
+  o.checks.push_back(
+      expect_le("codes differing (fraction)", double(flips) / double(g.codes.size()), flip_bound));
+  o.checks.push_back(expect_le("value diff / one e4m3 step", worst_value, 1.0));
+  int64_t bad_pad = 0;
+  for (uint8_t c : g.pad_codes) bad_pad += c != 0;
+  for (float s : g.pad_scales) bad_pad += s != 1.0f;
+  o.checks.push_back(expect_le("pad rows not (code 0, scale 1)", double(bad_pad), 0));
+}
+
+void quantize_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k, float bound) {
+  Tensor x = host_values({m, k}, 81, bound);
+  if (m > 2)  // a zero row (scale 1) and a zero group
+    for (int64_t j = 0; j < k; ++j) x.ptr<float>()[k + j] = 0.0f;
+  float static_scale = 0;
+  if (act == ActScaling::static_tensor) static_scale = bound / 300.0f;  // saturates some values
+  const ops::QuantizedActivation ref = ops::alloc_quantized(h.cpu, act, m, k);
+  ops::quantize(h.cpu, x, ref, static_scale);
+  const TensorView x_d = to_device(h, x, DType::bf16);
+  Guard g(h);
+  const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, act, m, k);
+  g.seal();
+  ops::quantize(h.gpu, x_d, q, static_scale);
+  expect_bit_exact(o, download_quant(h, q), ref);
+  o.checks.push_back(g.verify({q.codes, q.scales}));
+}
+
+void rms_norm_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k,
+                         bool plus_one) {
+  const Tensor x = host_values({m, k}, 91, 3.0f), w = host_values({k}, 92, 1.0f);
+  const ops::QuantizedActivation ref = ops::alloc_quantized(h.cpu, act, m, k);
+  ops::rms_norm_quant(h.cpu, x, w, 1e-6f, plus_one, ref);
+  const TensorView x_d = to_device(h, x, DType::bf16), w_d = to_device(h, w, DType::f32);
+  Guard g(h);
+  const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, act, m, k);
+  g.seal();
+  ops::rms_norm_quant(h.gpu, x_d, w_d, 1e-6f, plus_one, q);
+  const bool tensor = act == ActScaling::tensor;
+  expect_close_quant(o, download_quant(h, q), ref,
+                     tensor ? test::kFp8TensorFusedFlips : test::kFp8FusedFlips,
+                     tensor ? test::kFp8TensorScaleRel : test::fused_scale_bound(k));
+  o.checks.push_back(g.verify({q.codes, q.scales}));
+}
+
+// x += delta; q = quantize(rms_norm(x)). The residual is one bf16 op; the codes are checked as
+// rms_norm_quant's against the CPU quantization of the norm of the bf16-rounded sum (the
+// values the GPU normalizes), and must equal the unfused CUDA add + rms_norm_quant bit for bit.
+void add_rms_norm_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k,
+                             bool plus_one) {
+  const Tensor x = host_values({m, k}, 221, 3.0f), delta = host_values({m, k}, 222, 3.0f);
+  const Tensor w = host_values({k}, 223, 1.0f);
+  Tensor ref_x = copy_of(x);
+  const ops::QuantizedActivation ref_fused = ops::alloc_quantized(h.cpu, act, m, k);
+  ops::add_rms_norm_quant(h.cpu, ref_x, delta, w, 1e-6f, plus_one, ref_fused);
+  const ops::QuantizedActivation ref = ops::alloc_quantized(h.cpu, act, m, k);
+  ops::rms_norm_quant(h.cpu, bf16_sum(x, delta), w, 1e-6f, plus_one, ref);
+  const TensorView w_d = to_device(h, w, DType::f32), delta_d = to_device(h, delta, DType::bf16);
+  Guard g(h);
+  const TensorView x_d = ops::scratch_alloc(h.gpu, {m, k}, DType::bf16);
+  const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, act, m, k);
+  g.seal();
+  upload_into(h, x, x_d);
+  ops::add_rms_norm_quant(h.gpu, x_d, delta_d, w_d, 1e-6f, plus_one, q);
+  o.checks.push_back(compare("x (residual)", as_f32(h, x_d), ref_x, kCudaBf16Op));
+  const bool tensor = act == ActScaling::tensor;
+  expect_close_quant(o, download_quant(h, q), ref,
+                     tensor ? test::kFp8TensorFusedFlips : test::kFp8FusedFlips,
+                     tensor ? test::kFp8TensorScaleRel : test::fused_scale_bound(k));
+  o.checks.push_back(g.verify({x_d, q.codes, q.scales}));
+  const TensorView x2 = to_device(h, x, DType::bf16);
+  const ops::QuantizedActivation q2 = ops::alloc_quantized(h.gpu, act, m, k);
+  ops::add(h.gpu, x2, delta_d, x2);
+  ops::rms_norm_quant(h.gpu, x2, w_d, 1e-6f, plus_one, q2);
+  o.checks.push_back(expect_le("codes != add + rms_norm_quant (bit-exact)",
+                               bytes_differing(h, q.codes, q2.codes), 0));
+  o.checks.push_back(expect_le("scales != add + rms_norm_quant (bit-exact)",
+                               bytes_differing(h, q.scales, q2.scales), 0));
+}
+
+void gated_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k, bool silu) {
+  const Tensor gate = host_values({m, k}, 93, 4.0f), up = host_values({m, k}, 94, 2.0f);
+  const ops::QuantizedActivation ref = ops::alloc_quantized(h.cpu, act, m, k);
+  if (silu)
+    ops::silu_mul_quant(h.cpu, gate, up, ref);
+  else
+    ops::gelu_tanh_mul_quant(h.cpu, gate, up, ref);
+  const TensorView g_d = to_device(h, gate, DType::bf16), u_d = to_device(h, up, DType::bf16);
+  Guard g(h);
+  const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, act, m, k);
+  g.seal();
+  if (silu)
+    ops::silu_mul_quant(h.gpu, g_d, u_d, q);
+  else
+    ops::gelu_tanh_mul_quant(h.gpu, g_d, u_d, q);
+  const bool tensor = act == ActScaling::tensor;
+  expect_close_quant(o, download_quant(h, q), ref,
+                     tensor ? test::kFp8TensorFusedFlips : test::kFp8FusedFlips,
+                     tensor ? test::kFp8TensorScaleRel : test::fused_scale_bound(1));
+  o.checks.push_back(g.verify({q.codes, q.scales}));
+}
+
+void quantize_weight_case(Harness& h, Outcome& o, Fp8Scheme s, int64_t n, int64_t k) {
+  const Tensor w = host_values({n, k}, 101, 0.3f);
+  Tensor q = Tensor::empty({n, k}, DType::f8e4m3);
+  Tensor sc = Tensor::empty(weight_scale_shape(s, n, k), DType::f32);
+  quantize_weight(w, s, q, sc);
+  const TensorView w_d = to_device(h, w, DType::bf16);
+  const TensorView q_d = ops::scratch_alloc(h.gpu, {n, k}, DType::f8e4m3);
+  const TensorView s_d = ops::scratch_alloc(h.gpu, sc.shape(), DType::f32);
+  ops::quantize_weight(h.gpu, w_d, s, q_d, s_d);
+  const Tensor qg = to_host(h, q_d), sg = to_host(h, s_d);
+  o.checks.push_back(expect_le("codes differing (bit-exact)",
+                               double(std::memcmp(qg.view().data, q.view().data, q.nbytes()) != 0),
+                               0));
+  o.checks.push_back(
+      expect_le("scales differing (bit-exact)",
+                double(std::memcmp(sg.view().data, sc.view().data, sc.nbytes()) != 0), 0));
+}
+
+// ---- linear layers -------------------------------------------------------------------------
+
+// A random weight, quantized on the CPU with `scheme` (off: bf16 values), copied to the device.
+std::unique_ptr<DeviceLinear> make_linear(Harness& h, int64_t n, int64_t k, Fp8Scheme scheme,
+                                          ActScaling act, bool bias, uint64_t seed) {
+  auto l = std::make_unique<DeviceLinear>();
+  l->w_values = host_values({n, k}, seed, 1.0f / std::sqrt(float(k)) * 1.7f);
+  if (scheme == Fp8Scheme::off) {
+    l->cpu.weight = l->w_values.view();
+  } else {
+    l->w_codes = Tensor::empty({n, k}, DType::f8e4m3);
+    l->w_scales = Tensor::empty(weight_scale_shape(scheme, n, k), DType::f32);
+    quantize_weight(l->w_values, scheme, l->w_codes, l->w_scales);
+    l->cpu.weight = l->w_codes.view();
+    l->cpu.scales = l->w_scales.view();
+    l->cpu.scheme = scheme;
+    l->cpu.act = act;
+    if (act == ActScaling::static_tensor) l->cpu.input_scale = 0.01f;
+  }
+  if (bias) {
+    l->bias = host_values({n}, seed + 1, 0.5f);
+    l->cpu.bias = l->bias.view();
+  }
+  l->gpu = l->cpu;
+  auto upload = [&](const TensorView& host, DType dt) {
+    if (host.empty()) return host;
+    l->storage.emplace_back(h.gpu, size_t(host.numel()) * dtype_size(dt));
+    TensorView d = l->storage.back().view(host.shape, dt);
+    Tensor conv = Tensor::empty(host.shape, dt);
+    convert(host.data, host.dtype, conv.view().data, dt, size_t(host.numel()));
+    ops::copy(h.gpu, conv.view(), d);
+    return d;
+  };
+  l->gpu.weight = upload(l->cpu.weight, scheme == Fp8Scheme::off ? DType::bf16 : DType::f8e4m3);
+  l->gpu.scales = upload(l->cpu.scales, DType::f32);
+  l->gpu.bias = upload(l->cpu.bias, DType::f32);
+  ops::prepare_linear(h.gpu, l->gpu, l->storage);
+  return l;
+}
+
+// Which bound a weight/activation pair gets on this device: the dequantized bf16 fallback is
+// looser than a native FP8 GEMM.
+bool native_fp8(Harness& h, Fp8Scheme s, ActScaling act, int64_t n, int64_t k) {
+  if (s == Fp8Scheme::off || act == ActScaling::none) return false;
+  if (n % 16 != 0 || k % 16 != 0) return false;
+  if (h.dev->gemm_path(s).find("fallback") != std::string::npos) return false;
+  const bool per_tensor = act == ActScaling::tensor || act == ActScaling::static_tensor;
+  if (s == Fp8Scheme::tensor) return per_tensor || act == ActScaling::token;
+  if (s == Fp8Scheme::row) return per_tensor || act == ActScaling::token;
+  return act == ActScaling::group;
+}
+
+void linear_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k, Fp8Scheme scheme,
+                 ActScaling act, bool bias, DType out_dtype, bool prequantized) {
+  auto l = make_linear(h, n, k, scheme, act, bias, 111);
+  const Tensor x = host_values({m, k}, 112, 2.0f);
+  Tensor ref = Tensor::empty({m, n}, DType::f32);
+  ops::linear(h.cpu, x, l->cpu, ref);
+  const TensorView x_d = to_device(h, x, DType::bf16);
+  ops::QuantizedActivation xq;
+  if (prequantized) {
+    xq = ops::alloc_quantized(h.gpu, act, m, k);
+    ops::quantize(h.gpu, x_d, xq);
+  }
+  Guard g(h);
+  const TensorView out = ops::scratch_alloc(h.gpu, {m, n}, out_dtype);
+  g.seal();
+  const ops::Output kind = out_dtype == DType::f32 ? ops::Output::f32 : ops::Output::activation;
+  if (prequantized)
+    ops::linear(h.gpu, xq, l->gpu, out, kind);
+  else
+    ops::linear(h.gpu, x_d, l->gpu, out, kind);
+  double bound;
+  if (scheme == Fp8Scheme::off)
+    bound = out_dtype == DType::f32 ? test::cuda_f32_gemm_bound(k) : kCudaBf16Op;
+  else
+    bound = native_fp8(h, scheme, act, n, k) ? kCudaFp8Gemm : test::kCudaDequantGemm;
+  o.info = h.dev->last_linear_path();
+  o.checks.push_back(compare("out", as_f32(h, out), ref, bound));
+  o.checks.push_back(g.verify({out}));
+}
+
+}  // namespace fp8rl::gpu_test

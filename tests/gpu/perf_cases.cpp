@@ -1,0 +1,173 @@
+// Perf mode of the op harness: each CUDA op alone at prefill sizes (8192 tokens, Qwen3-8B
+// widths), reporting GB/s or TFLOP/s.
+#include <algorithm>
+#include <cmath>
+
+#include "harness.h"
+#include "quant/fp8.h"
+
+namespace fp8rl::gpu_test {
+
+std::vector<OpCase> perf_cases() {
+  std::vector<OpCase> c;
+  constexpr int64_t T = 8192, H = 4096, I = 12288, HQ = 32, HKV = 8, D = 128;
+  auto bf = [](Harness& h, Shape s, uint64_t seed, float bound) {
+    const TensorView t = ops::scratch_alloc(h.gpu, s, DType::bf16);
+    ops::fill_uniform(h.gpu, t, seed, bound);
+    return t;
+  };
+  c.push_back({"rms_norm T=8192 H=4096", [=](Harness& h, Outcome& o) {
+                 const TensorView x = bf(h, {T, H}, 1, 3), out = bf(h, {T, H}, 2, 1);
+                 const TensorView w = ops::scratch_alloc(h.gpu, {H}, DType::f32);
+                 ops::fill(h.gpu, w, 1.0f);
+                 o.seconds = time_op(h, [&] { ops::rms_norm(h.gpu, x, w, 1e-6f, false, out); });
+                 o.bytes = 2.0 * T * H * 2;
+               }});
+  for (ActScaling act : {ActScaling::token, ActScaling::group})
+    c.push_back({"rms_norm_quant " + std::string(act_scaling_name(act)) + " T=8192 H=4096",
+                 [=](Harness& h, Outcome& o) {
+                   const TensorView x = bf(h, {T, H}, 1, 3);
+                   const TensorView w = ops::scratch_alloc(h.gpu, {H}, DType::f32);
+                   ops::fill(h.gpu, w, 1.0f);
+                   const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, act, T, H);
+                   o.seconds =
+                       time_op(h, [&] { ops::rms_norm_quant(h.gpu, x, w, 1e-6f, false, q); });
+                   o.bytes = double(T) * H * 3;
+                 }});
+  for (ActScaling act : {ActScaling::token, ActScaling::group})
+    c.push_back({"add_rms_norm_quant " + std::string(act_scaling_name(act)) + " T=8192 H=4096",
+                 [=](Harness& h, Outcome& o) {
+                   const TensorView x = bf(h, {T, H}, 1, 3), dx = bf(h, {T, H}, 2, 0.01f);
+                   const TensorView w = ops::scratch_alloc(h.gpu, {H}, DType::f32);
+                   ops::fill(h.gpu, w, 1.0f);
+                   const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, act, T, H);
+                   o.seconds = time_op(
+                       h, [&] { ops::add_rms_norm_quant(h.gpu, x, dx, w, 1e-6f, false, q); });
+                   o.bytes = double(T) * H * 7;  // x, delta in; x, codes out
+                 }});
+  c.push_back({"add_rms_norm T=8192 H=4096", [=](Harness& h, Outcome& o) {
+                 const TensorView x = bf(h, {T, H}, 1, 3), dx = bf(h, {T, H}, 2, 0.01f),
+                                  out = bf(h, {T, H}, 3, 1);
+                 const TensorView w = ops::scratch_alloc(h.gpu, {H}, DType::f32);
+                 ops::fill(h.gpu, w, 1.0f);
+                 o.seconds =
+                     time_op(h, [&] { ops::add_rms_norm(h.gpu, x, dx, w, 1e-6f, false, out); });
+                 o.bytes = double(T) * H * 8;
+               }});
+  for (int64_t heads : {HQ, HKV}) {
+    const bool q = heads == HQ;
+    c.push_back(
+        {fmt::format("rms_norm_rope {} T=8192 heads={} D=128 {}", q ? "q" : "k", heads,
+                     q ? "in place" : "into a cache"),
+         [=](Harness& h, Outcome& o) {
+           const TensorView x = bf(h, {T, heads, D}, 1, 1);
+           const TensorView out = q ? x : bf(h, {T + 64, heads, D}, 2, 1).slice_rows(64, T + 64);
+           Tensor p = Tensor::empty({T}, DType::i32);
+           for (int64_t i = 0; i < T; ++i) p.ptr<int32_t>()[i] = int32_t(i);
+           const TensorView pd = to_device(h, p, DType::i32);
+           const TensorView f = ops::scratch_alloc(h.gpu, {D / 2}, DType::f32);
+           const TensorView w = ops::scratch_alloc(h.gpu, {D}, DType::f32);
+           ops::fill(h.gpu, f, 0.01f);
+           ops::fill(h.gpu, w, 1.0f);
+           o.seconds =
+               time_op(h, [&] { ops::rms_norm_rope(h.gpu, x, w, 1e-6f, false, pd, f, out); });
+           o.bytes = 2.0 * T * heads * D * 2;
+         }});
+  }
+  c.push_back({"quantize group T=8192 K=4096", [=](Harness& h, Outcome& o) {
+                 const TensorView x = bf(h, {T, H}, 1, 3);
+                 const ops::QuantizedActivation q =
+                     ops::alloc_quantized(h.gpu, ActScaling::group, T, H);
+                 o.seconds = time_op(h, [&] { ops::quantize(h.gpu, x, q); });
+                 o.bytes = double(T) * H * 3;
+               }});
+  c.push_back({"silu_mul T=8192 I=12288", [=](Harness& h, Outcome& o) {
+                 const TensorView g = bf(h, {T, I}, 1, 3), u = bf(h, {T, I}, 2, 3),
+                                  out = bf(h, {T, I}, 3, 1);
+                 o.seconds = time_op(h, [&] { ops::silu_mul(h.gpu, g, u, out); });
+                 o.bytes = 3.0 * T * I * 2;
+               }});
+  for (ActScaling act : {ActScaling::token, ActScaling::group})
+    c.push_back({"silu_mul_quant " + std::string(act_scaling_name(act)) + " T=8192 I=12288",
+                 [=](Harness& h, Outcome& o) {
+                   const TensorView g = bf(h, {T, I}, 1, 3), u = bf(h, {T, I}, 2, 3);
+                   const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, act, T, I);
+                   o.seconds = time_op(h, [&] { ops::silu_mul_quant(h.gpu, g, u, q); });
+                   o.bytes = double(T) * I * 5;
+                 }});
+  c.push_back({"rope q T=8192 heads=32 D=128", [=](Harness& h, Outcome& o) {
+                 const TensorView x = bf(h, {T, HQ, D}, 1, 1);
+                 Tensor p = Tensor::empty({T}, DType::i32);
+                 for (int64_t i = 0; i < T; ++i) p.ptr<int32_t>()[i] = int32_t(i);
+                 const TensorView pd = to_device(h, p, DType::i32);
+                 const TensorView f = ops::scratch_alloc(h.gpu, {D / 2}, DType::f32);
+                 ops::fill(h.gpu, f, 0.01f);
+                 o.seconds = time_op(h, [&] { ops::rope(h.gpu, x, pd, f); });
+                 o.bytes = 2.0 * T * HQ * D * 2;
+               }});
+  c.push_back({"add T=8192 H=4096", [=](Harness& h, Outcome& o) {
+                 const TensorView a = bf(h, {T, H}, 1, 1), b = bf(h, {T, H}, 2, 1);
+                 o.seconds = time_op(h, [&] { ops::add(h.gpu, a, b, a); });
+                 o.bytes = 3.0 * T * H * 2;
+               }});
+  for (int64_t d : {64, 128, 256})
+    c.push_back(
+        {fmt::format("attention causal T=8192 Hq=32 Hkv=8 D={}", d), [=](Harness& h, Outcome& o) {
+           const TensorView q = bf(h, {T, HQ, d}, 1, 1), k = bf(h, {T, HKV, d}, 2, 1),
+                            v = bf(h, {T, HKV, d}, 3, 1), out = bf(h, {T, HQ, d}, 4, 1);
+           ops::AttentionParams p;
+           p.scale = 1.0f / std::sqrt(float(d));
+           o.seconds = time_op(
+               h, [&] { ops::attention(h.gpu, q, k, v, 0, p, out); }, 5);
+           o.flops = 4.0 * double(d) * HQ * double(T) * double(T + 1) / 2;
+         }});
+  c.push_back({"attention window=4096 T=8192 Hq=32 Hkv=8 D=128", [=](Harness& h, Outcome& o) {
+                 const TensorView q = bf(h, {T, HQ, D}, 1, 1), k = bf(h, {T, HKV, D}, 2, 1),
+                                  v = bf(h, {T, HKV, D}, 3, 1), out = bf(h, {T, HQ, D}, 4, 1);
+                 ops::AttentionParams p;
+                 p.scale = 1.0f / std::sqrt(float(D));
+                 p.window = 4096;
+                 o.seconds = time_op(
+                     h, [&] { ops::attention(h.gpu, q, k, v, 0, p, out); }, 5);
+                 double keys = 0;
+                 for (int64_t t = 0; t < T; ++t) keys += double(std::min<int64_t>(t + 1, 4096));
+                 o.flops = 4.0 * D * HQ * keys;
+               }});
+  for (Fp8Scheme s : {Fp8Scheme::off, Fp8Scheme::tensor, Fp8Scheme::row, Fp8Scheme::block})
+    for (auto [n, k] :
+         {std::pair<int64_t, int64_t>{4096, 4096}, {1024, 4096}, {12288, 4096}, {4096, 12288}})
+      c.push_back({fmt::format("linear {} M=8192 N={} K={}", scheme_name(s), n, k),
+                   [=](Harness& h, Outcome& o) {
+                     const ActScaling act = matching_act_scaling(s);
+                     LinearWeight w;
+                     std::vector<DeviceBuffer> store;
+                     store.emplace_back(h.gpu, size_t(n * k) * 2);
+                     const TensorView wb = store.back().view({n, k}, DType::bf16);
+                     ops::fill_uniform(h.gpu, wb, 5, 0.02f);
+                     if (s == Fp8Scheme::off) {
+                       w.weight = wb;
+                     } else {
+                       store.emplace_back(h.gpu, size_t(n * k));
+                       w.weight = store.back().view({n, k}, DType::f8e4m3);
+                       const Shape ss = weight_scale_shape(s, n, k);
+                       store.emplace_back(h.gpu, size_t(ss.numel()) * 4);
+                       w.scales = store.back().view(ss, DType::f32);
+                       w.scheme = s;
+                       w.act = act;
+                       ops::quantize_weight(h.gpu, wb, s, w.weight, w.scales);
+                     }
+                     ops::prepare_linear(h.gpu, w, store);
+                     const TensorView x = bf(h, {T, k}, 6, 2), y = bf(h, {T, n}, 7, 1);
+                     o.seconds = time_op(h, [&] { ops::linear(h.gpu, x, w, y); });
+                     o.flops = 2.0 * T * n * k;
+                     const std::string path = h.dev->last_linear_path();
+                     const double gemm = h.dev->time_gemm(w, T, 10) * 1e-3;
+                     o.info = fmt::format(
+                         "[{}] GEMM alone {:.1f} TFLOP/s; linear incl. "
+                         "quantization at {:.0f}% of it",
+                         path, o.flops / gemm * 1e-12, 100.0 * gemm / o.seconds);
+                   }});
+  return c;
+}
+
+}  // namespace fp8rl::gpu_test
