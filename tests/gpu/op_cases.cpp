@@ -167,6 +167,10 @@ std::vector<OpCase> correctness_cases() {
             [=](Harness& h, Outcome& o) { quantize_case(h, o, act, m, k, 5.0f); },
             m == 19 && k == 200);
       }
+  for (ActScaling act : {ActScaling::token, ActScaling::tensor})
+    add(
+        fmtname("quantize", std::string(act_scaling_name(act)) + " e4m3 midpoints"),
+        [=](Harness& h, Outcome& o) { quantize_midpoints_case(h, o, act); }, true);
   for (ActScaling act : {ActScaling::token, ActScaling::group, ActScaling::tensor})
     for (int64_t m : kTokens)
       for (int64_t k : {192, 200, 4096}) {

@@ -105,6 +105,43 @@ void expect_close_quant(Outcome& o, const HostQuant& g, const ops::QuantizedActi
   o.checks.push_back(expect_le("pad rows not (code 0, scale 1)", double(bad_pad), 0));
 }
 
+// Values whose quotient by the row's scale lands on or within a few fp32 ulps of every e4m3
+// rounding midpoint (and of subnormal ones, and of the saturation boundary), for scales with
+// long significands: the inputs where the device's reciprocal-multiply shortcut would part
+// from the recipe's IEEE division if its guard were wrong. Codes must match bit for bit.
+void quantize_midpoints_case(Harness& h, Outcome& o, ActScaling act) {
+  std::vector<float> mids;  // e4m3 rounding midpoints in (0, 448), and 464
+  for (int e = -9; e <= 8; ++e)
+    for (int mnt = 0; mnt < 8; ++mnt) {
+      const float mid = std::ldexp(1.0f + (2.0f * float(mnt) + 1.0f) / 16.0f, e);
+      if (mid < 440.0f) mids.push_back(mid);
+    }
+  for (int k = 0; k < 8; ++k) mids.push_back(std::ldexp(float(2 * k + 1), -10));  // subnormal
+  const int64_t cols = int64_t(mids.size()) * 8 + 1, rows = 37;
+  Tensor x = Tensor::empty({rows, cols}, DType::f32);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = x.ptr<float>() + r * cols;
+    const float amax = 448.0f * (1.0f + 0.01371f * float(r + 1));
+    const float s = amax / 448.0f;  // the recipe's scale for this row
+    row[0] = amax;
+    int64_t j = 1;
+    for (float mid : mids)
+      for (int nudge = -4; nudge < 4; ++nudge) {
+        float v = mid * s;
+        for (int i = 0; i < std::abs(nudge); ++i)
+          v = std::nextafter(v, nudge < 0 ? 0.0f : INFINITY);
+        row[j] = j % 2 ? v : -v;
+        ++j;
+      }
+  }
+  const ops::QuantizedActivation ref = ops::alloc_quantized(h.cpu, act, rows, cols);
+  ops::quantize(h.cpu, x, ref);
+  const TensorView x_d = to_device(h, x, DType::f32);
+  const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, act, rows, cols);
+  ops::quantize(h.gpu, x_d, q);
+  expect_bit_exact(o, download_quant(h, q), ref);
+}
+
 void quantize_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k, float bound) {
   Tensor x = host_values({m, k}, 81, bound);
   if (m > 2)  // a zero row (scale 1) and a zero group
