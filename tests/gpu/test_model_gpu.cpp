@@ -106,8 +106,8 @@ void golden(CudaDevice& dev, const std::string& arch, const std::string& scheme)
   r.name = arch + " " + scheme;
   r.err = rel_max_diff(got, ref);
   r.top1 = top1_agreement(got, ref);
-  const Tensor hf = read_npy(dir + (scheme == "off" ? "/logits_fp32.npy"
-                                                    : "/logits_fp8_" + scheme + ".npy"));
+  const Tensor hf =
+      read_npy(dir + (scheme == "off" ? "/logits_fp32.npy" : "/logits_fp8_" + scheme + ".npy"));
   r.hf = rel_max_diff(got, hf);
   if (scheme == "off") {
     r.bound = kCudaBf16Logits;
@@ -150,10 +150,11 @@ void golden(CudaDevice& dev, const std::string& arch, const std::string& scheme)
     const Tensor alone = prefill(gpu, gpu_model, b);
     Row bt;
     bt.name = arch + " " + scheme + " batch last rows";
-    bt.err = std::max(rel_max_diff(last.view().slice_rows(0, 1),
-                                   got.view().slice_rows(int64_t(ids.size()) - 1, int64_t(ids.size()))),
-                      rel_max_diff(last.view().slice_rows(1, 2),
-                                   alone.view().slice_rows(int64_t(b.size()) - 1, int64_t(b.size()))));
+    bt.err =
+        std::max(rel_max_diff(last.view().slice_rows(0, 1),
+                              got.view().slice_rows(int64_t(ids.size()) - 1, int64_t(ids.size()))),
+                 rel_max_diff(last.view().slice_rows(1, 2),
+                              alone.view().slice_rows(int64_t(b.size()) - 1, int64_t(b.size()))));
     bt.top1 = 1;
     bt.bound = d.bound;
     report(bt);
@@ -168,7 +169,8 @@ void random_model(CudaDevice& dev, const std::string& name, const ModelConfig& c
   Context cpu{Device::cpu, &arena};
   Context gpu = dev.context();
   std::vector<int32_t> ids(static_cast<size_t>(tokens));
-  for (int64_t i = 0; i < tokens; ++i) ids[size_t(i)] = int32_t((i * 7919 + 13) % config.vocab_size);
+  for (int64_t i = 0; i < tokens; ++i)
+    ids[size_t(i)] = int32_t((i * 7919 + 13) % config.vocab_size);
   const std::optional<Fp8Scheme> fp8 = parse_scheme(scheme);
   const Model cpu_model = Model::random(config, fp8, cpu, 1234);
   const Tensor ref = prefill(cpu, cpu_model, ids);
@@ -181,7 +183,8 @@ void random_model(CudaDevice& dev, const std::string& name, const ModelConfig& c
   if (scheme == "off") {
     r.bound = kCudaBf16Logits;
   } else {
-    r.d_fp8 = rel_max_diff(ref, prefill(cpu, Model::random(config, Fp8Scheme::off, cpu, 1234), ids));
+    r.d_fp8 =
+        rel_max_diff(ref, prefill(cpu, Model::random(config, Fp8Scheme::off, cpu, 1234), ids));
     r.bound = cuda_fp8_logits_bound(r.d_fp8);
   }
   report(r);
@@ -201,10 +204,14 @@ int main(int argc, char** argv) {
   bool only_random = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--data" && i + 1 < argc) g_data = argv[++i];
-    else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
-    else if (a == "--arch" && i + 1 < argc) only_arch = argv[++i];
-    else if (a == "--random") only_random = true;
+    if (a == "--data" && i + 1 < argc)
+      g_data = argv[++i];
+    else if (a == "--json" && i + 1 < argc)
+      json_path = argv[++i];
+    else if (a == "--arch" && i + 1 < argc)
+      only_arch = argv[++i];
+    else if (a == "--random")
+      only_random = true;
   }
   if (CudaDevice::count() == 0) {
     std::printf("SKIPPED: no CUDA device\n");
@@ -216,16 +223,29 @@ int main(int argc, char** argv) {
     for (const char* arch : {"llama", "qwen2", "qwen3", "mistral", "gemma3"})
       if (!only_random && (only_arch.empty() || only_arch == "all" || only_arch == arch))
         for (const char* scheme : {"off", "tensor", "row", "block"}) golden(dev, arch, scheme);
-    const ModelConfig qwen = random_config(
-        "qwen3-tiny", {{"vocab_size", 4096}, {"hidden_size", 1024}, {"intermediate_size", 2880},
-                       {"num_attention_heads", 8}, {"num_key_value_heads", 2}, {"head_dim", 128}});
-    const ModelConfig gemma = random_config(
-        "gemma3-tiny", {{"vocab_size", 4096}, {"hidden_size", 1152}, {"intermediate_size", 2880},
-                        {"num_attention_heads", 4}, {"num_key_value_heads", 1}, {"head_dim", 256},
-                        {"query_pre_attn_scalar", 256}, {"sliding_window", 64},
-                        {"layer_types", {"sliding_attention", "full_attention"}}});
+    const ModelConfig qwen = random_config("qwen3-tiny", {{"vocab_size", 4096},
+                                                          {"hidden_size", 1024},
+                                                          {"intermediate_size", 2880},
+                                                          {"num_attention_heads", 8},
+                                                          {"num_key_value_heads", 2},
+                                                          {"head_dim", 128}});
+    const ModelConfig gemma =
+        random_config("gemma3-tiny", {{"vocab_size", 4096},
+                                      {"hidden_size", 1152},
+                                      {"intermediate_size", 2880},
+                                      {"num_attention_heads", 4},
+                                      {"num_key_value_heads", 1},
+                                      {"head_dim", 256},
+                                      {"query_pre_attn_scalar", 256},
+                                      {"sliding_window", 64},
+                                      {"layer_types", {"sliding_attention", "full_attention"}}});
+    // One layer: no later layer for a flipped e4m3 rounding to cascade into (tolerances.h).
+    ModelConfig qwen1 = qwen;
+    qwen1.num_layers = 1;
+    qwen1.layers.resize(1);
     if (only_arch.empty())
       for (const char* scheme : {"off", "tensor", "row", "block"}) {
+        random_model(dev, "random qwen3 D=128 1 layer", qwen1, scheme, 300);
         random_model(dev, "random qwen3 D=128", qwen, scheme, 300);
         random_model(dev, "random gemma3 D=256 window=64", gemma, scheme, 300);
       }

@@ -2,8 +2,8 @@
 // (Gemma), plain or fused with the FP8 quantization of the product for the down projection.
 // The formulas are the CPU reference's (ops/cpu/elementwise.cpp) in fp32.
 //
-// The plain op is flat over rows * cols: each thread has kUnroll chunks of 8 values in flight
-// (16-byte loads of gate and up, one 16-byte store). The fused op is a row kernel
+// The plain op is flat over rows * cols (for_chunk_pairs: kFlatUnroll chunks of 8 values of
+// gate and up in flight per thread, 16-byte loads and stores). The fused op is a row kernel
 // (row_quant.cuh): the row's products stay in registers from the amax to the codes, so gate
 // and up are read once.
 #include "ops/cuda/row_quant.cuh"
@@ -11,8 +11,6 @@
 namespace fp8rl::cuda {
 
 namespace {
-
-constexpr int kUnroll = 4;
 
 template <int ACT>
 __device__ __forceinline__ float activate(float x) {
@@ -37,37 +35,20 @@ __device__ __forceinline__ void gated_chunk(const uint4& g, const uint4& u, floa
 // Flat over n = rows * cols elements. out may alias gate or up (each chunk is read, then
 // written, by one thread). amax (if set) gets max |out| of the bf16 outputs.
 template <int ACT, bool VEC>
-__global__ void __launch_bounds__(256) gated_kernel(const bf16* gate, const bf16* up, int64_t n,
-                                                    bf16* out, float* amax) {
+__global__ void __launch_bounds__(256)
+    gated_kernel(const bf16* gate, const bf16* up, int64_t n, bf16* out, float* amax) {
   __shared__ float shm[256 / kWarp];
-  const int64_t step = int64_t(gridDim.x) * 256 * kChunk;
   float mx = 0.0f;
-  for (int64_t base = (int64_t(blockIdx.x) * 256 + threadIdx.x) * kChunk; base < n;
-       base += step * kUnroll) {
-    uint4 rg[kUnroll], ru[kUnroll];
+  for_chunk_pairs<VEC>(gate, up, n, [&](int64_t j, const uint4& rg, const uint4& ru) {
+    float v[8];
+    gated_chunk<ACT>(rg, ru, v);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = base + u * step;
-      if (j < n) {
-        rg[u] = load_raw<VEC>(gate, j, n);
-        ru[u] = load_raw<VEC>(up, j, n);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = base + u * step;
-      if (j < n) {
-        float v[8];
-        gated_chunk<ACT>(rg[u], ru[u], v);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = round_bf16(v[i]);
-        mx = fmaxf(mx, chunk_amax(v));  // zeros past n
-        store_chunk<VEC>(out, j, n, v);
-      }
-    }
-  }
+    for (int i = 0; i < 8; ++i) v[i] = round_bf16(v[i]);
+    mx = fmaxf(mx, chunk_amax(v));  // zeros past n
+    store_chunk<VEC>(out, j, n, v);
+  });
   if (amax != nullptr) {
-    mx = block_max<256>(mx, shm);
+    mx = block_max(mx, shm);
     if (threadIdx.x == 0) atomic_max_nonneg(amax, mx);
   }
 }
@@ -78,11 +59,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
                        int64_t cols, QuantOut q) {
   __shared__ float shm[kWarp];
   const RowThreads<WARP> g;
-  if (g.row >= q.padded_rows) return;
-  if (g.row >= rows) {
-    write_pad_row(g, cols, q);
-    return;
-  }
+  if (!quantized_data_row(g, rows, cols, q)) return;
   const bf16* gr = gate + g.row * cols;
   const bf16* ur = up + g.row * cols;
   float v[NCH][8];
@@ -105,18 +82,22 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 
 }  // namespace
 
-void launch_gated(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int act,
-                  bf16* out, float* amax, cudaStream_t s) {
+void launch_gated(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int act, bf16* out,
+                  float* amax, cudaStream_t s) {
   const int64_t n = rows * cols;
   if (n == 0) return;
   const bool vec = n % 8 == 0 && aligned16(gate) && aligned16(up) && aligned16(out);
-  const unsigned grid = grid_for(n, 256 * kChunk * kUnroll);
+  const unsigned grid = grid_for(n, 256 * kChunk * kFlatUnroll);
   if (act == 0) {
-    if (vec) gated_kernel<0, true><<<grid, 256, 0, s>>>(gate, up, n, out, amax);
-    else gated_kernel<0, false><<<grid, 256, 0, s>>>(gate, up, n, out, amax);
+    if (vec)
+      gated_kernel<0, true><<<grid, 256, 0, s>>>(gate, up, n, out, amax);
+    else
+      gated_kernel<0, false><<<grid, 256, 0, s>>>(gate, up, n, out, amax);
   } else {
-    if (vec) gated_kernel<1, true><<<grid, 256, 0, s>>>(gate, up, n, out, amax);
-    else gated_kernel<1, false><<<grid, 256, 0, s>>>(gate, up, n, out, amax);
+    if (vec)
+      gated_kernel<1, true><<<grid, 256, 0, s>>>(gate, up, n, out, amax);
+    else
+      gated_kernel<1, false><<<grid, 256, 0, s>>>(gate, up, n, out, amax);
   }
   FP8RL_LAUNCH_CHECK("gated");
 }

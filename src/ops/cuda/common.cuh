@@ -15,7 +15,9 @@ namespace fp8rl::cuda {
 constexpr int kWarp = 32;
 constexpr float kE4m3MaxF = 448.0f;
 
-__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 // Grid size for `n` items of `per_block` each, capped so that a grid-stride loop covers the rest.
 inline unsigned grid_for(int64_t n, int64_t per_block, int64_t cap = 65535LL * 16) {
   int64_t g = ceil_div(n, per_block);
@@ -34,60 +36,34 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Sum / max over the block; every thread gets the result. `shm` holds NT/32 floats; the
-// trailing barrier lets the caller reuse `shm` right away.
-template <int NT>
+// Sum / max (of non-negative values) over a block of any multiple of 32 threads, up to 1024;
+// every thread gets the result. The order is fixed by blockDim: each warp's butterfly, then
+// warps 0, 1, ... in turn. `shm` holds blockDim.x / 32 floats; the trailing barrier lets the
+// caller reuse it right away.
+template <bool MAX>
+__device__ __forceinline__ float block_reduce(float v, float* shm) {
+  v = MAX ? warp_max(v) : warp_sum(v);
+  const int w = threadIdx.x / kWarp, l = threadIdx.x % kWarp;
+  if (l == 0) shm[w] = v;
+  __syncthreads();
+  float r = 0.0f;
+  for (int i = 0; i < int(blockDim.x) / kWarp; ++i) r = MAX ? fmaxf(r, shm[i]) : r + shm[i];
+  __syncthreads();
+  return r;
+}
 __device__ __forceinline__ float block_sum(float v, float* shm) {
-  v = warp_sum(v);
-  const int w = threadIdx.x / kWarp, l = threadIdx.x % kWarp;
-  if (l == 0) shm[w] = v;
-  __syncthreads();
-  float r = 0.0f;
-#pragma unroll
-  for (int i = 0; i < NT / kWarp; ++i) r += shm[i];
-  __syncthreads();
-  return r;
+  return block_reduce<false>(v, shm);
 }
-template <int NT>
 __device__ __forceinline__ float block_max(float v, float* shm) {
-  v = warp_max(v);
-  const int w = threadIdx.x / kWarp, l = threadIdx.x % kWarp;
-  if (l == 0) shm[w] = v;
-  __syncthreads();
-  float r = 0.0f;
-#pragma unroll
-  for (int i = 0; i < NT / kWarp; ++i) r = fmaxf(r, shm[i]);
-  __syncthreads();
-  return r;
-}
-
-// Sum / max over a block of any multiple of 32 threads (up to 1024); `shm` holds 32 floats.
-// The order is fixed by blockDim: each warp's butterfly, then warps 0, 1, ... in turn.
-__device__ __forceinline__ float block_sum_any(float v, float* shm) {
-  v = warp_sum(v);
-  const int w = threadIdx.x / kWarp, l = threadIdx.x % kWarp;
-  if (l == 0) shm[w] = v;
-  __syncthreads();
-  float r = 0.0f;
-  for (int i = 0; i < int(blockDim.x) / kWarp; ++i) r += shm[i];
-  __syncthreads();
-  return r;
-}
-__device__ __forceinline__ float block_max_any(float v, float* shm) {
-  v = warp_max(v);
-  const int w = threadIdx.x / kWarp, l = threadIdx.x % kWarp;
-  if (l == 0) shm[w] = v;
-  __syncthreads();
-  float r = 0.0f;
-  for (int i = 0; i < int(blockDim.x) / kWarp; ++i) r = fmaxf(r, shm[i]);
-  __syncthreads();
-  return r;
+  return block_reduce<true>(v, shm);
 }
 
 __device__ __forceinline__ float load_f32(const bf16* p, int64_t i) {
   return __bfloat162float(p[i]);
 }
-__device__ __forceinline__ float load_f32(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float load_f32(const float* p, int64_t i) {
+  return p[i];
+}
 __device__ __forceinline__ float load_f32(const void* p, bool f32, int64_t i) {
   return f32 ? static_cast<const float*>(p)[i] : __bfloat162float(static_cast<const bf16*>(p)[i]);
 }

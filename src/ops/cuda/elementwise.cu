@@ -7,42 +7,23 @@ namespace fp8rl::cuda {
 
 namespace {
 
-#define FP8RL_GRID_STRIDE(i, n)                                                          \
+#define FP8RL_GRID_STRIDE(i, n)                                             \
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)
 
-constexpr int kAddUnroll = 4;
-
-// out = a + b, flat; each thread has kAddUnroll chunks of 8 in flight (16-byte loads and
+// out = a + b, flat; each thread has kFlatUnroll chunks of 8 in flight (16-byte loads and
 // stores). out may alias a or b: each chunk is read, then written, by one thread.
 template <bool VEC>
-__global__ void __launch_bounds__(256) add_kernel(const bf16* a, const bf16* b, bf16* out,
-                                                  int64_t n) {
-  const int64_t step = int64_t(gridDim.x) * 256 * kChunk;
-  for (int64_t base = (int64_t(blockIdx.x) * 256 + threadIdx.x) * kChunk; base < n;
-       base += step * kAddUnroll) {
-    uint4 ra[kAddUnroll], rb[kAddUnroll];
+__global__ void __launch_bounds__(256)
+    add_kernel(const bf16* a, const bf16* b, bf16* out, int64_t n) {
+  for_chunk_pairs<VEC>(a, b, n, [&](int64_t j, const uint4& ra, const uint4& rb) {
+    float x[8], y[8];
+    unpack(ra, x);
+    unpack(rb, y);
 #pragma unroll
-    for (int u = 0; u < kAddUnroll; ++u) {
-      const int64_t j = base + u * step;
-      if (j < n) {
-        ra[u] = load_raw<VEC>(a, j, n);
-        rb[u] = load_raw<VEC>(b, j, n);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kAddUnroll; ++u) {
-      const int64_t j = base + u * step;
-      if (j < n) {
-        float x[8], y[8];
-        unpack(ra[u], x);
-        unpack(rb[u], y);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) x[i] += y[i];
-        store_chunk<VEC>(out, j, n, x);
-      }
-    }
-  }
+    for (int i = 0; i < 8; ++i) x[i] += y[i];
+    store_chunk<VEC>(out, j, n, x);
+  });
 }
 
 __global__ void softcap_bf16_kernel(bf16* x, int64_t n, float cap) {
@@ -51,40 +32,56 @@ __global__ void softcap_bf16_kernel(bf16* x, int64_t n, float cap) {
   }
 }
 __global__ void softcap_f32_kernel(float* x, int64_t n, float cap) {
-  FP8RL_GRID_STRIDE(i, n) { x[i] = cap * tanhf(x[i] / cap); }
+  FP8RL_GRID_STRIDE(i, n) {
+    x[i] = cap * tanhf(x[i] / cap);
+  }
 }
 
 __global__ void add_bias_kernel(float* out, const float* __restrict__ bias, int64_t rows,
                                 int64_t n) {
-  FP8RL_GRID_STRIDE(i, rows * n) { out[i] += bias[i % n]; }
+  FP8RL_GRID_STRIDE(i, rows * n) {
+    out[i] += bias[i % n];
+  }
 }
 __global__ void bias_round_kernel(const float* __restrict__ y, const float* __restrict__ bias,
                                   int64_t rows, int64_t n, bf16* __restrict__ out) {
-  FP8RL_GRID_STRIDE(i, rows * n) { out[i] = __float2bfloat16_rn(y[i] + bias[i % n]); }
+  FP8RL_GRID_STRIDE(i, rows * n) {
+    out[i] = __float2bfloat16_rn(y[i] + bias[i % n]);
+  }
 }
 
 __global__ void fill_f32_kernel(float* x, int64_t n, float v) {
-  FP8RL_GRID_STRIDE(i, n) { x[i] = v; }
+  FP8RL_GRID_STRIDE(i, n) {
+    x[i] = v;
+  }
 }
 __global__ void fill_bf16_kernel(bf16* x, int64_t n, float v) {
   const bf16 b = __float2bfloat16_rn(v);
-  FP8RL_GRID_STRIDE(i, n) { x[i] = b; }
+  FP8RL_GRID_STRIDE(i, n) {
+    x[i] = b;
+  }
 }
 __global__ void fill_uniform_f32_kernel(float* x, int64_t n, uint64_t seed, float bound) {
-  FP8RL_GRID_STRIDE(i, n) { x[i] = uniform_hash(seed, uint64_t(i), bound); }
+  FP8RL_GRID_STRIDE(i, n) {
+    x[i] = uniform_hash(seed, uint64_t(i), bound);
+  }
 }
 __global__ void fill_uniform_bf16_kernel(bf16* x, int64_t n, uint64_t seed, float bound) {
-  FP8RL_GRID_STRIDE(i, n) { x[i] = __float2bfloat16_rn(uniform_hash(seed, uint64_t(i), bound)); }
+  FP8RL_GRID_STRIDE(i, n) {
+    x[i] = __float2bfloat16_rn(uniform_hash(seed, uint64_t(i), bound));
+  }
 }
 __global__ void broadcast_kernel(const float* __restrict__ in, float* __restrict__ out, int64_t n) {
-  FP8RL_GRID_STRIDE(i, n) { out[i] = in[0]; }
+  FP8RL_GRID_STRIDE(i, n) {
+    out[i] = in[0];
+  }
 }
 
 }  // namespace
 
 void launch_add(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  const unsigned grid = grid_for(n, 256 * kChunk * kAddUnroll);
+  const unsigned grid = grid_for(n, 256 * kChunk * kFlatUnroll);
   if (n % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(out))
     add_kernel<true><<<grid, 256, 0, s>>>(a, b, out, n);
   else

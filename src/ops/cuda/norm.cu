@@ -45,11 +45,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_kernel(NormArgs a) {
   const RowThreads<WARP> g;
   const int64_t d = a.d;
   if constexpr (QUANT) {
-    if (g.row >= a.q.padded_rows) return;  // whole warps only (WARP); never without
-    if (g.row >= a.rows) {
-      write_pad_row(g, d, a.q);
-      return;
-    }
+    if (!quantized_data_row(g, a.rows, d, a.q)) return;
   } else {
     if (g.row >= a.rows) return;
   }

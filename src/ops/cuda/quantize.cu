@@ -13,11 +13,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     quantize_rows_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, QuantOut q) {
   __shared__ float shm[kWarp];
   const RowThreads<WARP> g;
-  if (g.row >= q.padded_rows) return;
-  if (g.row >= rows) {
-    write_pad_row(g, cols, q);
-    return;
-  }
+  if (!quantized_data_row(g, rows, cols, q)) return;
   const T* xr = x + g.row * cols;
   float v[NCH][8];
   const int nseg = MULTI ? g.template segments<NCH>(cols) : 1;
@@ -47,7 +43,7 @@ __global__ void __launch_bounds__(256)
     load_chunk<VEC>(x, c * kChunk, n, v);
     a = fmaxf(a, chunk_amax(v));
   }
-  a = block_max<256>(a, shm);
+  a = block_max(a, shm);
   if (threadIdx.x == 0) atomic_max_nonneg(amax, a);
 }
 
@@ -117,7 +113,7 @@ __global__ void __launch_bounds__(256)
   float a = 0.0f;
   for (int64_t i = threadIdx.x; i < count; i += 256)
     a = fmaxf(a, fabsf(__bfloat162float(w[(r0 + i / width) * k + c0 + i % width])));
-  const float scale = fp8_scale(block_max<256>(a, shm));
+  const float scale = fp8_scale(block_max(a, shm));
   for (int64_t i = threadIdx.x; i < count; i += 256) {
     const int64_t idx = (r0 + i / width) * k + c0 + i % width;
     q[idx] = fp8_code(__bfloat162float(w[idx]), scale);

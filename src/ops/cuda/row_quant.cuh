@@ -47,6 +47,33 @@ __device__ __forceinline__ void unpack(const uint4& u, float (&v)[8]) {
     v[2 * i + 1] = f.y;
   }
 }
+
+// Flat element-wise kernels over n values of two bf16 inputs: a grid-stride walk in chunks of
+// 8 where each thread first issues the loads of kFlatUnroll chunks of both inputs, then calls
+// body(j, ra, rb) for each chunk (j: its first element; raw bits, zeros past n).
+constexpr int kFlatUnroll = 4;
+template <bool VEC, typename Body>
+__device__ __forceinline__ void for_chunk_pairs(const bf16* a, const bf16* b, int64_t n,
+                                                Body&& body) {
+  const int64_t step = int64_t(gridDim.x) * blockDim.x * kChunk;
+  for (int64_t base = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * kChunk; base < n;
+       base += step * kFlatUnroll) {
+    uint4 ra[kFlatUnroll], rb[kFlatUnroll];
+#pragma unroll
+    for (int u = 0; u < kFlatUnroll; ++u) {
+      const int64_t j = base + u * step;
+      if (j < n) {
+        ra[u] = load_raw<VEC>(a, j, n);
+        rb[u] = load_raw<VEC>(b, j, n);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kFlatUnroll; ++u) {
+      const int64_t j = base + u * step;
+      if (j < n) body(j, ra[u], rb[u]);
+    }
+  }
+}
 // 8 floats rounded to bf16 and packed (element 2i in the low half of word i).
 __device__ __forceinline__ uint4 pack(const float (&v)[8]) {
   uint4 u;
@@ -145,13 +172,13 @@ struct RowThreads {
     if constexpr (WARP)
       return warp_sum(v);
     else
-      return block_sum_any(v, shm);
+      return block_sum(v, shm);
   }
   __device__ __forceinline__ float max(float v, float* shm) const {
     if constexpr (WARP)
       return warp_max(v);
     else
-      return block_max_any(v, shm);
+      return block_max(v, shm);
   }
 };
 
@@ -248,6 +275,19 @@ __device__ __forceinline__ void write_pad_row(const RowThreads<WARP>& g, int64_t
   for (int64_t j = g.lane; j < cols; j += g.n) codes[j] = 0;
   for (int64_t b = g.lane; b < ceil_div(cols, 128); b += g.n)
     q.scales[b * q.padded_rows + g.row] = 1.0f;
+}
+
+// Whether g.row is a data row of a quantizing row kernel over q (rows of data, q.padded_rows
+// in all): pad rows get code 0 and scale 1 here, rows past the padding nothing.
+template <bool WARP>
+__device__ __forceinline__ bool quantized_data_row(const RowThreads<WARP>& g, int64_t rows,
+                                                   int64_t cols, const QuantOut& q) {
+  if (g.row >= q.padded_rows) return false;  // whole warps only (WARP); never without
+  if (g.row >= rows) {
+    write_pad_row(g, cols, q);
+    return false;
+  }
+  return true;
 }
 
 // Quantizes row g.row (< rows) of q, a row of nseg segments (1, a compile-time constant, unless
