@@ -39,14 +39,6 @@ struct WgCfg {
   static constexpr int kSmemBytes = int(kWgStages * kStage + 1024);
 };
 
-template <int N>
-__device__ __forceinline__ void fence_registers_u32(uint32_t (&r)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(r[i][e])::"memory");
-}
-
 template <int WG>
 __global__ void __launch_bounds__(WG* kAttnThreads, 2 / WG)
     attention_wgmma_kernel(const AttentionArgs a) {
@@ -139,7 +131,7 @@ __global__ void __launch_bounds__(WG* kAttnThreads, 2 / WG)
     __syncthreads();
     fence_registers(s);
     fence_registers(o);
-    fence_registers_u32(pa);
+    fence_registers(pa);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) wgmma_m64n64k16_rs(s, qa[kk], k_desc(i + 1, kk), kk > 0);
@@ -159,7 +151,7 @@ __global__ void __launch_bounds__(WG* kAttnThreads, 2 / WG)
     load_kv(i + 3);
   }
   fence_registers(o);
-  fence_registers_u32(pa);
+  fence_registers(pa);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < BC / 16; ++kk) wgmma_m64n128k16_rs_tb(o, pa[kk], v_desc(ntiles - 1, kk), 1);

@@ -60,6 +60,13 @@ __device__ __forceinline__ void fence_registers(float (&r)[N][4]) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(r[i][e])::"memory");
 }
+template <int N>
+__device__ __forceinline__ void fence_registers(uint32_t (&r)[N][4]) {  // A fragments
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(r[i][e])::"memory");
+}
 // Shared memory written by the generic proxy (st.shared, cp.async) becomes visible to the
 // async proxy that wgmma reads it through; each writing thread, before the barrier.
 __device__ __forceinline__ void fence_proxy_async() {
