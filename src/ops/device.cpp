@@ -63,6 +63,10 @@ double CudaDevice::time_gemm(const LinearWeight& w, int64_t m, int iters) {
 size_t CudaDevice::arena_high_water() const {
   return backend_->arena().high_water();
 }
+uint64_t CudaDevice::check_fp8_quotient(uint32_t b_first, uint32_t b_count, uint32_t b_step,
+                                        uint32_t (&bad)[2]) {
+  return cuda::check_fp8_quotient(*backend_, b_first, b_count, b_step, bad);
+}
 
 void CudaDevice::begin_capture() {
   CUDA_CHECK(cudaStreamBeginCapture(backend_->stream(), cudaStreamCaptureModeThreadLocal));
@@ -166,6 +170,9 @@ double CudaDevice::time_gemm(const LinearWeight&, int64_t, int) {
   no_cuda();
 }
 size_t CudaDevice::arena_high_water() const {
+  no_cuda();
+}
+uint64_t CudaDevice::check_fp8_quotient(uint32_t, uint32_t, uint32_t, uint32_t (&)[2]) {
   no_cuda();
 }
 void CudaDevice::begin_capture() {

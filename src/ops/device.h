@@ -90,6 +90,14 @@ class CudaDevice {
   // calls after a warm-up. The anchor for the in-model linear time of the same shape.
   double time_gemm(const LinearWeight& w, int64_t m, int iters);
 
+  // Self-check of the division in the device's FP8 quantizers (a multiply by the reciprocal
+  // with an fma correction) against IEEE division, the recipe's: the number of differing
+  // quotients over divisor significands 1 + (b_first + i * b_step) 2^-23, i < b_count, times
+  // every dividend significand in [1, 2); one differing pair's bits go to bad (if any).
+  // b_first 0, b_count 2^23, b_step 1 covers every pair of floats the quantizers can divide.
+  uint64_t check_fp8_quotient(uint32_t b_first, uint32_t b_count, uint32_t b_step,
+                              uint32_t (&bad)[2]);
+
   // CUDA graph capture: ops on this device's context between the two calls are recorded
   // instead of run. Every op is capturable (no allocation, host transfer or synchronization
   // inside a launch) as long as its operands already live on the device; transfers to or from

@@ -23,6 +23,7 @@ struct Harness {
   std::unique_ptr<CudaDevice> dev;
   Context gpu;
   bool perf = false;
+  bool exhaustive = false;  // cases that sample a large space cover all of it
 };
 
 // One comparison of a case: err against bound (NaN err fails).

@@ -167,6 +167,7 @@ std::vector<OpCase> correctness_cases() {
             [=](Harness& h, Outcome& o) { quantize_case(h, o, act, m, k, 5.0f); },
             m == 19 && k == 200);
       }
+  add("fp8_quotient reciprocal-multiply division vs IEEE", fp8_quotient_case, false);
   for (ActScaling act : {ActScaling::token, ActScaling::tensor})
     add(
         fmtname("quantize", std::string(act_scaling_name(act)) + " e4m3 midpoints"),
@@ -206,6 +207,10 @@ std::vector<OpCase> correctness_cases() {
   add(
       "gelu_tanh_mul_quant group M=257 K=2880",
       [](Harness& h, Outcome& o) { gated_quant_case(h, o, ActScaling::group, 257, 2880, false); },
+      false);
+  add(
+      "gelu_tanh_mul_quant token M=257 K=4224",
+      [](Harness& h, Outcome& o) { gated_quant_case(h, o, ActScaling::token, 257, 4224, false); },
       false);
   for (Fp8Scheme s : {Fp8Scheme::tensor, Fp8Scheme::row, Fp8Scheme::block})
     for (auto [n, k] : {std::pair<int64_t, int64_t>{256, 192}, {300, 200}, {1024, 4096}})

@@ -61,6 +61,7 @@ std::unique_ptr<DeviceLinear> make_linear(Harness& h, int64_t n, int64_t k, Fp8S
                                           ActScaling act, bool bias, uint64_t seed);
 
 // op_cases_fp8.cpp: activation quantization (standalone and fused), weight quantization, linears.
+void fp8_quotient_case(Harness& h, Outcome& o);
 void quantize_midpoints_case(Harness& h, Outcome& o, ActScaling act);
 void quantize_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k, float bound);
 void rms_norm_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k,

@@ -107,8 +107,9 @@ void expect_close_quant(Outcome& o, const HostQuant& g, const ops::QuantizedActi
 
 // Values whose quotient by the row's scale lands on or within a few fp32 ulps of every e4m3
 // rounding midpoint (and of subnormal ones, and of the saturation boundary), for scales with
-// long significands: the inputs where the device's reciprocal-multiply shortcut would part
-// from the recipe's IEEE division if its guard were wrong. Codes must match bit for bit.
+// long significands: the inputs where the device's division (a reciprocal multiply with an
+// fma correction, common.cuh fp8_quotient) would part from the recipe's IEEE division if the
+// correction fell short. Codes must match bit for bit.
 void quantize_midpoints_case(Harness& h, Outcome& o, ActScaling act) {
   std::vector<float> mids;  // e4m3 rounding midpoints in (0, 448), and 464
   for (int e = -9; e <= 8; ++e)
@@ -140,6 +141,35 @@ void quantize_midpoints_case(Harness& h, Outcome& o, ActScaling act) {
   const ops::QuantizedActivation q = ops::alloc_quantized(h.gpu, act, rows, cols);
   ops::quantize(h.gpu, x_d, q);
   expect_bit_exact(o, download_quant(h, q), ref);
+}
+
+// The quantizers' division against IEEE division on the device, quotient bits equal, for
+// every dividend significand and the divisor significands where a one-step correction has the
+// least margin (next to 2: the reciprocal's rounding error relative to the divisor is largest)
+// and next to 1, and 4096 spread over the rest: 2^36 pairs. With --exhaustive every divisor:
+// all 2^46 pairs, the proof that the shortcut is the recipe (a minute on an H200).
+void fp8_quotient_case(Harness& h, Outcome& o) {
+  constexpr uint32_t kSignificands = 1u << 23;
+  struct Range {
+    uint32_t first, count, step;
+  };
+  std::vector<Range> ranges = {{0, 2048, 1}, {kSignificands - 2048, 2048, 1}, {1021, 4096, 2039}};
+  if (h.exhaustive) ranges = {{0, kSignificands, 1}};
+  uint64_t mismatches = 0, pairs = 0;
+  uint32_t bad[2] = {0, 0};
+  for (const Range& r : ranges) {
+    uint32_t b[2] = {0, 0};
+    const uint64_t n = h.dev->check_fp8_quotient(r.first, r.count, r.step, b);
+    if (n != 0) bad[0] = b[0], bad[1] = b[1];
+    mismatches += n;
+    pairs += uint64_t(r.count) * kSignificands;
+  }
+  float a = 0, d = 0;
+  std::memcpy(&a, &bad[0], 4);
+  std::memcpy(&d, &bad[1], 4);
+  o.info = fmt::format("{} pairs{}", pairs,
+                       mismatches ? fmt::format(", e.g. {:a} / {:a}", double(a), double(d)) : "");
+  o.checks.push_back(expect_le("quotients differing from IEEE division", double(mismatches), 0));
 }
 
 void quantize_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k, float bound) {

@@ -1,11 +1,12 @@
-// test_ops [--list] [--perf] [--quick] [--no-wgmma] [--op NAME[,NAME...]] [--filter TEXT]
-//          [--json FILE]
+// test_ops [--list] [--perf] [--quick] [--no-wgmma] [--exhaustive] [--op NAME[,NAME...]]
+//          [--filter TEXT] [--json FILE]
 //
 // Runs every op case of op_cases.cpp on the CPU reference and on CUDA and compares (exit 1 on
 // any failure), or with --perf times the CUDA ops at prefill sizes and prints GB/s or
 // TFLOP/s. Without a CUDA device it prints "SKIPPED: no CUDA device" and exits 77 (CTest's
 // skip code), so CI, which has no GPU, shows the skip instead of a pass. --no-wgmma runs
 // attention on the mma.sync kernel (the path of non-Hopper GPUs) on a Hopper GPU too.
+// --exhaustive makes cases that sample a large input space cover all of it (fp8_quotient).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -18,7 +19,7 @@ using namespace fp8rl;
 using namespace fp8rl::gpu_test;
 
 int main(int argc, char** argv) {
-  bool perf = false, quick = false, list = false, wgmma = true;
+  bool perf = false, quick = false, list = false, wgmma = true, exhaustive = false;
   std::string filter, op, json_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -30,6 +31,8 @@ int main(int argc, char** argv) {
       quick = true;
     else if (a == "--no-wgmma")
       wgmma = false;
+    else if (a == "--exhaustive")
+      exhaustive = true;
     else if (a == "--filter" && i + 1 < argc)
       filter = argv[++i];
     else if (a == "--op" && i + 1 < argc)
@@ -38,7 +41,8 @@ int main(int argc, char** argv) {
       json_path = argv[++i];
     else {
       std::fprintf(stderr,
-                   "usage: test_ops [--perf] [--quick] [--no-wgmma] [--op NAME] [--filter TEXT] "
+                   "usage: test_ops [--perf] [--quick] [--no-wgmma] [--exhaustive] [--op NAME] "
+                   "[--filter TEXT] "
                    "[--json FILE]\n");
       return 2;
     }
@@ -61,6 +65,7 @@ int main(int argc, char** argv) {
   }
   try {
     Harness h(perf, wgmma);
+    h.exhaustive = exhaustive;
     std::printf("%s\n", CudaDevice::describe(0).c_str());
     if (!wgmma) std::printf("--no-wgmma: attention runs the mma.sync kernel for every head dim\n");
     std::ofstream json;

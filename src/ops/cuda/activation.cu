@@ -1,11 +1,13 @@
 // Gated MLP activations: act(gate) * up with act = SiLU (Llama, Qwen, Mistral) or GELU-tanh
 // (Gemma), plain or fused with the FP8 quantization of the product for the down projection.
-// The formulas are the CPU reference's (ops/cpu/elementwise.cpp) in fp32.
+// The formulas are the CPU reference's (ops/cpu/elementwise.cpp) in fp32, SiLU with the SFU's
+// exp and reciprocal.
 //
 // The plain op is flat over rows * cols (for_chunk_pairs: kFlatUnroll chunks of 8 values of
-// gate and up in flight per thread, 16-byte loads and stores). The fused op is a row kernel
-// (row_quant.cuh): the row's products stay in registers from the amax to the codes, so gate
-// and up are read once.
+// gate and up in flight per thread, 16-byte loads and stores). The fused op reads gate and up
+// once: with token scaling the row's products wait for the row's scale in shared memory
+// (gated_quant_staged_kernel, rows of 520..16384 values), otherwise in registers (a row
+// kernel of row_quant.cuh; 1x128 groups need no row-wide wait).
 #include "ops/cuda/row_quant.cuh"
 
 namespace fp8rl::cuda {
@@ -15,7 +17,12 @@ namespace {
 template <int ACT>
 __device__ __forceinline__ float activate(float x) {
   if constexpr (ACT == 0) {
-    return x / (1.0f + expf(-x));
+    // SiLU on the SFU (ex2 and rcp approximations, ~1e-6 relative for |x| < 20; the CPU's
+    // expf and IEEE division would cost ~20 instructions a value, more than the fused kernel's
+    // memory time): far below the bf16 rounding of the plain op's output, and a rounding flip
+    // of the fused op's e4m3 codes only within ~1e-6 of a midpoint (kFp8FusedFlips).
+    // Saturates correctly: exp(-x) = inf gives x * 0.
+    return __fdividef(x, 1.0f + __expf(-x));
   } else {
     constexpr float kSqrt2OverPi = 0.7978845608028654f;
     return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
@@ -80,7 +87,75 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   });
 }
 
+// Token-scaled act(gate) * up -> FP8 with the row's fp32 products staged in shared memory
+// rather than registers: a block holds one row (12288 values: 48 KB) and needs few registers,
+// so four blocks share an SM and one block's loads overlap another's SiLU and quantization.
+// (Holding the row in registers, as gated_quant_kernel does, takes ~100 registers a thread and
+// leaves the SM with two blocks that alternate between waiting for memory and computing.)
+// The stage is [8][chunks]: element i of chunk c at i * chunks + c, so that consecutive
+// threads touch consecutive banks. Needs cols % 8 == 0 and 16-byte aligned rows.
+constexpr int kStagedThreads = 256;
+constexpr int kStagedUnroll = 3;           // chunk loads of gate and up in flight per thread
+constexpr int64_t kStagedMaxCols = 16384;  // 64 KB of stage: three blocks per SM
+
+template <int ACT>
+__global__ void __launch_bounds__(kStagedThreads, 3)
+    gated_quant_staged_kernel(const bf16* __restrict__ gate, const bf16* __restrict__ up,
+                              int64_t rows, int64_t cols, QuantOut q) {
+  extern __shared__ float stage[];  // [8][chunks]
+  __shared__ float shm[kStagedThreads / kWarp];
+  const RowThreads<false> g;
+  if (!quantized_data_row(g, rows, cols, q)) return;
+  const int chunks = int(cols / kChunk);
+  const bf16* gr = gate + g.row * cols;
+  const bf16* ur = up + g.row * cols;
+  float a = 0.0f;
+  for (int c0 = g.lane; c0 < chunks; c0 += kStagedUnroll * g.n) {
+    uint4 rg[kStagedUnroll], ru[kStagedUnroll];
+#pragma unroll
+    for (int u = 0; u < kStagedUnroll; ++u) {
+      const int c = c0 + u * g.n;
+      if (c < chunks) {
+        rg[u] = load_raw<true>(gr, int64_t(c) * kChunk, cols);
+        ru[u] = load_raw<true>(ur, int64_t(c) * kChunk, cols);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kStagedUnroll; ++u) {
+      const int c = c0 + u * g.n;
+      if (c < chunks) {
+        float v[8];
+        gated_chunk<ACT>(rg[u], ru[u], v);
+        a = fmaxf(a, chunk_amax(v));
+#pragma unroll
+        for (int i = 0; i < 8; ++i) stage[i * chunks + c] = v[i];
+      }
+    }
+  }
+  // The reduction's barrier also makes every thread's stage writes visible.
+  const float scale = fp8_scale(g.max(a, shm));
+  const Fp8Divisor div = fp8_divisor(scale);
+  uint8_t* codes = q.codes + g.row * cols;
+  for (int c = g.lane; c < chunks; c += g.n) {
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = stage[i * chunks + c];
+    store_codes<true>(codes, int64_t(c) * kChunk, cols, v, div);
+  }
+  if (g.lane == 0) q.scales[g.row] = scale;
+}
+
 }  // namespace
+
+cudaError_t gated_init() {
+  const int bytes = int(kStagedMaxCols * sizeof(float));
+  cudaError_t e = cudaFuncSetAttribute(gated_quant_staged_kernel<0>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(gated_quant_staged_kernel<1>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  return e;
+}
 
 void launch_gated(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int act, bf16* out,
                   float* amax, cudaStream_t s) {
@@ -106,6 +181,16 @@ void launch_gated_quant(const bf16* gate, const bf16* up, int64_t rows, int64_t 
                         const QuantOut& q, cudaStream_t s) {
   if (q.padded_rows == 0) return;
   const bool vec = cols % 8 == 0 && aligned16(gate) && aligned16(up) && aligned16(q.codes);
+  if (vec && !q.group && cols > 2 * kWarp * kChunk && cols <= kStagedMaxCols) {
+    const size_t bytes = size_t(cols) * sizeof(float);
+    const unsigned grid = unsigned(q.padded_rows);
+    if (act == 0)
+      gated_quant_staged_kernel<0><<<grid, kStagedThreads, bytes, s>>>(gate, up, rows, cols, q);
+    else
+      gated_quant_staged_kernel<1><<<grid, kStagedThreads, bytes, s>>>(gate, up, rows, cols, q);
+    FP8RL_LAUNCH_CHECK("gated_quant_staged");
+    return;
+  }
   const RowPlan p = plan_rows(q.padded_rows, cols);
   dispatch_rows(p, vec, [&](auto nch, auto warp, auto multi, auto v) {
     constexpr int kNch = decltype(nch)::value;

@@ -64,6 +64,7 @@ Backend::Backend(const CudaDeviceOptions& o) {
   gemm_ = std::make_unique<Gemm>(lt_, workspace_, workspace_bytes_);
   probe_fp8(caps_, *gemm_);
   CUDA_CHECK(attention_init());
+  CUDA_CHECK(gated_init());
   bool wgmma = false;
   CUDA_CHECK(attention_wgmma_init(&wgmma));
   caps_.attention_wgmma = wgmma && o.wgmma_attention;

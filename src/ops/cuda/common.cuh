@@ -71,17 +71,62 @@ __device__ __forceinline__ float round_bf16(float x) {
   return __bfloat162float(__float2bfloat16_rn(x));
 }
 
-// The recipe's scale: amax / 448 as an IEEE division; zero amax gives 1.
+// The recipe's scale: amax / 448 rounded as an IEEE fp32 division; zero amax gives 1. In fp64
+// as amax * (1 / 448): within 2^-52 of the quotient, which lies at least 2^-49 (relative) from
+// any fp32 rounding midpoint, so the fp32 rounding is the division's (and no slow-path call).
 __device__ __forceinline__ float fp8_scale(float amax) {
-  return amax == 0.0f ? 1.0f : __fdiv_rn(amax, kE4m3MaxF);
+  return amax == 0.0f ? 1.0f : __double2float_rn(__dmul_rn(double(amax), 1.0 / 448.0));
 }
+// x / scale of the recipe, an IEEE-rounded fp32 division, without the ~10 instructions and the
+// slow-path call of one (whose call frame spills in the register-heavy row kernels).
+//
+// Scales in [2^-60, 2^60] (all that real activations produce): a multiplication by
+// y = RN(1 / scale) and one fma correction (Markstein), 3 instructions: q0 = RN(x y) is within
+// ~1.5 ulp of z = x / scale, the residual x - scale q0 is exact in an fma, and
+// RN(q0 + (x - scale q0) y) is within ~2^-23 ulp of z, while a quotient of two floats is never
+// on an fp32 rounding midpoint and at least ~2^-24 ulp away from one. The margins are too close
+// to settle on paper, so it is checked exhaustively: every step scales exactly by powers of two
+// while values stay normal, so the 2^46 pairs of significands stand for every dividend and
+// every such scale (launch_fp8_quotient_check; tests/gpu "fp8_quotient --exhaustive").
+// Quotients below 2^-11 round to e4m3 zero whatever their last bits, and above that every
+// intermediate is normal for these scales.
+//
+// Other scales (subnormal, huge, 0, inf, NaN): x * (1 / scale) in fp64, which is RN(z): the
+// fp64 reciprocal is within 2^-51 of 1 / scale and the product adds 2^-53, while z lies at
+// least 2^-49 (relative) from any fp32 midpoint (x and scale have 24-bit significands, so
+// x - scale M is a nonzero multiple of 2^-47 ulp-products for any 25-bit midpoint M).
+//
+// y itself is the fp32 rounding of the fp64 reciprocal, exact by the same margin (1 - scale M
+// is a multiple of 2^-47 relative to scale M). The fp64 reciprocal: the SFU's approximation
+// refined by three Newton steps (each squares the relative error: 2^-8 would do).
+struct Fp8Divisor {
+  double inv64;  // 1 / scale within 2^-51
+  float scale, inv;
+  bool direct;  // scale outside [2^-60, 2^60]: divide in fp64
+};
+__device__ __forceinline__ Fp8Divisor fp8_divisor(float scale) {
+  const double s = scale;
+  double r;
+  asm("rcp.approx.ftz.f64 %0, %1;" : "=d"(r) : "d"(s));
+  if (isfinite(r) && r != 0.0)  // 0, inf and NaN scales: the approximation is exact
+#pragma unroll
+    for (int i = 0; i < 3; ++i) r = __fma_rn(r, __fma_rn(-s, r, 1.0), r);
+  return {r, scale, __double2float_rn(r), !(scale >= 0x1p-60f && scale <= 0x1p60f)};
+}
+__device__ __forceinline__ float fp8_quotient(float x, const Fp8Divisor& d) {
+  if (d.direct) return __double2float_rn(__dmul_rn(double(x), d.inv64));
+  const float q0 = __fmul_rn(x, d.inv);
+  const float q1 = __fmaf_rn(__fmaf_rn(-d.scale, q0, x), d.inv, q0);
+  return x == 0.0f ? x : q1;  // keeps the sign of -0 (the residual of -0 is +0)
+}
+
 // e4m3(x / scale): IEEE division, round to nearest even, saturate to +-448.
-__device__ __forceinline__ uint8_t fp8_code(float x, float scale) {
-  return uint8_t(__nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3));
+__device__ __forceinline__ uint8_t fp8_code(float x, const Fp8Divisor& d) {
+  return uint8_t(__nv_cvt_float_to_fp8(fp8_quotient(x, d), __NV_SATFINITE, __NV_E4M3));
 }
 // Two codes packed little-endian: a in the low byte (the element with the lower index).
-__device__ __forceinline__ uint16_t fp8_code2(float a, float b, float scale) {
-  return uint16_t(__nv_cvt_float2_to_fp8x2(make_float2(__fdiv_rn(a, scale), __fdiv_rn(b, scale)),
+__device__ __forceinline__ uint16_t fp8_code2(float a, float b, const Fp8Divisor& d) {
+  return uint16_t(__nv_cvt_float2_to_fp8x2(make_float2(fp8_quotient(a, d), fp8_quotient(b, d)),
                                            __NV_SATFINITE, __NV_E4M3));
 }
 __device__ __forceinline__ float fp8_value(uint8_t code) {

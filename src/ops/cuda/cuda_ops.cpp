@@ -335,6 +335,23 @@ void dequantize(Backend& b, const ops::QuantizedActivation& q, const TensorView&
                         q.cols, q.padded_rows, bf(out), b.stream());
 }
 
+uint64_t check_fp8_quotient(Backend& b, uint32_t b_first, uint32_t b_count, uint32_t b_step,
+                            uint32_t (&bad)[2]) {
+  const size_t mark = b.arena().mark();
+  TensorView buf = b.arena().alloc({4}, DType::f32);  // [count (u64), bad a, bad b]
+  CUDA_CHECK(cudaMemsetAsync(buf.data, 0, 16, b.stream()));
+  auto* count = static_cast<unsigned long long*>(buf.data);
+  auto* pair = reinterpret_cast<uint32_t*>(count + 1);
+  launch_fp8_quotient_check(b_first, b_count, b_step, count, pair, b.stream());
+  uint32_t host[4] = {};
+  CUDA_CHECK(cudaMemcpyAsync(host, buf.data, sizeof(host), cudaMemcpyDeviceToHost, b.stream()));
+  CUDA_CHECK(cudaStreamSynchronize(b.stream()));
+  b.arena().rewind(mark);
+  bad[0] = host[2];
+  bad[1] = host[3];
+  return uint64_t(host[0]) | uint64_t(host[1]) << 32;
+}
+
 // ---- profiling
 
 bool profiling(Backend& b) {

@@ -37,8 +37,7 @@ void rms_norm(Backend& b, const TensorView& x, const TensorView& w, float eps, b
               const TensorView& out);
 void add_rms_norm(Backend& b, const TensorView& x, const TensorView& delta, const TensorView& w,
                   float eps, bool plus_one, const TensorView& out);
-void rope(Backend& b, const TensorView& x, const TensorView& positions,
-          const TensorView& inv_freq);
+void rope(Backend& b, const TensorView& x, const TensorView& positions, const TensorView& inv_freq);
 void rms_norm_rope(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
                    const TensorView& positions, const TensorView& inv_freq, const TensorView& out);
 void attention(Backend& b, const TensorView& q, const TensorView& k_cache,
@@ -54,14 +53,17 @@ ops::QuantizedActivation alloc_quantized(Backend& b, ActScaling act, int64_t row
 size_t quantized_bytes(ActScaling act, int64_t rows, int64_t cols);
 void quantize(Backend& b, const TensorView& x, const ops::QuantizedActivation& q,
               float static_scale);
-void rms_norm_quant(Backend& b, const TensorView& x, const TensorView& w, float eps,
-                    bool plus_one, const ops::QuantizedActivation& q);
+void rms_norm_quant(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
+                    const ops::QuantizedActivation& q);
 void add_rms_norm_quant(Backend& b, const TensorView& x, const TensorView& delta,
                         const TensorView& w, float eps, bool plus_one,
                         const ops::QuantizedActivation& q);
 void gated_quant(Backend& b, const TensorView& gate, const TensorView& up, int act,
                  const ops::QuantizedActivation& q);
 void dequantize(Backend& b, const ops::QuantizedActivation& q, const TensorView& out);
+// CudaDevice::check_fp8_quotient.
+uint64_t check_fp8_quotient(Backend& b, uint32_t b_first, uint32_t b_count, uint32_t b_step,
+                            uint32_t (&bad)[2]);
 
 // ---- linear layers (linear.cpp)
 // x_amax: max |x| computed by the producer (tensor scaling), or nullptr.

@@ -74,6 +74,8 @@ void launch_attention_wgmma(const AttentionArgs& a, cudaStream_t s);
 // ---- activation.cu: act 0 = SiLU, 1 = GELU-tanh. gate/up/out [rows, cols].
 void launch_gated(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int act, bf16* out,
                   float* amax, cudaStream_t s);
+// Raises the staged quantizing kernel's shared-memory limit; once per device.
+cudaError_t gated_init();
 void launch_gated_quant(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int act,
                         const QuantOut& q, cudaStream_t s);
 
@@ -115,6 +117,12 @@ void launch_quantize_weight(const bf16* w, int64_t n, int64_t k, int scheme, uin
 // w_hat[n, k] bf16 = codes * canonical scales.
 void launch_dequantize_weight(const uint8_t* q, const float* scales, int scheme, int64_t n,
                               int64_t k, bf16* out, cudaStream_t s);
+// Self-check of the quantizers' division (common.cuh fp8_quotient) against IEEE division: adds
+// to *mismatches the number of differing quotients over divisor significands
+// b_first + i * b_step (i < b_count, in units of 2^-23) x all dividend significands, and
+// writes one differing pair's bits to bad[0..1]. 2^23 divisors x 2^23 dividends is the proof.
+void launch_fp8_quotient_check(uint32_t b_first, uint32_t b_count, uint32_t b_step,
+                               unsigned long long* mismatches, uint32_t* bad, cudaStream_t s);
 // Block scales [nb, kb] row-major -> [nb, ld] (ld >= kb; pad columns 1).
 void launch_repack_block_scales(const float* in, int64_t nb, int64_t kb, int64_t ld, float* out,
                                 cudaStream_t s);

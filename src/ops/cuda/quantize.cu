@@ -52,11 +52,12 @@ __global__ void __launch_bounds__(256)
     quantize_tensor_kernel(const T* __restrict__ x, int64_t n, const float* amax,
                            float static_scale, uint8_t* __restrict__ codes, float* scale_out) {
   const float scale = amax != nullptr ? fp8_scale(*amax) : static_scale;
+  const Fp8Divisor div = fp8_divisor(scale);
   for (int64_t c = int64_t(blockIdx.x) * 256 + threadIdx.x; c * kChunk < n;
        c += int64_t(gridDim.x) * 256) {
     float v[kChunk];
     load_chunk<VEC>(x, c * kChunk, n, v);
-    store_codes<VEC>(codes, c * kChunk, n, v, scale);
+    store_codes<VEC>(codes, c * kChunk, n, v, div);
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = scale;
 }
@@ -109,16 +110,43 @@ __global__ void __launch_bounds__(256)
   const int64_t kb = ceil_div(k, 128);
   const int64_t r0 = int64_t(blockIdx.x / kb) * 128, c0 = int64_t(blockIdx.x % kb) * 128;
   const int64_t r1 = min(n, r0 + 128), c1 = min(k, c0 + 128);
-  const int64_t width = c1 - c0, count = (r1 - r0) * width;
+  // 32-bit offsets within the block (<= 128 x 128): a 64-bit division is a call.
+  const int width = int(c1 - c0), count = int(r1 - r0) * width;
   float a = 0.0f;
-  for (int64_t i = threadIdx.x; i < count; i += 256)
+  for (int i = threadIdx.x; i < count; i += 256)
     a = fmaxf(a, fabsf(__bfloat162float(w[(r0 + i / width) * k + c0 + i % width])));
   const float scale = fp8_scale(block_max(a, shm));
-  for (int64_t i = threadIdx.x; i < count; i += 256) {
+  const Fp8Divisor div = fp8_divisor(scale);
+  for (int i = threadIdx.x; i < count; i += 256) {
     const int64_t idx = (r0 + i / width) * k + c0 + i % width;
-    q[idx] = fp8_code(__bfloat162float(w[idx]), scale);
+    q[idx] = fp8_code(__bfloat162float(w[idx]), div);
   }
   if (threadIdx.x == 0) scales[blockIdx.x] = scale;
+}
+
+// fp8_quotient against IEEE division for divisor significands 1 + jb 2^-23,
+// jb = b_first + i * b_step (i < b_count), and every dividend significand in [1, 2): counts
+// the pairs that differ and keeps one (the bit patterns of a and b) in bad[0..1].
+__global__ void __launch_bounds__(256)
+    fp8_quotient_check_kernel(uint32_t b_first, uint32_t b_count, uint32_t b_step,
+                              unsigned long long* mismatches, uint32_t* bad) {
+  constexpr uint32_t kOne = 0x3f800000u, kSignificands = 1u << 23;
+  unsigned long long count = 0;
+  for (uint32_t i = blockIdx.y; i < b_count; i += gridDim.y) {
+    const float b = __uint_as_float(kOne + b_first + i * b_step);
+    const Fp8Divisor div = fp8_divisor(b);
+    for (uint32_t ia = blockIdx.x * blockDim.x + threadIdx.x; ia < kSignificands;
+         ia += gridDim.x * blockDim.x) {
+      const float a = __uint_as_float(kOne + ia);
+      if (__float_as_uint(fp8_quotient(a, div)) != __float_as_uint(__fdiv_rn(a, b))) {
+        ++count;
+        bad[0] = __float_as_uint(a);
+        bad[1] = __float_as_uint(b);
+      }
+    }
+  }
+  count = __reduce_add_sync(0xffffffffu, unsigned(count));
+  if (threadIdx.x % kWarp == 0 && count != 0) atomicAdd(mismatches, count);
 }
 
 __global__ void dequantize_weight_kernel(const uint8_t* __restrict__ q,
@@ -226,6 +254,14 @@ void launch_repack_block_scales(const float* in, int64_t nb, int64_t kb, int64_t
   if (nb * ld == 0) return;
   repack_kernel<<<grid_for(nb * ld, 256), 256, 0, s>>>(in, nb, kb, ld, out);
   FP8RL_LAUNCH_CHECK("repack_block_scales");
+}
+
+void launch_fp8_quotient_check(uint32_t b_first, uint32_t b_count, uint32_t b_step,
+                               unsigned long long* mismatches, uint32_t* bad, cudaStream_t s) {
+  if (b_count == 0) return;
+  const dim3 grid(1024, unsigned(b_count < 1024 ? b_count : 1024));
+  fp8_quotient_check_kernel<<<grid, 256, 0, s>>>(b_first, b_count, b_step, mismatches, bad);
+  FP8RL_LAUNCH_CHECK("fp8_quotient_check");
 }
 
 }  // namespace fp8rl::cuda

@@ -113,7 +113,7 @@ __device__ __forceinline__ void store_chunk(bf16* p, int64_t j, int64_t n, const
 
 template <bool VEC>
 __device__ __forceinline__ void store_codes(uint8_t* p, int64_t j, int64_t n, const float (&v)[8],
-                                            float scale) {
+                                            const Fp8Divisor& scale) {
   if constexpr (VEC) {
     uint2 u;
     u.x = uint32_t(fp8_code2(v[0], v[1], scale)) | (uint32_t(fp8_code2(v[2], v[3], scale)) << 16);
@@ -314,7 +314,7 @@ __device__ __forceinline__ void quantize_row(const RowThreads<WARP>& g, int nseg
         for (int o = 8; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
         const float scale = fp8_scale(a);
         if (j < cols) {
-          store_codes<VEC>(codes, j, cols, v[k], scale);
+          store_codes<VEC>(codes, j, cols, v[k], fp8_divisor(scale));
           if (j % 128 == 0) q.scales[(j / 128) * q.padded_rows + g.row] = scale;
         }
       }
@@ -329,12 +329,13 @@ __device__ __forceinline__ void quantize_row(const RowThreads<WARP>& g, int nseg
       if (g.template col<NCH>(s, k) < cols) a = fmaxf(a, chunk_amax(v[k]));
   }
   const float scale = fp8_scale(g.max(a, shm));
+  const Fp8Divisor div = fp8_divisor(scale);
   for (int s = 0; s < nseg; ++s) {
     if (nseg > 1) values(s, v);
 #pragma unroll
     for (int k = 0; k < NCH; ++k) {
       const int64_t j = g.template col<NCH>(s, k);
-      if (j < cols) store_codes<VEC>(codes, j, cols, v[k], scale);
+      if (j < cols) store_codes<VEC>(codes, j, cols, v[k], div);
     }
   }
   if (g.lane == 0) q.scales[g.row] = scale;
