@@ -3,6 +3,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
 #include "model/forward.h"
@@ -14,6 +15,13 @@ inline std::vector<int32_t> positions_from(size_t n, int32_t start = 0) {
   std::vector<int32_t> p(n);
   for (size_t i = 0; i < n; ++i) p[i] = start + int32_t(i);
   return p;
+}
+
+// The checkpoint in `dir`, as stored (nullopt) or with an on-the-fly FP8 scheme.
+inline Model load_model(const std::string& dir, std::optional<Fp8Scheme> scheme = std::nullopt) {
+  LoadOptions o;
+  o.fp8 = scheme;
+  return Model::load(dir, o);
 }
 
 // Logits of every token of one sequence run as a single prefill (bf16_activations: the CPU's

@@ -27,12 +27,6 @@ json read_json(const std::string& path) {
   return json::parse(f);
 }
 
-Model load(const std::string& dir, std::optional<Fp8Scheme> s = std::nullopt) {
-  LoadOptions o;
-  o.fp8 = s;
-  return Model::load(dir, o);
-}
-
 // Copies a checkpoint directory, letting `edit` replace tensors (name -> tensor) and the config.
 void rewrite(const std::string& src, const std::string& dst,
              const std::function<void(std::map<std::string, Tensor>&, json&)>& edit) {
@@ -63,9 +57,9 @@ class QuantizeRoundTrip : public ::testing::TestWithParam<RoundTrip> {};
 TEST_P(QuantizeRoundTrip, ReloadGivesTheOnTheFlyLogits) {
   const auto [scheme, format] = GetParam();
   const std::string out = temp_dir("rt");
-  const Model fly = load(golden_dir("qwen3"), scheme);
+  const Model fly = load_model(golden_dir("qwen3"), scheme);
   write_fp8_checkpoint(fly, out, format);
-  const Model stored = load(out);
+  const Model stored = load_model(out);
   EXPECT_TRUE(stored.prequantized());
   EXPECT_EQ(stored.scheme(), scheme);
   EXPECT_EQ(stored.act_scaling(), matching_act_scaling(scheme));
@@ -103,7 +97,7 @@ INSTANTIATE_TEST_SUITE_P(
 // they are converted to fp32 on load and used as they are.
 TEST(FP8Checkpoints, HalfPrecisionScalesAreConverted) {
   const std::string base = temp_dir("base"), half = temp_dir("half");
-  write_fp8_checkpoint(load(golden_dir("llama"), Fp8Scheme::block), base, Fp8Format::fp8);
+  write_fp8_checkpoint(load_model(golden_dir("llama"), Fp8Scheme::block), base, Fp8Format::fp8);
   int converted = 0;
   rewrite(base, half, [&](std::map<std::string, Tensor>& t, json&) {
     for (auto& [name, tensor] : t) {
@@ -115,7 +109,7 @@ TEST(FP8Checkpoints, HalfPrecisionScalesAreConverted) {
     }
   });
   EXPECT_GT(converted, 0);
-  const Model a = load(base), b = load(half);
+  const Model a = load_model(base), b = load_model(half);
   const LinearWeight& wa = a.layers[0].q;
   const LinearWeight& wb = b.layers[0].q;
   ASSERT_EQ(wb.scales.dtype, DType::f32);
@@ -139,7 +133,7 @@ TEST(FP8Checkpoints, HalfPrecisionScalesAreConverted) {
 // 0-d input_scale that quantizes activations with a fixed scale.
 TEST(FP8Checkpoints, StaticPerTensorInputScale) {
   const std::string base = temp_dir("tbase"), stat = temp_dir("static");
-  write_fp8_checkpoint(load(golden_dir("mistral"), Fp8Scheme::tensor), base,
+  write_fp8_checkpoint(load_model(golden_dir("mistral"), Fp8Scheme::tensor), base,
                        Fp8Format::compressed_tensors);
   auto make = [&](float input_scale) {
     fs::remove_all(stat);
@@ -154,7 +148,7 @@ TEST(FP8Checkpoints, StaticPerTensorInputScale) {
       }
       config["quantization_config"] = {{"quant_method", "fp8"}, {"activation_scheme", "static"}};
     });
-    return load(stat);
+    return load_model(stat);
   };
   const std::vector<int32_t> ids = golden_ids("mistral");
   const Model m1 = make(0.02f);
@@ -163,7 +157,7 @@ TEST(FP8Checkpoints, StaticPerTensorInputScale) {
   const Tensor l1 = prefill_logits(m1, ids);
   const Tensor l2 = prefill_logits(make(0.03f), ids);
   EXPECT_GT(rel_max_diff(l1, l2), 0.0);  // the static scale is what quantizes activations
-  const Tensor dyn = prefill_logits(load(base), ids);
+  const Tensor dyn = prefill_logits(load_model(base), ids);
   EXPECT_GE(top1_agreement(l1, dyn), 0.75);
   fs::remove_all(base);
   fs::remove_all(stat);
@@ -172,7 +166,7 @@ TEST(FP8Checkpoints, StaticPerTensorInputScale) {
 void expect_load_error(const std::string& dir, const std::string& fragment,
                        std::optional<Fp8Scheme> s = std::nullopt) {
   try {
-    load(dir, s);
+    load_model(dir, s);
     FAIL() << "expected an error containing '" << fragment << "'";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
@@ -181,7 +175,7 @@ void expect_load_error(const std::string& dir, const std::string& fragment,
 
 TEST(FP8Checkpoints, InconsistentCheckpointsAreRejected) {
   const std::string base = temp_dir("ebase"), bad = temp_dir("bad");
-  write_fp8_checkpoint(load(golden_dir("qwen3"), Fp8Scheme::row), base,
+  write_fp8_checkpoint(load_model(golden_dir("qwen3"), Fp8Scheme::row), base,
                        Fp8Format::compressed_tensors);
   const std::string s = "model.layers.0.self_attn.q_proj.weight_scale";
   rewrite(base, bad, [&](auto&, json& c) { c.erase("quantization_config"); });

@@ -9,12 +9,6 @@ using namespace fp8rl::test;
 
 namespace {
 
-Model load(const std::string& arch, Fp8Scheme s) {
-  LoadOptions o;
-  o.fp8 = s;
-  return Model::load(golden_dir(arch), o);
-}
-
 // Prefill `split` tokens, then one decode step per remaining token; logits of every token.
 Tensor prefill_then_decode(const Model& m, const std::vector<int32_t>& ids, size_t split,
                            bool bf16_activations = false) {
@@ -45,7 +39,7 @@ class DecodeEqualsPrefill
 
 TEST_P(DecodeEqualsPrefill, SameLogits) {
   const auto& [arch, scheme, bf16] = GetParam();
-  const Model m = load(arch, scheme);
+  const Model m = load_model(golden_dir(arch), scheme);
   const std::vector<int32_t> ids = golden_ids(arch);  // 32 tokens: past the sliding window
   const Tensor full = prefill_logits(m, ids, bf16);
   const Tensor stepped = prefill_then_decode(m, ids, 5, bf16);
@@ -69,7 +63,7 @@ class BatchOfSequences : public ::testing::TestWithParam<bool> {};
 
 TEST_P(BatchOfSequences, EqualsSeparateRuns) {
   const bool bf16 = GetParam();
-  const Model m = load("gemma3", Fp8Scheme::row);
+  const Model m = load_model(golden_dir("gemma3"), Fp8Scheme::row);
   const std::vector<int32_t> a = golden_ids("gemma3");
   const std::vector<int32_t> b(a.begin() + 3, a.begin() + 20);
   Arena arena;
@@ -112,7 +106,7 @@ class Bf16Activations : public ::testing::TestWithParam<std::tuple<std::string, 
 
 TEST_P(Bf16Activations, CloseToF32AndDeterministic) {
   const auto& [arch, scheme] = GetParam();
-  const Model m = load(arch, scheme);
+  const Model m = load_model(golden_dir(arch), scheme);
   const std::string sname(scheme_name(scheme));
   const std::vector<int32_t> ids = golden_ids(arch, sname);
   const Tensor f32 = prefill_logits(m, ids);
@@ -120,8 +114,8 @@ TEST_P(Bf16Activations, CloseToF32AndDeterministic) {
   EXPECT_EQ(rel_max_diff(prefill_logits(m, ids, true), bf16), 0.0);  // deterministic
   double bound = kBf16EmulationLogits;
   if (scheme != Fp8Scheme::off)
-    bound =
-        cuda_fp8_logits_bound(rel_max_diff(f32, prefill_logits(load(arch, Fp8Scheme::off), ids)));
+    bound = cuda_fp8_logits_bound(
+        rel_max_diff(f32, prefill_logits(load_model(golden_dir(arch), Fp8Scheme::off), ids)));
   const double err = rel_max_diff(bf16, f32);
   EXPECT_LE(err, bound) << arch << " " << sname;
   EXPECT_GT(err, 0.0) << "bf16_activations changed nothing";
@@ -144,7 +138,7 @@ INSTANTIATE_TEST_SUITE_P(Archs, Bf16Activations,
                          });
 
 TEST(Forward, RejectsBadInput) {
-  const Model m = load("llama", Fp8Scheme::off);
+  const Model m = load_model(golden_dir("llama"), Fp8Scheme::off);
   Arena arena;
   Context ctx{Device::cpu, &arena};
   KvCache cache(m.config(), 4);
