@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Makes a small folder with what tests/gpu/run.sh needs on the GPU machine, from a CUDA build
 # made here: the three GPU binaries (stripped) and the non-CUDA shared libraries they link that
-# the GPU image may lack (libfmt, libgomp). cuBLASLt comes from the GPU machine's CUDA.
+# the GPU image may lack (libfmt, libgomp, libpcre2-8), as one gzip archive (bundle.tgz, ~18
+# MB rather than ~60: the device tool carries at most 64 MiB) that run.sh unpacks in place.
+# cuBLASLt comes from the GPU machine's CUDA.
 #
 #   tests/gpu/bundle.sh [BUILD_DIR] [BUNDLE_DIR]      (defaults: build-cuda, build-gpu)
 set -eu
@@ -12,8 +14,11 @@ mkdir -p "$BUNDLE/tests/gpu" "$BUNDLE/lib"
 for b in test_ops test_model_gpu fp8rl_bench; do
   strip -o "$BUNDLE/tests/gpu/$b" "$BUILD/tests/gpu/$b"
 done
-for lib in libfmt.so libgomp.so; do
+for lib in libfmt.so libgomp.so libpcre2-8.so; do
   path=$(ldd "$BUILD/tests/gpu/test_ops" | awk -v l="$lib" 'index($1, l) == 1 {print $3}')
   [ -n "$path" ] && cp -L "$path" "$BUNDLE/lib/"
 done
+tar -C "$BUNDLE" -czf "$BUNDLE.tgz.tmp" tests lib
+rm -rf "$BUNDLE/tests" "$BUNDLE/lib"
+mv "$BUNDLE.tgz.tmp" "$BUNDLE/bundle.tgz"
 du -sh "$BUNDLE"

@@ -6,7 +6,8 @@
 #   tests/gpu/run.sh [BUILD_DIR] [--skip-hf] [--skip-memcheck]
 #
 # BUILD_DIR holds tests/gpu/{test_ops,test_model_gpu,fp8rl_bench} and lib/ with the shared
-# libraries they need beyond CUDA (tests/gpu/bundle.sh makes such a folder from a build).
+# libraries they need beyond CUDA, or bundle.tgz with them (tests/gpu/bundle.sh makes that
+# from a build).
 # Steps: device info + kernel resource usage, op harness, model on CUDA vs CPU, Qwen3-8B
 # prefill benchmark for --fp8 row/off/block/tensor (random weights, 8192 tokens), the HF
 # transformers bf16 anchor on the same config, op perf mode, compute-sanitizer memcheck of the
@@ -24,6 +25,10 @@ for a in "$@"; do
 done
 OUT=${OUT:-gpu-results}
 BIN="$BUILD/tests/gpu"
+# A bundle travels as one archive; unpack it once.
+if [ -f "$BUILD/bundle.tgz" ] && [ ! -x "$BIN/test_ops" ]; then
+  tar -C "$BUILD" -xzf "$BUILD/bundle.tgz" || { echo "cannot unpack $BUILD/bundle.tgz"; exit 1; }
+fi
 # Shared libraries: the bundle's own (libfmt, libgomp of the build machine) first, then
 # cuBLASLt from the CUDA toolkit or the PyTorch wheel, wherever this machine has it.
 LIBS="$BUILD/lib"
