@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes a small folder with what tests/gpu/run.sh needs on the GPU machine, from a CUDA build
-# made here: the three GPU binaries (stripped) and the non-CUDA shared libraries they link that
+# made here: the three GPU binaries and the fp8rl CLI (stripped; cli_logits.sh runs the CLI)
+# and the non-CUDA shared libraries they link that
 # the GPU image may lack (libfmt, libgomp, libpcre2-8), as one gzip archive (bundle.tgz, ~18
 # MB rather than ~60: the device tool carries at most 64 MiB) that run.sh unpacks in place.
 # cuBLASLt comes from the GPU machine's CUDA.
@@ -10,15 +11,17 @@ set -eu
 BUILD=${1:-build-cuda}
 BUNDLE=${2:-build-gpu}
 rm -rf "$BUNDLE"
-mkdir -p "$BUNDLE/tests/gpu" "$BUNDLE/lib"
+mkdir -p "$BUNDLE/tests/gpu" "$BUNDLE/bin" "$BUNDLE/lib"
 for b in test_ops test_model_gpu fp8rl_bench; do
   strip -o "$BUNDLE/tests/gpu/$b" "$BUILD/tests/gpu/$b"
 done
+strip -o "$BUNDLE/bin/fp8rl" "$BUILD/src/cli/fp8rl"
 for lib in libfmt.so libgomp.so libpcre2-8.so; do
-  path=$(ldd "$BUILD/tests/gpu/test_ops" | awk -v l="$lib" 'index($1, l) == 1 {print $3}')
+  path=$(ldd "$BUILD/tests/gpu/test_ops" "$BUILD/src/cli/fp8rl" |
+    awk -v l="$lib" 'index($1, l) == 1 {print $3; exit}')
   [ -n "$path" ] && cp -L "$path" "$BUNDLE/lib/"
 done
-tar -C "$BUNDLE" -czf "$BUNDLE.tgz.tmp" tests lib
-rm -rf "$BUNDLE/tests" "$BUNDLE/lib"
+tar -C "$BUNDLE" -czf "$BUNDLE.tgz.tmp" tests bin lib
+rm -rf "$BUNDLE/tests" "$BUNDLE/bin" "$BUNDLE/lib"
 mv "$BUNDLE.tgz.tmp" "$BUNDLE/bundle.tgz"
 du -sh "$BUNDLE"

@@ -8,7 +8,8 @@
 # BUILD_DIR holds tests/gpu/{test_ops,test_model_gpu,fp8rl_bench} and lib/ with the shared
 # libraries they need beyond CUDA, or bundle.tgz with them (tests/gpu/bundle.sh makes that
 # from a build).
-# Steps: device info + kernel resource usage, op harness, model on CUDA vs CPU, Qwen3-8B
+# Steps: device info + kernel resource usage, op harness, model on CUDA vs CPU (test_model_gpu
+# and the CLI's logits, cli_logits.sh), Qwen3-8B
 # prefill benchmark for --fp8 row/off/block/tensor (random weights, 8192 tokens), the HF
 # transformers bf16 anchor on the same config, op perf mode, compute-sanitizer memcheck of the
 # harness's quick subset.
@@ -85,6 +86,8 @@ step "model goldens" "$OUT/model.log" 60 "$BIN/test_model_gpu" --data tests/data
 tail -1 "$OUT/model.log" >> "$SUMMARY"
 step "model random" "$OUT/model.log" 60 "$BIN/test_model_gpu" --data tests/data --random
 tail -1 "$OUT/model.log" >> "$SUMMARY"
+# fp8rl logits --device cuda against both CPU references, with top-1 agreement (issue 4).
+step "cli logits" "$OUT/model.log" 120 bash tests/gpu/cli_logits.sh "$BUILD"
 
 for fp8 in row off block tensor; do
   step "bench qwen3-8b $fp8" "$OUT/bench.log" 60 "$BIN/fp8rl_bench" bench forward \
