@@ -3,7 +3,7 @@
 # order of importance, each step under its own time limit, and writes logs and a summary under
 # $OUT (default ./gpu-results): at most 8 files, so the device tool can bring them all back.
 #
-#   tests/gpu/run.sh [BUILD_DIR] [--skip-hf] [--skip-memcheck]
+#   tests/gpu/run.sh [BUILD_DIR] [--skip-hf] [--skip-memcheck] [--exhaustive]
 #
 # BUILD_DIR holds tests/gpu/{test_ops,test_model_gpu,fp8rl_bench} and lib/ with the shared
 # libraries they need beyond CUDA, or bundle.tgz with them (tests/gpu/bundle.sh makes that
@@ -17,8 +17,10 @@ set -u
 BUILD=build-cuda
 SKIP_HF=0
 SKIP_MEMCHECK=0
+EXHAUSTIVE=0
 for a in "$@"; do
   case "$a" in
+    --exhaustive) EXHAUSTIVE=1 ;;
     --skip-hf) SKIP_HF=1 ;;
     --skip-memcheck) SKIP_MEMCHECK=1 ;;
     *) BUILD="$a" ;;
@@ -79,6 +81,12 @@ for op in $("$BIN/test_ops" --list | awk '{print $1}' | sort -u); do
   step "ops $op" "$OUT/ops.log" 60 "$BIN/test_ops" --op "$op"
   tail -1 "$OUT/ops.log" >> "$SUMMARY"
 done
+# The proof that the quantizers' division is IEEE division: all 2^46 significand pairs (a
+# minute on an H200; the per-op run above samples 2^36 of them).
+if [ $EXHAUSTIVE -eq 1 ]; then
+  step "ops fp8_quotient exhaustive" "$OUT/ops.log" 300 "$BIN/test_ops" --exhaustive --op fp8_quotient
+  tail -1 "$OUT/ops.log" >> "$SUMMARY"
+fi
 # The mma.sync attention kernel (what non-Hopper GPUs run) on this GPU too.
 step "ops attention mma.sync" "$OUT/ops.log" 60 "$BIN/test_ops" --no-wgmma --op attention
 tail -1 "$OUT/ops.log" >> "$SUMMARY"
