@@ -5,9 +5,8 @@
 //
 // The plain op is flat over rows * cols (for_chunk_pairs: kFlatUnroll chunks of 8 values of
 // gate and up in flight per thread, 16-byte loads and stores). The fused op reads gate and up
-// once: with token scaling the row's products wait for the row's scale in shared memory
-// (gated_quant_staged_kernel, rows of 520..16384 values), otherwise in registers (a row
-// kernel of row_quant.cuh; 1x128 groups need no row-wide wait).
+// once: the row's products wait for their scale in shared memory (gated_quant_staged_kernel,
+// rows of 520..16384 values), other rows in registers (a row kernel of row_quant.cuh).
 #include "ops/cuda/row_quant.cuh"
 
 namespace fp8rl::cuda {
@@ -87,13 +86,16 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   });
 }
 
-// Token-scaled act(gate) * up -> FP8 with the row's fp32 products staged in shared memory
-// rather than registers: a block holds one row (12288 values: 48 KB) and needs few registers,
-// so four blocks share an SM and one block's loads overlap another's SiLU and quantization.
-// (Holding the row in registers, as gated_quant_kernel does, takes ~100 registers a thread and
-// leaves the SM with two blocks that alternate between waiting for memory and computing.)
-// The stage is [8][chunks]: element i of chunk c at i * chunks + c, so that consecutive
-// threads touch consecutive banks. Needs cols % 8 == 0 and 16-byte aligned rows.
+// act(gate) * up -> FP8 with the row's fp32 products staged in shared memory rather than
+// registers: a block holds one row (12288 values: 48 KB) and needs few registers, so four
+// blocks share an SM and one block's loads overlap another's SiLU and quantization. (Holding
+// the row in registers, as gated_quant_kernel does, takes ~100 registers a thread and leaves
+// the SM with two blocks that alternate between waiting for memory and computing.) Token
+// scaling waits for the row's amax; 1x128 groups are 16 consecutive chunks, held by a
+// half-warp in the second pass (the block's chunk stride, 256, is a multiple of 16), so their
+// amax is a 4-step shuffle. The stage is [8][chunks]: element i of chunk c at i * chunks + c,
+// so that consecutive threads touch consecutive banks. Needs cols % 8 == 0 and 16-byte aligned
+// rows.
 constexpr int kStagedThreads = 256;
 constexpr int kStagedUnroll = 3;           // chunk loads of gate and up in flight per thread
 constexpr int64_t kStagedMaxCols = 16384;  // 64 KB of stage: three blocks per SM
@@ -133,16 +135,36 @@ __global__ void __launch_bounds__(kStagedThreads, 3)
     }
   }
   // The reduction's barrier also makes every thread's stage writes visible.
-  const float scale = fp8_scale(g.max(a, shm));
-  const Fp8Divisor div = fp8_divisor(scale);
+  a = g.max(a, shm);
   uint8_t* codes = q.codes + g.row * cols;
-  for (int c = g.lane; c < chunks; c += g.n) {
-    float v[8];
+  const float row_scale = fp8_scale(a);
+  const Fp8Divisor row_div = fp8_divisor(row_scale);
+  if (!q.group) {
+    for (int c = g.lane; c < chunks; c += g.n) {
+      float v[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = stage[i * chunks + c];
-    store_codes<true>(codes, int64_t(c) * kChunk, cols, v, div);
+      for (int i = 0; i < 8; ++i) v[i] = stage[i * chunks + c];
+      store_codes<true>(codes, int64_t(c) * kChunk, cols, v, row_div);
+    }
+    if (g.lane == 0) q.scales[g.row] = row_scale;
+    return;
   }
-  if (g.lane == 0) q.scales[g.row] = scale;
+  // Whole half-warps per iteration (the group shuffles): chunks past the row count as zeros.
+  for (int c0 = 0; c0 < chunks; c0 += g.n) {
+    const int c = c0 + g.lane;
+    float v[8] = {};
+    if (c < chunks)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = stage[i * chunks + c];
+    float ga = chunk_amax(v);
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) ga = fmaxf(ga, __shfl_xor_sync(0xffffffffu, ga, o));
+    const float scale = fp8_scale(ga);
+    if (c < chunks) {
+      store_codes<true>(codes, int64_t(c) * kChunk, cols, v, fp8_divisor(scale));
+      if (c % 16 == 0) q.scales[int64_t(c / 16) * q.padded_rows + g.row] = scale;
+    }
+  }
 }
 
 }  // namespace
@@ -181,7 +203,7 @@ void launch_gated_quant(const bf16* gate, const bf16* up, int64_t rows, int64_t 
                         const QuantOut& q, cudaStream_t s) {
   if (q.padded_rows == 0) return;
   const bool vec = cols % 8 == 0 && aligned16(gate) && aligned16(up) && aligned16(q.codes);
-  if (vec && !q.group && cols > 2 * kWarp * kChunk && cols <= kStagedMaxCols) {
+  if (vec && cols > 2 * kWarp * kChunk && cols <= kStagedMaxCols) {
     const size_t bytes = size_t(cols) * sizeof(float);
     const unsigned grid = unsigned(q.padded_rows);
     if (act == 0)
