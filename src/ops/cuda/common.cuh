@@ -93,12 +93,13 @@ __device__ __forceinline__ float fp8_scale(float amax) {
 //
 // Other scales (subnormal, huge, 0, inf, NaN): x * (1 / scale) in fp64, which is RN(z): the
 // fp64 reciprocal is within 2^-51 of 1 / scale and the product adds 2^-53, while z lies at
-// least 2^-49 (relative) from any fp32 midpoint (x and scale have 24-bit significands, so
-// x - scale M is a nonzero multiple of 2^-47 ulp-products for any 25-bit midpoint M).
+// least 2^-49 (relative) from any fp32 midpoint M: x has a 24-bit significand, scale M a
+// 24 + 25-bit one, so x - scale M is 0 (impossible: M's odd last bit survives the product)
+// or at least 2^-48 of scale M.
 //
-// y itself is the fp32 rounding of the fp64 reciprocal, exact by the same margin (1 - scale M
-// is a multiple of 2^-47 relative to scale M). The fp64 reciprocal: the SFU's approximation
-// refined by three Newton steps (each squares the relative error: 2^-8 would do).
+// y itself is the fp32 rounding of the fp64 reciprocal, exact by the same margin (1 - scale M,
+// likewise). The fp64 reciprocal: the SFU's approximation refined by three Newton steps (each
+// squares the relative error: a start of 2^-8 would do).
 struct Fp8Divisor {
   double inv64;  // 1 / scale within 2^-51
   float scale, inv;
