@@ -134,12 +134,13 @@ __global__ void __launch_bounds__(kStagedThreads, 3)
       }
     }
   }
-  // The reduction's barrier also makes every thread's stage writes visible.
+  // The reduction's barrier also makes every thread's stage writes visible (group scaling
+  // needs only that).
   a = g.max(a, shm);
   uint8_t* codes = q.codes + g.row * cols;
-  const float row_scale = fp8_scale(a);
-  const Fp8Divisor row_div = fp8_divisor(row_scale);
   if (!q.group) {
+    const float row_scale = fp8_scale(a);
+    const Fp8Divisor row_div = fp8_divisor(row_scale);
     for (int c = g.lane; c < chunks; c += g.n) {
       float v[8];
 #pragma unroll

@@ -85,18 +85,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_kernel(NormArgs a) {
 
   // The normed values of segment s in v (re-read from x when the row has several segments).
   auto normed = [&](int s, float(&vv)[NCH][8]) {
-    if (nseg > 1) {
-#pragma unroll
-      for (int k = 0; k < NCH; ++k) {
-        const int64_t j = g.template col<NCH>(s, k);
-        if (j < d) {
-          load_chunk<VEC>(xr, j, d, vv[k]);
-        } else {
-#pragma unroll
-          for (int i = 0; i < 8; ++i) vv[k][i] = 0.0f;
-        }
-      }
-    }
+    if (nseg > 1) load_row_chunks<NCH, VEC>(g, xr, s, d, vv);
 #pragma unroll
     for (int k = 0; k < NCH; ++k) {
       const int64_t j = g.template col<NCH>(s, k);

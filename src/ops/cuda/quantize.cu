@@ -18,16 +18,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   float v[NCH][8];
   const int nseg = MULTI ? g.template segments<NCH>(cols) : 1;
   quantize_row<NCH, VEC>(g, nseg, cols, q, shm, v, [&](int s, float(&vv)[NCH][8]) {
-#pragma unroll
-    for (int k = 0; k < NCH; ++k) {
-      const int64_t j = g.template col<NCH>(s, k);
-      if (j < cols) {
-        load_chunk<VEC>(xr, j, cols, vv[k]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) vv[k][i] = 0.0f;
-      }
-    }
+    load_row_chunks<NCH, VEC>(g, xr, s, cols, vv);
   });
 }
 

@@ -182,6 +182,22 @@ struct RowThreads {
   }
 };
 
+// This thread's chunks of segment s of row p (cols values) into v as floats; zeros past the row.
+template <int NCH, bool VEC, bool WARP, typename T>
+__device__ __forceinline__ void load_row_chunks(const RowThreads<WARP>& g, const T* p, int s,
+                                                int64_t cols, float (&v)[NCH][8]) {
+#pragma unroll
+  for (int k = 0; k < NCH; ++k) {
+    const int64_t j = g.template col<NCH>(s, k);
+    if (j < cols) {
+      load_chunk<VEC>(p, j, cols, v[k]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[k][i] = 0.0f;
+    }
+  }
+}
+
 // How a row kernel covers `rows` rows of `cols` values: a warp per row up to 64 chunks (512
 // values), else a block per row with the fewest chunks per thread (NCH 1, 2, 4, 8) that keeps
 // it at <= 256 threads: hidden sizes 4096 / 12288 are NCH 2 x 256 threads / NCH 8 x 192
