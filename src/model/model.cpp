@@ -167,4 +167,14 @@ std::vector<std::pair<std::string, const LinearWeight*>> Model::named_linears() 
   return v;
 }
 
+Linear* LayerWeights::projection(int i) {
+  Linear* all[] = {&q, &k, &v, &o, &gate, &up, &down};
+  CHECK(i >= 0 && i < 7, "projection index {} is outside [0, 7)", i);
+  return all[i];
+}
+
+const Linear* LayerWeights::projection(int i) const {
+  return const_cast<LayerWeights*>(this)->projection(i);
+}
+
 }  // namespace fp8rl

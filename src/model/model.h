@@ -12,6 +12,7 @@
 
 #include "formats/model_config.h"
 #include "formats/safetensors.h"
+#include "model/lora.h"
 #include "ops/context.h"
 #include "ops/linear.h"
 #include "ops/memory.h"
@@ -30,7 +31,9 @@ struct LayerWeights {
   TensorView pre_feedforward_norm;   // [H] Gemma only
   TensorView post_feedforward_norm;  // [H] Gemma only
   TensorView q_norm, k_norm;         // [D] Qwen3 / Gemma only
-  LinearWeight q, k, v, o, gate, up, down;
+  Linear q, k, v, o, gate, up, down;  // the seven projections (kProjectionNames order)
+  Linear* projection(int i);  // i indexes kProjectionNames
+  const Linear* projection(int i) const;
   std::vector<float> inv_freq;  // [D/2] on the host
   TensorView rope_freq;         // [D/2] f32 on the model's device (to_device); empty on the CPU
   bool sliding = false;
