@@ -219,14 +219,19 @@ void rope(Context& ctx, const TensorView& x, std::span<const int32_t> positions,
 }
 
 namespace {
-void cpu_attention(Arena& scratch, const TensorView& q, const TensorView& k_cache,
-                   const TensorView& v_cache, int64_t first_slot, const AttentionParams& p,
-                   const TensorView& out, const TensorView& amax, cpu::Rounding r) {
-  cpu::attention(scratch, q, k_cache, v_cache, first_slot, p, out, r);
+// amax = max(amax, max |out|) for an optional f32 [1] on the CPU.
+void reduce_amax(const TensorView& out, const TensorView& amax) {
   if (amax.empty()) return;
   float& a = *amax.ptr<float>();
   const float* o = out.ptr<float>();
   for (int64_t i = 0; i < out.numel(); ++i) a = std::max(a, std::fabs(o[i]));
+}
+
+void cpu_attention(Arena& scratch, const TensorView& q, const TensorView& k_cache,
+                   const TensorView& v_cache, int64_t first_slot, const AttentionParams& p,
+                   const TensorView& out, const TensorView& amax, cpu::Rounding r) {
+  cpu::attention(scratch, q, k_cache, v_cache, first_slot, p, out, r);
+  reduce_amax(out, amax);
 }
 
 // [T, heads, D] whose heads and head values are contiguous; the token stride is free.
@@ -297,6 +302,71 @@ void attention(Context& ctx, const TensorView& q, const TensorView& k_cache,
                                rounding(ctx)),
                  cuda::attention(*ctx.cuda, q, k_cache, v_cache, first_slot, p, out,
                                  amax.empty() ? nullptr : amax.ptr<float>()));
+}
+
+namespace {
+// A paged cache [num_blocks, block_size, Hkv, D] in the activation dtype, contiguous.
+void check_pool(const Context& ctx, const TensorView& pool, const char* what) {
+  check_act(ctx, pool, 4, what);
+}
+
+// [rows, cols] i32 on the device whose rows are contiguous (the row stride is free).
+void check_table(const Context& ctx, const TensorView& t, int64_t rows, const char* what) {
+  CHECK(t.dtype == DType::i32 && t.rank() == 2 && t.dim(0) == rows && t.device == ctx.device &&
+            t.strides[1] == 1 && (rows <= 1 || t.strides[0] >= t.dim(1)),
+        "{}: expected [{}, blocks] i32 on {} with contiguous rows, got {} {} on {}", what, rows,
+        device_name(ctx.device), dtype_name(t.dtype), t.shape.str(), device_name(t.device));
+}
+}  // namespace
+
+void store_kv(Context& ctx, const TensorView& k, const TensorView& v,
+              const TensorView& slot_mapping, const TensorView& k_pool, const TensorView& v_pool) {
+  check_ctx(ctx);
+  check_heads(ctx, k, "store_kv k");
+  check_heads(ctx, v, "store_kv v");
+  check_pool(ctx, k_pool, "store_kv k pool");
+  check_pool(ctx, v_pool, "store_kv v pool");
+  check_i32(ctx, slot_mapping, k.dim(0), "store_kv slot mapping");
+  CHECK(v.shape == k.shape && v_pool.shape == k_pool.shape && k_pool.dim(2) == k.dim(1) &&
+            k_pool.dim(3) == k.dim(2),
+        "store_kv: k {} v {} pools {} {}", k.shape.str(), v.shape.str(), k_pool.shape.str(),
+        v_pool.shape.str());
+  FP8RL_DISPATCH(ctx, "store_kv", cpu::store_kv(k, v, slot_mapping, k_pool, v_pool),
+                 RAISE("store_kv: no CUDA kernel yet"));
+}
+
+void paged_attention(Context& ctx, const TensorView& q, const TensorView& k_pool,
+                     const TensorView& v_pool, const PagedBatch& batch, const AttentionParams& p,
+                     const TensorView& out, const TensorView& amax) {
+  check_ctx(ctx);
+  check_act(ctx, q, 3, "paged_attention q");
+  check_act(ctx, out, 3, "paged_attention output");
+  check_pool(ctx, k_pool, "paged_attention k pool");
+  check_pool(ctx, v_pool, "paged_attention v pool");
+  CHECK(k_pool.shape == v_pool.shape && q.dim(2) == k_pool.dim(3) &&
+            q.dim(1) % k_pool.dim(2) == 0 && out.shape == q.shape && k_pool.dim(1) > 0,
+        "paged_attention: q {} pools {} {} out {}", q.shape.str(), k_pool.shape.str(),
+        v_pool.shape.str(), out.shape.str());
+  const int64_t seqs = batch.num_seqs;
+  CHECK(seqs >= 0, "paged_attention: {} sequences", seqs);
+  check_i32(ctx, batch.cu_q, seqs + 1, "paged_attention cu_q");
+  check_i32(ctx, batch.context_lens, seqs, "paged_attention context_lens");
+  check_table(ctx, batch.block_tables, seqs, "paged_attention block_tables");
+  CHECK(batch.max_query_len >= 0 && batch.max_context_len >= batch.max_query_len &&
+            batch.max_context_len <= batch.block_tables.dim(1) * k_pool.dim(1),
+        "paged_attention: bounds of {} queries and {} tokens per sequence for tables of {} "
+        "blocks of {}",
+        batch.max_query_len, batch.max_context_len, batch.block_tables.dim(1), k_pool.dim(1));
+  CHECK(
+      amax.empty() || (amax.dtype == DType::f32 && amax.numel() == 1 && amax.device == ctx.device),
+      "paged_attention: amax must be one f32 on {}", device_name(ctx.device));
+  FP8RL_DISPATCH(
+      ctx, "paged_attention",
+      {
+        cpu::paged_attention(scratch_of(ctx), q, k_pool, v_pool, batch, p, out, rounding(ctx));
+        reduce_amax(out, amax);
+      },
+      RAISE("paged_attention: no CUDA kernel yet"));
 }
 
 namespace {
@@ -515,6 +585,13 @@ size_t attention_scratch_bytes(int64_t /*t*/, int64_t /*heads*/, int64_t c) {
 
 size_t attention_scratch_bytes(const Context& ctx, int64_t t, int64_t heads, int64_t c) {
   return ctx.device == Device::cuda ? 0 : attention_scratch_bytes(t, heads, c);
+}
+
+size_t paged_attention_scratch_bytes(const Context& ctx, int64_t t, int64_t heads, int64_t head_dim,
+                                     int64_t max_context_len) {
+  (void)t, (void)heads, (void)head_dim;
+  if (ctx.device == Device::cuda) return 0;
+  return size_t(num_threads()) * size_t(std::max<int64_t>(max_context_len, 1)) * 4 + 256;
 }
 
 // ---- Weights on a device

@@ -78,6 +78,45 @@ void attention(Context& ctx, const TensorView& q, const TensorView& k_cache,
                const TensorView& v_cache, int64_t first_slot, const AttentionParams& p,
                const TensorView& out, const TensorView& amax = {});
 
+// ---- Paged KV cache --------------------------------------------------------------------
+//
+// One layer's cache is a pool of blocks: k_pool, v_pool [num_blocks, block_size, Hkv, D] in the
+// activation dtype (block_size is k_pool.dim(1)); physical slot s = block * block_size +
+// offset. A sequence's logical position j lives in slot
+// block_tables[seq][j / block_size] * block_size + j % block_size.
+
+// The attention metadata of one forward step, on ctx.device (built by the engine before the
+// step). Query rows at or beyond cu_q[S] (the padding of a captured batch) are written as zeros.
+struct PagedBatch {
+  TensorView cu_q;          // [S+1] i32: sequence s owns new-query rows cu_q[s] .. cu_q[s+1]
+  TensorView context_lens;  // [S] i32: tokens of s in the cache after this step, its new ones
+                            // included; new query i of s sits at position
+                            // context_lens[s] - n_s + i (n_s = cu_q[s+1] - cu_q[s])
+  TensorView block_tables;  // [S, max_blocks_per_seq] i32 physical block ids (row stride free)
+  int64_t num_seqs = 0;     // S
+  // Host-side bounds for launch shapes, never read from the device: max_query_len >= every
+  // n_s, max_context_len >= every context_lens[s].
+  int64_t max_query_len = 0, max_context_len = 0;
+};
+
+// k_pool/v_pool[slot_mapping[t]] = k[t], v[t] for each new token t (slot < 0: padding,
+// skipped). k, v [T, Hkv, D] (token stride free, heads contiguous), slot_mapping [T] i32.
+void store_kv(Context& ctx, const TensorView& k, const TensorView& v,
+              const TensorView& slot_mapping, const TensorView& k_pool, const TensorView& v_pool);
+
+// Causal GQA attention of every sequence's new queries against its paged cache (keys and
+// values of the new tokens already stored by store_kv): query i of s sees positions
+// [0, its position] (and the sliding window p.window). q [T,Hq,D], out [T,Hq,D]; amax as in
+// attention(). A row's result depends only on its position and the values of its sequence's
+// cache, never on block placement or on the rest of the batch; on the CPU it equals
+// attention() over the same values in a contiguous cache bit for bit (both roundings).
+// CUDA: max_query_len > 1 runs the varlen FlashAttention-2 kernels of attention() with keys
+// fetched through the block table (same key tile order: equal to attention() on the same
+// device); max_query_len == 1 runs a split-K decode kernel (another summation order).
+void paged_attention(Context& ctx, const TensorView& q, const TensorView& k_pool,
+                     const TensorView& v_pool, const PagedBatch& batch, const AttentionParams& p,
+                     const TensorView& out, const TensorView& amax = {});
+
 // out = act(gate) * up, act = SiLU or GELU (tanh approximation). [T,I], may alias.
 void silu_mul(Context& ctx, const TensorView& gate, const TensorView& up, const TensorView& out);
 void gelu_tanh_mul(Context& ctx, const TensorView& gate, const TensorView& up,
@@ -159,6 +198,10 @@ size_t quantized_bytes(const Context& ctx, ActScaling act, int64_t m, int64_t k)
 // Scratch bytes attention() needs for T queries against a cache of C slots.
 size_t attention_scratch_bytes(int64_t t, int64_t heads, int64_t c);  // CPU
 size_t attention_scratch_bytes(const Context& ctx, int64_t t, int64_t heads, int64_t c);
+// Scratch bytes paged_attention() needs for up to t query rows of `heads` query heads of
+// head_dim values and contexts up to max_context_len (the CUDA decode kernel's split-K partials).
+size_t paged_attention_scratch_bytes(const Context& ctx, int64_t t, int64_t heads, int64_t head_dim,
+                                     int64_t max_context_len);
 
 // ---- Weights on a device ---------------------------------------------------------------
 

@@ -31,6 +31,12 @@ void rms_norm_rope(const TensorView& x, const TensorView& w, float eps, bool plu
 void attention(Arena& scratch, const TensorView& q, const TensorView& k_cache,
                const TensorView& v_cache, int64_t first_slot, const AttentionParams& p,
                const TensorView& out, Rounding r);
+// The paged cache (paged_attention.cpp); they validate the metadata, which is host memory here.
+void store_kv(const TensorView& k, const TensorView& v, const TensorView& slot_mapping,
+              const TensorView& k_pool, const TensorView& v_pool);
+void paged_attention(Arena& scratch, const TensorView& q, const TensorView& k_pool,
+                     const TensorView& v_pool, const PagedBatch& batch, const AttentionParams& p,
+                     const TensorView& out, Rounding r);
 void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out, Rounding r);
 void gelu_tanh_mul(const TensorView& gate, const TensorView& up, const TensorView& out, Rounding r);
 void add(const TensorView& a, const TensorView& b, const TensorView& out, Rounding r);
