@@ -175,4 +175,14 @@ inline double ulp_noise_f32_logits_bound(int64_t layers) {
 // per-op harness holds each FP8 op to its own bound (codes bit-exact, GEMMs within
 // kCudaFp8Gemm).
 
+// ---- Random initialization statistics (tests/model/test_adapter.cpp) ----------------------
+// The sample second moment of n iid draws X has relative standard error sqrt(E[X^4] / E[X^2]^2
+// - 1) / sqrt(n): sqrt(4/5) / sqrt(n) for a uniform (E[X^4] / E[X^2]^2 = 9/5), sqrt(2) / sqrt(n)
+// for a normal (3). Five standard errors: a correct initializer fails once in ~2 million runs
+// (the streams are deterministic, so in practice never), while a wrong scale (1/K for
+// 1/sqrt(K), 1/sqrt(r) for 1/r) is off by a factor of 2 or more at the test sizes.
+inline double second_moment_tolerance(double kurtosis, int64_t n) {
+  return 5.0 * std::sqrt(kurtosis - 1.0) / std::sqrt(double(n));
+}
+
 }  // namespace fp8rl::test

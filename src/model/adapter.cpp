@@ -1,0 +1,530 @@
+#include "model/adapter.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "formats/safetensors.h"
+#include "model/model.h"
+
+namespace fp8rl {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kProjections = 7;
+constexpr const char* kAllLinear = "all-linear";
+// PEFT prefixes the base model's module paths with the PeftModel and LoraModel attributes.
+constexpr const char* kPeftPrefix = "base_model.model.";
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// PEFT's list match: the path itself, or a path ending in "." + entry.
+bool name_matches(const std::string& path, const std::string& entry) {
+  return path == entry || ends_with(path, "." + entry);
+}
+
+std::regex compile_regex(const std::string& pattern) {
+  try {
+    return std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    RAISE("target_modules regex '{}' is malformed: {}", pattern, e.what());
+  }
+}
+
+// A key of adapter_config.json that must hold a given "off" value: fp8rl does not implement
+// what other values mean, and silently ignoring them would compute something else.
+void require_off(const json& j, const std::string& key, const std::string& where,
+                 const std::string& why) {
+  if (!j.contains(key)) return;
+  const json& v = j[key];
+  const bool off = v.is_null() || (v.is_boolean() && !v.get<bool>()) ||
+                   ((v.is_array() || v.is_object()) && v.empty());
+  CHECK(off, "{}: {} = {} is not supported: {}", where, key, v.dump(), why);
+}
+
+template <typename T>
+T get_or(const json& j, const std::string& key, T fallback, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  try {
+    return j[key].get<T>();
+  } catch (const json::exception& e) {
+    RAISE("{}: {} = {} has the wrong type: {}", where, key, j[key].dump(), e.what());
+  }
+}
+
+json read_json_file(const std::string& path) {
+  std::ifstream f(path);
+  CHECK(f.good(), "cannot open '{}'", path);
+  try {
+    return json::parse(f);
+  } catch (const json::exception& e) {
+    RAISE("{}: malformed JSON: {}", path, e.what());
+  }
+}
+
+void write_text_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    CHECK(f.good(), "cannot write '{}'", tmp.string());
+    f << text;
+    f.flush();
+    CHECK(f.good(), "writing '{}' failed", tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  CHECK(!ec, "cannot rename '{}' to '{}': {}", tmp.string(), path.string(), ec.message());
+}
+
+std::string tensor_name(int64_t layer, int projection, bool b) {
+  return kPeftPrefix + projection_path(layer, projection) +
+         (b ? ".lora_B.weight" : ".lora_A.weight");
+}
+
+}  // namespace
+
+std::string projection_path(int64_t layer, int projection) {
+  CHECK(projection >= 0 && projection < kProjections, "projection index {} is outside [0, 7)",
+        projection);
+  return "model.layers." + std::to_string(layer) + (projection < 4 ? ".self_attn." : ".mlp.") +
+         kProjectionNames[projection];
+}
+
+// ---- LoraConfig --------------------------------------------------------------------------
+
+double LoraConfig::scale() const {
+  return use_rslora ? lora_alpha / std::sqrt(double(r)) : lora_alpha / double(r);
+}
+
+void LoraConfig::validate() const {
+  CHECK(r > 0, "LoRA rank r = {} must be positive", r);
+  CHECK(std::isfinite(lora_alpha), "lora_alpha = {} must be finite", lora_alpha);
+  CHECK(lora_dropout >= 0.0 && lora_dropout < 1.0, "lora_dropout = {} must be in [0, 1)",
+        lora_dropout);
+  CHECK(init_lora_weights == "default" || init_lora_weights == "gaussian",
+        "init_lora_weights '{}' is not supported (default | gaussian)", init_lora_weights);
+  CHECK(target_regex.empty() != target_modules.empty(),
+        "give the LoRA targets either as target_modules (names or all-linear) or as a regex, "
+        "exactly one of the two");
+  CHECK(target_regex.empty() || layers_to_transform.empty(),
+        "layers_to_transform cannot be combined with a target_modules regex (as in PEFT)");
+  for (const std::string& t : target_modules)
+    CHECK(!t.empty(), "target_modules has an empty module name");
+  CHECK(target_modules.size() <= 1 || std::find(target_modules.begin(), target_modules.end(),
+                                                kAllLinear) == target_modules.end(),
+        "target_modules: 'all-linear' stands alone, not in a list of names");
+  for (int64_t l : layers_to_transform)
+    CHECK(l >= 0, "layers_to_transform has a negative layer index {}", l);
+  if (!target_regex.empty()) compile_regex(target_regex);
+}
+
+bool LoraConfig::targets(const std::string& path, int64_t layer) const {
+  if (!target_regex.empty()) return std::regex_match(path, compile_regex(target_regex));
+  const bool named = (target_modules.size() == 1 && target_modules[0] == kAllLinear) ||
+                     std::any_of(target_modules.begin(), target_modules.end(),
+                                 [&](const std::string& t) { return name_matches(path, t); });
+  return named && (layers_to_transform.empty() ||
+                   std::find(layers_to_transform.begin(), layers_to_transform.end(), layer) !=
+                       layers_to_transform.end());
+}
+
+LoraConfig LoraConfig::from_peft_json(const json& j, const std::string& where) {
+  CHECK(j.is_object(), "{}: expected a JSON object", where);
+  LoraConfig c;
+  const std::string peft_type = get_or<std::string>(j, "peft_type", "", where);
+  CHECK(peft_type == "LORA", "{}: peft_type is '{}', fp8rl loads LORA adapters only", where,
+        peft_type);
+  const std::string task = get_or<std::string>(j, "task_type", "CAUSAL_LM", where);
+  CHECK(task == "CAUSAL_LM", "{}: task_type is '{}', fp8rl runs CAUSAL_LM models only", where,
+        task);
+  CHECK(j.contains("r") && j["r"].is_number_integer(), "{}: r must be an integer", where);
+  c.r = j["r"].get<int64_t>();
+  CHECK(c.r > 0, "{}: r = {} must be positive", where, c.r);
+  c.lora_alpha = get_or<double>(j, "lora_alpha", 8.0, where);
+  c.lora_dropout = get_or<double>(j, "lora_dropout", 0.0, where);
+  c.use_rslora = get_or<bool>(j, "use_rslora", false, where);
+
+  CHECK(j.contains("target_modules") && !j["target_modules"].is_null(),
+        "{}: target_modules is missing or null (PEFT's per-architecture default); fp8rl needs "
+        "the modules named",
+        where);
+  const json& t = j["target_modules"];
+  if (t.is_string()) {
+    if (t.get<std::string>() == kAllLinear)
+      c.target_modules = {kAllLinear};
+    else
+      c.target_regex = t.get<std::string>();
+  } else {
+    CHECK(t.is_array() && !t.empty() &&
+              std::all_of(t.begin(), t.end(), [](const json& e) { return e.is_string(); }),
+          "{}: target_modules = {} must be a string or a non-empty list of strings", where,
+          t.dump());
+    for (const json& e : t) c.target_modules.push_back(e.get<std::string>());
+  }
+
+  if (j.contains("layers_to_transform") && !j["layers_to_transform"].is_null()) {
+    const json& l = j["layers_to_transform"];
+    if (l.is_number_integer()) {
+      c.layers_to_transform = {l.get<int64_t>()};
+    } else {
+      CHECK(
+          l.is_array() &&
+              std::all_of(l.begin(), l.end(), [](const json& e) { return e.is_number_integer(); }),
+          "{}: layers_to_transform = {} must be an integer or a list of integers", where, l.dump());
+      for (const json& e : l) c.layers_to_transform.push_back(e.get<int64_t>());
+    }
+  }
+  if (j.contains("layers_pattern") && !j["layers_pattern"].is_null()) {
+    const json& p = j["layers_pattern"];
+    const bool plain = (p.is_string() && (p == "" || p == "layers")) ||
+                       (p.is_array() && (p.empty() || (p.size() == 1 && p[0] == "layers")));
+    CHECK(plain, "{}: layers_pattern = {} is not supported (the decoder layers are 'layers')",
+          where, p.dump());
+  }
+
+  if (j.contains("init_lora_weights")) {
+    const json& i = j["init_lora_weights"];
+    // Loading does not depend on how A was initialized, unless the init rewrote the base
+    // weights (PiSSA, OLoRA, CorDA, LoftQ): then the adapter only fits the rewritten base.
+    if (i.is_string() && i == "gaussian") {
+      c.init_lora_weights = "gaussian";
+    } else {
+      CHECK(i.is_boolean() || (i.is_string() && (i == "eva" || i == "orthogonal")),
+            "{}: init_lora_weights = {} is not supported: the adapter may only fit a base model "
+            "that PEFT rewrote",
+            where, i.dump());
+    }
+  }
+
+  CHECK(!get_or<bool>(j, "fan_in_fan_out", false, where),
+        "{}: fan_in_fan_out = true (Conv1D weights stored [K, N]) is not supported", where);
+  const std::string bias = get_or<std::string>(j, "bias", "none", where);
+  CHECK(bias == "none", "{}: bias = '{}' is not supported, only 'none' (fp8rl trains no biases)",
+        where, bias);
+  require_off(j, "modules_to_save", where, "fp8rl trains only the LoRA matrices");
+  require_off(j, "use_dora", where, "DoRA's magnitude vectors are not implemented");
+  require_off(j, "lora_bias", where, "LoRA biases are not implemented");
+  require_off(j, "rank_pattern", where, "every module must have rank r");
+  require_off(j, "alpha_pattern", where, "every module must have lora_alpha");
+  require_off(j, "exclude_modules", where, "exclusions are not implemented");
+  require_off(j, "layer_replication", where, "layer replication is not implemented");
+  require_off(j, "target_parameters", where, "only nn.Linear modules are adapted");
+  require_off(j, "trainable_token_indices", where, "trainable tokens are not implemented");
+  require_off(j, "use_qalora", where, "QALoRA is not implemented");
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    RAISE("{}: {}", where, e.what());
+  }
+  return c;
+}
+
+json LoraConfig::to_peft_json(const std::string& base_model_name) const {
+  json targets;
+  if (!target_regex.empty()) {
+    targets = target_regex;
+  } else if (target_modules.size() == 1 && target_modules[0] == kAllLinear) {
+    // PEFT expands all-linear to the module names before it saves.
+    targets = json::array();
+    for (const char* n : kProjectionNames) targets.push_back(n);
+  } else {
+    targets = target_modules;
+  }
+  return {{"peft_type", "LORA"},
+          {"task_type", "CAUSAL_LM"},
+          {"base_model_name_or_path", base_model_name},
+          {"revision", nullptr},
+          {"inference_mode", true},
+          {"r", r},
+          {"lora_alpha", lora_alpha},
+          {"lora_dropout", lora_dropout},
+          {"use_rslora", use_rslora},
+          {"target_modules", targets},
+          {"layers_to_transform",
+           layers_to_transform.empty() ? json(nullptr) : json(layers_to_transform)},
+          {"layers_pattern", nullptr},
+          {"bias", "none"},
+          {"fan_in_fan_out", false},
+          // PEFT's reset_lora_parameters takes true (not a string) for kaiming-uniform A.
+          {"init_lora_weights", init_lora_weights == "gaussian" ? json("gaussian") : json(true)},
+          {"modules_to_save", nullptr},
+          {"use_dora", false},
+          {"rank_pattern", json::object()},
+          {"alpha_pattern", json::object()}};
+}
+
+// ---- LoraAdapter -------------------------------------------------------------------------
+
+LoraAdapter LoraAdapter::allocate(const LoraConfig& config, const Model& model) {
+  config.validate();
+  LoraAdapter a;
+  a.config_ = config;
+  a.num_layers_ = int64_t(model.layers.size());
+  for (int64_t l : config.layers_to_transform)
+    CHECK(l < a.num_layers_, "layers_to_transform has layer {}, the model has {} layers", l,
+          a.num_layers_);
+
+  // Every name (or the regex) must select something: a target that matches nothing here, such
+  // as lm_head or embed_tokens, would otherwise be dropped silently.
+  std::vector<std::string> entries = config.target_modules;
+  if (!config.target_regex.empty()) entries = {config.target_regex};
+  for (const std::string& e : entries) {
+    LoraConfig one = config;
+    if (config.target_regex.empty()) one.target_modules = {e};
+    bool any = false;
+    for (int64_t l = 0; l < a.num_layers_ && !any; ++l)
+      for (int p = 0; p < kProjections && !any; ++p) any = one.targets(projection_path(l, p), l);
+    CHECK(any,
+          "target module '{}' selects none of the model's projections; fp8rl adapts "
+          "model.layers.N.self_attn.{{q,k,v,o}}_proj and model.layers.N.mlp.{{gate,up,down}}_proj",
+          e);
+  }
+
+  const std::optional<std::regex> re =
+      config.target_regex.empty() ? std::nullopt
+                                  : std::optional<std::regex>(compile_regex(config.target_regex));
+  int64_t total = 0;
+  a.slots_.resize(size_t(a.num_layers_) * kProjections);
+  for (int64_t l = 0; l < a.num_layers_; ++l) {
+    for (int p = 0; p < kProjections; ++p) {
+      const std::string path = projection_path(l, p);
+      const bool hit = re ? std::regex_match(path, *re) : config.targets(path, l);
+      if (!hit) continue;
+      const Linear& lin = *model.layers[size_t(l)].projection(p);
+      Slot& s = a.slots_[size_t(l) * kProjections + size_t(p)];
+      s.n = lin.out_features();
+      s.k = lin.in_features();
+      s.offset = total;
+      total += config.r * (s.k + s.n);
+    }
+  }
+  a.masters_ = Tensor::zeros({total}, DType::f32);
+  return a;
+}
+
+const LoraAdapter::Slot& LoraAdapter::slot(int64_t layer, int projection) const {
+  CHECK(layer >= 0 && layer < num_layers_ && projection >= 0 && projection < kProjections,
+        "adapter slot (layer {}, projection {}) is outside [{}, 7)", layer, projection,
+        num_layers_);
+  return slots_[size_t(layer) * kProjections + size_t(projection)];
+}
+
+TensorView LoraAdapter::master_a(int64_t layer, int projection) const {
+  const Slot& s = slot(layer, projection);
+  CHECK(!s.empty(), "{} carries no adapter", projection_path(layer, projection));
+  return TensorView(masters_.ptr<float>() + s.offset, DType::f32, {config_.r, s.k});
+}
+
+TensorView LoraAdapter::master_b(int64_t layer, int projection) const {
+  const Slot& s = slot(layer, projection);
+  CHECK(!s.empty(), "{} carries no adapter", projection_path(layer, projection));
+  return TensorView(masters_.ptr<float>() + s.offset + config_.r * s.k, DType::f32,
+                    {s.n, config_.r});
+}
+
+LoraAdapter LoraAdapter::init(const LoraConfig& config, const Model& model, uint64_t seed) {
+  LoraAdapter a = allocate(config, model);
+  const bool gaussian = config.init_lora_weights == "gaussian";
+  for (size_t i = 0; i < a.slots_.size(); ++i) {
+    const Slot& s = a.slots_[i];
+    if (s.empty()) continue;
+    // One stream per (layer, projection), so that targeting more modules leaves the values of
+    // the others unchanged.
+    const uint64_t stream = splitmix64(seed ^ splitmix64(uint64_t(i) + 1));
+    float* pa = a.masters_.ptr<float>() + s.offset;  // B stays zero
+    const float bound = 1.0f / std::sqrt(float(s.k));
+    const float std_dev = 1.0f / float(config.r);
+    for (int64_t j = 0; j < config.r * s.k; ++j)
+      pa[j] = gaussian ? std_dev * normal01(stream, uint64_t(j))
+                       : bound * (2.0f * uniform01(stream, uint64_t(j)) - 1.0f);
+  }
+  return a;
+}
+
+LoraAdapter LoraAdapter::load_peft(const std::string& dir, const Model& model) {
+  const std::string config_path = dir + "/adapter_config.json";
+  const std::string tensors_path = dir + "/adapter_model.safetensors";
+  CHECK(fs::exists(config_path), "'{}' is not a PEFT adapter: it has no adapter_config.json", dir);
+  if (!fs::exists(tensors_path)) {
+    CHECK(!fs::exists(dir + "/adapter_model.bin"),
+          "'{}' stores its adapter as adapter_model.bin (pickle); fp8rl reads only "
+          "adapter_model.safetensors (re-save it with safe_serialization=True)",
+          dir);
+    RAISE("'{}' has no adapter_model.safetensors", dir);
+  }
+  const LoraConfig config = LoraConfig::from_peft_json(read_json_file(config_path), config_path);
+  LoraAdapter a;
+  try {
+    a = allocate(config, model);
+  } catch (const Error& e) {
+    RAISE("{}: {}", config_path, e.what());
+  }
+
+  const auto file = SafetensorsFile::open(tensors_path);
+  std::set<std::string> expected;
+  const int64_t r = config.r;
+  for (int64_t l = 0; l < a.num_layers_; ++l) {
+    for (int p = 0; p < kProjections; ++p) {
+      const Slot& s = a.slot(l, p);
+      if (s.empty()) continue;
+      for (const bool is_b : {false, true}) {
+        const std::string name = tensor_name(l, p, is_b);
+        expected.insert(name);
+        const Shape want = is_b ? Shape{s.n, r} : Shape{r, s.k};
+        const SafetensorsTensorInfo* info = file->find(name);
+        CHECK(info != nullptr, "{}: missing tensor '{}' (expected {}: {} is targeted)",
+              tensors_path, name, want.str(), projection_path(l, p));
+        CHECK(info->supported && (info->dtype == DType::f32 || info->dtype == DType::bf16 ||
+                                  info->dtype == DType::f16),
+              "{}: tensor '{}' has dtype {}, expected F32, BF16 or F16", tensors_path, name,
+              info->dtype_str);
+        const Shape& got = info->shape;
+        if (got.rank == 2 && got[is_b ? 0 : 1] == want[is_b ? 0 : 1])
+          CHECK(got[is_b ? 1 : 0] == r,
+                "{}: tensor '{}' has rank {} (shape {}), adapter_config.json says r = {}",
+                tensors_path, name, got[is_b ? 1 : 0], got.str(), r);
+        CHECK(got == want,
+              "{}: tensor '{}' has shape {}, expected {} (r = {}, the model's {} is [{}, {}])",
+              tensors_path, name, got.str(), want.str(), r, projection_path(l, p), s.n, s.k);
+        float* dst = a.masters_.ptr<float>() + s.offset + (is_b ? r * s.k : 0);
+        const size_t n = size_t(want.numel());
+        convert(file->view(*info).data, info->dtype, dst, DType::f32, n);
+        for (size_t i = 0; i < n; ++i)
+          CHECK(std::isfinite(dst[i]), "{}: tensor '{}' element {} is {}", tensors_path, name, i,
+                dst[i]);
+      }
+    }
+  }
+  for (const SafetensorsTensorInfo& info : file->tensors())
+    CHECK(expected.count(info.name) == 1,
+          "{}: unexpected tensor '{}': not a lora_A/lora_B weight of a projection that "
+          "adapter_config.json targets",
+          tensors_path, info.name);
+  return a;
+}
+
+void LoraAdapter::save_peft(const std::string& dir, const std::string& base_model_name) const {
+  fs::path target = fs::path(dir);
+  if (!target.has_filename()) target = target.parent_path();  // "out/" -> "out"
+  SafetensorsWriter writer;
+  for (int64_t l = 0; l < num_layers_; ++l)
+    for (int p = 0; p < kProjections; ++p) {
+      if (!targeted(l, p)) continue;
+      writer.add(tensor_name(l, p, false), master_a(l, p));
+      writer.add(tensor_name(l, p, true), master_b(l, p));
+    }
+  const std::string config_text = config_.to_peft_json(base_model_name).dump(2) + "\n";
+
+  std::error_code ec;
+  if (fs::exists(target)) {
+    CHECK(fs::is_directory(target), "cannot save the adapter into '{}': not a directory",
+          target.string());
+    writer.write((target / "adapter_model.safetensors").string());
+    write_text_atomically(target / "adapter_config.json", config_text);
+    return;
+  }
+  const fs::path tmp = target.string() + ".tmp-" + std::to_string(::getpid());
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  CHECK(!ec, "cannot create '{}': {}", tmp.string(), ec.message());
+  writer.write((tmp / "adapter_model.safetensors").string());
+  write_text_atomically(tmp / "adapter_config.json", config_text);
+  fs::rename(tmp, target, ec);
+  CHECK(!ec, "cannot rename '{}' to '{}': {}", tmp.string(), target.string(), ec.message());
+}
+
+void LoraAdapter::sync_to_device(Context& ctx) {
+  if (ctx.device == Device::cpu) return;
+  const int64_t total = masters_.numel();
+  const size_t bytes = size_t(total) * dtype_size(DType::bf16);
+  if (device_copy_.size() != bytes || device_copy_.device() != ctx.device)
+    device_copy_ = DeviceBuffer(ctx, bytes);
+  Tensor staging = Tensor::empty({total}, DType::bf16);  // [P] bf16 host
+  convert(masters_.ptr<float>(), DType::f32, staging.ptr<uint16_t>(), DType::bf16, size_t(total));
+  ops::copy(ctx, staging.view(), device_copy_.view({total}, DType::bf16));
+  ops::synchronize(ctx);  // the staging buffer dies here
+}
+
+TensorView LoraAdapter::compute_view(const Slot& s, bool b, Device device) const {
+  const Shape shape = b ? Shape{s.n, config_.r} : Shape{config_.r, s.k};
+  const int64_t offset = s.offset + (b ? config_.r * s.k : 0);
+  if (device == Device::cpu) return TensorView(masters_.ptr<float>() + offset, DType::f32, shape);
+  CHECK(device_copy_.data() != nullptr && device_copy_.device() == device,
+        "the adapter has no {} copy: call sync_to_device before attaching it to a {} model",
+        device_name(device), device_name(device));
+  return device_copy_.view(shape, DType::bf16, size_t(offset) * dtype_size(DType::bf16));
+}
+
+void LoraAdapter::attach(Model& model) const {
+  CHECK(int64_t(model.layers.size()) == num_layers_, "adapter made for {} layers, the model has {}",
+        num_layers_, model.layers.size());
+  for (int64_t l = 0; l < num_layers_; ++l)
+    for (int p = 0; p < kProjections; ++p) {
+      Linear& lin = *model.layers[size_t(l)].projection(p);
+      const Slot& s = slot(l, p);
+      if (s.empty()) {
+        lin.lora = {};
+        continue;
+      }
+      CHECK(lin.out_features() == s.n && lin.in_features() == s.k,
+            "adapter of {} is for [{}, {}], the model's projection is [{}, {}]",
+            projection_path(l, p), s.n, s.k, lin.out_features(), lin.in_features());
+      lin.lora.a = compute_view(s, false, model.device());
+      lin.lora.b = compute_view(s, true, model.device());
+      lin.lora.scale = scale();
+    }
+}
+
+void LoraAdapter::detach(Model& model) {
+  for (LayerWeights& layer : model.layers)
+    for (int p = 0; p < kProjections; ++p) layer.projection(p)->lora = {};
+}
+
+size_t LoraAdapter::nbytes() const {
+  return masters_.nbytes() + device_copy_.size();
+}
+
+void add_lora_reference(const TensorView& x, const LoraWeights& lora, const TensorView& y) {
+  CHECK(lora.active(), "add_lora_reference: the projection has no adapter");
+  const TensorView& a = lora.a;  // [r, K]
+  const TensorView& b = lora.b;  // [N, r]
+  CHECK(x.device == Device::cpu && y.device == Device::cpu && a.device == Device::cpu &&
+            x.dtype == DType::f32 && y.dtype == DType::f32 && a.dtype == DType::f32 &&
+            b.dtype == DType::f32 && x.is_contiguous() && y.is_contiguous() && a.is_contiguous() &&
+            b.is_contiguous(),
+        "add_lora_reference takes contiguous f32 CPU tensors");
+  const int64_t m = x.dim(0), k = x.dim(1), r = a.dim(0), n = b.dim(0);
+  CHECK(a.dim(1) == k && b.dim(1) == r && y.dim(0) == m && y.dim(1) == n,
+        "add_lora_reference: x {} A {} B {} y {} do not fit y = x A^T B^T", x.shape.str(),
+        a.shape.str(), b.shape.str(), y.shape.str());
+  std::vector<double> t(static_cast<size_t>(r));  // [r] one row of x A^T
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xi = x.ptr<float>() + i * k;
+    for (int64_t j = 0; j < r; ++j) {
+      double acc = 0.0;
+      for (int64_t c = 0; c < k; ++c) acc += double(xi[c]) * double(a.ptr<float>()[j * k + c]);
+      t[size_t(j)] = acc;
+    }
+    float* yi = y.ptr<float>() + i * n;
+    for (int64_t o = 0; o < n; ++o) {
+      double acc = 0.0;
+      for (int64_t j = 0; j < r; ++j) acc += t[size_t(j)] * double(b.ptr<float>()[o * r + j]);
+      yi[o] = float(double(yi[o]) + double(lora.scale) * acc);
+    }
+  }
+}
+
+}  // namespace fp8rl

@@ -1,0 +1,130 @@
+// A LoRA adapter over a model's decoder projections, read and written exactly as PEFT does
+// (adapter_config.json + adapter_model.safetensors), so that an adapter trained here loads
+// with `PeftModel.from_pretrained` and one trained with PEFT runs here.
+//
+// The trainable values are fp32 masters on the host, one contiguous buffer for the whole
+// adapter (the optimizer steps it as one vector). The forward reads compute copies through the
+// `Linear::lora` views (model/lora.h): on the CPU the compute copy is the master itself, so an
+// update is visible at once; on CUDA it is a bf16 copy in one DeviceBuffer, refreshed by
+// sync_to_device().
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/lora.h"
+#include "ops/context.h"
+#include "ops/memory.h"
+
+namespace fp8rl {
+
+class Model;
+
+// PEFT's LoraConfig, the fields fp8rl supports, with PEFT's defaults and meaning.
+struct LoraConfig {
+  int64_t r = 8;
+  double lora_alpha = 8;
+  bool use_rslora = false;
+  double lora_dropout = 0.0;  // in [0, 1); stored for PEFT, applied by the trainer
+  // Which projections carry the adapter, as PEFT selects them (check_target_module_exists):
+  // - target_regex non-empty: modules whose path ("model.layers.3.self_attn.q_proj") matches it
+  //   as a whole (re.fullmatch; target_modules must then be empty);
+  // - target_modules == {"all-linear"}: all seven projections of every layer (lm_head never);
+  // - otherwise module names: a path equal to an entry or ending in "." + entry ("q_proj",
+  //   "mlp.down_proj").
+  // Every entry (or the regex) must select at least one projection.
+  std::vector<std::string> target_modules;
+  std::string target_regex;
+  // Restricts a target_modules list to these layer indices (PEFT's layers_to_transform);
+  // empty: every layer. Not combinable with target_regex, as in PEFT.
+  std::vector<int64_t> layers_to_transform;
+  std::string init_lora_weights = "default";  // "default" (PEFT's true) | "gaussian"
+
+  double scale() const;  // lora_alpha / r, or lora_alpha / sqrt(r) with use_rslora
+  // Throws on a value outside what PEFT accepts or fp8rl supports.
+  void validate() const;
+  // Whether the module at `path` of layer `layer` is targeted. Throws on a malformed regex.
+  bool targets(const std::string& path, int64_t layer) const;
+
+  // From adapter_config.json's object: rejects every setting that would change what the
+  // adapter computes and that fp8rl does not implement (DoRA, fan_in_fan_out, biases,
+  // modules_to_save, rank/alpha patterns, PiSSA-style inits that rewrite the base weights...).
+  // `where` names the source in errors.
+  static LoraConfig from_peft_json(const nlohmann::json& j, const std::string& where);
+  // adapter_config.json as PEFT writes it (PEFT's true for the default init).
+  nlohmann::json to_peft_json(const std::string& base_model_name) const;
+};
+
+// PEFT's path of a decoder projection: "model.layers.{layer}.self_attn.q_proj" /
+// "model.layers.{layer}.mlp.down_proj" (projection indexes kProjectionNames).
+std::string projection_path(int64_t layer, int projection);
+
+class LoraAdapter {
+ public:
+  // A fresh adapter as PEFT initializes one: A ~ kaiming_uniform_(a=sqrt(5)), i.e. uniform in
+  // [-1/sqrt(K), 1/sqrt(K)] ("default"), or normal with std 1/r ("gaussian", PEFT's
+  // nn.init.normal_(std=1/r)); B = 0. Values are the counter-based streams of core/rng.h,
+  // a function of (seed, layer, projection, index) only.
+  static LoraAdapter init(const LoraConfig& config, const Model& model, uint64_t seed);
+  // adapter_config.json + adapter_model.safetensors of `dir` (F32/BF16/F16 tensors, converted
+  // to fp32 masters), checked completely against the model: every error names the file and,
+  // where there is one, the tensor and the shape the model implies.
+  static LoraAdapter load_peft(const std::string& dir, const Model& model);
+  // Writes adapter_model.safetensors (fp32) and adapter_config.json into `dir`. A new `dir` is
+  // written under a temporary name and renamed into place; into an existing one each file is
+  // written as a temporary and renamed, tensors first.
+  void save_peft(const std::string& dir, const std::string& base_model_name) const;
+
+  // CUDA: (re)creates the bf16 compute copies from the masters (allocating them on first use)
+  // and waits for the copy. CPU: nothing to do, the masters are the compute copies.
+  void sync_to_device(Context& ctx);
+  // Points every targeted projection's `lora` at the compute copies on the model's device
+  // (after sync_to_device for a CUDA model). The adapter must outlive the attachment.
+  void attach(Model& model) const;
+  static void detach(Model& model);  // clears every projection's `lora`
+
+  // Bumped by mark_updated() after the masters changed (and, on CUDA, were synced); the
+  // engine's prefix cache keys cached KV on it. Starts at 1.
+  uint64_t version() const { return version_; }
+  void mark_updated() { ++version_; }
+
+  const LoraConfig& config() const { return config_; }
+  float scale() const { return float(config_.scale()); }
+  int64_t num_layers() const { return num_layers_; }
+  bool targeted(int64_t layer, int projection) const { return !slot(layer, projection).empty(); }
+  // fp32 host masters of one targeted projection: A [r, K], B [N, r]. Throws if not targeted.
+  TensorView master_a(int64_t layer, int projection) const;
+  TensorView master_b(int64_t layer, int projection) const;
+  // Every master value in one contiguous f32 host vector (layer, projection, A then B).
+  TensorView master_params() const { return masters_.view(); }
+  size_t nbytes() const;  // masters plus device compute copies
+
+ private:
+  struct Slot {
+    int64_t n = 0, k = 0;  // the projection's [N, K]
+    int64_t offset = -1;   // element offset of A in the masters; B follows A; -1: not targeted
+    bool empty() const { return offset < 0; }
+  };
+  LoraAdapter() = default;
+  static LoraAdapter allocate(const LoraConfig& config, const Model& model);
+  const Slot& slot(int64_t layer, int projection) const;
+  TensorView compute_view(const Slot& s, bool b, Device device) const;
+
+  LoraConfig config_;
+  int64_t num_layers_ = 0;
+  std::vector<Slot> slots_;   // [layer * 7 + projection]
+  Tensor masters_;            // [P] f32 host
+  DeviceBuffer device_copy_;  // [P] bf16 on CUDA, after sync_to_device
+  uint64_t version_ = 1;
+};
+
+// The CPU reference of one adapted projection's low-rank term, PEFT's unmerged form:
+// y += scale * (x A^T) B^T for x [M, K] f32, y [M, N] f32 and f32 A, B (fp64 accumulation).
+void add_lora_reference(const TensorView& x, const LoraWeights& lora, const TensorView& y);
+
+}  // namespace fp8rl
