@@ -185,4 +185,10 @@ inline double second_moment_tolerance(double kurtosis, int64_t n) {
   return 5.0 * std::sqrt(kurtosis - 1.0) / std::sqrt(double(n));
 }
 
+// Greedy generation against HF transformers' fp32 eager generate (tests/engine): the logprob
+// of each generated token, |ours - HF|. Both compute log_softmax of fp32 logits that agree to
+// ~1e-6 of their magnitude (kHfFp32Logits' measurement: logits of |x| <~ 10, summation
+// orders differ), and log_softmax adds a few ulps; issue 9 asks for 1e-4, which leaves ~10x.
+inline constexpr double kGenerateLogprob = 1e-4;
+
 }  // namespace fp8rl::test

@@ -199,11 +199,11 @@ void run_bench_forward(const BenchOptions& o) {
     result["linears"] = lin;
     result["memory"] = {{"peak_allocated_bytes", dev->peak_allocated()},
                         {"weights_bytes", model.device_bytes()},
-                        {"kv_cache_bytes", cache.nbytes()},
+                        {"kv_cache_bytes", cache.pool().nbytes()},
                         {"arena_peak_bytes", dev->arena_high_water()},
                         {"device_used_bytes", dev->memory_used()}};
   } else {
-    result["memory"] = {{"arena_peak_bytes", arena.high_water()}, {"kv_cache_bytes", cache.nbytes()}};
+    result["memory"] = {{"arena_peak_bytes", arena.high_water()}, {"kv_cache_bytes", cache.pool().nbytes()}};
   }
   const std::string text = result.dump(2);
   fmt::print("{}\n", text);

@@ -13,6 +13,22 @@ Arena::~Arena() {
   if (owned_) aligned_free(base_);
 }
 
+Arena Arena::measuring(Device device, size_t alignment) {
+  Arena a(device, alignment);
+  // A non-null, aligned base that is never dereferenced; half the address space of room.
+  a.base_ = reinterpret_cast<char*>(alignment);
+  a.capacity_ = size_t(1) << 62;
+  return a;
+}
+
+Arena::Arena(Arena&& o) noexcept
+    : base_(o.base_), owned_(o.owned_), device_(o.device_), alignment_(o.alignment_),
+      capacity_(o.capacity_), used_(o.used_), high_water_(o.high_water_) {
+  o.base_ = nullptr;
+  o.owned_ = false;
+  o.capacity_ = o.used_ = o.high_water_ = 0;
+}
+
 void Arena::reserve(size_t capacity_bytes) {
   if (capacity_bytes <= capacity_) return;
   CHECK(owned_, "reserve() on an arena over external memory: attach() a larger block");

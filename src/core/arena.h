@@ -15,6 +15,10 @@ class Arena {
   explicit Arena(size_t capacity_bytes = 0);
   // An arena over external memory of `device`, aligned to `alignment`; empty until attach().
   Arena(Device device, size_t alignment);
+  // An arena that hands out addresses nobody may dereference, for a dry run that only
+  // measures the high water (Context::dry_run): unbounded, never touches memory.
+  static Arena measuring(Device device, size_t alignment);
+  Arena(Arena&& o) noexcept;
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;

@@ -1,13 +1,18 @@
-// The model forward: the one code path for prefill, decode steps and (later) training.
+// The model forward: the one code path for prefill chunks, decode steps, mixed batches of both
+// (the engine) and, later, training.
 //
-// The same code runs on every device: the Context picks the backend of each op, activations
-// live in the context's arena in its activation dtype (f32 on the CPU, bf16 on CUDA), the model
-// and the caches must be on that device (Model::to_device, KvCache(config, n, ctx)).
+// A step (model/step.h) stacks the new tokens of all its sequences into one [T, H] activation,
+// so every linear runs once for the whole batch; keys and values go into the paged KV pool
+// (model/kv_cache.h) through the step's slot mapping, and attention reads each sequence's
+// blocks through its block table. The forward has no per-sequence host loop, reads no host
+// memory and allocates only from the context's scratch arena, whose size is measured before
+// the step by a dry run (measure_forward_scratch): the same step can be captured in a CUDA
+// graph. The same code runs on every device: the Context picks the backend of each op;
+// activations are in its activation dtype (f32 CPU, bf16 CUDA); the model and the pool must be
+// on its device.
 //
-// A batch is a list of sequences, each with new tokens, their positions and its KV cache.
-// The new tokens of all sequences are stacked into one [T, H] activation so every linear runs
-// once for the whole batch; attention runs per sequence against its own cache. A prefill is
-// a sequence with many new tokens, a decode step one with a single token: same code.
+// Every projection goes through one choke point that adds its LoRA adapter when one is
+// attached (model/lora.h): y = base(x) + scale * (x A^T) B^T.
 #pragma once
 
 #include <span>
@@ -15,29 +20,42 @@
 
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "model/step.h"
 #include "ops/context.h"
 
 namespace fp8rl {
 
+// Runs the step: writes the new tokens' keys/values into `kv` and the logits of the step's
+// logit rows into `logits` (f32 [R, V] contiguous on ctx's device).
+void forward(Context& ctx, const Model& model, const KvPool& kv, const StepBatch& step,
+             const TensorView& logits);
+
+// Scratch bytes one step of at most `shape` takes on ctx's device, measured by running the
+// forward as a dry run (Context::dry_run) over a step of that shape; includes the step's
+// upload buffer and staged logits as run_step() takes them.
+size_t measure_forward_scratch(const Context& ctx, const Model& model, const KvPool& kv,
+                               const StepShape& shape);
+
+// One step from a host StepInput, for callers that hold no device buffers of their own:
+// uploads it into scratch, runs forward(), and writes logits [R, V] f32 to the host or ctx's
+// device (host logits are copied back and are there on return).
+void run_step(Context& ctx, const Model& model, const KvPool& kv, StepInput& step,
+              const TensorView& logits);
+
+// ---- Simple callers (CLI logits, benchmarks, tests): sequences with their own KvCache.
+
 struct SequenceInput {
   std::span<const int32_t> tokens;     // new tokens
-  std::span<const int32_t> positions;  // their RoPE positions (usually cache length + i)
+  std::span<const int32_t> positions;  // their positions: cache length + i (checked)
   KvCache* cache = nullptr;            // receives the new keys/values after its filled slots
 };
 
 enum class LogitRows { all, last };  // logits for every new token, or each sequence's last
 
-// Runs the forward and appends the new tokens to each cache. logits: [T_total, V] for all,
-// [num_sequences, V] for last; f32, contiguous, on the host or the context's device (a CUDA
-// forward writing host logits copies them back and returns when they are there).
+// Builds the step of these sequences (whose caches must share one pool), reserves the arena by
+// a dry run when it is empty, runs it and advances each cache. logits: [T_total, V] for all,
+// [num_sequences, V] for last; f32, contiguous, on the host or the context's device.
 void forward(Context& ctx, const Model& model, std::span<const SequenceInput> batch, LogitRows rows,
              const TensorView& logits);
-
-// Arena bytes forward() needs for `tokens` new tokens with caches of at most `max_cache` slots
-// and `logit_rows` rows of logits, on the context's device. forward() reserves this itself
-// when the arena is empty.
-size_t forward_scratch_bytes(const Context& ctx, const Model& model, int64_t tokens,
-                             int64_t max_cache, int64_t logit_rows);
-size_t forward_scratch_bytes(const Model& model, int64_t tokens, int64_t max_cache);  // CPU
 
 }  // namespace fp8rl

@@ -4,36 +4,75 @@
 
 namespace fp8rl {
 
-KvCache::KvCache(const ModelConfig& c, int64_t capacity) {
-  Context host{Device::cpu, nullptr};  // host buffers need no arena
-  init(c, capacity, host);
-}
+namespace {
+int64_t blocks_for(int64_t slots) { return (slots + kKvBlockSize - 1) / kKvBlockSize; }
+}  // namespace
 
-KvCache::KvCache(const ModelConfig& c, int64_t capacity, Context& ctx) { init(c, capacity, ctx); }
-
-void KvCache::init(const ModelConfig& c, int64_t capacity, Context& ctx) {
-  CHECK(capacity > 0, "KV cache capacity must be positive, got {}", capacity);
+KvPool::KvPool(const ModelConfig& c, int64_t num_blocks, Context& ctx) {
+  CHECK(num_blocks > 0, "KV pool needs at least one block, got {}", num_blocks);
   dtype_ = ctx.activation_dtype();
   layers_ = c.num_layers;
   heads_ = c.num_kv_heads;
   head_dim_ = c.head_dim;
+  num_blocks_ = num_blocks;
+  buf_ = DeviceBuffer(ctx, size_t(num_blocks) * block_bytes(c, ctx));
+  // Zeroed so that a slot read before it is written (never, by construction) holds no NaN.
+  ops::fill_zero(ctx, buf_.view({int64_t(buf_.size())}, DType::f8e4m3));
+}
+
+size_t KvPool::block_bytes(const ModelConfig& c, const Context& ctx) {
+  return size_t(2 * c.num_layers * kKvBlockSize * c.num_kv_heads * c.head_dim) *
+         dtype_size(ctx.activation_dtype());
+}
+
+TensorView KvPool::layer_of(int64_t layer, int64_t kv) const {
+  CHECK(layer >= 0 && layer < layers_, "KV pool layer {} out of range [0, {})", layer, layers_);
+  const Shape shape{num_blocks_, kKvBlockSize, heads_, head_dim_};
+  const size_t per = size_t(shape.numel()) * dtype_size(dtype_);
+  return buf_.view(shape, dtype_, size_t(2 * layer + kv) * per);
+}
+
+TensorView KvPool::k(int64_t layer) const { return layer_of(layer, 0); }
+TensorView KvPool::v(int64_t layer) const { return layer_of(layer, 1); }
+
+std::vector<int32_t> KvPool::take_blocks(int64_t n) {
+  CHECK(n >= 0 && taken_ + n <= num_blocks_, "KV pool exhausted: {} more blocks, {} of {} taken",
+        n, taken_, num_blocks_);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = int32_t(taken_ + i);
+  taken_ += n;
+  return ids;
+}
+
+KvCache::KvCache(const ModelConfig& c, int64_t capacity) {
+  CHECK(capacity > 0, "KV cache capacity must be positive, got {}", capacity);
+  Context host{Device::cpu, nullptr};  // host buffers need no arena
+  owned_ = std::make_unique<KvPool>(c, blocks_for(capacity), host);
+  pool_ = owned_.get();
+  reserve_blocks(capacity);
+}
+
+KvCache::KvCache(const ModelConfig& c, int64_t capacity, Context& ctx) {
+  CHECK(capacity > 0, "KV cache capacity must be positive, got {}", capacity);
+  owned_ = std::make_unique<KvPool>(c, blocks_for(capacity), ctx);
+  pool_ = owned_.get();
+  reserve_blocks(capacity);
+}
+
+KvCache::KvCache(KvPool& pool, int64_t capacity) : pool_(&pool) {
+  CHECK(capacity > 0, "KV cache capacity must be positive, got {}", capacity);
+  reserve_blocks(capacity);
+}
+
+void KvCache::reserve_blocks(int64_t capacity) {
   capacity_ = capacity;
-  const size_t bytes = size_t(layers_ * capacity * heads_ * head_dim_) * dtype_size(dtype_);
-  k_ = DeviceBuffer(ctx, bytes);
-  v_ = DeviceBuffer(ctx, bytes);
-  const Shape all{layers_, capacity, heads_, head_dim_};
-  ops::fill_zero(ctx, k_.view(all, dtype_));
-  ops::fill_zero(ctx, v_.view(all, dtype_));
+  blocks_ = pool_->take_blocks(blocks_for(capacity));
 }
 
-TensorView KvCache::layer_of(const DeviceBuffer& b, int64_t layer) const {
-  CHECK(layer >= 0 && layer < layers_, "KV cache layer {} out of range [0, {})", layer, layers_);
-  const size_t per_layer = size_t(capacity_ * heads_ * head_dim_) * dtype_size(dtype_);
-  return b.view({capacity_, heads_, head_dim_}, dtype_, size_t(layer) * per_layer);
+int32_t KvCache::slot(int64_t p) const {
+  CHECK(p >= 0 && p < capacity_, "KV cache position {} outside [0, {})", p, capacity_);
+  return int32_t(blocks_[size_t(p / kKvBlockSize)] * kKvBlockSize + p % kKvBlockSize);
 }
-
-TensorView KvCache::k(int64_t layer) const { return layer_of(k_, layer); }
-TensorView KvCache::v(int64_t layer) const { return layer_of(v_, layer); }
 
 void KvCache::advance(int64_t n) {
   CHECK(n >= 0 && length_ + n <= capacity_, "KV cache overflow: {} + {} slots > capacity {}",

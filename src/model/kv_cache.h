@@ -1,6 +1,13 @@
-// The key/value cache of one sequence: every layer's rotated keys and values by cache slot.
-// The paged engine of a later issue replaces the storage, not the forward that fills it.
+// The paged KV cache. One pool per model holds the keys and values of every layer in blocks of
+// kKvBlockSize token slots; a sequence owns a list of blocks (its block table), so sequences
+// of any length share one region with no per-sequence capacity, and the n samples of a GRPO
+// prompt can share the prompt's blocks. The engine's block manager decides who owns which
+// block; KvCache below is the simple owner for callers without one (CLI logits, benchmarks,
+// tests): a sequence with its blocks reserved up front.
 #pragma once
+
+#include <memory>
+#include <vector>
 
 #include "core/tensor.h"
 #include "formats/model_config.h"
@@ -9,29 +16,65 @@
 
 namespace fp8rl {
 
-class KvCache {
- public:
-  // On the host, f32 (the CPU forward).
-  KvCache(const ModelConfig& config, int64_t capacity);
-  // On ctx's device in its activation dtype (bf16 on CUDA), zero-filled.
-  KvCache(const ModelConfig& config, int64_t capacity, Context& ctx);
+// 16 slots: GRPO prompts are short (tens to hundreds of tokens), and only full blocks can be
+// shared by content across requests, so small blocks share most of a prompt; the last,
+// partial block of a prompt is shared by its n samples until one writes to it (copy on write).
+// nano-vllm's 256-slot blocks would share nothing of such prompts. Attention reads a block's
+// 16 rows as one contiguous 16 x Hkv x D chunk, so smaller blocks would start to cost.
+inline constexpr int64_t kKvBlockSize = 16;
 
-  TensorView k(int64_t layer) const;          // [C, Hkv, D]
-  TensorView v(int64_t layer) const;          // [C, Hkv, D]
-  int64_t length() const { return length_; }  // slots filled
-  int64_t capacity() const { return capacity_; }
-  Device device() const { return k_.device(); }
+class KvPool {
+ public:
+  // num_blocks blocks on ctx's device in its activation dtype (f32 CPU, bf16 CUDA), zeroed.
+  KvPool(const ModelConfig& config, int64_t num_blocks, Context& ctx);
+  // Bytes one block takes over all layers, K and V, on ctx's device.
+  static size_t block_bytes(const ModelConfig& config, const Context& ctx);
+
+  TensorView k(int64_t layer) const;  // [num_blocks, block_size, Hkv, D]
+  TensorView v(int64_t layer) const;  // [num_blocks, block_size, Hkv, D]
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t block_size() const { return kKvBlockSize; }
+  int64_t num_layers() const { return layers_; }
+  Device device() const { return buf_.device(); }
   DType dtype() const { return dtype_; }
-  void advance(int64_t n);   // n more slots are filled
-  void truncate(int64_t n);  // keep the first n slots
-  size_t nbytes() const { return k_.size() + v_.size(); }
+  size_t nbytes() const { return buf_.size(); }
+
+  // The next n unused blocks in order, for owners without a block manager (KvCache); an
+  // engine's block manager hands out blocks itself and never calls this.
+  std::vector<int32_t> take_blocks(int64_t n);
 
  private:
-  void init(const ModelConfig& config, int64_t capacity, Context& ctx);
-  TensorView layer_of(const DeviceBuffer& b, int64_t layer) const;
-  DeviceBuffer k_, v_;  // [L, C, Hkv, D]
+  TensorView layer_of(int64_t layer, int64_t kv) const;
+  DeviceBuffer buf_;  // [L, 2, num_blocks, block_size, Hkv, D]
   DType dtype_ = DType::f32;
-  int64_t layers_ = 0, heads_ = 0, head_dim_ = 0;
+  int64_t layers_ = 0, heads_ = 0, head_dim_ = 0, num_blocks_ = 0;
+  int64_t taken_ = 0;
+};
+
+// One sequence's cache for callers without the engine: `capacity` slots of blocks taken from a
+// pool up front, filled in order.
+class KvCache {
+ public:
+  KvCache(const ModelConfig& config, int64_t capacity);                // its own pool, host f32
+  KvCache(const ModelConfig& config, int64_t capacity, Context& ctx);  // its own pool on ctx
+  KvCache(KvPool& pool, int64_t capacity);                             // blocks of a shared pool
+
+  KvPool& pool() const { return *pool_; }
+  const std::vector<int32_t>& blocks() const { return blocks_; }
+  int64_t length() const { return length_; }  // slots filled
+  int64_t capacity() const { return capacity_; }
+  Device device() const { return pool_->device(); }
+  DType dtype() const { return pool_->dtype(); }
+  void advance(int64_t n);   // n more slots are filled
+  void truncate(int64_t n);  // keep the first n slots
+  // The pool slot of token position p (< capacity).
+  int32_t slot(int64_t p) const;
+
+ private:
+  void reserve_blocks(int64_t capacity);
+  std::unique_ptr<KvPool> owned_;
+  KvPool* pool_ = nullptr;
+  std::vector<int32_t> blocks_;
   int64_t capacity_ = 0;
   int64_t length_ = 0;
 };

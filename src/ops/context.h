@@ -31,6 +31,12 @@ struct Context {
   // against a CPU forward whose activations carry the same bf16 roundings. With it the two
   // differ by fp32 reduction order and intrinsic ulps only. Off: the exact fp32 reference.
   bool bf16_activations = false;
+  // A measuring dry run: ops check their operands and take their scratch (declared per op,
+  // e.g. linear_scratch_bytes) from `scratch`, which must be a measuring Arena
+  // (Arena::measuring) of this device, but compute nothing and touch no memory. A forward run
+  // so at the largest step shape gives the arena high water it needs, before any step runs:
+  // the memory plan is measured, not written as a byte formula.
+  bool dry_run = false;
 
   // The dtype of activations between ops: exact fp32 on the CPU reference (also with
   // bf16_activations, whose values are bf16 but stored as f32), bf16 on CUDA (fp32 math inside

@@ -87,12 +87,13 @@ cuda::Backend& backend(const Context& ctx) {
 #endif
 }  // namespace
 
+// A dry run's scratch comes from its measuring host-side Arena whatever the device.
 #if FP8RL_HAVE_CUDA
 #define FP8RL_ON_CUDA(ctx, expr) \
-  if ((ctx).device == Device::cuda) return expr
+  if ((ctx).device == Device::cuda && !(ctx).dry_run) return expr
 #else
 #define FP8RL_ON_CUDA(ctx, expr) \
-  if ((ctx).device == Device::cuda) no_cuda()
+  if ((ctx).device == Device::cuda && !(ctx).dry_run) no_cuda()
 #endif
 
 TensorView scratch_alloc(Context& ctx, Shape shape, DType dtype) {
@@ -132,6 +133,7 @@ void copy(Context& ctx, const TensorView& src, const TensorView& dst) {
             (dst.device == Device::cpu || dst.device == ctx.device),
         "copy between {} and {} with a {} context", device_name(src.device),
         device_name(dst.device), device_name(ctx.device));
+  if (ctx.dry_run) return;
   if (src.device == Device::cpu && dst.device == Device::cpu) {
     if (src.nbytes() > 0) std::memmove(dst.data, src.data, src.nbytes());
     return;
@@ -146,6 +148,7 @@ void copy(Context& ctx, const TensorView& src, const TensorView& dst) {
 void fill_zero(Context& ctx, const TensorView& dst) {
   CHECK(dst.is_contiguous() && dst.device == ctx.device, "fill_zero: contiguous {} tensor",
         device_name(ctx.device));
+  if (ctx.dry_run) return;
   FP8RL_ON_CUDA(ctx, cuda::fill_zero(backend(ctx), dst));
   if (dst.nbytes() > 0) std::memset(dst.data, 0, dst.nbytes());
 }
@@ -154,6 +157,7 @@ void fill(Context& ctx, const TensorView& dst, float value) {
   CHECK(dst.is_contiguous() && dst.device == ctx.device &&
             (dst.dtype == DType::f32 || dst.dtype == DType::bf16),
         "fill: contiguous f32/bf16 tensor on {}", device_name(ctx.device));
+  if (ctx.dry_run) return;
   FP8RL_ON_CUDA(ctx, cuda::fill(backend(ctx), dst, value));
   for (int64_t i = 0; i < dst.numel(); ++i) {
     if (dst.dtype == DType::f32)
@@ -167,6 +171,7 @@ void fill_uniform(Context& ctx, const TensorView& dst, uint64_t seed, float boun
   CHECK(dst.is_contiguous() && dst.device == ctx.device &&
             (dst.dtype == DType::f32 || dst.dtype == DType::bf16),
         "fill_uniform: contiguous f32/bf16 tensor on {}", device_name(ctx.device));
+  if (ctx.dry_run) return;
   FP8RL_ON_CUDA(ctx, cuda::fill_uniform(backend(ctx), dst, seed, bound));
   parallel_for(0, dst.numel(), [&](int64_t i) {
     const float v = uniform_hash(seed, uint64_t(i), bound);
@@ -177,7 +182,18 @@ void fill_uniform(Context& ctx, const TensorView& dst, uint64_t seed, float boun
   });
 }
 
+size_t device_free_bytes(const Context& ctx) {
+  if (ctx.device == Device::cpu) return 0;
+#if FP8RL_HAVE_CUDA
+  return cuda::device_free_bytes(*ctx.cuda);
+#else
+  no_cuda();
+  return 0;
+#endif
+}
+
 void synchronize(Context& ctx) {
+  if (ctx.dry_run) return;
   FP8RL_ON_CUDA(ctx, cuda::synchronize(backend(ctx)));
 }
 

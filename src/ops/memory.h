@@ -75,5 +75,7 @@ void fill(Context& ctx, const TensorView& dst, float value);
 void fill_uniform(Context& ctx, const TensorView& dst, uint64_t seed, float bound);
 // Waits until every op issued on the context has finished (no-op on the CPU).
 void synchronize(Context& ctx);
+// Device memory free now (CUDA: cudaMemGetInfo; the CPU: 0, it has no device budget).
+size_t device_free_bytes(const Context& ctx);
 
 }  // namespace fp8rl::ops

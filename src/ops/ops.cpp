@@ -35,6 +35,7 @@ bool fp8_gemm_native(const LinearWeight& w, ActScaling act) {
 #if FP8RL_HAVE_CUDA
 #define FP8RL_DISPATCH(ctx, name, cpu_call, cuda_call) \
   do {                                                 \
+    if ((ctx).dry_run) break;                          \
     if ((ctx).device == Device::cpu) {                 \
       cpu_call;                                        \
     } else {                                           \
@@ -45,6 +46,7 @@ bool fp8_gemm_native(const LinearWeight& w, ActScaling act) {
 #else
 #define FP8RL_DISPATCH(ctx, name, cpu_call, cuda_call)                        \
   do {                                                                        \
+    if ((ctx).dry_run) break;                                                 \
     if ((ctx).device == Device::cpu) {                                        \
       cpu_call;                                                               \
     } else {                                                                  \
@@ -58,6 +60,7 @@ namespace fp8rl::ops {
 namespace {
 
 void check_ctx(const Context& ctx) {
+  CHECK(!ctx.dry_run || ctx.scratch != nullptr, "a dry run needs a measuring scratch arena");
   CHECK(ctx.device == Device::cpu ? ctx.scratch != nullptr : ctx.cuda != nullptr,
         "Context for {} has no {}", device_name(ctx.device),
         ctx.device == Device::cpu ? "scratch arena" : "CUDA backend (use CudaDevice::context())");
@@ -111,6 +114,20 @@ Arena& scratch_of(Context& ctx) {
   return *ctx.scratch;
 }
 
+// In a dry run, an op takes the scratch it declares (and gives it back, as ops do on return),
+// so that the measuring arena's high water counts it; no-op otherwise.
+void dry_run_scratch(Context& ctx, size_t bytes) {
+  if (!ctx.dry_run || bytes == 0) return;
+  ArenaScope scope(*ctx.scratch);
+  ctx.scratch->alloc({int64_t(bytes)}, DType::f8e4m3);  // bytes
+}
+
+// Scratch of the fused quantizers: the staged [R, C] row values (f32 on the CPU, bf16 plus the
+// amax on CUDA) at most.
+size_t quantize_op_scratch_bytes(int64_t rows, int64_t cols) {
+  return size_t(rows * cols) * 4 + 512;
+}
+
 void check_quantized(const Context& ctx, const QuantizedActivation& q, const char* what) {
   CHECK(q.act != ActScaling::none && q.codes.dtype == DType::f8e4m3 &&
             q.codes.device == ctx.device && q.scales.dtype == DType::f32 &&
@@ -144,7 +161,7 @@ void embedding(Context& ctx, const TensorView& ids, const TensorView& table, flo
   check_param(ctx, table, DType::bf16, "embedding table");
   CHECK(table.rank() == 2 && out.dim(1) == table.dim(1), "embedding: table {} out {}",
         table.shape.str(), out.shape.str());
-  if (ctx.device == Device::cpu)  // device ids are checked on the host before their upload
+  if (ctx.device == Device::cpu && !ctx.dry_run)  // device ids are checked on the host before their upload
     for (int64_t i = 0; i < ids.numel(); ++i)
       CHECK(ids.ptr<const int32_t>()[i] >= 0 && ids.ptr<const int32_t>()[i] < table.dim(0),
             "token id {} is outside the vocabulary [0, {})", ids.ptr<const int32_t>()[i],
@@ -297,6 +314,7 @@ void attention(Context& ctx, const TensorView& q, const TensorView& k_cache,
   CHECK(
       amax.empty() || (amax.dtype == DType::f32 && amax.numel() == 1 && amax.device == ctx.device),
       "attention: amax must be one f32 on {}", device_name(ctx.device));
+  dry_run_scratch(ctx, attention_scratch_bytes(ctx, q.dim(0), q.dim(1), k_cache.dim(0)));
   FP8RL_DISPATCH(ctx, "attention",
                  cpu_attention(scratch_of(ctx), q, k_cache, v_cache, first_slot, p, out, amax,
                                rounding(ctx)),
@@ -360,6 +378,8 @@ void paged_attention(Context& ctx, const TensorView& q, const TensorView& k_pool
   CHECK(
       amax.empty() || (amax.dtype == DType::f32 && amax.numel() == 1 && amax.device == ctx.device),
       "paged_attention: amax must be one f32 on {}", device_name(ctx.device));
+  dry_run_scratch(ctx, paged_attention_scratch_bytes(ctx, q.dim(0), q.dim(1), q.dim(2),
+                                                     batch.max_context_len));
   FP8RL_DISPATCH(
       ctx, "paged_attention",
       {
@@ -394,14 +414,16 @@ void gelu_tanh_mul(Context& ctx, const TensorView& gate, const TensorView& up,
                  cuda::gated(*ctx.cuda, gate, up, 1, out));
 }
 
-void add(Context& ctx, const TensorView& a, const TensorView& b, const TensorView& out) {
+void add(Context& ctx, const TensorView& a, const TensorView& b, const TensorView& out,
+         float alpha) {
   check_ctx(ctx);
   check_act(ctx, a, a.rank(), "add");
   check_act(ctx, b, b.rank(), "add");
   check_act(ctx, out, out.rank(), "add");
   CHECK(a.rank() >= 1 && a.shape == b.shape && out.shape == a.shape, "add: a {} b {} out {}",
         a.shape.str(), b.shape.str(), out.shape.str());
-  FP8RL_DISPATCH(ctx, "add", cpu::add(a, b, out, rounding(ctx)), cuda::add(*ctx.cuda, a, b, out));
+  FP8RL_DISPATCH(ctx, "add", cpu::add(a, b, alpha, out, rounding(ctx)),
+                 cuda::add(*ctx.cuda, a, b, alpha, out));
 }
 
 void softcap(Context& ctx, const TensorView& x, float cap, Output kind) {
@@ -418,13 +440,22 @@ QuantizedActivation alloc_quantized(Context& ctx, ActScaling act, int64_t rows, 
   check_ctx(ctx);
   CHECK(act != ActScaling::none, "alloc_quantized: activation scaling none");
 #if FP8RL_HAVE_CUDA
-  if (ctx.device == Device::cuda) return cuda::alloc_quantized(*ctx.cuda, act, rows, cols);
+  if (ctx.device == Device::cuda && !ctx.dry_run)
+    return cuda::alloc_quantized(*ctx.cuda, act, rows, cols);
 #endif
   Arena& a = scratch_of(ctx);
   QuantizedActivation q;
   q.act = act;
   q.rows = q.padded_rows = rows;
   q.cols = cols;
+  if (ctx.dry_run && ctx.device == Device::cuda) {
+    // The backend's footprint (padded rows, its scale layout) as one measured block.
+    a.alloc({int64_t(quantized_bytes(ctx, act, rows, cols))}, DType::f8e4m3);  // bytes
+    q.padded_rows = (rows + 3) / 4 * 4;
+    q.codes = TensorView(a.base(), DType::f8e4m3, {q.padded_rows, cols}, Device::cuda);
+    q.scales = TensorView(a.base(), DType::f32, act_scale_shape(act, rows, cols), Device::cuda);
+    return q;
+  }
   q.codes = a.alloc({rows, cols}, DType::f8e4m3);
   q.scales = a.alloc(act_scale_shape(act, rows, cols), DType::f32);
   return q;
@@ -461,6 +492,7 @@ void rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& w, floa
   CHECK(q.act != ActScaling::static_tensor, "rms_norm_quant needs a dynamic scaling");
   CHECK(w.rank() == 1 && w.dim(0) == x.dim(1) && q.rows == x.dim(0) && q.cols == x.dim(1),
         "rms_norm_quant: x {} w {} q [{}, {}]", x.shape.str(), w.shape.str(), q.rows, q.cols);
+  dry_run_scratch(ctx, quantize_op_scratch_bytes(x.dim(0), x.dim(1)));
   FP8RL_DISPATCH(ctx, "rms_norm_quant",
                  cpu::rms_norm_quant(scratch_of(ctx), x, w, eps, plus_one, q, rounding(ctx)),
                  cuda::rms_norm_quant(*ctx.cuda, x, w, eps, plus_one, q));
@@ -479,6 +511,7 @@ void add_rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& del
             q.cols == x.dim(1),
         "add_rms_norm_quant: x {} delta {} w {} q [{}, {}]", x.shape.str(), delta.shape.str(),
         w.shape.str(), q.rows, q.cols);
+  dry_run_scratch(ctx, quantize_op_scratch_bytes(x.dim(0), x.dim(1)));
   FP8RL_DISPATCH(ctx, "add_rms_norm_quant",
                  cpu::add_rms_norm_quant(scratch_of(ctx), x, delta, w, eps, plus_one, q, rounding(ctx)),
                  cuda::add_rms_norm_quant(*ctx.cuda, x, delta, w, eps, plus_one, q));
@@ -494,6 +527,7 @@ void gated_quant(Context& ctx, const TensorView& gate, const TensorView& up,
   CHECK(q.act != ActScaling::static_tensor, "{} needs a dynamic scaling", what);
   CHECK(gate.shape == up.shape && q.rows == gate.dim(0) && q.cols == gate.dim(1),
         "{}: gate {} up {} q [{}, {}]", what, gate.shape.str(), up.shape.str(), q.rows, q.cols);
+  dry_run_scratch(ctx, quantize_op_scratch_bytes(gate.dim(0), gate.numel() / std::max<int64_t>(gate.dim(0), 1)));
   FP8RL_DISPATCH(ctx, what, cpu::gated_quant(scratch_of(ctx), gate, up, act, q, rounding(ctx)),
                  cuda::gated_quant(*ctx.cuda, gate, up, act, q));
 }
@@ -531,6 +565,7 @@ void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const Tens
   check_ctx(ctx);
   check_act(ctx, x, 2, "linear input");
   check_linear(ctx, x.dim(0), x.dim(1), w, out, kind);
+  dry_run_scratch(ctx, linear_scratch_bytes(ctx, w, x.dim(0)));
   FP8RL_DISPATCH(ctx, linear_name(w), cpu::linear(scratch_of(ctx), x, w, out, kind, rounding(ctx)),
                  cuda::linear(*ctx.cuda, x, w, out));
 }
@@ -540,6 +575,7 @@ void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const Tens
   check_ctx(ctx);
   check_act(ctx, x, 2, "linear input");
   check_linear(ctx, x.dim(0), x.dim(1), w, out, Output::activation);
+  dry_run_scratch(ctx, linear_scratch_bytes(ctx, w, x.dim(0)));
   CHECK(w.is_fp8() && w.act == ActScaling::tensor && x_amax.dtype == DType::f32 &&
             x_amax.numel() == 1 && x_amax.device == ctx.device,
         "linear with a known input amax: needs a tensor-scaled FP8 weight and one f32 on {}",
@@ -554,6 +590,7 @@ void linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
   check_ctx(ctx);
   check_quantized(ctx, x, "linear input");
   check_linear(ctx, x.rows, x.cols, w, out, kind);
+  dry_run_scratch(ctx, linear_scratch_bytes(ctx, w, x.rows));
   CHECK(w.is_fp8() && x.act == w.act,
         "linear: input quantized with {} scaling for a weight whose activations use {}",
         act_scaling_name(x.act), act_scaling_name(w.act));

@@ -122,8 +122,10 @@ void silu_mul(Context& ctx, const TensorView& gate, const TensorView& up, const 
 void gelu_tanh_mul(Context& ctx, const TensorView& gate, const TensorView& up,
                    const TensorView& out);
 
-// out = a + b, same shape, may alias.
-void add(Context& ctx, const TensorView& a, const TensorView& b, const TensorView& out);
+// out = a + alpha * b (one fma per element, so alpha = 1 is exactly a + b), same shape, may
+// alias. alpha != 1 adds a LoRA update scaled by lora_alpha / r.
+void add(Context& ctx, const TensorView& a, const TensorView& b, const TensorView& out,
+         float alpha = 1.0f);
 
 // What the output of a linear or softcap is: an activation, in the activation dtype (bf16 on
 // CUDA; f32 on the CPU, rounded to bf16 values under Context::bf16_activations), or exact fp32

@@ -69,7 +69,8 @@ TEST_P(BatchOfSequences, EqualsSeparateRuns) {
   Arena arena;
   Context ctx{Device::cpu, &arena};
   ctx.bf16_activations = bf16;
-  KvCache ca(m.config(), 64), cb(m.config(), 64);
+  KvPool pool(m.config(), 16, ctx);
+  KvCache ca(pool, 64), cb(pool, 64);
   const std::vector<int32_t> pa = positions_from(a.size()), pb = positions_from(b.size());
   SequenceInput batch[2] = {{a, pa, &ca}, {b, pb, &cb}};
   const int64_t v = m.config().vocab_size;
@@ -84,7 +85,7 @@ TEST_P(BatchOfSequences, EqualsSeparateRuns) {
             bound);
 
   // LogitRows::last gives each sequence's last row.
-  KvCache ca2(m.config(), 64), cb2(m.config(), 64);
+  KvCache ca2(pool, 64), cb2(pool, 64);
   SequenceInput batch2[2] = {{a, pa, &ca2}, {b, pb, &cb2}};
   Tensor last = Tensor::empty({2, v}, DType::f32);
   forward(ctx, m, batch2, LogitRows::last, last);

@@ -39,7 +39,7 @@ void paged_attention(Arena& scratch, const TensorView& q, const TensorView& k_po
                      const TensorView& out, Rounding r);
 void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out, Rounding r);
 void gelu_tanh_mul(const TensorView& gate, const TensorView& up, const TensorView& out, Rounding r);
-void add(const TensorView& a, const TensorView& b, const TensorView& out, Rounding r);
+void add(const TensorView& a, const TensorView& b, float alpha, const TensorView& out, Rounding r);
 // Output::f32 results are never rounded; Rounding::bf16 then still applies inside (the linear's
 // weight is bf16 on CUDA whatever its output).
 void softcap(const TensorView& x, float cap, Output kind, Rounding r);

@@ -82,7 +82,7 @@ void rms_norm(const TensorView& x, const TensorView& w, float eps, bool plus_one
 
 void add_rms_norm(const TensorView& x, const TensorView& delta, const TensorView& w, float eps,
                   bool plus_one, const TensorView& out, Rounding r) {
-  add(x, delta, x, r);
+  add(x, delta, 1.0f, x, r);
   rms_norm(x, w, eps, plus_one, out, r);
 }
 
@@ -149,13 +149,13 @@ void gelu_tanh_mul(const TensorView& gate, const TensorView& up, const TensorVie
   });
 }
 
-void add(const TensorView& a, const TensorView& b, const TensorView& out, Rounding r) {
+void add(const TensorView& a, const TensorView& b, float alpha, const TensorView& out, Rounding r) {
   const float* pa = a.ptr<float>();
   const float* pb = b.ptr<float>();
   float* o = out.ptr<float>();
   const int64_t rows = a.dim(0), cols = a.numel() / rows;
   parallel_for(0, rows, [&](int64_t i) {
-    for (int64_t j = i * cols; j < (i + 1) * cols; ++j) o[j] = round_as(r, pa[j] + pb[j]);
+    for (int64_t j = i * cols; j < (i + 1) * cols; ++j) o[j] = round_as(r, std::fma(alpha, pb[j], pa[j]));
   });
 }
 

@@ -34,7 +34,7 @@ void rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& w, fl
 void add_rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& delta,
                         const TensorView& w, float eps, bool plus_one,
                         const QuantizedActivation& q, Rounding r) {
-  add(x, delta, x, r);
+  add(x, delta, 1.0f, x, r);
   rms_norm_quant(scratch, x, w, eps, plus_one, q, r);
 }
 

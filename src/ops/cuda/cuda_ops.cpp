@@ -106,6 +106,12 @@ void arena_rewind(Backend& b, size_t mark) {
 void arena_reserve(Backend& b, size_t bytes) {
   b.reserve_arena(bytes);
 }
+size_t device_free_bytes(Backend& b) {
+  (void)b;  // the backend's device is current on this thread
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return free_b;
+}
 size_t arena_high_water(Backend& b) {
   return b.arena().high_water();
 }
@@ -211,8 +217,8 @@ void gated(Backend& b, const TensorView& gate, const TensorView& up, int act,
                bf(out), nullptr, b.stream());
 }
 
-void add(Backend& b, const TensorView& a, const TensorView& c, const TensorView& out) {
-  launch_add(bf(a), bf(c), bf(out), a.numel(), b.stream());
+void add(Backend& b, const TensorView& a, const TensorView& c, float alpha, const TensorView& out) {
+  launch_add(bf(a), bf(c), alpha, bf(out), a.numel(), b.stream());
 }
 
 void softcap(Backend& b, const TensorView& x, float cap) {

@@ -29,6 +29,7 @@ void fill_zero(Backend& b, const TensorView& dst);
 void fill(Backend& b, const TensorView& dst, float value);
 void fill_uniform(Backend& b, const TensorView& dst, uint64_t seed, float bound);
 void synchronize(Backend& b);
+size_t device_free_bytes(Backend& b);
 
 // ---- ops (cuda_ops.cpp); operands already checked by ops.cpp
 void embedding(Backend& b, const TensorView& ids, const TensorView& table, float scale,
@@ -45,7 +46,7 @@ void attention(Backend& b, const TensorView& q, const TensorView& k_cache,
                const TensorView& out, float* amax);
 void gated(Backend& b, const TensorView& gate, const TensorView& up, int act,
            const TensorView& out);
-void add(Backend& b, const TensorView& a, const TensorView& c, const TensorView& out);
+void add(Backend& b, const TensorView& a, const TensorView& c, float alpha, const TensorView& out);
 void softcap(Backend& b, const TensorView& x, float cap);
 
 // ---- FP8 activations (cuda_ops.cpp)

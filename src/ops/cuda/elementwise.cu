@@ -11,17 +11,17 @@ namespace {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)
 
-// out = a + b, flat; each thread has kFlatUnroll chunks of 8 in flight (16-byte loads and
+// out = a + alpha * b (an fma, so alpha = 1 is exactly a + b), flat; each thread has kFlatUnroll chunks of 8 in flight (16-byte loads and
 // stores). out may alias a or b: each chunk is read, then written, by one thread.
 template <bool VEC>
 __global__ void __launch_bounds__(256)
-    add_kernel(const bf16* a, const bf16* b, bf16* out, int64_t n) {
+    add_kernel(const bf16* a, const bf16* b, float alpha, bf16* out, int64_t n) {
   for_chunk_pairs<VEC>(a, b, n, [&](int64_t j, const uint4& ra, const uint4& rb) {
     float x[8], y[8];
     unpack(ra, x);
     unpack(rb, y);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) x[i] += y[i];
+    for (int i = 0; i < 8; ++i) x[i] = fmaf(alpha, y[i], x[i]);
     store_chunk<VEC>(out, j, n, x);
   });
 }
@@ -79,13 +79,13 @@ __global__ void broadcast_kernel(const float* __restrict__ in, float* __restrict
 
 }  // namespace
 
-void launch_add(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaStream_t s) {
+void launch_add(const bf16* a, const bf16* b, float alpha, bf16* out, int64_t n, cudaStream_t s) {
   if (n == 0) return;
   const unsigned grid = grid_for(n, 256 * kChunk * kFlatUnroll);
   if (n % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(out))
-    add_kernel<true><<<grid, 256, 0, s>>>(a, b, out, n);
+    add_kernel<true><<<grid, 256, 0, s>>>(a, b, alpha, out, n);
   else
-    add_kernel<false><<<grid, 256, 0, s>>>(a, b, out, n);
+    add_kernel<false><<<grid, 256, 0, s>>>(a, b, alpha, out, n);
   FP8RL_LAUNCH_CHECK("add");
 }
 

@@ -80,7 +80,7 @@ void launch_gated_quant(const bf16* gate, const bf16* up, int64_t rows, int64_t 
                         const QuantOut& q, cudaStream_t s);
 
 // ---- elementwise.cu
-void launch_add(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaStream_t s);
+void launch_add(const bf16* a, const bf16* b, float alpha, bf16* out, int64_t n, cudaStream_t s);
 void launch_softcap_bf16(bf16* x, int64_t n, float cap, cudaStream_t s);
 void launch_softcap_f32(float* x, int64_t n, float cap, cudaStream_t s);
 // out[r, j] += bias[j] in fp32 (out f32).

@@ -1,0 +1,126 @@
+#include "model/step.h"
+
+#include <algorithm>
+
+namespace fp8rl {
+
+void StepInput::add_sequence(std::span<const int32_t> tokens, int64_t first_position,
+                             std::span<const int32_t> block_table, int64_t block_size,
+                             Logits logits) {
+  const int64_t s = num_seqs(), n = int64_t(tokens.size());
+  CHECK(n > 0, "step: sequence {} has no new tokens", s);
+  CHECK(first_position >= 0, "step: sequence {} starts at position {}", s, first_position);
+  const int64_t context = first_position + n;
+  CHECK(context <= int64_t(block_table.size()) * block_size,
+        "step: sequence {} reaches position {} but its {} blocks hold {} slots", s, context - 1,
+        block_table.size(), int64_t(block_table.size()) * block_size);
+  const int64_t row0 = num_tokens();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t p = first_position + i;
+    ids.push_back(tokens[size_t(i)]);
+    positions.push_back(int32_t(p));
+    slot_mapping.push_back(int32_t(block_table[size_t(p / block_size)] * block_size + p % block_size));
+  }
+  if (logits == Logits::all)
+    for (int64_t i = 0; i < n; ++i) logit_rows.push_back(int32_t(row0 + i));
+  else if (logits == Logits::last)
+    logit_rows.push_back(int32_t(row0 + n - 1));
+  cu_q.push_back(int32_t(row0 + n));
+  context_lens.push_back(int32_t(context));
+  tables_.emplace_back(block_table.begin(), block_table.end());
+  max_query_len = std::max(max_query_len, n);
+  max_context_len = std::max(max_context_len, context);
+}
+
+void StepInput::pack_block_tables() {
+  if (tables_.empty()) return;  // packed already, or built directly
+  blocks_per_seq = 1;
+  for (const auto& t : tables_) blocks_per_seq = std::max(blocks_per_seq, int64_t(t.size()));
+  block_tables.assign(size_t(num_seqs() * blocks_per_seq), 0);
+  for (size_t s = 0; s < tables_.size(); ++s)
+    std::copy(tables_[s].begin(), tables_[s].end(),
+              block_tables.begin() + long(s) * blocks_per_seq);
+  tables_.clear();
+}
+
+void StepInput::validate(const ModelConfig& c, int64_t pool_blocks, int64_t block_size) const {
+  CHECK(num_tokens() > 0 && num_seqs() > 0, "step: empty batch");
+  for (int64_t t = 0; t < num_tokens(); ++t) {
+    const int32_t id = ids[size_t(t)];
+    CHECK(id >= 0 && id < c.vocab_size, "token id {} is outside the vocabulary [0, {})", id,
+          c.vocab_size);
+    CHECK(positions[size_t(t)] < c.max_position_embeddings,
+          "position {} is past the model's max_position_embeddings {}", positions[size_t(t)],
+          c.max_position_embeddings);
+    CHECK(slot_mapping[size_t(t)] >= 0 && slot_mapping[size_t(t)] < pool_blocks * block_size,
+          "step: slot {} is outside the KV pool of {} blocks", slot_mapping[size_t(t)],
+          pool_blocks);
+  }
+  for (int32_t r : logit_rows)
+    CHECK(r >= 0 && r < num_tokens(), "step: logit row {} outside [0, {})", r, num_tokens());
+  for (int32_t b : block_tables)
+    CHECK(b >= 0 && b < pool_blocks, "step: block {} is outside the KV pool of {} blocks", b,
+          pool_blocks);
+}
+
+StepInput step_of_shape(const StepShape& shape, int64_t block_size) {
+  StepInput in;
+  const int64_t seqs = std::max<int64_t>(1, std::min(shape.seqs, shape.tokens));
+  const int64_t first = shape.tokens - (seqs - 1);
+  const int64_t context = std::max(shape.max_context, first);
+  const std::vector<int32_t> table(size_t((context + block_size - 1) / block_size), 0);
+  const std::vector<int32_t> ids(size_t(first), 0);
+  int64_t rows_left = shape.logit_rows;
+  for (int64_t s = 0; s < seqs; ++s) {
+    const int64_t n = s == 0 ? first : 1;
+    const auto logits = rows_left >= n ? StepInput::Logits::all
+                        : rows_left > 0 ? StepInput::Logits::last
+                                        : StepInput::Logits::none;
+    rows_left -= logits == StepInput::Logits::all ? n : logits == StepInput::Logits::last ? 1 : 0;
+    in.add_sequence({ids.data(), size_t(n)}, context - n, table, block_size, logits);
+  }
+  return in;
+}
+
+int64_t step_elements(const StepInput& in) {
+  const int64_t t = in.num_tokens(), s = in.num_seqs();
+  const int64_t tables = std::max<int64_t>(int64_t(in.block_tables.size()), s * in.blocks_per_seq);
+  return 3 * t + (s + 1) + s + tables + in.num_logit_rows() + 7 * 16;  // 7 parts, 16-aligned
+}
+
+StepBatch upload_step(Context& ctx, StepInput& in, const TensorView& storage) {
+  in.pack_block_tables();
+  const int64_t need = step_elements(in);
+  CHECK(storage.dtype == DType::i32 && storage.rank() == 1 && storage.dim(0) >= need &&
+            storage.device == ctx.device,
+        "step storage: need {} i32 on {}, got {} {} on {}", need, device_name(ctx.device),
+        dtype_name(storage.dtype), storage.shape.str(), device_name(storage.device));
+  // One host buffer, one transfer; each part starts 16 elements (64 bytes) aligned.
+  std::vector<int32_t> host;
+  host.reserve(size_t(need));
+  StepBatch b;
+  auto part = [&](const std::vector<int32_t>& v, Shape shape) {
+    host.resize((host.size() + 15) / 16 * 16, 0);
+    const int64_t off = int64_t(host.size());
+    host.insert(host.end(), v.begin(), v.end());
+    return TensorView(storage.ptr<int32_t>() + off, DType::i32, shape, storage.device);
+  };
+  const int64_t t = in.num_tokens(), s = in.num_seqs();
+  b.ids = part(in.ids, {t});
+  b.positions = part(in.positions, {t});
+  b.slot_mapping = part(in.slot_mapping, {t});
+  b.logit_rows = part(in.logit_rows, {in.num_logit_rows()});
+  b.attn.cu_q = part(in.cu_q, {s + 1});
+  b.attn.context_lens = part(in.context_lens, {s});
+  b.attn.block_tables = part(in.block_tables, {s, in.blocks_per_seq});
+  b.attn.num_seqs = s;
+  b.attn.max_query_len = in.max_query_len;
+  b.attn.max_context_len = in.max_context_len;
+  CHECK(int64_t(host.size()) <= storage.dim(0), "step storage too small ({} > {})", host.size(),
+        storage.dim(0));
+  ops::copy(ctx, TensorView(host.data(), DType::i32, {int64_t(host.size())}),
+            TensorView(storage.data, DType::i32, {int64_t(host.size())}, storage.device));
+  return b;
+}
+
+}  // namespace fp8rl

@@ -1,0 +1,82 @@
+// What one forward step computes: the per-step batch description. The engine's scheduler (or
+// a simple caller through forward(SequenceInput...)) builds a StepInput on the host; it is
+// uploaded once per step into i32 tensors on the device (StepBatch), and the forward reads
+// nothing else about the batch: no per-sequence host loop, no host memory inside the step.
+//
+// Sequences s = 0..S-1 each bring n_s new tokens, stacked into T = sum n_s rows. New token i of
+// s sits at position context_lens[s] - n_s + i and is stored at pool slot slot_mapping[row].
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/tensor.h"
+#include "formats/model_config.h"
+#include "ops/context.h"
+#include "ops/ops.h"
+
+namespace fp8rl {
+
+struct StepInput {
+  std::vector<int32_t> ids;           // [T] token ids
+  std::vector<int32_t> positions;     // [T] RoPE positions
+  std::vector<int32_t> slot_mapping;  // [T] pool slot of each new key/value
+  std::vector<int32_t> cu_q;          // [S+1] rows of sequence s: cu_q[s] .. cu_q[s+1]
+  std::vector<int32_t> context_lens;  // [S] cached tokens of s after this step
+  std::vector<int32_t> block_tables;  // [S, blocks_per_seq] row-major, padded with 0
+  int64_t blocks_per_seq = 0;
+  std::vector<int32_t> logit_rows;  // [R] rows whose logits the step returns, in this order
+  int64_t max_query_len = 0, max_context_len = 0;
+
+  StepInput() : cu_q{0} {}
+  int64_t num_tokens() const { return int64_t(ids.size()); }
+  int64_t num_seqs() const { return int64_t(context_lens.size()); }
+  int64_t num_logit_rows() const { return int64_t(logit_rows.size()); }
+
+  // Appends a sequence: `tokens` new tokens at positions first_position.., the sequence's whole
+  // block table, and whether to return logits for all its new rows or only its last.
+  // Block tables are padded when the step is finished (finish()).
+  enum class Logits { none, last, all };
+  void add_sequence(std::span<const int32_t> tokens, int64_t first_position,
+                    std::span<const int32_t> block_table, int64_t block_size, Logits logits);
+  // Host-side validation against the model and the pool (ids in the vocabulary, slots inside
+  // the pool, positions below max_position_embeddings): every error names the sequence.
+  void validate(const ModelConfig& config, int64_t pool_blocks, int64_t block_size) const;
+  // Packs the tables given to add_sequence into block_tables [S, blocks_per_seq]; called by
+  // upload_step.
+  void pack_block_tables();
+
+ private:
+  std::vector<std::vector<int32_t>> tables_;  // per sequence, until packed
+};
+
+// The largest step a memory plan must hold.
+struct StepShape {
+  int64_t tokens = 1;       // T: new tokens of all sequences
+  int64_t seqs = 1;         // S
+  int64_t logit_rows = 1;   // R
+  int64_t max_context = 1;  // longest sequence (cached + new)
+};
+// A host step of `shape` (token ids 0, every block table pointing at block 0): the first
+// sequence takes all tokens but one per other sequence, each reaches max_context. The largest
+// activations, attention work and block tables a step of that shape can have: what a
+// measuring dry run (Context::dry_run) runs.
+StepInput step_of_shape(const StepShape& shape, int64_t block_size);
+
+// The step on the device: views into one i32 buffer.
+struct StepBatch {
+  TensorView ids, positions, slot_mapping;  // [T] i32
+  TensorView logit_rows;                    // [R] i32
+  ops::PagedBatch attn;                     // cu_q, context_lens, block_tables + host bounds
+  int64_t num_tokens() const { return ids.numel(); }
+  int64_t num_logit_rows() const { return logit_rows.numel(); }
+};
+
+// i32 elements a StepInput takes on the device (the upload's size).
+int64_t step_elements(const StepInput& in);
+// Packs `in` and copies it into `storage` (i32 [>= step_elements(in)] on ctx.device) as one
+// host-to-device transfer; the StepBatch views point into storage.
+StepBatch upload_step(Context& ctx, StepInput& in, const TensorView& storage);
+
+}  // namespace fp8rl
