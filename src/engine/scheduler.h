@@ -83,6 +83,8 @@ class Scheduler {
   int64_t add_request(int64_t request, std::span<const int32_t> prompt, int32_t num_samples,
                       int64_t max_tokens);
 
+  // The next step. Every plan, an empty one too, is committed before the next schedule();
+  // between them the plan's sequences and blocks must not change (no finish()).
   StepPlan schedule();
   void commit(const StepPlan& plan);
   // The token sampled for `seq` after its chunk reached its last token.

@@ -220,8 +220,10 @@ Outputs simulate(const SchedulerConfig& config, const std::vector<FakeRequest>& 
   return e.outputs();
 }
 
-TEST(Scheduler, SchedulingInvariantFakeModelUnderPressure) {
-  const std::vector<FakeRequest> reqs = random_requests(42, 60);
+class SchedulingInvariance : public ::testing::TestWithParam<uint64_t> {};
+
+TEST_P(SchedulingInvariance, FakeModelUnderPressureMatchesEachRequestAlone) {
+  const std::vector<FakeRequest> reqs = random_requests(GetParam(), 60);
   const Outputs alone = run_alone(reqs);
   size_t samples = 0;
   for (const FakeRequest& r : reqs) samples += size_t(r.num_samples);
@@ -253,6 +255,8 @@ TEST(Scheduler, SchedulingInvariantFakeModelUnderPressure) {
   // Negative control: skipping the copy-on-write copies changes the tokens.
   EXPECT_NE(simulate(configs[0], reqs, true, nullptr), alone);
 }
+
+INSTANTIATE_TEST_SUITE_P(Seeds, SchedulingInvariance, ::testing::Values(42, 43, 44));
 
 TEST(Scheduler, AdapterVersionChangeNeverReusesOldKv) {
   const std::vector<FakeRequest> reqs = random_requests(7, 20);
