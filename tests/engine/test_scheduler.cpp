@@ -159,6 +159,20 @@ TEST(Scheduler, PreemptsTheNewestByRecomputeAndResumesItToTheSameTokens) {
   EXPECT_EQ(e.outputs(), run_alone(reqs));
 }
 
+TEST(Scheduler, ForkSamplesThatCannotLiveTogetherPreemptEachOther) {
+  // 4 samples of up to 60 tokens (4 blocks each) in a pool of 6 blocks.
+  const std::vector<FakeRequest> reqs{{iota_tokens(20, 0), 4, 40}};
+  for (bool caching : {true, false}) {
+    Scheduler s({.num_blocks = 6, .block_size = 16, .prefix_caching = caching});
+    FakeEngine e(s);
+    e.add(0, reqs[0]);
+    e.run();
+    EXPECT_GT(s.stats().preemptions, 0);
+    EXPECT_EQ(s.stats().blocks_used, 0);
+    EXPECT_EQ(e.outputs(), run_alone(reqs));
+  }
+}
+
 TEST(Scheduler, ProtocolMisuseIsAnError) {
   Scheduler s({.num_blocks = 8, .block_size = 16});
   const int64_t id = s.add_request(0, iota_tokens(8, 0), 2, 4);
