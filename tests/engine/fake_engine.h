@@ -126,7 +126,7 @@ class FakeEngine {
   int64_t slot(const Sequence& seq, int64_t p) const {
     const int32_t bs = s_.config().block_size;
     EXPECT_LT(p / bs, int64_t(seq.block_table.size())) << "sequence " << seq.id << " pos " << p;
-    return int64_t(seq.block_table[p / bs]) * bs + p % bs;
+    return seq.slot(p, bs);
   }
 
   // The block written at position p belongs to seq alone.
