@@ -29,11 +29,6 @@ bool BlockManager::is_cached(int32_t block) const {
   return blocks_[block].cached;
 }
 
-int32_t BlockManager::num_shared() const {
-  return int32_t(
-      std::count_if(blocks_.begin(), blocks_.end(), [](const Block& b) { return b.ref > 1; }));
-}
-
 void BlockManager::set_adapter_version(uint64_t version) {
   CHECK(num_used() == 0 || version == adapter_version_,
         "the adapter version changes while {} KV blocks are in use: finish or preempt every "
@@ -80,6 +75,7 @@ void BlockManager::retain(int32_t block) {
   check_block(block);
   Block& b = blocks_[block];
   if (b.ref == 0) free_.erase(b.free_pos);
+  num_shared_ += b.ref == 1;
   ++b.ref;
 }
 
@@ -87,6 +83,7 @@ void BlockManager::release(int32_t block) {
   check_block(block);
   Block& b = blocks_[block];
   CHECK(b.ref > 0, "block {} released more often than referenced", block);
+  num_shared_ -= b.ref == 2;
   if (--b.ref > 0) return;
   // Blocks with nothing to reuse go out first; cached ones in the order they were freed.
   b.free_pos = b.cached ? free_.insert(free_.end(), block) : free_.insert(free_.begin(), block);
@@ -234,6 +231,9 @@ void BlockManager::validate() const {
       CHECK(int32_t(blocks_[b].tokens.size()) == block_size_, "cached block {} not full", b);
     }
   }
+  const auto shared =
+      std::count_if(blocks_.begin(), blocks_.end(), [](const Block& b) { return b.ref > 1; });
+  CHECK(shared == num_shared_, "{} shared blocks counted, {} found", num_shared_, shared);
   for (const auto& [key, b] : cache_) {
     check_block(b);
     CHECK(blocks_[b].cached && blocks_[b].key == key, "cache entry for block {} is stale", b);

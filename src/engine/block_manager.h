@@ -50,7 +50,7 @@ class BlockManager {
   bool prefix_caching() const { return prefix_caching_; }
   int32_t num_free() const { return int32_t(free_.size()); }
   int32_t num_used() const { return num_blocks() - num_free(); }
-  int32_t num_shared() const;  // blocks referenced by more than one block table entry
+  int32_t num_shared() const { return num_shared_; }  // blocks in more than one table entry
   int32_t num_cached() const { return int32_t(cache_.size()); }  // registered full blocks
   int32_t ref_count(int32_t block) const;
   bool is_free(int32_t block) const { return ref_count(block) == 0; }
@@ -126,6 +126,7 @@ class BlockManager {
   int32_t block_size_;
   bool prefix_caching_;
   uint64_t adapter_version_ = 0;
+  int32_t num_shared_ = 0;
   std::vector<Block> blocks_;
   std::list<int32_t> free_;                      // front: handed out next
   std::unordered_map<uint64_t, int32_t> cache_;  // key -> block

@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "core/check.h"
 
@@ -83,9 +84,11 @@ void Scheduler::schedule_decodes(StepPlan& plan, int64_t& budget) {
           seq.id);
     if (seq.num_remaining() != 1) continue;
     if (budget == 0 || int64_t(plan.chunks.size()) >= config_.max_num_seqs) break;
-    const int32_t need = blocks_.blocks_needed(seq, 1);
-    while (need > blocks_.num_free() && running_.back() != seq.id) preempt(running_.back(), plan);
-    if (need > blocks_.num_free()) {
+    // Recounted after each preemption: a victim may be a fork sample sharing seq's partial
+    // block, which then needs no copy any more.
+    while (blocks_.blocks_needed(seq, 1) > blocks_.num_free() && running_.back() != seq.id)
+      preempt(running_.back(), plan);
+    if (blocks_.blocks_needed(seq, 1) > blocks_.num_free()) {
       preempt(seq.id, plan);  // it is the newest itself
       break;
     }
@@ -132,6 +135,22 @@ void Scheduler::admit_waiting(StepPlan& plan, int64_t& budget) {
   }
 }
 
+void Scheduler::check_copies_independent(const StepPlan& plan) {
+  std::vector<int32_t> src, dst;
+  for (const BlockCopy& c : plan.copies) {
+    src.push_back(c.src);
+    dst.push_back(c.dst);
+  }
+  std::sort(src.begin(), src.end());
+  std::sort(dst.begin(), dst.end());
+  CHECK(std::adjacent_find(dst.begin(), dst.end()) == dst.end(),
+        "step {}: two block copies share a destination", plan.step);
+  std::vector<int32_t> both;
+  std::set_intersection(src.begin(), src.end(), dst.begin(), dst.end(), std::back_inserter(both));
+  CHECK(both.empty(), "step {}: block {} is a copy source and destination", plan.step,
+        both.empty() ? -1 : both[0]);
+}
+
 StepPlan Scheduler::schedule() {
   CHECK(uncommitted_ < 0, "schedule() while step {} awaits commit()", uncommitted_);
   StepPlan plan;
@@ -146,6 +165,11 @@ StepPlan Scheduler::schedule() {
     // the newest gives its blocks back. Nothing was allocated, so the pass simply reruns.
     preempt(running_.back(), plan);
   }
+  // Copy sources are partial blocks shared by fork samples, which sit next to each other in
+  // running_; preemption only takes sequences behind the decode cursor, so a source is never
+  // freed and handed out again as a destination within one plan. Checked, as the engine's
+  // batched copy relies on it.
+  check_copies_independent(plan);
   uncommitted_ = plan.step;
   return plan;
 }

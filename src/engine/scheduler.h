@@ -57,9 +57,11 @@ struct ScheduledChunk {
 struct StepPlan {
   int64_t step = -1;                   // commit() checks it is the plan scheduled last
   std::vector<ScheduledChunk> chunks;  // decode chunks first, then prefill chunks
-  std::vector<BlockCopy> copies;       // before the forward, in order
-  std::vector<int64_t> preempted;      // sequences sent back to waiting by this step
-  int64_t num_tokens = 0;              // sum of num_new
+  // Before the forward. Independent of each other (distinct destinations, no destination is
+  // also a source), so one batched kernel may run them in any order.
+  std::vector<BlockCopy> copies;
+  std::vector<int64_t> preempted;  // sequences sent back to waiting by this step
+  int64_t num_tokens = 0;          // sum of num_new
   bool empty() const { return chunks.empty(); }
 };
 
@@ -83,6 +85,8 @@ class Scheduler {
   int64_t add_request(int64_t request, std::span<const int32_t> prompt, int32_t num_samples,
                       int64_t max_tokens);
 
+  // The next step. Every plan, an empty one too, is committed before the next schedule();
+  // between them the plan's sequences and blocks must not change (no finish()).
   StepPlan schedule();
   void commit(const StepPlan& plan);
   // The token sampled for `seq` after its chunk reached its last token.
@@ -114,6 +118,7 @@ class Scheduler {
   void schedule_decodes(StepPlan& plan, int64_t& budget);
   void schedule_prefills(StepPlan& plan, int64_t& budget);
   void admit_waiting(StepPlan& plan, int64_t& budget);
+  static void check_copies_independent(const StepPlan& plan);
 
   SchedulerConfig config_;
   BlockManager blocks_;

@@ -41,6 +41,10 @@ struct Sequence {
   int64_t num_generated() const { return size() - prompt_len; }
   // Tokens still to compute before the next logits row.
   int64_t num_remaining() const { return size() - num_computed; }
+  // Cache slot of position p (the forward's slot mapping): block_table[p / bs] * bs + p % bs.
+  int64_t slot(int64_t p, int32_t block_size) const {
+    return int64_t(block_table[size_t(p / block_size)]) * block_size + p % block_size;
+  }
 };
 
 }  // namespace fp8rl

@@ -62,9 +62,20 @@ class FakeEngine {
   StepPlan step() {
     StepPlan plan = s_.schedule();
     const int32_t bs = s_.config().block_size;
+    // The copies are independent (one batched kernel may run them in any order): no block is
+    // both a source and a destination, destinations are distinct. Run them backwards to show it.
+    for (const BlockCopy& c : plan.copies) {
+      EXPECT_EQ(std::count_if(plan.copies.begin(), plan.copies.end(),
+                              [&](const BlockCopy& o) { return o.src == c.dst; }),
+                0)
+          << "block " << c.dst << " is a copy source and destination in step " << plan.step;
+      EXPECT_EQ(std::count_if(plan.copies.begin(), plan.copies.end(),
+                              [&](const BlockCopy& o) { return o.dst == c.dst; }),
+                1);
+    }
     if (!drop_copies)
-      for (const BlockCopy& c : plan.copies)
-        std::copy_n(kv_.begin() + int64_t(c.src) * bs, bs, kv_.begin() + int64_t(c.dst) * bs);
+      for (auto c = plan.copies.rbegin(); c != plan.copies.rend(); ++c)
+        std::copy_n(kv_.begin() + int64_t(c->src) * bs, bs, kv_.begin() + int64_t(c->dst) * bs);
     std::vector<std::pair<int64_t, uint64_t>> rows;  // (seq, state) to sample from
     for (const ScheduledChunk& c : plan.chunks) {
       const Sequence& seq = s_.sequence(c.seq);
@@ -115,7 +126,7 @@ class FakeEngine {
   int64_t slot(const Sequence& seq, int64_t p) const {
     const int32_t bs = s_.config().block_size;
     EXPECT_LT(p / bs, int64_t(seq.block_table.size())) << "sequence " << seq.id << " pos " << p;
-    return int64_t(seq.block_table[p / bs]) * bs + p % bs;
+    return seq.slot(p, bs);
   }
 
   // The block written at position p belongs to seq alone.

@@ -225,6 +225,15 @@ TEST(BlockManager, EvictsTheLeastRecentlyFreedSequenceFirst) {
   EXPECT_EQ(bm.match_prefix(make_seq(3, iota_tokens(33, 100))).blocks.size(), 2u);
 }
 
+TEST(BlockManager, SlotOfAPositionGoesThroughTheBlockTable) {
+  Sequence s = make_seq(0, iota_tokens(40, 0));
+  s.block_table = {7, 2, 5};
+  EXPECT_EQ(s.slot(0, kBs), 7 * 16);
+  EXPECT_EQ(s.slot(15, kBs), 7 * 16 + 15);
+  EXPECT_EQ(s.slot(16, kBs), 2 * 16);
+  EXPECT_EQ(s.slot(39, kBs), 5 * 16 + 7);
+}
+
 TEST(BlockManager, PrefixCachingOffNeverHits) {
   BlockManager bm(16, kBs, false);
   Sequence a = make_seq(0, iota_tokens(48, 0));

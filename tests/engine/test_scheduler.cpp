@@ -159,6 +159,20 @@ TEST(Scheduler, PreemptsTheNewestByRecomputeAndResumesItToTheSameTokens) {
   EXPECT_EQ(e.outputs(), run_alone(reqs));
 }
 
+TEST(Scheduler, ForkSamplesThatCannotLiveTogetherPreemptEachOther) {
+  // 4 samples of up to 60 tokens (4 blocks each) in a pool of 6 blocks.
+  const std::vector<FakeRequest> reqs{{iota_tokens(20, 0), 4, 40}};
+  for (bool caching : {true, false}) {
+    Scheduler s({.num_blocks = 6, .block_size = 16, .prefix_caching = caching});
+    FakeEngine e(s);
+    e.add(0, reqs[0]);
+    e.run();
+    EXPECT_GT(s.stats().preemptions, 0);
+    EXPECT_EQ(s.stats().blocks_used, 0);
+    EXPECT_EQ(e.outputs(), run_alone(reqs));
+  }
+}
+
 TEST(Scheduler, ProtocolMisuseIsAnError) {
   Scheduler s({.num_blocks = 8, .block_size = 16});
   const int64_t id = s.add_request(0, iota_tokens(8, 0), 2, 4);
@@ -220,8 +234,10 @@ Outputs simulate(const SchedulerConfig& config, const std::vector<FakeRequest>& 
   return e.outputs();
 }
 
-TEST(Scheduler, SchedulingInvariantFakeModelUnderPressure) {
-  const std::vector<FakeRequest> reqs = random_requests(42, 60);
+class SchedulingInvariance : public ::testing::TestWithParam<uint64_t> {};
+
+TEST_P(SchedulingInvariance, FakeModelUnderPressureMatchesEachRequestAlone) {
+  const std::vector<FakeRequest> reqs = random_requests(GetParam(), 60);
   const Outputs alone = run_alone(reqs);
   size_t samples = 0;
   for (const FakeRequest& r : reqs) samples += size_t(r.num_samples);
@@ -253,6 +269,8 @@ TEST(Scheduler, SchedulingInvariantFakeModelUnderPressure) {
   // Negative control: skipping the copy-on-write copies changes the tokens.
   EXPECT_NE(simulate(configs[0], reqs, true, nullptr), alone);
 }
+
+INSTANTIATE_TEST_SUITE_P(Seeds, SchedulingInvariance, ::testing::Values(42, 43, 44));
 
 TEST(Scheduler, AdapterVersionChangeNeverReusesOldKv) {
   const std::vector<FakeRequest> reqs = random_requests(7, 20);
