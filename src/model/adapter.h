@@ -100,14 +100,16 @@ class LoraAdapter {
   // fp32 host masters of one targeted projection: A [r, K], B [N, r]. Throws if not targeted.
   TensorView master_a(int64_t layer, int projection) const;
   TensorView master_b(int64_t layer, int projection) const;
-  // Every master value in one contiguous f32 host vector (layer, projection, A then B).
+  // Every master value in one contiguous f32 host vector (layer, projection, A then B, each
+  // matrix starting on a multiple of 64 elements; the gaps are zero and belong to no matrix).
   TensorView master_params() const { return masters_.view(); }
   size_t nbytes() const;  // masters plus device compute copies
 
  private:
   struct Slot {
-    int64_t n = 0, k = 0;  // the projection's [N, K]
-    int64_t offset = -1;   // element offset of A in the masters; B follows A; -1: not targeted
+    int64_t n = 0, k = 0;   // the projection's [N, K]
+    int64_t offset = -1;    // element offset of A in the masters; -1: not targeted
+    int64_t offset_b = -1;  // element offset of B
     bool empty() const { return offset < 0; }
   };
   LoraAdapter() = default;

@@ -11,6 +11,7 @@
 
 #include "core/rng.h"
 #include "model/adapter.h"
+#include "model/presets.h"
 #include "model_test_util.h"
 #include "tolerances.h"
 
@@ -255,7 +256,8 @@ TEST_F(AdapterTest, WritesPeftNamesAndConfigKeys) {
   EXPECT_EQ(cfg["peft_type"], "LORA");
   EXPECT_EQ(cfg["task_type"], "CAUSAL_LM");
   EXPECT_EQ(cfg["r"], 8);
-  EXPECT_EQ(cfg["lora_alpha"], 16.0);
+  EXPECT_TRUE(cfg["lora_alpha"].is_number_integer());  // PEFT's type
+  EXPECT_EQ(cfg["lora_alpha"], 16);
   EXPECT_EQ(cfg["lora_dropout"], 0.0);
   EXPECT_EQ(cfg["use_rslora"], false);
   EXPECT_EQ(cfg["bias"], "none");
@@ -528,4 +530,39 @@ TEST_F(AdapterTest, ReferenceTermIsTheMergedDelta) {
   add_lora_reference(x, half, y2);
   EXPECT_GT(rel_max_diff(y2, merged), 0.4);
   LoraAdapter::detach(model);
+}
+
+// Widths that are no multiple of 64 (H 72, q 3 x 24, kv 24, I 100): the matrices are padded
+// apart in the masters, each stays aligned, and the round trip and views still hold.
+TEST(Adapter, OddWidthsArePaddedAndAligned) {
+  nlohmann::json cfg = preset_config_json("llama-tiny");
+  cfg["hidden_size"] = 72;
+  cfg["num_attention_heads"] = 3;
+  cfg["num_key_value_heads"] = 1;
+  cfg["head_dim"] = 24;
+  cfg["intermediate_size"] = 100;
+  Arena arena;
+  Context ctx{Device::cpu, &arena};
+  Model m = Model::random(ModelConfig::from_json(cfg), std::nullopt, ctx, 1);
+  LoraAdapter a = LoraAdapter::init(config_of({"all-linear"}, 3), m, 4);
+  randomize_b(a, 8);
+  int64_t values = 0;
+  for (int64_t l = 0; l < a.num_layers(); ++l)
+    for (int p = 0; p < 7; ++p) {
+      const TensorView av = a.master_a(l, p), bv = a.master_b(l, p);
+      EXPECT_EQ(av.shape, (Shape{3, m.layers[0].projection(p)->in_features()}));
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(av.data) % 256, 0u);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(bv.data) % 256, 0u);
+      values += av.numel() + bv.numel();
+    }
+  EXPECT_GT(a.master_params().numel(), values);  // there is padding
+  const std::string dir = temp_dir("odd");
+  a.save_peft(dir, "odd");
+  const LoraAdapter b = LoraAdapter::load_peft(dir, m);
+  EXPECT_EQ(std::memcmp(a.master_params().data, b.master_params().data, a.master_params().nbytes()),
+            0);
+  b.attach(m);
+  EXPECT_EQ(m.layers[1].down.lora.b.data, b.master_b(1, kDown).data);
+  EXPECT_EQ(m.layers[1].down.lora.b.shape, (Shape{72, 3}));
+  fs::remove_all(dir);
 }
