@@ -327,8 +327,8 @@ LoraAdapter LoraAdapter::allocate(const LoraConfig& config, const Model& model) 
 
 const LoraAdapter::Slot& LoraAdapter::slot(int64_t layer, int projection) const {
   CHECK(layer >= 0 && layer < num_layers_ && projection >= 0 && projection < kProjections,
-        "adapter slot (layer {}, projection {}) is outside [{}, 7)", layer, projection,
-        num_layers_);
+        "adapter slot (layer {}, projection {}) is outside the {} layers x 7 projections", layer,
+        projection, num_layers_);
   return slots_[size_t(layer) * kProjections + size_t(projection)];
 }
 

@@ -81,7 +81,8 @@ class LoraAdapter {
   void save_peft(const std::string& dir, const std::string& base_model_name) const;
 
   // CUDA: (re)creates the bf16 compute copies from the masters (allocating them on first use)
-  // and waits for the copy. CPU: nothing to do, the masters are the compute copies.
+  // and waits for the copy. CPU: nothing to do, the masters are the compute copies. The device
+  // copy is released with the adapter, which must then go before the CudaDevice.
   void sync_to_device(Context& ctx);
   // Points every targeted projection's `lora` at the compute copies on the model's device
   // (after sync_to_device for a CUDA model). The adapter must outlive the attachment.
