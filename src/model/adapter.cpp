@@ -230,6 +230,9 @@ LoraConfig LoraConfig::from_peft_json(const json& j, const std::string& where) {
   require_off(j, "target_parameters", where, "only nn.Linear modules are adapted");
   require_off(j, "trainable_token_indices", where, "trainable tokens are not implemented");
   require_off(j, "use_qalora", where, "QALoRA is not implemented");
+  require_off(j, "alora_invocation_tokens", where, "activated LoRA is not implemented");
+  require_off(j, "arrow_config", where, "Arrow routing is not implemented");
+  require_off(j, "use_bdlora", where, "BD-LoRA is not implemented");
   try {
     c.validate();
   } catch (const Error& e) {

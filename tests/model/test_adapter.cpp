@@ -340,6 +340,37 @@ TEST_F(AdapterTest, TargetSelectionFollowsPeft) {
   expect_error([&] { select(layers); }, {"layers_to_transform has layer 2"});
 }
 
+// Every key that PEFT 0.19 writes, at the values it writes for a plain LoRA: accepted.
+TEST(LoraConfig, ReadsTheKeysPeftWrites) {
+  const json j = json::parse(R"({
+    "alora_invocation_tokens": null, "alpha_pattern": {}, "arrow_config": null,
+    "auto_mapping": null, "base_model_name_or_path": "TinyLlama/TinyLlama-1.1B-Chat-v1.0",
+    "bias": "none", "corda_config": null, "ensure_weight_tying": false, "eva_config": null,
+    "exclude_modules": null, "fan_in_fan_out": false, "inference_mode": true,
+    "init_lora_weights": true, "layer_replication": null, "layers_pattern": null,
+    "layers_to_transform": null, "loftq_config": {}, "lora_alpha": 32, "lora_bias": false,
+    "lora_dropout": 0.05, "lora_ga_config": null, "megatron_config": null,
+    "megatron_core": "megatron.core", "modules_to_save": null, "peft_type": "LORA",
+    "peft_version": "0.19.1", "qalora_group_size": 16, "r": 16, "rank_pattern": {},
+    "revision": null, "target_modules": ["o_proj", "v_proj", "gate_proj", "down_proj", "k_proj",
+    "q_proj", "up_proj"], "target_parameters": null, "task_type": "CAUSAL_LM",
+    "trainable_token_indices": null, "use_bdlora": null, "use_dora": false, "use_qalora": false,
+    "use_rslora": false})");
+  const LoraConfig c = LoraConfig::from_peft_json(j, "peft.json");
+  EXPECT_EQ(c.r, 16);
+  EXPECT_EQ(c.lora_alpha, 32);
+  EXPECT_EQ(c.lora_dropout, 0.05);
+  EXPECT_EQ(c.target_modules.size(), 7u);
+  EXPECT_TRUE(c.target_regex.empty());
+  EXPECT_EQ(c.scale(), 2.0);
+  // The same file with a setting that changes the computation is refused.
+  for (const char* key : {"alora_invocation_tokens", "use_bdlora", "exclude_modules"}) {
+    json bad = j;
+    bad[key] = json::array({1});
+    expect_error([&] { LoraConfig::from_peft_json(bad, "peft.json"); }, {"peft.json", key});
+  }
+}
+
 TEST_F(AdapterTest, RejectsEveryInvalidAdapter) {
   const std::string dir = saved_adapter("invalid");
   const std::string cfg_path = dir + "/adapter_config.json";
