@@ -26,6 +26,12 @@ constexpr const char* kAllLinear = "all-linear";
 // PEFT prefixes the base model's module paths with the PeftModel and LoraModel attributes.
 constexpr const char* kPeftPrefix = "base_model.model.";
 
+// Each matrix starts on a multiple of 64 elements (256 bytes in f32, 128 in bf16): aligned for
+// SIMD loads and for the GEMM library's operand pointers.
+int64_t align_elements(int64_t n) {
+  return (n + 63) / 64 * 64;
+}
+
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -224,6 +230,9 @@ LoraConfig LoraConfig::from_peft_json(const json& j, const std::string& where) {
   require_off(j, "target_parameters", where, "only nn.Linear modules are adapted");
   require_off(j, "trainable_token_indices", where, "trainable tokens are not implemented");
   require_off(j, "use_qalora", where, "QALoRA is not implemented");
+  require_off(j, "alora_invocation_tokens", where, "activated LoRA is not implemented");
+  require_off(j, "arrow_config", where, "Arrow routing is not implemented");
+  require_off(j, "use_bdlora", where, "BD-LoRA is not implemented");
   try {
     c.validate();
   } catch (const Error& e) {
@@ -249,7 +258,10 @@ json LoraConfig::to_peft_json(const std::string& base_model_name) const {
           {"revision", nullptr},
           {"inference_mode", true},
           {"r", r},
-          {"lora_alpha", lora_alpha},
+          // PEFT types lora_alpha as int; an integral value is written as one.
+          {"lora_alpha", lora_alpha == std::round(lora_alpha) && std::fabs(lora_alpha) < 1e15
+                             ? json(int64_t(lora_alpha))
+                             : json(lora_alpha)},
           {"lora_dropout", lora_dropout},
           {"use_rslora", use_rslora},
           {"target_modules", targets},
@@ -308,7 +320,8 @@ LoraAdapter LoraAdapter::allocate(const LoraConfig& config, const Model& model) 
       s.n = lin.out_features();
       s.k = lin.in_features();
       s.offset = total;
-      total += config.r * (s.k + s.n);
+      s.offset_b = align_elements(s.offset + config.r * s.k);
+      total = align_elements(s.offset_b + config.r * s.n);
     }
   }
   a.masters_ = Tensor::zeros({total}, DType::f32);
@@ -317,8 +330,8 @@ LoraAdapter LoraAdapter::allocate(const LoraConfig& config, const Model& model) 
 
 const LoraAdapter::Slot& LoraAdapter::slot(int64_t layer, int projection) const {
   CHECK(layer >= 0 && layer < num_layers_ && projection >= 0 && projection < kProjections,
-        "adapter slot (layer {}, projection {}) is outside [{}, 7)", layer, projection,
-        num_layers_);
+        "adapter slot (layer {}, projection {}) is outside the {} layers x 7 projections", layer,
+        projection, num_layers_);
   return slots_[size_t(layer) * kProjections + size_t(projection)];
 }
 
@@ -331,8 +344,7 @@ TensorView LoraAdapter::master_a(int64_t layer, int projection) const {
 TensorView LoraAdapter::master_b(int64_t layer, int projection) const {
   const Slot& s = slot(layer, projection);
   CHECK(!s.empty(), "{} carries no adapter", projection_path(layer, projection));
-  return TensorView(masters_.ptr<float>() + s.offset + config_.r * s.k, DType::f32,
-                    {s.n, config_.r});
+  return TensorView(masters_.ptr<float>() + s.offset_b, DType::f32, {s.n, config_.r});
 }
 
 LoraAdapter LoraAdapter::init(const LoraConfig& config, const Model& model, uint64_t seed) {
@@ -399,7 +411,7 @@ LoraAdapter LoraAdapter::load_peft(const std::string& dir, const Model& model) {
         CHECK(got == want,
               "{}: tensor '{}' has shape {}, expected {} (r = {}, the model's {} is [{}, {}])",
               tensors_path, name, got.str(), want.str(), r, projection_path(l, p), s.n, s.k);
-        float* dst = a.masters_.ptr<float>() + s.offset + (is_b ? r * s.k : 0);
+        float* dst = a.masters_.ptr<float>() + (is_b ? s.offset_b : s.offset);
         const size_t n = size_t(want.numel());
         convert(file->view(*info).data, info->dtype, dst, DType::f32, n);
         for (size_t i = 0; i < n; ++i)
@@ -460,7 +472,7 @@ void LoraAdapter::sync_to_device(Context& ctx) {
 
 TensorView LoraAdapter::compute_view(const Slot& s, bool b, Device device) const {
   const Shape shape = b ? Shape{s.n, config_.r} : Shape{config_.r, s.k};
-  const int64_t offset = s.offset + (b ? config_.r * s.k : 0);
+  const int64_t offset = b ? s.offset_b : s.offset;
   if (device == Device::cpu) return TensorView(masters_.ptr<float>() + offset, DType::f32, shape);
   CHECK(device_copy_.data() != nullptr && device_copy_.device() == device,
         "the adapter has no {} copy: call sync_to_device before attaching it to a {} model",

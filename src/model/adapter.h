@@ -81,7 +81,8 @@ class LoraAdapter {
   void save_peft(const std::string& dir, const std::string& base_model_name) const;
 
   // CUDA: (re)creates the bf16 compute copies from the masters (allocating them on first use)
-  // and waits for the copy. CPU: nothing to do, the masters are the compute copies.
+  // and waits for the copy. CPU: nothing to do, the masters are the compute copies. The device
+  // copy is released with the adapter, which must then go before the CudaDevice.
   void sync_to_device(Context& ctx);
   // Points every targeted projection's `lora` at the compute copies on the model's device
   // (after sync_to_device for a CUDA model). The adapter must outlive the attachment.
@@ -100,14 +101,16 @@ class LoraAdapter {
   // fp32 host masters of one targeted projection: A [r, K], B [N, r]. Throws if not targeted.
   TensorView master_a(int64_t layer, int projection) const;
   TensorView master_b(int64_t layer, int projection) const;
-  // Every master value in one contiguous f32 host vector (layer, projection, A then B).
+  // Every master value in one contiguous f32 host vector (layer, projection, A then B, each
+  // matrix starting on a multiple of 64 elements; the gaps are zero and belong to no matrix).
   TensorView master_params() const { return masters_.view(); }
   size_t nbytes() const;  // masters plus device compute copies
 
  private:
   struct Slot {
-    int64_t n = 0, k = 0;  // the projection's [N, K]
-    int64_t offset = -1;   // element offset of A in the masters; B follows A; -1: not targeted
+    int64_t n = 0, k = 0;   // the projection's [N, K]
+    int64_t offset = -1;    // element offset of A in the masters; -1: not targeted
+    int64_t offset_b = -1;  // element offset of B
     bool empty() const { return offset < 0; }
   };
   LoraAdapter() = default;

@@ -11,6 +11,7 @@
 
 #include "core/rng.h"
 #include "model/adapter.h"
+#include "model/presets.h"
 #include "model_test_util.h"
 #include "tolerances.h"
 
@@ -255,7 +256,8 @@ TEST_F(AdapterTest, WritesPeftNamesAndConfigKeys) {
   EXPECT_EQ(cfg["peft_type"], "LORA");
   EXPECT_EQ(cfg["task_type"], "CAUSAL_LM");
   EXPECT_EQ(cfg["r"], 8);
-  EXPECT_EQ(cfg["lora_alpha"], 16.0);
+  EXPECT_TRUE(cfg["lora_alpha"].is_number_integer());  // PEFT's type
+  EXPECT_EQ(cfg["lora_alpha"], 16);
   EXPECT_EQ(cfg["lora_dropout"], 0.0);
   EXPECT_EQ(cfg["use_rslora"], false);
   EXPECT_EQ(cfg["bias"], "none");
@@ -336,6 +338,37 @@ TEST_F(AdapterTest, TargetSelectionFollowsPeft) {
   expect_error([&] { select(re); }, {"malformed"});
   layers.layers_to_transform = {2};
   expect_error([&] { select(layers); }, {"layers_to_transform has layer 2"});
+}
+
+// Every key that PEFT 0.19 writes, at the values it writes for a plain LoRA: accepted.
+TEST(LoraConfig, ReadsTheKeysPeftWrites) {
+  const json j = json::parse(R"({
+    "alora_invocation_tokens": null, "alpha_pattern": {}, "arrow_config": null,
+    "auto_mapping": null, "base_model_name_or_path": "TinyLlama/TinyLlama-1.1B-Chat-v1.0",
+    "bias": "none", "corda_config": null, "ensure_weight_tying": false, "eva_config": null,
+    "exclude_modules": null, "fan_in_fan_out": false, "inference_mode": true,
+    "init_lora_weights": true, "layer_replication": null, "layers_pattern": null,
+    "layers_to_transform": null, "loftq_config": {}, "lora_alpha": 32, "lora_bias": false,
+    "lora_dropout": 0.05, "lora_ga_config": null, "megatron_config": null,
+    "megatron_core": "megatron.core", "modules_to_save": null, "peft_type": "LORA",
+    "peft_version": "0.19.1", "qalora_group_size": 16, "r": 16, "rank_pattern": {},
+    "revision": null, "target_modules": ["o_proj", "v_proj", "gate_proj", "down_proj", "k_proj",
+    "q_proj", "up_proj"], "target_parameters": null, "task_type": "CAUSAL_LM",
+    "trainable_token_indices": null, "use_bdlora": null, "use_dora": false, "use_qalora": false,
+    "use_rslora": false})");
+  const LoraConfig c = LoraConfig::from_peft_json(j, "peft.json");
+  EXPECT_EQ(c.r, 16);
+  EXPECT_EQ(c.lora_alpha, 32);
+  EXPECT_EQ(c.lora_dropout, 0.05);
+  EXPECT_EQ(c.target_modules.size(), 7u);
+  EXPECT_TRUE(c.target_regex.empty());
+  EXPECT_EQ(c.scale(), 2.0);
+  // The same file with a setting that changes the computation is refused.
+  for (const char* key : {"alora_invocation_tokens", "use_bdlora", "exclude_modules"}) {
+    json bad = j;
+    bad[key] = json::array({1});
+    expect_error([&] { LoraConfig::from_peft_json(bad, "peft.json"); }, {"peft.json", key});
+  }
 }
 
 TEST_F(AdapterTest, RejectsEveryInvalidAdapter) {
@@ -528,4 +561,45 @@ TEST_F(AdapterTest, ReferenceTermIsTheMergedDelta) {
   add_lora_reference(x, half, y2);
   EXPECT_GT(rel_max_diff(y2, merged), 0.4);
   LoraAdapter::detach(model);
+}
+
+// Widths that are no multiple of 64 (H 72, q 3 x 24, kv 24, I 100): the matrices are padded
+// apart in the masters, each stays aligned, and the round trip and views still hold.
+TEST(Adapter, OddWidthsArePaddedAndAligned) {
+  nlohmann::json cfg = preset_config_json("llama-tiny");
+  cfg["hidden_size"] = 72;
+  cfg["num_attention_heads"] = 3;
+  cfg["num_key_value_heads"] = 1;
+  cfg["head_dim"] = 24;
+  cfg["intermediate_size"] = 100;
+  Arena arena;
+  Context ctx{Device::cpu, &arena};
+  Model m = Model::random(ModelConfig::from_json(cfg), std::nullopt, ctx, 1);
+  LoraAdapter a = LoraAdapter::init(config_of({"all-linear"}, 3), m, 4);
+  randomize_b(a, 8);
+  int64_t values = 0;
+  for (int64_t l = 0; l < a.num_layers(); ++l)
+    for (int p = 0; p < 7; ++p) {
+      const TensorView av = a.master_a(l, p), bv = a.master_b(l, p);
+      EXPECT_EQ(av.shape, (Shape{3, m.layers[0].projection(p)->in_features()}));
+      // 64-element offsets: 256 bytes in the f32 masters (whose base is 64-byte aligned), 128
+      // in the bf16 device copy.
+      const auto offset = [&](const TensorView& v) {
+        return static_cast<const char*>(v.data) - static_cast<const char*>(a.master_params().data);
+      };
+      EXPECT_EQ(offset(av) % 256, 0);
+      EXPECT_EQ(offset(bv) % 256, 0);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(av.data) % 64, 0u);
+      values += av.numel() + bv.numel();
+    }
+  EXPECT_GT(a.master_params().numel(), values);  // there is padding
+  const std::string dir = temp_dir("odd");
+  a.save_peft(dir, "odd");
+  const LoraAdapter b = LoraAdapter::load_peft(dir, m);
+  EXPECT_EQ(std::memcmp(a.master_params().data, b.master_params().data, a.master_params().nbytes()),
+            0);
+  b.attach(m);
+  EXPECT_EQ(m.layers[1].down.lora.b.data, b.master_b(1, kDown).data);
+  EXPECT_EQ(m.layers[1].down.lora.b.shape, (Shape{72, 3}));
+  fs::remove_all(dir);
 }
