@@ -49,6 +49,8 @@ void sample(Context& ctx, const TensorView& logits, const TensorView& rows,
   check_view(ctx, rows, DType::i32, 2, "rows");
   CHECK(rows.dim(1) == kSampleRowWords, "sample: rows must be [R, {}] (SampleRow), got {}",
         kSampleRowWords, rows.shape.str());
+  CHECK(reinterpret_cast<uintptr_t>(rows.data) % alignof(SampleRow) == 0,
+        "sample: rows must be {}-byte aligned (SampleRow)", alignof(SampleRow));
   const int64_t r = rows.dim(0), v = logits.dim(1);
   CHECK(v > 0 && v < (int64_t(1) << 31), "sample: vocabulary {} out of range", v);
   if (!history.empty()) check_view(ctx, history, DType::i32, 1, "history");

@@ -42,30 +42,11 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "ops/context.h"
+#include "ops/sample_row.h"
 
 namespace fp8rl::ops {
-
-// One row to sample. An array of these lives on ctx.device, passed as an i32 tensor
-// [R, kSampleRowWords] (the bytes of the structs; i32 because core has no u8 dtype and every
-// field is a multiple of 4 bytes).
-struct SampleRow {
-  int32_t logit_row = 0;  // row of `logits` (several samples of one prompt may share it)
-  float temperature = 1.0f;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  float repetition_penalty = 1.0f;
-  int32_t top_k = 0;     // <= 0 or >= V: off
-  uint64_t stream = 0;   // the sequence's random stream (from seed, request, sample index)
-  int64_t position = 0;  // position of the token being sampled: the counter within the stream
-  int32_t history_begin = 0, history_end = 0;  // ids for repetition_penalty, in `history`
-  int32_t banned_begin = 0, banned_end = 0;    // ids that must not be sampled now
-};
-static_assert(std::is_standard_layout_v<SampleRow> && std::is_trivially_copyable_v<SampleRow>);
-static_assert(sizeof(SampleRow) == 56 && sizeof(SampleRow) % 4 == 0);
-inline constexpr int64_t kSampleRowWords = sizeof(SampleRow) / 4;
 
 // The most top logprobs per row (vLLM's default max_logprobs).
 inline constexpr int kMaxTopLogprobs = 20;
@@ -89,8 +70,5 @@ void sample(Context& ctx, const TensorView& logits, const TensorView& rows,
 // Scratch bytes sample() takes from the context's arena for R rows of V logits (CUDA: one
 // f32 working copy of each row; CPU: per-thread rows).
 size_t sample_scratch_bytes(const Context& ctx, int64_t r, int64_t v);
-
-// Fixed-point scale of the top-p masses (d).
-inline constexpr double kSampleMassScale = 1099511627776.0;  // 2^40, fixed-point masses
 
 }  // namespace fp8rl::ops

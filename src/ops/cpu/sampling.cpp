@@ -96,7 +96,7 @@ int32_t sample_row(const float* raw, int64_t v, const SampleRow& row, const int3
   // fixed-point mass.
   for (int64_t i = 0; i < v; ++i) {
     const float e = l[i] > kNegInf ? std::exp(l[i] - m) : 0.0f;
-    weights[i] = uint64_t(e * float(kSampleMassScale));
+    weights[i] = uint64_t(e * kSampleMassScale);
   }
   if (row.top_p < 1.0f)
     floor_l = std::max(floor_l, top_p_threshold(l, weights, v, floor_l, row.top_p, order));
