@@ -68,7 +68,7 @@ void sample(Context& ctx, const TensorView& logits, const TensorView& rows,
             const TensorView& history, int top_logprobs, const SampleOutput& out);
 
 // Scratch bytes sample() takes from the context's arena for R rows of V logits (CUDA: one
-// f32 working copy of each row; CPU: per-thread rows).
+// f32 working copy of each row; CPU: working rows for each of the current num_threads()).
 size_t sample_scratch_bytes(const Context& ctx, int64_t r, int64_t v);
 
 }  // namespace fp8rl::ops

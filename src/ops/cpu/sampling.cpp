@@ -122,17 +122,20 @@ void sample(Arena& scratch, const TensorView& logits, const TensorView& rows,
             const TensorView& history, int k, const SampleOutput& out) {
   const int64_t r = rows.dim(0), v = logits.dim(1);
   ArenaScope scope(scratch);
-  TensorView work = scratch.alloc({r, v}, DType::f32);
-  TensorView order = scratch.alloc({r, v}, DType::i32);
-  TensorView weights = scratch.alloc({r, v}, DType::i64);
+  // Working rows per thread, not per row: the reference needs V floats, ids and masses each.
+  const int64_t nt = num_threads();
+  TensorView work = scratch.alloc({nt, v}, DType::f32);
+  TensorView order = scratch.alloc({nt, v}, DType::i32);
+  TensorView weights = scratch.alloc({nt, v}, DType::i64);
   const auto* rs = reinterpret_cast<const SampleRow*>(rows.data);
   const int32_t* hist = history.empty() ? nullptr : history.ptr<const int32_t>();
   parallel_for(0, r, [&](int64_t i) {
+    const int64_t th = thread_index();
     const SampleRow& row = rs[i];
     const float* raw = logits.ptr<const float>() + int64_t(row.logit_row) * v;
     const int32_t tok =
-        sample_row(raw, v, row, hist, work.ptr<float>() + i * v, order.ptr<int32_t>() + i * v,
-                   reinterpret_cast<uint64_t*>(weights.ptr<int64_t>()) + i * v);
+        sample_row(raw, v, row, hist, work.ptr<float>() + th * v, order.ptr<int32_t>() + th * v,
+                   reinterpret_cast<uint64_t*>(weights.ptr<int64_t>()) + th * v);
     out.tokens.ptr<int32_t>()[i] = tok;
     const LogSoftmax raw_ls = log_softmax_of(raw, v, 1.0f);
     out.logprobs.ptr<float>()[i] = raw_ls.at(raw[tok], 1.0f);
@@ -142,7 +145,7 @@ void sample(Arena& scratch, const TensorView& logits, const TensorView& rows,
     }
     if (k > 0) {
       int32_t* ids = out.top_ids.ptr<int32_t>() + i * k;
-      int32_t* ord = order.ptr<int32_t>() + i * v;
+      int32_t* ord = order.ptr<int32_t>() + th * v;
       for (int64_t j = 0; j < v; ++j) ord[j] = int32_t(j);
       std::partial_sort(ord, ord + k, ord + v, [&](int32_t a, int32_t b) {
         return raw[a] > raw[b] || (raw[a] == raw[b] && a < b);
@@ -155,8 +158,8 @@ void sample(Arena& scratch, const TensorView& logits, const TensorView& rows,
   });
 }
 
-size_t sample_scratch_bytes(int64_t r, int64_t v) {
-  return size_t(r * v) * (4 + 4 + 8) + 3 * 64;
+size_t sample_scratch_bytes(int64_t /*r*/, int64_t v) {
+  return size_t(num_threads() * v) * (4 + 4 + 8) + 3 * 64;
 }
 
 }  // namespace fp8rl::ops::cpu
