@@ -194,3 +194,38 @@ void sample_case(Harness& h, Outcome& o, int64_t rows, int64_t v, int k) {
 }
 
 }  // namespace fp8rl::gpu_test
+
+namespace fp8rl::gpu_test {
+
+// A decode step's sampling: R rows of V f32 logits, every row with the filters of a typical
+// RL config (T 0.7, top-k 50, top-p 0.9) or plain temperature; bytes = the logits read once.
+void sample_perf_case(Harness& h, Outcome& o, int64_t rows, int64_t v, int k, bool filtered) {
+  const TensorView logits = ops::scratch_alloc(h.gpu, {rows, v}, DType::f32);
+  ops::fill_uniform(h.gpu, logits, 5, 12.0f);
+  std::vector<ops::SampleRow> rs(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) {
+    ops::SampleRow& r = rs[size_t(i)];
+    r.logit_row = int32_t(i);
+    r.stream = uint64_t(i);
+    r.temperature = 0.7f;
+    if (filtered) {
+      r.top_k = 50;
+      r.top_p = 0.9f;
+    }
+  }
+  Tensor rows_h = Tensor::empty({rows, ops::kSampleRowWords}, DType::i32);
+  std::memcpy(rows_h.view().data, rs.data(), rs.size() * sizeof(ops::SampleRow));
+  const TensorView rows_d = to_device(h, rows_h, DType::i32);
+  ops::SampleOutput out;
+  out.tokens = ops::scratch_alloc(h.gpu, {rows}, DType::i32);
+  out.logprobs = ops::scratch_alloc(h.gpu, {rows}, DType::f32);
+  out.processed_logprobs = ops::scratch_alloc(h.gpu, {rows}, DType::f32);
+  if (k > 0) {
+    out.top_ids = ops::scratch_alloc(h.gpu, {rows, k}, DType::i32);
+    out.top_logprobs = ops::scratch_alloc(h.gpu, {rows, k}, DType::f32);
+  }
+  o.seconds = time_op(h, [&] { ops::sample(h.gpu, logits, rows_d, TensorView(), k, out); });
+  o.bytes = double(rows) * double(v) * 4;
+}
+
+}  // namespace fp8rl::gpu_test
