@@ -191,4 +191,39 @@ inline double second_moment_tolerance(double kurtosis, int64_t n) {
 // orders differ), and log_softmax adds a few ulps; issue 9 asks for 1e-4, which leaves ~10x.
 inline constexpr double kGenerateLogprob = 1e-4;
 
+// ---- The sampler (ops/sampling.h; tests/engine/test_sampler.cpp, tests/gpu sample cases) ---
+
+// Chi-square goodness of fit of N draws against the exact fp64 distribution: the statistic is
+// chi-square with dof degrees of freedom under the null (expected counts >= 5 per bin, the
+// rest pooled), and a test must fail by chance with probability <= 1e-6. The (1 - 1e-6)
+// quantile by Wilson-Hilferty, q = dof (1 - 2/(9 dof) + z sqrt(2/(9 dof)))^3 with
+// z = 4.7534 (the standard normal's 1 - 1e-6 quantile). Against tabulated quantiles it is
+// within 1% for dof >= 10 and above the exact value for dof 1..3 (dof 1: 27.5 vs 23.9), i.e.
+// conservative where it is inaccurate.
+inline double chi_square_bound(int dof) {
+  const double k = dof, z = 4.7534;
+  const double c = 1.0 - 2.0 / (9.0 * k) + z * std::sqrt(2.0 / (9.0 * k));
+  return k * c * c * c;
+}
+
+// A logprob of the sampler (fp32: shift by max, fp64 (CPU) or fp32 (CUDA) sum of V exps, one
+// log) against the fp64 log_softmax: the fp32 division x / T and subtraction round at
+// 2^-24 of |x / T| (the largest operand), expf contributes up to 2 ulps per term (2^-23
+// relative to the sum), the sum's order f32_reduction_bound(V), the log one more ulp of
+// |log_sum|. Absolute bound: 8 2^-24 (|x / T|max + |logprob|) for the roundings, plus
+// f32_reduction_bound(V) + 2^-22 for the sum.
+inline double sample_logprob_bound(double max_abs_scaled_logit, double abs_logprob, int64_t v) {
+  return 8.0 * kF32Eps * (max_abs_scaled_logit + abs_logprob) + f32_reduction_bound(v) + 0x1p-22;
+}
+
+// CUDA vs CPU sampled ids: the tempered logits l_i are bit-identical (IEEE division) and the
+// uniforms too (integer hashing), but g = -log(-log u) goes through two logf calls whose CUDA
+// results differ from glibc's by up to 1 ulp each (CUDA C Programming Guide, logf: 1 ulp):
+// the inner one moves -log u by 2^-23 relative, which moves g by 2^-23 absolute, the outer
+// one by 1 ulp of |g| <= 17.3 (2^-19); the sum l + g rounds at 2^-24 |s|. A row's draw is
+// compared only when its two best scores differ by more than 4 (2^-23 + 2^-19 + 2^-24 |s|max).
+inline double sample_score_margin(double max_abs_score) {
+  return 4.0 * (0x1p-23 + 0x1p-19 + kF32Eps * max_abs_score);
+}
+
 }  // namespace fp8rl::test

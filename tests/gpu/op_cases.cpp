@@ -3,6 +3,7 @@
 // every FP8 scheme and activation scaling, in-place variants. Bounds: tests/tolerances.h. The
 // cases themselves live in op_cases_*.cpp.
 #include <cmath>
+#include <tuple>
 
 #include "op_cases.h"
 
@@ -272,6 +273,16 @@ std::vector<OpCase> correctness_cases() {
     add(
         fmt::format("graph attention block {}", scheme_name(s)),
         [=](Harness& h, Outcome& o) { graph_case(h, o, s, a); }, s == Fp8Scheme::row);
+
+  // The sampler: a small vocabulary, Qwen's (151936) and Gemma's (2^18); 1..64 rows of every
+  // parameter kind; top logprobs 0, 5 and 20.
+  for (auto [r, v, k] : {std::tuple<int64_t, int64_t, int>{1, 1000, 0},
+                         {24, 1000, 5},
+                         {64, 151936, 20},
+                         {16, 262144, 5}})
+    add(
+        fmtname("sample", shape({{"R", r}, {"V", v}, {"K", k}})),
+        [=](Harness& h, Outcome& o) { sample_case(h, o, r, v, k); }, v == 1000);
   return c;
 }
 

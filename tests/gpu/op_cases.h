@@ -73,4 +73,8 @@ void quantize_weight_case(Harness& h, Outcome& o, Fp8Scheme s, int64_t n, int64_
 void linear_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k, Fp8Scheme scheme,
                  ActScaling act, bool bias, DType out_dtype, bool prequantized);
 
+// op_cases_sampling.cpp: the sampler, CUDA vs the CPU reference, and its graph replay.
+void sample_case(Harness& h, Outcome& o, int64_t rows, int64_t v, int k);
+void sample_perf_case(Harness& h, Outcome& o, int64_t rows, int64_t v, int k, bool filtered);
+
 }  // namespace fp8rl::gpu_test

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "harness.h"
+#include "op_cases.h"
 #include "quant/fp8.h"
 
 namespace fp8rl::gpu_test {
@@ -167,6 +168,11 @@ std::vector<OpCase> perf_cases() {
                          "quantization at {:.0f}% of it",
                          path, o.flops / gemm * 1e-12, 100.0 * gemm / o.seconds);
                    }});
+  // The sampler at a decode step of 256 sequences over Qwen's vocabulary.
+  for (auto [k, filtered] : {std::pair{0, false}, {0, true}, {20, true}})
+    c.push_back(
+        {fmt::format("sample R=256 V=151936 K={}{}", k, filtered ? " top-k top-p" : ""),
+         [=](Harness& h, Outcome& o) { sample_perf_case(h, o, 256, 151936, k, filtered); }});
   return c;
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "ops/ops.h"
+#include "ops/sampling.h"
 
 namespace fp8rl::ops::cpu {
 
@@ -58,5 +59,10 @@ void gated_quant(Arena& scratch, const TensorView& gate, const TensorView& up, i
 void dequantize(const QuantizedActivation& q, const TensorView& out, Rounding r);
 void linear(Arena& scratch, const QuantizedActivation& x, const LinearWeight& w,
             const TensorView& out, Output kind, Rounding r);
+
+// The sampler (sampling.cpp); operands checked by ops/sampling.cpp.
+void sample(Arena& scratch, const TensorView& logits, const TensorView& rows,
+            const TensorView& history, int top_logprobs, const SampleOutput& out);
+size_t sample_scratch_bytes(int64_t r, int64_t v);
 
 }  // namespace fp8rl::ops::cpu

@@ -8,6 +8,7 @@
 
 #include "ops/memory.h"
 #include "ops/ops.h"
+#include "ops/sampling.h"
 
 namespace fp8rl::cuda {
 
@@ -48,6 +49,11 @@ void gated(Backend& b, const TensorView& gate, const TensorView& up, int act,
            const TensorView& out);
 void add(Backend& b, const TensorView& a, const TensorView& c, float alpha, const TensorView& out);
 void softcap(Backend& b, const TensorView& x, float cap);
+
+// ---- the sampler (sampling.cu)
+void sample(Backend& b, const TensorView& logits, const TensorView& rows,
+            const TensorView& history, int top_logprobs, const ops::SampleOutput& out);
+size_t sample_scratch_bytes(int64_t r, int64_t v);
 
 // ---- FP8 activations (cuda_ops.cpp)
 ops::QuantizedActivation alloc_quantized(Backend& b, ActScaling act, int64_t rows, int64_t cols);

@@ -1,0 +1,103 @@
+#include "engine/sampling_params.h"
+
+#include <limits>
+
+#include "core/check.h"
+
+namespace fp8rl {
+
+void SamplingParams::validate() const {
+  CHECK(n >= 1, "sampling: n must be >= 1, got {}", n);
+  CHECK(temperature >= 0.0, "sampling: temperature must be >= 0 (0 = greedy), got {}", temperature);
+  CHECK(top_p > 0.0 && top_p <= 1.0, "sampling: top_p must be in (0, 1], got {}", top_p);
+  CHECK(top_k >= -1, "sampling: top_k must be >= -1 (0 or -1 = off), got {}", top_k);
+  CHECK(min_p >= 0.0 && min_p <= 1.0, "sampling: min_p must be in [0, 1], got {}", min_p);
+  CHECK(repetition_penalty > 0.0, "sampling: repetition_penalty must be > 0, got {}",
+        repetition_penalty);
+  CHECK(max_tokens >= 1, "sampling: max_tokens must be >= 1, got {}", max_tokens);
+  CHECK(min_tokens >= 0 && min_tokens <= max_tokens,
+        "sampling: min_tokens must be in [0, max_tokens = {}], got {}", max_tokens, min_tokens);
+  CHECK(logprobs >= 0 && logprobs <= 20, "sampling: logprobs must be in [0, 20], got {}", logprobs);
+}
+
+namespace {
+
+using Json = nlohmann::json;
+
+const Json* field(const Json& j, const char* key) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+void read_int(const Json& j, const char* key, int& out) {
+  const Json* v = field(j, key);
+  if (!v) return;
+  CHECK(v->is_number_integer(), "sampling: '{}' must be an integer, got {}", key, v->dump());
+  const int64_t x = v->get<int64_t>();
+  CHECK(x >= std::numeric_limits<int>::min() && x <= std::numeric_limits<int>::max(),
+        "sampling: '{}' = {} does not fit an int", key, x);
+  out = int(x);
+}
+
+void read_double(const Json& j, const char* key, double& out) {
+  const Json* v = field(j, key);
+  if (!v) return;
+  CHECK(v->is_number(), "sampling: '{}' must be a number, got {}", key, v->dump());
+  out = v->get<double>();
+}
+
+void read_bool(const Json& j, const char* key, bool& out) {
+  const Json* v = field(j, key);
+  if (!v) return;
+  CHECK(v->is_boolean(), "sampling: '{}' must be true or false, got {}", key, v->dump());
+  out = v->get<bool>();
+}
+
+}  // namespace
+
+SamplingParams sampling_params_from_json(const Json& j, const SamplingParams& defaults) {
+  CHECK(j.is_object(), "sampling: expected a JSON object, got {}", j.dump());
+  SamplingParams p = defaults;
+  read_int(j, "n", p.n);
+  read_double(j, "temperature", p.temperature);
+  read_int(j, "top_k", p.top_k);
+  read_double(j, "top_p", p.top_p);
+  read_double(j, "min_p", p.min_p);
+  read_double(j, "repetition_penalty", p.repetition_penalty);
+  read_int(j, "max_tokens", p.max_tokens);
+  read_int(j, "min_tokens", p.min_tokens);
+  read_bool(j, "ignore_eos", p.ignore_eos);
+  read_int(j, "logprobs", p.logprobs);
+  read_bool(j, "processed_logprobs", p.processed_logprobs);
+  if (const Json* v = field(j, "stop_token_ids")) {
+    CHECK(v->is_array(), "sampling: 'stop_token_ids' must be an array of token ids");
+    p.stop_token_ids.clear();
+    for (const Json& id : *v) {
+      CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 &&
+                id.get<int64_t>() <= std::numeric_limits<int32_t>::max(),
+            "sampling: 'stop_token_ids' entries must be non-negative token ids, got {}", id.dump());
+      p.stop_token_ids.push_back(int32_t(id.get<int64_t>()));
+    }
+  }
+  if (const Json* v = field(j, "stop")) {
+    // vLLM accepts one string or a list of strings.
+    p.stop.clear();
+    if (v->is_string()) {
+      p.stop.push_back(v->get<std::string>());
+    } else {
+      CHECK(v->is_array(), "sampling: 'stop' must be a string or an array of strings");
+      for (const Json& s : *v) {
+        CHECK(s.is_string(), "sampling: 'stop' entries must be strings, got {}", s.dump());
+        p.stop.push_back(s.get<std::string>());
+      }
+    }
+  }
+  if (const Json* v = field(j, "seed")) {
+    CHECK(v->is_number_integer() && (v->is_number_unsigned() || v->get<int64_t>() >= 0),
+          "sampling: 'seed' must be a non-negative integer, got {}", v->dump());
+    p.seed = v->get<uint64_t>();
+  }
+  return p;
+}
+
+}  // namespace fp8rl
