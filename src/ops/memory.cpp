@@ -182,6 +182,16 @@ void fill_uniform(Context& ctx, const TensorView& dst, uint64_t seed, float boun
   });
 }
 
+bool dry_run_scratch(Context& ctx, size_t bytes) {
+  if (!ctx.dry_run) return false;
+  CHECK(ctx.scratch != nullptr, "a dry run needs a measuring scratch arena");
+  if (bytes > 0) {
+    ArenaScope scope(*ctx.scratch);
+    ctx.scratch->alloc({int64_t(bytes)}, DType::f8e4m3);  // bytes
+  }
+  return true;
+}
+
 size_t device_free_bytes(const Context& ctx) {
   if (ctx.device == Device::cpu) return 0;
 #if FP8RL_HAVE_CUDA

@@ -49,6 +49,11 @@ void scratch_rewind(Context& ctx, size_t mark);
 void scratch_reserve(Context& ctx, size_t bytes);
 size_t scratch_high_water(const Context& ctx);
 
+// In a dry run (Context::dry_run), takes `bytes` of scratch as an op would (and gives it back,
+// so the measuring arena's high water counts it) and returns true: the op must then compute
+// nothing and read no operand memory. Returns false otherwise.
+bool dry_run_scratch(Context& ctx, size_t bytes);
+
 // Rewinds the context's arena to where it was when the scope began.
 class ScratchScope {
  public:

@@ -114,14 +114,6 @@ Arena& scratch_of(Context& ctx) {
   return *ctx.scratch;
 }
 
-// In a dry run, an op takes the scratch it declares (and gives it back, as ops do on return),
-// so that the measuring arena's high water counts it; no-op otherwise.
-void dry_run_scratch(Context& ctx, size_t bytes) {
-  if (!ctx.dry_run || bytes == 0) return;
-  ArenaScope scope(*ctx.scratch);
-  ctx.scratch->alloc({int64_t(bytes)}, DType::f8e4m3);  // bytes
-}
-
 // Scratch of the fused quantizers: the staged [R, C] row values (f32 on the CPU, bf16 plus the
 // amax on CUDA) at most.
 size_t quantize_op_scratch_bytes(int64_t rows, int64_t cols) {

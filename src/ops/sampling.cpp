@@ -75,6 +75,7 @@ void sample(Context& ctx, const TensorView& logits, const TensorView& rows,
           out.top_logprobs.shape.str(), r, top_logprobs);
   }
   if (r == 0) return;
+  if (dry_run_scratch(ctx, sample_scratch_bytes(ctx, r, v))) return;
   if (ctx.device == Device::cpu) {
     CHECK(ctx.scratch != nullptr, "sample: CPU context without a scratch arena");
     check_rows(rows, logits.dim(0), v, history);

@@ -1,0 +1,451 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_set>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "engine/scheduler.h"
+#include "model/forward.h"
+#include "ops/ops.h"
+#include "ops/sampling.h"
+#include "tokenizer/incremental_decoder.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fp8rl {
+
+const char* finish_reason_name(FinishReason r) { return r == FinishReason::stop ? "stop" : "length"; }
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The random stream of one sample: a function of (seed, request, sample index) only; the
+// sampler adds the position. A request with its own seed ignores its index in the call, so
+// the same seed gives the same completions wherever the request sits.
+uint64_t sample_stream(uint64_t seed, uint64_t request, uint64_t sample) {
+  return splitmix64(splitmix64(splitmix64(seed) ^ request) ^ (sample + 0x9e37u));
+}
+
+// The host-side state of one sample's completion.
+struct SampleState {
+  CompletionOutput out;
+  std::unique_ptr<tok::IncrementalDecoder> decoder;
+  int64_t seq = -1;
+  bool done = false;
+};
+
+struct RequestState {
+  const GenerationRequest* req = nullptr;
+  std::vector<int32_t> stop_ids;  // eos (unless ignore_eos) and stop_token_ids
+  std::vector<SampleState> samples;
+};
+
+}  // namespace
+
+struct Engine::Impl {
+  Context& ctx;
+  const Model& model;
+  const tok::Tokenizer* tokenizer;
+  std::vector<int32_t> eos;
+  EngineOptions opt;
+  std::unique_ptr<KvPool> pool;
+  std::unique_ptr<Scheduler> sched;
+  EngineStats stats;
+  uint64_t adapter_version = 0;
+  int64_t max_rows = 0;  // sampled rows of one step at most
+  // The sampler's inputs and outputs live outside the step's arena, sized once (the history
+  // of repetition-penalty ids grows between steps when a longer one comes).
+  DeviceBuffer rows_buf, out_buf, history_buf;
+
+  Impl(Context& c, const Model& m, const tok::Tokenizer* t, std::vector<int32_t> e,
+       const EngineOptions& o)
+      : ctx(c), model(m), tokenizer(t), eos(std::move(e)), opt(o) {}
+
+  void setup();
+  // The sampler's output views of n rows in out_buf.
+  ops::SampleOutput sample_outputs(int64_t n, int top_k, bool processed) const;
+  // The device part of a step: the step's upload, forward and sampling (also run as the
+  // measuring dry run of the plan).
+  void device_step(Context& c, const KvPool& kv, StepInput& in, const TensorView& rows,
+                   const TensorView& history, int top_k, const ops::SampleOutput& out);
+  void run(std::vector<RequestState>& states, const std::function<void(int64_t)>& progress);
+  // One step of the scheduler's plan: block copies, then the device step; fills the sampled
+  // ids and logprobs of `rows` (host vectors).
+  void execute(const StepPlan& plan, const std::vector<ops::SampleRow>& rows,
+               const std::vector<int32_t>& history, int top_k, bool want_processed,
+               std::vector<int32_t>& tokens, std::vector<float>& logprobs,
+               std::vector<float>& processed, std::vector<int32_t>& top_ids,
+               std::vector<float>& top_lps);
+  void on_token(RequestState& rs, int32_t sample, int64_t seq, int32_t token, float lp,
+                float plp, const int32_t* top_ids, const float* top_lps, int top_k);
+};
+
+void Engine::Impl::setup() {
+  const ModelConfig& c = model.config();
+  CHECK(model.device() == ctx.device, "engine: the model is on {}, the context on {}",
+        device_name(model.device()), device_name(ctx.device));
+  CHECK(opt.max_num_seqs > 0 && opt.max_num_batched_tokens > 0,
+        "engine: max_num_seqs ({}) and max_num_batched_tokens ({}) must be positive",
+        opt.max_num_seqs, opt.max_num_batched_tokens);
+  CHECK(opt.kv_memory_fraction > 0 && opt.kv_memory_fraction <= 1,
+        "engine: kv memory fraction {} outside (0, 1]", opt.kv_memory_fraction);
+  max_rows = opt.max_num_seqs;
+  rows_buf = DeviceBuffer(ctx, size_t(max_rows * ops::kSampleRowWords) * 4);
+  out_buf = DeviceBuffer(ctx, size_t(max_rows) * (3 + 2 * ops::kMaxTopLogprobs) * 4);
+  // The step plan first: a dry run of the largest step (every op takes its declared scratch
+  // from a measuring arena, nothing runs), then the KV pool from what is left.
+  StepShape shape;
+  shape.tokens = opt.max_num_batched_tokens;
+  shape.seqs = std::min(opt.max_num_seqs, opt.max_num_batched_tokens);
+  shape.logit_rows = shape.seqs;
+  shape.max_context = c.max_position_embeddings;
+  const size_t block = KvPool::block_bytes(c, ctx);
+  KvPool probe(c, 1, ctx);  // the plan does not depend on the pool's size
+  Arena measuring = Arena::measuring(ctx.device, ctx.device == Device::cuda ? 256 : 64);
+  {
+    Context dry = ctx;
+    dry.dry_run = true;
+    dry.scratch = &measuring;
+    StepInput in = step_of_shape(shape, probe.block_size());
+    const TensorView rows = rows_buf.view({shape.logit_rows, ops::kSampleRowWords}, DType::i32);
+    device_step(dry, probe, in, rows, TensorView(), ops::kMaxTopLogprobs,
+                sample_outputs(shape.logit_rows, ops::kMaxTopLogprobs, true));
+  }
+  size_t plan = measuring.high_water();
+  stats.scratch_bytes = plan;
+  size_t kv_bytes = opt.kv_memory_bytes;
+  if (kv_bytes == 0) {
+    if (ctx.device == Device::cpu) {
+      // Host memory is not reserved for us: what max_num_seqs full-length sequences need, at
+      // most 1 GiB.
+      const int64_t per_seq = (c.max_position_embeddings + kKvBlockSize - 1) / kKvBlockSize;
+      kv_bytes = std::min(size_t(1) << 30, size_t(opt.max_num_seqs * per_seq) * block);
+    } else {
+      const size_t free_now = ops::device_free_bytes(ctx);
+      CHECK(free_now > plan, "engine: {} bytes free on the device, the step plan needs {}",
+            free_now, plan);
+      kv_bytes = size_t(double(free_now - plan) * opt.kv_memory_fraction);
+    }
+  }
+  const int64_t blocks = int64_t(kv_bytes / block);
+  CHECK(blocks >= 1, "engine: a KV budget of {} bytes holds no block ({} bytes each)", kv_bytes,
+        block);
+  pool = std::make_unique<KvPool>(c, blocks, ctx);
+  ops::scratch_reserve(ctx, plan);
+  SchedulerConfig sc;
+  sc.num_blocks = int32_t(std::min<int64_t>(blocks, INT32_MAX));
+  sc.block_size = int32_t(pool->block_size());
+  sc.max_num_batched_tokens = opt.max_num_batched_tokens;
+  sc.max_num_seqs = int32_t(opt.max_num_seqs);
+  sc.prefix_caching = opt.prefix_caching;
+  sched = std::make_unique<Scheduler>(sc);
+  sched->set_adapter_version(adapter_version);
+  stats.kv_blocks = blocks;
+  stats.kv_bytes = pool->nbytes();
+}
+
+ops::SampleOutput Engine::Impl::sample_outputs(int64_t n, int top_k, bool processed) const {
+  ops::SampleOutput out;
+  size_t off = 0;
+  auto take = [&](Shape shape, DType dt) {
+    const TensorView v = out_buf.view(shape, dt, off);
+    off += size_t(shape.numel()) * 4;
+    return v;
+  };
+  out.tokens = take({n}, DType::i32);
+  out.logprobs = take({n}, DType::f32);
+  if (processed) out.processed_logprobs = take({n}, DType::f32);
+  if (top_k > 0) {
+    out.top_ids = take({n, top_k}, DType::i32);
+    out.top_logprobs = take({n, top_k}, DType::f32);
+  }
+  return out;
+}
+
+void Engine::Impl::device_step(Context& c, const KvPool& kv, StepInput& in,
+                               const TensorView& rows, const TensorView& history, int top_k,
+                               const ops::SampleOutput& out) {
+  ops::ScratchScope scope(c);
+  in.pack_block_tables();
+  const TensorView storage = ops::scratch_alloc(c, {step_elements(in)}, DType::i32);
+  const StepBatch step = upload_step(c, in, storage);
+  const TensorView logits =
+      ops::scratch_alloc(c, {in.num_logit_rows(), model.config().vocab_size}, DType::f32);
+  forward(c, model, kv, step, logits);
+  if (rows.numel() > 0) ops::sample(c, logits, rows, history, top_k, out);
+}
+
+void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRow>& rows,
+                           const std::vector<int32_t>& history, int top_k, bool want_processed,
+                           std::vector<int32_t>& tokens, std::vector<float>& logprobs,
+                           std::vector<float>& processed, std::vector<int32_t>& top_ids,
+                           std::vector<float>& top_lps) {
+  Clock::time_point t0 = Clock::now();
+  // Copy on write: a shared partial block is copied before anyone writes into it.
+  for (const BlockCopy& cp : plan.copies)
+    for (int64_t l = 0; l < pool->num_layers(); ++l)
+      for (const TensorView& t : {pool->k(l), pool->v(l)})
+        ops::copy(ctx, t.slice_rows(cp.src, cp.src + 1), t.slice_rows(cp.dst, cp.dst + 1));
+  StepInput in;
+  for (const ScheduledChunk& ch : plan.chunks) {
+    const Sequence& s = sched->sequence(ch.seq);
+    in.add_sequence({s.tokens.data() + ch.start, size_t(ch.num_new)}, ch.start,
+                    sched->block_table(ch.seq), pool->block_size(),
+                    ch.needs_logits() ? StepInput::Logits::last : StepInput::Logits::none);
+  }
+  in.validate(model.config(), pool->num_blocks(), pool->block_size());
+  const int64_t n = int64_t(rows.size());
+  CHECK(n <= max_rows, "engine: {} rows to sample, the plan holds {}", n, max_rows);
+  // The sampler's inputs go to their own buffers (grown between steps, never inside one).
+  const TensorView rows_dev = rows_buf.view({n, ops::kSampleRowWords}, DType::i32);
+  ops::copy(ctx, TensorView(const_cast<ops::SampleRow*>(rows.data()), DType::i32,
+                            {n, ops::kSampleRowWords}),
+            rows_dev);
+  TensorView hist_dev;
+  if (!history.empty()) {
+    const size_t bytes = history.size() * 4;
+    if (history_buf.size() < bytes) history_buf = DeviceBuffer(ctx, std::max(bytes * 2, size_t(1) << 16));
+    hist_dev = history_buf.view({int64_t(history.size())}, DType::i32);
+    ops::copy(ctx, TensorView(const_cast<int32_t*>(history.data()), DType::i32,
+                              {int64_t(history.size())}),
+              hist_dev);
+  }
+  const ops::SampleOutput out = sample_outputs(n, top_k, want_processed);
+  stats.seconds_host += seconds_since(t0);
+  t0 = Clock::now();
+  device_step(ctx, *pool, in, rows_dev, hist_dev, top_k, out);
+  // Only the sampled ids and the requested logprobs come back (the first copy waits).
+  tokens.resize(size_t(n));
+  logprobs.resize(size_t(n));
+  if (n > 0) {
+    ops::copy(ctx, out.tokens, TensorView(tokens.data(), DType::i32, {n}));
+    ops::copy(ctx, out.logprobs, TensorView(logprobs.data(), DType::f32, {n}));
+  } else {
+    ops::synchronize(ctx);
+  }
+  if (want_processed && n > 0) {
+    processed.resize(size_t(n));
+    ops::copy(ctx, out.processed_logprobs, TensorView(processed.data(), DType::f32, {n}));
+  }
+  if (top_k > 0 && n > 0) {
+    top_ids.resize(size_t(n * top_k));
+    top_lps.resize(size_t(n * top_k));
+    ops::copy(ctx, out.top_ids, TensorView(top_ids.data(), DType::i32, {n, top_k}));
+    ops::copy(ctx, out.top_logprobs, TensorView(top_lps.data(), DType::f32, {n, top_k}));
+  }
+  stats.seconds_forward += seconds_since(t0);
+}
+
+void Engine::Impl::on_token(RequestState& rs, int32_t sample, int64_t seq, int32_t token,
+                            float lp, float plp, const int32_t* top_ids, const float* top_lps,
+                            int top_k) {
+  const SamplingParams& p = rs.req->params;
+  SampleState& st = rs.samples[size_t(sample)];
+  st.seq = seq;
+  CompletionOutput& o = st.out;
+  o.ids.push_back(token);
+  o.logprobs.push_back(lp);
+  if (p.processed_logprobs) o.processed_logprobs.push_back(plp);
+  if (p.logprobs > 0) {
+    std::vector<std::pair<int32_t, float>> top;
+    for (int i = 0; i < p.logprobs; ++i) top.emplace_back(top_ids[i], top_lps[i]);
+    o.top_logprobs.push_back(std::move(top));
+  }
+  (void)top_k;
+  ++stats.output_tokens;
+  const int64_t generated = int64_t(o.ids.size());
+  bool stop = generated >= p.min_tokens &&
+              std::find(rs.stop_ids.begin(), rs.stop_ids.end(), token) != rs.stop_ids.end();
+  if (st.decoder) {
+    o.text += st.decoder->push(token);
+    if (stop) o.text += st.decoder->finish();
+    // A stop string ends the completion; its text is cut before the stop string (vLLM).
+    if (!stop && generated >= p.min_tokens && !p.stop.empty()) {
+      size_t cut = std::string::npos;
+      for (const std::string& s : p.stop) cut = std::min(cut, o.text.find(s));
+      if (cut != std::string::npos) {
+        o.text.resize(cut);
+        stop = true;
+      }
+    }
+  }
+  if (stop || generated >= p.max_tokens) {
+    o.finish = stop ? FinishReason::stop : FinishReason::length;
+    if (!stop && st.decoder) o.text += st.decoder->finish();
+    st.done = true;
+    sched->finish(seq);
+    return;
+  }
+  sched->append_token(seq, token);
+}
+
+void Engine::Impl::run(std::vector<RequestState>& states,
+                       const std::function<void(int64_t)>& progress) {
+  const ModelConfig& c = model.config();
+  // Which request and sample each live sequence is.
+  std::unordered_map<int64_t, std::pair<int64_t, int32_t>> owner;
+  for (size_t i = 0; i < states.size(); ++i) {
+    const GenerationRequest& req = *states[i].req;
+    const int64_t seq = sched->add_request(int64_t(i), req.prompt_ids, req.params.n,
+                                           req.params.max_tokens);
+    owner[seq] = {int64_t(i), 0};
+  }
+  std::vector<ops::SampleRow> rows;
+  std::vector<int32_t> history, tokens, top_ids;
+  std::vector<float> logprobs, processed, top_lps;
+  while (sched->has_work()) {
+    Clock::time_point t0 = Clock::now();
+    const StepPlan plan = sched->schedule();
+    CHECK(!plan.empty(), "engine: the scheduler made no progress with work left (a bug)");
+    // One sampled row per sample to draw: a prompt that just finished gives n rows reading
+    // the same logits row.
+    rows.clear();
+    history.clear();
+    int top_k = 0;
+    bool want_processed = false;
+    int32_t logit_row = 0;
+    for (const ScheduledChunk& ch : plan.chunks) {
+      if (ch.start + ch.num_new <= sched->sequence(ch.seq).prompt_len)
+        stats.prefill_tokens += ch.num_new;
+      else
+        stats.decode_tokens += ch.num_new;
+      if (!ch.needs_logits()) continue;
+      const Sequence& s = sched->sequence(ch.seq);
+      const auto [req_index, sample0] = owner.at(ch.seq);
+      const RequestState& rs = states[size_t(req_index)];
+      const SamplingParams& p = rs.req->params;
+      top_k = std::max(top_k, p.logprobs);
+      want_processed = want_processed || p.processed_logprobs;
+      const uint64_t seed = p.seed.value_or(opt.seed);
+      const uint64_t req_key = p.seed ? 0 : uint64_t(req_index);
+      int32_t hist_begin = 0, hist_end = 0, ban_begin = 0, ban_end = 0;
+      if (p.repetition_penalty != 1.0) {
+        hist_begin = int32_t(history.size());
+        history.insert(history.end(), s.tokens.begin(), s.tokens.end());
+        hist_end = int32_t(history.size());
+      }
+      if (s.num_generated() < p.min_tokens && !rs.stop_ids.empty()) {
+        ban_begin = int32_t(history.size());
+        history.insert(history.end(), rs.stop_ids.begin(), rs.stop_ids.end());
+        ban_end = int32_t(history.size());
+      }
+      for (int32_t k = 0; k < ch.num_samples; ++k) {
+        ops::SampleRow row;
+        row.logit_row = logit_row;
+        row.temperature = float(p.temperature);
+        row.top_p = float(p.top_p);
+        row.min_p = float(p.min_p);
+        row.repetition_penalty = float(p.repetition_penalty);
+        row.top_k = p.top_k < 0 ? 0 : p.top_k;
+        const int32_t sample = ch.num_samples > 1 ? k : sample0;
+        row.stream = sample_stream(seed, req_key, uint64_t(sample));
+        row.position = s.size();  // the position of the token drawn now
+        row.history_begin = hist_begin;
+        row.history_end = hist_end;
+        row.banned_begin = ban_begin;
+        row.banned_end = ban_end;
+        rows.push_back(row);
+      }
+      ++logit_row;
+    }
+    stats.seconds_host += seconds_since(t0);
+    execute(plan, rows, history, top_k, want_processed, tokens, logprobs, processed, top_ids,
+            top_lps);
+    t0 = Clock::now();
+    sched->commit(plan);
+    ++stats.steps;
+    size_t r = 0;
+    for (const ScheduledChunk& ch : plan.chunks) {
+      if (!ch.needs_logits()) continue;
+      const auto [req_index, sample0] = owner.at(ch.seq);
+      RequestState& rs = states[size_t(req_index)];
+      std::vector<int64_t> ids{ch.seq};
+      if (ch.num_samples > 1) {
+        ids = sched->fork(ch.seq, ch.num_samples);
+        for (int32_t k = 0; k < ch.num_samples; ++k) owner[ids[size_t(k)]] = {req_index, k};
+      }
+      for (size_t k = 0; k < ids.size(); ++k, ++r) {
+        const int32_t sample = ch.num_samples > 1 ? int32_t(k) : sample0;
+        on_token(rs, sample, ids[k], tokens[r], logprobs[r],
+                 want_processed ? processed[r] : 0.0f,
+                 top_k > 0 ? top_ids.data() + r * size_t(top_k) : nullptr,
+                 top_k > 0 ? top_lps.data() + r * size_t(top_k) : nullptr, top_k);
+      }
+    }
+    const SchedulerStats ss = sched->stats();
+    stats.kv_blocks_peak_used = std::max<int64_t>(stats.kv_blocks_peak_used, ss.blocks_used);
+    stats.kv_blocks_peak_shared = std::max<int64_t>(stats.kv_blocks_peak_shared, ss.blocks_shared);
+    stats.preemptions = ss.preemptions;
+    stats.prefix_hit_tokens = ss.prefix_hit_tokens;
+    stats.seconds_host += seconds_since(t0);
+    if (progress) progress(stats.output_tokens);
+  }
+  (void)c;
+  for (auto& [seq, who] : owner) sched->forget(seq);
+}
+
+Engine::Engine(Context& ctx, const Model& model, const tok::Tokenizer* tokenizer,
+               std::vector<int32_t> eos_ids, const EngineOptions& options)
+    : impl_(std::make_unique<Impl>(ctx, model, tokenizer, std::move(eos_ids), options)) {
+  impl_->setup();
+}
+
+Engine::~Engine() = default;
+
+std::vector<RequestOutput> Engine::generate(std::span<const GenerationRequest> requests,
+                                            const std::function<void(int64_t)>& progress) {
+  Impl& im = *impl_;
+  const ModelConfig& c = im.model.config();
+  std::vector<RequestState> states(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerationRequest& req = requests[i];
+    const SamplingParams& p = req.params;
+    try {
+      p.validate();
+    } catch (const Error& e) {
+      RAISE("request {}: {}", i, e.what());
+    }
+    CHECK(!req.prompt_ids.empty(), "request {}: empty prompt", i);
+    for (int32_t id : req.prompt_ids)
+      CHECK(id >= 0 && id < c.vocab_size, "request {}: prompt id {} is outside the vocabulary "
+                                          "[0, {})", i, id, c.vocab_size);
+    const int64_t total = int64_t(req.prompt_ids.size()) + p.max_tokens;
+    CHECK(total <= c.max_position_embeddings,
+          "request {}: a prompt of {} tokens plus max_tokens {} exceeds the model's context of "
+          "{} (max_position_embeddings)", i, req.prompt_ids.size(), p.max_tokens,
+          c.max_position_embeddings);
+    CHECK(im.sched->fits_ever(total),
+          "request {}: a prompt of {} tokens plus max_tokens {} can never fit the KV pool of {} "
+          "blocks of {} tokens; give the engine more KV memory (--kv-memory) or lower max_tokens",
+          i, req.prompt_ids.size(), p.max_tokens, im.stats.kv_blocks, im.pool->block_size());
+    CHECK(!p.stop.empty() ? im.tokenizer != nullptr : true,
+          "request {}: stop strings need the model's tokenizer", i);
+    RequestState& rs = states[i];
+    rs.req = &req;
+    if (!p.ignore_eos) rs.stop_ids = im.eos;
+    rs.stop_ids.insert(rs.stop_ids.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
+    rs.samples.resize(size_t(p.n));
+    for (SampleState& st : rs.samples)
+      if (im.tokenizer) st.decoder = std::make_unique<tok::IncrementalDecoder>(*im.tokenizer, true);
+  }
+  im.run(states, progress);
+  std::vector<RequestOutput> out(requests.size());
+  for (size_t i = 0; i < states.size(); ++i)
+    for (SampleState& st : states[i].samples) out[i].completions.push_back(std::move(st.out));
+  return out;
+}
+
+void Engine::set_adapter_version(uint64_t version) {
+  impl_->adapter_version = version;
+  impl_->sched->set_adapter_version(version);
+}
+
+const EngineStats& Engine::stats() const { return impl_->stats; }
+const EngineOptions& Engine::options() const { return impl_->opt; }
+
+}  // namespace fp8rl

@@ -1,0 +1,101 @@
+// The generation engine: the rollout half of RL (the role vLLM plays for Unsloth), over the
+// project's one forward (model/forward.h) and the same in-memory model and adapter tensors the
+// trainer uses.
+//
+// Per step: the scheduler (engine/scheduler.h) picks which sequences run how many tokens
+// (continuous batching, chunked prefill under a token budget, preemption by recompute), the
+// block manager (engine/block_manager.h) gives them KV blocks (prefix cache keyed by the
+// adapter version, copy on write for the n samples of a prompt), one forward runs the step,
+// and the sampler op (ops/sampling.h) draws the next token of every sequence that needs one
+// on the device; only sampled ids and requested logprobs come back to the host.
+//
+// Outputs do not depend on scheduling: a sequence's random stream is keyed by (seed, request,
+// sample index, position), and on the CPU the forward is batch-invariant, so tokens and
+// logprobs are bit-identical whether it ran alone, in a batch, preempted or sharing a prefix.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/sampling_params.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "ops/context.h"
+
+namespace fp8rl {
+
+namespace tok {
+class Tokenizer;
+}
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt_ids;
+  SamplingParams params;
+};
+
+enum class FinishReason { stop, length };
+const char* finish_reason_name(FinishReason r);
+
+struct CompletionOutput {
+  std::vector<int32_t> ids;           // generated ids (a stop token id included, as vLLM)
+  std::string text;                   // decoded (stop string cut off); empty without tokenizer
+  std::vector<float> logprobs;        // raw logprob of each id (vLLM's default)
+  std::vector<float> processed_logprobs;  // under the temperature-scaled full vocabulary
+  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;  // params.logprobs each
+  FinishReason finish = FinishReason::length;
+};
+
+struct RequestOutput {
+  std::vector<CompletionOutput> completions;  // params.n, by sample index
+};
+
+struct EngineOptions {
+  // KV pool bytes; 0: a fraction (kv_memory_fraction) of the device memory left after the
+  // weights and the step plan (CUDA), 1 GiB on the CPU.
+  size_t kv_memory_bytes = 0;
+  double kv_memory_fraction = 0.9;
+  int64_t max_num_seqs = 256;            // sequences per step
+  int64_t max_num_batched_tokens = 2048;  // tokens per step (chunked prefill budget)
+  bool prefix_caching = true;
+  uint64_t seed = 0;  // the streams of requests that set no seed of their own
+};
+
+struct EngineStats {
+  int64_t steps = 0, prefill_tokens = 0, decode_tokens = 0, output_tokens = 0;
+  int64_t preemptions = 0, prefix_hit_tokens = 0;
+  int64_t kv_blocks = 0, kv_blocks_peak_used = 0, kv_blocks_peak_shared = 0;
+  double seconds_forward = 0, seconds_sampling = 0, seconds_host = 0;
+  size_t scratch_bytes = 0, kv_bytes = 0;
+};
+
+class Engine {
+ public:
+  // The model (and its attached adapter, if any) must be on ctx's device; tokenizer may be null
+  // (no text, no stop strings); eos_ids: generation_config's stop ids.
+  Engine(Context& ctx, const Model& model, const tok::Tokenizer* tokenizer,
+         std::vector<int32_t> eos_ids, const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Generates every request to completion; outputs in request order. progress(tokens) is
+  // called after each step with the output tokens so far.
+  std::vector<RequestOutput> generate(std::span<const GenerationRequest> requests,
+                                      const std::function<void(int64_t)>& progress = {});
+
+  // KV computed under another adapter version is never reused from the prefix cache: the
+  // trainer bumps the version after every optimizer step (LoraAdapter::version()).
+  void set_adapter_version(uint64_t version);
+
+  const EngineStats& stats() const;
+  const EngineOptions& options() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fp8rl

@@ -1,0 +1,300 @@
+// The generation engine end to end on the CPU: greedy generation against HF transformers'
+// generate (goldens), LoRA adapters against PEFT, and outputs that do not depend on
+// scheduling (batching, chunked prefill, preemption, prefix sharing).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "formats/npy.h"
+#include "model/adapter.h"
+#include "model/model_test_util.h"
+#include "tolerances.h"
+
+using namespace fp8rl;
+using namespace fp8rl::test;
+
+namespace {
+
+nlohmann::json golden_generate(const std::string& arch) {
+  std::ifstream f(golden_dir(arch) + "/generate.json");
+  return nlohmann::json::parse(f);
+}
+
+struct Cpu {
+  Arena arena;
+  Context ctx{Device::cpu, &arena};
+};
+
+EngineOptions small_options() {
+  EngineOptions o;
+  o.max_num_seqs = 16;
+  o.max_num_batched_tokens = 64;
+  return o;
+}
+
+SamplingParams greedy(int max_tokens) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
+
+// Max |logprob - golden| over a golden's prompts, and whether every token matched.
+struct GoldenMatch {
+  bool tokens_equal = true;
+  double max_logprob_diff = 0;
+};
+
+GoldenMatch compare(const nlohmann::json& prompts, const std::vector<RequestOutput>& out) {
+  GoldenMatch m;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const CompletionOutput& c = out[i].completions.at(0);
+    const auto ids = prompts[i]["generated_ids"].get<std::vector<int32_t>>();
+    const auto lps = prompts[i]["logprobs"].get<std::vector<double>>();
+    if (c.ids != ids) m.tokens_equal = false;
+    for (size_t t = 0; t < std::min(lps.size(), c.logprobs.size()); ++t)
+      m.max_logprob_diff = std::max(m.max_logprob_diff, std::abs(c.logprobs[t] - lps[t]));
+  }
+  return m;
+}
+
+std::vector<GenerationRequest> golden_requests(const nlohmann::json& prompts, int max_tokens) {
+  std::vector<GenerationRequest> reqs;
+  for (const auto& p : prompts)
+    reqs.push_back({p["prompt_ids"].get<std::vector<int32_t>>(), greedy(max_tokens)});
+  return reqs;
+}
+
+class GreedyGolden : public ::testing::TestWithParam<std::string> {};
+
+// All of a golden's prompts (1, 5, 13 and 29 tokens) in one call: identical tokens and
+// logprobs within kGenerateLogprob of HF's greedy fp32 eager generate.
+TEST_P(GreedyGolden, MatchesHfGenerate) {
+  const std::string arch = GetParam();
+  const nlohmann::json g = golden_generate(arch);
+  const Model m = load_model(golden_dir(arch), Fp8Scheme::off);
+  Cpu cpu;
+  Engine engine(cpu.ctx, m, nullptr, {}, small_options());
+  const auto out = engine.generate(golden_requests(g["prompts"], 12));
+  const GoldenMatch r = compare(g["prompts"], out);
+  EXPECT_TRUE(r.tokens_equal) << arch;
+  EXPECT_LE(r.max_logprob_diff, kGenerateLogprob) << arch;
+  std::printf("%s greedy vs HF generate: max |dlogprob| %.3g\n", arch.c_str(), r.max_logprob_diff);
+  // Negative control: the FP8-row forward is another model at this precision.
+  const Model m8 = load_model(golden_dir(arch), Fp8Scheme::row);
+  Cpu cpu8;
+  Engine e8(cpu8.ctx, m8, nullptr, {}, small_options());
+  const GoldenMatch r8 = compare(g["prompts"], e8.generate(golden_requests(g["prompts"], 12)));
+  EXPECT_GT(r8.max_logprob_diff, 10 * kGenerateLogprob) << arch << ": the comparison cannot fail";
+}
+
+// The PEFT adapter of the golden, applied unmerged at generation time: logits equal PEFT's
+// (and differ from the base's by far more), greedy tokens equal PEFT's generate.
+TEST_P(GreedyGolden, AdapterMatchesPeft) {
+  const std::string arch = GetParam();
+  const nlohmann::json g = golden_generate(arch);
+  Model m = load_model(golden_dir(arch), Fp8Scheme::off);
+  const LoraAdapter adapter = LoraAdapter::load_peft(golden_dir(arch) + "/adapter", m);
+  const Tensor ref = read_npy(golden_dir(arch) + "/adapter_logits.npy");
+  const std::vector<int32_t> ids = golden_ids(arch);
+  const double base_err = rel_max_diff(prefill_logits(m, ids), ref);
+  adapter.attach(m);
+  const double err = rel_max_diff(prefill_logits(m, ids), ref);
+  EXPECT_LE(err, kHfFp32Logits) << arch;
+  EXPECT_GT(base_err, 100 * kHfFp32Logits) << arch << ": the adapter changes nothing";
+  std::printf("%s adapter logits vs PEFT %.3g (base %.3g)\n", arch.c_str(), err, base_err);
+  Cpu cpu;
+  Engine engine(cpu.ctx, m, nullptr, {}, small_options());
+  const GoldenMatch r =
+      compare(g["adapter"]["prompts"], engine.generate(golden_requests(g["adapter"]["prompts"], 12)));
+  EXPECT_TRUE(r.tokens_equal) << arch;
+  EXPECT_LE(r.max_logprob_diff, kGenerateLogprob) << arch;
+  LoraAdapter::detach(m);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, GreedyGolden,
+                         ::testing::Values("llama", "qwen2", "qwen3", "mistral", "gemma3"));
+
+// A mixed workload with sampling: n samples per prompt, shared prefixes, all the filters.
+std::vector<GenerationRequest> mixed_requests() {
+  const std::vector<int32_t> base = golden_ids("qwen3");  // 32 ids
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 6; ++i) {
+    GenerationRequest r;
+    // Requests 0..2 share the first 20 tokens (a full block and more), then differ.
+    const size_t len = size_t(3 + 5 * i);
+    r.prompt_ids.assign(base.begin(), base.begin() + long(std::min<size_t>(len, 20)));
+    for (size_t k = r.prompt_ids.size(); k < len; ++k) r.prompt_ids.push_back(int32_t(7 + i + k));
+    if (i < 3) {
+      r.prompt_ids.assign(base.begin(), base.begin() + 20);
+      r.prompt_ids.push_back(int32_t(30 + i));
+    }
+    r.params.n = 1 + i % 3;
+    r.params.max_tokens = 9 + i;
+    r.params.ignore_eos = true;
+    r.params.temperature = 0.7 + 0.1 * i;
+    r.params.top_k = i == 1 ? 20 : 0;
+    r.params.top_p = i == 2 ? 0.9 : 1.0;
+    r.params.min_p = i == 3 ? 0.05 : 0.0;
+    r.params.repetition_penalty = i == 4 ? 1.3 : 1.0;
+    r.params.logprobs = i == 5 ? 3 : 0;
+    r.params.processed_logprobs = true;
+    // Its own seed: the request's streams then do not depend on its index in a call, so it
+    // can run alone (requests without a seed take their stream from the engine's seed and
+    // their index).
+    r.params.seed = 100 + uint64_t(i);
+    reqs.push_back(r);
+  }
+  return reqs;
+}
+
+void expect_identical(const std::vector<RequestOutput>& a, const std::vector<RequestOutput>& b,
+                      const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].completions.size(), b[i].completions.size()) << what;
+    for (size_t s = 0; s < a[i].completions.size(); ++s) {
+      const CompletionOutput& x = a[i].completions[s];
+      const CompletionOutput& y = b[i].completions[s];
+      EXPECT_EQ(x.ids, y.ids) << what << " request " << i << " sample " << s;
+      EXPECT_EQ(x.logprobs, y.logprobs) << what << " request " << i << " sample " << s;
+      EXPECT_EQ(x.processed_logprobs, y.processed_logprobs) << what;
+      EXPECT_EQ(x.top_logprobs, y.top_logprobs) << what;
+    }
+  }
+}
+
+class Scheduling : public ::testing::TestWithParam<Fp8Scheme> {};
+
+// Bit-identical tokens and logprobs whatever the scheduling: everything at once, one request
+// at a time, a tiny token budget (chunked prefill), a pool so small that sequences are
+// preempted and recomputed, and no prefix cache.
+TEST_P(Scheduling, OutputsDoNotDependOnIt) {
+  const Model m = load_model(golden_dir("qwen3"), GetParam());
+  const std::vector<GenerationRequest> reqs = mixed_requests();
+  Cpu c0;
+  Engine all(c0.ctx, m, nullptr, {}, small_options());
+  const auto ref = all.generate(reqs);
+  EXPECT_GT(all.stats().prefix_hit_tokens, 0) << "the shared prefixes were not shared";
+  EXPECT_GT(all.stats().kv_blocks_peak_shared, 0) << "the n samples shared no block";
+
+  std::vector<RequestOutput> alone;
+  for (const GenerationRequest& r : reqs) {
+    Cpu c;
+    Engine e(c.ctx, m, nullptr, {}, small_options());
+    alone.push_back(e.generate({&r, 1})[0]);
+  }
+  expect_identical(alone, ref, "alone");
+
+  EngineOptions chunked = small_options();
+  chunked.max_num_batched_tokens = 7;
+  Cpu c1;
+  Engine ec(c1.ctx, m, nullptr, {}, chunked);
+  expect_identical(ec.generate(reqs), ref, "chunked prefill");
+
+  EngineOptions tight = small_options();
+  tight.kv_memory_bytes = 6 * KvPool::block_bytes(m.config(), c1.ctx);
+  Cpu c2;
+  Engine et(c2.ctx, m, nullptr, {}, tight);
+  expect_identical(et.generate(reqs), ref, "preempted");
+  EXPECT_GT(et.stats().preemptions, 0) << "the tiny pool preempted nothing";
+
+  EngineOptions no_cache = small_options();
+  no_cache.prefix_caching = false;
+  Cpu c3;
+  Engine en(c3.ctx, m, nullptr, {}, no_cache);
+  expect_identical(en.generate(reqs), ref, "no prefix cache");
+  EXPECT_EQ(en.stats().prefix_hit_tokens, 0);
+
+  // Negative control: other seeds draw other tokens.
+  std::vector<GenerationRequest> reseeded = reqs;
+  for (GenerationRequest& r : reseeded) r.params.seed = *r.params.seed + 1000;
+  Cpu c4;
+  Engine eo(c4.ctx, m, nullptr, {}, small_options());
+  const auto diff = eo.generate(reseeded);
+  bool any_differs = false;
+  for (size_t i = 0; i < reqs.size(); ++i)
+    any_differs = any_differs || diff[i].completions[0].ids != ref[i].completions[0].ids;
+  EXPECT_TRUE(any_differs) << "the seed changes nothing";
+}
+
+INSTANTIATE_TEST_SUITE_P(Schemes, Scheduling, ::testing::Values(Fp8Scheme::off, Fp8Scheme::row,
+                                                                  Fp8Scheme::block),
+                         [](const auto& info) { return std::string(scheme_name(info.param)); });
+
+// KV made under one adapter version is never reused under another.
+TEST(Engine, PrefixCacheKeyedByAdapterVersion) {
+  const Model m = load_model(golden_dir("qwen3"), Fp8Scheme::off);
+  Cpu cpu;
+  Engine e(cpu.ctx, m, nullptr, {}, small_options());
+  GenerationRequest r{golden_ids("qwen3"), greedy(2)};
+  e.generate({&r, 1});
+  const int64_t hits0 = e.stats().prefix_hit_tokens;
+  e.generate({&r, 1});
+  const int64_t hits1 = e.stats().prefix_hit_tokens;
+  EXPECT_GT(hits1, hits0) << "the same prompt again must hit the prefix cache";
+  e.set_adapter_version(7);
+  e.generate({&r, 1});
+  EXPECT_EQ(e.stats().prefix_hit_tokens, hits1) << "KV of adapter version 0 reused under 7";
+}
+
+TEST(Engine, RejectsWhatCanNeverRun) {
+  const Model m = load_model(golden_dir("llama"), Fp8Scheme::off);
+  Cpu cpu;
+  EngineOptions o = small_options();
+  o.kv_memory_bytes = 2 * KvPool::block_bytes(m.config(), cpu.ctx);
+  Engine e(cpu.ctx, m, nullptr, {}, o);
+  GenerationRequest big{std::vector<int32_t>(40, 5), greedy(4)};
+  try {
+    e.generate({&big, 1});
+    FAIL() << "a request larger than the pool must fail";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("can never fit the KV pool"), std::string::npos)
+        << err.what();
+  }
+  GenerationRequest bad{{1, 2, 300}, greedy(4)};
+  EXPECT_THROW(e.generate({&bad, 1}), Error);
+  GenerationRequest neg{{1, 2}, greedy(4)};
+  neg.params.top_p = 0;
+  EXPECT_THROW(e.generate({&neg, 1}), Error);
+  GenerationRequest longctx{{1, 2}, greedy(1000)};
+  EXPECT_THROW(e.generate({&longctx, 1}), Error);  // past max_position_embeddings
+}
+
+// Stop rules: eos ids end a completion (the stop token kept, finish "stop"), min_tokens
+// bans them until enough tokens exist, max_tokens ends with "length".
+TEST(Engine, StopRules) {
+  const Model m = load_model(golden_dir("qwen3"), Fp8Scheme::off);
+  const nlohmann::json g = golden_generate("qwen3");
+  const auto prompt = g["prompts"][2]["prompt_ids"].get<std::vector<int32_t>>();
+  const auto golden = g["prompts"][2]["generated_ids"].get<std::vector<int32_t>>();
+  // The first greedy token from the 3rd on that did not occur before it, as the eos id.
+  size_t k = 2;
+  while (std::find(golden.begin(), golden.begin() + long(k), golden[k]) != golden.begin() + long(k))
+    ++k;
+  ASSERT_LT(k, golden.size());
+  Cpu cpu;
+  Engine e(cpu.ctx, m, nullptr, {golden[k]}, small_options());
+  GenerationRequest r{prompt, greedy(12)};
+  r.params.ignore_eos = false;
+  const auto out = e.generate({&r, 1});
+  EXPECT_EQ(out[0].completions[0].ids,
+            std::vector<int32_t>(golden.begin(), golden.begin() + long(k) + 1));
+  EXPECT_EQ(out[0].completions[0].finish, FinishReason::stop);
+  r.params.ignore_eos = true;
+  const auto full = e.generate({&r, 1});
+  EXPECT_EQ(full[0].completions[0].ids, golden);
+  EXPECT_EQ(full[0].completions[0].finish, FinishReason::length);
+  r.params.ignore_eos = false;
+  r.params.min_tokens = int(k) + 2;
+  const auto banned = e.generate({&r, 1});
+  ASSERT_GE(banned[0].completions[0].ids.size(), k + 2);
+  for (size_t t = 0; t < k + 2; ++t) EXPECT_NE(banned[0].completions[0].ids[t], golden[k]);
+}
+
+}  // namespace
