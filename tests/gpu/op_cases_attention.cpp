@@ -64,8 +64,8 @@ void attention_case(Harness& h, Outcome& o, int64_t t, int64_t first, int64_t hq
 // rounded to bf16; kCudaPagedDecode for the decode kernel, taken when every sequence has at
 // most one new query); the prefill kernels give each sequence's rows of attention() over a
 // contiguous cache on the GPU bit for bit (the same key tiles in the same order); padding rows
-// are zeros; the fused amax; and, as the negative control, a wrong block table entry breaks the
-// bound.
+// are zeros; the fused amax; a CUDA graph replay equals the eager run; and, as the negative
+// control, a wrong block table entry breaks the bound.
 namespace {
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
@@ -198,6 +198,21 @@ void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& s
       first_tok += sq.context;
     }
     o.checks.push_back({"rows == contiguous attention()", same ? 0.0 : 1.0, 0.0, same});
+  }
+
+  // CUDA graphs: both ops captured (the decode kernel's split-K scratch included) and replayed
+  // rewrite the output bit for bit.
+  {
+    const Tensor eager = to_host(h, out);
+    h.dev->begin_capture();
+    ops::store_kv(h.gpu, k_d, v_d, map_d, kp_d, vp_d);
+    ops::paged_attention(h.gpu, q_d, kp_d, vp_d, batch, p, out);
+    CudaGraph graph = h.dev->end_capture();
+    ops::fill(h.gpu, out, NAN);
+    graph.replay();
+    const Tensor replayed = to_host(h, out);
+    const bool same = std::memcmp(eager.view().data, replayed.view().data, eager.nbytes()) == 0;
+    o.checks.push_back({"graph replay == eager", same ? 0.0 : 1.0, 0.0, same});
   }
 
   // Negative control: swap two blocks of the longest sequence's table.
