@@ -5,12 +5,12 @@
 //
 // Decode: a block per (key chunk, kv head, sequence) takes the GQA group's query heads
 // together, so each K/V row is read once for all of them. Per 64-key tile (cp.async through
-// the block table into shared memory): scores on the CUDA cores (a thread per (head, key),
-// fp32 dot products of the fp32 query with bf16 keys), the online softmax in the log2 domain
-// per head (a warp per head), then O += P V with P kept in fp32 (a thread per (head, column)).
-// One chunk: the output directly; several: unnormalized partials and the running max / sum per
-// chunk, merged by a combine kernel in chunk order. The chunking depends only on the number of
-// visible keys of the row, so a row's result is the same whatever else is in the batch.
+// the block table into shared memory): scores on the CUDA cores (fp32 dot products of the fp32
+// queries with the bf16 keys), the online softmax in the log2 domain per head, then O += P V
+// with P kept in fp32 (paged_decode_kernel says which thread takes what). One chunk: the
+// output directly; several: unnormalized partials and the running max / sum per chunk, merged
+// by a combine kernel in chunk order. The chunking depends only on the number of visible keys
+// of the row, so a row's result is the same whatever else is in the batch.
 #include "ops/cuda/attention_common.cuh"
 
 namespace fp8rl::cuda {
@@ -44,14 +44,17 @@ __device__ __forceinline__ bool decode_row(const AttentionArgs& a, int seq, Deco
   return true;
 }
 
-template <int D>
+// The kernel for head dim D and up to G query heads per kv head (the group rounded up to a
+// power of two; the heads past the group are zeros and never written).
+template <int D, int G>
 struct DecodeCfg {
-  static constexpr int kLd = D + 8;  // smem row stride (bf16): rows 16 B apart mod 128 B
-  static constexpr int kOut = kPagedDecodeMaxGroup * D / kDecodeThreads;  // outputs per thread
-  // K and V tiles, then f32: the queries [group][D], P [group][tile], max / sum / alpha.
-  static int smem_bytes(int group) {
-    return 2 * kDecodeTile * kLd * 2 + group * (D + kDecodeTile + 3) * 4;
-  }
+  static constexpr int kLd = D + 8;                        // smem row stride (bf16)
+  static constexpr int kKeySets = 2 * kDecodeThreads / D;  // P V: threads sharing a column pair
+  // K and V tiles (bf16), then f32: the queries [G][D], P [BK][G], the partial outputs of
+  // the key sets [kKeySets][G][D] (first the second half's scores [BK][G]), max / sum / alpha.
+  static constexpr int kSmemBytes =
+      2 * kDecodeTile * kLd * 2 + (G * D + kDecodeTile * G + kKeySets * G * D + 3 * G) * 4;
+  static_assert(kKeySets >= 1 && kKeySets * G * D >= kDecodeTile * G, "layout");
 };
 
 __device__ __forceinline__ void bf16x8_to_f32(const uint4& u, float (&f)[8]) {
@@ -64,12 +67,21 @@ __device__ __forceinline__ void bf16x8_to_f32(const uint4& u, float (&f)[8]) {
   }
 }
 
-template <int D>
-__global__ void __launch_bounds__(kDecodeThreads)
+// Per 64-key tile: (1) scores: thread (key tid % 64, half tid / 64 of the head dim) takes the
+// dot products of its key row with all G queries (each K element read once, the queries as
+// broadcast float4); the second half's sums go through shared memory to the first.
+// (2) softmax: a warp per head. (3) O += P V: thread (column pair tid % (D/2), key set
+// tid / (D/2)) accumulates its keys for all G heads (each V element read once, P as broadcast
+// float4); the key sets' partial outputs are summed once at the end.
+// (The minimum of 4 blocks per SM, a cap of 128 registers, is also what keeps ptxas from
+// spilling a few bytes at G = 2; G = 16 needs more registers.)
+template <int D, int G>
+__global__ void __launch_bounds__(kDecodeThreads, G >= 16 ? 1 : 4)
     paged_decode_kernel(const AttentionArgs a, int max_splits, float* part_o, float* part_ml) {
-  using Cfg = DecodeCfg<D>;
-  constexpr int kLd = Cfg::kLd, kChunks = D / 8, BK = kDecodeTile;
+  using Cfg = DecodeCfg<D, G>;
+  constexpr int kLd = Cfg::kLd, kChunks = D / 8, BK = kDecodeTile, kSets = Cfg::kKeySets;
   constexpr float kLog2e = 1.4426950408889634f;
+  static_assert(2 * BK == kDecodeThreads, "two threads per key in the score step");
   const int split = int(blockIdx.x), kvh = int(blockIdx.y), seq = int(blockIdx.z);
   DecodeRow r;
   if (!decode_row(a, seq, r) || split >= r.splits) return;
@@ -82,68 +94,96 @@ __global__ void __launch_bounds__(kDecodeThreads)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* ks = reinterpret_cast<bf16*>(smem_raw);         // [BK][kLd]
   bf16* vs = ks + BK * kLd;                             // [BK][kLd]
-  float* qf = reinterpret_cast<float*>(vs + BK * kLd);  // [group][D]
-  float* p = qf + group * D;                            // [group][BK]
-  float* m = p + group * BK;                            // [group] running max (log2 domain)
-  float* l = m + group;                                 // [group] running sum
-  float* alpha = l + group;                             // [group] this tile's rescale
+  float* qf = reinterpret_cast<float*>(vs + BK * kLd);  // [G][D]
+  float* p = qf + G * D;                                // [BK][G]
+  float* red = p + BK * G;                              // [kSets][G][D]; scores: [BK][G]
+  float* m = red + kSets * G * D;                       // [G] running max (log2 domain)
+  float* l = m + G;                                     // [G] running sum
+  float* alpha = l + G;                                 // [G] this tile's rescale
 
   // The group's query heads are consecutive: [group][D] from row r.row, head kvh * group.
   const bf16* qrow = a.q + (int64_t(r.row) * a.hq + int64_t(kvh) * group) * D;
-  for (int i = tid; i < group * D; i += kDecodeThreads) qf[i] = __bfloat162float(qrow[i]);
-  for (int g = tid; g < group; g += kDecodeThreads) {
+  for (int i = tid; i < G * D; i += kDecodeThreads)
+    qf[i] = i < group * D ? __bfloat162float(qrow[i]) : 0.0f;
+  for (int g = tid; g < G; g += kDecodeThreads) {
     m[g] = -INFINITY;
     l[g] = 0.0f;
+    alpha[g] = 0.0f;  // heads past the group keep 0: their P is 0, their output stays 0
   }
-  float o[Cfg::kOut];
+  const int key_j = tid % BK, half = tid / BK;               // score step
+  const int col = 2 * (tid % (D / 2)), set = tid / (D / 2);  // P V step
+  float o[G][2];
 #pragma unroll
-  for (int i = 0; i < Cfg::kOut; ++i) o[i] = 0.0f;
+  for (int g = 0; g < G; ++g) o[g][0] = o[g][1] = 0.0f;
   const bool capped = a.softcap > 0.0f;
 
   for (int kt = k0; kt < k1; kt += BK) {
     for (int c = tid; c < BK * kChunks; c += kDecodeThreads) {
-      const int j = c / kChunks, col = (c % kChunks) * 8;
+      const int j = c / kChunks, cc = (c % kChunks) * 8;
       const int key = kt + j;
       const bool ok = key < k1;  // past the chunk: zeros, the source is not read
       const int64_t slot = ok ? int64_t(table[key / bs]) * bs + key % bs : 0;
-      const int64_t off = (slot * a.hkv + kvh) * D + col;
-      cp_async16(ks + j * kLd + col, a.k + off, ok);
-      cp_async16(vs + j * kLd + col, a.v + off, ok);
+      const int64_t off = (slot * a.hkv + kvh) * D + cc;
+      cp_async16(ks + j * kLd + cc, a.k + off, ok);
+      cp_async16(vs + j * kLd + cc, a.v + off, ok);
     }
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();  // also orders the query / statistics initialization before first use
 
-    // Scores in the log2 domain; keys past the chunk are -inf.
-    for (int e = tid; e < group * BK; e += kDecodeThreads) {
-      const int g = e / BK, j = e % BK;
-      float sc = -INFINITY;
-      if (kt + j < k1) {
-        const float* qv = qf + g * D;
-        const bf16* kv = ks + j * kLd;
-        float dot = 0.0f;
-#pragma unroll 4
-        for (int c = 0; c < D; c += 8) {
-          float kf[8];
-          bf16x8_to_f32(*reinterpret_cast<const uint4*>(kv + c), kf);
+    // (1) Scores in the log2 domain; keys past the chunk -inf, heads past the group 0.
+    {
+      float dot[G];
 #pragma unroll
-          for (int i = 0; i < 8; ++i) dot = fmaf(qv[c + i], kf[i], dot);
+      for (int g = 0; g < G; ++g) dot[g] = 0.0f;
+      const bf16* kv = ks + key_j * kLd + half * (D / 2);
+#pragma unroll 2
+      for (int c = 0; c < D / 2; c += 8) {
+        float kf[8];
+        bf16x8_to_f32(*reinterpret_cast<const uint4*>(kv + c), kf);
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          const float* qv = qf + g * D + half * (D / 2) + c;
+          const float4 q0 = *reinterpret_cast<const float4*>(qv);
+          const float4 q1 = *reinterpret_cast<const float4*>(qv + 4);
+          float x = dot[g];
+          x = fmaf(q0.x, kf[0], x);
+          x = fmaf(q0.y, kf[1], x);
+          x = fmaf(q0.z, kf[2], x);
+          x = fmaf(q0.w, kf[3], x);
+          x = fmaf(q1.x, kf[4], x);
+          x = fmaf(q1.y, kf[5], x);
+          x = fmaf(q1.z, kf[6], x);
+          x = fmaf(q1.w, kf[7], x);
+          dot[g] = x;
         }
-        sc = dot * a.scale;
-        if (capped) sc = a.softcap * tanhf(sc / a.softcap);
-        sc *= kLog2e;
       }
-      p[g * BK + j] = sc;
+      if (half == 1) {
+#pragma unroll
+        for (int g = 0; g < G; ++g) red[key_j * G + g] = dot[g];
+      }
+      __syncthreads();
+      if (half == 0) {
+        const bool visible = kt + key_j < k1;
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          float sc = (dot[g] + red[key_j * G + g]) * a.scale;
+          if (capped) sc = a.softcap * tanhf(sc / a.softcap);
+          sc = g >= group ? 0.0f : (visible ? sc * kLog2e : -INFINITY);
+          p[key_j * G + g] = sc;
+        }
+      }
     }
     __syncthreads();
 
-    // Online softmax, a warp per head: the tile's first key is visible, so its max is finite.
+    // (2) Online softmax, a warp per head: the tile's first key is visible, so its max is
+    // finite.
     for (int g = warp; g < group; g += kDecodeThreads / kWarp) {
-      const float x0 = p[g * BK + lane], x1 = p[g * BK + lane + kWarp];
+      const float x0 = p[lane * G + g], x1 = p[(lane + kWarp) * G + g];
       const float m_old = m[g], m_new = fmaxf(m_old, warp_max(fmaxf(x0, x1)));
       const float e0 = exp2f(x0 - m_new), e1 = exp2f(x1 - m_new);
-      p[g * BK + lane] = e0;
-      p[g * BK + lane + kWarp] = e1;
+      p[lane * G + g] = e0;
+      p[(lane + kWarp) * G + g] = e1;
       const float sum = warp_sum(e0 + e1);
       if (lane == 0) {
         const float al = exp2f(m_old - m_new);  // 0 on the first tile (m_old = -inf)
@@ -154,49 +194,69 @@ __global__ void __launch_bounds__(kDecodeThreads)
     }
     __syncthreads();
 
-    // O += P V: thread owns outputs e = tid + 128 i, (head e / D, column e % D).
+    // (3) O += P V for this thread's column pair and key set, all heads.
 #pragma unroll
-    for (int i = 0; i < Cfg::kOut; ++i) {
-      const int e = tid + i * kDecodeThreads;
-      if (e < group * D) {
-        const int g = e / D, d = e % D;
-        const float* pg = p + g * BK;
-        float acc = o[i] * alpha[g];
-#pragma unroll 8
-        for (int j = 0; j < BK; ++j) acc = fmaf(pg[j], __bfloat162float(vs[j * kLd + d]), acc);
-        o[i] = acc;
+    for (int g = 0; g < G; ++g) {
+      o[g][0] *= alpha[g];
+      o[g][1] *= alpha[g];
+    }
+#pragma unroll 4
+    for (int jj = 0; jj < BK / kSets; ++jj) {
+      const int j = set + jj * kSets;
+      const float2 v =
+          __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(vs + j * kLd + col));
+      const float* pj = p + j * G;
+      if constexpr (G % 4 == 0) {
+#pragma unroll
+        for (int g = 0; g < G; g += 4) {
+          const float4 pg = *reinterpret_cast<const float4*>(pj + g);
+          o[g][0] = fmaf(pg.x, v.x, o[g][0]);
+          o[g][1] = fmaf(pg.x, v.y, o[g][1]);
+          o[g + 1][0] = fmaf(pg.y, v.x, o[g + 1][0]);
+          o[g + 1][1] = fmaf(pg.y, v.y, o[g + 1][1]);
+          o[g + 2][0] = fmaf(pg.z, v.x, o[g + 2][0]);
+          o[g + 2][1] = fmaf(pg.z, v.y, o[g + 2][1]);
+          o[g + 3][0] = fmaf(pg.w, v.x, o[g + 3][0]);
+          o[g + 3][1] = fmaf(pg.w, v.y, o[g + 3][1]);
+        }
+      } else {
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          o[g][0] = fmaf(pj[g], v.x, o[g][0]);
+          o[g][1] = fmaf(pj[g], v.y, o[g][1]);
+        }
       }
     }
-    __syncthreads();  // the next tile overwrites K, V and P
+    __syncthreads();  // the next tile overwrites K, V, P and the second half's scores
   }
 
-  const int64_t head0 = int64_t(r.row) * a.hq + int64_t(kvh) * group;  // row-major (row, head)
-  if (r.splits == 1) {
-    float amax = 0.0f;
+  // The key sets' partial outputs, summed in set order.
 #pragma unroll
-    for (int i = 0; i < Cfg::kOut; ++i) {
-      const int e = tid + i * kDecodeThreads;
-      if (e < group * D) {
-        const int g = e / D;
-        const float inv = l[g] > 0.0f ? 1.0f / l[g] : 0.0f;
-        const bf16 v = __float2bfloat16_rn(o[i] * inv);
-        a.out[head0 * D + e] = v;
-        amax = fmaxf(amax, fabsf(__bfloat162float(v)));
-      }
+  for (int g = 0; g < G; ++g)
+    *reinterpret_cast<float2*>(red + (set * G + g) * D + col) = make_float2(o[g][0], o[g][1]);
+  __syncthreads();
+  const int64_t head0 = int64_t(r.row) * a.hq + int64_t(kvh) * group;  // row-major (row, head)
+  float amax = 0.0f;
+  for (int e = tid; e < group * D; e += kDecodeThreads) {
+    const int g = e / D, d = e % D;
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kSets; ++k) acc += red[(k * G + g) * D + d];
+    if (r.splits == 1) {
+      const float inv = l[g] > 0.0f ? 1.0f / l[g] : 0.0f;
+      const bf16 v = __float2bfloat16_rn(acc * inv);
+      a.out[head0 * D + e] = v;
+      amax = fmaxf(amax, fabsf(__bfloat162float(v)));
+    } else {
+      part_o[((head0 + g) * max_splits + split) * D + d] = acc;
     }
+  }
+  if (r.splits == 1) {
     if (a.amax != nullptr) {
       amax = warp_max(amax);
       if (lane == 0) atomic_max_nonneg(a.amax, amax);
     }
     return;
-  }
-#pragma unroll
-  for (int i = 0; i < Cfg::kOut; ++i) {
-    const int e = tid + i * kDecodeThreads;
-    if (e < group * D) {
-      const int g = e / D, d = e % D;
-      part_o[((head0 + g) * max_splits + split) * D + d] = o[i];
-    }
   }
   for (int g = tid; g < group; g += kDecodeThreads) {
     part_ml[((head0 + g) * max_splits + split) * 2] = m[g];
@@ -258,18 +318,45 @@ __global__ void zero_padding_rows_kernel(bf16* out, int64_t t, int64_t row,
       reinterpret_cast<uint4*>(out + i * row)[c] = make_uint4(0, 0, 0, 0);
 }
 
-template <int D>
+template <int D, int G>
 cudaError_t set_decode_smem_limit() {
-  return cudaFuncSetAttribute(paged_decode_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              DecodeCfg<D>::smem_bytes(kPagedDecodeMaxGroup));
+  return cudaFuncSetAttribute(paged_decode_kernel<D, G>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              DecodeCfg<D, G>::kSmemBytes);
+}
+template <int D>
+cudaError_t set_decode_smem_limits() {
+  const cudaError_t e[] = {set_decode_smem_limit<D, 1>(), set_decode_smem_limit<D, 2>(),
+                           set_decode_smem_limit<D, 4>(), set_decode_smem_limit<D, 8>(),
+                           set_decode_smem_limit<D, 16>()};
+  for (cudaError_t x : e)
+    if (x != cudaSuccess) return x;
+  return cudaSuccess;
+}
+
+template <int D, int G>
+void launch_decode_g(const AttentionArgs& a, int max_splits, float* part_o, float* part_ml,
+                     cudaStream_t s) {
+  const dim3 grid(unsigned(max_splits), unsigned(a.hkv), unsigned(a.num_seqs));
+  paged_decode_kernel<D, G>
+      <<<grid, kDecodeThreads, DecodeCfg<D, G>::kSmemBytes, s>>>(a, max_splits, part_o, part_ml);
 }
 
 template <int D>
 void launch_decode(const AttentionArgs& a, int max_splits, float* part_o, float* part_ml,
                    cudaStream_t s) {
-  const dim3 grid(unsigned(max_splits), unsigned(a.hkv), unsigned(a.num_seqs));
-  paged_decode_kernel<D><<<grid, kDecodeThreads, DecodeCfg<D>::smem_bytes(int(a.hq / a.hkv)), s>>>(
-      a, max_splits, part_o, part_ml);
+  static_assert(kPagedDecodeMaxGroup == 16, "the group buckets below");
+  const int64_t group = a.hq / a.hkv;
+  if (group <= 1)
+    launch_decode_g<D, 1>(a, max_splits, part_o, part_ml, s);
+  else if (group <= 2)
+    launch_decode_g<D, 2>(a, max_splits, part_o, part_ml, s);
+  else if (group <= 4)
+    launch_decode_g<D, 4>(a, max_splits, part_o, part_ml, s);
+  else if (group <= 8)
+    launch_decode_g<D, 8>(a, max_splits, part_o, part_ml, s);
+  else
+    launch_decode_g<D, 16>(a, max_splits, part_o, part_ml, s);
 }
 
 }  // namespace
@@ -285,8 +372,8 @@ bool paged_decode_supports(int64_t d, int64_t group) {
 }
 
 cudaError_t paged_decode_init() {
-  const cudaError_t e[] = {set_decode_smem_limit<32>(), set_decode_smem_limit<64>(),
-                           set_decode_smem_limit<128>(), set_decode_smem_limit<256>()};
+  const cudaError_t e[] = {set_decode_smem_limits<32>(), set_decode_smem_limits<64>(),
+                           set_decode_smem_limits<128>(), set_decode_smem_limits<256>()};
   for (cudaError_t x : e)
     if (x != cudaSuccess) return x;
   return cudaSuccess;
