@@ -62,6 +62,12 @@ inline constexpr double kCudaNormRope = 4 * kBf16HalfUlp;
 // to 1); the output rounding adds <= 2^-9 max|o| <= 2^-9 max|v|; a factor 2 of margin.
 inline constexpr double kCudaAttention = 4 * kBf16HalfUlp;
 
+// The paged decode kernel, as max |gpu - cpu| / max |v| against the exact attention: P stays
+// fp32 (no bf16 rounding before P V), so the only bf16 rounding is the output's, <= 2^-9 max|o|
+// <= 2^-9 max|v|; the fp32 sums (scores over D, weights over the context, the split-K merge)
+// in another order than the CPU's and exp2f's ulps add ~1e-6 relative; a factor 2 of margin.
+inline constexpr double kCudaPagedDecode = 2 * kBf16HalfUlp;
+
 // An FP8 GEMM (cuBLASLt, fast accumulation off) against the CPU's fp32 sum of the same
 // dequantized products: the output rounding to bf16 (2^-9, doubled) plus Hopper's FP8 tensor
 // core accumulation, which keeps ~14 significant bits inside each 128-element K chunk before

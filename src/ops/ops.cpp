@@ -342,7 +342,7 @@ void store_kv(Context& ctx, const TensorView& k, const TensorView& v,
         "store_kv: k {} v {} pools {} {}", k.shape.str(), v.shape.str(), k_pool.shape.str(),
         v_pool.shape.str());
   FP8RL_DISPATCH(ctx, "store_kv", cpu::store_kv(k, v, slot_mapping, k_pool, v_pool),
-                 RAISE("store_kv: no CUDA kernel yet"));
+                 cuda::store_kv(*ctx.cuda, k, v, slot_mapping, k_pool, v_pool));
 }
 
 void paged_attention(Context& ctx, const TensorView& q, const TensorView& k_pool,
@@ -378,7 +378,8 @@ void paged_attention(Context& ctx, const TensorView& q, const TensorView& k_pool
         cpu::paged_attention(scratch_of(ctx), q, k_pool, v_pool, batch, p, out, rounding(ctx));
         reduce_amax(out, amax);
       },
-      RAISE("paged_attention: no CUDA kernel yet"));
+      cuda::paged_attention(*ctx.cuda, q, k_pool, v_pool, batch, p, out,
+                            amax.empty() ? nullptr : amax.ptr<float>()));
 }
 
 namespace {
@@ -618,8 +619,11 @@ size_t attention_scratch_bytes(const Context& ctx, int64_t t, int64_t heads, int
 
 size_t paged_attention_scratch_bytes(const Context& ctx, int64_t t, int64_t heads, int64_t head_dim,
                                      int64_t max_context_len) {
-  (void)t, (void)heads, (void)head_dim;
-  if (ctx.device == Device::cuda) return 0;
+#if FP8RL_HAVE_CUDA
+  if (ctx.device == Device::cuda)
+    return cuda::paged_attention_scratch_bytes(t, heads, head_dim, max_context_len);
+#endif
+  (void)ctx, (void)t, (void)heads, (void)head_dim;
   return size_t(num_threads()) * size_t(std::max<int64_t>(max_context_len, 1)) * 4 + 256;
 }
 

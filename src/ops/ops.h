@@ -100,7 +100,8 @@ struct PagedBatch {
 };
 
 // k_pool/v_pool[slot_mapping[t]] = k[t], v[t] for each new token t (slot < 0: padding,
-// skipped). k, v [T, Hkv, D] (token stride free, heads contiguous), slot_mapping [T] i32.
+// skipped; a slot past the pool raises on the CPU and is skipped on CUDA). k, v [T, Hkv, D]
+// (token stride free, heads contiguous), slot_mapping [T] i32.
 void store_kv(Context& ctx, const TensorView& k, const TensorView& v,
               const TensorView& slot_mapping, const TensorView& k_pool, const TensorView& v_pool);
 

@@ -158,6 +158,35 @@ std::vector<OpCase> correctness_cases() {
         },
         a.t == 19 || (a.t == 257 && a.d == 256));
 
+  // Paged attention: ragged batches over scattered blocks, with prefill chunks (the prefill
+  // kernels) or only decodes (the split-K decode kernel: 5000 and 4097 keys take several
+  // chunks); a sequence without new queries in each. (Hq, Hkv, D, window, softcap).
+  const std::vector<PagedSeq> mixed = {{1, 1},    {19, 19}, {257, 257},  {300, 1},
+                                       {100, 37}, {40, 0},  {1000, 130}, {65, 2}};
+  const std::vector<PagedSeq> decodes = {{1, 1},    {17, 1},   {256, 1},  {257, 1}, {40, 0},
+                                         {1000, 1}, {5000, 1}, {4097, 1}, {64, 1}};
+  struct P {
+    int64_t hq, hkv, d, window;
+    float softcap;
+  };
+  const P paged[] = {{8, 8, 64, 0, 0},     {8, 2, 128, 0, 0}, {8, 1, 256, 0, 0},
+                     {16, 2, 128, 100, 0}, {4, 1, 64, 0, 30}, {8, 2, 32, 50, 0},
+                     {32, 2, 128, 300, 0}};
+  for (bool decode : {false, true})
+    for (const P& a : paged)
+      add(
+          fmtname(decode ? "paged_attention decode" : "paged_attention mixed",
+                  shape({{"Hq", a.hq},
+                         {"Hkv", a.hkv},
+                         {"D", a.d},
+                         {"window", a.window},
+                         {"softcap", int64_t(a.softcap)}})),
+          [=](Harness& h, Outcome& o) {
+            paged_attention_case(h, o, decode ? decodes : mixed, a.hq, a.hkv, a.d, a.window,
+                                 a.softcap);
+          },
+          a.d == 128 && a.window == 0);
+
   for (ActScaling act :
        {ActScaling::token, ActScaling::group, ActScaling::tensor, ActScaling::static_tensor})
     for (int64_t m : kTokens)

@@ -49,6 +49,12 @@ void fill_case(Harness& h, Outcome& o, int64_t n);
 void attention_case(Harness& h, Outcome& o, int64_t t, int64_t first, int64_t hq, int64_t hkv,
                     int64_t d, int64_t window, float softcap);
 void graph_case(Harness& h, Outcome& o, Fp8Scheme scheme, ActScaling act);
+// A sequence of a paged batch: tokens in the cache after the step, new queries among them.
+struct PagedSeq {
+  int64_t context, queries;
+};
+void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& seqs, int64_t hq,
+                          int64_t hkv, int64_t d, int64_t window, float softcap);
 
 // A random linear layer on both devices: quantized on the CPU with `scheme` (off: bf16
 // values), its CPU weight and the device copy prepared for ops::linear (op_cases_fp8.cpp).

@@ -1,5 +1,6 @@
 // Op cases: causal GQA attention (window, softcap, cache offsets, the fused amax) and CUDA
 // graph replays of an attention block.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -52,6 +53,184 @@ void attention_case(Harness& h, Outcome& o, int64_t t, int64_t first, int64_t hq
   const float fused = to_host(h, amax).ptr<float>()[0];
   o.checks.push_back(
       {"fused amax == max|out|", double(std::fabs(fused - want)), 0.0, fused == want});
+}
+
+// ---- paged attention ---------------------------------------------------------------------
+
+// A ragged batch over a paged cache (blocks of 16 in shuffled order, the pool's unused slots
+// NaN), run through store_kv and paged_attention on both devices, with two padding rows after
+// the last sequence. Checks: store_kv fills the pools bit for bit as the CPU does; the output
+// against the exact CPU paged attention (kCudaAttention for the prefill kernels, whose P is
+// rounded to bf16; kCudaPagedDecode for the decode kernel, taken when every sequence has at
+// most one new query); the prefill kernels give each sequence's rows of attention() over a
+// contiguous cache on the GPU bit for bit (the same key tiles in the same order); padding rows
+// are zeros; the fused amax; a CUDA graph replay equals the eager run; and, as the negative
+// control, a wrong block table entry breaks the bound.
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+}  // namespace
+
+void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& seqs, int64_t hq,
+                          int64_t hkv, int64_t d, int64_t window, float softcap) {
+  constexpr int64_t kBlock = 16, kPadding = 2;
+  const int64_t n_seqs = int64_t(seqs.size());
+  int64_t width = 1, blocks = 3, rows = 0, max_q = 0, max_c = 1, tokens = 0;
+  for (const PagedSeq& s : seqs) {
+    width = std::max(width, ceil_div(s.context, kBlock));
+    blocks += ceil_div(s.context, kBlock);
+    rows += s.queries;
+    tokens += s.context;
+    max_q = std::max(max_q, s.queries);
+    max_c = std::max(max_c, s.context);
+  }
+  // Blocks in a fixed shuffled order (an integer hash sorts them).
+  std::vector<int32_t> perm(static_cast<size_t>(blocks));
+  for (int64_t i = 0; i < blocks; ++i) perm[size_t(i)] = int32_t(i);
+  std::sort(perm.begin(), perm.end(), [](int32_t a, int32_t b) {
+    return uniform_hash(91, uint64_t(a), 1.0f) < uniform_hash(91, uint64_t(b), 1.0f);
+  });
+  Tensor tables = Tensor::zeros({n_seqs, width}, DType::i32),
+         cu = Tensor::empty({n_seqs + 1}, DType::i32), lens = Tensor::empty({n_seqs}, DType::i32);
+  // Every cached token (all positions of all sequences) and its slot, plus two padding tokens.
+  Tensor mapping = Tensor::empty({tokens + 2}, DType::i32);
+  const Tensor k_all = host_values({tokens + 2, hkv, d}, 81, 3.0f),
+               v_all = host_values({tokens + 2, hkv, d}, 82, 2.0f);
+  const Tensor q = host_values({rows + kPadding, hq, d}, 83, 3.0f);
+  size_t next = 0;
+  int64_t tok = 0;
+  cu.ptr<int32_t>()[0] = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    int32_t* table = tables.ptr<int32_t>() + s * width;
+    for (int64_t b = 0; b < ceil_div(seqs[size_t(s)].context, kBlock); ++b) table[b] = perm[next++];
+    for (int64_t j = 0; j < seqs[size_t(s)].context; ++j)
+      mapping.ptr<int32_t>()[tok++] = table[j / kBlock] * int32_t(kBlock) + int32_t(j % kBlock);
+    cu.ptr<int32_t>()[s + 1] = cu.ptr<int32_t>()[s] + int32_t(seqs[size_t(s)].queries);
+    lens.ptr<int32_t>()[s] = int32_t(seqs[size_t(s)].context);
+  }
+  mapping.ptr<int32_t>()[tokens] = mapping.ptr<int32_t>()[tokens + 1] = -1;
+
+  // The CPU pools and reference.
+  Tensor kp = Tensor::empty({blocks, kBlock, hkv, d}, DType::f32),
+         vp = Tensor::empty({blocks, kBlock, hkv, d}, DType::f32);
+  std::fill(kp.ptr<float>(), kp.ptr<float>() + kp.numel(), NAN);
+  std::fill(vp.ptr<float>(), vp.ptr<float>() + vp.numel(), NAN);
+  const TensorView kp_d = to_device(h, kp, DType::bf16), vp_d = to_device(h, vp, DType::bf16);
+  ops::store_kv(h.cpu, k_all, v_all, mapping, kp, vp);
+  ops::PagedBatch cpu_batch;
+  cpu_batch.cu_q = cu;
+  cpu_batch.context_lens = lens;
+  cpu_batch.block_tables = tables;
+  cpu_batch.num_seqs = n_seqs;
+  cpu_batch.max_query_len = max_q;
+  cpu_batch.max_context_len = max_c;
+  ops::AttentionParams p;
+  p.scale = 1.0f / std::sqrt(float(d));
+  p.softcap = softcap;
+  p.window = window;
+  Tensor ref = Tensor::empty({rows + kPadding, hq, d}, DType::f32);
+  ops::paged_attention(h.cpu, q, kp, vp, cpu_batch, p, ref);
+
+  // The GPU.
+  const TensorView q_d = to_device(h, q, DType::bf16), k_d = to_device(h, k_all, DType::bf16),
+                   v_d = to_device(h, v_all, DType::bf16),
+                   map_d = to_device(h, mapping, DType::i32);
+  ops::PagedBatch batch = cpu_batch;
+  batch.cu_q = to_device(h, cu, DType::i32);
+  batch.context_lens = to_device(h, lens, DType::i32);
+  batch.block_tables = to_device(h, tables, DType::i32);
+  const TensorView amax = ops::scratch_alloc(h.gpu, {1}, DType::f32);
+  Guard g(h);
+  const TensorView out = ops::scratch_alloc(h.gpu, {rows + kPadding, hq, d}, DType::bf16);
+  g.seal();
+  ops::store_kv(h.gpu, k_d, v_d, map_d, kp_d, vp_d);
+  ops::fill_zero(h.gpu, amax);
+  ops::paged_attention(h.gpu, q_d, kp_d, vp_d, batch, p, out, amax);
+  o.checks.push_back(g.verify({out}));
+
+  auto bf16_bits = [](const Tensor& f) {
+    Tensor b = Tensor::empty(f.shape(), DType::bf16);
+    convert(f.view().data, DType::f32, b.view().data, DType::bf16, size_t(f.numel()));
+    return b;
+  };
+  const bool pools_equal =
+      std::memcmp(to_host(h, kp_d).view().data, bf16_bits(kp).view().data, kp.numel() * 2) == 0 &&
+      std::memcmp(to_host(h, vp_d).view().data, bf16_bits(vp).view().data, vp.numel() * 2) == 0;
+  o.checks.push_back({"store_kv pools == cpu", pools_equal ? 0.0 : 1.0, 0.0, pools_equal});
+
+  double vmax = 0;
+  for (int64_t i = 0; i < tokens * hkv * d; ++i)
+    vmax = std::max(vmax, double(std::fabs(v_all.ptr<float>()[i])));
+  const bool decode = max_q == 1 && (hq / hkv) <= 16;
+  const double bound = decode ? test::kCudaPagedDecode : kCudaAttention;
+  const Tensor got = as_f32(h, out);
+  o.info = decode ? "decode kernel" : "prefill kernel";
+  o.checks.push_back(compare("out / max|v|", got, ref, bound, vmax));
+  bool padding_zero = true;
+  for (int64_t i = rows * hq * d; i < got.numel(); ++i) padding_zero &= got.ptr<float>()[i] == 0.0f;
+  o.checks.push_back({"padding rows == 0", padding_zero ? 0.0 : 1.0, 0.0, padding_zero});
+  float want = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) want = std::max(want, std::fabs(got.ptr<float>()[i]));
+  const float fused = to_host(h, amax).ptr<float>()[0];
+  o.checks.push_back(
+      {"fused amax == max|out|", double(std::fabs(fused - want)), 0.0, fused == want});
+
+  // The prefill kernels: each sequence's rows are attention()'s over a contiguous cache.
+  if (!decode) {
+    const Tensor got_bits = to_host(h, out);
+    bool same = true;
+    int64_t first_tok = 0;
+    for (int64_t s = 0; s < n_seqs; ++s) {
+      const PagedSeq& sq = seqs[size_t(s)];
+      const int64_t r0 = cu.ptr<int32_t>()[s];
+      if (sq.queries > 0) {
+        const TensorView kc = k_d.slice_rows(first_tok, first_tok + sq.context),
+                         vc = v_d.slice_rows(first_tok, first_tok + sq.context);
+        const TensorView part = ops::scratch_alloc(h.gpu, {sq.queries, hq, d}, DType::bf16);
+        ops::attention(h.gpu, q_d.slice_rows(r0, r0 + sq.queries), kc, vc, sq.context - sq.queries,
+                       p, part);
+        const Tensor want_bits = to_host(h, part);
+        same &= std::memcmp(want_bits.view().data,
+                            static_cast<const uint16_t*>(got_bits.view().data) + r0 * hq * d,
+                            want_bits.nbytes()) == 0;
+      }
+      first_tok += sq.context;
+    }
+    o.checks.push_back({"rows == contiguous attention()", same ? 0.0 : 1.0, 0.0, same});
+  }
+
+  // CUDA graphs: both ops captured (the decode kernel's split-K scratch included) and replayed
+  // rewrite the output bit for bit.
+  {
+    const Tensor eager = to_host(h, out);
+    h.dev->begin_capture();
+    ops::store_kv(h.gpu, k_d, v_d, map_d, kp_d, vp_d);
+    ops::paged_attention(h.gpu, q_d, kp_d, vp_d, batch, p, out);
+    CudaGraph graph = h.dev->end_capture();
+    ops::fill(h.gpu, out, NAN);
+    graph.replay();
+    const Tensor replayed = to_host(h, out);
+    const bool same = std::memcmp(eager.view().data, replayed.view().data, eager.nbytes()) == 0;
+    o.checks.push_back({"graph replay == eager", same ? 0.0 : 1.0, 0.0, same});
+  }
+
+  // Negative control: swap two blocks of the longest sequence's table.
+  const int64_t longest =
+      std::max_element(seqs.begin(), seqs.end(),
+                       [](const PagedSeq& a, const PagedSeq& b) { return a.context < b.context; }) -
+      seqs.begin();
+  if (seqs[size_t(longest)].context > kBlock && seqs[size_t(longest)].queries > 0) {
+    Tensor bad = Tensor::empty(tables.shape(), DType::i32);
+    std::memcpy(bad.view().data, tables.view().data, tables.nbytes());
+    int32_t* row = bad.ptr<int32_t>() + longest * width;
+    const int64_t last = ceil_div(seqs[size_t(longest)].context, kBlock) - 1;
+    std::swap(row[last], row[last - 1]);  // both hold visible keys of the last query
+    batch.block_tables = to_device(h, bad, DType::i32);
+    ops::paged_attention(h.gpu, q_d, kp_d, vp_d, batch, p, out);
+    const Check c = compare("", as_f32(h, out), ref, bound, vmax);
+    o.checks.push_back({"wrong block table exceeds the bound", c.err, bound, !c.ok});
+  }
 }
 
 // CUDA graphs: an attention block's ops (norm -> FP8, the q/k/v/o linears on the scheme's GEMM

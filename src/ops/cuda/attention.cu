@@ -51,6 +51,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const Attention
   const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
   const int g = lane / 4, tq = lane % 4;
   const QueryBlock b = QueryBlock::make<BC>(a, blockIdx.y, warp, g);
+  if (b.q0 >= b.t) return;
 
   load_query_rows<D>(a, b, qs, tid);
   cp_async_commit();
@@ -59,7 +60,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const Attention
       const int r = c / kChunks, col = (c % kChunks) * 8;
       const int key = tile * BC + r;
       const bool ok = key <= b.kv_hi;  // keys past the block's last query: zeros, never read
-      const int64_t off = (int64_t(ok ? key : 0) * a.hkv + b.kvh) * D + col;
+      const int64_t off = (b.kv_row(ok ? key : 0) * a.hkv + b.kvh) * D + col;
       cp_async16(ks + (stage * BC + r) * kLd + col, a.k + off, ok);
       cp_async16(vs + (stage * BC + r) * kLd + col, a.v + off, ok);
     }
@@ -144,7 +145,7 @@ cudaError_t set_smem_limit() {
 
 template <int D, int BC>
 void launch(const AttentionArgs& a, cudaStream_t s) {
-  const dim3 grid(unsigned(ceil_div(a.t, kAttnRows)), unsigned(a.hq));
+  const dim3 grid(unsigned(ceil_div(a.t, kAttnRows)), unsigned(a.hq), unsigned(a.num_seqs));
   attention_kernel<D, BC><<<grid, kAttnThreads, AttnCfg<D, BC>::kSmemBytes, s>>>(a);
 }
 
@@ -156,14 +157,15 @@ bool attention_supports(int64_t d) {
 
 cudaError_t attention_init() {
   const cudaError_t e[] = {set_smem_limit<32, 64>(), set_smem_limit<64, 64>(),
-                           set_smem_limit<128, 64>(), set_smem_limit<256, 32>()};
+                           set_smem_limit<128, 64>(), set_smem_limit<256, 32>(),
+                           paged_decode_init()};
   for (cudaError_t x : e)
     if (x != cudaSuccess) return x;
   return cudaSuccess;
 }
 
 void launch_attention(const AttentionArgs& a, cudaStream_t s) {
-  if (a.t == 0) return;
+  if (a.t == 0 || a.num_seqs == 0) return;
   switch (a.d) {
     case 32:
       launch<32, 64>(a, s);

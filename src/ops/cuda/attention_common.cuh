@@ -37,20 +37,39 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-// The block's query rows and the key tiles of width BC they can see.
+// The block's query rows and the key tiles of width BC they can see. Paged (a.cu_q set): the
+// rows of sequence blockIdx.z, keys through its block table; the key tiles still run over
+// logical positions, so a row's result is the contiguous cache's bit for bit.
 struct QueryBlock {
-  int q0;             // first query row
+  int q0;             // first query row, counted from row0
+  int t;              // the rows of this sequence (a.t unless paged)
+  int row0;           // row of q / out of the sequence's first query
   int64_t h, kvh;     // query head, its kv head
   int kv_hi, kv_lo;   // last / first cache slot any row of the block sees
   int tile0, tile1;   // key tiles [tile0, tile1]
   int slot[2];        // this thread's two rows' cache slots (rows q0 + 16 warp + g, + 8)
   int warp_slot_min;  // the warp's first row's slot
+  const int32_t* table;  // paged: the sequence's block table; null: contiguous cache
+  int block_size;
 
-  // Rows of query head h; warp (0..3) of the 4 that own them, lane group g.
+  // Rows of query head h; warp (0..3) of the 4 that own them, lane group g. A block with
+  // q0 >= t has no rows (paged sequences shorter than the grid): the caller returns.
   template <int BC>
   __device__ static QueryBlock make(const AttentionArgs& a, int64_t h, int warp, int g) {
     QueryBlock b;
-    const int t = int(a.t), first = int(a.first), window = int(a.window);
+    int t = int(a.t), first = int(a.first);
+    const int window = int(a.window);
+    b.row0 = 0;
+    b.table = nullptr;
+    b.block_size = a.block_size;
+    if (a.cu_q != nullptr) {
+      const int seq = int(blockIdx.z);
+      b.row0 = a.cu_q[seq];
+      t = a.cu_q[seq + 1] - b.row0;
+      first = a.context_lens[seq] - t;
+      b.table = a.block_tables + int64_t(seq) * a.table_stride;
+    }
+    b.t = t;
     // Later query blocks see more keys: start them first so the tail of the grid is short.
     b.q0 = int(gridDim.x - 1 - blockIdx.x) * kAttnRows;
     b.h = h;
@@ -64,6 +83,11 @@ struct QueryBlock {
     b.slot[1] = b.slot[0] + 8;
     return b;
   }
+  // The cache row (slot) of key position `key`.
+  __device__ int64_t kv_row(int key) const {
+    return table == nullptr ? int64_t(key)
+                            : int64_t(table[key / block_size]) * block_size + key % block_size;
+  }
   // Whether key tile [kbase, kbase + BC) needs the causal or window mask for this warp's rows.
   template <int BC>
   __device__ bool needs_mask(int kbase, int window) const {
@@ -72,7 +96,7 @@ struct QueryBlock {
 };
 
 // The 64 query rows of head b.h into padded shared memory [64][D + 8] by the 128 threads that
-// own them (tid 0..127; cp.async, the caller commits); rows past t are zero.
+// own them (tid 0..127; cp.async, the caller commits); rows past b.t are zero.
 template <int D>
 __device__ __forceinline__ void load_query_rows(const AttentionArgs& a, const QueryBlock& b,
                                                 bf16* qs, int tid) {
@@ -80,8 +104,8 @@ __device__ __forceinline__ void load_query_rows(const AttentionArgs& a, const Qu
   for (int c = tid; c < kAttnRows * kChunks; c += kAttnThreads) {
     const int r = c / kChunks, col = (c % kChunks) * 8;
     const int tok = b.q0 + r;
-    cp_async16(qs + r * kLd + col, a.q + (int64_t(tok < a.t ? tok : 0) * a.hq + b.h) * D + col,
-               tok < a.t);
+    cp_async16(qs + r * kLd + col,
+               a.q + (int64_t(b.row0 + (tok < b.t ? tok : 0)) * a.hq + b.h) * D + col, tok < b.t);
   }
 }
 
@@ -191,9 +215,9 @@ __device__ __forceinline__ void store_output_rows(const float (&o)[D / 8][4], fl
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
     const int row = b.q0 + warp * 16 + g + 8 * r;
-    if (row >= a.t) continue;
+    if (row >= b.t) continue;
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-    bf16* dst = a.out + (int64_t(row) * a.hq + b.h) * D + tq * 2;
+    bf16* dst = a.out + (int64_t(b.row0 + row) * a.hq + b.h) * D + tq * 2;
 #pragma unroll
     for (int dn = 0; dn < D / 8; ++dn) {
       const __nv_bfloat162 v = __floats2bfloat162_rn(o[dn][2 * r] * inv, o[dn][2 * r + 1] * inv);

@@ -55,6 +55,7 @@ __global__ void __launch_bounds__(WG* kAttnThreads, 2 / WG)
   const int warp = wtid / kWarp, lane = tid % kWarp;
   const int g = lane / 4, tq = lane % 4;
   const QueryBlock b = QueryBlock::make<BC>(a, int64_t(blockIdx.y) * WG + wg, warp, g);
+  if (b.q0 >= b.t) return;
   const int ntiles = b.tile1 - b.tile0 + 1;  // the same for every warpgroup of the block
 
   // Tile i of the block (key tile tile0 + i) lives in stage i % 3: K at its start, V after.
@@ -67,7 +68,7 @@ __global__ void __launch_bounds__(WG* kAttnThreads, 2 / WG)
         const int r = c / 16, ch = c % 16;
         const int key = (b.tile0 + i) * BC + r;
         const bool ok = key <= b.kv_hi;  // keys past the block's last query: zeros, never read
-        const int64_t off = (int64_t(ok ? key : 0) * a.hkv + b.kvh) * D + ch * 8;
+        const int64_t off = (b.kv_row(ok ? key : 0) * a.hkv + b.kvh) * D + ch * 8;
         const uint32_t dst = uint32_t(ch / 8) * kPanel + sw128_offset(r, ch % 8);
         cp_async16(kst + dst, a.k + off, ok);
         cp_async16(kst + kTile + dst, a.v + off, ok);
@@ -180,7 +181,7 @@ int heads_per_block(const AttentionArgs& a) {
 
 template <int WG>
 void launch_wg(const AttentionArgs& a, cudaStream_t s) {
-  const dim3 grid(unsigned(ceil_div(a.t, kAttnRows)), unsigned(a.hq / WG));
+  const dim3 grid(unsigned(ceil_div(a.t, kAttnRows)), unsigned(a.hq / WG), unsigned(a.num_seqs));
   attention_wgmma_kernel<WG><<<grid, WgCfg<WG>::kThreads, WgCfg<WG>::kSmemBytes, s>>>(a);
 }
 
@@ -215,7 +216,7 @@ bool attention_wgmma_supports(const AttentionArgs& a) {
 }
 
 void launch_attention_wgmma(const AttentionArgs& a, cudaStream_t s) {
-  if (a.t == 0) return;
+  if (a.t == 0 || a.num_seqs == 0) return;
   if (heads_per_block(a) == 2)
     launch_wg<2>(a, s);
   else

@@ -211,6 +211,73 @@ void attention(Backend& b, const TensorView& q, const TensorView& k_cache,
     launch_attention(a, b.stream());
 }
 
+void store_kv(Backend& b, const TensorView& k, const TensorView& v, const TensorView& slot_mapping,
+              const TensorView& k_pool, const TensorView& v_pool) {
+  const int64_t row = k.dim(1) * k.dim(2);
+  for (const TensorView* t : {&k, &v, &k_pool, &v_pool})
+    CHECK((reinterpret_cast<uintptr_t>(t->data) & 15) == 0 && t->strides[0] % 8 == 0,
+          "CUDA store_kv needs 16-byte aligned rows");
+  CHECK(row % 8 == 0, "CUDA store_kv needs Hkv * D a multiple of 8, got {}", row);
+  launch_store_kv(bf(k), k.strides[0], bf(v), v.strides[0],
+                  static_cast<const int32_t*>(slot_mapping.data), k.dim(0), row, bf(k_pool),
+                  bf(v_pool), k_pool.dim(0) * k_pool.dim(1), b.stream());
+}
+
+size_t paged_attention_scratch_bytes(int64_t t, int64_t heads, int64_t head_dim,
+                                     int64_t max_context_len) {
+  const int64_t partials = t * heads * paged_decode_max_splits(max_context_len);
+  return size_t(partials * (head_dim + 2)) * 4 + 512;  // two allocations' alignment
+}
+
+void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
+                     const TensorView& v_pool, const ops::PagedBatch& batch,
+                     const ops::AttentionParams& p, const TensorView& out, float* amax) {
+  const int64_t t = q.dim(0), hq = q.dim(1), d = q.dim(2), hkv = k_pool.dim(2);
+  CHECK(attention_supports(d), "CUDA attention supports head_dim 32, 64, 128 and 256, not {}", d);
+  for (const TensorView* x : {&q, &k_pool, &v_pool, &out})
+    CHECK((reinterpret_cast<uintptr_t>(x->data) & 15) == 0,
+          "CUDA paged attention needs 16-byte aligned q/k/v/out");
+  AttentionArgs a;
+  a.q = bf(q);
+  a.k = bf(k_pool);
+  a.v = bf(v_pool);
+  a.out = bf(out);
+  a.t = batch.max_query_len;
+  a.hq = hq;
+  a.d = d;
+  a.hkv = hkv;
+  a.c = 0;
+  a.first = 0;
+  a.scale = p.scale;
+  a.softcap = p.softcap;
+  a.window = p.window;
+  a.amax = amax;
+  a.cu_q = static_cast<const int32_t*>(batch.cu_q.data);
+  a.context_lens = static_cast<const int32_t*>(batch.context_lens.data);
+  a.block_tables = static_cast<const int32_t*>(batch.block_tables.data);
+  a.table_stride = batch.block_tables.strides[0];
+  a.num_seqs = batch.num_seqs;
+  a.block_size = int(k_pool.dim(1));
+  // Rows after the last sequence's (a captured batch's padding) are zeros.
+  launch_zero_padding_rows(a.out, t, hq * d, a.cu_q + batch.num_seqs, b.stream());
+  if (batch.max_query_len == 1 && paged_decode_supports(d, hq / hkv)) {
+    const int splits = paged_decode_max_splits(batch.max_context_len);
+    const size_t mark = b.arena().mark();
+    float* part_o = nullptr;
+    float* part_ml = nullptr;
+    if (splits > 1) {
+      part_o = static_cast<float*>(b.arena().alloc({t * hq * splits * d}, DType::f32).data);
+      part_ml = static_cast<float*>(b.arena().alloc({t * hq * splits * 2}, DType::f32).data);
+    }
+    launch_paged_decode(a, splits, part_o, part_ml, b.stream());
+    b.arena().rewind(mark);
+  } else if (b.caps().attention_wgmma && attention_wgmma_supports(a)) {
+    launch_attention_wgmma(a, b.stream());
+  } else {
+    launch_attention(a, b.stream());
+  }
+}
+
 void gated(Backend& b, const TensorView& gate, const TensorView& up, int act,
            const TensorView& out) {
   launch_gated(bf(gate), bf(up), gate.dim(0), gate.numel() / std::max<int64_t>(gate.dim(0), 1), act,

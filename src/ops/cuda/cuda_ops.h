@@ -45,6 +45,13 @@ void rms_norm_rope(Backend& b, const TensorView& x, const TensorView& w, float e
 void attention(Backend& b, const TensorView& q, const TensorView& k_cache,
                const TensorView& v_cache, int64_t first_slot, const ops::AttentionParams& p,
                const TensorView& out, float* amax);
+void store_kv(Backend& b, const TensorView& k, const TensorView& v, const TensorView& slot_mapping,
+              const TensorView& k_pool, const TensorView& v_pool);
+void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
+                     const TensorView& v_pool, const ops::PagedBatch& batch,
+                     const ops::AttentionParams& p, const TensorView& out, float* amax);
+size_t paged_attention_scratch_bytes(int64_t t, int64_t heads, int64_t head_dim,
+                                     int64_t max_context_len);
 void gated(Backend& b, const TensorView& gate, const TensorView& up, int act,
            const TensorView& out);
 void add(Backend& b, const TensorView& a, const TensorView& c, float alpha, const TensorView& out);

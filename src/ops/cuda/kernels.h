@@ -58,6 +58,16 @@ struct AttentionArgs {
   float scale, softcap;
   int64_t window;
   float* amax;  // if set: max |out| (of the bf16 values) is atomically max-reduced into it
+  // Paged (cu_q set): k and v are pools [slots, hkv, d]; the grid's z dimension runs over
+  // num_seqs sequences, sequence z owning rows cu_q[z] .. cu_q[z+1] of q and out at positions
+  // context_lens[z] - n + i, its key j in slot
+  // block_tables[z * table_stride + j / block_size] * block_size + j % block_size; t is then
+  // the most rows of a sequence (the grid's x dimension covers it) and c, first are unused.
+  const int32_t* cu_q = nullptr;
+  const int32_t* context_lens = nullptr;
+  const int32_t* block_tables = nullptr;
+  int64_t table_stride = 0, num_seqs = 1;
+  int block_size = 0;
 };
 bool attention_supports(int64_t d);
 // Raises the kernels' dynamic shared-memory limits; once per device, before the first launch.
@@ -70,6 +80,29 @@ void launch_attention(const AttentionArgs& a, cudaStream_t s);
 cudaError_t attention_wgmma_init(bool* available);
 bool attention_wgmma_supports(const AttentionArgs& a);
 void launch_attention_wgmma(const AttentionArgs& a, cudaStream_t s);
+
+// ---- paged_attention.cu: the paged KV cache.
+// k_pool/v_pool[slot_mapping[i]] = k[i], v[i] ([t, row] bf16, token strides k_stride, v_stride
+// elements; row = hkv * d values, a multiple of 8, 16-byte aligned); slots outside
+// [0, slots) are skipped (negative: padding).
+void launch_store_kv(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,
+                     const int32_t* slot_mapping, int64_t t, int64_t row, bf16* k_pool,
+                     bf16* v_pool, int64_t slots, cudaStream_t s);
+// Rows cu_q_end[0] .. t of out [t, row] (the padding after the last sequence) set to zero.
+void launch_zero_padding_rows(bf16* out, int64_t t, int64_t row, const int32_t* cu_q_end,
+                              cudaStream_t s);
+// The split-K decode kernel: every sequence has at most one new query (paged AttentionArgs
+// with t <= 1). Each sequence's visible keys are cut into at most kPagedDecodeMaxSplits
+// chunks by a rule of their count alone, so a row's result never depends on the batch.
+// part_o [t_rows, hq, max_splits, d] and part_ml [t_rows, hq, max_splits, 2] f32 scratch,
+// max_splits = paged_decode_max_splits(max_context_len).
+constexpr int kPagedDecodeMaxSplits = 16;
+constexpr int kPagedDecodeMaxGroup = 16;  // query heads per kv head the kernel takes
+int paged_decode_max_splits(int64_t max_context_len);
+bool paged_decode_supports(int64_t d, int64_t group);
+cudaError_t paged_decode_init();
+void launch_paged_decode(const AttentionArgs& a, int max_splits, float* part_o, float* part_ml,
+                         cudaStream_t s);
 
 // ---- activation.cu: act 0 = SiLU, 1 = GELU-tanh. gate/up/out [rows, cols].
 void launch_gated(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int act, bf16* out,

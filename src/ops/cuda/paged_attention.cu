@@ -1,0 +1,425 @@
+// The paged KV cache: new keys/values scattered into their slots, the zeroed padding rows of a
+// captured batch, and the split-K decode kernel (steps where every sequence has one new query;
+// steps with longer queries run the prefill kernels of attention.cu / attention_wgmma.cu with
+// paged AttentionArgs).
+//
+// Decode: a block per (key chunk, kv head, sequence) takes the GQA group's query heads
+// together, so each K/V row is read once for all of them. Per 64-key tile (cp.async through
+// the block table into shared memory): scores on the CUDA cores (fp32 dot products of the fp32
+// queries with the bf16 keys), the online softmax in the log2 domain per head, then O += P V
+// with P kept in fp32 (paged_decode_kernel says which thread takes what). One chunk: the
+// output directly; several: unnormalized partials and the running max / sum per chunk, merged
+// by a combine kernel in chunk order. The chunking depends only on the number of visible keys
+// of the row, so a row's result is the same whatever else is in the batch.
+#include "ops/cuda/attention_common.cuh"
+
+namespace fp8rl::cuda {
+
+namespace {
+
+constexpr int kDecodeThreads = 128;
+constexpr int kDecodeTile = 64;  // keys per shared-memory tile
+static_assert(kDecodeTile == 2 * kWarp, "the softmax step takes two scores per lane");
+constexpr int kDecodeMinChunk = 256;  // keys per chunk until the chunk count reaches the cap
+
+// Keys per chunk for a row that sees `len` keys: multiples of kDecodeMinChunk, at most
+// kPagedDecodeMaxSplits chunks.
+__host__ __device__ inline int decode_chunk(int len) {
+  const int per = int(ceil_div(len, kPagedDecodeMaxSplits));
+  return int(ceil_div(per < 1 ? 1 : per, kDecodeMinChunk)) * kDecodeMinChunk;
+}
+
+// The visible keys [lo, pos] of sequence seq's one new query, or false if it has none.
+struct DecodeRow {
+  int row, pos, lo, chunk, splits;
+};
+__device__ __forceinline__ bool decode_row(const AttentionArgs& a, int seq, DecodeRow& r) {
+  r.row = a.cu_q[seq];
+  if (a.cu_q[seq + 1] - r.row != 1) return false;
+  r.pos = a.context_lens[seq] - 1;
+  r.lo = a.window > 0 ? max(0, r.pos - int(a.window) + 1) : 0;
+  const int len = r.pos - r.lo + 1;
+  r.chunk = decode_chunk(len);
+  r.splits = int(ceil_div(len, r.chunk));
+  return true;
+}
+
+// The kernel for head dim D and up to G query heads per kv head (the group rounded up to a
+// power of two; the heads past the group are zeros and never written).
+template <int D, int G>
+struct DecodeCfg {
+  static constexpr int kLd = D + 8;                        // smem row stride (bf16)
+  static constexpr int kKeySets = 2 * kDecodeThreads / D;  // P V: threads sharing a column pair
+  // K and V tiles (bf16), then f32: the queries [G][D], P [BK][G], the partial outputs of
+  // the key sets [kKeySets][G][D] (first the second half's scores [BK][G]), max / sum / alpha.
+  static constexpr int kSmemBytes =
+      2 * kDecodeTile * kLd * 2 + (G * D + kDecodeTile * G + kKeySets * G * D + 3 * G) * 4;
+  static_assert(kKeySets >= 1 && kKeySets * G * D >= kDecodeTile * G, "layout");
+};
+
+__device__ __forceinline__ void bf16x8_to_f32(const uint4& u, float (&f)[8]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 x = __bfloat1622float2(h[i]);
+    f[2 * i] = x.x;
+    f[2 * i + 1] = x.y;
+  }
+}
+
+// Per 64-key tile: (1) scores: thread (key tid % 64, half tid / 64 of the head dim) takes the
+// dot products of its key row with all G queries (each K element read once, the queries as
+// broadcast float4); the second half's sums go through shared memory to the first.
+// (2) softmax: a warp per head. (3) O += P V: thread (column pair tid % (D/2), key set
+// tid / (D/2)) accumulates its keys for all G heads (each V element read once, P as broadcast
+// float4); the key sets' partial outputs are summed once at the end.
+// (The minimum of 4 blocks per SM, a cap of 128 registers, is also what keeps ptxas from
+// spilling a few bytes at G = 2; G = 16 needs more registers.)
+template <int D, int G>
+__global__ void __launch_bounds__(kDecodeThreads, G >= 16 ? 1 : 4)
+    paged_decode_kernel(const AttentionArgs a, int max_splits, float* part_o, float* part_ml) {
+  using Cfg = DecodeCfg<D, G>;
+  constexpr int kLd = Cfg::kLd, kChunks = D / 8, BK = kDecodeTile, kSets = Cfg::kKeySets;
+  constexpr float kLog2e = 1.4426950408889634f;
+  static_assert(2 * BK == kDecodeThreads, "two threads per key in the score step");
+  const int split = int(blockIdx.x), kvh = int(blockIdx.y), seq = int(blockIdx.z);
+  DecodeRow r;
+  if (!decode_row(a, seq, r) || split >= r.splits) return;
+  const int k0 = r.lo + split * r.chunk, k1 = min(k0 + r.chunk, r.pos + 1);  // keys [k0, k1)
+  const int group = int(a.hq / a.hkv), tid = int(threadIdx.x);
+  const int warp = tid / kWarp, lane = tid % kWarp;
+  const int32_t* table = a.block_tables + int64_t(seq) * a.table_stride;
+  const int bs = a.block_size;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* ks = reinterpret_cast<bf16*>(smem_raw);         // [BK][kLd]
+  bf16* vs = ks + BK * kLd;                             // [BK][kLd]
+  float* qf = reinterpret_cast<float*>(vs + BK * kLd);  // [G][D]
+  float* p = qf + G * D;                                // [BK][G]
+  float* red = p + BK * G;                              // [kSets][G][D]; scores: [BK][G]
+  float* m = red + kSets * G * D;                       // [G] running max (log2 domain)
+  float* l = m + G;                                     // [G] running sum
+  float* alpha = l + G;                                 // [G] this tile's rescale
+
+  // The group's query heads are consecutive: [group][D] from row r.row, head kvh * group.
+  const bf16* qrow = a.q + (int64_t(r.row) * a.hq + int64_t(kvh) * group) * D;
+  for (int i = tid; i < G * D; i += kDecodeThreads)
+    qf[i] = i < group * D ? __bfloat162float(qrow[i]) : 0.0f;
+  for (int g = tid; g < G; g += kDecodeThreads) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+    alpha[g] = 0.0f;  // heads past the group keep 0: their P is 0, their output stays 0
+  }
+  const int key_j = tid % BK, half = tid / BK;               // score step
+  const int col = 2 * (tid % (D / 2)), set = tid / (D / 2);  // P V step
+  float o[G][2];
+#pragma unroll
+  for (int g = 0; g < G; ++g) o[g][0] = o[g][1] = 0.0f;
+  const bool capped = a.softcap > 0.0f;
+
+  for (int kt = k0; kt < k1; kt += BK) {
+    for (int c = tid; c < BK * kChunks; c += kDecodeThreads) {
+      const int j = c / kChunks, cc = (c % kChunks) * 8;
+      const int key = kt + j;
+      const bool ok = key < k1;  // past the chunk: zeros, the source is not read
+      const int64_t slot = ok ? int64_t(table[key / bs]) * bs + key % bs : 0;
+      const int64_t off = (slot * a.hkv + kvh) * D + cc;
+      cp_async16(ks + j * kLd + cc, a.k + off, ok);
+      cp_async16(vs + j * kLd + cc, a.v + off, ok);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();  // also orders the query / statistics initialization before first use
+
+    // (1) Scores in the log2 domain; keys past the chunk -inf, heads past the group 0.
+    {
+      float dot[G];
+#pragma unroll
+      for (int g = 0; g < G; ++g) dot[g] = 0.0f;
+      const bf16* kv = ks + key_j * kLd + half * (D / 2);
+#pragma unroll 2
+      for (int c = 0; c < D / 2; c += 8) {
+        float kf[8];
+        bf16x8_to_f32(*reinterpret_cast<const uint4*>(kv + c), kf);
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          const float* qv = qf + g * D + half * (D / 2) + c;
+          const float4 q0 = *reinterpret_cast<const float4*>(qv);
+          const float4 q1 = *reinterpret_cast<const float4*>(qv + 4);
+          float x = dot[g];
+          x = fmaf(q0.x, kf[0], x);
+          x = fmaf(q0.y, kf[1], x);
+          x = fmaf(q0.z, kf[2], x);
+          x = fmaf(q0.w, kf[3], x);
+          x = fmaf(q1.x, kf[4], x);
+          x = fmaf(q1.y, kf[5], x);
+          x = fmaf(q1.z, kf[6], x);
+          x = fmaf(q1.w, kf[7], x);
+          dot[g] = x;
+        }
+      }
+      if (half == 1) {
+#pragma unroll
+        for (int g = 0; g < G; ++g) red[key_j * G + g] = dot[g];
+      }
+      __syncthreads();
+      if (half == 0) {
+        const bool visible = kt + key_j < k1;
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          float sc = (dot[g] + red[key_j * G + g]) * a.scale;
+          if (capped) sc = a.softcap * tanhf(sc / a.softcap);
+          sc = g >= group ? 0.0f : (visible ? sc * kLog2e : -INFINITY);
+          p[key_j * G + g] = sc;
+        }
+      }
+    }
+    __syncthreads();
+
+    // (2) Online softmax, a warp per head: the tile's first key is visible, so its max is
+    // finite.
+    for (int g = warp; g < group; g += kDecodeThreads / kWarp) {
+      const float x0 = p[lane * G + g], x1 = p[(lane + kWarp) * G + g];
+      const float m_old = m[g], m_new = fmaxf(m_old, warp_max(fmaxf(x0, x1)));
+      const float e0 = exp2f(x0 - m_new), e1 = exp2f(x1 - m_new);
+      p[lane * G + g] = e0;
+      p[(lane + kWarp) * G + g] = e1;
+      const float sum = warp_sum(e0 + e1);
+      if (lane == 0) {
+        const float al = exp2f(m_old - m_new);  // 0 on the first tile (m_old = -inf)
+        alpha[g] = al;
+        l[g] = l[g] * al + sum;
+        m[g] = m_new;
+      }
+    }
+    __syncthreads();
+
+    // (3) O += P V for this thread's column pair and key set, all heads.
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      o[g][0] *= alpha[g];
+      o[g][1] *= alpha[g];
+    }
+#pragma unroll 4
+    for (int jj = 0; jj < BK / kSets; ++jj) {
+      const int j = set + jj * kSets;
+      const float2 v =
+          __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(vs + j * kLd + col));
+      const float* pj = p + j * G;
+      if constexpr (G % 4 == 0) {
+#pragma unroll
+        for (int g = 0; g < G; g += 4) {
+          const float4 pg = *reinterpret_cast<const float4*>(pj + g);
+          o[g][0] = fmaf(pg.x, v.x, o[g][0]);
+          o[g][1] = fmaf(pg.x, v.y, o[g][1]);
+          o[g + 1][0] = fmaf(pg.y, v.x, o[g + 1][0]);
+          o[g + 1][1] = fmaf(pg.y, v.y, o[g + 1][1]);
+          o[g + 2][0] = fmaf(pg.z, v.x, o[g + 2][0]);
+          o[g + 2][1] = fmaf(pg.z, v.y, o[g + 2][1]);
+          o[g + 3][0] = fmaf(pg.w, v.x, o[g + 3][0]);
+          o[g + 3][1] = fmaf(pg.w, v.y, o[g + 3][1]);
+        }
+      } else {
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          o[g][0] = fmaf(pj[g], v.x, o[g][0]);
+          o[g][1] = fmaf(pj[g], v.y, o[g][1]);
+        }
+      }
+    }
+    __syncthreads();  // the next tile overwrites K, V, P and the second half's scores
+  }
+
+  // The key sets' partial outputs, summed in set order.
+#pragma unroll
+  for (int g = 0; g < G; ++g)
+    *reinterpret_cast<float2*>(red + (set * G + g) * D + col) = make_float2(o[g][0], o[g][1]);
+  __syncthreads();
+  const int64_t head0 = int64_t(r.row) * a.hq + int64_t(kvh) * group;  // row-major (row, head)
+  float amax = 0.0f;
+  for (int e = tid; e < group * D; e += kDecodeThreads) {
+    const int g = e / D, d = e % D;
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kSets; ++k) acc += red[(k * G + g) * D + d];
+    if (r.splits == 1) {
+      const float inv = l[g] > 0.0f ? 1.0f / l[g] : 0.0f;
+      const bf16 v = __float2bfloat16_rn(acc * inv);
+      a.out[head0 * D + e] = v;
+      amax = fmaxf(amax, fabsf(__bfloat162float(v)));
+    } else {
+      part_o[((head0 + g) * max_splits + split) * D + d] = acc;
+    }
+  }
+  if (r.splits == 1) {
+    if (a.amax != nullptr) {
+      amax = warp_max(amax);
+      if (lane == 0) atomic_max_nonneg(a.amax, amax);
+    }
+    return;
+  }
+  for (int g = tid; g < group; g += kDecodeThreads) {
+    part_ml[((head0 + g) * max_splits + split) * 2] = m[g];
+    part_ml[((head0 + g) * max_splits + split) * 2 + 1] = l[g];
+  }
+}
+
+// out = sum_i 2^(m_i - M) o_i / sum_i 2^(m_i - M) l_i over the chunks i in order, for rows of
+// more than one chunk. Block (head, sequence), threads over the D columns.
+__global__ void __launch_bounds__(kDecodeThreads)
+    paged_decode_combine_kernel(const AttentionArgs a, int max_splits, const float* part_o,
+                                const float* part_ml) {
+  const int h = int(blockIdx.x), seq = int(blockIdx.y), tid = int(threadIdx.x);
+  DecodeRow r;
+  if (!decode_row(a, seq, r) || r.splits == 1) return;
+  const int64_t head = int64_t(r.row) * a.hq + h;
+  const float* ml = part_ml + head * max_splits * 2;
+  float mx = -INFINITY;
+  for (int i = 0; i < r.splits; ++i) mx = fmaxf(mx, ml[2 * i]);
+  float sum = 0.0f;
+  for (int i = 0; i < r.splits; ++i) sum += exp2f(ml[2 * i] - mx) * ml[2 * i + 1];
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  const float* po = part_o + head * max_splits * a.d;
+  float amax = 0.0f;
+  for (int d = tid; d < int(a.d); d += kDecodeThreads) {
+    float acc = 0.0f;
+    for (int i = 0; i < r.splits; ++i) acc += exp2f(ml[2 * i] - mx) * po[i * a.d + d];
+    const bf16 v = __float2bfloat16_rn(acc * inv);
+    a.out[head * a.d + d] = v;
+    amax = fmaxf(amax, fabsf(__bfloat162float(v)));
+  }
+  if (a.amax != nullptr) {
+    amax = warp_max(amax);
+    if (tid % kWarp == 0) atomic_max_nonneg(a.amax, amax);
+  }
+}
+
+__global__ void store_kv_kernel(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,
+                                const int32_t* slot_mapping, int64_t t, int64_t row, bf16* k_pool,
+                                bf16* v_pool, int64_t slots) {
+  const int64_t chunks = row / 8;
+  for (int64_t i = blockIdx.x; i < t; i += gridDim.x) {
+    const int64_t slot = slot_mapping[i];
+    if (slot < 0 || slot >= slots) continue;  // padding (or a bad slot: never out of the pool)
+    for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+      reinterpret_cast<uint4*>(k_pool + slot * row)[c] =
+          reinterpret_cast<const uint4*>(k + i * k_stride)[c];
+      reinterpret_cast<uint4*>(v_pool + slot * row)[c] =
+          reinterpret_cast<const uint4*>(v + i * v_stride)[c];
+    }
+  }
+}
+
+__global__ void zero_padding_rows_kernel(bf16* out, int64_t t, int64_t row,
+                                         const int32_t* cu_q_end) {
+  const int64_t chunks = row / 8;
+  for (int64_t i = *cu_q_end + blockIdx.x; i < t; i += gridDim.x)
+    for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x)
+      reinterpret_cast<uint4*>(out + i * row)[c] = make_uint4(0, 0, 0, 0);
+}
+
+template <int D, int G>
+cudaError_t set_decode_smem_limit() {
+  return cudaFuncSetAttribute(paged_decode_kernel<D, G>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              DecodeCfg<D, G>::kSmemBytes);
+}
+template <int D>
+cudaError_t set_decode_smem_limits() {
+  const cudaError_t e[] = {set_decode_smem_limit<D, 1>(), set_decode_smem_limit<D, 2>(),
+                           set_decode_smem_limit<D, 4>(), set_decode_smem_limit<D, 8>(),
+                           set_decode_smem_limit<D, 16>()};
+  for (cudaError_t x : e)
+    if (x != cudaSuccess) return x;
+  return cudaSuccess;
+}
+
+template <int D, int G>
+void launch_decode_g(const AttentionArgs& a, int max_splits, float* part_o, float* part_ml,
+                     cudaStream_t s) {
+  const dim3 grid(unsigned(max_splits), unsigned(a.hkv), unsigned(a.num_seqs));
+  paged_decode_kernel<D, G>
+      <<<grid, kDecodeThreads, DecodeCfg<D, G>::kSmemBytes, s>>>(a, max_splits, part_o, part_ml);
+}
+
+template <int D>
+void launch_decode(const AttentionArgs& a, int max_splits, float* part_o, float* part_ml,
+                   cudaStream_t s) {
+  static_assert(kPagedDecodeMaxGroup == 16, "the group buckets below");
+  const int64_t group = a.hq / a.hkv;
+  if (group <= 1)
+    launch_decode_g<D, 1>(a, max_splits, part_o, part_ml, s);
+  else if (group <= 2)
+    launch_decode_g<D, 2>(a, max_splits, part_o, part_ml, s);
+  else if (group <= 4)
+    launch_decode_g<D, 4>(a, max_splits, part_o, part_ml, s);
+  else if (group <= 8)
+    launch_decode_g<D, 8>(a, max_splits, part_o, part_ml, s);
+  else
+    launch_decode_g<D, 16>(a, max_splits, part_o, part_ml, s);
+}
+
+}  // namespace
+
+int paged_decode_max_splits(int64_t max_context_len) {
+  // Chunks hold at least kDecodeMinChunk keys, and there are at most kPagedDecodeMaxSplits.
+  const int64_t n = ceil_div(max_context_len < 1 ? 1 : max_context_len, kDecodeMinChunk);
+  return int(n < kPagedDecodeMaxSplits ? n : kPagedDecodeMaxSplits);
+}
+
+bool paged_decode_supports(int64_t d, int64_t group) {
+  return attention_supports(d) && group >= 1 && group <= kPagedDecodeMaxGroup;
+}
+
+cudaError_t paged_decode_init() {
+  const cudaError_t e[] = {set_decode_smem_limits<32>(), set_decode_smem_limits<64>(),
+                           set_decode_smem_limits<128>(), set_decode_smem_limits<256>()};
+  for (cudaError_t x : e)
+    if (x != cudaSuccess) return x;
+  return cudaSuccess;
+}
+
+void launch_paged_decode(const AttentionArgs& a, int max_splits, float* part_o, float* part_ml,
+                         cudaStream_t s) {
+  if (a.num_seqs == 0) return;
+  switch (a.d) {
+    case 32:
+      launch_decode<32>(a, max_splits, part_o, part_ml, s);
+      break;
+    case 64:
+      launch_decode<64>(a, max_splits, part_o, part_ml, s);
+      break;
+    case 128:
+      launch_decode<128>(a, max_splits, part_o, part_ml, s);
+      break;
+    case 256:
+      launch_decode<256>(a, max_splits, part_o, part_ml, s);
+      break;
+    default:
+      return;  // paged_decode_supports() is checked by the caller
+  }
+  FP8RL_LAUNCH_CHECK("paged_decode");
+  if (max_splits > 1) {
+    paged_decode_combine_kernel<<<dim3(unsigned(a.hq), unsigned(a.num_seqs)), kDecodeThreads, 0,
+                                  s>>>(a, max_splits, part_o, part_ml);
+    FP8RL_LAUNCH_CHECK("paged_decode_combine");
+  }
+}
+
+void launch_store_kv(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,
+                     const int32_t* slot_mapping, int64_t t, int64_t row, bf16* k_pool,
+                     bf16* v_pool, int64_t slots, cudaStream_t s) {
+  if (t == 0) return;
+  store_kv_kernel<<<grid_for(t, 1, 65535), 128, 0, s>>>(k, k_stride, v, v_stride, slot_mapping, t,
+                                                        row, k_pool, v_pool, slots);
+  FP8RL_LAUNCH_CHECK("store_kv");
+}
+
+void launch_zero_padding_rows(bf16* out, int64_t t, int64_t row, const int32_t* cu_q_end,
+                              cudaStream_t s) {
+  if (t == 0) return;
+  zero_padding_rows_kernel<<<grid_for(t, 1, 64), 128, 0, s>>>(out, t, row, cu_q_end);
+  FP8RL_LAUNCH_CHECK("zero_padding_rows");
+}
+
+}  // namespace fp8rl::cuda
