@@ -108,12 +108,14 @@ void store_kv(Context& ctx, const TensorView& k, const TensorView& v,
 // Causal GQA attention of every sequence's new queries against its paged cache (keys and
 // values of the new tokens already stored by store_kv): query i of s sees positions
 // [0, its position] (and the sliding window p.window). q [T,Hq,D], out [T,Hq,D]; amax as in
-// attention(). A row's result depends only on its position and the values of its sequence's
-// cache, never on block placement or on the rest of the batch; on the CPU it equals
-// attention() over the same values in a contiguous cache bit for bit (both roundings).
-// CUDA: max_query_len > 1 runs the varlen FlashAttention-2 kernels of attention() with keys
-// fetched through the block table (same key tile order: equal to attention() on the same
-// device); max_query_len == 1 runs a split-K decode kernel (another summation order).
+// attention(). On the CPU a row equals attention() over the same values in a contiguous
+// cache bit for bit (both roundings), whatever the block placement and the rest of the batch.
+// CUDA: max_query_len > 1 (or a GQA group over 16 heads) runs the varlen FlashAttention-2
+// kernels of attention() with keys fetched through the block table (same key tile order:
+// equal to attention() on the same device, and to the CPU's bf16 emulation up to its exp2
+// ulps); max_query_len == 1 runs a split-K decode kernel with P in fp32 (another summation
+// order). Within either kernel a row depends only on its position and its sequence's cache,
+// but which kernel runs depends on the step's max_query_len.
 void paged_attention(Context& ctx, const TensorView& q, const TensorView& k_pool,
                      const TensorView& v_pool, const PagedBatch& batch, const AttentionParams& p,
                      const TensorView& out, const TensorView& amax = {});

@@ -134,6 +134,53 @@ std::vector<OpCase> perf_cases() {
                  for (int64_t t = 0; t < T; ++t) keys += double(std::min<int64_t>(t + 1, 4096));
                  o.flops = 4.0 * D * HQ * keys;
                }});
+  // Paged attention: a causal prefill as one sequence (the contiguous case's work, keys through
+  // the block table), and decode steps of `seqs` sequences of `ctx` tokens each (bytes: the K/V
+  // they read). Blocks in reverse order, so no sequence's blocks are contiguous.
+  auto paged_batch = [](Harness& h, int64_t seqs, int64_t q_len, int64_t ctx) {
+    constexpr int64_t kBlock = 16;
+    const int64_t width = (ctx + kBlock - 1) / kBlock;
+    Tensor cu = Tensor::empty({seqs + 1}, DType::i32), lens = Tensor::empty({seqs}, DType::i32),
+           tables = Tensor::empty({seqs, width}, DType::i32);
+    for (int64_t s = 0; s <= seqs; ++s) cu.ptr<int32_t>()[s] = int32_t(s * q_len);
+    for (int64_t s = 0; s < seqs; ++s) lens.ptr<int32_t>()[s] = int32_t(ctx);
+    for (int64_t i = 0; i < seqs * width; ++i)
+      tables.ptr<int32_t>()[i] = int32_t(seqs * width - 1 - i);
+    ops::PagedBatch b;
+    b.cu_q = to_device(h, cu, DType::i32);
+    b.context_lens = to_device(h, lens, DType::i32);
+    b.block_tables = to_device(h, tables, DType::i32);
+    b.num_seqs = seqs;
+    b.max_query_len = q_len;
+    b.max_context_len = ctx;
+    return b;
+  };
+  c.push_back({"paged_attention prefill T=8192 Hq=32 Hkv=8 D=128", [=](Harness& h, Outcome& o) {
+                 const ops::PagedBatch b = paged_batch(h, 1, T, T);
+                 const TensorView q = bf(h, {T, HQ, D}, 1, 1), out = bf(h, {T, HQ, D}, 4, 1),
+                                  kp = bf(h, {T / 16, 16, HKV, D}, 2, 1),
+                                  vp = bf(h, {T / 16, 16, HKV, D}, 3, 1);
+                 ops::AttentionParams p;
+                 p.scale = 1.0f / std::sqrt(float(D));
+                 o.seconds = time_op(
+                     h, [&] { ops::paged_attention(h.gpu, q, kp, vp, b, p, out); }, 5);
+                 o.flops = 4.0 * double(D) * HQ * double(T) * double(T + 1) / 2;
+               }});
+  for (auto [seqs, ctx] : {std::pair<int64_t, int64_t>{64, 2048}, {256, 1024}, {8, 16384}})
+    c.push_back({fmt::format("paged_attention decode S={} ctx={} Hq=32 Hkv=8 D=128", seqs, ctx),
+                 [=](Harness& h, Outcome& o) {
+                   const ops::PagedBatch b = paged_batch(h, seqs, 1, ctx);
+                   const int64_t blocks = seqs * ((ctx + 15) / 16);
+                   const TensorView q = bf(h, {seqs, HQ, D}, 1, 1),
+                                    out = bf(h, {seqs, HQ, D}, 4, 1),
+                                    kp = bf(h, {blocks, 16, HKV, D}, 2, 1),
+                                    vp = bf(h, {blocks, 16, HKV, D}, 3, 1);
+                   ops::AttentionParams p;
+                   p.scale = 1.0f / std::sqrt(float(D));
+                   o.seconds =
+                       time_op(h, [&] { ops::paged_attention(h.gpu, q, kp, vp, b, p, out); });
+                   o.bytes = 2.0 * double(seqs) * double(ctx) * HKV * D * 2;
+                 }});
   for (Fp8Scheme s : {Fp8Scheme::off, Fp8Scheme::tensor, Fp8Scheme::row, Fp8Scheme::block})
     for (auto [n, k] :
          {std::pair<int64_t, int64_t>{4096, 4096}, {1024, 4096}, {12288, 4096}, {4096, 12288}})
