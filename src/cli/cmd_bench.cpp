@@ -26,6 +26,7 @@
 namespace fp8rl::cli {
 
 void add_bench_command(CLI::App& app);
+void add_bench_generate_command(CLI::App& bench);  // cmd_bench_generate.cpp
 
 namespace {
 
@@ -233,6 +234,7 @@ void add_bench_command(CLI::App& app) {
   c->add_flag("--random", o->random, "Random weights even if --model has a checkpoint");
   c->add_option("--out", o->out, "Also write the JSON here");
   c->callback([o] { run_bench_forward(*o); });
+  add_bench_generate_command(*bench);
 }
 
 }  // namespace fp8rl::cli

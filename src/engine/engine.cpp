@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <tuple>
 #include <unordered_set>
 
 #include "core/check.h"
 #include "core/rng.h"
 #include "engine/scheduler.h"
 #include "model/forward.h"
+#include "ops/device.h"
 #include "ops/ops.h"
 #include "ops/sampling.h"
 #include "tokenizer/incremental_decoder.h"
@@ -61,6 +64,14 @@ struct Engine::Impl {
   // The sampler's inputs and outputs live outside the step's arena, sized once (the history
   // of repetition-penalty ids grows between steps when a longer one comes).
   DeviceBuffer rows_buf, out_buf, history_buf;
+  // The step's upload (ids, positions, slots, tables) at a fixed address, so that a captured
+  // step reads each new step's values.
+  DeviceBuffer step_buf;
+  int32_t null_block = 0;     // a pool block no sequence owns: padding sequences read it
+  int64_t max_table_width = 1;
+  // Decode steps captured as CUDA graphs, by (batch bucket, table width, top logprobs,
+  // processed logprobs); each replays the forward and the sampler of a padded step.
+  std::map<std::tuple<int64_t, int64_t, int, bool>, CudaGraph> graphs;
 
   Impl(Context& c, const Model& m, const tok::Tokenizer* t, std::vector<int32_t> e,
        const EngineOptions& o)
@@ -69,9 +80,9 @@ struct Engine::Impl {
   void setup();
   // The sampler's output views of n rows in out_buf.
   ops::SampleOutput sample_outputs(int64_t n, int top_k, bool processed) const;
-  // The device part of a step: the step's upload, forward and sampling (also run as the
-  // measuring dry run of the plan).
-  void device_step(Context& c, const KvPool& kv, StepInput& in, const TensorView& rows,
+  // The device part of a step after its upload: forward and sampling (also run as the
+  // measuring dry run of the plan, and captured as a CUDA graph for decode steps).
+  void device_step(Context& c, const KvPool& kv, const StepBatch& step, const TensorView& rows,
                    const TensorView& history, int top_k, const ops::SampleOutput& out);
   void run(std::vector<RequestState>& states, const std::function<void(int64_t)>& progress);
   // One step of the scheduler's plan: block copies, then the device step; fills the sampled
@@ -112,8 +123,13 @@ void Engine::Impl::setup() {
     dry.dry_run = true;
     dry.scratch = &measuring;
     StepInput in = step_of_shape(shape, probe.block_size());
+    in.pack_block_tables();
+    max_table_width = in.blocks_per_seq;
+    step_buf = DeviceBuffer(ctx, size_t(step_elements(in)) * 4);
+    const StepBatch step =
+        upload_step(dry, in, step_buf.view({step_elements(in)}, DType::i32));
     const TensorView rows = rows_buf.view({shape.logit_rows, ops::kSampleRowWords}, DType::i32);
-    device_step(dry, probe, in, rows, TensorView(), ops::kMaxTopLogprobs,
+    device_step(dry, probe, step, rows, TensorView(), ops::kMaxTopLogprobs,
                 sample_outputs(shape.logit_rows, ops::kMaxTopLogprobs, true));
   }
   size_t plan = measuring.high_water();
@@ -135,7 +151,9 @@ void Engine::Impl::setup() {
   const int64_t blocks = int64_t(kv_bytes / block);
   CHECK(blocks >= 1, "engine: a KV budget of {} bytes holds no block ({} bytes each)", kv_bytes,
         block);
-  pool = std::make_unique<KvPool>(c, blocks, ctx);
+  // One block more than the scheduler hands out: the null block of padding sequences.
+  pool = std::make_unique<KvPool>(c, blocks + 1, ctx);
+  null_block = int32_t(blocks);
   ops::scratch_reserve(ctx, plan);
   SchedulerConfig sc;
   sc.num_blocks = int32_t(std::min<int64_t>(blocks, INT32_MAX));
@@ -167,15 +185,12 @@ ops::SampleOutput Engine::Impl::sample_outputs(int64_t n, int top_k, bool proces
   return out;
 }
 
-void Engine::Impl::device_step(Context& c, const KvPool& kv, StepInput& in,
+void Engine::Impl::device_step(Context& c, const KvPool& kv, const StepBatch& step,
                                const TensorView& rows, const TensorView& history, int top_k,
                                const ops::SampleOutput& out) {
   ops::ScratchScope scope(c);
-  in.pack_block_tables();
-  const TensorView storage = ops::scratch_alloc(c, {step_elements(in)}, DType::i32);
-  const StepBatch step = upload_step(c, in, storage);
   const TensorView logits =
-      ops::scratch_alloc(c, {in.num_logit_rows(), model.config().vocab_size}, DType::f32);
+      ops::scratch_alloc(c, {step.num_logit_rows(), model.config().vocab_size}, DType::f32);
   forward(c, model, kv, step, logits);
   if (rows.numel() > 0) ops::sample(c, logits, rows, history, top_k, out);
 }
@@ -192,51 +207,106 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
       for (const TensorView& t : {pool->k(l), pool->v(l)})
         ops::copy(ctx, t.slice_rows(cp.src, cp.src + 1), t.slice_rows(cp.dst, cp.dst + 1));
   StepInput in;
+  bool decode_only = true;
   for (const ScheduledChunk& ch : plan.chunks) {
     const Sequence& s = sched->sequence(ch.seq);
     in.add_sequence({s.tokens.data() + ch.start, size_t(ch.num_new)}, ch.start,
                     sched->block_table(ch.seq), pool->block_size(),
                     ch.needs_logits() ? StepInput::Logits::last : StepInput::Logits::none);
+    decode_only = decode_only && ch.num_new == 1 && ch.num_samples == 1;
   }
-  in.validate(model.config(), pool->num_blocks(), pool->block_size());
   const int64_t n = int64_t(rows.size());
   CHECK(n <= max_rows, "engine: {} rows to sample, the plan holds {}", n, max_rows);
+  // A decode step (one token and one draw per sequence) on CUDA runs as a captured graph of
+  // its bucket: padded to a power-of-two batch and table width so that its shapes repeat.
+  const bool graph = ctx.device == Device::cuda && opt.cuda_graphs && decode_only &&
+                     history.empty();
+  std::vector<ops::SampleRow> padded_rows;
+  const std::vector<ops::SampleRow>* sample_rows = &rows;
+  std::tuple<int64_t, int64_t, int, bool> key;
+  if (graph) {
+    const int64_t cap = std::min(opt.max_num_seqs, opt.max_num_batched_tokens);
+    int64_t bucket = 1, width = 1, needed = 1;
+    while (bucket < in.num_seqs()) bucket *= 2;
+    bucket = std::min(bucket, cap);
+    for (const ScheduledChunk& ch : plan.chunks)
+      needed = std::max<int64_t>(needed, int64_t(sched->block_table(ch.seq).size()));
+    while (width < needed) width *= 2;
+    width = std::min(width, max_table_width);
+    padded_rows = rows;
+    for (int64_t s = in.num_seqs(); s < bucket; ++s) {
+      in.add_padding_sequence(null_block);
+      ops::SampleRow pad = rows.front();
+      pad.logit_row = int32_t(s);
+      padded_rows.push_back(pad);
+    }
+    in.pad_to_width(width, pool->block_size());
+    sample_rows = &padded_rows;
+    key = {bucket, width, top_k, want_processed};
+  }
+  in.validate(model.config(), pool->num_blocks(), pool->block_size());
+  in.pack_block_tables();
+  const int64_t rows_n = int64_t(sample_rows->size());
+  CHECK(step_elements(in) * 4 <= int64_t(step_buf.size()),
+        "engine: a step of {} i32 does not fit its buffer of {} bytes", step_elements(in),
+        step_buf.size());
+  const StepBatch step = upload_step(ctx, in, step_buf.view({step_elements(in)}, DType::i32));
   // The sampler's inputs go to their own buffers (grown between steps, never inside one).
-  const TensorView rows_dev = rows_buf.view({n, ops::kSampleRowWords}, DType::i32);
-  ops::copy(ctx, TensorView(const_cast<ops::SampleRow*>(rows.data()), DType::i32,
-                            {n, ops::kSampleRowWords}),
+  const TensorView rows_dev = rows_buf.view({rows_n, ops::kSampleRowWords}, DType::i32);
+  ops::copy(ctx, TensorView(const_cast<ops::SampleRow*>(sample_rows->data()), DType::i32,
+                            {rows_n, ops::kSampleRowWords}),
             rows_dev);
   TensorView hist_dev;
   if (!history.empty()) {
     const size_t bytes = history.size() * 4;
-    if (history_buf.size() < bytes) history_buf = DeviceBuffer(ctx, std::max(bytes * 2, size_t(1) << 16));
+    if (history_buf.size() < bytes)
+      history_buf = DeviceBuffer(ctx, std::max(bytes * 2, size_t(1) << 16));
     hist_dev = history_buf.view({int64_t(history.size())}, DType::i32);
     ops::copy(ctx, TensorView(const_cast<int32_t*>(history.data()), DType::i32,
                               {int64_t(history.size())}),
               hist_dev);
   }
-  const ops::SampleOutput out = sample_outputs(n, top_k, want_processed);
+  const ops::SampleOutput out = sample_outputs(rows_n, top_k, want_processed);
   stats.seconds_host += seconds_since(t0);
   t0 = Clock::now();
-  device_step(ctx, *pool, in, rows_dev, hist_dev, top_k, out);
-  // Only the sampled ids and the requested logprobs come back (the first copy waits).
+  if (graph) {
+    auto it = graphs.find(key);
+    if (it != graphs.end()) {
+      it->second.replay();
+    } else {
+      // The first step of a bucket runs eagerly (GEMM plans are made on the host here), then
+      // the same step is recorded for the next ones.
+      device_step(ctx, *pool, step, rows_dev, hist_dev, top_k, out);
+      CudaDevice::begin_capture(ctx);
+      device_step(ctx, *pool, step, rows_dev, hist_dev, top_k, out);
+      graphs.emplace(key, CudaDevice::end_capture(ctx));
+      ++stats.graphs_captured;
+    }
+    ++stats.graph_steps;
+  } else {
+    device_step(ctx, *pool, step, rows_dev, hist_dev, top_k, out);
+  }
+  // Only the sampled ids and the requested logprobs of the real rows come back (the first
+  // copy waits for the step).
   tokens.resize(size_t(n));
   logprobs.resize(size_t(n));
   if (n > 0) {
-    ops::copy(ctx, out.tokens, TensorView(tokens.data(), DType::i32, {n}));
-    ops::copy(ctx, out.logprobs, TensorView(logprobs.data(), DType::f32, {n}));
+    ops::copy(ctx, out.tokens.slice_rows(0, n), TensorView(tokens.data(), DType::i32, {n}));
+    ops::copy(ctx, out.logprobs.slice_rows(0, n), TensorView(logprobs.data(), DType::f32, {n}));
   } else {
     ops::synchronize(ctx);
   }
   if (want_processed && n > 0) {
     processed.resize(size_t(n));
-    ops::copy(ctx, out.processed_logprobs, TensorView(processed.data(), DType::f32, {n}));
+    ops::copy(ctx, out.processed_logprobs.slice_rows(0, n),
+              TensorView(processed.data(), DType::f32, {n}));
   }
   if (top_k > 0 && n > 0) {
     top_ids.resize(size_t(n * top_k));
     top_lps.resize(size_t(n * top_k));
-    ops::copy(ctx, out.top_ids, TensorView(top_ids.data(), DType::i32, {n, top_k}));
-    ops::copy(ctx, out.top_logprobs, TensorView(top_lps.data(), DType::f32, {n, top_k}));
+    ops::copy(ctx, out.top_ids.slice_rows(0, n), TensorView(top_ids.data(), DType::i32, {n, top_k}));
+    ops::copy(ctx, out.top_logprobs.slice_rows(0, n),
+              TensorView(top_lps.data(), DType::f32, {n, top_k}));
   }
   stats.seconds_forward += seconds_since(t0);
 }

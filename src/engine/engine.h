@@ -61,6 +61,8 @@ struct EngineOptions {
   int64_t max_num_batched_tokens = 2048;  // tokens per step (chunked prefill budget)
   bool prefix_caching = true;
   uint64_t seed = 0;  // the streams of requests that set no seed of their own
+  // CUDA: decode steps run as CUDA graphs captured per (batch bucket, block-table width).
+  bool cuda_graphs = true;
 };
 
 struct EngineStats {
@@ -69,6 +71,7 @@ struct EngineStats {
   int64_t kv_blocks = 0, kv_blocks_peak_used = 0, kv_blocks_peak_shared = 0;
   double seconds_forward = 0, seconds_sampling = 0, seconds_host = 0;
   size_t scratch_bytes = 0, kv_bytes = 0;
+  int64_t graph_steps = 0, graphs_captured = 0;
 };
 
 class Engine {

@@ -32,9 +32,27 @@ void StepInput::add_sequence(std::span<const int32_t> tokens, int64_t first_posi
   max_context_len = std::max(max_context_len, context);
 }
 
+void StepInput::add_padding_sequence(int32_t null_block) {
+  const int64_t row = num_tokens();
+  ids.push_back(0);
+  positions.push_back(0);
+  slot_mapping.push_back(-1);
+  logit_rows.push_back(int32_t(row));
+  cu_q.push_back(int32_t(row + 1));
+  context_lens.push_back(1);
+  tables_.push_back({null_block});
+  max_query_len = std::max<int64_t>(max_query_len, 1);
+  max_context_len = std::max<int64_t>(max_context_len, 1);
+}
+
+void StepInput::pad_to_width(int64_t width, int64_t block_size) {
+  min_width_ = std::max(min_width_, width);
+  max_context_len = std::max(max_context_len, width * block_size);
+}
+
 void StepInput::pack_block_tables() {
   if (tables_.empty()) return;  // packed already, or built directly
-  blocks_per_seq = 1;
+  blocks_per_seq = min_width_;
   for (const auto& t : tables_) blocks_per_seq = std::max(blocks_per_seq, int64_t(t.size()));
   block_tables.assign(size_t(num_seqs() * blocks_per_seq), 0);
   for (size_t s = 0; s < tables_.size(); ++s)
@@ -52,7 +70,7 @@ void StepInput::validate(const ModelConfig& c, int64_t pool_blocks, int64_t bloc
     CHECK(positions[size_t(t)] < c.max_position_embeddings,
           "position {} is past the model's max_position_embeddings {}", positions[size_t(t)],
           c.max_position_embeddings);
-    CHECK(slot_mapping[size_t(t)] >= 0 && slot_mapping[size_t(t)] < pool_blocks * block_size,
+    CHECK(slot_mapping[size_t(t)] >= -1 && slot_mapping[size_t(t)] < pool_blocks * block_size,
           "step: slot {} is outside the KV pool of {} blocks", slot_mapping[size_t(t)],
           pool_blocks);
   }

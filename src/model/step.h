@@ -40,6 +40,13 @@ struct StepInput {
   enum class Logits { none, last, all };
   void add_sequence(std::span<const int32_t> tokens, int64_t first_position,
                     std::span<const int32_t> block_table, int64_t block_size, Logits logits);
+  // A padding sequence (a CUDA graph's batch is a fixed bucket size): one token 0 at position
+  // 0 whose key/value are not stored (slot -1) and whose attention reads slot 0 of
+  // `null_block`, a block no sequence owns; its logits row is computed and ignored.
+  void add_padding_sequence(int32_t null_block);
+  // Block tables at least `width` blocks wide and the attention bound max_context_len at least
+  // width * block_size: a captured step's shapes must not change from step to step.
+  void pad_to_width(int64_t width, int64_t block_size);
   // Host-side validation against the model and the pool (ids in the vocabulary, slots inside
   // the pool, positions below max_position_embeddings): every error names the sequence.
   void validate(const ModelConfig& config, int64_t pool_blocks, int64_t block_size) const;
@@ -49,6 +56,7 @@ struct StepInput {
 
  private:
   std::vector<std::vector<int32_t>> tables_;  // per sequence, until packed
+  int64_t min_width_ = 1;
 };
 
 // The largest step a memory plan must hold.

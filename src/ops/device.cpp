@@ -69,12 +69,25 @@ uint64_t CudaDevice::check_fp8_quotient(uint32_t b_first, uint32_t b_count, uint
 }
 
 void CudaDevice::begin_capture() {
-  CUDA_CHECK(cudaStreamBeginCapture(backend_->stream(), cudaStreamCaptureModeThreadLocal));
+  Context ctx = context();
+  begin_capture(ctx);
 }
 
 CudaGraph CudaDevice::end_capture() {
+  Context ctx = context();
+  return end_capture(ctx);
+}
+
+void CudaDevice::begin_capture(Context& ctx) {
+  CHECK(ctx.device == Device::cuda && ctx.cuda != nullptr, "begin_capture: not a CUDA context");
+  CUDA_CHECK(cudaStreamBeginCapture(ctx.cuda->stream(), cudaStreamCaptureModeThreadLocal));
+}
+
+CudaGraph CudaDevice::end_capture(Context& ctx) {
+  CHECK(ctx.device == Device::cuda && ctx.cuda != nullptr, "end_capture: not a CUDA context");
+  cuda::Backend* backend = ctx.cuda;
   cudaGraph_t graph = nullptr;
-  CUDA_CHECK(cudaStreamEndCapture(backend_->stream(), &graph));
+  CUDA_CHECK(cudaStreamEndCapture(backend->stream(), &graph));
   CudaGraph g;
   cudaGraphExec_t exec = nullptr;
   const cudaError_t e = cudaGraphGetNodes(graph, nullptr, &g.nodes_);
@@ -82,7 +95,7 @@ CudaGraph CudaDevice::end_capture() {
   cudaGraphDestroy(graph);
   CUDA_CHECK(e2);
   g.exec_ = exec;
-  g.stream_ = backend_->stream();
+  g.stream_ = backend->stream();
   return g;
 }
 
@@ -179,6 +192,12 @@ void CudaDevice::begin_capture() {
   no_cuda();
 }
 CudaGraph CudaDevice::end_capture() {
+  no_cuda();
+}
+void CudaDevice::begin_capture(Context&) {
+  no_cuda();
+}
+CudaGraph CudaDevice::end_capture(Context&) {
   no_cuda();
 }
 CudaGraph::CudaGraph(CudaGraph&&) noexcept {}

@@ -105,6 +105,9 @@ class CudaDevice {
   // (arena scratch too) must stay valid while the graph is replayed.
   void begin_capture();
   CudaGraph end_capture();
+  // The same on the stream of a CUDA context, for code that holds a Context only (the engine).
+  static void begin_capture(Context& ctx);
+  static CudaGraph end_capture(Context& ctx);
 
   size_t arena_high_water() const;  // peak bytes of the device arena
   size_t memory_used() const;       // device memory in use now (all processes), bytes

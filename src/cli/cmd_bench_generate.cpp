@@ -1,0 +1,233 @@
+// fp8rl bench generate (--model DIR | --preset NAME) --prompts P --n N --prompt-tokens L
+//                      --max-tokens G [--fp8 ...] [--kv-memory GIB] [--device cuda|cpu]
+//                      [--max-num-seqs S] [--max-num-batched-tokens T] [--out FILE.json]
+//
+// Times the generation engine on P random prompts of L tokens, n samples each, G new tokens
+// (eos ignored, temperature 1: the GRPO rollout shape) and prints JSON: output tokens/s, the
+// time split (device step, host), an op profile of a short extra run (attention, linears,
+// sampling, ...), bytes a decode step must move against the copy bandwidth measured in the
+// same run (the roofline), KV blocks used and shared, peak memory.
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/common.h"
+#include "core/check.h"
+#include "engine/engine.h"
+#include "model/presets.h"
+#include "ops/device.h"
+#include "ops/ops.h"
+
+namespace fp8rl::cli {
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct BenchGenerateOptions {
+  std::string model, preset, fp8 = "off", device = "cuda", out, kv_dtype = "bf16";
+  int64_t prompts = 32, n = 8, prompt_tokens = 128, max_tokens = 512;
+  int64_t max_num_seqs = 256, max_num_batched_tokens = 8192;
+  double kv_memory_gib = 0;
+  uint64_t seed = 0;
+};
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Device-to-device copy bandwidth (read + write bytes per second) of a 1 GiB buffer.
+double copy_bandwidth(Context& ctx) {
+  const size_t bytes = size_t(1) << 30;
+  DeviceBuffer a(ctx, bytes), b(ctx, bytes);
+  const TensorView va = a.view({int64_t(bytes)}, DType::f8e4m3);
+  const TensorView vb = b.view({int64_t(bytes)}, DType::f8e4m3);
+  ops::fill_zero(ctx, va);
+  ops::copy(ctx, va, vb);
+  ops::synchronize(ctx);
+  const int iters = 10;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) ops::copy(ctx, va, vb);
+  ops::synchronize(ctx);
+  return 2.0 * double(bytes) * iters / seconds_since(t0);
+}
+
+std::vector<GenerationRequest> make_requests(const BenchGenerateOptions& o, int64_t vocab,
+                                             int64_t max_tokens) {
+  std::vector<GenerationRequest> reqs;
+  for (int64_t p = 0; p < o.prompts; ++p) {
+    GenerationRequest r;
+    for (int64_t i = 0; i < o.prompt_tokens; ++i)
+      r.prompt_ids.push_back(int32_t((uint64_t(p * 7919 + i) * 2654435761ULL + 12345) % uint64_t(vocab)));
+    r.params.n = int(o.n);
+    r.params.max_tokens = int(max_tokens);
+    r.params.temperature = 1.0;
+    r.params.ignore_eos = true;
+    r.params.seed = o.seed + uint64_t(p);
+    reqs.push_back(std::move(r));
+  }
+  return reqs;
+}
+
+void run_bench_generate(const BenchGenerateOptions& o) {
+  CHECK(o.model.empty() != o.preset.empty(), "bench generate: give exactly one of --model, --preset");
+  CHECK(o.prompts > 0 && o.n > 0 && o.prompt_tokens > 0 && o.max_tokens > 0,
+        "bench generate: --prompts, --n, --prompt-tokens and --max-tokens must be positive");
+  CHECK(o.kv_dtype == "bf16", "--kv-dtype {}: only bf16 is implemented so far", o.kv_dtype);
+  const Device device = parse_device(o.device);
+  const std::optional<Fp8Scheme> fp8 = parse_fp8_option(o.fp8);
+  const ModelConfig config = o.preset.empty() ? ModelConfig::load(o.model) : preset_config(o.preset);
+  std::unique_ptr<CudaDevice> dev;
+  Arena arena;
+  Context ctx{Device::cpu, &arena};
+  if (device == Device::cuda) {
+    CHECK(CudaDevice::built() && CudaDevice::count() > 0, "--device cuda: no CUDA device");
+    dev = std::make_unique<CudaDevice>();
+    ctx = dev->context();
+  }
+  bool from_files = false;
+  if (!o.model.empty())
+    for (const auto& e : std::filesystem::directory_iterator(o.model))
+      from_files = from_files || e.path().extension() == ".safetensors";
+  LoadOptions load;
+  load.fp8 = fp8;
+  Model model = from_files ? Model::load(o.model, load) : Model::random(config, fp8, ctx, o.seed);
+  model.to_device(ctx);
+  const double bandwidth = device == Device::cuda ? copy_bandwidth(ctx) : 0.0;
+
+  EngineOptions eo;
+  eo.kv_memory_bytes = size_t(o.kv_memory_gib * double(size_t(1) << 30));
+  eo.max_num_seqs = o.max_num_seqs;
+  eo.max_num_batched_tokens = o.max_num_batched_tokens;
+  eo.seed = o.seed;
+  Engine engine(ctx, model, nullptr, {}, eo);
+
+  // Warm-up: the GEMM plans of every batch size the run meets are made here, not timed.
+  {
+    BenchGenerateOptions w = o;
+    w.prompts = std::min<int64_t>(o.prompts, 4);
+    engine.generate(make_requests(w, config.vocab_size, std::min<int64_t>(o.max_tokens, 16)));
+  }
+  const EngineStats before = engine.stats();
+  const std::vector<GenerationRequest> reqs = make_requests(o, config.vocab_size, o.max_tokens);
+  const auto t0 = Clock::now();
+  const std::vector<RequestOutput> out = engine.generate(reqs);
+  const double wall = seconds_since(t0);
+  const EngineStats& s = engine.stats();
+  int64_t produced = 0;
+  for (const RequestOutput& r : out)
+    for (const CompletionOutput& c : r.completions) produced += int64_t(c.ids.size());
+  const int64_t expected = o.prompts * o.n * o.max_tokens;
+  CHECK(produced == expected, "bench generate: {} tokens generated, expected {}", produced, expected);
+
+  // What one decode step of all P*n sequences must read: every weight once, and the KV of
+  // every sequence at the mean context (prompt + G/2).
+  const int64_t seqs = o.prompts * o.n;
+  const double kv_token = double(2 * config.num_layers * config.num_kv_heads * config.head_dim) *
+                          double(dtype_size(ctx.activation_dtype()));
+  const double mean_context = double(o.prompt_tokens) + double(o.max_tokens) / 2.0;
+  const double step_bytes = double(model.device_bytes()) + double(seqs) * mean_context * kv_token;
+
+  json result;
+  result["command"] = "bench generate";
+  result["model"] = o.preset.empty() ? o.model : o.preset;
+  result["weights"] = from_files ? "checkpoint" : "random (Model::random on the device)";
+  result["fp8"] = std::string(scheme_name(model.scheme()));
+  result["kv_dtype"] = o.kv_dtype;
+  result["device"] = device == Device::cuda ? dev->name() : "cpu";
+  result["prompts"] = o.prompts;
+  result["n"] = o.n;
+  result["prompt_tokens"] = o.prompt_tokens;
+  result["max_tokens"] = o.max_tokens;
+  result["output_tokens"] = produced;
+  result["wall_seconds"] = wall;
+  result["output_tokens_per_second"] = double(produced) / wall;
+  result["steps"] = s.steps - before.steps;
+  const double device_s = s.seconds_forward - before.seconds_forward;
+  const double host_s = s.seconds_host - before.seconds_host;
+  result["time_split"] = {{"device_step_seconds", device_s},
+                          {"host_seconds", host_s},
+                          {"host_fraction", host_s / wall},
+                          {"note", "the engine prepares step k+1 after step k: the device idles "
+                                   "for host_fraction of the run"}};
+  result["decode_step"] = {
+      {"bytes", step_bytes},
+      {"weights_bytes", model.device_bytes()},
+      {"kv_bytes_at_mean_context", double(seqs) * mean_context * kv_token},
+      {"copy_bandwidth_bytes_per_s", bandwidth},
+      {"floor_seconds", bandwidth > 0 ? step_bytes / bandwidth : 0.0},
+      {"roofline_output_tokens_per_s", bandwidth > 0 ? double(seqs) / (step_bytes / bandwidth) : 0.0}};
+  result["kv"] = {{"blocks", s.kv_blocks},
+                  {"bytes", s.kv_bytes},
+                  {"peak_blocks_used", s.kv_blocks_peak_used},
+                  {"peak_blocks_shared", s.kv_blocks_peak_shared},
+                  {"prefix_hit_tokens", s.prefix_hit_tokens - before.prefix_hit_tokens},
+                  {"preemptions", s.preemptions - before.preemptions}};
+  result["scratch_plan_bytes"] = s.scratch_bytes;
+  if (device == Device::cuda) {
+    // The op split of a short run with CUDA events around every op.
+    BenchGenerateOptions p = o;
+    p.prompts = std::min<int64_t>(o.prompts, 8);
+    dev->reset_profile();
+    dev->set_profiling(true);
+    engine.generate(make_requests(p, config.vocab_size, std::min<int64_t>(o.max_tokens, 32)));
+    const std::vector<OpTime> prof = dev->profile();
+    dev->set_profiling(false);
+    std::map<std::string, std::pair<double, int64_t>> by_op;
+    double total = 0;
+    for (const OpTime& t : prof) {
+      const std::string op = t.name.substr(0, t.name.find(' '));
+      by_op[op].first += t.ms;
+      by_op[op].second += t.calls;
+      total += t.ms;
+    }
+    json split = json::object();
+    for (const auto& [op, e] : by_op)
+      split[op] = {{"ms", e.first}, {"calls", e.second}, {"share", e.first / total}};
+    result["op_profile_short_run"] = split;
+    result["memory"] = {{"peak_allocated_bytes", dev->peak_allocated()},
+                        {"weights_bytes", model.device_bytes()},
+                        {"kv_bytes", s.kv_bytes},
+                        {"arena_peak_bytes", dev->arena_high_water()},
+                        {"device_used_bytes", dev->memory_used()}};
+  } else {
+    result["memory"] = {{"arena_peak_bytes", arena.high_water()}, {"kv_bytes", s.kv_bytes}};
+  }
+  const std::string text = result.dump(2);
+  fmt::print("{}\n", text);
+  if (!o.out.empty()) std::ofstream(o.out) << text << "\n";
+}
+
+}  // namespace
+
+void add_bench_generate_command(CLI::App& bench) {
+  auto o = std::make_shared<BenchGenerateOptions>();
+  CLI::App* c = bench.add_subcommand(
+      "generate", "Time the generation engine: output tokens/s, time split, roofline, KV use");
+  c->add_option("--model", o->model, "Model directory (config.json; weights if present)");
+  c->add_option("--preset", o->preset, "Preset config with random weights, e.g. qwen3-8b");
+  c->add_option("--prompts", o->prompts, "Prompts")->capture_default_str();
+  c->add_option("--n", o->n, "Samples per prompt")->capture_default_str();
+  c->add_option("--prompt-tokens", o->prompt_tokens, "Tokens per prompt")->capture_default_str();
+  c->add_option("--max-tokens", o->max_tokens, "New tokens per sample (eos ignored)")
+      ->capture_default_str();
+  c->add_option("--fp8", o->fp8, kFp8Help)->capture_default_str();
+  c->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype")->capture_default_str();
+  c->add_option("--kv-memory", o->kv_memory_gib, "KV cache GiB (default: 90% of free memory)");
+  c->add_option("--max-num-seqs", o->max_num_seqs, "Sequences per step")->capture_default_str();
+  c->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Tokens per step")
+      ->capture_default_str();
+  c->add_option("--device", o->device, "cuda or cpu")->capture_default_str();
+  c->add_option("--seed", o->seed, "Seed of weights and prompts")->capture_default_str();
+  c->add_option("--out", o->out, "Also write the JSON here");
+  c->callback([o] { run_bench_generate(*o); });
+}
+
+}  // namespace fp8rl::cli
