@@ -355,6 +355,17 @@ TEST(GradientAccumulation, SumsMicroBatchesAndScales) {
   EXPECT_THROW(accumulate_gradients(acc, short_buffer), Error);
 }
 
+TEST(GradientAccumulation, F32SpanTakesOnlyContiguousHostF32) {
+  Tensor t = Tensor::zeros({3, 64}, DType::f32);
+  const std::span<float> s = f32_span(t.view());
+  EXPECT_EQ(s.size(), 192u);
+  EXPECT_EQ(s.data(), t.ptr<float>());
+  EXPECT_THROW(f32_span(Tensor::zeros({8}, DType::bf16).view()), Error);
+  TensorView strided = t.view();
+  strided.shape = Shape{3, 32};  // rows of 32 out of 64: not contiguous
+  EXPECT_THROW(f32_span(strided), Error);
+}
+
 // ---- Learning-rate schedules ------------------------------------------------------------------
 
 TEST(LrSchedule, FactorsAtTheBreakpointsEqualTransformersLambdas) {
