@@ -232,4 +232,19 @@ inline double sample_score_margin(double max_abs_score) {
   return 4.0 * (0x1p-23 + 0x1p-19 + kF32Eps * max_abs_score);
 }
 
+// ---- Optimizers (tests/train) ------------------------------------------------------------
+// An optimizer of train/optimizer.h (fp64 arithmetic; parameters and moments stored in fp32)
+// against the same formulas in fp64 throughout, after `steps` steps. Per step: storing p
+// rounds it by at most 2^-24 |p|; the stored moments are off by at most 2^-24 of their size
+// per step, and they carry over (times beta <= 1), so after t steps the bias-corrected m_hat
+// is off by <= t 2^-24 max|g| and sqrt(v_hat) by <= t 2^-25 max|g|, which moves an update
+// lr m_hat / sqrt(v_hat) by <= 2 t 2^-24 lr max|g| / min|g| (the tests draw |g| from
+// [0.5, 1], so max|g| / min|g| <= 2). An earlier step's parameter error carries over with
+// factor 1 - lr wd <= 1. Summed over the steps and with a factor 2 of margin:
+// 2 steps 2^-24 (max|p| + 2 steps max_update), where max_update = lr max|g| / min|g| for
+// AdamW and lr (1 + momentum) max|g + wd p| / (1 - momentum) for SGD.
+inline double optimizer_f32_bound(int steps, double max_abs_param, double max_abs_update) {
+  return 2.0 * steps * kF32Eps * (max_abs_param + 2.0 * steps * max_abs_update);
+}
+
 }  // namespace fp8rl::test

@@ -1,0 +1,112 @@
+#include "train/train_step.h"
+
+#include <cmath>
+
+#include "core/check.h"
+#include "formats/safetensors.h"
+#include "train/gradients.h"
+
+namespace fp8rl {
+
+namespace {
+
+constexpr const char* kGlobalStepKey = "train.global_step";
+constexpr const char* kSkippedKey = "train.skipped_steps";
+constexpr const char* kSettingsKey = "train.settings";
+
+int64_t parse_count(const SafetensorsFile& file, const std::string& key) {
+  auto it = file.metadata().find(key);
+  CHECK(it != file.metadata().end(), "training state '{}': metadata '{}' is missing", file.path(),
+        key);
+  size_t used = 0;
+  int64_t value = -1;
+  try {
+    value = std::stoll(it->second, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  CHECK(used == it->second.size() && value >= 0,
+        "training state '{}': metadata '{}' = '{}' is not a count", file.path(), key, it->second);
+  return value;
+}
+
+}  // namespace
+
+void TrainStepConfig::validate() const {
+  CHECK(learning_rate >= 0.0 && std::isfinite(learning_rate),
+        "learning_rate must be finite and >= 0, got {}", learning_rate);
+  CHECK(max_grad_norm >= 0.0 && std::isfinite(max_grad_norm),
+        "max_grad_norm must be finite and >= 0 (0: off), got {}", max_grad_norm);
+  schedule.validate();
+}
+
+TrainStep::TrainStep(std::unique_ptr<Optimizer> optimizer, const TrainStepConfig& config)
+    : optimizer_(std::move(optimizer)), config_(config) {
+  CHECK(optimizer_ != nullptr, "TrainStep without an optimizer");
+  config_.validate();
+}
+
+StepResult TrainStep::step(std::span<float> params, std::span<float> grads, double loss) {
+  CHECK(int64_t(params.size()) == optimizer_->num_params() &&
+            int64_t(grads.size()) == optimizer_->num_params(),
+        "training step: {} parameters and {} gradients, the optimizer has {}", params.size(),
+        grads.size(), optimizer_->num_params());
+  StepResult result;
+  result.lr = config_.schedule.lr(config_.learning_rate, global_step_);
+  ++global_step_;
+  // The fp64 norm is finite exactly when every gradient is (train/gradients.h), so it is the
+  // guard's scan as well.
+  result.grad_norm = grad_norm(grads);
+  if (config_.skip_nonfinite && !(std::isfinite(loss) && std::isfinite(result.grad_norm))) {
+    result.skipped = true;
+    ++skipped_steps_;
+    return result;
+  }
+  clip_to_max_norm(grads, result.grad_norm, config_.max_grad_norm);
+  optimizer_->step(params, grads, result.lr);
+  return result;
+}
+
+std::string TrainStep::settings() const {
+  const LrSchedule& s = config_.schedule;
+  return fmt::format(
+      "learning_rate={};lr_scheduler_type={};num_warmup_steps={};num_training_steps={};"
+      "num_cycles={};max_grad_norm={}",
+      config_.learning_rate, lr_scheduler_name(s.type), s.num_warmup_steps, s.num_training_steps,
+      s.num_cycles, config_.max_grad_norm);
+}
+
+void TrainStep::add_state(SafetensorsWriter& writer) const {
+  optimizer_->add_state(writer);
+  writer.add_metadata(kGlobalStepKey, std::to_string(global_step_));
+  writer.add_metadata(kSkippedKey, std::to_string(skipped_steps_));
+  writer.add_metadata(kSettingsKey, settings());
+}
+
+void TrainStep::load_state(const SafetensorsFile& file) {
+  auto it = file.metadata().find(kSettingsKey);
+  CHECK(it != file.metadata().end(), "training state '{}': metadata '{}' is missing", file.path(),
+        kSettingsKey);
+  CHECK(it->second == settings(),
+        "training state '{}' was saved with settings '{}', this run has '{}'", file.path(),
+        it->second, settings());
+  const int64_t global_step = parse_count(file, kGlobalStepKey);
+  const int64_t skipped = parse_count(file, kSkippedKey);
+  CHECK(skipped <= global_step, "training state '{}': {} skipped of {} steps", file.path(), skipped,
+        global_step);
+  optimizer_->load_state(file);
+  global_step_ = global_step;
+  skipped_steps_ = skipped;
+}
+
+void TrainStep::save(const std::string& path) const {
+  SafetensorsWriter writer;
+  add_state(writer);
+  writer.write(path);
+}
+
+void TrainStep::load(const std::string& path) {
+  load_state(*SafetensorsFile::open(path));
+}
+
+}  // namespace fp8rl

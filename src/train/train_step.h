@@ -1,0 +1,70 @@
+// One guarded training update: schedule -> non-finite guard -> clipping -> optimizer step,
+// in the order of transformers' Trainer (clip_grad_norm_, optimizer.step(),
+// lr_scheduler.step()), plus the guard transformers does not have.
+//
+// The guard: a step whose loss or any gradient is NaN or Inf is skipped. The parameters and
+// the optimizer state (its moments and its step count, hence the bias correction) are left
+// exactly as they were, and the skip is counted. The schedule still advances: the global step
+// counts attempted updates, as transformers' global_step does when an AMP grad scaler skips
+// an optimizer step, so a run of num_training_steps steps still ends its schedule at the end.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "train/lr_schedule.h"
+#include "train/optimizer.h"
+
+namespace fp8rl {
+
+class SafetensorsFile;
+class SafetensorsWriter;
+
+struct StepResult {
+  bool skipped = false;  // the loss or a gradient was not finite; nothing was updated
+  double grad_norm = 0;  // L2 norm of the gradients before clipping (NaN/Inf when skipped)
+  double lr = 0;         // the learning rate of this step (applied unless skipped)
+};
+
+struct TrainStepConfig {
+  double learning_rate = 5e-5;  // the base rate (TrainingArguments' default)
+  LrSchedule schedule;
+  double max_grad_norm = 1.0;  // TrainingArguments' default; 0: no clipping
+  // Off only to show what the guard prevents (a test's negative control): a non-finite step
+  // is then applied and writes NaN into the parameters.
+  bool skip_nonfinite = true;
+  void validate() const;
+};
+
+class TrainStep {
+ public:
+  TrainStep(std::unique_ptr<Optimizer> optimizer, const TrainStepConfig& config);
+
+  // One update of params from grads (clipped in place) at the rate of global step
+  // global_step(); loss is the step's (accumulated) loss, checked for finiteness only.
+  StepResult step(std::span<float> params, std::span<float> grads, double loss);
+
+  int64_t global_step() const { return global_step_; }      // steps attempted
+  int64_t skipped_steps() const { return skipped_steps_; }  // of which skipped
+  const Optimizer& optimizer() const { return *optimizer_; }
+  const TrainStepConfig& config() const { return config_; }
+
+  // The optimizer's state plus the step counters and the schedule ("train." metadata); a load
+  // requires the same base rate, schedule and clipping as saved.
+  void add_state(SafetensorsWriter& writer) const;
+  void load_state(const SafetensorsFile& file);
+  void save(const std::string& path) const;  // written as path.tmp, then renamed
+  void load(const std::string& path);
+
+ private:
+  std::string settings() const;
+
+  std::unique_ptr<Optimizer> optimizer_;
+  TrainStepConfig config_;
+  int64_t global_step_ = 0;
+  int64_t skipped_steps_ = 0;
+};
+
+}  // namespace fp8rl
