@@ -247,4 +247,31 @@ inline double optimizer_f32_bound(int steps, double max_abs_param, double max_ab
   return 2.0 * steps * kF32Eps * (max_abs_param + 2.0 * steps * max_abs_update);
 }
 
+
+// ---- Backward ops vs fp64 finite differences (tests/ops/test_backward.cpp) ---------------
+// The reference gradient is a central difference (L(x + h) - L(x - h)) / 2h of an fp64
+// re-implementation of the forward, for L = sum c * y with c uniform in [-1, 1] and inputs of
+// size ~1. Its error: truncation h^2 / 6 |L'''|, with |L'''| / |L'| <~ 100 for these ops
+// (softcaps and exp at scores of a few units), 1.7e-7 relative at h = 1e-4; cancellation
+// 2^-53 |L| / h <~ 1e-12 |L| with |L| < 1e4 here. kFdError bounds both with margin.
+inline constexpr double kFdStep = 1e-4;
+inline constexpr double kFdError = 1e-6;
+
+// The fp32 op's gradient against it, as max |op - fd| / max |fd|: each gradient element is a
+// chain of fp32 reductions of total length n (e.g. D for a norm row, context * D for attention,
+// N for a linear's dX), each step rounding at 2^-24 of its running magnitude: a random walk of
+// sqrt(n) 2^-24 relative to sum |terms|. The gradients subtract terms of their own size
+// (rms_norm's mean term, attention's P (dP - Delta), softmax - onehot), which can make
+// sum |terms| ~8x the largest result; another 8x for the worst element of a few thousand:
+// 64 sqrt(n) 2^-24. A dropped term (the negative controls) moves gradients by O(10%) and more.
+inline double backward_grad_bound(int64_t n) {
+  return 64.0 * kF32Eps * std::sqrt(double(n)) + kFdError;
+}
+
+// The fp32 forward op against the same fp64 forward (before any gradient is compared), relative
+// to max |fp64 output|: reductions of length n (f32_reduction_bound) plus a few ulps of exp,
+// tanh, sin/cos and log (8 2^-24); lse and log-probabilities are compared in absolute terms
+// relative to max(1, |value|) by the same bound.
+inline double forward_f32_bound(int64_t n) { return f32_reduction_bound(n) + 8.0 * kF32Eps; }
+
 }  // namespace fp8rl::test

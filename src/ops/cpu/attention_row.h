@@ -45,10 +45,12 @@ struct PagedRows {
 };
 
 // Query qv against positions [lo, pos], exact fp32 softmax. s: scratch indexed by position
-// (at least pos + 1 floats).
+// (at least pos + 1 floats). lse (optional): the natural log-sum-exp of the scores, for the
+// backward (ops/backward.h).
 template <typename Rows>
 void attend_exact(const float* qv, const Rows& rows, int64_t kvh, int64_t d, int64_t lo,
-                  int64_t pos, const AttentionParams& p, float* s, float* o) {
+                  int64_t pos, const AttentionParams& p, float* s, float* o,
+                  float* lse = nullptr) {
   float mx = -INFINITY;
   for (int64_t j = lo; j <= pos; ++j) {
     const float* kv = rows.key(j, kvh);
@@ -64,6 +66,7 @@ void attend_exact(const float* qv, const Rows& rows, int64_t kvh, int64_t d, int
     s[j] = std::exp(s[j] - mx);
     sum += s[j];
   }
+  if (lse != nullptr) *lse = mx + std::log(sum);
   for (int64_t i = 0; i < d; ++i) o[i] = 0.0f;
   for (int64_t j = lo; j <= pos; ++j) {
     const float w = s[j] / sum;

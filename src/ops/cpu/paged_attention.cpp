@@ -30,7 +30,7 @@ void store_kv(const TensorView& k, const TensorView& v, const TensorView& slot_m
 
 void paged_attention(Arena& scratch, const TensorView& q, const TensorView& k_pool,
                      const TensorView& v_pool, const PagedBatch& b, const AttentionParams& p,
-                     const TensorView& out, Rounding r) {
+                     const TensorView& out, Rounding r, const TensorView& lse) {
   const int64_t t_count = q.dim(0), hq = q.dim(1), d = q.dim(2);
   const int64_t bs = k_pool.dim(1), hkv = k_pool.dim(2), group = hq / hkv;
   const int64_t seqs = b.num_seqs, width = b.block_tables.dim(1);
@@ -59,8 +59,10 @@ void paged_attention(Arena& scratch, const TensorView& q, const TensorView& k_po
   parallel_for(0, t_count * hq, [&](int64_t th) {
     const int64_t t = th / hq, h = th % hq;
     float* o = op + (t * hq + h) * d;
+    float* row_lse = lse.empty() ? nullptr : lse.ptr<float>() + t * hq + h;
     if (t < cu[0] || t >= cu[seqs]) {  // padding
       std::fill(o, o + d, 0.0f);
+      if (row_lse != nullptr) *row_lse = 0.0f;
       return;
     }
     const int64_t s = std::upper_bound(cu, cu + seqs + 1, int32_t(t)) - cu - 1;
@@ -73,7 +75,10 @@ void paged_attention(Arena& scratch, const TensorView& q, const TensorView& k_po
                          hkv,
                          d};
     float* sc = scores.ptr<float>() + int64_t(thread_index()) * cap;
-    attend(r, qp + (t * hq + h) * d, rows, h / group, d, lo, pos, p, sc, o);
+    if (row_lse != nullptr)
+      attend_exact(qp + (t * hq + h) * d, rows, h / group, d, lo, pos, p, sc, o, row_lse);
+    else
+      attend(r, qp + (t * hq + h) * d, rows, h / group, d, lo, pos, p, sc, o);
   });
 }
 
