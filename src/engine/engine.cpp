@@ -403,35 +403,40 @@ Engine::Engine(Context& ctx, const Model& model, const tok::Tokenizer* tokenizer
 
 Engine::~Engine() = default;
 
+void Engine::validate(const GenerationRequest& req) const {
+  const Impl& im = *impl_;
+  const ModelConfig& c = im.model.config();
+  const SamplingParams& p = req.params;
+  p.validate();
+  CHECK(!req.prompt_ids.empty(), "empty prompt");
+  for (int32_t id : req.prompt_ids)
+    CHECK(id >= 0 && id < c.vocab_size, "prompt id {} is outside the vocabulary [0, {})", id,
+          c.vocab_size);
+  const int64_t total = int64_t(req.prompt_ids.size()) + p.max_tokens;
+  CHECK(total <= c.max_position_embeddings,
+        "a prompt of {} tokens plus max_tokens {} exceeds the model's context of {} "
+        "(max_position_embeddings)", req.prompt_ids.size(), p.max_tokens,
+        c.max_position_embeddings);
+  CHECK(im.sched->fits_ever(total),
+        "a prompt of {} tokens plus max_tokens {} can never fit the KV pool of {} blocks of {} "
+        "tokens; give the engine more KV memory (--kv-memory) or lower max_tokens",
+        req.prompt_ids.size(), p.max_tokens, im.stats.kv_blocks, im.pool->block_size());
+  CHECK(p.stop.empty() || im.tokenizer != nullptr, "stop strings need the model's tokenizer");
+}
+
 std::vector<RequestOutput> Engine::generate(std::span<const GenerationRequest> requests,
                                             const std::function<void(int64_t)>& progress,
                                             const TokenCallback& on_token) {
   Impl& im = *impl_;
-  const ModelConfig& c = im.model.config();
   std::vector<RequestState> states(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     const GenerationRequest& req = requests[i];
     const SamplingParams& p = req.params;
     try {
-      p.validate();
+      validate(req);
     } catch (const Error& e) {
       RAISE("request {}: {}", i, e.what());
     }
-    CHECK(!req.prompt_ids.empty(), "request {}: empty prompt", i);
-    for (int32_t id : req.prompt_ids)
-      CHECK(id >= 0 && id < c.vocab_size, "request {}: prompt id {} is outside the vocabulary "
-                                          "[0, {})", i, id, c.vocab_size);
-    const int64_t total = int64_t(req.prompt_ids.size()) + p.max_tokens;
-    CHECK(total <= c.max_position_embeddings,
-          "request {}: a prompt of {} tokens plus max_tokens {} exceeds the model's context of "
-          "{} (max_position_embeddings)", i, req.prompt_ids.size(), p.max_tokens,
-          c.max_position_embeddings);
-    CHECK(im.sched->fits_ever(total),
-          "request {}: a prompt of {} tokens plus max_tokens {} can never fit the KV pool of {} "
-          "blocks of {} tokens; give the engine more KV memory (--kv-memory) or lower max_tokens",
-          i, req.prompt_ids.size(), p.max_tokens, im.stats.kv_blocks, im.pool->block_size());
-    CHECK(!p.stop.empty() ? im.tokenizer != nullptr : true,
-          "request {}: stop strings need the model's tokenizer", i);
     RequestState& rs = states[i];
     rs.req = &req;
     rs.index = i;

@@ -93,6 +93,13 @@ class Engine {
                                       const std::function<void(int64_t)>& progress = {},
                                       const TokenCallback& on_token = {});
 
+  // Raises fp8rl::Error naming what is wrong if `request` can never run here: invalid
+  // sampling values, an empty prompt or ids outside the vocabulary, prompt + max_tokens past
+  // the model's context or larger than the whole KV pool, stop strings without a tokenizer.
+  // generate() checks every request so before it starts; front ends call it to name the
+  // input line.
+  void validate(const GenerationRequest& request) const;
+
   // KV computed under another adapter version is never reused from the prefix cache: the
   // trainer bumps the version after every optimizer step (LoraAdapter::version()).
   void set_adapter_version(uint64_t version);
