@@ -40,8 +40,8 @@ struct GenerateOptions {
 };
 
 struct Line {
-  int64_t number = 0;  // in the file, from 1
-  nlohmann::json json;
+  int64_t number = 0;           // in the file, from 1
+  nlohmann::ordered_json json;  // keys in file order: chat templates see messages as written
 };
 
 // The non-blank lines of the prompts file, each a JSON object (read before the model loads,
@@ -53,7 +53,7 @@ std::vector<Line> read_lines(const std::string& path) {
   std::string text;
   for (int64_t number = 1; std::getline(in, text); ++number) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(text, nullptr, false);
     CHECK(!j.is_discarded() && j.is_object(), "{} line {}: not a JSON object", path, number);
     const int fields =
         int(j.contains("prompt_ids")) + int(j.contains("prompt")) + int(j.contains("messages"));
@@ -66,11 +66,11 @@ std::vector<Line> read_lines(const std::string& path) {
 }
 
 // One line's request: its prompt as ids, the command line's sampling with the line's keys.
-GenerationRequest make_request(const ModelSession& session, const nlohmann::json& line,
+GenerationRequest make_request(const ModelSession& session, const nlohmann::ordered_json& line,
                                const SamplingParams& defaults) {
   GenerationRequest r;
   if (line.contains("prompt_ids")) {
-    const nlohmann::json& ids = line["prompt_ids"];
+    const nlohmann::ordered_json& ids = line["prompt_ids"];
     CHECK(ids.is_array() && !ids.empty(), "prompt_ids must be a non-empty list");
     for (const auto& v : ids) {
       CHECK(v.is_number_integer() && v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX,
@@ -81,10 +81,10 @@ GenerationRequest make_request(const ModelSession& session, const nlohmann::json
     CHECK(line["prompt"].is_string(), "prompt must be a string");
     r.prompt_ids = session.encode_text(line["prompt"].get<std::string>());
   } else {
-    r.prompt_ids = session.encode_chat(nlohmann::ordered_json::parse(line["messages"].dump()));
+    r.prompt_ids = session.encode_chat(line["messages"]);
   }
   CHECK(!r.prompt_ids.empty(), "the prompt is empty after tokenization");
-  nlohmann::json overrides = line;
+  nlohmann::json overrides = nlohmann::json::parse(line.dump());
   overrides.erase("prompt_ids");
   overrides.erase("prompt");
   overrides.erase("messages");
