@@ -1,11 +1,13 @@
-// fp8rl bench forward (--model DIR | --preset NAME) --tokens N [--fp8 off|row|block|tensor]
-//                     [--device cuda|cpu] [--iters 5] [--logits last|all] [--out FILE.json]
+// fp8rl bench forward (--model DIR | --preset NAME) --tokens N [--adapter DIR]
+//                     [--fp8 off|row|block|tensor] [--device cuda|cpu] [--iters 5]
+//                     [--logits last|all] [--out FILE.json]
 //
 // Times the one forward on a prefill of N tokens and prints JSON: tokens/s, the device time of
 // each op family (CUDA events around every op in one extra forward), every distinct linear
 // shape's achieved TFLOP/s next to the bare cuBLASLt GEMM of the same shape and scheme timed
 // in the same run, and peak device memory. A --preset or a --model directory without weights
-// (or with --random) gets random weights made on the device (Model::random).
+// (or with --random) gets random weights made on the device (Model::random). --adapter runs
+// the forward with a PEFT adapter attached (its LoRA terms timed with the linears).
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -17,6 +19,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/common.h"
+#include "cli/model_session.h"
 #include "core/check.h"
 #include "model/forward.h"
 #include "model/presets.h"
@@ -34,7 +37,7 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 struct BenchOptions {
-  std::string model, preset, fp8 = "off", device = "cuda", logits = "last", out;
+  std::string model, preset, adapter, fp8 = "off", device = "cuda", logits = "last", out;
   int64_t tokens = 8192;
   int iters = 5, warmup = 2, gemm_iters = 20;
   uint64_t seed = 0;
@@ -79,18 +82,20 @@ void run_bench_forward(const BenchOptions& o) {
   const bool from_files = !o.model.empty() && !o.random && has_weights(o.model);
   const ModelConfig config = o.preset.empty() ? ModelConfig::load(o.model) : preset_config(o.preset);
 
-  std::unique_ptr<CudaDevice> dev;
-  Arena arena;
-  Context ctx{Device::cpu, &arena};
-  if (device == Device::cuda) {
-    dev = std::make_unique<CudaDevice>();
-    ctx = dev->context();
-  }
   auto t_load = Clock::now();
-  LoadOptions load;
-  load.fp8 = fp8;
-  Model model = from_files ? Model::load(o.model, load) : Model::random(config, fp8, ctx, o.seed);
-  model.to_device(ctx);
+  SessionOptions so;
+  so.model = o.model;
+  so.adapter = o.adapter;
+  so.fp8 = o.fp8;
+  so.device = o.device;
+  std::unique_ptr<ModelSession> session =
+      from_files ? std::make_unique<ModelSession>(so)
+                 : std::make_unique<ModelSession>(so, [&](Context& c) {
+                     return Model::random(config, fp8, c, o.seed);
+                   });
+  Context& ctx = session->ctx();
+  CudaDevice* dev = session->cuda();
+  const Model& model = session->model();
   const double load_seconds = seconds_since(t_load);
 
   const int64_t t = o.tokens, v = config.vocab_size;
@@ -136,6 +141,7 @@ void run_bench_forward(const BenchOptions& o) {
   result["command"] = "bench forward";
   result["model"] = o.preset.empty() ? o.model : o.preset;
   result["weights"] = from_files ? "checkpoint" : "random (Model::random on the device)";
+  if (!o.adapter.empty()) result["adapter"] = o.adapter;
   result["fp8"] = std::string(scheme_name(model.scheme()));
   result["device"] = device == Device::cuda ? dev->name() : "cpu";
   result["tokens"] = t;
@@ -200,11 +206,13 @@ void run_bench_forward(const BenchOptions& o) {
     result["linears"] = lin;
     result["memory"] = {{"peak_allocated_bytes", dev->peak_allocated()},
                         {"weights_bytes", model.device_bytes()},
+                        {"adapter_bytes", session->adapter() ? session->adapter()->nbytes() : 0},
                         {"kv_cache_bytes", cache.pool().nbytes()},
                         {"arena_peak_bytes", dev->arena_high_water()},
                         {"device_used_bytes", dev->memory_used()}};
   } else {
-    result["memory"] = {{"arena_peak_bytes", arena.high_water()}, {"kv_cache_bytes", cache.pool().nbytes()}};
+    result["memory"] = {{"arena_peak_bytes", ctx.scratch->high_water()},
+                        {"kv_cache_bytes", cache.pool().nbytes()}};
   }
   const std::string text = result.dump(2);
   fmt::print("{}\n", text);
@@ -221,6 +229,7 @@ void add_bench_command(CLI::App& app) {
                                                  "linear TFLOP/s vs cuBLASLt, peak memory");
   c->add_option("--model", o->model, "Model directory (config.json; weights if present)");
   c->add_option("--preset", o->preset, "Preset config with random weights, e.g. qwen3-8b");
+  c->add_option("--adapter", o->adapter, kAdapterHelp);
   c->add_option("--tokens", o->tokens, "Prefill length")->capture_default_str();
   c->add_option("--fp8", o->fp8, kFp8Help)->capture_default_str();
   c->add_option("--device", o->device, "cuda or cpu")->capture_default_str();

@@ -20,21 +20,18 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/model_session.h"
 #include "cli/progress.h"
 #include "core/check.h"
 #include "engine/engine.h"
-#include "model/adapter.h"
-#include "ops/device.h"
-#include "tokenizer/jinja/chat_template.h"
-#include "tokenizer/tokenizer.h"
-#include "tokenizer/tokenizer_config.h"
 
 namespace fp8rl::cli {
 
 namespace {
 
 struct GenerateOptions {
-  std::string model, adapter, prompts, out, fp8 = "auto", device = "cpu", kv_dtype = "bf16";
+  SessionOptions session;
+  std::string prompts, out, kv_dtype = "bf16";
   SamplingParams sampling;
   int64_t seed = -1;
   double kv_memory_gib = 0;
@@ -42,135 +39,62 @@ struct GenerateOptions {
   bool no_prefix_caching = false;
 };
 
-struct Prompt {
-  std::vector<int32_t> ids;
-  nlohmann::json overrides;
+struct Line {
+  int64_t number = 0;           // in the file, from 1
+  nlohmann::ordered_json json;  // keys in file order: chat templates see messages as written
 };
 
-std::vector<Prompt> read_prompts(const std::string& path, const tok::Tokenizer* tokenizer,
-                                 const std::string& model_dir, int64_t vocab) {
+// The non-blank lines of the prompts file, each a JSON object (read before the model loads,
+// so a bad file fails at once).
+std::vector<Line> read_lines(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   CHECK(in.good(), "cannot open --prompts file {}", path);
-  std::vector<Prompt> prompts;
-  std::string line;
-  std::unique_ptr<ChatTemplateConfig> chat;
-  for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    CHECK(!j.is_discarded() && j.is_object(), "{} line {}: not a JSON object", path, lineno);
-    Prompt p;
-    const int fields = int(j.contains("prompt_ids")) + int(j.contains("prompt")) +
-                       int(j.contains("messages"));
+  std::vector<Line> lines;
+  std::string text;
+  for (int64_t number = 1; std::getline(in, text); ++number) {
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(text, nullptr, false);
+    CHECK(!j.is_discarded() && j.is_object(), "{} line {}: not a JSON object", path, number);
+    const int fields =
+        int(j.contains("prompt_ids")) + int(j.contains("prompt")) + int(j.contains("messages"));
     CHECK(fields == 1, "{} line {}: needs exactly one of prompt_ids, prompt, messages", path,
-          lineno);
-    if (j.contains("prompt_ids")) {
-      const nlohmann::json& ids = j["prompt_ids"];
-      CHECK(ids.is_array() && !ids.empty(), "{} line {}: prompt_ids must be a non-empty list",
-            path, lineno);
-      for (const auto& v : ids) {
-        CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < vocab,
-              "{} line {}: prompt id {} is outside the vocabulary [0, {})", path, lineno,
-              v.dump(), vocab);
-        p.ids.push_back(v.get<int32_t>());
-      }
-    } else {
-      CHECK(tokenizer != nullptr, "{} line {}: text prompts need the model's tokenizer.json",
-            path, lineno);
-      std::string text;
-      bool add_special = true;
-      if (j.contains("prompt")) {
-        CHECK(j["prompt"].is_string(), "{} line {}: prompt must be a string", path, lineno);
-        text = j["prompt"].get<std::string>();
-      } else {
-        if (!chat)
-          chat = std::make_unique<ChatTemplateConfig>(load_chat_template_config(model_dir));
-        ChatRequest req;
-        req.messages = nlohmann::ordered_json::parse(j["messages"].dump());
-        CHECK(req.messages.is_array(), "{} line {}: messages must be a list", path, lineno);
-        req.add_generation_prompt = true;
-        text = ChatTemplate(chat->source).render(build_chat_context(*chat, req));
-        add_special = false;  // the template wrote the special tokens itself
-      }
-      p.ids = tokenizer->encode(text, add_special);
-      CHECK(!p.ids.empty(), "{} line {}: the prompt is empty after tokenization", path, lineno);
-    }
-    j.erase("prompt_ids");
-    j.erase("prompt");
-    j.erase("messages");
-    p.overrides = std::move(j);
-    prompts.push_back(std::move(p));
+          number);
+    lines.push_back({number, std::move(j)});
   }
-  CHECK(!prompts.empty(), "{} holds no prompts", path);
-  return prompts;
+  CHECK(!lines.empty(), "{} holds no prompts", path);
+  return lines;
 }
 
-void run_generate(const GenerateOptions& o) {
-  CHECK(o.kv_dtype == "bf16", "--kv-dtype {}: only bf16 is implemented so far", o.kv_dtype);
-  CHECK(o.kv_memory_gib >= 0, "--kv-memory must be >= 0 GiB, got {}", o.kv_memory_gib);
-  SamplingParams defaults = o.sampling;
-  if (o.seed >= 0) defaults.seed = uint64_t(o.seed);
-  defaults.validate();
-  LoadOptions load;
-  load.fp8 = parse_fp8_option(o.fp8);
-  const Device device = parse_device(o.device);
-  std::unique_ptr<CudaDevice> cuda;
-  Arena arena;
-  Context ctx{Device::cpu, &arena};
-  if (device == Device::cuda) {
-    CHECK(CudaDevice::built(), "--device cuda: this fp8rl was built without the CUDA backend");
-    CHECK(CudaDevice::count() > 0, "--device cuda: no CUDA device is visible");
-    cuda = std::make_unique<CudaDevice>();
-    ctx = cuda->context();
-  }
-  Model model = Model::load(o.model, load);
-  std::unique_ptr<tok::Tokenizer> tokenizer;
-  if (std::filesystem::exists(std::filesystem::path(o.model) / "tokenizer.json"))
-    tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_file(o.model));
-  std::vector<int32_t> eos;
-  {
-    const tok::TokenizerConfig tc = tok::TokenizerConfig::load(o.model);
-    eos = tokenizer ? tc.stop_token_ids(*tokenizer) : tc.generation_eos_token_ids;
-  }
-  const std::vector<Prompt> prompts =
-      read_prompts(o.prompts, tokenizer.get(), o.model, model.config().vocab_size);
-  std::vector<GenerationRequest> requests;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    GenerationRequest r;
-    r.prompt_ids = prompts[i].ids;
-    try {
-      r.params = sampling_params_from_json(prompts[i].overrides, defaults);
-      r.params.validate();
-    } catch (const Error& e) {
-      RAISE("{} line {}: {}", o.prompts, i + 1, e.what());
+// One line's request: its prompt as ids, the command line's sampling with the line's keys.
+GenerationRequest make_request(const ModelSession& session, const nlohmann::ordered_json& line,
+                               const SamplingParams& defaults) {
+  GenerationRequest r;
+  if (line.contains("prompt_ids")) {
+    const nlohmann::ordered_json& ids = line["prompt_ids"];
+    CHECK(ids.is_array() && !ids.empty(), "prompt_ids must be a non-empty list");
+    for (const auto& v : ids) {
+      CHECK(v.is_number_integer() && v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX,
+            "prompt id {} is not a token id", v.dump());
+      r.prompt_ids.push_back(v.get<int32_t>());
     }
-    requests.push_back(std::move(r));
+  } else if (line.contains("prompt")) {
+    CHECK(line["prompt"].is_string(), "prompt must be a string");
+    r.prompt_ids = session.encode_text(line["prompt"].get<std::string>());
+  } else {
+    r.prompt_ids = session.encode_chat(line["messages"]);
   }
+  CHECK(!r.prompt_ids.empty(), "the prompt is empty after tokenization");
+  nlohmann::json overrides = nlohmann::json::parse(line.dump());
+  overrides.erase("prompt_ids");
+  overrides.erase("prompt");
+  overrides.erase("messages");
+  r.params = sampling_params_from_json(overrides, defaults);
+  return r;
+}
 
-  model.to_device(ctx);
-  std::unique_ptr<LoraAdapter> adapter;
-  if (!o.adapter.empty()) {
-    adapter = std::make_unique<LoraAdapter>(LoraAdapter::load_peft(o.adapter, model));
-    adapter->sync_to_device(ctx);
-    adapter->attach(model);
-  }
-  EngineOptions eo;
-  eo.kv_memory_bytes = size_t(o.kv_memory_gib * double(size_t(1) << 30));
-  eo.max_num_seqs = o.max_num_seqs;
-  eo.max_num_batched_tokens = o.max_num_batched_tokens;
-  eo.prefix_caching = !o.no_prefix_caching;
-  eo.seed = o.seed >= 0 ? uint64_t(o.seed) : 0;
-  Engine engine(ctx, model, tokenizer.get(), eos, eo);
-  if (adapter) engine.set_adapter_version(adapter->version());
-
-  int64_t total = 0;
-  for (const GenerationRequest& r : requests) total += int64_t(r.params.n) * r.params.max_tokens;
-  std::vector<RequestOutput> outputs;
-  {
-    Progress bar("generate", total, "tok");
-    outputs = engine.generate(requests, [&](int64_t done) { bar.update(done); });
-  }
-
-  const std::string tmp = o.out + ".tmp";
+void write_outputs(const std::string& path, const std::vector<GenerationRequest>& requests,
+                   const std::vector<RequestOutput>& outputs) {
+  const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     CHECK(out.good(), "cannot write {}", tmp);
@@ -198,10 +122,51 @@ void run_generate(const GenerateOptions& o) {
       out << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     }
     out.flush();
-    CHECK(out.good(), "writing {} failed", tmp);
+    if (!out.good()) {
+      out.close();
+      std::filesystem::remove(tmp);
+      RAISE("writing {} failed", tmp);
+    }
   }
-  std::filesystem::rename(tmp, o.out);
-  const EngineStats& s = engine.stats();
+  std::filesystem::rename(tmp, path);
+}
+
+void run_generate(const GenerateOptions& o) {
+  CHECK(o.kv_dtype == "bf16", "--kv-dtype {}: only bf16 is implemented so far", o.kv_dtype);
+  CHECK(o.kv_memory_gib >= 0, "--kv-memory must be >= 0 GiB, got {}", o.kv_memory_gib);
+  SamplingParams defaults = o.sampling;
+  if (o.seed >= 0) defaults.seed = uint64_t(o.seed);
+  defaults.validate();
+  const std::vector<Line> lines = read_lines(o.prompts);
+
+  ModelSession session(o.session);
+  EngineOptions eo;
+  eo.kv_memory_bytes = size_t(o.kv_memory_gib * double(size_t(1) << 30));
+  eo.max_num_seqs = o.max_num_seqs;
+  eo.max_num_batched_tokens = o.max_num_batched_tokens;
+  eo.prefix_caching = !o.no_prefix_caching;
+  eo.seed = o.seed >= 0 ? uint64_t(o.seed) : 0;
+  const std::unique_ptr<Engine> engine = session.make_engine(eo);
+
+  std::vector<GenerationRequest> requests;
+  for (const Line& line : lines) {
+    try {
+      requests.push_back(make_request(session, line.json, defaults));
+      engine->validate(requests.back());
+    } catch (const Error& e) {
+      RAISE("{} line {}: {}", o.prompts, line.number, e.what());
+    }
+  }
+
+  int64_t total = 0;
+  for (const GenerationRequest& r : requests) total += int64_t(r.params.n) * r.params.max_tokens;
+  std::vector<RequestOutput> outputs;
+  {
+    Progress bar("generate", total, "tok");
+    outputs = engine->generate(requests, [&](int64_t done) { bar.update(done); });
+  }
+  write_outputs(o.out, requests, outputs);
+  const EngineStats& s = engine->stats();
   std::fprintf(stderr,
                "generate: %zu prompts, %lld output tokens in %lld steps; prefix-cache hits %lld "
                "tokens, preemptions %lld, KV blocks peak %lld of %lld\n",
@@ -216,12 +181,12 @@ void add_generate_command(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* c = app.add_subcommand(
       "generate", "Generate completions for the prompts of a JSONL file (batched, paged KV)");
-  c->add_option("model", o->model, "Hugging Face model directory")->required();
+  c->add_option("model", o->session.model, "Hugging Face model directory")->required();
   c->add_option("--prompts", o->prompts,
                 "JSONL: prompt_ids | prompt | messages per line, plus sampling overrides")
       ->required();
   c->add_option("--out", o->out, "Output JSONL, one line per prompt")->required();
-  c->add_option("--adapter", o->adapter, "PEFT LoRA adapter directory");
+  c->add_option("--adapter", o->session.adapter, kAdapterHelp);
   SamplingParams& s = o->sampling;
   c->add_option("--n", s.n, "Completions per prompt")->capture_default_str();
   c->add_option("--max-tokens", s.max_tokens, "New tokens at most")->capture_default_str();
@@ -237,9 +202,10 @@ void add_generate_command(CLI::App& app) {
   c->add_option("--seed", o->seed, "Random seed (default 0)");
   c->add_flag("--ignore-eos", s.ignore_eos, "Do not stop at the eos ids (benchmarks)");
   c->add_option("--logprobs", s.logprobs, "Top logprobs per token (0-20)")->capture_default_str();
-  c->add_flag("--processed-logprobs", s.processed_logprobs,
-              "Also the logprobs under the temperature-scaled full vocabulary (what RL recomputes)");
-  c->add_option("--fp8", o->fp8, kFp8Help)->capture_default_str();
+  c->add_flag(
+      "--processed-logprobs", s.processed_logprobs,
+      "Also the logprobs under the temperature-scaled full vocabulary (what RL recomputes)");
+  c->add_option("--fp8", o->session.fp8, kFp8Help)->capture_default_str();
   c->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: bf16")->capture_default_str();
   c->add_option("--kv-memory", o->kv_memory_gib,
                 "KV cache GiB (default: 90% of free device memory on CUDA, 1 GiB on the CPU)");
@@ -248,7 +214,7 @@ void add_generate_command(CLI::App& app) {
                 "Tokens per step (chunked prefill budget)")
       ->capture_default_str();
   c->add_flag("--no-prefix-caching", o->no_prefix_caching, "Never reuse KV across requests");
-  c->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
+  c->add_option("--device", o->session.device, "cpu or cuda")->capture_default_str();
   c->callback([o] { run_generate(*o); });
 }
 

@@ -1,41 +1,30 @@
-// fp8rl logits MODEL --ids 1,2,3 [--fp8 ...] [--device cpu|cuda] [--activations f32|bf16]
-//              --out FILE.npy
+// fp8rl logits MODEL --ids 1,2,3 [--adapter DIR] [--fp8 ...] [--device cpu|cuda]
+//              [--activations f32|bf16] --out FILE.npy
 #include <memory>
 
 #include "cli/commands.h"
-#include "core/check.h"
 #include "cli/common.h"
+#include "cli/model_session.h"
+#include "core/check.h"
 #include "formats/npy.h"
 #include "model/forward.h"
-#include "ops/device.h"
 
 namespace fp8rl::cli {
 
 namespace {
 struct LogitsOptions {
-  std::string model, ids, fp8 = "auto", device = "cpu", activations = "f32", out;
+  SessionOptions session;
+  std::string ids, activations = "f32", out;
   bool activations_given = false;
 };
 
-void run_logits(const LogitsOptions& o) {
+void run_logits(LogitsOptions o) {
   const std::vector<int32_t> ids = parse_ids(o.ids);
-  LoadOptions load;
-  load.fp8 = parse_fp8_option(o.fp8);
-  const Device device = parse_device(o.device);
-  const bool bf16_activations = parse_activations(o.activations, device, o.activations_given);
-  // The device outlives the model and cache that hold its memory.
-  std::unique_ptr<CudaDevice> cuda;
-  Arena arena;
-  Context ctx{Device::cpu, &arena};
-  ctx.bf16_activations = bf16_activations;
-  if (device == Device::cuda) {
-    CHECK(CudaDevice::built(), "--device cuda: this fp8rl was built without the CUDA backend");
-    CHECK(CudaDevice::count() > 0, "--device cuda: no CUDA device is visible");
-    cuda = std::make_unique<CudaDevice>();
-    ctx = cuda->context();
-  }
-  Model model = Model::load(o.model, load);
-  model.to_device(ctx);
+  o.session.bf16_activations =
+      parse_activations(o.activations, parse_device(o.session.device), o.activations_given);
+  ModelSession session(o.session);
+  Context& ctx = session.ctx();
+  const Model& model = session.model();
   KvCache cache(model.config(), int64_t(ids.size()), ctx);
   const std::vector<int32_t> positions = iota(ids.size());
   Tensor logits = Tensor::empty({int64_t(ids.size()), model.config().vocab_size}, DType::f32);
@@ -49,10 +38,11 @@ void add_logits_command(CLI::App& app) {
   auto o = std::make_shared<LogitsOptions>();
   CLI::App* c = app.add_subcommand(
       "logits", "Run the forward on token ids and save the logits of every position (.npy)");
-  c->add_option("model", o->model, "Hugging Face model directory")->required();
+  c->add_option("model", o->session.model, "Hugging Face model directory")->required();
   c->add_option("--ids", o->ids, "Comma-separated token ids, e.g. 1,2,3")->required();
-  c->add_option("--fp8", o->fp8, kFp8Help)->capture_default_str();
-  c->add_option("--device", o->device, "cpu or cuda")->capture_default_str();
+  c->add_option("--adapter", o->session.adapter, kAdapterHelp);
+  c->add_option("--fp8", o->session.fp8, kFp8Help)->capture_default_str();
+  c->add_option("--device", o->session.device, "cpu or cuda")->capture_default_str();
   CLI::Option* act = c->add_option("--activations", o->activations, kActivationsHelp);
   act->capture_default_str();
   c->add_option("--out", o->out, "Output .npy file: float32 [T, vocab]")->required();

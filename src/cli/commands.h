@@ -16,5 +16,6 @@ void add_tokenize_commands(CLI::App& app);  // tokenize, detokenize
 void add_chat_template_command(CLI::App& app);
 void add_bench_command(CLI::App& app);  // bench forward
 void add_generate_command(CLI::App& app);
+void add_chat_command(CLI::App& app);
 
 }  // namespace fp8rl::cli

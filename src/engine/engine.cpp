@@ -44,6 +44,7 @@ struct SampleState {
 
 struct RequestState {
   const GenerationRequest* req = nullptr;
+  size_t index = 0;  // in the generate() call
   std::vector<int32_t> stop_ids;  // eos (unless ignore_eos) and stop_token_ids
   std::vector<SampleState> samples;
 };
@@ -84,7 +85,8 @@ struct Engine::Impl {
   // measuring dry run of the plan, and captured as a CUDA graph for decode steps).
   void device_step(Context& c, const KvPool& kv, const StepBatch& step, const TensorView& rows,
                    const TensorView& history, int top_k, const ops::SampleOutput& out);
-  void run(std::vector<RequestState>& states, const std::function<void(int64_t)>& progress);
+  void run(std::vector<RequestState>& states, const std::function<void(int64_t)>& progress,
+           const TokenCallback& token_callback);
   // One step of the scheduler's plan: block copies, then the device step; fills the sampled
   // ids and logprobs of `rows` (host vectors).
   void execute(const StepPlan& plan, const std::vector<ops::SampleRow>& rows,
@@ -93,7 +95,8 @@ struct Engine::Impl {
                std::vector<float>& processed, std::vector<int32_t>& top_ids,
                std::vector<float>& top_lps);
   void on_token(RequestState& rs, int32_t sample, int64_t seq, int32_t token, float lp,
-                float plp, const int32_t* top_ids, const float* top_lps, int top_k);
+                float plp, const int32_t* top_ids, const float* top_lps, int top_k,
+                const TokenCallback& token_callback);
 };
 
 void Engine::Impl::setup() {
@@ -313,7 +316,7 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
 
 void Engine::Impl::on_token(RequestState& rs, int32_t sample, int64_t seq, int32_t token,
                             float lp, float plp, const int32_t* top_ids, const float* top_lps,
-                            int top_k) {
+                            int top_k, const TokenCallback& token_callback) {
   const SamplingParams& p = rs.req->params;
   SampleState& st = rs.samples[size_t(sample)];
   st.seq = seq;
@@ -328,6 +331,7 @@ void Engine::Impl::on_token(RequestState& rs, int32_t sample, int64_t seq, int32
   }
   (void)top_k;
   ++stats.output_tokens;
+  if (token_callback) token_callback(rs.index, sample, token);
   const int64_t generated = int64_t(o.ids.size());
   bool stop = generated >= p.min_tokens &&
               std::find(rs.stop_ids.begin(), rs.stop_ids.end(), token) != rs.stop_ids.end();
@@ -355,7 +359,8 @@ void Engine::Impl::on_token(RequestState& rs, int32_t sample, int64_t seq, int32
 }
 
 void Engine::Impl::run(std::vector<RequestState>& states,
-                       const std::function<void(int64_t)>& progress) {
+                       const std::function<void(int64_t)>& progress,
+                       const TokenCallback& token_callback) {
   const ModelConfig& c = model.config();
   // Which request and sample each live sequence is.
   std::unordered_map<int64_t, std::pair<int64_t, int32_t>> owner;
@@ -444,7 +449,8 @@ void Engine::Impl::run(std::vector<RequestState>& states,
         on_token(rs, sample, ids[k], tokens[r], logprobs[r],
                  want_processed ? processed[r] : 0.0f,
                  top_k > 0 ? top_ids.data() + r * size_t(top_k) : nullptr,
-                 top_k > 0 ? top_lps.data() + r * size_t(top_k) : nullptr, top_k);
+                 top_k > 0 ? top_lps.data() + r * size_t(top_k) : nullptr, top_k,
+                 token_callback);
       }
     }
     const SchedulerStats ss = sched->stats();
@@ -467,43 +473,50 @@ Engine::Engine(Context& ctx, const Model& model, const tok::Tokenizer* tokenizer
 
 Engine::~Engine() = default;
 
-std::vector<RequestOutput> Engine::generate(std::span<const GenerationRequest> requests,
-                                            const std::function<void(int64_t)>& progress) {
-  Impl& im = *impl_;
+void Engine::validate(const GenerationRequest& req) const {
+  const Impl& im = *impl_;
   const ModelConfig& c = im.model.config();
+  const SamplingParams& p = req.params;
+  p.validate();
+  CHECK(!req.prompt_ids.empty(), "empty prompt");
+  for (int32_t id : req.prompt_ids)
+    CHECK(id >= 0 && id < c.vocab_size, "prompt id {} is outside the vocabulary [0, {})", id,
+          c.vocab_size);
+  const int64_t total = int64_t(req.prompt_ids.size()) + p.max_tokens;
+  CHECK(total <= c.max_position_embeddings,
+        "a prompt of {} tokens plus max_tokens {} exceeds the model's context of {} "
+        "(max_position_embeddings)", req.prompt_ids.size(), p.max_tokens,
+        c.max_position_embeddings);
+  CHECK(im.sched->fits_ever(total),
+        "a prompt of {} tokens plus max_tokens {} can never fit the KV pool of {} blocks of {} "
+        "tokens; give the engine more KV memory (--kv-memory) or lower max_tokens",
+        req.prompt_ids.size(), p.max_tokens, im.stats.kv_blocks, im.pool->block_size());
+  CHECK(p.stop.empty() || im.tokenizer != nullptr, "stop strings need the model's tokenizer");
+}
+
+std::vector<RequestOutput> Engine::generate(std::span<const GenerationRequest> requests,
+                                            const std::function<void(int64_t)>& progress,
+                                            const TokenCallback& on_token) {
+  Impl& im = *impl_;
   std::vector<RequestState> states(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     const GenerationRequest& req = requests[i];
     const SamplingParams& p = req.params;
     try {
-      p.validate();
+      validate(req);
     } catch (const Error& e) {
       RAISE("request {}: {}", i, e.what());
     }
-    CHECK(!req.prompt_ids.empty(), "request {}: empty prompt", i);
-    for (int32_t id : req.prompt_ids)
-      CHECK(id >= 0 && id < c.vocab_size, "request {}: prompt id {} is outside the vocabulary "
-                                          "[0, {})", i, id, c.vocab_size);
-    const int64_t total = int64_t(req.prompt_ids.size()) + p.max_tokens;
-    CHECK(total <= c.max_position_embeddings,
-          "request {}: a prompt of {} tokens plus max_tokens {} exceeds the model's context of "
-          "{} (max_position_embeddings)", i, req.prompt_ids.size(), p.max_tokens,
-          c.max_position_embeddings);
-    CHECK(im.sched->fits_ever(total),
-          "request {}: a prompt of {} tokens plus max_tokens {} can never fit the KV pool of {} "
-          "blocks of {} tokens; give the engine more KV memory (--kv-memory) or lower max_tokens",
-          i, req.prompt_ids.size(), p.max_tokens, im.stats.kv_blocks, im.pool->block_size());
-    CHECK(!p.stop.empty() ? im.tokenizer != nullptr : true,
-          "request {}: stop strings need the model's tokenizer", i);
     RequestState& rs = states[i];
     rs.req = &req;
+    rs.index = i;
     if (!p.ignore_eos) rs.stop_ids = im.eos;
     rs.stop_ids.insert(rs.stop_ids.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
     rs.samples.resize(size_t(p.n));
     for (SampleState& st : rs.samples)
       if (im.tokenizer) st.decoder = std::make_unique<tok::IncrementalDecoder>(*im.tokenizer, true);
   }
-  im.run(states, progress);
+  im.run(states, progress, on_token);
   std::vector<RequestOutput> out(requests.size());
   for (size_t i = 0; i < states.size(); ++i)
     for (SampleState& st : states[i].samples) out[i].completions.push_back(std::move(st.out));

@@ -40,9 +40,9 @@ enum class FinishReason { stop, length };
 const char* finish_reason_name(FinishReason r);
 
 struct CompletionOutput {
-  std::vector<int32_t> ids;           // generated ids (a stop token id included, as vLLM)
-  std::string text;                   // decoded (stop string cut off); empty without tokenizer
-  std::vector<float> logprobs;        // raw logprob of each id (vLLM's default)
+  std::vector<int32_t> ids;               // generated ids (a stop token id included, as vLLM)
+  std::string text;                       // decoded (stop string cut off); empty without tokenizer
+  std::vector<float> logprobs;            // raw logprob of each id (vLLM's default)
   std::vector<float> processed_logprobs;  // under the temperature-scaled full vocabulary
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;  // params.logprobs each
   FinishReason finish = FinishReason::length;
@@ -57,7 +57,7 @@ struct EngineOptions {
   // weights and the step plan (CUDA), 1 GiB on the CPU.
   size_t kv_memory_bytes = 0;
   double kv_memory_fraction = 0.9;
-  int64_t max_num_seqs = 256;            // sequences per step
+  int64_t max_num_seqs = 256;             // sequences per step
   int64_t max_num_batched_tokens = 2048;  // tokens per step (chunked prefill budget)
   bool prefix_caching = true;
   uint64_t seed = 0;  // the streams of requests that set no seed of their own
@@ -84,10 +84,24 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
+  // Called on the host for every sampled token as soon as its step's ids are back, in step
+  // order (within a step, in the step's row order): the request's index in the call, the
+  // sample index, the token id (a stop id included, as in CompletionOutput::ids). Streaming
+  // front ends (fp8rl chat) decode it themselves; the callback must not call the engine.
+  using TokenCallback = std::function<void(size_t request, int sample, int32_t token)>;
+
   // Generates every request to completion; outputs in request order. progress(tokens) is
-  // called after each step with the output tokens so far.
+  // called after each step with the output tokens so far; on_token after each sampled token.
   std::vector<RequestOutput> generate(std::span<const GenerationRequest> requests,
-                                      const std::function<void(int64_t)>& progress = {});
+                                      const std::function<void(int64_t)>& progress = {},
+                                      const TokenCallback& on_token = {});
+
+  // Raises fp8rl::Error naming what is wrong if `request` can never run here: invalid
+  // sampling values, an empty prompt or ids outside the vocabulary, prompt + max_tokens past
+  // the model's context or larger than the whole KV pool, stop strings without a tokenizer.
+  // generate() checks every request so before it starts; front ends call it to name the
+  // input line.
+  void validate(const GenerationRequest& request) const;
 
   // KV computed under another adapter version is never reused from the prefix cache: the
   // trainer bumps the version after every optimizer step (LoraAdapter::version()).

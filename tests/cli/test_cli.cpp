@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "formats/npy.h"
 #include "test_util.h"
+#include "tolerances.h"
 
 namespace fs = std::filesystem;
 using namespace fp8rl;
@@ -21,8 +23,9 @@ struct Result {
   std::string output;
 };
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(FP8RL_BIN) + " " + args + " 2>&1";
+// `redirects` replaces the default "2>&1" (e.g. "< in.txt 2>/dev/null" for stdout alone).
+Result run(const std::string& args, const std::string& redirects = "2>&1") {
+  const std::string cmd = std::string(FP8RL_BIN) + " " + args + " " + redirects;
   FILE* p = popen(cmd.c_str(), "r");
   Result r{0, ""};
   std::array<char, 4096> buf;
@@ -48,7 +51,7 @@ std::string temp(const std::string& name) {
 const std::string kQwen3 = fp8rl::test::golden_dir("qwen3");
 
 TEST(Cli, HelpForEverySubcommand) {
-  for (const char* sub : {"info", "logits", "quantize", "init", "schemes"}) {
+  for (const char* sub : {"info", "logits", "quantize", "init", "schemes", "generate", "chat"}) {
     const Result r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << sub;
@@ -133,12 +136,14 @@ TEST(Cli, CorruptModelsAreClearErrors) {
   fs::create_directories(dir);
   std::ofstream(dir + "/config.json") << "{ not json";
   expect_error("info " + dir, "is not valid JSON");
-  fs::copy_file(kQwen3 + "/config.json", dir + "/config.json", fs::copy_options::overwrite_existing);
+  fs::copy_file(kQwen3 + "/config.json", dir + "/config.json",
+                fs::copy_options::overwrite_existing);
   expect_error("info " + dir, "model.safetensors");  // no weights at all
   {
     std::ifstream in(kQwen3 + "/model.safetensors", std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::ofstream(dir + "/model.safetensors", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+    std::ofstream(dir + "/model.safetensors", std::ios::binary)
+        << bytes.substr(0, bytes.size() / 2);
   }
   expect_error("logits " + dir + " --ids 1 --out /tmp/x.npy", "model.safetensors");
   {
@@ -149,9 +154,328 @@ TEST(Cli, CorruptModelsAreClearErrors) {
   }
   fs::copy_file(kQwen3 + "/model.safetensors", dir + "/model.safetensors",
                 fs::copy_options::overwrite_existing);
-  expect_error("logits " + dir + " --ids 1 --out /tmp/x.npy",
-               "tensor 'model.embed_tokens.weight' has shape [256, 192], the config implies [256, 128]");
+  expect_error(
+      "logits " + dir + " --ids 1 --out /tmp/x.npy",
+      "tensor 'model.embed_tokens.weight' has shape [256, 192], the config implies [256, 128]");
   fs::remove_all(dir);
+}
+
+// ---- generate and chat ----
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream f(path);
+  return nlohmann::json::parse(f);
+}
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<nlohmann::json> lines;
+  std::string line;
+  while (std::getline(f, line)) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// The golden's prompts as a prompts file.
+std::string golden_prompts(const nlohmann::json& prompts, const std::string& name) {
+  std::string text;
+  for (const auto& p : prompts)
+    text += nlohmann::json{{"prompt_ids", p["prompt_ids"]}}.dump() + "\n";
+  const std::string path = temp(name) + ".jsonl";
+  write_file(path, text);
+  return path;
+}
+
+struct GoldenMatch {
+  bool tokens_equal = true;
+  double max_logprob_diff = 0;
+};
+
+GoldenMatch compare(const nlohmann::json& prompts, const std::vector<nlohmann::json>& out) {
+  GoldenMatch m;
+  EXPECT_EQ(out.size(), prompts.size());
+  for (size_t i = 0; i < std::min(out.size(), prompts.size()); ++i) {
+    const nlohmann::json& c = out[i]["completions"].at(0);
+    m.tokens_equal = m.tokens_equal && c["completion_ids"] == prompts[i]["generated_ids"];
+    const auto lps = c["logprobs"].get<std::vector<double>>();
+    const auto ref = prompts[i]["logprobs"].get<std::vector<double>>();
+    for (size_t t = 0; t < std::min(lps.size(), ref.size()); ++t)
+      m.max_logprob_diff = std::max(m.max_logprob_diff, std::abs(lps[t] - ref[t]));
+  }
+  return m;
+}
+
+// Greedy fp32 generation through the CLI equals HF generate's tokens (tests/engine checks the
+// engine itself on all goldens; this checks the command's plumbing: input, flags, output).
+TEST(CliGenerate, GreedyEqualsHfGenerate) {
+  const nlohmann::json g = read_json(kQwen3 + "/generate.json");
+  const std::string prompts = golden_prompts(g["prompts"], "gen_in"), out = temp("gen_out");
+  const std::string args = "generate " + kQwen3 + " --prompts " + prompts + " --out " + out +
+                           " --max-tokens 12 --ignore-eos --fp8 off";
+  const Result r = run(args + " --temperature 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const GoldenMatch m = compare(g["prompts"], read_jsonl(out));
+  EXPECT_TRUE(m.tokens_equal);
+  EXPECT_LE(m.max_logprob_diff, fp8rl::test::kGenerateLogprob);
+  EXPECT_FALSE(fs::exists(out + ".tmp"));
+  for (const auto& line : read_jsonl(out)) {
+    EXPECT_EQ(line["completions"][0]["finish_reason"], "length");
+    EXPECT_EQ(line["completions"][0]["text"], "");  // the goldens have no tokenizer
+  }
+  // Negative control: sampling at temperature 1 is not the greedy sequence.
+  ASSERT_EQ(run(args + " --temperature 1 --seed 3").exit_code, 0);
+  EXPECT_FALSE(compare(g["prompts"], read_jsonl(out)).tokens_equal);
+  // --n: n completions per line.
+  ASSERT_EQ(run(args + " --temperature 1 --seed 3 --n 3").exit_code, 0);
+  for (const auto& line : read_jsonl(out)) EXPECT_EQ(line["completions"].size(), 3u);
+  fs::remove(prompts);
+  fs::remove(out);
+}
+
+// --adapter: PEFT's generate with the adapter (and not the base model's).
+TEST(CliGenerate, AdapterEqualsPeftGenerate) {
+  const nlohmann::json g = read_json(kQwen3 + "/generate.json");
+  const nlohmann::json& ap = g["adapter"]["prompts"];
+  const std::string prompts = golden_prompts(ap, "gen_ad_in"), out = temp("gen_ad_out");
+  const std::string args = "generate " + kQwen3 + " --prompts " + prompts + " --out " + out +
+                           " --max-tokens 12 --ignore-eos --fp8 off --temperature 0";
+  ASSERT_EQ(run(args + " --adapter " + kQwen3 + "/adapter").exit_code, 0);
+  const GoldenMatch m = compare(ap, read_jsonl(out));
+  EXPECT_TRUE(m.tokens_equal);
+  EXPECT_LE(m.max_logprob_diff, fp8rl::test::kGenerateLogprob);
+  ASSERT_EQ(run(args).exit_code, 0);
+  EXPECT_GT(compare(ap, read_jsonl(out)).max_logprob_diff, 10 * fp8rl::test::kGenerateLogprob)
+      << "the adapter changes nothing";
+  fs::remove(prompts);
+  fs::remove(out);
+}
+
+// --adapter on logits: PEFT's logits; bench forward runs with it.
+TEST(CliAdapter, LogitsAndBench) {
+  const std::string ids = read_json(kQwen3 + "/ids.json").dump();
+  const std::string csv = ids.substr(1, ids.size() - 2);
+  const Tensor ref = read_npy(kQwen3 + "/adapter_logits.npy");
+  const std::string with = temp("lg_ad") + ".npy", without = temp("lg_base") + ".npy";
+  const std::string args = "logits " + kQwen3 + " --ids " + csv + " --fp8 off";
+  ASSERT_EQ(run(args + " --adapter " + kQwen3 + "/adapter --out " + with).exit_code, 0);
+  ASSERT_EQ(run(args + " --out " + without).exit_code, 0);
+  EXPECT_LE(fp8rl::test::rel_max_diff(read_npy(with), ref), fp8rl::test::kHfFp32Logits);
+  EXPECT_GT(fp8rl::test::rel_max_diff(read_npy(without), ref), 100 * fp8rl::test::kHfFp32Logits);
+  const Result b = run("bench forward --model " + kQwen3 + " --adapter " + kQwen3 +
+                       "/adapter --device cpu --tokens 16 --iters 1 --warmup 0");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("\"adapter\""), std::string::npos) << b.output;
+  const std::string llama = fp8rl::test::golden_dir("llama");
+  expect_error("logits " + llama + " --ids 1,2 --adapter " + kQwen3 + "/adapter --out " + with,
+               "q_proj");
+  expect_error("bench forward --model " + llama + " --adapter " + kQwen3 +
+                   "/adapter --device cpu --tokens 16 --iters 1",
+               "q_proj");
+  fs::remove(with);
+  fs::remove(without);
+}
+
+// Every bad input: `fp8rl: error:` naming it, a non-zero exit, and no output file.
+TEST(CliGenerate, BadInputIsAClearErrorAndLeavesNoOutput) {
+  const std::string in = temp("bad_in") + ".jsonl", out = temp("bad_out") + ".jsonl";
+  const std::string base = "generate " + kQwen3 + " --prompts " + in + " --out " + out;
+  auto expect_failure = [&](const std::string& lines, const std::string& flags,
+                            const std::string& fragment, const std::string& model = "") {
+    write_file(in, lines);
+    const std::string args =
+        model.empty() ? base + " " + flags
+                      : "generate " + model + " --prompts " + in + " --out " + out + " " + flags;
+    const Result r = run(args);
+    EXPECT_GT(r.exit_code, 0) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("fp8rl: error:"), std::string::npos) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(fragment), std::string::npos) << args << "\n" << r.output;
+    EXPECT_FALSE(fs::exists(out)) << args;
+    EXPECT_FALSE(fs::exists(out + ".tmp")) << args;
+  };
+  const std::string ok = R"({"prompt_ids": [1, 2, 3]})"
+                         "\n";
+  // The control: the same command succeeds on a good file.
+  write_file(in, ok);
+  ASSERT_EQ(run(base + " --max-tokens 2").exit_code, 0);
+  ASSERT_TRUE(fs::exists(out));
+  fs::remove(out);
+
+  expect_failure(ok + "{not json\n", "", "line 2: not a JSON object");
+  expect_failure(ok + "\n[1, 2]\n", "", "line 3: not a JSON object");
+  expect_failure(R"({"n": 1})"
+                 "\n",
+                 "", "line 1: needs exactly one of prompt_ids, prompt, messages");
+  expect_failure(ok + R"({"prompt_ids": [1], "prompt": "hi"})"
+                      "\n",
+                 "", "line 2: needs exactly one of");
+  expect_failure(R"({"prompt_ids": [1, 256]})"
+                 "\n",
+                 "", "line 1: prompt id 256 is outside the vocabulary");
+  expect_failure(R"({"prompt_ids": [-1]})"
+                 "\n",
+                 "", "prompt id -1 is outside the vocabulary");
+  expect_failure(R"({"prompt_ids": []})"
+                 "\n",
+                 "", "prompt_ids must be a non-empty list");
+  expect_failure(R"({"prompt_ids": ["a"]})"
+                 "\n",
+                 "", "prompt id \"a\" is not a token id");
+  expect_failure(R"({"prompt": "hello"})"
+                 "\n",
+                 "", "needs the model's tokenizer");
+  // Longer than the context (max_position_embeddings = 256), with and without max_tokens.
+  const std::string long_ids =
+      nlohmann::json{{"prompt_ids", std::vector<int>(250, 5)}}.dump() + "\n";
+  expect_failure(long_ids, "--max-tokens 12", "exceeds the model's context of 256");
+  expect_failure(nlohmann::json{{"prompt_ids", std::vector<int>(257, 5)}}.dump() + "\n",
+                 "--max-tokens 1", "257 tokens plus max_tokens 1 exceeds the model's context");
+  // A KV budget that holds no block, and one too small for the prompt ever.
+  expect_failure(ok, "--kv-memory 0.000001", "holds no block");
+  expect_failure(nlohmann::json{{"prompt_ids", std::vector<int>(29, 5)}}.dump() + "\n",
+                 "--kv-memory 0.00004 --max-tokens 12", "can never fit the KV pool");
+  expect_failure(ok, "--kv-memory -1", "--kv-memory must be >= 0");
+  // Invalid sampling values, as flags and as per-line overrides.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"--temperature -0.5", "temperature must be >= 0"}, {"--top-p 0", "top_p must be in (0, 1]"},
+      {"--top-p 1.5", "top_p must be in (0, 1]"},         {"--top-k -2", "top_k must be >= -1"},
+      {"--min-p 2", "min_p must be in [0, 1]"},           {"--n 0", "n must be >= 1"},
+      {"--max-tokens 0", "max_tokens must be >= 1"}};
+  for (const auto& [flag, message] : bad) {
+    expect_failure(ok, flag, message);
+    std::string key = flag.substr(2, flag.find(' ') - 2);
+    std::replace(key.begin(), key.end(), '-', '_');
+    nlohmann::json line = {{"prompt_ids", {1, 2, 3}}};
+    line[key] = nlohmann::json::parse(flag.substr(flag.find(' ') + 1));
+    expect_failure(ok + line.dump() + "\n", "", "line 2: sampling: " + message);
+  }
+  expect_failure(ok + R"({"prompt_ids": [1], "temperature": "hot"})"
+                      "\n",
+                 "", "line 2: sampling: 'temperature'");
+  // An adapter made for another architecture's shapes (qwen3: 4 heads of 64; llama: 6 of 32).
+  expect_failure(ok, "--adapter " + kQwen3 + "/adapter", "q_proj",
+                 fp8rl::test::golden_dir("llama"));
+  expect_failure(ok, "--adapter /nonexistent/adapter", "/nonexistent/adapter");
+  // Missing files.
+  fs::remove(in);
+  const Result r = run(base);
+  EXPECT_GT(r.exit_code, 0);
+  EXPECT_NE(r.output.find("fp8rl: error: cannot open --prompts file " + in), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(out));
+  write_file(in, ok);
+  expect_failure(ok, "", "config.json", "/nonexistent/model");
+  fs::remove(in);
+}
+
+// A copy of the qwen3 golden (vocab 256) with a byte-level tokenizer whose vocabulary is the
+// 256 byte symbols of tests/data/tokenizer/tiny_byte_level (its merges and added tokens, ids
+// past 256, dropped) and a chat template in plain text.
+std::string chat_model(bool with_template) {
+  const std::string dir = temp(with_template ? "chat_model" : "chat_model_nt");
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors", "generation_config.json"})
+    fs::copy_file(kQwen3 + "/" + f, dir + "/" + f);
+  nlohmann::json tok =
+      read_json(std::string(FP8RL_TEST_DATA) + "/tokenizer/tiny_byte_level/tokenizer.json");
+  nlohmann::json vocab = nlohmann::json::object();
+  for (const auto& [k, v] : tok["model"]["vocab"].items())
+    if (v.get<int>() < 256) vocab[k] = v;
+  EXPECT_EQ(vocab.size(), 256u);
+  tok["model"]["vocab"] = vocab;
+  tok["model"]["merges"] = nlohmann::json::array();
+  tok["added_tokens"] = nlohmann::json::array();
+  write_file(dir + "/tokenizer.json", tok.dump());
+  nlohmann::json cfg = nlohmann::json::object();
+  if (with_template)
+    cfg["chat_template"] =
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}";
+  write_file(dir + "/tokenizer_config.json", cfg.dump());
+  return dir;
+}
+
+// `fp8rl generate` on one messages line: the completion's text.
+std::string generate_text(const std::string& model, const nlohmann::json& messages,
+                          const std::string& flags) {
+  const std::string in = temp("chat_gen_in") + ".jsonl", out = temp("chat_gen_out") + ".jsonl";
+  write_file(in, nlohmann::json{{"messages", messages}}.dump() + "\n");
+  const Result r = run("generate " + model + " --prompts " + in + " --out " + out + " " + flags);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const auto lines = read_jsonl(out);
+  fs::remove(in);
+  fs::remove(out);
+  return lines.empty() ? "" : lines[0]["completions"][0]["text"].get<std::string>();
+}
+
+// A scripted chat: two turns then /exit. stdout is the two replies, one line each, and each
+// reply is what `generate` writes for the same history and seed.
+TEST(CliChat, ScriptedSessionEqualsGenerate) {
+  const std::string model = chat_model(true);
+  const std::string script = temp("chat_script") + ".txt";
+  write_file(script, "hello there\nand now?\n/exit\nnever read\n");
+  const std::string sampling = "--seed 11 --temperature 0.9 --top-k 50 --max-tokens 10";
+  const Result chat = run("chat " + model + " " + sampling, "< " + script + " 2>/dev/null");
+  ASSERT_EQ(chat.exit_code, 0) << chat.output;
+
+  nlohmann::json messages = nlohmann::json::array();
+  messages.push_back({{"role", "user"}, {"content", "hello there"}});
+  const std::string first = generate_text(model, messages, sampling);
+  messages.push_back({{"role", "assistant"}, {"content", first}});
+  messages.push_back({{"role", "user"}, {"content", "and now?"}});
+  const std::string second = generate_text(model, messages, sampling);
+  EXPECT_FALSE(first.empty());
+  EXPECT_FALSE(second.empty());
+  EXPECT_EQ(chat.output, first + "\n" + second + "\n");
+
+  // Negative control: another seed, other replies.
+  const Result other =
+      run("chat " + model + " --seed 12 --temperature 0.9 --top-k 50 --max-tokens 10",
+          "< " + script + " 2>/dev/null");
+  ASSERT_EQ(other.exit_code, 0);
+  EXPECT_NE(other.output, chat.output);
+
+  // /reset: the second "hello there" starts from an empty history again, so the same reply.
+  write_file(script, "hello there\n/reset\nhello there\n");
+  const Result reset = run("chat " + model + " " + sampling, "< " + script + " 2>/dev/null");
+  ASSERT_EQ(reset.exit_code, 0);
+  EXPECT_EQ(reset.output, first + "\n" + first + "\n");
+  // Without /reset the second turn sees the first: another reply.
+  write_file(script, "hello there\nhello there\n");
+  const Result twice = run("chat " + model + " " + sampling, "< " + script + " 2>/dev/null");
+  EXPECT_NE(twice.output, reset.output);
+
+  // --system is the template's first message.
+  const std::string sys =
+      generate_text(model,
+                    nlohmann::json::array({{{"role", "system"}, {"content", "be brief"}},
+                                           {{"role", "user"}, {"content", "hello there"}}}),
+                    sampling);
+  write_file(script, "hello there\n");
+  const Result with_system =
+      run("chat " + model + " --system 'be brief' " + sampling, "< " + script + " 2>/dev/null");
+  EXPECT_EQ(with_system.output, sys + "\n");
+  fs::remove(script);
+  fs::remove_all(model);
+}
+
+TEST(CliChat, BadInputIsAClearError) {
+  const std::string script = temp("chat_bad") + ".txt";
+  write_file(script, "hi\n");
+  expect_error("chat " + kQwen3 + " < " + script, "has no tokenizer.json");
+  const std::string no_template = chat_model(false);
+  expect_error("chat " + no_template + " < " + script, "has no chat template");
+  const std::string model = chat_model(true);
+  expect_error("chat " + model + " --temperature -1 < " + script, "temperature must be >= 0");
+  expect_error("chat " + model + " --adapter " + kQwen3 + "/nope < " + script, "nope");
+  // A conversation that outgrows the context (256 tokens): a script stops with the error.
+  write_file(script, std::string(300, 'a') + "\n");
+  expect_error("chat " + model + " --seed 1 < " + script, "fills the model's context of 256");
+  fs::remove(script);
+  fs::remove_all(no_template);
+  fs::remove_all(model);
 }
 
 }  // namespace

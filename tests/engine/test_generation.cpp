@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
@@ -226,6 +227,35 @@ TEST_P(Scheduling, OutputsDoNotDependOnIt) {
 INSTANTIATE_TEST_SUITE_P(Schemes, Scheduling, ::testing::Values(Fp8Scheme::off, Fp8Scheme::row,
                                                                   Fp8Scheme::block),
                          [](const auto& info) { return std::string(scheme_name(info.param)); });
+
+// The per-token callback streams every sampled token of every sample, in order, while the
+// run goes on: per (request, sample) the callback's tokens are the completion's ids, and the
+// requests' tokens interleave (each came at its step, not all at the end).
+TEST(Engine, TokenCallbackStreamsEveryToken) {
+  const Model m = load_model(golden_dir("qwen3"), Fp8Scheme::row);
+  const std::vector<GenerationRequest> reqs = mixed_requests();
+  Cpu cpu;
+  Engine e(cpu.ctx, m, nullptr, {}, small_options());
+  std::map<std::pair<size_t, int>, std::vector<int32_t>> streamed;
+  std::vector<size_t> order;  // the request of each callback
+  const auto out = e.generate(reqs, {}, [&](size_t request, int sample, int32_t token) {
+    streamed[{request, sample}].push_back(token);
+    order.push_back(request);
+  });
+  size_t total = 0;
+  for (size_t i = 0; i < reqs.size(); ++i)
+    for (size_t s = 0; s < out[i].completions.size(); ++s) {
+      const std::pair<size_t, int> key(i, int(s));
+      EXPECT_EQ(streamed[key], out[i].completions[s].ids) << i << " " << s;
+      total += out[i].completions[s].ids.size();
+    }
+  EXPECT_EQ(streamed.size(), 2u + 3u + 1u + 2u + 3u + 1u);  // n = 1 + i % 3
+  EXPECT_EQ(order.size(), total);
+  // Request 0's last token comes after request 5's first: tokens arrive step by step.
+  const size_t last0 = size_t(std::find(order.rbegin(), order.rend(), 0u) - order.rbegin());
+  const size_t first5 = size_t(std::find(order.begin(), order.end(), 5u) - order.begin());
+  EXPECT_LT(first5, order.size() - 1 - last0);
+}
 
 // KV made under one adapter version is never reused under another.
 TEST(Engine, PrefixCacheKeyedByAdapterVersion) {

@@ -1,0 +1,98 @@
+#include "cli/model_session.h"
+
+#include <filesystem>
+
+#include "cli/common.h"
+#include "core/check.h"
+#include "tokenizer/jinja/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_config.h"
+
+namespace fp8rl::cli {
+
+ModelSession::ModelSession(const SessionOptions& options) : dir_(options.model) {
+  LoadOptions load;
+  load.fp8 = parse_fp8_option(options.fp8);
+  open_device(options);
+  model_.emplace(Model::load(options.model, load));
+  model_->to_device(ctx_);
+  finish_setup(options);
+}
+
+ModelSession::ModelSession(const SessionOptions& options,
+                           const std::function<Model(Context&)>& make)
+    : dir_(options.model) {
+  open_device(options);
+  model_.emplace(make(ctx_));
+  model_->to_device(ctx_);
+  finish_setup(options);
+}
+
+ModelSession::~ModelSession() {
+  // The adapter's device copy and the model's weights go before the device.
+  if (model_) LoraAdapter::detach(*model_);
+  adapter_.reset();
+  model_.reset();
+}
+
+void ModelSession::open_device(const SessionOptions& options) {
+  const Device device = parse_device(options.device);
+  CHECK(!options.bf16_activations || device == Device::cpu,
+        "bf16 activations emulation applies to --device cpu only");
+  if (device == Device::cuda) {
+    CHECK(CudaDevice::built(), "--device cuda: this fp8rl was built without the CUDA backend");
+    CHECK(CudaDevice::count() > 0, "--device cuda: no CUDA device is visible");
+    cuda_ = std::make_unique<CudaDevice>();
+    ctx_ = cuda_->context();
+  }
+  ctx_.bf16_activations = options.bf16_activations;
+}
+
+void ModelSession::finish_setup(const SessionOptions& options) {
+  if (!options.adapter.empty()) {
+    adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::load_peft(options.adapter, *model_));
+    adapter_->sync_to_device(ctx_);
+    adapter_->attach(*model_);
+  }
+  if (!dir_.empty() && std::filesystem::exists(std::filesystem::path(dir_) / "tokenizer.json"))
+    tokenizer_ = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_file(dir_));
+}
+
+const tok::Tokenizer& ModelSession::require_tokenizer(const std::string& what) const {
+  CHECK(tokenizer_ != nullptr, "{} needs the model's tokenizer, and {} has no tokenizer.json", what,
+        dir_.empty() ? std::string("the model") : dir_);
+  return *tokenizer_;
+}
+
+std::vector<int32_t> ModelSession::eos_ids() const {
+  if (dir_.empty()) return {};
+  const tok::TokenizerConfig tc = tok::TokenizerConfig::load(dir_);
+  return tokenizer_ ? tc.stop_token_ids(*tokenizer_) : tc.generation_eos_token_ids;
+}
+
+std::vector<int32_t> ModelSession::encode_text(const std::string& text) const {
+  return require_tokenizer("a text prompt").encode(text, /*add_special=*/true);
+}
+
+std::string ModelSession::render_chat(const nlohmann::ordered_json& messages) const {
+  require_tokenizer("a chat (messages)");
+  CHECK(messages.is_array(), "messages must be a list of {{role, content}} objects");
+  if (!chat_) chat_ = std::make_unique<ChatTemplateConfig>(load_chat_template_config(dir_));
+  ChatRequest req;
+  req.messages = messages;
+  req.add_generation_prompt = true;
+  return ChatTemplate(chat_->source).render(build_chat_context(*chat_, req));
+}
+
+std::vector<int32_t> ModelSession::encode_chat(const nlohmann::ordered_json& messages) const {
+  // The template wrote the special tokens itself.
+  return tokenizer_->encode(render_chat(messages), /*add_special=*/false);
+}
+
+std::unique_ptr<Engine> ModelSession::make_engine(const EngineOptions& options) {
+  auto engine = std::make_unique<Engine>(ctx_, *model_, tokenizer_.get(), eos_ids(), options);
+  if (adapter_) engine->set_adapter_version(adapter_->version());
+  return engine;
+}
+
+}  // namespace fp8rl::cli

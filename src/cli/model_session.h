@@ -1,0 +1,93 @@
+// What every command that runs a model sets up, in one place: the device and its context, the
+// model on that device, an optional PEFT adapter attached to it, and the model directory's
+// tokenizer, stop ids and chat template for commands that take text.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/arena.h"
+#include "engine/engine.h"
+#include "model/adapter.h"
+#include "model/model.h"
+#include "ops/context.h"
+#include "ops/device.h"
+
+namespace fp8rl {
+struct ChatTemplateConfig;
+namespace tok {
+class Tokenizer;
+}
+}  // namespace fp8rl
+
+namespace fp8rl::cli {
+
+struct SessionOptions {
+  std::string model;         // Hugging Face model directory
+  std::string adapter;       // PEFT adapter directory; empty: none
+  std::string fp8 = "auto";  // --fp8 (parse_fp8_option)
+  std::string device = "cpu";
+  bool bf16_activations = false;  // CPU only (parse_activations)
+};
+
+// Also the spelling of --adapter's help on every command.
+inline const char* kAdapterHelp =
+    "PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors)";
+
+class ModelSession {
+ public:
+  // Loads the checkpoint of options.model onto the device, then the adapter (checked against
+  // the model, every mismatch named) and tokenizer.json when the directory has one.
+  explicit ModelSession(const SessionOptions& options);
+  // The model made by `make` on the session's context (bench: random weights of a preset);
+  // options.model may be empty (no tokenizer then).
+  ModelSession(const SessionOptions& options, const std::function<Model(Context&)>& make);
+  ~ModelSession();
+  ModelSession(const ModelSession&) = delete;
+  ModelSession& operator=(const ModelSession&) = delete;
+
+  Context& ctx() { return ctx_; }
+  Device device() const { return ctx_.device; }
+  CudaDevice* cuda() { return cuda_.get(); }  // null on the CPU
+  Model& model() { return *model_; }
+  const LoraAdapter* adapter() const { return adapter_.get(); }
+
+  // The model's tokenizer, or null when its directory has no tokenizer.json.
+  const tok::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  // The tokenizer, or an error saying that `what` needs it.
+  const tok::Tokenizer& require_tokenizer(const std::string& what) const;
+  // The ids that end generation: generation_config.json's eos ids, plus tokenizer_config's
+  // eos_token when there is a tokenizer.
+  std::vector<int32_t> eos_ids() const;
+
+  // Text prompt -> ids, special tokens added as vLLM does (e.g. a bos).
+  std::vector<int32_t> encode_text(const std::string& text) const;
+  // The model's chat template applied to `messages` (a JSON list of {role, content}) with
+  // the generation prompt -> the rendered text, then its ids (the template wrote the special
+  // tokens itself, so none are added).
+  std::string render_chat(const nlohmann::ordered_json& messages) const;
+  std::vector<int32_t> encode_chat(const nlohmann::ordered_json& messages) const;
+
+  // An engine over the session's model, keyed by the adapter's version.
+  std::unique_ptr<Engine> make_engine(const EngineOptions& options);
+
+ private:
+  void open_device(const SessionOptions& options);
+  void finish_setup(const SessionOptions& options);
+
+  std::string dir_;
+  // The device outlives everything that holds its memory (declared first, destroyed last).
+  std::unique_ptr<CudaDevice> cuda_;
+  Arena arena_;
+  Context ctx_{Device::cpu, &arena_};
+  std::optional<Model> model_;
+  std::unique_ptr<LoraAdapter> adapter_;
+  std::unique_ptr<tok::Tokenizer> tokenizer_;
+  mutable std::unique_ptr<ChatTemplateConfig> chat_;  // loaded on first use
+};
+
+}  // namespace fp8rl::cli
