@@ -1,5 +1,5 @@
 // fp8rl_bench: the `fp8rl bench` subcommand (src/cli/cmd_bench.cpp) in a binary of its own, so
-// tests/gpu/run.sh can carry a small executable that needs no tokenizer.
+// tests/gpu/run.sh and engine.sh can carry a small executable.
 #include <cstdio>
 
 #include <CLI/CLI.hpp>
