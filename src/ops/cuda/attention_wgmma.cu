@@ -64,14 +64,25 @@ __global__ void __launch_bounds__(WG* kAttnThreads, 2 / WG)
   auto load_kv = [&](int i) {
     if (i < ntiles) {
       unsigned char* kst = base + (i % kWgStages) * kStage;
-      for (int c = tid; c < BC * 16; c += Cfg::kThreads) {
-        const int r = c / 16, ch = c % 16;
+      // Every chunk's cache row first (paged: a block-table load each), then the copies: the
+      // table loads overlap instead of each waiting in front of its cp.async.
+      constexpr int kPer = BC * 16 / Cfg::kThreads;
+      static_assert(BC * 16 % Cfg::kThreads == 0);
+      int64_t off[kPer];
+      bool ok[kPer];
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int c = tid + j * Cfg::kThreads, r = c / 16, ch = c % 16;
         const int key = (b.tile0 + i) * BC + r;
-        const bool ok = key <= b.kv_hi;  // keys past the block's last query: zeros, never read
-        const int64_t off = (b.kv_row(ok ? key : 0) * a.hkv + b.kvh) * D + ch * 8;
+        ok[j] = key <= b.kv_hi;  // keys past the block's last query: zeros, never read
+        off[j] = (b.kv_row(ok[j] ? key : 0) * a.hkv + b.kvh) * D + ch * 8;
+      }
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int c = tid + j * Cfg::kThreads, r = c / 16, ch = c % 16;
         const uint32_t dst = uint32_t(ch / 8) * kPanel + sw128_offset(r, ch % 8);
-        cp_async16(kst + dst, a.k + off, ok);
-        cp_async16(kst + kTile + dst, a.v + off, ok);
+        cp_async16(kst + dst, a.k + off[j], ok[j]);
+        cp_async16(kst + kTile + dst, a.v + off[j], ok[j]);
       }
     }
     cp_async_commit();

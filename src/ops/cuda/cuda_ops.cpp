@@ -258,6 +258,8 @@ void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
   a.table_stride = batch.block_tables.strides[0];
   a.num_seqs = batch.num_seqs;
   a.block_size = int(k_pool.dim(1));
+  CHECK(a.block_size == kPagedBlockSize, "paged_attention: the CUDA kernels take {}-slot blocks, "
+        "got {}", kPagedBlockSize, a.block_size);
   // Rows after the last sequence's (a captured batch's padding) are zeros.
   launch_zero_padding_rows(a.out, t, hq * d, a.cu_q + batch.num_seqs, b.stream());
   if (batch.max_query_len == 1 && paged_decode_supports(d, hq / hkv)) {

@@ -11,6 +11,11 @@
 
 namespace fp8rl::cuda {
 
+// Slots per block of the paged KV cache (model/kv_cache.h's kKvBlockSize): a compile-time
+// constant of the kernels, so a key's slot is a shift and a mask.
+inline constexpr int kPagedBlockShift = 4;
+inline constexpr int kPagedBlockSize = 1 << kPagedBlockShift;
+
 using bf16 = __nv_bfloat16;
 
 // Raises fp8rl::Error naming the kernel when the last launch failed (backend.cpp).
@@ -67,7 +72,7 @@ struct AttentionArgs {
   const int32_t* context_lens = nullptr;
   const int32_t* block_tables = nullptr;
   int64_t table_stride = 0, num_seqs = 1;
-  int block_size = 0;
+  int block_size = 0;  // kPagedBlockSize (checked by the launcher)
 };
 bool attention_supports(int64_t d);
 // Raises the kernels' dynamic shared-memory limits; once per device, before the first launch.

@@ -89,7 +89,6 @@ __global__ void __launch_bounds__(kDecodeThreads, G >= 16 ? 1 : 4)
   const int group = int(a.hq / a.hkv), tid = int(threadIdx.x);
   const int warp = tid / kWarp, lane = tid % kWarp;
   const int32_t* table = a.block_tables + int64_t(seq) * a.table_stride;
-  const int bs = a.block_size;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* ks = reinterpret_cast<bf16*>(smem_raw);         // [BK][kLd]
@@ -122,7 +121,10 @@ __global__ void __launch_bounds__(kDecodeThreads, G >= 16 ? 1 : 4)
       const int j = c / kChunks, cc = (c % kChunks) * 8;
       const int key = kt + j;
       const bool ok = key < k1;  // past the chunk: zeros, the source is not read
-      const int64_t slot = ok ? int64_t(table[key / bs]) * bs + key % bs : 0;
+      const int64_t slot =
+          ok ? int64_t(table[key >> kPagedBlockShift]) * kPagedBlockSize +
+                   (key & (kPagedBlockSize - 1))
+             : 0;
       const int64_t off = (slot * a.hkv + kvh) * D + cc;
       cp_async16(ks + j * kLd + cc, a.k + off, ok);
       cp_async16(vs + j * kLd + cc, a.v + off, ok);
