@@ -3,8 +3,9 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "core/check.h"
 #include "cli/common.h"
+#include "cli/output_path.h"
+#include "core/check.h"
 #include "formats/npy.h"
 #include "model/forward.h"
 #include "ops/device.h"
@@ -18,6 +19,7 @@ struct LogitsOptions {
 };
 
 void run_logits(const LogitsOptions& o) {
+  check_output_file(o.out, {o.model});
   const std::vector<int32_t> ids = parse_ids(o.ids);
   LoadOptions load;
   load.fp8 = parse_fp8_option(o.fp8);
@@ -35,6 +37,9 @@ void run_logits(const LogitsOptions& o) {
     ctx = cuda->context();
   }
   Model model = Model::load(o.model, load);
+  CHECK(int64_t(ids.size()) <= model.config().max_position_embeddings,
+        "--ids: {} tokens, more than the model's max_position_embeddings {}", ids.size(),
+        model.config().max_position_embeddings);
   model.to_device(ctx);
   KvCache cache(model.config(), int64_t(ids.size()), ctx);
   const std::vector<int32_t> positions = iota(ids.size());

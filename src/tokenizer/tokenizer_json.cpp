@@ -193,6 +193,9 @@ class Handler final : public nlohmann::json_sax<Json> {
 }  // namespace
 
 TokenizerJson parse_tokenizer_json(std::string_view text, std::string_view source) {
+  // The DOM of the non-vocab sections is built without recursion, but its later use (copies,
+  // the Sequence builders) recurses: the depth is bounded first, with the offending byte.
+  check_json_text(text, source, JsonLimits{}.max_depth);
   TokenizerJson out;
   Handler handler(out);
   try {
