@@ -47,6 +47,10 @@ inline std::string json_type(const Json& j, std::string_view where) {
   return json_string(j, "type", where);
 }
 
+// Token ids index dense tables (id -> token): one id of 4e8 would allocate gigabytes. The
+// bound is 64x the largest vocabulary released (Gemma 3: 262k).
+constexpr int64_t kMaxTokenId = int64_t{1} << 24;
+
 // Sequence normalizers, pre-tokenizers, decoders and post-processors nest (a Sequence may hold
 // Sequences); real tokenizers nest at most two deep, and the bound keeps construction and
 // application from recursing as deep as the input says.

@@ -31,8 +31,9 @@ std::vector<AddedToken> parse_added_tokens(const Json& list, const BpeModel& mod
     t.content = json_string(item, "content", where);
     CHECK(!t.content.empty(), "{}: a token has empty content", where);
     const Json& id = json_at(item, "id", where);
-    CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (1ll << 31),
-          "{}: token '{}' has an invalid id {}", where, t.content, json_excerpt(id));
+    CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < kMaxTokenId,
+          "{}: token '{}' has an invalid id {} (ids are in [0, {}))", where, t.content,
+          json_excerpt(id), kMaxTokenId);
     t.id = id.get<int32_t>();
     t.special = json_bool_or(item, "special", false, where);
     t.single_word = json_bool_or(item, "single_word", false, where);

@@ -142,8 +142,8 @@ class Handler final : public nlohmann::json_sax<Json> {
     return true;
   }
   bool vocab_id(int64_t id) {
-    CHECK(id >= 0 && id < (int64_t{1} << 31), "model.vocab: id {} of '{}' is out of range", id,
-          vocab_key_);
+    CHECK(id >= 0 && id < kMaxTokenId, "model.vocab: id {} of '{}' is out of range [0, {})", id,
+          vocab_key_, kMaxTokenId);
     out_.vocab.push_back({static_cast<uint32_t>(out_.vocab_bytes.size()),
                           static_cast<uint32_t>(vocab_key_.size()), id});
     out_.vocab_bytes.insert(out_.vocab_bytes.end(), vocab_key_.begin(), vocab_key_.end());

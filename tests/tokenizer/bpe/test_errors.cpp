@@ -139,3 +139,13 @@ TEST(TokenizerErrors, DeepNestingIsAClearError) {
     EXPECT_EQ(load_error(j), "no error") << field;
   }
 }
+
+// Ids index dense tables: one huge id must be an error, not a multi-gigabyte allocation.
+TEST(TokenizerErrors, HugeIdsAreRejectedBeforeAllocating) {
+  EXPECT_CONTAINS(
+      text_error(R"({"model": {"type": "BPE", "vocab": {"a": 400000000}, "merges": []}})"),
+      "id 400000000 of 'a' is out of range [0, 16777216)");
+  Json j = fixtures::byte_level_json();
+  j["added_tokens"].push_back({{"id", 400000000}, {"content", "<huge>"}, {"special", true}});
+  EXPECT_CONTAINS(load_error(j), "invalid id 400000000");
+}
