@@ -12,6 +12,7 @@
 #include <map>
 
 #include "formats/npy.h"
+#include "formats/safetensors.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -277,5 +278,31 @@ TEST(Cli, InputsAreRegularFilesAndBoundedJson) {
   for (int i = 0; i < 256; ++i) ids += ",1";
   expect_one_line_error("logits " + kQwen3 + " --ids " + ids + " --out " + base + "/x.npy",
                         "257 tokens, more than the model's max_position_embeddings 256");
+  fs::remove_all(base);
+}
+
+// info checks the checkpoint against its architecture as loading does.
+TEST(Cli, InfoRejectsACheckpointWithTensorsMissing) {
+  const std::string base = temp("info_missing");
+  const std::string model = base + "/model";
+  fs::create_directories(base);
+  ASSERT_EQ(run("init --arch qwen3 --preset tiny --out " + model).exit_code, 0);
+  ASSERT_EQ(run("info " + model).exit_code, 0);
+  {
+    const Checkpoint ck = Checkpoint::open(model);
+    std::vector<std::pair<std::string, TensorView>> kept;
+    std::map<std::string, std::string> copies;  // the views must outlive the mapping
+    for (const std::string& n : ck.names()) {
+      if (n == "model.layers.0.mlp.down_proj.weight") continue;
+      const TensorView v = ck.view(n);
+      copies[n].assign(static_cast<const char*>(v.data), v.nbytes());
+    }
+    for (auto& [n, bytes] : copies)
+      kept.emplace_back(n, TensorView(bytes.data(), ck.info(n).dtype, ck.info(n).shape));
+    write_checkpoint(base + "/rewritten", kept);
+  }
+  fs::rename(base + "/rewritten/model.safetensors", model + "/model.safetensors");
+  expect_one_line_error("info " + model,
+                        "missing tensors (1): model.layers.0.mlp.down_proj.weight");
   fs::remove_all(base);
 }
