@@ -142,6 +142,14 @@ TEST(InputFile, ReadsWithinLimitsAndSplitsLines) {
 
 // MoE checkpoints hold tens of thousands of tensors; nlohmann's callback parser made this
 // quadratic (200k tensors took minutes). The bound is generous: it only catches a quadratic.
+// Measured: 1.5-2.5 s in a release build on a shared 2-core machine, 17 s under ASan + UBSan
+// in a Debug build (tests/asan.sh), hence the larger bound there.
+#if defined(__SANITIZE_ADDRESS__) || !defined(NDEBUG)
+constexpr double kHeaderParseSeconds = 100.0;
+#else
+constexpr double kHeaderParseSeconds = 10.0;
+#endif
+
 TEST(SafetensorsHeader, TwoHundredThousandTensorsParseFast) {
   constexpr int kTensors = 200'000;
   std::string header = "{";
@@ -156,6 +164,6 @@ TEST(SafetensorsHeader, TwoHundredThousandTensorsParseFast) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(h.tensors.size(), size_t(kTensors));
-  EXPECT_LT(seconds, 10.0);
+  EXPECT_LT(seconds, kHeaderParseSeconds);
   std::printf("200k-tensor header: %.3f s\n", seconds);
 }
