@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "core/tensor.h"
@@ -13,8 +14,16 @@ inline std::string golden_dir(const std::string& arch) {
   return std::string(FP8RL_TEST_DATA) + "/goldens/" + arch;
 }
 
-// max |a - b| / max |ref|; NaN anywhere gives infinity.
+// max |a - b| / max |ref| of two f32 tensors; NaN anywhere, or a shape or dtype mismatch,
+// gives infinity.
 inline double rel_max_diff(const TensorView& a, const TensorView& ref) {
+  // Different shapes (or non-f32 data) are no match at all: infinity fails every bound.
+  if (!(a.shape == ref.shape) || a.dtype != DType::f32 || ref.dtype != DType::f32) {
+    std::fprintf(stderr, "rel_max_diff: comparing %s %s with %s %s\n", a.shape.str().c_str(),
+                 std::string(dtype_name(a.dtype)).c_str(), ref.shape.str().c_str(),
+                 std::string(dtype_name(ref.dtype)).c_str());
+    return INFINITY;
+  }
   double diff = 0.0, scale = 0.0;
   const float* pa = a.ptr<float>();
   const float* pr = ref.ptr<float>();

@@ -4,14 +4,13 @@
 // for the model's chat template (no trailing newline added). A template that raises (e.g.
 // "Conversation roles must alternate") makes the command fail with the template's message.
 #include <cstdio>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "core/check.h"
+#include "formats/json_read.h"
 #include "tokenizer/jinja/chat_template.h"
 
 namespace fp8rl::cli {
@@ -26,26 +25,19 @@ struct ChatTemplateArgs {
   std::string now;
 };
 
-nlohmann::ordered_json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  CHECK(in.good(), "cannot open {}", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  try {
-    return nlohmann::ordered_json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    RAISE("{} is not valid JSON: {}", path, e.what());
-  }
-}
-
 // --var key=value: the value is JSON when it parses as JSON (enable_thinking=false), else a
 // string (name=alice).
 void add_variable(nlohmann::ordered_json& variables, const std::string& text) {
   const std::size_t eq = text.find('=');
   CHECK(eq != std::string::npos && eq > 0, "--var expects key=value, got '{}'", text);
   const std::string value = text.substr(eq + 1);
-  nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(value, nullptr, false);
-  variables[text.substr(0, eq)] = parsed.is_discarded() ? nlohmann::ordered_json(value) : parsed;
+  nlohmann::ordered_json parsed;
+  try {
+    parsed = parse_ordered_json_text(value, "--var " + text.substr(0, eq));
+  } catch (const Error&) {
+    parsed = value;
+  }
+  variables[text.substr(0, eq)] = std::move(parsed);
 }
 
 void run_chat_template(const ChatTemplateArgs& args) {
@@ -54,7 +46,7 @@ void run_chat_template(const ChatTemplateArgs& args) {
   // The messages file holds the conversation: an array of messages, or an object with
   // "messages" and optionally "tools" and "documents" (apply_chat_template's arguments).
   ChatRequest request;
-  const nlohmann::ordered_json data = read_json_file(args.messages_file);
+  const nlohmann::ordered_json data = read_ordered_json_file(args.messages_file);
   if (data.is_array()) {
     request.messages = data;
   } else {

@@ -7,6 +7,7 @@
 #include "formats/model_config.h"
 #include "formats/quant_config.h"
 #include "formats/safetensors.h"
+#include "model/model.h"
 #include "ops/device.h"
 
 namespace fp8rl::cli {
@@ -48,6 +49,12 @@ void run_info(const std::string& dir, const std::string& device) {
   }
   const ModelConfig c = ModelConfig::load(dir);
   const Checkpoint ckpt = Checkpoint::open(dir);
+  // The loader's checks without reading the weights: every tensor of the architecture present
+  // with its shape and dtype, none unexpected (the NaN/Inf scan is left to the commands that run
+  // the model).
+  LoadOptions structure_only;
+  structure_only.allow_nonfinite = true;
+  Model::load(dir, structure_only);
   fmt::print("model            {}\n", dir);
   fmt::print("architecture     {}\n", c.architecture);
   fmt::print("layers           {}\n", c.num_layers);

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/output_path.h"
 #include "core/check.h"
 #include "model/presets.h"
 
@@ -12,6 +13,7 @@ namespace {
 struct InitOptions {
   std::string arch, preset, out;
   uint64_t seed = 0;
+  bool force = false;
 };
 
 void run_init(const InitOptions& o) {
@@ -20,14 +22,17 @@ void run_init(const InitOptions& o) {
         "--arch: '{}' is not one of llama, qwen3, mistral, gemma3", o.arch);
   // "--preset 8b" and "--preset qwen3-8b" both name qwen3-8b.
   const std::string name = o.preset.starts_with(o.arch + "-") ? o.preset : o.arch + "-" + o.preset;
-  write_random_checkpoint(preset_config_json(name), o.out, o.seed);
+  const nlohmann::json config = preset_config_json(name);
+  check_output_dir(o.out, {}, o.force);
+  write_random_checkpoint(config, o.out, o.seed);
   fmt::print("wrote random-initialized {} (bf16) to {}\n", name, o.out);
 }
 }  // namespace
 
 void add_init_command(CLI::App& app) {
   auto o = std::make_shared<InitOptions>();
-  CLI::App* c = app.add_subcommand("init", "Write a random-initialized bf16 checkpoint of a preset");
+  CLI::App* c =
+      app.add_subcommand("init", "Write a random-initialized bf16 checkpoint of a preset");
   c->add_option("--arch", o->arch, "llama, qwen3, mistral or gemma3")->required();
   c->add_option("--preset", o->preset,
                 "tiny, small (~100M), or a real config: qwen3 0.6b/1.7b/8b, llama 3.2-1b/3.1-8b, "
@@ -35,6 +40,7 @@ void add_init_command(CLI::App& app) {
       ->required();
   c->add_option("--out", o->out, "Output directory")->required();
   c->add_option("--seed", o->seed, "Random seed")->capture_default_str();
+  c->add_flag("--force", o->force, "Overwrite an output directory that already holds a model");
   c->callback([o] { run_init(*o); });
 }
 

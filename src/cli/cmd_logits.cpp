@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/model_session.h"
+#include "cli/output_path.h"
 #include "core/check.h"
 #include "formats/npy.h"
 #include "model/forward.h"
@@ -19,12 +20,16 @@ struct LogitsOptions {
 };
 
 void run_logits(LogitsOptions o) {
+  check_output_file(o.out, {o.session.model});
   const std::vector<int32_t> ids = parse_ids(o.ids);
   o.session.bf16_activations =
       parse_activations(o.activations, parse_device(o.session.device), o.activations_given);
   ModelSession session(o.session);
   Context& ctx = session.ctx();
   const Model& model = session.model();
+  CHECK(int64_t(ids.size()) <= model.config().max_position_embeddings,
+        "--ids: {} tokens, more than the model's max_position_embeddings {}", ids.size(),
+        model.config().max_position_embeddings);
   KvCache cache(model.config(), int64_t(ids.size()), ctx);
   const std::vector<int32_t> positions = iota(ids.size());
   Tensor logits = Tensor::empty({int64_t(ids.size()), model.config().vocab_size}, DType::f32);

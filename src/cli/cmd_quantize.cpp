@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/output_path.h"
 #include "core/check.h"
 #include "model/quantize.h"
 
@@ -10,6 +11,7 @@ namespace fp8rl::cli {
 namespace {
 struct QuantizeOptions {
   std::string model, out, scheme, format = "compressed-tensors";
+  bool force = false;
 };
 
 void run_quantize(const QuantizeOptions& o) {
@@ -17,6 +19,7 @@ void run_quantize(const QuantizeOptions& o) {
   CHECK(scheme != Fp8Scheme::off, "--scheme: choose row, block or tensor");
   const Fp8Format format = parse_fp8_format(o.format);
   make_quantization_config(scheme, format);  // rejects scheme/format pairs before any work
+  check_output_dir(o.out, {o.model}, o.force);
   LoadOptions load;
   load.fp8 = scheme;
   const Model model = Model::load(o.model, load);
@@ -37,6 +40,7 @@ void add_quantize_command(CLI::App& app) {
   c->add_option("--format", o->format,
                 "compressed-tensors (weight_scale) or fp8 (weight_scale_inv, block only)")
       ->capture_default_str();
+  c->add_flag("--force", o->force, "Overwrite an output directory that already holds a model");
   c->callback([o] { run_quantize(*o); });
 }
 

@@ -1,9 +1,7 @@
 // fp8rl tokenize / detokenize: a model's tokenizer.json from the command line, printing ids as
 // JSON arrays (the format the peer tests and scripts compare).
 #include <cstdio>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -11,6 +9,8 @@
 
 #include "cli/commands.h"
 #include "core/check.h"
+#include "core/input_file.h"
+#include "formats/json_read.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fp8rl::cli {
@@ -30,13 +30,9 @@ struct DetokenizeArgs {
   bool skip_special = false;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  CHECK(in.good(), "cannot open {}", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return std::move(ss).str();
-}
+// Bounds on what one command reads: a text to encode, and one JSONL line.
+constexpr uint64_t kMaxTextBytes = uint64_t{1} << 30;
+constexpr uint64_t kMaxLineBytes = uint64_t{64} << 20;
 
 void append_ids(std::string& out, const std::vector<int32_t>& ids) {
   out += '[';
@@ -57,28 +53,26 @@ void run_tokenize(const TokenizeArgs& a) {
   const tok::Tokenizer tokenizer = tok::Tokenizer::from_file(a.path);
   std::string out;
   if (!a.text_file.empty()) {
-    const std::string text = read_file(a.text_file);
+    const std::string text = read_input_file(a.text_file, "--text-file", kMaxTextBytes);
     append_ids(out, tokenizer.encode(text, a.special));
     out += '\n';
     write_stdout(out);
     return;
   }
-  std::ifstream in(a.jsonl, std::ios::binary);
-  CHECK(in.good(), "cannot open {}", a.jsonl);
+  // Each line's ids are written as soon as it is encoded: memory stays bounded by one line.
+  InputLines lines(a.jsonl, "--jsonl", kMaxLineBytes);
   std::string line;
-  for (size_t number = 1; std::getline(in, line); ++number) {
-    nlohmann::json value;
-    try {
-      value = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      RAISE("{} line {}: not JSON: {}", a.jsonl, number, e.what());
-    }
-    CHECK(value.is_string(), "{} line {}: expected a JSON string, got {}", a.jsonl, number,
-          value.type_name());
+  while (lines.next(line)) {
+    const nlohmann::json value =
+        parse_json_text(line, fmt::format("{} line {}", a.jsonl, lines.line_number()));
+    CHECK(value.is_string(), "{} line {}: expected a JSON string, got {}", a.jsonl,
+          lines.line_number(), value.type_name());
+    out.clear();
     append_ids(out, tokenizer.encode(value.get_ref<const std::string&>(), a.special));
     out += '\n';
+    write_stdout(out);
   }
-  write_stdout(out);
+  CHECK(std::fflush(stdout) == 0, "error writing to stdout");
 }
 
 // "1,2,3", "[1, 2, 3]" or "" (no ids).

@@ -28,13 +28,24 @@ int main(int argc, char** argv) {
     valid += (valid.empty() ? "" : ", ") + sub->get_name();
   }
   if (!known) {
-    std::fprintf(stderr, "fp8rl: error: unknown command '%s' (valid: %s)\n", argv[1], valid.c_str());
-    return 2;
+    std::fprintf(stderr, "fp8rl: error: unknown command '%s' (valid: %s)\n", argv[1],
+                 valid.c_str());
+    return 1;
   }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version arrive as "errors" with exit code 0: CLI11 prints them.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    // Every other argument error in the one-line form of all fp8rl errors, exit code 1.
+    std::string message = e.what();
+    for (char& c : message)
+      if (c == '\n') c = ' ';
+    const std::string help = known && argc >= 2 && argv[1][0] != '-'
+                                 ? std::string("fp8rl ") + argv[1] + " --help"
+                                 : std::string("fp8rl --help");
+    std::fprintf(stderr, "fp8rl: error: %s (see %s)\n", message.c_str(), help.c_str());
+    return 1;
   } catch (const fp8rl::Error& e) {
     std::fprintf(stderr, "fp8rl: error: %s\n", e.describe().c_str());
     return 1;

@@ -2,9 +2,9 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "core/check.h"
+#include "formats/json_read.h"
 #include "formats/safetensors.h"
 
 namespace fp8rl {
@@ -16,34 +16,16 @@ namespace {
 constexpr const char* kSingleName = "model.safetensors";
 constexpr const char* kIndexName = "model.safetensors.index.json";
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  CHECK(in.good(), "checkpoint index '{}': cannot open", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  CHECK(!in.bad(), "checkpoint index '{}': read failed", path);
-  return ss.str();
-}
-
 // weight_map of an index: tensor name -> shard file name (relative to the index's folder).
 std::map<std::string, std::string> read_weight_map(const std::string& path) {
-  const std::string text = read_text(path);
-  // nlohmann stops at a NUL byte as if the input ended there.
-  CHECK(text.find('\0') == std::string::npos, "checkpoint index '{}': not valid JSON (NUL byte)",
-        path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    RAISE("checkpoint index '{}': not valid JSON: {}", path, e.what());
-  }
+  const nlohmann::json j = read_json_file(path);
   CHECK(j.is_object(), "checkpoint index '{}': not a JSON object", path);
   CHECK(j.contains("weight_map") && j["weight_map"].is_object(),
         "checkpoint index '{}': no 'weight_map' object", path);
   std::map<std::string, std::string> map;
   for (const auto& [name, shard] : j["weight_map"].items()) {
     CHECK(shard.is_string(), "checkpoint index '{}': tensor '{}': shard {} is not a string", path,
-          name, shard.dump());
+          name, json_excerpt(shard));
     const std::string file = shard.get<std::string>();
     const fs::path p(file);
     bool escapes = p.is_absolute() || file.empty();

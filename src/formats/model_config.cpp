@@ -1,9 +1,10 @@
 #include "formats/model_config.h"
 
 #include <cmath>
-#include <fstream>
+#include <filesystem>
 
 #include "core/check.h"
+#include "formats/json_read.h"
 
 namespace fp8rl {
 
@@ -30,26 +31,47 @@ const json* find(const json& j, const char* key) {
 int64_t get_int(const json& j, const char* key) {
   const json* v = find(j, key);
   CHECK(v != nullptr, "config.json: missing required field '{}'", key);
+  // 2^63 as a double: integral floats at or above it do not convert to int64.
+  constexpr double kTwo63 = 9223372036854775808.0;
   CHECK(v->is_number_integer() ||
-            (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>()),
-        "config.json: field '{}' must be an integer, got {}", key, v->dump());
+            (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>() &&
+             std::fabs(v->get<double>()) < kTwo63),
+        "config.json: field '{}' must be an integer, got {}", key, json_excerpt(*v));
+  CHECK(!v->is_number_unsigned() || v->get<uint64_t>() <= uint64_t(INT64_MAX),
+        "config.json: field '{}' = {} is outside the int64 range", key, v->get<uint64_t>());
   return v->is_number_integer() ? v->get<int64_t>() : int64_t(v->get<double>());
 }
 
-int64_t get_int(const json& j, const char* key, int64_t fallback) {
-  return find(j, key) ? get_int(j, key) : fallback;
+// Sizes are bounded before anything is allocated from them; the bounds are far above every
+// released model (largest: vocab 262k, hidden 16k, 126 layers, 128 heads) and keep every product
+// of them (q_dim, embedding numel, layers x intermediate) well inside int64.
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+constexpr int64_t kMaxHidden = int64_t{1} << 16;
+constexpr int64_t kMaxIntermediate = int64_t{1} << 20;
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxHeads = 4096;
+constexpr int64_t kMaxHeadDim = 4096;
+constexpr int64_t kMaxProjection = int64_t{1} << 20;  // num_heads x head_dim
+constexpr int64_t kMaxPositions = int64_t{1} << 28;
+
+void check_range(const char* key, int64_t v, int64_t lo, int64_t hi) {
+  CHECK(v >= lo && v <= hi, "config.json: {} = {} is outside [{}, {}]", key, v, lo, hi);
 }
 
-int64_t get_positive(const json& j, const char* key) {
+int64_t get_in_range(const json& j, const char* key, int64_t lo, int64_t hi) {
   const int64_t v = get_int(j, key);
-  CHECK(v > 0, "config.json: field '{}' must be positive, got {}", key, v);
+  check_range(key, v, lo, hi);
   return v;
+}
+
+int64_t get_in_range(const json& j, const char* key, int64_t lo, int64_t hi, int64_t fallback) {
+  return find(j, key) ? get_in_range(j, key, lo, hi) : fallback;
 }
 
 double get_double(const json& j, const char* key, double fallback) {
   const json* v = find(j, key);
   if (!v) return fallback;
-  CHECK(v->is_number(), "config.json: field '{}' must be a number, got {}", key, v->dump());
+  CHECK(v->is_number(), "config.json: field '{}' must be a number, got {}", key, json_excerpt(*v));
   const double d = v->get<double>();
   CHECK(std::isfinite(d), "config.json: field '{}' is not finite", key);
   return d;
@@ -58,14 +80,15 @@ double get_double(const json& j, const char* key, double fallback) {
 bool get_bool(const json& j, const char* key, bool fallback) {
   const json* v = find(j, key);
   if (!v) return fallback;
-  CHECK(v->is_boolean(), "config.json: field '{}' must be true or false, got {}", key, v->dump());
+  CHECK(v->is_boolean(), "config.json: field '{}' must be true or false, got {}", key,
+        json_excerpt(*v));
   return v->get<bool>();
 }
 
 std::string get_string(const json& j, const char* key, const std::string& fallback) {
   const json* v = find(j, key);
   if (!v) return fallback;
-  CHECK(v->is_string(), "config.json: field '{}' must be a string, got {}", key, v->dump());
+  CHECK(v->is_string(), "config.json: field '{}' must be a string, got {}", key, json_excerpt(*v));
   return v->get<std::string>();
 }
 
@@ -75,7 +98,7 @@ RopeConfig parse_rope(const json* p, double theta_fallback, const std::string& w
   RopeConfig r;
   r.theta = theta_fallback;
   if (p == nullptr) return r;
-  CHECK(p->is_object(), "config.json: {} must be an object, got {}", where, p->dump());
+  CHECK(p->is_object(), "config.json: {} must be an object, got {}", where, json_excerpt(*p));
   r.theta = get_double(*p, "rope_theta", theta_fallback);
   std::string type = get_string(*p, "rope_type", get_string(*p, "type", "default"));
   if (type == "default") {
@@ -89,7 +112,8 @@ RopeConfig parse_rope(const json* p, double theta_fallback, const std::string& w
     r.factor = get_double(*p, "factor", 0.0);
     r.low_freq_factor = get_double(*p, "low_freq_factor", 0.0);
     r.high_freq_factor = get_double(*p, "high_freq_factor", 0.0);
-    r.original_max_position_embeddings = get_int(*p, "original_max_position_embeddings", 0);
+    r.original_max_position_embeddings =
+        get_in_range(*p, "original_max_position_embeddings", 1, kMaxPositions, 0);
     CHECK(r.factor > 0 && r.low_freq_factor > 0 && r.high_freq_factor > r.low_freq_factor &&
               r.original_max_position_embeddings > 0,
           "config.json: {} llama3 rope needs factor > 0, 0 < low_freq_factor < "
@@ -113,18 +137,17 @@ std::vector<bool> sliding_layers(const json& j, Arch arch, int64_t n, int64_t wi
       const json& t = (*lt)[size_t(i)];
       CHECK(t.is_string() && (t == "sliding_attention" || t == "full_attention"),
             "config.json: layer_types[{}] must be 'sliding_attention' or 'full_attention', got {}",
-            i, t.dump());
+            i, json_excerpt(t));
       sliding[size_t(i)] = t == "sliding_attention";
     }
   } else if (arch == Arch::gemma3) {
-    const int64_t pattern = get_int(j, "sliding_window_pattern", 6);
-    CHECK(pattern > 0, "config.json: sliding_window_pattern must be positive");
+    const int64_t pattern = get_in_range(j, "sliding_window_pattern", 1, kMaxLayers, 6);
     for (int64_t i = 0; i < n; ++i) sliding[size_t(i)] = (i + 1) % pattern != 0;
   } else if (arch == Arch::mistral) {
     for (int64_t i = 0; i < n; ++i) sliding[size_t(i)] = window > 0;
   } else if (arch == Arch::qwen2 || arch == Arch::qwen3) {
     const bool use = get_bool(j, "use_sliding_window", false);
-    const int64_t max_window_layers = get_int(j, "max_window_layers", n);
+    const int64_t max_window_layers = get_in_range(j, "max_window_layers", 0, kMaxLayers, n);
     for (int64_t i = 0; i < n; ++i) sliding[size_t(i)] = use && i >= max_window_layers;
   }
   for (int64_t i = 0; i < n; ++i) {
@@ -166,24 +189,24 @@ ModelConfig ModelConfig::from_json(const json& j) {
   CHECK(known, "config.json: architecture '{}' is not supported (supported: {})", c.architecture,
         fmt::join(supported_architectures(), ", "));
 
-  c.vocab_size = get_positive(j, "vocab_size");
-  c.hidden_size = get_positive(j, "hidden_size");
-  c.intermediate_size = get_positive(j, "intermediate_size");
-  c.num_layers = get_positive(j, "num_hidden_layers");
-  c.num_heads = get_positive(j, "num_attention_heads");
-  c.num_kv_heads =
-      find(j, "num_key_value_heads") ? get_positive(j, "num_key_value_heads") : c.num_heads;
+  c.vocab_size = get_in_range(j, "vocab_size", 1, kMaxVocab);
+  c.hidden_size = get_in_range(j, "hidden_size", 1, kMaxHidden);
+  c.intermediate_size = get_in_range(j, "intermediate_size", 1, kMaxIntermediate);
+  c.num_layers = get_in_range(j, "num_hidden_layers", 1, kMaxLayers);
+  c.num_heads = get_in_range(j, "num_attention_heads", 1, kMaxHeads);
+  c.num_kv_heads = get_in_range(j, "num_key_value_heads", 1, c.num_heads, c.num_heads);
   CHECK(c.num_heads % c.num_kv_heads == 0,
         "config.json: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",
         c.num_heads, c.num_kv_heads);
-  c.head_dim = find(j, "head_dim") ? get_positive(j, "head_dim") : c.hidden_size / c.num_heads;
   CHECK(find(j, "head_dim") || c.hidden_size % c.num_heads == 0,
         "config.json: hidden_size ({}) is not a multiple of num_attention_heads ({}) and no "
         "head_dim is given",
         c.hidden_size, c.num_heads);
+  c.head_dim = get_in_range(j, "head_dim", 1, kMaxHeadDim, c.hidden_size / c.num_heads);
+  check_range("num_attention_heads x head_dim", c.num_heads * c.head_dim, 1, kMaxProjection);
   CHECK(c.head_dim % 2 == 0, "config.json: head_dim ({}) must be even for rotary embeddings",
         c.head_dim);
-  c.max_position_embeddings = get_int(j, "max_position_embeddings", 4096);
+  c.max_position_embeddings = get_in_range(j, "max_position_embeddings", 1, kMaxPositions, 4096);
   c.rms_norm_eps = get_double(j, "rms_norm_eps", 1e-6);
   CHECK(c.rms_norm_eps > 0, "config.json: rms_norm_eps must be positive");
   c.tie_word_embeddings = get_bool(j, "tie_word_embeddings",
@@ -193,8 +216,10 @@ ModelConfig ModelConfig::from_json(const json& j) {
     c.dtype = DType::f32;
   else if (dtype == "float16")
     c.dtype = DType::f16;
-  else
+  else if (dtype == "bfloat16")
     c.dtype = DType::bf16;
+  else
+    RAISE("config.json: dtype '{}' is not supported (float32, float16, bfloat16)", dtype);
 
   const std::string act = get_string(j, c.arch == Arch::gemma3 ? "hidden_activation" : "hidden_act",
                                      c.arch == Arch::gemma3 ? "gelu_pytorch_tanh" : "silu");
@@ -235,8 +260,7 @@ ModelConfig ModelConfig::from_json(const json& j) {
   CHECK(qpas >= 0, "config.json: query_pre_attn_scalar must be positive");
   c.attention_scale = 1.0 / std::sqrt(qpas > 0 ? qpas : double(c.head_dim));
 
-  c.sliding_window = get_int(j, "sliding_window", 0);
-  CHECK(c.sliding_window >= 0, "config.json: sliding_window must not be negative");
+  c.sliding_window = get_in_range(j, "sliding_window", 0, kMaxPositions, 0);
   const std::vector<bool> sliding = sliding_layers(j, c.arch, c.num_layers, c.sliding_window);
 
   // RoPE: transformers 5 keeps everything in rope_parameters (per layer type for Gemma 3);
@@ -272,14 +296,9 @@ ModelConfig ModelConfig::from_json(const json& j) {
 
 ModelConfig ModelConfig::load(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  std::ifstream f(path);
-  CHECK(f.good(), "cannot open '{}': is '{}' a Hugging Face model directory?", path, model_dir);
-  json j;
-  try {
-    j = json::parse(f);
-  } catch (const json::exception& e) {
-    RAISE("'{}' is not valid JSON: {}", path, e.what());
-  }
+  CHECK(std::filesystem::exists(path), "cannot open '{}': is '{}' a Hugging Face model directory?",
+        path, model_dir);
+  const json j = read_json_file(path);
   try {
     return from_json(j);
   } catch (const Error& e) {

@@ -1,15 +1,20 @@
 #include "formats/npy.h"
 
+#include <unistd.h>
+
 #include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <memory>
 #include <vector>
 
 #include "core/check.h"
+#include "core/input_file.h"
+#include "core/output_file.h"
 
 namespace fp8rl {
 
@@ -174,8 +179,14 @@ void write_npy(const std::string& path, const TensorView& t) {
   for (size_t i = 0; i < (version == 1 ? 2u : 4u); ++i) head += char((hlen >> (8 * i)) & 0xff);
   head += dict;
 
+  // Only a regular file is ever replaced; a symlink planted at the temporary name is removed,
+  // not followed.
+  check_replaceable(path);
   const std::string tmp = path + ".tmp";
+  std::error_code tmp_ec;
+  std::filesystem::remove(tmp, tmp_ec);
   File f{std::fopen(tmp.c_str(), "wb")};
+
   CHECK(f.f != nullptr, "write_npy: cannot create '{}': {}", tmp, std::strerror(errno));
   bool ok = std::fwrite(head.data(), 1, head.size(), f.f) == head.size();
   if (t.is_contiguous()) {
@@ -194,7 +205,8 @@ void write_npy(const std::string& path, const TensorView& t) {
 }
 
 Tensor read_npy(const std::string& path) {
-  File f{std::fopen(path.c_str(), "rb")};
+  const InputFile in = InputFile::open(path, "npy file");
+  File f{::fdopen(::dup(in.fd()), "rb")};
   CHECK(f.f != nullptr, "npy file '{}': cannot open: {}", path, std::strerror(errno));
   CHECK(std::fseek(f.f, 0, SEEK_END) == 0, "npy file '{}': cannot seek", path);
   const long file_size_l = std::ftell(f.f);

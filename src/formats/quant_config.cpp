@@ -1,6 +1,7 @@
 #include "formats/quant_config.h"
 
 #include "core/check.h"
+#include "formats/json_read.h"
 
 namespace fp8rl {
 
@@ -157,7 +158,8 @@ CheckpointQuant parse_fp8_method(const json& q) {
   auto bs = q.find("weight_block_size");
   if (bs != q.end() && !bs->is_null()) {
     CHECK(is_128x128(*bs),
-          "quantization_config: weight_block_size {} is not supported ([128, 128])", bs->dump());
+          "quantization_config: weight_block_size {} is not supported ([128, 128])",
+          json_excerpt(*bs));
     CHECK(act == "dynamic", "quantization_config: block FP8 needs activation_scheme dynamic");
     r.weight = Fp8Scheme::block;
     r.act = ActScaling::group;

@@ -1,15 +1,13 @@
 #include "formats/safetensors.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "core/check.h"
+#include "core/input_file.h"
 #include "formats/safetensors_header.h"
 
 namespace fp8rl {
@@ -25,29 +23,17 @@ uint64_t load_le_u64(const unsigned char* p) {
   return v;
 }
 
-struct Fd {
-  int fd;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 }  // namespace
 
 std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   std::shared_ptr<SafetensorsFile> f(new SafetensorsFile);
   f->path_ = path;
-  Fd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  CHECK(fd.fd >= 0, "safetensors file '{}': cannot open: {}", path, std::strerror(errno));
-  struct stat st;
-  CHECK(::fstat(fd.fd, &st) == 0, "safetensors file '{}': cannot stat: {}", path,
-        std::strerror(errno));
-  CHECK(S_ISREG(st.st_mode), "safetensors file '{}': not a regular file", path);
-  const size_t size = size_t(st.st_size);
+  const InputFile in = InputFile::open(path, "safetensors file");
+  const size_t size = size_t(in.size());
   CHECK(size >= 8, "safetensors file '{}': {} bytes, shorter than the 8-byte header length", path,
         size);
 
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.fd, 0);
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, in.fd(), 0);
   CHECK(map != MAP_FAILED, "safetensors file '{}': mmap of {} bytes failed: {}", path, size,
         std::strerror(errno));
   f->map_ = map;  // owned from here: the destructor unmaps when validation throws

@@ -6,9 +6,9 @@
 #include <array>
 #include <cstdint>
 #include <limits>
-#include <unordered_set>
 
 #include "core/check.h"
+#include "formats/json_read.h"
 
 namespace fp8rl {
 
@@ -28,39 +28,6 @@ constexpr std::array<StDtype, 22> kStDtypes = {
      {"I32", 32},        {"U32", 32},    {"F32", 32},    {"C64", 64},    {"F64", 64},
      {"I64", 64},        {"U64", 64}}};
 
-// nlohmann keeps the last of duplicate keys silently; a safetensors header with two entries of
-// one name is ambiguous, so the parser callback records the first duplicate at any depth.
-struct DuplicateKeys {
-  std::vector<std::unordered_set<std::string>> open_objects;
-  std::string top_key;  // the tensor whose entry is being parsed
-  bool found = false;
-  std::string key, within;
-
-  bool on_event(json::parse_event_t event, const json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-        open_objects.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        open_objects.pop_back();
-        break;
-      case json::parse_event_t::key: {
-        const std::string& k = parsed.get_ref<const std::string&>();
-        if (open_objects.size() == 1) top_key = k;
-        if (!open_objects.back().insert(k).second && !found) {
-          found = true;
-          key = k;
-          within = open_objects.size() == 1 ? "" : top_key;
-        }
-        break;
-      }
-      default:
-        break;
-    }
-    return true;
-  }
-};
-
 struct Context {
   const std::string& path;
   [[noreturn]] void fail(const std::string& what) const {
@@ -74,8 +41,9 @@ struct Context {
 uint64_t unsigned_entry(const Context& cx, const std::string& name, const char* field,
                         const json& v) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
-  if (v.is_number_integer()) cx.fail(name, fmt::format("negative {} entry {}", field, v.dump()));
-  cx.fail(name, fmt::format("{} entry {} is not a non-negative integer", field, v.dump()));
+  if (v.is_number_integer())
+    cx.fail(name, fmt::format("negative {} entry {}", field, json_excerpt(v)));
+  cx.fail(name, fmt::format("{} entry {} is not a non-negative integer", field, json_excerpt(v)));
 }
 
 SafetensorsTensorInfo parse_entry(const Context& cx, const std::string& name, const json& e,
@@ -92,14 +60,14 @@ SafetensorsTensorInfo parse_entry(const Context& cx, const std::string& name, co
   SafetensorsTensorInfo info;
   info.name = name;
   const json& dt = e["dtype"];
-  if (!dt.is_string()) cx.fail(name, fmt::format("dtype {} is not a string", dt.dump()));
+  if (!dt.is_string()) cx.fail(name, fmt::format("dtype {} is not a string", json_excerpt(dt)));
   info.dtype_str = dt.get<std::string>();
   const int bits = safetensors_dtype_bits(info.dtype_str);
   if (bits == 0) cx.fail(name, fmt::format("unknown dtype '{}'", info.dtype_str));
   info.supported = dtype_from_safetensors(info.dtype_str, &info.dtype);
 
   const json& sh = e["shape"];
-  if (!sh.is_array()) cx.fail(name, fmt::format("shape {} is not an array", sh.dump()));
+  if (!sh.is_array()) cx.fail(name, fmt::format("shape {} is not an array", json_excerpt(sh)));
   if (sh.size() > size_t(kMaxDims))
     cx.fail(name, fmt::format("rank {} above the supported {}", sh.size(), kMaxDims));
   // The extent ignores zero dims: strides of an empty [0, 2^62, 2^62] would still overflow
@@ -108,13 +76,13 @@ SafetensorsTensorInfo parse_entry(const Context& cx, const std::string& name, co
   for (const json& d : sh) {
     const uint64_t n = unsigned_entry(cx, name, "shape", d);
     if (__builtin_mul_overflow(extent, std::max<uint64_t>(n, 1), &extent))
-      cx.fail(name, fmt::format("shape {} overflows", sh.dump()));
+      cx.fail(name, fmt::format("shape {} overflows", json_excerpt(sh)));
     numel *= n;  // <= extent
     info.shape.dims[info.shape.rank++] = int64_t(n);
   }
   if (__builtin_mul_overflow(extent, uint64_t(bits), &extent_bits) ||
       extent_bits / 8 > uint64_t(std::numeric_limits<int64_t>::max()))
-    cx.fail(name, fmt::format("shape {} overflows", sh.dump()));
+    cx.fail(name, fmt::format("shape {} overflows", json_excerpt(sh)));
   const uint64_t total_bits = numel * uint64_t(bits);
   if (total_bits % 8 != 0)
     cx.fail(name, fmt::format("{} elements of {} do not fill whole bytes", numel, info.dtype_str));
@@ -122,7 +90,7 @@ SafetensorsTensorInfo parse_entry(const Context& cx, const std::string& name, co
 
   const json& off = e["data_offsets"];
   if (!off.is_array() || off.size() != 2)
-    cx.fail(name, fmt::format("data_offsets {} is not [begin, end]", off.dump()));
+    cx.fail(name, fmt::format("data_offsets {} is not [begin, end]", json_excerpt(off)));
   const uint64_t begin = unsigned_entry(cx, name, "data_offsets", off[0]);
   const uint64_t end = unsigned_entry(cx, name, "data_offsets", off[1]);
   if (begin > end) cx.fail(name, fmt::format("data_offsets [{}, {}] has begin > end", begin, end));
@@ -131,7 +99,7 @@ SafetensorsTensorInfo parse_entry(const Context& cx, const std::string& name, co
                               begin, end, buffer_size));
   if (end - begin != nbytes)
     cx.fail(name, fmt::format("shape {} of {} needs {} bytes but data_offsets [{}, {}] hold {}",
-                              sh.dump(), info.dtype_str, nbytes, begin, end, end - begin));
+                              json_excerpt(sh), info.dtype_str, nbytes, begin, end, end - begin));
   info.begin = size_t(begin);
   info.end = size_t(end);
   return info;
@@ -181,20 +149,16 @@ SafetensorsHeader parse_safetensors_header(std::string_view text, size_t buffer_
   const size_t nul = text.find('\0');
   if (nul != std::string_view::npos)
     cx.fail(fmt::format("header is not valid JSON: NUL byte at offset {}", nul));
-  DuplicateKeys dups;
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end(), [&dups](int, json::parse_event_t ev, json& parsed) {
-      return dups.on_event(ev, parsed);
-    });
-  } catch (const json::exception& e) {
-    cx.fail(fmt::format("header is not valid JSON: {}", e.what()));
-  }
+  // nlohmann alone keeps the last of duplicate keys silently; a header with two entries of one
+  // name is ambiguous, so duplicates at any depth are errors.
+  JsonLimits limits;
+  limits.max_bytes = text.size();  // the caller bounds the header length
+  limits.describe_duplicate = [](const std::vector<std::string>& keys, const std::string& key) {
+    if (keys.empty()) return fmt::format("tensor '{}': duplicate tensor name in the header", key);
+    return fmt::format("tensor '{}': duplicate key '{}' in its entry", keys[0], key);
+  };
+  const json j = parse_json_text(text, fmt::format("safetensors file '{}': header", path), limits);
   if (!j.is_object()) cx.fail(fmt::format("header is a JSON {}, not an object", j.type_name()));
-  if (dups.found) {
-    if (dups.within.empty()) cx.fail(dups.key, "duplicate tensor name in the header");
-    cx.fail(dups.within, fmt::format("duplicate key '{}' in its entry", dups.key));
-  }
 
   SafetensorsHeader h;
   for (const auto& [name, entry] : j.items()) {
@@ -202,7 +166,8 @@ SafetensorsHeader parse_safetensors_header(std::string_view text, size_t buffer_
       if (!entry.is_object()) cx.fail("__metadata__ is not a string->string object");
       for (const auto& [k, v] : entry.items()) {
         if (!v.is_string())
-          cx.fail(fmt::format("__metadata__ value of '{}' is {}, not a string", k, v.dump()));
+          cx.fail(
+              fmt::format("__metadata__ value of '{}' is {}, not a string", k, json_excerpt(v)));
         h.metadata.emplace(k, v.get<std::string>());
       }
       continue;

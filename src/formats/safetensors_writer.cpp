@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "core/check.h"
+#include "core/output_file.h"
 #include "formats/safetensors.h"
 
 namespace fp8rl {
@@ -51,8 +52,14 @@ void SafetensorsWriter::write(const std::string& path) const {
   std::string text = header.dump();
   text.resize((text.size() + 7) / 8 * 8, ' ');
 
+  // Only a regular file is ever replaced; a symlink planted at the temporary name is removed,
+  // not followed.
+  check_replaceable(path);
   const std::string tmp = path + ".tmp";
+  std::error_code tmp_ec;
+  std::filesystem::remove(tmp, tmp_ec);
   FILE* f = std::fopen(tmp.c_str(), "wb");
+
   CHECK(f != nullptr, "safetensors writer: cannot create '{}': {}", tmp, std::strerror(errno));
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));

@@ -1,7 +1,10 @@
 #include "model/model.h"
 
 #include <cmath>
+#include <cstring>
+#include <set>
 
+#include "core/parallel.h"
 #include "model/rope.h"
 #include "quant/fp8.h"
 
@@ -10,6 +13,56 @@ namespace fp8rl {
 namespace {
 const char* const kAttnLinears[] = {"q_proj", "k_proj", "v_proj", "o_proj"};
 const char* const kMlpLinears[] = {"gate_proj", "up_proj", "down_proj"};
+
+// Index of the first NaN or Inf among n elements of a floating-point dtype, or -1. One parallel
+// pass over the raw bits: exponent all ones (e4m3fn has no Inf; its NaN is S.1111.111).
+int64_t first_nonfinite(const void* data, DType dtype, int64_t n) {
+  const auto* b8 = static_cast<const uint8_t*>(data);
+  const auto* b16 = static_cast<const uint16_t*>(data);
+  const auto* b32 = static_cast<const uint32_t*>(data);
+  auto bad = [&](int64_t i) {
+    switch (dtype) {
+      case DType::f32:
+        return (b32[i] & 0x7f800000u) == 0x7f800000u;
+      case DType::bf16:
+        return (b16[i] & 0x7f80u) == 0x7f80u;
+      case DType::f16:
+        return (b16[i] & 0x7c00u) == 0x7c00u;
+      case DType::f8e4m3:
+        return (b8[i] & 0x7fu) == 0x7fu;
+      case DType::f8e5m2:
+        return (b8[i] & 0x7cu) == 0x7cu;
+      default:
+        return false;
+    }
+  };
+  constexpr int64_t kChunk = int64_t{1} << 18;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<int64_t> first(size_t(chunks), -1);
+  parallel_for(0, chunks, [&](int64_t c) {
+    const int64_t end = std::min(n, (c + 1) * kChunk);
+    for (int64_t i = c * kChunk; i < end; ++i) {
+      if (bad(i)) {
+        first[size_t(c)] = i;
+        return;
+      }
+    }
+  });
+  for (int64_t f : first)
+    if (f >= 0) return f;
+  return -1;
+}
+
+// Tensors that checkpoints carry and the model has no use for by design: rotary frequency
+// buffers of old Llama exports, and FP8 activation / KV-cache scales we recompute dynamically.
+bool ignorable_tensor(const std::string& name) {
+  auto ends_with = [&](std::string_view suffix) {
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ends_with(".rotary_emb.inv_freq") || ends_with(".input_scale") || ends_with(".k_scale") ||
+         ends_with(".v_scale");
+}
 }  // namespace
 
 // Resolves and checks every tensor of the model against its config.
@@ -18,20 +71,44 @@ class ModelLoader {
   ModelLoader(Model& m, const LoadOptions& o, const CheckpointQuant& q)
       : m_(m), opts_(o), quant_(q) {}
 
+  // Whether the checkpoint has `name`; records it as used, or as missing (reported together
+  // with the unexpected tensors once the whole model is walked).
+  bool present(const std::string& name) {
+    if (!m_.checkpoint_.contains(name)) {
+      missing_.push_back(name);
+      return false;
+    }
+    used_.insert(name);
+    return true;
+  }
+
+  // The view of a checkpoint tensor; with allow_nonfinite off, a NaN or Inf is an error.
+  TensorView checked_view(const std::string& name) {
+    TensorView v = m_.checkpoint_.view(name);
+    if (!opts_.allow_nonfinite) {
+      const int64_t bad = first_nonfinite(v.data, v.dtype, v.numel());
+      CHECK(bad < 0,
+            "tensor '{}' of checkpoint '{}' holds a NaN or Inf (element {}); load with "
+            "allow_nonfinite to accept it",
+            name, m_.dir_, bad);
+    }
+    return v;
+  }
+
+  // An empty view when the tensor is missing (load() fails before anything uses it).
   TensorView tensor(const std::string& name, Shape expected) {
-    CHECK(m_.checkpoint_.contains(name), "checkpoint '{}' has no tensor '{}'", m_.dir_, name);
+    if (!present(name)) return {};
     const SafetensorsTensorInfo& info = m_.checkpoint_.info(name);
     CHECK(info.shape == expected, "tensor '{}' has shape {}, the config implies {}", name,
           info.shape.str(), expected.str());
     CHECK(info.supported && info.dtype != DType::i32 && info.dtype != DType::i64,
           "tensor '{}' has dtype {}, expected a floating-point type", name, info.dtype_str);
-    return m_.checkpoint_.view(name);
+    return checked_view(name);
   }
 
   // A scale tensor converted to an owned f32 tensor of the canonical shape.
   TensorView scale_tensor(const std::string& name, Shape canonical) {
-    CHECK(m_.checkpoint_.contains(name), "FP8 checkpoint '{}' has no scale tensor '{}'", m_.dir_,
-          name);
+    CHECK(present(name), "FP8 checkpoint '{}' has no scale tensor '{}'", m_.dir_, name);
     const SafetensorsTensorInfo& info = m_.checkpoint_.info(name);
     CHECK(info.supported && info.shape.numel() == canonical.numel() &&
               (info.dtype == DType::f32 || info.dtype == DType::bf16 || info.dtype == DType::f16),
@@ -52,14 +129,17 @@ class ModelLoader {
   LinearWeight linear(const std::string& prefix, int64_t n, int64_t k, bool bias) {
     LinearWeight w;
     const std::string wname = prefix + ".weight";
-    CHECK(m_.checkpoint_.contains(wname), "checkpoint '{}' has no tensor '{}'", m_.dir_, wname);
+    if (!present(wname)) {
+      if (bias) present(prefix + ".bias");
+      return w;
+    }
     const SafetensorsTensorInfo& info = m_.checkpoint_.info(wname);
     if (info.supported && info.dtype == DType::f8e4m3) {
       CHECK(quant_.weight != Fp8Scheme::off,
             "tensor '{}' is F8_E4M3 but config.json has no FP8 quantization_config", wname);
       CHECK(info.shape == (Shape{n, k}), "tensor '{}' has shape {}, the config implies [{}, {}]",
             wname, info.shape.str(), n, k);
-      w.weight = m_.checkpoint_.view(wname);
+      w.weight = checked_view(wname);
       w.scheme = quant_.weight;
       w.act = quant_.act;
       w.scales =
@@ -93,6 +173,10 @@ class ModelLoader {
     const int64_t h = c.hidden_size, d = c.head_dim;
     m_.embed = tensor("model.embed_tokens.weight", {c.vocab_size, h});
     m_.final_norm = tensor("model.norm.weight", {h});
+    CHECK(!c.tie_word_embeddings || !m_.checkpoint_.contains("lm_head.weight"),
+          "checkpoint '{}' has lm_head.weight but config.json sets tie_word_embeddings: true "
+          "(which one is meant is ambiguous)",
+          m_.dir_);
     m_.lm_head.weight =
         c.tie_word_embeddings ? m_.embed : tensor("lm_head.weight", {c.vocab_size, h});
     for (int64_t i = 0; i < c.num_layers; ++i) {
@@ -119,6 +203,7 @@ class ModelLoader {
       l.inv_freq = rope_inv_freq(c.layers[size_t(i)].rope, d);
       m_.layers.push_back(std::move(l));
     }
+    check_tensor_names();
     if (m_.prequantized_) {
       m_.scheme_ = quant_.weight;
       m_.act_ = quant_.act;
@@ -134,9 +219,32 @@ class ModelLoader {
   }
 
  private:
+  // The checkpoint's tensors must be exactly those of its declared architecture: a Qwen3
+  // checkpoint labelled LlamaForCausalLM would otherwise run with its q/k norms ignored.
+  void check_tensor_names() const {
+    std::vector<std::string> unexpected;
+    for (const std::string& name : m_.checkpoint_.names())
+      if (!used_.count(name) && !ignorable_tensor(name)) unexpected.push_back(name);
+    if (missing_.empty() && unexpected.empty()) return;
+    auto list = [](const std::vector<std::string>& names) {
+      constexpr size_t kShown = 8;
+      std::string s;
+      for (size_t i = 0; i < std::min(names.size(), kShown); ++i) s += (i ? ", " : "") + names[i];
+      if (names.size() > kShown) s += fmt::format(" and {} more", names.size() - kShown);
+      return names.empty() ? std::string("none") : s;
+    };
+    RAISE(
+        "checkpoint '{}' does not match its declared architecture {}: missing tensors ({}): {}; "
+        "unexpected tensors ({}): {}",
+        m_.dir_, m_.config_.architecture, missing_.size(), list(missing_), unexpected.size(),
+        list(unexpected));
+  }
+
   Model& m_;
   const LoadOptions& opts_;
   const CheckpointQuant& quant_;
+  std::set<std::string> used_;
+  std::vector<std::string> missing_;
 };
 
 Model Model::load(const std::string& dir, const LoadOptions& options) {

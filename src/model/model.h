@@ -23,6 +23,8 @@ struct LoadOptions {
   // nullopt: run the checkpoint as stored. A scheme: quantize unquantized linears on the fly
   // (off keeps them unquantized); an FP8 checkpoint only accepts its own scheme.
   std::optional<Fp8Scheme> fp8;
+  // NaN or Inf in a weight is an error at load unless this is set (one pass over the weights).
+  bool allow_nonfinite = false;
 };
 
 struct LayerWeights {

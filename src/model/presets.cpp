@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "core/check.h"
+#include "core/output_file.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "formats/safetensors.h"
@@ -121,9 +122,9 @@ json make(const std::string& name) {
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"qwen3-tiny",   "qwen3-small",  "qwen3-0.6b",    "qwen3-1.7b",   "qwen3-8b",
-          "llama-tiny",   "llama-small",  "llama-3.2-1b",  "llama-3.1-8b", "mistral-tiny",
-          "mistral-small", "mistral-7b",  "gemma3-tiny",   "gemma3-small", "gemma3-1b"};
+  return {"qwen3-tiny",    "qwen3-small", "qwen3-0.6b",   "qwen3-1.7b",   "qwen3-8b",
+          "llama-tiny",    "llama-small", "llama-3.2-1b", "llama-3.1-8b", "mistral-tiny",
+          "mistral-small", "mistral-7b",  "gemma3-tiny",  "gemma3-small", "gemma3-1b"};
 }
 
 json preset_config_json(const std::string& name) {
@@ -188,12 +189,12 @@ void write_random_checkpoint(const json& config, const std::string& out_dir, uin
   }
   std::filesystem::create_directories(out_dir);
   write_checkpoint(out_dir, views);
-  std::ofstream(out_dir + "/config.json") << config.dump(2) << "\n";
+  write_file_replacing(out_dir + "/config.json", config.dump(2) + "\n");
   json gen = {{"bos_token_id", config.value("bos_token_id", 1)},
               {"eos_token_id", config.value("eos_token_id", 2)},
               {"do_sample", true},
               {"temperature", 1.0}};
-  std::ofstream(out_dir + "/generation_config.json") << gen.dump(2) << "\n";
+  write_file_replacing(out_dir + "/generation_config.json", gen.dump(2) + "\n");
 }
 
 }  // namespace fp8rl

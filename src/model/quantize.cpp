@@ -5,6 +5,8 @@
 #include <map>
 
 #include "core/check.h"
+#include "core/input_file.h"
+#include "core/output_file.h"
 #include "quant/fp8.h"
 
 namespace fp8rl {
@@ -57,11 +59,14 @@ void write_fp8_checkpoint(const Model& model, const std::string& out_dir, Fp8For
   write_checkpoint(out_dir, tensors);
   nlohmann::json config = model.config().raw;
   config["quantization_config"] = qconfig;
-  std::ofstream(out_dir + "/config.json") << config.dump(2) << "\n";
+  write_file_replacing(fs::path(out_dir) / "config.json", config.dump(2) + "\n");
+  // Tokenizer and generation files, through the same rules: inputs opened as regular files,
+  // outputs replacing only regular files.
+  constexpr uint64_t kMaxSideFileBytes = uint64_t{1} << 30;
   for (const auto& entry : fs::directory_iterator(model.dir())) {
     if (!entry.is_regular_file() || is_weight_file(entry.path())) continue;
-    fs::copy_file(entry.path(), fs::path(out_dir) / entry.path().filename(),
-                  fs::copy_options::overwrite_existing);
+    write_file_replacing(fs::path(out_dir) / entry.path().filename(),
+                         read_input_file(entry.path(), "model file", kMaxSideFileBytes));
   }
 }
 

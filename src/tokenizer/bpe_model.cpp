@@ -16,7 +16,7 @@ BpeModel BpeModel::from_json(TokenizerJson& file) {
   CHECK(model.is_object(), "{}: expected an object", where);
   if (auto t = model.find("type"); t != model.end()) {
     CHECK(t->is_string() && t->get<std::string>() == "BPE",
-          "{}: unsupported model type {} (only BPE is supported)", where, t->dump());
+          "{}: unsupported model type {} (only BPE is supported)", where, json_excerpt(*t));
   }
   CHECK(file.has_vocab, "{}: 'vocab' must be an object of token -> id", where);
   CHECK(file.has_merges, "{}: 'merges' must be a list", where);

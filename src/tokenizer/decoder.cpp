@@ -181,7 +181,7 @@ class SequenceDecoder final : public Decoder {
 
 }  // namespace
 
-std::unique_ptr<Decoder> make_decoder(const Json& config) {
+std::unique_ptr<Decoder> make_decoder(const Json& config, int depth) {
   if (config.is_null()) return nullptr;
   const std::string where = "tokenizer.json decoder";
   const std::string type = json_type(config, where);
@@ -209,11 +209,12 @@ std::unique_ptr<Decoder> make_decoder(const Json& config) {
     return std::make_unique<MetaspaceDecoder>(json_char(config, "replacement", where), !never);
   }
   if (type == "Sequence") {
+    check_sequence_depth(depth, where);
     const Json& list = json_at(config, "decoders", where);
     CHECK(list.is_array(), "{}: 'decoders' must be a list", where);
     std::vector<std::unique_ptr<Decoder>> steps;
     for (const Json& step : list) {
-      if (auto d = make_decoder(step)) steps.push_back(std::move(d));
+      if (auto d = make_decoder(step, depth + 1)) steps.push_back(std::move(d));
     }
     return std::make_unique<SequenceDecoder>(std::move(steps));
   }

@@ -21,7 +21,8 @@ class Decoder {
 
 // nullptr for a null config. Supported: ByteLevel, ByteFallback, Fuse, Replace, Strip,
 // Metaspace, Sequence.
-std::unique_ptr<Decoder> make_decoder(const Json& config);
+// `depth`: how many Sequences hold this one (bounded by kMaxSequenceDepth).
+std::unique_ptr<Decoder> make_decoder(const Json& config, int depth = 0);
 
 // "<0x41>" -> 0x41; -1 for any other token.
 int byte_fallback_value(std::string_view token);

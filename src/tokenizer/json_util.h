@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "core/check.h"
+#include "formats/json_read.h"
 
 namespace fp8rl::tok {
 
@@ -44,6 +45,19 @@ inline std::string json_string_or(const Json& j, std::string_view key, std::stri
 
 inline std::string json_type(const Json& j, std::string_view where) {
   return json_string(j, "type", where);
+}
+
+// Token ids index dense tables (id -> token): one id of 4e8 would allocate gigabytes. The
+// bound is 64x the largest vocabulary released (Gemma 3: 262k).
+constexpr int64_t kMaxTokenId = int64_t{1} << 24;
+
+// Sequence normalizers, pre-tokenizers, decoders and post-processors nest (a Sequence may hold
+// Sequences); real tokenizers nest at most two deep, and the bound keeps construction and
+// application from recursing as deep as the input says.
+constexpr int kMaxSequenceDepth = 16;
+inline void check_sequence_depth(int depth, std::string_view where) {
+  CHECK(depth < kMaxSequenceDepth, "{}: Sequence nested deeper than the limit of {}", where,
+        kMaxSequenceDepth);
 }
 
 // A single-character field (Metaspace replacement, Strip content) as UTF-8.

@@ -111,7 +111,7 @@ class SequenceNormalizer final : public Normalizer {
 
 }  // namespace
 
-std::unique_ptr<Normalizer> make_normalizer(const Json& config) {
+std::unique_ptr<Normalizer> make_normalizer(const Json& config, int depth) {
   if (config.is_null()) return nullptr;
   const std::string where = "tokenizer.json normalizer";
   const std::string type = json_type(config, where);
@@ -135,11 +135,12 @@ std::unique_ptr<Normalizer> make_normalizer(const Json& config) {
   if (type == "StripAccents") return std::make_unique<StripAccentsNormalizer>();
   if (type == "ByteLevel") return std::make_unique<ByteLevelNormalizer>();
   if (type == "Sequence") {
+    check_sequence_depth(depth, where);
     const Json& list = json_at(config, "normalizers", where);
     CHECK(list.is_array(), "{}: 'normalizers' must be a list", where);
     std::vector<std::unique_ptr<Normalizer>> steps;
     for (const Json& step : list) {
-      if (auto n = make_normalizer(step)) steps.push_back(std::move(n));
+      if (auto n = make_normalizer(step, depth + 1)) steps.push_back(std::move(n));
     }
     return std::make_unique<SequenceNormalizer>(std::move(steps));
   }

@@ -17,6 +17,7 @@ class Normalizer {
 
 // nullptr for a null config. Supported: NFC, NFD, Replace, Prepend, Append, Strip,
 // StripAccents, ByteLevel, Sequence; anything else is an error naming the type.
-std::unique_ptr<Normalizer> make_normalizer(const Json& config);
+// `depth`: how many Sequences hold this one (bounded by kMaxSequenceDepth).
+std::unique_ptr<Normalizer> make_normalizer(const Json& config, int depth = 0);
 
 }  // namespace fp8rl::tok

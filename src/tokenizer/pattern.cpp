@@ -13,7 +13,7 @@ Regex regex_from_pattern(const Json& pattern, std::string_view where) {
     return Regex::from_oniguruma(it->get<std::string>());
   }
   RAISE("{}: 'pattern' must be {{\"String\": ...}} or {{\"Regex\": ...}}, got {}", where,
-        pattern.dump());
+        json_excerpt(pattern));
 }
 
 std::string replace_all(std::string_view text, const Regex& regex, std::string_view content) {

@@ -91,7 +91,8 @@ std::unique_ptr<PostProcessor> make_template(const Json& config, const std::stri
             where, id);
       pieces.push_back({false, found->second});
     } else {
-      RAISE("{}: template item must be Sequence or SpecialToken, got {}", where, item.dump());
+      RAISE("{}: template item must be Sequence or SpecialToken, got {}", where,
+            json_excerpt(item));
     }
   }
   return std::make_unique<TemplateProcessing>(std::move(pieces));
@@ -99,7 +100,7 @@ std::unique_ptr<PostProcessor> make_template(const Json& config, const std::stri
 
 }  // namespace
 
-std::unique_ptr<PostProcessor> make_post_processor(const Json& config) {
+std::unique_ptr<PostProcessor> make_post_processor(const Json& config, int depth) {
   if (config.is_null()) return nullptr;
   const std::string where = "tokenizer.json post_processor";
   const std::string type = json_type(config, where);
@@ -115,11 +116,12 @@ std::unique_ptr<PostProcessor> make_post_processor(const Json& config) {
     return std::make_unique<WrapProcessing>(cls[1].get<int32_t>(), sep[1].get<int32_t>());
   }
   if (type == "Sequence") {
+    check_sequence_depth(depth, where);
     const Json& list = json_at(config, "processors", where);
     CHECK(list.is_array(), "{}: 'processors' must be a list", where);
     std::vector<std::unique_ptr<PostProcessor>> steps;
     for (const Json& step : list) {
-      if (auto p = make_post_processor(step)) steps.push_back(std::move(p));
+      if (auto p = make_post_processor(step, depth + 1)) steps.push_back(std::move(p));
     }
     return std::make_unique<SequenceProcessing>(std::move(steps));
   }

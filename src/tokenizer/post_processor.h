@@ -19,6 +19,7 @@ class PostProcessor {
 };
 
 // nullptr for a null config.
-std::unique_ptr<PostProcessor> make_post_processor(const Json& config);
+// `depth`: how many Sequences hold this one (bounded by kMaxSequenceDepth).
+std::unique_ptr<PostProcessor> make_post_processor(const Json& config, int depth = 0);
 
 }  // namespace fp8rl::tok

@@ -236,7 +236,7 @@ std::unique_ptr<PreTokenizer> split_on(std::string_view pattern, SplitBehavior b
 
 }  // namespace
 
-std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& config) {
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& config, int depth) {
   if (config.is_null()) return nullptr;
   const std::string where = "tokenizer.json pre_tokenizer";
   const std::string type = json_type(config, where);
@@ -279,11 +279,12 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& config) {
                     parse_behavior(json_string_or(config, "behavior", "Isolated", where), where));
   }
   if (type == "Sequence") {
+    check_sequence_depth(depth, where);
     const Json& list = json_at(config, "pretokenizers", where);
     CHECK(list.is_array(), "{}: 'pretokenizers' must be a list", where);
     std::vector<std::unique_ptr<PreTokenizer>> steps;
     for (const Json& step : list) {
-      if (auto p = make_pre_tokenizer(step)) steps.push_back(std::move(p));
+      if (auto p = make_pre_tokenizer(step, depth + 1)) steps.push_back(std::move(p));
     }
     return std::make_unique<SequencePreTokenizer>(std::move(steps));
   }

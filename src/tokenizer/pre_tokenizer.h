@@ -37,6 +37,7 @@ class PreTokenizer {
 
 // nullptr for a null config. Supported: ByteLevel, Split, Metaspace, Digits, Whitespace,
 // WhitespaceSplit, Punctuation, Sequence.
-std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& config);
+// `depth`: how many Sequences hold this one (bounded by kMaxSequenceDepth).
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& config, int depth = 0);
 
 }  // namespace fp8rl::tok

@@ -1,8 +1,6 @@
 #include "tokenizer/tokenizer.h"
 
-#include <fstream>
-#include <sstream>
-
+#include "core/input_file.h"
 #include "tokenizer/decoder.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/post_processor.h"
@@ -14,14 +12,8 @@ namespace fp8rl::tok {
 
 namespace {
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  CHECK(in.good(), "cannot open {}", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  CHECK(!in.bad(), "error reading {}", path.string());
-  return std::move(ss).str();
-}
+// tokenizer.json files reach 35 MB (Gemma 3); the bound only stops runaway inputs.
+constexpr uint64_t kMaxTokenizerJsonBytes = uint64_t{1} << 30;
 
 const Json& field_or_null(const Json& j, const char* key) {
   static const Json kNull;  // immutable: shared by all callers
@@ -39,8 +31,9 @@ std::vector<AddedToken> parse_added_tokens(const Json& list, const BpeModel& mod
     t.content = json_string(item, "content", where);
     CHECK(!t.content.empty(), "{}: a token has empty content", where);
     const Json& id = json_at(item, "id", where);
-    CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (1ll << 31),
-          "{}: token '{}' has an invalid id {}", where, t.content, id.dump());
+    CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < kMaxTokenId,
+          "{}: token '{}' has an invalid id {} (ids are in [0, {}))", where, t.content,
+          json_excerpt(id), kMaxTokenId);
     t.id = id.get<int32_t>();
     t.special = json_bool_or(item, "special", false, where);
     t.single_word = json_bool_or(item, "single_word", false, where);
@@ -64,9 +57,10 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {
   std::filesystem::path file = path;
   if (std::filesystem::is_directory(file)) file /= "tokenizer.json";
-  CHECK(std::filesystem::is_regular_file(file), "no tokenizer file at {}{}", file.string(),
+  CHECK(std::filesystem::exists(file), "no tokenizer file at {}{}", file.string(),
         std::filesystem::is_directory(path) ? " (a model directory must hold tokenizer.json)" : "");
-  return from_json_text(read_file(file), file.string());
+  return from_json_text(read_input_file(file, "tokenizer file", kMaxTokenizerJsonBytes),
+                        file.string());
 }
 
 Tokenizer Tokenizer::from_json_text(std::string_view json_text, std::string_view source) {

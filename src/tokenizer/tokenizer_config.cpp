@@ -1,9 +1,8 @@
 #include "tokenizer/tokenizer_config.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
+#include "core/input_file.h"
 #include "tokenizer/json_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -11,22 +10,17 @@ namespace fp8rl::tok {
 
 namespace {
 
+// tokenizer_config.json reaches a few MB (added_tokens_decoder of 256k-token vocabularies).
+constexpr uint64_t kMaxConfigBytes = uint64_t{64} << 20;
+
 std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  CHECK(in.good(), "cannot open {}", path.string());
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return std::move(ss).str();
+  return read_input_file(path, "model configuration file", kMaxConfigBytes);
 }
 
 Json parse(std::string_view text, std::string_view file) {
-  try {
-    Json j = Json::parse(text);
-    CHECK(j.is_object(), "{}: the top level must be a JSON object", file);
-    return j;
-  } catch (const Json::parse_error& e) {
-    RAISE("{}: invalid JSON: {}", file, e.what());
-  }
+  Json j = parse_json_text(text, file);
+  CHECK(j.is_object(), "{}: the top level must be a JSON object", file);
+  return j;
 }
 
 // A special token is a string, an AddedToken object ({"content": ...}), or null.
@@ -38,7 +32,7 @@ std::optional<std::string> token_field(const Json& j, const char* key) {
     return json_string(*it, "content", fmt::format("tokenizer_config.json {}", key));
   }
   RAISE("tokenizer_config.json: '{}' must be a string, an AddedToken object or null, got {}", key,
-        it->dump());
+        json_excerpt(*it));
 }
 
 std::optional<bool> bool_field(const Json& j, const char* key) {
@@ -147,11 +141,11 @@ TokenizerConfig TokenizerConfig::load(const std::filesystem::path& path) {
         "{} is neither a model directory nor a tokenizer_config.json", path.string());
   auto optional_text = [&](const char* name) {
     const auto file = model_dir / name;
-    return std::filesystem::is_regular_file(file) ? read_text(file) : std::string();
+    return std::filesystem::exists(file) ? read_text(file) : std::string();
   };
   TokenizerConfig c = from_json_text(optional_text("tokenizer_config.json"),
                                      optional_text("generation_config.json"));
-  if (const auto path = model_dir / "chat_template.jinja"; std::filesystem::is_regular_file(path)) {
+  if (const auto path = model_dir / "chat_template.jinja"; std::filesystem::exists(path)) {
     set_template(c, "default", read_text(path));
   }
   if (const auto dir = model_dir / "additional_chat_templates";

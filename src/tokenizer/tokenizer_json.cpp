@@ -142,8 +142,8 @@ class Handler final : public nlohmann::json_sax<Json> {
     return true;
   }
   bool vocab_id(int64_t id) {
-    CHECK(id >= 0 && id < (int64_t{1} << 31), "model.vocab: id {} of '{}' is out of range", id,
-          vocab_key_);
+    CHECK(id >= 0 && id < kMaxTokenId, "model.vocab: id {} of '{}' is out of range [0, {})", id,
+          vocab_key_, kMaxTokenId);
     out_.vocab.push_back({static_cast<uint32_t>(out_.vocab_bytes.size()),
                           static_cast<uint32_t>(vocab_key_.size()), id});
     out_.vocab_bytes.insert(out_.vocab_bytes.end(), vocab_key_.begin(), vocab_key_.end());
@@ -193,6 +193,9 @@ class Handler final : public nlohmann::json_sax<Json> {
 }  // namespace
 
 TokenizerJson parse_tokenizer_json(std::string_view text, std::string_view source) {
+  // The DOM of the non-vocab sections is built without recursion, but its later use (copies,
+  // the Sequence builders) recurses: the depth is bounded first, with the offending byte.
+  check_json_text(text, source, JsonLimits{}.max_depth);
   TokenizerJson out;
   Handler handler(out);
   try {

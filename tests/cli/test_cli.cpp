@@ -1,15 +1,19 @@
 // The fp8rl binary end to end: the happy paths, and bad input of every kind giving a clear
 // message and a non-zero exit (never a crash).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <map>
 
 #include "formats/npy.h"
+#include "formats/safetensors.h"
 #include "test_util.h"
 #include "tolerances.h"
 
@@ -479,3 +483,147 @@ TEST(CliChat, BadInputIsAClearError) {
 }
 
 }  // namespace
+
+namespace {
+
+// Every argument error: exit code 1 and exactly one line, "fp8rl: error: ...".
+void expect_one_line_error(const std::string& args, const std::string& fragment) {
+  const Result r = run(args);
+  EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
+  EXPECT_EQ(r.output.rfind("fp8rl: error: ", 0), 0u) << args << "\n" << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find(fragment), std::string::npos) << args << "\n" << r.output;
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A snapshot of every file under dir (name -> bytes), to show that a refused command left the
+// input untouched.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) files[e.path().string()] = file_bytes(e.path().string());
+  return files;
+}
+
+}  // namespace
+
+TEST(Cli, ArgumentErrorsAreOneLineWithExitCodeOne) {
+  expect_one_line_error("info", "is required");
+  expect_one_line_error("", "subcommand");
+  expect_one_line_error("nosuchcommand", "unknown command 'nosuchcommand'");
+  expect_one_line_error("info " + kQwen3 + " --bogus", "--bogus");
+  expect_one_line_error("logits " + kQwen3 + " --ids", "--ids");
+  expect_one_line_error("init --arch qwen3 --preset tiny --out /tmp/x --seed notanumber", "seed");
+  expect_one_line_error("schemes " + kQwen3 + " --tokens 0", "--tokens must be positive");
+  // --help and --version still succeed.
+  EXPECT_EQ(run("--help").exit_code, 0);
+  EXPECT_EQ(run("info --help").exit_code, 0);
+  const Result v = run("--version");
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_NE(v.output.find("fp8rl"), std::string::npos);
+}
+
+TEST(Cli, OutputsNeverOverwriteInputsOrSpecialFiles) {
+  const std::string base = temp("outputs");
+  const std::string model = base + "/model", link = base + "/link";
+  fs::create_directories(base);
+  ASSERT_EQ(run("init --arch qwen3 --preset tiny --out " + model).exit_code, 0);
+  fs::create_directory_symlink(model, link);
+  const auto before = snapshot(model);
+  for (const std::string& out :
+       {model, model + "/", model + "/.", model + "/../model", link, base, base + "/."}) {
+    expect_one_line_error("quantize " + model + " " + out + " --scheme row", "refusing to write");
+  }
+  EXPECT_EQ(snapshot(model), before);
+  // init over an existing model directory: refused, unless --force.
+  expect_one_line_error("init --arch qwen3 --preset tiny --out " + model + " --seed 9",
+                        "already holds a model: give --force");
+  EXPECT_EQ(snapshot(model), before);
+  ASSERT_EQ(run("init --arch qwen3 --preset tiny --out " + model + " --seed 9 --force").exit_code,
+            0);
+  EXPECT_NE(snapshot(model), before);
+
+  // logits --out: never a FIFO, a symlink, a device or an input file.
+  const std::string fifo = base + "/fifo", target = base + "/target.npy", sym = base + "/sym.npy";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::ofstream(target) << "keep";
+  fs::create_symlink(target, sym);
+  expect_one_line_error("logits " + model + " --ids 1 --out " + fifo, "is a FIFO");
+  expect_one_line_error("logits " + model + " --ids 1 --out " + sym, "is a symbolic link");
+  EXPECT_EQ(file_bytes(target), "keep");
+  expect_one_line_error("logits " + model + " --ids 1 --out " + model + "/config.json",
+                        "inside the input");
+  expect_one_line_error("logits " + model + " --ids 1 --out " + model, "is a directory");
+  struct stat null_before, null_after;
+  ASSERT_EQ(::stat("/dev/null", &null_before), 0);
+  expect_one_line_error("logits " + model + " --ids 1 --out /dev/null", "is a device");
+  ASSERT_EQ(::stat("/dev/null", &null_after), 0);
+  EXPECT_TRUE(S_ISCHR(null_after.st_mode));
+  EXPECT_EQ(null_before.st_ino, null_after.st_ino);
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  // A regular file is replaced (write-then-rename).
+  ASSERT_EQ(run("logits " + model + " --ids 1,2 --out " + target).exit_code, 0);
+  EXPECT_EQ(read_npy(target).shape().dims[0], 2);
+  fs::remove_all(base);
+}
+
+TEST(Cli, InputsAreRegularFilesAndBoundedJson) {
+  const std::string base = temp("inputs");
+  const std::string model = base + "/model";
+  fs::create_directories(base);
+  ASSERT_EQ(run("init --arch qwen3 --preset tiny --out " + model).exit_code, 0);
+  // A FIFO in place of config.json fails at once instead of blocking in open().
+  fs::rename(model + "/config.json", base + "/config.json");
+  ASSERT_EQ(::mkfifo((model + "/config.json").c_str(), 0600), 0);
+  expect_one_line_error("info " + model, "is not a regular file");
+  fs::remove(model + "/config.json");
+  // 100k-deep nesting: a clean error from every file kind the CLI reads.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  std::ofstream(model + "/config.json") << R"({"architectures":)" << deep << "}";
+  expect_one_line_error("info " + model, "limit of 256");
+  fs::copy_file(base + "/config.json", model + "/config.json",
+                fs::copy_options::overwrite_existing);
+  std::ofstream(base + "/messages.json") << deep;
+  std::ofstream(model + "/tokenizer_config.json") << R"({"chat_template":"x"})";
+  expect_one_line_error("chat-template " + model + " --messages-file " + base + "/messages.json",
+                        "limit of 256");
+  std::ofstream(model + "/tokenizer_config.json") << R"({"chat_template":"x","y":)" << deep << "}";
+  expect_one_line_error("chat-template " + model + " --messages-file " + base + "/messages.json",
+                        "limit of 256");
+  // More tokens than the model has positions (the golden Qwen3: max_position_embeddings 256).
+  std::string ids = "1";
+  for (int i = 0; i < 256; ++i) ids += ",1";
+  expect_one_line_error("logits " + kQwen3 + " --ids " + ids + " --out " + base + "/x.npy",
+                        "257 tokens, more than the model's max_position_embeddings 256");
+  fs::remove_all(base);
+}
+
+// info checks the checkpoint against its architecture as loading does.
+TEST(Cli, InfoRejectsACheckpointWithTensorsMissing) {
+  const std::string base = temp("info_missing");
+  const std::string model = base + "/model";
+  fs::create_directories(base);
+  ASSERT_EQ(run("init --arch qwen3 --preset tiny --out " + model).exit_code, 0);
+  ASSERT_EQ(run("info " + model).exit_code, 0);
+  {
+    const Checkpoint ck = Checkpoint::open(model);
+    std::vector<std::pair<std::string, TensorView>> kept;
+    std::map<std::string, std::string> copies;  // the views must outlive the mapping
+    for (const std::string& n : ck.names()) {
+      if (n == "model.layers.0.mlp.down_proj.weight") continue;
+      const TensorView v = ck.view(n);
+      copies[n].assign(static_cast<const char*>(v.data), v.nbytes());
+    }
+    for (auto& [n, bytes] : copies)
+      kept.emplace_back(n, TensorView(bytes.data(), ck.info(n).dtype, ck.info(n).shape));
+    write_checkpoint(base + "/rewritten", kept);
+  }
+  fs::rename(base + "/rewritten/model.safetensors", model + "/model.safetensors");
+  expect_one_line_error("info " + model,
+                        "missing tensors (1): model.layers.0.mlp.down_proj.weight");
+  fs::remove_all(base);
+}

@@ -4,6 +4,7 @@
 #include "core/check.h"
 #include "core/parallel.h"
 #include "core/tensor.h"
+#include "test_util.h"
 
 using namespace fp8rl;
 
@@ -64,4 +65,17 @@ TEST(Arena, OverExternalMemory) {
   a.rewind(0);
   a.attach(block.data(), 512);
   EXPECT_THROW(a.alloc({200}, DType::f32), Error);
+}
+
+// The comparison every numeric test uses: same values give 0, a shape mismatch (even with equal
+// element counts) fails every bound.
+TEST(TestUtil, RelMaxDiffRequiresEqualShapes) {
+  Tensor a = Tensor::zeros({2, 3}, DType::f32), b = Tensor::zeros({3, 2}, DType::f32);
+  a.ptr<float>()[0] = b.ptr<float>()[0] = 2.0f;
+  EXPECT_TRUE(std::isinf(test::rel_max_diff(a, b)));
+  Tensor c = Tensor::zeros({2, 3}, DType::f32);
+  c.ptr<float>()[0] = 2.0f;
+  EXPECT_EQ(test::rel_max_diff(a, c), 0.0);
+  c.ptr<float>()[1] = 1.0f;
+  EXPECT_EQ(test::rel_max_diff(a, c), 0.5);
 }

@@ -17,7 +17,8 @@ using json = nlohmann::json;
 namespace {
 
 std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("fp8rl_test_" + name + "_" + std::to_string(::getpid()));
+  const fs::path p =
+      fs::temp_directory_path() / ("fp8rl_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   return p.string();
 }
@@ -164,7 +165,62 @@ TEST(FP8Checkpoints, StaticPerTensorInputScale) {
 }
 
 void expect_load_error(const std::string& dir, const std::string& fragment,
-                       std::optional<Fp8Scheme> s = std::nullopt) {
+                       std::optional<Fp8Scheme> s = std::nullopt);
+
+// A checkpoint must hold exactly its architecture's tensors, tie_word_embeddings must agree
+// with the presence of lm_head, and weights must be finite unless allowed.
+TEST(Checkpoints, TensorsMustMatchTheDeclaredArchitecture) {
+  const std::string bad = temp_dir("arch");
+  // A Qwen3 checkpoint labelled Llama: its q/k norms would be ignored.
+  rewrite(golden_dir("qwen3"), bad,
+          [](auto&, json& c) { c["architectures"] = {"LlamaForCausalLM"}; });
+  expect_load_error(bad, "unexpected tensors (4): model.layers.0.self_attn.k_norm.weight");
+  expect_load_error(bad, "missing tensors (0): none");
+  fs::remove_all(bad);
+  rewrite(golden_dir("qwen3"), bad, [](auto& t, json&) {
+    t.erase("model.layers.1.mlp.up_proj.weight");
+    t.erase("model.norm.weight");
+  });
+  expect_load_error(bad,
+                    "missing tensors (2): model.norm.weight, model.layers.1.mlp.up_proj.weight");
+  fs::remove_all(bad);
+  rewrite(golden_dir("qwen3"), bad,
+          [](auto& t, json&) { t["lm_head.weight"] = t.at("model.embed_tokens.weight"); });
+  expect_load_error(bad, "has lm_head.weight but config.json sets tie_word_embeddings: true");
+  fs::remove_all(bad);
+  // Untied, the same checkpoint loads.
+  rewrite(golden_dir("qwen3"), bad, [](auto& t, json& c) {
+    t["lm_head.weight"] = t.at("model.embed_tokens.weight");
+    c["tie_word_embeddings"] = false;
+  });
+  EXPECT_NO_THROW(load_model(bad));
+  fs::remove_all(bad);
+}
+
+TEST(Checkpoints, NonFiniteWeightsAreRejectedUnlessAllowed) {
+  const std::string bad = temp_dir("nan");
+  const std::string name = "model.layers.1.self_attn.v_proj.weight";
+  rewrite(golden_dir("qwen3"), bad, [&](auto& t, json&) {
+    Tensor& w = t.at(name);
+    ASSERT_EQ(w.view().dtype, DType::bf16);
+    w.template ptr<uint16_t>()[77] = 0x7fc0;  // bf16 NaN
+  });
+  expect_load_error(bad, name + "' of checkpoint");
+  expect_load_error(bad, "(element 77)");
+  LoadOptions allow;
+  allow.allow_nonfinite = true;
+  EXPECT_NO_THROW(Model::load(bad, allow));
+  fs::remove_all(bad);
+  // Inf, in an FP8 quantization-on-load source, is caught before it is quantized.
+  rewrite(golden_dir("qwen3"), bad, [&](auto& t, json&) {
+    t.at("model.embed_tokens.weight").template ptr<uint16_t>()[5] = 0xff80;  // bf16 -Inf
+  });
+  expect_load_error(bad, "model.embed_tokens.weight", Fp8Scheme::row);
+  fs::remove_all(bad);
+}
+
+void expect_load_error(const std::string& dir, const std::string& fragment,
+                       std::optional<Fp8Scheme> s) {
   try {
     load_model(dir, s);
     FAIL() << "expected an error containing '" << fragment << "'";

@@ -106,7 +106,7 @@ TEST(ModelConfig, BadConfigsNameTheProblem) {
   expect_error(c, "'num_hidden_layers' must be an integer");
   c = good;
   c["num_attention_heads"] = 0;
-  expect_error(c, "'num_attention_heads' must be positive");
+  expect_error(c, "num_attention_heads = 0 is outside [1, 4096]");
   c = good;
   c["num_key_value_heads"] = 3;
   expect_error(c, "multiple of num_key_value_heads");
@@ -126,6 +126,43 @@ TEST(ModelConfig, BadConfigsNameTheProblem) {
   c["rms_norm_eps"] = -1.0;
   expect_error(c, "rms_norm_eps must be positive");
   expect_error(json::array(), "top level must be an object");
+}
+
+// Sizes come from the input: out-of-range values are rejected, with the value and the allowed
+// range, before anything is allocated from them.
+TEST(ModelConfig, AbsurdSizesAreRejectedWithTheirRange) {
+  const json good = golden_config("qwen3");
+  json c = good;
+  c["num_hidden_layers"] = 1000000000;
+  expect_error(c, "num_hidden_layers = 1000000000 is outside [1, 4096]");
+  c = good;
+  c["num_attention_heads"] = 4096;
+  c["num_key_value_heads"] = 1;
+  c["head_dim"] = 4096;  // 2^24: a product that must not pass unchecked
+  expect_error(c, "num_attention_heads x head_dim = 16777216 is outside [1, 1048576]");
+  c = good;
+  c["max_position_embeddings"] = 0;
+  expect_error(c, "max_position_embeddings = 0 is outside [1, ");
+  c = good;
+  c["max_position_embeddings"] = -5;
+  expect_error(c, "max_position_embeddings = -5 is outside");
+  c = good;
+  c["vocab_size"] = 1e300;  // an integral double far outside int64
+  expect_error(c, "'vocab_size' must be an integer");
+  c = good;
+  c["hidden_size"] = uint64_t(18446744073709551615ull);
+  expect_error(c, "'hidden_size' = 18446744073709551615 is outside the int64 range");
+  c = good;
+  c["intermediate_size"] = int64_t(1) << 40;
+  expect_error(c, "intermediate_size = 1099511627776 is outside [1, 1048576]");
+  c = good;
+  c["num_key_value_heads"] = 8;
+  expect_error(c, "num_key_value_heads = 8 is outside [1, 4]");
+  c = good;
+  c["dtype"] = "float8_e4m3fn";
+  expect_error(c, "dtype 'float8_e4m3fn' is not supported");
+  // The golden itself still parses: the bounds reject nothing real.
+  EXPECT_NO_THROW(ModelConfig::from_json(good));
 }
 
 }  // namespace

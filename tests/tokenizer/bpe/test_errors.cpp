@@ -114,3 +114,38 @@ TEST(TokenizerErrors, MissingFiles) {
     EXPECT_CONTAINS(e.what(), "a model directory must hold tokenizer.json");
   }
 }
+
+// Input nested far beyond any real tokenizer.json is an error, not a stack overflow.
+TEST(TokenizerErrors, DeepNestingIsAClearError) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  Json j = fixtures::byte_level_json();
+  std::string text = j.dump();
+  text.insert(text.size() - 1, R"(,"extra":)" + deep);
+  EXPECT_CONTAINS(text_error(text), "limit of 256");
+  // Sequences inside Sequences: each kind stops at kMaxSequenceDepth.
+  const std::pair<const char*, const char*> kinds[] = {{"normalizer", "normalizers"},
+                                                       {"pre_tokenizer", "pretokenizers"},
+                                                       {"decoder", "decoders"},
+                                                       {"post_processor", "processors"}};
+  for (const auto& [field, list] : kinds) {
+    Json nested = Json{{"type", "Sequence"}, {list, Json::array()}};
+    for (int i = 0; i < 40; ++i) nested = Json{{"type", "Sequence"}, {list, Json::array({nested})}};
+    j = fixtures::byte_level_json();
+    j[field] = nested;
+    EXPECT_CONTAINS(load_error(j), "Sequence nested deeper than the limit of 16");
+    // Two levels, as real files have, load.
+    j[field] = Json{{"type", "Sequence"},
+                    {list, Json::array({Json{{"type", "Sequence"}, {list, Json::array()}}})}};
+    EXPECT_EQ(load_error(j), "no error") << field;
+  }
+}
+
+// Ids index dense tables: one huge id must be an error, not a multi-gigabyte allocation.
+TEST(TokenizerErrors, HugeIdsAreRejectedBeforeAllocating) {
+  EXPECT_CONTAINS(
+      text_error(R"({"model": {"type": "BPE", "vocab": {"a": 400000000}, "merges": []}})"),
+      "id 400000000 of 'a' is out of range [0, 16777216)");
+  Json j = fixtures::byte_level_json();
+  j["added_tokens"].push_back({{"id", 400000000}, {"content", "<huge>"}, {"special", true}});
+  EXPECT_CONTAINS(load_error(j), "invalid id 400000000");
+}

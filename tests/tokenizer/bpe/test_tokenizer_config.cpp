@@ -103,11 +103,26 @@ TEST(TokenizerConfig, MalformedFilesAreClearErrors) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message("{not json").find("tokenizer_config.json: invalid JSON"), std::string::npos);
+  EXPECT_NE(message("{not json").find("tokenizer_config.json is not valid JSON"),
+            std::string::npos);
   EXPECT_NE(message(R"({"chat_template": 3})").find("'chat_template' must be a string"),
             std::string::npos);
   EXPECT_NE(message(R"({"eos_token": 3})").find("'eos_token' must be a string"), std::string::npos);
   EXPECT_NE(message("{}", R"({"eos_token_id": "x"})").find("eos_token_id"), std::string::npos);
   EXPECT_NE(message(R"({"chat_template": [{"name": "x"}]})").find("missing field 'template'"),
             std::string::npos);
+}
+
+TEST(TokenizerConfig, DeepNestingIsAClearError) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (const auto& [tc, gc] :
+       {std::pair<std::string, std::string>{R"({"x":)" + deep + "}", ""},
+        std::pair<std::string, std::string>{"{}", R"({"x":)" + deep + "}"}}) {
+    try {
+      TokenizerConfig::from_json_text(tc, gc);
+      ADD_FAILURE() << "no error";
+    } catch (const fp8rl::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("limit of 256"), std::string::npos) << e.what();
+    }
+  }
 }

@@ -3,6 +3,11 @@
 // the CUDA-vs-emulation comparison at the end of tests/tolerances.h. The noise is put where
 // CUDA and the emulation differ at the fp32 level: each norm and GEMM output, before its
 // rounding to bf16 or e4m3.
+//
+// An experiment, not a test: it asserts that a problem exists (FP8 logits are sensitive to
+// fp32-level noise), which is evidence for a bound, not a property of the code to keep.
+// Build and run: cmake --build build --target fp8_sensitivity &&
+// build/tools/experiments/fp8_sensitivity
 #include <gtest/gtest.h>
 
 #include "model_test_util.h"

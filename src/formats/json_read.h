@@ -1,0 +1,52 @@
+// The one JSON reading policy of fp8rl: every JSON file or text the program reads goes through
+// parse_json_text / read_json_file. Limits on size and nesting depth are enforced before and
+// while parsing (an iterative scan and a SAX builder; no recursion that input can drive), and
+// errors name the file, the byte offset and line, and the limit.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fp8rl {
+
+struct JsonLimits {
+  // Real configs nest less than 10 deep; chat messages with tool schemas a few tens.
+  int max_depth = 256;
+  uint64_t max_bytes = uint64_t{64} << 20;
+  // Duplicate keys are ambiguous (readers disagree on which one wins): an error by default.
+  bool reject_duplicate_keys = true;
+  // Formats the duplicate-key error (`path`: the keys leading to the object holding `key`);
+  // the default says "duplicate key 'k' in object 'a/b'".
+  std::function<std::string(const std::vector<std::string>& path, const std::string& key)>
+      describe_duplicate;
+};
+
+// `what` names the source in errors (a path or "config.json of MODEL").
+nlohmann::json parse_json_text(std::string_view text, std::string_view what,
+                               const JsonLimits& limits = {});
+nlohmann::ordered_json parse_ordered_json_text(std::string_view text, std::string_view what,
+                                               const JsonLimits& limits = {});
+
+// The file opened as an input file (core/input_file.h: regular files only, never blocking),
+// read up to limits.max_bytes and parsed; errors name the path.
+nlohmann::json read_json_file(const std::filesystem::path& path, const JsonLimits& limits = {});
+nlohmann::ordered_json read_ordered_json_file(const std::filesystem::path& path,
+                                              const JsonLimits& limits = {});
+
+// Throws fp8rl::Error naming `what`, the byte offset and line when `text` nests objects and
+// arrays deeper than max_depth or holds a NUL byte (which nlohmann would take for the end of
+// input). One pass, no recursion; for SAX parsers outside this file (tokenizer.json).
+void check_json_text(std::string_view text, std::string_view what, int max_depth);
+
+// At most max_chars characters of a JSON value for an error message, then "...": a bounded,
+// depth-limited print, never the dump of an arbitrarily large input value.
+std::string json_excerpt(const nlohmann::json& value, size_t max_chars = 80);
+std::string json_excerpt(const nlohmann::ordered_json& value, size_t max_chars = 80);
+
+}  // namespace fp8rl
