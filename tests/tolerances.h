@@ -95,7 +95,9 @@ inline double cuda_f32_gemm_bound(int64_t k) {
 // midpoint (a fraction ~1e-4 of them): at most kFp8FusedFlips of the codes may differ, each by
 // one e4m3 step (2^-3 of the value, or one subnormal step scale * 2^-9).
 inline constexpr double kFp8FusedFlips = 1e-3;
-inline double fused_scale_bound(int64_t k) { return std::max(1e-6, f32_reduction_bound(k)); }
+inline double fused_scale_bound(int64_t k) {
+  return std::max(1e-6, f32_reduction_bound(k));
+}
 // Per-tensor fused scaling stages the op's output in bf16 first: the quantized values are then
 // perturbed by up to 2^-9 relative, which flips a rounding with probability <= 2^-9 / 2^-4
 // (the narrowest e4m3 rounding interval is 2^-4 of the value): up to 2^-5 of the codes; and the
@@ -123,7 +125,9 @@ inline constexpr double kCudaBf16Logits = 2e-2;
 // by the test): std ratio ~1.15, bound 1.25 d_fp8 on top of the bf16 bound. In words: with
 // bf16 activations an FP8 forward agrees with the fp32-activation FP8 forward only to the size
 // of the FP8 effect itself (measured on the H200, 2026-11-29: ratio 0.3..0.85).
-inline double cuda_fp8_logits_bound(double d_fp8) { return kCudaBf16Logits + 1.25 * d_fp8; }
+inline double cuda_fp8_logits_bound(double d_fp8) {
+  return kCudaBf16Logits + 1.25 * d_fp8;
+}
 
 // ---- The CPU's emulation of bf16 activations (Context::bf16_activations) ------------------
 // The emulating CPU forward rounds to bf16 exactly where the CUDA backend stores bf16, with the
@@ -247,7 +251,6 @@ inline double optimizer_f32_bound(int steps, double max_abs_param, double max_ab
   return 2.0 * steps * kF32Eps * (max_abs_param + 2.0 * steps * max_abs_update);
 }
 
-
 // ---- Backward ops vs fp64 finite differences (tests/ops/test_backward.cpp) ---------------
 // The reference gradient is a central difference (L(x + h) - L(x - h)) / 2h of an fp64
 // re-implementation of the forward, for L = sum c * y with c uniform in [-1, 1] and inputs of
@@ -272,6 +275,39 @@ inline double backward_grad_bound(int64_t n) {
 // to max |fp64 output|: reductions of length n (f32_reduction_bound) plus a few ulps of exp,
 // tanh, sin/cos and log (8 2^-24); lse and log-probabilities are compared in absolute terms
 // relative to max(1, |value|) by the same bound.
-inline double forward_f32_bound(int64_t n) { return f32_reduction_bound(n) + 8.0 * kF32Eps; }
+inline double forward_f32_bound(int64_t n) {
+  return f32_reduction_bound(n) + 8.0 * kF32Eps;
+}
+
+// ---- fp8rl merge (tests/model/test_merge.cpp) ---------------------------------------------
+// bf16's unit roundoff: 8 significant bits, so rounding moves a value by at most half an ulp,
+// 2^-8 of the value at the bottom of a binade (kBf16HalfUlp's 2^-9 holds only at its top).
+inline constexpr double kBf16UnitRoundoff = 0x1p-8;
+
+// The f32 merged checkpoint vs the unmerged adapter (both fp32 CPU), as rel_max_diff of the
+// logits; the 1e-5. What differs: the merged weight carries one more fp32 rounding
+// (2^-24 of each element) and its GEMM sums x W' where the unmerged one sums x W and the low-rank
+// term separately; either is fp32 reduction noise, sqrt(K) 2^-24 of the output's magnitude
+// (K <= 320: 1.1e-6). Carried with a gain of ~1 through the 7 L linear outputs (a random walk,
+// sqrt(14) at L = 2): 4e-6 of the typical logit; the worst of T x V elements sits ~4 std out,
+// but is measured against max |logit| (>= 2x the typical): ~8e-6. Measured 2.6e-7..1.1e-6.
+inline constexpr double kMergeF32Logits = 1e-5;
+
+// The bf16 merged checkpoint vs the unmerged fp32 adapter. Each merged weight is rounded to
+// bf16: a relative error uniform within half an ulp, of RMS 2^-8 / sqrt(3) * E[2^e / |w|]
+// (~0.72 over a binade): 1.6e-3. An output sum_k x_k w_k d_k of independent errors d_k has
+// that RMS relative to sqrt(sum (x_k w_k)^2) ~ its typical magnitude. Over the 7 L rounded
+// linear outputs carried with a gain of ~1: sqrt(14) 1.6e-3 = 6e-3 of the typical logit; the
+// worst of T x V elements ~4 std out against max |logit| (>= 2x the typical): 1.2e-2; bound
+// 2e-2, as kCudaBf16Logits counts roundings. Measured 2.3e-3..1.05e-2; the adapter itself
+// moves the logits by 0.16..0.20 (the negative control).
+inline constexpr double kMergeBf16Logits = 2e-2;
+
+// The FP8-row merged checkpoint vs the unmerged fp32 adapter, relative to the FP8 effect of
+// the base (base quantized on load vs base fp32, same ids): both are the same recipe's
+// roundings of weights and activations of the same distribution (the adapter moves logits by
+// ~20%), so their expected size is equal; the worst element of two such random fields differs
+// by tens of percent (measured ratio 0.88..1.14). Bound 1.5.
+inline constexpr double kMergeFp8Ratio = 1.5;
 
 }  // namespace fp8rl::test

@@ -58,9 +58,13 @@ void write_fp8_checkpoint(const Model& model, const std::string& out_dir, Fp8For
   nlohmann::json config = model.config().raw;
   config["quantization_config"] = qconfig;
   std::ofstream(out_dir + "/config.json") << config.dump(2) << "\n";
-  for (const auto& entry : fs::directory_iterator(model.dir())) {
+  copy_model_files(model.dir(), out_dir);
+}
+
+void copy_model_files(const std::string& from, const std::string& to) {
+  for (const auto& entry : fs::directory_iterator(from)) {
     if (!entry.is_regular_file() || is_weight_file(entry.path())) continue;
-    fs::copy_file(entry.path(), fs::path(out_dir) / entry.path().filename(),
+    fs::copy_file(entry.path(), fs::path(to) / entry.path().filename(),
                   fs::copy_options::overwrite_existing);
   }
 }
