@@ -278,4 +278,35 @@ inline double backward_grad_bound(int64_t n) {
 // relative to max(1, |value|) by the same bound.
 inline double forward_f32_bound(int64_t n) { return f32_reduction_bound(n) + 8.0 * kF32Eps; }
 
+// ---- fp8rl merge (tests/model/test_merge.cpp) ---------------------------------------------
+// bf16's unit roundoff: 8 significant bits, so rounding moves a value by at most half an ulp,
+// 2^-8 of the value at the bottom of a binade (kBf16HalfUlp's 2^-9 holds only at its top).
+inline constexpr double kBf16UnitRoundoff = 0x1p-8;
+
+// The f32 merged checkpoint vs the unmerged adapter (both fp32 CPU), as rel_max_diff of the
+// logits; the 1e-5. What differs: the merged weight carries one more fp32 rounding
+// (2^-24 of each element) and its GEMM sums x W' where the unmerged one sums x W and the low-rank
+// term separately; either is fp32 reduction noise, sqrt(K) 2^-24 of the output's magnitude
+// (K <= 320: 1.1e-6). Carried with a gain of ~1 through the 7 L linear outputs (a random walk,
+// sqrt(14) at L = 2): 4e-6 of the typical logit; the worst of T x V elements sits ~4 std out,
+// but is measured against max |logit| (>= 2x the typical): ~8e-6. Measured 2.6e-7..1.1e-6.
+inline constexpr double kMergeF32Logits = 1e-5;
+
+// The bf16 merged checkpoint vs the unmerged fp32 adapter. Each merged weight is rounded to
+// bf16: a relative error uniform within half an ulp, of RMS 2^-8 / sqrt(3) * E[2^e / |w|]
+// (~0.72 over a binade): 1.6e-3. An output sum_k x_k w_k d_k of independent errors d_k has
+// that RMS relative to sqrt(sum (x_k w_k)^2) ~ its typical magnitude. Over the 7 L rounded
+// linear outputs carried with a gain of ~1: sqrt(14) 1.6e-3 = 6e-3 of the typical logit; the
+// worst of T x V elements ~4 std out against max |logit| (>= 2x the typical): 1.2e-2; bound
+// 2e-2, as kCudaBf16Logits counts roundings. Measured 2.3e-3..1.05e-2; the adapter itself
+// moves the logits by 0.16..0.20 (the negative control).
+inline constexpr double kMergeBf16Logits = 2e-2;
+
+// The FP8-row merged checkpoint vs the unmerged fp32 adapter, relative to the FP8 effect of
+// the base (base quantized on load vs base fp32, same ids): both are the same recipe's
+// roundings of weights and activations of the same distribution (the adapter moves logits by
+// ~20%), so their expected size is equal; the worst element of two such random fields differs
+// by tens of percent (measured ratio 0.88..1.14). Bound 1.5.
+inline constexpr double kMergeFp8Ratio = 1.5;
+
 }  // namespace fp8rl::test

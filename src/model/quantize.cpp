@@ -60,12 +60,16 @@ void write_fp8_checkpoint(const Model& model, const std::string& out_dir, Fp8For
   nlohmann::json config = model.config().raw;
   config["quantization_config"] = qconfig;
   write_file_replacing(fs::path(out_dir) / "config.json", config.dump(2) + "\n");
-  // Tokenizer and generation files, through the same rules: inputs opened as regular files,
-  // outputs replacing only regular files.
+  copy_model_files(model.dir(), out_dir);
+}
+
+// Tokenizer and generation files, through the same rules: inputs opened as regular files,
+// outputs replacing only regular files.
+void copy_model_files(const std::string& from, const std::string& to) {
   constexpr uint64_t kMaxSideFileBytes = uint64_t{1} << 30;
-  for (const auto& entry : fs::directory_iterator(model.dir())) {
+  for (const auto& entry : fs::directory_iterator(from)) {
     if (!entry.is_regular_file() || is_weight_file(entry.path())) continue;
-    write_file_replacing(fs::path(out_dir) / entry.path().filename(),
+    write_file_replacing(fs::path(to) / entry.path().filename(),
                          read_input_file(entry.path(), "model file", kMaxSideFileBytes));
   }
 }

@@ -14,4 +14,8 @@ namespace fp8rl {
 // of the model directory (tokenizer, generation config, ...) are copied.
 void write_fp8_checkpoint(const Model& model, const std::string& out_dir, Fp8Format format);
 
+// Copies every regular file of the model directory `from` except the weights and config.json
+// (tokenizer, generation config, chat template, ...) into the directory `to`.
+void copy_model_files(const std::string& from, const std::string& to);
+
 }  // namespace fp8rl

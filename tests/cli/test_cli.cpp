@@ -55,7 +55,8 @@ std::string temp(const std::string& name) {
 const std::string kQwen3 = fp8rl::test::golden_dir("qwen3");
 
 TEST(Cli, HelpForEverySubcommand) {
-  for (const char* sub : {"info", "logits", "quantize", "init", "schemes", "generate", "chat"}) {
+  for (const char* sub :
+       {"info", "logits", "quantize", "init", "schemes", "generate", "chat", "merge"}) {
     const Result r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << sub;
@@ -280,6 +281,43 @@ TEST(CliAdapter, LogitsAndBench) {
                "q_proj");
   fs::remove(with);
   fs::remove(without);
+}
+
+// merge: the f32 merged checkpoint's logits are PEFT's unmerged adapter logits; --fp8 row
+// writes a compressed-tensors checkpoint that runs as FP8; every bad input leaves no output.
+TEST(CliMerge, MergedLogitsArePeftsAndBadInputIsRefused) {
+  const std::string ids = read_json(kQwen3 + "/ids.json").dump();
+  const std::string csv = ids.substr(1, ids.size() - 2);
+  const Tensor ref = read_npy(kQwen3 + "/adapter_logits.npy");
+  const std::string out = temp("merged"), fp8 = temp("merged_fp8"), npy = temp("merged") + ".npy";
+  const Result m = run("merge " + kQwen3 + " " + kQwen3 + "/adapter " + out + " --dtype f32");
+  ASSERT_EQ(m.exit_code, 0) << m.output;
+  ASSERT_EQ(run("logits " + out + " --ids " + csv + " --fp8 off --out " + npy).exit_code, 0);
+  EXPECT_LE(fp8rl::test::rel_max_diff(read_npy(npy), ref),
+            fp8rl::test::kHfFp32Logits + fp8rl::test::kMergeF32Logits);
+  ASSERT_EQ(run("logits " + kQwen3 + " --ids " + csv + " --fp8 off --out " + npy).exit_code, 0);
+  EXPECT_GT(fp8rl::test::rel_max_diff(read_npy(npy), ref), 100 * fp8rl::test::kHfFp32Logits);
+
+  const Result q = run("merge " + kQwen3 + " " + kQwen3 + "/adapter " + fp8 + " --fp8 row");
+  ASSERT_EQ(q.exit_code, 0) << q.output;
+  const Result info = run("info " + fp8);
+  EXPECT_EQ(info.exit_code, 0) << info.output;
+  EXPECT_NE(info.output.find("row"), std::string::npos) << info.output;
+
+  const std::string llama = fp8rl::test::golden_dir("llama"), fresh = temp("merge_fresh");
+  expect_error("merge " + llama + " " + kQwen3 + "/adapter " + fresh, "q_proj");
+  expect_error("merge " + kQwen3 + " " + kQwen3 + "/adapter " + kQwen3, "inside it");
+  expect_error("merge " + kQwen3 + " " + kQwen3 + "/adapter " + kQwen3 + "/merged", "inside it");
+  expect_error("merge " + kQwen3 + " " + kQwen3 + "/adapter " + out, "not an empty directory");
+  expect_error("merge " + kQwen3 + " " + kQwen3 + "/adapter " + fresh + " --fp8 off", "--fp8");
+  expect_error("merge " + kQwen3 + " " + kQwen3 + "/adapter " + fresh + " --fp8 bogus", "bogus");
+  expect_error("merge " + kQwen3 + " " + kQwen3 + "/adapter " + fresh + " --dtype f16", "--dtype");
+  expect_error("merge " + kQwen3 + " " + fresh + " " + fresh, "adapter_config.json");
+  EXPECT_FALSE(fs::exists(fresh));
+  EXPECT_FALSE(fs::exists(kQwen3 + "/merged"));
+  fs::remove_all(out);
+  fs::remove_all(fp8);
+  fs::remove(npy);
 }
 
 // Every bad input: `fp8rl: error:` naming it, a non-zero exit, and no output file.
