@@ -207,7 +207,10 @@ void add_generate_command(CLI::App& app) {
       "--processed-logprobs", s.processed_logprobs,
       "Also the logprobs under the temperature-scaled full vocabulary (what RL recomputes)");
   c->add_option("--fp8", o->session.fp8, kFp8Help)->capture_default_str();
-  c->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: bf16 (the activation dtype) or fp8 (e4m3, a scale per token and head)")->capture_default_str();
+  c->add_option(
+       "--kv-dtype", o->kv_dtype,
+       "KV cache dtype: bf16 (the activation dtype) or fp8 (e4m3, a scale per token and head)")
+      ->capture_default_str();
   c->add_option("--kv-memory", o->kv_memory_gib,
                 "KV cache GiB (default: 90% of free device memory on CUDA, 1 GiB on the CPU)");
   c->add_option("--max-num-seqs", o->max_num_seqs, "Sequences per step")->capture_default_str();

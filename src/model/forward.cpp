@@ -136,8 +136,7 @@ void attention_block(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
   ops::rms_norm_rope(ctx, k, c.qk_norm ? l.k_norm : TensorView(), eps, c.norm_plus_one,
                      step.positions, inv_freq, k);
   const ops::KvScales kv_scales{kv.k_scale(li), kv.v_scale(li)};  // empty unless FP8 KV
-  ops::store_kv(ctx, k, s.v.reshape({t, hkv, d}), step.slot_mapping, kv.k(li), kv.v(li),
-                kv_scales);
+  ops::store_kv(ctx, k, s.v.reshape({t, hkv, d}), step.slot_mapping, kv.k(li), kv.v(li), kv_scales);
   ops::AttentionParams p;
   p.scale = float(c.attention_scale);
   p.softcap = float(c.attn_logit_softcapping);

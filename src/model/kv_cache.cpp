@@ -60,8 +60,12 @@ TensorView KvPool::scale_of(int64_t layer, int64_t kv) const {
 
 TensorView KvPool::k(int64_t layer) const { return layer_of(layer, 0); }
 TensorView KvPool::v(int64_t layer) const { return layer_of(layer, 1); }
-TensorView KvPool::k_scale(int64_t layer) const { return scale_of(layer, 0); }
-TensorView KvPool::v_scale(int64_t layer) const { return scale_of(layer, 1); }
+TensorView KvPool::k_scale(int64_t layer) const {
+  return scale_of(layer, 0);
+}
+TensorView KvPool::v_scale(int64_t layer) const {
+  return scale_of(layer, 1);
+}
 
 std::vector<int32_t> KvPool::take_blocks(int64_t n) {
   CHECK(n >= 0 && taken_ + n <= num_blocks_, "KV pool exhausted: {} more blocks, {} of {} taken",

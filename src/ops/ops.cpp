@@ -389,8 +389,8 @@ void paged_attention(Context& ctx, const TensorView& q, const TensorView& k_pool
   FP8RL_DISPATCH(
       ctx, "paged_attention",
       {
-        cpu::paged_attention(scratch_of(ctx), q, k_pool, v_pool, batch, p, out, rounding(ctx),
-                             {}, scales);
+        cpu::paged_attention(scratch_of(ctx), q, k_pool, v_pool, batch, p, out, rounding(ctx), {},
+                             scales);
         reduce_amax(out, amax);
       },
       cuda::paged_attention(*ctx.cuda, q, k_pool, v_pool, batch, p, out,
@@ -640,8 +640,7 @@ size_t paged_attention_scratch_bytes(const Context& ctx, int64_t t, int64_t head
 #endif
   (void)ctx, (void)t, (void)heads;
   // Per thread: a row of scores, and one dequantized key and value row for an FP8 pool.
-  return size_t(num_threads()) * size_t(std::max<int64_t>(max_context_len, 1) + 2 * head_dim) *
-             4 +
+  return size_t(num_threads()) * size_t(std::max<int64_t>(max_context_len, 1) + 2 * head_dim) * 4 +
          512;
 }
 

@@ -148,8 +148,9 @@ TEST_P(GreedyGolden, Fp8KvCacheDeviation) {
       if (a.ids[t] != b.ids[t]) break;  // the logprob of the first differing pick still counts
     }
   }
-  std::printf("%s FP8 KV vs f32 KV greedy: max |dlogprob| %.4g, mean %.3g over %lld of %lld tokens\n",
-              arch.c_str(), dev, sum / double(compared), (long long)compared, (long long)total);
+  std::printf(
+      "%s FP8 KV vs f32 KV greedy: max |dlogprob| %.4g, mean %.3g over %lld of %lld tokens\n",
+      arch.c_str(), dev, sum / double(compared), (long long)compared, (long long)total);
   EXPECT_GT(dev, 0.0) << arch << ": the FP8 pool changes nothing";
   EXPECT_LT(dev, kKvFp8Logprob) << arch;
 }

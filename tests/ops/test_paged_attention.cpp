@@ -168,8 +168,8 @@ struct Batch {
     const int64_t d = c.d;
     for (int64_t r = 0; r < k_scale.numel(); ++r)
       for (int64_t i = 0; i < d; ++i)
-        for (auto [codes, sc, pool] : {std::tuple{&k_codes, &k_scale, &k_pool},
-                                       std::tuple{&v_codes, &v_scale, &v_pool}}) {
+        for (auto [codes, sc, pool] :
+             {std::tuple{&k_codes, &k_scale, &k_pool}, std::tuple{&v_codes, &v_scale, &v_pool}}) {
           const float x = e4m3_to_f32(codes->ptr<uint8_t>()[r * d + i]) * sc->ptr<float>()[r];
           pool->ptr<float>()[r * d + i] = bf16 ? round_to_bf16(x) : x;
         }
@@ -264,8 +264,8 @@ TEST_P(PagedAttention, PaddingRowsAreZeroAndAmaxIsTheOutputs) {
 // activations are) bit for bit, and differs from the unquantized cache by about e4m3's
 // precision.
 TEST_P(PagedAttention, Fp8PoolEqualsItsDequantizedValues) {
-  for (const Config& c : {Config{8, 2, 64, 0, 0.0f}, Config{8, 1, 256, 0, 20.0f},
-                          Config{6, 2, 128, 70, 30.0f}}) {
+  for (const Config& c :
+       {Config{8, 2, 64, 0, 0.0f}, Config{8, 1, 256, 0, 20.0f}, Config{6, 2, 128, 70, 30.0f}}) {
     Batch b(kRagged, c, 2000 + uint64_t(c.d));
     b.store(ctx);
     const Tensor unquantized = b.paged(ctx);
@@ -294,8 +294,8 @@ TEST_P(PagedAttention, WrongFp8ScaleChangesTheResult) {
   b.v_scale.ptr<float>()[b.slot(2, 100) * c.hkv + 1] *= 2.0f;
   const Tensor bad = b.paged_fp8(ctx);
   const int64_t first = b.cu_q.ptr<int32_t>()[2], last = b.cu_q.ptr<int32_t>()[3];
-  EXPECT_TRUE(same_bytes(good.view().slice_rows(0, first + 100),
-                         bad.view().slice_rows(0, first + 100)));
+  EXPECT_TRUE(
+      same_bytes(good.view().slice_rows(0, first + 100), bad.view().slice_rows(0, first + 100)));
   EXPECT_FALSE(same_bytes(good.view().slice_rows(first + 100, last),
                           bad.view().slice_rows(first + 100, last)));
 }
@@ -372,8 +372,7 @@ TEST(StoreKv, Fp8PoolHoldsTheRecipesCodesAndScales) {
       const auto src = std::find(sm.begin(), sm.end(), int32_t(slot));
       const int64_t tok = src - sm.begin();
       for (int64_t h = 0; h < hkv; ++h) {
-        const float want_scale =
-            src == sm.end() ? -7.0f : scales.ptr<float>()[tok * hkv + h];
+        const float want_scale = src == sm.end() ? -7.0f : scales.ptr<float>()[tok * hkv + h];
         ASSERT_EQ(pool_scales.ptr<float>()[slot * hkv + h], want_scale) << "slot " << slot;
         for (int64_t i = 0; i < d; ++i) {
           const uint8_t want =
@@ -392,8 +391,7 @@ TEST(StoreKv, Fp8PoolHoldsTheRecipesCodesAndScales) {
   }
   // Negative control: a scale pool of the wrong shape is refused.
   Tensor short_scales = Tensor::empty({blocks, kBlock, 1}, DType::f32);
-  EXPECT_THROW(ops::store_kv(ctx, k, v, mapping, kp, vp, {short_scales.view(), vs.view()}),
-               Error);
+  EXPECT_THROW(ops::store_kv(ctx, k, v, mapping, kp, vp, {short_scales.view(), vs.view()}), Error);
 }
 
 }  // namespace

@@ -73,9 +73,7 @@ struct Fp8PagedRows {
     return row;
   }
   const float* key(int64_t j, int64_t kvh) const { return dequantize(k, k_scale, j, kvh, k_row); }
-  const float* value(int64_t j, int64_t kvh) const {
-    return dequantize(v, v_scale, j, kvh, v_row);
-  }
+  const float* value(int64_t j, int64_t kvh) const { return dequantize(v, v_scale, j, kvh, v_row); }
 };
 
 // Query qv against positions [lo, pos], exact fp32 softmax. s: scratch indexed by position
