@@ -80,7 +80,7 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   CHECK(o.model.empty() != o.preset.empty(), "bench generate: give exactly one of --model, --preset");
   CHECK(o.prompts > 0 && o.n > 0 && o.prompt_tokens > 0 && o.max_tokens > 0,
         "bench generate: --prompts, --n, --prompt-tokens and --max-tokens must be positive");
-  CHECK(o.kv_dtype == "bf16", "--kv-dtype {}: only bf16 is implemented so far", o.kv_dtype);
+  const KvDType kv_dtype = parse_kv_dtype(o.kv_dtype);
   const Device device = parse_device(o.device);
   const std::optional<Fp8Scheme> fp8 = parse_fp8_option(o.fp8);
   const ModelConfig config = o.preset.empty() ? ModelConfig::load(o.model) : preset_config(o.preset);
@@ -104,6 +104,7 @@ void run_bench_generate(const BenchGenerateOptions& o) {
 
   EngineOptions eo;
   eo.kv_memory_bytes = size_t(o.kv_memory_gib * double(size_t(1) << 30));
+  eo.kv_dtype = kv_dtype;
   eo.max_num_seqs = o.max_num_seqs;
   eo.max_num_batched_tokens = o.max_num_batched_tokens;
   eo.seed = o.seed;
@@ -131,8 +132,7 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   // What one decode step of all P*n sequences must read: every weight once, and the KV of
   // every sequence at the mean context (prompt + G/2).
   const int64_t seqs = o.prompts * o.n;
-  const double kv_token = double(2 * config.num_layers * config.num_kv_heads * config.head_dim) *
-                          double(dtype_size(ctx.activation_dtype()));
+  const double kv_token = double(KvPool::block_bytes(config, ctx, kv_dtype)) / double(kKvBlockSize);
   const double mean_context = double(o.prompt_tokens) + double(o.max_tokens) / 2.0;
   const double step_bytes = double(model.device_bytes()) + double(seqs) * mean_context * kv_token;
 
@@ -231,7 +231,7 @@ void add_bench_generate_command(CLI::App& bench) {
   c->add_option("--max-tokens", o->max_tokens, "New tokens per sample (eos ignored)")
       ->capture_default_str();
   c->add_option("--fp8", o->fp8, kFp8Help)->capture_default_str();
-  c->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype")->capture_default_str();
+  c->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: bf16 or fp8")->capture_default_str();
   c->add_option("--kv-memory", o->kv_memory_gib, "KV cache GiB (default: 90% of free memory)");
   c->add_option("--max-num-seqs", o->max_num_seqs, "Sequences per step")->capture_default_str();
   c->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Tokens per step")

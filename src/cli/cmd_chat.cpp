@@ -1,6 +1,6 @@
 // fp8rl chat MODEL [--adapter DIR] [--system TEXT] [--max-tokens N] [--temperature T]
 //            [--top-k K] [--top-p P] [--min-p P] [--repetition-penalty R] [--seed S]
-//            [--fp8 ...] [--kv-memory GIB] [--device cpu|cuda]
+//            [--fp8 ...] [--kv-dtype bf16|fp8] [--kv-memory GIB] [--device cpu|cuda]
 //
 // An interactive conversation in the terminal: each line read from stdin is a user turn
 // ("/reset" clears the history, "/exit" or end of input ends); the model's chat template is
@@ -37,6 +37,7 @@ struct ChatOptions {
   SamplingParams sampling;
   int64_t seed = -1;
   double kv_memory_gib = 0;
+  std::string kv_dtype = "bf16";
 };
 
 void write_out(const std::string& text) {
@@ -75,6 +76,7 @@ std::string reply(ModelSession& session, Engine& engine, const nlohmann::ordered
 
 void run_chat(const ChatOptions& o) {
   CHECK(o.kv_memory_gib >= 0, "--kv-memory must be >= 0 GiB, got {}", o.kv_memory_gib);
+  const KvDType kv_dtype = parse_kv_dtype(o.kv_dtype);
   SamplingParams defaults = o.sampling;
   CHECK(defaults.n == 1, "chat draws one reply per turn");
   // Without --seed every session draws differently; with it, a turn equals `fp8rl generate`
@@ -90,6 +92,7 @@ void run_chat(const ChatOptions& o) {
 
   EngineOptions eo;
   eo.kv_memory_bytes = size_t(o.kv_memory_gib * double(size_t(1) << 30));
+  eo.kv_dtype = kv_dtype;
   eo.max_num_seqs = 1;
   const std::unique_ptr<Engine> engine = session.make_engine(eo);
 
@@ -147,6 +150,7 @@ void add_chat_command(CLI::App& app) {
   c->add_option("--repetition-penalty", s.repetition_penalty, "1 = off")->capture_default_str();
   c->add_option("--seed", o->seed, "Random seed (default: a new one per session)");
   c->add_option("--fp8", o->session.fp8, kFp8Help)->capture_default_str();
+  c->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: bf16 or fp8")->capture_default_str();
   c->add_option("--kv-memory", o->kv_memory_gib,
                 "KV cache GiB (default: 90% of free device memory on CUDA, less on the CPU)");
   c->add_option("--device", o->session.device, "cpu or cuda")->capture_default_str();

@@ -1,7 +1,7 @@
 // fp8rl generate MODEL --prompts IN.jsonl --out OUT.jsonl [--adapter DIR] [--n N]
 //                [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]
 //                [--repetition-penalty R] [--stop S ...] [--seed S] [--ignore-eos]
-//                [--logprobs K] [--fp8 ...] [--kv-dtype bf16] [--kv-memory GIB] [--device ...]
+//                [--logprobs K] [--fp8 ...] [--kv-dtype bf16|fp8] [--kv-memory GIB] [--device ...]
 //
 // Input: one JSON object per line with `prompt_ids` (list of ints), `prompt` (text, tokenized
 // with the model's tokenizer, special tokens added as vLLM does) or `messages` (the chat
@@ -132,7 +132,7 @@ void write_outputs(const std::string& path, const std::vector<GenerationRequest>
 }
 
 void run_generate(const GenerateOptions& o) {
-  CHECK(o.kv_dtype == "bf16", "--kv-dtype {}: only bf16 is implemented so far", o.kv_dtype);
+  const KvDType kv_dtype = parse_kv_dtype(o.kv_dtype);
   CHECK(o.kv_memory_gib >= 0, "--kv-memory must be >= 0 GiB, got {}", o.kv_memory_gib);
   SamplingParams defaults = o.sampling;
   if (o.seed >= 0) defaults.seed = uint64_t(o.seed);
@@ -142,6 +142,7 @@ void run_generate(const GenerateOptions& o) {
   ModelSession session(o.session);
   EngineOptions eo;
   eo.kv_memory_bytes = size_t(o.kv_memory_gib * double(size_t(1) << 30));
+  eo.kv_dtype = kv_dtype;
   eo.max_num_seqs = o.max_num_seqs;
   eo.max_num_batched_tokens = o.max_num_batched_tokens;
   eo.prefix_caching = !o.no_prefix_caching;
@@ -206,7 +207,10 @@ void add_generate_command(CLI::App& app) {
       "--processed-logprobs", s.processed_logprobs,
       "Also the logprobs under the temperature-scaled full vocabulary (what RL recomputes)");
   c->add_option("--fp8", o->session.fp8, kFp8Help)->capture_default_str();
-  c->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: bf16")->capture_default_str();
+  c->add_option(
+       "--kv-dtype", o->kv_dtype,
+       "KV cache dtype: bf16 (the activation dtype) or fp8 (e4m3, a scale per token and head)")
+      ->capture_default_str();
   c->add_option("--kv-memory", o->kv_memory_gib,
                 "KV cache GiB (default: 90% of free device memory on CUDA, 1 GiB on the CPU)");
   c->add_option("--max-num-seqs", o->max_num_seqs, "Sequences per step")->capture_default_str();

@@ -118,8 +118,8 @@ void Engine::Impl::setup() {
   shape.seqs = std::min(opt.max_num_seqs, opt.max_num_batched_tokens);
   shape.logit_rows = shape.seqs;
   shape.max_context = c.max_position_embeddings;
-  const size_t block = KvPool::block_bytes(c, ctx);
-  KvPool probe(c, 1, ctx);  // the plan does not depend on the pool's size
+  const size_t block = KvPool::block_bytes(c, ctx, opt.kv_dtype);
+  KvPool probe(c, 1, ctx, opt.kv_dtype);  // the plan does not depend on the pool's size
   Arena measuring = Arena::measuring(ctx.device, ctx.device == Device::cuda ? 256 : 64);
   {
     Context dry = ctx;
@@ -155,7 +155,7 @@ void Engine::Impl::setup() {
   CHECK(blocks >= 1, "engine: a KV budget of {} bytes holds no block ({} bytes each)", kv_bytes,
         block);
   // One block more than the scheduler hands out: the null block of padding sequences.
-  pool = std::make_unique<KvPool>(c, blocks + 1, ctx);
+  pool = std::make_unique<KvPool>(c, blocks + 1, ctx, opt.kv_dtype);
   null_block = int32_t(blocks);
   ops::scratch_reserve(ctx, plan);
   SchedulerConfig sc;
@@ -207,8 +207,9 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
   // Copy on write: a shared partial block is copied before anyone writes into it.
   for (const BlockCopy& cp : plan.copies)
     for (int64_t l = 0; l < pool->num_layers(); ++l)
-      for (const TensorView& t : {pool->k(l), pool->v(l)})
-        ops::copy(ctx, t.slice_rows(cp.src, cp.src + 1), t.slice_rows(cp.dst, cp.dst + 1));
+      for (const TensorView& t : {pool->k(l), pool->v(l), pool->k_scale(l), pool->v_scale(l)})
+        if (!t.empty())
+          ops::copy(ctx, t.slice_rows(cp.src, cp.src + 1), t.slice_rows(cp.dst, cp.dst + 1));
   StepInput in;
   bool decode_only = true;
   for (const ScheduledChunk& ch : plan.chunks) {

@@ -57,6 +57,10 @@ struct EngineOptions {
   // weights and the step plan (CUDA), 1 GiB on the CPU.
   size_t kv_memory_bytes = 0;
   double kv_memory_fraction = 0.9;
+  // The KV cache's dtype: the activation dtype, or e4m3 with a scale per token and kv head
+  // (model/kv_cache.h), half the bytes per token on CUDA at some logprob deviation
+  // (docs/PERFORMANCE.md "KV cache dtype").
+  KvDType kv_dtype = KvDType::activation;
   int64_t max_num_seqs = 256;             // sequences per step
   int64_t max_num_batched_tokens = 2048;  // tokens per step (chunked prefill budget)
   bool prefix_caching = true;

@@ -135,7 +135,8 @@ void attention_block(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
                      step.positions, inv_freq, q);
   ops::rms_norm_rope(ctx, k, c.qk_norm ? l.k_norm : TensorView(), eps, c.norm_plus_one,
                      step.positions, inv_freq, k);
-  ops::store_kv(ctx, k, s.v.reshape({t, hkv, d}), step.slot_mapping, kv.k(li), kv.v(li));
+  const ops::KvScales kv_scales{kv.k_scale(li), kv.v_scale(li)};  // empty unless FP8 KV
+  ops::store_kv(ctx, k, s.v.reshape({t, hkv, d}), step.slot_mapping, kv.k(li), kv.v(li), kv_scales);
   ops::AttentionParams p;
   p.scale = float(c.attention_scale);
   p.softcap = float(c.attn_logit_softcapping);
@@ -146,7 +147,8 @@ void attention_block(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
     amax = ops::scratch_alloc(ctx, {1}, DType::f32);
     ops::fill_zero(ctx, amax);
   }
-  ops::paged_attention(ctx, q, kv.k(li), kv.v(li), step.attn, p, s.attn.reshape({t, hq, d}), amax);
+  ops::paged_attention(ctx, q, kv.k(li), kv.v(li), step.attn, p, s.attn.reshape({t, hq, d}), amax,
+                       kv_scales);
   LinearInput o_in;
   o_in.x = s.attn;
   if (amax.empty())
@@ -195,7 +197,8 @@ void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& st
   CHECK(m.device() == ctx.device && kv.device() == ctx.device,
         "forward: the model is on {}, the KV pool on {}, the context on {}",
         device_name(m.device()), device_name(kv.device()), device_name(ctx.device));
-  CHECK(kv.dtype() == ctx.activation_dtype() && kv.num_layers() == c.num_layers,
+  CHECK((kv.kv_dtype() == KvDType::f8e4m3 || kv.dtype() == ctx.activation_dtype()) &&
+            kv.num_layers() == c.num_layers,
         "forward: the KV pool ({} layers of {}) does not fit the model and context",
         kv.num_layers(), dtype_name(kv.dtype()));
   const int64_t t = step.num_tokens(), rows = step.num_logit_rows();

@@ -6,23 +6,40 @@ namespace fp8rl {
 
 namespace {
 int64_t blocks_for(int64_t slots) { return (slots + kKvBlockSize - 1) / kKvBlockSize; }
+
+// Bytes of one layer's K (or V) values of one block, and of its scales.
+size_t value_bytes(const ModelConfig& c, DType dtype) {
+  return size_t(kKvBlockSize * c.num_kv_heads * c.head_dim) * dtype_size(dtype);
+}
+size_t scale_bytes(const ModelConfig& c, KvDType kv) {
+  return kv == KvDType::f8e4m3 ? size_t(kKvBlockSize * c.num_kv_heads) * sizeof(float) : 0;
+}
+DType value_dtype(const Context& ctx, KvDType kv) {
+  return kv == KvDType::f8e4m3 ? DType::f8e4m3 : ctx.activation_dtype();
+}
 }  // namespace
 
-KvPool::KvPool(const ModelConfig& c, int64_t num_blocks, Context& ctx) {
+KvDType parse_kv_dtype(const std::string& name) {
+  if (name == "bf16") return KvDType::activation;
+  if (name == "fp8") return KvDType::f8e4m3;
+  RAISE("--kv-dtype {}: expected bf16 or fp8", name);
+}
+
+KvPool::KvPool(const ModelConfig& c, int64_t num_blocks, Context& ctx, KvDType kv) {
   CHECK(num_blocks > 0, "KV pool needs at least one block, got {}", num_blocks);
-  dtype_ = ctx.activation_dtype();
+  kv_ = kv;
+  dtype_ = value_dtype(ctx, kv);
   layers_ = c.num_layers;
   heads_ = c.num_kv_heads;
   head_dim_ = c.head_dim;
   num_blocks_ = num_blocks;
-  buf_ = DeviceBuffer(ctx, size_t(num_blocks) * block_bytes(c, ctx));
+  buf_ = DeviceBuffer(ctx, size_t(num_blocks) * block_bytes(c, ctx, kv));
   // Zeroed so that a slot read before it is written (never, by construction) holds no NaN.
   ops::fill_zero(ctx, buf_.view({int64_t(buf_.size())}, DType::f8e4m3));
 }
 
-size_t KvPool::block_bytes(const ModelConfig& c, const Context& ctx) {
-  return size_t(2 * c.num_layers * kKvBlockSize * c.num_kv_heads * c.head_dim) *
-         dtype_size(ctx.activation_dtype());
+size_t KvPool::block_bytes(const ModelConfig& c, const Context& ctx, KvDType kv) {
+  return size_t(2 * c.num_layers) * (value_bytes(c, value_dtype(ctx, kv)) + scale_bytes(c, kv));
 }
 
 TensorView KvPool::layer_of(int64_t layer, int64_t kv) const {
@@ -32,8 +49,23 @@ TensorView KvPool::layer_of(int64_t layer, int64_t kv) const {
   return buf_.view(shape, dtype_, size_t(2 * layer + kv) * per);
 }
 
+TensorView KvPool::scale_of(int64_t layer, int64_t kv) const {
+  CHECK(layer >= 0 && layer < layers_, "KV pool layer {} out of range [0, {})", layer, layers_);
+  if (kv_ != KvDType::f8e4m3) return {};
+  const Shape shape{num_blocks_, kKvBlockSize, heads_};
+  const size_t values = size_t(2 * layers_ * num_blocks_ * kKvBlockSize * heads_ * head_dim_);
+  return buf_.view(shape, DType::f32,
+                   values + size_t(2 * layer + kv) * size_t(shape.numel()) * sizeof(float));
+}
+
 TensorView KvPool::k(int64_t layer) const { return layer_of(layer, 0); }
 TensorView KvPool::v(int64_t layer) const { return layer_of(layer, 1); }
+TensorView KvPool::k_scale(int64_t layer) const {
+  return scale_of(layer, 0);
+}
+TensorView KvPool::v_scale(int64_t layer) const {
+  return scale_of(layer, 1);
+}
 
 std::vector<int32_t> KvPool::take_blocks(int64_t n) {
   CHECK(n >= 0 && taken_ + n <= num_blocks_, "KV pool exhausted: {} more blocks, {} of {} taken",

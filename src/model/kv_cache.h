@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -23,15 +24,30 @@ namespace fp8rl {
 // 16 rows as one contiguous 16 x Hkv x D chunk, so smaller blocks would start to cost.
 inline constexpr int64_t kKvBlockSize = 16;
 
+// What a KV pool stores: the activation dtype (f32 CPU, bf16 CUDA), or e4m3 codes with one
+// fp32 scale per (slot, kv head) for K and for V: each token's head quantized on its own with
+// the FP8 recipe (quant/fp8.h, the activation quantization of one group of D values), so a
+// token's scale never changes after it is stored and blocks can be shared as they are.
+enum class KvDType : uint8_t { activation, f8e4m3 };
+
+// "bf16" (the activation dtype: the name the CLI uses for it) or "fp8".
+KvDType parse_kv_dtype(const std::string& name);
+
 class KvPool {
  public:
-  // num_blocks blocks on ctx's device in its activation dtype (f32 CPU, bf16 CUDA), zeroed.
-  KvPool(const ModelConfig& config, int64_t num_blocks, Context& ctx);
-  // Bytes one block takes over all layers, K and V, on ctx's device.
-  static size_t block_bytes(const ModelConfig& config, const Context& ctx);
+  // num_blocks blocks on ctx's device, zeroed (scales too: a zero scale dequantizes to 0).
+  KvPool(const ModelConfig& config, int64_t num_blocks, Context& ctx,
+         KvDType kv = KvDType::activation);
+  // Bytes one block takes over all layers, K and V (codes and scales), on ctx's device.
+  static size_t block_bytes(const ModelConfig& config, const Context& ctx,
+                            KvDType kv = KvDType::activation);
 
-  TensorView k(int64_t layer) const;  // [num_blocks, block_size, Hkv, D]
+  TensorView k(int64_t layer) const;  // [num_blocks, block_size, Hkv, D] activation or f8e4m3
   TensorView v(int64_t layer) const;  // [num_blocks, block_size, Hkv, D]
+  // The scales of an f8e4m3 pool, [num_blocks, block_size, Hkv] f32; empty otherwise.
+  TensorView k_scale(int64_t layer) const;
+  TensorView v_scale(int64_t layer) const;
+  KvDType kv_dtype() const { return kv_; }
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return kKvBlockSize; }
   int64_t num_layers() const { return layers_; }
@@ -45,8 +61,12 @@ class KvPool {
 
  private:
   TensorView layer_of(int64_t layer, int64_t kv) const;
-  DeviceBuffer buf_;  // [L, 2, num_blocks, block_size, Hkv, D]
+  TensorView scale_of(int64_t layer, int64_t kv) const;
+  // [L, 2, num_blocks, block_size, Hkv, D], then for f8e4m3 [L, 2, num_blocks, block_size, Hkv]
+  // f32 scales
+  DeviceBuffer buf_;
   DType dtype_ = DType::f32;
+  KvDType kv_ = KvDType::activation;
   int64_t layers_ = 0, heads_ = 0, head_dim_ = 0, num_blocks_ = 0;
   int64_t taken_ = 0;
 };

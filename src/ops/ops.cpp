@@ -320,6 +320,17 @@ void check_pool(const Context& ctx, const TensorView& pool, const char* what) {
   check_act(ctx, pool, 4, what);
 }
 
+// A K or V pool with its scales: f8e4m3 codes [num_blocks, block_size, Hkv, D] and f32 scales
+// [num_blocks, block_size, Hkv] when `scale` is given, the activation dtype otherwise.
+void check_pool(const Context& ctx, const TensorView& pool, const TensorView& scale,
+                const char* what) {
+  if (scale.empty()) return check_pool(ctx, pool, what);
+  check_tensor(ctx, pool, DType::f8e4m3, 4, what);
+  check_tensor(ctx, scale, DType::f32, 3, what);
+  CHECK(scale.dim(0) == pool.dim(0) && scale.dim(1) == pool.dim(1) && scale.dim(2) == pool.dim(2),
+        "{}: scales {} do not fit codes {}", what, scale.shape.str(), pool.shape.str());
+}
+
 // [rows, cols] i32 on the device whose rows are contiguous (the row stride is free).
 void check_table(const Context& ctx, const TensorView& t, int64_t rows, const char* what) {
   CHECK(t.dtype == DType::i32 && t.rank() == 2 && t.dim(0) == rows && t.device == ctx.device &&
@@ -330,29 +341,32 @@ void check_table(const Context& ctx, const TensorView& t, int64_t rows, const ch
 }  // namespace
 
 void store_kv(Context& ctx, const TensorView& k, const TensorView& v,
-              const TensorView& slot_mapping, const TensorView& k_pool, const TensorView& v_pool) {
+              const TensorView& slot_mapping, const TensorView& k_pool, const TensorView& v_pool,
+              const KvScales& scales) {
   check_ctx(ctx);
   check_heads(ctx, k, "store_kv k");
   check_heads(ctx, v, "store_kv v");
-  check_pool(ctx, k_pool, "store_kv k pool");
-  check_pool(ctx, v_pool, "store_kv v pool");
+  CHECK(scales.k.empty() == scales.v.empty(), "store_kv: K and V scales must come together");
+  check_pool(ctx, k_pool, scales.k, "store_kv k pool");
+  check_pool(ctx, v_pool, scales.v, "store_kv v pool");
   check_i32(ctx, slot_mapping, k.dim(0), "store_kv slot mapping");
   CHECK(v.shape == k.shape && v_pool.shape == k_pool.shape && k_pool.dim(2) == k.dim(1) &&
             k_pool.dim(3) == k.dim(2),
         "store_kv: k {} v {} pools {} {}", k.shape.str(), v.shape.str(), k_pool.shape.str(),
         v_pool.shape.str());
-  FP8RL_DISPATCH(ctx, "store_kv", cpu::store_kv(k, v, slot_mapping, k_pool, v_pool),
-                 cuda::store_kv(*ctx.cuda, k, v, slot_mapping, k_pool, v_pool));
+  FP8RL_DISPATCH(ctx, "store_kv", cpu::store_kv(k, v, slot_mapping, k_pool, v_pool, scales),
+                 cuda::store_kv(*ctx.cuda, k, v, slot_mapping, k_pool, v_pool, scales));
 }
 
 void paged_attention(Context& ctx, const TensorView& q, const TensorView& k_pool,
                      const TensorView& v_pool, const PagedBatch& batch, const AttentionParams& p,
-                     const TensorView& out, const TensorView& amax) {
+                     const TensorView& out, const TensorView& amax, const KvScales& scales) {
   check_ctx(ctx);
   check_act(ctx, q, 3, "paged_attention q");
   check_act(ctx, out, 3, "paged_attention output");
-  check_pool(ctx, k_pool, "paged_attention k pool");
-  check_pool(ctx, v_pool, "paged_attention v pool");
+  CHECK(scales.k.empty() == scales.v.empty(), "paged_attention: K and V scales must come together");
+  check_pool(ctx, k_pool, scales.k, "paged_attention k pool");
+  check_pool(ctx, v_pool, scales.v, "paged_attention v pool");
   CHECK(k_pool.shape == v_pool.shape && q.dim(2) == k_pool.dim(3) &&
             q.dim(1) % k_pool.dim(2) == 0 && out.shape == q.shape && k_pool.dim(1) > 0,
         "paged_attention: q {} pools {} {} out {}", q.shape.str(), k_pool.shape.str(),
@@ -375,11 +389,12 @@ void paged_attention(Context& ctx, const TensorView& q, const TensorView& k_pool
   FP8RL_DISPATCH(
       ctx, "paged_attention",
       {
-        cpu::paged_attention(scratch_of(ctx), q, k_pool, v_pool, batch, p, out, rounding(ctx));
+        cpu::paged_attention(scratch_of(ctx), q, k_pool, v_pool, batch, p, out, rounding(ctx), {},
+                             scales);
         reduce_amax(out, amax);
       },
       cuda::paged_attention(*ctx.cuda, q, k_pool, v_pool, batch, p, out,
-                            amax.empty() ? nullptr : amax.ptr<float>()));
+                            amax.empty() ? nullptr : amax.ptr<float>(), scales));
 }
 
 namespace {
@@ -623,8 +638,10 @@ size_t paged_attention_scratch_bytes(const Context& ctx, int64_t t, int64_t head
   if (ctx.device == Device::cuda)
     return cuda::paged_attention_scratch_bytes(t, heads, head_dim, max_context_len);
 #endif
-  (void)ctx, (void)t, (void)heads, (void)head_dim;
-  return size_t(num_threads()) * size_t(std::max<int64_t>(max_context_len, 1)) * 4 + 256;
+  (void)ctx, (void)t, (void)heads;
+  // Per thread: a row of scores, and one dequantized key and value row for an FP8 pool.
+  return size_t(num_threads()) * size_t(std::max<int64_t>(max_context_len, 1) + 2 * head_dim) * 4 +
+         512;
 }
 
 // ---- Weights on a device

@@ -99,11 +99,22 @@ struct PagedBatch {
   int64_t max_query_len = 0, max_context_len = 0;
 };
 
+// The scales of an FP8 KV pool (model/kv_cache.h): [num_blocks, block_size, Hkv] f32 each,
+// one per slot and kv head. Empty for a pool in the activation dtype.
+struct KvScales {
+  TensorView k, v;
+  bool empty() const { return k.empty(); }
+};
+
 // k_pool/v_pool[slot_mapping[t]] = k[t], v[t] for each new token t (slot < 0: padding,
 // skipped; a slot past the pool raises on the CPU and is skipped on CUDA). k, v [T, Hkv, D]
-// (token stride free, heads contiguous), slot_mapping [T] i32.
+// (token stride free, heads contiguous), slot_mapping [T] i32. With scales the pools are
+// f8e4m3: each (token, kv head) row of D values is quantized with the FP8 recipe's dynamic
+// scaling of one group (quant/fp8.h: scale = amax / 448, codes = e4m3(x / scale)), codes and
+// scales bit-identical on both backends.
 void store_kv(Context& ctx, const TensorView& k, const TensorView& v,
-              const TensorView& slot_mapping, const TensorView& k_pool, const TensorView& v_pool);
+              const TensorView& slot_mapping, const TensorView& k_pool, const TensorView& v_pool,
+              const KvScales& scales = {});
 
 // Causal GQA attention of every sequence's new queries against its paged cache (keys and
 // values of the new tokens already stored by store_kv): query i of s sees positions
@@ -116,9 +127,13 @@ void store_kv(Context& ctx, const TensorView& k, const TensorView& v,
 // ulps); max_query_len == 1 runs a split-K decode kernel with P in fp32 (another summation
 // order). Within either kernel a row depends only on its position and its sequence's cache,
 // but which kernel runs depends on the step's max_query_len.
+// With scales (an FP8 pool) every key/value element is read as code * scale in fp32, then,
+// where the activations are bf16 (CUDA, and the CPU's bf16 rounding), rounded to bf16 like the
+// values of a bf16 pool; the result equals paged_attention over a pool holding those values.
 void paged_attention(Context& ctx, const TensorView& q, const TensorView& k_pool,
                      const TensorView& v_pool, const PagedBatch& batch, const AttentionParams& p,
-                     const TensorView& out, const TensorView& amax = {});
+                     const TensorView& out, const TensorView& amax = {},
+                     const KvScales& scales = {});
 
 // out = act(gate) * up, act = SiLU or GELU (tanh approximation). [T,I], may alias.
 void silu_mul(Context& ctx, const TensorView& gate, const TensorView& up, const TensorView& out);

@@ -118,6 +118,43 @@ TEST_P(GreedyGolden, AdapterMatchesPeft) {
   LoraAdapter::detach(m);
 }
 
+// FP8 KV (e4m3 codes, a scale per token and kv head) against the unquantized KV of the same
+// engine: greedy generation of the golden's prompts, the logprob of each token up to the first
+// token where they part (a near-tie the quantization tips). The deviation is what FP8 KV costs
+// (docs/PERFORMANCE.md "KV cache dtype"); it must be nonzero (the pool is quantized) and
+// within kKvFp8Logprob.
+TEST_P(GreedyGolden, Fp8KvCacheDeviation) {
+  const std::string arch = GetParam();
+  const nlohmann::json g = golden_generate(arch);
+  const Model m = load_model(golden_dir(arch), Fp8Scheme::off);
+  const auto run = [&](KvDType kv) {
+    Cpu cpu;
+    EngineOptions o = small_options();
+    o.kv_dtype = kv;
+    Engine engine(cpu.ctx, m, nullptr, {}, o);
+    return engine.generate(golden_requests(g["prompts"], 12));
+  };
+  const auto ref = run(KvDType::activation), fp8 = run(KvDType::f8e4m3);
+  double dev = 0, sum = 0;
+  int64_t compared = 0, total = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const CompletionOutput &a = ref[i].completions.at(0), &b = fp8[i].completions.at(0);
+    total += int64_t(a.ids.size());
+    for (size_t t = 0; t < a.ids.size() && t < b.ids.size(); ++t) {
+      const double d = std::abs(double(a.logprobs[t]) - double(b.logprobs[t]));
+      dev = std::max(dev, d);
+      sum += d;
+      ++compared;
+      if (a.ids[t] != b.ids[t]) break;  // the logprob of the first differing pick still counts
+    }
+  }
+  std::printf(
+      "%s FP8 KV vs f32 KV greedy: max |dlogprob| %.4g, mean %.3g over %lld of %lld tokens\n",
+      arch.c_str(), dev, sum / double(compared), (long long)compared, (long long)total);
+  EXPECT_GT(dev, 0.0) << arch << ": the FP8 pool changes nothing";
+  EXPECT_LT(dev, kKvFp8Logprob) << arch;
+}
+
 INSTANTIATE_TEST_SUITE_P(Archs, GreedyGolden,
                          ::testing::Values("llama", "qwen2", "qwen3", "mistral", "gemma3"));
 

@@ -172,20 +172,23 @@ std::vector<OpCase> correctness_cases() {
   const P paged[] = {{8, 8, 64, 0, 0},     {8, 2, 128, 0, 0}, {8, 1, 256, 0, 0},
                      {16, 2, 128, 100, 0}, {4, 1, 64, 0, 30}, {8, 2, 32, 50, 0},
                      {32, 2, 128, 300, 0}};
-  for (bool decode : {false, true})
-    for (const P& a : paged)
-      add(
-          fmtname(decode ? "paged_attention decode" : "paged_attention mixed",
-                  shape({{"Hq", a.hq},
-                         {"Hkv", a.hkv},
-                         {"D", a.d},
-                         {"window", a.window},
-                         {"softcap", int64_t(a.softcap)}})),
-          [=](Harness& h, Outcome& o) {
-            paged_attention_case(h, o, decode ? decodes : mixed, a.hq, a.hkv, a.d, a.window,
-                                 a.softcap);
-          },
-          a.d == 128 && a.window == 0);
+  for (bool fp8_kv : {false, true})
+    for (bool decode : {false, true})
+      for (const P& a : paged)
+        add(
+            fmtname((std::string(decode ? "paged_attention decode" : "paged_attention mixed") +
+                     (fp8_kv ? " fp8kv" : ""))
+                        .c_str(),
+                    shape({{"Hq", a.hq},
+                           {"Hkv", a.hkv},
+                           {"D", a.d},
+                           {"window", a.window},
+                           {"softcap", int64_t(a.softcap)}})),
+            [=](Harness& h, Outcome& o) {
+              paged_attention_case(h, o, decode ? decodes : mixed, a.hq, a.hkv, a.d, a.window,
+                                   a.softcap, fp8_kv);
+            },
+            a.d == 128 && a.window == 0);
 
   for (ActScaling act :
        {ActScaling::token, ActScaling::group, ActScaling::tensor, ActScaling::static_tensor})

@@ -53,8 +53,10 @@ void graph_case(Harness& h, Outcome& o, Fp8Scheme scheme, ActScaling act);
 struct PagedSeq {
   int64_t context, queries;
 };
+// fp8_kv: the pools hold e4m3 codes with a scale per slot and kv head.
 void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& seqs, int64_t hq,
-                          int64_t hkv, int64_t d, int64_t window, float softcap);
+                          int64_t hkv, int64_t d, int64_t window, float softcap,
+                          bool fp8_kv = false);
 
 // A random linear layer on both devices: quantized on the CPU with `scheme` (off: bf16
 // values), its CPU weight and the device copy prepared for ops::linear (op_cases_fp8.cpp).

@@ -66,6 +66,11 @@ void attention_case(Harness& h, Outcome& o, int64_t t, int64_t first, int64_t hq
 // contiguous cache on the GPU bit for bit (the same key tiles in the same order); padding rows
 // are zeros; the fused amax; a CUDA graph replay equals the eager run; and, as the negative
 // control, a wrong block table entry breaks the bound.
+// fp8_kv: FP8 pools (e4m3 codes, a scale per slot and kv head). store_kv's codes and scales
+// equal the CPU's bit for bit; the reference is the exact CPU paged attention over an f32 pool
+// of bf16(code * scale), the values the kernels read, so the same bounds hold; a wrong V scale
+// breaks them (negative control). The contiguous-attention check is skipped: that runs the
+// wgmma kernel at D = 128, while FP8 pools run the mma.sync kernel.
 namespace {
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
@@ -73,7 +78,7 @@ int64_t ceil_div(int64_t a, int64_t b) {
 }  // namespace
 
 void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& seqs, int64_t hq,
-                          int64_t hkv, int64_t d, int64_t window, float softcap) {
+                          int64_t hkv, int64_t d, int64_t window, float softcap, bool fp8_kv) {
   constexpr int64_t kBlock = 16, kPadding = 2;
   const int64_t n_seqs = int64_t(seqs.size());
   int64_t width = 1, blocks = 3, rows = 0, max_q = 0, max_c = 1, tokens = 0;
@@ -116,8 +121,39 @@ void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& s
          vp = Tensor::empty({blocks, kBlock, hkv, d}, DType::f32);
   std::fill(kp.ptr<float>(), kp.ptr<float>() + kp.numel(), NAN);
   std::fill(vp.ptr<float>(), vp.ptr<float>() + vp.numel(), NAN);
-  const TensorView kp_d = to_device(h, kp, DType::bf16), vp_d = to_device(h, vp, DType::bf16);
-  ops::store_kv(h.cpu, k_all, v_all, mapping, kp, vp);
+  TensorView kp_d, vp_d;  // the device pools: bf16, or FP8 codes with scales sc_d
+  ops::KvScales sc_d;
+  Tensor kc, vc, ks, vs;  // FP8: the CPU codes and scales
+  if (!fp8_kv) {
+    kp_d = to_device(h, kp, DType::bf16), vp_d = to_device(h, vp, DType::bf16);
+    ops::store_kv(h.cpu, k_all, v_all, mapping, kp, vp);
+  } else {
+    kc = Tensor::empty({blocks, kBlock, hkv, d}, DType::f8e4m3);
+    vc = Tensor::empty({blocks, kBlock, hkv, d}, DType::f8e4m3);
+    ks = Tensor::empty({blocks, kBlock, hkv}, DType::f32);
+    vs = Tensor::empty({blocks, kBlock, hkv}, DType::f32);
+    std::memset(kc.view().data, 0x7f, kc.nbytes());  // e4m3 NaN
+    std::memset(vc.view().data, 0x7f, vc.nbytes());
+    std::fill(ks.ptr<float>(), ks.ptr<float>() + ks.numel(), NAN);
+    std::fill(vs.ptr<float>(), vs.ptr<float>() + vs.numel(), NAN);
+    kp_d = to_device(h, kc, DType::f8e4m3), vp_d = to_device(h, vc, DType::f8e4m3);
+    sc_d = {to_device(h, ks, DType::f32), to_device(h, vs, DType::f32)};
+    // The CPU quantizes the same bf16 values the GPU stores.
+    Tensor kb = Tensor::empty(k_all.shape(), DType::f32),
+           vb = Tensor::empty(v_all.shape(), DType::f32);
+    for (int64_t i = 0; i < kb.numel(); ++i) {
+      kb.ptr<float>()[i] = round_to_bf16(k_all.ptr<float>()[i]);
+      vb.ptr<float>()[i] = round_to_bf16(v_all.ptr<float>()[i]);
+    }
+    ops::store_kv(h.cpu, kb, vb, mapping, kc, vc, {ks.view(), vs.view()});
+    for (int64_t r = 0; r < ks.numel(); ++r)
+      for (int64_t i = 0; i < d; ++i) {
+        kp.ptr<float>()[r * d + i] =
+            round_to_bf16(e4m3_to_f32(kc.ptr<uint8_t>()[r * d + i]) * ks.ptr<float>()[r]);
+        vp.ptr<float>()[r * d + i] =
+            round_to_bf16(e4m3_to_f32(vc.ptr<uint8_t>()[r * d + i]) * vs.ptr<float>()[r]);
+      }
+  }
   ops::PagedBatch cpu_batch;
   cpu_batch.cu_q = cu;
   cpu_batch.context_lens = lens;
@@ -144,9 +180,9 @@ void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& s
   Guard g(h);
   const TensorView out = ops::scratch_alloc(h.gpu, {rows + kPadding, hq, d}, DType::bf16);
   g.seal();
-  ops::store_kv(h.gpu, k_d, v_d, map_d, kp_d, vp_d);
+  ops::store_kv(h.gpu, k_d, v_d, map_d, kp_d, vp_d, sc_d);
   ops::fill_zero(h.gpu, amax);
-  ops::paged_attention(h.gpu, q_d, kp_d, vp_d, batch, p, out, amax);
+  ops::paged_attention(h.gpu, q_d, kp_d, vp_d, batch, p, out, amax, sc_d);
   o.checks.push_back(g.verify({out}));
 
   auto bf16_bits = [](const Tensor& f) {
@@ -154,18 +190,28 @@ void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& s
     convert(f.view().data, DType::f32, b.view().data, DType::bf16, size_t(f.numel()));
     return b;
   };
+  auto same_bytes = [](const Tensor& a, const Tensor& b) {
+    return a.nbytes() == b.nbytes() && std::memcmp(a.view().data, b.view().data, a.nbytes()) == 0;
+  };
   const bool pools_equal =
-      std::memcmp(to_host(h, kp_d).view().data, bf16_bits(kp).view().data, kp.numel() * 2) == 0 &&
-      std::memcmp(to_host(h, vp_d).view().data, bf16_bits(vp).view().data, vp.numel() * 2) == 0;
-  o.checks.push_back({"store_kv pools == cpu", pools_equal ? 0.0 : 1.0, 0.0, pools_equal});
+      fp8_kv ? same_bytes(to_host(h, kp_d), kc) && same_bytes(to_host(h, vp_d), vc) &&
+                   same_bytes(to_host(h, sc_d.k), ks) && same_bytes(to_host(h, sc_d.v), vs)
+             : same_bytes(to_host(h, kp_d), bf16_bits(kp)) &&
+                   same_bytes(to_host(h, vp_d), bf16_bits(vp));
+  o.checks.push_back({fp8_kv ? "store_kv codes and scales == cpu" : "store_kv pools == cpu",
+                      pools_equal ? 0.0 : 1.0, 0.0, pools_equal});
 
   double vmax = 0;
   for (int64_t i = 0; i < tokens * hkv * d; ++i)
     vmax = std::max(vmax, double(std::fabs(v_all.ptr<float>()[i])));
+  if (fp8_kv)  // the values read: saturation keeps |code * scale| <= amax, rounding may add
+    for (int64_t i = 0; i < vp.numel(); ++i)
+      if (!std::isnan(vp.ptr<float>()[i]))
+        vmax = std::max(vmax, double(std::fabs(vp.ptr<float>()[i])));
   const bool decode = max_q == 1 && (hq / hkv) <= 16;
   const double bound = decode ? test::kCudaPagedDecode : kCudaAttention;
   const Tensor got = as_f32(h, out);
-  o.info = decode ? "decode kernel" : "prefill kernel";
+  o.info = std::string(decode ? "decode kernel" : "prefill kernel") + (fp8_kv ? ", FP8 KV" : "");
   o.checks.push_back(compare("out / max|v|", got, ref, bound, vmax));
   bool padding_zero = true;
   for (int64_t i = rows * hq * d; i < got.numel(); ++i) padding_zero &= got.ptr<float>()[i] == 0.0f;
@@ -177,7 +223,7 @@ void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& s
       {"fused amax == max|out|", double(std::fabs(fused - want)), 0.0, fused == want});
 
   // The prefill kernels: each sequence's rows are attention()'s over a contiguous cache.
-  if (!decode) {
+  if (!decode && !fp8_kv) {
     const Tensor got_bits = to_host(h, out);
     bool same = true;
     int64_t first_tok = 0;
@@ -205,8 +251,8 @@ void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& s
   {
     const Tensor eager = to_host(h, out);
     h.dev->begin_capture();
-    ops::store_kv(h.gpu, k_d, v_d, map_d, kp_d, vp_d);
-    ops::paged_attention(h.gpu, q_d, kp_d, vp_d, batch, p, out);
+    ops::store_kv(h.gpu, k_d, v_d, map_d, kp_d, vp_d, sc_d);
+    ops::paged_attention(h.gpu, q_d, kp_d, vp_d, batch, p, out, {}, sc_d);
     CudaGraph graph = h.dev->end_capture();
     ops::fill(h.gpu, out, NAN);
     graph.replay();
@@ -226,10 +272,21 @@ void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& s
     int32_t* row = bad.ptr<int32_t>() + longest * width;
     const int64_t last = ceil_div(seqs[size_t(longest)].context, kBlock) - 1;
     std::swap(row[last], row[last - 1]);  // both hold visible keys of the last query
+    const TensorView good_tables = batch.block_tables;
     batch.block_tables = to_device(h, bad, DType::i32);
-    ops::paged_attention(h.gpu, q_d, kp_d, vp_d, batch, p, out);
+    ops::paged_attention(h.gpu, q_d, kp_d, vp_d, batch, p, out, {}, sc_d);
     const Check c = compare("", as_f32(h, out), ref, bound, vmax);
     o.checks.push_back({"wrong block table exceeds the bound", c.err, bound, !c.ok});
+    batch.block_tables = good_tables;
+  }
+  // Negative control of the scales: V read with 1.5x its scales.
+  if (fp8_kv) {
+    Tensor wrong = Tensor::empty(vs.shape(), DType::f32);
+    for (int64_t i = 0; i < vs.numel(); ++i) wrong.ptr<float>()[i] = 1.5f * vs.ptr<float>()[i];
+    const ops::KvScales bad_scales{sc_d.k, to_device(h, wrong, DType::f32)};
+    ops::paged_attention(h.gpu, q_d, kp_d, vp_d, batch, p, out, {}, bad_scales);
+    const Check c = compare("", as_f32(h, out), ref, bound, vmax);
+    o.checks.push_back({"wrong V scales exceed the bound", c.err, bound, !c.ok});
   }
 }
 

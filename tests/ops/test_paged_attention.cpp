@@ -9,9 +9,11 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "ops/memory.h"
 #include "ops/ops.h"
+#include "quant/fp8.h"
 
 using namespace fp8rl;
 
@@ -137,6 +139,48 @@ struct Batch {
     return out;
   }
 
+  // FP8 pools: every sequence's keys and values quantized into e4m3 codes and per-(slot, head)
+  // scales through store_kv. Unused slots hold NaN codes and scales.
+  Tensor k_codes, v_codes, k_scale, v_scale;
+  void store_fp8(Context& ctx) {
+    const int64_t nb = k_pool.shape()[0];
+    const Shape codes{nb, kBlock, c.hkv, c.d}, scales{nb, kBlock, c.hkv};
+    k_codes = Tensor::empty(codes, DType::f8e4m3);
+    v_codes = Tensor::empty(codes, DType::f8e4m3);
+    k_scale = Tensor::empty(scales, DType::f32);
+    v_scale = Tensor::empty(scales, DType::f32);
+    std::memset(k_codes.view().data, 0x7f, k_codes.nbytes());  // e4m3 NaN
+    std::memset(v_codes.view().data, 0x7f, v_codes.nbytes());
+    std::fill(k_scale.ptr<float>(), k_scale.ptr<float>() + k_scale.numel(), NAN);
+    std::fill(v_scale.ptr<float>(), v_scale.ptr<float>() + v_scale.numel(), NAN);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      std::vector<int32_t> sm;
+      for (int64_t j = 0; j < seqs[i].context; ++j) sm.push_back(slot(i, j));
+      const Tensor mapping = i32(sm, {seqs[i].context});
+      ops::store_kv(ctx, kc[i], vc[i], mapping, k_codes, v_codes, scales_of_fp8());
+    }
+  }
+  ops::KvScales scales_of_fp8() const { return {k_scale.view(), v_scale.view()}; }
+
+  // The f32 pools set to what the FP8 pools dequantize to: code * scale, rounded to bf16 when
+  // the activations are (the values a bf16 pool would hold).
+  void dequantize_into_pools(bool bf16) {
+    const int64_t d = c.d;
+    for (int64_t r = 0; r < k_scale.numel(); ++r)
+      for (int64_t i = 0; i < d; ++i)
+        for (auto [codes, sc, pool] :
+             {std::tuple{&k_codes, &k_scale, &k_pool}, std::tuple{&v_codes, &v_scale, &v_pool}}) {
+          const float x = e4m3_to_f32(codes->ptr<uint8_t>()[r * d + i]) * sc->ptr<float>()[r];
+          pool->ptr<float>()[r * d + i] = bf16 ? round_to_bf16(x) : x;
+        }
+  }
+
+  Tensor paged_fp8(Context& ctx) {
+    Tensor out = bf16_values({rows + padding, c.hq, c.d}, 99, 5.0f);
+    ops::paged_attention(ctx, q_all, k_codes, v_codes, meta, params(), out, {}, scales_of_fp8());
+    return out;
+  }
+
   // attention() of each sequence's new queries against its contiguous cache.
   Tensor reference(Context& ctx) {
     Tensor out = Tensor::zeros({rows + padding, c.hq, c.d}, DType::f32);
@@ -215,6 +259,47 @@ TEST_P(PagedAttention, PaddingRowsAreZeroAndAmaxIsTheOutputs) {
   for (int64_t i = b.rows * 4 * 32; i < out.numel(); ++i) ASSERT_EQ(out.ptr<float>()[i], 0.0f);
 }
 
+// An FP8 pool reads as the pool of its dequantized values: paged_attention over the codes and
+// scales equals paged_attention over an f32 pool holding code * scale (bf16-rounded where the
+// activations are) bit for bit, and differs from the unquantized cache by about e4m3's
+// precision.
+TEST_P(PagedAttention, Fp8PoolEqualsItsDequantizedValues) {
+  for (const Config& c :
+       {Config{8, 2, 64, 0, 0.0f}, Config{8, 1, 256, 0, 20.0f}, Config{6, 2, 128, 70, 30.0f}}) {
+    Batch b(kRagged, c, 2000 + uint64_t(c.d));
+    b.store(ctx);
+    const Tensor unquantized = b.paged(ctx);
+    b.store_fp8(ctx);
+    const Tensor fp8 = b.paged_fp8(ctx);
+    b.dequantize_into_pools(GetParam());
+    const Tensor dequantized = b.paged(ctx);
+    EXPECT_TRUE(same_bytes(fp8, dequantized)) << "D=" << c.d;
+    // Keys and values carry a relative error up to 2^-4 each (e4m3's half ulp), the outputs
+    // (convex combinations of values of magnitude <= 1) move by a fraction of that.
+    float dev = 0;
+    for (int64_t i = 0; i < b.rows * c.hq * c.d; ++i)
+      dev = std::max(dev, std::fabs(fp8.ptr<float>()[i] - unquantized.ptr<float>()[i]));
+    EXPECT_GT(dev, 0.0f) << "D=" << c.d;
+    EXPECT_LT(dev, 0.25f) << "D=" << c.d;
+  }
+}
+
+// Negative control: one wrong scale changes exactly the rows that see its slot.
+TEST_P(PagedAttention, WrongFp8ScaleChangesTheResult) {
+  const Config c{8, 2, 64, 0, 0.0f};
+  Batch b(kRagged, c, 31);
+  b.store_fp8(ctx);
+  const Tensor good = b.paged_fp8(ctx);
+  // Sequence 2 (257 tokens, all new): its position 100, kv head 1, value scale doubled.
+  b.v_scale.ptr<float>()[b.slot(2, 100) * c.hkv + 1] *= 2.0f;
+  const Tensor bad = b.paged_fp8(ctx);
+  const int64_t first = b.cu_q.ptr<int32_t>()[2], last = b.cu_q.ptr<int32_t>()[3];
+  EXPECT_TRUE(
+      same_bytes(good.view().slice_rows(0, first + 100), bad.view().slice_rows(0, first + 100)));
+  EXPECT_FALSE(same_bytes(good.view().slice_rows(first + 100, last),
+                          bad.view().slice_rows(first + 100, last)));
+}
+
 INSTANTIATE_TEST_SUITE_P(Rounding, PagedAttention, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "bf16" : "exact"; });
 
@@ -247,6 +332,66 @@ TEST(StoreKv, PlacesRowsAtTheirSlotsAndSkipsPadding) {
   }
   const Tensor beyond = i32({0, 1, 2, 3, 4, 48}, {t});
   EXPECT_THROW(ops::store_kv(ctx, k, v, beyond, kp, vp), Error);
+}
+
+// An FP8 pool: each stored (token, head) row holds the codes and scale that quantize_activation
+// gives the [T * Hkv, D] matrix of all new rows with per-row scaling (the recipe), bit for
+// bit; padding slots and the other slots are untouched. A zero row gets scale 1.
+TEST(StoreKv, Fp8PoolHoldsTheRecipesCodesAndScales) {
+  Arena arena(1 << 20);
+  Context ctx{Device::cpu, &arena};
+  const int64_t t = 6, hkv = 2, d = 8, blocks = 3, width = 5 * hkv * d;
+  Tensor qkv = bf16_values({t, width}, 5, 3.0f);
+  std::fill(qkv.ptr<float>() + 4 * width, qkv.ptr<float>() + 4 * width + d, 0.0f);  // k head 0
+  TensorView k(qkv.view().data, DType::f32, {t, hkv, d}), v = k;
+  k.strides[0] = v.strides[0] = width;
+  v.data = qkv.ptr<float>() + 3 * hkv * d;
+  const std::vector<int32_t> sm = {17, -1, 0, 47, 5, -3};
+  const Tensor mapping = i32(sm, {t});
+  Tensor kp = Tensor::empty({blocks, kBlock, hkv, d}, DType::f8e4m3);
+  Tensor vp = Tensor::empty({blocks, kBlock, hkv, d}, DType::f8e4m3);
+  Tensor ks = Tensor::empty({blocks, kBlock, hkv}, DType::f32);
+  Tensor vs = Tensor::empty({blocks, kBlock, hkv}, DType::f32);
+  std::memset(kp.view().data, 0x55, kp.nbytes());
+  std::memset(vp.view().data, 0x55, vp.nbytes());
+  std::fill(ks.ptr<float>(), ks.ptr<float>() + ks.numel(), -7.0f);
+  std::fill(vs.ptr<float>(), vs.ptr<float>() + vs.numel(), -7.0f);
+  ops::store_kv(ctx, k, v, mapping, kp, vp, {ks.view(), vs.view()});
+
+  for (int kv = 0; kv < 2; ++kv) {
+    Tensor rows = Tensor::empty({t * hkv, d}, DType::f32);  // the new rows, contiguous
+    for (int64_t i = 0; i < t; ++i)
+      std::memcpy(rows.ptr<float>() + i * hkv * d, qkv.ptr<float>() + i * width + kv * 3 * hkv * d,
+                  size_t(hkv * d) * 4);
+    Tensor codes = Tensor::empty({t * hkv, d}, DType::f8e4m3);
+    Tensor scales = Tensor::empty({t * hkv}, DType::f32);
+    quantize_activation(rows, ActScaling::token, codes, scales);
+    const Tensor& pool = kv == 0 ? kp : vp;
+    const Tensor& pool_scales = kv == 0 ? ks : vs;
+    for (int64_t slot = 0; slot < blocks * kBlock; ++slot) {
+      const auto src = std::find(sm.begin(), sm.end(), int32_t(slot));
+      const int64_t tok = src - sm.begin();
+      for (int64_t h = 0; h < hkv; ++h) {
+        const float want_scale = src == sm.end() ? -7.0f : scales.ptr<float>()[tok * hkv + h];
+        ASSERT_EQ(pool_scales.ptr<float>()[slot * hkv + h], want_scale) << "slot " << slot;
+        for (int64_t i = 0; i < d; ++i) {
+          const uint8_t want =
+              src == sm.end() ? 0x55 : codes.ptr<uint8_t>()[(tok * hkv + h) * d + i];
+          ASSERT_EQ(pool.ptr<uint8_t>()[(slot * hkv + h) * d + i], want) << "slot " << slot;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(ks.ptr<float>()[5 * hkv], 1.0f);  // token 4's zero key row of head 0
+  // The dequantized rows are within e4m3's relative precision of the source.
+  for (int64_t i = 0; i < d; ++i) {
+    const float x = qkv.ptr<float>()[0 * width + i];
+    const float y = e4m3_to_f32(kp.ptr<uint8_t>()[17 * hkv * d + i]) * ks.ptr<float>()[17 * hkv];
+    EXPECT_LE(std::fabs(x - y), std::fabs(x) * 0.0625f + ks.ptr<float>()[17 * hkv] * 0.001953125f);
+  }
+  // Negative control: a scale pool of the wrong shape is refused.
+  Tensor short_scales = Tensor::empty({blocks, kBlock, 1}, DType::f32);
+  EXPECT_THROW(ops::store_kv(ctx, k, v, mapping, kp, vp, {short_scales.view(), vs.view()}), Error);
 }
 
 }  // namespace

@@ -44,6 +44,38 @@ struct PagedRows {
   const float* value(int64_t j, int64_t kvh) const { return v + (slot(j) * hkv + kvh) * d; }
 };
 
+// One sequence in an FP8 paged cache: codes [num_blocks, block_size, Hkv, D] e4m3 and scales
+// [num_blocks, block_size, Hkv] f32. A row is dequantized as it is read, code * scale in fp32
+// (then rounded to bf16 where the CUDA kernels hold it in bf16), into the caller's buffer: the
+// pointer key() returns is valid until the next key() call, value()'s until the next value().
+struct Fp8PagedRows {
+  const uint8_t* k;
+  const uint8_t* v;
+  const float* k_scale;
+  const float* v_scale;
+  const int32_t* table;
+  int64_t block_size, hkv, d;
+  bool bf16;
+  float* k_row;  // [D] scratch
+  float* v_row;  // [D] scratch
+  int64_t slot(int64_t j) const {
+    return int64_t(table[j / block_size]) * block_size + j % block_size;
+  }
+  const float* dequantize(const uint8_t* codes, const float* scales, int64_t j, int64_t kvh,
+                          float* row) const {
+    const int64_t at = slot(j) * hkv + kvh;
+    const float s = scales[at];
+    const uint8_t* c = codes + at * d;
+    for (int64_t i = 0; i < d; ++i) {
+      const float x = e4m3_to_f32(c[i]) * s;
+      row[i] = bf16 ? round_to_bf16(x) : x;
+    }
+    return row;
+  }
+  const float* key(int64_t j, int64_t kvh) const { return dequantize(k, k_scale, j, kvh, k_row); }
+  const float* value(int64_t j, int64_t kvh) const { return dequantize(v, v_scale, j, kvh, v_row); }
+};
+
 // Query qv against positions [lo, pos], exact fp32 softmax. s: scratch indexed by position
 // (at least pos + 1 floats). lse (optional): the natural log-sum-exp of the scores, for the
 // backward (ops/backward.h).

@@ -33,12 +33,14 @@ void attention(Arena& scratch, const TensorView& q, const TensorView& k_cache,
                const TensorView& v_cache, int64_t first_slot, const AttentionParams& p,
                const TensorView& out, Rounding r);
 // The paged cache (paged_attention.cpp); they validate the metadata, which is host memory here.
+// scales: an FP8 pool (ops.h KvScales).
 void store_kv(const TensorView& k, const TensorView& v, const TensorView& slot_mapping,
-              const TensorView& k_pool, const TensorView& v_pool);
+              const TensorView& k_pool, const TensorView& v_pool, const KvScales& scales = {});
 // lse (optional, Rounding::none only): [T, Hq] f32 log-sum-exp of each row (ops/backward.h).
 void paged_attention(Arena& scratch, const TensorView& q, const TensorView& k_pool,
                      const TensorView& v_pool, const PagedBatch& batch, const AttentionParams& p,
-                     const TensorView& out, Rounding r, const TensorView& lse = {});
+                     const TensorView& out, Rounding r, const TensorView& lse = {},
+                     const KvScales& scales = {});
 void silu_mul(const TensorView& gate, const TensorView& up, const TensorView& out, Rounding r);
 void gelu_tanh_mul(const TensorView& gate, const TensorView& up, const TensorView& out, Rounding r);
 void add(const TensorView& a, const TensorView& b, float alpha, const TensorView& out, Rounding r);

@@ -5,7 +5,8 @@
 // Per key tile: S = Q K^T on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate), scale,
 // optional softcap, causal and sliding-window masks, running max / sum in fp32 per row, then
 // O += P V with P rounded to bf16 as the A operand (FlashAttention-2 does the same). K and V
-// tiles are double-buffered through cp.async so the next tile loads while this one computes.
+// tiles are double-buffered through cp.async so the next tile loads while this one computes
+// (an FP8 paged cache is dequantized to bf16 by plain loads and stores into the same tiles).
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16): lane = 4 * g + tq; A regs hold (row g | g+8,
 // cols 2tq..2tq+1 | +8); B regs (k 2tq..2tq+1 | +8, col g); C (row g | g+8, cols 2tq, 2tq+1).
@@ -60,9 +61,15 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const Attention
       const int r = c / kChunks, col = (c % kChunks) * 8;
       const int key = tile * BC + r;
       const bool ok = key <= b.kv_hi;  // keys past the block's last query: zeros, never read
-      const int64_t off = (b.kv_row(ok ? key : 0) * a.hkv + b.kvh) * D + col;
-      cp_async16(ks + (stage * BC + r) * kLd + col, a.k + off, ok);
-      cp_async16(vs + (stage * BC + r) * kLd + col, a.v + off, ok);
+      const int64_t head_row = b.kv_row(ok ? key : 0) * a.hkv + b.kvh;
+      const int64_t off = head_row * D + col;
+      if (a.k8 != nullptr) {  // FP8 pool: dequantized on the way in
+        load_fp8_chunk(ks + (stage * BC + r) * kLd + col, a.k8 + off, a.k_scale + head_row, ok);
+        load_fp8_chunk(vs + (stage * BC + r) * kLd + col, a.v8 + off, a.v_scale + head_row, ok);
+      } else {
+        cp_async16(ks + (stage * BC + r) * kLd + col, a.k + off, ok);
+        cp_async16(vs + (stage * BC + r) * kLd + col, a.v + off, ok);
+      }
     }
   };
   load_kv(b.tile0, 0);

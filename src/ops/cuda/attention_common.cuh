@@ -26,6 +26,29 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// 8 consecutive elements of an FP8 pool's row into shared memory as bf16(code * scale), the
+// product in fp32 (ops.h paged_attention); zeros when !valid (codes not read). Synchronous:
+// the caller's __syncthreads publishes it like a completed cp.async.
+__device__ __forceinline__ void load_fp8_chunk(bf16* smem, const uint8_t* codes, const float* scale,
+                                               bool valid) {
+  uint4 out = make_uint4(0, 0, 0, 0);
+  if (valid) {
+    const uint2 c = *reinterpret_cast<const uint2*>(codes);
+    const float sc = *scale;
+    uint32_t w[2] = {c.x, c.y};
+    uint32_t* o = &out.x;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t word = w[i / 2] >> (16 * (i % 2));
+      const __nv_bfloat162 h =
+          __floats2bfloat162_rn(__fmul_rn(fp8_value(uint8_t(word & 0xff)), sc),
+                                __fmul_rn(fp8_value(uint8_t((word >> 8) & 0xff)), sc));
+      o[i] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+  }
+  *reinterpret_cast<uint4*>(smem) = out;
+}
+
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
   const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"

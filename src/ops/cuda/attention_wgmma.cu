@@ -223,7 +223,7 @@ cudaError_t attention_wgmma_init(bool* available) {
 }
 
 bool attention_wgmma_supports(const AttentionArgs& a) {
-  return a.d == kWgD;
+  return a.d == kWgD && a.k8 == nullptr;  // an FP8 pool runs on the mma.sync kernel
 }
 
 void launch_attention_wgmma(const AttentionArgs& a, cudaStream_t s) {

@@ -212,8 +212,16 @@ void attention(Backend& b, const TensorView& q, const TensorView& k_cache,
 }
 
 void store_kv(Backend& b, const TensorView& k, const TensorView& v, const TensorView& slot_mapping,
-              const TensorView& k_pool, const TensorView& v_pool) {
+              const TensorView& k_pool, const TensorView& v_pool, const ops::KvScales& scales) {
   const int64_t row = k.dim(1) * k.dim(2);
+  if (!scales.empty()) {
+    launch_store_kv_fp8(bf(k), k.strides[0], bf(v), v.strides[0],
+                        static_cast<const int32_t*>(slot_mapping.data), k.dim(0), k.dim(1),
+                        k.dim(2), static_cast<uint8_t*>(k_pool.data),
+                        static_cast<uint8_t*>(v_pool.data), scales.k.ptr<float>(),
+                        scales.v.ptr<float>(), k_pool.dim(0) * k_pool.dim(1), b.stream());
+    return;
+  }
   for (const TensorView* t : {&k, &v, &k_pool, &v_pool})
     CHECK((reinterpret_cast<uintptr_t>(t->data) & 15) == 0 && t->strides[0] % 8 == 0,
           "CUDA store_kv needs 16-byte aligned rows");
@@ -231,7 +239,8 @@ size_t paged_attention_scratch_bytes(int64_t t, int64_t heads, int64_t head_dim,
 
 void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
                      const TensorView& v_pool, const ops::PagedBatch& batch,
-                     const ops::AttentionParams& p, const TensorView& out, float* amax) {
+                     const ops::AttentionParams& p, const TensorView& out, float* amax,
+                     const ops::KvScales& scales) {
   const int64_t t = q.dim(0), hq = q.dim(1), d = q.dim(2), hkv = k_pool.dim(2);
   CHECK(attention_supports(d), "CUDA attention supports head_dim 32, 64, 128 and 256, not {}", d);
   for (const TensorView* x : {&q, &k_pool, &v_pool, &out})
@@ -260,6 +269,13 @@ void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
   a.block_size = int(k_pool.dim(1));
   CHECK(a.block_size == kPagedBlockSize, "paged_attention: the CUDA kernels take {}-slot blocks, "
         "got {}", kPagedBlockSize, a.block_size);
+  if (!scales.empty()) {  // codes rows are D bytes: 8-byte chunks stay aligned
+    a.k = a.v = nullptr;
+    a.k8 = static_cast<const uint8_t*>(k_pool.data);
+    a.v8 = static_cast<const uint8_t*>(v_pool.data);
+    a.k_scale = scales.k.ptr<const float>();
+    a.v_scale = scales.v.ptr<const float>();
+  }
   // Rows after the last sequence's (a captured batch's padding) are zeros.
   launch_zero_padding_rows(a.out, t, hq * d, a.cu_q + batch.num_seqs, b.stream());
   if (batch.max_query_len == 1 && paged_decode_supports(d, hq / hkv)) {
@@ -275,7 +291,7 @@ void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
     b.arena().rewind(mark);
   } else if (b.caps().attention_wgmma && attention_wgmma_supports(a)) {
     launch_attention_wgmma(a, b.stream());
-  } else {
+  } else {  // also every FP8-pool prefill: the wgmma kernel reads bf16 tiles only
     launch_attention(a, b.stream());
   }
 }

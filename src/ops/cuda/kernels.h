@@ -73,6 +73,12 @@ struct AttentionArgs {
   const int32_t* block_tables = nullptr;
   int64_t table_stride = 0, num_seqs = 1;
   int block_size = 0;  // kPagedBlockSize (checked by the launcher)
+  // An FP8 pool (paged only; k and v are then unused): e4m3 codes [slots, hkv, d] and f32
+  // scales [slots, hkv], read as bf16(code * scale). Runs on the mma.sync and decode kernels.
+  const uint8_t* k8 = nullptr;
+  const uint8_t* v8 = nullptr;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
 };
 bool attention_supports(int64_t d);
 // Raises the kernels' dynamic shared-memory limits; once per device, before the first launch.
@@ -93,6 +99,13 @@ void launch_attention_wgmma(const AttentionArgs& a, cudaStream_t s);
 void launch_store_kv(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,
                      const int32_t* slot_mapping, int64_t t, int64_t row, bf16* k_pool,
                      bf16* v_pool, int64_t slots, cudaStream_t s);
+// The same into an FP8 pool: each (token, head) row of d values quantized with the recipe
+// (scale = amax / 448, codes = e4m3(x / scale)) into codes [slots, hkv, d] and scales
+// [slots, hkv], bit-identical to quant/fp8.h.
+void launch_store_kv_fp8(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,
+                         const int32_t* slot_mapping, int64_t t, int64_t hkv, int64_t d,
+                         uint8_t* k_codes, uint8_t* v_codes, float* k_scale, float* v_scale,
+                         int64_t slots, cudaStream_t s);
 // Rows cu_q_end[0] .. t of out [t, row] (the padding after the last sequence) set to zero.
 void launch_zero_padding_rows(bf16* out, int64_t t, int64_t row, const int32_t* cu_q_end,
                               cudaStream_t s);

@@ -125,9 +125,14 @@ __global__ void __launch_bounds__(kDecodeThreads, G >= 16 ? 1 : 4)
           ok ? int64_t(table[key >> kPagedBlockShift]) * kPagedBlockSize +
                    (key & (kPagedBlockSize - 1))
              : 0;
-      const int64_t off = (slot * a.hkv + kvh) * D + cc;
-      cp_async16(ks + j * kLd + cc, a.k + off, ok);
-      cp_async16(vs + j * kLd + cc, a.v + off, ok);
+      const int64_t head_row = slot * a.hkv + kvh, off = head_row * D + cc;
+      if (a.k8 != nullptr) {  // FP8 pool: dequantized on the way in
+        load_fp8_chunk(ks + j * kLd + cc, a.k8 + off, a.k_scale + head_row, ok);
+        load_fp8_chunk(vs + j * kLd + cc, a.v8 + off, a.v_scale + head_row, ok);
+      } else {
+        cp_async16(ks + j * kLd + cc, a.k + off, ok);
+        cp_async16(vs + j * kLd + cc, a.v + off, ok);
+      }
     }
     cp_async_commit();
     cp_async_wait<0>();
@@ -312,6 +317,31 @@ __global__ void store_kv_kernel(const bf16* k, int64_t k_stride, const bf16* v, 
   }
 }
 
+// One warp per (token, kv head) row: its amax, the recipe's scale, then the codes.
+__global__ void store_kv_fp8_kernel(const bf16* k, int64_t k_stride, const bf16* v,
+                                    int64_t v_stride, const int32_t* slot_mapping, int64_t t,
+                                    int64_t hkv, int64_t d, uint8_t* k_codes, uint8_t* v_codes,
+                                    float* k_scale, float* v_scale, int64_t slots) {
+  const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
+  const int warps = int(blockDim.x) / kWarp;
+  for (int64_t i = blockIdx.x; i < t; i += gridDim.x) {
+    const int64_t slot = slot_mapping[i];
+    if (slot < 0 || slot >= slots) continue;  // padding (or a bad slot: never out of the pool)
+    for (int64_t w = warp; w < 2 * hkv; w += warps) {
+      const bool is_v = w >= hkv;
+      const int64_t h = is_v ? w - hkv : w;
+      const bf16* x = (is_v ? v + i * v_stride : k + i * k_stride) + h * d;
+      float amax = 0.0f;
+      for (int64_t e = lane; e < d; e += kWarp) amax = fmaxf(amax, fabsf(__bfloat162float(x[e])));
+      const float scale = fp8_scale(warp_max(amax));
+      const Fp8Divisor div = fp8_divisor(scale);
+      uint8_t* codes = (is_v ? v_codes : k_codes) + (slot * hkv + h) * d;
+      for (int64_t e = lane; e < d; e += kWarp) codes[e] = fp8_code(__bfloat162float(x[e]), div);
+      if (lane == 0) (is_v ? v_scale : k_scale)[slot * hkv + h] = scale;
+    }
+  }
+}
+
 __global__ void zero_padding_rows_kernel(bf16* out, int64_t t, int64_t row,
                                          const int32_t* cu_q_end) {
   const int64_t chunks = row / 8;
@@ -415,6 +445,16 @@ void launch_store_kv(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_s
   store_kv_kernel<<<grid_for(t, 1, 65535), 128, 0, s>>>(k, k_stride, v, v_stride, slot_mapping, t,
                                                         row, k_pool, v_pool, slots);
   FP8RL_LAUNCH_CHECK("store_kv");
+}
+
+void launch_store_kv_fp8(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,
+                         const int32_t* slot_mapping, int64_t t, int64_t hkv, int64_t d,
+                         uint8_t* k_codes, uint8_t* v_codes, float* k_scale, float* v_scale,
+                         int64_t slots, cudaStream_t s) {
+  if (t == 0) return;
+  store_kv_fp8_kernel<<<grid_for(t, 1, 65535), 128, 0, s>>>(
+      k, k_stride, v, v_stride, slot_mapping, t, hkv, d, k_codes, v_codes, k_scale, v_scale, slots);
+  FP8RL_LAUNCH_CHECK("store_kv_fp8");
 }
 
 void launch_zero_padding_rows(bf16* out, int64_t t, int64_t row, const int32_t* cu_q_end,
