@@ -65,7 +65,8 @@ std::vector<GenerationRequest> make_requests(const BenchGenerateOptions& o, int6
   for (int64_t p = 0; p < o.prompts; ++p) {
     GenerationRequest r;
     for (int64_t i = 0; i < o.prompt_tokens; ++i)
-      r.prompt_ids.push_back(int32_t((uint64_t(p * 7919 + i) * 2654435761ULL + 12345) % uint64_t(vocab)));
+      r.prompt_ids.push_back(
+          int32_t((uint64_t(p * 7919 + i) * 2654435761ULL + 12345) % uint64_t(vocab)));
     r.params.n = int(o.n);
     r.params.max_tokens = int(max_tokens);
     r.params.temperature = 1.0;
@@ -77,13 +78,15 @@ std::vector<GenerationRequest> make_requests(const BenchGenerateOptions& o, int6
 }
 
 void run_bench_generate(const BenchGenerateOptions& o) {
-  CHECK(o.model.empty() != o.preset.empty(), "bench generate: give exactly one of --model, --preset");
+  CHECK(o.model.empty() != o.preset.empty(),
+        "bench generate: give exactly one of --model, --preset");
   CHECK(o.prompts > 0 && o.n > 0 && o.prompt_tokens > 0 && o.max_tokens > 0,
         "bench generate: --prompts, --n, --prompt-tokens and --max-tokens must be positive");
   const KvDType kv_dtype = parse_kv_dtype(o.kv_dtype);
   const Device device = parse_device(o.device);
   const std::optional<Fp8Scheme> fp8 = parse_fp8_option(o.fp8);
-  const ModelConfig config = o.preset.empty() ? ModelConfig::load(o.model) : preset_config(o.preset);
+  const ModelConfig config =
+      o.preset.empty() ? ModelConfig::load(o.model) : preset_config(o.preset);
   std::unique_ptr<CudaDevice> dev;
   Arena arena;
   Context ctx{Device::cpu, &arena};
@@ -127,7 +130,8 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   for (const RequestOutput& r : out)
     for (const CompletionOutput& c : r.completions) produced += int64_t(c.ids.size());
   const int64_t expected = o.prompts * o.n * o.max_tokens;
-  CHECK(produced == expected, "bench generate: {} tokens generated, expected {}", produced, expected);
+  CHECK(produced == expected, "bench generate: {} tokens generated, expected {}", produced,
+        expected);
 
   // What one decode step of all P*n sequences must read: every weight once, and the KV of
   // every sequence at the mean context (prompt + G/2).
@@ -156,15 +160,16 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   result["time_split"] = {{"device_step_seconds", device_s},
                           {"host_seconds", host_s},
                           {"host_fraction", host_s / wall},
-                          {"note", "the engine prepares step k+1 after step k: the device idles "
-                                   "for host_fraction of the run"}};
-  result["decode_step"] = {
-      {"bytes", step_bytes},
-      {"weights_bytes", model.device_bytes()},
-      {"kv_bytes_at_mean_context", double(seqs) * mean_context * kv_token},
-      {"copy_bandwidth_bytes_per_s", bandwidth},
-      {"floor_seconds", bandwidth > 0 ? step_bytes / bandwidth : 0.0},
-      {"roofline_output_tokens_per_s", bandwidth > 0 ? double(seqs) / (step_bytes / bandwidth) : 0.0}};
+                          {"note",
+                           "the engine prepares step k+1 after step k: the device idles "
+                           "for host_fraction of the run"}};
+  result["decode_step"] = {{"bytes", step_bytes},
+                           {"weights_bytes", model.device_bytes()},
+                           {"kv_bytes_at_mean_context", double(seqs) * mean_context * kv_token},
+                           {"copy_bandwidth_bytes_per_s", bandwidth},
+                           {"floor_seconds", bandwidth > 0 ? step_bytes / bandwidth : 0.0},
+                           {"roofline_output_tokens_per_s",
+                            bandwidth > 0 ? double(seqs) / (step_bytes / bandwidth) : 0.0}};
   result["kv"] = {{"blocks", s.kv_blocks},
                   {"bytes", s.kv_bytes},
                   {"peak_blocks_used", s.kv_blocks_peak_used},

@@ -8,8 +8,11 @@
 namespace fp8rl::cli {
 
 Progress::Progress(std::string what, int64_t total, std::string unit)
-    : what_(std::move(what)), unit_(std::move(unit)), total_(std::max<int64_t>(total, 1)),
-      tty_(isatty(STDERR_FILENO) != 0), start_(std::chrono::steady_clock::now()) {}
+    : what_(std::move(what)),
+      unit_(std::move(unit)),
+      total_(std::max<int64_t>(total, 1)),
+      tty_(isatty(STDERR_FILENO) != 0),
+      start_(std::chrono::steady_clock::now()) {}
 
 Progress::~Progress() {
   if (drawn_ && tty_) std::fputc('\n', stderr);

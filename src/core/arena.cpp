@@ -22,8 +22,13 @@ Arena Arena::measuring(Device device, size_t alignment) {
 }
 
 Arena::Arena(Arena&& o) noexcept
-    : base_(o.base_), owned_(o.owned_), device_(o.device_), alignment_(o.alignment_),
-      capacity_(o.capacity_), used_(o.used_), high_water_(o.high_water_) {
+    : base_(o.base_),
+      owned_(o.owned_),
+      device_(o.device_),
+      alignment_(o.alignment_),
+      capacity_(o.capacity_),
+      used_(o.used_),
+      high_water_(o.high_water_) {
   o.base_ = nullptr;
   o.owned_ = false;
   o.capacity_ = o.used_ = o.high_water_ = 0;

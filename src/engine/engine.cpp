@@ -18,7 +18,9 @@
 
 namespace fp8rl {
 
-const char* finish_reason_name(FinishReason r) { return r == FinishReason::stop ? "stop" : "length"; }
+const char* finish_reason_name(FinishReason r) {
+  return r == FinishReason::stop ? "stop" : "length";
+}
 
 namespace {
 
@@ -44,7 +46,7 @@ struct SampleState {
 
 struct RequestState {
   const GenerationRequest* req = nullptr;
-  size_t index = 0;  // in the generate() call
+  size_t index = 0;               // in the generate() call
   std::vector<int32_t> stop_ids;  // eos (unless ignore_eos) and stop_token_ids
   std::vector<SampleState> samples;
 };
@@ -68,7 +70,7 @@ struct Engine::Impl {
   // The step's upload (ids, positions, slots, tables) at a fixed address, so that a captured
   // step reads each new step's values.
   DeviceBuffer step_buf;
-  int32_t null_block = 0;     // a pool block no sequence owns: padding sequences read it
+  int32_t null_block = 0;  // a pool block no sequence owns: padding sequences read it
   int64_t max_table_width = 1;
   // Decode steps captured as CUDA graphs, by (batch bucket, table width, top logprobs,
   // processed logprobs); each replays the forward and the sampler of a padded step.
@@ -94,8 +96,8 @@ struct Engine::Impl {
                std::vector<int32_t>& tokens, std::vector<float>& logprobs,
                std::vector<float>& processed, std::vector<int32_t>& top_ids,
                std::vector<float>& top_lps);
-  void on_token(RequestState& rs, int32_t sample, int64_t seq, int32_t token, float lp,
-                float plp, const int32_t* top_ids, const float* top_lps, int top_k,
+  void on_token(RequestState& rs, int32_t sample, int64_t seq, int32_t token, float lp, float plp,
+                const int32_t* top_ids, const float* top_lps, int top_k,
                 const TokenCallback& token_callback);
 };
 
@@ -129,8 +131,7 @@ void Engine::Impl::setup() {
     in.pack_block_tables();
     max_table_width = in.blocks_per_seq;
     step_buf = DeviceBuffer(ctx, size_t(step_elements(in)) * 4);
-    const StepBatch step =
-        upload_step(dry, in, step_buf.view({step_elements(in)}, DType::i32));
+    const StepBatch step = upload_step(dry, in, step_buf.view({step_elements(in)}, DType::i32));
     const TensorView rows = rows_buf.view({shape.logit_rows, ops::kSampleRowWords}, DType::i32);
     device_step(dry, probe, step, rows, TensorView(), ops::kMaxTopLogprobs,
                 sample_outputs(shape.logit_rows, ops::kMaxTopLogprobs, true));
@@ -223,8 +224,8 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
   CHECK(n <= max_rows, "engine: {} rows to sample, the plan holds {}", n, max_rows);
   // A decode step (one token and one draw per sequence) on CUDA runs as a captured graph of
   // its bucket: padded to a power-of-two batch and table width so that its shapes repeat.
-  const bool graph = ctx.device == Device::cuda && opt.cuda_graphs && decode_only &&
-                     history.empty();
+  const bool graph =
+      ctx.device == Device::cuda && opt.cuda_graphs && decode_only && history.empty();
   std::vector<ops::SampleRow> padded_rows;
   const std::vector<ops::SampleRow>* sample_rows = &rows;
   std::tuple<int64_t, int64_t, int, bool> key;
@@ -257,8 +258,9 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
   const StepBatch step = upload_step(ctx, in, step_buf.view({step_elements(in)}, DType::i32));
   // The sampler's inputs go to their own buffers (grown between steps, never inside one).
   const TensorView rows_dev = rows_buf.view({rows_n, ops::kSampleRowWords}, DType::i32);
-  ops::copy(ctx, TensorView(const_cast<ops::SampleRow*>(sample_rows->data()), DType::i32,
-                            {rows_n, ops::kSampleRowWords}),
+  ops::copy(ctx,
+            TensorView(const_cast<ops::SampleRow*>(sample_rows->data()), DType::i32,
+                       {rows_n, ops::kSampleRowWords}),
             rows_dev);
   TensorView hist_dev;
   if (!history.empty()) {
@@ -266,9 +268,10 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
     if (history_buf.size() < bytes)
       history_buf = DeviceBuffer(ctx, std::max(bytes * 2, size_t(1) << 16));
     hist_dev = history_buf.view({int64_t(history.size())}, DType::i32);
-    ops::copy(ctx, TensorView(const_cast<int32_t*>(history.data()), DType::i32,
-                              {int64_t(history.size())}),
-              hist_dev);
+    ops::copy(
+        ctx,
+        TensorView(const_cast<int32_t*>(history.data()), DType::i32, {int64_t(history.size())}),
+        hist_dev);
   }
   const ops::SampleOutput out = sample_outputs(rows_n, top_k, want_processed);
   stats.seconds_host += seconds_since(t0);
@@ -308,16 +311,17 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
   if (top_k > 0 && n > 0) {
     top_ids.resize(size_t(n * top_k));
     top_lps.resize(size_t(n * top_k));
-    ops::copy(ctx, out.top_ids.slice_rows(0, n), TensorView(top_ids.data(), DType::i32, {n, top_k}));
+    ops::copy(ctx, out.top_ids.slice_rows(0, n),
+              TensorView(top_ids.data(), DType::i32, {n, top_k}));
     ops::copy(ctx, out.top_logprobs.slice_rows(0, n),
               TensorView(top_lps.data(), DType::f32, {n, top_k}));
   }
   stats.seconds_forward += seconds_since(t0);
 }
 
-void Engine::Impl::on_token(RequestState& rs, int32_t sample, int64_t seq, int32_t token,
-                            float lp, float plp, const int32_t* top_ids, const float* top_lps,
-                            int top_k, const TokenCallback& token_callback) {
+void Engine::Impl::on_token(RequestState& rs, int32_t sample, int64_t seq, int32_t token, float lp,
+                            float plp, const int32_t* top_ids, const float* top_lps, int top_k,
+                            const TokenCallback& token_callback) {
   const SamplingParams& p = rs.req->params;
   SampleState& st = rs.samples[size_t(sample)];
   st.seq = seq;
@@ -367,8 +371,8 @@ void Engine::Impl::run(std::vector<RequestState>& states,
   std::unordered_map<int64_t, std::pair<int64_t, int32_t>> owner;
   for (size_t i = 0; i < states.size(); ++i) {
     const GenerationRequest& req = *states[i].req;
-    const int64_t seq = sched->add_request(int64_t(i), req.prompt_ids, req.params.n,
-                                           req.params.max_tokens);
+    const int64_t seq =
+        sched->add_request(int64_t(i), req.prompt_ids, req.params.n, req.params.max_tokens);
     owner[seq] = {int64_t(i), 0};
   }
   std::vector<ops::SampleRow> rows;
@@ -447,11 +451,9 @@ void Engine::Impl::run(std::vector<RequestState>& states,
       }
       for (size_t k = 0; k < ids.size(); ++k, ++r) {
         const int32_t sample = ch.num_samples > 1 ? int32_t(k) : sample0;
-        on_token(rs, sample, ids[k], tokens[r], logprobs[r],
-                 want_processed ? processed[r] : 0.0f,
+        on_token(rs, sample, ids[k], tokens[r], logprobs[r], want_processed ? processed[r] : 0.0f,
                  top_k > 0 ? top_ids.data() + r * size_t(top_k) : nullptr,
-                 top_k > 0 ? top_lps.data() + r * size_t(top_k) : nullptr, top_k,
-                 token_callback);
+                 top_k > 0 ? top_lps.data() + r * size_t(top_k) : nullptr, top_k, token_callback);
       }
     }
     const SchedulerStats ss = sched->stats();
@@ -486,8 +488,8 @@ void Engine::validate(const GenerationRequest& req) const {
   const int64_t total = int64_t(req.prompt_ids.size()) + p.max_tokens;
   CHECK(total <= c.max_position_embeddings,
         "a prompt of {} tokens plus max_tokens {} exceeds the model's context of {} "
-        "(max_position_embeddings)", req.prompt_ids.size(), p.max_tokens,
-        c.max_position_embeddings);
+        "(max_position_embeddings)",
+        req.prompt_ids.size(), p.max_tokens, c.max_position_embeddings);
   CHECK(im.sched->fits_ever(total),
         "a prompt of {} tokens plus max_tokens {} can never fit the KV pool of {} blocks of {} "
         "tokens; give the engine more KV memory (--kv-memory) or lower max_tokens",
@@ -529,7 +531,11 @@ void Engine::set_adapter_version(uint64_t version) {
   impl_->sched->set_adapter_version(version);
 }
 
-const EngineStats& Engine::stats() const { return impl_->stats; }
-const EngineOptions& Engine::options() const { return impl_->opt; }
+const EngineStats& Engine::stats() const {
+  return impl_->stats;
+}
+const EngineOptions& Engine::options() const {
+  return impl_->opt;
+}
 
 }  // namespace fp8rl

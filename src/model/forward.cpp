@@ -187,7 +187,9 @@ void mlp_block(Context& ctx, const Model& m, const LayerWeights& l, const Linear
   }
 }
 
-size_t scratch_alignment(Device d) { return d == Device::cuda ? 256 : 64; }
+size_t scratch_alignment(Device d) {
+  return d == Device::cuda ? 256 : 64;
+}
 
 }  // namespace
 
@@ -248,7 +250,8 @@ void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& st
   if (rows == 0) return;
   // Final norm and lm_head only for the rows whose logits are wanted, gathered by the lookup
   // that embeds tokens (a row gather with scale 1, exact).
-  const TensorView final_in = ops::scratch_alloc(ctx, {rows, c.hidden_size}, ctx.activation_dtype());
+  const TensorView final_in =
+      ops::scratch_alloc(ctx, {rows, c.hidden_size}, ctx.activation_dtype());
   ops::embedding(ctx, step.logit_rows, s.x, 1.0f, final_in);
   ops::rms_norm(ctx, final_in, m.final_norm, eps, c.norm_plus_one, final_in);
   ops::linear(ctx, final_in, m.lm_head, logits, ops::Output::f32);
@@ -272,8 +275,8 @@ void run_step(Context& ctx, const Model& m, const KvPool& kv, StepInput& in,
 size_t measure_forward_scratch(const Context& ctx, const Model& m, const KvPool& kv,
                                const StepShape& shape) {
   CHECK(shape.tokens > 0 && shape.seqs > 0 && shape.logit_rows >= 0 && shape.max_context > 0,
-        "forward plan: tokens {} seqs {} logit rows {} context {} must be positive",
-        shape.tokens, shape.seqs, shape.logit_rows, shape.max_context);
+        "forward plan: tokens {} seqs {} logit rows {} context {} must be positive", shape.tokens,
+        shape.seqs, shape.logit_rows, shape.max_context);
   Arena measuring = Arena::measuring(ctx.device, scratch_alignment(ctx.device));
   Context dry = ctx;
   dry.dry_run = true;
@@ -294,8 +297,9 @@ void forward(Context& ctx, const Model& m, std::span<const SequenceInput> batch,
   for (size_t i = 0; i < batch.size(); ++i) {
     const SequenceInput& seq = batch[i];
     CHECK(seq.cache != nullptr, "forward: sequence {} has no KV cache", i);
-    CHECK(&seq.cache->pool() == &pool, "forward: the sequences of a batch must share one KV pool "
-                                       "(KvCache(pool, capacity))");
+    CHECK(&seq.cache->pool() == &pool,
+          "forward: the sequences of a batch must share one KV pool "
+          "(KvCache(pool, capacity))");
     CHECK(seq.tokens.size() == seq.positions.size() && !seq.tokens.empty(),
           "forward: a sequence needs as many positions ({}) as new tokens ({}), at least one",
           seq.positions.size(), seq.tokens.size());

@@ -5,7 +5,9 @@
 namespace fp8rl {
 
 namespace {
-int64_t blocks_for(int64_t slots) { return (slots + kKvBlockSize - 1) / kKvBlockSize; }
+int64_t blocks_for(int64_t slots) {
+  return (slots + kKvBlockSize - 1) / kKvBlockSize;
+}
 
 // Bytes of one layer's K (or V) values of one block, and of its scales.
 size_t value_bytes(const ModelConfig& c, DType dtype) {
@@ -58,8 +60,12 @@ TensorView KvPool::scale_of(int64_t layer, int64_t kv) const {
                    values + size_t(2 * layer + kv) * size_t(shape.numel()) * sizeof(float));
 }
 
-TensorView KvPool::k(int64_t layer) const { return layer_of(layer, 0); }
-TensorView KvPool::v(int64_t layer) const { return layer_of(layer, 1); }
+TensorView KvPool::k(int64_t layer) const {
+  return layer_of(layer, 0);
+}
+TensorView KvPool::v(int64_t layer) const {
+  return layer_of(layer, 1);
+}
 TensorView KvPool::k_scale(int64_t layer) const {
   return scale_of(layer, 0);
 }
@@ -68,8 +74,8 @@ TensorView KvPool::v_scale(int64_t layer) const {
 }
 
 std::vector<int32_t> KvPool::take_blocks(int64_t n) {
-  CHECK(n >= 0 && taken_ + n <= num_blocks_, "KV pool exhausted: {} more blocks, {} of {} taken",
-        n, taken_, num_blocks_);
+  CHECK(n >= 0 && taken_ + n <= num_blocks_, "KV pool exhausted: {} more blocks, {} of {} taken", n,
+        taken_, num_blocks_);
   std::vector<int32_t> ids(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = int32_t(taken_ + i);
   taken_ += n;

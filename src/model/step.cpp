@@ -19,7 +19,8 @@ void StepInput::add_sequence(std::span<const int32_t> tokens, int64_t first_posi
     const int64_t p = first_position + i;
     ids.push_back(tokens[size_t(i)]);
     positions.push_back(int32_t(p));
-    slot_mapping.push_back(int32_t(block_table[size_t(p / block_size)] * block_size + p % block_size));
+    slot_mapping.push_back(
+        int32_t(block_table[size_t(p / block_size)] * block_size + p % block_size));
   }
   if (logits == Logits::all)
     for (int64_t i = 0; i < n; ++i) logit_rows.push_back(int32_t(row0 + i));
@@ -91,7 +92,7 @@ StepInput step_of_shape(const StepShape& shape, int64_t block_size) {
   int64_t rows_left = shape.logit_rows;
   for (int64_t s = 0; s < seqs; ++s) {
     const int64_t n = s == 0 ? first : 1;
-    const auto logits = rows_left >= n ? StepInput::Logits::all
+    const auto logits = rows_left >= n  ? StepInput::Logits::all
                         : rows_left > 0 ? StepInput::Logits::last
                                         : StepInput::Logits::none;
     rows_left -= logits == StepInput::Logits::all ? n : logits == StepInput::Logits::last ? 1 : 0;

@@ -12,7 +12,9 @@
 namespace fp8rl {
 
 namespace {
-[[noreturn, maybe_unused]] void no_cuda() { RAISE("this build has no CUDA backend (built without nvcc)"); }
+[[noreturn, maybe_unused]] void no_cuda() {
+  RAISE("this build has no CUDA backend (built without nvcc)");
+}
 }  // namespace
 
 DeviceBuffer::DeviceBuffer(const Context& ctx, size_t bytes) : size_(bytes), device_(ctx.device) {
@@ -29,7 +31,9 @@ DeviceBuffer::DeviceBuffer(const Context& ctx, size_t bytes) : size_(bytes), dev
 #endif
 }
 
-DeviceBuffer::~DeviceBuffer() { release(); }
+DeviceBuffer::~DeviceBuffer() {
+  release();
+}
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
     : data_(o.data_), size_(o.size_), device_(o.device_), backend_(o.backend_) {

@@ -111,8 +111,8 @@ TEST_P(GreedyGolden, AdapterMatchesPeft) {
   std::printf("%s adapter logits vs PEFT %.3g (base %.3g)\n", arch.c_str(), err, base_err);
   Cpu cpu;
   Engine engine(cpu.ctx, m, nullptr, {}, small_options());
-  const GoldenMatch r =
-      compare(g["adapter"]["prompts"], engine.generate(golden_requests(g["adapter"]["prompts"], 12)));
+  const GoldenMatch r = compare(g["adapter"]["prompts"],
+                                engine.generate(golden_requests(g["adapter"]["prompts"], 12)));
   EXPECT_TRUE(r.tokens_equal) << arch;
   EXPECT_LE(r.max_logprob_diff, kGenerateLogprob) << arch;
   LoraAdapter::detach(m);
@@ -261,8 +261,8 @@ TEST_P(Scheduling, OutputsDoNotDependOnIt) {
   EXPECT_TRUE(any_differs) << "the seed changes nothing";
 }
 
-INSTANTIATE_TEST_SUITE_P(Schemes, Scheduling, ::testing::Values(Fp8Scheme::off, Fp8Scheme::row,
-                                                                  Fp8Scheme::block),
+INSTANTIATE_TEST_SUITE_P(Schemes, Scheduling,
+                         ::testing::Values(Fp8Scheme::off, Fp8Scheme::row, Fp8Scheme::block),
                          [](const auto& info) { return std::string(scheme_name(info.param)); });
 
 // The per-token callback streams every sampled token of every sample, in order, while the

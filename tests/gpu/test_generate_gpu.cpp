@@ -90,12 +90,13 @@ void greedy_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Sche
   const Run ref = generate(cpu, cpu_model, reqs);
   const Run got = generate(gpu, gpu_model, reqs);
   std::vector<int32_t> all_ids;
-  for (const auto& r : reqs) all_ids.insert(all_ids.end(), r.prompt_ids.begin(), r.prompt_ids.end());
+  for (const auto& r : reqs)
+    all_ids.insert(all_ids.end(), r.prompt_ids.begin(), r.prompt_ids.end());
   const Tensor ref_logits = cpu_logits(cpu_model, all_ids);
   double rel_bound = kCudaBf16Logits;
   if (scheme && *scheme != Fp8Scheme::off)
-    rel_bound = cuda_fp8_logits_bound(rel_max_diff(
-        ref_logits, cpu_logits(Model::load(g_data + "/goldens/" + arch), all_ids)));
+    rel_bound = cuda_fp8_logits_bound(
+        rel_max_diff(ref_logits, cpu_logits(Model::load(g_data + "/goldens/" + arch), all_ids)));
   const double bound = rel_bound * max_abs(ref_logits);
   int compared = 0, diverged = 0;
   double max_lp = 0;
@@ -119,11 +120,12 @@ void greedy_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Sche
     }
   }
   ok = ok && max_lp <= 2 * bound;
-  std::printf("%-4s generate %s %s: %d tokens equal, %d prompts diverged at a near-tie, "
-              "max |dlogprob| %.4g (bound %.4g), graph steps %lld\n",
-              ok ? "PASS" : "FAIL", arch.c_str(),
-              scheme ? std::string(scheme_name(*scheme)).c_str() : "as-stored", compared, diverged,
-              max_lp, 2 * bound, (long long)got.stats.graph_steps);
+  std::printf(
+      "%-4s generate %s %s: %d tokens equal, %d prompts diverged at a near-tie, "
+      "max |dlogprob| %.4g (bound %.4g), graph steps %lld\n",
+      ok ? "PASS" : "FAIL", arch.c_str(),
+      scheme ? std::string(scheme_name(*scheme)).c_str() : "as-stored", compared, diverged, max_lp,
+      2 * bound, (long long)got.stats.graph_steps);
   if (!ok) ++g_failures;
 }
 
@@ -165,11 +167,11 @@ void rollout_case(CudaDevice& dev) {
     for (size_t s = 0; s < 8; ++s)
       same_first += eager.out[i].completions[s].ids[0] == run.out[i].completions[s].ids[0];
   ok = ok && same_first >= 40;  // of 48 (the first tokens come from identical prefills)
-  std::printf("%-4s rollout 6x8 top_p 0.9 fp8-row: %lld tokens, graph steps %lld (captured %lld), "
-              "peak shared blocks %lld, first tokens equal eager %d/48\n",
-              ok ? "PASS" : "FAIL", (long long)tokens, (long long)run.stats.graph_steps,
-              (long long)run.stats.graphs_captured, (long long)run.stats.kv_blocks_peak_shared,
-              same_first);
+  std::printf(
+      "%-4s rollout 6x8 top_p 0.9 fp8-row: %lld tokens, graph steps %lld (captured %lld), "
+      "peak shared blocks %lld, first tokens equal eager %d/48\n",
+      ok ? "PASS" : "FAIL", (long long)tokens, (long long)run.stats.graph_steps,
+      (long long)run.stats.graphs_captured, (long long)run.stats.kv_blocks_peak_shared, same_first);
   if (!ok) ++g_failures;
 }
 
