@@ -42,6 +42,8 @@ for fp8 in row off; do
   step "bench generate $fp8" "$OUT/bench.log" 300 "$BIN/fp8rl_bench" bench generate \
     --model "$CONFIG" $GEN --fp8 "$fp8" --kv-memory 40
 done
+step "bench generate row fp8-kv" "$OUT/bench.log" 300 "$BIN/fp8rl_bench" bench generate \
+  --model "$CONFIG" $GEN --fp8 row --kv-dtype fp8 --kv-memory 40
 if [ $QUICK -eq 0 ]; then
   step "hf generate bf16" "$OUT/hf.log" 400 python3 tools/bench/hf_generate.py \
     --preset qwen3-8b --prompts 32 --n 8 --prompt-tokens 128 --max-tokens 512 --attn sdpa
