@@ -97,8 +97,7 @@ struct Engine::Impl {
                std::vector<float>& processed, std::vector<int32_t>& top_ids,
                std::vector<float>& top_lps);
   void on_token(RequestState& rs, int32_t sample, int64_t seq, int32_t token, float lp, float plp,
-                const int32_t* top_ids, const float* top_lps, int top_k,
-                const TokenCallback& token_callback);
+                const int32_t* top_ids, const float* top_lps, const TokenCallback& token_callback);
 };
 
 void Engine::Impl::setup() {
@@ -320,7 +319,7 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
 }
 
 void Engine::Impl::on_token(RequestState& rs, int32_t sample, int64_t seq, int32_t token, float lp,
-                            float plp, const int32_t* top_ids, const float* top_lps, int top_k,
+                            float plp, const int32_t* top_ids, const float* top_lps,
                             const TokenCallback& token_callback) {
   const SamplingParams& p = rs.req->params;
   SampleState& st = rs.samples[size_t(sample)];
@@ -334,7 +333,6 @@ void Engine::Impl::on_token(RequestState& rs, int32_t sample, int64_t seq, int32
     for (int i = 0; i < p.logprobs; ++i) top.emplace_back(top_ids[i], top_lps[i]);
     o.top_logprobs.push_back(std::move(top));
   }
-  (void)top_k;
   ++stats.output_tokens;
   if (token_callback) token_callback(rs.index, sample, token);
   const int64_t generated = int64_t(o.ids.size());
@@ -366,7 +364,6 @@ void Engine::Impl::on_token(RequestState& rs, int32_t sample, int64_t seq, int32
 void Engine::Impl::run(std::vector<RequestState>& states,
                        const std::function<void(int64_t)>& progress,
                        const TokenCallback& token_callback) {
-  const ModelConfig& c = model.config();
   // Which request and sample each live sequence is.
   std::unordered_map<int64_t, std::pair<int64_t, int32_t>> owner;
   for (size_t i = 0; i < states.size(); ++i) {
@@ -453,7 +450,7 @@ void Engine::Impl::run(std::vector<RequestState>& states,
         const int32_t sample = ch.num_samples > 1 ? int32_t(k) : sample0;
         on_token(rs, sample, ids[k], tokens[r], logprobs[r], want_processed ? processed[r] : 0.0f,
                  top_k > 0 ? top_ids.data() + r * size_t(top_k) : nullptr,
-                 top_k > 0 ? top_lps.data() + r * size_t(top_k) : nullptr, top_k, token_callback);
+                 top_k > 0 ? top_lps.data() + r * size_t(top_k) : nullptr, token_callback);
       }
     }
     const SchedulerStats ss = sched->stats();
@@ -464,7 +461,6 @@ void Engine::Impl::run(std::vector<RequestState>& states,
     stats.seconds_host += seconds_since(t0);
     if (progress) progress(stats.output_tokens);
   }
-  (void)c;
   for (auto& [seq, who] : owner) sched->forget(seq);
 }
 
