@@ -143,11 +143,7 @@ void add_chat_command(CLI::App& app) {
   c->add_option("--max-tokens", s.max_tokens,
                 "New tokens per reply at most (and what the context leaves)")
       ->capture_default_str();
-  c->add_option("--temperature", s.temperature, "0 = greedy")->capture_default_str();
-  c->add_option("--top-k", s.top_k, "0 or -1 = off")->capture_default_str();
-  c->add_option("--top-p", s.top_p, "1 = off")->capture_default_str();
-  c->add_option("--min-p", s.min_p, "0 = off")->capture_default_str();
-  c->add_option("--repetition-penalty", s.repetition_penalty, "1 = off")->capture_default_str();
+  add_sampling_filter_options(*c, s);
   c->add_option("--seed", o->seed, "Random seed (default: a new one per session)");
   c->add_option("--fp8", o->session.fp8, kFp8Help)->capture_default_str();
   c->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: bf16 or fp8")->capture_default_str();

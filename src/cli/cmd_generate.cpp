@@ -193,11 +193,7 @@ void add_generate_command(CLI::App& app) {
   c->add_option("--max-tokens", s.max_tokens, "New tokens at most")->capture_default_str();
   c->add_option("--min-tokens", s.min_tokens, "New tokens before a stop may end")
       ->capture_default_str();
-  c->add_option("--temperature", s.temperature, "0 = greedy")->capture_default_str();
-  c->add_option("--top-k", s.top_k, "0 or -1 = off")->capture_default_str();
-  c->add_option("--top-p", s.top_p, "1 = off")->capture_default_str();
-  c->add_option("--min-p", s.min_p, "0 = off")->capture_default_str();
-  c->add_option("--repetition-penalty", s.repetition_penalty, "1 = off")->capture_default_str();
+  add_sampling_filter_options(*c, s);
   c->add_option("--stop", s.stop, "Stop string (repeatable); not included in the text");
   c->add_option("--stop-token-ids", s.stop_token_ids, "Extra stop token ids");
   c->add_option("--seed", o->seed, "Random seed (default 0)");

@@ -95,4 +95,12 @@ std::unique_ptr<Engine> ModelSession::make_engine(const EngineOptions& options) 
   return engine;
 }
 
+void add_sampling_filter_options(CLI::App& c, SamplingParams& s) {
+  c.add_option("--temperature", s.temperature, "0 = greedy")->capture_default_str();
+  c.add_option("--top-k", s.top_k, "0 or -1 = off")->capture_default_str();
+  c.add_option("--top-p", s.top_p, "1 = off")->capture_default_str();
+  c.add_option("--min-p", s.min_p, "0 = off")->capture_default_str();
+  c.add_option("--repetition-penalty", s.repetition_penalty, "1 = off")->capture_default_str();
+}
+
 }  // namespace fp8rl::cli

@@ -3,6 +3,7 @@
 // tokenizer, stop ids and chat template for commands that take text.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -37,6 +38,9 @@ struct SessionOptions {
 // Also the spelling of --adapter's help on every command.
 inline const char* kAdapterHelp =
     "PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors)";
+
+// --temperature, --top-k, --top-p, --min-p, --repetition-penalty into `s` (vLLM's meanings).
+void add_sampling_filter_options(CLI::App& c, SamplingParams& s);
 
 class ModelSession {
  public:
