@@ -18,6 +18,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/bench_profile.h"
 #include "cli/common.h"
 #include "cli/model_session.h"
 #include "core/check.h"
@@ -50,7 +51,8 @@ double seconds_since(Clock::time_point t0) {
 
 bool has_weights(const std::string& dir) {
   for (const auto& e : std::filesystem::directory_iterator(dir))
-    if (e.path().extension() == ".safetensors" || e.path().filename() == "model.safetensors.index.json")
+    if (e.path().extension() == ".safetensors" ||
+        e.path().filename() == "model.safetensors.index.json")
       return true;
   return false;
 }
@@ -70,17 +72,21 @@ double attention_flops(const ModelConfig& c, int64_t t) {
 struct Shape3 {
   int64_t n, k;
   std::string scheme;
-  bool operator<(const Shape3& o) const { return std::tie(n, k, scheme) < std::tie(o.n, o.k, o.scheme); }
+  bool operator<(const Shape3& o) const {
+    return std::tie(n, k, scheme) < std::tie(o.n, o.k, o.scheme);
+  }
 };
 
 void run_bench_forward(const BenchOptions& o) {
-  CHECK(o.model.empty() != o.preset.empty(), "bench forward: give exactly one of --model, --preset");
+  CHECK(o.model.empty() != o.preset.empty(),
+        "bench forward: give exactly one of --model, --preset");
   CHECK(o.tokens > 0 && o.iters > 0, "bench forward: --tokens and --iters must be positive");
   CHECK(o.logits == "last" || o.logits == "all", "--logits: last or all, not '{}'", o.logits);
   const Device device = parse_device(o.device);
   const std::optional<Fp8Scheme> fp8 = parse_fp8_option(o.fp8);
   const bool from_files = !o.model.empty() && !o.random && has_weights(o.model);
-  const ModelConfig config = o.preset.empty() ? ModelConfig::load(o.model) : preset_config(o.preset);
+  const ModelConfig config =
+      o.preset.empty() ? ModelConfig::load(o.model) : preset_config(o.preset);
 
   auto t_load = Clock::now();
   SessionOptions so;
@@ -90,9 +96,8 @@ void run_bench_forward(const BenchOptions& o) {
   so.device = o.device;
   std::unique_ptr<ModelSession> session =
       from_files ? std::make_unique<ModelSession>(so)
-                 : std::make_unique<ModelSession>(so, [&](Context& c) {
-                     return Model::random(config, fp8, c, o.seed);
-                   });
+                 : std::make_unique<ModelSession>(
+                       so, [&](Context& c) { return Model::random(config, fp8, c, o.seed); });
   Context& ctx = session->ctx();
   CudaDevice* dev = session->cuda();
   const Model& model = session->model();
@@ -123,7 +128,8 @@ void run_bench_forward(const BenchOptions& o) {
   std::sort(times.begin(), times.end());
   const double median = times[times.size() / 2];
   bool finite = true;
-  for (int64_t i = 0; i < logits.numel(); ++i) finite = finite && std::isfinite(logits.ptr<float>()[i]);
+  for (int64_t i = 0; i < logits.numel(); ++i)
+    finite = finite && std::isfinite(logits.ptr<float>()[i]);
 
   // FLOPs of the linears per forward, by distinct shape.
   std::map<Shape3, std::pair<int64_t, const LinearWeight*>> shapes;  // -> (count, a weight)
@@ -151,8 +157,11 @@ void run_bench_forward(const BenchOptions& o) {
   result["forward_seconds_all"] = times;
   result["tokens_per_second"] = double(t) / median;
   result["logits_finite"] = finite;
-  result["flops"] = {{"linears", linear_flops}, {"lm_head", lm_flops}, {"attention", attn_flops},
-                     {"total_tflop_per_s", (linear_flops + lm_flops + attn_flops) / median * 1e-12}};
+  result["flops"] = {
+      {"linears", linear_flops},
+      {"lm_head", lm_flops},
+      {"attention", attn_flops},
+      {"total_tflop_per_s", (linear_flops + lm_flops + attn_flops) / median * 1e-12}};
 
   if (device == Device::cuda) {
     result["gemm_path"] = dev->gemm_path(model.scheme());
@@ -162,17 +171,8 @@ void run_bench_forward(const BenchOptions& o) {
     run_once();
     const std::vector<OpTime> prof = dev->profile();
     dev->set_profiling(false);
-    std::map<std::string, std::pair<double, int64_t>> by_op;
     double profiled = 0;
-    for (const OpTime& p : prof) {
-      const std::string op = p.name.substr(0, p.name.find(' '));
-      by_op[op].first += p.ms;
-      by_op[op].second += p.calls;
-      profiled += p.ms;
-    }
-    json split = json::object();
-    for (const auto& [op, e] : by_op)
-      split[op] = {{"ms", e.first}, {"calls", e.second}, {"share", e.first / profiled}};
+    const json split = op_split(prof, &profiled);
     result["op_ms"] = split;
     result["op_ms_total"] = profiled;
 
@@ -185,8 +185,8 @@ void run_bench_forward(const BenchOptions& o) {
     };
     json lin = json::array();
     auto add_shape = [&](const LinearWeight& w, int64_t m, int64_t count, const std::string& role) {
-      const std::string name = fmt::format("linear {}x{} {}", w.out_features(), w.in_features(),
-                                           scheme_name(w.scheme));
+      const std::string name =
+          fmt::format("linear {}x{} {}", w.out_features(), w.in_features(), scheme_name(w.scheme));
       const auto [ms, calls] = lookup(name);
       const double flop = 2.0 * double(m) * double(w.out_features()) * double(w.in_features());
       const double model_ms = calls > 0 ? ms / double(calls) : 0;
@@ -225,8 +225,9 @@ void add_bench_command(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (JSON on stdout)");
   bench->require_subcommand(1);
   auto o = std::make_shared<BenchOptions>();
-  CLI::App* c = bench->add_subcommand("forward", "Time a prefill forward: tokens/s, per-op split, "
-                                                 "linear TFLOP/s vs cuBLASLt, peak memory");
+  CLI::App* c = bench->add_subcommand("forward",
+                                      "Time a prefill forward: tokens/s, per-op split, "
+                                      "linear TFLOP/s vs cuBLASLt, peak memory");
   c->add_option("--model", o->model, "Model directory (config.json; weights if present)");
   c->add_option("--preset", o->preset, "Preset config with random weights, e.g. qwen3-8b");
   c->add_option("--adapter", o->adapter, kAdapterHelp);

@@ -17,6 +17,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/bench_profile.h"
 #include "cli/common.h"
 #include "core/check.h"
 #include "engine/engine.h"
@@ -197,18 +198,7 @@ void run_bench_generate(const BenchGenerateOptions& o) {
     profiled.generate(make_requests(p, config.vocab_size, std::min<int64_t>(o.max_tokens, 32)));
     const std::vector<OpTime> prof = dev->profile();
     dev->set_profiling(false);
-    std::map<std::string, std::pair<double, int64_t>> by_op;
-    double total = 0;
-    for (const OpTime& t : prof) {
-      const std::string op = t.name.substr(0, t.name.find(' '));
-      by_op[op].first += t.ms;
-      by_op[op].second += t.calls;
-      total += t.ms;
-    }
-    json split = json::object();
-    for (const auto& [op, e] : by_op)
-      split[op] = {{"ms", e.first}, {"calls", e.second}, {"share", e.first / total}};
-    result["op_profile_short_run"] = split;
+    result["op_profile_short_run"] = op_split(prof);
     result["memory"] = {{"peak_allocated_bytes", peak},
                         {"weights_bytes", model.device_bytes()},
                         {"kv_bytes", s.kv_bytes},

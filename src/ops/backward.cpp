@@ -148,10 +148,11 @@ void rms_norm_save(Context& ctx, const TensorView& x, const TensorView& w, float
   });
 }
 
-void rms_norm_backward(Context& ctx, const TensorView& x, const TensorView& w,
-                       const TensorView& inv_rms, bool plus_one, const TensorView& dy,
-                       const TensorView& dx, const TensorView& dw) {
-  const char* what = "rms_norm_backward";
+namespace {
+// The operands every norm backward shares: x an activation, dy and dx f32 of x's shape, dx not
+// x itself.
+void check_norm_grads(const Context& ctx, const TensorView& x, const TensorView& dy,
+                      const TensorView& dx, const char* what) {
   check_ctx(ctx, what);
   check_act(ctx, x, what);
   check_f32(ctx, dy, what);
@@ -159,6 +160,14 @@ void rms_norm_backward(Context& ctx, const TensorView& x, const TensorView& w,
   check_shape(dy, x.shape, what);
   check_shape(dx, x.shape, what);
   CHECK(dx.data != x.data || x.numel() == 0, "{}: dx must not be x", what);
+}
+}  // namespace
+
+void rms_norm_backward(Context& ctx, const TensorView& x, const TensorView& w,
+                       const TensorView& inv_rms, bool plus_one, const TensorView& dy,
+                       const TensorView& dx, const TensorView& dw) {
+  const char* what = "rms_norm_backward";
+  check_norm_grads(ctx, x, dy, dx, what);
   const int64_t rows = norm_rows(x, what), d = x.dim(x.rank() - 1);
   check_param(ctx, w, d, what);
   check_f32(ctx, inv_rms, what);
@@ -209,13 +218,7 @@ void rms_norm_rope_backward(Context& ctx, const TensorView& x, const TensorView&
                             const TensorView& inv_freq, const TensorView& dy, const TensorView& dx,
                             const TensorView& dw) {
   const char* what = "rms_norm_rope_backward";
-  check_ctx(ctx, what);
-  check_act(ctx, x, what);
-  check_f32(ctx, dy, what);
-  check_f32(ctx, dx, what);
-  check_shape(dy, x.shape, what);
-  check_shape(dx, x.shape, what);
-  CHECK(dx.data != x.data || x.numel() == 0, "{}: dx must not be x", what);
+  check_norm_grads(ctx, x, dy, dx, what);
   check_rope(ctx, x, positions, inv_freq, what);
   if (!w.empty()) {
     check_param(ctx, w, x.dim(2), what);
