@@ -107,11 +107,6 @@ void KvCache::reserve_blocks(int64_t capacity) {
   blocks_ = pool_->take_blocks(blocks_for(capacity));
 }
 
-int32_t KvCache::slot(int64_t p) const {
-  CHECK(p >= 0 && p < capacity_, "KV cache position {} outside [0, {})", p, capacity_);
-  return int32_t(blocks_[size_t(p / kKvBlockSize)] * kKvBlockSize + p % kKvBlockSize);
-}
-
 void KvCache::advance(int64_t n) {
   CHECK(n >= 0 && length_ + n <= capacity_, "KV cache overflow: {} + {} slots > capacity {}",
         length_, n, capacity_);

@@ -87,8 +87,6 @@ class KvCache {
   DType dtype() const { return pool_->dtype(); }
   void advance(int64_t n);   // n more slots are filled
   void truncate(int64_t n);  // keep the first n slots
-  // The pool slot of token position p (< capacity).
-  int32_t slot(int64_t p) const;
 
  private:
   void reserve_blocks(int64_t capacity);

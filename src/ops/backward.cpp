@@ -285,16 +285,26 @@ void softcap_backward(Context& ctx, const TensorView& y, float cap, const Tensor
 
 // ---- Attention
 
-void paged_attention_lse(Context& ctx, const TensorView& q, const TensorView& k_pool,
-                         const TensorView& v_pool, const PagedBatch& batch,
-                         const AttentionParams& p, const TensorView& out, const TensorView& lse) {
-  const char* what = "paged_attention_lse";
+namespace {
+// The operands of attention's saving forward and of its backward: pools and batch, the output
+// [T,Hq,D] and its log-sum-exp [T,Hq] f32.
+void check_attention_saved(const Context& ctx, const TensorView& q, const TensorView& k_pool,
+                           const TensorView& v_pool, const PagedBatch& batch, const TensorView& out,
+                           const TensorView& lse, const char* what) {
   check_ctx(ctx, what);
   check_pools_and_batch(ctx, q, k_pool, v_pool, batch, what);
   check_act(ctx, out, what);
   check_shape(out, q.shape, what);
   check_f32(ctx, lse, what);
   check_shape(lse, Shape{q.dim(0), q.dim(1)}, what);
+}
+}  // namespace
+
+void paged_attention_lse(Context& ctx, const TensorView& q, const TensorView& k_pool,
+                         const TensorView& v_pool, const PagedBatch& batch,
+                         const AttentionParams& p, const TensorView& out, const TensorView& lse) {
+  const char* what = "paged_attention_lse";
+  check_attention_saved(ctx, q, k_pool, v_pool, batch, out, lse, what);
   dry_run_scratch(
       ctx, paged_attention_scratch_bytes(ctx, q.dim(0), q.dim(1), q.dim(2), batch.max_context_len));
   FP8RL_BACKWARD_DISPATCH(ctx, what,
@@ -308,12 +318,7 @@ void paged_attention_backward(Context& ctx, const TensorView& q, const TensorVie
                               const TensorView& lse, const TensorView& dout, const TensorView& dq,
                               const TensorView& dk, const TensorView& dv) {
   const char* what = "paged_attention_backward";
-  check_ctx(ctx, what);
-  check_pools_and_batch(ctx, q, k_pool, v_pool, batch, what);
-  check_act(ctx, out, what);
-  check_shape(out, q.shape, what);
-  check_f32(ctx, lse, what);
-  check_shape(lse, Shape{q.dim(0), q.dim(1)}, what);
+  check_attention_saved(ctx, q, k_pool, v_pool, batch, out, lse, what);
   check_f32(ctx, dout, what);
   check_shape(dout, q.shape, what);
   check_f32(ctx, dq, what);

@@ -73,7 +73,6 @@ struct QueryBlock {
   int slot[2];        // this thread's two rows' cache slots (rows q0 + 16 warp + g, + 8)
   int warp_slot_min;  // the warp's first row's slot
   const int32_t* table;  // paged: the sequence's block table; null: contiguous cache
-  int block_size;
 
   // Rows of query head h; warp (0..3) of the 4 that own them, lane group g. A block with
   // q0 >= t has no rows (paged sequences shorter than the grid): the caller returns.
@@ -84,7 +83,6 @@ struct QueryBlock {
     const int window = int(a.window);
     b.row0 = 0;
     b.table = nullptr;
-    b.block_size = a.block_size;
     if (a.cu_q != nullptr) {
       const int seq = int(blockIdx.z);
       b.row0 = a.cu_q[seq];
