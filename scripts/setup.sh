@@ -5,7 +5,7 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 packages=(
   build-essential cmake pkg-config
-  nlohmann-json3-dev libcli11-dev libpcre2-dev libfmt-dev
+  nlohmann-json3-dev libcli11-dev libpcre2-dev libfmt-dev libyaml-cpp-dev
   libgtest-dev googletest libbenchmark-dev
   python3-jinja2
 )
