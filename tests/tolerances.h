@@ -26,6 +26,16 @@ inline double f32_reduction_bound(int64_t k) {
 // formula difference (a wrong norm, rope or mask moves logits by >1e-2) and a drift of the
 // reduction structure by an order of magnitude. (It was 1e-3 before the measurement.)
 inline constexpr double kHfFp32Logits = 1e-5;
+// The trainer against HF + PEFT in fp32 on the CPU (tests/train/test_train_goldens.cpp): the
+// loss relative, LoRA gradients and one optimizer step as max |ours - ref| / max |ref|. Both
+// sides are fp32 with different reduction orders over a forward of a few hundred-term sums and
+// its backward; issue 10 item 7 asks for 1e-4, ratcheted to a few times the measured error:
+// loss <= 1.3e-7, gradients <= 2.6e-6 (mistral), SGD <= 6e-7. AdamW's first step is
+// lr * g / (|g| + eps) elementwise, which turns a gradient's relative error into the update's
+// wherever |g| ~ eps: measured <= 1.3e-5.
+inline constexpr double kHfTrainLoss = 1e-6;
+inline constexpr double kHfTrainGrad = 1e-5;
+inline constexpr double kHfTrainStep = 5e-5;
 
 // Our FP8 forward vs the PyTorch emulation of the same FP8 recipe. On top of the fp32 effects,
 // an activation within an ulp of an e4m3 rounding boundary could round the other way in one

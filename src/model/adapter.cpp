@@ -95,12 +95,12 @@ void write_text_atomically(const fs::path& path, const std::string& text) {
   CHECK(!ec, "cannot rename '{}' to '{}': {}", tmp.string(), path.string(), ec.message());
 }
 
-std::string tensor_name(int64_t layer, int projection, bool b) {
+}  // namespace
+
+std::string peft_tensor_name(int64_t layer, int projection, bool b) {
   return kPeftPrefix + projection_path(layer, projection) +
          (b ? ".lora_B.weight" : ".lora_A.weight");
 }
-
-}  // namespace
 
 std::string projection_path(int64_t layer, int projection) {
   CHECK(projection >= 0 && projection < kProjections, "projection index {} is outside [0, 7)",
@@ -347,6 +347,18 @@ TensorView LoraAdapter::master_b(int64_t layer, int projection) const {
   return TensorView(masters_.ptr<float>() + s.offset_b, DType::f32, {s.n, config_.r});
 }
 
+TensorView LoraAdapter::slice(const TensorView& flat, int64_t layer, int projection, bool b) const {
+  const Slot& s = slot(layer, projection);
+  CHECK(!s.empty(), "{} carries no adapter", projection_path(layer, projection));
+  CHECK(flat.dtype == DType::f32 && flat.is_contiguous() && flat.numel() == masters_.numel(),
+        "adapter slice: the buffer must be contiguous f32 [{}] like the masters, got {} {}",
+        masters_.numel(), dtype_name(flat.dtype), flat.shape.str());
+  const Shape shape = b ? Shape{s.n, config_.r} : Shape{config_.r, s.k};
+  TensorView v(static_cast<float*>(flat.data) + (b ? s.offset_b : s.offset), DType::f32, shape);
+  v.device = flat.device;
+  return v;
+}
+
 LoraAdapter LoraAdapter::init(const LoraConfig& config, const Model& model, uint64_t seed) {
   LoraAdapter a = allocate(config, model);
   const bool gaussian = config.init_lora_weights == "gaussian";
@@ -393,7 +405,7 @@ LoraAdapter LoraAdapter::load_peft(const std::string& dir, const Model& model) {
       const Slot& s = a.slot(l, p);
       if (s.empty()) continue;
       for (const bool is_b : {false, true}) {
-        const std::string name = tensor_name(l, p, is_b);
+        const std::string name = peft_tensor_name(l, p, is_b);
         expected.insert(name);
         const Shape want = is_b ? Shape{s.n, r} : Shape{r, s.k};
         const SafetensorsTensorInfo* info = file->find(name);
@@ -435,8 +447,8 @@ void LoraAdapter::save_peft(const std::string& dir, const std::string& base_mode
   for (int64_t l = 0; l < num_layers_; ++l)
     for (int p = 0; p < kProjections; ++p) {
       if (!targeted(l, p)) continue;
-      writer.add(tensor_name(l, p, false), master_a(l, p));
-      writer.add(tensor_name(l, p, true), master_b(l, p));
+      writer.add(peft_tensor_name(l, p, false), master_a(l, p));
+      writer.add(peft_tensor_name(l, p, true), master_b(l, p));
     }
   const std::string config_text = config_.to_peft_json(base_model_name).dump(2) + "\n";
 

@@ -63,6 +63,9 @@ struct LoraConfig {
 // PEFT's path of a decoder projection: "model.layers.{layer}.self_attn.q_proj" /
 // "model.layers.{layer}.mlp.down_proj" (projection indexes kProjectionNames).
 std::string projection_path(int64_t layer, int projection);
+// The name PEFT gives the A (b = false) or B matrix of that projection in
+// adapter_model.safetensors ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight").
+std::string peft_tensor_name(int64_t layer, int projection, bool b);
 
 class LoraAdapter {
  public:
@@ -104,6 +107,9 @@ class LoraAdapter {
   // Every master value in one contiguous f32 host vector (layer, projection, A then B, each
   // matrix starting on a multiple of 64 elements; the gaps are zero and belong to no matrix).
   TensorView master_params() const { return masters_.view(); }
+  // The same matrix in another buffer laid out like master_params() (the gradients, the
+  // optimizer's moments): A [r, K] (b = false) or B [N, r] of `flat` (f32 [P], any device).
+  TensorView slice(const TensorView& flat, int64_t layer, int projection, bool b) const;
   size_t nbytes() const;  // masters plus device compute copies
 
  private:

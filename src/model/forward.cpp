@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ops/backward.h"
 #include "ops/ops.h"
 
 namespace fp8rl {
@@ -61,10 +62,17 @@ struct LinearInput {
   ops::QuantizedActivation q;
 };
 
-// The LoRA update out += scale * (x A^T) B^T, PEFT's unmerged form (dropout is training's).
-void add_lora(Context& ctx, const TensorView& x, const LoraWeights& lora, const TensorView& out) {
-  const int64_t t = x.dim(0);
+// The LoRA update out += scale * (dropout(x) A^T) B^T, PEFT's unmerged form (dropout only in
+// the training forward).
+void add_lora(Context& ctx, const TensorView& x_in, const LoraWeights& lora, const TensorView& out,
+              const ops::LoraDropout& dropout) {
+  const int64_t t = x_in.dim(0);
   ops::ScratchScope scope(ctx);
+  TensorView x = x_in;
+  if (dropout.p > 0) {
+    x = ops::scratch_alloc(ctx, x_in.shape, x_in.dtype);
+    ops::lora_dropout(ctx, x_in, dropout, x);
+  }
   LinearWeight a, b;
   a.weight = lora.a;  // [r, K]
   b.weight = lora.b;  // [N, r]
@@ -76,12 +84,13 @@ void add_lora(Context& ctx, const TensorView& x, const LoraWeights& lora, const 
 }
 
 // The one choke point of every decoder projection: the frozen base linear, then its adapter.
-void apply(Context& ctx, const LinearInput& in, const Linear& w, const TensorView& out) {
+void apply(Context& ctx, const LinearInput& in, const Linear& w, const TensorView& out,
+           const ops::LoraDropout& dropout = {}) {
   if (in.q.act != ActScaling::none)
     ops::linear(ctx, in.q, w, out);
   else
     ops::linear(ctx, in.x, w, out);
-  if (w.lora.active()) add_lora(ctx, in.x, w.lora, out);
+  if (w.lora.active()) add_lora(ctx, in.x, w.lora, out, dropout);
 }
 
 // rms_norm(x) as the linears with activation scaling `act` consume it, after the residual add
@@ -109,11 +118,23 @@ LinearInput normed(Context& ctx, const ModelConfig& c, const TensorView& x, cons
   return in;
 }
 
+}  // namespace
+
+ops::AttentionParams attention_params(const ModelConfig& c, const LayerWeights& l) {
+  ops::AttentionParams p;
+  p.scale = float(c.attention_scale);
+  p.softcap = float(c.attn_logit_softcapping);
+  p.window = l.sliding ? c.sliding_window : 0;
+  return p;
+}
+
 TensorView rope_frequencies(const LayerWeights& l) {
   if (!l.rope_freq.empty()) return l.rope_freq;
   return TensorView(const_cast<float*>(l.inv_freq.data()), DType::f32,
                     {int64_t(l.inv_freq.size())});
 }
+
+namespace {
 
 // Attention sublayer of one layer for the whole step, from its normed input `in`: q/k/v, q/k
 // norm and RoPE (one pass each), the new keys/values into their pool slots, paged attention,
@@ -137,10 +158,7 @@ void attention_block(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
                      step.positions, inv_freq, k);
   const ops::KvScales kv_scales{kv.k_scale(li), kv.v_scale(li)};  // empty unless FP8 KV
   ops::store_kv(ctx, k, s.v.reshape({t, hkv, d}), step.slot_mapping, kv.k(li), kv.v(li), kv_scales);
-  ops::AttentionParams p;
-  p.scale = float(c.attention_scale);
-  p.softcap = float(c.attn_logit_softcapping);
-  p.window = l.sliding ? c.sliding_window : 0;
+  const ops::AttentionParams p = attention_params(c, l);
   // A tensor-scaled o_proj gets max |attn| from the attention kernels' epilogues.
   TensorView amax;
   if (shared_dynamic_act({&l.o}) == ActScaling::tensor && !l.o.lora.active()) {
@@ -191,7 +209,109 @@ size_t scratch_alignment(Device d) {
   return d == Device::cuda ? 256 : 64;
 }
 
+// The input of a group of linears in the training forward: the normed activation (saved:
+// LoRA's x), quantized once when the FP8 linears share a dynamic scaling.
+LinearInput training_input(Context& ctx, const TensorView& h,
+                           std::initializer_list<const Linear*> consumers) {
+  LinearInput in;
+  in.x = h;
+  const ActScaling act = shared_dynamic_act(consumers);
+  if (act != ActScaling::none) {
+    in.q = ops::alloc_quantized(ctx, act, h.dim(0), h.dim(1));
+    ops::quantize(ctx, h, in.q);
+  }
+  return in;
+}
+
 }  // namespace
+
+void forward_layer_saving(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
+                          const StepBatch& step, const Tape& tape, const TensorView& x_in,
+                          LayerSaved& sv, const TensorView& x_out) {
+  const ModelConfig& c = m.config();
+  const LayerWeights& l = m.layers[size_t(li)];
+  const int64_t t = x_in.dim(0), hq = c.num_heads, hkv = c.num_kv_heads, d = c.head_dim;
+  const float eps = float(c.rms_norm_eps);
+  const bool p1 = c.norm_plus_one;
+  auto dropout = [&](int projection) {
+    return ops::LoraDropout{tape.dropout_p, lora_dropout_seed(tape.dropout_seed, li, projection)};
+  };
+  ops::ScratchScope scope(ctx);
+  // Attention block.
+  ops::rms_norm_save(ctx, x_in, l.input_norm, eps, p1, sv.h_attn, sv.inv_rms_in);
+  {
+    ops::ScratchScope inner(ctx);
+    const LinearInput in = training_input(ctx, sv.h_attn, {&l.q, &l.k, &l.v});
+    const TensorView v = ops::scratch_alloc(ctx, {t, c.kv_dim()}, ctx.activation_dtype());
+    apply(ctx, in, l.q, sv.q_pre, dropout(0));
+    apply(ctx, in, l.k, sv.k_pre, dropout(1));
+    apply(ctx, in, l.v, v, dropout(2));
+    const TensorView inv_freq = rope_frequencies(l);
+    const TensorView k = ops::scratch_alloc(ctx, {t, hkv, d}, ctx.activation_dtype());
+    ops::rms_norm_rope_save(ctx, sv.q_pre.reshape({t, hq, d}), c.qk_norm ? l.q_norm : TensorView(),
+                            eps, p1, step.positions, inv_freq, sv.q.reshape({t, hq, d}),
+                            sv.q_inv_rms);
+    ops::rms_norm_rope_save(ctx, sv.k_pre.reshape({t, hkv, d}), c.qk_norm ? l.k_norm : TensorView(),
+                            eps, p1, step.positions, inv_freq, k, sv.k_inv_rms);
+    const ops::KvScales kv_scales{kv.k_scale(li), kv.v_scale(li)};
+    CHECK(kv_scales.k.empty(), "training forward: an FP8 KV pool is not differentiable");
+    ops::store_kv(ctx, k, v.reshape({t, hkv, d}), step.slot_mapping, kv.k(li), kv.v(li),
+                  kv_scales);
+    ops::paged_attention_lse(ctx, sv.q.reshape({t, hq, d}), kv.k(li), kv.v(li), step.attn,
+                             attention_params(c, l), sv.attn.reshape({t, hq, d}),
+                             sv.lse.reshape({t, hq}));
+  }
+  const TensorView proj = ops::scratch_alloc(ctx, {t, c.hidden_size}, ctx.activation_dtype());
+  {
+    LinearInput o_in;
+    o_in.x = sv.attn;
+    ops::ScratchScope inner(ctx);
+    if (shared_dynamic_act({&l.o}) != ActScaling::none) o_in = training_input(ctx, sv.attn, {&l.o});
+    apply(ctx, o_in, l.o, c.sandwich_norms ? sv.o_out : proj, dropout(3));
+  }
+  if (c.sandwich_norms)
+    ops::rms_norm_save(ctx, sv.o_out, l.post_attention_norm, eps, p1, proj, sv.inv_rms_o);
+  ops::add(ctx, x_in, proj, sv.x_mid);
+  // MLP block.
+  const TensorView& mlp_norm = c.sandwich_norms ? l.pre_feedforward_norm : l.post_attention_norm;
+  ops::rms_norm_save(ctx, sv.x_mid, mlp_norm, eps, p1, sv.h_mlp, sv.inv_rms_mid);
+  {
+    ops::ScratchScope inner(ctx);
+    const LinearInput in = training_input(ctx, sv.h_mlp, {&l.gate, &l.up});
+    apply(ctx, in, l.gate, sv.gate, dropout(4));
+    apply(ctx, in, l.up, sv.up, dropout(5));
+  }
+  if (c.activation == MlpActivation::silu)
+    ops::silu_mul(ctx, sv.gate, sv.up, sv.act);
+  else
+    ops::gelu_tanh_mul(ctx, sv.gate, sv.up, sv.act);
+  {
+    ops::ScratchScope inner(ctx);
+    const LinearInput in = training_input(ctx, sv.act, {&l.down});
+    apply(ctx, in, l.down, c.sandwich_norms ? sv.down_out : proj, dropout(6));
+  }
+  if (c.sandwich_norms)
+    ops::rms_norm_save(ctx, sv.down_out, l.post_feedforward_norm, eps, p1, proj, sv.inv_rms_down);
+  ops::add(ctx, sv.x_mid, proj, x_out);
+}
+
+void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& step, Tape& tape) {
+  const ModelConfig& c = m.config();
+  CHECK(m.device() == ctx.device && kv.device() == ctx.device,
+        "training forward: the model is on {}, the KV pool on {}, the context on {}",
+        device_name(m.device()), device_name(kv.device()), device_name(ctx.device));
+  const int64_t t = step.num_tokens();
+  CHECK(t > 0 && tape.h_final.dim(0) == t && int64_t(tape.x_in.size()) == c.num_layers,
+        "training forward: the tape holds {} rows for {} layers, the step {} tokens",
+        tape.h_final.empty() ? 0 : tape.h_final.dim(0), tape.x_in.size(), t);
+  ops::embedding(ctx, step.ids, m.embed, float(c.embedding_scale), tape.x_in[0]);
+  for (int64_t li = 0; li < c.num_layers; ++li) {
+    const TensorView& x_out = li + 1 < c.num_layers ? tape.x_in[size_t(li + 1)] : tape.x_final;
+    forward_layer_saving(ctx, m, li, kv, step, tape, tape.x_in[size_t(li)], tape.layer(li), x_out);
+  }
+  ops::rms_norm_save(ctx, tape.x_final, m.final_norm, float(c.rms_norm_eps), c.norm_plus_one,
+                     tape.h_final, tape.inv_rms_final);
+}
 
 void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& step,
              const TensorView& logits) {

@@ -21,7 +21,9 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/step.h"
+#include "model/tape.h"
 #include "ops/context.h"
+#include "ops/ops.h"
 
 namespace fp8rl {
 
@@ -29,6 +31,27 @@ namespace fp8rl {
 // logit rows into `logits` (f32 [R, V] contiguous on ctx's device).
 void forward(Context& ctx, const Model& model, const KvPool& kv, const StepBatch& step,
              const TensorView& logits);
+
+// The training forward (issue 10): the same layers over a step of full prefills (every token
+// of every sequence new), saving what the backward needs into `tape` (model/tape.h) instead of
+// reusing one activation set; the residual adds and norms are not fused across layers, so
+// each layer is a function of its input alone (checkpointing recomputes it). Adapter inputs
+// get the tape's LoRA dropout. Ends with the final norm's output in tape.h_final: the loss
+// (ops::lm_head_cross_entropy) applies the lm_head chunk by chunk, so no [T, V] logits exist.
+// The KV pool must hold the activation dtype (an FP8 KV pool has no gradient).
+void forward(Context& ctx, const Model& model, const KvPool& kv, const StepBatch& step,
+             Tape& tape);
+
+// One decoder layer of the training forward: x_out = layer(x_in), saving into `saved`. The
+// backward calls it to recompute a checkpointed layer. x_in, x_out [T, H] must not alias.
+void forward_layer_saving(Context& ctx, const Model& model, int64_t layer, const KvPool& kv,
+                          const StepBatch& step, const Tape& tape, const TensorView& x_in,
+                          LayerSaved& saved, const TensorView& x_out);
+
+// The attention parameters of a layer (scale, softcap, sliding window); its RoPE frequencies
+// on the model's device.
+ops::AttentionParams attention_params(const ModelConfig& config, const LayerWeights& layer);
+TensorView rope_frequencies(const LayerWeights& layer);
 
 // Scratch bytes one step of at most `shape` takes on ctx's device, measured by running the
 // forward as a dry run (Context::dry_run) over a step of that shape; includes the step's

@@ -1,0 +1,160 @@
+#include "train/logprob_pass.h"
+
+#include <algorithm>
+
+#include "model/backward.h"
+#include "model/forward.h"
+#include "ops/backward.h"
+#include "ops/memory.h"
+
+namespace fp8rl {
+
+struct LogprobPass::Buffers {
+  StepInput in;
+  StepBatch step;
+  TensorView targets;  // [T] i32
+  Tape tape;
+  TensorView loss, logprob, lse, entropy;  // [T] f32
+  ops::CrossEntropyParams ce;
+};
+
+namespace {
+
+size_t arena_alignment(Device d) {
+  return d == Device::cuda ? 256 : 64;
+}
+
+int64_t blocks_for(const PackedSequences& b) {
+  int64_t n = 0;
+  for (size_t s = 0; s + 1 < b.cu_seqlens.size(); ++s)
+    n += (b.cu_seqlens[s + 1] - b.cu_seqlens[s] + kKvBlockSize - 1) / kKvBlockSize;
+  return n;
+}
+
+void check_batch(const PackedSequences& b) {
+  CHECK(b.cu_seqlens.size() >= 2 && b.cu_seqlens.front() == 0 &&
+            b.cu_seqlens.back() == int64_t(b.ids.size()) && b.targets.size() == b.ids.size(),
+        "training pass: {} ids, {} targets and sequence bounds [{} .. {}] do not fit together",
+        b.ids.size(), b.targets.size(), b.cu_seqlens.empty() ? -1 : b.cu_seqlens.front(),
+        b.cu_seqlens.empty() ? -1 : b.cu_seqlens.back());
+  for (size_t s = 0; s + 1 < b.cu_seqlens.size(); ++s)
+    CHECK(b.cu_seqlens[s + 1] > b.cu_seqlens[s], "training pass: sequence {} is empty", s);
+}
+
+}  // namespace
+
+LogprobPass::LogprobPass(Context& ctx, const Model& model, const LoraAdapter* adapter)
+    : ctx_(ctx), model_(model), adapter_(adapter) {
+  CHECK(model.device() == ctx.device, "training pass: the model is on {}, the context on {}",
+        device_name(model.device()), device_name(ctx.device));
+  CHECK(ctx.device == Device::cpu, "training pass: CUDA training is not built yet");
+}
+
+LogprobPass::~LogprobPass() = default;
+
+void LogprobPass::run(Context& ctx, Arena& arena, KvPool& kv, const PackedSequences& batch,
+                      const PassOptions& opt, Buffers& b) {
+  const ModelConfig& c = model_.config();
+  const int64_t t = int64_t(batch.ids.size());
+  int32_t next_block = 0;
+  for (size_t s = 0; s + 1 < batch.cu_seqlens.size(); ++s) {
+    const int64_t first = batch.cu_seqlens[s], n = batch.cu_seqlens[s + 1] - first;
+    std::vector<int32_t> table(size_t((n + kKvBlockSize - 1) / kKvBlockSize));
+    for (int32_t& id : table) id = next_block++;
+    b.in.add_sequence(batch.ids.subspan(size_t(first), size_t(n)), 0, table, kKvBlockSize,
+                      StepInput::Logits::none);
+  }
+  if (!ctx.dry_run) b.in.validate(c, kv.num_blocks(), kv.block_size());
+  b.in.pack_block_tables();
+  b.step = upload_step(ctx, b.in, arena.alloc({step_elements(b.in)}, DType::i32));
+  b.targets = arena.alloc({t}, DType::i32);
+  ops::copy(ctx, TensorView(const_cast<int32_t*>(batch.targets.data()), DType::i32, {t}),
+            b.targets);
+  b.tape = alloc_tape(arena, c, t, ctx.activation_dtype(), opt.checkpointing);
+  b.tape.dropout_p = opt.lora_dropout;
+  b.tape.dropout_seed = opt.dropout_seed;
+  b.loss = arena.alloc({t}, DType::f32);
+  b.logprob = arena.alloc({t}, DType::f32);
+  b.lse = arena.alloc({t}, DType::f32);
+  if (opt.entropy) b.entropy = arena.alloc({t}, DType::f32);
+  b.ce.temperature = opt.temperature;
+  b.ce.softcap = float(c.final_logit_softcapping);
+  fp8rl::forward(ctx, model_, kv, b.step, b.tape);
+  ops::lm_head_cross_entropy(ctx, b.tape.h_final, model_.lm_head, b.targets, b.ce, b.loss,
+                             b.logprob, b.lse, b.entropy);
+}
+
+void LogprobPass::backward_on(Context& ctx, const Buffers& b, const KvPool& kv,
+                              const TensorView& dlogprob, const TensorView& grads) {
+  const int64_t t = b.step.num_tokens();
+  ops::ScratchScope scope(ctx);
+  const TensorView dloss = ops::scratch_alloc(ctx, {t}, DType::f32);
+  ops::copy(ctx, dlogprob, dloss);
+  const TensorView d_hidden =
+      ops::scratch_alloc(ctx, {t, model_.config().hidden_size}, DType::f32);
+  ops::lm_head_cross_entropy_backward(ctx, b.tape.h_final, model_.lm_head, b.targets, b.ce, b.lse,
+                                      dloss, d_hidden);
+  Tape tape = b.tape;
+  fp8rl::backward(ctx, model_, kv, b.step, tape, d_hidden, *adapter_, grads);
+}
+
+PassPlan LogprobPass::plan(const PackedSequences& batch, const PassOptions& opt) {
+  check_batch(batch);
+  const Device dev = ctx_.device;
+  Arena scratch = Arena::measuring(dev, arena_alignment(dev));
+  Arena saved = Arena::measuring(dev, arena_alignment(dev));
+  Context dry = ctx_;
+  dry.dry_run = true;
+  dry.scratch = &scratch;
+  KvPool kv(model_.config(), 1, ctx_);
+  Buffers b;
+  run(dry, saved, kv, batch, opt, b);
+  if (adapter_ != nullptr) {
+    const int64_t t = int64_t(batch.ids.size());
+    const TensorView dlogprob(scratch.base(), DType::f32, {t}, dev);
+    const TensorView grads(scratch.base(), DType::f32, {adapter_->master_params().numel()}, dev);
+    backward_on(dry, b, kv, dlogprob, grads);
+  }
+  PassPlan p;
+  p.saved_bytes = saved.high_water();
+  p.scratch_bytes = scratch.high_water();
+  p.kv_bytes = size_t(blocks_for(batch)) * KvPool::block_bytes(model_.config(), ctx_);
+  return p;
+}
+
+void LogprobPass::forward(const PackedSequences& batch, const PassOptions& opt) {
+  const PassPlan p = plan(batch, opt);
+  last_.reset();
+  arena_.rewind(0);
+  if (arena_.capacity() < p.saved_bytes) arena_.reserve(p.saved_bytes);
+  ops::scratch_reserve(ctx_, p.scratch_bytes);
+  const int64_t blocks = blocks_for(batch);
+  if (kv_ == nullptr || kv_->num_blocks() < blocks)
+    kv_ = std::make_unique<KvPool>(model_.config(), blocks, ctx_);
+  auto b = std::make_unique<Buffers>();
+  run(ctx_, arena_, *kv_, batch, opt, *b);
+  const int64_t t = int64_t(batch.ids.size());
+  logprobs_.assign(size_t(t), 0.0f);
+  ops::copy(ctx_, b->logprob, TensorView(logprobs_.data(), DType::f32, {t}));
+  entropies_.clear();
+  if (opt.entropy) {
+    entropies_.assign(size_t(t), 0.0f);
+    ops::copy(ctx_, b->entropy, TensorView(entropies_.data(), DType::f32, {t}));
+  }
+  last_ = std::move(b);
+  last_options_ = opt;
+}
+
+void LogprobPass::backward(std::span<const float> dlogprob, const TensorView& grads) {
+  CHECK(last_ != nullptr, "training pass: backward() without a forward()");
+  CHECK(adapter_ != nullptr, "training pass: no adapter to take gradients");
+  const int64_t t = last_->step.num_tokens();
+  CHECK(int64_t(dlogprob.size()) == t, "training pass: {} gradients for {} tokens",
+        dlogprob.size(), t);
+  // The cross-entropy backward takes the gradient of loss = -logprob.
+  std::vector<float> dloss(dlogprob.size());
+  std::transform(dlogprob.begin(), dlogprob.end(), dloss.begin(), [](float g) { return -g; });
+  backward_on(ctx_, *last_, *kv_, TensorView(dloss.data(), DType::f32, {t}), grads);
+}
+
+}  // namespace fp8rl

@@ -1,0 +1,88 @@
+// One differentiable pass of the policy over packed sequences: the training forward (saving
+// activations), the per-token log-probabilities of given targets under the temperature-scaled
+// full-vocabulary distribution (ops::lm_head_cross_entropy: no [T, V] logits), then the
+// backward of any loss of those log-probabilities into the LoRA gradients. SFT uses it with
+// d loss / d logprob = -1 / num_targets; GRPO and DPO with their losses' derivatives.
+//
+// Memory: the pass owns one arena for what lives from the forward to the backward (the step
+// description, targets, the saved activations, the loss outputs) and one KV pool sized to the
+// batch; both and the context's scratch are sized before the pass by a measuring dry run of
+// the whole pass (forward, loss and backward), so nothing is allocated inside it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/adapter.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "model/step.h"
+#include "model/tape.h"
+#include "ops/context.h"
+
+namespace fp8rl {
+
+// Variable-length sequences packed into one row of T tokens (padding-free).
+struct PackedSequences {
+  std::span<const int32_t> ids;         // [T]
+  std::span<const int32_t> targets;     // [T] token predicted at each position, or -100
+  std::span<const int64_t> cu_seqlens;  // [S+1] sequence s owns rows cu_seqlens[s] ..
+};
+
+struct PassOptions {
+  bool checkpointing = false;  // per decoder layer (model/tape.h)
+  float temperature = 1.0f;    // logprobs of softmax(logits / temperature)
+  float lora_dropout = 0.0f;   // PEFT's lora_dropout (training passes only)
+  uint64_t dropout_seed = 0;   // this pass's dropout stream
+  bool entropy = false;        // also the per-token entropy of the distribution
+};
+
+// Bytes a pass takes, by part (the memory plan of `--dry-run`).
+struct PassPlan {
+  size_t saved_bytes = 0;    // the pass arena: saved activations, step, targets, loss outputs
+  size_t scratch_bytes = 0;  // the context's scratch high water (forward, loss, backward)
+  size_t kv_bytes = 0;       // the KV pool of the batch
+};
+
+class LogprobPass {
+ public:
+  // The adapter must be attached to the model (or the model runs without one: no gradients).
+  LogprobPass(Context& ctx, const Model& model, const LoraAdapter* adapter);
+  ~LogprobPass();
+  LogprobPass(const LogprobPass&) = delete;
+  LogprobPass& operator=(const LogprobPass&) = delete;
+
+  // The plan of a pass over `batch` (measured by a dry run; allocates nothing but a one-block
+  // KV pool for the dry run).
+  PassPlan plan(const PackedSequences& batch, const PassOptions& options);
+
+  // The forward: fills logprobs() (0 at ignored targets) and, if asked, entropies(); keeps
+  // what backward() needs. Every sequence is a full prefill from position 0.
+  void forward(const PackedSequences& batch, const PassOptions& options);
+  std::span<const float> logprobs() const { return logprobs_; }    // [T]
+  std::span<const float> entropies() const { return entropies_; }  // [T] (options.entropy)
+
+  // grads (f32 [P] like adapter->master_params(), on the context's device) +=
+  // d/d(adapter) sum_t dlogprob[t] * logprob[t], for the last forward().
+  void backward(std::span<const float> dlogprob, const TensorView& grads);
+
+ private:
+  struct Buffers;
+  void run(Context& ctx, Arena& arena, KvPool& kv, const PackedSequences& batch,
+           const PassOptions& options, Buffers& out);
+  void backward_on(Context& ctx, const Buffers& b, const KvPool& kv, const TensorView& dlogprob,
+                   const TensorView& grads);
+
+  Context& ctx_;
+  const Model& model_;
+  const LoraAdapter* adapter_;
+  Arena arena_;
+  std::unique_ptr<KvPool> kv_;
+  std::unique_ptr<Buffers> last_;
+  PassOptions last_options_;
+  std::vector<float> logprobs_, entropies_;
+};
+
+}  // namespace fp8rl
