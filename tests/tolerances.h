@@ -34,6 +34,11 @@ inline constexpr double kHfFp32Logits = 1e-5;
 // lr * g / (|g| + eps) elementwise, which turns a gradient's relative error into the update's
 // wherever |g| ~ eps: measured <= 1.3e-5.
 inline constexpr double kHfTrainLoss = 1e-6;
+// The trainer's recomputed logprob of a sampled token against the engine's, both fp32 on the
+// CPU (tests/train/test_shared_model.cpp): the same weights and adapter; the forwards differ in
+// fusion (the engine's add+norm, the trainer's saving ops) and the log-softmax's reduction
+// order. Logprobs of magnitude <~ 10 from a vocabulary-long log-sum-exp.
+inline constexpr double kTrainerEngineLogprob = 2e-6;  // measured 4.8e-7
 inline constexpr double kHfTrainGrad = 1e-5;
 inline constexpr double kHfTrainStep = 5e-5;
 
