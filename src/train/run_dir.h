@@ -1,0 +1,57 @@
+// The run directory of a training command (fp8rl sft / grpo / dpo), as TRL's output_dir:
+//   metrics.jsonl            one JSON object per optimizer step
+//   checkpoint-<step>/       adapter_config.json + adapter_model.safetensors (PEFT's files)
+//                            and trainer_state.safetensors (optimizer moments, step counters,
+//                            schedule, and the run's own resume state as JSON metadata)
+//   adapter_config.json, adapter_model.safetensors   the final adapter
+// A checkpoint is written completely under a temporary name and then renamed, so an
+// interrupted run (a kill, a full disk) leaves the previous checkpoints intact and loadable.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+namespace fp8rl {
+
+class LoraAdapter;
+class Model;
+class TrainStep;
+
+// Creates the run directory (and parents) and checks it is writable: an error names it.
+void prepare_run_dir(const std::string& dir);
+
+// Writes checkpoint-<step> of `dir`. `state` is the trainer's resume state (data position,
+// random streams, ...), stored as metadata "train.run_state".
+void save_checkpoint(const std::string& dir, int64_t step, const LoraAdapter& adapter,
+                     const TrainStep& train_step, const nlohmann::json& state,
+                     const std::string& base_model_name);
+
+// The checkpoint directory with the highest step under `dir`, or "" when there is none.
+std::string latest_checkpoint(const std::string& dir);
+
+// Loads a checkpoint written by save_checkpoint: the adapter (replacing `adapter`, which is
+// re-attached to `model`), the optimizer state and counters into train_step; returns the
+// run state.
+nlohmann::json load_checkpoint(const std::string& checkpoint, Model& model, LoraAdapter& adapter,
+                               TrainStep& train_step);
+
+// metrics.jsonl: one line per step, flushed as written. Opening for a resumed run keeps the
+// lines of steps <= resumed_step and drops later ones (written after that checkpoint by the
+// interrupted run), so the file reads as one uninterrupted run.
+class MetricsLog {
+ public:
+  MetricsLog(const std::string& dir, int64_t resumed_step);
+  void write(const nlohmann::json& line);
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+// Peak memory of the process so far (the CPU backend's resident high water), bytes.
+size_t peak_host_memory_bytes();
+
+}  // namespace fp8rl
