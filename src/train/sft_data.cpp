@@ -1,0 +1,291 @@
+#include "train/sft_data.h"
+
+#include <algorithm>
+#include <ctime>
+#include <string_view>
+
+#include "core/check.h"
+#include "core/input_file.h"
+#include "formats/json_read.h"
+#include "tokenizer/jinja/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fp8rl {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// One row is one JSON value; the JSON reading policy's own size limit.
+constexpr uint64_t kMaxLineBytes = uint64_t{64} << 20;
+
+struct RowReader {
+  const tok::Tokenizer& tokenizer;
+  const ChatTemplateConfig* chat;
+  const ChatTemplate* chat_template;  // parsed once from chat->source
+  const SftDataOptions& options;
+  ChatTemplateOptions render_options;  // one fixed time for every render of the file
+  int64_t vocab_size;
+
+  SftExample row(const Json& row) const;
+  SftExample token_row(const Json& ids, const Json* completion_mask) const;
+  SftExample text_row(const Json& text) const;
+  SftExample prompt_completion_row(const Json& prompt, const Json& completion) const;
+  SftExample chat_row(const Json& messages, size_t first_completion, const Json& tools) const;
+  std::vector<int32_t> render_tokens(const Json& messages, size_t count, bool generation_prompt,
+                                     const Json& tools) const;
+  void append_eos(std::vector<int32_t>& ids) const;
+};
+
+// A field that is absent or null (a column this row does not use) is nullptr.
+const Json* field(const Json& row, std::string_view key) {
+  const auto it = row.find(key);
+  return it == row.end() || it->is_null() ? nullptr : &*it;
+}
+
+const std::string& string_field(const Json& value, std::string_view name) {
+  CHECK(value.is_string(), "\"{}\" must be a string, got {}", name, value.type_name());
+  CHECK(!value.get_ref<const std::string&>().empty(), "\"{}\" is an empty string", name);
+  return value.get_ref<const std::string&>();
+}
+
+void check_messages(const Json& messages, std::string_view name) {
+  CHECK(messages.is_array(), "\"{}\" must be a list of {{role, content}} messages, got {}", name,
+        messages.type_name());
+  CHECK(!messages.empty(), "\"{}\" is an empty list", name);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const Json& m = messages[i];
+    CHECK(m.is_object(), "{}[{}] must be a {{role, content}} object, got {}", name, i,
+          m.type_name());
+    const Json* role = field(m, "role");
+    CHECK(role != nullptr && role->is_string(), "{}[{}] has no string \"role\"", name, i);
+  }
+}
+
+bool is_prefix(const std::vector<int32_t>& prefix, const std::vector<int32_t>& ids) {
+  return prefix.size() <= ids.size() && std::equal(prefix.begin(), prefix.end(), ids.begin());
+}
+
+std::string keys_of(const Json& row) {
+  std::string keys;
+  for (const auto& [key, value] : row.items()) {
+    if (keys.size() > 80) return keys + ", ...";
+    keys += (keys.empty() ? "" : ", ") + key;
+  }
+  return keys.empty() ? "none" : keys;
+}
+
+void RowReader::append_eos(std::vector<int32_t>& ids) const {
+  CHECK(options.eos_token_id >= 0,
+        "text and completions get an EOS token appended, and the tokenizer has none");
+  if (ids.empty() || ids.back() != options.eos_token_id) ids.push_back(options.eos_token_id);
+}
+
+SftExample RowReader::token_row(const Json& ids, const Json* completion_mask) const {
+  CHECK(ids.is_array(), "\"input_ids\" must be a list of token ids, got {}", ids.type_name());
+  CHECK(!ids.empty(), "\"input_ids\" is an empty list");
+  SftExample ex;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Json& id = ids[i];
+    CHECK(id.is_number_integer(), "input_ids[{}] must be an integer, got {}", i,
+          json_excerpt(id, 24));
+    const bool in_vocab = id.is_number_unsigned()
+                              ? id.get<uint64_t>() < uint64_t(vocab_size)
+                              : id.get<int64_t>() >= 0 && id.get<int64_t>() < vocab_size;
+    CHECK(in_vocab, "input_ids[{}] = {} is outside the vocabulary [0, {})", i, json_excerpt(id),
+          vocab_size);
+    ex.input_ids.push_back(int32_t(id.get<int64_t>()));
+  }
+  ex.loss_mask.assign(ex.input_ids.size(), 1);
+  if (completion_mask != nullptr && options.completion_only_loss.value_or(true)) {
+    const Json& m = *completion_mask;
+    CHECK(m.is_array() && m.size() == ids.size(),
+          "\"completion_mask\" must be a list of as many 0/1 as input_ids ({})", ids.size());
+    for (size_t i = 0; i < m.size(); ++i) {
+      CHECK(m[i].is_number_integer() && (m[i] == 0 || m[i] == 1),
+            "completion_mask[{}] must be 0 or 1, got {}", i, json_excerpt(m[i], 24));
+      ex.loss_mask[i] = uint8_t(m[i].get<int>());
+    }
+  }
+  return ex;
+}
+
+SftExample RowReader::text_row(const Json& text) const {
+  SftExample ex;
+  ex.input_ids = tokenizer.encode(string_field(text, options.dataset_text_field), true);
+  append_eos(ex.input_ids);
+  ex.loss_mask.assign(ex.input_ids.size(), 1);
+  return ex;
+}
+
+SftExample RowReader::prompt_completion_row(const Json& prompt, const Json& completion) const {
+  if (prompt.is_array() || completion.is_array()) {
+    check_messages(prompt, "prompt");
+    check_messages(completion, "completion");
+    Json messages = prompt;
+    for (const Json& m : completion) messages.push_back(m);
+    return chat_row(messages, prompt.size(), nullptr);
+  }
+  const std::string& p = string_field(prompt, "prompt");
+  const std::string& c = string_field(completion, "completion");
+  SftExample ex;
+  ex.input_ids = tokenizer.encode(p + c, true);
+  append_eos(ex.input_ids);
+  ex.loss_mask.assign(ex.input_ids.size(), 1);
+  if (options.completion_only_loss.value_or(true)) {
+    // The prompt's tokens up to the first that differs (see the header on boundary merges).
+    const std::vector<int32_t> prompt_ids = tokenizer.encode(p, true);
+    const size_t n = std::min(prompt_ids.size(), ex.input_ids.size());
+    const size_t same = size_t(
+        std::mismatch(prompt_ids.begin(), prompt_ids.begin() + ptrdiff_t(n), ex.input_ids.begin())
+            .first -
+        prompt_ids.begin());
+    std::fill(ex.loss_mask.begin(), ex.loss_mask.begin() + ptrdiff_t(same), uint8_t{0});
+  }
+  return ex;
+}
+
+std::vector<int32_t> RowReader::render_tokens(const Json& messages, size_t count,
+                                              bool generation_prompt, const Json& tools) const {
+  ChatRequest request;
+  for (size_t i = 0; i < count; ++i) request.messages.push_back(messages[i]);
+  request.add_generation_prompt = generation_prompt;
+  request.tools = tools;
+  // The template writes the special tokens itself (apply_chat_template's tokenize=True).
+  return tokenizer.encode(chat_template->render(build_chat_context(*chat, request), render_options),
+                          false);
+}
+
+SftExample RowReader::chat_row(const Json& messages, size_t first_completion,
+                               const Json& tools) const {
+  CHECK(chat_template != nullptr,
+        "conversational rows need a chat template, and the tokenizer has none");
+  SftExample ex;
+  ex.input_ids = render_tokens(messages, messages.size(), false, tools);
+  CHECK(!ex.input_ids.empty(), "the chat template rendered the conversation as no tokens");
+  const size_t n = ex.input_ids.size();
+  const bool completion_only = first_completion > 0 && options.completion_only_loss.value_or(true);
+  if (!options.assistant_only_loss && !completion_only) {
+    ex.loss_mask.assign(n, 1);
+    return ex;
+  }
+  // The number of tokens of the render of messages[0..count), required to be a prefix of the
+  // whole conversation's tokens.
+  const auto prefix_length = [&](size_t count, bool generation_prompt) {
+    const std::vector<int32_t> ids = render_tokens(messages, count, generation_prompt, tools);
+    CHECK(is_prefix(ids, ex.input_ids),
+          "the chat template's render of messages[0..{}){} is not a token prefix of the whole "
+          "conversation's, so the tokens of each turn are not known (the template renders a turn "
+          "differently once later turns follow, or a token spans a turn boundary); "
+          "set assistant_only_loss to false to train on all tokens",
+          count, generation_prompt ? " with the generation prompt" : "");
+    return ids.size();
+  };
+  ex.loss_mask.assign(n, 0);
+  const auto train = [&](size_t begin, size_t end) {
+    std::fill(ex.loss_mask.begin() + ptrdiff_t(begin), ex.loss_mask.begin() + ptrdiff_t(end),
+              uint8_t{1});
+  };
+  if (!options.assistant_only_loss) {  // everything after the prompt
+    train(prefix_length(first_completion, true), n);
+    return ex;
+  }
+  const size_t first = completion_only ? first_completion : 0;
+  int64_t turns = 0;
+  for (size_t i = first; i < messages.size(); ++i) {
+    if (messages[i]["role"].get_ref<const std::string&>() != "assistant") continue;
+    const size_t begin = prefix_length(i, true);
+    const size_t end = i + 1 == messages.size() ? n : prefix_length(i + 1, false);
+    CHECK(begin <= end, "assistant message {} renders as no tokens after its header", i);
+    train(begin, end);
+    ++turns;
+  }
+  CHECK(turns > 0, "no assistant turn {}to train on (assistant_only_loss)",
+        completion_only ? "in the completion " : "");
+  return ex;
+}
+
+SftExample RowReader::row(const Json& row) const {
+  CHECK(row.is_object(), "a row must be a JSON object, got {}", row.type_name());
+  SftExample ex;
+  if (const Json* ids = field(row, "input_ids")) {
+    ex = token_row(*ids, field(row, "completion_mask"));
+  } else if (const Json* messages = field(row, "messages")) {
+    check_messages(*messages, "messages");
+    const Json* tools = field(row, "tools");
+    ex = chat_row(*messages, 0, tools ? *tools : Json(nullptr));
+  } else if (field(row, "prompt") || field(row, "completion")) {
+    const Json* prompt = field(row, "prompt");
+    const Json* completion = field(row, "completion");
+    CHECK(prompt != nullptr, "a row with \"completion\" needs a \"prompt\"");
+    CHECK(completion != nullptr,
+          "a row with \"prompt\" needs a \"completion\" (prompt-only rows are for RL, not SFT)");
+    ex = prompt_completion_row(*prompt, *completion);
+  } else if (const Json* text = field(row, options.dataset_text_field)) {
+    ex = text_row(*text);
+  } else {
+    RAISE(
+        "no usable field: expected input_ids, messages, prompt + completion or {} (the row has: "
+        "{})",
+        options.dataset_text_field, keys_of(row));
+  }
+  const auto n = int64_t(ex.input_ids.size());
+  if (n > options.max_length) {
+    CHECK(options.truncation,
+          "{} tokens, longer than max_length {} (ask for truncation to keep the first {})", n,
+          options.max_length, options.max_length);
+    ex.input_ids.resize(size_t(options.max_length));
+    ex.loss_mask.resize(size_t(options.max_length));
+  }
+  CHECK(ex.num_targets() > 0, "no token to train on{}",
+        n > options.max_length ? fmt::format(" in the first {} tokens", options.max_length)
+                               : std::string());
+  return ex;
+}
+
+}  // namespace
+
+int64_t SftExample::num_targets() const {
+  int64_t count = 0;
+  for (size_t t = 1; t < loss_mask.size(); ++t) count += loss_mask[t] != 0;
+  return count;
+}
+
+std::vector<SftExample> read_sft_dataset(const std::string& path, const tok::Tokenizer& tokenizer,
+                                         const ChatTemplateConfig* chat,
+                                         const SftDataOptions& options) {
+  CHECK(options.max_length >= 2, "max_length must be at least 2, got {}", options.max_length);
+  CHECK(options.vocab_size >= 0, "vocab_size must not be negative, got {}", options.vocab_size);
+  std::optional<ChatTemplate> chat_template;
+  if (chat != nullptr) chat_template.emplace(chat->source);
+  ChatTemplateOptions render_options;
+  std::tm now{};
+  const std::time_t t = std::time(nullptr);
+  render_options.fixed_now = *localtime_r(&t, &now);
+  const RowReader reader{tokenizer,
+                         chat,
+                         chat_template ? &*chat_template : nullptr,
+                         options,
+                         render_options,
+                         options.vocab_size > 0 ? options.vocab_size : tokenizer.vocab_size()};
+
+  std::vector<SftExample> examples;
+  InputLines lines(path, "dataset", kMaxLineBytes);
+  std::string line;
+  while (lines.next(line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const auto number = int64_t(lines.line_number());
+    try {
+      SftExample ex = reader.row(parse_ordered_json_text(line, "the row"));
+      ex.line = number;
+      examples.push_back(std::move(ex));
+    } catch (const Error& e) {
+      RAISE("{}:{}: {}", path, number, e.what());
+    } catch (const nlohmann::json::exception& e) {
+      RAISE("{}:{}: {}", path, number, e.what());
+    }
+  }
+  CHECK(!examples.empty(), "{}: no examples (the file has no non-blank line)", path);
+  return examples;
+}
+
+}  // namespace fp8rl
