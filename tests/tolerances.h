@@ -34,6 +34,9 @@ inline constexpr double kHfFp32Logits = 1e-5;
 // lr * g / (|g| + eps) elementwise, which turns a gradient's relative error into the update's
 // wherever |g| ~ eps: measured <= 1.3e-5.
 inline constexpr double kHfTrainLoss = 1e-6;
+// FP8-row against unquantized base over the same SFT run (tests/train/test_sft_trainer.cpp):
+// the relative difference of the end-of-run loss, issue 10's claim (1%). Measured 0.15%.
+inline constexpr double kFp8SftLossCurve = 0.01;
 // The trainer's recomputed logprob of a sampled token against the engine's, both fp32 on the
 // CPU (tests/train/test_shared_model.cpp): the same weights and adapter; the forwards differ in
 // fusion (the engine's add+norm, the trainer's saving ops) and the log-softmax's reduction

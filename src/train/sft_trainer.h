@@ -1,0 +1,82 @@
+// The SFT loop (fp8rl sft): packed batches of the dataset -> the training pass (train/
+// logprob_pass.h) -> mean next-token cross-entropy over the accumulated batches' targets
+// (transformers' num_items_in_batch normalisation, so gradient accumulation gives the
+// gradient of one big batch) -> the guarded optimizer step (train/train_step.h), with
+// metrics, checkpoints and resume in the run directory (train/run_dir.h).
+//
+// Resume is exact: the epoch order is a function of (seed, epoch), the dropout stream of a
+// micro-batch a function of (seed, micro-batch index), and a checkpoint stores the adapter,
+// the optimizer state and the data position, so on the CPU a resumed run continues bit for bit.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/adapter.h"
+#include "model/model.h"
+#include "ops/context.h"
+#include "train/logprob_pass.h"
+#include "train/sft_data.h"
+#include "train/train_step.h"
+
+namespace fp8rl {
+
+// What the loop needs of SftConfig, in the loop's own terms.
+struct SftLoopSettings {
+  std::string output_dir;
+  std::string base_model_name;  // adapter_config.json's base_model_name_or_path
+  int64_t batch_size = 8;       // examples per micro-batch
+  int64_t max_tokens = 8192;    // tokens per micro-batch
+  int64_t grad_accum = 1;
+  double epochs = 3.0;
+  int64_t max_steps = -1;  // > 0 overrides epochs
+  int64_t save_steps = 500;
+  uint64_t seed = 42;
+  PassOptions pass;  // checkpointing, lora_dropout (its seed is set per micro-batch)
+  std::string resume;  // "" | a checkpoint directory
+};
+
+struct SftStepInfo {
+  int64_t step = 0, total_steps = 0;
+  double loss = 0, grad_norm = 0, lr = 0, seconds = 0, tokens_per_second = 0;
+  bool skipped = false;
+};
+
+class SftTrainer {
+ public:
+  // The adapter must be attached to the model; train_step's schedule is completed from the
+  // dataset (num_training_steps = total_steps()) when it has none.
+  SftTrainer(Context& ctx, Model& model, LoraAdapter& adapter, std::vector<SftExample> examples,
+             const SftLoopSettings& settings, std::unique_ptr<Optimizer> optimizer,
+             TrainStepConfig step_config);
+  int64_t total_steps() const { return total_steps_; }
+  // The memory plan of the largest micro-batch of the run (fp8rl sft --dry-run).
+  PassPlan plan();
+  // Trains to the end (or from the resumed checkpoint to the end); writes metrics.jsonl,
+  // checkpoints and the final adapter into output_dir.
+  void run(const std::function<void(const SftStepInfo&)>& on_step = {});
+
+ private:
+  struct Position {
+    int64_t epoch = 0, batch = 0, micro = 0;  // next batch; micro-batches run so far
+    int64_t tokens = 0;                       // tokens trained on so far
+  };
+  nlohmann::json position_json() const;
+  const std::vector<std::vector<size_t>>& epoch_plan(int64_t epoch);
+
+  Context& ctx_;
+  Model& model_;
+  LoraAdapter& adapter_;
+  std::vector<SftExample> examples_;
+  SftLoopSettings settings_;
+  std::unique_ptr<TrainStep> train_step_;
+  int64_t batches_per_epoch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
+  int64_t plan_epoch_ = -1;
+  std::vector<std::vector<size_t>> plan_;
+  Position pos_;
+};
+
+}  // namespace fp8rl
