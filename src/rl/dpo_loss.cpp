@@ -27,7 +27,8 @@ DpoLossType parse_dpo_loss_type(std::string_view name) {
   if (name == "sigmoid") return DpoLossType::sigmoid;
   if (name == "hinge") return DpoLossType::hinge;
   if (name == "ipo") return DpoLossType::ipo;
-  RAISE("dpo loss_type '{}' is not supported (sigmoid, hinge, ipo)", name);
+  if (name == "robust") return DpoLossType::robust;
+  RAISE("dpo loss_type '{}' is not supported (sigmoid, hinge, ipo, robust)", name);
 }
 
 std::string_view dpo_loss_type_name(DpoLossType type) {
@@ -38,6 +39,8 @@ std::string_view dpo_loss_type_name(DpoLossType type) {
       return "hinge";
     case DpoLossType::ipo:
       return "ipo";
+    case DpoLossType::robust:
+      return "robust";
   }
   RAISE("unknown DpoLossType {}", int(type));
 }
@@ -51,9 +54,12 @@ DpoLossResult dpo_loss(const DpoPairs& p, const DpoLossConfig& c) {
   CHECK(std::isfinite(c.beta) && c.beta > 0.0, "dpo loss: beta must be > 0, got {}", c.beta);
   CHECK(c.label_smoothing >= 0.0 && c.label_smoothing <= 0.5,
         "dpo loss: label_smoothing must lie in [0, 0.5], got {}", c.label_smoothing);
-  CHECK(c.label_smoothing == 0.0 || c.loss_type == DpoLossType::sigmoid,
-        "dpo loss: label_smoothing applies to the sigmoid loss only, not '{}'",
+  CHECK(c.label_smoothing == 0.0 || c.loss_type == DpoLossType::sigmoid ||
+            c.loss_type == DpoLossType::robust,
+        "dpo loss: label_smoothing applies to the sigmoid and robust losses, not '{}'",
         dpo_loss_type_name(c.loss_type));
+  CHECK(c.loss_type != DpoLossType::robust || c.label_smoothing < 0.5,
+        "dpo loss: robust needs label_smoothing in [0, 0.5), got {}", c.label_smoothing);
   if (c.loss_type == DpoLossType::ipo) {
     CHECK(p.chosen_length.size() == n && p.rejected_length.size() == n,
           "dpo loss: ipo needs the completion lengths of every pair");
@@ -79,6 +85,14 @@ DpoLossResult dpo_loss(const DpoPairs& p, const DpoLossConfig& c) {
         value = -(1.0 - eps) * log_sigmoid(x) - eps * log_sigmoid(-x);
         // d/dx -log σ(x) = -σ(-x);  d/dx -log σ(-x) = σ(x)
         d_chosen = beta * (-(1.0 - eps) * sigmoid(-x) + eps * sigmoid(x));
+        d_rejected = -d_chosen;
+        break;
+      }
+      case DpoLossType::robust: {
+        const double x = beta * delta;
+        value = (-(1.0 - eps) * log_sigmoid(x) + eps * log_sigmoid(-x)) / (1.0 - 2.0 * eps);
+        // d/dx log σ(-x) = -σ(x)
+        d_chosen = beta * (-(1.0 - eps) * sigmoid(-x) - eps * sigmoid(x)) / (1.0 - 2.0 * eps);
         d_rejected = -d_chosen;
         break;
       }

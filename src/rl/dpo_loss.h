@@ -11,7 +11,7 @@
 namespace fp8rl {
 
 // DPOConfig.loss_type (one type; TRL's lists with loss_weights are not supported).
-enum class DpoLossType { sigmoid, hinge, ipo };
+enum class DpoLossType { sigmoid, hinge, ipo, robust };
 
 DpoLossType parse_dpo_loss_type(std::string_view name);
 std::string_view dpo_loss_type_name(DpoLossType type);
@@ -19,9 +19,10 @@ std::string_view dpo_loss_type_name(DpoLossType type);
 struct DpoLossConfig {
   DpoLossType loss_type = DpoLossType::sigmoid;
   double beta = 0.1;
-  // sigmoid only: conservative DPO, -(1 - ε) log σ(βΔ) - ε log σ(-βΔ), as TRL up to 0.28 applied
-  // it (TRL >= 0.29 moved label smoothing to its "robust" loss; the default 0 is the same in
-  // both). Must lie in [0, 0.5]; rejected for hinge and ipo, which TRL ignored it for.
+  // sigmoid: conservative DPO, -(1 - ε) log σ(βΔ) - ε log σ(-βΔ), as TRL up to 0.28 applied it
+  // (TRL >= 0.29 ignores it for sigmoid and uses it in "robust"; the default 0 is the same in
+  // both). robust: the flip probability, in [0, 0.5). Rejected (when non-zero) for hinge and
+  // ipo, which TRL ignores it for.
   double label_smoothing = 0.0;
 };
 
@@ -59,6 +60,8 @@ struct DpoLossResult {
 // With h_c = policy_chosen - ref_chosen, h_r likewise, Δ = h_c - h_r:
 //   sigmoid: -log σ(βΔ)      (with label smoothing ε: -(1 - ε) log σ(βΔ) - ε log σ(-βΔ))
 //   hinge:   relu(1 - βΔ)    (SLiC; its derivative is 0 where 1 - βΔ <= 0, as torch.relu's)
+//   robust:  (-(1 - ε) log σ(βΔ) + ε log σ(-βΔ)) / (1 - 2ε)   (Robust DPO, TRL's current home
+//            of label_smoothing)
 //   ipo:     (h_c / |y_c| - h_r / |y_r| - 1 / (2β))^2, lengths clamped to >= 1 (TRL
 //            normalises IPO by the completion lengths; the metrics still use the summed h)
 // loss = mean over pairs. The reward metrics are β h_c and β h_r for every loss type.

@@ -80,6 +80,28 @@ TEST(DpoLoss, SigmoidLabelSmoothingIsConservativeDpo) {
   EXPECT_GT(std::fabs(r.loss - nls(0.3)), 1e-2);
 }
 
+TEST(DpoLoss, RobustIsUnbiasedUnderLabelFlips) {
+  DpoLossConfig c;
+  c.loss_type = DpoLossType::robust;
+  c.label_smoothing = 0.1;
+  const DpoLossResult r = dpo_loss(two_pairs().view(), c);
+  // (-(0.9) log σ(x) + 0.1 log σ(-x)) / 0.8 = (0.9 nls(x) - 0.1 nls(-x)) / 0.8 for x = 0.3
+  // (0.9 * 0.554355 - 0.1 * 0.854355) / 0.8 = 0.516855, and x = -0.05; mean over 2 pairs.
+  const auto robust = [](double x) { return (0.9 * nls(x) - 0.1 * nls(-x)) / 0.8; };
+  expect_near(r.loss, (robust(0.3) + robust(-0.05)) / 2, "loss");
+  // d/dh_c = β (-(0.9) σ(-x) - 0.1 σ(x)) / 0.8, / 2 pairs.
+  expect_near(r.dloss_dchosen_logp[0], 0.1 * (-0.9 * sig(-0.3) - 0.1 * sig(0.3)) / 0.8 / 2,
+              "dchosen 0");
+  // Negative control: it is not the conservative sigmoid of the same ε.
+  c.loss_type = DpoLossType::sigmoid;
+  EXPECT_GT(std::fabs(dpo_loss(two_pairs().view(), c).loss - r.loss), 1e-2);
+  // With ε = 0 it is plain sigmoid DPO.
+  c.label_smoothing = 0.0;
+  const double sigmoid_loss = dpo_loss(two_pairs().view(), c).loss;
+  c.loss_type = DpoLossType::robust;
+  expect_near(dpo_loss(two_pairs().view(), c).loss, sigmoid_loss, "robust at 0");
+}
+
 TEST(DpoLoss, HingeHasNoGradientPastTheMargin) {
   DpoLossConfig c;
   c.loss_type = DpoLossType::hinge;
@@ -115,9 +137,10 @@ TEST(DpoLoss, IpoNormalisesByCompletionLength) {
 TEST(DpoLoss, GradientMatchesFiniteDifferences) {
   const Pairs base = two_pairs();
   const double h = kFiniteDifferenceStep;
-  for (DpoLossType type : {DpoLossType::sigmoid, DpoLossType::hinge, DpoLossType::ipo}) {
+  for (DpoLossType type :
+       {DpoLossType::sigmoid, DpoLossType::hinge, DpoLossType::ipo, DpoLossType::robust}) {
     for (double smoothing : {0.0, 0.2}) {
-      if (smoothing != 0.0 && type != DpoLossType::sigmoid) continue;
+      if (smoothing != 0.0 && (type == DpoLossType::hinge || type == DpoLossType::ipo)) continue;
       DpoLossConfig c;
       c.loss_type = type;
       c.label_smoothing = smoothing;
@@ -161,7 +184,12 @@ TEST(DpoLoss, RejectsBadInput) {
   c.beta = 0.0;
   EXPECT_THROW(dpo_loss(two_pairs().view(), c), Error);
   EXPECT_THROW(parse_dpo_loss_type("kto"), Error);
-  for (DpoLossType t : {DpoLossType::sigmoid, DpoLossType::hinge, DpoLossType::ipo}) {
+  c = {};
+  c.loss_type = DpoLossType::robust;
+  c.label_smoothing = 0.5;
+  EXPECT_THROW(dpo_loss(two_pairs().view(), c), Error);
+  for (DpoLossType t :
+       {DpoLossType::sigmoid, DpoLossType::hinge, DpoLossType::ipo, DpoLossType::robust}) {
     EXPECT_EQ(parse_dpo_loss_type(dpo_loss_type_name(t)), t);
   }
   const DpoLossConfig defaults;
