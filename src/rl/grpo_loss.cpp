@@ -162,7 +162,7 @@ GrpoLossResult grpo_loss(const GrpoBatch& b, const GrpoLossConfig& c) {
     return b.old_logp.empty() ? b.logp[size_t(t)] : b.old_logp[size_t(t)];
   };
   const auto rho_of = [&](int64_t t) { return b.is_weight.empty() ? 1.0 : b.is_weight[size_t(t)]; };
-  // The policy term of one ratio value: its L, dL/dr (clip types) or the detached cispo weight.
+  // TRL's clip metrics of one ratio: the capped ratio for the clip types, the raw one for cispo.
   const auto classify = [&](double r, double a) {
     const double capped = c.delta ? std::min(r, *c.delta) : r;
     ClipFlags f;
