@@ -338,4 +338,22 @@ inline constexpr double kMergeBf16Logits = 2e-2;
 // by tens of percent (measured ratio 0.88..1.14). Bound 1.5.
 inline constexpr double kMergeFp8Ratio = 1.5;
 
+// ---- fp64 host math of the RL losses (tests/rl) ---------------------------------------------
+// A hand-computed value (the arithmetic written out in the test) vs the fp64 implementation:
+// both evaluate the same dozen or so correctly rounded fp64 operations (+, *, /, exp, log, sqrt
+// within an ulp or two), possibly in another order: ~1e-15 relative. 1e-12 (of max(1, |value|))
+// leaves three orders of margin; any formula difference (a normaliser, a clip bound, a 1e-4)
+// moves the values by 1e-5 and more.
+inline constexpr double kF64Formula = 1e-12;
+
+// A derivative vs the central difference (f(x + h) - f(x - h)) / 2h of the fp64 loss, with
+// h = kFiniteDifferenceStep. Truncation: h^2 |f'''| / 6, and the losses' third derivatives in
+// logp are O(1..10) at the test points (exp of log-ratios below 1, normalisers <= 1): <= 2e-10.
+// Rounding: ~2^-53 |f| / h with |f| <= 10: 1e-10. The bound 1e-8 (of max(1, |derivative|)) is
+// 30x that sum, and far below what a wrong factor, a missing chain-rule term or gradient
+// through a clipped branch gives (>= 1e-3 at the test points). The test points keep every
+// ratio >= 1e-3 (in log space) away from a clip boundary, where the loss has a kink.
+inline constexpr double kFiniteDifferenceStep = 1e-5;
+inline constexpr double kF64FiniteDifference = 1e-8;
+
 }  // namespace fp8rl::test

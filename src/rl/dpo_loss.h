@@ -1,0 +1,70 @@
+// DPO's loss over a batch of preference pairs from their summed completion log-probabilities,
+// with its derivative with respect to the policy's, and TRL's metrics: DPOTrainer's
+// _compute_loss (TRL main 1.10.dev, f2cd5771; shared/reference/rl_algorithms.md §5.1).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace fp8rl {
+
+// DPOConfig.loss_type (one type; TRL's lists with loss_weights are not supported).
+enum class DpoLossType { sigmoid, hinge, ipo, robust };
+
+DpoLossType parse_dpo_loss_type(std::string_view name);
+std::string_view dpo_loss_type_name(DpoLossType type);
+
+struct DpoLossConfig {
+  DpoLossType loss_type = DpoLossType::sigmoid;
+  double beta = 0.1;
+  // sigmoid: conservative DPO, -(1 - ε) log σ(βΔ) - ε log σ(-βΔ), as TRL up to 0.28 applied it
+  // (TRL >= 0.29 ignores it for sigmoid and uses it in "robust"; the default 0 is the same in
+  // both). robust: the flip probability, in [0, 0.5). Rejected (when non-zero) for hinge and
+  // ipo, which TRL ignores it for.
+  double label_smoothing = 0.0;
+};
+
+// One value per pair [P]: log π(y|x) summed over the completion's tokens (no length averaging),
+// for the policy and the reference (the base without the adapter). The lengths (completion
+// token counts) are read by ipo only.
+struct DpoPairs {
+  std::span<const double> policy_chosen_logp;
+  std::span<const double> policy_rejected_logp;
+  std::span<const double> ref_chosen_logp;
+  std::span<const double> ref_rejected_logp;
+  std::span<const int64_t> chosen_length;
+  std::span<const int64_t> rejected_length;
+};
+
+// TRL's logged values (keys "rewards/chosen" etc.): means over the pairs of
+// β (policy - ref) for chosen and rejected, of [chosen reward > rejected reward] and of their
+// difference; "logps/chosen" and "logps/rejected" are the policy's mean summed logps.
+struct DpoStats {
+  double rewards_chosen = 0.0;
+  double rewards_rejected = 0.0;
+  double rewards_accuracies = 0.0;
+  double rewards_margins = 0.0;
+  double logps_chosen = 0.0;
+  double logps_rejected = 0.0;
+};
+
+struct DpoLossResult {
+  double loss = 0.0;                         // mean over the pairs
+  std::vector<double> dloss_dchosen_logp;    // [P] d loss / d policy_chosen_logp
+  std::vector<double> dloss_drejected_logp;  // [P] d loss / d policy_rejected_logp
+  DpoStats stats;
+};
+
+// With h_c = policy_chosen - ref_chosen, h_r likewise, Δ = h_c - h_r:
+//   sigmoid: -log σ(βΔ)      (with label smoothing ε: -(1 - ε) log σ(βΔ) - ε log σ(-βΔ))
+//   hinge:   relu(1 - βΔ)    (SLiC; its derivative is 0 where 1 - βΔ <= 0, as torch.relu's)
+//   robust:  (-(1 - ε) log σ(βΔ) + ε log σ(-βΔ)) / (1 - 2ε)   (Robust DPO, TRL's current home
+//            of label_smoothing)
+//   ipo:     (h_c / |y_c| - h_r / |y_r| - 1 / (2β))^2, lengths clamped to >= 1 (TRL
+//            normalises IPO by the completion lengths; the metrics still use the summed h)
+// loss = mean over pairs. The reward metrics are β h_c and β h_r for every loss type.
+DpoLossResult dpo_loss(const DpoPairs& pairs, const DpoLossConfig& config);
+
+}  // namespace fp8rl

@@ -1,0 +1,201 @@
+// dpo_loss against TRL's DPOTrainer formulas (rl_algorithms.md §5.1) on hand-computed pairs,
+// and its derivatives against central finite differences of the returned loss.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/check.h"
+#include "rl/dpo_loss.h"
+#include "tolerances.h"
+
+namespace fp8rl {
+namespace {
+
+using test::kF64FiniteDifference;
+using test::kF64Formula;
+using test::kFiniteDifferenceStep;
+
+struct Pairs {
+  std::vector<double> policy_chosen, policy_rejected, ref_chosen, ref_rejected;
+  std::vector<int64_t> chosen_length, rejected_length;
+
+  DpoPairs view() const {
+    return {policy_chosen, policy_rejected, ref_chosen,
+            ref_rejected,  chosen_length,   rejected_length};
+  }
+};
+
+// Pair 0: h_c = -10 - (-12) = 2, h_r = -11 - (-10) = -1, Δ = 3 (lengths 4 and 2).
+// Pair 1: h_c = -20 - (-20.5) = 0.5, h_r = -7 - (-8) = 1, Δ = -0.5 (lengths 5 and 10).
+Pairs two_pairs() {
+  return {{-10, -20}, {-11, -7}, {-12, -20.5}, {-10, -8}, {4, 5}, {2, 10}};
+}
+
+void expect_near(double got, double want, const char* what) {
+  EXPECT_NEAR(got, want, kF64Formula * std::max(1.0, std::fabs(want))) << what;
+}
+
+// -log σ(x) = log(1 + e^-x);  σ(x) = 1 / (1 + e^-x).
+double nls(double x) {
+  return std::log1p(std::exp(-x));
+}
+double sig(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
+
+TEST(DpoLoss, SigmoidAndTheRewardMetrics) {
+  const DpoLossResult r = dpo_loss(two_pairs().view(), {});  // sigmoid, beta 0.1
+  // βΔ = 0.3 and -0.05: loss = (log(1 + e^-0.3) + log(1 + e^0.05)) / 2 = (0.554355 + 0.718406)/2.
+  expect_near(r.loss, (nls(0.3) + nls(-0.05)) / 2, "loss");
+  // d/dh_c -log σ(βΔ) = -β σ(-βΔ) = -0.1 * 0.425557 (pair 0), -0.1 * 0.512497 (pair 1); / 2
+  // pairs; d/dh_r is the negative.
+  expect_near(r.dloss_dchosen_logp[0], -0.1 * sig(-0.3) / 2, "dchosen 0");
+  expect_near(r.dloss_dchosen_logp[1], -0.1 * sig(0.05) / 2, "dchosen 1");
+  expect_near(r.dloss_drejected_logp[0], 0.1 * sig(-0.3) / 2, "drejected 0");
+  expect_near(r.dloss_drejected_logp[1], 0.1 * sig(0.05) / 2, "drejected 1");
+  // rewards: β h_c = 0.2, 0.05 (mean 0.125); β h_r = -0.1, 0.1 (mean 0); accuracies: 0.2 >
+  // -0.1 yes, 0.05 > 0.1 no: 0.5; margins 0.3 and -0.05: 0.125. logps: -15 and -9.
+  expect_near(r.stats.rewards_chosen, 0.125, "rewards/chosen");
+  expect_near(r.stats.rewards_rejected, 0.0, "rewards/rejected");
+  expect_near(r.stats.rewards_accuracies, 0.5, "rewards/accuracies");
+  expect_near(r.stats.rewards_margins, 0.125, "rewards/margins");
+  expect_near(r.stats.logps_chosen, -15.0, "logps/chosen");
+  expect_near(r.stats.logps_rejected, -9.0, "logps/rejected");
+}
+
+TEST(DpoLoss, SigmoidLabelSmoothingIsConservativeDpo) {
+  DpoLossConfig c;
+  c.label_smoothing = 0.1;
+  Pairs p = two_pairs();
+  for (auto* v : {&p.policy_chosen, &p.policy_rejected, &p.ref_chosen, &p.ref_rejected}) {
+    v->resize(1);
+  }
+  const DpoLossResult r = dpo_loss(p.view(), c);
+  // -(0.9) log σ(0.3) - 0.1 log σ(-0.3) = 0.9 * 0.554355 + 0.1 * 0.854355 = 0.584355.
+  expect_near(r.loss, 0.9 * nls(0.3) + 0.1 * nls(-0.3), "loss");
+  // d/dh_c = β (-(0.9) σ(-0.3) + 0.1 σ(0.3)) = 0.1 (-0.383002 + 0.057444) = -0.0325558.
+  expect_near(r.dloss_dchosen_logp[0], 0.1 * (-0.9 * sig(-0.3) + 0.1 * sig(0.3)), "dchosen");
+  // Negative control: without smoothing the loss is log(1 + e^-0.3) = 0.554355.
+  EXPECT_GT(std::fabs(r.loss - nls(0.3)), 1e-2);
+}
+
+TEST(DpoLoss, RobustIsUnbiasedUnderLabelFlips) {
+  DpoLossConfig c;
+  c.loss_type = DpoLossType::robust;
+  c.label_smoothing = 0.1;
+  const DpoLossResult r = dpo_loss(two_pairs().view(), c);
+  // (-(0.9) log σ(x) + 0.1 log σ(-x)) / 0.8 = (0.9 nls(x) - 0.1 nls(-x)) / 0.8 for x = 0.3
+  // (0.9 * 0.554355 - 0.1 * 0.854355) / 0.8 = 0.516855, and x = -0.05; mean over 2 pairs.
+  const auto robust = [](double x) { return (0.9 * nls(x) - 0.1 * nls(-x)) / 0.8; };
+  expect_near(r.loss, (robust(0.3) + robust(-0.05)) / 2, "loss");
+  // d/dh_c = β (-(0.9) σ(-x) - 0.1 σ(x)) / 0.8, / 2 pairs.
+  expect_near(r.dloss_dchosen_logp[0], 0.1 * (-0.9 * sig(-0.3) - 0.1 * sig(0.3)) / 0.8 / 2,
+              "dchosen 0");
+  // Negative control: it is not the conservative sigmoid of the same ε.
+  c.loss_type = DpoLossType::sigmoid;
+  EXPECT_GT(std::fabs(dpo_loss(two_pairs().view(), c).loss - r.loss), 1e-2);
+  // With ε = 0 it is plain sigmoid DPO.
+  c.label_smoothing = 0.0;
+  const double sigmoid_loss = dpo_loss(two_pairs().view(), c).loss;
+  c.loss_type = DpoLossType::robust;
+  expect_near(dpo_loss(two_pairs().view(), c).loss, sigmoid_loss, "robust at 0");
+}
+
+TEST(DpoLoss, HingeHasNoGradientPastTheMargin) {
+  DpoLossConfig c;
+  c.loss_type = DpoLossType::hinge;
+  c.beta = 0.5;
+  const DpoLossResult r = dpo_loss(two_pairs().view(), c);
+  // relu(1 - βΔ): pair 0: 1 - 1.5 = -0.5 -> 0, no gradient; pair 1: 1 + 0.25 = 1.25, d/dh_c =
+  // -β = -0.5. Mean over 2 pairs.
+  expect_near(r.loss, 1.25 / 2, "loss");
+  EXPECT_EQ(r.dloss_dchosen_logp[0], 0.0);
+  EXPECT_EQ(r.dloss_drejected_logp[0], 0.0);
+  expect_near(r.dloss_dchosen_logp[1], -0.5 / 2, "dchosen 1");
+  expect_near(r.dloss_drejected_logp[1], 0.5 / 2, "drejected 1");
+}
+
+TEST(DpoLoss, IpoNormalisesByCompletionLength) {
+  DpoLossConfig c;
+  c.loss_type = DpoLossType::ipo;
+  const DpoLossResult r = dpo_loss(two_pairs().view(), c);
+  // x = h_c/|y_c| - h_r/|y_r| - 1/(2β), 1/(2β) = 5:
+  //   pair 0: 2/4 - (-1)/2 - 5 = -4;     x^2 = 16; d/dh_c = 2x/4 = -2,   d/dh_r = -2x/2 = 4
+  //   pair 1: 0.5/5 - 1/10 - 5 = -5;     x^2 = 25; d/dh_c = 2x/5 = -2,   d/dh_r = -2x/10 = 1
+  expect_near(r.loss, (16 + 25) / 2.0, "loss");
+  expect_near(r.dloss_dchosen_logp[0], -2.0 / 2, "dchosen 0");
+  expect_near(r.dloss_drejected_logp[0], 4.0 / 2, "drejected 0");
+  expect_near(r.dloss_dchosen_logp[1], -2.0 / 2, "dchosen 1");
+  expect_near(r.dloss_drejected_logp[1], 1.0 / 2, "drejected 1");
+  // The reward metrics stay on the summed log-ratios (TRL): 0.125 as for sigmoid.
+  expect_near(r.stats.rewards_chosen, 0.125, "rewards/chosen");
+  // Negative control: unnormalised, pair 0 would be (3 - 5)^2 = 4.
+  EXPECT_GT(std::fabs(r.loss - (4 + 30.25) / 2), 1.0);
+}
+
+TEST(DpoLoss, GradientMatchesFiniteDifferences) {
+  const Pairs base = two_pairs();
+  const double h = kFiniteDifferenceStep;
+  for (DpoLossType type :
+       {DpoLossType::sigmoid, DpoLossType::hinge, DpoLossType::ipo, DpoLossType::robust}) {
+    for (double smoothing : {0.0, 0.2}) {
+      if (smoothing != 0.0 && (type == DpoLossType::hinge || type == DpoLossType::ipo)) continue;
+      DpoLossConfig c;
+      c.loss_type = type;
+      c.label_smoothing = smoothing;
+      c.beta = 0.5;  // hinge: 1 - βΔ = -0.5 and 1.25, both away from the kink at 0
+      const DpoLossResult r = dpo_loss(base.view(), c);
+      for (size_t i = 0; i < 2; ++i) {
+        for (int side = 0; side < 2; ++side) {
+          Pairs plus = base, minus = base;
+          (side == 0 ? plus.policy_chosen : plus.policy_rejected)[i] += h;
+          (side == 0 ? minus.policy_chosen : minus.policy_rejected)[i] -= h;
+          const double fd =
+              (dpo_loss(plus.view(), c).loss - dpo_loss(minus.view(), c).loss) / (2 * h);
+          const double g = side == 0 ? r.dloss_dchosen_logp[i] : r.dloss_drejected_logp[i];
+          EXPECT_NEAR(g, fd, kF64FiniteDifference * std::max(1.0, std::fabs(fd)))
+              << dpo_loss_type_name(type) << " pair " << i << " side " << side;
+        }
+      }
+    }
+  }
+}
+
+TEST(DpoLoss, LargeMarginsStayFinite) {
+  // βΔ = ±1000: log σ would overflow a naive log(1 / (1 + exp(1000))).
+  Pairs p = {{0, 0}, {-10000, 0}, {0, 0}, {0, -10000}, {}, {}};
+  const DpoLossResult r = dpo_loss(p.view(), {});
+  // Pair 0: -log σ(1000) = log(1 + e^-1000) = 0; pair 1: -log σ(-1000) = 1000 (to fp64).
+  expect_near(r.loss, 500.0, "loss");
+  expect_near(r.dloss_dchosen_logp[1], -0.1 / 2, "dchosen 1");
+}
+
+TEST(DpoLoss, RejectsBadInput) {
+  Pairs p = two_pairs();
+  DpoLossConfig c;
+  c.loss_type = DpoLossType::ipo;
+  p.chosen_length.clear();
+  EXPECT_THROW(dpo_loss(p.view(), c), Error);
+  c.loss_type = DpoLossType::hinge;
+  c.label_smoothing = 0.1;
+  EXPECT_THROW(dpo_loss(two_pairs().view(), c), Error);
+  c = {};
+  c.beta = 0.0;
+  EXPECT_THROW(dpo_loss(two_pairs().view(), c), Error);
+  EXPECT_THROW(parse_dpo_loss_type("kto"), Error);
+  c = {};
+  c.loss_type = DpoLossType::robust;
+  c.label_smoothing = 0.5;
+  EXPECT_THROW(dpo_loss(two_pairs().view(), c), Error);
+  for (DpoLossType t :
+       {DpoLossType::sigmoid, DpoLossType::hinge, DpoLossType::ipo, DpoLossType::robust}) {
+    EXPECT_EQ(parse_dpo_loss_type(dpo_loss_type_name(t)), t);
+  }
+  const DpoLossConfig defaults;
+  EXPECT_EQ(defaults.beta, 0.1);
+  EXPECT_EQ(defaults.loss_type, DpoLossType::sigmoid);
+}
+
+}  // namespace
+}  // namespace fp8rl
