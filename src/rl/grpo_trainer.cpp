@@ -1,0 +1,544 @@
+#include "rl/grpo_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "engine/engine.h"
+#include "ops/backward.h"
+#include "rl/advantages.h"
+#include "rl/grpo_loss.h"
+#include "rl/rollout_correction.h"
+#include "tokenizer/tokenizer.h"
+#include "train/logprob_pass.h"
+#include "train/run_dir.h"
+#include "train/train_step.h"
+#include "train/training_arguments.h"
+
+namespace fp8rl {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// One generation round: C = prompts x num_generations completions and everything the
+// micro-steps over it need, per completion c and its tokens j.
+struct Round {
+  std::vector<size_t> prompt;                     // [C] index into the dataset
+  std::vector<std::vector<int32_t>> ids;          // [C][n_c] sampled tokens (EOS included)
+  std::vector<std::vector<double>> engine_logp;   // [C][n_c]
+  std::vector<std::vector<double>> old_logp;      // [C][n_c] trainer's, at rollout (or empty)
+  std::vector<std::vector<double>> ref_logp;      // [C][n_c] base without adapter (beta != 0)
+  std::vector<std::vector<double>> is_weight;     // [C][n_c] rollout correction (or empty)
+  std::vector<std::vector<uint8_t>> mask;         // [C][n_c] trained tokens
+  std::vector<double> advantages;                 // [C]
+  int64_t num_items = 0;                          // active tokens of the round
+  nlohmann::json metrics = nlohmann::json::object();  // the round's TRL metrics
+  int64_t micro_used = 0;  // micro-steps taken from it
+
+  nlohmann::json to_json() const {
+    return {{"prompt", prompt},         {"ids", ids},         {"engine_logp", engine_logp},
+            {"old_logp", old_logp},     {"ref_logp", ref_logp}, {"is_weight", is_weight},
+            {"mask", mask},             {"advantages", advantages}, {"num_items", num_items},
+            {"metrics", metrics},       {"micro_used", micro_used}};
+  }
+  static Round from_json(const nlohmann::json& j) {
+    Round r;
+    j.at("prompt").get_to(r.prompt);
+    j.at("ids").get_to(r.ids);
+    j.at("engine_logp").get_to(r.engine_logp);
+    j.at("old_logp").get_to(r.old_logp);
+    j.at("ref_logp").get_to(r.ref_logp);
+    j.at("is_weight").get_to(r.is_weight);
+    j.at("mask").get_to(r.mask);
+    j.at("advantages").get_to(r.advantages);
+    j.at("num_items").get_to(r.num_items);
+    r.metrics = j.at("metrics");
+    j.at("micro_used").get_to(r.micro_used);
+    return r;
+  }
+};
+
+// Completions [first, first + count) of a round packed for the trainer: each sequence is its
+// prompt then its completion but the last token; targets are the completion's tokens.
+struct Packed {
+  std::vector<int32_t> ids, targets;
+  std::vector<int64_t> cu{0};
+  std::vector<int64_t> token_pos;  // [N] packed position of each completion token, in order
+  std::vector<int64_t> offsets{0};  // [count + 1] completion token offsets (rl/ragged.h)
+  PackedSequences view() const { return {ids, targets, cu}; }
+};
+
+Packed pack(const Round& r, const std::vector<PromptExample>& data, size_t first, size_t count) {
+  Packed p;
+  for (size_t c = first; c < first + count; ++c) {
+    const std::vector<int32_t>& prompt = data[r.prompt[c]].ids;
+    const std::vector<int32_t>& comp = r.ids[c];
+    const int64_t start = int64_t(p.ids.size());
+    p.ids.insert(p.ids.end(), prompt.begin(), prompt.end());
+    p.ids.insert(p.ids.end(), comp.begin(), comp.end() - 1);
+    p.targets.resize(p.ids.size(), ops::kIgnoreIndex);
+    for (size_t j = 0; j < comp.size(); ++j) {
+      const int64_t pos = start + int64_t(prompt.size()) - 1 + int64_t(j);
+      p.targets[size_t(pos)] = comp[j];
+      p.token_pos.push_back(pos);
+    }
+    p.cu.push_back(int64_t(p.ids.size()));
+    p.offsets.push_back(int64_t(p.token_pos.size()));
+  }
+  return p;
+}
+
+std::vector<double> flatten(const std::vector<std::vector<double>>& v, size_t first, size_t count) {
+  std::vector<double> out;
+  for (size_t c = first; c < first + count && c < v.size(); ++c)
+    out.insert(out.end(), v[c].begin(), v[c].end());
+  return out;
+}
+
+// A running mean of metrics over the micro-steps of one optimizer step.
+struct MetricMeans {
+  std::map<std::string, std::pair<double, int64_t>> sums;
+  void add(const std::string& key, double v) {
+    if (!std::isfinite(v)) return;
+    auto& s = sums[key];
+    s.first += v;
+    ++s.second;
+  }
+  void into(nlohmann::json& j) const {
+    for (const auto& [k, s] : sums) j[k] = s.first / double(s.second);
+  }
+};
+
+}  // namespace
+
+struct GrpoTrainer::Impl {
+  Context& ctx;
+  Model& model;
+  LoraAdapter& adapter;
+  const tok::Tokenizer& tokenizer;
+  std::vector<int32_t> eos_ids;
+  std::vector<PromptExample> data;
+  GrpoConfig cfg;
+  rl::RewardSet rewards;
+  std::string base_model_name;
+
+  int64_t steps_per_generation = 1, prompts_per_round = 1, micro_batch = 1;
+  int64_t total_steps = 0;
+  std::unique_ptr<TrainStep> train_step;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<LogprobPass> pass;
+
+  // Data position: epoch and index into its order; rounds generated so far.
+  int64_t epoch = 0, next_prompt = 0, rounds = 0;
+  std::vector<size_t> order;
+  int64_t order_epoch = -1;
+  std::optional<Round> round;
+  int64_t non_finite_total = 0;
+
+  Impl(Context& c, Model& m, LoraAdapter& a, const tok::Tokenizer& t, std::vector<int32_t> eos,
+       std::vector<PromptExample> d, const GrpoConfig& g, rl::RewardSet r, std::string base)
+      : ctx(c), model(m), adapter(a), tokenizer(t), eos_ids(std::move(eos)), data(std::move(d)),
+        cfg(g), rewards(std::move(r)), base_model_name(std::move(base)) {
+    cfg.validate();
+    CHECK(!data.empty(), "grpo: the dataset has no prompts");
+    CHECK(rewards.size() > 0, "grpo: no reward functions (set `rewards` or --reward-process)");
+    if (!cfg.reward_weights.empty()) rewards.set_weights(cfg.reward_weights);
+    steps_per_generation = cfg.resolved_steps_per_generation();
+    prompts_per_round = cfg.prompts_per_generation();
+    micro_batch = cfg.per_device_train_batch_size;
+    const int64_t micro_per_round = steps_per_generation * cfg.num_iterations;
+    const int64_t rounds_per_epoch = (int64_t(data.size()) + prompts_per_round - 1) / prompts_per_round;
+    const int64_t steps_per_epoch = std::max<int64_t>(
+        1, rounds_per_epoch * micro_per_round / cfg.gradient_accumulation_steps);
+    total_steps = cfg.max_steps > 0 ? cfg.max_steps
+                                    : int64_t(std::ceil(cfg.num_train_epochs * double(steps_per_epoch)));
+    train_step = std::make_unique<TrainStep>(
+        make_optimizer(cfg, adapter.master_params().numel()), train_step_config(cfg, total_steps));
+    EngineOptions eo;
+    eo.kv_memory_bytes = size_t(cfg.kv_memory * double(1ull << 30));
+    eo.kv_dtype = parse_kv_dtype(cfg.kv_dtype);
+    eo.max_num_seqs = cfg.max_num_seqs;
+    eo.max_num_batched_tokens = cfg.max_num_batched_tokens;
+    eo.seed = uint64_t(cfg.seed);
+    engine = std::make_unique<Engine>(ctx, model, &tokenizer, eos_ids, eo);
+    pass = std::make_unique<LogprobPass>(ctx, model, &adapter);
+  }
+
+  const std::vector<size_t>& epoch_order(int64_t e) {
+    if (e != order_epoch) {
+      order.resize(data.size());
+      std::iota(order.begin(), order.end(), size_t(0));
+      // Fisher-Yates with the counter-based stream of (seed, epoch): the order is a function
+      // of those only (a resumed run replays it).
+      const uint64_t stream = rng_key(uint64_t(cfg.seed), uint64_t(e) + 0x9000);
+      for (size_t i = order.size(); i > 1; --i) {
+        const size_t j = size_t(uniform01(stream, i) * float(i)) % i;
+        std::swap(order[i - 1], order[j]);
+      }
+      order_epoch = e;
+    }
+    return order;
+  }
+
+  std::vector<size_t> next_prompts() {
+    std::vector<size_t> out;
+    while (int64_t(out.size()) < prompts_per_round) {
+      const auto& o = epoch_order(epoch);
+      if (next_prompt >= int64_t(o.size())) {
+        ++epoch;
+        next_prompt = 0;
+        continue;
+      }
+      out.push_back(o[size_t(next_prompt++)]);
+    }
+    return out;
+  }
+
+  PassOptions pass_options() const {
+    PassOptions o;
+    o.temperature = float(cfg.temperature);
+    return o;
+  }
+
+  // The trainer's logprobs of completions [first, first + count) with the model as it is now.
+  std::vector<std::vector<double>> trainer_logprobs(const Round& r, size_t first, size_t count) {
+    const Packed p = pack(r, data, first, count);
+    pass->forward(p.view(), pass_options());
+    std::vector<std::vector<double>> out;
+    for (size_t c = 0; c < count; ++c) {
+      std::vector<double> v;
+      for (int64_t k = p.offsets[c]; k < p.offsets[c + 1]; ++k)
+        v.push_back(pass->logprobs()[size_t(p.token_pos[size_t(k)])]);
+      out.push_back(std::move(v));
+    }
+    return out;
+  }
+
+  std::vector<std::vector<double>> all_logprobs(const Round& r) {
+    std::vector<std::vector<double>> out;
+    for (size_t first = 0; first < r.ids.size(); first += size_t(micro_batch)) {
+      const size_t n = std::min(size_t(micro_batch), r.ids.size() - first);
+      auto part = trainer_logprobs(r, first, n);
+      for (auto& v : part) out.push_back(std::move(v));
+    }
+    return out;
+  }
+
+  Round generate(std::ofstream& samples, int64_t step) {
+    Round r;
+    const auto t0 = Clock::now();
+    const std::vector<size_t> prompts = next_prompts();
+    std::vector<GenerationRequest> requests;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      GenerationRequest q;
+      q.prompt_ids = data[prompts[i]].ids;
+      SamplingParams& s = q.params;
+      s.n = int(cfg.num_generations);
+      s.temperature = cfg.temperature;
+      s.top_p = cfg.top_p;
+      s.top_k = int(cfg.top_k);
+      s.min_p = cfg.min_p.value_or(0.0);
+      s.repetition_penalty = cfg.repetition_penalty;
+      s.max_tokens = int(cfg.max_completion_length);
+      s.seed = rng_key(uint64_t(cfg.seed), uint64_t(rounds) * 1000003u + i);
+      s.processed_logprobs = true;
+      requests.push_back(std::move(q));
+    }
+    engine->set_adapter_version(adapter.version());
+    const std::vector<RequestOutput> outs = engine->generate(requests);
+    const double rollout_seconds = seconds_since(t0);
+    ++rounds;
+
+    rl::RewardBatch batch;
+    batch.columns = nlohmann::json::object();
+    std::vector<uint8_t> truncated;
+    int64_t completion_tokens = 0;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      for (const CompletionOutput& c : outs[i].completions) {
+        r.prompt.push_back(prompts[i]);
+        r.ids.push_back(c.ids);
+        r.engine_logp.emplace_back(c.processed_logprobs.begin(), c.processed_logprobs.end());
+        truncated.push_back(c.finish == FinishReason::length);
+        completion_tokens += int64_t(c.ids.size());
+        batch.prompts.push_back(data[prompts[i]].text);
+        batch.completions.push_back(tokenizer.decode(c.ids, /*skip_special=*/true));
+        batch.completion_ids.push_back(c.ids);
+        for (const auto& [key, value] : data[prompts[i]].columns.items())
+          batch.columns[key].push_back(value);
+      }
+    const size_t n = r.ids.size();
+    // Columns some rows lack: null for those rows, so every column has one value per sample.
+    for (auto& [key, col] : batch.columns.items())
+      CHECK(col.size() == n, "grpo: dataset column '{}' is missing in some rows", key);
+    const auto tr = Clock::now();
+    const rl::CombinedRewards scored = rewards.score(batch);
+    const double reward_seconds = seconds_since(tr);
+    std::vector<double> totals(n);
+    for (size_t c = 0; c < n; ++c) totals[c] = scored.total[c];
+    non_finite_total += scored.num_non_finite;
+    const Advantages adv = compute_advantages(totals, cfg.num_generations, cfg.scale_rewards);
+    r.advantages = adv.advantages;
+    // Masks: every sampled token, except truncated completions when asked and completions
+    // whose reward was not finite (never trained on).
+    for (size_t c = 0; c < n; ++c) {
+      const bool drop = (cfg.mask_truncated_completions && truncated[c]) ||
+                        scored.rows[c] == rl::RewardRow::non_finite;
+      r.mask.emplace_back(r.ids[c].size(), drop ? 0 : 1);
+      if (!drop) r.num_items += int64_t(r.ids[c].size());
+    }
+    const auto tl = Clock::now();
+    const bool need_old = cfg.vllm_importance_sampling_correction || cfg.num_iterations > 1 ||
+                          steps_per_generation > cfg.gradient_accumulation_steps;
+    if (need_old) r.old_logp = all_logprobs(r);
+    if (cfg.beta != 0.0) {
+      LoraAdapter::detach(model);
+      r.ref_logp = all_logprobs(r);
+      adapter.attach(model);
+    }
+    nlohmann::json& m = r.metrics;
+    if (cfg.vllm_importance_sampling_correction) {
+      std::vector<int64_t> offsets{0};
+      std::vector<uint8_t> mask;
+      for (size_t c = 0; c < n; ++c) {
+        offsets.push_back(offsets.back() + int64_t(r.ids[c].size()));
+        mask.insert(mask.end(), r.mask[c].begin(), r.mask[c].end());
+      }
+      RolloutCorrectionConfig rc;
+      rc.mode = cfg.vllm_importance_sampling_mode;
+      rc.clip_max = cfg.vllm_importance_sampling_cap;
+      const std::vector<double> old = flatten(r.old_logp, 0, n), eng = flatten(r.engine_logp, 0, n);
+      const RolloutCorrection corr = compute_rollout_correction(offsets, old, eng, mask, rc);
+      for (size_t c = 0; c < n; ++c)
+        r.is_weight.emplace_back(corr.weight.begin() + offsets[c], corr.weight.begin() + offsets[c + 1]);
+      m["sampling/sampling_logp_difference/mean"] = corr.stats.logp_difference_mean;
+      m["sampling/sampling_logp_difference/max"] = corr.stats.logp_difference_max;
+      m["sampling/importance_sampling_ratio/min"] = corr.stats.ratio_min;
+      m["sampling/importance_sampling_ratio/mean"] = corr.stats.ratio_mean;
+      m["sampling/importance_sampling_ratio/max"] = corr.stats.ratio_max;
+    }
+    const double logprob_seconds = seconds_since(tl);
+    // TRL's generation metrics.
+    m["reward"] = adv.stats.reward;
+    m["reward_std"] = adv.stats.reward_std;
+    m["frac_reward_zero_std"] = adv.stats.frac_reward_zero_std;
+    for (const auto& [k, v] : scored.metrics()) m[k] = v;
+    std::vector<double> lens, term;
+    int64_t clipped = 0;
+    for (size_t c = 0; c < n; ++c) {
+      lens.push_back(double(r.ids[c].size()));
+      if (truncated[c]) ++clipped; else term.push_back(double(r.ids[c].size()));
+    }
+    const auto mean = [](const std::vector<double>& v) {
+      return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+    };
+    m["completions/mean_length"] = mean(lens);
+    m["completions/min_length"] = *std::min_element(lens.begin(), lens.end());
+    m["completions/max_length"] = *std::max_element(lens.begin(), lens.end());
+    m["completions/clipped_ratio"] = double(clipped) / double(n);
+    m["completions/mean_terminated_length"] = mean(term);
+    const auto [amin, amax] = std::minmax_element(r.advantages.begin(), r.advantages.end());
+    m["advantages/mean"] = mean(r.advantages);
+    m["advantages/min"] = *amin;
+    m["advantages/max"] = *amax;
+    m["rewards/non_finite_total"] = non_finite_total;
+    m["timing/rollout_seconds"] = rollout_seconds;
+    m["timing/reward_seconds"] = reward_seconds;
+    m["timing/rollout_logprob_seconds"] = logprob_seconds;
+    m["rollout_tokens_per_second"] = double(completion_tokens) / std::max(rollout_seconds, 1e-9);
+    m["peak_memory_bytes/rollout"] = peak_host_memory_bytes();
+    // samples.jsonl: the first few completions of the round.
+    const int64_t keep = std::min<int64_t>(int64_t(n), cfg.num_completions_to_print.value_or(4));
+    for (int64_t c = 0; c < keep; ++c) {
+      nlohmann::json s = {{"step", step},
+                          {"prompt", batch.prompts[size_t(c)]},
+                          {"completion", batch.completions[size_t(c)]},
+                          {"reward", std::isfinite(totals[size_t(c)]) ? nlohmann::json(totals[size_t(c)]) : nlohmann::json(nullptr)},
+                          {"advantage", r.advantages[size_t(c)]}};
+      samples << s.dump() << '\n';
+    }
+    samples.flush();
+    return r;
+  }
+
+  // One micro-step on completions [first, first + count) of the round: grads += d loss.
+  GrpoLossResult micro_step(const Round& r, size_t first, size_t count, const TensorView& grads,
+                            double& entropy) {
+    const Packed p = pack(r, data, first, count);
+    PassOptions o = pass_options();
+    o.entropy = true;
+    o.lora_dropout = float(cfg.lora_dropout);
+    o.dropout_seed = rng_key(uint64_t(cfg.seed) ^ 0xd209u, uint64_t(rounds) * 4096 + first);
+    pass->forward(p.view(), o);
+    std::vector<double> logp, ent;
+    std::vector<uint8_t> mask;
+    for (size_t k = 0; k < p.token_pos.size(); ++k) {
+      logp.push_back(pass->logprobs()[size_t(p.token_pos[k])]);
+      ent.push_back(pass->entropies()[size_t(p.token_pos[k])]);
+    }
+    for (size_t c = first; c < first + count; ++c)
+      mask.insert(mask.end(), r.mask[c].begin(), r.mask[c].end());
+    const std::vector<double> old = flatten(r.old_logp, first, count);
+    const std::vector<double> ref = flatten(r.ref_logp, first, count);
+    const std::vector<double> isw = flatten(r.is_weight, first, count);
+    const std::vector<double> adv(r.advantages.begin() + ptrdiff_t(first),
+                                  r.advantages.begin() + ptrdiff_t(first + count));
+    GrpoBatch b;
+    b.offsets = p.offsets;
+    b.logp = logp;
+    b.old_logp = old;
+    b.ref_logp = ref;
+    b.is_weight = isw;
+    b.advantages = adv;
+    b.mask = mask;
+    GrpoLossConfig lc;
+    lc.loss_type = cfg.loss_type;
+    lc.importance_sampling_level = cfg.importance_sampling_level;
+    lc.epsilon = cfg.epsilon;
+    lc.epsilon_high = cfg.epsilon_high;
+    lc.beta = cfg.beta;
+    lc.max_completion_length = cfg.max_completion_length;
+    lc.gradient_accumulation_steps = cfg.gradient_accumulation_steps;
+    lc.num_items_in_batch = r.num_items;
+    GrpoLossResult res = grpo_loss(b, lc);
+    double es = 0;
+    int64_t en = 0;
+    for (size_t k = 0; k < ent.size(); ++k)
+      if (mask[k]) es += ent[k], ++en;
+    entropy = en > 0 ? es / double(en) : 0.0;
+    std::vector<float> dlogprob(p.ids.size(), 0.0f);
+    for (size_t k = 0; k < p.token_pos.size(); ++k)
+      dlogprob[size_t(p.token_pos[k])] = float(res.dloss_dlogp[k]);
+    pass->backward(dlogprob, grads);
+    return res;
+  }
+
+  nlohmann::json run_state() const {
+    nlohmann::json s = {{"epoch", epoch}, {"next_prompt", next_prompt}, {"rounds", rounds},
+                        {"non_finite_total", non_finite_total}};
+    if (round) s["round"] = round->to_json();
+    return s;
+  }
+
+  void load_state(const nlohmann::json& s) {
+    try {
+      epoch = s.at("epoch").get<int64_t>();
+      next_prompt = s.at("next_prompt").get<int64_t>();
+      rounds = s.at("rounds").get<int64_t>();
+      non_finite_total = s.at("non_finite_total").get<int64_t>();
+      if (s.contains("round")) round = Round::from_json(s.at("round"));
+    } catch (const std::exception& e) {
+      RAISE("the checkpoint's run state is malformed: {}", e.what());
+    }
+  }
+
+  void run(const std::function<void(const GrpoStepInfo&)>& on_step) {
+    prepare_run_dir(cfg.output_dir);
+    std::string resume = cfg.resume_from_checkpoint;
+    if (resume == "true") {
+      resume = latest_checkpoint(cfg.output_dir);
+      CHECK(!resume.empty(), "resume_from_checkpoint: no checkpoint in '{}'", cfg.output_dir);
+    }
+    if (!resume.empty() && resume != "false")
+      load_state(load_checkpoint(resume, model, adapter, *train_step));
+    MetricsLog metrics(cfg.output_dir, train_step->global_step());
+    std::ofstream samples(cfg.output_dir + "/samples.jsonl",
+                          train_step->global_step() > 0 ? std::ios::app : std::ios::trunc);
+    const TensorView params = adapter.master_params();
+    std::vector<float> grads(size_t(params.numel()));
+    const TensorView grads_view(grads.data(), DType::f32, {params.numel()});
+    const int64_t micro_per_round = steps_per_generation * cfg.num_iterations;
+
+    while (train_step->global_step() < total_steps) {
+      const auto t0 = Clock::now();
+      const int64_t step = train_step->global_step() + 1;
+      std::fill(grads.begin(), grads.end(), 0.0f);
+      MetricMeans means;
+      nlohmann::json line = nlohmann::json::object();
+      double loss = 0, train_seconds = 0;
+      int64_t train_tokens = 0;
+      for (int64_t micro = 0; micro < cfg.gradient_accumulation_steps; ++micro) {
+        if (!round || round->micro_used >= micro_per_round) {
+          round = generate(samples, step);
+          for (const auto& [k, v] : round->metrics.items()) line[k] = v;
+        }
+        const auto tt = Clock::now();
+        const size_t slice = size_t(round->micro_used % steps_per_generation);
+        const size_t first = slice * size_t(micro_batch);
+        const size_t count = std::min(size_t(micro_batch), round->ids.size() - first);
+        double entropy = 0;
+        const GrpoLossResult res = micro_step(*round, first, count, grads_view, entropy);
+        ++round->micro_used;
+        loss += res.loss;
+        for (size_t c = first; c < first + count; ++c) train_tokens += int64_t(round->ids[c].size());
+        means.add("entropy", entropy);
+        means.add("policy_loss", res.stats.policy_loss);
+        if (res.stats.kl) means.add("kl", *res.stats.kl);
+        means.add("clip_ratio/low_mean", res.stats.clip_ratio_low_mean);
+        means.add("clip_ratio/high_mean", res.stats.clip_ratio_high_mean);
+        means.add("clip_ratio/region_mean", res.stats.clip_ratio_region_mean);
+        means.add("cispo_clip_ratio", res.stats.cispo_clip_ratio);
+        train_seconds += seconds_since(tt);
+      }
+      const auto ts = Clock::now();
+      const StepResult r = train_step->step({params.ptr<float>(), size_t(params.numel())}, grads, loss);
+      if (!r.skipped) adapter.mark_updated();
+      train_seconds += seconds_since(ts);
+      means.into(line);
+      const double seconds = seconds_since(t0);
+      line["step"] = step;
+      line["loss"] = std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr);
+      line["grad_norm"] = std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json(nullptr);
+      line["learning_rate"] = r.lr;
+      line["skipped_steps"] = train_step->skipped_steps();
+      line["epoch"] = double(epoch) + double(next_prompt) / double(data.size());
+      line["timing/train_seconds"] = train_seconds;
+      line["timing/step_seconds"] = seconds;
+      line["train_tokens_per_second"] = double(train_tokens) / std::max(train_seconds, 1e-9);
+      line["peak_memory_bytes/train"] = peak_host_memory_bytes();
+      metrics.write(line);
+      if (on_step) {
+        GrpoStepInfo info;
+        info.step = step;
+        info.total_steps = total_steps;
+        info.reward = line.value("reward", std::nan(""));
+        info.reward_std = line.value("reward_std", std::nan(""));
+        info.has_kl = line.contains("kl");
+        info.kl = line.value("kl", 0.0);
+        info.loss = loss;
+        info.seconds = seconds;
+        info.tokens_per_second = double(train_tokens) / std::max(seconds, 1e-9);
+        on_step(info);
+      }
+      if ((cfg.save_steps > 0 && step % cfg.save_steps == 0) || step == total_steps)
+        save_checkpoint(cfg.output_dir, step, adapter, *train_step, run_state(), base_model_name);
+    }
+    adapter.save_peft(cfg.output_dir, base_model_name);
+  }
+};
+
+GrpoTrainer::GrpoTrainer(Context& ctx, Model& model, LoraAdapter& adapter,
+                         const tok::Tokenizer& tokenizer, std::vector<int32_t> eos_ids,
+                         std::vector<PromptExample> prompts, const GrpoConfig& config,
+                         rl::RewardSet rewards, std::string base_model_name)
+    : impl_(std::make_unique<Impl>(ctx, model, adapter, tokenizer, std::move(eos_ids),
+                                   std::move(prompts), config, std::move(rewards),
+                                   std::move(base_model_name))) {}
+
+GrpoTrainer::~GrpoTrainer() = default;
+
+int64_t GrpoTrainer::total_steps() const { return impl_->total_steps; }
+
+void GrpoTrainer::run(const std::function<void(const GrpoStepInfo&)>& on_step) {
+  impl_->run(on_step);
+}
+
+}  // namespace fp8rl

@@ -1,0 +1,64 @@
+// The GRPO loop (fp8rl grpo): TRL's GRPOTrainer over one model in one memory. Each generation
+// round, the engine (engine/engine.h) samples num_generations completions of a batch of
+// prompts from the very model and adapter tensors the trainer updates; the rewards score
+// them; advantages are normalised per group; then the trainer (train/logprob_pass.h)
+// recomputes the completions' log-probabilities and takes steps_per_generation x
+// num_iterations micro-steps of the GRPO-family loss (rl/grpo_loss.h) over slices of the
+// round, an optimizer step every gradient_accumulation_steps of them. After each step the
+// adapter's masters have changed in place: the next round samples from them with no copy.
+//
+// The engine's logprobs and the trainer's recomputation of them (both under the
+// temperature-scaled full-vocabulary distribution) are compared every round (the mismatch
+// metrics) and the difference corrected by TRL's truncated importance sampling
+// (vllm_importance_sampling_correction, rl/rollout_correction.h).
+//
+// Resume is exact on the CPU: prompts are drawn in a (seed, epoch) order, every sampling
+// stream is keyed by (seed, round, prompt), and a checkpoint taken inside a round stores the
+// round itself.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/adapter.h"
+#include "model/model.h"
+#include "ops/context.h"
+#include "rl/grpo_config.h"
+#include "rl/prompt_data.h"
+#include "rl/reward_set.h"
+
+namespace fp8rl {
+
+namespace tok {
+class Tokenizer;
+}
+
+struct GrpoStepInfo {
+  int64_t step = 0, total_steps = 0;
+  double reward = 0, reward_std = 0, kl = 0, loss = 0;
+  double seconds = 0, tokens_per_second = 0;
+  bool has_kl = false;
+};
+
+class GrpoTrainer {
+ public:
+  // The adapter must be attached to the model. The tokenizer decodes completions for the
+  // rewards; eos_ids end generation.
+  GrpoTrainer(Context& ctx, Model& model, LoraAdapter& adapter, const tok::Tokenizer& tokenizer,
+              std::vector<int32_t> eos_ids, std::vector<PromptExample> prompts,
+              const GrpoConfig& config, rl::RewardSet rewards, std::string base_model_name);
+  ~GrpoTrainer();
+  int64_t total_steps() const;
+  // Trains max_steps optimizer steps (from the checkpoint in config.resume_from_checkpoint, if
+  // set); writes metrics.jsonl, samples.jsonl, checkpoints and the final adapter into
+  // output_dir.
+  void run(const std::function<void(const GrpoStepInfo&)>& on_step = {});
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fp8rl

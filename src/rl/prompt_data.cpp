@@ -1,0 +1,108 @@
+#include "rl/prompt_data.h"
+
+#include <ctime>
+
+#include "core/check.h"
+#include "core/input_file.h"
+#include "formats/json_read.h"
+#include "tokenizer/jinja/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fp8rl {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr uint64_t kMaxLineBytes = uint64_t{64} << 20;
+
+bool is_messages(const Json& v) {
+  return v.is_array() && !v.empty() && v[0].is_object() && v[0].contains("role");
+}
+
+void check_messages(const Json& messages, const char* name) {
+  CHECK(messages.is_array() && !messages.empty(),
+        "\"{}\" must be a non-empty list of {{role, content}} messages", name);
+  for (size_t i = 0; i < messages.size(); ++i)
+    CHECK(messages[i].is_object() && messages[i].contains("role") &&
+              messages[i]["role"].is_string(),
+          "{}[{}] must be a {{role, content}} object with a string role", name, i);
+}
+
+}  // namespace
+
+std::vector<PromptExample> read_prompt_dataset(const std::string& path,
+                                               const tok::Tokenizer& tokenizer,
+                                               const ChatTemplateConfig* chat,
+                                               const PromptDataOptions& options) {
+  CHECK(!options.max_prompt_length || *options.max_prompt_length >= 1,
+        "max_prompt_length must be at least 1, got {}", options.max_prompt_length.value_or(0));
+  std::optional<ChatTemplate> chat_template;
+  if (chat != nullptr) chat_template.emplace(chat->source);
+  ChatTemplateOptions render_options;
+  std::tm now{};
+  const std::time_t t = std::time(nullptr);
+  render_options.fixed_now = *localtime_r(&t, &now);
+
+  std::vector<PromptExample> out;
+  InputLines lines(path, "dataset", kMaxLineBytes);
+  std::string line;
+  while (lines.next(line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const auto number = int64_t(lines.line_number());
+    try {
+      const Json row = parse_ordered_json_text(line, "the row");
+      CHECK(row.is_object(), "a row must be a JSON object, got {}", row.type_name());
+      PromptExample ex;
+      ex.line = number;
+      const char* used = nullptr;
+      const Json* messages = nullptr;
+      if (row.contains("messages") && !row["messages"].is_null()) {
+        used = "messages";
+        messages = &row["messages"];
+      } else if (row.contains("prompt") && is_messages(row["prompt"])) {
+        used = "prompt";
+        messages = &row["prompt"];
+      } else if (row.contains("prompt") && !row["prompt"].is_null()) {
+        used = "prompt";
+        CHECK(row["prompt"].is_string() && !row["prompt"].get_ref<const std::string&>().empty(),
+              "\"prompt\" must be a non-empty string or a list of messages, got {}",
+              json_excerpt(row["prompt"], 40));
+        ex.text = row["prompt"].get<std::string>();
+        ex.ids = tokenizer.encode(ex.text, true);
+      }
+      CHECK(used != nullptr, "the row has neither \"prompt\" nor \"messages\"");
+      if (messages != nullptr) {
+        check_messages(*messages, used);
+        CHECK(chat_template.has_value(),
+              "\"{}\" holds chat messages and the model has no chat template", used);
+        ChatRequest request;
+        for (const Json& m : *messages) request.messages.push_back(m);
+        request.add_generation_prompt = true;
+        ex.text = chat_template->render(build_chat_context(*chat, request), render_options);
+        ex.ids = tokenizer.encode(ex.text, false);
+      }
+      CHECK(!ex.ids.empty(), "the prompt has no tokens");
+      const int64_t n = int64_t(ex.ids.size());
+      if (options.max_prompt_length && n > *options.max_prompt_length) {
+        CHECK(options.truncation,
+              "the prompt has {} tokens, more than max_prompt_length {} (set truncation to "
+              "keep its last {} tokens)",
+              n, *options.max_prompt_length, *options.max_prompt_length);
+        ex.ids.erase(ex.ids.begin(), ex.ids.end() - *options.max_prompt_length);
+      }
+      ex.columns = nlohmann::json::object();
+      for (const auto& [key, value] : row.items())
+        if (key != used) ex.columns[key] = nlohmann::json(value);
+      out.push_back(std::move(ex));
+    } catch (const Error& e) {
+      RAISE("{}:{}: {}", path, number, e.what());
+    } catch (const nlohmann::json::exception& e) {
+      RAISE("{}:{}: {}", path, number, e.what());
+    }
+  }
+  CHECK(!out.empty(), "{}: no prompts (the file has no non-blank line)", path);
+  return out;
+}
+
+}  // namespace fp8rl

@@ -1,0 +1,43 @@
+// The prompts of a GRPO run (issue 11 item 5): JSONL rows with `prompt` (a string, tokenized
+// raw as TRL does: processing_class(text=prompt), the post-processor's special tokens
+// included) or `messages` / a conversational `prompt` (a list of {role, content}: the chat
+// template's render with the generation prompt, apply_chat_template(add_generation_prompt=
+// True), tokenized without added special tokens), plus any other columns, which go to the
+// rewards. Every problem is an fp8rl::Error "DATASET:LINE: what is wrong".
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fp8rl {
+
+namespace tok {
+class Tokenizer;
+}
+struct ChatTemplateConfig;
+
+struct PromptExample {
+  std::vector<int32_t> ids;  // the prompt's tokens
+  std::string text;          // the prompt text (the rendered template for chat prompts)
+  nlohmann::json columns;    // every other column of the row (an object)
+  int64_t line = 0;          // 1-based line in the JSONL file
+};
+
+struct PromptDataOptions {
+  // A prompt longer than this is an error naming its row, unless `truncation` keeps its last
+  // max_prompt_length tokens (TRL's old left truncation). nullopt: no limit.
+  std::optional<int64_t> max_prompt_length = 512;
+  bool truncation = false;
+};
+
+// `chat` may be null when the model has no chat template (chat rows are then an error).
+std::vector<PromptExample> read_prompt_dataset(const std::string& path,
+                                               const tok::Tokenizer& tokenizer,
+                                               const ChatTemplateConfig* chat,
+                                               const PromptDataOptions& options);
+
+}  // namespace fp8rl
