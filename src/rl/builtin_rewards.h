@@ -25,7 +25,7 @@ struct AnswerMatchOptions {
   // When set, the completion's answer is group 1 of the last match of this pattern (DOTALL;
   // e.g. "<answer>(.*?)</answer>"), and a completion without a match is incorrect. Otherwise
   // it is the whole completion (exact, normalized) or extract_math_answer's answer (numeric).
-  std::optional<std::string> answer_pattern;
+  std::optional<std::string> answer_pattern{};
   double correct_reward = 1.0;
   double incorrect_reward = 0.0;
 };
@@ -53,7 +53,7 @@ struct RegexRewardOptions {
   std::string name = "regex";
   std::string pattern;
   RegexMatch match = RegexMatch::search;
-  PatternOptions flags;
+  PatternOptions flags{};
   double match_reward = 1.0;
   double no_match_reward = 0.0;
 };
