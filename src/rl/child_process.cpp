@@ -1,0 +1,267 @@
+#include "rl/child_process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <thread>
+
+#include "core/check.h"
+
+extern char** environ;
+
+namespace fp8rl::rl {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// How long the destructor lets the process exit by itself after closing its stdin, and how long
+// it then waits after SIGTERM before SIGKILL.
+constexpr milliseconds kExitGrace{2000};
+constexpr milliseconds kTermGrace{500};
+
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+// Moves a pipe end off fds 0-2 (when our own stdin/stdout/stderr were closed, pipe2 can return
+// them, and dup2 onto the same number would keep its close-on-exec flag in the child).
+int above_stdio(int fd) {
+  if (fd > 2) return fd;
+  const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  const int err = errno;
+  ::close(fd);
+  CHECK(moved >= 0, "child process: fcntl(F_DUPFD_CLOEXEC) failed: {}", errno_text(err));
+  return moved;
+}
+
+void set_nonblocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  CHECK(flags >= 0 && ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0,
+        "child process: fcntl(O_NONBLOCK) failed: {}", errno_text(errno));
+}
+
+// write() that cannot raise SIGPIPE in this process: SIGPIPE is blocked in this thread for the
+// call, and one it raised is consumed before the mask is restored (a SIGPIPE that was already
+// pending stays pending). The process-wide disposition is left alone.
+ssize_t write_without_sigpipe(int fd, const char* data, size_t size) {
+  sigset_t pipe_set, old_mask, pending;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old_mask);
+  sigpending(&pending);
+  const bool was_pending = sigismember(&pending, SIGPIPE) == 1;
+  const ssize_t n = ::write(fd, data, size);
+  const int err = errno;
+  if (n < 0 && err == EPIPE && !was_pending) {
+    const timespec zero{0, 0};
+    while (sigtimedwait(&pipe_set, nullptr, &zero) < 0 && errno == EINTR) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  errno = err;
+  return n;
+}
+
+std::string describe_status(const siginfo_t& info) {
+  if (info.si_code == CLD_EXITED) {
+    const int code = info.si_status;
+    if (code == 127) return "exited with status 127 (the shell did not find the command)";
+    if (code == 126) return "exited with status 126 (the command is not executable)";
+    return fmt::format("exited with status {}", code);
+  }
+  const int sig = info.si_status;
+  const char* name = ::sigabbrev_np(sig);
+  const char* text = ::strsignal(sig);
+  return fmt::format("was killed by signal {} (SIG{}: {}){}", sig, name ? name : "?",
+                     text ? text : "?", info.si_code == CLD_DUMPED ? ", core dumped" : "");
+}
+
+}  // namespace
+
+ChildProcess::ChildProcess(std::string command, std::string who)
+    : command_(std::move(command)), who_(std::move(who)) {
+  CHECK(!command_.empty(), "{}: the command line is empty", who_);
+  int in[2], out[2];
+  CHECK(::pipe2(in, O_CLOEXEC) == 0, "{}: pipe2 failed: {}", who_, errno_text(errno));
+  if (::pipe2(out, O_CLOEXEC) != 0) {
+    const int err = errno;
+    ::close(in[0]);
+    ::close(in[1]);
+    RAISE("{}: pipe2 failed: {}", who_, errno_text(err));
+  }
+  for (int* fd : {&in[0], &in[1], &out[0], &out[1]}) *fd = above_stdio(*fd);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  // dup2 clears close-on-exec on the copies; the originals (close-on-exec) vanish at exec.
+  posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  // Own process group; default SIGPIPE/SIGINT/SIGTERM handling and no blocked signals, whatever
+  // this process set for itself.
+  posix_spawnattr_setpgroup(&attr, 0);
+  sigset_t defaults, empty;
+  sigemptyset(&defaults);
+  for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGQUIT, SIGHUP}) sigaddset(&defaults, sig);
+  sigemptyset(&empty);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setsigmask(&attr, &empty);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  char sh[] = "sh";
+  char dash_c[] = "-c";
+  char* argv[] = {sh, dash_c, command_.data(), nullptr};
+  const int rc = ::posix_spawn(&pid_, "/bin/sh", &actions, &attr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  ::close(in[0]);
+  ::close(out[1]);
+  stdin_fd_ = in[1];
+  stdout_fd_ = out[0];
+  if (rc != 0) {
+    pid_ = -1;
+    close_fd(stdin_fd_);
+    close_fd(stdout_fd_);
+    RAISE("{}: could not start /bin/sh -c '{}': {}", who_, command_, errno_text(rc));
+  }
+  set_nonblocking(stdin_fd_);
+  set_nonblocking(stdout_fd_);
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ <= 0) return;
+  // EOF on its stdin is the signal to finish; then SIGTERM, then SIGKILL.
+  close_fd(stdin_fd_);
+  if (!wait_exit(kExitGrace)) {
+    ::kill(-pid_, SIGTERM);
+    wait_exit(kTermGrace);
+  }
+  kill_and_reap();
+}
+
+void ChildProcess::kill() {
+  if (pid_ > 0) kill_and_reap();
+}
+
+void ChildProcess::kill_and_reap() {
+  // The leader is not reaped yet, so its pid (= the group id) cannot have been reused: the
+  // SIGKILL reaches only its group (what the shell started, even after the shell exited).
+  ::kill(-pid_, SIGKILL);
+  while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  pid_ = -1;
+  close_fd(stdin_fd_);
+  close_fd(stdout_fd_);
+}
+
+bool ChildProcess::wait_exit(milliseconds wait) {
+  const auto deadline = Clock::now() + wait;
+  for (;;) {
+    siginfo_t info{};
+    // WNOWAIT: look without reaping (kill_and_reap reaps).
+    const int rc = ::waitid(P_PID, id_t(pid_), &info, WEXITED | WNOHANG | WNOWAIT);
+    if (rc == 0 && info.si_pid == pid_) {
+      exit_description_ = describe_status(info);
+      return true;
+    }
+    if (rc < 0 && errno != EINTR) return false;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+}
+
+void ChildProcess::fail(const std::string& what) {
+  failure_ = what;
+  kill_and_reap();
+  RAISE("{}: {}", who_, what);
+}
+
+void ChildProcess::fail_ended(const std::string& what) {
+  if (wait_exit(milliseconds(1000))) fail(fmt::format("{} ({})", what, exit_description_));
+  fail(fmt::format("{} but is still running", what));
+}
+
+std::string ChildProcess::exchange(std::string_view request, milliseconds timeout,
+                                   size_t max_line_bytes) {
+  CHECK(pid_ > 0, "{}: is no longer running ({})", who_,
+        failure_.empty() ? "it was stopped" : failure_);
+  CHECK(!request.empty() && request.back() == '\n', "{}: a request must end in a newline", who_);
+  if (!pending_.empty()) {
+    fail(fmt::format("wrote output that was not an answer to a request: '{}'",
+                     pending_.substr(0, 200)));
+  }
+  const auto deadline = Clock::now() + timeout;
+  size_t written = 0;
+  char buffer[1 << 16];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      fail(fmt::format("gave no answer within {} s{}", double(timeout.count()) / 1000.0,
+                       written < request.size()
+                           ? fmt::format(" (it read only {} of the {} bytes of the request)",
+                                         written, request.size())
+                           : ""));
+    }
+    pollfd fds[2] = {{stdout_fd_, POLLIN, 0},
+                     {written < request.size() ? stdin_fd_ : -1, POLLOUT, 0}};
+    const int ready = ::poll(fds, 2, int(std::min<int64_t>(left.count() + 1, INT_MAX)));
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      fail(fmt::format("poll failed: {}", errno_text(errno)));
+    }
+    if (fds[0].revents != 0) {
+      const ssize_t n = ::read(stdout_fd_, buffer, sizeof(buffer));
+      if (n == 0) fail_ended("closed its stdout");
+      if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        fail(fmt::format("reading its stdout failed: {}", errno_text(errno)));
+      }
+      if (n > 0) {
+        pending_.append(buffer, size_t(n));
+        const size_t newline = pending_.find('\n');
+        if (newline != std::string::npos) {
+          if (written < request.size()) {
+            fail(fmt::format("answered before reading the whole request ({} of {} bytes): '{}'",
+                             written, request.size(),
+                             pending_.substr(0, std::min<size_t>(newline, 200))));
+          }
+          std::string line = pending_.substr(0, newline);
+          pending_.erase(0, newline + 1);
+          if (!pending_.empty()) {
+            fail(fmt::format("answered more than one line: '{}' after '{}'",
+                             pending_.substr(0, 200), line.substr(0, 200)));
+          }
+          return line;
+        }
+        if (pending_.size() > max_line_bytes) {
+          fail(fmt::format("wrote more than {} bytes without a newline", max_line_bytes));
+        }
+      }
+    }
+    if (fds[1].revents != 0) {
+      const ssize_t n =
+          write_without_sigpipe(stdin_fd_, request.data() + written, request.size() - written);
+      if (n < 0 && errno == EPIPE) fail_ended("closed its stdin");
+      if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        fail(fmt::format("writing to its stdin failed: {}", errno_text(errno)));
+      }
+      if (n > 0) written += size_t(n);
+    }
+  }
+}
+
+}  // namespace fp8rl::rl

@@ -1,0 +1,117 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "core/check.h"
+#include "rl/reward_set.h"
+
+namespace fp8rl::rl {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr auto None = std::nullopt;
+
+// A reward function that returns fixed values.
+class Fixed final : public RewardFunction {
+ public:
+  Fixed(std::string name, RewardValues values)
+      : name_(std::move(name)), values_(std::move(values)) {}
+  const std::string& name() const override { return name_; }
+  RewardValues score(const RewardBatch&) override { return values_; }
+
+ private:
+  std::string name_;
+  RewardValues values_;
+};
+
+RewardBatch empty_batch(size_t n) {
+  RewardBatch b;
+  b.prompts.assign(n, "p");
+  b.completions.assign(n, "c");
+  b.completion_ids.assign(n, {1});
+  return b;
+}
+
+TEST(RewardSet, WeightedNansumWithNoneAndUnscorableRows) {
+  // Hand-computed: weights (1, 0.5).
+  //   row 0: 1*1 + 0.5*2 = 2      row 1: None + 0.5*4 = 2 (None skipped, as nansum)
+  //   row 2: 1*3 + None = 3       row 3: None, None -> unscorable (NaN, not in the stats)
+  RewardSet set;
+  set.add(std::make_unique<Fixed>("a", RewardValues{1.0, None, 3.0, None}), 1.0);
+  set.add(std::make_unique<Fixed>("b", RewardValues{2.0, 4.0, None, None}), 0.5);
+  const CombinedRewards c = set.score(empty_batch(4));
+  EXPECT_EQ(c.total[0], 2.0);
+  EXPECT_EQ(c.total[1], 2.0);
+  EXPECT_EQ(c.total[2], 3.0);
+  EXPECT_TRUE(std::isnan(c.total[3]));
+  EXPECT_EQ(c.rows[3], RewardRow::unscorable);
+  EXPECT_EQ(c.num_unscorable, 1);
+  EXPECT_EQ(c.num_non_finite, 0);
+  // Per function: a over {1, 3}: mean 2, std sqrt(2); b over {2, 4}: mean 3, std sqrt(2).
+  EXPECT_EQ(c.function_stats[0].mean, 2.0);
+  EXPECT_DOUBLE_EQ(c.function_stats[0].std, std::sqrt(2.0));
+  EXPECT_EQ(c.function_stats[1].mean, 3.0);
+  // Totals over the 3 scored rows {2, 2, 3}: mean 7/3, unbiased std sqrt(1/3).
+  EXPECT_DOUBLE_EQ(c.total_stats.mean, 7.0 / 3.0);
+  EXPECT_DOUBLE_EQ(c.total_stats.std, std::sqrt(1.0 / 3.0));
+  EXPECT_EQ(c.total_stats.count, 3);
+
+  std::map<std::string, double> m;
+  for (const auto& [k, v] : c.metrics()) m[k] = v;
+  EXPECT_EQ(m.at("rewards/a/mean"), 2.0);
+  EXPECT_EQ(m.at("rewards/b/mean"), 3.0);
+  EXPECT_DOUBLE_EQ(m.at("reward"), 7.0 / 3.0);
+  EXPECT_DOUBLE_EQ(m.at("reward_std"), std::sqrt(1.0 / 3.0));
+  EXPECT_EQ(m.at("rewards/unscorable_count"), 1.0);
+}
+
+TEST(RewardSet, NonFiniteRowsAreReportedNotSummed) {
+  RewardSet set;
+  set.add(std::make_unique<Fixed>("a", RewardValues{1.0, kNaN, 1.0, -kInf}), 1.0);
+  set.add(std::make_unique<Fixed>("b", RewardValues{1.0, 1.0, kInf, None}), 1.0);
+  const CombinedRewards c = set.score(empty_batch(4));
+  EXPECT_EQ(c.total[0], 2.0);
+  for (int i : {1, 2, 3}) {
+    EXPECT_TRUE(std::isnan(c.total[i])) << i;
+    EXPECT_EQ(c.rows[i], RewardRow::non_finite) << i;
+  }
+  EXPECT_EQ(c.num_non_finite, 3);
+  EXPECT_EQ(c.num_unscorable, 0);
+  // The stats skip non-finite values: a over {1, 1}, b over {1, 1}, totals over {2}.
+  EXPECT_EQ(c.function_stats[0].count, 2);
+  EXPECT_EQ(c.function_stats[1].count, 2);
+  EXPECT_EQ(c.total_stats.mean, 2.0);
+  EXPECT_TRUE(std::isnan(c.total_stats.std));  // one value: no unbiased std
+  for (const auto& [k, v] : c.metrics()) EXPECT_FALSE(std::isnan(v)) << k;
+}
+
+TEST(RewardSet, WeightsOverrideAndValidation) {
+  RewardSet set;
+  set.add(std::make_unique<Fixed>("a", RewardValues{1.0}), 1.0);
+  set.add(std::make_unique<Fixed>("b", RewardValues{1.0}), 1.0);
+  set.set_weights({2.0, -1.0});
+  EXPECT_EQ(set.score(empty_batch(1)).total[0], 1.0);
+  EXPECT_THROW(set.set_weights({1.0}), Error);
+  EXPECT_THROW(set.set_weights({1.0, kNaN}), Error);
+  EXPECT_THROW(set.add(std::make_unique<Fixed>("a", RewardValues{1.0}), 1.0), Error);  // name
+  EXPECT_THROW(set.score(empty_batch(2)), Error);  // functions return 1 value for 2 rows
+}
+
+TEST(RewardSet, BatchValidation) {
+  RewardSet set;
+  set.add(std::make_unique<Fixed>("a", RewardValues{1.0}), 1.0);
+  RewardBatch b = empty_batch(1);
+  b.columns = {{"answer", {"x", "y"}}};
+  EXPECT_THROW(set.score(b), Error);  // a column of 2 values for 1 row
+  b.columns = {{"completions", {"x"}}};
+  EXPECT_THROW(set.score(b), Error);  // a reserved name
+  b.columns = {{"answer", {"x"}}};
+  EXPECT_NO_THROW(set.score(b));
+  EXPECT_THROW(RewardSet().score(b), Error);  // no function
+}
+
+}  // namespace
+}  // namespace fp8rl::rl
