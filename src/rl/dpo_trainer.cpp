@@ -1,0 +1,226 @@
+#include "rl/dpo_trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "ops/backward.h"
+#include "rl/dpo_loss.h"
+#include "train/logprob_pass.h"
+#include "train/run_dir.h"
+#include "train/train_step.h"
+#include "train/training_arguments.h"
+
+namespace fp8rl {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Pairs [i...] packed as 2 sequences each (chosen, then rejected); targets on the completions.
+struct Packed {
+  std::vector<int32_t> ids, targets;
+  std::vector<int64_t> cu{0};
+  std::vector<std::pair<int64_t, int64_t>> span;  // [2P] packed target positions [begin, end)
+};
+
+Packed pack(const std::vector<PreferencePair>& pairs, std::span<const size_t> idx) {
+  Packed p;
+  for (size_t i : idx)
+    for (const std::vector<int32_t>* c : {&pairs[i].chosen, &pairs[i].rejected}) {
+      const std::vector<int32_t>& prompt = pairs[i].prompt;
+      const int64_t start = int64_t(p.ids.size());
+      p.ids.insert(p.ids.end(), prompt.begin(), prompt.end());
+      p.ids.insert(p.ids.end(), c->begin(), c->end() - 1);
+      p.targets.resize(p.ids.size(), ops::kIgnoreIndex);
+      const int64_t first = start + int64_t(prompt.size()) - 1;
+      for (size_t j = 0; j < c->size(); ++j) p.targets[size_t(first) + j] = (*c)[j];
+      p.span.emplace_back(first, first + int64_t(c->size()));
+      p.cu.push_back(int64_t(p.ids.size()));
+    }
+  return p;
+}
+
+double span_sum(std::span<const float> v, std::pair<int64_t, int64_t> s) {
+  double sum = 0;
+  for (int64_t t = s.first; t < s.second; ++t) sum += v[size_t(t)];
+  return sum;
+}
+
+}  // namespace
+
+struct DpoTrainer::Impl {
+  Context& ctx;
+  Model& model;
+  LoraAdapter& adapter;
+  std::vector<PreferencePair> pairs;
+  DpoConfig cfg;
+  std::string base_model_name;
+  std::unique_ptr<TrainStep> train_step;
+  std::unique_ptr<LogprobPass> pass;
+  int64_t total_steps = 0, batches_per_epoch = 0;
+  std::vector<double> ref_chosen, ref_rejected;  // [pairs] reference summed logps (NaN: not yet)
+  int64_t epoch = 0, batch = 0;
+
+  Impl(Context& c, Model& m, LoraAdapter& a, std::vector<PreferencePair> p, const DpoConfig& d,
+       std::string base)
+      : ctx(c), model(m), adapter(a), pairs(std::move(p)), cfg(d), base_model_name(std::move(base)) {
+    cfg.validate();
+    CHECK(!pairs.empty(), "dpo: the dataset has no pairs");
+    batches_per_epoch = (int64_t(pairs.size()) + cfg.per_device_train_batch_size - 1) /
+                        cfg.per_device_train_batch_size;
+    const int64_t steps_per_epoch = std::max<int64_t>(
+        1, (batches_per_epoch + cfg.gradient_accumulation_steps - 1) /
+               cfg.gradient_accumulation_steps);
+    total_steps = cfg.max_steps > 0 ? cfg.max_steps
+                                    : int64_t(std::ceil(cfg.num_train_epochs * double(steps_per_epoch)));
+    train_step = std::make_unique<TrainStep>(
+        make_optimizer(cfg, adapter.master_params().numel()), train_step_config(cfg, total_steps));
+    pass = std::make_unique<LogprobPass>(ctx, model, &adapter);
+    ref_chosen.assign(pairs.size(), std::nan(""));
+    ref_rejected.assign(pairs.size(), std::nan(""));
+  }
+
+  std::vector<size_t> batch_indices(int64_t e, int64_t b) const {
+    std::vector<size_t> order(pairs.size());
+    std::iota(order.begin(), order.end(), size_t(0));
+    const uint64_t stream = rng_key(uint64_t(cfg.seed), uint64_t(e) + 0xd90);
+    for (size_t i = order.size(); i > 1; --i)
+      std::swap(order[i - 1], order[size_t(uniform01(stream, i) * float(i)) % i]);
+    const size_t first = size_t(b * cfg.per_device_train_batch_size);
+    const size_t last = std::min(order.size(), first + size_t(cfg.per_device_train_batch_size));
+    return std::vector<size_t>(order.begin() + ptrdiff_t(first), order.begin() + ptrdiff_t(last));
+  }
+
+  // The reference's summed logps of these pairs (the base without the adapter), once each.
+  void reference(std::span<const size_t> idx) {
+    std::vector<size_t> missing;
+    for (size_t i : idx)
+      if (std::isnan(ref_chosen[i])) missing.push_back(i);
+    if (missing.empty()) return;
+    const Packed p = pack(pairs, missing);
+    LoraAdapter::detach(model);
+    pass->forward({p.ids, p.targets, p.cu}, {});
+    adapter.attach(model);
+    for (size_t k = 0; k < missing.size(); ++k) {
+      ref_chosen[missing[k]] = span_sum(pass->logprobs(), p.span[2 * k]);
+      ref_rejected[missing[k]] = span_sum(pass->logprobs(), p.span[2 * k + 1]);
+    }
+  }
+
+  void run(const std::function<void(const DpoStepInfo&)>& on_step) {
+    prepare_run_dir(cfg.output_dir);
+    std::string resume = cfg.resume_from_checkpoint;
+    if (resume == "true") {
+      resume = latest_checkpoint(cfg.output_dir);
+      CHECK(!resume.empty(), "resume_from_checkpoint: no checkpoint in '{}'", cfg.output_dir);
+    }
+    if (!resume.empty() && resume != "false") {
+      const nlohmann::json s = load_checkpoint(resume, model, adapter, *train_step);
+      try {
+        epoch = s.at("epoch").get<int64_t>();
+        batch = s.at("batch").get<int64_t>();
+      } catch (const std::exception& e) {
+        RAISE("checkpoint '{}': its data position is malformed: {}", resume, e.what());
+      }
+    }
+    MetricsLog metrics(cfg.output_dir, train_step->global_step());
+    const TensorView params = adapter.master_params();
+    std::vector<float> grads(size_t(params.numel()));
+    const TensorView grads_view(grads.data(), DType::f32, {params.numel()});
+    DpoLossConfig lc;
+    lc.loss_type = cfg.loss_type;
+    lc.beta = cfg.beta;
+    lc.label_smoothing = cfg.label_smoothing;
+    while (train_step->global_step() < total_steps) {
+      const auto t0 = Clock::now();
+      std::fill(grads.begin(), grads.end(), 0.0f);
+      double loss = 0;
+      DpoStats mean{};
+      int64_t micro = 0, tokens = 0;
+      for (; micro < cfg.gradient_accumulation_steps; ++micro) {
+        if (batch >= batches_per_epoch) {
+          if (micro > 0) break;  // an epoch's last step may be shorter (transformers)
+          ++epoch;
+          batch = 0;
+        }
+        const std::vector<size_t> idx = batch_indices(epoch, batch++);
+        reference(idx);
+        const Packed p = pack(pairs, idx);
+        PassOptions o;
+        o.lora_dropout = float(cfg.lora_dropout);
+        o.dropout_seed = rng_key(uint64_t(cfg.seed), uint64_t(epoch) * 1000003u + uint64_t(batch));
+        pass->forward({p.ids, p.targets, p.cu}, o);
+        tokens += int64_t(p.ids.size());
+        std::vector<double> pc, pr, rc, rr;
+        std::vector<int64_t> lcn, lrn;
+        for (size_t k = 0; k < idx.size(); ++k) {
+          pc.push_back(span_sum(pass->logprobs(), p.span[2 * k]));
+          pr.push_back(span_sum(pass->logprobs(), p.span[2 * k + 1]));
+          rc.push_back(ref_chosen[idx[k]]);
+          rr.push_back(ref_rejected[idx[k]]);
+          lcn.push_back(p.span[2 * k].second - p.span[2 * k].first);
+          lrn.push_back(p.span[2 * k + 1].second - p.span[2 * k + 1].first);
+        }
+        const DpoLossResult res = dpo_loss({pc, pr, rc, rr, lcn, lrn}, lc);
+        const double ga = double(cfg.gradient_accumulation_steps);
+        loss += res.loss / ga;
+        std::vector<float> dlogprob(p.ids.size(), 0.0f);
+        for (size_t k = 0; k < idx.size(); ++k) {
+          for (int64_t t = p.span[2 * k].first; t < p.span[2 * k].second; ++t)
+            dlogprob[size_t(t)] = float(res.dloss_dchosen_logp[k] / ga);
+          for (int64_t t = p.span[2 * k + 1].first; t < p.span[2 * k + 1].second; ++t)
+            dlogprob[size_t(t)] = float(res.dloss_drejected_logp[k] / ga);
+        }
+        pass->backward(dlogprob, grads_view);
+        mean.rewards_chosen += res.stats.rewards_chosen;
+        mean.rewards_rejected += res.stats.rewards_rejected;
+        mean.rewards_accuracies += res.stats.rewards_accuracies;
+        mean.rewards_margins += res.stats.rewards_margins;
+        mean.logps_chosen += res.stats.logps_chosen;
+        mean.logps_rejected += res.stats.logps_rejected;
+      }
+      const StepResult r =
+          train_step->step({params.ptr<float>(), size_t(params.numel())}, grads, loss);
+      if (!r.skipped) adapter.mark_updated();
+      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      const double n = double(micro);
+      const int64_t step = train_step->global_step();
+      nlohmann::json line = {{"step", step},
+                             {"loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)},
+                             {"grad_norm", std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json(nullptr)},
+                             {"learning_rate", r.lr},
+                             {"rewards/chosen", mean.rewards_chosen / n},
+                             {"rewards/rejected", mean.rewards_rejected / n},
+                             {"rewards/accuracies", mean.rewards_accuracies / n},
+                             {"rewards/margins", mean.rewards_margins / n},
+                             {"logps/chosen", mean.logps_chosen / n},
+                             {"logps/rejected", mean.logps_rejected / n},
+                             {"epoch", double(epoch) + double(batch) / double(batches_per_epoch)},
+                             {"tokens_per_second", double(tokens) / seconds},
+                             {"peak_memory_bytes", peak_host_memory_bytes()},
+                             {"skipped_steps", train_step->skipped_steps()}};
+      metrics.write(line);
+      if (on_step)
+        on_step({step, total_steps, loss, mean.rewards_accuracies / n, mean.rewards_margins / n,
+                 seconds});
+      if ((cfg.save_steps > 0 && step % cfg.save_steps == 0) || step == total_steps)
+        save_checkpoint(cfg.output_dir, step, adapter, *train_step,
+                        {{"epoch", epoch}, {"batch", batch}}, base_model_name);
+    }
+    adapter.save_peft(cfg.output_dir, base_model_name);
+  }
+};
+
+DpoTrainer::DpoTrainer(Context& ctx, Model& model, LoraAdapter& adapter,
+                       std::vector<PreferencePair> pairs, const DpoConfig& config,
+                       std::string base_model_name)
+    : impl_(std::make_unique<Impl>(ctx, model, adapter, std::move(pairs), config,
+                                   std::move(base_model_name))) {}
+DpoTrainer::~DpoTrainer() = default;
+int64_t DpoTrainer::total_steps() const { return impl_->total_steps; }
+void DpoTrainer::run(const std::function<void(const DpoStepInfo&)>& on_step) { impl_->run(on_step); }
+
+}  // namespace fp8rl

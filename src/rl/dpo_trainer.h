@@ -1,0 +1,41 @@
+// The DPO loop (fp8rl dpo): TRL's DPOTrainer with LoRA, the reference being the same base
+// without the adapter (no second model). Per micro-batch of pairs, the prompt + chosen and
+// prompt + rejected sequences are packed into one pass; the summed completion log-probs of
+// the policy (with the adapter) and of the reference (adapter detached, computed once per
+// pair and kept: the base is frozen) give the loss of rl/dpo_loss.h, whose derivative with
+// respect to a summed log-prob is the derivative with respect to each of its tokens.
+// Checkpoints, metrics and resume as the SFT loop.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/adapter.h"
+#include "model/model.h"
+#include "ops/context.h"
+#include "rl/dpo_config.h"
+#include "rl/preference_data.h"
+
+namespace fp8rl {
+
+struct DpoStepInfo {
+  int64_t step = 0, total_steps = 0;
+  double loss = 0, accuracy = 0, margin = 0, seconds = 0;
+};
+
+class DpoTrainer {
+ public:
+  DpoTrainer(Context& ctx, Model& model, LoraAdapter& adapter, std::vector<PreferencePair> pairs,
+             const DpoConfig& config, std::string base_model_name);
+  ~DpoTrainer();
+  int64_t total_steps() const;
+  void run(const std::function<void(const DpoStepInfo&)>& on_step = {});
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fp8rl

@@ -1,0 +1,152 @@
+#include "rl/preference_data.h"
+
+#include <algorithm>
+#include <ctime>
+
+#include "core/check.h"
+#include "core/input_file.h"
+#include "formats/json_read.h"
+#include "tokenizer/jinja/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fp8rl {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr uint64_t kMaxLineBytes = uint64_t{64} << 20;
+
+bool is_messages(const Json& v) {
+  return v.is_array() && !v.empty() && v[0].is_object() && v[0].contains("role");
+}
+
+struct Reader {
+  const tok::Tokenizer& tokenizer;
+  const ChatTemplateConfig* chat;
+  const ChatTemplate* tmpl;
+  ChatTemplateOptions render_options;
+  const PreferenceDataOptions& opt;
+
+  std::vector<int32_t> render(const Json& messages, bool generation_prompt) const {
+    CHECK(tmpl != nullptr, "the row holds chat messages and the model has no chat template");
+    ChatRequest request;
+    for (const Json& m : messages) {
+      CHECK(m.is_object() && m.contains("role") && m["role"].is_string(),
+            "a message must be a {{role, content}} object with a string role");
+      request.messages.push_back(m);
+    }
+    request.add_generation_prompt = generation_prompt;
+    return tokenizer.encode(tmpl->render(build_chat_context(*chat, request), render_options), false);
+  }
+
+  // The tokens a completion adds after the prompt; `prompt_ids` must be their prefix.
+  std::vector<int32_t> completion(const Json& prompt, const std::vector<int32_t>& prompt_ids,
+                                  const Json& c, const char* name) const {
+    std::vector<int32_t> full;
+    if (is_messages(prompt) || is_messages(c)) {
+      CHECK(is_messages(prompt) && is_messages(c),
+            "\"prompt\" and \"{}\" must both be strings or both message lists", name);
+      Json all = prompt;
+      for (const Json& m : c) all.push_back(m);
+      full = render(all, false);
+    } else {
+      CHECK(c.is_string() && !c.get_ref<const std::string&>().empty(),
+            "\"{}\" must be a non-empty string or a list of messages", name);
+      full = tokenizer.encode(prompt.get<std::string>() + c.get<std::string>(), true);
+      CHECK(opt.eos_token_id >= 0, "completions get an EOS appended, and the tokenizer has none");
+      if (full.back() != opt.eos_token_id) full.push_back(opt.eos_token_id);
+    }
+    CHECK(full.size() > prompt_ids.size() &&
+              std::equal(prompt_ids.begin(), prompt_ids.end(), full.begin()),
+          "the prompt's tokens are not a prefix of prompt + \"{}\"'s (a token merges across "
+          "the boundary, or the template renders the prompt differently)",
+          name);
+    return std::vector<int32_t>(full.begin() + ptrdiff_t(prompt_ids.size()), full.end());
+  }
+
+  PreferencePair row(const Json& r) const {
+    CHECK(r.is_object(), "a row must be a JSON object, got {}", r.type_name());
+    CHECK(r.contains("chosen") && r.contains("rejected"),
+          "the row needs \"chosen\" and \"rejected\"");
+    Json prompt, chosen = r["chosen"], rejected = r["rejected"];
+    if (r.contains("prompt") && !r["prompt"].is_null()) {
+      prompt = r["prompt"];
+    } else {
+      CHECK(is_messages(chosen) && is_messages(rejected),
+            "without \"prompt\", \"chosen\" and \"rejected\" must be message lists sharing the "
+            "prompt's messages");
+      size_t common = 0;
+      while (common < chosen.size() && common < rejected.size() &&
+             chosen[common] == rejected[common])
+        ++common;
+      CHECK(common > 0 && common < chosen.size() && common < rejected.size(),
+            "\"chosen\" and \"rejected\" share no leading messages (the implicit prompt)");
+      prompt = Json::array();
+      for (size_t i = 0; i < common; ++i) prompt.push_back(chosen[i]);
+      chosen = Json(chosen.begin() + ptrdiff_t(common), chosen.end());
+      rejected = Json(rejected.begin() + ptrdiff_t(common), rejected.end());
+    }
+    PreferencePair p;
+    if (is_messages(prompt)) {
+      p.prompt = render(prompt, true);
+    } else {
+      CHECK(prompt.is_string() && !prompt.get_ref<const std::string&>().empty(),
+            "\"prompt\" must be a non-empty string or a list of messages");
+      p.prompt = tokenizer.encode(prompt.get<std::string>(), true);
+    }
+    p.chosen = completion(prompt, p.prompt, chosen, "chosen");
+    p.rejected = completion(prompt, p.prompt, rejected, "rejected");
+    const int64_t np = int64_t(p.prompt.size());
+    if (opt.max_prompt_length && np > *opt.max_prompt_length) {
+      CHECK(opt.truncation, "the prompt has {} tokens, more than max_prompt_length {}", np,
+            *opt.max_prompt_length);
+      p.prompt.erase(p.prompt.begin(), p.prompt.end() - *opt.max_prompt_length);
+    }
+    for (auto* c : {&p.chosen, &p.rejected}) {
+      const int64_t total = int64_t(p.prompt.size() + c->size());
+      if (total > opt.max_length) {
+        CHECK(opt.truncation && int64_t(p.prompt.size()) < opt.max_length,
+              "prompt + completion has {} tokens, more than max_length {}", total,
+              opt.max_length);
+        c->resize(size_t(opt.max_length - int64_t(p.prompt.size())));
+      }
+    }
+    return p;
+  }
+};
+
+}  // namespace
+
+std::vector<PreferencePair> read_preference_dataset(const std::string& path,
+                                                    const tok::Tokenizer& tokenizer,
+                                                    const ChatTemplateConfig* chat,
+                                                    const PreferenceDataOptions& options) {
+  std::optional<ChatTemplate> tmpl;
+  if (chat != nullptr) tmpl.emplace(chat->source);
+  ChatTemplateOptions render_options;
+  std::tm now{};
+  const std::time_t t = std::time(nullptr);
+  render_options.fixed_now = *localtime_r(&t, &now);
+  const Reader reader{tokenizer, chat, tmpl ? &*tmpl : nullptr, render_options, options};
+  std::vector<PreferencePair> out;
+  InputLines lines(path, "dataset", kMaxLineBytes);
+  std::string line;
+  while (lines.next(line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const auto number = int64_t(lines.line_number());
+    try {
+      PreferencePair p = reader.row(parse_ordered_json_text(line, "the row"));
+      p.line = number;
+      out.push_back(std::move(p));
+    } catch (const Error& e) {
+      RAISE("{}:{}: {}", path, number, e.what());
+    } catch (const nlohmann::json::exception& e) {
+      RAISE("{}:{}: {}", path, number, e.what());
+    }
+  }
+  CHECK(!out.empty(), "{}: no pairs (the file has no non-blank line)", path);
+  return out;
+}
+
+}  // namespace fp8rl

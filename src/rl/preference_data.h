@@ -1,0 +1,42 @@
+// The pairs of a DPO run (issue 11 item 7), TRL's preference format: JSONL rows with
+// `prompt` + `chosen` + `rejected`, each a string (standard: tokenize(prompt), then
+// tokenize(prompt + completion) + EOS, the completion's tokens being those after the prompt's)
+// or a list of {role, content} messages (conversational: the chat template's render of the
+// prompt with the generation prompt, then of prompt + completion). Rows with only `chosen` and
+// `rejected` message lists take their common leading messages as the prompt (TRL's implicit
+// prompt). Every problem is an fp8rl::Error "DATASET:LINE: what is wrong".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fp8rl {
+
+namespace tok {
+class Tokenizer;
+}
+struct ChatTemplateConfig;
+
+struct PreferencePair {
+  std::vector<int32_t> prompt;             // the prompt's tokens
+  std::vector<int32_t> chosen, rejected;   // the completions' tokens (after the prompt)
+  int64_t line = 0;
+};
+
+struct PreferenceDataOptions {
+  int64_t max_length = 1024;                      // prompt + completion tokens
+  std::optional<int64_t> max_prompt_length = 512;  // nullopt: no limit
+  // false: a row over a limit is an error naming it; true: the prompt keeps its last
+  // max_prompt_length tokens, prompt + completion its first max_length tokens.
+  bool truncation = false;
+  int32_t eos_token_id = -1;  // appended to standard completions; -1: none (error)
+};
+
+std::vector<PreferencePair> read_preference_dataset(const std::string& path,
+                                                    const tok::Tokenizer& tokenizer,
+                                                    const ChatTemplateConfig* chat,
+                                                    const PreferenceDataOptions& options);
+
+}  // namespace fp8rl
