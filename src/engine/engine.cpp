@@ -491,6 +491,9 @@ void Engine::validate(const GenerationRequest& req) const {
         "tokens; give the engine more KV memory (--kv-memory) or lower max_tokens",
         req.prompt_ids.size(), p.max_tokens, im.stats.kv_blocks, im.pool->block_size());
   CHECK(p.stop.empty() || im.tokenizer != nullptr, "stop strings need the model's tokenizer");
+  CHECK(p.n <= im.opt.max_num_seqs,
+        "n = {} samples of one prompt exceed max_num_seqs = {} (the sequences of a step)", p.n,
+        im.opt.max_num_seqs);
 }
 
 std::vector<RequestOutput> Engine::generate(std::span<const GenerationRequest> requests,

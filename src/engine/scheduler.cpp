@@ -111,9 +111,14 @@ void Scheduler::schedule_prefills(StepPlan& plan, int64_t& budget) {
 }
 
 void Scheduler::admit_waiting(StepPlan& plan, int64_t& budget) {
-  while (!waiting_.empty() && budget > 0 && int64_t(plan.chunks.size()) < config_.max_num_seqs &&
-         int64_t(running_.size()) < config_.max_num_seqs) {
+  // The running sequences' width: their rows to sample once forked (a prompt of n samples
+  // becomes n sequences). Admission keeps it within max_num_seqs, so no step, before or after
+  // a fork, has more rows to sample than the engine's plan holds.
+  int64_t width = 0;
+  for (int64_t id : running_) width += get(id).num_samples;
+  while (!waiting_.empty() && budget > 0 && int64_t(plan.chunks.size()) < config_.max_num_seqs) {
     Sequence& seq = get(waiting_.front());
+    if (width + seq.num_samples > config_.max_num_seqs) return;  // FIFO, as below
     // A sequence preempted by this very step waits for the next: readmitting it now would
     // take back the blocks its preemption just gave to an older sequence.
     if (std::find(plan.preempted.begin(), plan.preempted.end(), seq.id) != plan.preempted.end())
@@ -130,6 +135,7 @@ void Scheduler::admit_waiting(StepPlan& plan, int64_t& budget) {
     prefix_hit_tokens_ += cached;
     seq.status = SeqStatus::running;
     running_.push_back(seq.id);
+    width += seq.num_samples;
     push_chunk(seq, n, plan);
     budget -= n;
   }

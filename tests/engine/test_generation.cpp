@@ -310,6 +310,34 @@ TEST(Engine, PrefixCacheKeyedByAdapterVersion) {
   EXPECT_EQ(e.stats().prefix_hit_tokens, hits1) << "KV of adapter version 0 reused under 7";
 }
 
+// More prompts x samples than max_num_seqs: admission counts a prompt of n samples as the n
+// sequences its fork makes, so no step has more rows to sample than the plan holds (before the
+// fix, 3 prompts x 4 samples under max_num_seqs 8 failed with "12 rows to sample").
+TEST(Engine, SamplesOfManyPromptsStayWithinMaxNumSeqs) {
+  const Model m = load_model(golden_dir("llama"), Fp8Scheme::off);
+  Cpu cpu;
+  EngineOptions o = small_options();
+  o.max_num_seqs = 8;
+  Engine e(cpu.ctx, m, nullptr, {}, o);
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 3; ++i) {
+    GenerationRequest r{{int32_t(3 + i), 7, 9}, greedy(5)};
+    r.params.n = 4;
+    r.params.temperature = 1.0;
+    r.params.seed = uint64_t(i);
+    reqs.push_back(r);
+  }
+  const auto out = e.generate(reqs);
+  for (const RequestOutput& r : out) {
+    ASSERT_EQ(r.completions.size(), 4u);
+    for (const CompletionOutput& c : r.completions) EXPECT_EQ(c.ids.size(), 5u);
+  }
+  GenerationRequest wide{{3, 7, 9}, greedy(2)};
+  wide.params.n = 9;
+  wide.params.temperature = 1.0;
+  EXPECT_THROW(e.generate({&wide, 1}), Error) << "n > max_num_seqs can never run";
+}
+
 TEST(Engine, RejectsWhatCanNeverRun) {
   const Model m = load_model(golden_dir("llama"), Fp8Scheme::off);
   Cpu cpu;
