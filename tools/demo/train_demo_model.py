@@ -133,7 +133,7 @@ def make_model(vocab_size, eos, pad):
     config = Qwen3Config(
         vocab_size=vocab_size, **MODEL, rms_norm_eps=1e-6, tie_word_embeddings=True,
         hidden_act="silu", attention_bias=False, attention_dropout=0.0,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, rope_theta=10000.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         use_sliding_window=False, bos_token_id=None, eos_token_id=eos, pad_token_id=pad,
         initializer_range=0.02, use_cache=True)
     return Qwen3ForCausalLM(config)
@@ -166,7 +166,11 @@ def main():
     eval_prompts = enc.prompt_ids(eval_pairs).to(device)
 
     model = make_model(make_demo_tokenizer.VOCAB_SIZE, enc.eos, enc.pad)
-    model.config._attn_implementation = "eager"  # deterministic backward; the model is tiny
+    # Eager attention: a deterministic backward, and the model is tiny.
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation("eager")
+    else:
+        model.config._attn_implementation = "eager"
     model.to(device).train()
     n_params = sum(p.numel() for p in model.parameters())
     print(f"model: {n_params} parameters, {MODEL}", flush=True)
@@ -226,10 +230,7 @@ def main():
 
     from transformers import GenerationConfig
     model.generation_config = GenerationConfig(
-        bos_token_id=None, eos_token_id=[enc.eos, enc.pad], pad_token_id=enc.pad,
-        do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=8)
-    model.config.use_cache = True
-    model.config._attn_implementation = "sdpa"
+        bos_token_id=None, eos_token_id=[enc.eos, enc.pad], pad_token_id=enc.pad)
     model.to(torch.float32).save_pretrained(args.out, safe_serialization=True)
     summary.update(verify_saved(args.out, model, enc, eval_pairs[:64], device))
     summary["total_seconds"] = round(time.time() - t_start, 1)
