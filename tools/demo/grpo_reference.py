@@ -8,7 +8,8 @@ temperature 1 (max_completion_length tokens, ending at <|im_end|>); reward = ans
 (the last number of the completion equals `answer`); advantages (r - group mean) / (group std +
 1e-4) (scale_rewards group, std unbiased as torch's); beta 0; num_iterations 1, so the ratio is 1
 and the loss is TRL's "dapo" aggregation of -A * log p (sum over completion tokens / their count);
-AdamW (betas 0.9/0.999, weight decay 0), constant learning rate, grad norm clipped at 1.0.
+AdamW (betas 0.9/0.999, weight decay 0), constant (or linear-decay) learning rate, grad norm
+clipped at 1.0.
 It also reports the greedy accuracy on eval.jsonl before and after.
 
 PyTorch + transformers + tokenizers. Usage:
@@ -74,6 +75,7 @@ def main():
     p.add_argument("--generations", type=int, default=8)
     p.add_argument("--max-completion-length", type=int, default=8)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr-scheduler-type", choices=("constant", "linear"), default="constant")
     p.add_argument("--lora-r", type=int, default=16)
     p.add_argument("--lora-alpha", type=int, default=32)
     p.add_argument("--seed", type=int, default=42)
@@ -90,6 +92,9 @@ def main():
     params = add_lora(model, args.lora_r, args.lora_alpha, args.seed)
     model.to(device)
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
+    # transformers' schedules without warmup: linear decays from lr at step 1 to 0 after the last.
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: 1.0 if args.lr_scheduler_type == "constant" else 1.0 - s / args.steps)
 
     rows = [json.loads(line) for line in open(args.data, encoding="utf-8")]
     eval_pairs = tdm.read_eval_pairs(args.eval_data)
@@ -134,6 +139,7 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
+        sched.step()
         rec = {"step": step, "reward": r.mean().item(), "reward_std": r.std().item(),
                "completions/mean_length": mask.sum(1).mean().item(),
                "seconds": round(time.time() - t0, 1)}
