@@ -122,7 +122,8 @@ def main():
         comp = ids[:, tp:]  # [P*G, L]
         is_eos = comp == enc.eos
         # Completion mask: tokens up to and including the first <|im_end|>.
-        first = torch.where(is_eos.any(1), is_eos.float().argmax(1), torch.full_like(is_eos[:, 0], L - 1, dtype=torch.long))
+        first = torch.where(is_eos.any(1), is_eos.float().argmax(1),
+                            torch.full_like(is_eos[:, 0], L - 1, dtype=torch.long))
         mask = (torch.arange(L, device=device)[None] <= first[:, None]).float()
         rewards = []
         for i, c in enumerate(comp.tolist()):

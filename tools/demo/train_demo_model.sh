@@ -18,5 +18,6 @@ trap 'rm -rf "$data"' EXIT
 python3 "$repo/tools/demo/make_demo_data.py" "$data"
 cmp "$data/eval.jsonl" "$repo/examples/demo/eval.jsonl"
 cmp "$data/train.jsonl" "$repo/examples/demo/train.jsonl"
-python3 "$repo/tools/demo/train_demo_model.py" --out "$out" --eval-data "$repo/examples/demo/eval.jsonl"
+python3 "$repo/tools/demo/train_demo_model.py" --out "$out" \
+  --eval-data "$repo/examples/demo/eval.jsonl"
 echo "model written to $out"
