@@ -1,0 +1,40 @@
+#include "rl/dpo_config.h"
+
+#include "core/check.h"
+#include "train/config_checks.h"
+
+namespace fp8rl {
+
+std::string_view dpo_loss_name(DpoLossType t) {
+  switch (t) {
+    case DpoLossType::sigmoid:
+      return "sigmoid";
+    case DpoLossType::ipo:
+      return "ipo";
+    case DpoLossType::hinge:
+      return "hinge";
+  }
+  RAISE("unknown DpoLossType {}", int(t));
+}
+
+void DpoConfig::validate() const {
+  namespace c = config_checks;
+  TrainingArguments::validate();
+  ModelArguments::validate();
+  c::positive("beta", beta);
+  // ε = 0.5 makes the loss symmetric in chosen/rejected: nothing left to learn.
+  c::in_half_open("label_smoothing", label_smoothing, 0.0, 0.5);
+  CHECK(label_smoothing == 0.0 || loss_type == DpoLossType::sigmoid,
+        "label_smoothing = {} applies to loss_type sigmoid only, not {}", label_smoothing,
+        dpo_loss_name(loss_type));
+  c::at_least<int64_t>("max_length", max_length, 2);
+  if (max_prompt_length) {
+    c::at_least<int64_t>("max_prompt_length", *max_prompt_length, 1);
+    CHECK(*max_prompt_length < max_length,
+          "max_prompt_length = {} is out of range (must be < max_length = {}, to leave room "
+          "for the completion)",
+          *max_prompt_length, max_length);
+  }
+}
+
+}  // namespace fp8rl
