@@ -215,6 +215,29 @@ void emit(YAML::Emitter& out, const nlohmann::json& v, bool plain_strings) {
   }
 }
 
+// The value's form in --help.
+const char* type_label(KeyType t) {
+  switch (t) {
+    case KeyType::integer:
+      return "INT";
+    case KeyType::real:
+      return "NUM";
+    case KeyType::boolean:
+      return "[BOOL]";
+    case KeyType::string:
+      return "TEXT";
+    case KeyType::choice:
+      return "NAME";
+    case KeyType::string_list:
+      return "A,B,...";
+    case KeyType::real_list:
+      return "X,Y,...";
+    case KeyType::json:
+      return "JSON";
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string KeySpec::describe_type() const {
@@ -277,6 +300,19 @@ std::string flag_name(std::string_view key) {
   std::string f = "--" + std::string(key);
   std::replace(f.begin(), f.end(), '_', '-');
   return f;
+}
+
+void reject_unknown_arguments(const std::vector<KeySpec>& keys,
+                              const std::vector<std::string>& arguments) {
+  if (arguments.empty()) return;
+  const std::string& a = arguments.front();
+  CHECK(a.size() > 1 && a[0] == '-', "unexpected argument '{}'", a);
+  std::string name = a.substr(0, a.find('='));
+  name.erase(0, name.find_first_not_of('-'));
+  std::replace(name.begin(), name.end(), '-', '_');
+  const std::optional<std::string> near = nearest_key(keys, name);
+  RAISE("unknown flag '{}'{}", a.substr(0, a.find('=')),
+        near ? fmt::format(" (did you mean '{}'?)", flag_name(*near)) : std::string());
 }
 
 nlohmann::json read_yaml(const std::vector<KeySpec>& keys, const std::string& text,
@@ -403,8 +439,23 @@ void FlagValues::add_to(CLI::App& app, const std::vector<KeySpec>& keys, const v
     // expected(0) marks the option flag-like, so that CLI11 hands a bare flag over as "true"
     // (not as the default string); expected(0, 1) then lets it take a value too.
     if (k.bare) o->expected(0)->expected(0, 1);
+    // --help shows the default as the flag would spell it.
     const nlohmann::json d = k.get(defaults);
-    o->default_str(d.is_string() ? d.get<std::string>() : d.dump());
+    std::string shown;
+    if (d.is_null()) {
+      shown = k.type == KeyType::json ? "null" : "none";
+    } else if (d.is_string()) {
+      shown = d.get<std::string>();
+    } else if (d.is_array() && k.type != KeyType::json) {
+      for (const nlohmann::json& e : d)
+        shown.append(shown.empty() ? "" : ",")
+            .append(e.is_string() ? e.get<std::string>() : e.dump());
+    } else {
+      shown = d.dump();
+    }
+    o->default_str(shown);
+    o->type_name(k.bare && k.type != KeyType::boolean ? "[" + std::string(type_label(k.type)) + "]"
+                                                      : std::string(type_label(k.type)));
   }
 }
 

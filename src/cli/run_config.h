@@ -69,6 +69,10 @@ const KeySpec* find_key(const std::vector<KeySpec>& keys, std::string_view name)
 std::optional<std::string> nearest_key(const std::vector<KeySpec>& keys, std::string_view name);
 // "learning_rate" -> "--learning-rate".
 std::string flag_name(std::string_view key);
+// Throws for the first of `arguments` (those CLI11 did not recognize), naming the nearest
+// flag: "unknown flag '--max-step' (did you mean '--max-steps'?)".
+void reject_unknown_arguments(const std::vector<KeySpec>& keys,
+                              const std::vector<std::string>& arguments);
 
 // The keys of a YAML document as {canonical name: typed value}. `file` names the source in
 // errors ("unknown key 'max_step' in run.yaml:3 (did you mean 'max_steps'?)").
@@ -285,9 +289,12 @@ class FlagValues {
 template <class C>
 class ConfigFlags {
  public:
-  ConfigFlags(CLI::App& app, KeyTable<C> table) : table_(std::move(table)) {
+  // Also lets `app` keep arguments it does not know, for merge() to reject them with the
+  // nearest flag suggested (CLI11 alone names no alternative).
+  ConfigFlags(CLI::App& app, KeyTable<C> table) : app_(&app), table_(std::move(table)) {
     const C defaults{};
     values_.add_to(app, table_.keys(), &defaults);
+    app.allow_extras();
   }
   ConfigFlags(const ConfigFlags&) = delete;
   ConfigFlags& operator=(const ConfigFlags&) = delete;
@@ -297,6 +304,7 @@ class ConfigFlags {
   }
   // C's defaults, then the --config file's keys, then the flags; not validated.
   C merge() const {
+    reject_unknown_arguments(table_.keys(), app_->remaining());
     C config{};
     if (!values_.config_path().empty()) table_.load_yaml(values_.config_path(), config);
     apply_values(table_.keys(), values_.values(table_.keys()), &config);
@@ -311,6 +319,7 @@ class ConfigFlags {
   const KeyTable<C>& table() const { return table_; }
 
  private:
+  CLI::App* app_;
   KeyTable<C> table_;
   FlagValues values_;
 };

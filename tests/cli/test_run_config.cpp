@@ -3,8 +3,11 @@
 // relations, and the dump that reads back to the same configuration.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,12 +43,14 @@ std::string write_file(const std::string& name, const std::string& text) {
 template <class C>
 C parse_args(KeyTable<C> table, std::vector<std::string> args, bool with_model = false,
              bool validate = true) {
-  CLI::App app;
+  // On a subcommand, as the commands use it.
+  CLI::App top;
+  CLI::App& app = *top.add_subcommand("run", "a command with a config");
   ConfigFlags<C> flags(app, std::move(table));
   if (with_model) flags.add_positional(app, "model", "model directory");
-  std::vector<const char*> argv{"test"};
+  std::vector<const char*> argv{"test", "run"};
   for (const std::string& a : args) argv.push_back(a.c_str());
-  app.parse(int(argv.size()), argv.data());
+  top.parse(int(argv.size()), argv.data());
   return validate ? flags.resolve() : flags.merge();
 }
 
@@ -304,8 +309,21 @@ TEST(RunConfig, UnknownKeySuggestsTheNearest) {
               load_text(sft_keys(), "num_generations: 4\n");
             }).find("unknown key 'num_generations'"),
             std::string::npos);
-  // An unknown flag is CLI11's error.
-  EXPECT_THROW(parse_args(sft_keys(), {"--max-step", "3"}), CLI::ParseError);
+  // Flags too; and a stray argument.
+  EXPECT_NE(error_of([] {
+              parse_args(sft_keys(), {"--lr", "1", "--max-step", "3"});
+            }).find("unknown flag '--max-step' (did you mean '--max-steps'?)"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              parse_args(sft_keys(), {"--lora-rank=3"});
+            }).find("unknown flag '--lora-rank' (did you mean '--lora-r'?)"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_args(sft_keys(), {"stray"}); }).find("unexpected argument 'stray'"),
+            std::string::npos);
+  // The same without suggestions when nothing is near.
+  const std::string far_flag = error_of([] { parse_args(sft_keys(), {"--zzzzzzzz"}); });
+  EXPECT_NE(far_flag.find("unknown flag '--zzzzzzzz'"), std::string::npos);
+  EXPECT_EQ(far_flag.find("did you mean"), std::string::npos);
 }
 
 TEST(RunConfig, WrongTypesAreNamed) {
@@ -563,6 +581,27 @@ TEST(RunConfig, JsonRecordNamesEveryKey) {
   EXPECT_EQ(j["learning_rate"], 1e-6);
   EXPECT_TRUE(j["generation_batch_size"].is_null());
   EXPECT_EQ(j["lora_target_modules"], nlohmann::json::array({"all-linear"}));
+}
+
+TEST(RunConfig, NamesAreUniqueSnakeCase) {
+  auto check = [](const auto& table) {
+    std::map<std::string, std::string> owner;
+    for (const KeySpec& k : table.keys()) {
+      std::vector<std::string> names = k.aliases;
+      names.push_back(k.name);
+      for (const std::string& n : names) {
+        EXPECT_TRUE(std::all_of(n.begin(), n.end(), [](char c) {
+          return std::islower(c) || std::isdigit(c) || c == '_';
+        })) << n;
+        const auto [it, fresh] = owner.emplace(n, k.name);
+        EXPECT_TRUE(fresh) << n << " names both " << it->second << " and " << k.name;
+      }
+      EXPECT_FALSE(k.help.empty()) << k.name;
+    }
+  };
+  check(sft_keys());
+  check(grpo_keys());
+  check(dpo_keys());
 }
 
 TEST(RunConfig, FlagsInHelp) {
