@@ -346,6 +346,8 @@ nlohmann::json read_yaml(const std::vector<KeySpec>& keys, const std::string& te
       values[k->name] = yaml_value(*k, kv.second);
     } catch (const Error& e) {
       RAISE("key '{}' in {}:{}: {}", name, file, line, e.what());
+    } catch (const YAML::Exception& e) {  // e.g. a mapping key that is not a name
+      RAISE("key '{}' in {}:{}: {}", name, file, line, e.msg);
     }
   }
   return values;

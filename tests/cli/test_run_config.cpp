@@ -354,6 +354,11 @@ TEST(RunConfig, WrongTypesAreNamed) {
                 .find("key 'learning_rate' in run.yaml:2 sets learning_rate again (already set "
                       "on line 1)"),
             std::string::npos);
+  EXPECT_NE(yaml_error("seed: 1\nbeta: 0\nseed: 2\n")
+                .find("key 'seed' in run.yaml:3 sets seed again (already set on line 1)"),
+            std::string::npos);
+  EXPECT_NE(yaml_error("rewards: [{[1]: 2}]\n").find("key 'rewards' in run.yaml:1:"),
+            std::string::npos);
   EXPECT_NE(yaml_error("- a\n- b\n").find("a run config is a YAML mapping"), std::string::npos);
   EXPECT_NE(yaml_error("seed: 1\nmodel: [unclosed\n").find("run.yaml:"), std::string::npos);
   EXPECT_NE(yaml_error("seed: 1\nmodel: [unclosed\n").find("not valid YAML"), std::string::npos);
