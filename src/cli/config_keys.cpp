@@ -1,0 +1,191 @@
+#include "cli/config_keys.h"
+
+namespace fp8rl::cli {
+
+namespace {
+
+template <class C>
+void add_model_keys(KeyTable<C>& t) {
+  t.add("model", &C::model, "Hugging Face model directory");
+  t.add("adapter", &C::adapter, "PEFT adapter directory to start from (default: a fresh one)");
+  t.add_choice("fp8", &C::fp8, {"auto", "off", "row", "block", "tensor"},
+               "FP8 scheme of the frozen base: auto (as stored), off, or quantize on load");
+  t.add_choice("device", &C::device, {"cpu", "cuda"}, "Device to run on");
+  t.add("lora_r", &C::lora_r, "LoRA rank");
+  t.add("lora_alpha", &C::lora_alpha, "LoRA alpha (scaling alpha / r, or / sqrt(r) with rsLoRA)");
+  t.add("lora_dropout", &C::lora_dropout, "Dropout on the LoRA input, in [0, 1)");
+  t.add("lora_target_modules", &C::lora_target_modules,
+        "Projections with an adapter: names (q_proj, k_proj, v_proj, o_proj, gate_proj, "
+        "up_proj, down_proj) or all-linear")
+      .alias("target_modules");
+  t.add("use_rslora", &C::use_rslora, "rsLoRA scaling alpha / sqrt(r)");
+  t.add_enum("init_lora_weights", &C::init_lora_weights,
+             {{"true", "default"}, {"gaussian", "gaussian"}, {"default", "default"}},
+             "LoRA A init: true (PEFT's Kaiming-uniform) or gaussian; B starts at zero");
+}
+
+template <class C>
+void add_training_keys(KeyTable<C>& t) {
+  t.add("data", &C::data, "Training dataset (JSONL)");
+  t.add("output_dir", &C::output_dir, "Run directory (metrics, checkpoints, adapter)").alias("out");
+  t.add("resume_from_checkpoint", &C::resume_from_checkpoint,
+        "Resume: a checkpoint directory, or true (bare --resume) for the newest in output_dir")
+      .alias("resume")
+      .bare_flag();
+  t.add("dry_run", &C::dry_run, "Plan the memory and print it; train nothing");
+  t.add("learning_rate", &C::learning_rate, "Peak learning rate").alias("lr");
+  t.add("num_train_epochs", &C::num_train_epochs, "Passes over the dataset (unless max_steps)")
+      .alias("epochs");
+  t.add("max_steps", &C::max_steps, "Optimizer steps; -1: num_train_epochs decides").alias("steps");
+  t.add("per_device_train_batch_size", &C::per_device_train_batch_size, "Sequences per micro-batch")
+      .alias("batch_size");
+  t.add("gradient_accumulation_steps", &C::gradient_accumulation_steps,
+        "Micro-batches per optimizer step")
+      .alias("grad_accum");
+  t.add("max_grad_norm", &C::max_grad_norm, "Global gradient-norm clip; 0: off");
+  t.add_enum("lr_scheduler_type", &C::lr_scheduler_type,
+             {{"linear", LrSchedulerType::linear},
+              {"cosine", LrSchedulerType::cosine},
+              {"constant", LrSchedulerType::constant},
+              {"constant_with_warmup", LrSchedulerType::constant_with_warmup}},
+             "Learning-rate schedule (constant ignores warmup, as in transformers)");
+  t.add("warmup_steps", &C::warmup_steps, "Linear warmup steps (overrides warmup_ratio)");
+  t.add("warmup_ratio", &C::warmup_ratio, "Warmup as a fraction of the total steps");
+  t.add("weight_decay", &C::weight_decay, "Weight decay (decoupled for AdamW)");
+  t.add_enum("optim", &C::optim,
+             {{"adamw", OptimizerKind::adamw},
+              {"sgd", OptimizerKind::sgd},
+              {"adamw_torch", OptimizerKind::adamw},
+              {"adamw_torch_fused", OptimizerKind::adamw}},
+             "Optimizer")
+      .alias("optimizer");
+  t.add("adam_beta1", &C::adam_beta1, "AdamW beta1");
+  t.add("adam_beta2", &C::adam_beta2, "AdamW beta2");
+  t.add("adam_epsilon", &C::adam_epsilon, "AdamW epsilon");
+  t.add("seed", &C::seed, "Random seed (data order, adapter init, sampling)");
+  t.add("save_steps", &C::save_steps, "Checkpoint every this many steps; 0: only at the end");
+  t.add("logging_steps", &C::logging_steps, "Print a progress line every this many steps");
+}
+
+}  // namespace
+
+KeyTable<SftConfig> sft_keys() {
+  using C = SftConfig;
+  KeyTable<C> t;
+  add_training_keys(t);
+  add_model_keys(t);
+  t.add("max_length", &C::max_length, "Tokens per sequence at most");
+  t.add("truncation", &C::truncation,
+        "Cut sequences over max_length to their first tokens (default: an error)");
+  t.add("packing", &C::packing, "Fill batches by max_tokens_per_batch, not by sequence count");
+  t.add("max_tokens_per_batch", &C::max_tokens_per_batch,
+        "Token budget of a packed batch; 0: per_device_train_batch_size * max_length");
+  t.add("dataset_text_field", &C::dataset_text_field, "Column of language-modelling rows");
+  t.add("completion_only_loss", &C::completion_only_loss,
+        "Loss on completions only (null: for prompt/completion rows)");
+  t.add("assistant_only_loss", &C::assistant_only_loss,
+        "Loss on assistant turns only for messages rows");
+  return t;
+}
+
+KeyTable<GrpoConfig> grpo_keys() {
+  using C = GrpoConfig;
+  KeyTable<C> t;
+  add_training_keys(t);
+  add_model_keys(t);
+  // Generation.
+  t.add("num_generations", &C::num_generations, "Completions per prompt (G >= 2)");
+  t.add("generation_batch_size", &C::generation_batch_size,
+        "Completions per generation round (null: per_device_train_batch_size * "
+        "steps_per_generation)");
+  t.add("steps_per_generation", &C::steps_per_generation,
+        "Micro-steps per generation round (null: gradient_accumulation_steps)");
+  t.add("num_iterations", &C::num_iterations, "Updates per generated batch (mu)");
+  t.add("max_prompt_length", &C::max_prompt_length, "Prompt tokens at most (null: no limit)");
+  t.add("truncation", &C::truncation,
+        "Cut prompts over max_prompt_length to their last tokens (default: an error)");
+  t.add("max_completion_length", &C::max_completion_length, "Completion tokens at most");
+  t.add("temperature", &C::temperature, "Sampling temperature");
+  t.add("top_p", &C::top_p, "Nucleus sampling mass, in (0, 1]");
+  t.add("top_k", &C::top_k, "Top-k sampling; 0: off");
+  t.add("min_p", &C::min_p, "Min-p sampling (null: off)");
+  t.add("repetition_penalty", &C::repetition_penalty, "Repetition penalty; 1: off");
+  // Loss.
+  t.add("beta", &C::beta, "KL coefficient (k3, to the base without the adapter)");
+  t.add("epsilon", &C::epsilon, "Lower clip of the ratio: 1 - epsilon");
+  t.add("epsilon_high", &C::epsilon_high,
+        "Upper clip: 1 + epsilon_high (null: epsilon); cispo: the absolute ratio cap");
+  t.add_enum("loss_type", &C::loss_type,
+             {{"dapo", GrpoLossType::dapo},
+              {"grpo", GrpoLossType::grpo},
+              {"bnpo", GrpoLossType::bnpo},
+              {"dr_grpo", GrpoLossType::dr_grpo},
+              {"cispo", GrpoLossType::cispo}},
+             "Loss aggregation");
+  t.add_enum(
+      "importance_sampling_level", &C::importance_sampling_level,
+      {{"token", ImportanceSamplingLevel::token}, {"sequence", ImportanceSamplingLevel::sequence}},
+      "Ratio per token, or per sequence (GSPO)");
+  t.add_enum("scale_rewards", &C::scale_rewards,
+             {{"group", ScaleRewards::group},
+              {"batch", ScaleRewards::batch},
+              {"none", ScaleRewards::none},
+              {"true", ScaleRewards::group},
+              {"false", ScaleRewards::none}},
+             "Advantage divisor: the group's std, the batch's, or none (true = group, "
+             "false = none)");
+  t.add("mask_truncated_completions", &C::mask_truncated_completions,
+        "Leave completions cut at max_completion_length out of the loss");
+  t.add("reward_weights", &C::reward_weights, "One weight per reward (default: all 1)");
+  // Rewards.
+  t.add("rewards", &C::rewards, "Reward specs (a list; in YAML, or JSON text as a flag)");
+  t.add("reward_process", &C::reward_process,
+        "Command of an external reward process; replaces `rewards`");
+  // Engine-vs-trainer mismatch.
+  t.add("vllm_importance_sampling_correction", &C::vllm_importance_sampling_correction,
+        "Correct the engine-vs-trainer logprob mismatch by importance sampling");
+  t.add_enum("vllm_importance_sampling_mode", &C::vllm_importance_sampling_mode,
+             {{"sequence_mask", RolloutCorrectionMode::sequence_mask},
+              {"sequence_truncate", RolloutCorrectionMode::sequence_truncate},
+              {"token_mask", RolloutCorrectionMode::token_mask},
+              {"token_truncate", RolloutCorrectionMode::token_truncate}},
+             "Correction: truncate or mask ratios over the cap, per token or per sequence");
+  t.add("vllm_importance_sampling_cap", &C::vllm_importance_sampling_cap,
+        "Importance-ratio cap C (>= 1)")
+      .alias("vllm_importance_sampling_clip_max");
+  t.add("on_policy_exact", &C::on_policy_exact,
+        "Fixed kernel choices: trainer logprobs equal the engine's exactly");
+  // Engine.
+  t.add("kv_memory", &C::kv_memory, "KV cache GiB; 0: the engine's choice");
+  t.add_choice("kv_dtype", &C::kv_dtype, {"bf16", "fp8"}, "KV cache dtype");
+  t.add("max_num_seqs", &C::max_num_seqs, "Sequences per engine step");
+  t.add("max_num_batched_tokens", &C::max_num_batched_tokens,
+        "Tokens per engine step (chunked prefill budget)");
+  // Logging.
+  t.add("log_completions", &C::log_completions, "Print sample completions every logging step");
+  t.add("num_completions_to_print", &C::num_completions_to_print,
+        "Completions printed per logging step (null: all)");
+  return t;
+}
+
+KeyTable<DpoConfig> dpo_keys() {
+  using C = DpoConfig;
+  KeyTable<C> t;
+  add_training_keys(t);
+  add_model_keys(t);
+  t.add("beta", &C::beta, "DPO beta (IPO's tau)");
+  t.add_enum(
+      "loss_type", &C::loss_type,
+      {{"sigmoid", DpoLossType::sigmoid},
+       {"ipo", DpoLossType::ipo},
+       {"hinge", DpoLossType::hinge},
+       {"robust", DpoLossType::robust}},
+      "DPO loss");
+  t.add("label_smoothing", &C::label_smoothing, "cDPO label noise, in [0, 0.5); sigmoid only");
+  t.add("max_length", &C::max_length, "Tokens of prompt + completion at most");
+  t.add("max_prompt_length", &C::max_prompt_length, "Prompt tokens at most (null: no limit)");
+  t.add("truncation", &C::truncation, "Cut rows over the limits (default: an error)");
+  return t;
+}
+
+}  // namespace fp8rl::cli

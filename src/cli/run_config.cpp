@@ -1,0 +1,490 @@
+#include "cli/run_config.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace fp8rl::cli {
+
+namespace {
+
+std::string join(const std::vector<std::string>& items, std::string_view sep) {
+  std::string out;
+  for (const std::string& s : items) {
+    if (!out.empty()) out.append(sep);
+    out.append(s);
+  }
+  return out;
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::optional<int64_t> parse_integer(const std::string& text) {
+  const char* begin = text.data() + (text.size() > 1 && text[0] == '+' ? 1 : 0);
+  const char* end = text.data() + text.size();
+  int64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(begin, end, v);
+  if (begin == end || ec != std::errc() || ptr != end) return std::nullopt;
+  return v;
+}
+
+// A finite decimal number ("1e-6", "0.5", "3"); YAML 1.1's requirement of a dot in exponent
+// forms is not kept, as Python users write 1e-6.
+std::optional<double> parse_real(const std::string& text) {
+  const char* begin = text.data() + (text.size() > 1 && text[0] == '+' ? 1 : 0);
+  const char* end = text.data() + text.size();
+  double v = 0;
+  const auto [ptr, ec] = std::from_chars(begin, end, v, std::chars_format::general);
+  if (begin == end || ec != std::errc() || ptr != end || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+std::optional<bool> parse_bool(const std::string& text) {
+  const std::string t = lower(text);
+  if (t == "true" || t == "yes" || t == "on" || t == "1") return true;
+  if (t == "false" || t == "no" || t == "off" || t == "0") return false;
+  return std::nullopt;
+}
+
+// One scalar as a value of the key's (scalar) type; throws naming what was expected.
+nlohmann::json scalar_value(const KeySpec& k, KeyType type, const std::string& text) {
+  switch (type) {
+    case KeyType::integer:
+      if (auto v = parse_integer(text)) return *v;
+      break;
+    case KeyType::real:
+      if (auto v = parse_real(text)) return *v;
+      break;
+    case KeyType::boolean:
+      if (auto v = parse_bool(text)) return *v;
+      break;
+    case KeyType::string:
+      return text;
+    case KeyType::choice: {
+      if (std::find(k.choices.begin(), k.choices.end(), text) != k.choices.end()) return text;
+      for (const auto& [spelling, canonical] : k.choice_aliases)
+        if (spelling == text) return canonical;
+      break;
+    }
+    default:
+      break;
+  }
+  RAISE("expected {}, got '{}'", k.describe_type(), text);
+}
+
+bool is_list(KeyType t) {
+  return t == KeyType::string_list || t == KeyType::real_list;
+}
+KeyType element_type(KeyType t) {
+  return t == KeyType::real_list ? KeyType::real : KeyType::string;
+}
+
+// A YAML node as JSON (json keys): plain scalars become null, bools, integers or numbers
+// when they read as such, quoted ones stay strings.
+nlohmann::json yaml_to_json(const YAML::Node& n) {
+  if (n.IsNull()) return nullptr;
+  if (n.IsScalar()) {
+    const std::string s = n.Scalar();
+    if (n.Tag() == "?") {
+      if (s == "true" || s == "True" || s == "TRUE") return true;
+      if (s == "false" || s == "False" || s == "FALSE") return false;
+      if (auto v = parse_integer(s)) return *v;
+      if (auto v = parse_real(s)) return *v;
+    }
+    return s;
+  }
+  if (n.IsSequence()) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const YAML::Node& e : n) a.push_back(yaml_to_json(e));
+    return a;
+  }
+  nlohmann::json o = nlohmann::json::object();
+  for (const auto& kv : n) o[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+  return o;
+}
+
+const char* node_kind(const YAML::Node& n) {
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a mapping";
+  return "null";
+}
+
+// The typed value of `n` for key `k`; throws a message without the location.
+nlohmann::json yaml_value(const KeySpec& k, const YAML::Node& n) {
+  if (k.type == KeyType::json) return yaml_to_json(n);
+  if (n.IsNull()) {
+    if (k.nullable) return nullptr;
+    if (k.type == KeyType::string) return "";  // TRL configs write None for unset paths
+    RAISE("expected {}, got null", k.describe_type());
+  }
+  if (is_list(k.type)) {
+    nlohmann::json a = nlohmann::json::array();
+    if (n.IsScalar()) {
+      a.push_back(scalar_value(k, element_type(k.type), n.Scalar()));
+      return a;
+    }
+    CHECK(n.IsSequence(), "expected {}, got {}", k.describe_type(), node_kind(n));
+    for (const YAML::Node& e : n) {
+      CHECK(e.IsScalar(), "expected {}, got {} inside the list", k.describe_type(), node_kind(e));
+      a.push_back(scalar_value(k, element_type(k.type), e.Scalar()));
+    }
+    return a;
+  }
+  CHECK(n.IsScalar(), "expected {}, got {}", k.describe_type(), node_kind(n));
+  return scalar_value(k, k.type, n.Scalar());
+}
+
+// Shortest text that reads back to the same double, always with a '.' or exponent so that a
+// json key's value stays a number of the same kind.
+std::string real_text(double v) {
+  std::string s = fmt::format("{}", v);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+void emit(YAML::Emitter& out, const nlohmann::json& v, bool plain_strings) {
+  switch (v.type()) {
+    case nlohmann::json::value_t::null:
+      out << YAML::Null;
+      break;
+    case nlohmann::json::value_t::boolean:
+      out << (v.get<bool>() ? "true" : "false");
+      break;
+    case nlohmann::json::value_t::number_integer:
+    case nlohmann::json::value_t::number_unsigned:
+      out << v.dump();
+      break;
+    case nlohmann::json::value_t::number_float:
+      out << real_text(v.get<double>());
+      break;
+    case nlohmann::json::value_t::string:
+      if (plain_strings)
+        out << v.get<std::string>();
+      else
+        out << YAML::DoubleQuoted << v.get<std::string>();
+      break;
+    case nlohmann::json::value_t::array: {
+      const bool flat = std::none_of(v.begin(), v.end(), [](const nlohmann::json& e) {
+        return e.is_array() || e.is_object();
+      });
+      out << (flat ? YAML::Flow : YAML::Block) << YAML::BeginSeq;
+      for (const nlohmann::json& e : v) emit(out, e, false);
+      out << YAML::EndSeq;
+      break;
+    }
+    case nlohmann::json::value_t::object:
+      out << YAML::BeginMap;
+      for (const auto& [key, e] : v.items()) {
+        out << YAML::Key << YAML::DoubleQuoted << key << YAML::Value;
+        emit(out, e, false);
+      }
+      out << YAML::EndMap;
+      break;
+    default:
+      RAISE("cannot write a {} value as YAML", v.type_name());
+  }
+}
+
+// The value's form in --help.
+const char* type_label(KeyType t) {
+  switch (t) {
+    case KeyType::integer:
+      return "INT";
+    case KeyType::real:
+      return "NUM";
+    case KeyType::boolean:
+      return "[BOOL]";
+    case KeyType::string:
+      return "TEXT";
+    case KeyType::choice:
+      return "NAME";
+    case KeyType::string_list:
+      return "A,B,...";
+    case KeyType::real_list:
+      return "X,Y,...";
+    case KeyType::json:
+      return "JSON";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string KeySpec::describe_type() const {
+  std::string t;
+  switch (type) {
+    case KeyType::integer:
+      t = "an integer";
+      break;
+    case KeyType::real:
+      t = "a number";
+      break;
+    case KeyType::boolean:
+      t = "true or false";
+      break;
+    case KeyType::string:
+      t = "a string";
+      break;
+    case KeyType::choice:
+      t = "one of " + join(choices, ", ");
+      break;
+    case KeyType::string_list:
+      t = "a list of strings";
+      break;
+    case KeyType::real_list:
+      t = "a list of numbers";
+      break;
+    case KeyType::json:
+      t = "any YAML value";
+      break;
+  }
+  return nullable && type != KeyType::json ? t + ", or null" : t;
+}
+
+const KeySpec* find_key(const std::vector<KeySpec>& keys, std::string_view name) {
+  for (const KeySpec& k : keys) {
+    if (k.name == name) return &k;
+    for (const std::string& a : k.aliases)
+      if (a == name) return &k;
+  }
+  return nullptr;
+}
+
+std::optional<std::string> nearest_key(const std::vector<KeySpec>& keys, std::string_view name) {
+  std::optional<std::string> best;
+  size_t best_distance = SIZE_MAX;
+  auto consider = [&](const std::string& candidate) {
+    const size_t d = edit_distance(name, candidate);
+    if (d < best_distance) best_distance = d, best = candidate;
+  };
+  for (const KeySpec& k : keys) {
+    consider(k.name);
+    for (const std::string& a : k.aliases) consider(a);
+  }
+  // A typo is a few edits; further away the "nearest" name is noise.
+  if (!best || best_distance > std::max<size_t>(2, name.size() / 3)) return std::nullopt;
+  return best;
+}
+
+std::string flag_name(std::string_view key) {
+  std::string f = "--" + std::string(key);
+  std::replace(f.begin(), f.end(), '_', '-');
+  return f;
+}
+
+void reject_unknown_arguments(const std::vector<KeySpec>& keys,
+                              const std::vector<std::string>& arguments) {
+  if (arguments.empty()) return;
+  const std::string& a = arguments.front();
+  CHECK(a.size() > 1 && a[0] == '-', "unexpected argument '{}'", a);
+  std::string name = a.substr(0, a.find('='));
+  name.erase(0, name.find_first_not_of('-'));
+  std::replace(name.begin(), name.end(), '-', '_');
+  const std::optional<std::string> near = nearest_key(keys, name);
+  RAISE("unknown flag '{}'{}", a.substr(0, a.find('=')),
+        near ? fmt::format(" (did you mean '{}'?)", flag_name(*near)) : std::string());
+}
+
+nlohmann::json read_yaml(const std::vector<KeySpec>& keys, const std::string& text,
+                         const std::string& file) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    RAISE("{}:{}: not valid YAML: {}", file, e.mark.line + 1, e.msg);
+  }
+  nlohmann::json values = nlohmann::json::object();
+  if (root.IsNull()) return values;  // an empty file sets nothing
+  CHECK(root.IsMap(), "{}: a run config is a YAML mapping of key: value, not {}", file,
+        root.IsSequence() ? "a list" : "a single value");
+  std::map<std::string, int> line_of;  // canonical name -> line where set
+  for (const auto& kv : root) {
+    const int line = kv.first.Mark().line + 1;
+    CHECK(kv.first.IsScalar(), "{}:{}: a key must be a name, not {}", file, line,
+          node_kind(kv.first));
+    const std::string name = kv.first.Scalar();
+    const KeySpec* k = find_key(keys, name);
+    if (k == nullptr) {
+      const std::optional<std::string> near = nearest_key(keys, name);
+      RAISE("unknown key '{}' in {}:{}{}", name, file, line,
+            near ? fmt::format(" (did you mean '{}'?)", *near) : std::string());
+    }
+    const auto [seen, fresh] = line_of.emplace(k->name, line);
+    CHECK(fresh, "key '{}' in {}:{} sets {} again (already set on line {})", name, file, line,
+          k->name, seen->second);
+    try {
+      values[k->name] = yaml_value(*k, kv.second);
+    } catch (const Error& e) {
+      RAISE("key '{}' in {}:{}: {}", name, file, line, e.what());
+    } catch (const YAML::Exception& e) {  // e.g. a mapping key that is not a name
+      RAISE("key '{}' in {}:{}: {}", name, file, line, e.msg);
+    }
+  }
+  return values;
+}
+
+nlohmann::json read_yaml_file(const std::vector<KeySpec>& keys, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  CHECK(in.good(), "cannot open config file {}", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  CHECK(!in.bad(), "cannot read config file {}", path);
+  return read_yaml(keys, text.str(), path);
+}
+
+nlohmann::json parse_flag_value(const KeySpec& k, const std::string& flag,
+                                const std::string& text) {
+  try {
+    if (k.type == KeyType::json) {
+      nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+      CHECK(!j.is_discarded(), "expected JSON text, got '{}'", text);
+      return j;
+    }
+    if (k.nullable && (text == "none" || text == "null")) return nullptr;
+    if (is_list(k.type)) {
+      nlohmann::json a = nlohmann::json::array();
+      if (trim(text).empty()) return a;  // --lora-target-modules "": an empty list
+      std::string item;
+      std::istringstream items(text);
+      while (std::getline(items, item, ','))
+        a.push_back(scalar_value(k, element_type(k.type), trim(item)));
+      return a;
+    }
+    return scalar_value(k, k.type, text);
+  } catch (const Error& e) {
+    RAISE("{}: {}", flag, e.what());
+  }
+}
+
+void apply_values(const std::vector<KeySpec>& keys, const nlohmann::json& values, void* config) {
+  for (const auto& [name, value] : values.items()) {
+    const KeySpec* k = find_key(keys, name);
+    CHECK(k != nullptr, "unknown config key '{}'", name);
+    k->set(config, value);
+  }
+}
+
+nlohmann::ordered_json config_to_json(const std::vector<KeySpec>& keys, const void* config) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const KeySpec& k : keys) j[k.name] = nlohmann::ordered_json(k.get(config));
+  return j;
+}
+
+std::string config_to_yaml(const std::vector<KeySpec>& keys, const void* config) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  for (const KeySpec& k : keys) {
+    out << YAML::Key << k.name << YAML::Value;
+    emit(out, k.get(config), k.type == KeyType::choice);
+  }
+  out << YAML::EndMap;
+  CHECK(out.good(), "writing the config as YAML failed: {}", out.GetLastError());
+  return std::string(out.c_str()) + "\n";
+}
+
+void FlagValues::record(const std::string& key, const std::string& option,
+                        const std::string& value) {
+  const auto [it, fresh] = given_.emplace(key, Given{option, value});
+  CHECK(fresh || it->second.option == option, "{} given twice ({} and {})", key, it->second.option,
+        option);
+  it->second.value = value;
+}
+
+void FlagValues::add_to(CLI::App& app, const std::vector<KeySpec>& keys, const void* defaults) {
+  app.add_option("--config", config_path_,
+                 "YAML file of run keys (TRL's names); flags given here override it");
+  for (const KeySpec& k : keys) {
+    std::string names = flag_name(k.name);
+    for (const std::string& a : k.aliases) names.append(",").append(flag_name(a));
+    std::string help = k.help;
+    if (k.type == KeyType::choice) help += " (" + join(k.choices, "|") + ")";
+    const std::string option = flag_name(k.name);
+    const std::string name = k.name;
+    CLI::Option* o = app.add_option(
+        names,
+        [this, name, option](const CLI::results_t& r) {
+          record(name, option, r.back());
+          return true;
+        },
+        help);
+    o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    // expected(0) marks the option flag-like, so that CLI11 hands a bare flag over as "true"
+    // (not as the default string); expected(0, 1) then lets it take a value too.
+    if (k.bare) o->expected(0)->expected(0, 1);
+    // --help shows the default as the flag would spell it.
+    const nlohmann::json d = k.get(defaults);
+    std::string shown;
+    if (d.is_null()) {
+      shown = k.type == KeyType::json ? "null" : "none";
+    } else if (d.is_string()) {
+      shown = d.get<std::string>();
+    } else if (d.is_array() && k.type != KeyType::json) {
+      for (const nlohmann::json& e : d)
+        shown.append(shown.empty() ? "" : ",")
+            .append(e.is_string() ? e.get<std::string>() : e.dump());
+    } else {
+      shown = d.dump();
+    }
+    o->default_str(shown);
+    o->type_name(k.bare && k.type != KeyType::boolean ? "[" + std::string(type_label(k.type)) + "]"
+                                                      : std::string(type_label(k.type)));
+  }
+}
+
+CLI::Option* FlagValues::add_positional(CLI::App& app, const std::vector<KeySpec>& keys,
+                                        const std::string& key, const std::string& help) {
+  const KeySpec* k = find_key(keys, key);
+  CHECK(k != nullptr, "no config key '{}' for a positional argument", key);
+  std::string option = k->name;
+  for (char& c : option) c = char(std::toupper(static_cast<unsigned char>(c)));
+  const std::string name = k->name;
+  return app.add_option(
+      k->name,
+      [this, name, option](const CLI::results_t& r) {
+        record(name, option, r.back());
+        return true;
+      },
+      help);
+}
+
+nlohmann::json FlagValues::values(const std::vector<KeySpec>& keys) const {
+  nlohmann::json values = nlohmann::json::object();
+  for (const auto& [name, given] : given_) {
+    const KeySpec* k = find_key(keys, name);
+    CHECK(k != nullptr, "unknown config key '{}'", name);
+    values[name] = parse_flag_value(*k, given.option, given.value);
+  }
+  return values;
+}
+
+}  // namespace fp8rl::cli

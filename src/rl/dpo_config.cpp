@@ -1,0 +1,30 @@
+#include "rl/dpo_config.h"
+
+#include "core/check.h"
+#include "train/config_checks.h"
+
+namespace fp8rl {
+
+void DpoConfig::validate() const {
+  namespace c = config_checks;
+  TrainingArguments::validate();
+  ModelArguments::validate();
+  c::positive("beta", beta);
+  // ε = 0.5 makes the loss symmetric in chosen/rejected: nothing left to learn.
+  c::in_half_open("label_smoothing", label_smoothing, 0.0, 0.5);
+  CHECK(label_smoothing == 0.0 || loss_type == DpoLossType::sigmoid ||
+            loss_type == DpoLossType::robust,
+        "label_smoothing = {} applies to loss_type sigmoid and robust only, not {}",
+        label_smoothing,
+        dpo_loss_type_name(loss_type));
+  c::at_least<int64_t>("max_length", max_length, 2);
+  if (max_prompt_length) {
+    c::at_least<int64_t>("max_prompt_length", *max_prompt_length, 1);
+    CHECK(*max_prompt_length < max_length,
+          "max_prompt_length = {} is out of range (must be < max_length = {}, to leave room "
+          "for the completion)",
+          *max_prompt_length, max_length);
+  }
+}
+
+}  // namespace fp8rl

@@ -1,0 +1,40 @@
+// `fp8rl dpo`'s configuration: TRL's DPOConfig keys fp8rl implements, by TRL's names, with
+// TRL's meanings and defaults (trl/trainer/dpo_config.py; ../shared/reference/
+// rl_algorithms.md §5.1), on top of the shared TrainingArguments and model/LoRA keys.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "rl/dpo_loss.h"
+#include "train/model_arguments.h"
+#include "train/training_arguments.h"
+
+namespace fp8rl {
+
+// With Δ = (logπ(y_c) − logπ_ref(y_c)) − (logπ(y_r) − logπ_ref(y_r)):
+// sigmoid −log σ(βΔ) (with label_smoothing ε: cDPO, −(1−ε) log σ(βΔ) − ε log σ(−βΔ)),
+// ipo (Δ̄ − 1/(2β))² on length-normalised log-ratios, hinge relu(1 − βΔ).
+
+struct DpoConfig : TrainingArguments, ModelArguments {
+  DpoConfig() { learning_rate = 1e-6; }  // DPOConfig's override of transformers' 5e-5
+
+  double beta = 0.1;
+  DpoLossType loss_type = DpoLossType::sigmoid;
+  // cDPO's ε, the probability that a preference label is flipped; sigmoid only (as in TRL
+  // before the `robust` loss took it over).
+  double label_smoothing = 0.0;
+  int64_t max_length = 1024;  // tokens of prompt + completion
+  // TRL up to 0.2x (keeping the prompt's last tokens); removed since. fp8rl keeps it as a
+  // limit: null: none.
+  std::optional<int64_t> max_prompt_length = 512;
+  // TRL truncates silently; fp8rl makes a row over a limit an error unless this is set
+  // (prompt: keeps its last tokens; prompt + completion: the first max_length tokens).
+  bool truncation = false;
+
+  // Throws fp8rl::Error naming the key, its value and the allowed range.
+  void validate() const;
+};
+
+}  // namespace fp8rl

@@ -1,0 +1,101 @@
+// `fp8rl grpo`'s configuration: TRL's GRPOConfig keys fp8rl implements, by TRL's names, with
+// TRL's meanings and defaults (trl/trainer/grpo_config.py; ../shared/reference/
+// rl_algorithms.md §2), on top of the shared TrainingArguments and model/LoRA keys, plus the
+// generation engine's keys and the rewards. A comment marks each deviation from TRL.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rl/advantages.h"
+#include "rl/grpo_loss.h"
+#include "rl/rollout_correction.h"
+#include "train/model_arguments.h"
+#include "train/training_arguments.h"
+
+namespace fp8rl {
+
+// The loss type, importance-sampling level, reward scaling and rollout-correction mode are
+// the enums of the modules that implement them (rl/grpo_loss.h, rl/advantages.h,
+// rl/rollout_correction.h).
+
+struct GrpoConfig : TrainingArguments, ModelArguments {
+  GrpoConfig() { learning_rate = 1e-6; }  // GRPOConfig's override of transformers' 5e-5
+
+  // Generation. per_device_train_batch_size counts completions, not prompts (as TRL).
+  int64_t num_generations = 8;  // G, completions per prompt (>= 2)
+  // Completions per generation round; null: per_device_train_batch_size * steps_per_generation.
+  // Exclusive with steps_per_generation.
+  std::optional<int64_t> generation_batch_size;
+  // Micro-steps per generation round; null: gradient_accumulation_steps (or derived from
+  // generation_batch_size).
+  std::optional<int64_t> steps_per_generation;
+  int64_t num_iterations = 1;  // μ: updates per generated batch
+  // TRL removed max_prompt_length in v0.28 (it kept the last 512 tokens, silently). fp8rl keeps
+  // the key with the old default and makes a longer prompt an error naming the row unless
+  // `truncation` is set (issue 11 item 10); null: no limit.
+  std::optional<int64_t> max_prompt_length = 512;
+  bool truncation = false;  // cut prompts over max_prompt_length to their last tokens
+  // TRL's default in the release the brief names (256); TRL main moved to 512 in 2026-07.
+  int64_t max_completion_length = 256;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int64_t top_k = 0;            // 0: off
+  std::optional<double> min_p;  // null: off
+  double repetition_penalty = 1.0;
+
+  // Loss.
+  double beta = 0.0;  // k3 KL coefficient; the reference is the base without the adapter
+  double epsilon = 0.2;
+  std::optional<double> epsilon_high;  // null: epsilon. cispo: the absolute cap on the ratio
+  GrpoLossType loss_type = GrpoLossType::dapo;
+  ImportanceSamplingLevel importance_sampling_level = ImportanceSamplingLevel::token;
+  ScaleRewards scale_rewards = ScaleRewards::group;
+  bool mask_truncated_completions = false;
+  std::vector<double> reward_weights;  // empty: all 1.0; else one per reward function
+
+  // Rewards. `rewards`: a JSON list of reward specs (built-ins or {reward_process: COMMAND}),
+  // interpreted by the rewards module. `reward_process`: a command line that replaces them
+  // with one external reward process (the --reward-process flag).
+  nlohmann::json rewards = nlohmann::json::array();
+  std::string reward_process;
+
+  // Engine-vs-trainer logprob mismatch: TRL's vLLM importance-sampling correction, same names.
+  bool vllm_importance_sampling_correction = true;
+  RolloutCorrectionMode vllm_importance_sampling_mode = RolloutCorrectionMode::sequence_mask;
+  double vllm_importance_sampling_cap = 3.0;  // C; TRL main renamed it ..._clip_max (an alias)
+  // Fixed kernel choices so that the trainer's logprobs equal the engine's bit for bit.
+  bool on_policy_exact = false;
+
+  // The generation engine (engine/engine.h EngineOptions).
+  double kv_memory = 0;                   // GiB of KV cache; 0: the engine's choice
+  std::string kv_dtype = "bf16";          // "bf16" | "fp8"
+  int64_t max_num_seqs = 256;             // sequences per engine step
+  int64_t max_num_batched_tokens = 2048;  // tokens per engine step (chunked prefill)
+
+  // Logging (TRL's names).
+  bool log_completions = false;
+  std::optional<int64_t> num_completions_to_print;  // null: all
+
+  // Every range, then TRL's batch relations (GRPOConfig.__post_init__, one process):
+  // generation_batch_size and steps_per_generation not both set; generation_batch_size a
+  // multiple of per_device_train_batch_size and of num_generations; num_generations >= 2;
+  // reward_weights one per reward function. Throws fp8rl::Error naming key, value and range.
+  void validate() const;
+
+  // TRL's derived values (what __post_init__ writes back), computed from the keys as given.
+  int64_t resolved_steps_per_generation() const;
+  int64_t resolved_generation_batch_size() const;
+  int64_t prompts_per_generation() const {
+    return resolved_generation_batch_size() / num_generations;
+  }
+  double resolved_epsilon_high() const { return epsilon_high.value_or(epsilon); }
+  // 1 with reward_process, else the length of `rewards`.
+  int64_t num_reward_functions() const;
+};
+
+}  // namespace fp8rl

@@ -1,0 +1,66 @@
+// The keys every fp8rl run shares (sft, grpo, dpo): the subset of transformers'
+// TrainingArguments that fp8rl implements, by the same names and with the same defaults and
+// meanings, plus fp8rl's own run keys (data, dry_run). TRL's configs derive from
+// TrainingArguments and override some defaults; SftConfig, GrpoConfig and DpoConfig do the same.
+// Plain values: reading them from YAML or flags is cli/run_config.h's job.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "train/lr_schedule.h"
+#include "train/optimizer.h"
+#include "train/train_step.h"
+
+namespace fp8rl {
+
+// TrainingArguments.optim, the optimizers fp8rl has (train/optimizer.h). The config also
+// accepts transformers' spellings adamw_torch and adamw_torch_fused for adamw.
+enum class OptimizerKind { adamw, sgd };
+std::string_view optimizer_name(OptimizerKind kind);  // "adamw" | "sgd"
+
+struct TrainingArguments {
+  // fp8rl's run keys.
+  std::string data;  // the training dataset, a JSONL file
+  // The run directory. transformers' default since 4.50 ("trainer_output" in the working
+  // directory), kept so that a TRL config means the same here.
+  std::string output_dir = "trainer_output";
+  // "" or "false": start fresh; "true": the newest checkpoint in output_dir (transformers'
+  // resume_from_checkpoint=True); anything else: a checkpoint directory.
+  std::string resume_from_checkpoint;
+  bool dry_run = false;  // plan and print the memory, train nothing
+
+  double learning_rate = 5e-5;  // AdamW's/SGD's base rate; each config sets TRL's default
+  double num_train_epochs = 3.0;
+  int64_t max_steps = -1;  // > 0 overrides num_train_epochs; -1: epochs decide
+  int64_t per_device_train_batch_size = 8;
+  int64_t gradient_accumulation_steps = 1;
+  double max_grad_norm = 1.0;  // global-norm clipping; 0: off
+  LrSchedulerType lr_scheduler_type = LrSchedulerType::linear;
+  int64_t warmup_steps = 0;   // > 0 overrides warmup_ratio, as in transformers
+  double warmup_ratio = 0.0;  // of the total optimizer steps, rounded up
+  double weight_decay = 0.0;  // decoupled (AdamW) / L2 (SGD), as torch.optim
+  OptimizerKind optim = OptimizerKind::adamw;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_epsilon = 1e-8;
+  int64_t seed = 42;
+  int64_t save_steps = 500;    // a checkpoint every this many optimizer steps; 0: only at the end
+  int64_t logging_steps = 10;  // TRL's override of transformers' 500
+
+  // Throws fp8rl::Error naming the key, its value and the allowed range.
+  void validate() const;
+  // transformers' TrainingArguments.get_warmup_steps: warmup_steps if > 0, else
+  // ceil(warmup_ratio * total_steps).
+  int64_t num_warmup_steps(int64_t total_steps) const;
+};
+
+// The optimizer these arguments name, over `num_params` fp32 values: AdamW(adam_beta1,
+// adam_beta2, adam_epsilon, weight_decay) or SGD(weight_decay), as transformers builds it.
+std::unique_ptr<Optimizer> make_optimizer(const TrainingArguments& args, int64_t num_params);
+// The guarded update of a run of `total_steps` optimizer steps: learning rate, schedule
+// (lr_scheduler_type with its warmup) and clipping.
+TrainStepConfig train_step_config(const TrainingArguments& args, int64_t total_steps);
+
+}  // namespace fp8rl

@@ -1,0 +1,624 @@
+// The run-config binding: YAML keys and flags into SftConfig / GrpoConfig / DpoConfig, their
+// aliases, the errors for unknown keys, wrong types and out-of-range values, TRL's GRPO batch
+// relations, and the dump that reads back to the same configuration.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cli/config_keys.h"
+#include "core/check.h"
+
+namespace fs = std::filesystem;
+using namespace fp8rl;
+using namespace fp8rl::cli;
+
+namespace {
+
+// The message of the fp8rl::Error that `f` throws ("" if it throws none).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "run_config";
+  fs::create_directories(dir);
+  const fs::path p = dir / name;
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+// The config that `args` (after the command name) give on a command with C's flags.
+template <class C>
+C parse_args(KeyTable<C> table, std::vector<std::string> args, bool with_model = false,
+             bool validate = true) {
+  // On a subcommand, as the commands use it.
+  CLI::App top;
+  CLI::App& app = *top.add_subcommand("run", "a command with a config");
+  ConfigFlags<C> flags(app, std::move(table));
+  if (with_model) flags.add_positional(app, "model", "model directory");
+  std::vector<const char*> argv{"test", "run"};
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  top.parse(int(argv.size()), argv.data());
+  return validate ? flags.resolve() : flags.merge();
+}
+
+template <class C>
+C load_text(const KeyTable<C>& table, const std::string& text) {
+  C c;
+  table.load_yaml_text(text, "run.yaml", c);
+  return c;
+}
+
+// A GRPO config that validates (GRPO needs a reward).
+GrpoConfig valid_grpo() {
+  GrpoConfig c;
+  c.rewards = nlohmann::json::parse(R"([{"type": "answer_match"}])");
+  return c;
+}
+
+TEST(RunConfig, DefaultsAreTrls) {
+  const SftConfig s;
+  EXPECT_EQ(s.learning_rate, 2e-5);
+  EXPECT_EQ(s.num_train_epochs, 3.0);
+  EXPECT_EQ(s.max_steps, -1);
+  EXPECT_EQ(s.per_device_train_batch_size, 8);
+  EXPECT_EQ(s.gradient_accumulation_steps, 1);
+  EXPECT_EQ(s.max_length, 1024);
+  EXPECT_EQ(s.max_grad_norm, 1.0);
+  EXPECT_EQ(s.lr_scheduler_type, LrSchedulerType::linear);
+  EXPECT_EQ(s.optim, OptimizerKind::adamw);
+  EXPECT_EQ(s.adam_beta2, 0.999);
+  EXPECT_EQ(s.seed, 42);
+  EXPECT_EQ(s.logging_steps, 10);
+  EXPECT_EQ(s.lora_r, 16);
+  EXPECT_EQ(s.lora_alpha, 32);
+  EXPECT_EQ(s.lora_dropout, 0.05);
+  EXPECT_EQ(s.dataset_text_field, "text");
+  EXPECT_FALSE(s.completion_only_loss.has_value());
+  EXPECT_NO_THROW(s.validate());
+
+  const GrpoConfig g;
+  EXPECT_EQ(g.learning_rate, 1e-6);
+  EXPECT_EQ(g.num_generations, 8);
+  EXPECT_EQ(g.num_iterations, 1);
+  EXPECT_EQ(g.max_completion_length, 256);
+  EXPECT_EQ(g.beta, 0.0);
+  EXPECT_EQ(g.epsilon, 0.2);
+  EXPECT_FALSE(g.epsilon_high.has_value());
+  EXPECT_EQ(g.loss_type, GrpoLossType::dapo);
+  EXPECT_EQ(g.importance_sampling_level, ImportanceSamplingLevel::token);
+  EXPECT_EQ(g.scale_rewards, ScaleRewards::group);
+  EXPECT_EQ(g.top_k, 0);
+  EXPECT_FALSE(g.min_p.has_value());
+  EXPECT_TRUE(g.vllm_importance_sampling_correction);
+  EXPECT_EQ(g.vllm_importance_sampling_mode, RolloutCorrectionMode::sequence_mask);
+  EXPECT_EQ(g.vllm_importance_sampling_cap, 3.0);
+
+  const DpoConfig d;
+  EXPECT_EQ(d.learning_rate, 1e-6);
+  EXPECT_EQ(d.beta, 0.1);
+  EXPECT_EQ(d.loss_type, DpoLossType::sigmoid);
+  EXPECT_EQ(d.max_length, 1024);
+  EXPECT_NO_THROW(d.validate());
+}
+
+TEST(RunConfig, YamlSetsEveryKindOfKey) {
+  const GrpoConfig c = load_text(grpo_keys(), R"(
+# a comment
+model: /models/qwen3
+learning_rate: 3e-6
+max_steps: 200
+dry_run: yes
+loss_type: grpo
+lora_target_modules: [q_proj, v_proj]
+reward_weights: [1.0, 0.5]
+epsilon_high: 0.28
+min_p: ~
+rewards:
+  - type: answer_match
+    normalize: true
+  - reward_process: "python3 -m my.reward"
+)");
+  EXPECT_EQ(c.model, "/models/qwen3");
+  EXPECT_EQ(c.learning_rate, 3e-6);
+  EXPECT_EQ(c.max_steps, 200);
+  EXPECT_TRUE(c.dry_run);
+  EXPECT_EQ(c.loss_type, GrpoLossType::grpo);
+  EXPECT_EQ(c.lora_target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_EQ(c.reward_weights, (std::vector<double>{1.0, 0.5}));
+  ASSERT_TRUE(c.epsilon_high.has_value());
+  EXPECT_EQ(*c.epsilon_high, 0.28);
+  EXPECT_FALSE(c.min_p.has_value());
+  ASSERT_EQ(c.rewards.size(), 2u);
+  EXPECT_EQ(c.rewards[0]["type"], "answer_match");
+  EXPECT_EQ(c.rewards[0]["normalize"], true);
+  EXPECT_EQ(c.rewards[1]["reward_process"], "python3 -m my.reward");
+  // Keys the file does not name keep their defaults.
+  EXPECT_EQ(c.num_generations, 8);
+  EXPECT_EQ(c.seed, 42);
+  EXPECT_NO_THROW(c.validate());
+
+  // A single scalar is a one-element list; an empty file sets nothing.
+  EXPECT_EQ(load_text(sft_keys(), "lora_target_modules: all-linear\n").lora_target_modules,
+            std::vector<std::string>{"all-linear"});
+  EXPECT_EQ(load_text(sft_keys(), "").learning_rate, 2e-5);
+}
+
+TEST(RunConfig, LoadsAFileAndFlagsOverrideIt) {
+  const std::string path =
+      write_file("override.yaml", "learning_rate: 0.001\nmax_steps: 50\nseed: 7\n");
+  SftConfig from_file;
+  sft_keys().load_yaml(path, from_file);
+  EXPECT_EQ(from_file.max_steps, 50);
+
+  const SftConfig c =
+      parse_args(sft_keys(), {"--config", path, "--max-steps", "60", "--learning-rate", "0.002"});
+  EXPECT_EQ(c.max_steps, 60);                   // flag over file
+  EXPECT_EQ(c.learning_rate, 0.002);            // flag over file
+  EXPECT_EQ(c.seed, 7);                         // file over default
+  EXPECT_EQ(c.per_device_train_batch_size, 8);  // default
+
+  // The order on the command line does not matter: the file is read first.
+  const SftConfig d = parse_args(sft_keys(), {"--max-steps", "60", "--config", path});
+  EXPECT_EQ(d.max_steps, 60);
+
+  EXPECT_NE(error_of([&] {
+              parse_args(sft_keys(), {"--config", path + ".missing"});
+            }).find("cannot open config file"),
+            std::string::npos);
+}
+
+TEST(RunConfig, EveryAliasSetsItsKey) {
+  // The aliases the issues name, as flags and as YAML keys.
+  const SftConfig f =
+      parse_args(sft_keys(), {"--lr",         "0.01",        "--steps",          "9",
+                              "--epochs",     "2.5",         "--batch-size",     "3",
+                              "--grad-accum", "4",           "--lora-r",         "5",
+                              "--lora-alpha", "6",           "--target-modules", "q_proj,k_proj",
+                              "--resume",     "ckpt/step-3", "--optimizer",      "sgd",
+                              "--out",        "runs/x"});
+  EXPECT_EQ(f.learning_rate, 0.01);
+  EXPECT_EQ(f.max_steps, 9);
+  EXPECT_EQ(f.num_train_epochs, 2.5);
+  EXPECT_EQ(f.per_device_train_batch_size, 3);
+  EXPECT_EQ(f.gradient_accumulation_steps, 4);
+  EXPECT_EQ(f.lora_r, 5);
+  EXPECT_EQ(f.lora_alpha, 6);
+  EXPECT_EQ(f.lora_target_modules, (std::vector<std::string>{"q_proj", "k_proj"}));
+  EXPECT_EQ(f.resume_from_checkpoint, "ckpt/step-3");
+  EXPECT_EQ(f.optim, OptimizerKind::sgd);
+  EXPECT_EQ(f.output_dir, "runs/x");
+
+  // Every alias of every table, generically: the alias flag and YAML key give what the name
+  // gives, and differ from the default (so the alias really set something).
+  auto check_table = [](const auto& table, auto defaults) {
+    for (const KeySpec& k : table.keys()) {
+      if (k.aliases.empty()) continue;
+      std::string text;
+      switch (k.type) {
+        case KeyType::integer:
+          text = "3";
+          break;
+        case KeyType::real:
+          text = "0.25";
+          break;
+        case KeyType::string_list:
+          text = "gate_proj";
+          break;
+        case KeyType::choice:
+          text = k.choices.back();
+          break;
+        default:
+          text = "some/path";
+      }
+      const nlohmann::json by_name = parse_flag_value(k, flag_name(k.name), text);
+      EXPECT_NE(by_name, k.get(&defaults)) << k.name;
+      for (const std::string& a : k.aliases) {
+        auto via_flag = parse_args(table, {flag_name(a), text}, false, false);
+        EXPECT_EQ(k.get(&via_flag), by_name) << flag_name(a);
+        decltype(defaults) via_yaml;
+        table.load_yaml_text(a + ": " + text + "\n", "alias.yaml", via_yaml);
+        EXPECT_EQ(k.get(&via_yaml), by_name) << a;
+      }
+    }
+  };
+  check_table(sft_keys(), SftConfig{});
+  check_table(grpo_keys(), valid_grpo());
+  check_table(dpo_keys(), DpoConfig{});
+}
+
+TEST(RunConfig, ChoiceSpellingsAndNulls) {
+  EXPECT_EQ(load_text(sft_keys(), "optim: adamw_torch\n").optim, OptimizerKind::adamw);
+  EXPECT_EQ(load_text(grpo_keys(), "scale_rewards: false\n").scale_rewards, ScaleRewards::none);
+  EXPECT_EQ(load_text(grpo_keys(), "scale_rewards: true\n").scale_rewards, ScaleRewards::group);
+  EXPECT_EQ(load_text(grpo_keys(), "scale_rewards: batch\n").scale_rewards, ScaleRewards::batch);
+  EXPECT_EQ(load_text(sft_keys(), "init_lora_weights: true\n").init_lora_weights, "default");
+  EXPECT_EQ(load_text(sft_keys(), "init_lora_weights: gaussian\n").init_lora_weights, "gaussian");
+  // A dump names each value by its canonical spelling.
+  const SftConfig torch = load_text(sft_keys(), "optim: adamw_torch_fused\n");
+  EXPECT_EQ(sft_keys().to_json(torch)["optim"], "adamw");
+  // TRL writes None for unset optional values.
+  EXPECT_FALSE(load_text(grpo_keys(), "max_prompt_length: null\n").max_prompt_length.has_value());
+  EXPECT_EQ(load_text(sft_keys(), "adapter: null\n").adapter, "");
+  EXPECT_EQ(load_text(sft_keys(), "completion_only_loss: false\n").completion_only_loss,
+            std::optional<bool>(false));
+  const GrpoConfig g = parse_args(grpo_keys(), {"--max-prompt-length", "none", "--min-p", "0.05",
+                                                "--rewards", R"([{"type":"format"}])"});
+  EXPECT_FALSE(g.max_prompt_length.has_value());
+  EXPECT_EQ(g.min_p, std::optional<double>(0.05));
+  EXPECT_EQ(g.rewards, nlohmann::json::parse(R"([{"type":"format"}])"));
+}
+
+TEST(RunConfig, BoolFlags) {
+  EXPECT_TRUE(parse_args(sft_keys(), {"--dry-run"}).dry_run);
+  EXPECT_TRUE(parse_args(sft_keys(), {"--dry-run", "true"}).dry_run);
+  EXPECT_FALSE(parse_args(sft_keys(), {"--dry-run", "false"}).dry_run);
+  EXPECT_FALSE(parse_args(sft_keys(), {"--dry-run=false"}).dry_run);
+  EXPECT_FALSE(parse_args(sft_keys(), {}).dry_run);
+  // A flag given twice: the last wins. The file's true is overridden by the flag's false.
+  EXPECT_FALSE(parse_args(sft_keys(), {"--truncation", "--truncation", "false"}).truncation);
+  const std::string path = write_file("bool.yaml", "truncation: true\n");
+  EXPECT_FALSE(parse_args(sft_keys(), {"--config", path, "--truncation=false"}).truncation);
+  EXPECT_TRUE(parse_args(sft_keys(), {"--config", path}).truncation);
+  // A bare --resume means the newest checkpoint (transformers' resume_from_checkpoint=True).
+  EXPECT_EQ(parse_args(sft_keys(), {"--resume"}).resume_from_checkpoint, "true");
+  // A flag the value of a bool cannot be.
+  EXPECT_NE(error_of([] {
+              parse_args(sft_keys(), {"--dry-run", "maybe"});
+            }).find("--dry-run: expected true or false, got 'maybe'"),
+            std::string::npos);
+}
+
+TEST(RunConfig, PositionalModel) {
+  const SftConfig c = parse_args(sft_keys(), {"/models/m", "--lr", "0.1"}, true);
+  EXPECT_EQ(c.model, "/models/m");
+  const std::string twice = error_of([] {
+    parse_args(sft_keys(), {"/models/m", "--model", "/other"}, true);
+  });
+  EXPECT_NE(twice.find("model given twice"), std::string::npos) << twice;
+}
+
+TEST(RunConfig, UnknownKeySuggestsTheNearest) {
+  const std::string e = error_of(
+      [] { load_text(grpo_keys(), "learning_rate: 1e-6\nnum_generations: 4\nmax_step: 10\n"); });
+  EXPECT_NE(e.find("unknown key 'max_step' in run.yaml:3 (did you mean 'max_steps'?)"),
+            std::string::npos)
+      << e;
+  // Dashes are a typo too; a name far from every key gets no suggestion.
+  EXPECT_NE(error_of([] {
+              load_text(sft_keys(), "max-length: 10\n");
+            }).find("(did you mean 'max_length'?)"),
+            std::string::npos);
+  const std::string far = error_of([] { load_text(sft_keys(), "zzzzzzzz: 1\n"); });
+  EXPECT_NE(far.find("unknown key 'zzzzzzzz' in run.yaml:1"), std::string::npos) << far;
+  EXPECT_EQ(far.find("did you mean"), std::string::npos) << far;
+  // A GRPO-only key in an SFT config is unknown there.
+  EXPECT_NE(error_of([] {
+              load_text(sft_keys(), "num_generations: 4\n");
+            }).find("unknown key 'num_generations'"),
+            std::string::npos);
+  // Flags too; and a stray argument.
+  EXPECT_NE(error_of([] {
+              parse_args(sft_keys(), {"--lr", "1", "--max-step", "3"});
+            }).find("unknown flag '--max-step' (did you mean '--max-steps'?)"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              parse_args(sft_keys(), {"--lora-rank=3"});
+            }).find("unknown flag '--lora-rank' (did you mean '--lora-r'?)"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_args(sft_keys(), {"stray"}); }).find("unexpected argument 'stray'"),
+            std::string::npos);
+  // The same without suggestions when nothing is near.
+  const std::string far_flag = error_of([] { parse_args(sft_keys(), {"--zzzzzzzz"}); });
+  EXPECT_NE(far_flag.find("unknown flag '--zzzzzzzz'"), std::string::npos);
+  EXPECT_EQ(far_flag.find("did you mean"), std::string::npos);
+}
+
+TEST(RunConfig, WrongTypesAreNamed) {
+  auto yaml_error = [](const std::string& text) {
+    return error_of([&] { load_text(grpo_keys(), text); });
+  };
+  EXPECT_NE(yaml_error("seed: 1\nmax_steps: ten\n")
+                .find("key 'max_steps' in run.yaml:2: expected an integer, got 'ten'"),
+            std::string::npos);
+  EXPECT_NE(yaml_error("max_steps: 1.5\n").find("expected an integer, got '1.5'"),
+            std::string::npos);
+  EXPECT_NE(yaml_error("learning_rate: fast\n").find("expected a number, got 'fast'"),
+            std::string::npos);
+  EXPECT_NE(yaml_error("dry_run: 2\n").find("expected true or false, got '2'"), std::string::npos);
+  EXPECT_NE(yaml_error("loss_type: ppo\n")
+                .find("expected one of dapo, grpo, bnpo, dr_grpo, cispo, got 'ppo'"),
+            std::string::npos);
+  EXPECT_NE(yaml_error("seed: [1, 2]\n")
+                .find("key 'seed' in run.yaml:1: expected an integer, got a list"),
+            std::string::npos);
+  EXPECT_NE(
+      yaml_error("reward_weights: {a: 1}\n").find("expected a list of numbers, got a mapping"),
+      std::string::npos);
+  EXPECT_NE(yaml_error("reward_weights: [1, x]\n").find("expected a list of numbers, got 'x'"),
+            std::string::npos);
+  EXPECT_NE(yaml_error("seed: ~\n").find("expected an integer, got null"), std::string::npos);
+  EXPECT_NE(yaml_error("lr: 1\nlearning_rate: 2\n")
+                .find("key 'learning_rate' in run.yaml:2 sets learning_rate again (already set "
+                      "on line 1)"),
+            std::string::npos);
+  EXPECT_NE(yaml_error("seed: 1\nbeta: 0\nseed: 2\n")
+                .find("key 'seed' in run.yaml:3 sets seed again (already set on line 1)"),
+            std::string::npos);
+  EXPECT_NE(yaml_error("rewards: [{[1]: 2}]\n").find("key 'rewards' in run.yaml:1:"),
+            std::string::npos);
+  EXPECT_NE(yaml_error("- a\n- b\n").find("a run config is a YAML mapping"), std::string::npos);
+  EXPECT_NE(yaml_error("seed: 1\nmodel: [unclosed\n").find("run.yaml:"), std::string::npos);
+  EXPECT_NE(yaml_error("seed: 1\nmodel: [unclosed\n").find("not valid YAML"), std::string::npos);
+  // Flags.
+  EXPECT_NE(error_of([] {
+              parse_args(grpo_keys(), {"--num-generations", "many"});
+            }).find("--num-generations: expected an integer, got 'many'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              parse_args(sft_keys(), {"--lr-scheduler-type", "step"});
+            })
+                .find("--lr-scheduler-type: expected one of linear, cosine, constant, "
+                      "constant_with_warmup, got 'step'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              parse_args(grpo_keys(), {"--rewards", "[oops"});
+            }).find("--rewards: expected JSON text"),
+            std::string::npos);
+}
+
+TEST(RunConfig, OutOfRangeValuesAreNamed) {
+  struct Case {
+    std::string yaml, message;
+  };
+  const std::vector<Case> sft_cases = {
+      {"learning_rate: -1", "learning_rate = -1 is out of range (must be > 0)"},
+      {"max_steps: 0", "max_steps = 0 is out of range (must be >= 1, or -1"},
+      {"per_device_train_batch_size: 0",
+       "per_device_train_batch_size = 0 is out of range (must be >= 1)"},
+      {"warmup_ratio: 1.5", "warmup_ratio = 1.5 is out of range (must be in [0, 1])"},
+      {"adam_beta1: 1", "adam_beta1 = 1 is out of range (must be in [0, 1))"},
+      {"lora_r: 0", "lora_r = 0 is out of range (must be >= 1)"},
+      {"lora_dropout: 1.0", "lora_dropout = 1 is out of range (must be in [0, 1))"},
+      {"max_grad_norm: -0.5", "max_grad_norm = -0.5 is out of range (must be >= 0)"},
+      {"max_tokens_per_batch: 100", "max_tokens_per_batch = 100 is out of range"},
+      {"lora_target_modules: []", "lora_target_modules is empty"},
+  };
+  for (const Case& c : sft_cases) {
+    const SftConfig config = load_text(sft_keys(), c.yaml);
+    const std::string e = error_of([&] { config.validate(); });
+    EXPECT_NE(e.find(c.message), std::string::npos) << c.yaml << " -> " << e;
+  }
+  const std::vector<Case> grpo_cases = {
+      {"temperature: 0", "temperature = 0 is out of range (must be > 0)"},
+      {"top_p: 0", "top_p = 0 is out of range (must be in (0, 1])"},
+      {"top_k: -1", "top_k = -1 is out of range (must be >= 0)"},
+      {"min_p: 2", "min_p = 2 is out of range (must be in [0, 1])"},
+      {"epsilon: 1", "epsilon = 1 is out of range (must be in (0, 1))"},
+      {"beta: -0.1", "beta = -0.1 is out of range (must be >= 0)"},
+      {"vllm_importance_sampling_cap: 0.5", "vllm_importance_sampling_cap = 0.5 is out of range"},
+      {"kv_memory: -1", "kv_memory = -1 is out of range (must be >= 0)"},
+      {"num_iterations: 0", "num_iterations = 0 is out of range (must be >= 1)"},
+      {"reward_weights: [1, 2]", "reward_weights has 2 values, but there are 1 reward functions"},
+      {"rewards: []", "no reward"},
+  };
+  for (const Case& c : grpo_cases) {
+    GrpoConfig config = valid_grpo();
+    grpo_keys().load_yaml_text(c.yaml, "run.yaml", config);
+    const std::string e = error_of([&] { config.validate(); });
+    EXPECT_NE(e.find(c.message), std::string::npos) << c.yaml << " -> " << e;
+  }
+  const std::vector<Case> dpo_cases = {
+      {"beta: 0", "beta = 0 is out of range (must be > 0)"},
+      {"label_smoothing: 0.5", "label_smoothing = 0.5 is out of range (must be in [0, 0.5))"},
+      {"{loss_type: ipo, label_smoothing: 0.1}", "applies to loss_type sigmoid only, not ipo"},
+      {"max_prompt_length: 1024",
+       "max_prompt_length = 1024 is out of range (must be < "
+       "max_length = 1024"},
+  };
+  for (const Case& c : dpo_cases) {
+    const DpoConfig config = load_text(dpo_keys(), c.yaml);
+    const std::string e = error_of([&] { config.validate(); });
+    EXPECT_NE(e.find(c.message), std::string::npos) << c.yaml << " -> " << e;
+  }
+  // resolve() validates: an out-of-range flag fails the command.
+  EXPECT_NE(error_of([] {
+              parse_args(sft_keys(), {"--lr", "0"});
+            }).find("learning_rate = 0 is out of range"),
+            std::string::npos);
+  // Controls: the same keys in range validate.
+  EXPECT_NO_THROW(load_text(sft_keys(),
+                            "{learning_rate: 1, max_steps: 1, warmup_ratio: 1, "
+                            "adam_beta1: 0, lora_dropout: 0, max_tokens_per_batch: "
+                            "1024}")
+                      .validate());
+  GrpoConfig g = valid_grpo();
+  grpo_keys().load_yaml_text("{top_p: 1, top_k: 0, min_p: 1, epsilon: 0.99, reward_weights: [2]}",
+                             "run.yaml", g);
+  EXPECT_NO_THROW(g.validate());
+  // reward_process replaces `rewards` with one function.
+  grpo_keys().load_yaml_text("{rewards: [], reward_process: ./score.sh}", "run.yaml", g);
+  EXPECT_NO_THROW(g.validate());
+  EXPECT_EQ(g.num_reward_functions(), 1);
+}
+
+TEST(RunConfig, GrpoBatchRelationsAsTrl) {
+  GrpoConfig c = valid_grpo();
+  // Defaults: one round per optimizer step, of per_device_train_batch_size completions.
+  EXPECT_NO_THROW(c.validate());
+  EXPECT_EQ(c.resolved_steps_per_generation(), 1);
+  EXPECT_EQ(c.resolved_generation_batch_size(), 8);
+  EXPECT_EQ(c.prompts_per_generation(), 1);
+  // steps_per_generation defaults to gradient_accumulation_steps.
+  c.gradient_accumulation_steps = 4;
+  EXPECT_NO_THROW(c.validate());
+  EXPECT_EQ(c.resolved_steps_per_generation(), 4);
+  EXPECT_EQ(c.resolved_generation_batch_size(), 32);
+  EXPECT_EQ(c.prompts_per_generation(), 4);
+  // generation_batch_size given: steps_per_generation follows from it.
+  c = valid_grpo();
+  c.generation_batch_size = 24;
+  EXPECT_NO_THROW(c.validate());
+  EXPECT_EQ(c.resolved_steps_per_generation(), 3);
+  EXPECT_EQ(c.prompts_per_generation(), 3);
+  // ... and must be a multiple of the batch.
+  c.generation_batch_size = 12;
+  EXPECT_NE(error_of([&] { c.validate(); })
+                .find("generation_batch_size (12) must be divisible by the global batch size "
+                      "per_device_train_batch_size (8)"),
+            std::string::npos);
+  // Not both.
+  c = valid_grpo();
+  c.generation_batch_size = 16;
+  c.steps_per_generation = 2;
+  EXPECT_NE(error_of([&] { c.validate(); }).find("can not both be set"), std::string::npos);
+  // Whole groups per round.
+  c = valid_grpo();
+  c.per_device_train_batch_size = 6;
+  EXPECT_NE(error_of([&] { c.validate(); })
+                .find("generation_batch_size (6 = per_device_train_batch_size * "
+                      "steps_per_generation) must be divisible by num_generations (8)"),
+            std::string::npos);
+  c.steps_per_generation = 4;  // 24 completions = 3 groups of 8
+  EXPECT_NO_THROW(c.validate());
+  EXPECT_EQ(c.resolved_generation_batch_size(), 24);
+  EXPECT_EQ(c.prompts_per_generation(), 3);
+  // G >= 2.
+  c = valid_grpo();
+  c.num_generations = 1;
+  EXPECT_NE(
+      error_of([&] { c.validate(); }).find("num_generations = 1 is out of range (must be >= 2)"),
+      std::string::npos);
+  // epsilon_high defaults to epsilon.
+  c = valid_grpo();
+  EXPECT_EQ(c.resolved_epsilon_high(), 0.2);
+  c.epsilon_high = 0.28;
+  EXPECT_EQ(c.resolved_epsilon_high(), 0.28);
+}
+
+TEST(RunConfig, WarmupStepsAsTransformers) {
+  SftConfig c;
+  c.warmup_ratio = 0.1;
+  EXPECT_EQ(c.num_warmup_steps(95), 10);  // ceil(9.5)
+  c.warmup_steps = 3;                     // overrides the ratio
+  EXPECT_EQ(c.num_warmup_steps(95), 3);
+}
+
+// dump -> load gives the same values, for configs far from the defaults.
+template <class C>
+void expect_round_trip(const KeyTable<C>& table, const C& config) {
+  const std::string yaml = table.dump_yaml(config);
+  C back;
+  table.load_yaml_text(yaml, "dump.yaml", back);
+  EXPECT_EQ(table.to_json(back), table.to_json(config)) << yaml;
+  // Control: the dump is not the defaults' (the round trip moved real values).
+  EXPECT_NE(table.to_json(C{}), table.to_json(config));
+  // Every key is in the dump.
+  for (const KeySpec& k : table.keys())
+    EXPECT_NE(("\n" + yaml).find("\n" + k.name + ":"), std::string::npos) << k.name;
+}
+
+TEST(RunConfig, DumpLoadRoundTrip) {
+  SftConfig s;
+  s.model = "/models/tiny model";
+  s.output_dir = "123";  // a string that reads like a number stays a string
+  s.data = "true";       // and one that reads like a bool
+  s.resume_from_checkpoint = "ck: \"quoted\" # not a comment";
+  s.learning_rate = 1.0 / 3.0;  // needs every digit
+  s.adam_epsilon = 1e-12;
+  s.max_steps = 123456789012;
+  s.lr_scheduler_type = LrSchedulerType::constant_with_warmup;
+  s.optim = OptimizerKind::sgd;
+  s.lora_target_modules = {"q_proj", "down_proj"};
+  s.completion_only_loss = true;
+  s.assistant_only_loss = false;
+  s.dry_run = true;
+  s.init_lora_weights = "gaussian";
+  s.dataset_text_field = "Ünïcode";
+  expect_round_trip(sft_keys(), s);
+
+  GrpoConfig g = valid_grpo();
+  g.rewards = nlohmann::json::parse(
+      R"([{"type": "answer_match", "weight": 2.0, "pattern": "\\boxed{(.*)}", "n": 3,
+           "nested": {"list": [1, "2", null, false]}},
+          {"reward_process": "python3 -m rewards --x '1'"}])");
+  g.reward_weights = {0.5, 2.0};
+  g.generation_batch_size = 16;
+  g.min_p = 0.05;
+  g.max_prompt_length.reset();
+  g.scale_rewards = ScaleRewards::none;
+  g.loss_type = GrpoLossType::cispo;
+  g.epsilon_high = 5.0;
+  g.kv_dtype = "fp8";
+  g.vllm_importance_sampling_mode = RolloutCorrectionMode::token_truncate;
+  g.fp8 = "row";
+  expect_round_trip(grpo_keys(), g);
+  // An empty list and a null optional survive too.
+  GrpoConfig empty = valid_grpo();
+  empty.lora_target_modules.clear();
+  empty.reward_weights.clear();
+  expect_round_trip(grpo_keys(), empty);
+
+  DpoConfig d;
+  d.loss_type = DpoLossType::hinge;
+  d.beta = 0.05;
+  d.max_prompt_length.reset();
+  expect_round_trip(dpo_keys(), d);
+}
+
+TEST(RunConfig, JsonRecordNamesEveryKey) {
+  const nlohmann::ordered_json j = grpo_keys().to_json(valid_grpo());
+  EXPECT_EQ(j.size(), grpo_keys().keys().size());
+  EXPECT_EQ(j.begin().key(), "data");  // table order
+  EXPECT_EQ(j["loss_type"], "dapo");
+  EXPECT_EQ(j["learning_rate"], 1e-6);
+  EXPECT_TRUE(j["generation_batch_size"].is_null());
+  EXPECT_EQ(j["lora_target_modules"], nlohmann::json::array({"all-linear"}));
+}
+
+TEST(RunConfig, NamesAreUniqueSnakeCase) {
+  auto check = [](const auto& table) {
+    std::map<std::string, std::string> owner;
+    for (const KeySpec& k : table.keys()) {
+      std::vector<std::string> names = k.aliases;
+      names.push_back(k.name);
+      for (const std::string& n : names) {
+        EXPECT_TRUE(std::all_of(n.begin(), n.end(), [](char c) {
+          return std::islower(c) || std::isdigit(c) || c == '_';
+        })) << n;
+        const auto [it, fresh] = owner.emplace(n, k.name);
+        EXPECT_TRUE(fresh) << n << " names both " << it->second << " and " << k.name;
+      }
+      EXPECT_FALSE(k.help.empty()) << k.name;
+    }
+  };
+  check(sft_keys());
+  check(grpo_keys());
+  check(dpo_keys());
+}
+
+TEST(RunConfig, FlagsInHelp) {
+  CLI::App app;
+  ConfigFlags<GrpoConfig> flags(app, grpo_keys());
+  const std::string help = app.help();
+  for (const char* flag :
+       {"--config", "--learning-rate", "--lr", "--max-steps", "--steps", "--num-generations",
+        "--loss-type", "--reward-process", "--vllm-importance-sampling-cap",
+        "--lora-target-modules", "--target-modules", "--kv-memory"})
+    EXPECT_NE(help.find(flag), std::string::npos) << flag;
+  EXPECT_NE(help.find("dapo|grpo|bnpo|dr_grpo|cispo"), std::string::npos);
+}
+
+}  // namespace
