@@ -110,6 +110,10 @@ ChildProcess::ChildProcess(std::string command, std::string who)
   // dup2 clears close-on-exec on the copies; the originals (close-on-exec) vanish at exec.
   posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
   posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 34)
+  // Descriptors of ours opened without close-on-exec (by libraries) stay out of the child too.
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+#endif
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // Own process group; default SIGPIPE/SIGINT/SIGTERM handling and no blocked signals, whatever

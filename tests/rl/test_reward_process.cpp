@@ -1,3 +1,4 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -176,6 +177,19 @@ TEST(RewardProcess, AfterAnErrorTheProcessIsStopped) {
   }
 }
 
+TEST(RewardProcess, ChildInheritsNoOtherDescriptors) {
+  // A descriptor of ours without close-on-exec (as a library might open one).
+  const int fd = ::open("/dev/null", O_RDONLY);
+  ASSERT_GE(fd, 3);
+  ASSERT_TRUE(std::filesystem::exists(fmt::format("/proc/self/fd/{}", fd)));  // the control
+  RewardProcess p({.command = fmt::format(
+                       "while read -r l; do if [ -e /proc/$$/fd/{} ]; then r=1; else r=0; fi; "
+                       "echo \"{{\\\"rewards\\\": [$r, $r, $r]}}\"; done",
+                       fd)});
+  EXPECT_EQ(p.score(batch3()), (RewardValues{0.0, 0.0, 0.0}));
+  ::close(fd);
+}
+
 TEST(ChildProcess, DestructorKillsAProcessThatIgnoresEofAndTerm) {
   pid_t pid = -1;
   const auto start = Clock::now();
@@ -214,8 +228,9 @@ class PythonRewardProcess : public ::testing::Test {
     if (!have_python3()) GTEST_SKIP() << "python3 not found";
   }
   static std::string command(const std::string& extra_path, const std::string& function) {
-    return fmt::format("PYTHONPATH={}/python:{} exec python3 -m fp8rl_reward {}", FP8RL_SOURCE_DIR,
-                       extra_path, function);
+    return fmt::format(
+        "PYTHONPATH={}/python:{} PYTHONDONTWRITEBYTECODE=1 exec python3 -m fp8rl_reward {}",
+        FP8RL_SOURCE_DIR, extra_path, function);
   }
   // A module file in a fresh temporary folder; returns the folder.
   static std::string write_module(const std::string& name, const std::string& text) {
