@@ -6,7 +6,7 @@
 #include "core/check.h"
 #include "rl/math_answer.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 namespace {
 
@@ -144,4 +144,4 @@ RewardValues LengthPenaltyReward::score(const RewardBatch& batch) {
   return out;
 }
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

@@ -10,7 +10,7 @@
 #include "rl/pattern.h"
 #include "rl/reward.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 enum class AnswerMode {
   exact,       // byte-equal strings
@@ -104,4 +104,4 @@ class LengthPenaltyReward final : public RewardFunction {
   LengthPenaltyOptions options_;
 };
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

@@ -4,7 +4,7 @@
 #include <charconv>
 #include <cmath>
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 namespace {
 
@@ -251,4 +251,4 @@ std::string normalize_answer(std::string_view text) {
   return out;
 }
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

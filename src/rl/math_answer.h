@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 // The content of the last \boxed{...} whose braces balance (escaped \{ \} do not count), or
 // nullopt when there is none. An unclosed last \boxed (a truncated completion) is skipped in
@@ -35,4 +35,4 @@ bool numbers_equal(double a, double b);
 // period (after trimming).
 std::string normalize_answer(std::string_view text);
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

@@ -3,7 +3,7 @@
 #include "core/check.h"
 #include "rl/builtin_rewards.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 namespace {
 
 RewardBatch batch_of(std::vector<std::string> completions, nlohmann::json answers = nullptr) {
@@ -155,4 +155,4 @@ TEST(LengthPenalty, RejectsBadOptions) {
 }
 
 }  // namespace
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

@@ -2,7 +2,7 @@
 
 #include "rl/math_answer.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 namespace {
 
 TEST(MathAnswer, LastBoxedTakesTheLastBalancedOne) {
@@ -72,4 +72,4 @@ TEST(MathAnswer, NormalizeAnswer) {
 }
 
 }  // namespace
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

@@ -15,7 +15,7 @@
 #include "rl/child_process.h"
 #include "rl/reward_process.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -304,4 +304,4 @@ def broken(prompts, completions, **kwargs):
 }
 
 }  // namespace
-}  // namespace fp8rl::rl
+}  // namespace fp8rl
