@@ -134,17 +134,25 @@ TEST(RewardProcess, ProcessKilledBySignal) {
 }
 
 TEST(RewardProcess, ProcessThatNeverReadsDoesNotRaiseSigpipe) {
-  // The process exits without reading a 4 MB request: our write gets EPIPE (SIGPIPE would kill
-  // this test binary) and the error names the exit.
-  RewardProcess p({.command = "exit 0"});
+  // The process closes its stdin without reading a 4 MB request and keeps its stdout open (for
+  // longer than the exchange waits): our write gets EPIPE (SIGPIPE would kill this test binary;
+  // the test makes sure SIGPIPE is not ignored) and the error says so.
+  struct sigaction previous {};
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  ::sigaction(SIGPIPE, &default_action, &previous);
+  RewardProcess p({.command = "exec 0<&-; sleep 10"});
   RewardBatch b = batch3();
   b.completions[0] = std::string(size_t{4} << 20, 'x');
   try {
     p.score(b);
-    FAIL() << "no error";
+    ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("exited with status 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("closed its stdin but is still running"),
+              std::string::npos)
+        << e.what();
   }
+  ::sigaction(SIGPIPE, &previous, nullptr);
 }
 
 TEST(RewardProcess, MalformedAnswers) {
