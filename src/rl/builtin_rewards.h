@@ -15,7 +15,8 @@ namespace fp8rl {
 enum class AnswerMode {
   exact,       // byte-equal strings
   normalized,  // equal after normalize_answer (trim, case-fold, collapse spaces, trailing '.')
-  numeric,     // math: equal values (math_answer.h), else equal normalised strings
+  numeric,     // math: equal values (math_answer.h; "x = 5" counts as 5), else equal
+               // normalised strings
 };
 
 struct AnswerMatchOptions {

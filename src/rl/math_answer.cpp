@@ -104,6 +104,11 @@ std::string drop_text_groups(std::string s) {
 
 std::string clean_number_text(std::string_view text) {
   std::string s = drop_text_groups(std::string(text));
+  for (std::string_view degrees : {"^{\\circ}", "^\\circ"}) {
+    for (size_t at = s.find(degrees); at != std::string::npos; at = s.find(degrees, at)) {
+      s.erase(at, degrees.size());
+    }
+  }
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];

@@ -45,6 +45,8 @@ TEST(MathAnswer, ParseNumberAcceptsEquivalentSpellings) {
   EXPECT_EQ(parse_number("\\frac{-3}{4}"), -0.75);
   EXPECT_EQ(parse_number("-3/4"), -0.75);
   EXPECT_EQ(parse_number("50\\%"), 50.0);
+  EXPECT_EQ(parse_number("90^\\circ"), 90.0);
+  EXPECT_EQ(parse_number("90^{\\circ}"), 90.0);
 }
 
 TEST(MathAnswer, ParseNumberRejectsNonNumbers) {

@@ -237,7 +237,7 @@ class PythonRewardProcess : public ::testing::Test {
   }
   static std::string command(const std::string& extra_path, const std::string& function) {
     return fmt::format(
-        "PYTHONPATH={}/python:{} PYTHONDONTWRITEBYTECODE=1 exec python3 -m fp8rl_reward {}",
+        "PYTHONPATH='{}/python:{}' PYTHONDONTWRITEBYTECODE=1 exec python3 -m fp8rl_reward {}",
         FP8RL_SOURCE_DIR, extra_path, function);
   }
   // A module file in a fresh temporary folder; returns the folder.
