@@ -3,6 +3,7 @@
 import asyncio
 import importlib
 import inspect
+import io
 import json
 import math
 import numbers
@@ -84,7 +85,8 @@ def serve(spec, chat=False, stdin=None):
     sys.stdout = sys.stderr
     function = load_function(spec)
     name = getattr(function, "__name__", spec)
-    source = stdin if stdin is not None else sys.stdin
+    # UTF-8 whatever the locale: fp8rl writes UTF-8.
+    source = stdin if stdin is not None else io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8")
     for line in source:
         if not line.strip():
             continue

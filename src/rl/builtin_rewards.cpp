@@ -6,7 +6,7 @@
 #include "core/check.h"
 #include "rl/math_answer.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 namespace {
 
@@ -51,7 +51,12 @@ bool AnswerMatchReward::is_correct(const std::string& completion,
       const std::optional<std::string> final_answer =
           extract_math_answer(answer ? *answer : completion);
       if (!final_answer) return false;
-      const std::optional<double> value = parse_number(*final_answer);
+      std::optional<double> value = parse_number(*final_answer);
+      const size_t equals = final_answer->rfind('=');
+      if (!value && equals != std::string::npos) {
+        // "x = 5": the value is the right-hand side.
+        value = parse_number(std::string_view(*final_answer).substr(equals + 1));
+      }
       const std::optional<double> expected = gold_number(gold);
       if (value && expected) return numbers_equal(*value, *expected);
       // Not numbers on both sides (\boxed{x+1}, a word answer): compare as text.
@@ -144,4 +149,4 @@ RewardValues LengthPenaltyReward::score(const RewardBatch& batch) {
   return out;
 }
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

@@ -10,12 +10,13 @@
 #include "rl/pattern.h"
 #include "rl/reward.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 enum class AnswerMode {
   exact,       // byte-equal strings
   normalized,  // equal after normalize_answer (trim, case-fold, collapse spaces, trailing '.')
-  numeric,     // math: equal values (math_answer.h), else equal normalised strings
+  numeric,     // math: equal values (math_answer.h; "x = 5" counts as 5), else equal
+               // normalised strings
 };
 
 struct AnswerMatchOptions {
@@ -104,4 +105,4 @@ class LengthPenaltyReward final : public RewardFunction {
   LengthPenaltyOptions options_;
 };
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

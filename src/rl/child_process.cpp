@@ -16,7 +16,7 @@
 
 extern char** environ;
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 namespace {
 
@@ -42,9 +42,9 @@ void close_fd(int& fd) {
 int above_stdio(int fd) {
   if (fd > 2) return fd;
   const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
-  const int err = errno;
+  // On failure `fd` stays open for the caller to close.
+  CHECK(moved >= 0, "child process: fcntl(F_DUPFD_CLOEXEC) failed: {}", errno_text(errno));
   ::close(fd);
-  CHECK(moved >= 0, "child process: fcntl(F_DUPFD_CLOEXEC) failed: {}", errno_text(err));
   return moved;
 }
 
@@ -103,13 +103,25 @@ ChildProcess::ChildProcess(std::string command, std::string who)
     ::close(in[1]);
     RAISE("{}: pipe2 failed: {}", who_, errno_text(err));
   }
-  for (int* fd : {&in[0], &in[1], &out[0], &out[1]}) *fd = above_stdio(*fd);
+  try {
+    for (int* fd : {&in[0], &in[1], &out[0], &out[1]}) *fd = above_stdio(*fd);
+    // Our ends only (the child's ends are other open file descriptions).
+    set_nonblocking(in[1]);
+    set_nonblocking(out[0]);
+  } catch (const Error&) {
+    for (int fd : {in[0], in[1], out[0], out[1]}) ::close(fd);
+    throw;
+  }
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   // dup2 clears close-on-exec on the copies; the originals (close-on-exec) vanish at exec.
   posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
   posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 34)
+  // Descriptors of ours opened without close-on-exec (by libraries) stay out of the child too.
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+#endif
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // Own process group; default SIGPIPE/SIGINT/SIGTERM handling and no blocked signals, whatever
@@ -139,8 +151,6 @@ ChildProcess::ChildProcess(std::string command, std::string who)
     close_fd(stdout_fd_);
     RAISE("{}: could not start /bin/sh -c '{}': {}", who_, command_, errno_text(rc));
   }
-  set_nonblocking(stdin_fd_);
-  set_nonblocking(stdout_fd_);
 }
 
 ChildProcess::~ChildProcess() {
@@ -264,4 +274,4 @@ std::string ChildProcess::exchange(std::string_view request, milliseconds timeou
   }
 }
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

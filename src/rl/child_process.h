@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 class ChildProcess {
  public:
@@ -62,4 +62,4 @@ class ChildProcess {
   std::string failure_;           // why the process was killed, for later exchanges
 };
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

@@ -4,7 +4,7 @@
 #include <charconv>
 #include <cmath>
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 namespace {
 
@@ -104,6 +104,11 @@ std::string drop_text_groups(std::string s) {
 
 std::string clean_number_text(std::string_view text) {
   std::string s = drop_text_groups(std::string(text));
+  for (std::string_view degrees : {"^{\\circ}", "^\\circ"}) {
+    for (size_t at = s.find(degrees); at != std::string::npos; at = s.find(degrees, at)) {
+      s.erase(at, degrees.size());
+    }
+  }
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];
@@ -251,4 +256,4 @@ std::string normalize_answer(std::string_view text) {
   return out;
 }
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

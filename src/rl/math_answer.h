@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 // The content of the last \boxed{...} whose braces balance (escaped \{ \} do not count), or
 // nullopt when there is none. An unclosed last \boxed (a truncated completion) is skipped in
@@ -22,8 +22,8 @@ std::optional<std::string> last_number(std::string_view text);
 std::optional<std::string> extract_math_answer(std::string_view text);
 
 // The value of `text` when the whole of it is a number, after removing whitespace, '$', '%',
-// LaTeX spacing (\, \! \; \ ), \text{...} (units) and a trailing period: decimals with or
-// without thousands separators ("1,000" = "1000" = "1000.0" = "1e3"), fractions "3/4" and
+// LaTeX spacing (\, \! \; \ ), \text{...} (units), degrees (^\circ) and a trailing period: decimals
+// with or without thousands separators ("1,000" = "1000" = "1000.0" = "1e3"), fractions "3/4" and
 // \frac{3}{4} (also \dfrac, \tfrac), each with a sign. nullopt otherwise (and for a zero
 // denominator).
 std::optional<double> parse_number(std::string_view text);
@@ -35,4 +35,4 @@ bool numbers_equal(double a, double b);
 // period (after trimming).
 std::string normalize_answer(std::string_view text);
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

@@ -5,7 +5,7 @@
 
 #include "core/check.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 namespace {
 
@@ -108,4 +108,4 @@ std::optional<std::string> Pattern::last_capture(std::string_view text) const {
   return found;
 }
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 struct PatternOptions {
   bool dotall = false;       // '.' also matches a newline (Python's re.DOTALL)
@@ -51,4 +51,4 @@ class Pattern {
   std::unique_ptr<Code> code_;
 };
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

@@ -2,7 +2,7 @@
 
 #include "core/check.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 RewardFunction::~RewardFunction() = default;
 
@@ -49,4 +49,4 @@ const nlohmann::json& RewardBatch::column(const std::string& name, const std::st
   return c;
 }
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

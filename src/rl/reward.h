@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 // One batch of samples, as TRL passes it to reward functions (B rows after the G-fold repeat).
 struct RewardBatch {
@@ -43,4 +43,4 @@ class RewardFunction {
   virtual RewardValues score(const RewardBatch& batch) = 0;
 };
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

@@ -9,7 +9,7 @@
 #include "rl/builtin_rewards.h"
 #include "rl/reward_process.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 namespace {
 
@@ -230,4 +230,4 @@ RewardSet make_reward_process_set(const std::string& command, double timeout_s) 
   return set;
 }
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

@@ -18,7 +18,7 @@
 
 #include "rl/reward_set.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 // `spec`: a JSON array of entry objects. Reward processes start here.
 RewardSet make_reward_set(const nlohmann::json& spec);
@@ -26,4 +26,4 @@ RewardSet make_reward_set(const nlohmann::json& spec);
 // One reward process replacing the configured rewards (the flag --reward-process COMMAND).
 RewardSet make_reward_process_set(const std::string& command, double timeout_s = 300);
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

@@ -7,7 +7,7 @@
 #include "formats/json_read.h"
 #include "rl/child_process.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 namespace {
 
@@ -102,4 +102,4 @@ RewardValues RewardProcess::score(const RewardBatch& batch) {
   }
 }
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

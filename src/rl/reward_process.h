@@ -17,7 +17,7 @@
 
 #include "rl/reward.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 class ChildProcess;
 
@@ -51,4 +51,4 @@ class RewardProcess final : public RewardFunction {
   std::unique_ptr<ChildProcess> child_;
 };
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

@@ -5,7 +5,7 @@
 
 #include "core/check.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -131,4 +131,4 @@ CombinedRewards RewardSet::score(const RewardBatch& batch) {
   return combine_rewards(names(), weights_, std::move(per_function));
 }
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

@@ -14,7 +14,7 @@
 
 #include "rl/reward.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 
 enum class RewardRow : uint8_t {
   scored,      // at least one value, all finite: total is finite
@@ -73,4 +73,4 @@ class RewardSet {
 CombinedRewards combine_rewards(std::vector<std::string> names, std::vector<double> weights,
                                 std::vector<RewardValues> per_function);
 
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

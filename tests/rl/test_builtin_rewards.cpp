@@ -3,7 +3,7 @@
 #include "core/check.h"
 #include "rl/builtin_rewards.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 namespace {
 
 RewardBatch batch_of(std::vector<std::string> completions, nlohmann::json answers = nullptr) {
@@ -43,9 +43,10 @@ TEST(AnswerMatch, NumericTakesBoxedOrLastNumber) {
        "we get 3 then 7 and finally 0.75",            // last number
        "\\boxed{\\frac{3}{4}} and then 9",            // boxed wins over the last number
        "the answer is 1000.0.", "the answer is 999", "no number at all", "\\boxed{x+1}",
-       "\\boxed{X + 1}"},
-      {"1000", "3/4", 0.75, 1000, "1000", "5", "x+1", "x + 1"}));
-  const std::vector<std::optional<double>> want = {1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0};
+       "\\boxed{X + 1}", "\\boxed{x = 5}", "\\boxed{x = 6}"},
+      {"1000", "3/4", 0.75, 1000, "1000", "5", "x+1", "x + 1", 5, 5}));
+  const std::vector<std::optional<double>> want = {1.0, 1.0, 1.0, 1.0, 0.0,
+                                                   0.0, 1.0, 1.0, 1.0, 0.0};
   EXPECT_EQ(v, want);
 }
 
@@ -155,4 +156,4 @@ TEST(LengthPenalty, RejectsBadOptions) {
 }
 
 }  // namespace
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

@@ -2,7 +2,7 @@
 
 #include "rl/math_answer.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 namespace {
 
 TEST(MathAnswer, LastBoxedTakesTheLastBalancedOne) {
@@ -45,6 +45,8 @@ TEST(MathAnswer, ParseNumberAcceptsEquivalentSpellings) {
   EXPECT_EQ(parse_number("\\frac{-3}{4}"), -0.75);
   EXPECT_EQ(parse_number("-3/4"), -0.75);
   EXPECT_EQ(parse_number("50\\%"), 50.0);
+  EXPECT_EQ(parse_number("90^\\circ"), 90.0);
+  EXPECT_EQ(parse_number("90^{\\circ}"), 90.0);
 }
 
 TEST(MathAnswer, ParseNumberRejectsNonNumbers) {
@@ -72,4 +74,4 @@ TEST(MathAnswer, NormalizeAnswer) {
 }
 
 }  // namespace
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

@@ -3,7 +3,7 @@
 #include "core/check.h"
 #include "rl/reward_config.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 namespace {
 
 using Json = nlohmann::json;
@@ -99,4 +99,4 @@ TEST(RewardConfig, RewardProcessEntry) {
 }
 
 }  // namespace
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

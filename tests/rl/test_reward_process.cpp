@@ -1,3 +1,4 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -14,7 +15,7 @@
 #include "rl/child_process.h"
 #include "rl/reward_process.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -133,17 +134,25 @@ TEST(RewardProcess, ProcessKilledBySignal) {
 }
 
 TEST(RewardProcess, ProcessThatNeverReadsDoesNotRaiseSigpipe) {
-  // The process exits without reading a 4 MB request: our write gets EPIPE (SIGPIPE would kill
-  // this test binary) and the error names the exit.
-  RewardProcess p({.command = "exit 0"});
+  // The process closes its stdin without reading a 4 MB request and keeps its stdout open (for
+  // longer than the exchange waits): our write gets EPIPE (SIGPIPE would kill this test binary;
+  // the test makes sure SIGPIPE is not ignored) and the error says so.
+  struct sigaction previous {};
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  ::sigaction(SIGPIPE, &default_action, &previous);
+  RewardProcess p({.command = "exec 0<&-; sleep 10"});
   RewardBatch b = batch3();
   b.completions[0] = std::string(size_t{4} << 20, 'x');
   try {
     p.score(b);
-    FAIL() << "no error";
+    ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("exited with status 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("closed its stdin but is still running"),
+              std::string::npos)
+        << e.what();
   }
+  ::sigaction(SIGPIPE, &previous, nullptr);
 }
 
 TEST(RewardProcess, MalformedAnswers) {
@@ -174,6 +183,19 @@ TEST(RewardProcess, AfterAnErrorTheProcessIsStopped) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no longer running"), std::string::npos) << e.what();
   }
+}
+
+TEST(RewardProcess, ChildInheritsNoOtherDescriptors) {
+  // A descriptor of ours without close-on-exec (as a library might open one).
+  const int fd = ::open("/dev/null", O_RDONLY);
+  ASSERT_GE(fd, 3);
+  ASSERT_TRUE(std::filesystem::exists(fmt::format("/proc/self/fd/{}", fd)));  // the control
+  RewardProcess p({.command = fmt::format(
+                       "while read -r l; do if [ -e /proc/$$/fd/{} ]; then r=1; else r=0; fi; "
+                       "echo \"{{\\\"rewards\\\": [$r, $r, $r]}}\"; done",
+                       fd)});
+  EXPECT_EQ(p.score(batch3()), (RewardValues{0.0, 0.0, 0.0}));
+  ::close(fd);
 }
 
 TEST(ChildProcess, DestructorKillsAProcessThatIgnoresEofAndTerm) {
@@ -214,8 +236,9 @@ class PythonRewardProcess : public ::testing::Test {
     if (!have_python3()) GTEST_SKIP() << "python3 not found";
   }
   static std::string command(const std::string& extra_path, const std::string& function) {
-    return fmt::format("PYTHONPATH={}/python:{} exec python3 -m fp8rl_reward {}", FP8RL_SOURCE_DIR,
-                       extra_path, function);
+    return fmt::format(
+        "PYTHONPATH='{}/python:{}' PYTHONDONTWRITEBYTECODE=1 exec python3 -m fp8rl_reward {}",
+        FP8RL_SOURCE_DIR, extra_path, function);
   }
   // A module file in a fresh temporary folder; returns the folder.
   static std::string write_module(const std::string& name, const std::string& text) {
@@ -289,4 +312,4 @@ def broken(prompts, completions, **kwargs):
 }
 
 }  // namespace
-}  // namespace fp8rl::rl
+}  // namespace fp8rl

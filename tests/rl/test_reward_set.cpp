@@ -7,7 +7,7 @@
 #include "core/check.h"
 #include "rl/reward_set.h"
 
-namespace fp8rl::rl {
+namespace fp8rl {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -114,4 +114,4 @@ TEST(RewardSet, BatchValidation) {
 }
 
 }  // namespace
-}  // namespace fp8rl::rl
+}  // namespace fp8rl
