@@ -29,7 +29,8 @@ struct RowReader {
   SftExample row(const Json& row) const;
   SftExample token_row(const Json& ids, const Json* completion_mask) const;
   SftExample text_row(const Json& text) const;
-  SftExample prompt_completion_row(const Json& prompt, const Json& completion) const;
+  SftExample prompt_completion_row(const Json& prompt, const Json& completion,
+                                   const Json& tools) const;
   SftExample chat_row(const Json& messages, size_t first_completion, const Json& tools) const;
   std::vector<int32_t> render_tokens(const Json& messages, size_t count, bool generation_prompt,
                                      const Json& tools) const;
@@ -117,13 +118,14 @@ SftExample RowReader::text_row(const Json& text) const {
   return ex;
 }
 
-SftExample RowReader::prompt_completion_row(const Json& prompt, const Json& completion) const {
+SftExample RowReader::prompt_completion_row(const Json& prompt, const Json& completion,
+                                            const Json& tools) const {
   if (prompt.is_array() || completion.is_array()) {
     check_messages(prompt, "prompt");
     check_messages(completion, "completion");
     Json messages = prompt;
     for (const Json& m : completion) messages.push_back(m);
-    return chat_row(messages, prompt.size(), nullptr);
+    return chat_row(messages, prompt.size(), tools);
   }
   const std::string& p = string_field(prompt, "prompt");
   const std::string& c = string_field(completion, "completion");
@@ -195,7 +197,7 @@ SftExample RowReader::chat_row(const Json& messages, size_t first_completion,
     if (messages[i]["role"].get_ref<const std::string&>() != "assistant") continue;
     const size_t begin = prefix_length(i, true);
     const size_t end = i + 1 == messages.size() ? n : prefix_length(i + 1, false);
-    CHECK(begin <= end, "assistant message {} renders as no tokens after its header", i);
+    CHECK(begin <= end, "messages[{}] renders shorter than its generation prompt", i);
     train(begin, end);
     ++turns;
   }
@@ -207,19 +209,20 @@ SftExample RowReader::chat_row(const Json& messages, size_t first_completion,
 SftExample RowReader::row(const Json& row) const {
   CHECK(row.is_object(), "a row must be a JSON object, got {}", row.type_name());
   SftExample ex;
+  // apply_chat_template's tools (None when absent) for conversational rows.
+  const Json tools = field(row, "tools") ? row["tools"] : Json(nullptr);
   if (const Json* ids = field(row, "input_ids")) {
     ex = token_row(*ids, field(row, "completion_mask"));
   } else if (const Json* messages = field(row, "messages")) {
     check_messages(*messages, "messages");
-    const Json* tools = field(row, "tools");
-    ex = chat_row(*messages, 0, tools ? *tools : Json(nullptr));
+    ex = chat_row(*messages, 0, tools);
   } else if (field(row, "prompt") || field(row, "completion")) {
     const Json* prompt = field(row, "prompt");
     const Json* completion = field(row, "completion");
     CHECK(prompt != nullptr, "a row with \"completion\" needs a \"prompt\"");
     CHECK(completion != nullptr,
           "a row with \"prompt\" needs a \"completion\" (prompt-only rows are for RL, not SFT)");
-    ex = prompt_completion_row(*prompt, *completion);
+    ex = prompt_completion_row(*prompt, *completion, tools);
   } else if (const Json* text = field(row, options.dataset_text_field)) {
     ex = text_row(*text);
   } else {

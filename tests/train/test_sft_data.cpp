@@ -216,6 +216,20 @@ TEST_F(SftDataTest, MessagesWithARealTemplate) {
   EXPECT_EQ(tokenizer().decode(ex[0].input_ids).find("<|im_start|>system\nYou are Qwen"), 0u);
 }
 
+TEST_F(SftDataTest, ToolsGoToTheTemplate) {
+  const ChatTemplateConfig chat =
+      load_chat_template_config(std::string(FP8RL_TEST_DATA) + "/chat/templates/qwen2_5_like");
+  const std::string messages =
+      R"([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hi there"}])";
+  const std::string tools = R"([{"type": "function", "function": {"name": "get_weather"}}])";
+  const auto with = read(R"({"messages": )" + messages + R"(, "tools": )" + tools + "}",
+                         default_options(), &chat);
+  const auto without = read(R"({"messages": )" + messages + "}", default_options(), &chat);
+  EXPECT_NE(tokenizer().decode(with[0].input_ids).find("get_weather"), std::string::npos);
+  EXPECT_EQ(tokenizer().decode(without[0].input_ids).find("get_weather"), std::string::npos);
+  EXPECT_EQ(target_text(with[0]), "Hi there<|im_end|>\n");
+}
+
 TEST_F(SftDataTest, ConversationalPromptCompletion) {
   const ChatTemplateConfig chat = toy_chat();
   const std::string row =
@@ -226,6 +240,10 @@ TEST_F(SftDataTest, ConversationalPromptCompletion) {
   SftDataOptions both = default_options();
   both.completion_only_loss = false;
   EXPECT_EQ(target_text(read(row, both, &chat)[0]), "yes<|end|>\nthe end<|end|>\n");
+  // Completion only, whatever its roles: from the end of the prompt's generation header.
+  SftDataOptions any_role = default_options();
+  any_role.assistant_only_loss = false;
+  EXPECT_EQ(target_text(read(row, any_role, &chat)[0]), "the end<|end|>\n");
 }
 
 TEST_F(SftDataTest, TemplatesThatAreNotPrefixStable) {
@@ -271,6 +289,7 @@ TEST_F(SftDataTest, BadRowsNameTheirLine) {
   expect_error(good + "{\"foo\": 1, \"bar\": 2}", 2, "no usable field");
   expect_error(good + "{\"foo\": 1, \"bar\": 2}", 2, "foo, bar");
   expect_error(good + "{\"text\": null}", 2, "no usable field");
+  expect_error(good + "{}", 2, "(the row has: none)");
   expect_error(good + "{\"text\": 5}", 2, "\"text\" must be a string");
   expect_error(good + "{\"text\": \"\"}", 2, "empty string");
   expect_error(good + "{\"input_ids\": [1, 2.5]}", 2, "input_ids[1] must be an integer");
