@@ -400,6 +400,45 @@ TEST(SftPacking, OrderIsAFunctionOfSeedAndEpoch) {
   EXPECT_THROW(plan_epoch(ex, 4, 0, 1, 0, true), Error);
 }
 
+int64_t batch_tokens(const std::vector<SftExample>& ex, const std::vector<size_t>& batch) {
+  int64_t n = 0;
+  for (const size_t i : batch) n += int64_t(ex[i].input_ids.size());
+  return n;
+}
+
+TEST(SftPacking, MaxBatchTokensBoundsEveryEpoch) {
+  const auto ex = varied_examples(61);
+  int later_epochs_larger = 0;  // cases where epoch 0's largest batch is no bound
+  for (const int64_t batch_size : {1, 2, 5, 64}) {
+    for (const int64_t max_tokens : {1, 30, 75, 100000}) {
+      const int64_t bound = max_batch_tokens(ex, batch_size, max_tokens);
+      int64_t most = 0, first_epoch = 0;
+      for (int64_t epoch = 0; epoch < 20; ++epoch) {
+        for (const auto& b : plan_epoch(ex, batch_size, max_tokens, 5, epoch, true)) {
+          const int64_t n = batch_tokens(ex, b);
+          EXPECT_LE(n, bound) << batch_size << " " << max_tokens;
+          most = std::max(most, n);
+          if (epoch == 0) first_epoch = std::max(first_epoch, n);
+        }
+      }
+      later_epochs_larger += first_epoch < most;
+    }
+  }
+  EXPECT_GT(later_epochs_larger, 0);
+  // By hand: the budget, the batch_size longest together, or one longest over the budget.
+  std::vector<SftExample> hand = {example_of_length(10, 0), example_of_length(7, 0),
+                                  example_of_length(3, 0)};
+  EXPECT_EQ(max_batch_tokens(hand, 2, 12), 12);
+  EXPECT_EQ(max_batch_tokens(hand, 2, 100), 17);
+  EXPECT_EQ(max_batch_tokens(hand, 1, 100), 10);
+  hand.push_back(example_of_length(20, 0));
+  EXPECT_EQ(max_batch_tokens(hand, 2, 12), 20);
+  // Reached: three examples of 6, two per batch within 12 tokens.
+  const std::vector<SftExample> sixes(3, example_of_length(6, 0));
+  EXPECT_EQ(max_batch_tokens(sixes, 2, 12), 12);
+  EXPECT_EQ(batch_tokens(sixes, plan_epoch(sixes, 2, 12, 1, 0, true)[0]), 12);
+}
+
 TEST(SftPacking, BatchTargetsStopAtSequenceBoundaries) {
   std::vector<SftExample> ex(3);
   ex[0].input_ids = {10, 11, 12};
