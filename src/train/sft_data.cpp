@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <filesystem>
 #include <string_view>
 
 #include "core/check.h"
@@ -9,6 +10,7 @@
 #include "formats/json_read.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_config.h"
 
 namespace fp8rl {
 namespace {
@@ -289,6 +291,22 @@ std::vector<SftExample> read_sft_dataset(const std::string& path, const tok::Tok
   }
   CHECK(!examples.empty(), "{}: no examples (the file has no non-blank line)", path);
   return examples;
+}
+
+SftTokenizerSetup load_sft_tokenizer_setup(const std::string& model_dir,
+                                           const tok::Tokenizer& tokenizer) {
+  SftTokenizerSetup setup;
+  const tok::TokenizerConfig config = tok::TokenizerConfig::load(model_dir);
+  if (config.eos_token) {
+    setup.eos_token_id = tokenizer.token_to_id(*config.eos_token);
+    CHECK(setup.eos_token_id >= 0, "{}: eos_token '{}' of tokenizer_config.json is not a token",
+          model_dir, *config.eos_token);
+  }
+  // load_chat_template_config reads the templates through tokenizer_config.json.
+  if (!config.chat_templates.empty() &&
+      std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer_config.json"))
+    setup.chat = load_chat_template_config(model_dir);
+  return setup;
 }
 
 }  // namespace fp8rl

@@ -333,6 +333,31 @@ TEST_F(SftDataTest, EmptyDatasetIsAnError) {
       Error);
 }
 
+TEST_F(SftDataTest, ModelDirectorySetup) {
+  // A model directory: the tiny tokenizer, eos_token and a chat template in its config.
+  const fs::path model = dir_ / "model";
+  fs::create_directories(model);
+  fs::copy_file(kTokenizerPath + "/tokenizer.json", model / "tokenizer.json");
+  nlohmann::json config = {{"eos_token", "<|end|>"}, {"chat_template", toy_chat().source}};
+  std::ofstream(model / "tokenizer_config.json") << config.dump();
+  SftTokenizerSetup setup = load_sft_tokenizer_setup(model.string(), tokenizer());
+  EXPECT_EQ(setup.eos_token_id, kEos);
+  ASSERT_TRUE(setup.chat.has_value());
+  EXPECT_EQ(setup.chat->source, toy_chat().source);
+  SftDataOptions o;
+  o.eos_token_id = setup.eos_token_id;
+  EXPECT_EQ(read(R"({"text": "hi"})", o, &*setup.chat)[0].input_ids.back(), kEos);
+
+  // No template, no eos_token: neither is set.
+  std::ofstream(model / "tokenizer_config.json") << "{}";
+  setup = load_sft_tokenizer_setup(model.string(), tokenizer());
+  EXPECT_EQ(setup.eos_token_id, -1);
+  EXPECT_FALSE(setup.chat.has_value());
+  // An eos_token the tokenizer does not have.
+  std::ofstream(model / "tokenizer_config.json") << R"({"eos_token": "</s>"})";
+  EXPECT_THROW(load_sft_tokenizer_setup(model.string(), tokenizer()), Error);
+}
+
 // ---- packing ----
 
 SftExample example_of_length(size_t n, int32_t first_token) {
