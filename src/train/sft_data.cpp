@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/input_file.h"
+#include "core/parallel.h"
 #include "formats/json_read.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -19,6 +20,9 @@ using Json = nlohmann::ordered_json;
 
 // One row is one JSON value; the JSON reading policy's own size limit.
 constexpr uint64_t kMaxLineBytes = uint64_t{64} << 20;
+// Rows encoded in parallel at a time: enough to keep the cores busy, little memory.
+constexpr size_t kChunkRows = 4096;
+constexpr uint64_t kChunkBytes = uint64_t{64} << 20;
 
 struct RowReader {
   const tok::Tokenizer& tokenizer;
@@ -273,20 +277,41 @@ std::vector<SftExample> read_sft_dataset(const std::string& path, const tok::Tok
                          render_options,
                          options.vocab_size > 0 ? options.vocab_size : tokenizer.vocab_size()};
 
+  // Rows are read in chunks and each chunk encoded in parallel (the tokenizer and the template
+  // are safe to share); a chunk's errors are reported in line order, so the error of a file
+  // with several bad rows names the first, whatever the thread count.
   std::vector<SftExample> examples;
   InputLines lines(path, "dataset", kMaxLineBytes);
-  std::string line;
-  while (lines.next(line)) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const auto number = int64_t(lines.line_number());
-    try {
-      SftExample ex = reader.row(parse_ordered_json_text(line, "the row"));
-      ex.line = number;
-      examples.push_back(std::move(ex));
-    } catch (const Error& e) {
-      RAISE("{}:{}: {}", path, number, e.what());
-    } catch (const nlohmann::json::exception& e) {
-      RAISE("{}:{}: {}", path, number, e.what());
+  std::vector<std::string> chunk;
+  std::vector<int64_t> numbers;
+  uint64_t chunk_bytes = 0;
+  bool more = true;
+  while (more) {
+    chunk.clear();
+    numbers.clear();
+    chunk_bytes = 0;
+    std::string line;
+    while (chunk.size() < kChunkRows && chunk_bytes < kChunkBytes && (more = lines.next(line))) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      chunk_bytes += line.size();
+      numbers.push_back(int64_t(lines.line_number()));
+      chunk.push_back(std::move(line));
+    }
+    std::vector<SftExample> encoded(chunk.size());
+    std::vector<std::string> errors(chunk.size());
+    parallel_for(0, int64_t(chunk.size()), [&](int64_t i) {
+      try {
+        encoded[size_t(i)] = reader.row(parse_ordered_json_text(chunk[size_t(i)], "the row"));
+        encoded[size_t(i)].line = numbers[size_t(i)];
+      } catch (const Error& e) {
+        errors[size_t(i)] = e.what();
+      } catch (const nlohmann::json::exception& e) {
+        errors[size_t(i)] = e.what();
+      }
+    });
+    for (size_t i = 0; i < chunk.size(); ++i) {
+      if (!errors[i].empty()) RAISE("{}:{}: {}", path, numbers[i], errors[i]);
+      examples.push_back(std::move(encoded[i]));
     }
   }
   CHECK(!examples.empty(), "{}: no examples (the file has no non-blank line)", path);

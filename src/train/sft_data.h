@@ -77,7 +77,9 @@ struct SftDataOptions {
 };
 
 // `chat` may be null when the model has no chat template (messages rows are then an error).
-// An empty dataset (no non-blank line) is an error too.
+// An empty dataset (no non-blank line) is an error too. Rows are encoded in parallel over the
+// cores (parallel_for); the examples keep the file's order, and of several bad rows the first
+// is reported.
 std::vector<SftExample> read_sft_dataset(const std::string& path, const tok::Tokenizer& tokenizer,
                                          const ChatTemplateConfig* chat,
                                          const SftDataOptions& options);

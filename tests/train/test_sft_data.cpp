@@ -320,6 +320,29 @@ TEST_F(SftDataTest, BadRowsNameTheirLine) {
   expect_error(good + "{\"text\": \"a\xff\"}", 2, "not valid JSON");
 }
 
+TEST_F(SftDataTest, ManyRowsKeepTheirOrderAndTheFirstErrorIsReported) {
+  // More rows than one parallel chunk (4096), with blank lines between.
+  std::string text;
+  for (int i = 0; i < 9000; ++i)
+    text += "{\"input_ids\": [" + std::to_string(i % 300) + ", 1]}\n" + (i % 7 == 0 ? "\n" : "");
+  const auto ex = read(text);
+  ASSERT_EQ(ex.size(), 9000u);
+  for (size_t i = 1; i < ex.size(); ++i) {
+    ASSERT_EQ(ex[i].input_ids[0], int32_t(i % 300));
+    ASSERT_GT(ex[i].line, ex[i - 1].line);
+  }
+  EXPECT_EQ(ex.back().line, 9000 + 9000 / 7 + 1);
+  // Bad rows at lines 2045 (the end of one thread's share, for 2 to 16 threads), 2050 (the start
+  // of the next share, reached first in time) and 8000 (a later chunk): the first is named.
+  std::string bad;
+  for (int i = 1; i <= 9000; ++i)
+    bad += std::string(i == 2045                ? "{\"text\": 1}"
+                       : i == 2050 || i == 8000 ? "[]"
+                                                : "{\"input_ids\": [1, 2]}") +
+           "\n";
+  expect_error(bad, 2045, "must be a string");
+}
+
 TEST_F(SftDataTest, EmptyDatasetIsAnError) {
   const std::string path = write("\n  \n");
   try {
