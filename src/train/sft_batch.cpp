@@ -1,5 +1,7 @@
 #include "train/sft_batch.h"
 
+#include <algorithm>
+#include <functional>
 #include <numeric>
 #include <utility>
 
@@ -48,6 +50,22 @@ std::vector<std::vector<size_t>> plan_epoch(std::span<const SftExample> examples
   }
   if (!current.empty()) batches.push_back(std::move(current));
   return batches;
+}
+
+int64_t max_batch_tokens(std::span<const SftExample> examples, int64_t batch_size,
+                         int64_t max_tokens) {
+  CHECK(batch_size >= 1 && max_tokens >= 1,
+        "the batch size and token budget must be at least 1, got {} and {}", batch_size,
+        max_tokens);
+  std::vector<int64_t> lengths;
+  for (const SftExample& ex : examples) lengths.push_back(int64_t(ex.input_ids.size()));
+  const size_t k = std::min(lengths.size(), size_t(batch_size));
+  std::partial_sort(lengths.begin(), lengths.begin() + ptrdiff_t(k), lengths.end(),
+                    std::greater<>());
+  int64_t longest_k = 0;
+  for (size_t i = 0; i < k; ++i) longest_k += lengths[i];
+  const int64_t longest = k > 0 ? lengths[0] : 0;
+  return std::max(longest, std::min(max_tokens, longest_k));
 }
 
 SftBatch make_batch(std::span<const SftExample> examples, std::span<const size_t> indices) {

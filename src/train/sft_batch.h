@@ -31,6 +31,14 @@ std::vector<std::vector<size_t>> plan_epoch(std::span<const SftExample> examples
                                             int64_t batch_size, int64_t max_tokens, uint64_t seed,
                                             int64_t epoch, bool shuffle);
 
+// A bound on the tokens of every batch of plan_epoch(examples, batch_size, max_tokens, ...), in
+// any epoch and for any seed: the longest example (alone, it may exceed max_tokens), or
+// max_tokens capped by the batch_size longest examples together. Epochs differ in order and so
+// in how examples share batches; one epoch's largest batch is no bound for another's (size
+// memory from this).
+int64_t max_batch_tokens(std::span<const SftExample> examples, int64_t batch_size,
+                         int64_t max_tokens);
+
 // The packed batch of examples[indices[0]], examples[indices[1]], ... (in that order).
 SftBatch make_batch(std::span<const SftExample> examples, std::span<const size_t> indices);
 

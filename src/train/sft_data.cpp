@@ -2,13 +2,16 @@
 
 #include <algorithm>
 #include <ctime>
+#include <filesystem>
 #include <string_view>
 
 #include "core/check.h"
 #include "core/input_file.h"
+#include "core/parallel.h"
 #include "formats/json_read.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_config.h"
 
 namespace fp8rl {
 namespace {
@@ -17,6 +20,9 @@ using Json = nlohmann::ordered_json;
 
 // One row is one JSON value; the JSON reading policy's own size limit.
 constexpr uint64_t kMaxLineBytes = uint64_t{64} << 20;
+// Rows encoded in parallel at a time: enough to keep the cores busy, little memory.
+constexpr size_t kChunkRows = 4096;
+constexpr uint64_t kChunkBytes = uint64_t{64} << 20;
 
 struct RowReader {
   const tok::Tokenizer& tokenizer;
@@ -29,7 +35,8 @@ struct RowReader {
   SftExample row(const Json& row) const;
   SftExample token_row(const Json& ids, const Json* completion_mask) const;
   SftExample text_row(const Json& text) const;
-  SftExample prompt_completion_row(const Json& prompt, const Json& completion) const;
+  SftExample prompt_completion_row(const Json& prompt, const Json& completion,
+                                   const Json& tools) const;
   SftExample chat_row(const Json& messages, size_t first_completion, const Json& tools) const;
   std::vector<int32_t> render_tokens(const Json& messages, size_t count, bool generation_prompt,
                                      const Json& tools) const;
@@ -117,13 +124,14 @@ SftExample RowReader::text_row(const Json& text) const {
   return ex;
 }
 
-SftExample RowReader::prompt_completion_row(const Json& prompt, const Json& completion) const {
+SftExample RowReader::prompt_completion_row(const Json& prompt, const Json& completion,
+                                            const Json& tools) const {
   if (prompt.is_array() || completion.is_array()) {
     check_messages(prompt, "prompt");
     check_messages(completion, "completion");
     Json messages = prompt;
     for (const Json& m : completion) messages.push_back(m);
-    return chat_row(messages, prompt.size(), nullptr);
+    return chat_row(messages, prompt.size(), tools);
   }
   const std::string& p = string_field(prompt, "prompt");
   const std::string& c = string_field(completion, "completion");
@@ -195,7 +203,7 @@ SftExample RowReader::chat_row(const Json& messages, size_t first_completion,
     if (messages[i]["role"].get_ref<const std::string&>() != "assistant") continue;
     const size_t begin = prefix_length(i, true);
     const size_t end = i + 1 == messages.size() ? n : prefix_length(i + 1, false);
-    CHECK(begin <= end, "assistant message {} renders as no tokens after its header", i);
+    CHECK(begin <= end, "messages[{}] renders shorter than its generation prompt", i);
     train(begin, end);
     ++turns;
   }
@@ -207,19 +215,20 @@ SftExample RowReader::chat_row(const Json& messages, size_t first_completion,
 SftExample RowReader::row(const Json& row) const {
   CHECK(row.is_object(), "a row must be a JSON object, got {}", row.type_name());
   SftExample ex;
+  // apply_chat_template's tools (None when absent) for conversational rows.
+  const Json tools = field(row, "tools") ? row["tools"] : Json(nullptr);
   if (const Json* ids = field(row, "input_ids")) {
     ex = token_row(*ids, field(row, "completion_mask"));
   } else if (const Json* messages = field(row, "messages")) {
     check_messages(*messages, "messages");
-    const Json* tools = field(row, "tools");
-    ex = chat_row(*messages, 0, tools ? *tools : Json(nullptr));
+    ex = chat_row(*messages, 0, tools);
   } else if (field(row, "prompt") || field(row, "completion")) {
     const Json* prompt = field(row, "prompt");
     const Json* completion = field(row, "completion");
     CHECK(prompt != nullptr, "a row with \"completion\" needs a \"prompt\"");
     CHECK(completion != nullptr,
           "a row with \"prompt\" needs a \"completion\" (prompt-only rows are for RL, not SFT)");
-    ex = prompt_completion_row(*prompt, *completion);
+    ex = prompt_completion_row(*prompt, *completion, tools);
   } else if (const Json* text = field(row, options.dataset_text_field)) {
     ex = text_row(*text);
   } else {
@@ -268,24 +277,61 @@ std::vector<SftExample> read_sft_dataset(const std::string& path, const tok::Tok
                          render_options,
                          options.vocab_size > 0 ? options.vocab_size : tokenizer.vocab_size()};
 
+  // Rows are read in chunks and each chunk encoded in parallel (the tokenizer and the template
+  // are safe to share); a chunk's errors are reported in line order, so the error of a file
+  // with several bad rows names the first, whatever the thread count.
   std::vector<SftExample> examples;
   InputLines lines(path, "dataset", kMaxLineBytes);
-  std::string line;
-  while (lines.next(line)) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const auto number = int64_t(lines.line_number());
-    try {
-      SftExample ex = reader.row(parse_ordered_json_text(line, "the row"));
-      ex.line = number;
-      examples.push_back(std::move(ex));
-    } catch (const Error& e) {
-      RAISE("{}:{}: {}", path, number, e.what());
-    } catch (const nlohmann::json::exception& e) {
-      RAISE("{}:{}: {}", path, number, e.what());
+  std::vector<std::string> chunk;
+  std::vector<int64_t> numbers;
+  uint64_t chunk_bytes = 0;
+  bool more = true;
+  while (more) {
+    chunk.clear();
+    numbers.clear();
+    chunk_bytes = 0;
+    std::string line;
+    while (chunk.size() < kChunkRows && chunk_bytes < kChunkBytes && (more = lines.next(line))) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      chunk_bytes += line.size();
+      numbers.push_back(int64_t(lines.line_number()));
+      chunk.push_back(std::move(line));
+    }
+    std::vector<SftExample> encoded(chunk.size());
+    std::vector<std::string> errors(chunk.size());
+    parallel_for(0, int64_t(chunk.size()), [&](int64_t i) {
+      try {
+        encoded[size_t(i)] = reader.row(parse_ordered_json_text(chunk[size_t(i)], "the row"));
+        encoded[size_t(i)].line = numbers[size_t(i)];
+      } catch (const Error& e) {
+        errors[size_t(i)] = e.what();
+      } catch (const nlohmann::json::exception& e) {
+        errors[size_t(i)] = e.what();
+      }
+    });
+    for (size_t i = 0; i < chunk.size(); ++i) {
+      if (!errors[i].empty()) RAISE("{}:{}: {}", path, numbers[i], errors[i]);
+      examples.push_back(std::move(encoded[i]));
     }
   }
   CHECK(!examples.empty(), "{}: no examples (the file has no non-blank line)", path);
   return examples;
+}
+
+SftTokenizerSetup load_sft_tokenizer_setup(const std::string& model_dir,
+                                           const tok::Tokenizer& tokenizer) {
+  SftTokenizerSetup setup;
+  const tok::TokenizerConfig config = tok::TokenizerConfig::load(model_dir);
+  if (config.eos_token) {
+    setup.eos_token_id = tokenizer.token_to_id(*config.eos_token);
+    CHECK(setup.eos_token_id >= 0, "{}: eos_token '{}' of tokenizer_config.json is not a token",
+          model_dir, *config.eos_token);
+  }
+  // load_chat_template_config reads the templates through tokenizer_config.json.
+  if (!config.chat_templates.empty() &&
+      std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer_config.json"))
+    setup.chat = load_chat_template_config(model_dir);
+  return setup;
 }
 
 }  // namespace fp8rl

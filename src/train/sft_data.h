@@ -40,12 +40,13 @@
 #include <string>
 #include <vector>
 
+#include "tokenizer/jinja/chat_template.h"
+
 namespace fp8rl {
 
 namespace tok {
 class Tokenizer;
 }
-struct ChatTemplateConfig;
 
 struct SftExample {
   std::vector<int32_t> input_ids;  // [n] the tokens of one example
@@ -76,9 +77,22 @@ struct SftDataOptions {
 };
 
 // `chat` may be null when the model has no chat template (messages rows are then an error).
-// An empty dataset (no non-blank line) is an error too.
+// An empty dataset (no non-blank line) is an error too. Rows are encoded in parallel over the
+// cores (parallel_for); the examples keep the file's order, and of several bad rows the first
+// is reported.
 std::vector<SftExample> read_sft_dataset(const std::string& path, const tok::Tokenizer& tokenizer,
                                          const ChatTemplateConfig* chat,
                                          const SftDataOptions& options);
+
+// What a model directory adds to its tokenizer for SFT data.
+struct SftTokenizerSetup {
+  // tokenizer_config.json's eos_token as an id (TRL's processing_class.eos_token); -1: none.
+  int32_t eos_token_id = -1;
+  // The model's chat template (transformers' lookup, "default"); unset when it has none.
+  std::optional<ChatTemplateConfig> chat;
+};
+// An eos_token the tokenizer does not know, or a malformed config, is an error.
+SftTokenizerSetup load_sft_tokenizer_setup(const std::string& model_dir,
+                                           const tok::Tokenizer& tokenizer);
 
 }  // namespace fp8rl

@@ -216,6 +216,20 @@ TEST_F(SftDataTest, MessagesWithARealTemplate) {
   EXPECT_EQ(tokenizer().decode(ex[0].input_ids).find("<|im_start|>system\nYou are Qwen"), 0u);
 }
 
+TEST_F(SftDataTest, ToolsGoToTheTemplate) {
+  const ChatTemplateConfig chat =
+      load_chat_template_config(std::string(FP8RL_TEST_DATA) + "/chat/templates/qwen2_5_like");
+  const std::string messages =
+      R"([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hi there"}])";
+  const std::string tools = R"([{"type": "function", "function": {"name": "get_weather"}}])";
+  const auto with = read(R"({"messages": )" + messages + R"(, "tools": )" + tools + "}",
+                         default_options(), &chat);
+  const auto without = read(R"({"messages": )" + messages + "}", default_options(), &chat);
+  EXPECT_NE(tokenizer().decode(with[0].input_ids).find("get_weather"), std::string::npos);
+  EXPECT_EQ(tokenizer().decode(without[0].input_ids).find("get_weather"), std::string::npos);
+  EXPECT_EQ(target_text(with[0]), "Hi there<|im_end|>\n");
+}
+
 TEST_F(SftDataTest, ConversationalPromptCompletion) {
   const ChatTemplateConfig chat = toy_chat();
   const std::string row =
@@ -226,6 +240,10 @@ TEST_F(SftDataTest, ConversationalPromptCompletion) {
   SftDataOptions both = default_options();
   both.completion_only_loss = false;
   EXPECT_EQ(target_text(read(row, both, &chat)[0]), "yes<|end|>\nthe end<|end|>\n");
+  // Completion only, whatever its roles: from the end of the prompt's generation header.
+  SftDataOptions any_role = default_options();
+  any_role.assistant_only_loss = false;
+  EXPECT_EQ(target_text(read(row, any_role, &chat)[0]), "the end<|end|>\n");
 }
 
 TEST_F(SftDataTest, TemplatesThatAreNotPrefixStable) {
@@ -271,6 +289,7 @@ TEST_F(SftDataTest, BadRowsNameTheirLine) {
   expect_error(good + "{\"foo\": 1, \"bar\": 2}", 2, "no usable field");
   expect_error(good + "{\"foo\": 1, \"bar\": 2}", 2, "foo, bar");
   expect_error(good + "{\"text\": null}", 2, "no usable field");
+  expect_error(good + "{}", 2, "(the row has: none)");
   expect_error(good + "{\"text\": 5}", 2, "\"text\" must be a string");
   expect_error(good + "{\"text\": \"\"}", 2, "empty string");
   expect_error(good + "{\"input_ids\": [1, 2.5]}", 2, "input_ids[1] must be an integer");
@@ -301,6 +320,29 @@ TEST_F(SftDataTest, BadRowsNameTheirLine) {
   expect_error(good + "{\"text\": \"a\xff\"}", 2, "not valid JSON");
 }
 
+TEST_F(SftDataTest, ManyRowsKeepTheirOrderAndTheFirstErrorIsReported) {
+  // More rows than one parallel chunk (4096), with blank lines between.
+  std::string text;
+  for (int i = 0; i < 9000; ++i)
+    text += "{\"input_ids\": [" + std::to_string(i % 300) + ", 1]}\n" + (i % 7 == 0 ? "\n" : "");
+  const auto ex = read(text);
+  ASSERT_EQ(ex.size(), 9000u);
+  for (size_t i = 1; i < ex.size(); ++i) {
+    ASSERT_EQ(ex[i].input_ids[0], int32_t(i % 300));
+    ASSERT_GT(ex[i].line, ex[i - 1].line);
+  }
+  EXPECT_EQ(ex.back().line, 9000 + 9000 / 7 + 1);
+  // Bad rows at lines 2045 (the end of one thread's share, for 2 to 16 threads), 2050 (the start
+  // of the next share, reached first in time) and 8000 (a later chunk): the first is named.
+  std::string bad;
+  for (int i = 1; i <= 9000; ++i)
+    bad += std::string(i == 2045                ? "{\"text\": 1}"
+                       : i == 2050 || i == 8000 ? "[]"
+                                                : "{\"input_ids\": [1, 2]}") +
+           "\n";
+  expect_error(bad, 2045, "must be a string");
+}
+
 TEST_F(SftDataTest, EmptyDatasetIsAnError) {
   const std::string path = write("\n  \n");
   try {
@@ -312,6 +354,31 @@ TEST_F(SftDataTest, EmptyDatasetIsAnError) {
   EXPECT_THROW(
       read_sft_dataset((dir_ / "missing.jsonl").string(), tokenizer(), nullptr, default_options()),
       Error);
+}
+
+TEST_F(SftDataTest, ModelDirectorySetup) {
+  // A model directory: the tiny tokenizer, eos_token and a chat template in its config.
+  const fs::path model = dir_ / "model";
+  fs::create_directories(model);
+  fs::copy_file(kTokenizerPath + "/tokenizer.json", model / "tokenizer.json");
+  nlohmann::json config = {{"eos_token", "<|end|>"}, {"chat_template", toy_chat().source}};
+  std::ofstream(model / "tokenizer_config.json") << config.dump();
+  SftTokenizerSetup setup = load_sft_tokenizer_setup(model.string(), tokenizer());
+  EXPECT_EQ(setup.eos_token_id, kEos);
+  ASSERT_TRUE(setup.chat.has_value());
+  EXPECT_EQ(setup.chat->source, toy_chat().source);
+  SftDataOptions o;
+  o.eos_token_id = setup.eos_token_id;
+  EXPECT_EQ(read(R"({"text": "hi"})", o, &*setup.chat)[0].input_ids.back(), kEos);
+
+  // No template, no eos_token: neither is set.
+  std::ofstream(model / "tokenizer_config.json") << "{}";
+  setup = load_sft_tokenizer_setup(model.string(), tokenizer());
+  EXPECT_EQ(setup.eos_token_id, -1);
+  EXPECT_FALSE(setup.chat.has_value());
+  // An eos_token the tokenizer does not have.
+  std::ofstream(model / "tokenizer_config.json") << R"({"eos_token": "</s>"})";
+  EXPECT_THROW(load_sft_tokenizer_setup(model.string(), tokenizer()), Error);
 }
 
 // ---- packing ----
@@ -379,6 +446,45 @@ TEST(SftPacking, OrderIsAFunctionOfSeedAndEpoch) {
   EXPECT_EQ(flatten(plan_epoch(ex, 4, 200, 99, 8, false)), identity);
   EXPECT_THROW(plan_epoch(ex, 0, 200, 1, 0, true), Error);
   EXPECT_THROW(plan_epoch(ex, 4, 0, 1, 0, true), Error);
+}
+
+int64_t batch_tokens(const std::vector<SftExample>& ex, const std::vector<size_t>& batch) {
+  int64_t n = 0;
+  for (const size_t i : batch) n += int64_t(ex[i].input_ids.size());
+  return n;
+}
+
+TEST(SftPacking, MaxBatchTokensBoundsEveryEpoch) {
+  const auto ex = varied_examples(61);
+  int later_epochs_larger = 0;  // cases where epoch 0's largest batch is no bound
+  for (const int64_t batch_size : {1, 2, 5, 64}) {
+    for (const int64_t max_tokens : {1, 30, 75, 100000}) {
+      const int64_t bound = max_batch_tokens(ex, batch_size, max_tokens);
+      int64_t most = 0, first_epoch = 0;
+      for (int64_t epoch = 0; epoch < 20; ++epoch) {
+        for (const auto& b : plan_epoch(ex, batch_size, max_tokens, 5, epoch, true)) {
+          const int64_t n = batch_tokens(ex, b);
+          EXPECT_LE(n, bound) << batch_size << " " << max_tokens;
+          most = std::max(most, n);
+          if (epoch == 0) first_epoch = std::max(first_epoch, n);
+        }
+      }
+      later_epochs_larger += first_epoch < most;
+    }
+  }
+  EXPECT_GT(later_epochs_larger, 0);
+  // By hand: the budget, the batch_size longest together, or one longest over the budget.
+  std::vector<SftExample> hand = {example_of_length(10, 0), example_of_length(7, 0),
+                                  example_of_length(3, 0)};
+  EXPECT_EQ(max_batch_tokens(hand, 2, 12), 12);
+  EXPECT_EQ(max_batch_tokens(hand, 2, 100), 17);
+  EXPECT_EQ(max_batch_tokens(hand, 1, 100), 10);
+  hand.push_back(example_of_length(20, 0));
+  EXPECT_EQ(max_batch_tokens(hand, 2, 12), 20);
+  // Reached: three examples of 6, two per batch within 12 tokens.
+  const std::vector<SftExample> sixes(3, example_of_length(6, 0));
+  EXPECT_EQ(max_batch_tokens(sixes, 2, 12), 12);
+  EXPECT_EQ(batch_tokens(sixes, plan_epoch(sixes, 2, 12, 1, 0, true)[0]), 12);
 }
 
 TEST(SftPacking, BatchTargetsStopAtSequenceBoundaries) {
