@@ -33,6 +33,9 @@ void add_training_keys(KeyTable<C>& t) {
       .alias("resume")
       .bare_flag();
   t.add("dry_run", &C::dry_run, "Plan the memory and print it; train nothing");
+  t.add("gradient_checkpointing", &C::gradient_checkpointing,
+        "Recompute each decoder layer in the backward instead of keeping its activations")
+      .alias("checkpointing");
   t.add("learning_rate", &C::learning_rate, "Peak learning rate").alias("lr");
   t.add("num_train_epochs", &C::num_train_epochs, "Passes over the dataset (unless max_steps)")
       .alias("epochs");

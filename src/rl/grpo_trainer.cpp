@@ -128,7 +128,7 @@ struct GrpoTrainer::Impl {
   std::vector<int32_t> eos_ids;
   std::vector<PromptExample> data;
   GrpoConfig cfg;
-  rl::RewardSet rewards;
+  RewardSet rewards;
   std::string base_model_name;
 
   int64_t steps_per_generation = 1, prompts_per_round = 1, micro_batch = 1;
@@ -145,7 +145,7 @@ struct GrpoTrainer::Impl {
   int64_t non_finite_total = 0;
 
   Impl(Context& c, Model& m, LoraAdapter& a, const tok::Tokenizer& t, std::vector<int32_t> eos,
-       std::vector<PromptExample> d, const GrpoConfig& g, rl::RewardSet r, std::string base)
+       std::vector<PromptExample> d, const GrpoConfig& g, RewardSet r, std::string base)
       : ctx(c), model(m), adapter(a), tokenizer(t), eos_ids(std::move(eos)), data(std::move(d)),
         cfg(g), rewards(std::move(r)), base_model_name(std::move(base)) {
     cfg.validate();
@@ -258,7 +258,7 @@ struct GrpoTrainer::Impl {
     const double rollout_seconds = seconds_since(t0);
     ++rounds;
 
-    rl::RewardBatch batch;
+    RewardBatch batch;
     batch.columns = nlohmann::json::object();
     std::vector<uint8_t> truncated;
     int64_t completion_tokens = 0;
@@ -280,7 +280,7 @@ struct GrpoTrainer::Impl {
     for (auto& [key, col] : batch.columns.items())
       CHECK(col.size() == n, "grpo: dataset column '{}' is missing in some rows", key);
     const auto tr = Clock::now();
-    const rl::CombinedRewards scored = rewards.score(batch);
+    const CombinedRewards scored = rewards.score(batch);
     const double reward_seconds = seconds_since(tr);
     std::vector<double> totals(n);
     for (size_t c = 0; c < n; ++c) totals[c] = scored.total[c];
@@ -291,7 +291,7 @@ struct GrpoTrainer::Impl {
     // whose reward was not finite (never trained on).
     for (size_t c = 0; c < n; ++c) {
       const bool drop = (cfg.mask_truncated_completions && truncated[c]) ||
-                        scored.rows[c] == rl::RewardRow::non_finite;
+                        scored.rows[c] == RewardRow::non_finite;
       r.mask.emplace_back(r.ids[c].size(), drop ? 0 : 1);
       if (!drop) r.num_items += int64_t(r.ids[c].size());
     }
@@ -528,7 +528,7 @@ struct GrpoTrainer::Impl {
 GrpoTrainer::GrpoTrainer(Context& ctx, Model& model, LoraAdapter& adapter,
                          const tok::Tokenizer& tokenizer, std::vector<int32_t> eos_ids,
                          std::vector<PromptExample> prompts, const GrpoConfig& config,
-                         rl::RewardSet rewards, std::string base_model_name)
+                         RewardSet rewards, std::string base_model_name)
     : impl_(std::make_unique<Impl>(ctx, model, adapter, tokenizer, std::move(eos_ids),
                                    std::move(prompts), config, std::move(rewards),
                                    std::move(base_model_name))) {}

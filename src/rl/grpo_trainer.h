@@ -48,7 +48,7 @@ class GrpoTrainer {
   // rewards; eos_ids end generation.
   GrpoTrainer(Context& ctx, Model& model, LoraAdapter& adapter, const tok::Tokenizer& tokenizer,
               std::vector<int32_t> eos_ids, std::vector<PromptExample> prompts,
-              const GrpoConfig& config, rl::RewardSet rewards, std::string base_model_name);
+              const GrpoConfig& config, RewardSet rewards, std::string base_model_name);
   ~GrpoTrainer();
   int64_t total_steps() const;
   // Trains max_steps optimizer steps (from the checkpoint in config.resume_from_checkpoint, if

@@ -13,7 +13,10 @@
 namespace fp8rl {
 
 struct SftConfig : TrainingArguments, ModelArguments {
-  SftConfig() { learning_rate = 2e-5; }  // SFTConfig's override of transformers' 5e-5
+  SftConfig() {  // SFTConfig's overrides of transformers' defaults
+    learning_rate = 2e-5;
+    gradient_checkpointing = true;
+  }
 
   int64_t max_length = 1024;  // tokens per sequence (prompt + completion)
   // TRL always truncates to max_length (keeping the start). fp8rl makes a longer sequence an

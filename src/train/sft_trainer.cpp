@@ -7,31 +7,38 @@
 #include "ops/backward.h"
 #include "train/run_dir.h"
 #include "train/sft_batch.h"
+#include "train/training_arguments.h"
 
 namespace fp8rl {
 
 SftTrainer::SftTrainer(Context& ctx, Model& model, LoraAdapter& adapter,
-                       std::vector<SftExample> examples, const SftLoopSettings& s,
-                       std::unique_ptr<Optimizer> optimizer, TrainStepConfig step_config)
-    : ctx_(ctx), model_(model), adapter_(adapter), examples_(std::move(examples)), settings_(s) {
+                       std::vector<SftExample> examples, const SftConfig& config,
+                       std::string base_model_name)
+    : ctx_(ctx), model_(model), adapter_(adapter), examples_(std::move(examples)), cfg_(config),
+      base_model_name_(std::move(base_model_name)) {
+  cfg_.validate();
   CHECK(!examples_.empty(), "sft: the dataset has no examples");
-  CHECK(s.batch_size > 0 && s.max_tokens > 0 && s.grad_accum > 0,
-        "sft: batch size {}, token budget {} and gradient accumulation {} must be positive",
-        s.batch_size, s.max_tokens, s.grad_accum);
+  pass_.checkpointing = cfg_.gradient_checkpointing;
+  pass_.lora_dropout = float(cfg_.lora_dropout);
   batches_per_epoch_ = int64_t(epoch_plan(0).size());
-  steps_per_epoch_ = (batches_per_epoch_ + s.grad_accum - 1) / s.grad_accum;
-  total_steps_ = s.max_steps > 0 ? s.max_steps
-                                 : int64_t(std::ceil(s.epochs * double(steps_per_epoch_)));
-  CHECK(total_steps_ > 0, "sft: {} epochs of {} steps train nothing", s.epochs, steps_per_epoch_);
-  if (step_config.schedule.num_training_steps == 0)
-    step_config.schedule.num_training_steps = total_steps_;
-  train_step_ = std::make_unique<TrainStep>(std::move(optimizer), step_config);
+  const int64_t ga = cfg_.gradient_accumulation_steps;
+  steps_per_epoch_ = (batches_per_epoch_ + ga - 1) / ga;
+  total_steps_ = cfg_.max_steps > 0
+                     ? cfg_.max_steps
+                     : int64_t(std::ceil(cfg_.num_train_epochs * double(steps_per_epoch_)));
+  CHECK(total_steps_ > 0, "sft: {} epochs of {} steps train nothing", cfg_.num_train_epochs,
+        steps_per_epoch_);
+  train_step_ = std::make_unique<TrainStep>(make_optimizer(cfg_, adapter_.master_params().numel()),
+                                            train_step_config(cfg_, total_steps_));
 }
 
 const std::vector<std::vector<size_t>>& SftTrainer::epoch_plan(int64_t epoch) {
   if (epoch != plan_epoch_) {
-    plan_ = plan_epoch(examples_, settings_.batch_size, settings_.max_tokens, settings_.seed,
-                       epoch, /*shuffle=*/true);
+    // packing: batches by the token budget alone (up to as many examples as fit).
+    const int64_t batch_size =
+        cfg_.packing ? int64_t(examples_.size()) : cfg_.per_device_train_batch_size;
+    plan_ = plan_epoch(examples_, batch_size, cfg_.tokens_per_batch(), uint64_t(cfg_.seed), epoch,
+                       /*shuffle=*/true);
     plan_epoch_ = epoch;
   }
   return plan_;
@@ -49,7 +56,7 @@ PassPlan SftTrainer::plan() {
   }
   const SftBatch batch = make_batch(examples_, p[best]);
   LogprobPass pass(ctx_, model_, &adapter_);
-  return pass.plan({batch.input_ids, batch.targets, batch.cu_seqlens}, settings_.pass);
+  return pass.plan({batch.input_ids, batch.targets, batch.cu_seqlens}, pass_);
 }
 
 nlohmann::json SftTrainer::position_json() const {
@@ -58,20 +65,24 @@ nlohmann::json SftTrainer::position_json() const {
 }
 
 void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
-  const SftLoopSettings& s = settings_;
-  prepare_run_dir(s.output_dir);
-  if (!s.resume.empty()) {
-    const nlohmann::json st = load_checkpoint(s.resume, model_, adapter_, *train_step_);
+  prepare_run_dir(cfg_.output_dir);
+  std::string resume = cfg_.resume_from_checkpoint;
+  if (resume == "true") {
+    resume = latest_checkpoint(cfg_.output_dir);
+    CHECK(!resume.empty(), "resume_from_checkpoint: no checkpoint in '{}'", cfg_.output_dir);
+  }
+  if (!resume.empty() && resume != "false") {
+    const nlohmann::json st = load_checkpoint(resume, model_, adapter_, *train_step_);
     try {
       pos_.epoch = st.at("epoch").get<int64_t>();
       pos_.batch = st.at("batch").get<int64_t>();
       pos_.micro = st.at("micro").get<int64_t>();
       pos_.tokens = st.at("tokens").get<int64_t>();
     } catch (const std::exception& e) {
-      RAISE("checkpoint '{}': its data position is malformed: {}", s.resume, e.what());
+      RAISE("checkpoint '{}': its data position is malformed: {}", resume, e.what());
     }
   }
-  MetricsLog metrics(s.output_dir, train_step_->global_step());
+  MetricsLog metrics(cfg_.output_dir, train_step_->global_step());
   LogprobPass pass(ctx_, model_, &adapter_);
   const TensorView params = adapter_.master_params();
   std::vector<float> grads(size_t(params.numel()));
@@ -82,7 +93,9 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
     // The micro-batches of this step: up to grad_accum, not crossing an epoch's end.
     if (pos_.batch >= int64_t(epoch_plan(pos_.epoch).size())) ++pos_.epoch, pos_.batch = 0;
     const auto& p = epoch_plan(pos_.epoch);
-    const int64_t first = pos_.batch, last = std::min<int64_t>(first + s.grad_accum, int64_t(p.size()));
+    const int64_t first = pos_.batch;
+    const int64_t last =
+        std::min<int64_t>(first + cfg_.gradient_accumulation_steps, int64_t(p.size()));
     std::vector<SftBatch> batches;
     int64_t targets = 0, tokens = 0;
     for (int64_t b = first; b < last; ++b) {
@@ -93,8 +106,8 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
     std::fill(grads.begin(), grads.end(), 0.0f);
     double loss_sum = 0;
     for (const SftBatch& b : batches) {
-      PassOptions o = s.pass;
-      o.dropout_seed = rng_key(s.seed, uint64_t(pos_.micro++));
+      PassOptions o = pass_;
+      o.dropout_seed = rng_key(uint64_t(cfg_.seed), uint64_t(pos_.micro++));
       pass.forward({b.input_ids, b.targets, b.cu_seqlens}, o);
       std::vector<float> dlogprob(b.targets.size(), 0.0f);
       for (size_t t = 0; t < b.targets.size(); ++t)
@@ -131,11 +144,11 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
     if (on_step)
       on_step({step, total_steps_, loss, r.grad_norm, r.lr, seconds, double(tokens) / seconds,
                r.skipped});
-    if ((s.save_steps > 0 && step % s.save_steps == 0) || step == total_steps_)
-      save_checkpoint(s.output_dir, step, adapter_, *train_step_, position_json(),
-                      s.base_model_name);
+    if ((cfg_.save_steps > 0 && step % cfg_.save_steps == 0) || step == total_steps_)
+      save_checkpoint(cfg_.output_dir, step, adapter_, *train_step_, position_json(),
+                      base_model_name_);
   }
-  adapter_.save_peft(s.output_dir, s.base_model_name);
+  adapter_.save_peft(cfg_.output_dir, base_model_name_);
 }
 
 }  // namespace fp8rl

@@ -19,25 +19,11 @@
 #include "model/model.h"
 #include "ops/context.h"
 #include "train/logprob_pass.h"
+#include "train/sft_config.h"
 #include "train/sft_data.h"
 #include "train/train_step.h"
 
 namespace fp8rl {
-
-// What the loop needs of SftConfig, in the loop's own terms.
-struct SftLoopSettings {
-  std::string output_dir;
-  std::string base_model_name;  // adapter_config.json's base_model_name_or_path
-  int64_t batch_size = 8;       // examples per micro-batch
-  int64_t max_tokens = 8192;    // tokens per micro-batch
-  int64_t grad_accum = 1;
-  double epochs = 3.0;
-  int64_t max_steps = -1;  // > 0 overrides epochs
-  int64_t save_steps = 500;
-  uint64_t seed = 42;
-  PassOptions pass;  // checkpointing, lora_dropout (its seed is set per micro-batch)
-  std::string resume;  // "" | a checkpoint directory
-};
 
 struct SftStepInfo {
   int64_t step = 0, total_steps = 0;
@@ -47,11 +33,11 @@ struct SftStepInfo {
 
 class SftTrainer {
  public:
-  // The adapter must be attached to the model; train_step's schedule is completed from the
-  // dataset (num_training_steps = total_steps()) when it has none.
+  // The adapter must be attached to the model. The run's keys come from `config`
+  // (batches, epochs or max_steps, optimizer, schedule, checkpoints, resume, lora_dropout,
+  // gradient_checkpointing).
   SftTrainer(Context& ctx, Model& model, LoraAdapter& adapter, std::vector<SftExample> examples,
-             const SftLoopSettings& settings, std::unique_ptr<Optimizer> optimizer,
-             TrainStepConfig step_config);
+             const SftConfig& config, std::string base_model_name);
   int64_t total_steps() const { return total_steps_; }
   // The memory plan of the largest micro-batch of the run (fp8rl sft --dry-run).
   PassPlan plan();
@@ -71,7 +57,9 @@ class SftTrainer {
   Model& model_;
   LoraAdapter& adapter_;
   std::vector<SftExample> examples_;
-  SftLoopSettings settings_;
+  SftConfig cfg_;
+  std::string base_model_name_;
+  PassOptions pass_;
   std::unique_ptr<TrainStep> train_step_;
   int64_t batches_per_epoch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
   int64_t plan_epoch_ = -1;

@@ -30,6 +30,9 @@ struct TrainingArguments {
   // resume_from_checkpoint=True); anything else: a checkpoint directory.
   std::string resume_from_checkpoint;
   bool dry_run = false;  // plan and print the memory, train nothing
+  // Activation checkpointing per decoder layer (model/tape.h). transformers' default is off;
+  // SFTConfig turns it on (TRL >= 0.20), and so does SftConfig here.
+  bool gradient_checkpointing = false;
 
   double learning_rate = 5e-5;  // AdamW's/SGD's base rate; each config sets TRL's default
   double num_train_epochs = 3.0;

@@ -1,0 +1,56 @@
+// fp8rl dpo --config RUN.yaml [MODEL] [every DPOConfig key as a flag]
+#include <chrono>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/config_keys.h"
+#include "cli/train_session.h"
+#include "core/check.h"
+#include "rl/dpo_trainer.h"
+
+namespace fp8rl::cli {
+
+namespace {
+
+void run_dpo(const DpoConfig& cfg, const std::string& yaml) {
+  CHECK(!cfg.data.empty(), "no dataset: give --data PAIRS.jsonl (or `data:` in the config)");
+  TrainSession ts(cfg, uint64_t(cfg.seed));
+  PreferenceDataOptions d;
+  d.max_length = cfg.max_length;
+  d.max_prompt_length = cfg.max_prompt_length;
+  d.truncation = cfg.truncation;
+  d.eos_token_id = ts.tokenizer_setup().eos_token_id;
+  const auto& chat = ts.tokenizer_setup().chat;
+  std::vector<PreferencePair> pairs =
+      read_preference_dataset(cfg.data, ts.tokenizer(), chat ? &*chat : nullptr, d);
+  DpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), std::move(pairs), cfg,
+                     ts.base_model_name());
+  CHECK(!cfg.dry_run, "dpo --dry-run is not implemented yet (sft --dry-run is)");
+  write_run_config(cfg.output_dir, yaml);
+  const auto t0 = std::chrono::steady_clock::now();
+  trainer.run([&](const DpoStepInfo& i) {
+    if (i.step % std::max<int64_t>(cfg.logging_steps, 1) != 0 && i.step != i.total_steps) return;
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double eta = elapsed / double(i.step) * double(i.total_steps - i.step);
+    fmt::print(stderr, "dpo step {}/{} | loss {:.4f} | accuracy {:.3f} | margin {:.4f} | ETA {}\n",
+               i.step, i.total_steps, i.loss, i.accuracy, i.margin, format_duration(eta));
+  });
+  fmt::print("trained {} steps; adapter and metrics in {}\n", trainer.total_steps(),
+             cfg.output_dir);
+}
+
+}  // namespace
+
+void add_dpo_command(CLI::App& app) {
+  CLI::App* c = app.add_subcommand(
+      "dpo", "DPO with LoRA over the frozen (FP8) model; the reference is the base itself");
+  auto flags = std::make_shared<ConfigFlags<DpoConfig>>(*c, dpo_keys());
+  flags->add_positional(*c, "model", "Hugging Face model directory (or `model:` in the config)");
+  c->callback([flags] {
+    const DpoConfig cfg = flags->resolve();
+    run_dpo(cfg, flags->table().dump_yaml(cfg));
+  });
+}
+
+}  // namespace fp8rl::cli

@@ -1,0 +1,64 @@
+// fp8rl grpo --config RUN.yaml [MODEL] [every GRPOConfig key as a flag]
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/config_keys.h"
+#include "cli/train_session.h"
+#include "core/check.h"
+#include "rl/grpo_trainer.h"
+#include "rl/reward_config.h"
+
+namespace fp8rl::cli {
+
+namespace {
+
+void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
+  CHECK(!cfg.data.empty(), "no dataset: give --data PROMPTS.jsonl (or `data:` in the config)");
+  // The rewards first: a malformed reward spec or a process that cannot start fails before
+  // the model loads.
+  RewardSet rewards = cfg.reward_process.empty() ? make_reward_set(cfg.rewards)
+                                                 : make_reward_process_set(cfg.reward_process);
+  TrainSession ts(cfg, uint64_t(cfg.seed));
+  PromptDataOptions d;
+  d.max_prompt_length = cfg.max_prompt_length;
+  d.truncation = cfg.truncation;
+  const auto& chat = ts.tokenizer_setup().chat;
+  std::vector<PromptExample> prompts =
+      read_prompt_dataset(cfg.data, ts.tokenizer(), chat ? &*chat : nullptr, d);
+  GrpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), ts.tokenizer(), ts.session().eos_ids(),
+                      std::move(prompts), cfg, std::move(rewards), ts.base_model_name());
+  CHECK(!cfg.dry_run, "grpo --dry-run is not implemented yet (sft --dry-run is)");
+  write_run_config(cfg.output_dir, yaml);
+  const auto t0 = std::chrono::steady_clock::now();
+  trainer.run([&](const GrpoStepInfo& i) {
+    if (i.step % std::max<int64_t>(cfg.logging_steps, 1) != 0 && i.step != i.total_steps) return;
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double eta = elapsed / double(i.step) * double(i.total_steps - i.step);
+    const std::string kl = i.has_kl ? fmt::format("{:.4f}", i.kl) : std::string("-");
+    fmt::print(stderr,
+               "grpo step {}/{} | reward {:.3f} ± {:.3f} | kl {} | loss {:.4f} | {:.1f} s/step | "
+               "ETA {}\n",
+               i.step, i.total_steps, i.reward, i.reward_std, kl, i.loss, i.seconds,
+               format_duration(eta));
+  });
+  fmt::print("trained {} steps; adapter and metrics in {}\n", trainer.total_steps(),
+             cfg.output_dir);
+}
+
+}  // namespace
+
+void add_grpo_command(CLI::App& app) {
+  CLI::App* c = app.add_subcommand(
+      "grpo", "GRPO (and DAPO, Dr. GRPO, GSPO, CISPO) with LoRA over the frozen (FP8) model");
+  auto flags = std::make_shared<ConfigFlags<GrpoConfig>>(*c, grpo_keys());
+  flags->add_positional(*c, "model", "Hugging Face model directory (or `model:` in the config)");
+  c->callback([flags] {
+    const GrpoConfig cfg = flags->resolve();
+    run_grpo(cfg, flags->table().dump_yaml(cfg));
+  });
+}
+
+}  // namespace fp8rl::cli

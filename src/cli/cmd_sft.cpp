@@ -1,0 +1,81 @@
+// fp8rl sft MODEL --data TRAIN.jsonl --out RUN_DIR [--config F.yaml] [every SFTConfig key]
+#include <memory>
+
+#include "cli/commands.h"
+#include "cli/config_keys.h"
+#include "cli/train_session.h"
+#include "core/check.h"
+#include "train/sft_trainer.h"
+#include "train/training_arguments.h"
+
+namespace fp8rl::cli {
+
+namespace {
+
+double mib(size_t bytes) {
+  return double(bytes) / double(1 << 20);
+}
+
+void run_sft(const SftConfig& cfg, const std::string& yaml) {
+  CHECK(!cfg.data.empty(), "no dataset: give --data TRAIN.jsonl (or `data:` in the config)");
+  TrainSession ts(cfg, uint64_t(cfg.seed));
+  SftDataOptions d;
+  d.max_length = cfg.max_length;
+  d.truncation = cfg.truncation;
+  d.dataset_text_field = cfg.dataset_text_field;
+  d.completion_only_loss = cfg.completion_only_loss;
+  d.assistant_only_loss = cfg.assistant_only_loss;
+  d.eos_token_id = ts.tokenizer_setup().eos_token_id;
+  d.vocab_size = ts.model().config().vocab_size;
+  const auto& chat = ts.tokenizer_setup().chat;
+  std::vector<SftExample> examples =
+      read_sft_dataset(cfg.data, ts.tokenizer(), chat ? &*chat : nullptr, d);
+  const size_t num_examples = examples.size();
+  SftTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), std::move(examples), cfg,
+                     ts.base_model_name());
+  if (cfg.dry_run) {
+    const PassPlan p = trainer.plan();
+    const size_t params = size_t(ts.adapter().master_params().numel());
+    const size_t optimizer = (cfg.optim == OptimizerKind::adamw ? 2 : 0) * params * 4;
+    fmt::print("memory plan of the largest micro-batch ({} examples, {} steps):\n", num_examples,
+               trainer.total_steps());
+    fmt::print("  weights            {:10.1f} MiB\n", mib(model_weight_bytes(ts.model())));
+    fmt::print("  adapter            {:10.1f} MiB  ({} fp32 values + gradients)\n",
+               mib(ts.adapter().nbytes() + params * 4), params);
+    fmt::print("  optimizer state    {:10.1f} MiB\n", mib(optimizer));
+    fmt::print("  saved activations  {:10.1f} MiB\n", mib(p.saved_bytes));
+    fmt::print("  workspace          {:10.1f} MiB\n", mib(p.scratch_bytes));
+    fmt::print("  KV                 {:10.1f} MiB\n", mib(p.kv_bytes));
+    fmt::print("  total              {:10.1f} MiB\n",
+               mib(model_weight_bytes(ts.model()) + ts.adapter().nbytes() + params * 4 + optimizer +
+                   p.saved_bytes + p.scratch_bytes + p.kv_bytes));
+    return;
+  }
+  write_run_config(cfg.output_dir, yaml);
+  const auto t0 = std::chrono::steady_clock::now();
+  trainer.run([&](const SftStepInfo& i) {
+    if (i.step % std::max<int64_t>(cfg.logging_steps, 1) != 0 && i.step != i.total_steps) return;
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double eta = elapsed / double(i.step) * double(i.total_steps - i.step);
+    fmt::print(stderr, "sft step {}/{} | loss {:.4f} | grad_norm {:.3f} | lr {:.3g} | {:.0f} tok/s | ETA {}{}\n",
+               i.step, i.total_steps, i.loss, i.grad_norm, i.lr, i.tokens_per_second,
+               format_duration(eta), i.skipped ? " | step skipped (non-finite)" : "");
+  });
+  fmt::print("trained {} steps; adapter in {}\n", trainer.total_steps(), cfg.output_dir);
+}
+
+}  // namespace
+
+void add_sft_command(CLI::App& app) {
+  CLI::App* c = app.add_subcommand(
+      "sft", "Supervised fine-tuning of a LoRA adapter over the frozen (FP8) model");
+  auto flags = std::make_shared<ConfigFlags<SftConfig>>(*c, sft_keys());
+  flags->add_positional(*c, "model", "Hugging Face model directory");
+  c->callback([flags] {
+    const SftConfig cfg = flags->resolve();
+    run_sft(cfg, flags->table().dump_yaml(cfg));
+  });
+}
+
+}  // namespace fp8rl::cli

@@ -1,0 +1,63 @@
+#include "cli/train_session.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/check.h"
+#include "core/output_file.h"
+#include "train/run_dir.h"
+
+namespace fp8rl::cli {
+
+TrainSession::TrainSession(const ModelArguments& args, uint64_t seed) {
+  CHECK(!args.model.empty(), "no model: give MODEL (or `model:` in the config)");
+  SessionOptions so;
+  so.model = args.model;
+  so.fp8 = args.fp8;
+  so.device = args.device;
+  session_ = std::make_unique<ModelSession>(so);
+  Model& m = session_->model();
+  if (!args.adapter.empty())
+    adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::load_peft(args.adapter, m));
+  else
+    adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::init(args.lora_config(), m, seed));
+  if (session_->device() == Device::cuda) adapter_->sync_to_device(session_->ctx());
+  adapter_->attach(m);
+  tok_setup_ = load_sft_tokenizer_setup(args.model, tokenizer());
+  base_model_name_ = std::filesystem::path(args.model).lexically_normal().string();
+}
+
+TrainSession::~TrainSession() {
+  if (session_) LoraAdapter::detach(session_->model());
+}
+
+const tok::Tokenizer& TrainSession::tokenizer() const {
+  return session_->require_tokenizer("training");
+}
+
+void write_run_config(const std::string& dir, const std::string& yaml) {
+  prepare_run_dir(dir);
+  write_file_replacing((std::filesystem::path(dir) / "config.yaml").string(), yaml);
+}
+
+size_t model_weight_bytes(const Model& m) {
+  size_t n = m.embed.nbytes() + m.final_norm.nbytes();
+  if (m.lm_head.weight.data != m.embed.data) n += m.lm_head.nbytes();
+  for (const LayerWeights& l : m.layers) {
+    for (int p = 0; p < 7; ++p) n += l.projection(p)->nbytes();
+    for (const TensorView* t : {&l.input_norm, &l.post_attention_norm, &l.pre_feedforward_norm,
+                                &l.post_feedforward_norm, &l.q_norm, &l.k_norm})
+      if (!t->empty()) n += t->nbytes();
+  }
+  return n;
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const int64_t t = int64_t(std::llround(s));
+  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t % 3600) / 60);
+  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+}  // namespace fp8rl::cli

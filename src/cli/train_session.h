@@ -1,0 +1,47 @@
+// What the training commands (sft, grpo, dpo) share: the model session with a trainable
+// adapter attached (fresh with the run's LoRA keys, or from --adapter), the tokenizer's EOS
+// and chat template, the run directory's config record, and the per-step log line.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cli/model_session.h"
+#include "model/adapter.h"
+#include "train/model_arguments.h"
+#include "train/sft_data.h"
+
+namespace fp8rl::cli {
+
+class TrainSession {
+ public:
+  // Loads the model (ModelSession) and the adapter to train: args.adapter's PEFT adapter, or a
+  // fresh one of args.lora_config() initialized from `seed`; attaches it.
+  TrainSession(const ModelArguments& args, uint64_t seed);
+  ~TrainSession();
+  ModelSession& session() { return *session_; }
+  Context& ctx() { return session_->ctx(); }
+  Model& model() { return session_->model(); }
+  LoraAdapter& adapter() { return *adapter_; }
+  const tok::Tokenizer& tokenizer() const;
+  const SftTokenizerSetup& tokenizer_setup() const { return tok_setup_; }
+  const std::string& base_model_name() const { return base_model_name_; }
+
+ private:
+  std::unique_ptr<ModelSession> session_;
+  std::unique_ptr<LoraAdapter> adapter_;
+  SftTokenizerSetup tok_setup_;
+  std::string base_model_name_;
+};
+
+// Writes the resolved configuration into the run directory as config.yaml (created first).
+void write_run_config(const std::string& dir, const std::string& yaml);
+
+// Bytes of the model's weights as the forward reads them (FP8 codes and scales, embeddings,
+// norms; the lm_head once when tied).
+size_t model_weight_bytes(const Model& model);
+
+// "1h02m", "3m12s", "45s".
+std::string format_duration(double seconds);
+
+}  // namespace fp8rl::cli
