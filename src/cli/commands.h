@@ -18,5 +18,6 @@ void add_bench_command(CLI::App& app);  // bench forward
 void add_generate_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 void add_merge_command(CLI::App& app);
+void add_report_command(CLI::App& app);
 
 }  // namespace fp8rl::cli
