@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -33,7 +34,7 @@ figcaption{font-weight:600;font-size:14px}
 svg .plot{fill:#fff;stroke:#999} svg .grid{stroke:#eee}
 svg text{font-size:11px;fill:#555} svg .ytick{text-anchor:end}
 svg .xtick,svg .xlabel{text-anchor:middle}
-svg path.line{fill:none;stroke-width:1.5} svg path.band{fill-opacity:.2;stroke:none}
+svg path.line{fill:none;stroke-width:1.5} svg path.band{fill-opacity:.2;stroke-opacity:.5;stroke-width:.7}
 .note{color:#777;font-style:italic}
 table{border-collapse:collapse;font-size:13px}
 th,td{padding:2px 10px;border-bottom:1px solid #eee;text-align:right}
@@ -140,6 +141,19 @@ int better(const std::string& key) {
   return 0;
 }
 
+// The metrics in the order of the charts, then the others by name.
+std::vector<std::string> summary_order(const RunMetrics& m) {
+  std::vector<std::string> order;
+  const auto add = [&](const std::string& key) {
+    if (m.has(key) && std::find(order.begin(), order.end(), key) == order.end())
+      order.push_back(key);
+  };
+  for (const Family& family : families(m))
+    for (const std::string& key : family.keys) add(key);
+  for (const std::string& key : m.keys) add(key);
+  return order;
+}
+
 std::string summary_section(const RunMetrics& m) {
   std::string html = "<h2>Summary</h2>";
   double wall = 0;
@@ -159,7 +173,7 @@ std::string summary_section(const RunMetrics& m) {
   html +=
       "<table><tr><th>metric</th><th>first</th><th>last</th><th>min</th><th>at step</th>"
       "<th>max</th><th>at step</th><th>best</th></tr>";
-  for (const std::string& key : m.keys) {
+  for (const std::string& key : summary_order(m)) {
     const std::vector<double>& v = m.values.at(key);
     std::optional<size_t> first, last, lo, hi;
     for (size_t i = 0; i < v.size(); ++i) {

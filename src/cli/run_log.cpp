@@ -88,12 +88,12 @@ RunMetrics read_metrics(const std::string& path) {
     for (const auto& [key, value] : j.items()) {
       if (key == "step") continue;
       auto [it, added] = m.values.try_emplace(key);
-      if (added) m.keys.push_back(key);
       it->second.resize(n - 1, kNaN);  // a key first seen now: absent before
       it->second.push_back(number_or_nan(value));
     }
     for (auto& [key, column] : m.values) column.resize(n, kNaN);  // absent on this line
   }
+  for (const auto& [key, column] : m.values) m.keys.push_back(key);
   return m;
 }
 

@@ -14,7 +14,7 @@ namespace fp8rl::cli {
 // are logged as null), a non-number or no such key. Booleans count as 0 and 1.
 struct RunMetrics {
   std::vector<double> steps;
-  std::vector<std::string> keys;  // in the order they first appear, "step" left out
+  std::vector<std::string> keys;  // sorted by name, "step" left out
   std::map<std::string, std::vector<double>> values;
 
   bool has(const std::string& key) const { return values.count(key) > 0; }

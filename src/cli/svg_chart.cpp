@@ -14,7 +14,7 @@ namespace {
 
 constexpr const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                     "#9467bd", "#8c564b", "#e377c2", "#17becf"};
-constexpr int kLeft = 70, kRight = 16, kTop = 10, kBottom = 34;
+constexpr int kLeft = 70, kRight = 36, kTop = 10, kBottom = 34;
 
 struct Bucket {
   double sum_x = 0, sum_y = 0;
@@ -235,7 +235,8 @@ std::string render_chart(const Chart& chart, const ChartLayout& layout) {
             fmt::format("{}{:.1f},{:.1f}", k == 0 ? "M" : "L", f.px(run[k].x), f.py(run[k].mean));
     }
     if (!band.empty())
-      html += fmt::format("<path class=\"band\" d=\"{}\" fill=\"{}\"/>", band, color);
+      html += fmt::format("<path class=\"band\" d=\"{}\" fill=\"{}\" stroke=\"{}\"/>", band, color,
+                          color);
     if (!line.empty())
       html += fmt::format("<path class=\"line\" d=\"{}\" stroke=\"{}\"{}/>", line, color, dash);
   }

@@ -145,7 +145,7 @@ TEST(Report, SummaryTableHasFirstLastAndBest) {
             "{\"step\": 1, \"reward\": 0.5, \"timing/step_seconds\": 3600}\n"
             "{\"step\": 2, \"reward\": 0.9, \"loss\": 2.5, \"timing/step_seconds\": 61}\n"
             "{\"step\": 3, \"reward\": 0.7, \"loss\": null, \"timing/step_seconds\": 1}\n"
-            "{\"step\": 4, \"reward\": 0.6, \"loss\": 1.5}\n");
+            "{\"step\": 4, \"reward\": 0.6, \"loss\": 1.5, \"a_custom\": 7}\n");
   const std::string html = render_report(dir.str());
   EXPECT_NE(html.find("4 steps (step 1 to 4); wall time 1h 01m 02s"), std::string::npos);
   EXPECT_NE(html.find("<tr><td>reward</td><td>0.5</td><td>0.6</td><td>0.5</td><td>1</td>"
@@ -155,6 +155,11 @@ TEST(Report, SummaryTableHasFirstLastAndBest) {
   EXPECT_NE(html.find("<tr><td>loss</td><td>2.5</td><td>1.5</td><td>1.5</td><td>4</td>"
                       "<td>2.5</td><td>2</td><td>1.5 (step 4)</td></tr>"),
             std::string::npos);
+  // Rows in chart order (reward first), other metrics after them by name.
+  EXPECT_LT(html.find("<td>reward</td>"), html.find("<td>loss</td>"));
+  EXPECT_LT(html.find("<td>loss</td>"), html.find("<td>timing/step_seconds</td>"));
+  EXPECT_LT(html.find("<td>timing/step_seconds</td>"), html.find("<td>a_custom</td>"));
+  EXPECT_NE(html.find("<td>a_custom</td><td>7</td><td>7</td>"), std::string::npos);
 }
 
 TEST(Report, SampleTextIsEscapedAndOnlyTheLastStepsShown) {
