@@ -93,6 +93,10 @@ std::vector<Family> families(const RunMetrics& m) {
   return {
       {"Reward", "", reward},
       {"KL to the reference", "nats", {"kl"}},
+      // DPO (TRL's keys): the implicit rewards β (policy - ref) of the pairs.
+      {"DPO implicit rewards", "", {"rewards/chosen", "rewards/rejected", "rewards/margins"}},
+      {"DPO preference accuracy", "fraction", {"rewards/accuracies"}},
+      {"DPO policy log-probs", "nats", {"logps/chosen", "logps/rejected"}},
       {"Completion length",
        "tokens",
        {"completions/mean_length", "completions/min_length", "completions/max_length",
@@ -136,7 +140,9 @@ std::string step_text(double step) {
 
 // Which way is better, where a metric has an obvious one: +1 higher, -1 lower, 0 neither.
 int better(const std::string& key) {
-  if (key == "reward" || (starts_with(key, "rewards/") && ends_with(key, "/mean"))) return +1;
+  if (key == "reward" || key == "rewards/accuracies" || key == "rewards/margins" ||
+      (starts_with(key, "rewards/") && ends_with(key, "/mean")))
+    return +1;
   if (key == "loss") return -1;
   return 0;
 }

@@ -98,9 +98,12 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
   const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
   const double f = raw / magnitude;
   const double step = (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * magnitude;
-  if (!std::isfinite(step) || step <= 0) return {lo, hi};
   // The slack keeps a bound that is a tick (1.8 / 0.1 = 18.000000000000004) from adding one.
   const double first = std::floor(lo / step + 1e-9), last = std::ceil(hi / step - 1e-9);
+  // Beyond 2^53 k + 1 == k: a range far narrower than its magnitude gets its ends as ticks.
+  if (!std::isfinite(step) || step <= 0 || !(std::abs(first) < 0x1p52) ||
+      !(std::abs(last) < 0x1p52) || last - first > 4.0 * target)
+    return {lo, hi};
   std::vector<double> ticks;
   for (double k = first; k <= last + 0.5; k += 1) ticks.push_back(k * step);
   return ticks;
@@ -161,7 +164,10 @@ std::string render_chart(const Chart& chart, const ChartLayout& layout) {
   for (double v : chart.x)
     if (std::isfinite(v)) xlo = std::min(xlo, v), xhi = std::max(xhi, v);
   if (xlo == xhi) xlo -= 1, xhi += 1;  // one step: centred
-  if (ylo == yhi) {                    // a constant: a band around it
+  if (!std::isfinite(yhi - ylo))
+    return html + "<p class=\"note\">values beyond the range of a chart</p></figure>";
+  // A constant (or one that varies only in its last digits): a band around it.
+  if (yhi - ylo <= 1e-12 * std::max(std::abs(ylo), std::abs(yhi))) {
     const double d = ylo != 0 ? std::abs(ylo) * 0.1 : 1.0;
     ylo -= d, yhi += d;
   }

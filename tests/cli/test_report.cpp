@@ -138,6 +138,45 @@ TEST(Report, OneChartPerPresentMetricFamily) {
   EXPECT_EQ(count(other, "<figcaption>Reward"), 0u);
 }
 
+TEST(Report, DpoAndSftRunsGetTheirCharts) {
+  const RunDir dir("dpo");
+  dir.write("metrics.jsonl",
+            "{\"step\": 1, \"loss\": 0.69, \"rewards/chosen\": 0.1, \"rewards/rejected\": -0.1, "
+            "\"rewards/margins\": 0.2, \"rewards/accuracies\": 0.6, \"logps/chosen\": -40, "
+            "\"logps/rejected\": -45}\n");
+  std::string html = render_report(dir.str());
+  EXPECT_EQ(count(html, "<svg"), 4u);
+  for (const char* title :
+       {"Loss", "DPO implicit rewards", "DPO preference accuracy", "DPO policy log-probs"})
+    EXPECT_EQ(count(html, std::string("<figcaption>") + title), 1u) << title;
+  EXPECT_EQ(count(html, "<figcaption>Reward"), 0u);
+  dir.write("metrics.jsonl",
+            "{\"step\": 1, \"loss\": 2, \"tokens_per_second\": 900, "
+            "\"peak_memory_bytes\": 1073741824, \"step_seconds\": 2}\n");
+  html = render_report(dir.str());
+  EXPECT_EQ(count(html, "<svg"), 4u);
+  for (const char* title : {"Loss", "Throughput", "Peak memory", "Time per step"})
+    EXPECT_EQ(count(html, std::string("<figcaption>") + title), 1u) << title;
+  EXPECT_NE(html.find("wall time 0h 00m 02s"), std::string::npos);
+}
+
+// Values at the edges of double: a chart or a note, never a hang or an error.
+TEST(Report, ExtremeValuesGiveAChartOrANote) {
+  const RunDir dir("extreme");
+  dir.write("metrics.jsonl",
+            "{\"step\": 1, \"grad_norm\": 1e300, \"loss\": 1e17, \"kl\": 0}\n"
+            "{\"step\": 2, \"grad_norm\": -1e308, \"loss\": 100000000000000016, \"kl\": 0}\n"
+            "{\"step\": 3, \"grad_norm\": 1e308, \"loss\": 1e17, \"kl\": 1e-300}\n");
+  const std::string html = render_report(dir.str());
+  EXPECT_NE(figure(html, "Gradient norm").find("values beyond the range of a chart"),
+            std::string::npos);
+  EXPECT_EQ(count(figure(html, "Loss"), "class=\"line\""), 1u);
+  EXPECT_EQ(count(figure(html, "KL"), "class=\"line\""), 1u);
+  for (const std::string& d : path_data(html))
+    EXPECT_TRUE(std::regex_match(d, std::regex("[MLZ0-9.,-]+"))) << d;
+  EXPECT_EQ(nice_ticks(1e17, 1e17 + 16, 5), (std::vector<double>{1e17, 1e17 + 16}));
+}
+
 TEST(Report, SummaryTableHasFirstLastAndBest) {
   const RunDir dir("summary");
   // loss is absent on the first line and null on the third; reward peaks at step 2.
