@@ -172,7 +172,7 @@ std::string summary_section(const RunMetrics& m) {
   html += fmt::format("<p class=\"meta\">{} steps", m.steps.size());
   if (!m.steps.empty())
     html += fmt::format(" (step {} to {})", step_text(m.steps.front()), step_text(m.steps.back()));
-  if (has_wall)
+  if (has_wall && wall < 1e12)  // a corrupt time must not overflow the int64 split
     html += fmt::format("; wall time {}h {:02}m {:02}s (sum of the steps' times)",
                         int64_t(wall) / 3600, int64_t(wall) / 60 % 60, int64_t(wall) % 60);
   html += "</p>";
@@ -235,7 +235,7 @@ std::string bytes_note(size_t shown, size_t total) {
 
 std::string samples_section(const std::vector<RunSample>& samples) {
   std::string html = "<h2>Sample completions</h2>";
-  if (samples.empty()) return html + "<p class=\"note\">samples.jsonl holds no samples</p>";
+  if (samples.empty()) return html + "<p class=\"note\">no samples to show</p>";
   for (size_t begin = 0; begin < samples.size();) {
     size_t end = begin;
     double sum = 0;
