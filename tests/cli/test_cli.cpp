@@ -56,7 +56,7 @@ const std::string kQwen3 = fp8rl::test::golden_dir("qwen3");
 
 TEST(Cli, HelpForEverySubcommand) {
   for (const char* sub :
-       {"info", "logits", "quantize", "init", "schemes", "generate", "chat", "merge"}) {
+       {"info", "logits", "quantize", "init", "schemes", "generate", "chat", "merge", "report"}) {
     const Result r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << sub;
