@@ -2,7 +2,11 @@
 // between the LoRA parameters and the loss, plus the forward variants that save what those
 // gradients need (inverse RMS, attention log-sum-exp). Same conventions as ops.h: views, an
 // explicit Context, operands checked once in backward.cpp, CPU references in
-// ops/cpu/backward*.cpp. CUDA kernels do not exist yet: a CUDA context raises.
+// ops/cpu/backward*.cpp, CUDA in ops/cuda/backward.{cu,cpp} (linear_backward_input in
+// ops/cuda/linear.cpp). On CUDA, activations (x, gate, up, out of the saving forwards) are
+// bf16 (Context::activation_dtype()); gradients, inv_rms, lse, norm weights, frequencies and
+// LoRA's A and B are f32, as on the CPU. Attention (paged_attention_lse and its backward) and
+// the lm_head cross-entropy have no CUDA kernels yet: a CUDA context raises.
 //
 // Gradient contract (llm.c): a backward op ACCUMULATES (+=) into parameter gradients (dw of a
 // norm, dA/dB of LoRA) and WRITES input gradients (dx, dq, ...) unless its comment says +=.
@@ -116,6 +120,8 @@ void paged_attention_backward(Context& ctx, const TensorView& q, const TensorVie
 // rounding is treated as the identity (straight-through estimator, as Unsloth and TorchAO
 // do), so dx is the gradient of x w_hat^T. No gradient for the weight or bias (frozen). The
 // CPU streams w_hat in tiles of 16 rows x 64 columns per thread (never the whole weight).
+// CUDA dequantizes this one layer's w_hat to bf16 into scratch, rounds dy to bf16 and runs a
+// bf16 GEMM with fp32 accumulation and output (unquantized weights must be bf16 there).
 void linear_backward_input(Context& ctx, const TensorView& dy, const LinearWeight& w,
                            const TensorView& dx, bool accumulate = false);
 
@@ -133,7 +139,8 @@ void lora_dropout(Context& ctx, const TensorView& x, const LoraDropout& dropout,
 // Backward of y += s * (dropout(x) A^T) B^T with A [r,K], B [N,r] f32 (the fp32 master
 // weights), x [M,K], dy [M,N]; u = dropout(x) A^T [M,r] is recomputed:
 //   dB += s dy^T u,  du = s dy B,  dA += du^T dropout(x),  dx += mask * (du A).
-// dx (f32 [M,K], +=: the base linear's dx is already there) is optional.
+// dx (f32 [M,K], +=: the base linear's dx is already there) is optional. CUDA computes it in
+// fp32 as well (x widened exactly, fp32 cuBLASLt GEMMs without TF32).
 void lora_backward(Context& ctx, const TensorView& x, const TensorView& a, const TensorView& b,
                    float scale, const LoraDropout& dropout, const TensorView& dy,
                    const TensorView& dx, const TensorView& da, const TensorView& db);
