@@ -1,0 +1,433 @@
+// Op cases of the backward ops (ops/backward.h): each CUDA op against the CPU reference on the
+// same inputs (activations bf16-representable, gradients general f32), the saving forwards
+// also against their plain CUDA forward bit for bit, gradients into guarded buffers, and a
+// negative control per op (the op run with a term or an input that a bug would drop or
+// change must exceed the bound). Bounds: tests/tolerances.h cuda_backward_bound,
+// kCudaBf16OperandGemm.
+#include <cmath>
+#include <cstring>
+
+#include "harness.h"
+#include "model/rope.h"
+#include "op_cases.h"
+#include "ops/backward.h"
+#include "ops/uniform_hash.h"
+#include "tolerances.h"
+
+namespace fp8rl::gpu_test {
+
+using test::cuda_backward_bound;
+using test::kCudaBf16Op;
+using test::kCudaBf16OperandGemm;
+using test::kCudaNormRope;
+using test::kF32Eps;
+
+namespace {
+
+constexpr float kEps = 1e-6f;
+
+// Host f32 values uniform in [-bound, bound] with all 24 bits (gradients are not bf16).
+Tensor f32_values(Shape s, uint64_t seed, float bound = 1.0f) {
+  Tensor t = Tensor::empty(s, DType::f32);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.ptr<float>()[i] = uniform_hash(seed, uint64_t(i), bound);
+  return t;
+}
+
+// A negative control: the comparison of a deliberately wrong result must fail.
+Check must_exceed(Check c) {
+  c.what = "negative control: " + c.what + " exceeds the bound";
+  c.ok = std::isfinite(c.err) && c.err > c.bound;
+  return c;
+}
+
+// Positions pos0 + i and the frequencies of a head dim, on the host and on the device.
+struct Rope {
+  Tensor pos, freq;
+  TensorView pos_d, freq_d;
+};
+Rope make_rope(Harness& h, int64_t t, int64_t d, int32_t pos0) {
+  Rope r;
+  r.pos = Tensor::empty({t}, DType::i32);
+  for (int64_t i = 0; i < t; ++i) r.pos.ptr<int32_t>()[i] = pos0 + int32_t(i);
+  RopeConfig rc;
+  rc.theta = 1e6;
+  const std::vector<float> f = rope_inv_freq(rc, d);
+  r.freq = Tensor::empty({d / 2}, DType::f32);
+  std::memcpy(r.freq.view().data, f.data(), f.size() * 4);
+  r.pos_d = to_device(h, r.pos, DType::i32);
+  r.freq_d = to_device(h, r.freq, DType::f32);
+  return r;
+}
+
+}  // namespace
+
+// ---- RMSNorm ------------------------------------------------------------------------------
+
+void rms_norm_backward_case(Harness& h, Outcome& o, int64_t rows, int64_t d, bool plus_one,
+                            bool alias) {
+  const Tensor x = host_values({rows, d}, 301, 3.0f), w = host_values({d}, 302, 1.0f);
+  const Tensor dy = f32_values({rows, d}, 303), dw0 = host_values({d}, 304);
+  Tensor out_ref = Tensor::empty({rows, d}, DType::f32),
+         inv_ref = Tensor::empty({rows}, DType::f32);
+  Tensor dx_ref = Tensor::empty({rows, d}, DType::f32), dw_ref = copy_of(dw0);
+  ops::rms_norm_save(h.cpu, x, w, kEps, plus_one, out_ref, inv_ref);
+  ops::rms_norm_backward(h.cpu, x, w, inv_ref, plus_one, dy, dx_ref, dw_ref);
+
+  const TensorView x_d = to_device(h, x, DType::bf16), w_d = to_device(h, w, DType::f32);
+  Guard g(h);
+  const TensorView out = ops::scratch_alloc(h.gpu, {rows, d}, DType::bf16);
+  const TensorView inv = ops::scratch_alloc(h.gpu, {rows}, DType::f32);
+  const TensorView dy_d = ops::scratch_alloc(h.gpu, {rows, d}, DType::f32);
+  const TensorView dx = alias ? dy_d : ops::scratch_alloc(h.gpu, {rows, d}, DType::f32);
+  const TensorView dw = ops::scratch_alloc(h.gpu, {d}, DType::f32);
+  g.seal();
+  upload_into(h, dy, dy_d);
+  upload_into(h, dw0, dw);
+  ops::rms_norm_save(h.gpu, x_d, w_d, kEps, plus_one, out, inv);
+  ops::rms_norm_backward(h.gpu, x_d, w_d, inv, plus_one, dy_d, dx, dw);
+  o.checks.push_back(compare("out", as_f32(h, out), out_ref, kCudaBf16Op));
+  o.checks.push_back(compare("inv_rms", as_f32(h, inv), inv_ref, cuda_backward_bound(d)));
+  o.checks.push_back(compare("dx", as_f32(h, dx), dx_ref, cuda_backward_bound(d)));
+  o.checks.push_back(compare("dw (+=)", as_f32(h, dw), dw_ref, cuda_backward_bound(rows * d)));
+  std::vector<TensorView> outs = {out, inv, dx, dw};
+  if (!alias) outs.push_back(dy_d);
+  o.checks.push_back(g.verify(outs));
+  // The saving forward writes rms_norm's bits.
+  const TensorView out2 = ops::scratch_alloc(h.gpu, {rows, d}, DType::bf16);
+  ops::rms_norm(h.gpu, x_d, w_d, kEps, plus_one, out2);
+  o.checks.push_back(
+      expect_le("out bytes != rms_norm (bit-exact)", bytes_differing(h, out, out2), 0));
+  // Negative control: x = 0 with the true inverse RMS gives x_hat = 0, dx without its mean term.
+  const TensorView zero = ops::scratch_alloc(h.gpu, {rows, d}, DType::bf16);
+  const TensorView dx_bad = ops::scratch_alloc(h.gpu, {rows, d}, DType::f32);
+  const TensorView dy2 = to_device(h, dy, DType::f32);
+  ops::fill_zero(h.gpu, zero);
+  ops::rms_norm_backward(h.gpu, zero, w_d, inv, plus_one, dy2, dx_bad);
+  o.checks.push_back(
+      must_exceed(compare("dx without x_hat", as_f32(h, dx_bad), dx_ref, cuda_backward_bound(d))));
+}
+
+void rms_norm_rope_backward_case(Harness& h, Outcome& o, int64_t t, int64_t heads, int64_t d,
+                                 bool norm, bool plus_one, int32_t pos0, bool alias) {
+  const Tensor x = host_values({t, heads, d}, 311, 3.0f), w = host_values({d}, 312, 1.0f);
+  const Tensor dy = f32_values({t, heads, d}, 313), dw0 = host_values({d}, 314);
+  const Rope rp = make_rope(h, t, d, pos0);
+  const TensorView w_h = norm ? w.view() : TensorView();
+  Tensor out_ref = Tensor::empty({t, heads, d}, DType::f32);
+  Tensor inv_ref = Tensor::zeros({t * heads}, DType::f32);
+  Tensor dx_ref = Tensor::empty({t, heads, d}, DType::f32), dw_ref = copy_of(dw0);
+  ops::rms_norm_rope_save(h.cpu, x, w_h, kEps, plus_one, rp.pos, rp.freq, out_ref, inv_ref);
+  ops::rms_norm_rope_backward(h.cpu, x, w_h, inv_ref, plus_one, rp.pos, rp.freq, dy, dx_ref,
+                              norm ? dw_ref.view() : TensorView());
+
+  const TensorView x_d = to_device(h, x, DType::bf16);
+  const TensorView w_d = norm ? to_device(h, w, DType::f32) : TensorView();
+  Guard g(h);
+  const TensorView out = ops::scratch_alloc(h.gpu, {t, heads, d}, DType::bf16);
+  const TensorView inv = ops::scratch_alloc(h.gpu, {t * heads}, DType::f32);
+  const TensorView dy_d = ops::scratch_alloc(h.gpu, {t, heads, d}, DType::f32);
+  const TensorView dx = alias ? dy_d : ops::scratch_alloc(h.gpu, {t, heads, d}, DType::f32);
+  const TensorView dw = ops::scratch_alloc(h.gpu, {d}, DType::f32);
+  g.seal();
+  upload_into(h, dy, dy_d);
+  upload_into(h, dw0, dw);
+  ops::fill_zero(h.gpu, inv);  // not written without the norm
+  ops::rms_norm_rope_save(h.gpu, x_d, w_d, kEps, plus_one, rp.pos_d, rp.freq_d, out, inv);
+  ops::rms_norm_rope_backward(h.gpu, x_d, w_d, inv, plus_one, rp.pos_d, rp.freq_d, dy_d, dx,
+                              norm ? dw : TensorView());
+  o.checks.push_back(compare("out", as_f32(h, out), out_ref, norm ? kCudaNormRope : kCudaBf16Op));
+  if (norm) o.checks.push_back(compare("inv_rms", as_f32(h, inv), inv_ref, cuda_backward_bound(d)));
+  o.checks.push_back(compare("dx", as_f32(h, dx), dx_ref, cuda_backward_bound(d)));
+  o.checks.push_back(compare("dw (+=)", as_f32(h, dw), dw_ref, cuda_backward_bound(t * heads * d)));
+  std::vector<TensorView> outs = {out, inv, dx, dw};
+  if (!alias) outs.push_back(dy_d);
+  o.checks.push_back(g.verify(outs));
+  const TensorView out2 = ops::scratch_alloc(h.gpu, {t, heads, d}, DType::bf16);
+  ops::rms_norm_rope(h.gpu, x_d, w_d, kEps, plus_one, rp.pos_d, rp.freq_d, out2);
+  o.checks.push_back(
+      expect_le("out bytes != rms_norm_rope (bit-exact)", bytes_differing(h, out, out2), 0));
+  if (!norm) {  // the composition is rope_backward itself
+    const TensorView r = to_device(h, dy, DType::f32);
+    ops::rope_backward(h.gpu, r, rp.pos_d, rp.freq_d);
+    o.checks.push_back(
+        expect_le("dx bytes != rope_backward (bit-exact)", bytes_differing(h, r, dx), 0));
+  }
+  // Negative control: positions off by one (the angles of the next token).
+  const Rope shifted = make_rope(h, t, d, pos0 + 1);
+  const TensorView dx_bad = ops::scratch_alloc(h.gpu, {t, heads, d}, DType::f32);
+  const TensorView dy2 = to_device(h, dy, DType::f32);
+  ops::rms_norm_rope_backward(h.gpu, x_d, w_d, inv, plus_one, shifted.pos_d, shifted.freq_d, dy2,
+                              dx_bad);
+  o.checks.push_back(must_exceed(
+      compare("dx at positions + 1", as_f32(h, dx_bad), dx_ref, cuda_backward_bound(d))));
+}
+
+// ---- gated activations, softcap, dropout ---------------------------------------------------
+
+void gated_backward_case(Harness& h, Outcome& o, int64_t t, int64_t i, bool silu, bool alias) {
+  const Tensor gate = host_values({t, i}, 321, 4.0f), up = host_values({t, i}, 322, 2.0f);
+  const Tensor dout = f32_values({t, i}, 323);
+  Tensor dg_ref = Tensor::empty({t, i}, DType::f32), du_ref = Tensor::empty({t, i}, DType::f32);
+  auto run = [&](Context& c, const TensorView& g, const TensorView& u, const TensorView& d,
+                 const TensorView& dg, const TensorView& du) {
+    if (silu)
+      ops::silu_mul_backward(c, g, u, d, dg, du);
+    else
+      ops::gelu_tanh_mul_backward(c, g, u, d, dg, du);
+  };
+  run(h.cpu, gate, up, dout, dg_ref, du_ref);
+  const TensorView gate_d = to_device(h, gate, DType::bf16), up_d = to_device(h, up, DType::bf16);
+  Guard g(h);
+  const TensorView dout_d = ops::scratch_alloc(h.gpu, {t, i}, DType::f32);
+  const TensorView dg = alias ? dout_d : ops::scratch_alloc(h.gpu, {t, i}, DType::f32);
+  const TensorView du = ops::scratch_alloc(h.gpu, {t, i}, DType::f32);
+  g.seal();
+  upload_into(h, dout, dout_d);
+  run(h.gpu, gate_d, up_d, dout_d, dg, du);
+  o.checks.push_back(compare("dgate", as_f32(h, dg), dg_ref, cuda_backward_bound(1)));
+  o.checks.push_back(compare("dup", as_f32(h, du), du_ref, cuda_backward_bound(1)));
+  std::vector<TensorView> outs = {dg, du};
+  if (!alias) outs.push_back(dout_d);
+  o.checks.push_back(g.verify(outs));
+  // Negative control: gate and up swapped.
+  const TensorView d2 = to_device(h, dout, DType::f32);
+  const TensorView dg_bad = ops::scratch_alloc(h.gpu, {t, i}, DType::f32);
+  const TensorView du_bad = ops::scratch_alloc(h.gpu, {t, i}, DType::f32);
+  run(h.gpu, up_d, gate_d, d2, dg_bad, du_bad);
+  o.checks.push_back(must_exceed(compare("dgate with gate and up swapped", as_f32(h, dg_bad),
+                                         dg_ref, cuda_backward_bound(1))));
+}
+
+void softcap_backward_case(Harness& h, Outcome& o, int64_t t, int64_t v, bool alias) {
+  const float cap = 30.0f;
+  Tensor y = host_values({t, v}, 331, 3.0f * cap);
+  ops::softcap(h.cpu, y, cap, ops::Output::f32);  // y = cap tanh(x / cap), an fp32 output
+  const Tensor dy = f32_values({t, v}, 332);
+  Tensor dx_ref = Tensor::empty({t, v}, DType::f32);
+  ops::softcap_backward(h.cpu, y, cap, dy, dx_ref);
+  const TensorView y_d = to_device(h, y, DType::f32);
+  Guard g(h);
+  const TensorView dy_d = ops::scratch_alloc(h.gpu, {t, v}, DType::f32);
+  const TensorView dx = alias ? dy_d : ops::scratch_alloc(h.gpu, {t, v}, DType::f32);
+  g.seal();
+  upload_into(h, dy, dy_d);
+  ops::softcap_backward(h.gpu, y_d, cap, dy_d, dx);
+  o.checks.push_back(compare("dx", as_f32(h, dx), dx_ref, cuda_backward_bound(1)));
+  std::vector<TensorView> outs = {dx};
+  if (!alias) outs.push_back(dy_d);
+  o.checks.push_back(g.verify(outs));
+  // Negative control: y = 0 gives the factor 1 (no derivative of tanh).
+  const TensorView zero = ops::scratch_alloc(h.gpu, {t, v}, DType::f32);
+  const TensorView dx_bad = ops::scratch_alloc(h.gpu, {t, v}, DType::f32);
+  ops::fill_zero(h.gpu, zero);
+  ops::softcap_backward(h.gpu, zero, cap, to_device(h, dy, DType::f32), dx_bad);
+  o.checks.push_back(
+      must_exceed(compare("dx without tanh'", as_f32(h, dx_bad), dx_ref, cuda_backward_bound(1))));
+}
+
+void lora_dropout_case(Harness& h, Outcome& o, int64_t m, int64_t k, float p, bool in_place) {
+  const Tensor x = host_values({m, k}, 341, 2.0f);
+  const ops::LoraDropout drop{p, 77};
+  Tensor ref = Tensor::empty({m, k}, DType::f32);
+  ops::lora_dropout(h.cpu, x, drop, ref);
+  Guard g(h);
+  const TensorView x_d = ops::scratch_alloc(h.gpu, {m, k}, DType::bf16);
+  const TensorView out = in_place ? x_d : ops::scratch_alloc(h.gpu, {m, k}, DType::bf16);
+  g.seal();
+  upload_into(h, x, x_d);
+  ops::lora_dropout(h.gpu, x_d, drop, out);
+  // x * 1 / (1 - p) rounded once to bf16; a mask that differs anywhere is an O(1) error.
+  o.checks.push_back(compare("out", as_f32(h, out), ref, kCudaBf16Op));
+  std::vector<TensorView> outs = {out};
+  if (!in_place) outs.push_back(x_d);
+  o.checks.push_back(g.verify(outs));
+  if (p > 0) {  // negative control: another seed's mask
+    const TensorView bad = ops::scratch_alloc(h.gpu, {m, k}, DType::bf16);
+    ops::lora_dropout(h.gpu, to_device(h, x, DType::bf16), {p, 78}, bad);
+    o.checks.push_back(must_exceed(compare("out with seed + 1", as_f32(h, bad), ref, kCudaBf16Op)));
+  }
+}
+
+// ---- linear layers and LoRA ------------------------------------------------------------------
+
+void linear_backward_input_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k,
+                                Fp8Scheme scheme, bool accumulate) {
+  const ActScaling act = scheme == Fp8Scheme::off     ? ActScaling::none
+                         : scheme == Fp8Scheme::block ? ActScaling::group
+                         : scheme == Fp8Scheme::row   ? ActScaling::token
+                                                      : ActScaling::tensor;
+  auto l = make_linear(h, n, k, scheme, act, false, 351);
+  const Tensor dy = f32_values({m, n}, 352), dx0 = host_values({m, k}, 353);
+  Tensor ref = accumulate ? copy_of(dx0) : Tensor::empty({m, k}, DType::f32);
+  ops::linear_backward_input(h.cpu, dy, l->cpu, ref, accumulate);
+  const TensorView dy_d = to_device(h, dy, DType::f32);
+  Guard g(h);
+  const TensorView dx = ops::scratch_alloc(h.gpu, {m, k}, DType::f32);
+  g.seal();
+  if (accumulate) upload_into(h, dx0, dx);
+  ops::linear_backward_input(h.gpu, dy_d, l->gpu, dx, accumulate);
+  o.checks.push_back(compare("dx", as_f32(h, dx), ref, kCudaBf16OperandGemm));
+  o.checks.push_back(g.verify({dx}));
+  const TensorView bad = to_device(h, dx0, DType::f32);
+  if (scheme != Fp8Scheme::off) {
+    // Negative control: the codes without their scales.
+    LinearWeight unscaled = l->gpu;
+    unscaled.scales = ops::scratch_alloc(h.gpu, l->gpu.scales.shape, DType::f32);
+    ops::fill(h.gpu, unscaled.scales, 1.0f);
+    ops::linear_backward_input(h.gpu, dy_d, unscaled, bad, accumulate);
+    o.checks.push_back(must_exceed(
+        compare("dx without the weight scales", as_f32(h, bad), ref, kCudaBf16OperandGemm)));
+  } else if (accumulate) {
+    // Negative control: written instead of accumulated.
+    ops::linear_backward_input(h.gpu, dy_d, l->gpu, bad, false);
+    o.checks.push_back(
+        must_exceed(compare("dx not accumulated", as_f32(h, bad), ref, kCudaBf16OperandGemm)));
+  }
+}
+
+void lora_backward_case(Harness& h, Outcome& o, int64_t m, int64_t k, int64_t n, int64_t r, float p,
+                        bool with_dx) {
+  const float scale = 2.0f;
+  const ops::LoraDropout drop{p, 91};
+  const Tensor x = host_values({m, k}, 361, 2.0f);
+  const Tensor a = f32_values({r, k}, 362, 1.0f / std::sqrt(float(k)));
+  const Tensor b = f32_values({n, r}, 363, 0.5f);
+  const Tensor dy = f32_values({m, n}, 364);
+  const Tensor dx0 = host_values({m, k}, 365), da0 = host_values({r, k}, 366),
+               db0 = host_values({n, r}, 367);
+  Tensor dx_ref = copy_of(dx0), da_ref = copy_of(da0), db_ref = copy_of(db0);
+  ops::lora_backward(h.cpu, x, a, b, scale, drop, dy, with_dx ? dx_ref.view() : TensorView(),
+                     da_ref, db_ref);
+  const TensorView x_d = to_device(h, x, DType::bf16), a_d = to_device(h, a, DType::f32),
+                   b_d = to_device(h, b, DType::f32), dy_d = to_device(h, dy, DType::f32);
+  Guard g(h);
+  const TensorView dx = ops::scratch_alloc(h.gpu, {m, k}, DType::f32);
+  const TensorView da = ops::scratch_alloc(h.gpu, {r, k}, DType::f32);
+  const TensorView db = ops::scratch_alloc(h.gpu, {n, r}, DType::f32);
+  g.seal();
+  upload_into(h, dx0, dx);
+  upload_into(h, da0, da);
+  upload_into(h, db0, db);
+  ops::lora_backward(h.gpu, x_d, a_d, b_d, scale, drop, dy_d, with_dx ? dx : TensorView(), da, db);
+  // Reductions: n then r for dx, n then m for dA, k then m for dB (test_backward's count); the
+  // += adds one rounding of the initial values, 4 ulps.
+  const double bound = cuda_backward_bound(n * std::max(m, r) + k) + 4 * kF32Eps;
+  if (with_dx) o.checks.push_back(compare("dx (+=)", as_f32(h, dx), dx_ref, bound));
+  o.checks.push_back(compare("dA (+=)", as_f32(h, da), da_ref, bound));
+  o.checks.push_back(compare("dB (+=)", as_f32(h, db), db_ref, bound));
+  o.checks.push_back(g.verify({dx, da, db}));
+  // Negative control: without the forward's dropout mask, or (p = 0) without the scale.
+  const TensorView bx = to_device(h, dx0, DType::f32), ba = to_device(h, da0, DType::f32),
+                   bb = to_device(h, db0, DType::f32);
+  const bool no_mask = p > 0;
+  ops::lora_backward(h.gpu, x_d, a_d, b_d, no_mask ? scale : 1.0f,
+                     no_mask ? ops::LoraDropout{} : drop, dy_d, bx, ba, bb);
+  const std::string how = no_mask ? " without the dropout mask" : " without the scale";
+  if (with_dx) o.checks.push_back(must_exceed(compare("dx" + how, as_f32(h, bx), dx_ref, bound)));
+  o.checks.push_back(must_exceed(compare("dA" + how, as_f32(h, ba), da_ref, bound)));
+}
+
+// ---- the registry ------------------------------------------------------------------------
+
+// Ragged token counts (kTokens); hidden sizes with a scalar tail (200) and a large row (4096);
+// q/k head dims 64/128/256 and 72; MLP widths as the forward's cases; linears of every FP8
+// scheme with K not a multiple of 128 (block edges); LoRA ranks 8 and 16 with and without
+// dropout.
+void add_backward_cases(std::vector<OpCase>& c) {
+  auto add = [&](std::string name, std::function<void(Harness&, Outcome&)> fn, bool quick) {
+    c.push_back({std::move(name), std::move(fn), quick});
+  };
+  for (int64_t t : kTokens)
+    for (int64_t d : {64, 200, 4096})
+      for (bool plus_one : {false, true}) {
+        const bool alias = d == 200;
+        add(
+            fmtname("rms_norm_backward",
+                    shape({{"rows", t}, {"D", d}, {"plus_one", plus_one}, {"dx_is_dy", alias}})),
+            [=](Harness& h, Outcome& o) { rms_norm_backward_case(h, o, t, d, plus_one, alias); },
+            t == 19 && !plus_one);
+      }
+  // Many chunks of the two-pass dw reduction (q/k-norm-like rows).
+  add(
+      "rms_norm_backward rows=20000 D=128 plus_one=0 dx_is_dy=0",
+      [](Harness& h, Outcome& o) { rms_norm_backward_case(h, o, 20000, 128, false, false); },
+      false);
+  struct R {
+    int64_t heads, d;
+    bool norm, plus_one;
+    int32_t pos0;
+    bool alias;
+  };
+  const R ropes[] = {{4, 64, true, false, 0, false},   {2, 128, true, true, 100000, true},
+                     {8, 128, false, false, 0, false}, {3, 72, true, false, 100000, false},
+                     {4, 256, true, false, 0, false},  {2, 64, false, false, 100000, true}};
+  for (int64_t t : kTokens)
+    for (const R& r : ropes)
+      add(
+          fmtname("rms_norm_rope_backward", shape({{"T", t},
+                                                   {"heads", r.heads},
+                                                   {"D", r.d},
+                                                   {"norm", r.norm},
+                                                   {"plus_one", r.plus_one},
+                                                   {"pos0", r.pos0},
+                                                   {"dx_is_dy", r.alias}})),
+          [=](Harness& h, Outcome& o) {
+            rms_norm_rope_backward_case(h, o, t, r.heads, r.d, r.norm, r.plus_one, r.pos0, r.alias);
+          },
+          t == 19 && r.d == 128);
+  for (int64_t t : {1, 19, 257})
+    for (int64_t i : {320, 1000, 2880})
+      for (bool silu : {true, false})
+        add(
+            fmtname(silu ? "silu_mul_backward" : "gelu_tanh_mul_backward",
+                    shape({{"T", t}, {"I", i}, {"dgate_is_dout", i == 320}})),
+            [=](Harness& h, Outcome& o) { gated_backward_case(h, o, t, i, silu, i == 320); },
+            t == 19 && i == 1000);
+  for (auto [t, alias] : {std::pair<int64_t, bool>{19, false}, {257, true}})
+    add(
+        fmtname("softcap_backward", shape({{"T", t}, {"V", 1000}, {"dx_is_dy", alias}})),
+        [=](Harness& h, Outcome& o) { softcap_backward_case(h, o, t, 1000, alias); }, t == 19);
+  for (int64_t m : kTokens)
+    for (float p : {0.0f, 0.1f})
+      add(
+          fmtname("lora_dropout",
+                  shape({{"M", m}, {"K", 200}, {"in_place", m == 257}}) + fmt::format(" p={}", p)),
+          [=](Harness& h, Outcome& o) { lora_dropout_case(h, o, m, 200, p, m == 257); },
+          m == 19 && p > 0);
+  struct L {
+    Fp8Scheme s;
+    int64_t n, k;
+    bool accumulate;
+  };
+  const L lin[] = {{Fp8Scheme::off, 256, 192, true},     {Fp8Scheme::off, 1024, 2880, false},
+                   {Fp8Scheme::tensor, 512, 256, false}, {Fp8Scheme::tensor, 2048, 1024, true},
+                   {Fp8Scheme::row, 256, 192, true},     {Fp8Scheme::row, 1024, 2880, false},
+                   {Fp8Scheme::block, 256, 192, false},  {Fp8Scheme::block, 2048, 1024, true},
+                   {Fp8Scheme::block, 304, 200, true},   {Fp8Scheme::row, 200, 200, false}};
+  for (const L& l : lin)
+    for (int64_t m : kTokens)
+      add(
+          fmtname("linear_backward_input", std::string(scheme_name(l.s)) + " " +
+                                               shape({{"M", m}, {"N", l.n}, {"K", l.k}}) +
+                                               (l.accumulate ? " +=" : "")),
+          [=](Harness& h, Outcome& o) {
+            linear_backward_input_case(h, o, m, l.n, l.k, l.s, l.accumulate);
+          },
+          (m == 19 || m == 1) && l.n <= 512);
+  struct A {
+    int64_t k, n, r;
+  };
+  for (const A& a : {A{256, 192, 8}, A{1024, 2048, 16}, A{2880, 200, 8}})
+    for (int64_t m : kTokens)
+      for (float p : {0.0f, 0.1f}) {
+        const bool with_dx = !(a.k == 1024 && p == 0);
+        add(
+            fmtname("lora_backward", shape({{"M", m}, {"K", a.k}, {"N", a.n}, {"r", a.r}}) +
+                                         fmt::format(" p={}", p) + (with_dx ? "" : " no-dx")),
+            [=](Harness& h, Outcome& o) { lora_backward_case(h, o, m, a.k, a.n, a.r, p, with_dx); },
+            m == 19 && a.k == 256);
+      }
+}
+
+}  // namespace fp8rl::gpu_test
