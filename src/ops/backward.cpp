@@ -150,12 +150,26 @@ void check_ce(Context& ctx, const TensorView& x, const LinearWeight& w, const Te
   check_ctx(ctx, what);
   check_act(ctx, x, what);
   check_weight(ctx, w, what);
+  // CUDA runs the forward's linear on it: prepared as ops::linear requires.
+  CHECK(ctx.device != Device::cuda || !w.is_fp8() || !w.gemm_scales.empty(),
+        "{}: CUDA weight not prepared (ops::prepare_linear / Model::to_device)", what);
+  CHECK(ctx.device != Device::cuda || w.is_fp8() || w.weight.dtype == DType::bf16,
+        "{}: unquantized CUDA weights must be bf16, got {}", what, dtype_name(w.weight.dtype));
   CHECK(x.rank() == 2 && x.dim(1) == w.in_features(), "{}: x {} for an lm_head {}", what,
         x.shape.str(), w.weight.shape.str());
   check_i32(ctx, targets, x.dim(0), what);
   CHECK(p.temperature > 0 && p.softcap >= 0 && p.chunk_rows > 0,
         "{}: temperature {} softcap {} chunk_rows {}", what, p.temperature, p.softcap,
         p.chunk_rows);
+}
+
+// A dry run's scratch of the chunked cross-entropy on either device.
+void ce_dry_run_scratch(Context& ctx, const LinearWeight& w, int64_t t,
+                        const CrossEntropyParams& p) {
+  if (ctx.device == Device::cpu)
+    dry_run_scratch(ctx, lm_head_cross_entropy_scratch_bytes(w, t, p));
+  else
+    FP8RL_DRY_RUN_CUDA_SCRATCH(ctx, cuda::lm_head_cross_entropy_scratch_bytes(w, t, p));
 }
 
 }  // namespace
@@ -464,11 +478,12 @@ void lm_head_cross_entropy(Context& ctx, const TensorView& x, const LinearWeight
     check_f32(ctx, entropy, what);
     check_shape(entropy, Shape{x.dim(0)}, what);
   }
-  dry_run_scratch(ctx, lm_head_cross_entropy_scratch_bytes(lm_head, x.dim(0), p));
-  FP8RL_BACKWARD_DISPATCH(ctx, what,
-                          cpu::lm_head_cross_entropy(scratch_of(ctx), x, lm_head, targets, p, loss,
-                                                     logprob, lse, entropy),
-                          RAISE("{}: no CUDA kernel yet", what));
+  ce_dry_run_scratch(ctx, lm_head, x.dim(0), p);
+  FP8RL_BACKWARD_DISPATCH(
+      ctx, what,
+      cpu::lm_head_cross_entropy(scratch_of(ctx), x, lm_head, targets, p, loss, logprob, lse,
+                                 entropy),
+      cuda::lm_head_cross_entropy(*ctx.cuda, x, lm_head, targets, p, loss, logprob, lse, entropy));
 }
 
 void lm_head_cross_entropy_backward(Context& ctx, const TensorView& x, const LinearWeight& lm_head,
@@ -483,11 +498,11 @@ void lm_head_cross_entropy_backward(Context& ctx, const TensorView& x, const Lin
   }
   check_f32(ctx, dx, what);
   check_shape(dx, x.shape, what);
-  dry_run_scratch(ctx, lm_head_cross_entropy_scratch_bytes(lm_head, x.dim(0), p));
+  ce_dry_run_scratch(ctx, lm_head, x.dim(0), p);
   FP8RL_BACKWARD_DISPATCH(
       ctx, what,
       cpu::lm_head_cross_entropy_backward(scratch_of(ctx), x, lm_head, targets, p, lse, dloss, dx),
-      RAISE("{}: no CUDA kernel yet", what));
+      cuda::lm_head_cross_entropy_backward(*ctx.cuda, x, lm_head, targets, p, lse, dloss, dx));
 }
 
 }  // namespace fp8rl::ops

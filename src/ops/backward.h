@@ -5,8 +5,8 @@
 // ops/cpu/backward*.cpp, CUDA in ops/cuda/backward.{cu,cpp} (linear_backward_input in
 // ops/cuda/linear.cpp). On CUDA, activations (x, gate, up, out of the saving forwards) are
 // bf16 (Context::activation_dtype()); gradients, inv_rms, lse, norm weights, frequencies and
-// LoRA's A and B are f32, as on the CPU. Attention (paged_attention_lse and its backward) and
-// the lm_head cross-entropy have no CUDA kernels yet: a CUDA context raises.
+// LoRA's A and B are f32, as on the CPU. Attention (paged_attention_lse and its backward) has
+// no CUDA kernels yet: a CUDA context raises.
 //
 // Gradient contract (llm.c): a backward op ACCUMULATES (+=) into parameter gradients (dw of a
 // norm, dA/dB of LoRA) and WRITES input gradients (dx, dq, ...) unless its comment says +=.
@@ -176,7 +176,10 @@ void lm_head_cross_entropy_backward(Context& ctx, const TensorView& x, const Lin
                                     const TensorView& lse, const TensorView& dloss,
                                     const TensorView& dx);
 
-// Scratch bytes of either for T rows on the CPU.
+// Scratch bytes of either for T rows on the CPU. CUDA: the same chunks, logits from the
+// forward's CUDA linear, lse and the exponential sums in fp64 as here, dx through the CUDA
+// linear_backward_input; targets are not validated there (the host cannot read them): one
+// outside the vocabulary gives NaN loss and dx rows.
 size_t lm_head_cross_entropy_scratch_bytes(const LinearWeight& lm_head, int64_t t,
                                            const CrossEntropyParams& p);
 

@@ -328,6 +328,80 @@ void lora_backward_case(Harness& h, Outcome& o, int64_t m, int64_t k, int64_t n,
   o.checks.push_back(must_exceed(compare("dA" + how, as_f32(h, ba), da_ref, bound)));
 }
 
+// ---- lm_head cross-entropy ---------------------------------------------------------------------
+
+void lm_head_cross_entropy_case(Harness& h, Outcome& o, int64_t t, int64_t v, int64_t hd,
+                                Fp8Scheme scheme, float softcap, float temperature,
+                                int64_t chunk_rows) {
+  const ActScaling act = scheme == Fp8Scheme::off     ? ActScaling::none
+                         : scheme == Fp8Scheme::block ? ActScaling::group
+                                                      : ActScaling::token;
+  auto l = make_linear(h, v, hd, scheme, act, false, 381);
+  const Tensor x = host_values({t, hd}, 382, 2.0f);
+  Tensor targets = Tensor::empty({t}, DType::i32);
+  const std::vector<int32_t> ids = random_ids(t, v, 383);
+  for (int64_t i = 0; i < t; ++i)
+    targets.ptr<int32_t>()[i] = i % 7 == 3 ? ops::kIgnoreIndex : ids[size_t(i)];
+  const Tensor dloss = f32_values({t}, 384);
+  const ops::CrossEntropyParams p{temperature, softcap, chunk_rows};
+  Tensor loss_ref = Tensor::empty({t}, DType::f32), lp_ref = Tensor::empty({t}, DType::f32),
+         lse_ref = Tensor::empty({t}, DType::f32), ent_ref = Tensor::empty({t}, DType::f32),
+         dx_ref = Tensor::empty({t, hd}, DType::f32);
+  ops::lm_head_cross_entropy(h.cpu, x, l->cpu, targets, p, loss_ref, lp_ref, lse_ref, ent_ref);
+  ops::lm_head_cross_entropy_backward(h.cpu, x, l->cpu, targets, p, lse_ref, dloss, dx_ref);
+  // The bound on the scaled logits z, absolute: the GEMM's (relative to max |raw logit|),
+  // through the softcap (1-Lipschitz) and 1 / temperature; and the range of z.
+  Tensor raw = Tensor::empty({t, v}, DType::f32);
+  ops::linear(h.cpu, x, l->cpu, raw, ops::Output::f32);
+  double max_raw = 0, zmin = INFINITY, zmax = -INFINITY;
+  for (int64_t i = 0; i < raw.numel(); ++i) {
+    const double r = raw.ptr<float>()[i];
+    const double z = (softcap > 0 ? softcap * std::tanh(r / softcap) : r) / temperature;
+    max_raw = std::max(max_raw, std::fabs(r));
+    zmin = std::min(zmin, z);
+    zmax = std::max(zmax, z);
+  }
+  const double gemm = scheme == Fp8Scheme::off ? test::cuda_f32_gemm_bound(hd) : test::kCudaFp8Gemm;
+  const double ez = gemm * max_raw / temperature;
+
+  const TensorView x_d = to_device(h, x, DType::bf16), tg_d = to_device(h, targets, DType::i32),
+                   dloss_d = to_device(h, dloss, DType::f32);
+  Guard g(h);
+  const TensorView loss = ops::scratch_alloc(h.gpu, {t}, DType::f32);
+  const TensorView lp = ops::scratch_alloc(h.gpu, {t}, DType::f32);
+  const TensorView lse = ops::scratch_alloc(h.gpu, {t}, DType::f32);
+  const TensorView ent = ops::scratch_alloc(h.gpu, {t}, DType::f32);
+  const TensorView dx = ops::scratch_alloc(h.gpu, {t, hd}, DType::f32);
+  g.seal();
+  ops::lm_head_cross_entropy(h.gpu, x_d, l->gpu, tg_d, p, loss, lp, lse, ent);
+  ops::lm_head_cross_entropy_backward(h.gpu, x_d, l->gpu, tg_d, p, lse, dloss_d, dx);
+  o.info = h.dev->gemm_path(scheme);
+  // lse is 1-Lipschitz in max |dz|, logprob = z_t - lse moves by 2 ez, the entropy
+  // lse - sum p z by ez + |sum dp z| <= ez (1 + 2 range z); dx: the bf16 operand GEMM plus the
+  // relative change 2 ez of each probability, doubled.
+  o.checks.push_back(compare("lse (abs)", as_f32(h, lse), lse_ref, ez, 1.0));
+  o.checks.push_back(compare("logprob (abs)", as_f32(h, lp), lp_ref, 2 * ez, 1.0));
+  o.checks.push_back(compare("loss (abs)", as_f32(h, loss), loss_ref, 2 * ez, 1.0));
+  o.checks.push_back(
+      compare("entropy (abs)", as_f32(h, ent), ent_ref, ez * (2 + 2 * (zmax - zmin)), 1.0));
+  o.checks.push_back(compare("dx", as_f32(h, dx), dx_ref, kCudaBf16OperandGemm + 4 * ez));
+  o.checks.push_back(g.verify({loss, lp, lse, ent, dx}));
+  // Negative controls: the forward at twice the temperature; the backward without dloss.
+  ops::CrossEntropyParams hot = p;
+  hot.temperature = 2 * temperature;
+  const TensorView lse_bad = ops::scratch_alloc(h.gpu, {t}, DType::f32);
+  const TensorView tmp = ops::scratch_alloc(h.gpu, {t}, DType::f32);
+  ops::lm_head_cross_entropy(h.gpu, x_d, l->gpu, tg_d, hot, tmp, tmp, lse_bad);
+  o.checks.push_back(
+      must_exceed(compare("lse at twice the temperature", as_f32(h, lse_bad), lse_ref, ez, 1.0)));
+  const TensorView ones = ops::scratch_alloc(h.gpu, {t}, DType::f32);
+  const TensorView dx_bad = ops::scratch_alloc(h.gpu, {t, hd}, DType::f32);
+  ops::fill(h.gpu, ones, 1.0f);
+  ops::lm_head_cross_entropy_backward(h.gpu, x_d, l->gpu, tg_d, p, lse, ones, dx_bad);
+  o.checks.push_back(must_exceed(
+      compare("dx without dloss", as_f32(h, dx_bad), dx_ref, kCudaBf16OperandGemm + 4 * ez)));
+}
+
 // ---- the registry ------------------------------------------------------------------------
 
 // Ragged token counts (kTokens); hidden sizes with a scalar tail (200) and a large row (4096);
@@ -428,6 +502,27 @@ void add_backward_cases(std::vector<OpCase>& c) {
             [=](Harness& h, Outcome& o) { lora_backward_case(h, o, m, a.k, a.n, a.r, p, with_dx); },
             m == 19 && a.k == 256);
       }
+  struct C {
+    int64_t t, v, hd;
+    Fp8Scheme s;
+    float softcap, temperature;
+    int64_t chunk;
+  };
+  const C ces[] = {{19, 1000, 256, Fp8Scheme::off, 0.0f, 1.0f, 1024},
+                   {257, 1000, 256, Fp8Scheme::off, 30.0f, 0.7f, 100},
+                   {989, 4096, 512, Fp8Scheme::off, 0.0f, 1.0f, 256},
+                   {19, 1024, 256, Fp8Scheme::row, 30.0f, 1.0f, 8},
+                   {257, 2048, 1024, Fp8Scheme::block, 0.0f, 1.0f, 128}};
+  for (const C& e : ces)
+    add(
+        fmtname("lm_head_cross_entropy",
+                std::string(scheme_name(e.s)) + " " +
+                    shape({{"T", e.t}, {"V", e.v}, {"H", e.hd}, {"chunk", e.chunk}}) +
+                    fmt::format(" softcap={} temperature={}", e.softcap, e.temperature)),
+        [=](Harness& h, Outcome& o) {
+          lm_head_cross_entropy_case(h, o, e.t, e.v, e.hd, e.s, e.softcap, e.temperature, e.chunk);
+        },
+        e.t == 19);
 }
 
 }  // namespace fp8rl::gpu_test

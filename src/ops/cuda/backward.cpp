@@ -1,6 +1,8 @@
 // Tensor views -> kernel launches and GEMMs for the backward ops on CUDA (ops/backward.h);
 // the operands were checked by ops/backward.cpp. linear_backward_input lives with the linear
 // layers (linear.cpp), whose dequantized-weight path it shares.
+#include <algorithm>
+
 #include "ops/cuda/backend.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/gemm.h"
@@ -175,6 +177,61 @@ void lora_backward(Backend& b, const TensorView& x, const TensorView& a, const T
     }
   }
   b.arena().rewind(mark);
+}
+
+// ---- lm_head and cross-entropy
+
+static_assert(kCrossEntropyIgnore == ops::kIgnoreIndex);
+
+size_t lm_head_cross_entropy_scratch_bytes(const LinearWeight& lm_head, int64_t t,
+                                           const ops::CrossEntropyParams& p) {
+  const int64_t rows = std::min(t, p.chunk_rows);
+  return aligned(size_t(rows * lm_head.out_features()) * 4) +
+         std::max(linear_scratch_bytes(lm_head, rows),
+                  linear_backward_input_scratch_bytes(lm_head, rows));
+}
+
+namespace {
+// Rows [r0, r1) of the raw logits x W^T [r1 - r0, V] f32 in the arena (the caller's scope),
+// computed by the forward's own CUDA linear.
+TensorView chunk_logits(Backend& b, const TensorView& x, const LinearWeight& w, int64_t r0,
+                        int64_t r1) {
+  TensorView logits = b.arena().alloc({r1 - r0, w.out_features()}, DType::f32);
+  linear(b, x.slice_rows(r0, r1), w, logits);
+  return logits;
+}
+}  // namespace
+
+void lm_head_cross_entropy(Backend& b, const TensorView& x, const LinearWeight& lm_head,
+                           const TensorView& targets, const ops::CrossEntropyParams& p,
+                           const TensorView& loss, const TensorView& logprob, const TensorView& lse,
+                           const TensorView& entropy) {
+  const int64_t t = x.dim(0), v = lm_head.out_features();
+  for (int64_t r0 = 0; r0 < t; r0 += p.chunk_rows) {
+    const int64_t r1 = std::min(t, r0 + p.chunk_rows);
+    const size_t mark = b.arena().mark();
+    const TensorView logits = chunk_logits(b, x, lm_head, r0, r1);
+    launch_cross_entropy_rows(f32(logits), i32(targets) + r0, r1 - r0, v, p.temperature, p.softcap,
+                              f32(loss) + r0, f32(logprob) + r0, f32(lse) + r0,
+                              entropy.empty() ? nullptr : f32(entropy) + r0, b.stream());
+    b.arena().rewind(mark);
+  }
+}
+
+void lm_head_cross_entropy_backward(Backend& b, const TensorView& x, const LinearWeight& lm_head,
+                                    const TensorView& targets, const ops::CrossEntropyParams& p,
+                                    const TensorView& lse, const TensorView& dloss,
+                                    const TensorView& dx) {
+  const int64_t t = x.dim(0), v = lm_head.out_features();
+  for (int64_t r0 = 0; r0 < t; r0 += p.chunk_rows) {
+    const int64_t r1 = std::min(t, r0 + p.chunk_rows);
+    const size_t mark = b.arena().mark();
+    const TensorView logits = chunk_logits(b, x, lm_head, r0, r1);
+    launch_cross_entropy_grad(f32(logits), i32(targets) + r0, r1 - r0, v, p.temperature, p.softcap,
+                              f32(lse) + r0, f32(dloss) + r0, b.stream());
+    linear_backward_input(b, logits, lm_head, dx.slice_rows(r0, r1), false);
+    b.arena().rewind(mark);
+  }
 }
 
 }  // namespace fp8rl::cuda

@@ -194,6 +194,109 @@ __global__ void __launch_bounds__(kThreads)
   FP8RL_FOR_EACH(i, n) out[i] = __float2bfloat16_rn(in[i]);
 }
 
+// ---- lm_head cross-entropy (rows of f32 logits of one chunk)
+
+// Sum / max over a block of any multiple of 32 threads, every thread getting the result, in a
+// fixed order (common.cuh's block_reduce, whose max starts at 0, takes non-negative values
+// only; logits are not).
+__device__ __forceinline__ float block_max_any(float v, float* shm) {
+  v = warp_max(v);
+  const int w = threadIdx.x / kWarp, l = threadIdx.x % kWarp;
+  if (l == 0) shm[w] = v;
+  __syncthreads();
+  float r = shm[0];
+  for (int i = 1; i < int(blockDim.x) / kWarp; ++i) r = fmaxf(r, shm[i]);
+  __syncthreads();
+  return r;
+}
+__device__ __forceinline__ double block_sum_f64(double v, double* shm) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int w = threadIdx.x / kWarp, l = threadIdx.x % kWarp;
+  if (l == 0) shm[w] = v;
+  __syncthreads();
+  double r = 0.0;
+  for (int i = 0; i < int(blockDim.x) / kWarp; ++i) r += shm[i];
+  __syncthreads();
+  return r;
+}
+
+__device__ constexpr float kNaN = __builtin_nanf("");
+
+// z = softcap(l) / temperature (ops/cpu/backward_cross_entropy.cpp scaled_logit).
+__device__ __forceinline__ float scaled_logit(float l, float temperature, float cap) {
+  if (cap > 0.0f) l = cap * tanhf(l / cap);
+  return l / temperature;
+}
+
+// A block per row: the raw logits become z in place; lse = max + log(sum exp(z - max)) with
+// the exponentials and their sum in fp64 (as the CPU), logprob = z_target - lse, loss =
+// -logprob, entropy = sum_v p_v (lse - z_v); ignored rows (kIgnoreIndex) get 0 but their lse;
+// a target outside [0, v) gives NaN (the host cannot check device targets).
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_rows_kernel(float* logits, const int32_t* targets, int64_t rows, int64_t v,
+                              float temperature, float cap, float* loss, float* logprob, float* lse,
+                              float* entropy) {
+  __shared__ float shm[kThreads / kWarp];
+  __shared__ double shd[kThreads / kWarp];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    float* z = logits + r * v;
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
+      const float zj = scaled_logit(z[j], temperature, cap);
+      z[j] = zj;
+      mx = fmaxf(mx, zj);
+    }
+    mx = block_max_any(mx, shm);  // its barriers also publish every z[j]
+    double sum = 0.0;
+    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) sum += exp(double(z[j] - mx));
+    const double l = double(mx) + log(block_sum_f64(sum, shd));
+    const int32_t tg = targets[r];
+    const bool ignored = tg == kCrossEntropyIgnore;
+    const bool valid = ignored || (tg >= 0 && tg < v);
+    double e = 0.0;
+    if (entropy != nullptr && !ignored)
+      for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
+        const double d = l - double(z[j]);
+        e += exp(-d) * d;
+      }
+    if (entropy != nullptr) e = block_sum_f64(e, shd);
+    if (threadIdx.x == 0) {
+      const float lp = !valid ? kNaN : ignored ? 0.0f : float(double(z[tg]) - l);
+      lse[r] = float(l);
+      logprob[r] = lp;
+      loss[r] = -lp;
+      if (entropy != nullptr) entropy[r] = valid ? float(e) : kNaN;
+    }
+  }
+}
+
+// The logits of a chunk (raw, recomputed) become their gradient in place:
+// dz = dloss (softmax(z) - onehot(target)) through 1 / temperature and the softcap's
+// 1 - tanh^2; ignored rows 0, a target outside [0, v) NaN.
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_grad_kernel(float* logits, const int32_t* targets, int64_t rows, int64_t v,
+                              float temperature, float cap, const float* lse, const float* dloss) {
+  FP8RL_FOR_EACH(i, rows * v) {
+    const int64_t r = i / v, j = i % v;
+    const int32_t tg = targets[r];
+    float g = 0.0f;
+    if (tg != kCrossEntropyIgnore) {
+      float cap_grad = 1.0f, z = logits[i];
+      if (cap > 0.0f) {
+        const float th = tanhf(z / cap);
+        z = cap * th;
+        cap_grad = 1.0f - th * th;
+      }
+      z /= temperature;
+      const float prob = expf(z - lse[r]);
+      const float dz = dloss[r] * (prob - (j == tg ? 1.0f : 0.0f));
+      g = tg >= 0 && tg < v ? dz / temperature * cap_grad : kNaN;
+    }
+    logits[i] = g;
+  }
+}
+
 #undef FP8RL_FOR_EACH
 
 unsigned flat_grid(int64_t n) {
@@ -290,6 +393,24 @@ void launch_f32_to_bf16(const float* in, int64_t n, bf16* out, cudaStream_t s) {
   if (n == 0) return;
   f32_to_bf16_kernel<<<flat_grid(n), kThreads, 0, s>>>(in, out, n);
   FP8RL_LAUNCH_CHECK("f32_to_bf16");
+}
+
+void launch_cross_entropy_rows(float* logits, const int32_t* targets, int64_t rows, int64_t v,
+                               float temperature, float softcap, float* loss, float* logprob,
+                               float* lse, float* entropy, cudaStream_t s) {
+  if (rows == 0) return;
+  cross_entropy_rows_kernel<<<row_grid(rows), kThreads, 0, s>>>(
+      logits, targets, rows, v, temperature, softcap, loss, logprob, lse, entropy);
+  FP8RL_LAUNCH_CHECK("cross_entropy_rows");
+}
+
+void launch_cross_entropy_grad(float* logits, const int32_t* targets, int64_t rows, int64_t v,
+                               float temperature, float softcap, const float* lse,
+                               const float* dloss, cudaStream_t s) {
+  if (rows * v == 0) return;
+  cross_entropy_grad_kernel<<<flat_grid(rows * v), kThreads, 0, s>>>(
+      logits, targets, rows, v, temperature, softcap, lse, dloss);
+  FP8RL_LAUNCH_CHECK("cross_entropy_grad");
 }
 
 }  // namespace fp8rl::cuda

@@ -126,6 +126,16 @@ size_t lora_backward_scratch_bytes(int64_t m, int64_t k, int64_t r);
 void linear_backward_input(Backend& b, const TensorView& dy, const LinearWeight& w,
                            const TensorView& dx, bool accumulate);
 size_t linear_backward_input_scratch_bytes(const LinearWeight& w, int64_t m);
+void lm_head_cross_entropy(Backend& b, const TensorView& x, const LinearWeight& lm_head,
+                           const TensorView& targets, const ops::CrossEntropyParams& p,
+                           const TensorView& loss, const TensorView& logprob, const TensorView& lse,
+                           const TensorView& entropy);
+void lm_head_cross_entropy_backward(Backend& b, const TensorView& x, const LinearWeight& lm_head,
+                                    const TensorView& targets, const ops::CrossEntropyParams& p,
+                                    const TensorView& lse, const TensorView& dloss,
+                                    const TensorView& dx);
+size_t lm_head_cross_entropy_scratch_bytes(const LinearWeight& lm_head, int64_t t,
+                                           const ops::CrossEntropyParams& p);
 
 // ---- profiling (cuda_ops.cpp): a range per op while the backend profiles.
 class ProfileRange {

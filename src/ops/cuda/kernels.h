@@ -213,4 +213,17 @@ void launch_dropout_accumulate(const float* t, const DropoutMask& m, int64_t n, 
                                cudaStream_t s);
 void launch_f32_to_bf16(const float* in, int64_t n, bf16* out, cudaStream_t s);
 
+// The lm_head cross-entropy on one chunk of f32 logits [rows, v] (the raw x W^T; targets,
+// loss, logprob, lse, entropy, dloss offset to the chunk's first row). _rows turns the logits
+// into z = softcap(l) / temperature and writes lse, logprob, loss and entropy (nullable);
+// _grad turns them into the gradient with respect to the raw logits. kCrossEntropyIgnore rows:
+// zero; targets outside [0, v): NaN.
+inline constexpr int32_t kCrossEntropyIgnore = -100;  // ops::kIgnoreIndex
+void launch_cross_entropy_rows(float* logits, const int32_t* targets, int64_t rows, int64_t v,
+                               float temperature, float softcap, float* loss, float* logprob,
+                               float* lse, float* entropy, cudaStream_t s);
+void launch_cross_entropy_grad(float* logits, const int32_t* targets, int64_t rows, int64_t v,
+                               float temperature, float softcap, const float* lse,
+                               const float* dloss, cudaStream_t s);
+
 }  // namespace fp8rl::cuda
