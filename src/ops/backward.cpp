@@ -11,7 +11,7 @@
 #endif
 
 // The CPU reference or the CUDA implementation (ops/cuda/backward.cpp), the latter inside a
-// profiling range; ops without CUDA kernels yet pass a RAISE as cuda_call.
+// profiling range.
 #if FP8RL_HAVE_CUDA
 #define FP8RL_BACKWARD_DISPATCH(ctx, name, cpu_call, cuda_call) \
   do {                                                          \
@@ -372,10 +372,11 @@ void paged_attention_lse(Context& ctx, const TensorView& q, const TensorView& k_
   check_attention_saved(ctx, q, k_pool, v_pool, batch, out, lse, what);
   dry_run_scratch(
       ctx, paged_attention_scratch_bytes(ctx, q.dim(0), q.dim(1), q.dim(2), batch.max_context_len));
-  FP8RL_BACKWARD_DISPATCH(ctx, what,
-                          cpu::paged_attention(scratch_of(ctx), q, k_pool, v_pool, batch, p, out,
-                                               cpu::Rounding::none, lse),
-                          RAISE("{}: no CUDA kernel yet", what));
+  FP8RL_BACKWARD_DISPATCH(
+      ctx, what,
+      cpu::paged_attention(scratch_of(ctx), q, k_pool, v_pool, batch, p, out, cpu::Rounding::none,
+                           lse),
+      cuda::paged_attention_lse(*ctx.cuda, q, k_pool, v_pool, batch, p, out, lse));
 }
 
 void paged_attention_backward(Context& ctx, const TensorView& q, const TensorView& k_pool,
@@ -394,11 +395,12 @@ void paged_attention_backward(Context& ctx, const TensorView& q, const TensorVie
   check_shape(dk, kv, what);
   check_f32(ctx, dv, what);
   check_shape(dv, kv, what);
-  dry_run_scratch(ctx, size_t(q.dim(0) * q.dim(1)) * 4 + 64);
+  dry_run_scratch(ctx, size_t(q.dim(0) * q.dim(1)) * 4 + 256);  // delta (CUDA: 256-aligned)
   FP8RL_BACKWARD_DISPATCH(ctx, what,
                           cpu::paged_attention_backward(scratch_of(ctx), q, k_pool, v_pool, batch,
                                                         p, out, lse, dout, dq, dk, dv),
-                          RAISE("{}: no CUDA kernel yet", what));
+                          cuda::paged_attention_backward(*ctx.cuda, q, k_pool, v_pool, batch, p,
+                                                         out, lse, dout, dq, dk, dv));
 }
 
 // ---- Linear layers and LoRA

@@ -5,8 +5,7 @@
 // ops/cpu/backward*.cpp, CUDA in ops/cuda/backward.{cu,cpp} (linear_backward_input in
 // ops/cuda/linear.cpp). On CUDA, activations (x, gate, up, out of the saving forwards) are
 // bf16 (Context::activation_dtype()); gradients, inv_rms, lse, norm weights, frequencies and
-// LoRA's A and B are f32, as on the CPU. Attention (paged_attention_lse and its backward) has
-// no CUDA kernels yet: a CUDA context raises.
+// LoRA's A and B are f32, as on the CPU.
 //
 // Gradient contract (llm.c): a backward op ACCUMULATES (+=) into parameter gradients (dw of a
 // norm, dA/dB of LoRA) and WRITES input gradients (dx, dq, ...) unless its comment says +=.
@@ -105,7 +104,10 @@ void paged_attention_lse(Context& ctx, const TensorView& q, const TensorView& k_
 //   dq_i = scale sum_j dS_ij k_j,  dk_j = scale sum_i dS_ij q_i,  dv_j = sum_i P_ij dout_i,
 // dk/dv summed over the query heads of each kv head (GQA). q, out, dout, dq [T,Hq,D];
 // lse [T,Hq]; dk, dv [T,Hkv,D] (written; padding rows 0). No [T,T] matrix: the CPU loops over
-// one query row (dq) or one key row (dk, dv) at a time with no scratch.
+// one query row (dq) or one key row (dk, dv) at a time with no scratch. CUDA does the same,
+// a warp per row (a reference path: no tiling, no tensor cores), head_dim <= 256; its lse is
+// a second pass over the keys after the forward's own kernel (whose out it keeps), and it
+// cannot check that the batch is a full prefill (the host does not read device metadata).
 void paged_attention_backward(Context& ctx, const TensorView& q, const TensorView& k_pool,
                               const TensorView& v_pool, const PagedBatch& batch,
                               const AttentionParams& p, const TensorView& out,

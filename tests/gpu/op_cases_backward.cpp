@@ -4,6 +4,7 @@
 // negative control per op (the op run with a term or an input that a bug would drop or
 // change must exceed the bound). Bounds: tests/tolerances.h cuda_backward_bound,
 // kCudaBf16OperandGemm.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -25,6 +26,10 @@ using test::kF32Eps;
 namespace {
 
 constexpr float kEps = 1e-6f;
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // Host f32 values uniform in [-bound, bound] with all 24 bits (gradients are not bf16).
 Tensor f32_values(Shape s, uint64_t seed, float bound = 1.0f) {
@@ -402,6 +407,127 @@ void lm_head_cross_entropy_case(Harness& h, Outcome& o, int64_t t, int64_t v, in
       compare("dx without dloss", as_f32(h, dx_bad), dx_ref, kCudaBf16OperandGemm + 4 * ez)));
 }
 
+// ---- attention ------------------------------------------------------------------------------
+
+// Full-prefill sequences of the given lengths over a paged bf16 pool (blocks of 16 in a
+// shuffled order, unused slots NaN), two padding rows after them. The saving forward: out
+// equals the CUDA paged_attention bit for bit, lse the CPU's within the fp32 bound (absolute,
+// relative to max(1, |lse|)). The backward gets the same out (the CPU's, rounded to bf16 for
+// both) and the same lse on both devices, so only fp32 order differs: cuda_backward_bound of
+// the longest chain (context x D x group, test_backward's count). Negative control: lse + 1.
+void attention_backward_case(Harness& h, Outcome& o, const std::vector<int64_t>& lens, int64_t hq,
+                             int64_t hkv, int64_t d, int64_t window, float softcap) {
+  constexpr int64_t kBlock = 16, kPadding = 2;
+  const int64_t n_seqs = int64_t(lens.size());
+  int64_t width = 1, blocks = 1, rows = 0, max_len = 1;
+  for (int64_t n : lens) {
+    width = std::max(width, ceil_div(n, kBlock));
+    blocks += ceil_div(n, kBlock);
+    rows += n;
+    max_len = std::max(max_len, n);
+  }
+  const int64_t t = rows + kPadding;
+  std::vector<int32_t> perm(static_cast<size_t>(blocks));
+  for (int64_t i = 0; i < blocks; ++i) perm[size_t(i)] = int32_t(i);
+  std::sort(perm.begin(), perm.end(), [](int32_t a, int32_t b) {
+    return uniform_hash(93, uint64_t(a), 1.0f) < uniform_hash(93, uint64_t(b), 1.0f);
+  });
+  Tensor tables = Tensor::zeros({n_seqs, width}, DType::i32),
+         cu = Tensor::empty({n_seqs + 1}, DType::i32), ctx = Tensor::empty({n_seqs}, DType::i32),
+         mapping = Tensor::empty({t}, DType::i32);
+  size_t next = 0;
+  cu.ptr<int32_t>()[0] = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const int64_t n = lens[size_t(s)];
+    int32_t* table = tables.ptr<int32_t>() + s * width;
+    for (int64_t b = 0; b < ceil_div(n, kBlock); ++b) table[b] = perm[next++];
+    for (int64_t j = 0; j < n; ++j)
+      mapping.ptr<int32_t>()[cu.ptr<int32_t>()[s] + j] =
+          table[j / kBlock] * int32_t(kBlock) + int32_t(j % kBlock);
+    cu.ptr<int32_t>()[s + 1] = cu.ptr<int32_t>()[s] + int32_t(n);
+    ctx.ptr<int32_t>()[s] = int32_t(n);
+  }
+  mapping.ptr<int32_t>()[rows] = mapping.ptr<int32_t>()[rows + 1] = -1;
+  const Tensor k = host_values({t, hkv, d}, 391, 3.0f), v = host_values({t, hkv, d}, 392, 2.0f);
+  const Tensor q = host_values({t, hq, d}, 393, 3.0f);
+  const Tensor dout = f32_values({t, hq, d}, 394);
+  Tensor kp = Tensor::empty({blocks, kBlock, hkv, d}, DType::f32),
+         vp = Tensor::empty({blocks, kBlock, hkv, d}, DType::f32);
+  std::fill(kp.ptr<float>(), kp.ptr<float>() + kp.numel(), NAN);
+  std::fill(vp.ptr<float>(), vp.ptr<float>() + vp.numel(), NAN);
+  ops::store_kv(h.cpu, k, v, mapping, kp, vp);
+  ops::PagedBatch batch;
+  batch.cu_q = cu;
+  batch.context_lens = ctx;
+  batch.block_tables = tables;
+  batch.num_seqs = n_seqs;
+  batch.max_query_len = batch.max_context_len = max_len;
+  ops::AttentionParams p;
+  p.scale = 1.0f / std::sqrt(float(d));
+  p.softcap = softcap;
+  p.window = window;
+  Tensor out_ref = Tensor::empty({t, hq, d}, DType::f32),
+         lse_ref = Tensor::empty({t, hq}, DType::f32);
+  ops::paged_attention_lse(h.cpu, q, kp, vp, batch, p, out_ref, lse_ref);
+  Tensor out_bf = copy_of(out_ref);  // the out both backwards read: bf16 values
+  for (int64_t i = 0; i < out_bf.numel(); ++i)
+    out_bf.ptr<float>()[i] = round_to_bf16(out_bf.ptr<float>()[i]);
+  Tensor dq_ref = Tensor::empty({t, hq, d}, DType::f32),
+         dk_ref = Tensor::empty({t, hkv, d}, DType::f32),
+         dv_ref = Tensor::empty({t, hkv, d}, DType::f32);
+  ops::paged_attention_backward(h.cpu, q, kp, vp, batch, p, out_bf, lse_ref, dout, dq_ref, dk_ref,
+                                dv_ref);
+
+  const TensorView q_d = to_device(h, q, DType::bf16), k_d = to_device(h, k, DType::bf16),
+                   v_d = to_device(h, v, DType::bf16), map_d = to_device(h, mapping, DType::i32);
+  const TensorView kp_d = to_device(h, kp, DType::bf16), vp_d = to_device(h, vp, DType::bf16);
+  ops::PagedBatch batch_d = batch;
+  batch_d.cu_q = to_device(h, cu, DType::i32);
+  batch_d.context_lens = to_device(h, ctx, DType::i32);
+  batch_d.block_tables = to_device(h, tables, DType::i32);
+  ops::store_kv(h.gpu, k_d, v_d, map_d, kp_d, vp_d);
+  const TensorView outb_d = to_device(h, out_bf, DType::bf16),
+                   lse_in = to_device(h, lse_ref, DType::f32),
+                   dout_d = to_device(h, dout, DType::f32);
+  Guard g(h);
+  const TensorView out = ops::scratch_alloc(h.gpu, {t, hq, d}, DType::bf16);
+  const TensorView lse = ops::scratch_alloc(h.gpu, {t, hq}, DType::f32);
+  const TensorView dq = ops::scratch_alloc(h.gpu, {t, hq, d}, DType::f32);
+  const TensorView dk = ops::scratch_alloc(h.gpu, {t, hkv, d}, DType::f32);
+  const TensorView dv = ops::scratch_alloc(h.gpu, {t, hkv, d}, DType::f32);
+  g.seal();
+  ops::paged_attention_lse(h.gpu, q_d, kp_d, vp_d, batch_d, p, out, lse);
+  ops::paged_attention_backward(h.gpu, q_d, kp_d, vp_d, batch_d, p, outb_d, lse_in, dout_d, dq, dk,
+                                dv);
+  const Tensor lse_h = as_f32(h, lse);
+  double lse_err = 0;
+  for (int64_t i = 0; i < t * hq; ++i)
+    lse_err = std::max(lse_err, std::fabs(double(lse_h.ptr<float>()[i]) - lse_ref.ptr<float>()[i]) /
+                                    std::max(1.0, std::fabs(double(lse_ref.ptr<float>()[i]))));
+  o.checks.push_back(
+      expect_le("lse (abs / max(1, |lse|))", lse_err, cuda_backward_bound(max_len * d)));
+  o.checks.push_back(compare("out", as_f32(h, out), out_ref, test::kCudaAttention));
+  const double bound = cuda_backward_bound(max_len * d * (hq / hkv));
+  o.checks.push_back(compare("dq", as_f32(h, dq), dq_ref, bound));
+  o.checks.push_back(compare("dk", as_f32(h, dk), dk_ref, bound));
+  o.checks.push_back(compare("dv", as_f32(h, dv), dv_ref, bound));
+  o.checks.push_back(g.verify({out, lse, dq, dk, dv}));
+  const TensorView out2 = ops::scratch_alloc(h.gpu, {t, hq, d}, DType::bf16);
+  ops::paged_attention(h.gpu, q_d, kp_d, vp_d, batch_d, p, out2);
+  o.checks.push_back(
+      expect_le("out bytes != paged_attention (bit-exact)", bytes_differing(h, out, out2), 0));
+  // Negative control: every probability scaled by 1/e (lse + 1).
+  Tensor lse_bad = copy_of(lse_ref);
+  for (int64_t i = 0; i < lse_bad.numel(); ++i) lse_bad.ptr<float>()[i] += 1.0f;
+  const TensorView dq_bad = ops::scratch_alloc(h.gpu, {t, hq, d}, DType::f32),
+                   dk_bad = ops::scratch_alloc(h.gpu, {t, hkv, d}, DType::f32),
+                   dv_bad = ops::scratch_alloc(h.gpu, {t, hkv, d}, DType::f32);
+  ops::paged_attention_backward(h.gpu, q_d, kp_d, vp_d, batch_d, p, outb_d,
+                                to_device(h, lse_bad, DType::f32), dout_d, dq_bad, dk_bad, dv_bad);
+  o.checks.push_back(must_exceed(compare("dv with lse + 1", as_f32(h, dv_bad), dv_ref, bound)));
+  o.checks.push_back(must_exceed(compare("dq with lse + 1", as_f32(h, dq_bad), dq_ref, bound)));
+}
+
 // ---- the registry ------------------------------------------------------------------------
 
 // Ragged token counts (kTokens); hidden sizes with a scalar tail (200) and a large row (4096);
@@ -523,6 +649,30 @@ void add_backward_cases(std::vector<OpCase>& c) {
           lm_head_cross_entropy_case(h, o, e.t, e.v, e.hd, e.s, e.softcap, e.temperature, e.chunk);
         },
         e.t == 19);
+  struct At {
+    int64_t hq, hkv, d, window;
+    float softcap;
+  };
+  const std::vector<int64_t> ragged = {1, 19, 257, 100, 40}, longest = {989};
+  const At attn[] = {{8, 2, 128, 0, 0.0f},
+                     {4, 1, 64, 0, 30.0f},
+                     {8, 8, 64, 100, 0.0f},
+                     {4, 2, 256, 0, 0.0f},
+                     {6, 2, 32, 50, 0.0f}};
+  for (bool long_seq : {false, true})
+    for (const At& a : attn)
+      add(
+          fmtname("paged_attention_backward", std::string(long_seq ? "T=989 " : "ragged ") +
+                                                  shape({{"Hq", a.hq},
+                                                         {"Hkv", a.hkv},
+                                                         {"D", a.d},
+                                                         {"window", a.window},
+                                                         {"softcap", int64_t(a.softcap)}})),
+          [=](Harness& h, Outcome& o) {
+            attention_backward_case(h, o, long_seq ? longest : ragged, a.hq, a.hkv, a.d, a.window,
+                                    a.softcap);
+          },
+          !long_seq && a.d == 128);
 }
 
 }  // namespace fp8rl::gpu_test

@@ -3,6 +3,7 @@
 // layers (linear.cpp), whose dequantized-weight path it shares.
 #include <algorithm>
 
+#include "ops/cuda/attention_backward.h"
 #include "ops/cuda/backend.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/gemm.h"
@@ -176,6 +177,58 @@ void lora_backward(Backend& b, const TensorView& x, const TensorView& a, const T
       launch_dropout_accumulate(xd, mask, m * k, f32(dx), s);
     }
   }
+  b.arena().rewind(mark);
+}
+
+// ---- attention
+
+namespace {
+AttentionBackwardArgs attention_args(const TensorView& q, const TensorView& k_pool,
+                                     const TensorView& v_pool, const ops::PagedBatch& batch,
+                                     const ops::AttentionParams& p) {
+  CHECK(q.dim(2) <= kAttentionBackwardMaxD, "CUDA attention backward: head_dim {} > {}", q.dim(2),
+        kAttentionBackwardMaxD);
+  AttentionBackwardArgs a{};
+  a.q = bf(q);
+  a.k_pool = bf(k_pool);
+  a.v_pool = bf(v_pool);
+  a.cu_q = i32(batch.cu_q);
+  a.context_lens = i32(batch.context_lens);
+  a.block_tables = i32(batch.block_tables);
+  a.table_stride = batch.block_tables.strides[0];
+  a.num_seqs = batch.num_seqs;
+  a.block_size = k_pool.dim(1);
+  a.t = q.dim(0);
+  a.hq = q.dim(1);
+  a.hkv = k_pool.dim(2);
+  a.d = q.dim(2);
+  a.scale = p.scale;
+  a.softcap = p.softcap;
+  a.window = p.window;
+  return a;
+}
+}  // namespace
+
+// out from the forward's own kernel (bit for bit), lse from a second pass over the keys.
+void paged_attention_lse(Backend& b, const TensorView& q, const TensorView& k_pool,
+                         const TensorView& v_pool, const ops::PagedBatch& batch,
+                         const ops::AttentionParams& p, const TensorView& out,
+                         const TensorView& lse) {
+  const AttentionBackwardArgs a = attention_args(q, k_pool, v_pool, batch, p);
+  paged_attention(b, q, k_pool, v_pool, batch, p, out, nullptr, {});
+  launch_paged_attention_lse(a, f32(lse), b.stream());
+}
+
+void paged_attention_backward(Backend& b, const TensorView& q, const TensorView& k_pool,
+                              const TensorView& v_pool, const ops::PagedBatch& batch,
+                              const ops::AttentionParams& p, const TensorView& out,
+                              const TensorView& lse, const TensorView& dout, const TensorView& dq,
+                              const TensorView& dk, const TensorView& dv) {
+  const AttentionBackwardArgs a = attention_args(q, k_pool, v_pool, batch, p);
+  const size_t mark = b.arena().mark();
+  float* delta = f32(b.arena().alloc({q.dim(0) * q.dim(1)}, DType::f32));
+  launch_paged_attention_backward(a, bf(out), f32(dout), f32(lse), delta, f32(dq), f32(dk), f32(dv),
+                                  b.stream());
   b.arena().rewind(mark);
 }
 

@@ -126,6 +126,15 @@ size_t lora_backward_scratch_bytes(int64_t m, int64_t k, int64_t r);
 void linear_backward_input(Backend& b, const TensorView& dy, const LinearWeight& w,
                            const TensorView& dx, bool accumulate);
 size_t linear_backward_input_scratch_bytes(const LinearWeight& w, int64_t m);
+void paged_attention_lse(Backend& b, const TensorView& q, const TensorView& k_pool,
+                         const TensorView& v_pool, const ops::PagedBatch& batch,
+                         const ops::AttentionParams& p, const TensorView& out,
+                         const TensorView& lse);
+void paged_attention_backward(Backend& b, const TensorView& q, const TensorView& k_pool,
+                              const TensorView& v_pool, const ops::PagedBatch& batch,
+                              const ops::AttentionParams& p, const TensorView& out,
+                              const TensorView& lse, const TensorView& dout, const TensorView& dq,
+                              const TensorView& dk, const TensorView& dv);
 void lm_head_cross_entropy(Backend& b, const TensorView& x, const LinearWeight& lm_head,
                            const TensorView& targets, const ops::CrossEntropyParams& p,
                            const TensorView& loss, const TensorView& logprob, const TensorView& lse,
