@@ -2,8 +2,8 @@
 // between the LoRA parameters and the loss, plus the forward variants that save what those
 // gradients need (inverse RMS, attention log-sum-exp). Same conventions as ops.h: views, an
 // explicit Context, operands checked once in backward.cpp, CPU references in
-// ops/cpu/backward*.cpp, CUDA in ops/cuda/backward.{cu,cpp} (linear_backward_input in
-// ops/cuda/linear.cpp). On CUDA, activations (x, gate, up, out of the saving forwards) are
+// ops/cpu/backward*.cpp, CUDA in ops/cuda/backward.{cu,cpp} and attention_backward.cu
+// (linear_backward_input in ops/cuda/linear.cpp). On CUDA, activations (x, gate, up, out of the saving forwards) are
 // bf16 (Context::activation_dtype()); gradients, inv_rms, lse, norm weights, frequencies and
 // LoRA's A and B are f32, as on the CPU.
 //
@@ -33,7 +33,8 @@ namespace fp8rl::ops {
 
 // rms_norm that also writes inv_rms[r] = 1 / sqrt(mean(x[r]^2) + eps), f32 [R]. x, out [R,D]
 // or [T,heads,D] (the per-head q/k norm: rows = T * heads), contiguous, may alias; out equals
-// rms_norm's bit for bit.
+// rms_norm's bit for bit. CUDA computes inv_rms in a pass of its own (block-wide fp32 sum),
+// which may differ from the norm kernel's internal value in the last bits.
 void rms_norm_save(Context& ctx, const TensorView& x, const TensorView& w, float eps, bool plus_one,
                    const TensorView& out, const TensorView& inv_rms);
 
