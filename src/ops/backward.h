@@ -3,9 +3,9 @@
 // gradients need (inverse RMS, attention log-sum-exp). Same conventions as ops.h: views, an
 // explicit Context, operands checked once in backward.cpp, CPU references in
 // ops/cpu/backward*.cpp, CUDA in ops/cuda/backward.{cu,cpp} and attention_backward.cu
-// (linear_backward_input in ops/cuda/linear.cpp). On CUDA, activations (x, gate, up, out of the saving forwards) are
-// bf16 (Context::activation_dtype()); gradients, inv_rms, lse, norm weights, frequencies and
-// LoRA's A and B are f32, as on the CPU.
+// (linear_backward_input in ops/cuda/linear.cpp). On CUDA, activations (x, gate, up, out of the
+// saving forwards) are bf16 (Context::activation_dtype()); gradients, inv_rms, lse, norm weights,
+// frequencies and LoRA's A and B are f32, as on the CPU.
 //
 // Gradient contract (llm.c): a backward op ACCUMULATES (+=) into parameter gradients (dw of a
 // norm, dA/dB of LoRA) and WRITES input gradients (dx, dq, ...) unless its comment says +=.
