@@ -196,9 +196,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- lm_head cross-entropy (rows of f32 logits of one chunk)
 
-// Sum / max over a block of any multiple of 32 threads, every thread getting the result, in a
-// fixed order (common.cuh's block_reduce, whose max starts at 0, takes non-negative values
-// only; logits are not).
+// The max (of values of any sign: common.cuh's block_max starts at 0, logits may all be
+// negative) and an fp64 sum over a block of any multiple of 32 threads, every thread getting
+// the result, in a fixed order.
 __device__ __forceinline__ float block_max_any(float v, float* shm) {
   v = warp_max(v);
   const int w = threadIdx.x / kWarp, l = threadIdx.x % kWarp;
