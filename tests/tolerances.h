@@ -307,6 +307,31 @@ inline double backward_grad_bound(int64_t n) {
 // relative to max(1, |value|) by the same bound.
 inline double forward_f32_bound(int64_t n) { return f32_reduction_bound(n) + 8.0 * kF32Eps; }
 
+// ---- CUDA backward ops vs the CPU reference (tests/gpu/op_cases_backward.cpp) ------------
+// Both sides get the same inputs: activations bf16-representable (the CUDA kernels read them
+// as bf16, exactly), gradients and parameters f32. The backward ops compute in fp32 on both
+// devices, so what differs is reduction order and transcendental ulps. Each side lies within
+// 64 sqrt(n) 2^-24 of the exact gradient (backward_grad_bound's derivation without the
+// finite-difference term: fp32 reductions of total length n, terms of the result's own size
+// cancelling, the worst of thousands of elements), so the two lie within twice that of each
+// other, as max |gpu - cpu| / max |cpu|. At n = 1 (element-wise ops) that is 128 ulps, which
+// also covers CUDA's expf / tanhf (2 ulp each, a few ulps after the cancellations of act' and
+// 1 - t^2 at |x| <= 4) and RoPE's cos/sin from the fp32-rounded phase (sincospif of turns
+// rounded to fp32: 2^-24 pi rad, ~3 ulps of the output). A dropped term or a wrong angle
+// moves a gradient by O(10%) (the negative controls).
+inline double cuda_backward_bound(int64_t n) {
+  return 128.0 * kF32Eps * std::sqrt(double(std::max<int64_t>(n, 1)));
+}
+
+// linear_backward_input on CUDA: dy (f32) and the dequantized weight are each rounded to bf16
+// (<= 2^-9 relative) before a GEMM with exact bf16 products and fp32 accumulation and output.
+// A product's relative error e = d1 + d2 has std 2^-9 sqrt(2/3) (each d uniform within half
+// an ulp); summed over N products of random signs the error is a random walk of the same
+// relative size as the sum itself (~0.8 2^-9 of the typical |dx|), and the worst of M x K
+// elements sits ~5 std out: 4 2^-9 of the typical |dx|, at most that of max |dx|. The fp32
+// accumulation order (f32_reduction_bound(N), ~1e-5) is far below it.
+inline constexpr double kCudaBf16OperandGemm = 4 * kBf16HalfUlp;
+
 // ---- fp8rl merge (tests/model/test_merge.cpp) ---------------------------------------------
 // bf16's unit roundoff: 8 significant bits, so rounding moves a value by at most half an ulp,
 // 2^-8 of the value at the bottom of a binade (kBf16HalfUlp's 2^-9 holds only at its top).

@@ -6,17 +6,47 @@
 #include "ops/cpu/backward_ops.h"
 #include "ops/cpu/cpu_ops.h"
 #include "quant/fp8.h"
+#if FP8RL_HAVE_CUDA
+#include "ops/cuda/cuda_ops.h"
+#endif
 
-// The CPU reference; CUDA kernels are not written yet.
-#define FP8RL_BACKWARD_DISPATCH(ctx, name, cpu_call) \
-  do {                                               \
-    if ((ctx).dry_run) break;                        \
-    if ((ctx).device == Device::cpu) {               \
-      cpu_call;                                      \
-    } else {                                         \
-      RAISE("{}: no CUDA kernel yet", name);         \
-    }                                                \
+// The CPU reference or the CUDA implementation (ops/cuda/backward.cpp), the latter inside a
+// profiling range.
+#if FP8RL_HAVE_CUDA
+#define FP8RL_BACKWARD_DISPATCH(ctx, name, cpu_call, cuda_call) \
+  do {                                                          \
+    if ((ctx).dry_run) break;                                   \
+    if ((ctx).device == Device::cpu) {                          \
+      cpu_call;                                                 \
+    } else {                                                    \
+      cuda::ProfileRange range_(*(ctx).cuda, name);             \
+      cuda_call;                                                \
+    }                                                           \
   } while (0)
+#else
+#define FP8RL_BACKWARD_DISPATCH(ctx, name, cpu_call, cuda_call)               \
+  do {                                                                        \
+    if ((ctx).dry_run) break;                                                 \
+    if ((ctx).device == Device::cpu) {                                        \
+      cpu_call;                                                               \
+    } else {                                                                  \
+      RAISE("{}: this build has no CUDA backend (built without nvcc)", name); \
+    }                                                                         \
+  } while (0)
+#endif
+
+// A dry run's scratch of the CUDA implementation (the CPU versions of these ops take none);
+// `bytes` is evaluated only for a CUDA context.
+#if FP8RL_HAVE_CUDA
+#define FP8RL_DRY_RUN_CUDA_SCRATCH(ctx, bytes)                     \
+  do {                                                             \
+    if ((ctx).device == Device::cuda) dry_run_scratch(ctx, bytes); \
+  } while (0)
+#else
+#define FP8RL_DRY_RUN_CUDA_SCRATCH(ctx, bytes) \
+  do {                                         \
+  } while (0)
+#endif
 
 namespace fp8rl::ops {
 
@@ -26,6 +56,8 @@ void check_ctx(const Context& ctx, const char* what) {
   CHECK(!ctx.dry_run || ctx.scratch != nullptr, "a dry run needs a measuring scratch arena");
   CHECK(ctx.device != Device::cpu || ctx.scratch != nullptr, "{}: CPU Context has no scratch arena",
         what);
+  CHECK(ctx.device != Device::cuda || ctx.cuda != nullptr,
+        "{}: CUDA Context has no backend (use CudaDevice::context())", what);
   CHECK(!ctx.bf16_activations,
         "{}: the backward ops are the fp32 reference; bf16_activations is not emulated", what);
 }
@@ -118,12 +150,26 @@ void check_ce(Context& ctx, const TensorView& x, const LinearWeight& w, const Te
   check_ctx(ctx, what);
   check_act(ctx, x, what);
   check_weight(ctx, w, what);
+  // CUDA runs the forward's linear on it: prepared as ops::linear requires.
+  CHECK(ctx.device != Device::cuda || !w.is_fp8() || !w.gemm_scales.empty(),
+        "{}: CUDA weight not prepared (ops::prepare_linear / Model::to_device)", what);
+  CHECK(ctx.device != Device::cuda || w.is_fp8() || w.weight.dtype == DType::bf16,
+        "{}: unquantized CUDA weights must be bf16, got {}", what, dtype_name(w.weight.dtype));
   CHECK(x.rank() == 2 && x.dim(1) == w.in_features(), "{}: x {} for an lm_head {}", what,
         x.shape.str(), w.weight.shape.str());
   check_i32(ctx, targets, x.dim(0), what);
   CHECK(p.temperature > 0 && p.softcap >= 0 && p.chunk_rows > 0,
         "{}: temperature {} softcap {} chunk_rows {}", what, p.temperature, p.softcap,
         p.chunk_rows);
+}
+
+// A dry run's scratch of the chunked cross-entropy on either device.
+void ce_dry_run_scratch(Context& ctx, const LinearWeight& w, int64_t t,
+                        const CrossEntropyParams& p) {
+  if (ctx.device == Device::cpu)
+    dry_run_scratch(ctx, lm_head_cross_entropy_scratch_bytes(w, t, p));
+  else
+    FP8RL_DRY_RUN_CUDA_SCRATCH(ctx, cuda::lm_head_cross_entropy_scratch_bytes(w, t, p));
 }
 
 }  // namespace
@@ -141,11 +187,14 @@ void rms_norm_save(Context& ctx, const TensorView& x, const TensorView& w, float
   check_param(ctx, w, d, what);
   check_f32(ctx, inv_rms, what);
   check_shape(inv_rms, Shape{rows}, what);
-  FP8RL_BACKWARD_DISPATCH(ctx, what, {
-    cpu::inv_rms(x, eps, inv_rms);  // before out, which may be x
-    cpu::rms_norm(x.reshape({rows, d}), w, eps, plus_one, out.reshape({rows, d}),
-                  cpu::Rounding::none);
-  });
+  FP8RL_BACKWARD_DISPATCH(
+      ctx, what,
+      {
+        cpu::inv_rms(x, eps, inv_rms);  // before out, which may be x
+        cpu::rms_norm(x.reshape({rows, d}), w, eps, plus_one, out.reshape({rows, d}),
+                      cpu::Rounding::none);
+      },
+      cuda::rms_norm_save(*ctx.cuda, x, w, eps, plus_one, out, inv_rms));
 }
 
 namespace {
@@ -176,7 +225,9 @@ void rms_norm_backward(Context& ctx, const TensorView& x, const TensorView& w,
     check_f32(ctx, dw, what);
     check_shape(dw, Shape{d}, what);
   }
-  FP8RL_BACKWARD_DISPATCH(ctx, what, cpu::rms_norm_backward(x, w, inv_rms, plus_one, dy, dx, dw));
+  if (!dw.empty()) FP8RL_DRY_RUN_CUDA_SCRATCH(ctx, cuda::rms_norm_backward_scratch_bytes(rows, d));
+  FP8RL_BACKWARD_DISPATCH(ctx, what, cpu::rms_norm_backward(x, w, inv_rms, plus_one, dy, dx, dw),
+                          cuda::rms_norm_backward(*ctx.cuda, x, w, inv_rms, plus_one, dy, dx, dw));
 }
 
 // ---- RoPE and the per-head q/k norm
@@ -188,7 +239,8 @@ void rope_backward(Context& ctx, const TensorView& dy, const TensorView& positio
   check_f32(ctx, dy, what);
   check_rope(ctx, dy, positions, inv_freq, what);
   FP8RL_BACKWARD_DISPATCH(ctx, what,
-                          cpu::rope_backward(dy, positions.ptr<const int32_t>(), inv_freq));
+                          cpu::rope_backward(dy, positions.ptr<const int32_t>(), inv_freq),
+                          cuda::rope_backward(*ctx.cuda, dy, positions, inv_freq));
 }
 
 void rms_norm_rope_save(Context& ctx, const TensorView& x, const TensorView& w, float eps,
@@ -205,12 +257,15 @@ void rms_norm_rope_save(Context& ctx, const TensorView& x, const TensorView& w, 
     check_f32(ctx, inv_rms, what);
     check_shape(inv_rms, Shape{x.dim(0) * x.dim(1)}, what);
   }
-  FP8RL_BACKWARD_DISPATCH(ctx, what, {
-    if (!w.empty()) cpu::inv_rms(x, eps, inv_rms);
-    cpu::rms_norm_rope(x, w, eps, plus_one,
-                       {positions.ptr<const int32_t>(), size_t(positions.numel())}, inv_freq, out,
-                       cpu::Rounding::none);
-  });
+  FP8RL_BACKWARD_DISPATCH(
+      ctx, what,
+      {
+        if (!w.empty()) cpu::inv_rms(x, eps, inv_rms);
+        cpu::rms_norm_rope(x, w, eps, plus_one,
+                           {positions.ptr<const int32_t>(), size_t(positions.numel())}, inv_freq,
+                           out, cpu::Rounding::none);
+      },
+      cuda::rms_norm_rope_save(*ctx.cuda, x, w, eps, plus_one, positions, inv_freq, out, inv_rms));
 }
 
 void rms_norm_rope_backward(Context& ctx, const TensorView& x, const TensorView& w,
@@ -229,12 +284,19 @@ void rms_norm_rope_backward(Context& ctx, const TensorView& x, const TensorView&
       check_shape(dw, Shape{x.dim(2)}, what);
     }
   }
-  FP8RL_BACKWARD_DISPATCH(ctx, what, {
-    if (dx.data != dy.data)
-      std::copy(dy.ptr<const float>(), dy.ptr<const float>() + dy.numel(), dx.ptr<float>());
-    cpu::rope_backward(dx, positions.ptr<const int32_t>(), inv_freq);
-    if (!w.empty()) cpu::rms_norm_backward(x, w, inv_rms, plus_one, dx, dx, dw);
-  });
+  if (!w.empty() && !dw.empty())
+    FP8RL_DRY_RUN_CUDA_SCRATCH(
+        ctx, cuda::rms_norm_backward_scratch_bytes(x.dim(0) * x.dim(1), x.dim(2)));
+  FP8RL_BACKWARD_DISPATCH(
+      ctx, what,
+      {
+        if (dx.data != dy.data)
+          std::copy(dy.ptr<const float>(), dy.ptr<const float>() + dy.numel(), dx.ptr<float>());
+        cpu::rope_backward(dx, positions.ptr<const int32_t>(), inv_freq);
+        if (!w.empty()) cpu::rms_norm_backward(x, w, inv_rms, plus_one, dx, dx, dw);
+      },
+      cuda::rms_norm_rope_backward(*ctx.cuda, x, w, inv_rms, plus_one, positions, inv_freq, dy, dx,
+                                   dw));
 }
 
 // ---- Gated activations and softcap
@@ -260,7 +322,8 @@ void silu_mul_backward(Context& ctx, const TensorView& gate, const TensorView& u
                        const TensorView& dout, const TensorView& dgate, const TensorView& dup) {
   check_gated_backward(ctx, gate, up, dout, dgate, dup, "silu_mul_backward");
   FP8RL_BACKWARD_DISPATCH(ctx, "silu_mul_backward",
-                          cpu::silu_mul_backward(gate, up, dout, dgate, dup));
+                          cpu::silu_mul_backward(gate, up, dout, dgate, dup),
+                          cuda::gated_backward(*ctx.cuda, gate, up, dout, 0, dgate, dup));
 }
 
 void gelu_tanh_mul_backward(Context& ctx, const TensorView& gate, const TensorView& up,
@@ -268,7 +331,8 @@ void gelu_tanh_mul_backward(Context& ctx, const TensorView& gate, const TensorVi
                             const TensorView& dup) {
   check_gated_backward(ctx, gate, up, dout, dgate, dup, "gelu_tanh_mul_backward");
   FP8RL_BACKWARD_DISPATCH(ctx, "gelu_tanh_mul_backward",
-                          cpu::gelu_tanh_mul_backward(gate, up, dout, dgate, dup));
+                          cpu::gelu_tanh_mul_backward(gate, up, dout, dgate, dup),
+                          cuda::gated_backward(*ctx.cuda, gate, up, dout, 1, dgate, dup));
 }
 
 void softcap_backward(Context& ctx, const TensorView& y, float cap, const TensorView& dy,
@@ -280,7 +344,8 @@ void softcap_backward(Context& ctx, const TensorView& y, float cap, const Tensor
   check_f32(ctx, dx, what);
   CHECK(cap > 0 && y.rank() >= 1 && dy.shape == y.shape && dx.shape == y.shape,
         "{}: cap {} y {} dy {} dx {}", what, cap, y.shape.str(), dy.shape.str(), dx.shape.str());
-  FP8RL_BACKWARD_DISPATCH(ctx, what, cpu::softcap_backward(y, cap, dy, dx));
+  FP8RL_BACKWARD_DISPATCH(ctx, what, cpu::softcap_backward(y, cap, dy, dx),
+                          cuda::softcap_backward(*ctx.cuda, y, cap, dy, dx));
 }
 
 // ---- Attention
@@ -307,9 +372,11 @@ void paged_attention_lse(Context& ctx, const TensorView& q, const TensorView& k_
   check_attention_saved(ctx, q, k_pool, v_pool, batch, out, lse, what);
   dry_run_scratch(
       ctx, paged_attention_scratch_bytes(ctx, q.dim(0), q.dim(1), q.dim(2), batch.max_context_len));
-  FP8RL_BACKWARD_DISPATCH(ctx, what,
-                          cpu::paged_attention(scratch_of(ctx), q, k_pool, v_pool, batch, p, out,
-                                               cpu::Rounding::none, lse));
+  FP8RL_BACKWARD_DISPATCH(
+      ctx, what,
+      cpu::paged_attention(scratch_of(ctx), q, k_pool, v_pool, batch, p, out, cpu::Rounding::none,
+                           lse),
+      cuda::paged_attention_lse(*ctx.cuda, q, k_pool, v_pool, batch, p, out, lse));
 }
 
 void paged_attention_backward(Context& ctx, const TensorView& q, const TensorView& k_pool,
@@ -328,10 +395,12 @@ void paged_attention_backward(Context& ctx, const TensorView& q, const TensorVie
   check_shape(dk, kv, what);
   check_f32(ctx, dv, what);
   check_shape(dv, kv, what);
-  dry_run_scratch(ctx, size_t(q.dim(0) * q.dim(1)) * 4 + 64);
+  dry_run_scratch(ctx, size_t(q.dim(0) * q.dim(1)) * 4 + 256);  // delta (CUDA: 256-aligned)
   FP8RL_BACKWARD_DISPATCH(ctx, what,
                           cpu::paged_attention_backward(scratch_of(ctx), q, k_pool, v_pool, batch,
-                                                        p, out, lse, dout, dq, dk, dv));
+                                                        p, out, lse, dout, dq, dk, dv),
+                          cuda::paged_attention_backward(*ctx.cuda, q, k_pool, v_pool, batch, p,
+                                                         out, lse, dout, dq, dk, dv));
 }
 
 // ---- Linear layers and LoRA
@@ -346,7 +415,9 @@ void linear_backward_input(Context& ctx, const TensorView& dy, const LinearWeigh
   CHECK(dy.rank() == 2 && dx.rank() == 2 && dy.dim(0) == dx.dim(0) &&
             dy.dim(1) == w.out_features() && dx.dim(1) == w.in_features(),
         "{}: dy {} weight {} dx {}", what, dy.shape.str(), w.weight.shape.str(), dx.shape.str());
-  FP8RL_BACKWARD_DISPATCH(ctx, what, cpu::linear_backward_input(dy, w, dx, accumulate));
+  FP8RL_DRY_RUN_CUDA_SCRATCH(ctx, cuda::linear_backward_input_scratch_bytes(w, dy.dim(0)));
+  FP8RL_BACKWARD_DISPATCH(ctx, what, cpu::linear_backward_input(dy, w, dx, accumulate),
+                          cuda::linear_backward_input(*ctx.cuda, dy, w, dx, accumulate));
 }
 
 void lora_dropout(Context& ctx, const TensorView& x, const LoraDropout& dropout,
@@ -357,7 +428,8 @@ void lora_dropout(Context& ctx, const TensorView& x, const LoraDropout& dropout,
   check_act(ctx, out, what);
   CHECK(x.rank() == 2 && out.shape == x.shape && dropout.p >= 0 && dropout.p < 1,
         "{}: x {} out {} p {}", what, x.shape.str(), out.shape.str(), dropout.p);
-  FP8RL_BACKWARD_DISPATCH(ctx, what, cpu::lora_dropout(x, dropout, out));
+  FP8RL_BACKWARD_DISPATCH(ctx, what, cpu::lora_dropout(x, dropout, out),
+                          cuda::lora_dropout(*ctx.cuda, x, dropout, out));
 }
 
 void lora_backward(Context& ctx, const TensorView& x, const TensorView& a, const TensorView& b,
@@ -377,9 +449,13 @@ void lora_backward(Context& ctx, const TensorView& x, const TensorView& a, const
     check_shape(dx, x.shape, what);
   }
   const int64_t m = x.dim(0), k = x.dim(1), r = a.dim(0);
-  dry_run_scratch(ctx, size_t(m * k + 2 * m * r) * 4 + 3 * 64);
+  if (ctx.device == Device::cpu)
+    dry_run_scratch(ctx, size_t(m * k + 2 * m * r) * 4 + 3 * 64);
+  else
+    FP8RL_DRY_RUN_CUDA_SCRATCH(ctx, cuda::lora_backward_scratch_bytes(m, k, r));
   FP8RL_BACKWARD_DISPATCH(
-      ctx, what, cpu::lora_backward(scratch_of(ctx), x, a, b, scale, dropout, dy, dx, da, db));
+      ctx, what, cpu::lora_backward(scratch_of(ctx), x, a, b, scale, dropout, dy, dx, da, db),
+      cuda::lora_backward(*ctx.cuda, x, a, b, scale, dropout, dy, dx, da, db));
 }
 
 // ---- lm_head and cross-entropy
@@ -404,10 +480,12 @@ void lm_head_cross_entropy(Context& ctx, const TensorView& x, const LinearWeight
     check_f32(ctx, entropy, what);
     check_shape(entropy, Shape{x.dim(0)}, what);
   }
-  dry_run_scratch(ctx, lm_head_cross_entropy_scratch_bytes(lm_head, x.dim(0), p));
-  FP8RL_BACKWARD_DISPATCH(ctx, what,
-                          cpu::lm_head_cross_entropy(scratch_of(ctx), x, lm_head, targets, p, loss,
-                                                     logprob, lse, entropy));
+  ce_dry_run_scratch(ctx, lm_head, x.dim(0), p);
+  FP8RL_BACKWARD_DISPATCH(
+      ctx, what,
+      cpu::lm_head_cross_entropy(scratch_of(ctx), x, lm_head, targets, p, loss, logprob, lse,
+                                 entropy),
+      cuda::lm_head_cross_entropy(*ctx.cuda, x, lm_head, targets, p, loss, logprob, lse, entropy));
 }
 
 void lm_head_cross_entropy_backward(Context& ctx, const TensorView& x, const LinearWeight& lm_head,
@@ -422,10 +500,11 @@ void lm_head_cross_entropy_backward(Context& ctx, const TensorView& x, const Lin
   }
   check_f32(ctx, dx, what);
   check_shape(dx, x.shape, what);
-  dry_run_scratch(ctx, lm_head_cross_entropy_scratch_bytes(lm_head, x.dim(0), p));
+  ce_dry_run_scratch(ctx, lm_head, x.dim(0), p);
   FP8RL_BACKWARD_DISPATCH(
       ctx, what,
-      cpu::lm_head_cross_entropy_backward(scratch_of(ctx), x, lm_head, targets, p, lse, dloss, dx));
+      cpu::lm_head_cross_entropy_backward(scratch_of(ctx), x, lm_head, targets, p, lse, dloss, dx),
+      cuda::lm_head_cross_entropy_backward(*ctx.cuda, x, lm_head, targets, p, lse, dloss, dx));
 }
 
 }  // namespace fp8rl::ops

@@ -2,7 +2,10 @@
 // between the LoRA parameters and the loss, plus the forward variants that save what those
 // gradients need (inverse RMS, attention log-sum-exp). Same conventions as ops.h: views, an
 // explicit Context, operands checked once in backward.cpp, CPU references in
-// ops/cpu/backward*.cpp. CUDA kernels do not exist yet: a CUDA context raises.
+// ops/cpu/backward*.cpp, CUDA in ops/cuda/backward.{cu,cpp} and attention_backward.cu
+// (linear_backward_input in ops/cuda/linear.cpp). On CUDA, activations (x, gate, up, out of the
+// saving forwards) are bf16 (Context::activation_dtype()); gradients, inv_rms, lse, norm weights,
+// frequencies and LoRA's A and B are f32, as on the CPU.
 //
 // Gradient contract (llm.c): a backward op ACCUMULATES (+=) into parameter gradients (dw of a
 // norm, dA/dB of LoRA) and WRITES input gradients (dx, dq, ...) unless its comment says +=.
@@ -30,7 +33,8 @@ namespace fp8rl::ops {
 
 // rms_norm that also writes inv_rms[r] = 1 / sqrt(mean(x[r]^2) + eps), f32 [R]. x, out [R,D]
 // or [T,heads,D] (the per-head q/k norm: rows = T * heads), contiguous, may alias; out equals
-// rms_norm's bit for bit.
+// rms_norm's bit for bit. CUDA computes inv_rms in a pass of its own (block-wide fp32 sum),
+// which may differ from the norm kernel's internal value in the last bits.
 void rms_norm_save(Context& ctx, const TensorView& x, const TensorView& w, float eps, bool plus_one,
                    const TensorView& out, const TensorView& inv_rms);
 
@@ -101,7 +105,10 @@ void paged_attention_lse(Context& ctx, const TensorView& q, const TensorView& k_
 //   dq_i = scale sum_j dS_ij k_j,  dk_j = scale sum_i dS_ij q_i,  dv_j = sum_i P_ij dout_i,
 // dk/dv summed over the query heads of each kv head (GQA). q, out, dout, dq [T,Hq,D];
 // lse [T,Hq]; dk, dv [T,Hkv,D] (written; padding rows 0). No [T,T] matrix: the CPU loops over
-// one query row (dq) or one key row (dk, dv) at a time with no scratch.
+// one query row (dq) or one key row (dk, dv) at a time with no scratch. CUDA does the same,
+// a warp per row (a reference path: no tiling, no tensor cores), head_dim <= 256; its lse is
+// a second pass over the keys after the forward's own kernel (whose out it keeps), and it
+// cannot check that the batch is a full prefill (the host does not read device metadata).
 void paged_attention_backward(Context& ctx, const TensorView& q, const TensorView& k_pool,
                               const TensorView& v_pool, const PagedBatch& batch,
                               const AttentionParams& p, const TensorView& out,
@@ -116,6 +123,8 @@ void paged_attention_backward(Context& ctx, const TensorView& q, const TensorVie
 // rounding is treated as the identity (straight-through estimator, as Unsloth and TorchAO
 // do), so dx is the gradient of x w_hat^T. No gradient for the weight or bias (frozen). The
 // CPU streams w_hat in tiles of 16 rows x 64 columns per thread (never the whole weight).
+// CUDA dequantizes this one layer's w_hat to bf16 into scratch, rounds dy to bf16 and runs a
+// bf16 GEMM with fp32 accumulation and output (unquantized weights must be bf16 there).
 void linear_backward_input(Context& ctx, const TensorView& dy, const LinearWeight& w,
                            const TensorView& dx, bool accumulate = false);
 
@@ -133,7 +142,8 @@ void lora_dropout(Context& ctx, const TensorView& x, const LoraDropout& dropout,
 // Backward of y += s * (dropout(x) A^T) B^T with A [r,K], B [N,r] f32 (the fp32 master
 // weights), x [M,K], dy [M,N]; u = dropout(x) A^T [M,r] is recomputed:
 //   dB += s dy^T u,  du = s dy B,  dA += du^T dropout(x),  dx += mask * (du A).
-// dx (f32 [M,K], +=: the base linear's dx is already there) is optional.
+// dx (f32 [M,K], +=: the base linear's dx is already there) is optional. CUDA computes it in
+// fp32 as well (x widened exactly, fp32 cuBLASLt GEMMs without TF32).
 void lora_backward(Context& ctx, const TensorView& x, const TensorView& a, const TensorView& b,
                    float scale, const LoraDropout& dropout, const TensorView& dy,
                    const TensorView& dx, const TensorView& da, const TensorView& db);
@@ -169,7 +179,10 @@ void lm_head_cross_entropy_backward(Context& ctx, const TensorView& x, const Lin
                                     const TensorView& lse, const TensorView& dloss,
                                     const TensorView& dx);
 
-// Scratch bytes of either for T rows on the CPU.
+// Scratch bytes of either for T rows on the CPU. CUDA: the same chunks, logits from the
+// forward's CUDA linear, lse and the exponential sums in fp64 as here, dx through the CUDA
+// linear_backward_input; targets are not validated there (the host cannot read them): one
+// outside the vocabulary gives NaN loss and dx rows.
 size_t lm_head_cross_entropy_scratch_bytes(const LinearWeight& lm_head, int64_t t,
                                            const CrossEntropyParams& p);
 

@@ -315,6 +315,8 @@ std::vector<OpCase> correctness_cases() {
     add(
         fmtname("sample", shape({{"R", r}, {"V", v}, {"K", k}})),
         [=](Harness& h, Outcome& o) { sample_case(h, o, r, v, k); }, v == 1000);
+
+  add_backward_cases(c);
   return c;
 }
 

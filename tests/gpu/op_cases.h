@@ -85,4 +85,20 @@ void linear_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k, Fp8Sch
 void sample_case(Harness& h, Outcome& o, int64_t rows, int64_t v, int k);
 void sample_perf_case(Harness& h, Outcome& o, int64_t rows, int64_t v, int k, bool filtered);
 
+// op_cases_backward.cpp: the backward ops (ops/backward.h) against the CPU reference. alias:
+// the gradient is written over dy (dout); in_place: dropout over x.
+void rms_norm_backward_case(Harness& h, Outcome& o, int64_t rows, int64_t d, bool plus_one,
+                            bool alias);
+void rms_norm_rope_backward_case(Harness& h, Outcome& o, int64_t t, int64_t heads, int64_t d,
+                                 bool norm, bool plus_one, int32_t pos0, bool alias);
+void gated_backward_case(Harness& h, Outcome& o, int64_t t, int64_t i, bool silu, bool alias);
+void softcap_backward_case(Harness& h, Outcome& o, int64_t t, int64_t v, bool alias);
+void lora_dropout_case(Harness& h, Outcome& o, int64_t m, int64_t k, float p, bool in_place);
+void linear_backward_input_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k,
+                                Fp8Scheme scheme, bool accumulate);
+void lora_backward_case(Harness& h, Outcome& o, int64_t m, int64_t k, int64_t n, int64_t r, float p,
+                        bool with_dx);
+// Appends the backward cases to the registry (correctness_cases() calls it).
+void add_backward_cases(std::vector<OpCase>& c);
+
 }  // namespace fp8rl::gpu_test

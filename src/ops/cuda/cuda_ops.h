@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/backward.h"
 #include "ops/memory.h"
 #include "ops/ops.h"
 #include "ops/sampling.h"
@@ -59,8 +60,8 @@ void add(Backend& b, const TensorView& a, const TensorView& c, float alpha, cons
 void softcap(Backend& b, const TensorView& x, float cap);
 
 // ---- the sampler (sampling.cu)
-void sample(Backend& b, const TensorView& logits, const TensorView& rows,
-            const TensorView& history, int top_logprobs, const ops::SampleOutput& out);
+void sample(Backend& b, const TensorView& logits, const TensorView& rows, const TensorView& history,
+            int top_logprobs, const ops::SampleOutput& out);
 size_t sample_scratch_bytes(int64_t r, int64_t v);
 
 // ---- FP8 activations (cuda_ops.cpp)
@@ -91,6 +92,59 @@ void quantize_weight(Backend& b, const TensorView& w, Fp8Scheme scheme, const Te
                      const TensorView& scales);
 void prepare_linear(Context& ctx, LinearWeight& w, std::vector<DeviceBuffer>& storage);
 double time_gemm(Backend& b, const LinearWeight& w, int64_t m, int iters);
+
+// ---- backward ops (backward.cpp; linear_backward_input in linear.cpp); operands already
+// checked by ops/backward.cpp. Scratch comes from the backend's arena; the *_scratch_bytes
+// are what a dry run declares.
+void rms_norm_save(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
+                   const TensorView& out, const TensorView& inv_rms);
+void rms_norm_backward(Backend& b, const TensorView& x, const TensorView& w,
+                       const TensorView& inv_rms, bool plus_one, const TensorView& dy,
+                       const TensorView& dx, const TensorView& dw);
+size_t rms_norm_backward_scratch_bytes(int64_t rows, int64_t d);  // with dw
+void rope_backward(Backend& b, const TensorView& dy, const TensorView& positions,
+                   const TensorView& inv_freq);
+void rms_norm_rope_save(Backend& b, const TensorView& x, const TensorView& w, float eps,
+                        bool plus_one, const TensorView& positions, const TensorView& inv_freq,
+                        const TensorView& out, const TensorView& inv_rms);
+void rms_norm_rope_backward(Backend& b, const TensorView& x, const TensorView& w,
+                            const TensorView& inv_rms, bool plus_one, const TensorView& positions,
+                            const TensorView& inv_freq, const TensorView& dy, const TensorView& dx,
+                            const TensorView& dw);
+// act 0 = SiLU, 1 = GELU-tanh.
+void gated_backward(Backend& b, const TensorView& gate, const TensorView& up,
+                    const TensorView& dout, int act, const TensorView& dgate,
+                    const TensorView& dup);
+void softcap_backward(Backend& b, const TensorView& y, float cap, const TensorView& dy,
+                      const TensorView& dx);
+void lora_dropout(Backend& b, const TensorView& x, const ops::LoraDropout& dropout,
+                  const TensorView& out);
+void lora_backward(Backend& b, const TensorView& x, const TensorView& a, const TensorView& bw,
+                   float scale, const ops::LoraDropout& dropout, const TensorView& dy,
+                   const TensorView& dx, const TensorView& da, const TensorView& db);
+size_t lora_backward_scratch_bytes(int64_t m, int64_t k, int64_t r);
+void linear_backward_input(Backend& b, const TensorView& dy, const LinearWeight& w,
+                           const TensorView& dx, bool accumulate);
+size_t linear_backward_input_scratch_bytes(const LinearWeight& w, int64_t m);
+void paged_attention_lse(Backend& b, const TensorView& q, const TensorView& k_pool,
+                         const TensorView& v_pool, const ops::PagedBatch& batch,
+                         const ops::AttentionParams& p, const TensorView& out,
+                         const TensorView& lse);
+void paged_attention_backward(Backend& b, const TensorView& q, const TensorView& k_pool,
+                              const TensorView& v_pool, const ops::PagedBatch& batch,
+                              const ops::AttentionParams& p, const TensorView& out,
+                              const TensorView& lse, const TensorView& dout, const TensorView& dq,
+                              const TensorView& dk, const TensorView& dv);
+void lm_head_cross_entropy(Backend& b, const TensorView& x, const LinearWeight& lm_head,
+                           const TensorView& targets, const ops::CrossEntropyParams& p,
+                           const TensorView& loss, const TensorView& logprob, const TensorView& lse,
+                           const TensorView& entropy);
+void lm_head_cross_entropy_backward(Backend& b, const TensorView& x, const LinearWeight& lm_head,
+                                    const TensorView& targets, const ops::CrossEntropyParams& p,
+                                    const TensorView& lse, const TensorView& dloss,
+                                    const TensorView& dx);
+size_t lm_head_cross_entropy_scratch_bytes(const LinearWeight& lm_head, int64_t t,
+                                           const ops::CrossEntropyParams& p);
 
 // ---- profiling (cuda_ops.cpp): a range per op while the backend profiles.
 class ProfileRange {

@@ -36,17 +36,19 @@ Gemm::~Gemm() {
 
 Gemm::Plan& Gemm::plan(const GemmArgs& g) {
   const int aw = alignment_of(g.w), ax = alignment_of(g.x), ay = alignment_of(g.y);
-  const Key key{int(g.mode), g.m, g.n, g.k, g.y_f32, aw, ax, ay};
+  const Key key{int(g.mode), int(g.layout), g.f32_operands, g.m, g.n, g.k, g.y_f32, aw, ax, ay};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   Plan& p = plans_[key];
 
   const bool fp8 = g.mode != GemmScale::none;
-  const cudaDataType_t ab = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
+  CHECK(!g.f32_operands || (!fp8 && g.y_f32), "GEMM: fp32 operands need mode none and f32 output");
+  const cudaDataType_t ab = fp8 ? CUDA_R_8F_E4M3 : g.f32_operands ? CUDA_R_32F : CUDA_R_16BF;
   const cudaDataType_t out = g.y_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  const bool a_t = g.layout == GemmLayout::xwt, b_t = g.layout == GemmLayout::xtw;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  set_desc(p.op, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
-  set_desc(p.op, CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N);
+  set_desc(p.op, CUBLASLT_MATMUL_DESC_TRANSA, a_t ? CUBLAS_OP_T : CUBLAS_OP_N);
+  set_desc(p.op, CUBLASLT_MATMUL_DESC_TRANSB, b_t ? CUBLAS_OP_T : CUBLAS_OP_N);
   if (fp8) {
     set_desc(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t(0));
     int32_t am = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, bm = am;
@@ -61,8 +63,15 @@ Gemm::Plan& Gemm::plan(const GemmArgs& g) {
     set_desc(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(workspace_));
     set_desc(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(workspace_));
   }
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, uint64_t(g.k), uint64_t(g.n), g.k));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, uint64_t(g.k), uint64_t(g.m), g.k));
+  // The stored (row-major) operands read as column-major: rows of the layout = ld.
+  if (a_t)
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, uint64_t(g.k), uint64_t(g.n), g.k));
+  else
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, uint64_t(g.n), uint64_t(g.k), g.n));
+  if (b_t)
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, uint64_t(g.m), uint64_t(g.k), g.m));
+  else
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, uint64_t(g.k), uint64_t(g.m), g.k));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out, uint64_t(g.n), uint64_t(g.m), g.n));
 
   cublasLtMatmulPreference_t pref;
@@ -90,10 +99,17 @@ Gemm::Plan& Gemm::plan(const GemmArgs& g) {
   return p;
 }
 
-bool Gemm::supported(const GemmArgs& a) { return plan(a).ok; }
+bool Gemm::supported(const GemmArgs& a) {
+  return plan(a).ok;
+}
 
 void Gemm::run(const GemmArgs& g, cudaStream_t stream) {
   if (g.m == 0 || g.n == 0) return;
+  if (g.k == 0) {  // an empty sum (cuBLASLt takes no k = 0)
+    if (!g.accumulate)
+      CUDA_CHECK(cudaMemsetAsync(g.y, 0, size_t(g.m * g.n) * (g.y_f32 ? 4 : 2), stream));
+    return;
+  }
   Plan& p = plan(g);
   CHECK(p.ok, "cuBLASLt has no algorithm for GEMM mode {} m={} n={} k={}", int(g.mode), g.m, g.n,
         g.k);
@@ -101,7 +117,7 @@ void Gemm::run(const GemmArgs& g, cudaStream_t stream) {
     set_desc(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(g.w_scale));
     set_desc(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(g.x_scale));
   }
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = g.alpha, beta = g.accumulate ? 1.0f : 0.0f;
   CUBLAS_CHECK(cublasLtMatmul(lt_, p.op, &alpha, g.w, p.a, g.x, p.b, &beta, g.y, p.c, g.y, p.c,
                               &p.algo, workspace_, workspace_bytes_, stream));
 }

@@ -3,6 +3,10 @@
 // ld k, op N), D = Y (n x m, ld n). bf16 operands, or e4m3 operands with one of the FP8 scaling
 // modes; fp32 accumulation (FP8 fast accumulation off), bf16 or f32 output.
 //
+// The backward needs two more layouts of the same row-major operands (GemmLayout), an alpha,
+// accumulation into Y (beta = 1) and fp32 operands (LoRA's fp32 master weights and gradients,
+// CUBLAS_COMPUTE_32F: true fp32, no TF32).
+//
 // One plan (descriptors + the heuristic's algorithm) per shape, created on first use and
 // cached; a fixed workspace, so calls are CUDA-graph capturable once planned.
 #pragma once
@@ -24,8 +28,20 @@ enum class GemmScale {
            // [ceil(k/128), m] token-fastest; m and n multiples of 4
 };
 
+// Which operand is transposed, in row-major terms (col-major cuBLASLt: D (n x m, ld n) =
+// op(A) (n x k) op(B) (k x m)):
+enum class GemmLayout {
+  xwt,  // Y[m,n] = X[m,k] W[n,k]^T (the forward): A = W (k x n, ld k, op T), B = X (k x m, op N)
+  xw,   // Y[m,n] = X[m,k] W[k,n] (an input gradient): A = W (n x k, ld n, op N), B = X (op N)
+  xtw,  // Y[m,n] = X[k,m]^T W[k,n] (a weight gradient): A = W (op N), B = X (m x k, ld m, op T)
+};
+
 struct GemmArgs {
   GemmScale mode = GemmScale::none;
+  GemmLayout layout = GemmLayout::xwt;
+  bool f32_operands = false;  // X and W f32 (mode none, y_f32): an fp32 SGEMM
+  float alpha = 1.0f;         // Y = alpha * (X W) (+ Y when accumulate)
+  bool accumulate = false;
   int64_t m = 0, n = 0, k = 0;
   const void* w = nullptr;
   const void* x = nullptr;
@@ -45,7 +61,8 @@ class Gemm {
   // Whether cuBLASLt has an algorithm for this mode and shape (pointers may be null: the
   // answer assumes 256-byte aligned operands).
   bool supported(const GemmArgs& a);
-  // Runs it on `stream`; raises when unsupported.
+  // Runs it on `stream`; raises when unsupported. k = 0 writes zeros (or leaves an accumulated
+  // Y as it is).
   void run(const GemmArgs& a, cudaStream_t stream);
 
  private:
@@ -55,8 +72,8 @@ class Gemm {
     cublasLtMatmulAlgo_t algo{};
     bool ok = false;
   };
-  // mode, m, n, k, f32 out, alignment of w, x, y (bytes, up to 256)
-  using Key = std::tuple<int, int64_t, int64_t, int64_t, bool, int, int, int>;
+  // mode, layout, f32 operands, m, n, k, f32 out, alignment of w, x, y (bytes, up to 256)
+  using Key = std::tuple<int, int, bool, int64_t, int64_t, int64_t, bool, int, int, int>;
   Plan& plan(const GemmArgs& a);
 
   cublasLtHandle_t lt_;

@@ -178,4 +178,52 @@ void launch_fp8_quotient_check(uint32_t b_first, uint32_t b_count, uint32_t b_st
 void launch_repack_block_scales(const float* in, int64_t nb, int64_t kb, int64_t ld, float* out,
                                 cudaStream_t s);
 
+// ---- backward.cu: the backward ops' element-wise and row-wise kernels (ops/backward.h);
+// activations bf16, gradients f32, every sum in a fixed order (no float atomics).
+// inv_rms[r] = 1 / sqrt(mean(x[r]^2) + eps) of x [rows, d].
+void launch_inv_rms(const bf16* x, int64_t rows, int64_t d, float eps, float* inv_rms,
+                    cudaStream_t s);
+// RMSNorm's gradient: dx [rows, d] (may be dy); with dw set, dw [d] += sum_rows dy * x_hat
+// through partial [norm_dw_chunks(rows), d] f32 scratch.
+int64_t norm_dw_chunks(int64_t rows);
+void launch_rms_norm_backward(const bf16* x, const float* w, const float* inv_rms, bool plus_one,
+                              const float* dy, float* dx, float* dw, float* partial, int64_t rows,
+                              int64_t d, cudaStream_t s);
+// RoPE's inverse rotation of dy [t, heads, d] f32, in place.
+void launch_rope_backward(float* dy, int64_t t, int64_t heads, int64_t d, const int32_t* positions,
+                          const float* inv_freq, cudaStream_t s);
+// act 0 = SiLU, 1 = GELU-tanh; all n elements; dgate / dup may be dout.
+void launch_gated_backward(const bf16* gate, const bf16* up, const float* dout, int64_t n, int act,
+                           float* dgate, float* dup, cudaStream_t s);
+void launch_softcap_backward(const float* y, float cap, const float* dy, float* dx, int64_t n,
+                             cudaStream_t s);
+// LoRA's dropout multiplier of flat element i: keep = 1 / (1 - p) where
+// uniform_hash(seed, i, 1) >= threshold = 2p - 1, else 0; 1 everywhere when off (p = 0).
+struct DropoutMask {
+  bool on = false;
+  float threshold = 0.0f, keep = 1.0f;
+  uint64_t seed = 0;
+};
+// out = x * mask, as bf16 (may be x) or exactly as f32.
+void launch_lora_dropout(const bf16* x, const DropoutMask& m, int64_t n, bf16* out, cudaStream_t s);
+void launch_lora_dropout_f32(const bf16* x, const DropoutMask& m, int64_t n, float* out,
+                             cudaStream_t s);
+// dx += mask * t.
+void launch_dropout_accumulate(const float* t, const DropoutMask& m, int64_t n, float* dx,
+                               cudaStream_t s);
+void launch_f32_to_bf16(const float* in, int64_t n, bf16* out, cudaStream_t s);
+
+// The lm_head cross-entropy on one chunk of f32 logits [rows, v] (the raw x W^T; targets,
+// loss, logprob, lse, entropy, dloss offset to the chunk's first row). _rows turns the logits
+// into z = softcap(l) / temperature and writes lse, logprob, loss and entropy (nullable);
+// _grad turns them into the gradient with respect to the raw logits. kCrossEntropyIgnore rows:
+// zero; targets outside [0, v): NaN.
+inline constexpr int32_t kCrossEntropyIgnore = -100;  // ops::kIgnoreIndex
+void launch_cross_entropy_rows(float* logits, const int32_t* targets, int64_t rows, int64_t v,
+                               float temperature, float softcap, float* loss, float* logprob,
+                               float* lse, float* entropy, cudaStream_t s);
+void launch_cross_entropy_grad(float* logits, const int32_t* targets, int64_t rows, int64_t v,
+                               float temperature, float softcap, const float* lse,
+                               const float* dloss, cudaStream_t s);
+
 }  // namespace fp8rl::cuda

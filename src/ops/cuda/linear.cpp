@@ -241,6 +241,43 @@ size_t linear_scratch_bytes(const LinearWeight& w, int64_t m) {
   return bytes;
 }
 
+// dX[M,K] (+)= dY[M,N] W_hat[N,K], the reference path of the frozen weight's input gradient:
+// W_hat dequantized to bf16 (FP8: codes times their scales, as the forward's fallback forms
+// it; bf16 weights as they are) into arena scratch for this call, dY rounded to bf16, and one
+// bf16 cuBLASLt GEMM in the xw layout with fp32 accumulation and an fp32 output (beta = 1
+// when accumulating). Both operand roundings are 2^-9 relative (tests/tolerances.h
+// kCudaBf16OperandGemm); an FP8 GEMM on a transposed copy of the codes is the faster path
+// issue 10 names for later.
+size_t linear_backward_input_scratch_bytes(const LinearWeight& w, int64_t m) {
+  const int64_t n = w.out_features(), k = w.in_features();
+  return (w.is_fp8() ? aligned(size_t(n * k) * 2) : 0) + aligned(size_t(m * n) * 2);
+}
+
+void linear_backward_input(Backend& b, const TensorView& dy, const LinearWeight& w,
+                           const TensorView& dx, bool accumulate) {
+  CHECK(w.is_fp8() || w.weight.dtype == DType::bf16,
+        "CUDA linear_backward_input: unquantized weights must be bf16 on the device, got {}",
+        dtype_name(w.weight.dtype));
+  const int64_t m = dy.dim(0), n = w.out_features(), k = w.in_features();
+  const size_t mark = b.arena().mark();
+  const void* wd = w.is_fp8() ? dequantized_weight(b, w).data : w.weight.data;  // [N,K] bf16
+  TensorView dy_bf = b.arena().alloc({m, n}, DType::bf16);
+  launch_f32_to_bf16(static_cast<const float*>(dy.data), m * n, static_cast<bf16*>(dy_bf.data),
+                     b.stream());
+  GemmArgs g;
+  g.layout = GemmLayout::xw;
+  g.m = m;
+  g.n = k;
+  g.k = n;
+  g.x = dy_bf.data;
+  g.w = wd;
+  g.y = dx.data;
+  g.y_f32 = true;
+  g.accumulate = accumulate;
+  b.gemm().run(g, b.stream());
+  b.arena().rewind(mark);
+}
+
 void quantize_weight(Backend& b, const TensorView& w, Fp8Scheme scheme, const TensorView& q,
                      const TensorView& scales) {
   const size_t mark = b.arena().mark();

@@ -13,6 +13,7 @@
 // D/8 add exact zeros), and the rotation of both kernels below is one function. So, for
 // D % 16 == 0 up to 256 with aligned operands (the vector kernel), rms_norm_rope equals
 // rms_norm + rope bit for bit; the scalar kernel for other shapes sums in another order.
+#include "ops/cuda/rope_angle.cuh"
 #include "ops/cuda/row_quant.cuh"
 
 namespace fp8rl::cuda {
@@ -31,13 +32,6 @@ struct RopeArgs {
   const float* inv_freq;     // [d / 2]
 };
 
-// cos and sin of position * inv_freq (the fp32 angle), through fp64 half-turns.
-__device__ __forceinline__ void rope_cos_sin(int32_t position, float inv_freq, float* c, float* s) {
-  const float angle = float(position) * inv_freq;
-  double turns = double(angle) * 0.31830988618379067154;  // angle / pi
-  turns -= 2.0 * rint(turns * 0.5);                       // in [-1, 1]
-  sincospif(float(turns), s, c);
-}
 // The rotation of the pair (a, b) = (x[i], x[i + D/2]), rounded as the CPU's a*c - b*s and
 // b*c + a*s (no fused multiply-add).
 __device__ __forceinline__ float rotate_first(float a, float b, float c, float s) {
