@@ -34,6 +34,13 @@ inline constexpr double kHfFp32Logits = 1e-5;
 // lr * g / (|g| + eps) elementwise, which turns a gradient's relative error into the update's
 // wherever |g| ~ eps: measured <= 1.3e-5.
 inline constexpr double kHfTrainLoss = 1e-6;
+// The CUDA trainer against the fp32 CPU trainer (tests/gpu/test_train_gpu.cpp): bf16
+// activations (unit roundoff 2^-8 per stored value) through every layer of the forward and the
+// backward, so the loss moves by a few 2^-8 relative and each gradient, a sum over tokens of
+// products of such values, by ~sqrt(layers x ops) 2^-8 of its scale: 16 x 2^-8 for the
+// gradients and 2 x 2^-8 for the loss, to be ratcheted to the measured values.
+inline constexpr double kCudaTrainLoss = 2.0 / 256;
+inline constexpr double kCudaTrainGrad = 16.0 / 256;
 // FP8-row against unquantized base over the same SFT run (tests/train/test_sft_trainer.cpp):
 // the relative difference of the end-of-run loss, issue 10's claim (1%). Measured 0.15%.
 inline constexpr double kFp8SftLossCurve = 0.01;

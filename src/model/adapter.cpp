@@ -479,7 +479,19 @@ void LoraAdapter::sync_to_device(Context& ctx) {
   Tensor staging = Tensor::empty({total}, DType::bf16);  // [P] bf16 host
   convert(masters_.ptr<float>(), DType::f32, staging.ptr<uint16_t>(), DType::bf16, size_t(total));
   ops::copy(ctx, staging.view(), device_copy_.view({total}, DType::bf16));
+  // The fp32 masters too: the trainer's LoRA backward reads A and B in fp32 on the device.
+  const size_t master_bytes = size_t(total) * sizeof(float);
+  if (device_masters_.size() != master_bytes || device_masters_.device() != ctx.device)
+    device_masters_ = DeviceBuffer(ctx, master_bytes);
+  ops::copy(ctx, masters_.view(), device_masters_.view({total}, DType::f32));
   ops::synchronize(ctx);  // the staging buffer dies here
+}
+
+TensorView LoraAdapter::training_view(int64_t layer, int projection, bool b, Device device) const {
+  if (device == Device::cpu) return b ? master_b(layer, projection) : master_a(layer, projection);
+  CHECK(device_masters_.data() != nullptr && device_masters_.device() == device,
+        "the adapter has no {} fp32 copy: call sync_to_device first", device_name(device));
+  return slice(device_masters_.view({masters_.numel()}, DType::f32), layer, projection, b);
 }
 
 TensorView LoraAdapter::compute_view(const Slot& s, bool b, Device device) const {
@@ -518,7 +530,7 @@ void LoraAdapter::detach(Model& model) {
 }
 
 size_t LoraAdapter::nbytes() const {
-  return masters_.nbytes() + device_copy_.size();
+  return masters_.nbytes() + device_copy_.size() + device_masters_.size();
 }
 
 void add_lora_reference(const TensorView& x, const LoraWeights& lora, const TensorView& y) {

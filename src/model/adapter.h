@@ -83,8 +83,8 @@ class LoraAdapter {
   // written as a temporary and renamed, tensors first.
   void save_peft(const std::string& dir, const std::string& base_model_name) const;
 
-  // CUDA: (re)creates the bf16 compute copies from the masters (allocating them on first use)
-  // and waits for the copy. CPU: nothing to do, the masters are the compute copies. The device
+  // CUDA: (re)creates the bf16 compute copies and an fp32 copy of the masters (for the
+  // trainer's backward) from the masters (allocating them on first use) and waits for the copy. CPU: nothing to do, the masters are the compute copies. The device
   // copy is released with the adapter, which must then go before the CudaDevice.
   void sync_to_device(Context& ctx);
   // Points every targeted projection's `lora` at the compute copies on the model's device
@@ -96,6 +96,12 @@ class LoraAdapter {
   // engine's prefix cache keys cached KV on it. Starts at 1.
   uint64_t version() const { return version_; }
   void mark_updated() { ++version_; }
+  // After the masters changed (an optimizer step, a loaded checkpoint): refreshes the device
+  // copies on CUDA (sync_to_device) and bumps the version.
+  void commit_update(Context& ctx) {
+    sync_to_device(ctx);
+    mark_updated();
+  }
 
   const LoraConfig& config() const { return config_; }
   float scale() const { return float(config_.scale()); }
@@ -110,6 +116,9 @@ class LoraAdapter {
   // The same matrix in another buffer laid out like master_params() (the gradients, the
   // optimizer's moments): A [r, K] (b = false) or B [N, r] of `flat` (f32 [P], any device).
   TensorView slice(const TensorView& flat, int64_t layer, int projection, bool b) const;
+  // The fp32 A (b = false) or B the trainer's backward reads on `device`: the host masters,
+  // or their CUDA copy (after sync_to_device).
+  TensorView training_view(int64_t layer, int projection, bool b, Device device) const;
   size_t nbytes() const;  // masters plus device compute copies
 
  private:
@@ -128,7 +137,8 @@ class LoraAdapter {
   int64_t num_layers_ = 0;
   std::vector<Slot> slots_;   // [layer * 7 + projection]
   Tensor masters_;            // [P] f32 host
-  DeviceBuffer device_copy_;  // [P] bf16 on CUDA, after sync_to_device
+  DeviceBuffer device_copy_;     // [P] bf16 on CUDA, after sync_to_device
+  DeviceBuffer device_masters_;  // [P] f32 on CUDA, after sync_to_device
   uint64_t version_ = 1;
 };
 

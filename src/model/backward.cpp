@@ -23,7 +23,8 @@ void linear_backward(Context& ctx, const AdapterGrads& g, int64_t li, int projec
   const LoraAdapter& a = g.adapter;
   const ops::LoraDropout dropout{g.tape.dropout_p,
                                  lora_dropout_seed(g.tape.dropout_seed, li, projection)};
-  ops::lora_backward(ctx, x, a.master_a(li, projection), a.master_b(li, projection), a.scale(),
+  ops::lora_backward(ctx, x, a.training_view(li, projection, false, ctx.device),
+                     a.training_view(li, projection, true, ctx.device), a.scale(),
                      dropout, dy, dx, a.slice(g.grads, li, projection, false),
                      a.slice(g.grads, li, projection, true));
 }

@@ -118,7 +118,7 @@ struct DpoTrainer::Impl {
       CHECK(!resume.empty(), "resume_from_checkpoint: no checkpoint in '{}'", cfg.output_dir);
     }
     if (!resume.empty() && resume != "false") {
-      const nlohmann::json s = load_checkpoint(resume, model, adapter, *train_step);
+      const nlohmann::json s = load_checkpoint(resume, ctx, model, adapter, *train_step);
       try {
         epoch = s.at("epoch").get<int64_t>();
         batch = s.at("batch").get<int64_t>();
@@ -184,7 +184,7 @@ struct DpoTrainer::Impl {
       }
       const StepResult r =
           train_step->step({params.ptr<float>(), size_t(params.numel())}, grads, loss);
-      if (!r.skipped) adapter.mark_updated();
+      if (!r.skipped) adapter.commit_update(ctx);
       const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       const double n = double(micro);
       const int64_t step = train_step->global_step();

@@ -448,7 +448,7 @@ struct GrpoTrainer::Impl {
       CHECK(!resume.empty(), "resume_from_checkpoint: no checkpoint in '{}'", cfg.output_dir);
     }
     if (!resume.empty() && resume != "false")
-      load_state(load_checkpoint(resume, model, adapter, *train_step));
+      load_state(load_checkpoint(resume, ctx, model, adapter, *train_step));
     MetricsLog metrics(cfg.output_dir, train_step->global_step());
     std::ofstream samples(cfg.output_dir + "/samples.jsonl",
                           train_step->global_step() > 0 ? std::ios::app : std::ios::trunc);
@@ -490,7 +490,7 @@ struct GrpoTrainer::Impl {
       }
       const auto ts = Clock::now();
       const StepResult r = train_step->step({params.ptr<float>(), size_t(params.numel())}, grads, loss);
-      if (!r.skipped) adapter.mark_updated();
+      if (!r.skipped) adapter.commit_update(ctx);
       train_seconds += seconds_since(ts);
       means.into(line);
       const double seconds = seconds_since(t0);

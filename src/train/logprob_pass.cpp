@@ -47,7 +47,21 @@ LogprobPass::LogprobPass(Context& ctx, const Model& model, const LoraAdapter* ad
     : ctx_(ctx), model_(model), adapter_(adapter) {
   CHECK(model.device() == ctx.device, "training pass: the model is on {}, the context on {}",
         device_name(model.device()), device_name(ctx.device));
-  CHECK(ctx.device == Device::cpu, "training pass: CUDA training is not built yet");
+  arena_ = std::make_unique<Arena>(ctx.device, arena_alignment(ctx.device));
+  if (ctx.device == Device::cpu) arena_ = std::make_unique<Arena>();
+}
+
+void LogprobPass::reserve_arena(size_t bytes) {
+  arena_->rewind(0);
+  if (ctx_.device == Device::cpu) {
+    if (arena_->capacity() < bytes) arena_->reserve(bytes);
+    return;
+  }
+  if (arena_storage_.size() >= bytes && arena_->capacity() > 0) return;
+  arena_ = std::make_unique<Arena>(ctx_.device, arena_alignment(ctx_.device));
+  arena_storage_ = DeviceBuffer();  // free the old region before taking the new one
+  arena_storage_ = DeviceBuffer(ctx_, bytes);
+  arena_->attach(arena_storage_.data(), bytes);
 }
 
 LogprobPass::~LogprobPass() = default;
@@ -125,17 +139,17 @@ PassPlan LogprobPass::plan(const PackedSequences& batch, const PassOptions& opt)
 void LogprobPass::forward(const PackedSequences& batch, const PassOptions& opt) {
   const PassPlan p = plan(batch, opt);
   last_.reset();
-  arena_.rewind(0);
-  if (arena_.capacity() < p.saved_bytes) arena_.reserve(p.saved_bytes);
+  reserve_arena(p.saved_bytes);
   ops::scratch_reserve(ctx_, p.scratch_bytes);
   const int64_t blocks = blocks_for(batch);
   if (kv_ == nullptr || kv_->num_blocks() < blocks)
     kv_ = std::make_unique<KvPool>(model_.config(), blocks, ctx_);
   auto b = std::make_unique<Buffers>();
-  run(ctx_, arena_, *kv_, batch, opt, *b);
+  run(ctx_, *arena_, *kv_, batch, opt, *b);
   const int64_t t = int64_t(batch.ids.size());
   logprobs_.assign(size_t(t), 0.0f);
   ops::copy(ctx_, b->logprob, TensorView(logprobs_.data(), DType::f32, {t}));
+  ops::synchronize(ctx_);
   entropies_.clear();
   if (opt.entropy) {
     entropies_.assign(size_t(t), 0.0f);
@@ -154,7 +168,21 @@ void LogprobPass::backward(std::span<const float> dlogprob, const TensorView& gr
   // The cross-entropy backward takes the gradient of loss = -logprob.
   std::vector<float> dloss(dlogprob.size());
   std::transform(dlogprob.begin(), dlogprob.end(), dloss.begin(), [](float g) { return -g; });
-  backward_on(ctx_, *last_, *kv_, TensorView(dloss.data(), DType::f32, {t}), grads);
+  const TensorView host_dloss(dloss.data(), DType::f32, {t});
+  if (ctx_.device == Device::cpu || grads.device == ctx_.device) {
+    backward_on(ctx_, *last_, *kv_, host_dloss, grads);
+    return;
+  }
+  const int64_t n = grads.numel();
+  if (device_grads_.size() != size_t(n) * 4) device_grads_ = DeviceBuffer(ctx_, size_t(n) * 4);
+  const TensorView dev = device_grads_.view({n}, DType::f32);
+  ops::fill_zero(ctx_, dev);
+  backward_on(ctx_, *last_, *kv_, host_dloss, dev);
+  std::vector<float> host(static_cast<size_t>(n));
+  ops::copy(ctx_, dev, TensorView(host.data(), DType::f32, {n}));
+  ops::synchronize(ctx_);
+  float* g = grads.ptr<float>();
+  for (int64_t i = 0; i < n; ++i) g[i] += host[size_t(i)];
 }
 
 }  // namespace fp8rl

@@ -21,6 +21,7 @@
 #include "model/step.h"
 #include "model/tape.h"
 #include "ops/context.h"
+#include "ops/memory.h"
 
 namespace fp8rl {
 
@@ -64,8 +65,9 @@ class LogprobPass {
   std::span<const float> logprobs() const { return logprobs_; }    // [T]
   std::span<const float> entropies() const { return entropies_; }  // [T] (options.entropy)
 
-  // grads (f32 [P] like adapter->master_params(), on the context's device) +=
-  // d/d(adapter) sum_t dlogprob[t] * logprob[t], for the last forward().
+  // grads (f32 [P] like adapter->master_params(), on the host or the context's device) +=
+  // d/d(adapter) sum_t dlogprob[t] * logprob[t], for the last forward(). Host gradients of a
+  // CUDA pass go through a device buffer and one copy back.
   void backward(std::span<const float> dlogprob, const TensorView& grads);
 
  private:
@@ -75,10 +77,15 @@ class LogprobPass {
   void backward_on(Context& ctx, const Buffers& b, const KvPool& kv, const TensorView& dlogprob,
                    const TensorView& grads);
 
+  // The pass arena holds at least `bytes` (grown at mark 0 only).
+  void reserve_arena(size_t bytes);
+
   Context& ctx_;
   const Model& model_;
   const LoraAdapter* adapter_;
-  Arena arena_;
+  std::unique_ptr<Arena> arena_;
+  DeviceBuffer arena_storage_;  // CUDA: the pass arena's memory
+  DeviceBuffer device_grads_;   // CUDA: [P] f32 gradients of one backward
   std::unique_ptr<KvPool> kv_;
   std::unique_ptr<Buffers> last_;
   PassOptions last_options_;

@@ -74,8 +74,8 @@ std::string latest_checkpoint(const std::string& dir) {
   return best < 0 ? "" : best_path.string();
 }
 
-nlohmann::json load_checkpoint(const std::string& checkpoint, Model& model, LoraAdapter& adapter,
-                               TrainStep& train_step) {
+nlohmann::json load_checkpoint(const std::string& checkpoint, Context& ctx, Model& model,
+                               LoraAdapter& adapter, TrainStep& train_step) {
   const fs::path dir(checkpoint);
   CHECK(fs::is_directory(dir) && fs::exists(dir / kStateFile),
         "'{}' is not a checkpoint (no {} in it)", checkpoint, kStateFile);
@@ -96,7 +96,7 @@ nlohmann::json load_checkpoint(const std::string& checkpoint, Model& model, Lora
   // Copy into the existing adapter: its masters are what the model's views point at.
   const TensorView from = loaded.master_params(), to = adapter.master_params();
   std::copy(from.ptr<float>(), from.ptr<float>() + from.numel(), to.ptr<float>());
-  adapter.mark_updated();
+  adapter.commit_update(ctx);
   return state;
 }
 

@@ -17,6 +17,7 @@
 namespace fp8rl {
 
 class LoraAdapter;
+struct Context;
 class Model;
 class TrainStep;
 
@@ -32,11 +33,11 @@ void save_checkpoint(const std::string& dir, int64_t step, const LoraAdapter& ad
 // The checkpoint directory with the highest step under `dir`, or "" when there is none.
 std::string latest_checkpoint(const std::string& dir);
 
-// Loads a checkpoint written by save_checkpoint: the adapter (replacing `adapter`, which is
-// re-attached to `model`), the optimizer state and counters into train_step; returns the
-// run state.
-nlohmann::json load_checkpoint(const std::string& checkpoint, Model& model, LoraAdapter& adapter,
-                               TrainStep& train_step);
+// Loads a checkpoint written by save_checkpoint: the adapter's values (into `adapter`'s
+// masters, which the model's views already point at; device copies refreshed on CUDA), the
+// optimizer state and counters into train_step; returns the run state.
+nlohmann::json load_checkpoint(const std::string& checkpoint, Context& ctx, Model& model,
+                               LoraAdapter& adapter, TrainStep& train_step);
 
 // metrics.jsonl: one line per step, flushed as written. Opening for a resumed run keeps the
 // lines of steps <= resumed_step and drops later ones (written after that checkpoint by the

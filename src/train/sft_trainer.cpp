@@ -72,7 +72,7 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
     CHECK(!resume.empty(), "resume_from_checkpoint: no checkpoint in '{}'", cfg_.output_dir);
   }
   if (!resume.empty() && resume != "false") {
-    const nlohmann::json st = load_checkpoint(resume, model_, adapter_, *train_step_);
+    const nlohmann::json st = load_checkpoint(resume, ctx_, model_, adapter_, *train_step_);
     try {
       pos_.epoch = st.at("epoch").get<int64_t>();
       pos_.batch = st.at("batch").get<int64_t>();
@@ -119,7 +119,7 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
     }
     const double loss = targets > 0 ? loss_sum / double(targets) : 0.0;
     const StepResult r = train_step_->step({params.ptr<float>(), size_t(params.numel())}, grads, loss);
-    if (!r.skipped) adapter_.mark_updated();
+    if (!r.skipped) adapter_.commit_update(ctx_);
     pos_.batch = last;
     pos_.tokens += tokens;
     const double seconds =

@@ -12,7 +12,7 @@ BUILD=${1:-build-cuda}
 BUNDLE=${2:-build-gpu}
 rm -rf "$BUNDLE"
 mkdir -p "$BUNDLE/tests/gpu" "$BUNDLE/bin" "$BUNDLE/lib"
-for b in test_ops test_model_gpu test_generate_gpu fp8rl_bench; do
+for b in test_ops test_model_gpu test_generate_gpu test_train_gpu fp8rl_bench; do
   strip -o "$BUNDLE/tests/gpu/$b" "$BUILD/tests/gpu/$b"
 done
 strip -o "$BUNDLE/bin/fp8rl" "$BUILD/src/cli/fp8rl"

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The trainer on the GPU machine, one batch (run by the device tool from the repo root):
+#   OUT=$OUT bash tests/gpu/train.sh BUILD_DIR
+# BUILD_DIR is a bundle of tests/gpu/bundle.sh. Runs the CUDA backward ops against the CPU
+# (test_ops, backward families), the CUDA trainer against the CPU trainer (test_train_gpu), and
+# the demo's GRPO and an SFT run on CUDA through the CLI. Logs and the summary go to $OUT.
+set -u
+BUILD=${1:-build-gpu}
+OUT=${OUT:-/tmp/fp8rl-gpu}
+mkdir -p "$OUT"
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+start=$(date +%s)
+. "$(dirname "$0")/env.sh"
+FP8RL="$BUILD/bin/fp8rl"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >> "$SUMMARY"
+for f in backward lora_dropout cross_entropy; do
+  step "ops $f" "$OUT/ops.log" 150 "$BIN/test_ops" --filter "$f"
+done
+step "test_train_gpu" "$OUT/train.log" 240 "$BIN/test_train_gpu"
+step "grpo demo cuda" "$OUT/grpo.log" 150 "$FP8RL" grpo --config examples/demo.yaml \
+  --device cuda --max-steps 20 --output-dir "$OUT/grpo-demo" --save-steps 0
+step "sft cuda" "$OUT/sft.log" 120 "$FP8RL" sft examples/demo/model --data examples/demo/sft.jsonl \
+  --device cuda --max-steps 10 --out "$OUT/sft-demo" --save-steps 0
+rm -rf "$OUT/grpo-demo/checkpoint-"* "$OUT/sft-demo/checkpoint-"*
+cat "$SUMMARY"
