@@ -425,9 +425,11 @@ void gelu_tanh_mul(Context& ctx, const TensorView& gate, const TensorView& up,
 void add(Context& ctx, const TensorView& a, const TensorView& b, const TensorView& out,
          float alpha) {
   check_ctx(ctx);
-  check_act(ctx, a, a.rank(), "add");
-  check_act(ctx, b, b.rank(), "add");
-  check_act(ctx, out, out.rank(), "add");
+  // Activations, or f32 gradients (the backward's residual sums) on either device.
+  const DType dt = a.dtype == DType::f32 ? DType::f32 : ctx.activation_dtype();
+  check_tensor(ctx, a, dt, a.rank(), "add");
+  check_tensor(ctx, b, dt, b.rank(), "add");
+  check_tensor(ctx, out, dt, out.rank(), "add");
   CHECK(a.rank() >= 1 && a.shape == b.shape && out.shape == a.shape, "add: a {} b {} out {}",
         a.shape.str(), b.shape.str(), out.shape.str());
   FP8RL_DISPATCH(ctx, "add", cpu::add(a, b, alpha, out, rounding(ctx)),

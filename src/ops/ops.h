@@ -141,7 +141,8 @@ void gelu_tanh_mul(Context& ctx, const TensorView& gate, const TensorView& up,
                    const TensorView& out);
 
 // out = a + alpha * b (one fma per element, so alpha = 1 is exactly a + b), same shape, may
-// alias. alpha != 1 adds a LoRA update scaled by lora_alpha / r.
+// alias. alpha != 1 adds a LoRA update scaled by lora_alpha / r. Activations, or f32 tensors
+// on either backend (the backward's gradient sums).
 void add(Context& ctx, const TensorView& a, const TensorView& b, const TensorView& out,
          float alpha = 1.0f);
 

@@ -16,7 +16,7 @@ for b in test_ops test_model_gpu test_generate_gpu test_train_gpu fp8rl_bench; d
   strip -o "$BUNDLE/tests/gpu/$b" "$BUILD/tests/gpu/$b"
 done
 strip -o "$BUNDLE/bin/fp8rl" "$BUILD/src/cli/fp8rl"
-for lib in libfmt.so libgomp.so libpcre2-8.so; do
+for lib in libfmt.so libgomp.so libpcre2-8.so libyaml-cpp.so; do
   path=$(ldd "$BUILD/tests/gpu/test_ops" "$BUILD/src/cli/fp8rl" |
     awk -v l="$lib" 'index($1, l) == 1 {print $3; exit}')
   [ -n "$path" ] && cp -L "$path" "$BUNDLE/lib/"

@@ -73,6 +73,10 @@ std::vector<OpCase> correctness_cases() {
     add(
         fmtname("add", shape({{"T", t}, {"H", 1000}})),
         [=](Harness& h, Outcome& o) { add_case(h, o, t, 1000); }, t == 19);
+  for (int64_t t : kTokens)
+    add(
+        fmtname("add_f32", shape({{"T", t}, {"H", 1001}})),
+        [=](Harness& h, Outcome& o) { add_f32_case(h, o, t, 1001); }, t == 19);
   // Fused residual add + norm: hidden sizes with scalar tails (1001, 203), warp rows (200),
   // every block plan up to one segment of NCH 8 (12288) and a multi-segment row (20000).
   for (int64_t t : kTokens)

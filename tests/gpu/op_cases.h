@@ -39,6 +39,7 @@ void rms_norm_case(Harness& h, Outcome& o, int64_t rows, int64_t d, bool plus_on
 void rope_case(Harness& h, Outcome& o, int64_t t, int64_t heads, int64_t d, int32_t base);
 void gated_case(Harness& h, Outcome& o, int64_t t, int64_t i, bool silu, bool in_place);
 void add_case(Harness& h, Outcome& o, int64_t t, int64_t d);
+void add_f32_case(Harness& h, Outcome& o, int64_t t, int64_t d);
 void add_rms_norm_case(Harness& h, Outcome& o, int64_t t, int64_t d, bool plus_one, bool alias);
 void rms_norm_rope_case(Harness& h, Outcome& o, int64_t t, int64_t heads, int64_t d, bool norm,
                         bool plus_one, int32_t pos0, RopeDest dest);

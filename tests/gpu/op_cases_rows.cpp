@@ -122,6 +122,20 @@ void add_case(Harness& h, Outcome& o, int64_t t, int64_t d) {
   o.checks.push_back(g.verify({out}));
 }
 
+// The f32 add of gradients: one fma per element on both sides, so equal bit for bit.
+void add_f32_case(Harness& h, Outcome& o, int64_t t, int64_t d) {
+  const Tensor a = host_values({t, d}, 53, 3.0f), b = host_values({t, d}, 54, 3.0f);
+  Tensor ref = Tensor::empty({t, d}, DType::f32);
+  ops::add(h.cpu, a, b, ref, 0.37f);
+  const TensorView a_d = to_device(h, a, DType::f32), b_d = to_device(h, b, DType::f32);
+  Guard g(h);
+  const TensorView out = ops::scratch_alloc(h.gpu, {t, d}, DType::f32);
+  g.seal();
+  ops::add(h.gpu, a_d, b_d, out, 0.37f);
+  o.checks.push_back(compare("out", as_f32(h, out), ref, 0.0));
+  o.checks.push_back(g.verify({out}));
+}
+
 // ---- fused residual add + RMSNorm, fused q/k norm + RoPE --------------------------------
 
 // host -> dev (bf16 or f32 by dev.dtype), dev contiguous and allocated by the caller.

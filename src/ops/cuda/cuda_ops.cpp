@@ -1,4 +1,5 @@
 // Tensor views -> kernel launches for the CUDA ops, device memory and the device description.
+#include "ops/cuda/gradient_add.h"
 #include "ops/cuda/cuda_ops.h"
 
 #include "ops/cuda/backend.h"
@@ -303,6 +304,11 @@ void gated(Backend& b, const TensorView& gate, const TensorView& up, int act,
 }
 
 void add(Backend& b, const TensorView& a, const TensorView& c, float alpha, const TensorView& out) {
+  if (a.dtype == DType::f32) {
+    launch_add_f32(static_cast<const float*>(a.data), static_cast<const float*>(c.data), alpha,
+                   static_cast<float*>(out.data), a.numel(), b.stream());
+    return;
+  }
   launch_add(bf(a), bf(c), alpha, bf(out), a.numel(), b.stream());
 }
 
