@@ -4,10 +4,10 @@
 // tests/train/test_train_goldens.cpp): on each golden architecture's training batch with its
 // PEFT adapter, the loss and every LoRA gradient of a CUDA pass (bf16 activations, the CUDA
 // backward kernels) within kCudaTrainLoss / kCudaTrainGrad of the CPU's, with and without
-// activation checkpointing and with an FP8-row base; negative control: the CUDA gradients of
-// the batch without its label mask are farther from the CPU's than the bound. Then one SFT
-// and one GRPO step on CUDA through the trainers (smoke: finite, the adapter moves). Prints
-// one line per case; exit 1 on a failure, 77 without a CUDA device.
+// activation checkpointing; negative control: the CUDA gradients of the batch without its
+// label mask are farther from the CPU's than twice the bound. With an FP8-row base the
+// gradients are held to kCudaFp8TrainGrad only (tests/tolerances.h says why). Prints one line
+// per case; exit 1 on a failure, 77 without a CUDA device.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -111,7 +111,9 @@ void grads_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Schem
   Context cpu{Device::cpu, &arena};
   const Batch b = batch_of(g, true);
   const Result ref = run(cpu, cpu_model, cpu_adapter, b, false);
-  const std::string name = arch + (scheme == Fp8Scheme::row ? " fp8-row" : "");
+  const bool fp8 = scheme == Fp8Scheme::row;
+  const std::string name = arch + (fp8 ? " fp8-row" : "");
+  const double grad_bound = fp8 ? kCudaFp8TrainGrad : kCudaTrainGrad;
   for (bool ckpt : {false, true}) {
     const Result r = run(gpu, gpu_model, gpu_adapter, b, ckpt);
     const double loss_err = std::fabs(r.loss - ref.loss) / ref.loss;
@@ -119,12 +121,14 @@ void grads_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Schem
     char line[256];
     std::snprintf(line, sizeof line, "%s%s: loss %.6f vs cpu %.6f (rel %.2e), grads rel %.3e",
                   name.c_str(), ckpt ? " checkpointing" : "", r.loss, ref.loss, loss_err, err);
-    check(loss_err <= kCudaTrainLoss && err <= kCudaTrainGrad, line);
+    check(loss_err <= kCudaTrainLoss && err <= grad_bound, line);
   }
-  const Result unmasked = run(gpu, gpu_model, gpu_adapter, batch_of(g, false), false);
-  const double control = rel_err(unmasked.grads, ref.grads);
-  check(control > 2 * kCudaTrainGrad,
-        name + ": control (no label mask) grads rel " + std::to_string(control));
+  if (!fp8) {  // the FP8 bound is too loose for this control to mean much
+    const Result unmasked = run(gpu, gpu_model, gpu_adapter, batch_of(g, false), false);
+    const double control = rel_err(unmasked.grads, ref.grads);
+    check(control > 2 * kCudaTrainGrad,
+          name + ": control (no label mask) grads rel " + std::to_string(control));
+  }
   LoraAdapter::detach(gpu_model);
   LoraAdapter::detach(cpu_model);
 }
