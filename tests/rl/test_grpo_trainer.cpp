@@ -1,0 +1,201 @@
+// The GRPO loop on the demo model (examples/demo): TRL's metrics every step, checkpoints and
+// an exact resume, non-finite rewards skipped and counted, a failing reward process stopping
+// the run with the last checkpoint intact; and the DPO loop's resume.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli/train_session.h"
+#include "core/check.h"
+#include "rl/dpo_trainer.h"
+#include "rl/grpo_trainer.h"
+#include "rl/reward_config.h"
+#include "tokenizer/tokenizer.h"
+#include "train/run_dir.h"
+
+namespace fp8rl {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kDemo = FP8RL_SOURCE_DIR "/examples/demo";
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("fp8rl_grpo_" + name + std::to_string(::getpid()));
+  fs::remove_all(d);
+  return d;
+}
+
+GrpoConfig small_config(const fs::path& out) {
+  GrpoConfig c;
+  c.model = kDemo + "/model";
+  c.data = kDemo + "/train.jsonl";
+  c.output_dir = out.string();
+  c.fp8 = "row";
+  c.lora_r = 8;
+  c.lora_alpha = 16;
+  c.lora_dropout = 0.0;
+  c.num_generations = 4;
+  c.per_device_train_batch_size = 8;  // 2 prompts x 4 completions per step
+  c.max_completion_length = 4;
+  c.max_prompt_length = 32;
+  c.learning_rate = 5e-4;
+  c.lr_scheduler_type = LrSchedulerType::constant;
+  c.max_steps = 4;
+  c.save_steps = 2;
+  c.seed = 7;
+  c.rewards = nlohmann::json::parse(R"([{"type": "answer_match", "column": "answer", "mode": "numeric"}])");
+  return c;
+}
+
+struct GrpoRun {
+  std::vector<float> params;
+  std::vector<nlohmann::json> metrics;
+};
+
+GrpoRun run_grpo(const GrpoConfig& c, RewardSet rewards) {
+  cli::TrainSession ts(c, uint64_t(c.seed));
+  const auto& chat = ts.tokenizer_setup().chat;
+  PromptDataOptions d;
+  d.max_prompt_length = c.max_prompt_length;
+  std::vector<PromptExample> prompts =
+      read_prompt_dataset(c.data, ts.tokenizer(), chat ? &*chat : nullptr, d);
+  prompts.resize(64);
+  GrpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), ts.tokenizer(), ts.session().eos_ids(),
+                      std::move(prompts), c, std::move(rewards), "demo");
+  trainer.run();
+  GrpoRun r;
+  const TensorView p = ts.adapter().master_params();
+  r.params.assign(p.ptr<float>(), p.ptr<float>() + p.numel());
+  std::ifstream f(c.output_dir + "/metrics.jsonl");
+  for (std::string l; std::getline(f, l);) r.metrics.push_back(nlohmann::json::parse(l));
+  return r;
+}
+
+TEST(GrpoTrainer, LogsTrlMetricsAndResumesExactly) {
+  const fs::path a = temp_dir("a"), b = temp_dir("b");
+  GrpoConfig c = small_config(a);
+  const GrpoRun full = run_grpo(c, make_reward_set(c.rewards));
+  ASSERT_EQ(full.metrics.size(), 4u);
+  for (const char* key :
+       {"step", "loss", "grad_norm", "learning_rate", "reward", "reward_std",
+        "rewards/answer_match/mean", "frac_reward_zero_std", "completions/mean_length",
+        "completions/min_length", "completions/max_length", "completions/clipped_ratio",
+        "clip_ratio/region_mean", "entropy", "sampling/sampling_logp_difference/mean",
+        "sampling/importance_sampling_ratio/mean", "rollout_tokens_per_second",
+        "peak_memory_bytes/rollout", "peak_memory_bytes/train", "timing/rollout_seconds",
+        "timing/train_seconds"})
+    EXPECT_TRUE(full.metrics[0].contains(key)) << key;
+  // On the CPU the trainer recomputes the engine's logprobs to fp32 rounding.
+  EXPECT_LT(full.metrics[0]["sampling/sampling_logp_difference/max"].get<double>(), 1e-4);
+  ASSERT_TRUE(fs::exists(a / "checkpoint-2" / "trainer_state.safetensors"));
+  ASSERT_TRUE(fs::exists(a / "samples.jsonl"));
+  // Resume from step 2 into another directory: the same adapter at step 4, bit for bit.
+  GrpoConfig r = small_config(b);
+  r.resume_from_checkpoint = (a / "checkpoint-2").string();
+  const GrpoRun resumed = run_grpo(r, make_reward_set(r.rewards));
+  ASSERT_EQ(resumed.metrics.size(), 2u);
+  EXPECT_EQ(resumed.metrics[1]["loss"], full.metrics[3]["loss"]);
+  EXPECT_EQ(resumed.params, full.params);
+  // Control: a different seed trains another adapter.
+  GrpoConfig other = small_config(temp_dir("c"));
+  other.seed = 8;
+  EXPECT_NE(run_grpo(other, make_reward_set(other.rewards)).params, full.params);
+}
+
+TEST(GrpoTrainer, NonFiniteRewardsAreSkippedAndCounted) {
+  GrpoConfig c = small_config(temp_dir("nan"));
+  c.max_steps = 1;
+  // A process that scores every sample NaN: every row is counted and none is trained on, so
+  // the gradient is zero and AdamW (no weight decay) leaves the adapter as initialized.
+  const GrpoRun run = run_grpo(c, make_reward_process_set(
+      "while read -r line; do echo '{\"rewards\": [\"NaN\",\"NaN\",\"NaN\",\"NaN\",\"NaN\","
+      "\"NaN\",\"NaN\",\"NaN\"]}'; done"));
+  ASSERT_EQ(run.metrics.size(), 1u);
+  EXPECT_EQ(run.metrics[0]["rewards/non_finite_total"], 8);
+  EXPECT_EQ(run.metrics[0]["loss"], 0.0);
+  cli::TrainSession fresh(c, uint64_t(c.seed));
+  const TensorView p = fresh.adapter().master_params();
+  EXPECT_EQ(run.params, std::vector<float>(p.ptr<float>(), p.ptr<float>() + p.numel()));
+}
+
+TEST(GrpoTrainer, AFailingRewardProcessStopsTheRunWithTheCheckpointIntact) {
+  const fs::path a = temp_dir("fail");
+  GrpoConfig c = small_config(a);
+  c.save_steps = 1;
+  // Answers twice, then exits.
+  const std::string cmd =
+      "n=0; while read -r line; do n=$((n+1)); [ $n -gt 2 ] && exit 3; "
+      "echo '{\"rewards\": [1,0,1,0,1,0,1,0]}'; done";
+  try {
+    run_grpo(c, make_reward_process_set(cmd, 10));
+    FAIL() << "the run must stop";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("exited with status 3"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(fs::exists(a / "checkpoint-2" / "adapter_model.safetensors"));
+  EXPECT_FALSE(fs::exists(a / "checkpoint-3"));
+  EXPECT_TRUE(latest_checkpoint(a.string()).ends_with("checkpoint-2"));
+}
+
+}  // namespace
+}  // namespace fp8rl
+
+namespace fp8rl {
+namespace {
+
+// DPO on the demo task: chosen = the right sum, rejected = a wrong one. The loss starts at
+// ln 2 (the adapter starts at B = 0: policy = reference) and falls; the implicit-reward
+// accuracy rises above chance.
+TEST(DpoTrainer, PrefersTheChosenAnswers) {
+  const fs::path dir = temp_dir("dpo");
+  fs::create_directories(dir);
+  const std::string data = (dir / "pairs.jsonl").string();
+  {
+    std::ifstream in(kDemo + "/train.jsonl");
+    std::ofstream out(data);
+    std::string line;
+    for (int i = 0; i < 64 && std::getline(in, line); ++i) {
+      const nlohmann::json r = nlohmann::json::parse(line);
+      const int answer = std::stoi(r["answer"].get<std::string>());
+      nlohmann::json row;
+      row["prompt"] = r["messages"];
+      row["chosen"] = {{{"role", "assistant"}, {"content", std::to_string(answer)}}};
+      row["rejected"] = {{{"role", "assistant"}, {"content", std::to_string(answer + 10)}}};
+      out << row.dump() << '\n';
+    }
+  }
+  DpoConfig c;
+  c.model = kDemo + "/model";
+  c.data = data;
+  c.output_dir = (dir / "run").string();
+  c.fp8 = "row";
+  c.lora_r = 8;
+  c.lora_alpha = 16;
+  c.lora_dropout = 0.0;
+  c.per_device_train_batch_size = 8;
+  c.learning_rate = 2e-3;
+  c.lr_scheduler_type = LrSchedulerType::constant;
+  c.max_steps = 32;
+  c.save_steps = 0;
+  cli::TrainSession ts(c, uint64_t(c.seed));
+  const auto& chat = ts.tokenizer_setup().chat;
+  PreferenceDataOptions d;
+  d.eos_token_id = ts.tokenizer_setup().eos_token_id;
+  DpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(),
+                     read_preference_dataset(data, ts.tokenizer(), chat ? &*chat : nullptr, d), c,
+                     "demo");
+  std::vector<double> loss, acc;
+  trainer.run([&](const DpoStepInfo& i) {
+    loss.push_back(i.loss);
+    acc.push_back(i.accuracy);
+  });
+  ASSERT_EQ(loss.size(), 32u);
+  EXPECT_NEAR(loss[0], std::log(2.0), 1e-6);  // policy == reference at the start
+  EXPECT_LT(loss.back(), 0.6);
+  EXPECT_GT(acc.back(), 0.6);
+  std::printf("dpo loss %.4f -> %.4f, accuracy -> %.3f\n", loss[0], loss.back(), acc.back());
+}
+
+}  // namespace
+}  // namespace fp8rl
