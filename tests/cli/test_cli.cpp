@@ -56,7 +56,8 @@ const std::string kQwen3 = fp8rl::test::golden_dir("qwen3");
 
 TEST(Cli, HelpForEverySubcommand) {
   for (const char* sub :
-       {"info", "logits", "quantize", "init", "schemes", "generate", "chat", "merge", "report"}) {
+       {"info", "logits", "quantize", "init", "schemes", "generate", "chat", "merge", "report",
+        "sft", "grpo", "dpo"}) {
     const Result r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << sub;
@@ -665,3 +666,64 @@ TEST(Cli, InfoRejectsACheckpointWithTensorsMissing) {
                         "missing tensors (1): model.layers.0.mlp.down_proj.weight");
   fs::remove_all(base);
 }
+
+namespace {
+
+const std::string kDemoModel = FP8RL_SOURCE_DIR "/examples/demo/model";
+
+// The training commands: a short SFT run writes PEFT's files, metrics and a config record;
+// bad configs, datasets and values are one-line errors naming the problem.
+TEST(CliTrain, SftRunAndBadInput) {
+  const std::string out = temp("sft_run");
+  const std::string data = temp("sft_data") + ".jsonl";
+  write_file(data,
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"What is 1+2?\"}, "
+             "{\"role\": \"assistant\", \"content\": \"3\"}]}\n"
+             "{\"prompt\": \"What is 2+2? \", \"completion\": \"4\"}\n"
+             "{\"text\": \"7+1=8\"}\n");
+  const Result r = run("sft " + kDemoModel + " --data " + data + " --out " + out +
+                       " --steps 2 --batch-size 2 --lr 1e-3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* f : {"adapter_config.json", "adapter_model.safetensors", "metrics.jsonl",
+                        "config.yaml", "checkpoint-2/trainer_state.safetensors"})
+    EXPECT_TRUE(fs::exists(fs::path(out) / f)) << f;
+  const std::vector<nlohmann::json> m = read_jsonl(out + "/metrics.jsonl");
+  ASSERT_EQ(m.size(), 2u);
+  for (const char* key : {"step", "loss", "grad_norm", "lr", "tokens_per_second",
+                          "peak_memory_bytes"})
+    EXPECT_TRUE(m[1].contains(key)) << key;
+  const nlohmann::json cfg = read_json(out + "/adapter_config.json");
+  EXPECT_EQ(cfg["peft_type"], "LORA");
+  // Bad input.
+  const std::string bad = temp("sft_bad") + ".jsonl";
+  write_file(bad, "{\"text\": \"ok\"}\n{\"text\": \n");
+  expect_one_line_error("sft " + kDemoModel + " --data " + bad + " --out " + temp("o1"),
+                        ":2:");
+  write_file(bad, "{\"text\": \"ok\"}\n{\"label\": 1}\n");
+  expect_one_line_error("sft " + kDemoModel + " --data " + bad + " --out " + temp("o2"),
+                        ":2:");
+  expect_one_line_error("sft " + kDemoModel + " --data " + data + " --lr -1", "learning_rate");
+  expect_one_line_error("sft " + kDemoModel + " --data " + data + " --max-stepz 3",
+                        "--max-steps");
+  expect_one_line_error("sft " + kDemoModel + " --data " + data + " --adapter " +
+                            fp8rl::test::golden_dir("qwen3") + "/adapter --out " + temp("o3"),
+                        "adapter");
+}
+
+TEST(CliTrain, GrpoConfigErrors) {
+  const std::string cfg = temp("grpo_cfg") + ".yaml";
+  write_file(cfg, "model: " + kDemoModel + "\nmax_step: 3\n");
+  expect_one_line_error("grpo --config " + cfg, "did you mean 'max_steps'");
+  write_file(cfg, "model: " + kDemoModel + "\nloss_type: ppo\n");
+  expect_one_line_error("grpo --config " + cfg, "loss_type");
+  const std::string data = temp("grpo_data") + ".jsonl";
+  write_file(data, "{\"prompt\": \"What is 1+1?\", \"answer\": \"2\"}\n{\"answer\": \"3\"}\n");
+  write_file(cfg, "model: " + kDemoModel + "\ndata: " + data +
+                      "\nrewards:\n  - {type: answer_match, mode: numeric}\n");
+  expect_one_line_error("grpo --config " + cfg + " --output-dir " + temp("g1"), ":2:");
+  write_file(cfg, "model: " + kDemoModel + "\ndata: " + data +
+                      "\nrewards:\n  - {type: answer_mach}\n");
+  expect_one_line_error("grpo --config " + cfg + " --output-dir " + temp("g2"), "answer_mach");
+}
+
+}  // namespace
