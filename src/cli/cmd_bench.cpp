@@ -31,6 +31,7 @@ namespace fp8rl::cli {
 
 void add_bench_command(CLI::App& app);
 void add_bench_generate_command(CLI::App& bench);  // cmd_bench_generate.cpp
+void add_bench_train_command(CLI::App& bench);     // cmd_bench_train.cpp
 
 namespace {
 
@@ -245,6 +246,7 @@ void add_bench_command(CLI::App& app) {
   c->add_option("--out", o->out, "Also write the JSON here");
   c->callback([o] { run_bench_forward(*o); });
   add_bench_generate_command(*bench);
+  add_bench_train_command(*bench);
 }
 
 }  // namespace fp8rl::cli
