@@ -13,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/bench_profile.h"
 #include "cli/common.h"
 #include "cli/model_session.h"
 #include "core/check.h"
@@ -117,6 +118,18 @@ void run_bench_train(const BenchTrainOptions& o) {
     loss /= double(counted);
   }
   const double n = double(o.steps), total = (fwd + bwd + opt) / n;
+  // One more step with CUDA events around every op: where the time goes (per op family).
+  nlohmann::json profile;
+  if (CudaDevice* dev = session->cuda()) {
+    dev->reset_profile();
+    dev->set_profiling(true);
+    pass.forward({ids, targets, cu}, po);
+    std::fill(grads.begin(), grads.end(), 0.0f);
+    pass.backward(dlogprob, TensorView(grads.data(), DType::f32, {p}));
+    ops::synchronize(ctx);
+    profile = op_split(dev->profile());
+    dev->set_profiling(false);
+  }
   nlohmann::json r;
   r["command"] = "bench train";
   r["model"] = o.preset.empty() ? o.model : o.preset;
@@ -135,6 +148,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   r["plan"] = {{"saved_bytes", plan.saved_bytes},
                {"scratch_bytes", plan.scratch_bytes},
                {"kv_bytes", plan.kv_bytes}};
+  if (!profile.is_null()) r["op_profile_one_step"] = profile;
   if (CudaDevice* dev = session->cuda())
     r["memory"] = {{"peak_allocated_bytes", dev->peak_allocated()},
                    {"weights_bytes", model.device_bytes()},
