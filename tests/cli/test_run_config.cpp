@@ -217,6 +217,9 @@ TEST(RunConfig, EveryAliasSetsItsKey) {
         case KeyType::string_list:
           text = "gate_proj";
           break;
+        case KeyType::boolean:  // the value that is not the default
+          text = k.get(&defaults).template get<bool>() ? "false" : "true";
+          break;
         case KeyType::choice:
           text = k.choices.back();
           break;
@@ -423,7 +426,7 @@ TEST(RunConfig, OutOfRangeValuesAreNamed) {
   const std::vector<Case> dpo_cases = {
       {"beta: 0", "beta = 0 is out of range (must be > 0)"},
       {"label_smoothing: 0.5", "label_smoothing = 0.5 is out of range (must be in [0, 0.5))"},
-      {"{loss_type: ipo, label_smoothing: 0.1}", "applies to loss_type sigmoid only, not ipo"},
+      {"{loss_type: ipo, label_smoothing: 0.1}", "applies to loss_type sigmoid and robust only, not ipo"},
       {"max_prompt_length: 1024",
        "max_prompt_length = 1024 is out of range (must be < "
        "max_length = 1024"},
