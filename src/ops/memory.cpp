@@ -6,6 +6,7 @@
 #include "core/parallel.h"
 #include "ops/uniform_hash.h"
 #if FP8RL_HAVE_CUDA
+#include "ops/cuda/backend.h"
 #include "ops/cuda/cuda_ops.h"
 #endif
 
@@ -194,6 +195,26 @@ bool dry_run_scratch(Context& ctx, size_t bytes) {
     ctx.scratch->alloc({int64_t(bytes)}, DType::f8e4m3);  // bytes
   }
   return true;
+}
+
+size_t device_allocated_bytes(const Context& ctx) {
+  if (ctx.device == Device::cpu) return 0;
+#if FP8RL_HAVE_CUDA
+  return ctx.cuda->allocated();
+#else
+  no_cuda();
+  return 0;
+#endif
+}
+
+size_t device_peak_allocated_bytes(const Context& ctx) {
+  if (ctx.device == Device::cpu) return 0;
+#if FP8RL_HAVE_CUDA
+  return ctx.cuda->peak_allocated();
+#else
+  no_cuda();
+  return 0;
+#endif
 }
 
 size_t device_free_bytes(const Context& ctx) {

@@ -82,5 +82,9 @@ void fill_uniform(Context& ctx, const TensorView& dst, uint64_t seed, float boun
 void synchronize(Context& ctx);
 // Device memory free now (CUDA: cudaMemGetInfo; the CPU: 0, it has no device budget).
 size_t device_free_bytes(const Context& ctx);
+// Bytes this process has allocated on ctx's device now and at the peak so far (buffers and
+// arena, as the CUDA backend counts its cudaMallocs); 0 on the CPU.
+size_t device_allocated_bytes(const Context& ctx);
+size_t device_peak_allocated_bytes(const Context& ctx);
 
 }  // namespace fp8rl::ops

@@ -200,7 +200,7 @@ struct DpoTrainer::Impl {
                              {"logps/rejected", mean.logps_rejected / n},
                              {"epoch", double(epoch) + double(batch) / double(batches_per_epoch)},
                              {"tokens_per_second", double(tokens) / seconds},
-                             {"peak_memory_bytes", peak_host_memory_bytes()},
+                             {"peak_memory_bytes", peak_memory_bytes(ctx)},
                              {"skipped_steps", train_step->skipped_steps()}};
       metrics.write(line);
       if (on_step)

@@ -149,6 +149,10 @@ struct GrpoTrainer::Impl {
       : ctx(c), model(m), adapter(a), tokenizer(t), eos_ids(std::move(eos)), data(std::move(d)),
         cfg(g), rewards(std::move(r)), base_model_name(std::move(base)) {
     cfg.validate();
+    CHECK(!cfg.on_policy_exact,
+          "on_policy_exact is not implemented yet: the engine's and the trainer's kernels are "
+          "not pinned to the same reduction order (the mismatch is logged and corrected by "
+          "vllm_importance_sampling_correction instead)");
     CHECK(!data.empty(), "grpo: the dataset has no prompts");
     CHECK(rewards.size() > 0, "grpo: no reward functions (set `rewards` or --reward-process)");
     if (!cfg.reward_weights.empty()) rewards.set_weights(cfg.reward_weights);
@@ -354,7 +358,7 @@ struct GrpoTrainer::Impl {
     m["timing/reward_seconds"] = reward_seconds;
     m["timing/rollout_logprob_seconds"] = logprob_seconds;
     m["rollout_tokens_per_second"] = double(completion_tokens) / std::max(rollout_seconds, 1e-9);
-    m["peak_memory_bytes/rollout"] = peak_host_memory_bytes();
+    m["peak_memory_bytes/rollout"] = peak_memory_bytes(ctx);
     // samples.jsonl: the first few completions of the round.
     const int64_t keep = std::min<int64_t>(int64_t(n), cfg.num_completions_to_print.value_or(4));
     for (int64_t c = 0; c < keep; ++c) {
@@ -364,6 +368,9 @@ struct GrpoTrainer::Impl {
                           {"reward", std::isfinite(totals[size_t(c)]) ? nlohmann::json(totals[size_t(c)]) : nlohmann::json(nullptr)},
                           {"advantage", r.advantages[size_t(c)]}};
       samples << s.dump() << '\n';
+      if (cfg.log_completions)
+        fmt::print(stderr, "  [{}] reward {} | {} -> {}\n", step, s["reward"].dump(),
+                   batch.prompts[size_t(c)], batch.completions[size_t(c)]);
     }
     samples.flush();
     return r;
@@ -503,7 +510,7 @@ struct GrpoTrainer::Impl {
       line["timing/train_seconds"] = train_seconds;
       line["timing/step_seconds"] = seconds;
       line["train_tokens_per_second"] = double(train_tokens) / std::max(train_seconds, 1e-9);
-      line["peak_memory_bytes/train"] = peak_host_memory_bytes();
+      line["peak_memory_bytes/train"] = peak_memory_bytes(ctx);
       metrics.write(line);
       if (on_step) {
         GrpoStepInfo info;

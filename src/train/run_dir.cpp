@@ -10,6 +10,7 @@
 #include "formats/safetensors.h"
 #include "model/adapter.h"
 #include "model/model.h"
+#include "ops/memory.h"
 #include "train/train_step.h"
 
 namespace fp8rl {
@@ -125,6 +126,10 @@ void MetricsLog::write(const nlohmann::json& line) {
   out_ << line.dump() << '\n';
   out_.flush();
   CHECK(out_.good(), "cannot write '{}' (disk full?)", path_);
+}
+
+size_t peak_memory_bytes(const Context& ctx) {
+  return ctx.device == Device::cpu ? peak_host_memory_bytes() : ops::device_peak_allocated_bytes(ctx);
 }
 
 size_t peak_host_memory_bytes() {

@@ -54,5 +54,8 @@ class MetricsLog {
 
 // Peak memory of the process so far (the CPU backend's resident high water), bytes.
 size_t peak_host_memory_bytes();
+// The peak of the memory training runs in: the device's allocations on CUDA, the process's
+// resident high water on the CPU.
+size_t peak_memory_bytes(const Context& ctx);
 
 }  // namespace fp8rl

@@ -135,7 +135,7 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
                            {"num_tokens", pos_.tokens},
                            {"tokens_per_second", double(tokens) / seconds},
                            {"step_seconds", seconds},
-                           {"peak_memory_bytes", peak_host_memory_bytes()},
+                           {"peak_memory_bytes", peak_memory_bytes(ctx_)},
                            {"skipped", r.skipped},
                            {"skipped_steps", train_step_->skipped_steps()}};
     if (!std::isfinite(loss)) line["loss"] = nullptr;

@@ -83,6 +83,7 @@ class Backend {
   void* malloc(size_t bytes);
   void free(void* p, size_t bytes);
   size_t peak_allocated() const { return peak_allocated_; }
+  size_t allocated() const { return allocated_; }
 
   // Per-op profiling with CUDA events (off by default).
   bool profiling() const { return profiling_; }
