@@ -32,6 +32,7 @@ namespace fp8rl::cli {
 void add_bench_command(CLI::App& app);
 void add_bench_generate_command(CLI::App& bench);  // cmd_bench_generate.cpp
 void add_bench_train_command(CLI::App& bench);     // cmd_bench_train.cpp
+void add_bench_grpo_command(CLI::App& bench);      // cmd_bench_grpo.cpp
 
 namespace {
 
@@ -247,6 +248,7 @@ void add_bench_command(CLI::App& app) {
   c->callback([o] { run_bench_forward(*o); });
   add_bench_generate_command(*bench);
   add_bench_train_command(*bench);
+  add_bench_grpo_command(*bench);
 }
 
 }  // namespace fp8rl::cli

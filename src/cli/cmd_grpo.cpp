@@ -27,7 +27,7 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   const auto& chat = ts.tokenizer_setup().chat;
   std::vector<PromptExample> prompts =
       read_prompt_dataset(cfg.data, ts.tokenizer(), chat ? &*chat : nullptr, d);
-  GrpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), ts.tokenizer(), ts.session().eos_ids(),
+  GrpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), &ts.tokenizer(), ts.session().eos_ids(),
                       std::move(prompts), cfg, std::move(rewards), ts.base_model_name());
   CHECK(!cfg.dry_run, "grpo --dry-run is not implemented yet (sft --dry-run is)");
   write_run_config(cfg.output_dir, yaml);

@@ -124,7 +124,7 @@ struct GrpoTrainer::Impl {
   Context& ctx;
   Model& model;
   LoraAdapter& adapter;
-  const tok::Tokenizer& tokenizer;
+  const tok::Tokenizer* tokenizer;  // null: completions are not decoded (text "")
   std::vector<int32_t> eos_ids;
   std::vector<PromptExample> data;
   GrpoConfig cfg;
@@ -144,7 +144,7 @@ struct GrpoTrainer::Impl {
   std::optional<Round> round;
   int64_t non_finite_total = 0;
 
-  Impl(Context& c, Model& m, LoraAdapter& a, const tok::Tokenizer& t, std::vector<int32_t> eos,
+  Impl(Context& c, Model& m, LoraAdapter& a, const tok::Tokenizer* t, std::vector<int32_t> eos,
        std::vector<PromptExample> d, const GrpoConfig& g, RewardSet r, std::string base)
       : ctx(c), model(m), adapter(a), tokenizer(t), eos_ids(std::move(eos)), data(std::move(d)),
         cfg(g), rewards(std::move(r)), base_model_name(std::move(base)) {
@@ -173,7 +173,7 @@ struct GrpoTrainer::Impl {
     eo.max_num_seqs = cfg.max_num_seqs;
     eo.max_num_batched_tokens = cfg.max_num_batched_tokens;
     eo.seed = uint64_t(cfg.seed);
-    engine = std::make_unique<Engine>(ctx, model, &tokenizer, eos_ids, eo);
+    engine = std::make_unique<Engine>(ctx, model, tokenizer, eos_ids, eo);
     pass = std::make_unique<LogprobPass>(ctx, model, &adapter);
   }
 
@@ -210,6 +210,7 @@ struct GrpoTrainer::Impl {
   PassOptions pass_options() const {
     PassOptions o;
     o.temperature = float(cfg.temperature);
+    o.checkpointing = cfg.gradient_checkpointing;
     return o;
   }
 
@@ -274,7 +275,8 @@ struct GrpoTrainer::Impl {
         truncated.push_back(c.finish == FinishReason::length);
         completion_tokens += int64_t(c.ids.size());
         batch.prompts.push_back(data[prompts[i]].text);
-        batch.completions.push_back(tokenizer.decode(c.ids, /*skip_special=*/true));
+        batch.completions.push_back(
+            tokenizer != nullptr ? tokenizer->decode(c.ids, /*skip_special=*/true) : std::string());
         batch.completion_ids.push_back(c.ids);
         for (const auto& [key, value] : data[prompts[i]].columns.items())
           batch.columns[key].push_back(value);
@@ -533,7 +535,7 @@ struct GrpoTrainer::Impl {
 };
 
 GrpoTrainer::GrpoTrainer(Context& ctx, Model& model, LoraAdapter& adapter,
-                         const tok::Tokenizer& tokenizer, std::vector<int32_t> eos_ids,
+                         const tok::Tokenizer* tokenizer, std::vector<int32_t> eos_ids,
                          std::vector<PromptExample> prompts, const GrpoConfig& config,
                          RewardSet rewards, std::string base_model_name)
     : impl_(std::make_unique<Impl>(ctx, model, adapter, tokenizer, std::move(eos_ids),

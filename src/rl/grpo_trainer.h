@@ -45,8 +45,8 @@ struct GrpoStepInfo {
 class GrpoTrainer {
  public:
   // The adapter must be attached to the model. The tokenizer decodes completions for the
-  // rewards; eos_ids end generation.
-  GrpoTrainer(Context& ctx, Model& model, LoraAdapter& adapter, const tok::Tokenizer& tokenizer,
+  // rewards (null: no text, for rewards of token ids only); eos_ids end generation.
+  GrpoTrainer(Context& ctx, Model& model, LoraAdapter& adapter, const tok::Tokenizer* tokenizer,
               std::vector<int32_t> eos_ids, std::vector<PromptExample> prompts,
               const GrpoConfig& config, RewardSet rewards, std::string base_model_name);
   ~GrpoTrainer();

@@ -61,7 +61,7 @@ GrpoRun run_grpo(const GrpoConfig& c, RewardSet rewards) {
   std::vector<PromptExample> prompts =
       read_prompt_dataset(c.data, ts.tokenizer(), chat ? &*chat : nullptr, d);
   prompts.resize(64);
-  GrpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), ts.tokenizer(), ts.session().eos_ids(),
+  GrpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), &ts.tokenizer(), ts.session().eos_ids(),
                       std::move(prompts), c, std::move(rewards), "demo");
   trainer.run();
   GrpoRun r;
