@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kAttnThreads) attention_kernel(const Attention
     }
     __syncthreads();  // the next iteration's prefetch overwrites this stage
   }
-  store_output_rows<D>(o, l, a, b, warp, g, tq);
+  store_output_rows<D>(o, l, m, a, b, warp, g, tq);
 }
 
 template <int D, int BC>

@@ -231,8 +231,8 @@ __device__ __forceinline__ void p_fragment(const float (&s)[BC / 8][4], int kk, 
 // max |out| (of the rounded values) is max-reduced into it.
 template <int D>
 __device__ __forceinline__ void store_output_rows(const float (&o)[D / 8][4], float (&l)[2],
-                                                  const AttentionArgs& a, const QueryBlock& b,
-                                                  int warp, int g, int tq) {
+                                                  const float (&m)[2], const AttentionArgs& a,
+                                                  const QueryBlock& b, int warp, int g, int tq) {
   float amax = 0.0f;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -241,6 +241,14 @@ __device__ __forceinline__ void store_output_rows(const float (&o)[D / 8][4], fl
     const int row = b.q0 + warp * 16 + g + 8 * r;
     if (row >= b.t) continue;
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    if (a.lse != nullptr && tq == 0) {
+      // P = 2^(v mul - m mul) summed to l (softmax_scores), so ln sum exp(score) is
+      // (m mul + log2 l) ln 2, with the score domain's mul as there.
+      constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+      const float mul = a.softcap > 0.0f ? 1.0f : a.scale * kLog2e;
+      a.lse[int64_t(b.row0 + row) * a.hq + b.h] =
+          l[r] > 0.0f ? (m[r] * mul + log2f(l[r])) * kLn2 : 0.0f;
+    }
     bf16* dst = a.out + (int64_t(b.row0 + row) * a.hq + b.h) * D + tq * 2;
 #pragma unroll
     for (int dn = 0; dn < D / 8; ++dn) {

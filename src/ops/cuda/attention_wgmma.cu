@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(WG* kAttnThreads, 2 / WG)
   wgmma_commit();
   wgmma_wait<0>();
   fence_registers(o);
-  store_output_rows<D>(o, l, a, b, warp, g, tq);
+  store_output_rows<D>(o, l, m, a, b, warp, g, tq);
 #else
   __trap();  // never launched: attention_wgmma_init() reports the kernel unavailable
 #endif

@@ -209,11 +209,19 @@ AttentionBackwardArgs attention_args(const TensorView& q, const TensorView& k_po
 }
 }  // namespace
 
-// out from the forward's own kernel (bit for bit), lse from a second pass over the keys.
+// out from the forward's own kernel (bit for bit). A prefill kernel writes lse from its own
+// running max and sum (rows it does not write, beyond the batch's, stay 0); a decode step
+// (every sequence one new token) runs the split-K decode kernel, and lse comes from a second
+// pass over the keys.
 void paged_attention_lse(Backend& b, const TensorView& q, const TensorView& k_pool,
                          const TensorView& v_pool, const ops::PagedBatch& batch,
                          const ops::AttentionParams& p, const TensorView& out,
                          const TensorView& lse) {
+  if (batch.max_query_len > 1) {
+    launch_fill_f32(f32(lse), lse.numel(), 0.0f, b.stream());
+    paged_attention(b, q, k_pool, v_pool, batch, p, out, nullptr, {}, f32(lse));
+    return;
+  }
   const AttentionBackwardArgs a = attention_args(q, k_pool, v_pool, batch, p);
   paged_attention(b, q, k_pool, v_pool, batch, p, out, nullptr, {});
   launch_paged_attention_lse(a, f32(lse), b.stream());

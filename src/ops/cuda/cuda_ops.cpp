@@ -241,7 +241,7 @@ size_t paged_attention_scratch_bytes(int64_t t, int64_t heads, int64_t head_dim,
 void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
                      const TensorView& v_pool, const ops::PagedBatch& batch,
                      const ops::AttentionParams& p, const TensorView& out, float* amax,
-                     const ops::KvScales& scales) {
+                     const ops::KvScales& scales, float* lse) {
   const int64_t t = q.dim(0), hq = q.dim(1), d = q.dim(2), hkv = k_pool.dim(2);
   CHECK(attention_supports(d), "CUDA attention supports head_dim 32, 64, 128 and 256, not {}", d);
   for (const TensorView* x : {&q, &k_pool, &v_pool, &out})
@@ -262,6 +262,7 @@ void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
   a.softcap = p.softcap;
   a.window = p.window;
   a.amax = amax;
+  a.lse = lse;
   a.cu_q = static_cast<const int32_t*>(batch.cu_q.data);
   a.context_lens = static_cast<const int32_t*>(batch.context_lens.data);
   a.block_tables = static_cast<const int32_t*>(batch.block_tables.data);

@@ -63,6 +63,10 @@ struct AttentionArgs {
   float scale, softcap;
   int64_t window;
   float* amax;  // if set: max |out| (of the bf16 values) is atomically max-reduced into it
+  // If set (the prefill kernels attention.cu / attention_wgmma.cu only): [rows, hq] f32, the
+  // natural log-sum-exp of each written query row's scores, from the kernel's own running max
+  // and sum (the training forward saves it for the attention backward).
+  float* lse = nullptr;
   // Paged (cu_q set): k and v are pools [slots, hkv, d]; the grid's z dimension runs over
   // num_seqs sequences, sequence z owning rows cu_q[z] .. cu_q[z+1] of q and out at positions
   // context_lens[z] - n + i, its key j in slot
