@@ -724,6 +724,17 @@ TEST(CliTrain, GrpoConfigErrors) {
   write_file(cfg, "model: " + kDemoModel + "\ndata: " + data +
                       "\nrewards:\n  - {type: answer_mach}\n");
   expect_one_line_error("grpo --config " + cfg + " --output-dir " + temp("g2"), "answer_mach");
+  // A prompt over max_prompt_length names its row unless truncation is asked for.
+  write_file(data, "{\"prompt\": \"What is 1+1?\", \"answer\": \"2\"}\n");
+  write_file(cfg, "model: " + kDemoModel + "\ndata: " + data +
+                      "\nmax_prompt_length: 4\nrewards:\n  - {type: answer_match}\n");
+  expect_one_line_error("grpo --config " + cfg + " --output-dir " + temp("g3"), ":1:");
+  expect_one_line_error("grpo --config " + cfg + " --output-dir " + temp("g4"),
+                        "max_prompt_length");
+  const Result r = run("grpo --config " + cfg + " --output-dir " + temp("g5") +
+                       " --truncation --max-steps 1 --num-generations 2 "
+                       "--per-device-train-batch-size 2 --max-completion-length 2");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 }  // namespace
