@@ -130,7 +130,9 @@ inline double cuda_f32_gemm_bound(int64_t k) {
 // midpoint (a fraction ~1e-4 of them): at most kFp8FusedFlips of the codes may differ, each by
 // one e4m3 step (2^-3 of the value, or one subnormal step scale * 2^-9).
 inline constexpr double kFp8FusedFlips = 1e-3;
-inline double fused_scale_bound(int64_t k) { return std::max(1e-6, f32_reduction_bound(k)); }
+inline double fused_scale_bound(int64_t k) {
+  return std::max(1e-6, f32_reduction_bound(k));
+}
 // Per-tensor fused scaling stages the op's output in bf16 first: the quantized values are then
 // perturbed by up to 2^-9 relative, which flips a rounding with probability <= 2^-9 / 2^-4
 // (the narrowest e4m3 rounding interval is 2^-4 of the value): up to 2^-5 of the codes; and the
@@ -158,7 +160,9 @@ inline constexpr double kCudaBf16Logits = 2e-2;
 // by the test): std ratio ~1.15, bound 1.25 d_fp8 on top of the bf16 bound. In words: with
 // bf16 activations an FP8 forward agrees with the fp32-activation FP8 forward only to the size
 // of the FP8 effect itself (measured on the H200, 2026-11-29: ratio 0.3..0.85).
-inline double cuda_fp8_logits_bound(double d_fp8) { return kCudaBf16Logits + 1.25 * d_fp8; }
+inline double cuda_fp8_logits_bound(double d_fp8) {
+  return kCudaBf16Logits + 1.25 * d_fp8;
+}
 
 // ---- The CPU's emulation of bf16 activations (Context::bf16_activations) ------------------
 // The emulating CPU forward rounds to bf16 exactly where the CUDA backend stores bf16, with the
@@ -293,7 +297,6 @@ inline double optimizer_f32_bound(int steps, double max_abs_param, double max_ab
   return 2.0 * steps * kF32Eps * (max_abs_param + 2.0 * steps * max_abs_update);
 }
 
-
 // ---- Backward ops vs fp64 finite differences (tests/ops/test_backward.cpp) ---------------
 // The reference gradient is a central difference (L(x + h) - L(x - h)) / 2h of an fp64
 // re-implementation of the forward, for L = sum c * y with c uniform in [-1, 1] and inputs of
@@ -318,7 +321,9 @@ inline double backward_grad_bound(int64_t n) {
 // to max |fp64 output|: reductions of length n (f32_reduction_bound) plus a few ulps of exp,
 // tanh, sin/cos and log (8 2^-24); lse and log-probabilities are compared in absolute terms
 // relative to max(1, |value|) by the same bound.
-inline double forward_f32_bound(int64_t n) { return f32_reduction_bound(n) + 8.0 * kF32Eps; }
+inline double forward_f32_bound(int64_t n) {
+  return f32_reduction_bound(n) + 8.0 * kF32Eps;
+}
 
 // ---- CUDA backward ops vs the CPU reference (tests/gpu/op_cases_backward.cpp) ------------
 // Both sides get the same inputs: activations bf16-representable (the CUDA kernels read them

@@ -71,9 +71,9 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
   for (int64_t p = 0; p < o.prompts * o.steps; ++p) {
     PromptExample e;
     for (int64_t t = 0; t < o.prompt_tokens; ++t)
-      e.ids.push_back(int32_t(uniform01(o.seed + 11, uint64_t(p * o.prompt_tokens + t)) *
-                              float(vocab)) %
-                      int32_t(vocab));
+      e.ids.push_back(
+          int32_t(uniform01(o.seed + 11, uint64_t(p * o.prompt_tokens + t)) * float(vocab)) %
+          int32_t(vocab));
     e.columns = nlohmann::json::object();
     prompts.push_back(std::move(e));
   }
@@ -117,10 +117,10 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
   r["lora_r"] = o.lora_r;
   r["checkpointing"] = o.checkpointing;
   r["steps"] = o.steps;
-  for (const char* k : {"peak_memory_bytes/rollout", "peak_memory_bytes/train",
-                        "timing/rollout_seconds", "timing/rollout_logprob_seconds",
-                        "timing/train_seconds", "timing/step_seconds", "rollout_tokens_per_second",
-                        "train_tokens_per_second", "completions/mean_length"})
+  for (const char* k :
+       {"peak_memory_bytes/rollout", "peak_memory_bytes/train", "timing/rollout_seconds",
+        "timing/rollout_logprob_seconds", "timing/train_seconds", "timing/step_seconds",
+        "rollout_tokens_per_second", "train_tokens_per_second", "completions/mean_length"})
     if (last.contains(k)) r[std::string("last_step/") + k] = last[k];
   r["weights_bytes"] = model.device_bytes();
   const std::string text = r.dump(2);

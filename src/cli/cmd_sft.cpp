@@ -58,9 +58,11 @@ void run_sft(const SftConfig& cfg, const std::string& yaml) {
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double eta = elapsed / double(i.step) * double(i.total_steps - i.step);
-    fmt::print(stderr, "sft step {}/{} | loss {:.4f} | grad_norm {:.3f} | lr {:.3g} | {:.0f} tok/s | ETA {}{}\n",
-               i.step, i.total_steps, i.loss, i.grad_norm, i.lr, i.tokens_per_second,
-               format_duration(eta), i.skipped ? " | step skipped (non-finite)" : "");
+    fmt::print(
+        stderr,
+        "sft step {}/{} | loss {:.4f} | grad_norm {:.3f} | lr {:.3g} | {:.0f} tok/s | ETA {}{}\n",
+        i.step, i.total_steps, i.loss, i.grad_norm, i.lr, i.tokens_per_second, format_duration(eta),
+        i.skipped ? " | step skipped (non-finite)" : "");
   });
   fmt::print("trained {} steps; adapter in {}\n", trainer.total_steps(), cfg.output_dir);
 }

@@ -84,8 +84,9 @@ class LoraAdapter {
   void save_peft(const std::string& dir, const std::string& base_model_name) const;
 
   // CUDA: (re)creates the bf16 compute copies and an fp32 copy of the masters (for the
-  // trainer's backward) from the masters (allocating them on first use) and waits for the copy. CPU: nothing to do, the masters are the compute copies. The device
-  // copy is released with the adapter, which must then go before the CudaDevice.
+  // trainer's backward) from the masters (allocating them on first use) and waits for the copy.
+  // CPU: nothing to do, the masters are the compute copies. The device copy is released with the
+  // adapter, which must then go before the CudaDevice.
   void sync_to_device(Context& ctx);
   // Points every targeted projection's `lora` at the compute copies on the model's device
   // (after sync_to_device for a CUDA model). The adapter must outlive the attachment.
@@ -135,8 +136,8 @@ class LoraAdapter {
 
   LoraConfig config_;
   int64_t num_layers_ = 0;
-  std::vector<Slot> slots_;   // [layer * 7 + projection]
-  Tensor masters_;            // [P] f32 host
+  std::vector<Slot> slots_;      // [layer * 7 + projection]
+  Tensor masters_;               // [P] f32 host
   DeviceBuffer device_copy_;     // [P] bf16 on CUDA, after sync_to_device
   DeviceBuffer device_masters_;  // [P] f32 on CUDA, after sync_to_device
   uint64_t version_ = 1;

@@ -24,15 +24,14 @@ void linear_backward(Context& ctx, const AdapterGrads& g, int64_t li, int projec
   const ops::LoraDropout dropout{g.tape.dropout_p,
                                  lora_dropout_seed(g.tape.dropout_seed, li, projection)};
   ops::lora_backward(ctx, x, a.training_view(li, projection, false, ctx.device),
-                     a.training_view(li, projection, true, ctx.device), a.scale(),
-                     dropout, dy, dx, a.slice(g.grads, li, projection, false),
+                     a.training_view(li, projection, true, ctx.device), a.scale(), dropout, dy, dx,
+                     a.slice(g.grads, li, projection, false),
                      a.slice(g.grads, li, projection, true));
 }
 
 // dx += the gradient through rms_norm(x) of dh.
-void norm_backward_add(Context& ctx, const ModelConfig& c, const TensorView& x,
-                       const TensorView& w, const TensorView& inv_rms, const TensorView& dh,
-                       const TensorView& dx) {
+void norm_backward_add(Context& ctx, const ModelConfig& c, const TensorView& x, const TensorView& w,
+                       const TensorView& inv_rms, const TensorView& dh, const TensorView& dx) {
   ops::ScratchScope scope(ctx);
   const TensorView d = ops::scratch_alloc(ctx, dx.shape, DType::f32);
   ops::rms_norm_backward(ctx, x, w, inv_rms, c.norm_plus_one, dh, d);
@@ -75,8 +74,8 @@ void layer_backward(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
   // Attention block: x_mid = x_in + [post_attn_norm](o(attention(rope(norm(q(h))), ...))).
   TensorView d_o = dx;
   if (c.sandwich_norms) {
-    ops::rms_norm_backward(ctx, sv.o_out, l.post_attention_norm, sv.inv_rms_o, c.norm_plus_one,
-                           dx, dproj);
+    ops::rms_norm_backward(ctx, sv.o_out, l.post_attention_norm, sv.inv_rms_o, c.norm_plus_one, dx,
+                           dproj);
     d_o = dproj;
   }
   {
@@ -86,20 +85,18 @@ void layer_backward(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
     const TensorView dk = ops::scratch_alloc(ctx, {t, c.kv_dim()}, f32);
     const TensorView dv = ops::scratch_alloc(ctx, {t, c.kv_dim()}, f32);
     linear_backward(ctx, g, li, 3, l.o, sv.attn, d_o, d_attn, false);
-    ops::paged_attention_backward(ctx, sv.q.reshape({t, hq, d}), kv.k(li), kv.v(li), step.attn,
-                                  attention_params(c, l), sv.attn.reshape({t, hq, d}),
-                                  sv.lse.reshape({t, hq}), d_attn.reshape({t, hq, d}),
-                                  dq.reshape({t, hq, d}), dk.reshape({t, hkv, d}),
-                                  dv.reshape({t, hkv, d}));
+    ops::paged_attention_backward(
+        ctx, sv.q.reshape({t, hq, d}), kv.k(li), kv.v(li), step.attn, attention_params(c, l),
+        sv.attn.reshape({t, hq, d}), sv.lse.reshape({t, hq}), d_attn.reshape({t, hq, d}),
+        dq.reshape({t, hq, d}), dk.reshape({t, hkv, d}), dv.reshape({t, hkv, d}));
     const TensorView inv_freq = rope_frequencies(l);
-    ops::rms_norm_rope_backward(ctx, sv.q_pre.reshape({t, hq, d}),
-                                c.qk_norm ? l.q_norm : TensorView(), sv.q_inv_rms,
-                                c.norm_plus_one, step.positions, inv_freq,
-                                dq.reshape({t, hq, d}), dq.reshape({t, hq, d}));
+    ops::rms_norm_rope_backward(
+        ctx, sv.q_pre.reshape({t, hq, d}), c.qk_norm ? l.q_norm : TensorView(), sv.q_inv_rms,
+        c.norm_plus_one, step.positions, inv_freq, dq.reshape({t, hq, d}), dq.reshape({t, hq, d}));
     ops::rms_norm_rope_backward(ctx, sv.k_pre.reshape({t, hkv, d}),
-                                c.qk_norm ? l.k_norm : TensorView(), sv.k_inv_rms,
-                                c.norm_plus_one, step.positions, inv_freq,
-                                dk.reshape({t, hkv, d}), dk.reshape({t, hkv, d}));
+                                c.qk_norm ? l.k_norm : TensorView(), sv.k_inv_rms, c.norm_plus_one,
+                                step.positions, inv_freq, dk.reshape({t, hkv, d}),
+                                dk.reshape({t, hkv, d}));
     linear_backward(ctx, g, li, 0, l.q, sv.h_attn, dq, dh, false);
     linear_backward(ctx, g, li, 1, l.k, sv.h_attn, dk, dh, true);
     linear_backward(ctx, g, li, 2, l.v, sv.h_attn, dv, dh, true);
@@ -117,8 +114,8 @@ void backward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& s
             d_hidden.device == ctx.device,
         "backward: d_hidden must be f32 [{}, {}] on {}, got {} {}", t, c.hidden_size,
         device_name(ctx.device), dtype_name(d_hidden.dtype), d_hidden.shape.str());
-  CHECK(adapter.num_layers() == c.num_layers,
-        "backward: the adapter has {} layers, the model {}", adapter.num_layers(), c.num_layers);
+  CHECK(adapter.num_layers() == c.num_layers, "backward: the adapter has {} layers, the model {}",
+        adapter.num_layers(), c.num_layers);
   ops::ScratchScope scope(ctx);
   const AdapterGrads g{adapter, grads, tape};
   const TensorView dx = ops::scratch_alloc(ctx, {t, c.hidden_size}, DType::f32);

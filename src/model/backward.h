@@ -19,8 +19,7 @@ namespace fp8rl {
 // d_hidden [T, H] f32. `tape` is what forward(ctx, model, kv, step, tape) saved for the same
 // step and pool (checkpointed layers are recomputed here, rewriting their KV slots with the
 // same values). The adapter must be the one attached to the model.
-void backward(Context& ctx, const Model& model, const KvPool& kv, const StepBatch& step,
-              Tape& tape, const TensorView& d_hidden, const LoraAdapter& adapter,
-              const TensorView& grads);
+void backward(Context& ctx, const Model& model, const KvPool& kv, const StepBatch& step, Tape& tape,
+              const TensorView& d_hidden, const LoraAdapter& adapter, const TensorView& grads);
 
 }  // namespace fp8rl

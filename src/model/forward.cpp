@@ -255,8 +255,7 @@ void forward_layer_saving(Context& ctx, const Model& m, int64_t li, const KvPool
                             eps, p1, step.positions, inv_freq, k, sv.k_inv_rms);
     const ops::KvScales kv_scales{kv.k_scale(li), kv.v_scale(li)};
     CHECK(kv_scales.k.empty(), "training forward: an FP8 KV pool is not differentiable");
-    ops::store_kv(ctx, k, v.reshape({t, hkv, d}), step.slot_mapping, kv.k(li), kv.v(li),
-                  kv_scales);
+    ops::store_kv(ctx, k, v.reshape({t, hkv, d}), step.slot_mapping, kv.k(li), kv.v(li), kv_scales);
     ops::paged_attention_lse(ctx, sv.q.reshape({t, hq, d}), kv.k(li), kv.v(li), step.attn,
                              attention_params(c, l), sv.attn.reshape({t, hq, d}),
                              sv.lse.reshape({t, hq}));

@@ -39,8 +39,7 @@ void forward(Context& ctx, const Model& model, const KvPool& kv, const StepBatch
 // get the tape's LoRA dropout. Ends with the final norm's output in tape.h_final: the loss
 // (ops::lm_head_cross_entropy) applies the lm_head chunk by chunk, so no [T, V] logits exist.
 // The KV pool must hold the activation dtype (an FP8 KV pool has no gradient).
-void forward(Context& ctx, const Model& model, const KvPool& kv, const StepBatch& step,
-             Tape& tape);
+void forward(Context& ctx, const Model& model, const KvPool& kv, const StepBatch& step, Tape& tape);
 
 // One decoder layer of the training forward: x_out = layer(x_in), saving into `saved`. The
 // backward calls it to recompute a checkpointed layer. x_in, x_out [T, H] must not alias.

@@ -36,7 +36,8 @@ LayerSaved alloc_layer_saved(Arena& a, const ModelConfig& c, int64_t t, DType dt
 Tape alloc_tape(Arena& a, const ModelConfig& c, int64_t t, DType dt, bool checkpointing) {
   Tape tape;
   tape.checkpointing = checkpointing;
-  for (int64_t li = 0; li < c.num_layers; ++li) tape.x_in.push_back(a.alloc({t, c.hidden_size}, dt));
+  for (int64_t li = 0; li < c.num_layers; ++li)
+    tape.x_in.push_back(a.alloc({t, c.hidden_size}, dt));
   const int64_t sets = checkpointing ? 1 : c.num_layers;
   for (int64_t li = 0; li < sets; ++li) tape.layers.push_back(alloc_layer_saved(a, c, t, dt));
   tape.x_final = a.alloc({t, c.hidden_size}, dt);

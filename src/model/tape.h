@@ -23,23 +23,23 @@ namespace fp8rl {
 // One decoder layer's saved activations for T tokens, in the activation dtype unless marked
 // f32. Empty views for what the architecture does not have (q/k norm, sandwich norms).
 struct LayerSaved {
-  TensorView inv_rms_in;     // [T] f32, input norm
-  TensorView h_attn;         // [T, H] normed input of q/k/v (LoRA's x)
-  TensorView q_pre, k_pre;   // [T, Hq*D], [T, Hkv*D] projections before q/k norm and RoPE
-  TensorView q_inv_rms;      // [T*Hq] f32 (qk_norm)
-  TensorView k_inv_rms;      // [T*Hkv] f32 (qk_norm)
-  TensorView q;              // [T, Hq*D] normed, rotated queries
-  TensorView attn;           // [T, Hq*D] attention output (o_proj's input)
-  TensorView lse;            // [T, Hq] f32 attention log-sum-exp
-  TensorView o_out;          // [T, H] o_proj output before the post-attention norm (sandwich)
-  TensorView inv_rms_o;      // [T] f32 (sandwich)
-  TensorView x_mid;          // [T, H] residual stream after the attention block
-  TensorView inv_rms_mid;    // [T] f32, pre-MLP norm
-  TensorView h_mlp;          // [T, H] normed input of gate/up
-  TensorView gate, up;       // [T, I] projections
-  TensorView act;            // [T, I] act(gate) * up (down_proj's input)
-  TensorView down_out;       // [T, H] down_proj output before the post-feedforward norm (sandwich)
-  TensorView inv_rms_down;   // [T] f32 (sandwich)
+  TensorView inv_rms_in;    // [T] f32, input norm
+  TensorView h_attn;        // [T, H] normed input of q/k/v (LoRA's x)
+  TensorView q_pre, k_pre;  // [T, Hq*D], [T, Hkv*D] projections before q/k norm and RoPE
+  TensorView q_inv_rms;     // [T*Hq] f32 (qk_norm)
+  TensorView k_inv_rms;     // [T*Hkv] f32 (qk_norm)
+  TensorView q;             // [T, Hq*D] normed, rotated queries
+  TensorView attn;          // [T, Hq*D] attention output (o_proj's input)
+  TensorView lse;           // [T, Hq] f32 attention log-sum-exp
+  TensorView o_out;         // [T, H] o_proj output before the post-attention norm (sandwich)
+  TensorView inv_rms_o;     // [T] f32 (sandwich)
+  TensorView x_mid;         // [T, H] residual stream after the attention block
+  TensorView inv_rms_mid;   // [T] f32, pre-MLP norm
+  TensorView h_mlp;         // [T, H] normed input of gate/up
+  TensorView gate, up;      // [T, I] projections
+  TensorView act;           // [T, I] act(gate) * up (down_proj's input)
+  TensorView down_out;      // [T, H] down_proj output before the post-feedforward norm (sandwich)
+  TensorView inv_rms_down;  // [T] f32 (sandwich)
 };
 
 // Allocates one layer's set for `tokens` rows from `arena` in `dtype` (the activation dtype).
@@ -53,11 +53,11 @@ struct Tape {
   float dropout_p = 0.0f;
   uint64_t dropout_seed = 0;
 
-  std::vector<TensorView> x_in;     // [L] x [T, H] residual stream entering each layer
-  std::vector<LayerSaved> layers;   // [L] sets, or [1] reused when checkpointing
-  TensorView x_final;               // [T, H] residual stream after the last layer
-  TensorView inv_rms_final;         // [T] f32
-  TensorView h_final;               // [T, H] final-normed hidden states (the lm_head's input)
+  std::vector<TensorView> x_in;    // [L] x [T, H] residual stream entering each layer
+  std::vector<LayerSaved> layers;  // [L] sets, or [1] reused when checkpointing
+  TensorView x_final;              // [T, H] residual stream after the last layer
+  TensorView inv_rms_final;        // [T] f32
+  TensorView h_final;              // [T, H] final-normed hidden states (the lm_head's input)
 
   LayerSaved& layer(int64_t li) { return layers[checkpointing ? 0 : size_t(li)]; }
 };

@@ -15,8 +15,7 @@ void DpoConfig::validate() const {
   CHECK(label_smoothing == 0.0 || loss_type == DpoLossType::sigmoid ||
             loss_type == DpoLossType::robust,
         "label_smoothing = {} applies to loss_type sigmoid and robust only, not {}",
-        label_smoothing,
-        dpo_loss_type_name(loss_type));
+        label_smoothing, dpo_loss_type_name(loss_type));
   c::at_least<int64_t>("max_length", max_length, 2);
   if (max_prompt_length) {
     c::at_least<int64_t>("max_prompt_length", *max_prompt_length, 1);

@@ -66,18 +66,24 @@ struct DpoTrainer::Impl {
 
   Impl(Context& c, Model& m, LoraAdapter& a, std::vector<PreferencePair> p, const DpoConfig& d,
        std::string base)
-      : ctx(c), model(m), adapter(a), pairs(std::move(p)), cfg(d), base_model_name(std::move(base)) {
+      : ctx(c),
+        model(m),
+        adapter(a),
+        pairs(std::move(p)),
+        cfg(d),
+        base_model_name(std::move(base)) {
     cfg.validate();
     CHECK(!pairs.empty(), "dpo: the dataset has no pairs");
     batches_per_epoch = (int64_t(pairs.size()) + cfg.per_device_train_batch_size - 1) /
                         cfg.per_device_train_batch_size;
-    const int64_t steps_per_epoch = std::max<int64_t>(
-        1, (batches_per_epoch + cfg.gradient_accumulation_steps - 1) /
-               cfg.gradient_accumulation_steps);
-    total_steps = cfg.max_steps > 0 ? cfg.max_steps
-                                    : int64_t(std::ceil(cfg.num_train_epochs * double(steps_per_epoch)));
-    train_step = std::make_unique<TrainStep>(
-        make_optimizer(cfg, adapter.master_params().numel()), train_step_config(cfg, total_steps));
+    const int64_t steps_per_epoch =
+        std::max<int64_t>(1, (batches_per_epoch + cfg.gradient_accumulation_steps - 1) /
+                                 cfg.gradient_accumulation_steps);
+    total_steps = cfg.max_steps > 0
+                      ? cfg.max_steps
+                      : int64_t(std::ceil(cfg.num_train_epochs * double(steps_per_epoch)));
+    train_step = std::make_unique<TrainStep>(make_optimizer(cfg, adapter.master_params().numel()),
+                                             train_step_config(cfg, total_steps));
     pass = std::make_unique<LogprobPass>(ctx, model, &adapter);
     ref_chosen.assign(pairs.size(), std::nan(""));
     ref_rejected.assign(pairs.size(), std::nan(""));
@@ -188,20 +194,22 @@ struct DpoTrainer::Impl {
       const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       const double n = double(micro);
       const int64_t step = train_step->global_step();
-      nlohmann::json line = {{"step", step},
-                             {"loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)},
-                             {"grad_norm", std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json(nullptr)},
-                             {"learning_rate", r.lr},
-                             {"rewards/chosen", mean.rewards_chosen / n},
-                             {"rewards/rejected", mean.rewards_rejected / n},
-                             {"rewards/accuracies", mean.rewards_accuracies / n},
-                             {"rewards/margins", mean.rewards_margins / n},
-                             {"logps/chosen", mean.logps_chosen / n},
-                             {"logps/rejected", mean.logps_rejected / n},
-                             {"epoch", double(epoch) + double(batch) / double(batches_per_epoch)},
-                             {"tokens_per_second", double(tokens) / seconds},
-                             {"peak_memory_bytes", peak_memory_bytes(ctx)},
-                             {"skipped_steps", train_step->skipped_steps()}};
+      nlohmann::json line = {
+          {"step", step},
+          {"loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)},
+          {"grad_norm",
+           std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json(nullptr)},
+          {"learning_rate", r.lr},
+          {"rewards/chosen", mean.rewards_chosen / n},
+          {"rewards/rejected", mean.rewards_rejected / n},
+          {"rewards/accuracies", mean.rewards_accuracies / n},
+          {"rewards/margins", mean.rewards_margins / n},
+          {"logps/chosen", mean.logps_chosen / n},
+          {"logps/rejected", mean.logps_rejected / n},
+          {"epoch", double(epoch) + double(batch) / double(batches_per_epoch)},
+          {"tokens_per_second", double(tokens) / seconds},
+          {"peak_memory_bytes", peak_memory_bytes(ctx)},
+          {"skipped_steps", train_step->skipped_steps()}};
       metrics.write(line);
       if (on_step)
         on_step({step, total_steps, loss, mean.rewards_accuracies / n, mean.rewards_margins / n,
@@ -220,7 +228,11 @@ DpoTrainer::DpoTrainer(Context& ctx, Model& model, LoraAdapter& adapter,
     : impl_(std::make_unique<Impl>(ctx, model, adapter, std::move(pairs), config,
                                    std::move(base_model_name))) {}
 DpoTrainer::~DpoTrainer() = default;
-int64_t DpoTrainer::total_steps() const { return impl_->total_steps; }
-void DpoTrainer::run(const std::function<void(const DpoStepInfo&)>& on_step) { impl_->run(on_step); }
+int64_t DpoTrainer::total_steps() const {
+  return impl_->total_steps;
+}
+void DpoTrainer::run(const std::function<void(const DpoStepInfo&)>& on_step) {
+  impl_->run(on_step);
+}
 
 }  // namespace fp8rl

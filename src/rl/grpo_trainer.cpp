@@ -32,23 +32,30 @@ double seconds_since(Clock::time_point t0) {
 // One generation round: C = prompts x num_generations completions and everything the
 // micro-steps over it need, per completion c and its tokens j.
 struct Round {
-  std::vector<size_t> prompt;                     // [C] index into the dataset
-  std::vector<std::vector<int32_t>> ids;          // [C][n_c] sampled tokens (EOS included)
-  std::vector<std::vector<double>> engine_logp;   // [C][n_c]
-  std::vector<std::vector<double>> old_logp;      // [C][n_c] trainer's, at rollout (or empty)
-  std::vector<std::vector<double>> ref_logp;      // [C][n_c] base without adapter (beta != 0)
-  std::vector<std::vector<double>> is_weight;     // [C][n_c] rollout correction (or empty)
-  std::vector<std::vector<uint8_t>> mask;         // [C][n_c] trained tokens
-  std::vector<double> advantages;                 // [C]
-  int64_t num_items = 0;                          // active tokens of the round
+  std::vector<size_t> prompt;                         // [C] index into the dataset
+  std::vector<std::vector<int32_t>> ids;              // [C][n_c] sampled tokens (EOS included)
+  std::vector<std::vector<double>> engine_logp;       // [C][n_c]
+  std::vector<std::vector<double>> old_logp;          // [C][n_c] trainer's, at rollout (or empty)
+  std::vector<std::vector<double>> ref_logp;          // [C][n_c] base without adapter (beta != 0)
+  std::vector<std::vector<double>> is_weight;         // [C][n_c] rollout correction (or empty)
+  std::vector<std::vector<uint8_t>> mask;             // [C][n_c] trained tokens
+  std::vector<double> advantages;                     // [C]
+  int64_t num_items = 0;                              // active tokens of the round
   nlohmann::json metrics = nlohmann::json::object();  // the round's TRL metrics
-  int64_t micro_used = 0;  // micro-steps taken from it
+  int64_t micro_used = 0;                             // micro-steps taken from it
 
   nlohmann::json to_json() const {
-    return {{"prompt", prompt},         {"ids", ids},         {"engine_logp", engine_logp},
-            {"old_logp", old_logp},     {"ref_logp", ref_logp}, {"is_weight", is_weight},
-            {"mask", mask},             {"advantages", advantages}, {"num_items", num_items},
-            {"metrics", metrics},       {"micro_used", micro_used}};
+    return {{"prompt", prompt},
+            {"ids", ids},
+            {"engine_logp", engine_logp},
+            {"old_logp", old_logp},
+            {"ref_logp", ref_logp},
+            {"is_weight", is_weight},
+            {"mask", mask},
+            {"advantages", advantages},
+            {"num_items", num_items},
+            {"metrics", metrics},
+            {"micro_used", micro_used}};
   }
   static Round from_json(const nlohmann::json& j) {
     Round r;
@@ -72,7 +79,7 @@ struct Round {
 struct Packed {
   std::vector<int32_t> ids, targets;
   std::vector<int64_t> cu{0};
-  std::vector<int64_t> token_pos;  // [N] packed position of each completion token, in order
+  std::vector<int64_t> token_pos;   // [N] packed position of each completion token, in order
   std::vector<int64_t> offsets{0};  // [count + 1] completion token offsets (rl/ragged.h)
   PackedSequences view() const { return {ids, targets, cu}; }
 };
@@ -146,8 +153,15 @@ struct GrpoTrainer::Impl {
 
   Impl(Context& c, Model& m, LoraAdapter& a, const tok::Tokenizer* t, std::vector<int32_t> eos,
        std::vector<PromptExample> d, const GrpoConfig& g, RewardSet r, std::string base)
-      : ctx(c), model(m), adapter(a), tokenizer(t), eos_ids(std::move(eos)), data(std::move(d)),
-        cfg(g), rewards(std::move(r)), base_model_name(std::move(base)) {
+      : ctx(c),
+        model(m),
+        adapter(a),
+        tokenizer(t),
+        eos_ids(std::move(eos)),
+        data(std::move(d)),
+        cfg(g),
+        rewards(std::move(r)),
+        base_model_name(std::move(base)) {
     cfg.validate();
     CHECK(!cfg.on_policy_exact,
           "on_policy_exact is not implemented yet: the engine's and the trainer's kernels are "
@@ -160,13 +174,15 @@ struct GrpoTrainer::Impl {
     prompts_per_round = cfg.prompts_per_generation();
     micro_batch = cfg.per_device_train_batch_size;
     const int64_t micro_per_round = steps_per_generation * cfg.num_iterations;
-    const int64_t rounds_per_epoch = (int64_t(data.size()) + prompts_per_round - 1) / prompts_per_round;
-    const int64_t steps_per_epoch = std::max<int64_t>(
-        1, rounds_per_epoch * micro_per_round / cfg.gradient_accumulation_steps);
-    total_steps = cfg.max_steps > 0 ? cfg.max_steps
-                                    : int64_t(std::ceil(cfg.num_train_epochs * double(steps_per_epoch)));
-    train_step = std::make_unique<TrainStep>(
-        make_optimizer(cfg, adapter.master_params().numel()), train_step_config(cfg, total_steps));
+    const int64_t rounds_per_epoch =
+        (int64_t(data.size()) + prompts_per_round - 1) / prompts_per_round;
+    const int64_t steps_per_epoch =
+        std::max<int64_t>(1, rounds_per_epoch * micro_per_round / cfg.gradient_accumulation_steps);
+    total_steps = cfg.max_steps > 0
+                      ? cfg.max_steps
+                      : int64_t(std::ceil(cfg.num_train_epochs * double(steps_per_epoch)));
+    train_step = std::make_unique<TrainStep>(make_optimizer(cfg, adapter.master_params().numel()),
+                                             train_step_config(cfg, total_steps));
     EngineOptions eo;
     eo.kv_memory_bytes = size_t(cfg.kv_memory * double(1ull << 30));
     eo.kv_dtype = parse_kv_dtype(cfg.kv_dtype);
@@ -324,7 +340,8 @@ struct GrpoTrainer::Impl {
       const std::vector<double> old = flatten(r.old_logp, 0, n), eng = flatten(r.engine_logp, 0, n);
       const RolloutCorrection corr = compute_rollout_correction(offsets, old, eng, mask, rc);
       for (size_t c = 0; c < n; ++c)
-        r.is_weight.emplace_back(corr.weight.begin() + offsets[c], corr.weight.begin() + offsets[c + 1]);
+        r.is_weight.emplace_back(corr.weight.begin() + offsets[c],
+                                 corr.weight.begin() + offsets[c + 1]);
       m["sampling/sampling_logp_difference/mean"] = corr.stats.logp_difference_mean;
       m["sampling/sampling_logp_difference/max"] = corr.stats.logp_difference_max;
       m["sampling/importance_sampling_ratio/min"] = corr.stats.ratio_min;
@@ -341,7 +358,10 @@ struct GrpoTrainer::Impl {
     int64_t clipped = 0;
     for (size_t c = 0; c < n; ++c) {
       lens.push_back(double(r.ids[c].size()));
-      if (truncated[c]) ++clipped; else term.push_back(double(r.ids[c].size()));
+      if (truncated[c])
+        ++clipped;
+      else
+        term.push_back(double(r.ids[c].size()));
     }
     const auto mean = [](const std::vector<double>& v) {
       return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
@@ -364,11 +384,13 @@ struct GrpoTrainer::Impl {
     // samples.jsonl: the first few completions of the round.
     const int64_t keep = std::min<int64_t>(int64_t(n), cfg.num_completions_to_print.value_or(4));
     for (int64_t c = 0; c < keep; ++c) {
-      nlohmann::json s = {{"step", step},
-                          {"prompt", batch.prompts[size_t(c)]},
-                          {"completion", batch.completions[size_t(c)]},
-                          {"reward", std::isfinite(totals[size_t(c)]) ? nlohmann::json(totals[size_t(c)]) : nlohmann::json(nullptr)},
-                          {"advantage", r.advantages[size_t(c)]}};
+      nlohmann::json s = {
+          {"step", step},
+          {"prompt", batch.prompts[size_t(c)]},
+          {"completion", batch.completions[size_t(c)]},
+          {"reward", std::isfinite(totals[size_t(c)]) ? nlohmann::json(totals[size_t(c)])
+                                                      : nlohmann::json(nullptr)},
+          {"advantage", r.advantages[size_t(c)]}};
       samples << s.dump() << '\n';
       if (cfg.log_completions)
         fmt::print(stderr, "  [{}] reward {} | {} -> {}\n", step, s["reward"].dump(),
@@ -431,7 +453,9 @@ struct GrpoTrainer::Impl {
   }
 
   nlohmann::json run_state() const {
-    nlohmann::json s = {{"epoch", epoch}, {"next_prompt", next_prompt}, {"rounds", rounds},
+    nlohmann::json s = {{"epoch", epoch},
+                        {"next_prompt", next_prompt},
+                        {"rounds", rounds},
                         {"non_finite_total", non_finite_total}};
     if (round) s["round"] = round->to_json();
     return s;
@@ -487,7 +511,8 @@ struct GrpoTrainer::Impl {
         const GrpoLossResult res = micro_step(*round, first, count, grads_view, entropy);
         ++round->micro_used;
         loss += res.loss;
-        for (size_t c = first; c < first + count; ++c) train_tokens += int64_t(round->ids[c].size());
+        for (size_t c = first; c < first + count; ++c)
+          train_tokens += int64_t(round->ids[c].size());
         means.add("entropy", entropy);
         means.add("policy_loss", res.stats.policy_loss);
         if (res.stats.kl) means.add("kl", *res.stats.kl);
@@ -498,14 +523,16 @@ struct GrpoTrainer::Impl {
         train_seconds += seconds_since(tt);
       }
       const auto ts = Clock::now();
-      const StepResult r = train_step->step({params.ptr<float>(), size_t(params.numel())}, grads, loss);
+      const StepResult r =
+          train_step->step({params.ptr<float>(), size_t(params.numel())}, grads, loss);
       if (!r.skipped) adapter.commit_update(ctx);
       train_seconds += seconds_since(ts);
       means.into(line);
       const double seconds = seconds_since(t0);
       line["step"] = step;
       line["loss"] = std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr);
-      line["grad_norm"] = std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json(nullptr);
+      line["grad_norm"] =
+          std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json(nullptr);
       line["learning_rate"] = r.lr;
       line["skipped_steps"] = train_step->skipped_steps();
       line["epoch"] = double(epoch) + double(next_prompt) / double(data.size());
@@ -544,7 +571,9 @@ GrpoTrainer::GrpoTrainer(Context& ctx, Model& model, LoraAdapter& adapter,
 
 GrpoTrainer::~GrpoTrainer() = default;
 
-int64_t GrpoTrainer::total_steps() const { return impl_->total_steps; }
+int64_t GrpoTrainer::total_steps() const {
+  return impl_->total_steps;
+}
 
 void GrpoTrainer::run(const std::function<void(const GrpoStepInfo&)>& on_step) {
   impl_->run(on_step);

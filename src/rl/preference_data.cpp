@@ -37,7 +37,8 @@ struct Reader {
       request.messages.push_back(m);
     }
     request.add_generation_prompt = generation_prompt;
-    return tokenizer.encode(tmpl->render(build_chat_context(*chat, request), render_options), false);
+    return tokenizer.encode(tmpl->render(build_chat_context(*chat, request), render_options),
+                            false);
   }
 
   // The tokens a completion adds after the prompt; `prompt_ids` must be their prefix.
@@ -107,8 +108,7 @@ struct Reader {
       const int64_t total = int64_t(p.prompt.size() + c->size());
       if (total > opt.max_length) {
         CHECK(opt.truncation && int64_t(p.prompt.size()) < opt.max_length,
-              "prompt + completion has {} tokens, more than max_length {}", total,
-              opt.max_length);
+              "prompt + completion has {} tokens, more than max_length {}", total, opt.max_length);
         c->resize(size_t(opt.max_length - int64_t(p.prompt.size())));
       }
     }

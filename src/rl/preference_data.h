@@ -20,13 +20,13 @@ class Tokenizer;
 struct ChatTemplateConfig;
 
 struct PreferencePair {
-  std::vector<int32_t> prompt;             // the prompt's tokens
-  std::vector<int32_t> chosen, rejected;   // the completions' tokens (after the prompt)
+  std::vector<int32_t> prompt;            // the prompt's tokens
+  std::vector<int32_t> chosen, rejected;  // the completions' tokens (after the prompt)
   int64_t line = 0;
 };
 
 struct PreferenceDataOptions {
-  int64_t max_length = 1024;                      // prompt + completion tokens
+  int64_t max_length = 1024;                       // prompt + completion tokens
   std::optional<int64_t> max_prompt_length = 512;  // nullopt: no limit
   // false: a row over a limit is an error naming it; true: the prompt keeps its last
   // max_prompt_length tokens, prompt + completion its first max_length tokens.

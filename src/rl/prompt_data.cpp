@@ -24,9 +24,9 @@ void check_messages(const Json& messages, const char* name) {
   CHECK(messages.is_array() && !messages.empty(),
         "\"{}\" must be a non-empty list of {{role, content}} messages", name);
   for (size_t i = 0; i < messages.size(); ++i)
-    CHECK(messages[i].is_object() && messages[i].contains("role") &&
-              messages[i]["role"].is_string(),
-          "{}[{}] must be a {{role, content}} object with a string role", name, i);
+    CHECK(
+        messages[i].is_object() && messages[i].contains("role") && messages[i]["role"].is_string(),
+        "{}[{}] must be a {{role, content}} object with a string role", name, i);
 }
 
 }  // namespace

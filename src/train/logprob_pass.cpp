@@ -104,8 +104,7 @@ void LogprobPass::backward_on(Context& ctx, const Buffers& b, const KvPool& kv,
   ops::ScratchScope scope(ctx);
   const TensorView dloss = ops::scratch_alloc(ctx, {t}, DType::f32);
   ops::copy(ctx, dlogprob, dloss);
-  const TensorView d_hidden =
-      ops::scratch_alloc(ctx, {t, model_.config().hidden_size}, DType::f32);
+  const TensorView d_hidden = ops::scratch_alloc(ctx, {t, model_.config().hidden_size}, DType::f32);
   ops::lm_head_cross_entropy_backward(ctx, b.tape.h_final, model_.lm_head, b.targets, b.ce, b.lse,
                                       dloss, d_hidden);
   Tape tape = b.tape;
@@ -163,8 +162,8 @@ void LogprobPass::backward(std::span<const float> dlogprob, const TensorView& gr
   CHECK(last_ != nullptr, "training pass: backward() without a forward()");
   CHECK(adapter_ != nullptr, "training pass: no adapter to take gradients");
   const int64_t t = last_->step.num_tokens();
-  CHECK(int64_t(dlogprob.size()) == t, "training pass: {} gradients for {} tokens",
-        dlogprob.size(), t);
+  CHECK(int64_t(dlogprob.size()) == t, "training pass: {} gradients for {} tokens", dlogprob.size(),
+        t);
   // The cross-entropy backward takes the gradient of loss = -logprob.
   std::vector<float> dloss(dlogprob.size());
   std::transform(dlogprob.begin(), dlogprob.end(), dloss.begin(), [](float g) { return -g; });

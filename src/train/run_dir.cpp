@@ -129,7 +129,8 @@ void MetricsLog::write(const nlohmann::json& line) {
 }
 
 size_t peak_memory_bytes(const Context& ctx) {
-  return ctx.device == Device::cpu ? peak_host_memory_bytes() : ops::device_peak_allocated_bytes(ctx);
+  return ctx.device == Device::cpu ? peak_host_memory_bytes()
+                                   : ops::device_peak_allocated_bytes(ctx);
 }
 
 size_t peak_host_memory_bytes() {

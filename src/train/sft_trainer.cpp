@@ -14,7 +14,11 @@ namespace fp8rl {
 SftTrainer::SftTrainer(Context& ctx, Model& model, LoraAdapter& adapter,
                        std::vector<SftExample> examples, const SftConfig& config,
                        std::string base_model_name)
-    : ctx_(ctx), model_(model), adapter_(adapter), examples_(std::move(examples)), cfg_(config),
+    : ctx_(ctx),
+      model_(model),
+      adapter_(adapter),
+      examples_(std::move(examples)),
+      cfg_(config),
       base_model_name_(std::move(base_model_name)) {
   cfg_.validate();
   CHECK(!examples_.empty(), "sft: the dataset has no examples");
@@ -60,8 +64,8 @@ PassPlan SftTrainer::plan() {
 }
 
 nlohmann::json SftTrainer::position_json() const {
-  return {{"epoch", pos_.epoch}, {"batch", pos_.batch}, {"micro", pos_.micro},
-          {"tokens", pos_.tokens}};
+  return {
+      {"epoch", pos_.epoch}, {"batch", pos_.batch}, {"micro", pos_.micro}, {"tokens", pos_.tokens}};
 }
 
 void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
@@ -118,7 +122,8 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
       if (targets > 0) pass.backward(dlogprob, grads_view);
     }
     const double loss = targets > 0 ? loss_sum / double(targets) : 0.0;
-    const StepResult r = train_step_->step({params.ptr<float>(), size_t(params.numel())}, grads, loss);
+    const StepResult r =
+        train_step_->step({params.ptr<float>(), size_t(params.numel())}, grads, loss);
     if (!r.skipped) adapter_.commit_update(ctx_);
     pos_.batch = last;
     pos_.tokens += tokens;

@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "formats/npy.h"
 #include "formats/safetensors.h"
@@ -55,9 +55,8 @@ std::string temp(const std::string& name) {
 const std::string kQwen3 = fp8rl::test::golden_dir("qwen3");
 
 TEST(Cli, HelpForEverySubcommand) {
-  for (const char* sub :
-       {"info", "logits", "quantize", "init", "schemes", "generate", "chat", "merge", "report",
-        "sft", "grpo", "dpo"}) {
+  for (const char* sub : {"info", "logits", "quantize", "init", "schemes", "generate", "chat",
+                          "merge", "report", "sft", "grpo", "dpo"}) {
     const Result r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << sub;
@@ -689,22 +688,19 @@ TEST(CliTrain, SftRunAndBadInput) {
     EXPECT_TRUE(fs::exists(fs::path(out) / f)) << f;
   const std::vector<nlohmann::json> m = read_jsonl(out + "/metrics.jsonl");
   ASSERT_EQ(m.size(), 2u);
-  for (const char* key : {"step", "loss", "grad_norm", "lr", "tokens_per_second",
-                          "peak_memory_bytes"})
+  for (const char* key :
+       {"step", "loss", "grad_norm", "lr", "tokens_per_second", "peak_memory_bytes"})
     EXPECT_TRUE(m[1].contains(key)) << key;
   const nlohmann::json cfg = read_json(out + "/adapter_config.json");
   EXPECT_EQ(cfg["peft_type"], "LORA");
   // Bad input.
   const std::string bad = temp("sft_bad") + ".jsonl";
   write_file(bad, "{\"text\": \"ok\"}\n{\"text\": \n");
-  expect_one_line_error("sft " + kDemoModel + " --data " + bad + " --out " + temp("o1"),
-                        ":2:");
+  expect_one_line_error("sft " + kDemoModel + " --data " + bad + " --out " + temp("o1"), ":2:");
   write_file(bad, "{\"text\": \"ok\"}\n{\"label\": 1}\n");
-  expect_one_line_error("sft " + kDemoModel + " --data " + bad + " --out " + temp("o2"),
-                        ":2:");
+  expect_one_line_error("sft " + kDemoModel + " --data " + bad + " --out " + temp("o2"), ":2:");
   expect_one_line_error("sft " + kDemoModel + " --data " + data + " --lr -1", "learning_rate");
-  expect_one_line_error("sft " + kDemoModel + " --data " + data + " --max-stepz 3",
-                        "--max-steps");
+  expect_one_line_error("sft " + kDemoModel + " --data " + data + " --max-stepz 3", "--max-steps");
   expect_one_line_error("sft " + kDemoModel + " --data " + data + " --adapter " +
                             fp8rl::test::golden_dir("qwen3") + "/adapter --out " + temp("o3"),
                         "adapter");
@@ -721,8 +717,8 @@ TEST(CliTrain, GrpoConfigErrors) {
   write_file(cfg, "model: " + kDemoModel + "\ndata: " + data +
                       "\nrewards:\n  - {type: answer_match, mode: numeric}\n");
   expect_one_line_error("grpo --config " + cfg + " --output-dir " + temp("g1"), ":2:");
-  write_file(cfg, "model: " + kDemoModel + "\ndata: " + data +
-                      "\nrewards:\n  - {type: answer_mach}\n");
+  write_file(cfg,
+             "model: " + kDemoModel + "\ndata: " + data + "\nrewards:\n  - {type: answer_mach}\n");
   expect_one_line_error("grpo --config " + cfg + " --output-dir " + temp("g2"), "answer_mach");
   // A prompt over max_prompt_length names its row unless truncation is asked for.
   write_file(data, "{\"prompt\": \"What is 1+1?\", \"answer\": \"2\"}\n");

@@ -21,7 +21,8 @@ namespace fs = std::filesystem;
 const std::string kDemo = FP8RL_SOURCE_DIR "/examples/demo";
 
 fs::path temp_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("fp8rl_grpo_" + name + std::to_string(::getpid()));
+  const fs::path d =
+      fs::temp_directory_path() / ("fp8rl_grpo_" + name + std::to_string(::getpid()));
   fs::remove_all(d);
   return d;
 }
@@ -44,7 +45,8 @@ GrpoConfig small_config(const fs::path& out) {
   c.max_steps = 4;
   c.save_steps = 2;
   c.seed = 7;
-  c.rewards = nlohmann::json::parse(R"([{"type": "answer_match", "column": "answer", "mode": "numeric"}])");
+  c.rewards =
+      nlohmann::json::parse(R"([{"type": "answer_match", "column": "answer", "mode": "numeric"}])");
   return c;
 }
 
@@ -77,14 +79,27 @@ TEST(GrpoTrainer, LogsTrlMetricsAndResumesExactly) {
   GrpoConfig c = small_config(a);
   const GrpoRun full = run_grpo(c, make_reward_set(c.rewards));
   ASSERT_EQ(full.metrics.size(), 4u);
-  for (const char* key :
-       {"step", "loss", "grad_norm", "learning_rate", "reward", "reward_std",
-        "rewards/answer_match/mean", "frac_reward_zero_std", "completions/mean_length",
-        "completions/min_length", "completions/max_length", "completions/clipped_ratio",
-        "clip_ratio/region_mean", "entropy", "sampling/sampling_logp_difference/mean",
-        "sampling/importance_sampling_ratio/mean", "rollout_tokens_per_second",
-        "peak_memory_bytes/rollout", "peak_memory_bytes/train", "timing/rollout_seconds",
-        "timing/train_seconds"})
+  for (const char* key : {"step",
+                          "loss",
+                          "grad_norm",
+                          "learning_rate",
+                          "reward",
+                          "reward_std",
+                          "rewards/answer_match/mean",
+                          "frac_reward_zero_std",
+                          "completions/mean_length",
+                          "completions/min_length",
+                          "completions/max_length",
+                          "completions/clipped_ratio",
+                          "clip_ratio/region_mean",
+                          "entropy",
+                          "sampling/sampling_logp_difference/mean",
+                          "sampling/importance_sampling_ratio/mean",
+                          "rollout_tokens_per_second",
+                          "peak_memory_bytes/rollout",
+                          "peak_memory_bytes/train",
+                          "timing/rollout_seconds",
+                          "timing/train_seconds"})
     EXPECT_TRUE(full.metrics[0].contains(key)) << key;
   // On the CPU the trainer recomputes the engine's logprobs to fp32 rounding.
   EXPECT_LT(full.metrics[0]["sampling/sampling_logp_difference/max"].get<double>(), 1e-4);
@@ -108,9 +123,10 @@ TEST(GrpoTrainer, NonFiniteRewardsAreSkippedAndCounted) {
   c.max_steps = 1;
   // A process that scores every sample NaN: every row is counted and none is trained on, so
   // the gradient is zero and AdamW (no weight decay) leaves the adapter as initialized.
-  const GrpoRun run = run_grpo(c, make_reward_process_set(
-      "while read -r line; do echo '{\"rewards\": [\"NaN\",\"NaN\",\"NaN\",\"NaN\",\"NaN\","
-      "\"NaN\",\"NaN\",\"NaN\"]}'; done"));
+  const GrpoRun run = run_grpo(
+      c, make_reward_process_set(
+             "while read -r line; do echo '{\"rewards\": [\"NaN\",\"NaN\",\"NaN\",\"NaN\",\"NaN\","
+             "\"NaN\",\"NaN\",\"NaN\"]}'; done"));
   ASSERT_EQ(run.metrics.size(), 1u);
   EXPECT_EQ(run.metrics[0]["rewards/non_finite_total"], 8);
   EXPECT_EQ(run.metrics[0]["loss"], 0.0);

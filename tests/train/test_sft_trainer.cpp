@@ -47,7 +47,7 @@ struct TrainRun {
 };
 
 TrainRun train(const std::string& dir, std::optional<Fp8Scheme> fp8, int64_t max_steps,
-          const std::string& resume = "", int64_t save_steps = 0) {
+               const std::string& resume = "", int64_t save_steps = 0) {
   Model m = load_model(golden_dir("llama"), fp8);
   LoraConfig lc;
   lc.r = 8;

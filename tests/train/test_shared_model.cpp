@@ -81,7 +81,8 @@ double trainer_mismatch(const Model& m, const LoraAdapter& adapter, const Rollou
   double err = 0;
   size_t k = 0;
   for (size_t t = 0; t < ids.size(); ++t)
-    if (targets[t] != ops::kIgnoreIndex) err = std::max(err, std::fabs(double(pass.logprobs()[t]) - engine_logprobs[k++]));
+    if (targets[t] != ops::kIgnoreIndex)
+      err = std::max(err, std::fabs(double(pass.logprobs()[t]) - engine_logprobs[k++]));
   EXPECT_EQ(k, engine_logprobs.size());
   return err;
 }
