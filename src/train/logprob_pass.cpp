@@ -47,8 +47,10 @@ LogprobPass::LogprobPass(Context& ctx, const Model& model, const LoraAdapter* ad
     : ctx_(ctx), model_(model), adapter_(adapter) {
   CHECK(model.device() == ctx.device, "training pass: the model is on {}, the context on {}",
         device_name(model.device()), device_name(ctx.device));
-  arena_ = std::make_unique<Arena>(ctx.device, arena_alignment(ctx.device));
-  if (ctx.device == Device::cpu) arena_ = std::make_unique<Arena>();
+  // The CPU arena owns host memory; the CUDA one bumps through arena_storage_ (reserve_arena).
+  arena_ = ctx.device == Device::cpu
+               ? std::make_unique<Arena>()
+               : std::make_unique<Arena>(ctx.device, arena_alignment(ctx.device));
 }
 
 void LogprobPass::reserve_arena(size_t bytes) {
