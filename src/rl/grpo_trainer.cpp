@@ -254,7 +254,7 @@ struct GrpoTrainer::Impl {
     return out;
   }
 
-  Round generate(std::ofstream& samples, int64_t step) {
+  Round generate(MetricsLog& samples, int64_t step) {
     Round r;
     const auto t0 = Clock::now();
     const std::vector<size_t> prompts = next_prompts();
@@ -391,12 +391,11 @@ struct GrpoTrainer::Impl {
           {"reward", std::isfinite(totals[size_t(c)]) ? nlohmann::json(totals[size_t(c)])
                                                       : nlohmann::json(nullptr)},
           {"advantage", r.advantages[size_t(c)]}};
-      samples << s.dump() << '\n';
+      samples.write(s);
       if (cfg.log_completions)
         fmt::print(stderr, "  [{}] reward {} | {} -> {}\n", step, s["reward"].dump(),
                    batch.prompts[size_t(c)], batch.completions[size_t(c)]);
     }
-    samples.flush();
     return r;
   }
 
@@ -483,8 +482,7 @@ struct GrpoTrainer::Impl {
     if (!resume.empty() && resume != "false")
       load_state(load_checkpoint(resume, ctx, model, adapter, *train_step));
     MetricsLog metrics(cfg.output_dir, train_step->global_step());
-    std::ofstream samples(cfg.output_dir + "/samples.jsonl",
-                          train_step->global_step() > 0 ? std::ios::app : std::ios::trunc);
+    MetricsLog samples(cfg.output_dir, train_step->global_step(), "samples.jsonl");
     const TensorView params = adapter.master_params();
     std::vector<float> grads(size_t(params.numel()));
     const TensorView grads_view(grads.data(), DType::f32, {params.numel()});

@@ -101,8 +101,8 @@ nlohmann::json load_checkpoint(const std::string& checkpoint, Context& ctx, Mode
   return state;
 }
 
-MetricsLog::MetricsLog(const std::string& dir, int64_t resumed_step)
-    : path_((fs::path(dir) / "metrics.jsonl").string()) {
+MetricsLog::MetricsLog(const std::string& dir, int64_t resumed_step, const std::string& file)
+    : path_((fs::path(dir) / file).string()) {
   std::vector<std::string> kept;
   if (resumed_step > 0) {
     std::ifstream in(path_);

@@ -39,12 +39,14 @@ std::string latest_checkpoint(const std::string& dir);
 nlohmann::json load_checkpoint(const std::string& checkpoint, Context& ctx, Model& model,
                                LoraAdapter& adapter, TrainStep& train_step);
 
-// metrics.jsonl: one line per step, flushed as written. Opening for a resumed run keeps the
-// lines of steps <= resumed_step and drops later ones (written after that checkpoint by the
-// interrupted run), so the file reads as one uninterrupted run.
+// A JSON-lines log of the run keyed by "step" (metrics.jsonl, samples.jsonl), flushed as
+// written. Opening for a resumed run keeps the lines of steps <= resumed_step and drops later
+// ones (written after that checkpoint by the interrupted run), so the file reads as one
+// uninterrupted run.
 class MetricsLog {
  public:
-  MetricsLog(const std::string& dir, int64_t resumed_step);
+  MetricsLog(const std::string& dir, int64_t resumed_step,
+             const std::string& file = "metrics.jsonl");
   void write(const nlohmann::json& line);
 
  private:

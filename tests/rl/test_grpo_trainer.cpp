@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "cli/train_session.h"
 #include "core/check.h"
@@ -112,6 +113,18 @@ TEST(GrpoTrainer, LogsTrlMetricsAndResumesExactly) {
   ASSERT_EQ(resumed.metrics.size(), 2u);
   EXPECT_EQ(resumed.metrics[1]["loss"], full.metrics[3]["loss"]);
   EXPECT_EQ(resumed.params, full.params);
+  // Resumed in its own run directory: the lines past the checkpoint are replaced, not
+  // appended, so samples.jsonl reads as the uninterrupted run's (samples are deterministic).
+  const fs::path again = temp_dir("again");
+  fs::copy(a, again, fs::copy_options::recursive);
+  GrpoConfig ra = small_config(again);
+  ra.resume_from_checkpoint = (again / "checkpoint-2").string();
+  EXPECT_EQ(run_grpo(ra, make_reward_set(ra.rewards)).metrics.size(), 4u);
+  const auto slurp = [](const fs::path& p) {
+    std::ifstream f(p);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  EXPECT_EQ(slurp(again / "samples.jsonl"), slurp(a / "samples.jsonl"));
   // Control: a different seed trains another adapter.
   GrpoConfig other = small_config(temp_dir("c"));
   other.seed = 8;
