@@ -14,12 +14,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "cli/common.h"
-#include "cli/model_session.h"
+#include "cli/bench_training.h"
 #include "core/check.h"
-#include "core/rng.h"
-#include "model/adapter.h"
-#include "model/presets.h"
 #include "rl/grpo_trainer.h"
 #include "rl/reward_config.h"
 
@@ -29,51 +25,27 @@ void add_bench_grpo_command(CLI::App& bench);
 
 namespace {
 
-struct BenchGrpoOptions {
-  std::string model, preset, fp8 = "row", device = "cuda", out;
+struct BenchGrpoOptions : BenchModelOptions {
   int64_t prompts = 1, generations = 8, prompt_tokens = 128, completion_tokens = 512;
-  int64_t lora_r = 32, steps = 3;
+  int64_t steps = 3;
   double kv_memory = 0;
   bool checkpointing = true;
-  uint64_t seed = 0;
 };
 
 void run_bench_grpo(const BenchGrpoOptions& o) {
-  CHECK(o.model.empty() != o.preset.empty(), "bench grpo: give exactly one of --model, --preset");
   CHECK(o.prompts > 0 && o.generations > 1 && o.prompt_tokens > 0 && o.completion_tokens > 0 &&
-            o.lora_r > 0 && o.steps > 0,
+            o.steps > 0,
         "bench grpo: sizes must be positive and --generations at least 2");
-  SessionOptions so;
-  so.model = o.model;
-  so.fp8 = o.fp8;
-  so.device = o.device;
-  std::unique_ptr<ModelSession> session;
-  if (o.preset.empty()) {
-    session = std::make_unique<ModelSession>(so);
-  } else {
-    const ModelConfig config = preset_config(o.preset);
-    const std::optional<Fp8Scheme> fp8 = parse_fp8_option(o.fp8);
-    session = std::make_unique<ModelSession>(
-        so, [&](Context& ctx) { return Model::random(config, fp8, ctx, o.seed); });
-  }
-  Context& ctx = session->ctx();
-  Model& model = session->model();
-  LoraConfig lc;
-  lc.r = o.lora_r;
-  lc.lora_alpha = double(2 * o.lora_r);
-  lc.target_modules = {"all-linear"};
-  LoraAdapter adapter = LoraAdapter::init(lc, model, o.seed + 1);
-  adapter.sync_to_device(ctx);
-  adapter.attach(model);
+  BenchTrainingModel bench(o, "bench grpo");
+  Context& ctx = bench.ctx();
+  Model& model = bench.model();
 
   std::vector<PromptExample> prompts;
-  const int64_t vocab = model.config().vocab_size;
+  const std::vector<int32_t> ids = random_token_ids(o.prompts * o.steps * o.prompt_tokens,
+                                                    model.config().vocab_size, o.seed + 11);
   for (int64_t p = 0; p < o.prompts * o.steps; ++p) {
     PromptExample e;
-    for (int64_t t = 0; t < o.prompt_tokens; ++t)
-      e.ids.push_back(
-          int32_t(uniform01(o.seed + 11, uint64_t(p * o.prompt_tokens + t)) * float(vocab)) %
-          int32_t(vocab));
+    e.ids.assign(ids.begin() + p * o.prompt_tokens, ids.begin() + (p + 1) * o.prompt_tokens);
     e.columns = nlohmann::json::object();
     prompts.push_back(std::move(e));
   }
@@ -96,7 +68,7 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
   c.rewards = nlohmann::json::parse(
       R"([{"type": "length_penalty", "mode": "linear", "target_length": 1, "per_token": 0.001}])");
   {
-    GrpoTrainer trainer(ctx, model, adapter, nullptr, {}, std::move(prompts), c,
+    GrpoTrainer trainer(ctx, model, bench.adapter(), nullptr, {}, std::move(prompts), c,
                         make_reward_set(c.rewards), "bench");
     trainer.run();
   }
@@ -109,7 +81,7 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
   r["command"] = "bench grpo";
   r["model"] = o.preset.empty() ? o.model : o.preset;
   r["fp8"] = std::string(scheme_name(model.scheme()));
-  r["device"] = session->cuda() != nullptr ? session->cuda()->name() : "cpu";
+  r["device"] = bench.session().cuda() != nullptr ? bench.session().cuda()->name() : "cpu";
   r["prompts"] = o.prompts;
   r["generations"] = o.generations;
   r["prompt_tokens"] = o.prompt_tokens;
@@ -123,10 +95,7 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
         "rollout_tokens_per_second", "train_tokens_per_second", "completions/mean_length"})
     if (last.contains(k)) r[std::string("last_step/") + k] = last[k];
   r["weights_bytes"] = model.device_bytes();
-  const std::string text = r.dump(2);
-  fmt::print("{}\n", text);
-  if (!o.out.empty()) std::ofstream(o.out) << text << "\n";
-  LoraAdapter::detach(model);
+  print_bench_json(r, o.out);
 }
 
 }  // namespace
@@ -135,22 +104,16 @@ void add_bench_grpo_command(CLI::App& bench) {
   auto o = std::make_shared<BenchGrpoOptions>();
   CLI::App* c = bench.add_subcommand(
       "grpo", "Time GRPO steps on one model: peak memory per phase, rollout/training split");
-  c->add_option("--model", o->model, "Model directory (config.json; weights if present)");
-  c->add_option("--preset", o->preset, "Preset config with random weights, e.g. qwen3-8b");
+  add_bench_model_options(*c, *o);
   c->add_option("--prompts", o->prompts, "Prompts per step")->capture_default_str();
   c->add_option("--generations", o->generations, "Samples per prompt")->capture_default_str();
   c->add_option("--prompt-tokens", o->prompt_tokens, "Tokens per prompt")->capture_default_str();
   c->add_option("--completion-tokens", o->completion_tokens, "Tokens per sample")
       ->capture_default_str();
-  c->add_option("--lora-r", o->lora_r, "LoRA rank (all seven projections)")->capture_default_str();
   c->add_option("--steps", o->steps, "GRPO steps")->capture_default_str();
-  c->add_option("--fp8", o->fp8, kFp8Help)->capture_default_str();
   c->add_option("--kv-memory", o->kv_memory, "KV cache GiB (0: the engine's default)");
   c->add_option("--checkpointing", o->checkpointing, "Per-layer activation checkpointing")
       ->capture_default_str();
-  c->add_option("--device", o->device, "cuda or cpu")->capture_default_str();
-  c->add_option("--seed", o->seed, "Seed of weights and prompts")->capture_default_str();
-  c->add_option("--out", o->out, "Also write the JSON here");
   c->callback([o] { run_bench_grpo(*o); });
 }
 

@@ -7,19 +7,15 @@
 // copies. Prints JSON: tokens/s, the step split, peak memory. The HF transformers + PEFT anchor
 // of the same shapes is tools/bench/hf_train.py (run in the same device session).
 #include <chrono>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/bench_profile.h"
-#include "cli/common.h"
-#include "cli/model_session.h"
+#include "cli/bench_training.h"
 #include "core/check.h"
-#include "core/rng.h"
 #include "model/adapter.h"
-#include "model/presets.h"
 #include "ops/backward.h"
 #include "ops/device.h"
 #include "ops/memory.h"
@@ -34,11 +30,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct BenchTrainOptions {
-  std::string model, preset, fp8 = "row", device = "cuda", out;
-  int64_t batch = 8, seq = 1024, lora_r = 32, steps = 5, warmup = 2;
+struct BenchTrainOptions : BenchModelOptions {
+  int64_t batch = 8, seq = 1024, steps = 5, warmup = 2;
   bool checkpointing = false;
-  uint64_t seed = 0;
 };
 
 double since(Clock::time_point t) {
@@ -46,43 +40,22 @@ double since(Clock::time_point t) {
 }
 
 void run_bench_train(const BenchTrainOptions& o) {
-  CHECK(o.model.empty() != o.preset.empty(), "bench train: give exactly one of --model, --preset");
-  CHECK(o.batch > 0 && o.seq > 1 && o.lora_r > 0 && o.steps > 0 && o.warmup >= 0,
-        "bench train: --batch, --lora-r and --steps must be positive, --seq > 1, --warmup >= 0");
-  SessionOptions so;
-  so.model = o.model;
-  so.fp8 = o.fp8;
-  so.device = o.device;
-  std::unique_ptr<ModelSession> session;
-  if (o.preset.empty()) {
-    session = std::make_unique<ModelSession>(so);
-  } else {
-    const ModelConfig config = preset_config(o.preset);
-    const std::optional<Fp8Scheme> fp8 = parse_fp8_option(o.fp8);
-    session = std::make_unique<ModelSession>(
-        so, [&](Context& ctx) { return Model::random(config, fp8, ctx, o.seed); });
-  }
-  Context& ctx = session->ctx();
-  Model& model = session->model();
+  CHECK(o.batch > 0 && o.seq > 1 && o.steps > 0 && o.warmup >= 0,
+        "bench train: --batch and --steps must be positive, --seq > 1, --warmup >= 0");
+  BenchTrainingModel bench(o, "bench train");
+  Context& ctx = bench.ctx();
+  Model& model = bench.model();
+  LoraAdapter& adapter = bench.adapter();
   const ModelConfig& c = model.config();
-  LoraConfig lc;
-  lc.r = o.lora_r;
-  lc.lora_alpha = double(2 * o.lora_r);
-  lc.target_modules = {"all-linear"};
-  LoraAdapter adapter = LoraAdapter::init(lc, model, o.seed + 1);
-  adapter.sync_to_device(ctx);
-  adapter.attach(model);
 
   // B sequences of T random ids; every position but each sequence's last is a target.
-  std::vector<int32_t> ids, targets;
+  const std::vector<int32_t> ids = random_token_ids(o.batch * o.seq, c.vocab_size, o.seed + 7);
+  std::vector<int32_t> targets;
   std::vector<int64_t> cu{0};
   for (int64_t s = 0; s < o.batch; ++s) {
     for (int64_t t = 0; t < o.seq; ++t)
-      ids.push_back(int32_t(uniform01(o.seed + 7, uint64_t(s * o.seq + t)) * float(c.vocab_size)) %
-                    int32_t(c.vocab_size));
-    for (int64_t t = 0; t < o.seq; ++t)
       targets.push_back(t + 1 < o.seq ? ids[size_t(s * o.seq + t + 1)] : ops::kIgnoreIndex);
-    cu.push_back(int64_t(ids.size()));
+    cu.push_back((s + 1) * o.seq);
   }
   const int64_t counted = o.batch * (o.seq - 1);
   std::vector<float> dlogprob(ids.size(), 0.0f);
@@ -120,7 +93,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   const double n = double(o.steps), total = (fwd + bwd + opt) / n;
   // One more step with CUDA events around every op: where the time goes (per op family).
   nlohmann::json profile;
-  if (CudaDevice* dev = session->cuda()) {
+  if (CudaDevice* dev = bench.session().cuda()) {
     dev->reset_profile();
     dev->set_profiling(true);
     pass.forward({ids, targets, cu}, po);
@@ -134,7 +107,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   r["command"] = "bench train";
   r["model"] = o.preset.empty() ? o.model : o.preset;
   r["fp8"] = std::string(scheme_name(model.scheme()));
-  r["device"] = session->cuda() != nullptr ? session->cuda()->name() : "cpu";
+  r["device"] = bench.session().cuda() != nullptr ? bench.session().cuda()->name() : "cpu";
   r["batch"] = o.batch;
   r["seq"] = o.seq;
   r["lora_r"] = o.lora_r;
@@ -149,14 +122,11 @@ void run_bench_train(const BenchTrainOptions& o) {
                {"scratch_bytes", plan.scratch_bytes},
                {"kv_bytes", plan.kv_bytes}};
   if (!profile.is_null()) r["op_profile_one_step"] = profile;
-  if (CudaDevice* dev = session->cuda())
+  if (CudaDevice* dev = bench.session().cuda())
     r["memory"] = {{"peak_allocated_bytes", dev->peak_allocated()},
                    {"weights_bytes", model.device_bytes()},
                    {"adapter_bytes", adapter.nbytes()}};
-  const std::string text = r.dump(2);
-  fmt::print("{}\n", text);
-  if (!o.out.empty()) std::ofstream(o.out) << text << "\n";
-  LoraAdapter::detach(model);
+  print_bench_json(r, o.out);
 }
 
 }  // namespace
@@ -165,18 +135,12 @@ void add_bench_train_command(CLI::App& bench) {
   auto o = std::make_shared<BenchTrainOptions>();
   CLI::App* c = bench.add_subcommand(
       "train", "Time LoRA training steps: tokens/s, forward/backward/optimizer split, memory");
-  c->add_option("--model", o->model, "Model directory (config.json; weights if present)");
-  c->add_option("--preset", o->preset, "Preset config with random weights, e.g. qwen3-8b");
+  add_bench_model_options(*c, *o);
   c->add_option("--batch", o->batch, "Sequences per step")->capture_default_str();
   c->add_option("--seq", o->seq, "Tokens per sequence")->capture_default_str();
-  c->add_option("--lora-r", o->lora_r, "LoRA rank (all seven projections)")->capture_default_str();
-  c->add_option("--fp8", o->fp8, kFp8Help)->capture_default_str();
   c->add_flag("--checkpointing", o->checkpointing, "Per-layer activation checkpointing");
   c->add_option("--steps", o->steps, "Timed steps")->capture_default_str();
   c->add_option("--warmup", o->warmup, "Untimed steps first")->capture_default_str();
-  c->add_option("--device", o->device, "cuda or cpu")->capture_default_str();
-  c->add_option("--seed", o->seed, "Seed of weights and tokens")->capture_default_str();
-  c->add_option("--out", o->out, "Also write the JSON here");
   c->callback([o] { run_bench_train(*o); });
 }
 

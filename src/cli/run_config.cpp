@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/spelling.h"
+
 namespace fp8rl::cli {
 
 namespace {
@@ -32,21 +34,6 @@ std::string trim(const std::string& s) {
   const size_t b = s.find_first_not_of(" \t");
   if (b == std::string::npos) return "";
   return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
-
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
 }
 
 std::optional<int64_t> parse_integer(const std::string& text) {
@@ -281,19 +268,12 @@ const KeySpec* find_key(const std::vector<KeySpec>& keys, std::string_view name)
 }
 
 std::optional<std::string> nearest_key(const std::vector<KeySpec>& keys, std::string_view name) {
-  std::optional<std::string> best;
-  size_t best_distance = SIZE_MAX;
-  auto consider = [&](const std::string& candidate) {
-    const size_t d = edit_distance(name, candidate);
-    if (d < best_distance) best_distance = d, best = candidate;
-  };
+  std::vector<std::string> names;
   for (const KeySpec& k : keys) {
-    consider(k.name);
-    for (const std::string& a : k.aliases) consider(a);
+    names.push_back(k.name);
+    names.insert(names.end(), k.aliases.begin(), k.aliases.end());
   }
-  // A typo is a few edits; further away the "nearest" name is noise.
-  if (!best || best_distance > std::max<size_t>(2, name.size() / 3)) return std::nullopt;
-  return best;
+  return nearest_spelling(name, names);
 }
 
 std::string flag_name(std::string_view key) {

@@ -1,10 +1,10 @@
 #include "rl/reward_config.h"
 
 #include <algorithm>
-#include <limits>
 #include <set>
 
 #include "core/check.h"
+#include "core/spelling.h"
 #include "formats/json_read.h"
 #include "rl/builtin_rewards.h"
 #include "rl/reward_process.h"
@@ -14,21 +14,6 @@ namespace fp8rl {
 namespace {
 
 using Json = nlohmann::json;
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
 
 std::string join(const std::vector<std::string>& names) {
   std::string out;
@@ -91,15 +76,9 @@ class Entry {
   void reject_unknown() const {
     for (auto it = j_.begin(); it != j_.end(); ++it) {
       if (std::find(known_.begin(), known_.end(), it.key()) != known_.end()) continue;
-      std::string nearest;
-      size_t best = std::numeric_limits<size_t>::max();
-      for (const auto& k : known_) {
-        const size_t d = edit_distance(it.key(), k);
-        if (d < best) best = d, nearest = k;
-      }
-      const bool close = best <= std::max<size_t>(2, it.key().size() / 3);
+      const std::optional<std::string> nearest = nearest_spelling(it.key(), known_);
       RAISE("{}: unknown field '{}'{} (fields: {})", where_, it.key(),
-            close ? fmt::format("; did you mean '{}'?", nearest) : "", join(known_));
+            nearest ? fmt::format("; did you mean '{}'?", *nearest) : "", join(known_));
     }
   }
 
