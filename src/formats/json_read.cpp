@@ -208,4 +208,23 @@ std::string json_excerpt(const nlohmann::ordered_json& value, size_t max_chars) 
   return excerpt(value, max_chars);
 }
 
+void for_each_jsonl_row(
+    const std::string& path,
+    const std::function<void(const nlohmann::ordered_json& row, int64_t line)>& row) {
+  constexpr uint64_t kMaxLineBytes = uint64_t{64} << 20;
+  InputLines lines(path, "dataset", kMaxLineBytes);
+  std::string line;
+  while (lines.next(line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const auto number = int64_t(lines.line_number());
+    try {
+      row(parse_ordered_json_text(line, "the row"), number);
+    } catch (const Error& e) {
+      RAISE("{}:{}: {}", path, number, e.what());
+    } catch (const nlohmann::json::exception& e) {
+      RAISE("{}:{}: {}", path, number, e.what());
+    }
+  }
+}
+
 }  // namespace fp8rl

@@ -39,6 +39,13 @@ nlohmann::json read_json_file(const std::filesystem::path& path, const JsonLimit
 nlohmann::ordered_json read_ordered_json_file(const std::filesystem::path& path,
                                               const JsonLimits& limits = {});
 
+// A JSON-lines dataset (core/input_file.h's InputLines, each line at most 64 MiB): every
+// non-blank line parsed with this policy and handed to `row` with its 1-based line number. An
+// fp8rl::Error or JSON error from the line or from `row` becomes "PATH:LINE: what".
+void for_each_jsonl_row(
+    const std::string& path,
+    const std::function<void(const nlohmann::ordered_json& row, int64_t line)>& row);
+
 // Throws fp8rl::Error naming `what`, the byte offset and line when `text` nests objects and
 // arrays deeper than max_depth or holds a NUL byte (which nlohmann would take for the end of
 // input). One pass, no recursion; for SAX parsers outside this file (tokenizer.json).

@@ -4,7 +4,6 @@
 #include <ctime>
 
 #include "core/check.h"
-#include "core/input_file.h"
 #include "formats/json_read.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -14,8 +13,6 @@ namespace fp8rl {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-constexpr uint64_t kMaxLineBytes = uint64_t{64} << 20;
 
 bool is_messages(const Json& v) {
   return v.is_array() && !v.empty() && v[0].is_object() && v[0].contains("role");
@@ -130,21 +127,11 @@ std::vector<PreferencePair> read_preference_dataset(const std::string& path,
   render_options.fixed_now = *localtime_r(&t, &now);
   const Reader reader{tokenizer, chat, tmpl ? &*tmpl : nullptr, render_options, options};
   std::vector<PreferencePair> out;
-  InputLines lines(path, "dataset", kMaxLineBytes);
-  std::string line;
-  while (lines.next(line)) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const auto number = int64_t(lines.line_number());
-    try {
-      PreferencePair p = reader.row(parse_ordered_json_text(line, "the row"));
-      p.line = number;
-      out.push_back(std::move(p));
-    } catch (const Error& e) {
-      RAISE("{}:{}: {}", path, number, e.what());
-    } catch (const nlohmann::json::exception& e) {
-      RAISE("{}:{}: {}", path, number, e.what());
-    }
-  }
+  for_each_jsonl_row(path, [&](const Json& row, int64_t line) {
+    PreferencePair p = reader.row(row);
+    p.line = line;
+    out.push_back(std::move(p));
+  });
   CHECK(!out.empty(), "{}: no pairs (the file has no non-blank line)", path);
   return out;
 }

@@ -3,7 +3,6 @@
 #include <ctime>
 
 #include "core/check.h"
-#include "core/input_file.h"
 #include "formats/json_read.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -13,8 +12,6 @@ namespace fp8rl {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-constexpr uint64_t kMaxLineBytes = uint64_t{64} << 20;
 
 bool is_messages(const Json& v) {
   return v.is_array() && !v.empty() && v[0].is_object() && v[0].contains("role");
@@ -45,62 +42,51 @@ std::vector<PromptExample> read_prompt_dataset(const std::string& path,
   render_options.fixed_now = *localtime_r(&t, &now);
 
   std::vector<PromptExample> out;
-  InputLines lines(path, "dataset", kMaxLineBytes);
-  std::string line;
-  while (lines.next(line)) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const auto number = int64_t(lines.line_number());
-    try {
-      const Json row = parse_ordered_json_text(line, "the row");
-      CHECK(row.is_object(), "a row must be a JSON object, got {}", row.type_name());
-      PromptExample ex;
-      ex.line = number;
-      const char* used = nullptr;
-      const Json* messages = nullptr;
-      if (row.contains("messages") && !row["messages"].is_null()) {
-        used = "messages";
-        messages = &row["messages"];
-      } else if (row.contains("prompt") && is_messages(row["prompt"])) {
-        used = "prompt";
-        messages = &row["prompt"];
-      } else if (row.contains("prompt") && !row["prompt"].is_null()) {
-        used = "prompt";
-        CHECK(row["prompt"].is_string() && !row["prompt"].get_ref<const std::string&>().empty(),
-              "\"prompt\" must be a non-empty string or a list of messages, got {}",
-              json_excerpt(row["prompt"], 40));
-        ex.text = row["prompt"].get<std::string>();
-        ex.ids = tokenizer.encode(ex.text, true);
-      }
-      CHECK(used != nullptr, "the row has neither \"prompt\" nor \"messages\"");
-      if (messages != nullptr) {
-        check_messages(*messages, used);
-        CHECK(chat_template.has_value(),
-              "\"{}\" holds chat messages and the model has no chat template", used);
-        ChatRequest request;
-        for (const Json& m : *messages) request.messages.push_back(m);
-        request.add_generation_prompt = true;
-        ex.text = chat_template->render(build_chat_context(*chat, request), render_options);
-        ex.ids = tokenizer.encode(ex.text, false);
-      }
-      CHECK(!ex.ids.empty(), "the prompt has no tokens");
-      const int64_t n = int64_t(ex.ids.size());
-      if (options.max_prompt_length && n > *options.max_prompt_length) {
-        CHECK(options.truncation,
-              "the prompt has {} tokens, more than max_prompt_length {} (set truncation to "
-              "keep its last {} tokens)",
-              n, *options.max_prompt_length, *options.max_prompt_length);
-        ex.ids.erase(ex.ids.begin(), ex.ids.end() - *options.max_prompt_length);
-      }
-      ex.columns = nlohmann::json::object();
-      for (const auto& [key, value] : row.items())
-        if (key != used) ex.columns[key] = nlohmann::json(value);
-      out.push_back(std::move(ex));
-    } catch (const Error& e) {
-      RAISE("{}:{}: {}", path, number, e.what());
-    } catch (const nlohmann::json::exception& e) {
-      RAISE("{}:{}: {}", path, number, e.what());
+  for_each_jsonl_row(path, [&](const Json& row, int64_t number) {
+    CHECK(row.is_object(), "a row must be a JSON object, got {}", row.type_name());
+    PromptExample ex;
+    ex.line = number;
+    const char* used = nullptr;
+    const Json* messages = nullptr;
+    if (row.contains("messages") && !row["messages"].is_null()) {
+      used = "messages";
+      messages = &row["messages"];
+    } else if (row.contains("prompt") && is_messages(row["prompt"])) {
+      used = "prompt";
+      messages = &row["prompt"];
+    } else if (row.contains("prompt") && !row["prompt"].is_null()) {
+      used = "prompt";
+      CHECK(row["prompt"].is_string() && !row["prompt"].get_ref<const std::string&>().empty(),
+            "\"prompt\" must be a non-empty string or a list of messages, got {}",
+            json_excerpt(row["prompt"], 40));
+      ex.text = row["prompt"].get<std::string>();
+      ex.ids = tokenizer.encode(ex.text, true);
     }
-  }
+    CHECK(used != nullptr, "the row has neither \"prompt\" nor \"messages\"");
+    if (messages != nullptr) {
+      check_messages(*messages, used);
+      CHECK(chat_template.has_value(),
+            "\"{}\" holds chat messages and the model has no chat template", used);
+      ChatRequest request;
+      for (const Json& m : *messages) request.messages.push_back(m);
+      request.add_generation_prompt = true;
+      ex.text = chat_template->render(build_chat_context(*chat, request), render_options);
+      ex.ids = tokenizer.encode(ex.text, false);
+    }
+    CHECK(!ex.ids.empty(), "the prompt has no tokens");
+    const int64_t n = int64_t(ex.ids.size());
+    if (options.max_prompt_length && n > *options.max_prompt_length) {
+      CHECK(options.truncation,
+            "the prompt has {} tokens, more than max_prompt_length {} (set truncation to "
+            "keep its last {} tokens)",
+            n, *options.max_prompt_length, *options.max_prompt_length);
+      ex.ids.erase(ex.ids.begin(), ex.ids.end() - *options.max_prompt_length);
+    }
+    ex.columns = nlohmann::json::object();
+    for (const auto& [key, value] : row.items())
+      if (key != used) ex.columns[key] = nlohmann::json(value);
+    out.push_back(std::move(ex));
+  });
   CHECK(!out.empty(), "{}: no prompts (the file has no non-blank line)", path);
   return out;
 }

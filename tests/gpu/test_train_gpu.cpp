@@ -19,7 +19,7 @@
 #include "ops/device.h"
 #include "test_util.h"
 #include "tolerances.h"
-#include "train/logprob_pass.h"
+#include "train_batch.h"
 
 using namespace fp8rl;
 using namespace fp8rl::test;
@@ -31,53 +31,6 @@ int g_failures = 0;
 void check(bool ok, const std::string& what) {
   std::printf("%s %s\n", ok ? "PASS" : "FAIL", what.c_str());
   if (!ok) ++g_failures;
-}
-
-struct Batch {
-  std::vector<int32_t> ids, targets;
-  std::vector<int64_t> cu{0};
-  int64_t counted = 0;
-};
-
-Batch batch_of(const nlohmann::json& b, bool use_label_mask) {
-  Batch out;
-  for (size_t s = 0; s < b["input_ids"].size(); ++s) {
-    const auto ids = b["input_ids"][s].get<std::vector<int32_t>>();
-    const auto labels = b["labels"][s].get<std::vector<int32_t>>();
-    for (size_t t = 0; t < ids.size(); ++t) {
-      out.ids.push_back(ids[t]);
-      int32_t target = t + 1 < ids.size() ? labels[t + 1] : ops::kIgnoreIndex;
-      if (!use_label_mask && t + 1 < ids.size()) target = ids[t + 1];
-      out.targets.push_back(target);
-      out.counted += target != ops::kIgnoreIndex;
-    }
-    out.cu.push_back(int64_t(out.ids.size()));
-  }
-  return out;
-}
-
-struct Result {
-  double loss = 0;
-  std::vector<float> grads;
-};
-
-Result run(Context& ctx, const Model& m, const LoraAdapter& adapter, const Batch& b,
-           bool checkpointing) {
-  LogprobPass pass(ctx, m, &adapter);
-  PassOptions o;
-  o.checkpointing = checkpointing;
-  pass.forward({b.ids, b.targets, b.cu}, o);
-  Result r;
-  std::vector<float> dlogprob(b.ids.size(), 0.0f);
-  for (size_t t = 0; t < b.ids.size(); ++t)
-    if (b.targets[t] != ops::kIgnoreIndex) {
-      r.loss -= pass.logprobs()[t];
-      dlogprob[t] = -1.0f / float(b.counted);
-    }
-  r.loss /= double(b.counted);
-  r.grads.assign(size_t(adapter.master_params().numel()), 0.0f);
-  pass.backward(dlogprob, TensorView(r.grads.data(), DType::f32, {int64_t(r.grads.size())}));
-  return r;
 }
 
 double rel_err(const std::vector<float>& a, const std::vector<float>& ref) {
@@ -109,13 +62,13 @@ void grads_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Schem
   gpu_adapter.attach(gpu_model);
   Arena arena;
   Context cpu{Device::cpu, &arena};
-  const Batch b = batch_of(g, true);
-  const Result ref = run(cpu, cpu_model, cpu_adapter, b, false);
+  const TrainBatch b = train_batch_of(g, true);
+  const LossAndGrads ref = loss_and_grads(cpu, cpu_model, cpu_adapter, b, false);
   const bool fp8 = scheme == Fp8Scheme::row;
   const std::string name = arch + (fp8 ? " fp8-row" : "");
   const double grad_bound = fp8 ? kCudaFp8TrainGrad : kCudaTrainGrad;
   for (bool ckpt : {false, true}) {
-    const Result r = run(gpu, gpu_model, gpu_adapter, b, ckpt);
+    const LossAndGrads r = loss_and_grads(gpu, gpu_model, gpu_adapter, b, ckpt);
     const double loss_err = std::fabs(r.loss - ref.loss) / ref.loss;
     const double err = rel_err(r.grads, ref.grads);
     char line[256];
@@ -124,7 +77,8 @@ void grads_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Schem
     check(loss_err <= kCudaTrainLoss && err <= grad_bound, line);
   }
   if (!fp8) {  // the FP8 bound is too loose for this control to mean much
-    const Result unmasked = run(gpu, gpu_model, gpu_adapter, batch_of(g, false), false);
+    const LossAndGrads unmasked =
+        loss_and_grads(gpu, gpu_model, gpu_adapter, train_batch_of(g, false), false);
     const double control = rel_err(unmasked.grads, ref.grads);
     check(control > 2 * kCudaTrainGrad,
           name + ": control (no label mask) grads rel " + std::to_string(control));

@@ -14,6 +14,7 @@
 #include "tolerances.h"
 #include "train/logprob_pass.h"
 #include "train/optimizer.h"
+#include "train_batch.h"
 
 namespace fp8rl {
 namespace {
@@ -25,57 +26,12 @@ nlohmann::json train_json(const std::string& arch) {
   return nlohmann::json::parse(f);
 }
 
-// HF's batch (input_ids [S, L], labels [S, L], shifted inside the model) as packed sequences:
-// position t of a sequence targets labels[t + 1].
-struct Batch {
-  std::vector<int32_t> ids, targets;
-  std::vector<int64_t> cu{0};
-  int64_t counted = 0;
-  PackedSequences packed() const { return {ids, targets, cu}; }
-};
-
-Batch batch_of(const nlohmann::json& b, bool use_label_mask = true) {
-  Batch out;
-  for (size_t s = 0; s < b["input_ids"].size(); ++s) {
-    const auto ids = b["input_ids"][s].get<std::vector<int32_t>>();
-    const auto labels = b["labels"][s].get<std::vector<int32_t>>();
-    for (size_t t = 0; t < ids.size(); ++t) {
-      out.ids.push_back(ids[t]);
-      int32_t target = t + 1 < ids.size() ? labels[t + 1] : ops::kIgnoreIndex;
-      if (!use_label_mask && t + 1 < ids.size()) target = ids[t + 1];
-      out.targets.push_back(target);
-      out.counted += target != ops::kIgnoreIndex;
-    }
-    out.cu.push_back(int64_t(out.ids.size()));
-  }
-  return out;
-}
-
-struct Result {
-  double loss = 0;
-  std::vector<float> grads;
-};
-
-// HF's loss (mean cross-entropy over the counted tokens) and its LoRA gradients.
-Result loss_and_grads(const Model& m, const LoraAdapter& adapter, const Batch& b,
-                      bool checkpointing = false) {
+// On a fresh CPU context.
+LossAndGrads cpu_loss_and_grads(const Model& m, const LoraAdapter& adapter, const TrainBatch& b,
+                                bool checkpointing = false) {
   Arena arena;
   Context ctx{Device::cpu, &arena};
-  LogprobPass pass(ctx, m, &adapter);
-  PassOptions o;
-  o.checkpointing = checkpointing;
-  pass.forward(b.packed(), o);
-  Result r;
-  std::vector<float> dlogprob(b.ids.size(), 0.0f);
-  for (size_t t = 0; t < b.ids.size(); ++t)
-    if (b.targets[t] != ops::kIgnoreIndex) {
-      r.loss -= pass.logprobs()[t];
-      dlogprob[t] = -1.0f / float(b.counted);
-    }
-  r.loss /= double(b.counted);
-  r.grads.assign(size_t(adapter.master_params().numel()), 0.0f);
-  pass.backward(dlogprob, TensorView(r.grads.data(), DType::f32, {int64_t(r.grads.size())}));
-  return r;
+  return loss_and_grads(ctx, m, adapter, b, checkpointing);
 }
 
 // max |ours - ref| / max |ref| over every tensor of the golden file `name`, read through
@@ -112,16 +68,16 @@ TEST_P(TrainGolden, LossAndGradientsMatchPeft) {
   Model m = test::load_model(golden_dir(arch), Fp8Scheme::off);
   const LoraAdapter adapter = LoraAdapter::load_peft(golden_dir(arch) + "/adapter", m);
   adapter.attach(m);
-  const Batch b = batch_of(g);
+  const TrainBatch b = train_batch_of(g);
   ASSERT_EQ(b.counted, g["loss_tokens"].get<int64_t>());
-  const Result r = loss_and_grads(m, adapter, b);
+  const LossAndGrads r = cpu_loss_and_grads(m, adapter, b);
   const double ref_loss = g["loss"].get<double>();
   EXPECT_LE(std::fabs(r.loss - ref_loss) / ref_loss, kHfTrainLoss) << arch;
   const std::string grads_file = golden_dir(arch) + "/train/grads.safetensors";
   const double err = rel_err(adapter, m, r.grads, grads_file, ".grad");
   EXPECT_LE(err, kHfTrainGrad) << arch;
   // Negative control: the same pass without HF's label mask (3 more tokens counted).
-  const Result unmasked = loss_and_grads(m, adapter, batch_of(g, false));
+  const LossAndGrads unmasked = cpu_loss_and_grads(m, adapter, train_batch_of(g, false));
   const double control = rel_err(adapter, m, unmasked.grads, grads_file, ".grad");
   EXPECT_GT(control, 100 * kHfTrainGrad) << arch << ": the comparison cannot fail";
   std::printf("%s loss %.9g (HF %.9g) grads vs PEFT %.3g (without the label mask %.3g)\n",
@@ -136,9 +92,9 @@ TEST_P(TrainGolden, CheckpointingGivesTheSameGradients) {
   Model m = test::load_model(golden_dir(arch), Fp8Scheme::off);
   const LoraAdapter adapter = LoraAdapter::load_peft(golden_dir(arch) + "/adapter", m);
   adapter.attach(m);
-  const Batch b = batch_of(train_json(arch));
-  const Result plain = loss_and_grads(m, adapter, b, false);
-  const Result ckpt = loss_and_grads(m, adapter, b, true);
+  const TrainBatch b = train_batch_of(train_json(arch));
+  const LossAndGrads plain = cpu_loss_and_grads(m, adapter, b, false);
+  const LossAndGrads ckpt = cpu_loss_and_grads(m, adapter, b, true);
   EXPECT_EQ(plain.loss, ckpt.loss);
   EXPECT_EQ(plain.grads, ckpt.grads) << arch;
   LoraAdapter::detach(m);
@@ -150,11 +106,11 @@ TEST_P(TrainGolden, OptimizerStepsMatchTorch) {
   const nlohmann::json g = train_json(arch);
   Model m = test::load_model(golden_dir(arch), Fp8Scheme::off);
   const std::string dir = golden_dir(arch);
-  const Batch b = batch_of(g);
+  const TrainBatch b = train_batch_of(g);
   for (const std::string opt : {"sgd", "adamw"}) {
     LoraAdapter adapter = LoraAdapter::load_peft(dir + "/adapter", m);
     adapter.attach(m);
-    const Result r = loss_and_grads(m, adapter, b);
+    const LossAndGrads r = cpu_loss_and_grads(m, adapter, b);
     const TensorView p = adapter.master_params();
     const std::span<float> params(p.ptr<float>(), size_t(p.numel()));
     const nlohmann::json& h = g[opt];
@@ -183,12 +139,12 @@ TEST_P(TrainGolden, Fp8RowGradientsMatchEmulation) {
   const std::string arch = GetParam();
   const nlohmann::json g = train_json(arch)["fp8_row"];
   const std::string dir = golden_dir(arch);
-  const Batch b = batch_of(g);
+  const TrainBatch b = train_batch_of(g);
   const auto grads_of = [&](std::optional<Fp8Scheme> scheme) {
     Model m = test::load_model(dir, scheme);
     const LoraAdapter adapter = LoraAdapter::load_peft(dir + "/adapter", m);
     adapter.attach(m);
-    Result r = loss_and_grads(m, adapter, b);
+    LossAndGrads r = cpu_loss_and_grads(m, adapter, b);
     const double err =
         rel_err(adapter, m, r.grads, dir + "/train/fp8_row_grads.safetensors", ".grad");
     LoraAdapter::detach(m);
