@@ -5,35 +5,12 @@
 #include "core/parallel.h"
 #include "ops/cpu/backward_ops.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/dispatch.h"
 #include "quant/fp8.h"
 #if FP8RL_HAVE_CUDA
 #include "ops/cuda/cuda_ops.h"
 #endif
 
-// The CPU reference or the CUDA implementation (ops/cuda/backward.cpp), the latter inside a
-// profiling range.
-#if FP8RL_HAVE_CUDA
-#define FP8RL_BACKWARD_DISPATCH(ctx, name, cpu_call, cuda_call) \
-  do {                                                          \
-    if ((ctx).dry_run) break;                                   \
-    if ((ctx).device == Device::cpu) {                          \
-      cpu_call;                                                 \
-    } else {                                                    \
-      cuda::ProfileRange range_(*(ctx).cuda, name);             \
-      cuda_call;                                                \
-    }                                                           \
-  } while (0)
-#else
-#define FP8RL_BACKWARD_DISPATCH(ctx, name, cpu_call, cuda_call)               \
-  do {                                                                        \
-    if ((ctx).dry_run) break;                                                 \
-    if ((ctx).device == Device::cpu) {                                        \
-      cpu_call;                                                               \
-    } else {                                                                  \
-      RAISE("{}: this build has no CUDA backend (built without nvcc)", name); \
-    }                                                                         \
-  } while (0)
-#endif
 
 // A dry run's scratch of the CUDA implementation (the CPU versions of these ops take none);
 // `bytes` is evaluated only for a CUDA context.
@@ -187,7 +164,7 @@ void rms_norm_save(Context& ctx, const TensorView& x, const TensorView& w, float
   check_param(ctx, w, d, what);
   check_f32(ctx, inv_rms, what);
   check_shape(inv_rms, Shape{rows}, what);
-  FP8RL_BACKWARD_DISPATCH(
+  FP8RL_DISPATCH(
       ctx, what,
       {
         cpu::inv_rms(x, eps, inv_rms);  // before out, which may be x
@@ -226,7 +203,7 @@ void rms_norm_backward(Context& ctx, const TensorView& x, const TensorView& w,
     check_shape(dw, Shape{d}, what);
   }
   if (!dw.empty()) FP8RL_DRY_RUN_CUDA_SCRATCH(ctx, cuda::rms_norm_backward_scratch_bytes(rows, d));
-  FP8RL_BACKWARD_DISPATCH(ctx, what, cpu::rms_norm_backward(x, w, inv_rms, plus_one, dy, dx, dw),
+  FP8RL_DISPATCH(ctx, what, cpu::rms_norm_backward(x, w, inv_rms, plus_one, dy, dx, dw),
                           cuda::rms_norm_backward(*ctx.cuda, x, w, inv_rms, plus_one, dy, dx, dw));
 }
 
@@ -238,7 +215,7 @@ void rope_backward(Context& ctx, const TensorView& dy, const TensorView& positio
   check_ctx(ctx, what);
   check_f32(ctx, dy, what);
   check_rope(ctx, dy, positions, inv_freq, what);
-  FP8RL_BACKWARD_DISPATCH(ctx, what,
+  FP8RL_DISPATCH(ctx, what,
                           cpu::rope_backward(dy, positions.ptr<const int32_t>(), inv_freq),
                           cuda::rope_backward(*ctx.cuda, dy, positions, inv_freq));
 }
@@ -257,7 +234,7 @@ void rms_norm_rope_save(Context& ctx, const TensorView& x, const TensorView& w, 
     check_f32(ctx, inv_rms, what);
     check_shape(inv_rms, Shape{x.dim(0) * x.dim(1)}, what);
   }
-  FP8RL_BACKWARD_DISPATCH(
+  FP8RL_DISPATCH(
       ctx, what,
       {
         if (!w.empty()) cpu::inv_rms(x, eps, inv_rms);
@@ -287,7 +264,7 @@ void rms_norm_rope_backward(Context& ctx, const TensorView& x, const TensorView&
   if (!w.empty() && !dw.empty())
     FP8RL_DRY_RUN_CUDA_SCRATCH(
         ctx, cuda::rms_norm_backward_scratch_bytes(x.dim(0) * x.dim(1), x.dim(2)));
-  FP8RL_BACKWARD_DISPATCH(
+  FP8RL_DISPATCH(
       ctx, what,
       {
         if (dx.data != dy.data)
@@ -321,7 +298,7 @@ void check_gated_backward(Context& ctx, const TensorView& gate, const TensorView
 void silu_mul_backward(Context& ctx, const TensorView& gate, const TensorView& up,
                        const TensorView& dout, const TensorView& dgate, const TensorView& dup) {
   check_gated_backward(ctx, gate, up, dout, dgate, dup, "silu_mul_backward");
-  FP8RL_BACKWARD_DISPATCH(ctx, "silu_mul_backward",
+  FP8RL_DISPATCH(ctx, "silu_mul_backward",
                           cpu::silu_mul_backward(gate, up, dout, dgate, dup),
                           cuda::gated_backward(*ctx.cuda, gate, up, dout, 0, dgate, dup));
 }
@@ -330,7 +307,7 @@ void gelu_tanh_mul_backward(Context& ctx, const TensorView& gate, const TensorVi
                             const TensorView& dout, const TensorView& dgate,
                             const TensorView& dup) {
   check_gated_backward(ctx, gate, up, dout, dgate, dup, "gelu_tanh_mul_backward");
-  FP8RL_BACKWARD_DISPATCH(ctx, "gelu_tanh_mul_backward",
+  FP8RL_DISPATCH(ctx, "gelu_tanh_mul_backward",
                           cpu::gelu_tanh_mul_backward(gate, up, dout, dgate, dup),
                           cuda::gated_backward(*ctx.cuda, gate, up, dout, 1, dgate, dup));
 }
@@ -344,7 +321,7 @@ void softcap_backward(Context& ctx, const TensorView& y, float cap, const Tensor
   check_f32(ctx, dx, what);
   CHECK(cap > 0 && y.rank() >= 1 && dy.shape == y.shape && dx.shape == y.shape,
         "{}: cap {} y {} dy {} dx {}", what, cap, y.shape.str(), dy.shape.str(), dx.shape.str());
-  FP8RL_BACKWARD_DISPATCH(ctx, what, cpu::softcap_backward(y, cap, dy, dx),
+  FP8RL_DISPATCH(ctx, what, cpu::softcap_backward(y, cap, dy, dx),
                           cuda::softcap_backward(*ctx.cuda, y, cap, dy, dx));
 }
 
@@ -372,7 +349,7 @@ void paged_attention_lse(Context& ctx, const TensorView& q, const TensorView& k_
   check_attention_saved(ctx, q, k_pool, v_pool, batch, out, lse, what);
   dry_run_scratch(
       ctx, paged_attention_scratch_bytes(ctx, q.dim(0), q.dim(1), q.dim(2), batch.max_context_len));
-  FP8RL_BACKWARD_DISPATCH(
+  FP8RL_DISPATCH(
       ctx, what,
       cpu::paged_attention(scratch_of(ctx), q, k_pool, v_pool, batch, p, out, cpu::Rounding::none,
                            lse),
@@ -396,7 +373,7 @@ void paged_attention_backward(Context& ctx, const TensorView& q, const TensorVie
   check_f32(ctx, dv, what);
   check_shape(dv, kv, what);
   dry_run_scratch(ctx, size_t(q.dim(0) * q.dim(1)) * 4 + 256);  // delta (CUDA: 256-aligned)
-  FP8RL_BACKWARD_DISPATCH(ctx, what,
+  FP8RL_DISPATCH(ctx, what,
                           cpu::paged_attention_backward(scratch_of(ctx), q, k_pool, v_pool, batch,
                                                         p, out, lse, dout, dq, dk, dv),
                           cuda::paged_attention_backward(*ctx.cuda, q, k_pool, v_pool, batch, p,
@@ -416,7 +393,7 @@ void linear_backward_input(Context& ctx, const TensorView& dy, const LinearWeigh
             dy.dim(1) == w.out_features() && dx.dim(1) == w.in_features(),
         "{}: dy {} weight {} dx {}", what, dy.shape.str(), w.weight.shape.str(), dx.shape.str());
   FP8RL_DRY_RUN_CUDA_SCRATCH(ctx, cuda::linear_backward_input_scratch_bytes(w, dy.dim(0)));
-  FP8RL_BACKWARD_DISPATCH(ctx, what, cpu::linear_backward_input(dy, w, dx, accumulate),
+  FP8RL_DISPATCH(ctx, what, cpu::linear_backward_input(dy, w, dx, accumulate),
                           cuda::linear_backward_input(*ctx.cuda, dy, w, dx, accumulate));
 }
 
@@ -428,7 +405,7 @@ void lora_dropout(Context& ctx, const TensorView& x, const LoraDropout& dropout,
   check_act(ctx, out, what);
   CHECK(x.rank() == 2 && out.shape == x.shape && dropout.p >= 0 && dropout.p < 1,
         "{}: x {} out {} p {}", what, x.shape.str(), out.shape.str(), dropout.p);
-  FP8RL_BACKWARD_DISPATCH(ctx, what, cpu::lora_dropout(x, dropout, out),
+  FP8RL_DISPATCH(ctx, what, cpu::lora_dropout(x, dropout, out),
                           cuda::lora_dropout(*ctx.cuda, x, dropout, out));
 }
 
@@ -453,7 +430,7 @@ void lora_backward(Context& ctx, const TensorView& x, const TensorView& a, const
     dry_run_scratch(ctx, size_t(m * k + 2 * m * r) * 4 + 3 * 64);
   else
     FP8RL_DRY_RUN_CUDA_SCRATCH(ctx, cuda::lora_backward_scratch_bytes(m, k, r));
-  FP8RL_BACKWARD_DISPATCH(
+  FP8RL_DISPATCH(
       ctx, what, cpu::lora_backward(scratch_of(ctx), x, a, b, scale, dropout, dy, dx, da, db),
       cuda::lora_backward(*ctx.cuda, x, a, b, scale, dropout, dy, dx, da, db));
 }
@@ -481,7 +458,7 @@ void lm_head_cross_entropy(Context& ctx, const TensorView& x, const LinearWeight
     check_shape(entropy, Shape{x.dim(0)}, what);
   }
   ce_dry_run_scratch(ctx, lm_head, x.dim(0), p);
-  FP8RL_BACKWARD_DISPATCH(
+  FP8RL_DISPATCH(
       ctx, what,
       cpu::lm_head_cross_entropy(scratch_of(ctx), x, lm_head, targets, p, loss, logprob, lse,
                                  entropy),
@@ -501,7 +478,7 @@ void lm_head_cross_entropy_backward(Context& ctx, const TensorView& x, const Lin
   check_f32(ctx, dx, what);
   check_shape(dx, x.shape, what);
   ce_dry_run_scratch(ctx, lm_head, x.dim(0), p);
-  FP8RL_BACKWARD_DISPATCH(
+  FP8RL_DISPATCH(
       ctx, what,
       cpu::lm_head_cross_entropy_backward(scratch_of(ctx), x, lm_head, targets, p, lse, dloss, dx),
       cuda::lm_head_cross_entropy_backward(*ctx.cuda, x, lm_head, targets, p, lse, dloss, dx));

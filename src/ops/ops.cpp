@@ -4,6 +4,7 @@
 
 #include "core/parallel.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/dispatch.h"
 #include "quant/fp8.h"
 #if FP8RL_HAVE_CUDA
 #include "ops/cuda/cuda_ops.h"
@@ -31,29 +32,6 @@ bool fp8_gemm_native(const LinearWeight& w, ActScaling act) {
 }
 }  // namespace fp8rl
 
-// Runs the CPU or the CUDA implementation; the CUDA one inside a profiling range.
-#if FP8RL_HAVE_CUDA
-#define FP8RL_DISPATCH(ctx, name, cpu_call, cuda_call) \
-  do {                                                 \
-    if ((ctx).dry_run) break;                          \
-    if ((ctx).device == Device::cpu) {                 \
-      cpu_call;                                        \
-    } else {                                           \
-      cuda::ProfileRange range_(*(ctx).cuda, name);    \
-      cuda_call;                                       \
-    }                                                  \
-  } while (0)
-#else
-#define FP8RL_DISPATCH(ctx, name, cpu_call, cuda_call)                        \
-  do {                                                                        \
-    if ((ctx).dry_run) break;                                                 \
-    if ((ctx).device == Device::cpu) {                                        \
-      cpu_call;                                                               \
-    } else {                                                                  \
-      RAISE("{}: this build has no CUDA backend (built without nvcc)", name); \
-    }                                                                         \
-  } while (0)
-#endif
 
 namespace fp8rl::ops {
 
