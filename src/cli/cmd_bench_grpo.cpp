@@ -1,12 +1,13 @@
 // fp8rl bench grpo (--model DIR | --preset NAME) [--prompts P] [--generations G]
 //                  [--prompt-tokens L] [--completion-tokens C] [--lora-r R] [--steps N]
-//                  [--fp8 ...] [--checkpointing] [--kv-memory GIB] [--device cuda|cpu] [--out F]
+//                  [--fp8 ...] [--[no-]checkpointing] [--kv-memory GIB] [--device cuda|cpu] [--out F]
 //
 // Times GRPO steps on one model (issue 11 item 9): P random prompts of L tokens, G samples
 // each of exactly C tokens (no stop ids), LoRA rank R (alpha 2R) on all seven projections,
 // one micro-batch of P x G completions per step. A length reward keeps the run independent of
-// a tokenizer. Prints JSON from the run's last step: peak memory after the rollout and after
-// the training phase, rollout / training time and tokens/s, step time.
+// a tokenizer. Prints JSON from the run's last step: the peak memory of each phase (rollout,
+// training: the KV pool and the trainer's arenas take turns in one standby region, whose size
+// is printed too), rollout / training time and tokens/s, step time.
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -92,7 +93,8 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
   for (const char* k :
        {"peak_memory_bytes/rollout", "peak_memory_bytes/train", "timing/rollout_seconds",
         "timing/rollout_logprob_seconds", "timing/train_seconds", "timing/step_seconds",
-        "rollout_tokens_per_second", "train_tokens_per_second", "completions/mean_length"})
+        "rollout_tokens_per_second", "train_tokens_per_second", "completions/mean_length",
+        "memory/standby_region_bytes"})
     if (last.contains(k)) r[std::string("last_step/") + k] = last[k];
   r["weights_bytes"] = model.device_bytes();
   print_bench_json(r, o.out);
@@ -112,8 +114,8 @@ void add_bench_grpo_command(CLI::App& bench) {
       ->capture_default_str();
   c->add_option("--steps", o->steps, "GRPO steps")->capture_default_str();
   c->add_option("--kv-memory", o->kv_memory, "KV cache GiB (0: the engine's default)");
-  c->add_option("--checkpointing", o->checkpointing, "Per-layer activation checkpointing")
-      ->capture_default_str();
+  c->add_flag("--checkpointing,!--no-checkpointing", o->checkpointing,
+              "Per-layer activation checkpointing (default on)");
   c->callback([o] { run_bench_grpo(*o); });
 }
 

@@ -59,7 +59,9 @@ struct Engine::Impl {
   const tok::Tokenizer* tokenizer;
   std::vector<int32_t> eos;
   EngineOptions opt;
+  StandbyRegion* region = nullptr;  // where the pool lies; null: the pool owns its memory
   std::unique_ptr<KvPool> pool;
+  SchedulerConfig sched_config;
   std::unique_ptr<Scheduler> sched;
   EngineStats stats;
   uint64_t adapter_version = 0;
@@ -71,16 +73,21 @@ struct Engine::Impl {
   // step reads each new step's values.
   DeviceBuffer step_buf;
   int32_t null_block = 0;  // a pool block no sequence owns: padding sequences read it
+  int64_t hold_region_blocks = 0;  // the pool's blocks when it lies in the region
   int64_t max_table_width = 1;
   // Decode steps captured as CUDA graphs, by (batch bucket, table width, top logprobs,
   // processed logprobs); each replays the forward and the sampler of a padded step.
   std::map<std::tuple<int64_t, int64_t, int, bool>, CudaGraph> graphs;
 
   Impl(Context& c, const Model& m, const tok::Tokenizer* t, std::vector<int32_t> e,
-       const EngineOptions& o)
-      : ctx(c), model(m), tokenizer(t), eos(std::move(e)), opt(o) {}
+       const EngineOptions& o, StandbyRegion* r)
+      : ctx(c), model(m), tokenizer(t), eos(std::move(e)), opt(o), region(r) {}
 
   void setup();
+  // The KV pool over the standby region (taken back from whoever held it since the last
+  // generate: the pool is zeroed, the prefix cache starts empty, and graphs recorded with the
+  // old addresses go if the region moved).
+  void hold_region();
   // The sampler's output views of n rows in out_buf.
   ops::SampleOutput sample_outputs(int64_t n, int top_k, bool processed) const;
   // The device part of a step after its upload: forward and sampling (also run as the
@@ -145,7 +152,9 @@ void Engine::Impl::setup() {
       const int64_t per_seq = (c.max_position_embeddings + kKvBlockSize - 1) / kKvBlockSize;
       kv_bytes = std::min(size_t(1) << 30, size_t(opt.max_num_seqs * per_seq) * block);
     } else {
-      const size_t free_now = ops::device_free_bytes(ctx);
+      // A standby region's memory is ours to reuse: count it as free.
+      const size_t free_now =
+          ops::device_free_bytes(ctx) + (region != nullptr ? region->size() : 0);
       CHECK(free_now > plan, "engine: {} bytes free on the device, the step plan needs {}",
             free_now, plan);
       kv_bytes = size_t(double(free_now - plan) * opt.kv_memory_fraction);
@@ -155,19 +164,38 @@ void Engine::Impl::setup() {
   CHECK(blocks >= 1, "engine: a KV budget of {} bytes holds no block ({} bytes each)", kv_bytes,
         block);
   // One block more than the scheduler hands out: the null block of padding sequences.
-  pool = std::make_unique<KvPool>(c, blocks + 1, ctx, opt.kv_dtype);
+  if (region != nullptr)
+    hold_region_blocks = blocks + 1;
+  else
+    pool = std::make_unique<KvPool>(c, blocks + 1, ctx, opt.kv_dtype);
   null_block = int32_t(blocks);
   ops::scratch_reserve(ctx, plan);
-  SchedulerConfig sc;
-  sc.num_blocks = int32_t(std::min<int64_t>(blocks, INT32_MAX));
-  sc.block_size = int32_t(pool->block_size());
-  sc.max_num_batched_tokens = opt.max_num_batched_tokens;
-  sc.max_num_seqs = int32_t(opt.max_num_seqs);
-  sc.prefix_caching = opt.prefix_caching;
-  sched = std::make_unique<Scheduler>(sc);
-  sched->set_adapter_version(adapter_version);
+  sched_config.num_blocks = int32_t(std::min<int64_t>(blocks, INT32_MAX));
+  sched_config.block_size = int32_t(kKvBlockSize);
+  sched_config.max_num_batched_tokens = opt.max_num_batched_tokens;
+  sched_config.max_num_seqs = int32_t(opt.max_num_seqs);
+  sched_config.prefix_caching = opt.prefix_caching;
+  if (region != nullptr) {
+    hold_region();
+  } else {
+    sched = std::make_unique<Scheduler>(sched_config);
+    sched->set_adapter_version(adapter_version);
+  }
   stats.kv_blocks = blocks;
   stats.kv_bytes = pool->nbytes();
+}
+
+void Engine::Impl::hold_region() {
+  if (region->holder() == this && pool != nullptr) return;
+  const ModelConfig& c = model.config();
+  const size_t bytes = size_t(hold_region_blocks) * KvPool::block_bytes(c, ctx, opt.kv_dtype);
+  void* base = region->acquire(this, bytes);
+  if (pool != nullptr && pool->k(0).data != base) graphs.clear();
+  pool = std::make_unique<KvPool>(c, hold_region_blocks, ctx, opt.kv_dtype, base);
+  // Every sequence of the last generate() has finished; the cached prefixes' KV is gone.
+  sched = std::make_unique<Scheduler>(sched_config);
+  sched->set_adapter_version(adapter_version);
+  ++stats.region_takebacks;
 }
 
 ops::SampleOutput Engine::Impl::sample_outputs(int64_t n, int top_k, bool processed) const {
@@ -465,8 +493,9 @@ void Engine::Impl::run(std::vector<RequestState>& states,
 }
 
 Engine::Engine(Context& ctx, const Model& model, const tok::Tokenizer* tokenizer,
-               std::vector<int32_t> eos_ids, const EngineOptions& options)
-    : impl_(std::make_unique<Impl>(ctx, model, tokenizer, std::move(eos_ids), options)) {
+               std::vector<int32_t> eos_ids, const EngineOptions& options,
+               StandbyRegion* region)
+    : impl_(std::make_unique<Impl>(ctx, model, tokenizer, std::move(eos_ids), options, region)) {
   impl_->setup();
 }
 
@@ -518,6 +547,7 @@ std::vector<RequestOutput> Engine::generate(std::span<const GenerationRequest> r
     for (SampleState& st : rs.samples)
       if (im.tokenizer) st.decoder = std::make_unique<tok::IncrementalDecoder>(*im.tokenizer, true);
   }
+  if (im.region != nullptr) im.hold_region();
   im.run(states, progress, on_token);
   std::vector<RequestOutput> out(requests.size());
   for (size_t i = 0; i < states.size(); ++i)

@@ -24,6 +24,7 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "ops/context.h"
+#include "ops/standby_region.h"
 
 namespace fp8rl {
 
@@ -76,14 +77,19 @@ struct EngineStats {
   double seconds_forward = 0, seconds_sampling = 0, seconds_host = 0;
   size_t scratch_bytes = 0, kv_bytes = 0;
   int64_t graph_steps = 0, graphs_captured = 0;
+  int64_t region_takebacks = 0;  // times the KV pool was laid out in the standby region
 };
 
 class Engine {
  public:
   // The model (and its attached adapter, if any) must be on ctx's device; tokenizer may be null
-  // (no text, no stop strings); eos_ids: generation_config's stop ids.
+  // (no text, no stop strings); eos_ids: generation_config's stop ids. region: a standby
+  // region (ops/standby_region.h) the KV pool lies in, shared with the trainer, which holds
+  // it between generate() calls; each generate() takes it back (an empty prefix cache, the
+  // pool zeroed). Null: the pool has memory of its own and the prefix cache persists.
   Engine(Context& ctx, const Model& model, const tok::Tokenizer* tokenizer,
-         std::vector<int32_t> eos_ids, const EngineOptions& options);
+         std::vector<int32_t> eos_ids, const EngineOptions& options,
+         StandbyRegion* region = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -29,15 +29,32 @@ KvDType parse_kv_dtype(const std::string& name) {
 
 KvPool::KvPool(const ModelConfig& c, int64_t num_blocks, Context& ctx, KvDType kv) {
   CHECK(num_blocks > 0, "KV pool needs at least one block, got {}", num_blocks);
+  buf_ = DeviceBuffer(ctx, size_t(num_blocks) * block_bytes(c, ctx, kv));
+  init(c, num_blocks, ctx, kv, buf_.data());
+}
+
+KvPool::KvPool(const ModelConfig& c, int64_t num_blocks, Context& ctx, KvDType kv, void* memory) {
+  CHECK(num_blocks > 0, "KV pool needs at least one block, got {}", num_blocks);
+  init(c, num_blocks, ctx, kv, memory);
+}
+
+void KvPool::init(const ModelConfig& c, int64_t num_blocks, Context& ctx, KvDType kv,
+                  void* memory) {
   kv_ = kv;
   dtype_ = value_dtype(ctx, kv);
   layers_ = c.num_layers;
   heads_ = c.num_kv_heads;
   head_dim_ = c.head_dim;
   num_blocks_ = num_blocks;
-  buf_ = DeviceBuffer(ctx, size_t(num_blocks) * block_bytes(c, ctx, kv));
-  // Zeroed so that a slot read before it is written (never, by construction) holds no NaN.
-  ops::fill_zero(ctx, buf_.view({int64_t(buf_.size())}, DType::f8e4m3));
+  memory_ = TensorView(memory, DType::f8e4m3, {int64_t(size_t(num_blocks) * block_bytes(c, ctx, kv))},
+                       ctx.device);
+  // Zeroed so that a slot read before it is written (padding rows of a block, whose
+  // probabilities are 0 but whose NaN would still poison 0 * v) holds no NaN.
+  ops::fill_zero(ctx, memory_);
+}
+
+TensorView KvPool::at(Shape shape, DType dtype, size_t offset) const {
+  return TensorView(static_cast<char*>(memory_.data) + offset, dtype, shape, memory_.device);
 }
 
 size_t KvPool::block_bytes(const ModelConfig& c, const Context& ctx, KvDType kv) {
@@ -48,7 +65,7 @@ TensorView KvPool::layer_of(int64_t layer, int64_t kv) const {
   CHECK(layer >= 0 && layer < layers_, "KV pool layer {} out of range [0, {})", layer, layers_);
   const Shape shape{num_blocks_, kKvBlockSize, heads_, head_dim_};
   const size_t per = size_t(shape.numel()) * dtype_size(dtype_);
-  return buf_.view(shape, dtype_, size_t(2 * layer + kv) * per);
+  return at(shape, dtype_, size_t(2 * layer + kv) * per);
 }
 
 TensorView KvPool::scale_of(int64_t layer, int64_t kv) const {
@@ -56,8 +73,8 @@ TensorView KvPool::scale_of(int64_t layer, int64_t kv) const {
   if (kv_ != KvDType::f8e4m3) return {};
   const Shape shape{num_blocks_, kKvBlockSize, heads_};
   const size_t values = size_t(2 * layers_ * num_blocks_ * kKvBlockSize * heads_ * head_dim_);
-  return buf_.view(shape, DType::f32,
-                   values + size_t(2 * layer + kv) * size_t(shape.numel()) * sizeof(float));
+  return at(shape, DType::f32,
+            values + size_t(2 * layer + kv) * size_t(shape.numel()) * sizeof(float));
 }
 
 TensorView KvPool::k(int64_t layer) const {

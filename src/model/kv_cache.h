@@ -38,6 +38,9 @@ class KvPool {
   // num_blocks blocks on ctx's device, zeroed (scales too: a zero scale dequantizes to 0).
   KvPool(const ModelConfig& config, int64_t num_blocks, Context& ctx,
          KvDType kv = KvDType::activation);
+  // The same over `memory` on ctx's device (num_blocks * block_bytes() bytes, owned by the
+  // caller and zeroed here): the pool of a StandbyRegion's holder (ops/standby_region.h).
+  KvPool(const ModelConfig& config, int64_t num_blocks, Context& ctx, KvDType kv, void* memory);
   // Bytes one block takes over all layers, K and V (codes and scales), on ctx's device.
   static size_t block_bytes(const ModelConfig& config, const Context& ctx,
                             KvDType kv = KvDType::activation);
@@ -51,20 +54,23 @@ class KvPool {
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return kKvBlockSize; }
   int64_t num_layers() const { return layers_; }
-  Device device() const { return buf_.device(); }
+  Device device() const { return memory_.device; }
   DType dtype() const { return dtype_; }
-  size_t nbytes() const { return buf_.size(); }
+  size_t nbytes() const { return size_t(memory_.numel()); }
 
   // The next n unused blocks in order, for owners without a block manager (KvCache); an
   // engine's block manager hands out blocks itself and never calls this.
   std::vector<int32_t> take_blocks(int64_t n);
 
  private:
+  void init(const ModelConfig& config, int64_t num_blocks, Context& ctx, KvDType kv, void* memory);
   TensorView layer_of(int64_t layer, int64_t kv) const;
   TensorView scale_of(int64_t layer, int64_t kv) const;
+  TensorView at(Shape shape, DType dtype, size_t offset) const;
   // [L, 2, num_blocks, block_size, Hkv, D], then for f8e4m3 [L, 2, num_blocks, block_size, Hkv]
-  // f32 scales
+  // f32 scales; in buf_ (owned) or the caller's memory
   DeviceBuffer buf_;
+  TensorView memory_;  // [nbytes] the pool's bytes (typed f8e4m3: one byte each)
   DType dtype_ = DType::f32;
   KvDType kv_ = KvDType::activation;
   int64_t layers_ = 0, heads_ = 0, head_dim_ = 0, num_blocks_ = 0;

@@ -217,6 +217,15 @@ size_t device_peak_allocated_bytes(const Context& ctx) {
 #endif
 }
 
+void reset_device_peak_allocated(Context& ctx) {
+  if (ctx.device == Device::cpu) return;
+#if FP8RL_HAVE_CUDA
+  ctx.cuda->reset_peak_allocated();
+#else
+  no_cuda();
+#endif
+}
+
 size_t device_free_bytes(const Context& ctx) {
   if (ctx.device == Device::cpu) return 0;
 #if FP8RL_HAVE_CUDA

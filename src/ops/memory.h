@@ -86,5 +86,7 @@ size_t device_free_bytes(const Context& ctx);
 // arena, as the CUDA backend counts its cudaMallocs); 0 on the CPU.
 size_t device_allocated_bytes(const Context& ctx);
 size_t device_peak_allocated_bytes(const Context& ctx);
+// The peak starts again from what is allocated now (a phase's own peak); no-op on the CPU.
+void reset_device_peak_allocated(Context& ctx);
 
 }  // namespace fp8rl::ops

@@ -68,7 +68,8 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
   bool vllm_importance_sampling_correction = true;
   RolloutCorrectionMode vllm_importance_sampling_mode = RolloutCorrectionMode::sequence_mask;
   double vllm_importance_sampling_cap = 3.0;  // C; TRL main renamed it ..._clip_max (an alias)
-  // Fixed kernel choices so that the trainer's logprobs equal the engine's bit for bit.
+  // The trainer's logprobs equal the engine's bit for bit (checked every round; an error
+  // otherwise), so no importance-sampling correction is applied. CPU only for now.
   bool on_policy_exact = false;
 
   // The generation engine (engine/engine.h EngineOptions).

@@ -141,6 +141,9 @@ struct GrpoTrainer::Impl {
   int64_t steps_per_generation = 1, prompts_per_round = 1, micro_batch = 1;
   int64_t total_steps = 0;
   std::unique_ptr<TrainStep> train_step;
+  // Standby memory: the engine's KV pool while it generates, the pass's saved activations and
+  // KV while the trainer runs (declared first: it outlives both).
+  StandbyRegion region;
   std::unique_ptr<Engine> engine;
   std::unique_ptr<LogprobPass> pass;
 
@@ -161,11 +164,16 @@ struct GrpoTrainer::Impl {
         data(std::move(d)),
         cfg(g),
         rewards(std::move(r)),
-        base_model_name(std::move(base)) {
+        base_model_name(std::move(base)),
+        region(c) {
     cfg.validate();
-    CHECK(!cfg.on_policy_exact,
-          "on_policy_exact is not implemented yet: the engine's and the trainer's kernels are "
-          "not pinned to the same reduction order (the mismatch is logged and corrected by "
+    // The CPU kernels compute a token's logprob the same way in the engine's steps and the
+    // trainer's pass (batch-invariant GEMMs and attention, one log-softmax: ops/cpu/
+    // log_softmax.h). The CUDA ones do not yet: the decode attention kernel splits the keys
+    // differently from the training prefill's, and cuBLASLt picks its algorithm per batch shape.
+    CHECK(!cfg.on_policy_exact || ctx.device == Device::cpu,
+          "on_policy_exact is available on the CPU only: the CUDA engine's and trainer's kernels "
+          "are not pinned to one reduction order yet (the mismatch is logged and corrected by "
           "vllm_importance_sampling_correction instead)");
     CHECK(!data.empty(), "grpo: the dataset has no prompts");
     CHECK(rewards.size() > 0, "grpo: no reward functions (set `rewards` or --reward-process)");
@@ -189,8 +197,25 @@ struct GrpoTrainer::Impl {
     eo.max_num_seqs = cfg.max_num_seqs;
     eo.max_num_batched_tokens = cfg.max_num_batched_tokens;
     eo.seed = uint64_t(cfg.seed);
-    engine = std::make_unique<Engine>(ctx, model, tokenizer, eos_ids, eo);
-    pass = std::make_unique<LogprobPass>(ctx, model, &adapter);
+    pass = std::make_unique<LogprobPass>(ctx, model, &adapter, &region);
+    // The region is sized once for the larger phase: the pass over the longest micro-batch
+    // (micro_batch of the longest prompt plus a full completion), or the engine's KV pool,
+    // which it takes (growing the region, before anything lies there) if that is larger.
+    region.reserve(largest_pass_plan().region_bytes());
+    engine = std::make_unique<Engine>(ctx, model, tokenizer, eos_ids, eo, &region);
+  }
+
+  PassPlan largest_pass_plan() {
+    size_t longest_prompt = 0;
+    for (const PromptExample& e : data) longest_prompt = std::max(longest_prompt, e.ids.size());
+    const int64_t len = int64_t(longest_prompt) + cfg.max_completion_length;
+    const int64_t seqs = std::min<int64_t>(micro_batch, prompts_per_round * cfg.num_generations);
+    std::vector<int32_t> ids(size_t(seqs * len), 0), targets(size_t(seqs * len), -100);
+    std::vector<int64_t> cu(size_t(seqs + 1));
+    for (int64_t i = 0; i <= seqs; ++i) cu[size_t(i)] = i * len;
+    PassOptions o = pass_options();
+    o.entropy = true;
+    return pass->plan({ids, targets, cu}, o);
   }
 
   const std::vector<size_t>& epoch_order(int64_t e) {
@@ -275,8 +300,11 @@ struct GrpoTrainer::Impl {
       requests.push_back(std::move(q));
     }
     engine->set_adapter_version(adapter.version());
+    reset_peak_memory(ctx);
     const std::vector<RequestOutput> outs = engine->generate(requests);
     const double rollout_seconds = seconds_since(t0);
+    const size_t rollout_peak = peak_memory_bytes(ctx);
+    reset_peak_memory(ctx);  // the training phase starts with the logprob recomputation
     ++rounds;
 
     RewardBatch batch;
@@ -318,7 +346,8 @@ struct GrpoTrainer::Impl {
       if (!drop) r.num_items += int64_t(r.ids[c].size());
     }
     const auto tl = Clock::now();
-    const bool need_old = cfg.vllm_importance_sampling_correction || cfg.num_iterations > 1 ||
+    const bool need_old = cfg.on_policy_exact || cfg.vllm_importance_sampling_correction ||
+                          cfg.num_iterations > 1 ||
                           steps_per_generation > cfg.gradient_accumulation_steps;
     if (need_old) r.old_logp = all_logprobs(r);
     if (cfg.beta != 0.0) {
@@ -327,7 +356,19 @@ struct GrpoTrainer::Impl {
       adapter.attach(model);
     }
     nlohmann::json& m = r.metrics;
-    if (cfg.vllm_importance_sampling_correction) {
+    if (cfg.on_policy_exact) {
+      // Nothing to correct: the trainer's logprobs are the engine's, which is checked.
+      double worst = 0;
+      for (size_t c = 0; c < n; ++c)
+        for (size_t k = 0; k < r.ids[c].size(); ++k)
+          worst = std::max(worst, std::fabs(r.old_logp[c][k] - r.engine_logp[c][k]));
+      CHECK(worst == 0.0,
+            "on_policy_exact: the trainer's logprob of a sampled token differs from the engine's "
+            "by {} in round {}",
+            worst, rounds);
+      m["sampling/sampling_logp_difference/mean"] = 0.0;
+      m["sampling/sampling_logp_difference/max"] = 0.0;
+    } else if (cfg.vllm_importance_sampling_correction) {
       std::vector<int64_t> offsets{0};
       std::vector<uint8_t> mask;
       for (size_t c = 0; c < n; ++c) {
@@ -380,7 +421,8 @@ struct GrpoTrainer::Impl {
     m["timing/reward_seconds"] = reward_seconds;
     m["timing/rollout_logprob_seconds"] = logprob_seconds;
     m["rollout_tokens_per_second"] = double(completion_tokens) / std::max(rollout_seconds, 1e-9);
-    m["peak_memory_bytes/rollout"] = peak_memory_bytes(ctx);
+    m["peak_memory_bytes/rollout"] = rollout_peak;
+    m["memory/standby_region_bytes"] = region.size();
     // samples.jsonl: the first few completions of the round.
     const int64_t keep = std::min<int64_t>(int64_t(n), cfg.num_completions_to_print.value_or(4));
     for (int64_t c = 0; c < keep; ++c) {
@@ -491,6 +533,7 @@ struct GrpoTrainer::Impl {
     while (train_step->global_step() < total_steps) {
       const auto t0 = Clock::now();
       const int64_t step = train_step->global_step() + 1;
+      reset_peak_memory(ctx);
       std::fill(grads.begin(), grads.end(), 0.0f);
       MetricMeans means;
       nlohmann::json line = nlohmann::json::object();

@@ -24,6 +24,10 @@ size_t arena_alignment(Device d) {
   return d == Device::cuda ? 256 : 64;
 }
 
+size_t align_up(size_t n, size_t a) {
+  return (n + a - 1) / a * a;
+}
+
 int64_t blocks_for(const PackedSequences& b) {
   int64_t n = 0;
   for (size_t s = 0; s + 1 < b.cu_seqlens.size(); ++s)
@@ -43,27 +47,34 @@ void check_batch(const PackedSequences& b) {
 
 }  // namespace
 
-LogprobPass::LogprobPass(Context& ctx, const Model& model, const LoraAdapter* adapter)
-    : ctx_(ctx), model_(model), adapter_(adapter) {
-  CHECK(model.device() == ctx.device, "training pass: the model is on {}, the context on {}",
-        device_name(model.device()), device_name(ctx.device));
-  // The CPU arena owns host memory; the CUDA one bumps through arena_storage_ (reserve_arena).
-  arena_ = ctx.device == Device::cpu
-               ? std::make_unique<Arena>()
-               : std::make_unique<Arena>(ctx.device, arena_alignment(ctx.device));
+size_t PassPlan::region_bytes() const {
+  return align_up(saved_bytes, 256) + kv_bytes;
 }
 
-void LogprobPass::reserve_arena(size_t bytes) {
-  arena_->rewind(0);
-  if (ctx_.device == Device::cpu) {
-    if (arena_->capacity() < bytes) arena_->reserve(bytes);
-    return;
+LogprobPass::LogprobPass(Context& ctx, const Model& model, const LoraAdapter* adapter,
+                         StandbyRegion* region)
+    : ctx_(ctx), model_(model), adapter_(adapter), region_(region) {
+  CHECK(model.device() == ctx.device, "training pass: the model is on {}, the context on {}",
+        device_name(model.device()), device_name(ctx.device));
+  if (region_ == nullptr) {
+    own_region_ = std::make_unique<StandbyRegion>(ctx);
+    region_ = own_region_.get();
   }
-  if (arena_storage_.size() >= bytes && arena_->capacity() > 0) return;
+}
+
+void LogprobPass::hold_region(const PassPlan& p, int64_t kv_blocks) {
+  const bool was_holder = region_->holder() == this;
+  char* base = static_cast<char*>(region_->acquire(this, p.region_bytes()));
+  const size_t saved = align_up(p.saved_bytes, 256);
   arena_ = std::make_unique<Arena>(ctx_.device, arena_alignment(ctx_.device));
-  arena_storage_ = DeviceBuffer();  // free the old region before taking the new one
-  arena_storage_ = DeviceBuffer(ctx_, bytes);
-  arena_->attach(arena_storage_.data(), bytes);
+  arena_->attach(base, saved);
+  char* kv_at = base + saved;
+  // Another holder (the engine's KV pool) wrote over the pool since the last pass, or the
+  // region moved, or the pool no longer lies after the arena: lay it out (and zero it) again.
+  if (!was_holder || base != held_base_ || kv_ == nullptr || kv_->num_blocks() < kv_blocks ||
+      kv_->k(0).data != static_cast<void*>(kv_at))
+    kv_ = std::make_unique<KvPool>(model_.config(), kv_blocks, ctx_, KvDType::activation, kv_at);
+  held_base_ = base;
 }
 
 LogprobPass::~LogprobPass() = default;
@@ -121,7 +132,8 @@ PassPlan LogprobPass::plan(const PackedSequences& batch, const PassOptions& opt)
   Context dry = ctx_;
   dry.dry_run = true;
   dry.scratch = &scratch;
-  KvPool kv(model_.config(), 1, ctx_);
+  if (probe_kv_ == nullptr) probe_kv_ = std::make_unique<KvPool>(model_.config(), 1, ctx_);
+  KvPool& kv = *probe_kv_;
   Buffers b;
   run(dry, saved, kv, batch, opt, b);
   if (adapter_ != nullptr) {
@@ -140,11 +152,8 @@ PassPlan LogprobPass::plan(const PackedSequences& batch, const PassOptions& opt)
 void LogprobPass::forward(const PackedSequences& batch, const PassOptions& opt) {
   const PassPlan p = plan(batch, opt);
   last_.reset();
-  reserve_arena(p.saved_bytes);
+  hold_region(p, blocks_for(batch));
   ops::scratch_reserve(ctx_, p.scratch_bytes);
-  const int64_t blocks = blocks_for(batch);
-  if (kv_ == nullptr || kv_->num_blocks() < blocks)
-    kv_ = std::make_unique<KvPool>(model_.config(), blocks, ctx_);
   auto b = std::make_unique<Buffers>();
   run(ctx_, *arena_, *kv_, batch, opt, *b);
   const int64_t t = int64_t(batch.ids.size());
@@ -163,6 +172,9 @@ void LogprobPass::forward(const PackedSequences& batch, const PassOptions& opt) 
 void LogprobPass::backward(std::span<const float> dlogprob, const TensorView& grads) {
   CHECK(last_ != nullptr, "training pass: backward() without a forward()");
   CHECK(adapter_ != nullptr, "training pass: no adapter to take gradients");
+  CHECK(region_->holder() == this && region_->data() == held_base_,
+        "training pass: backward() after another phase (the engine) took the standby region "
+        "back: the forward's saved activations are gone");
   const int64_t t = last_->step.num_tokens();
   CHECK(int64_t(dlogprob.size()) == t, "training pass: {} gradients for {} tokens", dlogprob.size(),
         t);

@@ -4,10 +4,12 @@
 // backward of any loss of those log-probabilities into the LoRA gradients. SFT uses it with
 // d loss / d logprob = -1 / num_targets; GRPO and DPO with their losses' derivatives.
 //
-// Memory: the pass owns one arena for what lives from the forward to the backward (the step
-// description, targets, the saved activations, the loss outputs) and one KV pool sized to the
-// batch; both and the context's scratch are sized before the pass by a measuring dry run of
-// the whole pass (forward, loss and backward), so nothing is allocated inside it.
+// Memory: what lives from the forward to the backward (the step description, targets, the
+// saved activations, the loss outputs: one arena) and the batch's KV pool lie at the start of
+// a StandbyRegion (ops/standby_region.h): the pass's own, or one it shares with the engine,
+// which holds it as its KV pool while it generates (GRPO's standby memory). Both and the
+// context's scratch are sized before the pass by a measuring dry run of the whole pass
+// (forward, loss and backward), so nothing is allocated inside it.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,7 @@
 #include "model/tape.h"
 #include "ops/context.h"
 #include "ops/memory.h"
+#include "ops/standby_region.h"
 
 namespace fp8rl {
 
@@ -45,12 +48,17 @@ struct PassPlan {
   size_t saved_bytes = 0;    // the pass arena: saved activations, step, targets, loss outputs
   size_t scratch_bytes = 0;  // the context's scratch high water (forward, loss, backward)
   size_t kv_bytes = 0;       // the KV pool of the batch
+  // Bytes of the region the pass holds: the saved arena (aligned), then the KV pool.
+  size_t region_bytes() const;
 };
 
 class LogprobPass {
  public:
   // The adapter must be attached to the model (or the model runs without one: no gradients).
-  LogprobPass(Context& ctx, const Model& model, const LoraAdapter* adapter);
+  // region: the standby region to hold during a pass (it must outlive the pass object);
+  // null: a region of the pass's own.
+  LogprobPass(Context& ctx, const Model& model, const LoraAdapter* adapter,
+              StandbyRegion* region = nullptr);
   ~LogprobPass();
   LogprobPass(const LogprobPass&) = delete;
   LogprobPass& operator=(const LogprobPass&) = delete;
@@ -77,16 +85,21 @@ class LogprobPass {
   void backward_on(Context& ctx, const Buffers& b, const KvPool& kv, const TensorView& dlogprob,
                    const TensorView& grads);
 
-  // The pass arena holds at least `bytes` (grown at mark 0 only).
-  void reserve_arena(size_t bytes);
+  // Takes the region for a pass of plan p: the arena over its first bytes, the KV pool after
+  // them (kept, not re-zeroed, while the pass held the region since the last pass and the
+  // pool still fits where it lies).
+  void hold_region(const PassPlan& p, int64_t kv_blocks);
 
   Context& ctx_;
   const Model& model_;
   const LoraAdapter* adapter_;
+  std::unique_ptr<StandbyRegion> own_region_;
+  StandbyRegion* region_;
+  void* held_base_ = nullptr;  // the region's address at the last pass
   std::unique_ptr<Arena> arena_;
-  DeviceBuffer arena_storage_;  // CUDA: the pass arena's memory
-  DeviceBuffer device_grads_;   // CUDA: [P] f32 gradients of one backward
+  DeviceBuffer device_grads_;  // CUDA: [P] f32 gradients of one backward
   std::unique_ptr<KvPool> kv_;
+  std::unique_ptr<KvPool> probe_kv_;  // the dry run's one-block pool
   std::unique_ptr<Buffers> last_;
   PassOptions last_options_;
   std::vector<float> logprobs_, entropies_;

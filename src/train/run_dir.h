@@ -54,10 +54,14 @@ class MetricsLog {
   std::ofstream out_;
 };
 
-// Peak memory of the process so far (the CPU backend's resident high water), bytes.
+// Peak resident memory of the process since it started or since the last reset_peak_memory
+// of a CPU context, bytes.
 size_t peak_host_memory_bytes();
 // The peak of the memory training runs in: the device's allocations on CUDA, the process's
-// resident high water on the CPU.
+// resident high water on the CPU; since the last reset_peak_memory(ctx).
 size_t peak_memory_bytes(const Context& ctx);
+// Starts the peak again from what is in use now, so that a phase (rollout, training) reports
+// its own peak.
+void reset_peak_memory(Context& ctx);
 
 }  // namespace fp8rl

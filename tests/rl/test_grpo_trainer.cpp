@@ -1,6 +1,7 @@
 // The GRPO loop on the demo model (examples/demo): TRL's metrics every step, checkpoints and
 // an exact resume, non-finite rewards skipped and counted, a failing reward process stopping
 // the run with the last checkpoint intact; and the DPO loop's resume.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -100,10 +101,17 @@ TEST(GrpoTrainer, LogsTrlMetricsAndResumesExactly) {
                           "peak_memory_bytes/rollout",
                           "peak_memory_bytes/train",
                           "timing/rollout_seconds",
-                          "timing/train_seconds"})
+                          "timing/train_seconds",
+                          "memory/standby_region_bytes"})
     EXPECT_TRUE(full.metrics[0].contains(key)) << key;
-  // On the CPU the trainer recomputes the engine's logprobs to fp32 rounding.
-  EXPECT_LT(full.metrics[0]["sampling/sampling_logp_difference/max"].get<double>(), 1e-4);
+  // On the CPU the trainer recomputes the engine's logprobs exactly (ops/cpu/log_softmax.h).
+  for (const nlohmann::json& m : full.metrics) {
+    if (m.contains("sampling/sampling_logp_difference/max")) {
+      EXPECT_EQ(m["sampling/sampling_logp_difference/max"].get<double>(), 0.0);
+    }
+  }
+  EXPECT_GT(full.metrics[0]["peak_memory_bytes/rollout"].get<double>(), 0);
+  EXPECT_GT(full.metrics[0]["peak_memory_bytes/train"].get<double>(), 0);
   ASSERT_TRUE(fs::exists(a / "checkpoint-2" / "trainer_state.safetensors"));
   ASSERT_TRUE(fs::exists(a / "samples.jsonl"));
   // Resume from step 2 into another directory: the same adapter at step 4, bit for bit.
@@ -129,6 +137,28 @@ TEST(GrpoTrainer, LogsTrlMetricsAndResumesExactly) {
   GrpoConfig other = small_config(temp_dir("c"));
   other.seed = 8;
   EXPECT_NE(run_grpo(other, make_reward_set(other.rewards)).params, full.params);
+}
+
+// on_policy_exact: the mismatch is checked to be exactly zero every round and no correction is
+// applied. With a zero mismatch TRL's correction weights are all exactly 1, so the run trains
+// the very adapter the default (corrected) run does: the mode costs nothing on the CPU.
+TEST(GrpoTrainer, OnPolicyExactEqualsTheCorrectedRunOnTheCpu) {
+  GrpoConfig c = small_config(temp_dir("exact_default"));
+  c.max_steps = 2;
+  c.save_steps = 0;
+  const GrpoRun corrected = run_grpo(c, make_reward_set(c.rewards));
+  GrpoConfig e = small_config(temp_dir("exact"));
+  e.max_steps = 2;
+  e.save_steps = 0;
+  e.on_policy_exact = true;
+  const GrpoRun exact = run_grpo(e, make_reward_set(e.rewards));
+  EXPECT_EQ(exact.params, corrected.params);
+  EXPECT_EQ(exact.metrics[0]["sampling/sampling_logp_difference/max"].get<double>(), 0.0);
+  EXPECT_FALSE(exact.metrics[0].contains("sampling/importance_sampling_ratio/mean"));
+  EXPECT_TRUE(corrected.metrics[0].contains("sampling/importance_sampling_ratio/mean"));
+  // Control: the run trains (the adapter's B starts at zero).
+  EXPECT_TRUE(std::any_of(exact.params.begin(), exact.params.end(),
+                          [](float v) { return v != 0.0f; }));
 }
 
 TEST(GrpoTrainer, NonFiniteRewardsAreSkippedAndCounted) {

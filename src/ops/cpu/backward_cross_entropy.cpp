@@ -7,6 +7,7 @@
 #include "core/parallel.h"
 #include "ops/cpu/backward_ops.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/log_softmax.h"
 
 namespace fp8rl::ops::cpu {
 
@@ -49,17 +50,13 @@ void lm_head_cross_entropy(Arena& scratch, const TensorView& x, const LinearWeig
     const TensorView logits = chunk_logits(scratch, x, lm_head, r0, r1);
     parallel_for(r0, r1, [&](int64_t t) {
       float* z = logits.ptr<float>() + (t - r0) * v;
-      float mx = -INFINITY;
-      for (int64_t i = 0; i < v; ++i) {
-        z[i] = scaled_logit(z[i], p);
-        mx = std::max(mx, z[i]);
-      }
-      double sum = 0.0;  // fp64 sum of V exps (the sampler's reference does the same)
-      for (int64_t i = 0; i < v; ++i) sum += std::exp(double(z[i] - mx));
-      const double l = double(mx) + std::log(sum);
+      for (int64_t i = 0; i < v; ++i) z[i] = scaled_logit(z[i], p);
+      // The sampler's log-softmax (log_softmax.h): the engine's logprobs equal these.
+      const LogSoftmaxRow ls = log_softmax_row(z, v, 1.0f);
+      const double l = ls.lse;
       lse.ptr<float>()[t] = float(l);
       const bool ignored = tg[t] == kIgnoreIndex;
-      const float lp = ignored ? 0.0f : float(double(z[tg[t]]) - l);
+      const float lp = ignored ? 0.0f : ls.at(z[tg[t]]);
       logprob.ptr<float>()[t] = lp;
       loss.ptr<float>()[t] = -lp;
       if (!entropy.empty()) {

@@ -7,6 +7,7 @@
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/log_softmax.h"
 #include "ops/sampling.h"
 
 namespace fp8rl::ops::cpu {
@@ -21,22 +22,6 @@ int32_t argmax(const float* x, int64_t v) {
   for (int64_t i = 1; i < v; ++i)
     if (x[i] > x[best]) best = i;
   return int32_t(best);
-}
-
-// log of sum_i exp((x_i - m) / t), m = max x (t = 1 or the temperature): the normalizer of
-// log_softmax(x / t) relative to max(x / t) = m / t (division is monotone, so that is exact).
-struct LogSoftmax {
-  float shift;    // max of x / t
-  float log_sum;  // log sum exp(x / t - shift)
-  float at(float x, float t) const { return x / t - shift - log_sum; }
-};
-LogSoftmax log_softmax_of(const float* x, int64_t v, float t) {
-  float m = kNegInf;
-  for (int64_t i = 0; i < v; ++i) m = std::max(m, x[i]);
-  const float shift = m / t;
-  double s = 0;  // fp64 sum: the reference has no reduction-order error worth mentioning
-  for (int64_t i = 0; i < v; ++i) s += double(std::exp(x[i] / t - shift));
-  return {shift, float(std::log(s))};
 }
 
 // The kept set's thresholds on l (see the header), by sorting the candidate values.
@@ -137,11 +122,11 @@ void sample(Arena& scratch, const TensorView& logits, const TensorView& rows,
         sample_row(raw, v, row, hist, work.ptr<float>() + th * v, order.ptr<int32_t>() + th * v,
                    reinterpret_cast<uint64_t*>(weights.ptr<int64_t>()) + th * v);
     out.tokens.ptr<int32_t>()[i] = tok;
-    const LogSoftmax raw_ls = log_softmax_of(raw, v, 1.0f);
-    out.logprobs.ptr<float>()[i] = raw_ls.at(raw[tok], 1.0f);
+    const LogSoftmaxRow raw_ls = log_softmax_row(raw, v, 1.0f);
+    out.logprobs.ptr<float>()[i] = raw_ls.at(raw[tok]);
     if (!out.processed_logprobs.empty()) {
       const float t = row.temperature == 0.0f ? 1.0f : row.temperature;
-      out.processed_logprobs.ptr<float>()[i] = log_softmax_of(raw, v, t).at(raw[tok], t);
+      out.processed_logprobs.ptr<float>()[i] = log_softmax_row(raw, v, t).at(raw[tok]);
     }
     if (k > 0) {
       int32_t* ids = out.top_ids.ptr<int32_t>() + i * k;
@@ -152,7 +137,7 @@ void sample(Arena& scratch, const TensorView& logits, const TensorView& rows,
       });
       for (int j = 0; j < k; ++j) {
         ids[j] = ord[j];
-        out.top_logprobs.ptr<float>()[i * k + j] = raw_ls.at(raw[ord[j]], 1.0f);
+        out.top_logprobs.ptr<float>()[i * k + j] = raw_ls.at(raw[ord[j]]);
       }
     }
   });

@@ -84,6 +84,7 @@ class Backend {
   void free(void* p, size_t bytes);
   size_t peak_allocated() const { return peak_allocated_; }
   size_t allocated() const { return allocated_; }
+  void reset_peak_allocated() { peak_allocated_ = allocated_; }
 
   // Per-op profiling with CUDA events (off by default).
   bool profiling() const { return profiling_; }
