@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tokenizer/jinja/budget.h"
 #include "tokenizer/jinja/value.h"
 
 namespace fp8rl::jinja {
@@ -46,7 +47,8 @@ std::int64_t to_index(const Value& v, std::string_view what);  // int or bool, e
 std::string html_escape(std::string_view s);                   // markupsafe.escape
 // Python str.format / str % args, as the sandbox runs them.
 std::string python_format(Interpreter& interp, std::string_view format, CallArgs& args);
-std::string percent_format(std::string_view format, const Value& args);
+// Widths and precisions (and the text they make) are checked against `budget` first.
+std::string percent_format(Budget& budget, std::string_view format, const Value& args);
 // Python's builtin round(x, ndigits) for floats.
 double python_round(double x, int ndigits);
 

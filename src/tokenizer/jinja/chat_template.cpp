@@ -15,6 +15,11 @@ namespace fp8rl {
 namespace {
 
 [[noreturn]] void raise_template_error(const jinja::TemplateError& e) {
+  if (e.kind() == jinja::TemplateError::Kind::budget) {
+    if (e.line() > 0)
+      RAISE("chat template exceeded its budget of {} (template line {})", e.what(), e.line());
+    RAISE("chat template exceeded its budget of {}", e.what());
+  }
   const char* what = e.kind() == jinja::TemplateError::Kind::syntax   ? "syntax error"
                      : e.kind() == jinja::TemplateError::Kind::raised ? "raised an exception"
                                                                       : "error";
@@ -33,12 +38,12 @@ ChatTemplate::ChatTemplate(const std::string& source) {
 }
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& context,
-                                 const ChatTemplateOptions& options) const {
+                                 const ChatTemplateOptions& options, jinja::BudgetUse* use) const {
   CHECK(context.is_object(), "chat template context must be a JSON object, got {}",
         context.type_name());
   try {
     jinja::Interpreter interp(*tpl_, jinja::from_json(context),
-                              jinja::RenderOptions{options.fixed_now});
+                              jinja::RenderOptions{options.fixed_now, options.limits, use});
     return interp.render();
   } catch (const jinja::TemplateError& e) {
     raise_template_error(e);

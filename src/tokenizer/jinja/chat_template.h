@@ -19,6 +19,8 @@
 #include <optional>
 #include <string>
 
+#include "tokenizer/jinja/budget.h"
+
 namespace fp8rl {
 
 namespace jinja {
@@ -28,15 +30,19 @@ struct Template;
 struct ChatTemplateOptions {
   // The local time strftime_now() sees; unset: now. Set it for reproducible renders.
   std::optional<std::tm> fixed_now;
+  // The execution budget of one render (steps, recursion, string/list sizes, output); exceeding
+  // it is an fp8rl::Error "chat template exceeded its budget of N <limit> ...".
+  jinja::RenderLimits limits;
 };
 
 // A parsed template; render() may be called many times (and concurrently).
 class ChatTemplate {
  public:
   explicit ChatTemplate(const std::string& source);  // throws fp8rl::Error on a syntax error
-  // `context` is a JSON object: the template's variables.
-  std::string render(const nlohmann::ordered_json& context,
-                     const ChatTemplateOptions& options = {}) const;
+  // `context` is a JSON object: the template's variables. `use`, when given, receives what the
+  // render used of its budget (also when it fails).
+  std::string render(const nlohmann::ordered_json& context, const ChatTemplateOptions& options = {},
+                     jinja::BudgetUse* use = nullptr) const;
 
  private:
   std::shared_ptr<const jinja::Template> tpl_;

@@ -14,8 +14,8 @@
 namespace fp8rl::jinja {
 namespace {
 
-Value soft_str(const Value& v) {
-  return v.is_string() ? v : Value::string(to_str(v));
+Value soft_str(Interpreter& interp, const Value& v) {
+  return v.is_string() ? v : Value::string(interp.text(v));
 }
 
 Value ignore_case(const Value& v) {
@@ -168,9 +168,9 @@ Value f_abs(Interpreter&, const Value& v, CallArgs& args) {
   fail("bad operand type for abs(): '{}'", type_name(v));
 }
 
-Value f_attr(Interpreter&, const Value& v, CallArgs& args) {
+Value f_attr(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("attr", args, {"name"}, 1);
-  const std::string name = to_str(a[0]);
+  const std::string name = interp.text(a[0]);
   if (v.is_undefined()) fail_undefined(v);
   if (auto m = find_method(v, name)) return *m;
   if (v.is_object()) {
@@ -179,12 +179,15 @@ Value f_attr(Interpreter&, const Value& v, CallArgs& args) {
   return Value::undefined(fmt::format("'{} object' has no attribute '{}'", type_name(v), name));
 }
 
-Value f_batch(Interpreter&, const Value& v, CallArgs& args) {
+Value f_batch(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("batch", args, {"linecount", "fill_with"}, 1);
   const std::int64_t n = to_index(a[0], "linecount");
   if (n <= 0) fail("batch() needs a positive linecount");
+  // A batch is a list of n items (filled to n with fill_with): n within the list budget even
+  // when the input is shorter (jinja2 would accept any n there; no real template comes close).
+  interp.budget().item_count(n, 1, fmt::format("batch({})", n));
   std::vector<Value> out, tmp;
-  for (Value& item : iterate(v)) {
+  for (Value& item : interp.items_of(v)) {
     if (static_cast<std::int64_t>(tmp.size()) == n) {
       out.push_back(Value::list(std::move(tmp)));
       tmp.clear();
@@ -200,9 +203,9 @@ Value f_batch(Interpreter&, const Value& v, CallArgs& args) {
   return to_list(std::move(out));
 }
 
-Value f_capitalize(Interpreter&, const Value& v, CallArgs& args) {
+Value f_capitalize(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("capitalize", args, {}, 0);
-  const Value s = soft_str(v);
+  const Value s = soft_str(interp, v);
   return Value::string(py_capitalize(s.str()), s.is_safe());
 }
 
@@ -210,7 +213,7 @@ Value f_center(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("center", args, {"width"}, 0);
   CallArgs margs;
   margs.positional.push_back(a.get_or(0, Value::integer(80)));
-  return interp.call(*find_method(soft_str(v), "center"), std::move(margs));
+  return interp.call(*find_method(soft_str(interp, v), "center"), std::move(margs));
 }
 
 Value f_default(Interpreter&, const Value& v, CallArgs& args) {
@@ -220,11 +223,11 @@ Value f_default(Interpreter&, const Value& v, CallArgs& args) {
   return v;
 }
 
-Value f_dictsort(Interpreter&, const Value& v, CallArgs& args) {
+Value f_dictsort(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("dictsort", args, {"case_sensitive", "by", "reverse"}, 0);
   if (!v.is_dict()) fail("dictsort() needs a mapping, not {}", type_name(v));
   const bool case_sensitive = a.has(0) && truthy(a[0]);
-  const std::string by = a.has(1) ? to_str(a[1]) : "key";
+  const std::string by = a.has(1) ? interp.text(a[1]) : "key";
   if (by != "key" && by != "value") fail("You can only sort by either \"key\" or \"value\"");
   const bool reverse = a.has(2) && truthy(a[2]);
   std::vector<std::pair<Value, Value>> keyed;
@@ -240,22 +243,22 @@ Value f_dictsort(Interpreter&, const Value& v, CallArgs& args) {
   return to_list(std::move(out));
 }
 
-Value f_escape(Interpreter&, const Value& v, CallArgs& args) {
+Value f_escape(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("escape", args, {}, 0);
   if (v.is_safe()) return v;
-  return Value::string(html_escape(to_str(v)), true);
+  return Value::string(html_escape(interp.text(v)), true);
 }
 
-Value f_first(Interpreter&, const Value& v, CallArgs& args) {
+Value f_first(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("first", args, {}, 0);
-  const std::vector<Value> items = iterate(v);
+  const std::vector<Value> items = interp.items_of(v);
   if (items.empty()) return Value::undefined("No first item, sequence was empty.");
   return items.front();
 }
 
-Value f_last(Interpreter&, const Value& v, CallArgs& args) {
+Value f_last(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("last", args, {}, 0);
-  const std::vector<Value> items = iterate(v);
+  const std::vector<Value> items = interp.items_of(v);
   if (items.empty()) return Value::undefined("No last item, sequence was empty.");
   return items.back();
 }
@@ -271,7 +274,7 @@ Value f_float(Interpreter&, const Value& v, CallArgs& args) {
   return fallback;
 }
 
-Value f_format(Interpreter&, const Value& v, CallArgs& args) {
+Value f_format(Interpreter& interp, const Value& v, CallArgs& args) {
   if (!args.positional.empty() && !args.keyword.empty()) {
     fail("can't handle positional and keyword arguments at the same time");
   }
@@ -283,25 +286,29 @@ Value f_format(Interpreter&, const Value& v, CallArgs& args) {
   } else {
     format_args = Value::tuple(args.positional);
   }
-  const Value s = soft_str(v);
-  return Value::string(percent_format(s.str(), format_args), s.is_safe());
+  const Value s = soft_str(interp, v);
+  return Value::string(percent_format(interp.budget(), s.str(), format_args), s.is_safe());
 }
 
-Value f_indent(Interpreter&, const Value& v, CallArgs& args) {
+Value f_indent(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("indent", args, {"width", "first", "blank"}, 0);
   std::string indention;
   if (a.has(0) && a[0].is_string()) {
     indention = a[0].str();
   } else {
     const std::int64_t w = a.has(0) ? to_index(a[0], "width") : 4;
-    indention = std::string(static_cast<std::size_t>(std::max<std::int64_t>(w, 0)), ' ');
+    indention = std::string(interp.budget().string_bytes(w, 1, fmt::format("indent({})", w)), ' ');
   }
   const bool first = a.has(1) && truthy(a[1]);
   const bool blank = a.has(2) && truthy(a[2]);
   // jinja2 appends "\n" to the input: anything but a string is a TypeError.
   if (v.is_undefined()) fail_undefined(v);
   if (!v.is_string()) fail("unsupported operand type(s) for +=: '{}' and 'str'", type_name(v));
-  const std::vector<std::string> lines = py_splitlines(to_str(v) + "\n");
+  const std::vector<std::string> lines = py_splitlines(interp.text(v) + "\n");
+  // The result: the input plus one indentation per line, checked before it is built.
+  interp.budget().string_bytes(static_cast<std::int64_t>(lines.size()) + 1,
+                               static_cast<std::int64_t>(indention.size()), "indent()");
+  interp.budget().check_string(v.str().size() + (lines.size() + 1) * indention.size(), "indent()");
   std::string out;
   if (blank) {
     for (std::size_t i = 0; i < lines.size(); ++i) {
@@ -353,14 +360,17 @@ Value f_items(Interpreter&, const Value& v, CallArgs& args) {
 
 Value f_join(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("join", args, {"d", "attribute"}, 0);
-  const std::string sep = a.has(0) ? to_str(a[0]) : "";
+  const std::string sep = a.has(0) ? interp.text(a[0]) : "";
   const std::vector<Value> parts = attribute_parts(a[1]);
   std::string out;
   bool first = true;
-  for (const Value& item : iterate(v)) {
+  for (const Value& item : interp.items_of(v)) {
+    const std::string piece =
+        interp.text(a.has(1) ? get_attribute(interp, item, parts, std::nullopt) : item);
+    interp.budget().check_string(out.size() + sep.size() + piece.size(), "join()");
     if (!first) out += sep;
     first = false;
-    out += to_str(a.has(1) ? get_attribute(interp, item, parts, std::nullopt) : item);
+    out += piece;
   }
   return Value::string(std::move(out));
 }
@@ -370,20 +380,20 @@ Value f_length(Interpreter&, const Value& v, CallArgs& args) {
   return Value::integer(length(v));
 }
 
-Value f_list(Interpreter&, const Value& v, CallArgs& args) {
+Value f_list(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("list", args, {}, 0);
-  return to_list(iterate(v));
+  return to_list(interp.items_of(v));
 }
 
-Value f_lower(Interpreter&, const Value& v, CallArgs& args) {
+Value f_lower(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("lower", args, {}, 0);
-  const Value s = soft_str(v);
+  const Value s = soft_str(interp, v);
   return Value::string(py_lower(s.str()), s.is_safe());
 }
 
-Value f_upper(Interpreter&, const Value& v, CallArgs& args) {
+Value f_upper(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("upper", args, {}, 0);
-  const Value s = soft_str(v);
+  const Value s = soft_str(interp, v);
   return Value::string(py_upper(s.str()), s.is_safe());
 }
 
@@ -404,16 +414,16 @@ Value f_map(Interpreter& interp, const Value& v, CallArgs& args) {
       }
     }
     const std::vector<Value> parts = attribute_parts(attr_kw->second);
-    for (const Value& item : iterate(v))
+    for (const Value& item : interp.items_of(v))
       out.push_back(get_attribute(interp, item, parts, default_value));
     return to_list(std::move(out));
   }
   if (args.positional.empty()) fail("map requires a filter argument");
-  const std::string name = to_str(args.positional[0]);
+  const std::string name = interp.text(args.positional[0]);
   CallArgs rest;
   rest.positional.assign(args.positional.begin() + 1, args.positional.end());
   rest.keyword = args.keyword;
-  for (const Value& item : iterate(v)) out.push_back(interp.apply_filter(name, item, rest));
+  for (const Value& item : interp.items_of(v)) out.push_back(interp.apply_filter(name, item, rest));
   return to_list(std::move(out));
 }
 
@@ -421,7 +431,7 @@ Value min_max(Interpreter& interp, const Value& v, CallArgs& args, bool want_max
   Args a(want_max ? "max" : "min", args, {"case_sensitive", "attribute"}, 0);
   const bool case_sensitive = a.has(0) && truthy(a[0]);
   const std::vector<Value> parts = attribute_parts(a[1]);
-  const std::vector<Value> items = iterate(v);
+  const std::vector<Value> items = interp.items_of(v);
   if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
   const auto key = [&](const Value& item) {
     Value k = get_attribute(interp, item, parts, std::nullopt);
@@ -458,13 +468,13 @@ Value select_common(Interpreter& interp, const Value& v, CallArgs& args, bool lo
   std::optional<std::string> test;
   CallArgs test_args;
   if (args.positional.size() > off) {
-    test = to_str(args.positional[off]);
+    test = interp.text(args.positional[off]);
     test_args.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(off) + 1,
                                 args.positional.end());
     test_args.keyword = args.keyword;
   }
   std::vector<Value> out;
-  for (const Value& item : iterate(v)) {
+  for (const Value& item : interp.items_of(v)) {
     const Value subject = lookup_attr ? get_attribute(interp, item, parts, std::nullopt) : item;
     const bool passed = test ? interp.apply_test(*test, subject, test_args) : truthy(subject);
     if (passed == keep_when) out.push_back(item);
@@ -487,12 +497,12 @@ Value f_rejectattr(Interpreter& i, const Value& v, CallArgs& a) {
 Value f_replace(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("replace", args, {"old", "new", "count"}, 2);
   CallArgs margs;
-  margs.positional = {Value::string(to_str(a[0])), Value::string(to_str(a[1]))};
+  margs.positional = {Value::string(interp.text(a[0])), Value::string(interp.text(a[1]))};
   if (a.has(2) && !a[2].is_none()) margs.positional.push_back(a[2]);
-  return interp.call(*find_method(Value::string(to_str(v)), "replace"), std::move(margs));
+  return interp.call(*find_method(Value::string(interp.text(v)), "replace"), std::move(margs));
 }
 
-Value f_reverse(Interpreter&, const Value& v, CallArgs& args) {
+Value f_reverse(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("reverse", args, {}, 0);
   if (v.is_string()) {
     std::u32string cps = utf8_decode(v.str());
@@ -500,15 +510,15 @@ Value f_reverse(Interpreter&, const Value& v, CallArgs& args) {
     return Value::string(utf8_encode(cps), v.is_safe());
   }
   if (!(v.is_sequence() || v.is_dict() || v.is_undefined())) fail("argument must be iterable");
-  std::vector<Value> items = iterate(v);
+  std::vector<Value> items = interp.items_of(v);
   std::reverse(items.begin(), items.end());
   return to_list(std::move(items));
 }
 
-Value f_round(Interpreter&, const Value& v, CallArgs& args) {
+Value f_round(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("round", args, {"precision", "method"}, 0);
   const std::int64_t precision = a.has(0) ? to_index(a[0], "precision") : 0;
-  const std::string method = a.has(1) ? to_str(a[1]) : "common";
+  const std::string method = a.has(1) ? interp.text(a[1]) : "common";
   if (method != "common" && method != "ceil" && method != "floor") {
     fail("method must be common, ceil or floor");
   }
@@ -537,9 +547,9 @@ Value f_round(Interpreter&, const Value& v, CallArgs& args) {
   return Value::floating((method == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
 }
 
-Value f_safe(Interpreter&, const Value& v, CallArgs& args) {
+Value f_safe(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("safe", args, {}, 0);
-  return Value::string(to_str(v), true);
+  return Value::string(interp.text(v), true);
 }
 
 Value f_sort(Interpreter& interp, const Value& v, CallArgs& args) {
@@ -564,7 +574,7 @@ Value f_sort(Interpreter& interp, const Value& v, CallArgs& args) {
   // equality and never reach '<' (two undefined keys sort fine).
   if (attrs.empty()) attrs.emplace_back();
   std::vector<std::pair<Value, Value>> keyed;
-  for (Value& item : iterate(v)) {
+  for (Value& item : interp.items_of(v)) {
     std::vector<Value> ks;
     for (const auto& parts : attrs) {
       Value k = get_attribute(interp, item, parts, std::nullopt);
@@ -580,16 +590,16 @@ Value f_sort(Interpreter& interp, const Value& v, CallArgs& args) {
   return to_list(std::move(out));
 }
 
-Value f_string(Interpreter&, const Value& v, CallArgs& args) {
+Value f_string(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("string", args, {}, 0);
-  return soft_str(v);
+  return soft_str(interp, v);
 }
 
 Value f_sum(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("sum", args, {"attribute", "start"}, 0);
   const std::vector<Value> parts = attribute_parts(a[0]);
   Value total = a.get_or(1, Value::integer(0));
-  for (const Value& item : iterate(v)) {
+  for (const Value& item : interp.items_of(v)) {
     total = interp.binary(BinaryExpr::Op::add, total,
                           a.has(0) ? get_attribute(interp, item, parts, std::nullopt) : item);
   }
@@ -600,11 +610,11 @@ bool title_separator(char32_t cp) {
   return cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || py_isspace(cp);
 }
 
-Value f_title(Interpreter&, const Value& v, CallArgs& args) {
+Value f_title(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("title", args, {}, 0);
   // jinja2 splits on runs of -, whitespace, ( { [ < and capitalises the first character of each
   // piece (unlike str.title(), "they're" stays "They're").
-  const std::u32string s = utf8_decode(to_str(v));
+  const std::u32string s = utf8_decode(interp.text(v));
   std::string out;
   std::size_t i = 0;
   while (i < s.size()) {
@@ -619,7 +629,7 @@ Value f_title(Interpreter&, const Value& v, CallArgs& args) {
   return Value::string(std::move(out), v.is_safe());
 }
 
-Value f_tojson(Interpreter&, const Value& v, CallArgs& args) {
+Value f_tojson(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("tojson", args, {"ensure_ascii", "indent", "separators", "sort_keys"}, 0);
   JsonDumpOptions options;
   options.ensure_ascii = a.has(0) && truthy(a[0]);
@@ -628,11 +638,13 @@ Value f_tojson(Interpreter&, const Value& v, CallArgs& args) {
       options.indent = a[1].str();
     } else {
       const std::int64_t n = to_index(a[1], "indent");
-      options.indent = std::string(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)), ' ');
+      options.indent =
+          std::string(interp.budget().string_bytes(n, 1, fmt::format("tojson(indent={})", n)), ' ');
     }
   }
+  options.max_bytes = interp.budget().limits().max_string_bytes;
   if (a.has(2) && !a[2].is_none()) {
-    const std::vector<Value> seps = iterate(a[2]);
+    const std::vector<Value> seps = interp.items_of(a[2]);
     if (seps.size() != 2 || !seps[0].is_string() || !seps[1].is_string()) {
       fail("separators must be a pair of strings");
     }
@@ -640,24 +652,26 @@ Value f_tojson(Interpreter&, const Value& v, CallArgs& args) {
     options.key_separator = seps[1].str();
   }
   options.sort_keys = a.has(3) && truthy(a[3]);
-  return Value::string(dump_json(v, options));
+  std::string out = dump_json(v, options);
+  interp.budget().check_string(out.size(), "tojson()");
+  return Value::string(std::move(out));
 }
 
-Value f_trim(Interpreter&, const Value& v, CallArgs& args) {
+Value f_trim(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("trim", args, {"chars"}, 0);
-  const Value s = soft_str(v);
+  const Value s = soft_str(interp, v);
   if (a.has(0) && !a[0].is_none()) {
-    const std::string chars = to_str(a[0]);
+    const std::string chars = interp.text(a[0]);
     return Value::string(py_strip(s.str(), &chars, StripSide::both), s.is_safe());
   }
   return Value::string(py_strip(s.str(), nullptr, StripSide::both), s.is_safe());
 }
 
-Value f_truncate(Interpreter&, const Value& v, CallArgs& args) {
+Value f_truncate(Interpreter& interp, const Value& v, CallArgs& args) {
   Args a("truncate", args, {"length", "killwords", "end", "leeway"}, 0);
   const std::int64_t len = a.has(0) ? to_index(a[0], "length") : 255;
   const bool killwords = a.has(1) && truthy(a[1]);
-  const std::u32string end = utf8_decode(a.has(2) ? to_str(a[2]) : "...");
+  const std::u32string end = utf8_decode(a.has(2) ? interp.text(a[2]) : "...");
   const std::int64_t leeway = a.has(3) && !a[3].is_none() ? to_index(a[3], "leeway") : 5;
   if (len < static_cast<std::int64_t>(end.size()))
     fail("expected length >= {}, got {}", end.size(), len);
@@ -683,10 +697,11 @@ Value f_unique(Interpreter& interp, const Value& v, CallArgs& args) {
   const bool case_sensitive = a.has(0) && truthy(a[0]);
   const std::vector<Value> parts = attribute_parts(a[1]);
   std::vector<Value> seen, out;
-  for (const Value& item : iterate(v)) {
+  for (const Value& item : interp.items_of(v)) {
     Value key = get_attribute(interp, item, parts, std::nullopt);
     if (!case_sensitive) key = ignore_case(key);
     if (!hashable(key)) fail("unhashable type: '{}'", type_name(key));
+    interp.budget().charge_items(static_cast<std::int64_t>(seen.size()));  // a linear search
     if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, key); })) {
       seen.push_back(std::move(key));
       out.push_back(item);

@@ -25,12 +25,34 @@ std::string c_format(const std::string& spec, double v) {
 std::string c_format_int(const std::string& spec, long long v) {
   char buf[512];
   const int n = std::snprintf(buf, sizeof buf, spec.c_str(), v);
-  return std::string(buf,
-                     static_cast<std::size_t>(std::clamp(n, 0, static_cast<int>(sizeof buf) - 1)));
+  if (n < static_cast<int>(sizeof buf))
+    return std::string(buf, static_cast<std::size_t>(std::max(n, 0)));
+  std::string big(static_cast<std::size_t>(n) + 1, '\0');
+  std::snprintf(big.data(), big.size(), spec.c_str(), v);
+  big.resize(static_cast<std::size_t>(n));
+  return big;
 }
 
-std::string ascii_repr(const Value& v) {
-  const std::string r = repr(v);
+// A run of decimal digits at format[i], saturating at INT64_MAX (any budget is smaller).
+std::int64_t parse_digits(std::u32string_view spec, std::size_t& i) {
+  std::int64_t n = 0;
+  while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9') {
+    const auto d = static_cast<std::int64_t>(spec[i++] - '0');
+    n = n > (INT64_MAX - d) / 10 ? INT64_MAX : n * 10 + d;
+  }
+  return n;
+}
+std::int64_t parse_digits(std::string_view spec, std::size_t& i) {
+  std::int64_t n = 0;
+  while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9') {
+    const auto d = static_cast<std::int64_t>(spec[i++] - '0');
+    n = n > (INT64_MAX - d) / 10 ? INT64_MAX : n * 10 + d;
+  }
+  return n;
+}
+
+std::string ascii_repr(const Value& v, std::int64_t max_bytes) {
+  const std::string r = repr(v, max_bytes);
   std::string out;
   for (char32_t cp : utf8_decode(r)) {
     if (cp < 0x80) {
@@ -46,14 +68,15 @@ std::string ascii_repr(const Value& v) {
   return out;
 }
 
-// Pads to `width` code points.
-std::string pad(const std::string& body, std::size_t width, char32_t fill, char align,
-                std::size_t sign_len = 0) {
-  const std::size_t len = utf8_length(body);
+// Pads to `width` code points; the padding is checked against the budget before it is made.
+std::string pad(Budget& budget, const std::string& body, std::int64_t width, char32_t fill,
+                char align, std::size_t sign_len = 0) {
+  const auto len = static_cast<std::int64_t>(utf8_length(body));
   if (len >= width) return body;
-  const std::size_t total = width - len;
+  const auto total = static_cast<std::size_t>(width - len);
   std::string f;
   utf8_append(f, fill);
+  budget.string_bytes(width, static_cast<std::int64_t>(f.size()), "a format width");
   const auto fills = [&](std::size_t n) {
     std::string s;
     for (std::size_t i = 0; i < n; ++i) s += f;
@@ -86,9 +109,9 @@ struct Spec {
   char align = 0;
   char sign = 0;
   bool alternate = false;
-  std::size_t width = 0;
+  std::int64_t width = 0;
   char grouping = 0;
-  int precision = -1;
+  std::int64_t precision = -1;
   char type = 0;
 };
 
@@ -119,17 +142,14 @@ Spec parse_spec(std::string_view spec_text) {
     }
     ++i;
   }
-  while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9')
-    s.width = s.width * 10 + (spec[i++] - '0');
+  s.width = parse_digits(spec, i);
   if (i < spec.size() && (spec[i] == ',' || spec[i] == '_'))
     s.grouping = static_cast<char>(spec[i++]);
   if (i < spec.size() && spec[i] == '.') {
     ++i;
     if (i >= spec.size() || spec[i] < '0' || spec[i] > '9')
       fail("Format specifier missing precision");
-    s.precision = 0;
-    while (i < spec.size() && spec[i] >= '0' && spec[i] <= '9')
-      s.precision = s.precision * 10 + static_cast<int>(spec[i++] - '0');
+    s.precision = parse_digits(spec, i);
   }
   if (i < spec.size()) s.type = static_cast<char>(spec[i++]);
   if (i != spec.size()) fail("Invalid format specifier '{}'", spec_text);
@@ -167,9 +187,11 @@ std::string format_float_body(double v, const Spec& s, char type) {
   return body;
 }
 
-std::string format_value(const Value& v, std::string_view spec_text) {
-  if (spec_text.empty()) return to_str(v);
+std::string format_value(Budget& budget, const Value& v, std::string_view spec_text) {
+  if (spec_text.empty()) return to_str(v, budget.limits().max_string_bytes);
   const Spec s = parse_spec(spec_text);
+  // A float's precision is digits printed: within the string budget.
+  if (v.is_number() && s.precision > 0) budget.string_bytes(s.precision, 1, "a format precision");
   if (v.is_string()) {
     if (s.type != 0 && s.type != 's')
       fail("Unknown format code '{}' for object of type 'str'", s.type);
@@ -180,7 +202,7 @@ std::string format_value(const Value& v, std::string_view spec_text) {
       const std::u32string cps = utf8_decode(body);
       body = utf8_encode(std::u32string_view(cps).substr(0, static_cast<std::size_t>(s.precision)));
     }
-    return pad(body, s.width, s.fill, s.align ? s.align : '<');
+    return pad(budget, body, s.width, s.fill, s.align ? s.align : '<');
   }
   if (!v.is_number()) fail("unsupported format string passed to {}.__format__", type_name(v));
   const bool negative =
@@ -231,7 +253,7 @@ std::string format_value(const Value& v, std::string_view spec_text) {
     body = format_float_body(v.as_number(), s, type);
   }
   const char align = s.align ? s.align : '>';
-  return pad(sign + body, s.width, s.fill, align, sign.size());
+  return pad(budget, sign + body, s.width, s.fill, align, sign.size());
 }
 
 }  // namespace
@@ -303,6 +325,7 @@ std::string python_format(Interpreter& interp, std::string_view format, CallArgs
       out += c;
       continue;
     }
+    interp.budget().step();
     if (i + 1 < format.size() && format[i + 1] == '{') {
       out += '{';
       ++i;
@@ -337,11 +360,11 @@ std::string python_format(Interpreter& interp, std::string_view format, CallArgs
       const std::string_view conv = inner.substr(
           bang + 1, (colon == std::string_view::npos ? inner.size() : colon) - bang - 1);
       if (conv == "r") {
-        v = Value::string(repr(v));
+        v = Value::string(repr(v, interp.budget().limits().max_string_bytes));
       } else if (conv == "s") {
-        v = Value::string(to_str(v));
+        v = Value::string(interp.text(v));
       } else if (conv == "a") {
-        v = Value::string(ascii_repr(v));
+        v = Value::string(ascii_repr(v, interp.budget().limits().max_string_bytes));
       } else {
         fail("Unknown conversion specifier {}", conv);
       }
@@ -350,13 +373,16 @@ std::string python_format(Interpreter& interp, std::string_view format, CallArgs
       CallArgs nested_args = args;
       spec = python_format(interp, spec, nested_args);
     }
-    out += format_value(v, spec);
+    const std::string piece = format_value(interp.budget(), v, spec);
+    interp.budget().check_string(out.size() + piece.size(), "str.format()");
+    out += piece;
     i = j;
   }
   return out;
 }
 
-std::string percent_format(std::string_view format, const Value& args) {
+std::string percent_format(Budget& budget, std::string_view format, const Value& args) {
+  const std::int64_t max_bytes = budget.limits().max_string_bytes;
   std::vector<Value> positional;
   const Value* mapping = nullptr;
   // Python treats any non-tuple, non-str argument with __getitem__ (dict, list, Undefined) as a
@@ -399,22 +425,31 @@ std::string percent_format(std::string_view format, const Value& args) {
            std::string_view("#0- +").find(format[i]) != std::string_view::npos) {
       flags += format[i++];
     }
-    std::string width, precision;
+    // Widths and precisions are numbers checked against the budget before anything is padded
+    // (a negative * width left-justifies, as in Python).
+    std::int64_t width = 0, precision = 0;
     if (i < format.size() && format[i] == '*') {
-      width = std::to_string(to_index(take(), "* width"));
+      width = to_index(take(), "* width");
+      if (width < 0) {
+        flags += '-';
+        width = width == INT64_MIN ? INT64_MAX : -width;
+      }
       ++i;
+    } else {
+      width = parse_digits(format, i);
     }
-    while (i < format.size() && format[i] >= '0' && format[i] <= '9') width += format[i++];
+    budget.string_bytes(width, 1, "a % format width");
     bool has_precision = false;
     if (i < format.size() && format[i] == '.') {
       has_precision = true;
       ++i;
       if (i < format.size() && format[i] == '*') {
-        precision = std::to_string(to_index(take(), "* precision"));
+        precision = to_index(take(), "* precision");
+        if (precision < 0) has_precision = false;  // C and Python: as if omitted
         ++i;
+      } else {
+        precision = parse_digits(format, i);
       }
-      while (i < format.size() && format[i] >= '0' && format[i] <= '9') precision += format[i++];
-      if (precision.empty()) precision = "0";
     }
     while (i < format.size() && (format[i] == 'h' || format[i] == 'l' || format[i] == 'L')) ++i;
     if (i >= format.size()) fail("incomplete format");
@@ -424,18 +459,24 @@ std::string percent_format(std::string_view format, const Value& args) {
       continue;
     }
     const Value& v = value ? *value : take();
-    const std::string c_spec = "%" + flags + width + (has_precision ? "." + precision : "");
+    if (has_precision && type != 's' && type != 'r' && type != 'a')
+      budget.string_bytes(precision, 1, "a % format precision");
+    std::string c_spec = "%" + flags;
+    if (width > 0) c_spec += fmt::format("{}", width);
+    if (has_precision) c_spec += fmt::format(".{}", precision);
+    const std::size_t before = out.size();
     switch (type) {
       case 's':
       case 'r':
       case 'a': {
-        std::string s = type == 's' ? to_str(v) : type == 'r' ? repr(v) : ascii_repr(v);
+        std::string s = type == 's'   ? to_str(v, max_bytes)
+                        : type == 'r' ? repr(v, max_bytes)
+                                      : ascii_repr(v, max_bytes);
         if (has_precision) {
           const std::u32string cps = utf8_decode(s);
-          s = utf8_encode(std::u32string_view(cps).substr(0, std::stoul(precision)));
+          s = utf8_encode(std::u32string_view(cps).substr(0, static_cast<std::size_t>(precision)));
         }
-        const std::size_t w = width.empty() ? 0 : std::stoul(width);
-        out += pad(s, w, ' ', flags.find('-') != std::string::npos ? '<' : '>');
+        out += pad(budget, s, width, ' ', flags.find('-') != std::string::npos ? '<' : '>');
         break;
       }
       case 'd':
@@ -484,13 +525,14 @@ std::string percent_format(std::string_view format, const Value& args) {
         } else {
           fail("%c requires an int or a unicode character");
         }
-        out += pad(s, width.empty() ? 0 : std::stoul(width), ' ',
-                   flags.find('-') != std::string::npos ? '<' : '>');
+        out += pad(budget, s, width, ' ', flags.find('-') != std::string::npos ? '<' : '>');
         break;
       }
       default:
         fail("unsupported format character '{}'", type);
     }
+    budget.check_string(out.size(), "a % format");
+    budget.charge_bytes(static_cast<std::int64_t>(out.size() - before));
   }
   if (!used_mapping && !mapping_like && next_arg < positional.size()) {
     fail("not all arguments converted during string formatting");

@@ -39,7 +39,8 @@ Value g_range(Interpreter&, CallArgs& args) {
 }
 
 // dict(*args, **kwargs) items: a mapping or an iterable of pairs, then keywords.
-std::vector<std::pair<Value, Value>> dict_items(std::string_view fn, CallArgs& args) {
+std::vector<std::pair<Value, Value>> dict_items(Interpreter& interp, std::string_view fn,
+                                                CallArgs& args) {
   std::vector<std::pair<Value, Value>> items;
   if (args.positional.size() > 1)
     fail("{} expected at most 1 argument, got {}", fn, args.positional.size());
@@ -50,8 +51,8 @@ std::vector<std::pair<Value, Value>> dict_items(std::string_view fn, CallArgs& a
     } else if (src.is_object() && src.object_ptr()->is_namespace) {
       fail("'Namespace' object is not iterable");
     } else {
-      for (const Value& pair : iterate(src)) {
-        std::vector<Value> kv = iterate(pair);
+      for (const Value& pair : interp.items_of(src)) {
+        std::vector<Value> kv = interp.items_of(pair);
         if (kv.size() != 2) {
           fail("dictionary update sequence element has length {}; 2 is required", kv.size());
         }
@@ -63,12 +64,12 @@ std::vector<std::pair<Value, Value>> dict_items(std::string_view fn, CallArgs& a
   return items;
 }
 
-Value g_dict(Interpreter&, CallArgs& args) {
-  return Value::dict(dict_items("dict", args));
+Value g_dict(Interpreter& interp, CallArgs& args) {
+  return Value::dict(dict_items(interp, "dict", args));
 }
 
 Value g_namespace(Interpreter& interp, CallArgs& args) {
-  const Value attrs = Value::dict(dict_items("namespace", args));
+  const Value attrs = Value::dict(dict_items(interp, "namespace", args));
   Value::Object* ns = interp.new_object("Namespace", true);
   for (const auto& [k, v] : attrs.dict_data().items) {
     if (!k.is_string()) fail("namespace attribute names must be strings");

@@ -11,32 +11,20 @@ namespace fp8rl::jinja {
 struct Interpreter::Scope {
   Scope* parent = nullptr;
   bool captured = false;  // a closure refers to it: never recycled
-  std::vector<std::pair<std::string, Value>> vars;
+  NameTable vars;         // hashed when large: 100k macros in one scope are found in O(1)
 
-  Value* find(std::string_view name) {
-    for (auto& [k, v] : vars) {
-      if (k == name) return &v;
-    }
-    return nullptr;
-  }
-  void set(std::string_view name, Value value) {
-    if (Value* slot = find(name)) {
-      *slot = std::move(value);
-    } else {
-      vars.emplace_back(std::string(name), std::move(value));
-    }
-  }
+  Value* find(std::string_view name) { return vars.find(name); }
+  void set(std::string_view name, Value value) { vars.set(name, std::move(value)); }
 };
 
+// One step and one level of depth for each statement, expression node and call.
 class Interpreter::DepthGuard {
  public:
   explicit DepthGuard(Interpreter& interp) : interp_(interp) {
-    if (++interp_.depth_ > kMaxEvalDepth) {
-      --interp_.depth_;
-      fail("maximum recursion depth exceeded ({} nested calls and blocks)", kMaxEvalDepth);
-    }
+    interp_.budget_.step();
+    interp_.budget_.enter();
   }
-  ~DepthGuard() { --interp_.depth_; }
+  ~DepthGuard() { interp_.budget_.leave(); }
   DepthGuard(const DepthGuard&) = delete;
   DepthGuard& operator=(const DepthGuard&) = delete;
 
@@ -135,22 +123,25 @@ std::pair<double, double> float_divmod(double x, double y) {
   return {floordiv, mod};
 }
 
-Value repeat(const Value& seq, std::int64_t n) {
-  constexpr std::int64_t kMaxResult = std::int64_t{1} << 28;
+// seq * n, its size checked (with overflow of the product caught) before it is allocated.
+Value repeat(Budget& budget, const Value& seq, std::int64_t n) {
   if (n <= 0)
     return seq.is_string() ? Value::string("", seq.is_safe())
                            : (seq.is_tuple() ? Value::tuple({}) : Value::list({}));
   if (seq.is_string()) {
-    if (static_cast<std::int64_t>(seq.str().size()) * n > kMaxResult)
-      fail("repeated string too large");
+    const std::size_t size = budget.string_bytes(static_cast<std::int64_t>(seq.str().size()), n,
+                                                 fmt::format("str * {}", n));
+    budget.charge_bytes(static_cast<std::int64_t>(size));
     std::string out;
-    out.reserve(seq.str().size() * static_cast<std::size_t>(n));
+    out.reserve(size);
     for (std::int64_t i = 0; i < n; ++i) out += seq.str();
     return Value::string(std::move(out), seq.is_safe());
   }
-  if (static_cast<std::int64_t>(seq.items().size()) * n > kMaxResult)
-    fail("repeated list too large");
+  const std::size_t size = budget.item_count(static_cast<std::int64_t>(seq.items().size()), n,
+                                             fmt::format("{} * {}", type_name(seq), n));
+  budget.charge_items(static_cast<std::int64_t>(size));
   std::vector<Value> out;
+  out.reserve(size);
   for (std::int64_t i = 0; i < n; ++i)
     out.insert(out.end(), seq.items().begin(), seq.items().end());
   return seq.is_tuple() ? Value::tuple(std::move(out)) : Value::list(std::move(out));
@@ -160,10 +151,11 @@ std::vector<Value> unpack(const Value& item, std::size_t n) {
   if (!(item.is_string() || item.is_sequence() || item.is_dict() || item.is_undefined())) {
     fail("cannot unpack non-iterable {} object", type_name(item));
   }
-  std::vector<Value> parts = iterate(item);
-  if (parts.size() > n) fail("too many values to unpack (expected {})", n);
-  if (parts.size() < n) fail("not enough values to unpack (expected {}, got {})", n, parts.size());
-  return parts;
+  // The length first: a long string is not split into characters to find it has too many.
+  const auto len = static_cast<std::size_t>(length(item));
+  if (len > n) fail("too many values to unpack (expected {})", n);
+  if (len < n) fail("not enough values to unpack (expected {}, got {})", n, len);
+  return iterate(item);
 }
 
 }  // namespace
@@ -176,23 +168,59 @@ std::optional<Value> Interpreter::fold_constant(const Expr& expr) {
     folding_ = false;
     return v;
   } catch (const NotConstant&) {
-  } catch (const TemplateError&) {
+  } catch (const TemplateError& e) {
+    // Running out of budget is no reason to try again at run time.
+    if (e.kind() == TemplateError::Kind::budget) {
+      folding_ = false;
+      throw;
+    }
   }
   folding_ = false;
   return std::nullopt;
 }
 
 Interpreter::Interpreter(const Template& tpl, Value context, RenderOptions options)
-    : tpl_(tpl), context_(std::move(context)), options_(std::move(options)) {}
+    : tpl_(tpl),
+      context_(std::move(context)),
+      options_(std::move(options)),
+      budget_(options_.limits) {}
 
 Interpreter::~Interpreter() = default;
 
 std::string Interpreter::render() {
   std::string out;
+  root_out_ = &out;
   Scope* root = acquire_scope(nullptr);
   root->captured = true;
-  exec_body(tpl_.body, root, out);
+  try {
+    exec_body(tpl_.body, root, out);
+  } catch (...) {
+    if (options_.use != nullptr) *options_.use = budget_.use();
+    throw;
+  }
+  budget_.check_output(out.size());
+  if (options_.use != nullptr) *options_.use = budget_.use();
   return out;
+}
+
+void Interpreter::emit(std::string& out, std::string_view text) {
+  const std::size_t size = out.size() + text.size();
+  if (&out == root_out_) {
+    budget_.check_output(size);
+  } else {
+    budget_.check_string(size, "a block's text");
+  }
+  out += text;
+}
+
+std::vector<Value> Interpreter::items_of(const Value& v) {
+  if (v.is_string()) {
+    budget_.check_items(v.str().size() < 4096 ? 0 : utf8_length(v.str()), "a string's characters");
+    budget_.charge_bytes(static_cast<std::int64_t>(v.str().size()));
+  }
+  std::vector<Value> items = iterate(v);
+  budget_.charge_items(static_cast<std::int64_t>(items.size()));
+  return items;
 }
 
 Interpreter::Scope* Interpreter::acquire_scope(Scope* parent) {
@@ -276,18 +304,18 @@ Interpreter::Flow Interpreter::exec(const Stmt& stmt, Scope* scope, std::string&
   try {
     switch (stmt.kind) {
       case Stmt::Kind::text:
-        out += static_cast<const TextStmt&>(stmt).text;
+        emit(out, static_cast<const TextStmt&>(stmt).text);
         return Flow::normal;
       case Stmt::Kind::output: {
         const auto& s = static_cast<const OutputStmt&>(stmt);
         // A constant {{ }} is printed as folded, whatever the value (see Expr::fold_candidate).
         if (s.expr->fold_candidate) {
           if (auto folded = fold_constant(*s.expr)) {
-            out += to_str(*folded);
+            emit(out, text(*folded));
             return Flow::normal;
           }
         }
-        out += to_str(eval_node(*s.expr, scope));
+        emit(out, text(eval_node(*s.expr, scope)));
         return Flow::normal;
       }
       case Stmt::Kind::if_: {
@@ -333,7 +361,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& stmt, Scope* scope, std::string&
         Value callee = eval(*call.callee, scope);
         CallArgs args = eval_args(call.args, scope);
         args.keyword.emplace_back("caller", define_macro(*s.caller, scope));
-        out += to_str(this->call(callee, std::move(args)));
+        emit(out, text(this->call(callee, std::move(args))));
         return Flow::normal;
       }
       case Stmt::Kind::filter_block: {
@@ -343,7 +371,8 @@ Interpreter::Flow Interpreter::exec(const Stmt& stmt, Scope* scope, std::string&
         const Flow flow = exec_body(s.body, child.get(), body);
         if (flow != Flow::normal) return flow;
         const Value input = Value::string(std::move(body));
-        out += to_str(eval_filter(static_cast<const FilterExpr&>(*s.filter), child.get(), &input));
+        emit(out,
+             text(eval_filter(static_cast<const FilterExpr&>(*s.filter), child.get(), &input)));
         return Flow::normal;
       }
       case Stmt::Kind::with: {
@@ -361,7 +390,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& stmt, Scope* scope, std::string&
       case Stmt::Kind::continue_:
         return Flow::continue_loop;
       case Stmt::Kind::generation:
-        out += render_in_child(static_cast<const GenerationStmt&>(stmt).body, scope);
+        emit(out, render_in_child(static_cast<const GenerationStmt&>(stmt).body, scope));
         return Flow::normal;
     }
   } catch (TemplateError& e) {
@@ -378,11 +407,12 @@ Interpreter::Flow Interpreter::exec_for(const ForStmt& stmt, Scope* scope, std::
 
 void Interpreter::run_loop(const ForStmt& stmt, Scope* scope, const Value& iterable, int depth,
                            std::string& out) {
-  std::vector<Value> items = iterate(iterable);
+  std::vector<Value> items = items_of(iterable);
   if (stmt.condition) {
     std::vector<Value> kept;
     ScopeLease test_scope(*this, scope);
     for (Value& item : items) {
+      budget_.step();
       assign(test_scope.get(), stmt.target, item);
       if (truthy(eval(*stmt.condition, test_scope.get()))) kept.push_back(std::move(item));
     }
@@ -432,6 +462,7 @@ void Interpreter::run_loop(const ForStmt& stmt, Scope* scope, const Value& itera
   Scope* iteration = acquire_scope(scope);
   bool completed_body = false;
   for (std::int64_t i = 0; i < n; ++i) {
+    budget_.step();
     if (iteration->captured) iteration = acquire_scope(scope);
     iteration->vars.clear();
     loop->set("index0", Value::integer(i));
@@ -525,7 +556,7 @@ CallArgs Interpreter::eval_args(const ArgsExpr& args, Scope* scope) {
   for (const ExprPtr& e : args.positional) out.positional.push_back(eval(*e, scope));
   if (args.star_args) {
     const Value extra = eval(*args.star_args, scope);
-    for (Value& v : iterate(extra)) out.positional.push_back(std::move(v));
+    for (Value& v : items_of(extra)) out.positional.push_back(std::move(v));
   }
   for (const auto& [key, e] : args.keyword) out.keyword.emplace_back(key, eval(*e, scope));
   if (args.star_kwargs) {
@@ -643,7 +674,11 @@ Value Interpreter::eval_node(const Expr& expr, Scope* scope) {
     case Expr::Kind::concat: {
       const auto& e = static_cast<const ConcatExpr&>(expr);
       std::string out;
-      for (const ExprPtr& part : e.parts) out += to_str(eval(*part, scope));
+      for (const ExprPtr& part : e.parts) {
+        const std::string piece = text(eval(*part, scope));
+        budget_.check_string(out.size() + piece.size(), "'~'");
+        out += piece;
+      }
       return Value::string(std::move(out));
     }
     case Expr::Kind::compare: {
@@ -684,9 +719,12 @@ bool Interpreter::eval_compare(CompareExpr::Op op, const Value& a, const Value& 
     case CompareExpr::Op::ge:
       return less(b, a) || (!less(a, b) && equals(a, b));
     case CompareExpr::Op::in:
-      return contains(b, a);
     case CompareExpr::Op::not_in:
-      return !contains(b, a);
+      // A scan of the container (strings: of their bytes).
+      if (b.is_string()) budget_.charge_bytes(static_cast<std::int64_t>(b.str().size()));
+      if (b.is_sequence()) budget_.charge_items(static_cast<std::int64_t>(b.items().size()));
+      if (b.is_dict()) budget_.charge_items(static_cast<std::int64_t>(b.dict_data().items.size()));
+      return contains(b, a) == (op == CompareExpr::Op::in);
   }
   return false;
 }
@@ -694,7 +732,7 @@ bool Interpreter::eval_compare(CompareExpr::Op op, const Value& a, const Value& 
 Value Interpreter::eval_binary(BinaryExpr::Op op, const Value& a, const Value& b) {
   // str % x formats first: Python's str.__mod__ accepts any right operand (even Undefined).
   if (op == BinaryExpr::Op::mod && a.is_string()) {
-    return Value::string(percent_format(a.str(), b), a.is_safe());
+    return Value::string(percent_format(budget_, a.str(), b), a.is_safe());
   }
   if (a.is_undefined()) fail_undefined(a);
   if (b.is_undefined()) fail_undefined(b);
@@ -705,6 +743,7 @@ Value Interpreter::eval_binary(BinaryExpr::Op op, const Value& a, const Value& b
       if (ints) return Value::integer(checked_add(a.as_int(), b.as_int()));
       if (numbers) return Value::floating(a.as_number() + b.as_number());
       if (a.is_string() && b.is_string()) {
+        budget_.check_string(a.str().size() + b.str().size(), "str + str");
         // markupsafe: adding to a Markup escapes the plain side and stays Markup.
         if (a.is_safe() || b.is_safe()) {
           return Value::string((a.is_safe() ? a.str() : html_escape(a.str())) +
@@ -714,6 +753,7 @@ Value Interpreter::eval_binary(BinaryExpr::Op op, const Value& a, const Value& b
         return Value::string(a.str() + b.str());
       }
       if (a.kind() == b.kind() && a.is_sequence()) {
+        budget_.check_items(a.items().size() + b.items().size(), "list + list");
         std::vector<Value> items = a.items();
         items.insert(items.end(), b.items().begin(), b.items().end());
         return a.is_tuple() ? Value::tuple(std::move(items)) : Value::list(std::move(items));
@@ -733,9 +773,9 @@ Value Interpreter::eval_binary(BinaryExpr::Op op, const Value& a, const Value& b
       if (ints) return Value::integer(checked_mul(a.as_int(), b.as_int()));
       if (numbers) return Value::floating(a.as_number() * b.as_number());
       if ((a.is_string() || a.is_sequence()) && (b.is_int() || b.is_bool()))
-        return repeat(a, b.as_int());
+        return repeat(budget_, a, b.as_int());
       if ((b.is_string() || b.is_sequence()) && (a.is_int() || a.is_bool()))
-        return repeat(b, a.as_int());
+        return repeat(budget_, b, a.as_int());
       if (a.is_string() || b.is_string()) {
         fail("can't multiply sequence by non-int of type '{}'", type_name(a.is_string() ? b : a));
       }
@@ -833,6 +873,7 @@ Value Interpreter::eval_slice(const Value& object, const SliceExpr& slice, Scope
   std::u32string cps;
   std::int64_t len;
   if (object.is_string()) {
+    budget_.charge_bytes(static_cast<std::int64_t>(object.str().size()));
     cps = utf8_decode(object.str());
     len = static_cast<std::int64_t>(cps.size());
   } else {
@@ -879,12 +920,15 @@ Value Interpreter::call(const Value& callee, CallArgs args) {
 }
 
 Value Interpreter::apply_filter(std::string_view name, const Value& input, CallArgs args) {
+  budget_.step();
+  if (input.is_string()) budget_.charge_bytes(static_cast<std::int64_t>(input.str().size()));
   const FilterFn fn = find_filter(name);
   if (fn == nullptr) fail("No filter named '{}' found (or not supported here).", name);
   return fn(*this, input, args);
 }
 
 bool Interpreter::apply_test(std::string_view name, const Value& input, CallArgs args) {
+  budget_.step();
   const TestFn fn = find_test(name);
   if (fn == nullptr) fail("No test named '{}' found (or not supported here).", name);
   return fn(*this, input, args);
@@ -895,6 +939,7 @@ Value Interpreter::getattr(const Value& object, std::string_view name) {
     case Value::Kind::undefined:
       fail_undefined(object);
     case Value::Kind::dict: {
+      budget_.charge_items(static_cast<std::int64_t>(object.dict_data().items.size()));
       if (auto m = find_method(object, name)) return *m;
       if (const Value* v = object.dict_data().find(name)) return *v;
       break;
@@ -923,6 +968,7 @@ Value Interpreter::getitem(const Value& object, const Value& key) {
     case Value::Kind::undefined:
       fail_undefined(object);
     case Value::Kind::dict:
+      budget_.charge_items(static_cast<std::int64_t>(object.dict_data().items.size()));
       if (hashable(key)) {
         if (const Value* v = object.dict_data().find(key)) return *v;
       }
@@ -933,6 +979,7 @@ Value Interpreter::getitem(const Value& object, const Value& key) {
       if (key.is_int() || key.is_bool()) {
         std::int64_t i = key.as_int();
         if (object.is_string()) {
+          budget_.charge_bytes(static_cast<std::int64_t>(object.str().size()));
           const std::u32string cps = utf8_decode(object.str());
           const auto n = static_cast<std::int64_t>(cps.size());
           if (i < 0) i += n;

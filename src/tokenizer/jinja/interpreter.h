@@ -8,10 +8,12 @@
 // owned by the Interpreter, so closures and namespaces can refer to each other (even in cycles)
 // without leaking, and all of it is freed with the Interpreter.
 //
-// Recursion (nested expressions and blocks, macro calls) is bounded by kMaxEvalDepth; beyond it
-// the render fails with a TemplateError instead of exhausting the stack. At the limit a release
-// build uses under 1 MB of stack (measured with recursive macros and loops), so rendering on a
-// worker thread with the default 8 MB stack is safe.
+// Every render runs on a Budget (budget.h): steps, recursion depth, the size of each string and
+// list built, and the output. Recursion (nested expressions and blocks, macro calls) is bounded
+// by RenderLimits::max_depth (kMaxEvalDepth); beyond it the render fails with a TemplateError
+// instead of exhausting the stack. At the limit a release build uses under 1 MB of stack
+// (measured with recursive macros and loops), so rendering on a worker thread with the default
+// 8 MB stack is safe.
 #pragma once
 
 #include <ctime>
@@ -23,15 +25,17 @@
 #include <vector>
 
 #include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/budget.h"
 #include "tokenizer/jinja/value.h"
 
 namespace fp8rl::jinja {
 
-inline constexpr int kMaxEvalDepth = 1500;
-
 struct RenderOptions {
   // The time strftime_now() formats (local time fields); unset: the current local time.
   std::optional<std::tm> fixed_now;
+  RenderLimits limits;
+  // When set, receives the budget's high-water marks when the render ends (also on failure).
+  BudgetUse* use = nullptr;
 };
 
 class Interpreter {
@@ -53,6 +57,11 @@ class Interpreter {
   Value getitem(const Value& object, const Value& key);
   Value::Object* new_object(std::string type_name, bool is_namespace);
   const RenderOptions& options() const { return options_; }
+  Budget& budget() { return budget_; }
+  // iterate(v), charged one step per item, a string's code points checked as a list first.
+  std::vector<Value> items_of(const Value& v);
+  // str(v) within the budget's string size.
+  std::string text(const Value& v) { return to_str(v, budget_.limits().max_string_bytes); }
   // Python's binary operators as templates evaluate them (the sum filter adds with this).
   Value binary(BinaryExpr::Op op, const Value& a, const Value& b) { return eval_binary(op, a, b); }
 
@@ -71,6 +80,9 @@ class Interpreter {
   void run_loop(const ForStmt& stmt, Scope* scope, const Value& iterable, int depth,
                 std::string& out);
   std::string render_in_child(const Body& body, Scope* scope);
+  // out += text, checked against the output budget (the render's own text) or the string budget
+  // (a macro's, block's or loop()'s text) before it grows.
+  void emit(std::string& out, std::string_view text);
   Value define_macro(const MacroStmt& macro, Scope* scope);
   Value invoke_macro(const MacroStmt& macro, Scope* closure, CallArgs& args);
 
@@ -93,7 +105,8 @@ class Interpreter {
   std::deque<std::unique_ptr<Scope>> scopes_;
   std::vector<Scope*> free_scopes_;
   std::deque<std::unique_ptr<Value::Object>> objects_;
-  int depth_ = 0;
+  Budget budget_;
+  const std::string* root_out_ = nullptr;
   // Evaluating as jinja2's compile-time constant folding does (see Expr::fold_candidate).
   bool folding_ = false;
 };

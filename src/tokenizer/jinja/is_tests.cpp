@@ -86,7 +86,7 @@ bool t_sequence(Interpreter&, const Value& v, CallArgs& a) {
 }
 
 // value % 2 == 1 (odd) or == 0 (even), with Python's modulo.
-bool parity(const Value& v, bool odd) {
+bool parity(Budget& budget, const Value& v, bool odd) {
   if (v.is_undefined()) fail_undefined(v);
   if (v.is_int() || v.is_bool()) {
     const std::int64_t m = ((v.as_int() % 2) + 2) % 2;
@@ -99,19 +99,19 @@ bool parity(const Value& v, bool odd) {
   }
   // jinja2 computes value % 2: a string formats 2 into itself and never equals a number.
   if (v.is_string()) {
-    percent_format(v.str(), Value::integer(2));
+    percent_format(budget, v.str(), Value::integer(2));
     return false;
   }
   fail("unsupported operand type(s) for %: '{}' and 'int'", type_name(v));
 }
 
-bool t_odd(Interpreter&, const Value& v, CallArgs& a) {
+bool t_odd(Interpreter& interp, const Value& v, CallArgs& a) {
   no_args("odd", a);
-  return parity(v, true);
+  return parity(interp.budget(), v, true);
 }
-bool t_even(Interpreter&, const Value& v, CallArgs& a) {
+bool t_even(Interpreter& interp, const Value& v, CallArgs& a) {
   no_args("even", a);
-  return parity(v, false);
+  return parity(interp.budget(), v, false);
 }
 
 bool t_divisibleby(Interpreter& interp, const Value& v, CallArgs& a) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "tokenizer/jinja/budget.h"
 #include "tokenizer/jinja/unicode.h"
 
 namespace fp8rl::jinja {
@@ -109,6 +110,7 @@ class JsonWriter {
           if (i > 0) out_ += item_sep_;
           newline(level + 1);
           write(items[i], level + 1);
+          check();
         }
         newline(level);
         out_ += ']';
@@ -132,6 +134,7 @@ class JsonWriter {
           dump_string(out_, key_string(items[i]->first), options_.ensure_ascii);
           out_ += key_sep_;
           write(items[i]->second, level + 1);
+          check();
         }
         newline(level);
         out_ += '}';
@@ -148,7 +151,20 @@ class JsonWriter {
   void newline(int level) {
     if (!options_.indent) return;
     out_ += '\n';
+    if (options_.max_bytes >= 0 && static_cast<std::int64_t>(options_.indent->size()) * level >
+                                       options_.max_bytes - static_cast<std::int64_t>(out_.size()))
+      fail_size();
     for (int i = 0; i < level; ++i) out_ += *options_.indent;
+  }
+
+  void check() const {
+    if (options_.max_bytes >= 0 && static_cast<std::int64_t>(out_.size()) > options_.max_bytes)
+      fail_size();
+  }
+  [[noreturn]] void fail_size() const {
+    fail_budget(
+        fmt::format("{} bytes per string (RenderLimits::max_string_bytes; tojson() asks for more)",
+                    options_.max_bytes));
   }
 
   const JsonDumpOptions& options_;

@@ -19,6 +19,9 @@ struct JsonDumpOptions {
   std::optional<std::string> item_separator;  // default ", " (one line) or "," (indented)
   std::optional<std::string> key_separator;   // default ": "
   bool sort_keys = false;
+  // >= 0: a budget error once the text passes this many bytes (list * n shares its items, so a
+  // small list can print as a huge text).
+  std::int64_t max_bytes = -1;
 };
 
 std::string dump_json(const Value& value, const JsonDumpOptions& options);

@@ -58,8 +58,8 @@ Value affix_test(const Value& self, CallArgs& args, bool prefix) {
   return Value::boolean(false);
 }
 
-std::vector<Value> split_impl(const std::string& text, const Value& sep, std::int64_t maxsplit,
-                              bool from_right) {
+std::vector<Value> split_impl(Budget& budget, const std::string& text, const Value& sep,
+                              std::int64_t maxsplit, bool from_right) {
   std::vector<std::string> parts;
   if (sep.is_none() || sep.is_undefined()) {
     // Runs of whitespace separate; leading/trailing whitespace yields no empty parts.
@@ -88,6 +88,7 @@ std::vector<Value> split_impl(const std::string& text, const Value& sep, std::in
       }
       words = std::move(kept);
     }
+    budget.check_items(words.size(), "split()");
     std::vector<Value> out;
     for (auto [b, e] : words)
       out.push_back(Value::string(utf8_encode(std::u32string_view(s).substr(b, e - b))));
@@ -100,6 +101,8 @@ std::vector<Value> split_impl(const std::string& text, const Value& sep, std::in
     for (std::size_t p = text.find(d); p != std::string::npos; p = text.find(d, p + d.size())) {
       if (maxsplit >= 0 && static_cast<std::int64_t>(cuts.size()) >= maxsplit) break;
       cuts.push_back(p);
+      if (cuts.size() > static_cast<std::size_t>(budget.limits().max_items))
+        budget.check_items(cuts.size() + 1, "split()");
     }
   } else {
     std::size_t limit = text.size();
@@ -112,6 +115,7 @@ std::vector<Value> split_impl(const std::string& text, const Value& sep, std::in
     }
     std::reverse(cuts.begin(), cuts.end());
   }
+  budget.check_items(cuts.size() + 1, "split()");
   std::vector<Value> out;
   std::size_t start = 0;
   for (std::size_t c : cuts) {
@@ -122,20 +126,24 @@ std::vector<Value> split_impl(const std::string& text, const Value& sep, std::in
   return out;
 }
 
-std::string replace_impl(const std::string& s, const std::string& old, const std::string& repl,
-                         std::int64_t count) {
+// The text grows by repl per replacement: checked against the budget as it grows.
+std::string replace_impl(Budget& budget, const std::string& s, const std::string& old,
+                         const std::string& repl, std::int64_t count) {
   std::string out;
+  const auto grow = [&](std::size_t more) { budget.check_string(out.size() + more, "replace()"); };
   if (old.empty()) {
     // Python inserts the replacement before every code point and at the end.
     const std::u32string cps = utf8_decode(s);
     std::int64_t done = 0;
     for (char32_t cp : cps) {
       if (count < 0 || done < count) {
+        grow(repl.size() + 4);
         out += repl;
         ++done;
       }
       utf8_append(out, cp);
     }
+    grow(repl.size());
     if (count < 0 || done < count) out += repl;
     return out;
   }
@@ -144,6 +152,7 @@ std::string replace_impl(const std::string& s, const std::string& old, const std
   while (count < 0 || done < count) {
     const std::size_t p = s.find(old, start);
     if (p == std::string::npos) break;
+    grow(p - start + repl.size());
     out.append(s, start, p - start);
     out += repl;
     start = p + old.size();
@@ -164,7 +173,7 @@ std::int64_t find_impl(const Value& self, CallArgs& args, const char* name, bool
   return p == std::u32string_view::npos ? -1 : static_cast<std::int64_t>(begin + p);
 }
 
-std::string justify(const Value& self, CallArgs& args, const char* name, char how) {
+std::string justify(Budget& budget, const Value& self, CallArgs& args, const char* name, char how) {
   Args a(name, args, {"width", "fillchar"}, 1);
   const std::int64_t width = to_index(a[0], "width");
   std::string fill = a.has(1) ? arg_str(a[1], name) : " ";
@@ -173,6 +182,10 @@ std::string justify(const Value& self, CallArgs& args, const char* name, char ho
   const auto len = static_cast<std::int64_t>(utf8_length(s));
   if (width <= len) return s;
   const std::int64_t total = width - len;
+  // The padding is checked (width * fill bytes, overflow caught) before it is made.
+  budget.check_string(s.size() + budget.string_bytes(total, static_cast<std::int64_t>(fill.size()),
+                                                     fmt::format("{}({})", name, width)),
+                      name);
   std::int64_t left = 0;
   if (how == '>') left = total;
   if (how == '^') left = total / 2 + (total & width & 1);  // CPython's centring
@@ -195,20 +208,20 @@ Value str_endswith(Interpreter&, const Value& self, CallArgs& args) {
   return affix_test(self, args, false);
 }
 
-Value split_common(const Value& self, CallArgs& args, bool from_right) {
+Value split_common(Budget& budget, const Value& self, CallArgs& args, bool from_right) {
   Args a(from_right ? "rsplit" : "split", args, {"sep", "maxsplit"}, 0);
   const std::int64_t maxsplit = a.has(1) ? to_index(a[1], "maxsplit") : -1;
-  std::vector<Value> parts = split_impl(self.str(), a[0], maxsplit, from_right);
+  std::vector<Value> parts = split_impl(budget, self.str(), a[0], maxsplit, from_right);
   if (self.is_safe()) {
     for (Value& p : parts) p = Value::string(p.str(), true);
   }
   return Value::list(std::move(parts));
 }
-Value str_split(Interpreter&, const Value& self, CallArgs& args) {
-  return split_common(self, args, false);
+Value str_split(Interpreter& interp, const Value& self, CallArgs& args) {
+  return split_common(interp.budget(), self, args, false);
 }
-Value str_rsplit(Interpreter&, const Value& self, CallArgs& args) {
-  return split_common(self, args, true);
+Value str_rsplit(Interpreter& interp, const Value& self, CallArgs& args) {
+  return split_common(interp.budget(), self, args, true);
 }
 
 Value strip_common(const Value& self, CallArgs& args, const char* name, StripSide side) {
@@ -229,11 +242,11 @@ Value str_rstrip(Interpreter&, const Value& self, CallArgs& args) {
   return strip_common(self, args, "rstrip", StripSide::right);
 }
 
-Value str_replace(Interpreter&, const Value& self, CallArgs& args) {
+Value str_replace(Interpreter& interp, const Value& self, CallArgs& args) {
   Args a("replace", args, {"old", "new", "count"}, 2);
   const std::int64_t count = a.has(2) ? to_index(a[2], "count") : -1;
-  return make_str(
-      self, replace_impl(self.str(), arg_str(a[0], "replace"), arg_str(a[1], "replace"), count));
+  return make_str(self, replace_impl(interp.budget(), self.str(), arg_str(a[0], "replace"),
+                                     arg_str(a[1], "replace"), count));
 }
 
 Value str_upper(Interpreter&, const Value& self, CallArgs& args) {
@@ -257,15 +270,18 @@ Value str_format(Interpreter& interp, const Value& self, CallArgs& args) {
   return make_str(self, python_format(interp, self.str(), args));
 }
 
-Value str_join(Interpreter&, const Value& self, CallArgs& args) {
+Value str_join(Interpreter& interp, const Value& self, CallArgs& args) {
   Args a("join", args, {"iterable"}, 1);
   std::string out;
   bool first = true;
-  for (const Value& item : iterate(a[0])) {
+  for (const Value& item : interp.items_of(a[0])) {
     if (!item.is_string()) fail("sequence item: expected str instance, {} found", type_name(item));
+    const std::string piece =
+        self.is_safe() && !item.is_safe() ? html_escape(item.str()) : item.str();
+    interp.budget().check_string(out.size() + self.str().size() + piece.size(), "str.join()");
     if (!first) out += self.str();
     first = false;
-    out += self.is_safe() && !item.is_safe() ? html_escape(item.str()) : item.str();
+    out += piece;
   }
   return make_str(self, std::move(out));
 }
@@ -345,23 +361,25 @@ Value str_removesuffix(Interpreter&, const Value& self, CallArgs& args) {
   return make_str(self, !p.empty() && s.ends_with(p) ? s.substr(0, s.size() - p.size()) : s);
 }
 
-Value str_center(Interpreter&, const Value& self, CallArgs& args) {
-  return make_str(self, justify(self, args, "center", '^'));
+Value str_center(Interpreter& interp, const Value& self, CallArgs& args) {
+  return make_str(self, justify(interp.budget(), self, args, "center", '^'));
 }
-Value str_ljust(Interpreter&, const Value& self, CallArgs& args) {
-  return make_str(self, justify(self, args, "ljust", '<'));
+Value str_ljust(Interpreter& interp, const Value& self, CallArgs& args) {
+  return make_str(self, justify(interp.budget(), self, args, "ljust", '<'));
 }
-Value str_rjust(Interpreter&, const Value& self, CallArgs& args) {
-  return make_str(self, justify(self, args, "rjust", '>'));
+Value str_rjust(Interpreter& interp, const Value& self, CallArgs& args) {
+  return make_str(self, justify(interp.budget(), self, args, "rjust", '>'));
 }
 
-Value str_zfill(Interpreter&, const Value& self, CallArgs& args) {
+Value str_zfill(Interpreter& interp, const Value& self, CallArgs& args) {
   Args a("zfill", args, {"width"}, 1);
   const std::int64_t width = to_index(a[0], "width");
   std::string s = self.str();
   const auto len = static_cast<std::int64_t>(utf8_length(s));
   if (width <= len) return make_str(self, s);
-  const std::string zeros(static_cast<std::size_t>(width - len), '0');
+  const std::string zeros(
+      interp.budget().string_bytes(width - len, 1, fmt::format("zfill({})", width)), '0');
+  interp.budget().check_string(s.size() + zeros.size(), "zfill()");
   if (!s.empty() && (s[0] == '+' || s[0] == '-'))
     return make_str(self, s.substr(0, 1) + zeros + s.substr(1));
   return make_str(self, zeros + s);
@@ -496,11 +514,21 @@ bool listed(const std::string_view (&names)[N], std::string_view name) {
   return std::find(std::begin(names), std::end(names), name) != std::end(names);
 }
 
+// One step per call, plus the receiver's size: every method scans (or copies) it.
+void charge_call(Interpreter& interp, const Value& self) {
+  Budget& budget = interp.budget();
+  budget.step();
+  if (self.is_string()) budget.charge_bytes(static_cast<std::int64_t>(self.str().size()));
+  if (self.is_sequence()) budget.charge_items(static_cast<std::int64_t>(self.items().size()));
+  if (self.is_dict()) budget.charge_items(static_cast<std::int64_t>(self.dict_data().items.size()));
+}
+
 Value bind(const Value& self, const MethodEntry& entry) {
   const Method fn = entry.fn;
   if (self.is_safe() && entry.markup_wrapped) {
     return Value::callable(std::string(entry.name),
                            [self, fn](Interpreter& interp, CallArgs& args) {
+                             charge_call(interp, self);
                              for (Value& v : args.positional) {
                                if (v.is_string() && !v.is_safe())
                                  v = Value::string(html_escape(v.str()), true);
@@ -513,6 +541,7 @@ Value bind(const Value& self, const MethodEntry& entry) {
                            });
   }
   return Value::callable(std::string(entry.name), [self, fn](Interpreter& interp, CallArgs& args) {
+    charge_call(interp, self);
     return fn(interp, self, args);
   });
 }

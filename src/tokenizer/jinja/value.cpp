@@ -6,6 +6,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "tokenizer/jinja/budget.h"
 #include "tokenizer/jinja/unicode.h"
 
 namespace fp8rl::jinja {
@@ -178,21 +179,37 @@ const Value* Value::DictData::find(std::string_view key) const {
   return nullptr;
 }
 
-const Value* Value::Object::find(std::string_view name) const {
-  for (const auto& [k, v] : attrs) {
+const Value* NameTable::find(std::string_view name) const {
+  if (!index_.empty()) {
+    const auto it = index_.find(name);
+    return it == index_.end() ? nullptr : &entries_[it->second].second;
+  }
+  for (const auto& [k, v] : entries_) {
     if (k == name) return &v;
   }
   return nullptr;
 }
 
-void Value::Object::set(std::string_view name, Value value) {
-  for (auto& [k, v] : attrs) {
-    if (k == name) {
-      v = std::move(value);
-      return;
-    }
+Value* NameTable::find(std::string_view name) {
+  return const_cast<Value*>(std::as_const(*this).find(name));
+}
+
+void NameTable::set(std::string_view name, Value value) {
+  if (Value* slot = find(name)) {
+    *slot = std::move(value);
+    return;
   }
-  attrs.emplace_back(std::string(name), std::move(value));
+  entries_.emplace_back(std::string(name), std::move(value));
+  if (entries_.size() == kIndexFrom) {
+    for (std::size_t i = 0; i < entries_.size(); ++i) index_.emplace(entries_[i].first, i);
+  } else if (entries_.size() > kIndexFrom) {
+    index_.emplace(entries_.back().first, entries_.size() - 1);
+  }
+}
+
+void NameTable::clear() {
+  entries_.clear();
+  index_.clear();
 }
 
 bool truthy(const Value& v) {
@@ -388,10 +405,25 @@ std::string string_repr(std::string_view s) {
 
 namespace {
 
-// repr() with the namespaces being printed on `open`: a namespace that (indirectly) holds
+struct ReprState {
+  std::vector<const Value::Object*> open;
+  std::int64_t max_bytes = -1;
+  const Value* root = nullptr;
+  // Checked after every item: a container's text never grows more than one item past the cap.
+  void check(const std::string& out) const {
+    if (max_bytes >= 0 && static_cast<std::int64_t>(out.size()) > max_bytes) {
+      fail_budget(fmt::format(
+          "{} bytes per string (RenderLimits::max_string_bytes; the text of a {} asks for more)",
+          max_bytes, type_name(*root)));
+    }
+  }
+};
+
+// repr() with the namespaces being printed on `state.open`: a namespace that (indirectly) holds
 // itself prints as Python's recursion guard prints a dict, "{...}", and chains of namespaces
 // deeper than the value depth limit fail instead of exhausting the stack.
-std::string repr_at(const Value& v, std::vector<const Value::Object*>& open) {
+std::string repr_at(const Value& v, ReprState& state) {
+  std::vector<const Value::Object*>& open = state.open;
   switch (v.kind()) {
     case Value::Kind::undefined:
       return "Undefined";
@@ -404,7 +436,8 @@ std::string repr_at(const Value& v, std::vector<const Value::Object*>& open) {
       const auto& items = v.items();
       for (std::size_t i = 0; i < items.size(); ++i) {
         if (i > 0) out += ", ";
-        out += repr_at(items[i], open);
+        out += repr_at(items[i], state);
+        state.check(out);
       }
       if (tuple && items.size() == 1) out += ",";
       out += tuple ? ")" : "]";
@@ -416,7 +449,8 @@ std::string repr_at(const Value& v, std::vector<const Value::Object*>& open) {
       for (const auto& [key, value] : v.dict_data().items) {
         if (!first) out += ", ";
         first = false;
-        out += repr_at(key, open) + ": " + repr_at(value, open);
+        out += repr_at(key, state) + ": " + repr_at(value, state);
+        state.check(out);
       }
       return out + "}";
     }
@@ -435,10 +469,11 @@ std::string repr_at(const Value& v, std::vector<const Value::Object*>& open) {
       open.push_back(&o);
       std::string out = "<Namespace {";
       bool first = true;
-      for (const auto& [key, value] : o.attrs) {
+      for (const auto& [key, value] : o.attrs.entries()) {
         if (!first) out += ", ";
         first = false;
-        out += string_repr(key) + ": " + repr_at(value, open);
+        out += string_repr(key) + ": " + repr_at(value, state);
+        state.check(out);
       }
       open.pop_back();
       return out + "}>";
@@ -452,12 +487,14 @@ std::string repr_at(const Value& v, std::vector<const Value::Object*>& open) {
 
 }  // namespace
 
-std::string repr(const Value& v) {
-  std::vector<const Value::Object*> open;
-  return repr_at(v, open);
+std::string repr(const Value& v, std::int64_t max_bytes) {
+  ReprState state;
+  state.max_bytes = max_bytes;
+  state.root = &v;
+  return repr_at(v, state);
 }
 
-std::string to_str(const Value& v) {
+std::string to_str(const Value& v, std::int64_t max_bytes) {
   switch (v.kind()) {
     case Value::Kind::undefined:
       return "";
@@ -472,7 +509,7 @@ std::string to_str(const Value& v) {
     case Value::Kind::string:
       return v.str();
     default:
-      return repr(v);
+      return repr(v, max_bytes);
   }
 }
 

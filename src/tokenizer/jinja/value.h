@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -29,11 +30,12 @@ class Value;
 inline constexpr int kMaxValueDepth = 500;
 
 // A failure inside the template: a syntax error, a runtime error (Python would raise TypeError,
-// UndefinedError, ...), or the template's own raise_exception(). `line` is the template line, 0
-// while unknown; the renderer fills it in from the innermost statement being run.
+// UndefinedError, ...), the template's own raise_exception(), or a render that ran out of its
+// budget (budget.h; never caught by constant folding). `line` is the template line, 0 while
+// unknown; the renderer fills it in from the innermost statement being run.
 class TemplateError : public std::runtime_error {
  public:
-  enum class Kind { syntax, runtime, raised };
+  enum class Kind { syntax, runtime, raised, budget };
   TemplateError(Kind kind, const std::string& message, int line = 0)
       : std::runtime_error(message), kind_(kind), line_(line) {}
   Kind kind() const { return kind_; }
@@ -146,14 +148,35 @@ struct Value::DictData {
   const Value* find(std::string_view key) const;  // a string key
 };
 
+// Names to values in insertion order. Past kIndexFrom names a hash index is kept beside them, so
+// that a template defining 100k macros or namespace attributes runs in linear time, while the
+// small tables of loops and macro calls stay a plain vector.
+class NameTable {
+ public:
+  static constexpr std::size_t kIndexFrom = 16;
+  Value* find(std::string_view name);
+  const Value* find(std::string_view name) const;
+  void set(std::string_view name, Value value);
+  void clear();
+  const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
+
+ private:
+  struct Hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::vector<std::pair<std::string, Value>> entries_;
+  std::unordered_map<std::string, std::size_t, Hash, std::equal_to<>> index_;
+};
+
 // namespace() objects and loop contexts. Attribute names are strings; only namespaces accept
 // assignment from templates.
 struct Value::Object {
   std::string type_name;  // "Namespace" or "LoopContext"
   bool is_namespace = false;
-  std::vector<std::pair<std::string, Value>> attrs;
-  const Value* find(std::string_view name) const;
-  void set(std::string_view name, Value value);
+  NameTable attrs;
+  const Value* find(std::string_view name) const { return attrs.find(name); }
+  void set(std::string_view name, Value value) { attrs.set(name, std::move(value)); }
 };
 
 struct Value::Callable {
@@ -167,9 +190,11 @@ bool equals(const Value& a, const Value& b);
 bool less(const Value& a, const Value& b);  // a < b; TypeError for unorderable kinds
 bool hashable(const Value& v);
 std::string type_name(const Value& v);  // Python's type(v).__name__
-std::string to_str(const Value& v);     // str(v)
-std::string repr(const Value& v);       // repr(v)
-std::string float_repr(double f);       // repr(float)
+// str(v) and repr(v). `max_bytes` (>= 0) bounds the text of a container: past it, a budget
+// error instead of building it (a list of 4M references to one long string prints as 4M copies).
+std::string to_str(const Value& v, std::int64_t max_bytes = -1);
+std::string repr(const Value& v, std::int64_t max_bytes = -1);
+std::string float_repr(double f);  // repr(float)
 std::string string_repr(std::string_view s);
 // len(v): strings in code points; TypeError for kinds without a length.
 std::int64_t length(const Value& v);
