@@ -869,18 +869,26 @@ class CliFullDisk : public ::testing::TestWithParam<std::string> {};
 
 // A file-size limit stands in for a full disk (it fails write() with EFBIG where a full disk
 // fails it with ENOSPC; both take the same path). A run resumed from checkpoint-2 under a
-// limit that the metrics lines fit but the next checkpoint's adapter does not: a one-line
-// error naming the file and the reason, checkpoint-2 untouched, no partial checkpoint-4;
-// resumed again without the limit it ends exactly as an uninterrupted run.
+// limit that the metrics lines fit but the next checkpoint's adapter (or its optimizer
+// state) does not: a one-line error naming the file and the reason, checkpoint-2 untouched,
+// no partial checkpoint-4; resumed again without the limit it ends exactly as an
+// uninterrupted run.
 TEST_P(CliFullDisk, CheckpointFailureKeepsThePreviousCheckpoint) {
   const std::string command = GetParam();
   const std::string full = temp(command + "_disk_full"), run_dir = temp(command + "_disk_run");
-  constexpr rlim_t kLimit = 64 << 10;  // metrics lines are ~1 KiB; the adapters over 100 KiB
 
   const std::string args = train_args(command, run_dir) + " --max-steps 4 --save-steps 2";
   const Result a = run_limited(train_args(command, full) + " --max-steps 4 --save-steps 2", 0);
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  ASSERT_GT(fs::file_size(full + "/checkpoint-4/adapter_model.safetensors"), kLimit);
+  // Two limits: one under the adapter (the first file of checkpoint-4), one between it and the
+  // optimizer state (AdamW's two moments: twice the adapter), the checkpoint's last file.
+  const rlim_t adapter_bytes = fs::file_size(full + "/checkpoint-4/adapter_model.safetensors");
+  const rlim_t state_bytes = fs::file_size(full + "/checkpoint-4/trainer_state.safetensors");
+  ASSERT_GT(adapter_bytes, rlim_t(64 << 10));  // metrics lines are ~1 KiB
+  ASSERT_GT(state_bytes, adapter_bytes + 1024);
+  const std::pair<rlim_t, std::string> limits[] = {
+      {adapter_bytes / 2, "adapter_model.safetensors"},
+      {(adapter_bytes + state_bytes) / 2, "trainer_state.safetensors"}};
   // The run to interrupt: the uninterrupted run's directory as it was after step 2 (its
   // checkpoint-2 and logs; the logs' later lines are dropped by the resume). The trainer
   // state pins max_steps, so a 2-step run could not be resumed to 4 steps.
@@ -891,24 +899,28 @@ TEST_P(CliFullDisk, CheckpointFailureKeepsThePreviousCheckpoint) {
   ASSERT_EQ(checkpoint2.size(), 3u);
 
   const std::string resume = args + " --resume";
-  const Result limited = run_limited(resume, kLimit);
-  EXPECT_EQ(limited.exit_code, 1) << limited.output;
-  // The progress lines of steps 3 and 4, then the error as the last line and the only one.
-  const size_t at = limited.output.find("fp8rl: error: ");
-  ASSERT_NE(at, std::string::npos) << limited.output;
-  const std::string error = limited.output.substr(at);
-  EXPECT_EQ(std::count(error.begin(), error.end(), '\n'), 1) << limited.output;
-  EXPECT_EQ(limited.output.find("fp8rl: error: ", at + 1), std::string::npos) << limited.output;
-  for (const char* fragment : {"cannot write checkpoint-4", "adapter_model.safetensors",
-                               "File too large", "checkpoints in '"})
-    EXPECT_NE(error.find(fragment), std::string::npos) << fragment << "\n" << error;
-  // Steps 3 and 4 were logged (the limit let the metrics through), checkpoint-2 is as it was,
-  // and nothing of checkpoint-4 is left, under its name or a temporary one.
-  EXPECT_EQ(read_jsonl(run_dir + "/metrics.jsonl").size(), 4u);
-  EXPECT_TRUE(snapshot(run_dir + "/checkpoint-2") == checkpoint2);
-  EXPECT_FALSE(fs::exists(run_dir + "/checkpoint-4"));
-  for (const auto& e : fs::directory_iterator(run_dir))
-    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+  for (const auto& [limit, file] : limits) {
+    SCOPED_TRACE("limit " + std::to_string(limit) + " bytes, failing at " + file);
+    const Result limited = run_limited(resume, limit);
+    EXPECT_EQ(limited.exit_code, 1) << limited.output;
+    // The progress lines of steps 3 and 4, then the error as the last line and the only one.
+    const size_t at = limited.output.find("fp8rl: error: ");
+    ASSERT_NE(at, std::string::npos) << limited.output;
+    const std::string error = limited.output.substr(at);
+    EXPECT_EQ(std::count(error.begin(), error.end(), '\n'), 1) << limited.output;
+    EXPECT_EQ(limited.output.find("fp8rl: error: ", at + 1), std::string::npos) << limited.output;
+    for (const std::string& fragment :
+         {std::string("cannot write checkpoint-4"), file, std::string("File too large"),
+          std::string("checkpoints in '")})
+      EXPECT_NE(error.find(fragment), std::string::npos) << fragment << "\n" << error;
+    // Steps 3 and 4 were logged (the limit let the metrics through), checkpoint-2 is as it
+    // was, and nothing of checkpoint-4 is left, under its name or a temporary one.
+    EXPECT_EQ(read_jsonl(run_dir + "/metrics.jsonl").size(), 4u);
+    EXPECT_TRUE(snapshot(run_dir + "/checkpoint-2") == checkpoint2);
+    EXPECT_FALSE(fs::exists(run_dir + "/checkpoint-4"));
+    for (const auto& e : fs::directory_iterator(run_dir))
+      EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+  }
 
   // What a kill during a checkpoint would leave: a temporary checkpoint of a later step with
   // a state file. The resume neither takes it nor keeps it.
