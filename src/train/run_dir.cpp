@@ -56,12 +56,14 @@ void prepare_run_dir(const std::string& dir) {
         std::strerror(errno));
   // What an interrupted run (a kill, a full disk) may have left: a checkpoint being built and
   // the temporaries of files being replaced. None of them is ever read.
+  std::vector<fs::path> stale;  // collected first: removing while iterating is unspecified
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    bool stale = name.rfind(kCheckpointTemp, 0) == 0;
-    for (const char* f : kRunFiles) stale = stale || name == std::string(f) + ".tmp";
-    if (stale) fs::remove_all(e.path(), ec);
+    bool is_stale = name.rfind(kCheckpointTemp, 0) == 0;
+    for (const char* f : kRunFiles) is_stale = is_stale || name == std::string(f) + ".tmp";
+    if (is_stale) stale.push_back(e.path());
   }
+  for (const fs::path& p : stale) fs::remove_all(p, ec);
 }
 
 void check_run_dir_writable(const std::string& dir) {
