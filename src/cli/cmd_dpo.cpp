@@ -7,6 +7,7 @@
 #include "cli/train_session.h"
 #include "core/check.h"
 #include "rl/dpo_trainer.h"
+#include "train/run_dir.h"
 
 namespace fp8rl::cli {
 
@@ -14,6 +15,8 @@ namespace {
 
 void run_dpo(const DpoConfig& cfg, const std::string& yaml) {
   CHECK(!cfg.data.empty(), "no dataset: give --data PAIRS.jsonl (or `data:` in the config)");
+  // A RUN_DIR that cannot be written fails before the model loads.
+  if (!cfg.dry_run) check_run_dir_writable(cfg.output_dir);
   TrainSession ts(cfg, uint64_t(cfg.seed));
   PreferenceDataOptions d;
   d.max_length = cfg.max_length;

@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "rl/grpo_trainer.h"
 #include "rl/reward_config.h"
+#include "train/run_dir.h"
 
 namespace fp8rl::cli {
 
@@ -16,6 +17,8 @@ namespace {
 
 void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   CHECK(!cfg.data.empty(), "no dataset: give --data PROMPTS.jsonl (or `data:` in the config)");
+  // A RUN_DIR that cannot be written fails before the model loads.
+  if (!cfg.dry_run) check_run_dir_writable(cfg.output_dir);
   // The rewards first: a malformed reward spec or a process that cannot start fails before
   // the model loads.
   RewardSet rewards = cfg.reward_process.empty() ? make_reward_set(cfg.rewards)

@@ -5,6 +5,7 @@
 #include "cli/config_keys.h"
 #include "cli/train_session.h"
 #include "core/check.h"
+#include "train/run_dir.h"
 #include "train/sft_trainer.h"
 #include "train/training_arguments.h"
 
@@ -18,6 +19,8 @@ double mib(size_t bytes) {
 
 void run_sft(const SftConfig& cfg, const std::string& yaml) {
   CHECK(!cfg.data.empty(), "no dataset: give --data TRAIN.jsonl (or `data:` in the config)");
+  // A RUN_DIR that cannot be written fails before the model loads.
+  if (!cfg.dry_run) check_run_dir_writable(cfg.output_dir);
   TrainSession ts(cfg, uint64_t(cfg.seed));
   SftDataOptions d;
   d.max_length = cfg.max_length;

@@ -1,4 +1,5 @@
 // The fp8rl binary: one subcommand per job (DESIGN.md §1).
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -7,6 +8,10 @@
 #include "core/check.h"
 
 int main(int argc, char** argv) {
+  // A file-size limit (ulimit -f, RLIMIT_FSIZE) is hit like a full disk: write() fails with
+  // EFBIG and fp8rl reports it naming the file, as it does ENOSPC. SIGXFSZ's default action
+  // would instead kill the process mid-write with no message.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"fp8rl: LoRA reinforcement learning over frozen FP8 weights", "fp8rl"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "fp8rl 0.1.0");

@@ -29,33 +29,80 @@ void check_replaceable(const std::filesystem::path& path) {
         path.string(), kind);
 }
 
-void write_file_replacing(const std::filesystem::path& path, std::string_view bytes) {
-  check_replaceable(path);
-  const std::string tmp = path.string() + ".tmp";
-  ::unlink(tmp.c_str());  // a stale temporary, or a symlink planted there
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  CHECK(fd >= 0, "cannot create '{}': {}", tmp, std::strerror(errno));
+ReplacingFile::ReplacingFile(std::filesystem::path path)
+    : path_(std::move(path)), tmp_(path_.string() + ".tmp") {
+  check_replaceable(path_);
+  ::unlink(tmp_.c_str());  // a stale temporary, or a symlink planted there
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  CHECK(fd_ >= 0, "cannot create '{}': {}", tmp_, std::strerror(errno));
+}
+
+ReplacingFile::~ReplacingFile() {
+  discard();
+}
+
+void ReplacingFile::discard() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+  fd_ = -1;
+}
+
+void ReplacingFile::write(const void* data, size_t bytes) {
+  CHECK(fd_ >= 0, "'{}' is already committed", tmp_);
+  const char* p = static_cast<const char*>(data);
   size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+  while (done < bytes) {
+    const ssize_t n = ::write(fd_, p + done, bytes - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      RAISE("writing '{}' failed: {}", tmp, std::strerror(err));
+      const int err = n < 0 ? errno : ENOSPC;  // 0 bytes written for a non-empty request
+      discard();
+      RAISE("writing '{}' failed: {}", tmp_, std::strerror(err));
     }
     done += size_t(n);
   }
-  if (::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    RAISE("writing '{}' failed: {}", tmp, std::strerror(errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+}
+
+void ReplacingFile::commit() {
+  CHECK(fd_ >= 0, "'{}' is already committed", tmp_);
+  // A file system may report a full disk only when the data is flushed (NFS, delayed
+  // allocation): fsync and close are checked like write.
+  if (::fsync(fd_) != 0) {
     const int err = errno;
-    ::unlink(tmp.c_str());
-    RAISE("renaming '{}' to '{}' failed: {}", tmp, path.string(), std::strerror(err));
+    discard();
+    RAISE("writing '{}' failed: fsync: {}", tmp_, std::strerror(err));
   }
+  const int rc = ::close(fd_);
+  fd_ = -1;
+  if (rc != 0) {
+    const int err = errno;
+    ::unlink(tmp_.c_str());
+    RAISE("writing '{}' failed: close: {}", tmp_, std::strerror(err));
+  }
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp_.c_str());
+    RAISE("renaming '{}' to '{}' failed: {}", tmp_, path_.string(), std::strerror(err));
+  }
+}
+
+void write_file_replacing(const std::filesystem::path& path, std::string_view bytes) {
+  ReplacingFile f(path);
+  f.write(bytes.data(), bytes.size());
+  f.commit();
+}
+
+void fsync_directory(const std::filesystem::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  CHECK(fd >= 0, "cannot open the directory '{}': {}", dir.string(), std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  // Some file systems cannot sync a directory (EINVAL); the entries are then as durable as
+  // they can be made.
+  CHECK(rc == 0 || err == EINVAL, "fsync of the directory '{}' failed: {}", dir.string(),
+        std::strerror(err));
 }
 
 }  // namespace fp8rl

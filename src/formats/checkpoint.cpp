@@ -1,9 +1,9 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <fstream>
 
 #include "core/check.h"
+#include "core/output_file.h"
 #include "formats/json_read.h"
 #include "formats/safetensors.h"
 
@@ -173,14 +173,7 @@ void write_checkpoint(const std::string& dir,
   for (size_t i = 0; i < tensors.size(); ++i) weight_map[tensors[i].first] = files[shard_of[i]];
   nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
   const std::string path = (d / kIndexName).string();
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << index.dump(2) << "\n";
-    CHECK(out.good(), "write_checkpoint: writing '{}' failed", tmp);
-  }
-  fs::rename(tmp, path, ec);
-  CHECK(!ec, "write_checkpoint: renaming '{}' failed: {}", tmp, ec.message());
+  write_file_replacing(path, index.dump(2) + "\n");
   fs::remove(d / kSingleName, ec);
 }
 

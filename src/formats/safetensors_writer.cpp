@@ -1,10 +1,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <filesystem>
 
 #include "core/check.h"
 #include "core/output_file.h"
@@ -52,35 +48,15 @@ void SafetensorsWriter::write(const std::string& path) const {
   std::string text = header.dump();
   text.resize((text.size() + 7) / 8 * 8, ' ');
 
-  // Only a regular file is ever replaced; a symlink planted at the temporary name is removed,
-  // not followed.
-  check_replaceable(path);
-  const std::string tmp = path + ".tmp";
-  std::error_code tmp_ec;
-  std::filesystem::remove(tmp, tmp_ec);
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-
-  CHECK(f != nullptr, "safetensors writer: cannot create '{}': {}", tmp, std::strerror(errno));
+  // Written under a temporary name, fsynced, then renamed (core/output_file.h): a failed
+  // write (a full disk) leaves `path` as it was and names the file with the system's reason.
+  ReplacingFile f(path);
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
-  bool ok =
-      std::fwrite(len, 1, 8, f) == 8 && std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  for (const auto* kv : order) {
-    const size_t n = kv->second.nbytes();
-    if (ok && n > 0) ok = std::fwrite(kv->second.data, 1, n, f) == n;
-  }
-  const int saved_errno = errno;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    RAISE("safetensors writer: writing '{}' failed: {}", tmp, std::strerror(saved_errno));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    RAISE("safetensors writer: renaming '{}' to '{}' failed: {}", tmp, path, ec.message());
-  }
+  f.write(len, 8);
+  f.write(text.data(), text.size());
+  for (const auto* kv : order) f.write(kv->second.data, kv->second.nbytes());
+  f.commit();
 }
 
 }  // namespace fp8rl

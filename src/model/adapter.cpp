@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/check.h"
+#include "core/output_file.h"
 #include "core/rng.h"
 #include "formats/safetensors.h"
 #include "model/model.h"
@@ -79,20 +80,6 @@ json read_json_file(const std::string& path) {
   } catch (const json::exception& e) {
     RAISE("{}: malformed JSON: {}", path, e.what());
   }
-}
-
-void write_text_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    CHECK(f.good(), "cannot write '{}'", tmp.string());
-    f << text;
-    f.flush();
-    CHECK(f.good(), "writing '{}' failed", tmp.string());
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  CHECK(!ec, "cannot rename '{}' to '{}': {}", tmp.string(), path.string(), ec.message());
 }
 
 }  // namespace
@@ -452,22 +439,32 @@ void LoraAdapter::save_peft(const std::string& dir, const std::string& base_mode
     }
   const std::string config_text = config_.to_peft_json(base_model_name).dump(2) + "\n";
 
+  // Each file is written under a temporary name and renamed (core/output_file.h); a new
+  // directory is built whole under a temporary name and renamed, so that a failure (a full
+  // disk) never leaves a directory that reads as an adapter.
   std::error_code ec;
   if (fs::exists(target)) {
     CHECK(fs::is_directory(target), "cannot save the adapter into '{}': not a directory",
           target.string());
     writer.write((target / "adapter_model.safetensors").string());
-    write_text_atomically(target / "adapter_config.json", config_text);
+    write_file_replacing(target / "adapter_config.json", config_text);
     return;
   }
   const fs::path tmp = target.string() + ".tmp-" + std::to_string(::getpid());
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   CHECK(!ec, "cannot create '{}': {}", tmp.string(), ec.message());
-  writer.write((tmp / "adapter_model.safetensors").string());
-  write_text_atomically(tmp / "adapter_config.json", config_text);
-  fs::rename(tmp, target, ec);
-  CHECK(!ec, "cannot rename '{}' to '{}': {}", tmp.string(), target.string(), ec.message());
+  try {
+    writer.write((tmp / "adapter_model.safetensors").string());
+    write_file_replacing(tmp / "adapter_config.json", config_text);
+    fsync_directory(tmp);
+    fs::rename(tmp, target, ec);
+    CHECK(!ec, "cannot rename '{}' to '{}': {}", tmp.string(), target.string(), ec.message());
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  fsync_directory(target.has_parent_path() ? target.parent_path() : fs::path("."));
 }
 
 void LoraAdapter::sync_to_device(Context& ctx) {

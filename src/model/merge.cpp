@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 
 #include "core/check.h"
+#include "core/output_file.h"
 #include "model/quantize.h"
 #include "quant/fp8.h"
 
@@ -93,9 +93,7 @@ void write_unquantized(const Model& model, const LoraAdapter& adapter, const fs:
       tensors.emplace_back(name, src);  // integer tensors as they are
   }
   write_checkpoint(dir.string(), tensors);
-  std::ofstream f(dir / "config.json");
-  f << merged_config(model, dtype).dump(2) << "\n";
-  CHECK(f.good(), "cannot write '{}'", (dir / "config.json").string());
+  write_file_replacing(dir / "config.json", merged_config(model, dtype).dump(2) + "\n");
 }
 
 }  // namespace

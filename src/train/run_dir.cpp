@@ -1,13 +1,18 @@
 #include "train/run_dir.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "core/check.h"
+#include "core/output_file.h"
 #include "formats/safetensors.h"
 #include "model/adapter.h"
 #include "model/model.h"
@@ -22,6 +27,11 @@ namespace {
 
 constexpr const char* kRunStateKey = "train.run_state";
 constexpr const char* kStateFile = "trainer_state.safetensors";
+// A checkpoint is built under this prefix + step, then renamed to checkpoint-<step>.
+constexpr const char* kCheckpointTemp = ".tmp-checkpoint-";
+// The files of a run directory that are replaced through a temporary "<name>.tmp".
+constexpr const char* kRunFiles[] = {"config.yaml", "metrics.jsonl", "samples.jsonl",
+                                     "adapter_config.json", "adapter_model.safetensors"};
 
 int64_t checkpoint_step(const fs::path& p) {
   const std::string name = p.filename().string();
@@ -43,25 +53,54 @@ void prepare_run_dir(const std::string& dir) {
   fs::create_directories(dir, ec);
   CHECK(!ec && fs::is_directory(dir), "cannot create the run directory '{}': {}", dir,
         ec ? ec.message() : "not a directory");
-  CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, "the run directory '{}' is not writable", dir);
+  CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, "the run directory '{}' is not writable: {}", dir,
+        std::strerror(errno));
+  // What an interrupted run (a kill, a full disk) may have left: a checkpoint being built and
+  // the temporaries of files being replaced. None of them is ever read.
+  std::vector<fs::path> stale;  // collected first: removing while iterating is unspecified
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    bool is_stale = name.rfind(kCheckpointTemp, 0) == 0;
+    for (const char* f : kRunFiles) is_stale = is_stale || name == std::string(f) + ".tmp";
+    if (is_stale) stale.push_back(e.path());
+  }
+  for (const fs::path& p : stale) fs::remove_all(p, ec);
+}
+
+void check_run_dir_writable(const std::string& dir) {
+  CHECK(!dir.empty(), "the run directory (output_dir / --out) is not set");
+  fs::path p = fs::absolute(dir);
+  std::error_code ec;
+  while (!fs::exists(p, ec) && p.has_relative_path()) p = p.parent_path();
+  CHECK(fs::is_directory(p, ec), "cannot create the run directory '{}': '{}' is not a directory",
+        dir, p.string());
+  CHECK(::access(p.c_str(), W_OK | X_OK) == 0, "the run directory '{}' is not writable: '{}': {}",
+        dir, p.string(), std::strerror(errno));
 }
 
 void save_checkpoint(const std::string& dir, int64_t step, const LoraAdapter& adapter,
                      const TrainStep& train_step, const nlohmann::json& state,
                      const std::string& base_model_name) {
   const fs::path final_dir = fs::path(dir) / ("checkpoint-" + std::to_string(step));
-  const fs::path tmp = fs::path(dir) / (".tmp-checkpoint-" + std::to_string(step));
+  const fs::path tmp = fs::path(dir) / (kCheckpointTemp + std::to_string(step));
   std::error_code ec;
   fs::remove_all(tmp, ec);
-  adapter.save_peft(tmp.string(), base_model_name);
-  SafetensorsWriter writer;
-  train_step.add_state(writer);
-  writer.add_metadata(kRunStateKey, state.dump());
-  writer.write((tmp / kStateFile).string());
-  fs::remove_all(final_dir, ec);  // a re-run of the same step replaces its checkpoint
-  fs::rename(tmp, final_dir, ec);
-  CHECK(!ec, "cannot rename checkpoint '{}' to '{}': {}", tmp.string(), final_dir.string(),
-        ec.message());
+  try {
+    adapter.save_peft(tmp.string(), base_model_name);
+    SafetensorsWriter writer;
+    train_step.add_state(writer);
+    writer.add_metadata(kRunStateKey, state.dump());
+    writer.write((tmp / kStateFile).string());
+    fsync_directory(tmp);
+    fs::remove_all(final_dir, ec);  // a re-run of the same step replaces its checkpoint
+    fs::rename(tmp, final_dir, ec);
+    CHECK(!ec, "cannot rename '{}' to '{}': {}", tmp.string(), final_dir.string(), ec.message());
+  } catch (const Error& e) {
+    fs::remove_all(tmp, ec);
+    RAISE("cannot write {}: {} (the earlier checkpoints in '{}' are intact)",
+          final_dir.filename().string(), e.what(), dir);
+  }
+  fsync_directory(dir);
 }
 
 std::string latest_checkpoint(const std::string& dir) {
@@ -104,29 +143,45 @@ nlohmann::json load_checkpoint(const std::string& checkpoint, Context& ctx, Mode
 
 MetricsLog::MetricsLog(const std::string& dir, int64_t resumed_step, const std::string& file)
     : path_((fs::path(dir) / file).string()) {
-  std::vector<std::string> kept;
+  std::string kept;
   if (resumed_step > 0) {
     std::ifstream in(path_);
     std::string line;
     while (std::getline(in, line)) {
       try {
         const nlohmann::json j = nlohmann::json::parse(line);
-        if (j.value("step", int64_t(0)) <= resumed_step) kept.push_back(line);
+        if (j.value("step", int64_t(0)) <= resumed_step) kept += line + '\n';
       } catch (const std::exception&) {
         break;  // a line cut by the interruption ends what is kept
       }
     }
   }
-  out_.open(path_, std::ios::trunc);
-  CHECK(out_.good(), "cannot write '{}'", path_);
-  for (const std::string& l : kept) out_ << l << '\n';
-  out_.flush();
+  // Replaced as a whole: a resumed run that fails here (a full disk) keeps the old log.
+  write_file_replacing(path_, kept);
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+  CHECK(fd_ >= 0, "cannot open '{}': {}", path_, std::strerror(errno));
+  size_ = int64_t(kept.size());
+}
+
+MetricsLog::~MetricsLog() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void MetricsLog::write(const nlohmann::json& line) {
-  out_ << line.dump() << '\n';
-  out_.flush();
-  CHECK(out_.good(), "cannot write '{}' (disk full?)", path_);
+  const std::string text = line.dump() + '\n';
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      // Drop the part of the line that was written: the log stays whole lines.
+      [[maybe_unused]] const int rc = ::ftruncate(fd_, size_);
+      RAISE("cannot write '{}': {}", path_, std::strerror(err));
+    }
+    done += size_t(n);
+  }
+  size_ += int64_t(text.size());
 }
 
 size_t peak_memory_bytes(const Context& ctx) {

@@ -11,7 +11,6 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
-#include <fstream>
 #include <string>
 
 namespace fp8rl {
@@ -22,10 +21,18 @@ class Model;
 class TrainStep;
 
 // Creates the run directory (and parents) and checks it is writable: an error names it.
+// Removes what an interrupted run left there (a checkpoint being built, files' temporaries).
 void prepare_run_dir(const std::string& dir);
 
+// What prepare_run_dir would reject, found without creating anything (the directory, or its
+// nearest existing ancestor, is not a writable directory): the training commands call it
+// before loading a model so that a bad RUN_DIR fails at once.
+void check_run_dir_writable(const std::string& dir);
+
 // Writes checkpoint-<step> of `dir`. `state` is the trainer's resume state (data position,
-// random streams, ...), stored as metadata "train.run_state".
+// random streams, ...), stored as metadata "train.run_state". Built under a temporary name,
+// fsynced and renamed: a failure (a full disk) raises an error naming the file and the
+// reason, and leaves no directory that latest_checkpoint() would take.
 void save_checkpoint(const std::string& dir, int64_t step, const LoraAdapter& adapter,
                      const TrainStep& train_step, const nlohmann::json& state,
                      const std::string& base_model_name);
@@ -39,19 +46,24 @@ std::string latest_checkpoint(const std::string& dir);
 nlohmann::json load_checkpoint(const std::string& checkpoint, Context& ctx, Model& model,
                                LoraAdapter& adapter, TrainStep& train_step);
 
-// A JSON-lines log of the run keyed by "step" (metrics.jsonl, samples.jsonl), flushed as
-// written. Opening for a resumed run keeps the lines of steps <= resumed_step and drops later
+// A JSON-lines log of the run keyed by "step" (metrics.jsonl, samples.jsonl), one write(2)
+// per line. Opening for a resumed run keeps the lines of steps <= resumed_step and drops later
 // ones (written after that checkpoint by the interrupted run), so the file reads as one
-// uninterrupted run.
+// uninterrupted run; the file is replaced whole (write, then rename). A failed write raises
+// an error naming the file and the reason and truncates the partial line away.
 class MetricsLog {
  public:
   MetricsLog(const std::string& dir, int64_t resumed_step,
              const std::string& file = "metrics.jsonl");
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
   void write(const nlohmann::json& line);
 
  private:
   std::string path_;
-  std::ofstream out_;
+  int fd_ = -1;
+  int64_t size_ = 0;  // bytes of whole lines in the file
 };
 
 // Peak resident memory of the process since it started or since the last reset_peak_memory

@@ -1,16 +1,22 @@
 // The fp8rl binary end to end: the happy paths, and bad input of every kind giving a clear
 // message and a non-zero exit (never a crash).
+#include <grp.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "formats/npy.h"
 #include "formats/safetensors.h"
@@ -732,5 +738,229 @@ TEST(CliTrain, GrpoConfigErrors) {
                        "--per-device-train-batch-size 2 --max-completion-length 2");
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
+
+// ---- write failures: an unwritable RUN_DIR, a full disk at checkpoint time ----
+
+// Runs fp8rl with `args` (split at spaces; no quoting) and stdout + stderr captured, like run(),
+// but forked directly so that the child can be limited: `file_size_limit` bytes of RLIMIT_FSIZE
+// (0: none), which makes a write past it fail with EFBIG as a full disk fails with ENOSPC; and,
+// with `as_nobody` when the test runs as root (root ignores file modes), as the user nobody.
+// SIGXFSZ is reset to its default in the child, so only fp8rl's own handling of it keeps it
+// alive. Exit code 125: the child could not drop to nobody.
+Result run_limited(const std::string& args, rlim_t file_size_limit, bool as_nobody = false) {
+  std::vector<std::string> words{FP8RL_BIN};
+  std::istringstream in(args);
+  for (std::string w; in >> w;) words.push_back(w);
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  int fds[2];
+  EXPECT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    std::signal(SIGXFSZ, SIG_DFL);
+    if (file_size_limit > 0) {
+      const struct rlimit lim { file_size_limit, file_size_limit };
+      if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(126);
+    }
+    if (as_nobody && ::geteuid() == 0 &&
+        (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0))
+      ::_exit(125);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  Result r{0, ""};
+  std::array<char, 4096> buf;
+  ssize_t n;
+  while ((n = ::read(fds[0], buf.data(), buf.size())) > 0) r.output.append(buf.data(), size_t(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (WIFSIGNALED(status))
+    r.output += "[killed by signal " + std::to_string(WTERMSIG(status)) + "]";
+  return r;
+}
+
+// The command line of a short sft or grpo run of the demo model into `out` (steps and
+// checkpoints appended by the caller). A constant learning rate: the schedule then does not
+// depend on max_steps, so a 2-step run resumed to 4 steps is the 4-step run.
+std::string train_args(const std::string& command, const std::string& out) {
+  const std::string data = temp(command + "_disk_data") + ".jsonl";
+  if (command == "sft") {
+    write_file(data,
+               "{\"prompt\": \"What is 2+2? \", \"completion\": \"4\"}\n"
+               "{\"text\": \"7+1=8\"}\n"
+               "{\"prompt\": \"What is 3+5? \", \"completion\": \"8\"}\n"
+               "{\"text\": \"9+9=18\"}\n");
+    return "sft " + kDemoModel + " --data " + data + " --out " + out +
+           " --batch-size 2 --lr 1e-2 --lr-scheduler-type constant --device cpu";
+  }
+  // The demo's own rows (chat prompts it half solves), so that rewards vary within a group.
+  std::ifstream demo(FP8RL_SOURCE_DIR "/examples/demo/train.jsonl");
+  std::string rows, line;
+  for (int i = 0; i < 16 && std::getline(demo, line); ++i) rows += line + "\n";
+  write_file(data, rows);
+  const std::string cfg = temp("grpo_disk_cfg") + ".yaml";
+  write_file(cfg, "model: " + kDemoModel + "\ndata: " + data +
+                      "\nrewards:\n  - {type: answer_match, mode: numeric}\n");
+  return "grpo --config " + cfg + " --output-dir " + out +
+         " --num-generations 4 --per-device-train-batch-size 8 --max-completion-length 4"
+         " --lora-r 4 --learning-rate 1e-3 --lr-scheduler-type constant --device cpu";
+}
+
+// One line, "fp8rl: error: ..." with `fragment`, a non-zero exit.
+void expect_one_line_error(const Result& r, const std::string& what, const std::string& fragment) {
+  EXPECT_EQ(r.exit_code, 1) << what << "\n" << r.output;
+  EXPECT_EQ(r.output.rfind("fp8rl: error: ", 0), 0u) << what << "\n" << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << what << "\n" << r.output;
+  EXPECT_NE(r.output.find(fragment), std::string::npos) << what << "\n" << r.output;
+}
+
+TEST(CliTrain, UnwritableRunDirIsAClearError) {
+  const std::string base = temp("unwritable");
+  fs::create_directories(base);
+  // A path through a regular file.
+  const std::string file = base + "/file";
+  write_file(file, "x");
+  for (const char* command : {"sft", "grpo"}) {
+    const std::string out = file + "/run";
+    expect_one_line_error(run_limited(train_args(command, out) + " --max-steps 1", 0), command,
+                          "'" + out + "'");
+    expect_one_line_error(run_limited(train_args(command, out) + " --max-steps 1", 0), command,
+                          "not a directory");
+  }
+  // A directory without write permission, itself or as the parent of the run directory.
+  const std::string locked = base + "/locked";
+  fs::create_directories(locked);
+  fs::permissions(locked, fs::perms(0555));
+  for (const char* command : {"sft", "grpo"}) {
+    for (const std::string& out : {locked, locked + "/run"}) {
+      const Result r = run_limited(train_args(command, out) + " --max-steps 1", 0, true);
+      if (r.exit_code == 125) GTEST_SKIP() << "running as root and cannot switch to nobody";
+      expect_one_line_error(r, command, "'" + out + "' is not writable");
+      EXPECT_NE(r.output.find("Permission denied"), std::string::npos) << r.output;
+    }
+    EXPECT_TRUE(fs::is_empty(locked));
+  }
+  // Negative control: the same run (as the same user) into a directory everyone may write
+  // succeeds, so the errors above came from the modes, not from the command line.
+  fs::permissions(locked, fs::perms(0777));
+  for (const char* command : {"sft", "grpo"}) {
+    const std::string out = locked + "/" + command;
+    const Result r = run_limited(train_args(command, out) + " --max-steps 1", 0, true);
+    EXPECT_EQ(r.exit_code, 0) << command << "\n" << r.output;
+    EXPECT_TRUE(fs::exists(out + "/adapter_model.safetensors")) << command;
+  }
+  fs::remove_all(base);
+}
+
+// The keys of a metrics line that measure time or memory, not the training.
+bool measured(const std::string& key) {
+  return key.find("second") != std::string::npos || key.find("memory") != std::string::npos;
+}
+
+class CliFullDisk : public ::testing::TestWithParam<std::string> {};
+
+// A file-size limit stands in for a full disk (it fails write() with EFBIG where a full disk
+// fails it with ENOSPC; both take the same path). A run resumed from checkpoint-2 under a
+// limit that the metrics lines fit but the next checkpoint's adapter (or its optimizer
+// state) does not: a one-line error naming the file and the reason, checkpoint-2 untouched,
+// no partial checkpoint-4; resumed again without the limit it ends exactly as an
+// uninterrupted run.
+TEST_P(CliFullDisk, CheckpointFailureKeepsThePreviousCheckpoint) {
+  const std::string command = GetParam();
+  const std::string full = temp(command + "_disk_full"), run_dir = temp(command + "_disk_run");
+
+  const std::string args = train_args(command, run_dir) + " --max-steps 4 --save-steps 2";
+  const Result a = run_limited(train_args(command, full) + " --max-steps 4 --save-steps 2", 0);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  // Two limits: one under the adapter (the first file of checkpoint-4), one between it and the
+  // optimizer state (AdamW's two moments: twice the adapter), the checkpoint's last file.
+  const rlim_t adapter_bytes = fs::file_size(full + "/checkpoint-4/adapter_model.safetensors");
+  const rlim_t state_bytes = fs::file_size(full + "/checkpoint-4/trainer_state.safetensors");
+  ASSERT_GT(adapter_bytes, rlim_t(64 << 10));  // metrics lines are ~1 KiB
+  ASSERT_GT(state_bytes, adapter_bytes + 1024);
+  const std::pair<rlim_t, std::string> limits[] = {
+      {adapter_bytes / 2, "adapter_model.safetensors"},
+      {(adapter_bytes + state_bytes) / 2, "trainer_state.safetensors"}};
+  // The run to interrupt: the uninterrupted run's directory as it was after step 2 (its
+  // checkpoint-2 and logs; the logs' later lines are dropped by the resume). The trainer
+  // state pins max_steps, so a 2-step run could not be resumed to 4 steps.
+  fs::copy(full, run_dir, fs::copy_options::recursive);
+  for (const char* f : {"checkpoint-4", "adapter_model.safetensors", "adapter_config.json"})
+    fs::remove_all(run_dir + "/" + f);
+  const std::map<std::string, std::string> checkpoint2 = snapshot(run_dir + "/checkpoint-2");
+  ASSERT_EQ(checkpoint2.size(), 3u);
+
+  const std::string resume = args + " --resume";
+  for (const auto& [limit, file] : limits) {
+    SCOPED_TRACE("limit " + std::to_string(limit) + " bytes, failing at " + file);
+    const Result limited = run_limited(resume, limit);
+    EXPECT_EQ(limited.exit_code, 1) << limited.output;
+    // The progress lines of steps 3 and 4, then the error as the last line and the only one.
+    const size_t at = limited.output.find("fp8rl: error: ");
+    ASSERT_NE(at, std::string::npos) << limited.output;
+    const std::string error = limited.output.substr(at);
+    EXPECT_EQ(std::count(error.begin(), error.end(), '\n'), 1) << limited.output;
+    EXPECT_EQ(limited.output.find("fp8rl: error: ", at + 1), std::string::npos) << limited.output;
+    for (const std::string& fragment :
+         {std::string("cannot write checkpoint-4"), file, std::string("File too large"),
+          std::string("checkpoints in '")})
+      EXPECT_NE(error.find(fragment), std::string::npos) << fragment << "\n" << error;
+    // Steps 3 and 4 were logged (the limit let the metrics through), checkpoint-2 is as it
+    // was, and nothing of checkpoint-4 is left, under its name or a temporary one.
+    EXPECT_EQ(read_jsonl(run_dir + "/metrics.jsonl").size(), 4u);
+    EXPECT_TRUE(snapshot(run_dir + "/checkpoint-2") == checkpoint2);
+    EXPECT_FALSE(fs::exists(run_dir + "/checkpoint-4"));
+    for (const auto& e : fs::directory_iterator(run_dir))
+      EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+  }
+
+  // What a kill during a checkpoint would leave: a temporary checkpoint of a later step with
+  // a state file. The resume neither takes it nor keeps it.
+  fs::copy(run_dir + "/checkpoint-2", run_dir + "/.tmp-checkpoint-6");
+  write_file(run_dir + "/metrics.jsonl.tmp", "{\"step\": 9}\n");
+  // The same resume without the limit (the negative control: the limit alone made it fail).
+  const Result again = run_limited(resume, 0);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_FALSE(fs::exists(run_dir + "/.tmp-checkpoint-6"));
+  EXPECT_FALSE(fs::exists(run_dir + "/metrics.jsonl.tmp"));
+  // Bit for bit the uninterrupted run: its metrics (but timings and memory) and adapters.
+  const std::vector<nlohmann::json> m_full = read_jsonl(full + "/metrics.jsonl"),
+                                    m_run = read_jsonl(run_dir + "/metrics.jsonl");
+  ASSERT_EQ(m_full.size(), 4u);
+  ASSERT_EQ(m_run.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(m_run[i]["step"], int64_t(i + 1));
+    for (const auto& [key, value] : m_full[i].items()) {
+      if (measured(key)) continue;
+      EXPECT_EQ(m_run[i][key], value) << "step " << i + 1 << " " << key;
+    }
+  }
+  // The resumed steps trained on a signal (not only on the optimizer's momentum).
+  EXPECT_GT(m_full[2]["grad_norm"].get<double>() + m_full[3]["grad_norm"].get<double>(), 0.0);
+  for (const char* f : {"/adapter_model.safetensors", "/checkpoint-4/adapter_model.safetensors"})
+    EXPECT_TRUE(file_bytes(run_dir + f) == file_bytes(full + f)) << f;
+  // The optimizer state; its metadata also holds timings (GRPO's round metrics).
+  const auto state = SafetensorsFile::open(run_dir + "/checkpoint-4/trainer_state.safetensors");
+  const auto state_full = SafetensorsFile::open(full + "/checkpoint-4/trainer_state.safetensors");
+  for (const char* t : {"exp_avg", "exp_avg_sq"}) {
+    const TensorView x = state->view(t), y = state_full->view(t);
+    ASSERT_EQ(x.nbytes(), y.nbytes()) << t;
+    EXPECT_EQ(std::memcmp(x.data, y.data, x.nbytes()), 0) << t;
+  }
+  EXPECT_FALSE(file_bytes(run_dir + "/adapter_model.safetensors") ==
+               file_bytes(run_dir + "/checkpoint-2/adapter_model.safetensors"));
+  fs::remove_all(full);
+  fs::remove_all(run_dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Commands, CliFullDisk, ::testing::Values("sft", "grpo"));
 
 }  // namespace
