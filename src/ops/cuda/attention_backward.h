@@ -1,6 +1,7 @@
 // Launchers of attention_backward.cu (the saving paged attention's log-sum-exp and the
-// backward of paged attention), on raw device pointers like kernels.h; a header of their own
-// because every .cu file includes kernels.h and a change there rebuilds them all.
+// reference backward of paged attention) and attention_backward_mma.cu (the tiled tensor-core
+// backward), on raw device pointers like kernels.h; a header of their own because every .cu
+// file includes kernels.h and a change there rebuilds them all.
 #pragma once
 
 #include "ops/cuda/kernels.h"
@@ -34,5 +35,19 @@ void launch_paged_attention_lse(const AttentionBackwardArgs& a, float* lse, cuda
 void launch_paged_attention_backward(const AttentionBackwardArgs& a, const bf16* out,
                                      const float* dout, const float* lse, float* delta, float* dq,
                                      float* dk, float* dv, cudaStream_t s);
+
+// The tiled backward (attention_backward_mma.cu: FlashAttention-2's Algorithm 2 on mma.sync,
+// deterministic) runs for these head dims and pools of kPagedBlockSize-slot blocks.
+bool attention_backward_mma_supports(int64_t d, int64_t block_size);
+// Shared-memory limits of its kernels (once per device, like attention_init).
+cudaError_t attention_backward_mma_init();
+// The same result as launch_paged_attention_backward within bf16 operand rounding: dout is
+// rounded to bf16 once into dout_bf [t, hq, d] (scratch), delta [t * hq] f32 scratch is
+// dout_bf . out; max_query_len >= every sequence's length (the launch grid's bound). 16-byte
+// aligned operands, d % 8 == 0.
+void launch_paged_attention_backward_mma(const AttentionBackwardArgs& a, int64_t max_query_len,
+                                         const bf16* out, const float* dout, const float* lse,
+                                         bf16* dout_bf, float* delta, float* dq, float* dk,
+                                         float* dv, cudaStream_t s);
 
 }  // namespace fp8rl::cuda

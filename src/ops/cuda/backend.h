@@ -57,6 +57,9 @@ struct Capabilities {
   // The wgmma attention kernel runs here (sm_90 with this build's sm_90a code) and is not
   // switched off by CudaDeviceOptions::wgmma_attention; else the mma.sync kernel runs.
   bool attention_wgmma = false;
+  // The attention backward runs the tiled mma.sync kernels where they apply
+  // (CudaDeviceOptions::tiled_attention_backward); else the reference kernels.
+  bool attention_backward_tiled = true;
 };
 
 class Backend {
