@@ -524,6 +524,16 @@ void attention_backward_case(Harness& h, Outcome& o, const std::vector<int64_t>&
   ops::paged_attention(h.gpu, q_d, kp_d, vp_d, batch_d, p, out2);
   o.checks.push_back(
       expect_le("out bytes != paged_attention (bit-exact)", bytes_differing(h, out, out2), 0));
+  // Deterministic (no atomics): a second run writes the same bits.
+  const TensorView dq2 = ops::scratch_alloc(h.gpu, {t, hq, d}, DType::f32),
+                   dk2 = ops::scratch_alloc(h.gpu, {t, hkv, d}, DType::f32),
+                   dv2 = ops::scratch_alloc(h.gpu, {t, hkv, d}, DType::f32);
+  ops::paged_attention_backward(h.gpu, q_d, kp_d, vp_d, batch_d, p, outb_d, lse_in, dout_d, dq2,
+                                dk2, dv2);
+  o.checks.push_back(expect_le("dq, dk, dv bytes differing between two runs",
+                               double(bytes_differing(h, dq, dq2) + bytes_differing(h, dk, dk2) +
+                                      bytes_differing(h, dv, dv2)),
+                               0));
   // Negative control: every probability scaled by 1/e (lse + 1).
   Tensor lse_bad = copy_of(lse_ref);
   for (int64_t i = 0; i < lse_bad.numel(); ++i) lse_bad.ptr<float>()[i] += 1.0f;
@@ -697,6 +707,21 @@ void add_backward_cases(std::vector<OpCase>& c) {
                                     a.softcap);
           },
           !long_seq && a.d == 128);
+  // Sequences ending one before, at and one after the tiled kernels' 64-row tiles (and a
+  // 32-key tile edge for D = 256), several in one batch.
+  const std::vector<int64_t> edges = {63, 64, 65, 128, 191, 32};
+  for (const At& a : {At{8, 2, 128, 0, 30.0f}, At{4, 1, 256, 70, 0.0f}})
+    add(
+        fmtname("paged_attention_backward",
+                "tile-edges " + shape({{"Hq", a.hq},
+                                       {"Hkv", a.hkv},
+                                       {"D", a.d},
+                                       {"window", a.window},
+                                       {"softcap", int64_t(a.softcap)}})),
+        [=](Harness& h, Outcome& o) {
+          attention_backward_case(h, o, edges, a.hq, a.hkv, a.d, a.window, a.softcap);
+        },
+        false);
 }
 
 }  // namespace fp8rl::gpu_test

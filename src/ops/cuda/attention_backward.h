@@ -36,11 +36,15 @@ void launch_paged_attention_backward(const AttentionBackwardArgs& a, const bf16*
                                      const float* dout, const float* lse, float* delta, float* dq,
                                      float* dk, float* dv, cudaStream_t s);
 
+// Sets the shared-memory limits of the tiled backward's kernels (once per device, like
+// attention_init) and returns the head dims whose kernels fit the device's shared memory, bit i
+// for head dim 32 << i (all four on sm_80 and sm_90; sm_86/89 lack the 104-146 KB the
+// head dim 128 and 256 kernels take). A limit that does not fit is not an error.
+unsigned attention_backward_mma_init();
 // The tiled backward (attention_backward_mma.cu: FlashAttention-2's Algorithm 2 on mma.sync,
-// deterministic) runs for these head dims and pools of kPagedBlockSize-slot blocks.
-bool attention_backward_mma_supports(int64_t d, int64_t block_size);
-// Shared-memory limits of its kernels (once per device, like attention_init).
-cudaError_t attention_backward_mma_init();
+// deterministic) runs for head dims 32/64/128/256 among `fitting` (the mask above) and pools
+// of kPagedBlockSize-slot blocks.
+bool attention_backward_mma_supports(unsigned fitting, int64_t d, int64_t block_size);
 // The same result as launch_paged_attention_backward within bf16 operand rounding: dout is
 // rounded to bf16 once into dout_bf [t, hq, d] (scratch), delta [t * hq] f32 scratch is
 // dout_bf . out; max_query_len >= every sequence's length (the launch grid's bound). 16-byte

@@ -463,16 +463,20 @@ void launch(const AttentionBackwardArgs& a, int64_t max_query_len, const bf16* d
 
 }  // namespace
 
-bool attention_backward_mma_supports(int64_t d, int64_t block_size) {
-  return (d == 32 || d == 64 || d == 128 || d == 256) && block_size == kPagedBlockSize;
+bool attention_backward_mma_supports(unsigned fitting, int64_t d, int64_t block_size) {
+  int bit = -1;
+  for (int i = 0; i < 4; ++i)
+    if (d == (int64_t(32) << i)) bit = i;
+  return bit >= 0 && ((fitting >> bit) & 1u) != 0 && block_size == kPagedBlockSize;
 }
 
-cudaError_t attention_backward_mma_init() {
+unsigned attention_backward_mma_init() {
   const cudaError_t e[] = {set_smem_limits<32>(), set_smem_limits<64>(), set_smem_limits<128>(),
                            set_smem_limits<256>()};
-  for (cudaError_t x : e)
-    if (x != cudaSuccess) return x;
-  return cudaSuccess;
+  unsigned fitting = 0;
+  for (int i = 0; i < 4; ++i) fitting |= e[i] == cudaSuccess ? 1u << i : 0u;
+  cudaGetLastError();  // a limit past the device's is reported, not sticky: clear it
+  return fitting;
 }
 
 void launch_paged_attention_backward_mma(const AttentionBackwardArgs& a, int64_t max_query_len,

@@ -242,9 +242,10 @@ void paged_attention_backward(Backend& b, const TensorView& q, const TensorView&
   bool aligned16 = true;
   for (const TensorView* x : {&q, &k_pool, &v_pool, &out, &dout, &dq, &dk, &dv})
     aligned16 = aligned16 && (reinterpret_cast<uintptr_t>(x->data) & 15) == 0;
-  const bool tiled = b.caps().attention_backward_tiled && aligned16 &&
-                     attention_backward_mma_supports(a.d, a.block_size) &&
-                     batch.max_query_len > 0 && batch.num_seqs <= 65535;
+  const bool tiled =
+      b.caps().attention_backward_tiled && aligned16 &&
+      attention_backward_mma_supports(b.caps().attention_backward_dims, a.d, a.block_size) &&
+      batch.max_query_len > 0 && batch.num_seqs <= 65535;
   const size_t mark = b.arena().mark();
   float* delta = f32(b.arena().alloc({a.t * a.hq}, DType::f32));
   if (tiled) {
