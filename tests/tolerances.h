@@ -336,6 +336,25 @@ inline double cuda_backward_bound(int64_t n) {
   return 128.0 * kF32Eps * std::sqrt(double(std::max<int64_t>(n, 1)));
 }
 
+// paged_attention_backward on the tiled CUDA kernels (attention_backward_mma.cu; the reference
+// kernels are held to cuda_backward_bound), as max |gpu - cpu| / max |cpu|: the MMAs take bf16
+// operands, so dout, P and dS are each rounded to bf16 once (q, k, v and out are bf16 values
+// on both sides already), with fp32 accumulation. One rounding is a relative error uniform
+// within half an ulp (2^-8 of the value at the bottom of a binade, 2^-9 at its top), of RMS
+// 2^-8 / sqrt(6) = 0.82 2^-9 over a binade. A term of dv_j = sum_i P_ij dout_i carries two
+// (P's and dout's); a term of dk_j = scale sum_i dS_ij q_i or dq_i = scale sum_j dS_ij k_j
+// carries dS's and dout's, the latter through dP_ij - Delta_i = dout_i . (v_j - out_i) (Delta
+// is computed from the same rounded dout), whose error sum_d e_d dout_d (v_j - out_i)_d is the
+// same 0.82 2^-9 of it in RMS: 1.2 2^-9 RMS per term either way. Over a reduction of terms of
+// random signs (queries x group heads for dk, dv; keys for dq) the error is a random walk of
+// the same relative size as the sum's RMS, and the worst of up to ~1e6 elements lies ~5 std
+// out: 6 2^-9 of that RMS, which is at most max |cpu| (the largest of such random-sign sums
+// exceeds their RMS 3-4x; no credit taken). A sum of a few dominant terms (the first keys, the
+// shortest sequences) errs by at most two roundings' worst case, 4 2^-9 of itself. The fp32
+// summation order (f32_reduction_bound of n <= 4096, ~4e-6) and ex2.approx's 2^-22 are far
+// below. Bound 8 2^-9; the estimate with the 3-4x credit is ~2 2^-9.
+inline constexpr double kCudaAttentionBackward = 8 * kBf16HalfUlp;
+
 // linear_backward_input on CUDA: dy (f32) and the dequantized weight are each rounded to bf16
 // (<= 2^-9 relative) before a GEMM with exact bf16 products and fp32 accumulation and output.
 // A product's relative error e = d1 + d2 has std 2^-9 sqrt(2/3) (each d uniform within half

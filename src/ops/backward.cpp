@@ -372,7 +372,9 @@ void paged_attention_backward(Context& ctx, const TensorView& q, const TensorVie
   check_shape(dk, kv, what);
   check_f32(ctx, dv, what);
   check_shape(dv, kv, what);
-  dry_run_scratch(ctx, size_t(q.dim(0) * q.dim(1)) * 4 + 256);  // delta (CUDA: 256-aligned)
+  if (ctx.device == Device::cpu) dry_run_scratch(ctx, size_t(q.dim(0) * q.dim(1)) * 4 + 256);
+  FP8RL_DRY_RUN_CUDA_SCRATCH(
+      ctx, cuda::paged_attention_backward_scratch_bytes(q.dim(0), q.dim(1), q.dim(2)));
   FP8RL_DISPATCH(ctx, what,
                           cpu::paged_attention_backward(scratch_of(ctx), q, k_pool, v_pool, batch,
                                                         p, out, lse, dout, dq, dk, dv),

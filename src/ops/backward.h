@@ -105,10 +105,13 @@ void paged_attention_lse(Context& ctx, const TensorView& q, const TensorView& k_
 //   dq_i = scale sum_j dS_ij k_j,  dk_j = scale sum_i dS_ij q_i,  dv_j = sum_i P_ij dout_i,
 // dk/dv summed over the query heads of each kv head (GQA). q, out, dout, dq [T,Hq,D];
 // lse [T,Hq]; dk, dv [T,Hkv,D] (written; padding rows 0). No [T,T] matrix: the CPU loops over
-// one query row (dq) or one key row (dk, dv) at a time with no scratch. CUDA does the same,
-// a warp per row (a reference path: no tiling, no tensor cores), head_dim <= 256; its lse is
-// a second pass over the keys after the forward's own kernel (whose out it keeps), and it
-// cannot check that the batch is a full prefill (the host does not read device metadata).
+// one query row (dq) or one key row (dk, dv) at a time with no scratch. CUDA runs
+// FlashAttention-2's tiled backward on the tensor cores (bf16 operands: dout, P and dS rounded
+// to bf16, fp32 accumulation; deterministic) for head_dim 32/64/128/256 and 16-slot blocks,
+// else (or with CudaDeviceOptions::tiled_attention_backward off) the CPU's loops a warp per
+// row, head_dim <= 256; CUDA scratch: delta and a bf16 copy of dout. The CUDA lse of a decode
+// step is a second pass over the keys after the forward's own kernel (whose out it keeps), and
+// CUDA cannot check that the batch is a full prefill (the host does not read device metadata).
 void paged_attention_backward(Context& ctx, const TensorView& q, const TensorView& k_pool,
                               const TensorView& v_pool, const PagedBatch& batch,
                               const AttentionParams& p, const TensorView& out,

@@ -25,6 +25,9 @@ struct CudaDeviceOptions {
   // Attention on the Hopper wgmma kernel where the device runs it; false keeps the mma.sync
   // kernel (tests hold both to the CPU reference on the same GPU).
   bool wgmma_attention = true;
+  // The attention backward on the tiled tensor-core kernels (FlashAttention-2, mma.sync) where
+  // they apply; false keeps the reference kernels (a warp per row), for tests and timing.
+  bool tiled_attention_backward = true;
 };
 
 // One op category's device time, summed over calls, from CUDA events around each op.

@@ -12,11 +12,13 @@ namespace {
 constexpr int64_t kGuardBytes = 256;
 }
 
-Harness::Harness(bool perf_mode, bool wgmma) : arena(size_t(1) << 28), perf(perf_mode) {
+Harness::Harness(bool perf_mode, bool wgmma, bool tiled_backward)
+    : arena(size_t(1) << 28), perf(perf_mode), tiled_attention_backward(tiled_backward) {
   cpu = Context{Device::cpu, &arena};
   CudaDeviceOptions o;
   o.arena_bytes = size_t(perf_mode ? 6 : 1) << 30;
   o.wgmma_attention = wgmma;
+  o.tiled_attention_backward = tiled_attention_backward;
   dev = std::make_unique<CudaDevice>(o);
   gpu = dev->context();
 }
@@ -119,12 +121,16 @@ Check expect_le(const std::string& what, double value, double bound) {
 }
 
 double time_op(Harness& h, const std::function<void()>& fn, int iters) {
+  return time_op(h.gpu, fn, iters);
+}
+
+double time_op(Context& ctx, const std::function<void()>& fn, int iters) {
   fn();
   fn();
-  ops::synchronize(h.gpu);
+  ops::synchronize(ctx);
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) fn();
-  ops::synchronize(h.gpu);
+  ops::synchronize(ctx);
   const auto t1 = std::chrono::steady_clock::now();
   return std::chrono::duration<double>(t1 - t0).count() / iters;
 }

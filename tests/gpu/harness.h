@@ -16,14 +16,16 @@
 namespace fp8rl::gpu_test {
 
 struct Harness {
-  // wgmma = false keeps attention on the mma.sync kernel even where the wgmma one runs.
-  explicit Harness(bool perf, bool wgmma = true);
+  // wgmma = false keeps attention on the mma.sync kernel even where the wgmma one runs;
+  // tiled_attention_backward = false runs the attention backward's reference kernels.
+  explicit Harness(bool perf, bool wgmma = true, bool tiled_attention_backward = true);
   Arena arena;  // CPU scratch
   Context cpu;
   std::unique_ptr<CudaDevice> dev;
   Context gpu;
   bool perf = false;
-  bool exhaustive = false;  // cases that sample a large space cover all of it
+  bool exhaustive = false;               // cases that sample a large space cover all of it
+  bool tiled_attention_backward = true;  // CudaDeviceOptions::tiled_attention_backward
 };
 
 // One comparison of a case: err against bound (NaN err fails).
@@ -85,5 +87,7 @@ Check expect_le(const std::string& what, double value, double bound);
 
 // Seconds per call of fn on the device (synchronized, after two warm-up calls).
 double time_op(Harness& h, const std::function<void()>& fn, int iters = 10);
+// The same for ops on another device context (e.g. a CudaDevice opened with other options).
+double time_op(Context& ctx, const std::function<void()>& fn, int iters = 10);
 
 }  // namespace fp8rl::gpu_test

@@ -413,8 +413,11 @@ void lm_head_cross_entropy_case(Harness& h, Outcome& o, int64_t t, int64_t v, in
 // shuffled order, unused slots NaN), two padding rows after them. The saving forward: out
 // equals the CUDA paged_attention bit for bit, lse the CPU's within the fp32 bound (absolute,
 // relative to max(1, |lse|)). The backward gets the same out (the CPU's, rounded to bf16 for
-// both) and the same lse on both devices, so only fp32 order differs: cuda_backward_bound of
-// the longest chain (context x D x group, test_backward's count). Negative control: lse + 1.
+// both) and the same lse on both devices. The reference kernels differ from the CPU in fp32
+// order only: cuda_backward_bound of the longest chain (context x D x group, test_backward's
+// count); the tiled kernels round dout, P and dS to bf16: kCudaAttentionBackward. Negative
+// controls: lse + 1, and the case's feature dropped (window 0, softcap 0, or else the query
+// scale x 1.1, as a wrong Gemma query scalar would be).
 void attention_backward_case(Harness& h, Outcome& o, const std::vector<int64_t>& lens, int64_t hq,
                              int64_t hkv, int64_t d, int64_t window, float softcap) {
   constexpr int64_t kBlock = 16, kPadding = 2;
@@ -507,7 +510,12 @@ void attention_backward_case(Harness& h, Outcome& o, const std::vector<int64_t>&
   o.checks.push_back(
       expect_le("lse (abs / max(1, |lse|))", lse_err, cuda_backward_bound(max_len * d)));
   o.checks.push_back(compare("out", as_f32(h, out), out_ref, test::kCudaAttention));
-  const double bound = cuda_backward_bound(max_len * d * (hq / hkv));
+  // Every head dim and the 16-slot blocks here run the tiled kernels unless the harness asks
+  // for the reference ones.
+  const bool tiled = h.tiled_attention_backward;
+  o.info = tiled ? "tiled mma.sync" : "reference kernels";
+  const double bound =
+      tiled ? test::kCudaAttentionBackward : cuda_backward_bound(max_len * d * (hq / hkv));
   o.checks.push_back(compare("dq", as_f32(h, dq), dq_ref, bound));
   o.checks.push_back(compare("dk", as_f32(h, dk), dk_ref, bound));
   o.checks.push_back(compare("dv", as_f32(h, dv), dv_ref, bound));
@@ -516,6 +524,16 @@ void attention_backward_case(Harness& h, Outcome& o, const std::vector<int64_t>&
   ops::paged_attention(h.gpu, q_d, kp_d, vp_d, batch_d, p, out2);
   o.checks.push_back(
       expect_le("out bytes != paged_attention (bit-exact)", bytes_differing(h, out, out2), 0));
+  // Deterministic (no atomics): a second run writes the same bits.
+  const TensorView dq2 = ops::scratch_alloc(h.gpu, {t, hq, d}, DType::f32),
+                   dk2 = ops::scratch_alloc(h.gpu, {t, hkv, d}, DType::f32),
+                   dv2 = ops::scratch_alloc(h.gpu, {t, hkv, d}, DType::f32);
+  ops::paged_attention_backward(h.gpu, q_d, kp_d, vp_d, batch_d, p, outb_d, lse_in, dout_d, dq2,
+                                dk2, dv2);
+  o.checks.push_back(expect_le("dq, dk, dv bytes differing between two runs",
+                               double(bytes_differing(h, dq, dq2) + bytes_differing(h, dk, dk2) +
+                                      bytes_differing(h, dv, dv2)),
+                               0));
   // Negative control: every probability scaled by 1/e (lse + 1).
   Tensor lse_bad = copy_of(lse_ref);
   for (int64_t i = 0; i < lse_bad.numel(); ++i) lse_bad.ptr<float>()[i] += 1.0f;
@@ -526,6 +544,22 @@ void attention_backward_case(Harness& h, Outcome& o, const std::vector<int64_t>&
                                 to_device(h, lse_bad, DType::f32), dout_d, dq_bad, dk_bad, dv_bad);
   o.checks.push_back(must_exceed(compare("dv with lse + 1", as_f32(h, dv_bad), dv_ref, bound)));
   o.checks.push_back(must_exceed(compare("dq with lse + 1", as_f32(h, dq_bad), dq_ref, bound)));
+  ops::AttentionParams off = p;
+  std::string dropped;
+  if (window > 0) {
+    off.window = 0;
+    dropped = "window 0";
+  } else if (softcap > 0) {
+    off.softcap = 0;
+    dropped = "softcap 0";
+  } else {
+    off.scale = p.scale * 1.1f;
+    dropped = "scale x 1.1";
+  }
+  ops::paged_attention_backward(h.gpu, q_d, kp_d, vp_d, batch_d, off, outb_d, lse_in, dout_d,
+                                dq_bad, dk_bad, dv_bad);
+  o.checks.push_back(must_exceed(compare("dk with " + dropped, as_f32(h, dk_bad), dk_ref, bound)));
+  o.checks.push_back(must_exceed(compare("dq with " + dropped, as_f32(h, dq_bad), dq_ref, bound)));
 }
 
 // ---- the registry ------------------------------------------------------------------------
@@ -673,6 +707,21 @@ void add_backward_cases(std::vector<OpCase>& c) {
                                     a.softcap);
           },
           !long_seq && a.d == 128);
+  // Sequences ending one before, at and one after the tiled kernels' 64-row tiles (and a
+  // 32-key tile edge for D = 256), several in one batch.
+  const std::vector<int64_t> edges = {63, 64, 65, 128, 191, 32};
+  for (const At& a : {At{8, 2, 128, 0, 30.0f}, At{4, 1, 256, 70, 0.0f}})
+    add(
+        fmtname("paged_attention_backward",
+                "tile-edges " + shape({{"Hq", a.hq},
+                                       {"Hkv", a.hkv},
+                                       {"D", a.d},
+                                       {"window", a.window},
+                                       {"softcap", int64_t(a.softcap)}})),
+        [=](Harness& h, Outcome& o) {
+          attention_backward_case(h, o, edges, a.hq, a.hkv, a.d, a.window, a.softcap);
+        },
+        false);
 }
 
 }  // namespace fp8rl::gpu_test

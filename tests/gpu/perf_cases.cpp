@@ -5,6 +5,7 @@
 
 #include "harness.h"
 #include "op_cases.h"
+#include "ops/backward.h"
 #include "quant/fp8.h"
 
 namespace fp8rl::gpu_test {
@@ -181,6 +182,49 @@ std::vector<OpCase> perf_cases() {
                        time_op(h, [&] { ops::paged_attention(h.gpu, q, kp, vp, b, p, out); });
                    o.bytes = 2.0 * double(seqs) * double(ctx) * HKV * D * 2;
                  }});
+  // The attention backward at `fp8rl bench train`'s shape (8 sequences of 1024 tokens, full
+  // prefills, Qwen3-8B heads), on the harness's device (the tiled kernels unless
+  // --reference-attention-backward) and on a second device opened with the reference kernels,
+  // so one run times both. FLOP/s counts FlashAttention-2's 5 matmuls per visible pair
+  // (S, dP, dV, dK, dQ: 10 D flops), not the 7 the split dk/dv and dq kernels run.
+  for (bool reference : {false, true})
+    c.push_back(
+        {fmt::format("paged_attention_backward{} S=8 T=1024 Hq=32 Hkv=8 D=128",
+                     reference ? " reference-kernels" : ""),
+         [=](Harness& h, Outcome& o) {
+           constexpr int64_t kSeqs = 8, kLen = 1024, kT = kSeqs * kLen;
+           const ops::PagedBatch b = paged_batch(h, kSeqs, kLen, kLen);
+           const TensorView q = bf(h, {kT, HQ, D}, 1, 1), out = bf(h, {kT, HQ, D}, 4, 1),
+                            kp = bf(h, {kT / 16, 16, HKV, D}, 2, 1),
+                            vp = bf(h, {kT / 16, 16, HKV, D}, 3, 1);
+           const TensorView lse = ops::scratch_alloc(h.gpu, {kT, HQ}, DType::f32),
+                            dout = ops::scratch_alloc(h.gpu, {kT, HQ, D}, DType::f32),
+                            dq = ops::scratch_alloc(h.gpu, {kT, HQ, D}, DType::f32),
+                            dk = ops::scratch_alloc(h.gpu, {kT, HKV, D}, DType::f32),
+                            dv = ops::scratch_alloc(h.gpu, {kT, HKV, D}, DType::f32);
+           ops::fill_uniform(h.gpu, dout, 5, 1.0f);
+           ops::AttentionParams p;
+           p.scale = 1.0f / std::sqrt(float(D));
+           ops::paged_attention_lse(h.gpu, q, kp, vp, b, p, out, lse);  // real probabilities
+           ops::synchronize(h.gpu);
+           std::unique_ptr<CudaDevice> ref;
+           Context ctx = h.gpu;
+           if (reference) {
+             CudaDeviceOptions opt;
+             opt.tiled_attention_backward = false;
+             ref = std::make_unique<CudaDevice>(opt);
+             ctx = ref->context();
+           }
+           o.seconds = time_op(
+               ctx,
+               [&] {
+                 ops::paged_attention_backward(ctx, q, kp, vp, b, p, out, lse, dout, dq, dk, dv);
+               },
+               reference ? 3 : 10);
+           o.flops = 10.0 * double(D) * HQ * kSeqs * double(kLen) * double(kLen + 1) / 2;
+           o.info = reference || !h.tiled_attention_backward ? "[reference kernels]"
+                                                             : "[tiled mma.sync]";
+         }});
   for (Fp8Scheme s : {Fp8Scheme::off, Fp8Scheme::tensor, Fp8Scheme::row, Fp8Scheme::block})
     for (auto [n, k] :
          {std::pair<int64_t, int64_t>{4096, 4096}, {1024, 4096}, {12288, 4096}, {4096, 12288}})

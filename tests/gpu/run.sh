@@ -62,6 +62,10 @@ fi
 # The mma.sync attention kernel (what non-Hopper GPUs run) on this GPU too.
 step "ops attention mma.sync" "$OUT/ops.log" 60 "$BIN/test_ops" --no-wgmma --op attention
 tail -1 "$OUT/ops.log" >> "$SUMMARY"
+# The attention backward's reference kernels (the tiled ones ran above).
+step "ops attention backward reference" "$OUT/ops.log" 120 "$BIN/test_ops" \
+  --reference-attention-backward --op paged_attention_backward
+tail -1 "$OUT/ops.log" >> "$SUMMARY"
 step "model goldens" "$OUT/model.log" 60 "$BIN/test_model_gpu" --data tests/data --arch all
 tail -1 "$OUT/model.log" >> "$SUMMARY"
 step "model random" "$OUT/model.log" 60 "$BIN/test_model_gpu" --data tests/data --random
@@ -94,6 +98,10 @@ if [ $SKIP_MEMCHECK -eq 0 ]; then
   # Shared-memory races and barrier misuse in the attention kernel's cp.async pipeline.
   step "racecheck attention" "$OUT/memcheck.log" 60 "$SANITIZER" --tool racecheck \
     --error-exitcode 3 "$BIN/test_ops" --quick --op attention
+  tail -2 "$OUT/memcheck.log" >> "$SUMMARY"
+  # The same for the tiled attention backward's pipelines (P^T, dS^T through shared memory).
+  step "racecheck attention bwd" "$OUT/memcheck.log" 120 "$SANITIZER" --tool racecheck \
+    --error-exitcode 3 "$BIN/test_ops" --quick --op paged_attention_backward
   tail -2 "$OUT/memcheck.log" >> "$SUMMARY"
   step "synccheck (quick)" "$OUT/memcheck.log" 60 "$SANITIZER" --tool synccheck \
     --error-exitcode 3 "$BIN/test_ops" --quick

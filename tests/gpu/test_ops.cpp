@@ -1,11 +1,13 @@
-// test_ops [--list] [--perf] [--quick] [--no-wgmma] [--exhaustive] [--op NAME[,NAME...]]
-//          [--filter TEXT] [--json FILE]
+// test_ops [--list] [--perf] [--quick] [--no-wgmma] [--reference-attention-backward]
+//          [--exhaustive] [--op NAME[,NAME...]] [--filter TEXT] [--json FILE]
 //
 // Runs every op case of op_cases.cpp on the CPU reference and on CUDA and compares (exit 1 on
 // any failure), or with --perf times the CUDA ops at prefill sizes and prints GB/s or
 // TFLOP/s. Without a CUDA device it prints "SKIPPED: no CUDA device" and exits 77 (CTest's
 // skip code), so CI, which has no GPU, shows the skip instead of a pass. --no-wgmma runs
 // attention on the mma.sync kernel (the path of non-Hopper GPUs) on a Hopper GPU too.
+// --reference-attention-backward runs the attention backward on its reference kernels (a warp
+// per row) instead of the tiled tensor-core ones.
 // --exhaustive makes cases that sample a large input space cover all of it (fp8_quotient).
 #include <algorithm>
 #include <cstdio>
@@ -20,6 +22,7 @@ using namespace fp8rl::gpu_test;
 
 int main(int argc, char** argv) {
   bool perf = false, quick = false, list = false, wgmma = true, exhaustive = false;
+  bool tiled_backward = true;
   std::string filter, op, json_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -31,6 +34,8 @@ int main(int argc, char** argv) {
       quick = true;
     else if (a == "--no-wgmma")
       wgmma = false;
+    else if (a == "--reference-attention-backward")
+      tiled_backward = false;
     else if (a == "--exhaustive")
       exhaustive = true;
     else if (a == "--filter" && i + 1 < argc)
@@ -41,7 +46,8 @@ int main(int argc, char** argv) {
       json_path = argv[++i];
     else {
       std::fprintf(stderr,
-                   "usage: test_ops [--perf] [--quick] [--no-wgmma] [--exhaustive] [--op NAME] "
+                   "usage: test_ops [--perf] [--quick] [--no-wgmma] "
+                   "[--reference-attention-backward] [--exhaustive] [--op NAME] "
                    "[--filter TEXT] "
                    "[--json FILE]\n");
       return 2;
@@ -64,10 +70,14 @@ int main(int argc, char** argv) {
     return 77;
   }
   try {
-    Harness h(perf, wgmma);
+    Harness h(perf, wgmma, tiled_backward);
     h.exhaustive = exhaustive;
     std::printf("%s\n", CudaDevice::describe(0).c_str());
     if (!wgmma) std::printf("--no-wgmma: attention runs the mma.sync kernel for every head dim\n");
+    if (!tiled_backward)
+      std::printf(
+          "--reference-attention-backward: the attention backward runs its reference "
+          "kernels\n");
     std::ofstream json;
     if (!json_path.empty()) json.open(json_path);
     int passed = 0, failed = 0;

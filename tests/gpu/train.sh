@@ -2,8 +2,10 @@
 # The trainer on the GPU machine, one batch (run by the device tool from the repo root):
 #   OUT=$OUT bash tests/gpu/train.sh BUILD_DIR
 # BUILD_DIR is a bundle of tests/gpu/bundle.sh. Runs the CUDA backward ops against the CPU
-# (test_ops, backward families), the CUDA trainer against the CPU trainer (test_train_gpu), and
-# the demo's GRPO and an SFT run on CUDA through the CLI. Logs and the summary go to $OUT.
+# (test_ops, backward families; the attention backward on its tiled and its reference kernels,
+# and both timed at the training benchmark's shape), the CUDA trainer against the CPU trainer
+# (test_train_gpu), and the demo's GRPO and an SFT run on CUDA through the CLI. Logs and the
+# summary go to $OUT.
 set -u
 BUILD=${1:-build-gpu}
 OUT=${OUT:-/tmp/fp8rl-gpu}
@@ -17,6 +19,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>
 for f in backward lora_dropout cross_entropy; do
   step "ops $f" "$OUT/ops.log" 150 "$BIN/test_ops" --filter "$f"
 done
+step "ops attention backward reference" "$OUT/ops.log" 150 "$BIN/test_ops" \
+  --reference-attention-backward --op paged_attention_backward
+step "perf attention backward" "$OUT/ops.log" 120 "$BIN/test_ops" --perf \
+  --op paged_attention_backward
 step "test_train_gpu" "$OUT/train.log" 240 "$BIN/test_train_gpu"
 step "grpo demo cuda" "$OUT/grpo.log" 150 "$FP8RL" grpo --config examples/demo.yaml \
   --device cuda --max-steps 20 --output-dir "$OUT/grpo-demo" --save-steps 0

@@ -1,6 +1,7 @@
 // Pieces shared by the two causal attention kernels (attention.cu: mma.sync, any sm_80+ GPU;
-// attention_wgmma.cu: Hopper warpgroup MMA): the query block's key range, async copies, the
-// Q fragments, the online-softmax update of one key tile, and the output rows. Both kernels
+// attention_wgmma.cu: Hopper warpgroup MMA) and the tiled backward (attention_backward_mma.cu):
+// the query block's key range, async copies, ldmatrix and the mma.sync wrapper, the Q
+// fragments, the online-softmax update of one key tile, and the output rows. Both kernels
 // give each block 64 query rows of one head in 4 warps of 16 rows, with the mma.m16n8k16
 // fragment layouts (lane = 4 g + tq): a score/output accumulator [n/8][4] holds, for n-tile
 // j, (row g, cols 8j + 2tq, +1) in [j][0..1] and (row g + 8, same cols) in [j][2..3].
@@ -54,6 +55,20 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* p) {
+  const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);

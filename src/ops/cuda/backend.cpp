@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "ops/cuda/attention_backward.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/kernels.h"
 
@@ -68,6 +69,8 @@ Backend::Backend(const CudaDeviceOptions& o) {
   bool wgmma = false;
   CUDA_CHECK(attention_wgmma_init(&wgmma));
   caps_.attention_wgmma = wgmma && o.wgmma_attention;
+  caps_.attention_backward_dims = attention_backward_mma_init();
+  caps_.attention_backward_tiled = o.tiled_attention_backward;
   reserve_arena(o.arena_bytes);
 }
 

@@ -57,6 +57,11 @@ struct Capabilities {
   // The wgmma attention kernel runs here (sm_90 with this build's sm_90a code) and is not
   // switched off by CudaDeviceOptions::wgmma_attention; else the mma.sync kernel runs.
   bool attention_wgmma = false;
+  // The attention backward runs the tiled mma.sync kernels where they apply
+  // (CudaDeviceOptions::tiled_attention_backward; head dims in attention_backward_dims, the
+  // mask of attention_backward_mma_init); else the reference kernels.
+  bool attention_backward_tiled = true;
+  unsigned attention_backward_dims = 0;
 };
 
 class Backend {

@@ -227,16 +227,35 @@ void paged_attention_lse(Backend& b, const TensorView& q, const TensorView& k_po
   launch_paged_attention_lse(a, f32(lse), b.stream());
 }
 
+size_t paged_attention_backward_scratch_bytes(int64_t t, int64_t hq, int64_t d) {
+  return aligned(size_t(t * hq) * 4) + aligned(size_t(t * hq * d) * 2);
+}
+
+// The tiled kernels where they apply (head dim, 16-slot blocks, aligned operands, a known
+// longest sequence); the reference kernels otherwise or when the device options ask for them.
 void paged_attention_backward(Backend& b, const TensorView& q, const TensorView& k_pool,
                               const TensorView& v_pool, const ops::PagedBatch& batch,
                               const ops::AttentionParams& p, const TensorView& out,
                               const TensorView& lse, const TensorView& dout, const TensorView& dq,
                               const TensorView& dk, const TensorView& dv) {
   const AttentionBackwardArgs a = attention_args(q, k_pool, v_pool, batch, p);
+  bool aligned16 = true;
+  for (const TensorView* x : {&q, &k_pool, &v_pool, &out, &dout, &dq, &dk, &dv})
+    aligned16 = aligned16 && (reinterpret_cast<uintptr_t>(x->data) & 15) == 0;
+  const bool tiled =
+      b.caps().attention_backward_tiled && aligned16 &&
+      attention_backward_mma_supports(b.caps().attention_backward_dims, a.d, a.block_size) &&
+      batch.max_query_len > 0 && batch.num_seqs <= 65535;
   const size_t mark = b.arena().mark();
-  float* delta = f32(b.arena().alloc({q.dim(0) * q.dim(1)}, DType::f32));
-  launch_paged_attention_backward(a, bf(out), f32(dout), f32(lse), delta, f32(dq), f32(dk), f32(dv),
-                                  b.stream());
+  float* delta = f32(b.arena().alloc({a.t * a.hq}, DType::f32));
+  if (tiled) {
+    bf16* dout_bf = bf(b.arena().alloc({a.t, a.hq, a.d}, DType::bf16));
+    launch_paged_attention_backward_mma(a, batch.max_query_len, bf(out), f32(dout), f32(lse),
+                                        dout_bf, delta, f32(dq), f32(dk), f32(dv), b.stream());
+  } else {
+    launch_paged_attention_backward(a, bf(out), f32(dout), f32(lse), delta, f32(dq), f32(dk),
+                                    f32(dv), b.stream());
+  }
   b.arena().rewind(mark);
 }
 

@@ -136,6 +136,8 @@ void paged_attention_backward(Backend& b, const TensorView& q, const TensorView&
                               const ops::AttentionParams& p, const TensorView& out,
                               const TensorView& lse, const TensorView& dout, const TensorView& dq,
                               const TensorView& dk, const TensorView& dv);
+// The tiled path's delta and bf16 dout (more than the reference path's delta alone).
+size_t paged_attention_backward_scratch_bytes(int64_t t, int64_t hq, int64_t d);
 void lm_head_cross_entropy(Backend& b, const TensorView& x, const LinearWeight& lm_head,
                            const TensorView& targets, const ops::CrossEntropyParams& p,
                            const TensorView& loss, const TensorView& logprob, const TensorView& lse,
