@@ -44,10 +44,12 @@ struct LossAndGrads {
 
 // HF's loss (mean cross-entropy over the counted tokens) and its LoRA gradients, on ctx.
 inline LossAndGrads loss_and_grads(Context& ctx, const Model& m, const LoraAdapter& adapter,
-                                   const TrainBatch& b, bool checkpointing = false) {
+                                   const TrainBatch& b, bool checkpointing = false,
+                                   bool offload = false) {
   LogprobPass pass(ctx, m, &adapter);
   PassOptions o;
   o.checkpointing = checkpointing;
+  o.offload = offload;
   pass.forward(b.packed(), o);
   LossAndGrads r;
   std::vector<float> dlogprob(b.ids.size(), 0.0f);

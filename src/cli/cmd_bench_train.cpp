@@ -1,5 +1,6 @@
 // fp8rl bench train (--model DIR | --preset NAME) --batch B --seq T --lora-r R [--fp8 ...]
-//                   [--checkpointing] [--steps N] [--warmup W] [--device cuda|cpu] [--out F]
+//                   [--checkpointing [--offload]] [--steps N] [--warmup W]
+//                   [--device cuda|cpu] [--out F]
 //
 // Times LoRA training steps (issue 10 item 8): B random sequences of T tokens, an adapter of
 // rank R (alpha 2R) on all seven projections, AdamW; per step the training forward with the
@@ -33,6 +34,7 @@ using Clock = std::chrono::steady_clock;
 struct BenchTrainOptions : BenchModelOptions {
   int64_t batch = 8, seq = 1024, steps = 5, warmup = 2;
   bool checkpointing = false;
+  bool offload = false;
 };
 
 double since(Clock::time_point t) {
@@ -68,6 +70,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   LogprobPass pass(ctx, model, &adapter);
   PassOptions po;
   po.checkpointing = o.checkpointing;
+  po.offload = o.offload;
   const PassPlan plan = pass.plan({ids, targets, cu}, po);
   double fwd = 0, bwd = 0, opt = 0, loss = 0;
   for (int64_t step = 0; step < o.warmup + o.steps; ++step) {
@@ -113,6 +116,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   r["lora_r"] = o.lora_r;
   r["lora_params"] = p;
   r["checkpointing"] = o.checkpointing;
+  r["offload"] = o.offload;
   r["steps"] = o.steps;
   r["loss_last_step"] = loss;
   r["tokens_per_second"] = double(o.batch * o.seq) / total;
@@ -120,7 +124,8 @@ void run_bench_train(const BenchTrainOptions& o) {
   r["split_seconds"] = {{"forward", fwd / n}, {"backward", bwd / n}, {"optimizer", opt / n}};
   r["plan"] = {{"saved_bytes", plan.saved_bytes},
                {"scratch_bytes", plan.scratch_bytes},
-               {"kv_bytes", plan.kv_bytes}};
+               {"kv_bytes", plan.kv_bytes},
+               {"host_bytes", plan.host_bytes}};
   if (!profile.is_null()) r["op_profile_one_step"] = profile;
   if (CudaDevice* dev = bench.session().cuda())
     r["memory"] = {{"peak_allocated_bytes", dev->peak_allocated()},
@@ -139,6 +144,8 @@ void add_bench_train_command(CLI::App& bench) {
   c->add_option("--batch", o->batch, "Sequences per step")->capture_default_str();
   c->add_option("--seq", o->seq, "Tokens per sequence")->capture_default_str();
   c->add_flag("--checkpointing", o->checkpointing, "Per-layer activation checkpointing");
+  c->add_flag("--offload", o->offload,
+              "With --checkpointing: the checkpointed layer inputs in pinned host memory");
   c->add_option("--steps", o->steps, "Timed steps")->capture_default_str();
   c->add_option("--warmup", o->warmup, "Untimed steps first")->capture_default_str();
   c->callback([o] { run_bench_train(*o); });

@@ -49,6 +49,9 @@ void run_sft(const SftConfig& cfg, const std::string& yaml) {
     fmt::print("  saved activations  {:10.1f} MiB\n", mib(p.saved_bytes));
     fmt::print("  workspace          {:10.1f} MiB\n", mib(p.scratch_bytes));
     fmt::print("  KV                 {:10.1f} MiB\n", mib(p.kv_bytes));
+    if (p.host_bytes > 0)
+      fmt::print("  host (offloaded)   {:10.1f} MiB  (checkpointed layer inputs, not in the total)\n",
+                 mib(p.host_bytes));
     fmt::print("  total              {:10.1f} MiB\n",
                mib(model_weight_bytes(ts.model()) + ts.adapter().nbytes() + params * 4 + optimizer +
                    p.saved_bytes + p.scratch_bytes + p.kv_bytes));

@@ -36,6 +36,9 @@ void add_training_keys(KeyTable<C>& t) {
   t.add("gradient_checkpointing", &C::gradient_checkpointing,
         "Recompute each decoder layer in the backward instead of keeping its activations")
       .alias("checkpointing");
+  t.add("activation_offloading", &C::activation_offloading,
+        "With checkpointing: keep each layer's checkpointed input in host memory")
+      .alias("offload");
   t.add("learning_rate", &C::learning_rate, "Peak learning rate").alias("lr");
   t.add("num_train_epochs", &C::num_train_epochs, "Passes over the dataset (unless max_steps)")
       .alias("epochs");

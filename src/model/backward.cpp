@@ -125,6 +125,9 @@ void backward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& s
     const TensorView& x_in = tape.x_in[size_t(li)];
     LayerSaved& sv = tape.layer(li);
     if (tape.checkpointing) {
+      // Offloading: the layer's input comes back (layer li + 1's, in the other buffer, is
+      // done with).
+      if (!tape.x_host.empty()) ops::copy(ctx, tape.x_host[size_t(li)], x_in);
       ops::ScratchScope recompute(ctx);
       const TensorView x_out = ops::scratch_alloc(ctx, x_in.shape, x_in.dtype);
       forward_layer_saving(ctx, m, li, kv, step, tape, x_in, sv, x_out);

@@ -307,6 +307,8 @@ void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& st
   for (int64_t li = 0; li < c.num_layers; ++li) {
     const TensorView& x_out = li + 1 < c.num_layers ? tape.x_in[size_t(li + 1)] : tape.x_final;
     forward_layer_saving(ctx, m, li, kv, step, tape, tape.x_in[size_t(li)], tape.layer(li), x_out);
+    // Offloading: the layer's input leaves before the next layer writes over its buffer.
+    if (!tape.x_host.empty()) ops::copy(ctx, tape.x_in[size_t(li)], tape.x_host[size_t(li)]);
   }
   ops::rms_norm_save(ctx, tape.x_final, m.final_norm, float(c.rms_norm_eps), c.norm_plus_one,
                      tape.h_final, tape.inv_rms_final);

@@ -1,5 +1,6 @@
 #include "model/tape.h"
 
+#include "core/check.h"
 #include "core/rng.h"
 
 namespace fp8rl {
@@ -33,11 +34,22 @@ LayerSaved alloc_layer_saved(Arena& a, const ModelConfig& c, int64_t t, DType dt
   return s;
 }
 
-Tape alloc_tape(Arena& a, const ModelConfig& c, int64_t t, DType dt, bool checkpointing) {
+Tape alloc_tape(Arena& a, const ModelConfig& c, int64_t t, DType dt, bool checkpointing,
+                Arena* host) {
+  CHECK(host == nullptr || checkpointing,
+        "offloading the layer inputs needs activation checkpointing");
   Tape tape;
   tape.checkpointing = checkpointing;
-  for (int64_t li = 0; li < c.num_layers; ++li)
-    tape.x_in.push_back(a.alloc({t, c.hidden_size}, dt));
+  if (host != nullptr) {
+    const TensorView both[2] = {a.alloc({t, c.hidden_size}, dt), a.alloc({t, c.hidden_size}, dt)};
+    for (int64_t li = 0; li < c.num_layers; ++li) {
+      tape.x_in.push_back(both[li % 2]);
+      tape.x_host.push_back(host->alloc({t, c.hidden_size}, dt));
+    }
+  } else {
+    for (int64_t li = 0; li < c.num_layers; ++li)
+      tape.x_in.push_back(a.alloc({t, c.hidden_size}, dt));
+  }
   const int64_t sets = checkpointing ? 1 : c.num_layers;
   for (int64_t li = 0; li < sets; ++li) tape.layers.push_back(alloc_layer_saved(a, c, t, dt));
   tape.x_final = a.alloc({t, c.hidden_size}, dt);

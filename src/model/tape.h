@@ -5,7 +5,10 @@
 // Activation checkpointing per decoder layer: with `checkpointing`, only each layer's input
 // (the residual stream entering it) is kept for the whole pass; the backward recomputes the
 // layer's forward into one LayerSaved set (forward_layer_saving) right before its backward,
-// so the saved memory is L x [T, H] + one layer's set instead of L layers' sets.
+// so the saved memory is L x [T, H] + one layer's set instead of L layers' sets. With
+// offloading as well (TRL's activation_offloading, Unsloth's offloaded checkpoints), those L
+// inputs go to host memory (page-locked on CUDA) as the forward leaves each layer and come back
+// one at a time before the layer's recompute: the device keeps two [T, H] buffers.
 //
 // Keys and values are not here: they live in the step's KV pool, which the attention
 // backward reads through the same block tables as the forward.
@@ -54,6 +57,9 @@ struct Tape {
   uint64_t dropout_seed = 0;
 
   std::vector<TensorView> x_in;    // [L] x [T, H] residual stream entering each layer
+  // Offloading: [L] x [T, H] host copies of x_in, whose views then alias two device buffers
+  // (x_in[l] is buffer l % 2). Empty otherwise.
+  std::vector<TensorView> x_host;
   std::vector<LayerSaved> layers;  // [L] sets, or [1] reused when checkpointing
   TensorView x_final;              // [T, H] residual stream after the last layer
   TensorView inv_rms_final;        // [T] f32
@@ -62,9 +68,10 @@ struct Tape {
   LayerSaved& layer(int64_t li) { return layers[checkpointing ? 0 : size_t(li)]; }
 };
 
-// Allocates a tape for `tokens` rows from `arena` (everything the training forward saves).
+// Allocates a tape for `tokens` rows from `arena` (everything the training forward saves);
+// with `host` (checkpointing only), the layer inputs' host copies from it (offloading).
 Tape alloc_tape(Arena& arena, const ModelConfig& config, int64_t tokens, DType dtype,
-                bool checkpointing);
+                bool checkpointing, Arena* host = nullptr);
 
 // The dropout seed of projection `projection` of layer `layer` in a pass seeded `seed`.
 uint64_t lora_dropout_seed(uint64_t seed, int64_t layer, int projection);

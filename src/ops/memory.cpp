@@ -36,8 +36,25 @@ DeviceBuffer::~DeviceBuffer() {
   release();
 }
 
+DeviceBuffer DeviceBuffer::pinned_host(const Context& ctx, size_t bytes) {
+  if (ctx.device == Device::cpu) return DeviceBuffer(ctx, bytes);
+  DeviceBuffer b;
+  b.size_ = bytes;
+#if FP8RL_HAVE_CUDA
+  b.data_ = cuda::host_malloc_pinned(bytes);
+  b.pinned_ = true;
+#else
+  no_cuda();
+#endif
+  return b;
+}
+
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
-    : data_(o.data_), size_(o.size_), device_(o.device_), backend_(o.backend_) {
+    : data_(o.data_),
+      size_(o.size_),
+      device_(o.device_),
+      pinned_(o.pinned_),
+      backend_(o.backend_) {
   o.data_ = nullptr;
   o.size_ = 0;
 }
@@ -48,6 +65,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
     data_ = o.data_;
     size_ = o.size_;
     device_ = o.device_;
+    pinned_ = o.pinned_;
     backend_ = o.backend_;
     o.data_ = nullptr;
     o.size_ = 0;
@@ -57,7 +75,11 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 
 void DeviceBuffer::release() {
   if (data_ == nullptr) return;
-  if (device_ == Device::cpu) {
+  if (pinned_) {
+#if FP8RL_HAVE_CUDA
+    cuda::host_free_pinned(data_);
+#endif
+  } else if (device_ == Device::cpu) {
     aligned_free(data_);
   } else {
 #if FP8RL_HAVE_CUDA

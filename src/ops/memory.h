@@ -16,6 +16,9 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   DeviceBuffer(const Context& ctx, size_t bytes);
+  // Host memory the context's device copies to and from without staging: page-locked
+  // (cudaMallocHost) for a CUDA context, plain aligned memory for a CPU one. device() is cpu.
+  static DeviceBuffer pinned_host(const Context& ctx, size_t bytes);
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& o) noexcept;
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
@@ -33,6 +36,7 @@ class DeviceBuffer {
   void* data_ = nullptr;
   size_t size_ = 0;
   Device device_ = Device::cpu;
+  bool pinned_ = false;  // host memory from cudaMallocHost
   cuda::Backend* backend_ = nullptr;
 };
 

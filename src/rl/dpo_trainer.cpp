@@ -156,6 +156,8 @@ struct DpoTrainer::Impl {
         reference(idx);
         const Packed p = pack(pairs, idx);
         PassOptions o;
+        o.checkpointing = cfg.gradient_checkpointing;
+        o.offload = cfg.activation_offloading;
         o.lora_dropout = float(cfg.lora_dropout);
         o.dropout_seed = rng_key(uint64_t(cfg.seed), uint64_t(epoch) * 1000003u + uint64_t(batch));
         pass->forward({p.ids, p.targets, p.cu}, o);

@@ -252,6 +252,7 @@ struct GrpoTrainer::Impl {
     PassOptions o;
     o.temperature = float(cfg.temperature);
     o.checkpointing = cfg.gradient_checkpointing;
+    o.offload = cfg.activation_offloading;
     return o;
   }
 

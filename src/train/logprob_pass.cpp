@@ -79,8 +79,8 @@ void LogprobPass::hold_region(const PassPlan& p, int64_t kv_blocks) {
 
 LogprobPass::~LogprobPass() = default;
 
-void LogprobPass::run(Context& ctx, Arena& arena, KvPool& kv, const PackedSequences& batch,
-                      const PassOptions& opt, Buffers& b) {
+void LogprobPass::run(Context& ctx, Arena& arena, Arena& host, KvPool& kv,
+                      const PackedSequences& batch, const PassOptions& opt, Buffers& b) {
   const ModelConfig& c = model_.config();
   const int64_t t = int64_t(batch.ids.size());
   int32_t next_block = 0;
@@ -97,7 +97,8 @@ void LogprobPass::run(Context& ctx, Arena& arena, KvPool& kv, const PackedSequen
   b.targets = arena.alloc({t}, DType::i32);
   ops::copy(ctx, TensorView(const_cast<int32_t*>(batch.targets.data()), DType::i32, {t}),
             b.targets);
-  b.tape = alloc_tape(arena, c, t, ctx.activation_dtype(), opt.checkpointing);
+  b.tape = alloc_tape(arena, c, t, ctx.activation_dtype(), opt.checkpointing,
+                      opt.offload ? &host : nullptr);
   b.tape.dropout_p = opt.lora_dropout;
   b.tape.dropout_seed = opt.dropout_seed;
   b.loss = arena.alloc({t}, DType::f32);
@@ -129,13 +130,14 @@ PassPlan LogprobPass::plan(const PackedSequences& batch, const PassOptions& opt)
   const Device dev = ctx_.device;
   Arena scratch = Arena::measuring(dev, arena_alignment(dev));
   Arena saved = Arena::measuring(dev, arena_alignment(dev));
+  Arena host = Arena::measuring(Device::cpu, 64);
   Context dry = ctx_;
   dry.dry_run = true;
   dry.scratch = &scratch;
   if (probe_kv_ == nullptr) probe_kv_ = std::make_unique<KvPool>(model_.config(), 1, ctx_);
   KvPool& kv = *probe_kv_;
   Buffers b;
-  run(dry, saved, kv, batch, opt, b);
+  run(dry, saved, host, kv, batch, opt, b);
   if (adapter_ != nullptr) {
     const int64_t t = int64_t(batch.ids.size());
     const TensorView dlogprob(scratch.base(), DType::f32, {t}, dev);
@@ -145,6 +147,7 @@ PassPlan LogprobPass::plan(const PackedSequences& batch, const PassOptions& opt)
   PassPlan p;
   p.saved_bytes = saved.high_water();
   p.scratch_bytes = scratch.high_water();
+  p.host_bytes = host.high_water();
   p.kv_bytes = size_t(blocks_for(batch)) * KvPool::block_bytes(model_.config(), ctx_);
   return p;
 }
@@ -154,8 +157,15 @@ void LogprobPass::forward(const PackedSequences& batch, const PassOptions& opt) 
   last_.reset();
   hold_region(p, blocks_for(batch));
   ops::scratch_reserve(ctx_, p.scratch_bytes);
+  if (host_storage_.size() < p.host_bytes) {
+    host_arena_.reset();
+    host_storage_ = DeviceBuffer();
+    host_storage_ = DeviceBuffer::pinned_host(ctx_, p.host_bytes);
+  }
+  host_arena_ = std::make_unique<Arena>(Device::cpu, 64);
+  if (host_storage_.size() > 0) host_arena_->attach(host_storage_.data(), host_storage_.size());
   auto b = std::make_unique<Buffers>();
-  run(ctx_, *arena_, *kv_, batch, opt, *b);
+  run(ctx_, *arena_, *host_arena_, *kv_, batch, opt, *b);
   const int64_t t = int64_t(batch.ids.size());
   logprobs_.assign(size_t(t), 0.0f);
   ops::copy(ctx_, b->logprob, TensorView(logprobs_.data(), DType::f32, {t}));

@@ -37,6 +37,9 @@ struct PackedSequences {
 
 struct PassOptions {
   bool checkpointing = false;  // per decoder layer (model/tape.h)
+  // With checkpointing: the layer inputs in host memory (page-locked on CUDA) between the
+  // forward and the backward (TRL's activation_offloading).
+  bool offload = false;
   float temperature = 1.0f;    // logprobs of softmax(logits / temperature)
   float lora_dropout = 0.0f;   // PEFT's lora_dropout (training passes only)
   uint64_t dropout_seed = 0;   // this pass's dropout stream
@@ -48,6 +51,7 @@ struct PassPlan {
   size_t saved_bytes = 0;    // the pass arena: saved activations, step, targets, loss outputs
   size_t scratch_bytes = 0;  // the context's scratch high water (forward, loss, backward)
   size_t kv_bytes = 0;       // the KV pool of the batch
+  size_t host_bytes = 0;     // offloaded layer inputs, in host memory
   // Bytes of the region the pass holds: the saved arena (aligned), then the KV pool.
   size_t region_bytes() const;
 };
@@ -80,7 +84,7 @@ class LogprobPass {
 
  private:
   struct Buffers;
-  void run(Context& ctx, Arena& arena, KvPool& kv, const PackedSequences& batch,
+  void run(Context& ctx, Arena& arena, Arena& host, KvPool& kv, const PackedSequences& batch,
            const PassOptions& options, Buffers& out);
   void backward_on(Context& ctx, const Buffers& b, const KvPool& kv, const TensorView& dlogprob,
                    const TensorView& grads);
@@ -97,6 +101,8 @@ class LogprobPass {
   StandbyRegion* region_;
   void* held_base_ = nullptr;  // the region's address at the last pass
   std::unique_ptr<Arena> arena_;
+  DeviceBuffer host_storage_;  // offloaded layer inputs (pinned on CUDA)
+  std::unique_ptr<Arena> host_arena_;
   DeviceBuffer device_grads_;  // CUDA: [P] f32 gradients of one backward
   std::unique_ptr<KvPool> kv_;
   std::unique_ptr<KvPool> probe_kv_;  // the dry run's one-block pool

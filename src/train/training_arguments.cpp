@@ -29,6 +29,9 @@ void TrainingArguments::validate() const {
   c::at_least<int64_t>("warmup_steps", warmup_steps, 0);
   c::in_closed("warmup_ratio", warmup_ratio, 0.0, 1.0);
   c::at_least("weight_decay", weight_decay, 0.0);
+  CHECK(!activation_offloading || gradient_checkpointing,
+        "activation_offloading needs gradient_checkpointing (the checkpointed layer inputs are "
+        "what is offloaded)");
   // torch.optim.AdamW's own checks.
   c::in_half_open("adam_beta1", adam_beta1, 0.0, 1.0);
   c::in_half_open("adam_beta2", adam_beta2, 0.0, 1.0);

@@ -33,6 +33,9 @@ struct TrainingArguments {
   // Activation checkpointing per decoder layer (model/tape.h). transformers' default is off;
   // SFTConfig turns it on (TRL >= 0.20), and so does SftConfig here.
   bool gradient_checkpointing = false;
+  // TRL's activation_offloading: with checkpointing, each layer's checkpointed input waits in
+  // host memory (page-locked on CUDA) between the forward and the backward.
+  bool activation_offloading = false;
 
   double learning_rate = 5e-5;  // AdamW's/SGD's base rate; each config sets TRL's default
   double num_train_epochs = 3.0;

@@ -2,8 +2,8 @@
 # The trainer benchmark on the GPU machine (issue 10 item 8), one batch, from the repo root:
 #   OUT=$OUT bash tests/gpu/bench_train.sh BUILD_DIR
 # fp8rl bench train on the Qwen3-8B preset (random weights), batch 8 x 1024 tokens, r = 32 on
-# all seven projections, checkpointing on, FP8-row and bf16; the HF + PEFT anchor of the same
-# shapes (tools/bench/hf_train.py); then test_train_gpu and the demo's GRPO on CUDA with its
+# all seven projections, checkpointing on, FP8-row (also with --offload) and bf16; the HF +
+# PEFT anchor of the same shapes (tools/bench/hf_train.py); then test_train_gpu and the demo's GRPO on CUDA with its
 # engine-trainer mismatch. JSON and logs go to $OUT.
 set -u
 BUILD=${1:-build-gpu}
@@ -18,6 +18,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>
 shape="--preset qwen3-8b --batch 8 --seq 1024 --lora-r 32 --checkpointing --steps 3 --warmup 1"
 step "bench train row" "$OUT/bench.log" 200 "$FP8RL" bench train $shape --fp8 row \
   --device cuda --out "$OUT/train_row.json"
+step "bench train row offload" "$OUT/bench.log" 200 "$FP8RL" bench train $shape --fp8 row \
+  --offload --device cuda --out "$OUT/train_row_offload.json"
 step "bench train bf16" "$OUT/bench.log" 200 "$FP8RL" bench train $shape --fp8 off \
   --device cuda --out "$OUT/train_bf16.json"
 step "hf_train peft bf16" "$OUT/bench.log" 200 sh -c "cd tools/bench && python3 hf_train.py \

@@ -75,6 +75,11 @@ void grads_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Schem
     std::snprintf(line, sizeof line, "%s%s: loss %.6f vs cpu %.6f (rel %.2e), grads rel %.3e",
                   name.c_str(), ckpt ? " checkpointing" : "", r.loss, ref.loss, loss_err, err);
     check(loss_err <= kCudaTrainLoss && err <= grad_bound, line);
+    if (ckpt) {  // offloading moves the checkpointed inputs through pinned host memory only
+      const LossAndGrads off = loss_and_grads(gpu, gpu_model, gpu_adapter, b, true, true);
+      check(off.grads == r.grads && off.loss == r.loss,
+            name + " offloading: the gradients of checkpointing, bit for bit");
+    }
   }
   if (!fp8) {  // the FP8 bound is too loose for this control to mean much
     const LossAndGrads unmasked =

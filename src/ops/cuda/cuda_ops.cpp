@@ -95,6 +95,14 @@ void* device_malloc(Backend& b, size_t bytes) {
 void device_free(Backend& b, void* p, size_t bytes) {
   b.free(p, bytes);
 }
+void* host_malloc_pinned(size_t bytes) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMallocHost(&p, bytes));
+  return p;
+}
+void host_free_pinned(void* p) {
+  cudaFreeHost(p);  // in a destructor: an error here has nowhere to go
+}
 TensorView arena_alloc(Backend& b, Shape shape, DType dtype) {
   return b.arena().alloc(shape, dtype);
 }

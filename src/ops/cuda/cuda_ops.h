@@ -21,6 +21,9 @@ std::string describe(int ordinal);
 std::string gemm_path(Backend& b, Fp8Scheme scheme);
 void* device_malloc(Backend& b, size_t bytes);
 void device_free(Backend& b, void* p, size_t bytes);
+// Page-locked host memory (cudaMallocHost / cudaFreeHost).
+void* host_malloc_pinned(size_t bytes);
+void host_free_pinned(void* p);
 TensorView arena_alloc(Backend& b, Shape shape, DType dtype);
 size_t arena_mark(Backend& b);
 void arena_rewind(Backend& b, size_t mark);
