@@ -98,7 +98,7 @@ class Checkpoint {
 // after a header padded to 8 bytes, so every tensor is aligned to its element size.
 class SafetensorsWriter {
  public:
-  void add(std::string name, const TensorView& t);        // duplicate name is an error
+  void add(std::string name, const TensorView& t);  // duplicate name is an error
   // The same for a tensor the writer keeps alive until it is destroyed (a host copy made for
   // the write, e.g. of device memory).
   void add(std::string name, Tensor t);

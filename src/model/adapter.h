@@ -154,9 +154,9 @@ class LoraAdapter {
   LoraConfig config_;
   int64_t num_layers_ = 0;
   int64_t num_params_ = 0;
-  std::vector<Slot> slots_;  // [layer * 7 + projection]
-  Context ctx_;              // the masters' device (the host until to_device)
-  Tensor masters_;           // [P] f32 on the host; empty on CUDA
+  std::vector<Slot> slots_;      // [layer * 7 + projection]
+  Context ctx_;                  // the masters' device (the host until to_device)
+  Tensor masters_;               // [P] f32 on the host; empty on CUDA
   DeviceBuffer device_masters_;  // [P] f32 on CUDA, after to_device
   DeviceBuffer compute_copy_;    // [P] bf16 on CUDA, after to_device
   uint64_t version_ = 1;

@@ -14,8 +14,8 @@ void check_ctx(const Context& ctx, const char* what) {
 }
 
 // A contiguous [n] tensor of dtype on ctx's device.
-void check_vector(const Context& ctx, const TensorView& t, DType dtype, int64_t n,
-                  const char* what, const char* name) {
+void check_vector(const Context& ctx, const TensorView& t, DType dtype, int64_t n, const char* what,
+                  const char* name) {
   CHECK(t.dtype == dtype && t.device == ctx.device && t.is_contiguous() && t.numel() == n,
         "{}: {} must be a contiguous {} tensor of {} elements on {}, got {} {} on {}", what, name,
         dtype_name(dtype), n, device_name(ctx.device), dtype_name(t.dtype), t.shape.str(),
@@ -49,8 +49,7 @@ void adamw_step(Context& ctx, const AdamWStep& step, const TensorView& params,
 }
 
 void sgd_step(Context& ctx, const SgdStep& step, const TensorView& params, const TensorView& grads,
-              float grad_scale, const TensorView& momentum_buffer,
-              const TensorView& compute_copy) {
+              float grad_scale, const TensorView& momentum_buffer, const TensorView& compute_copy) {
   const char* what = "sgd_step";
   check_update(ctx, params, grads, compute_copy, what);
   CHECK(momentum_buffer.empty() == (step.momentum == 0.0),

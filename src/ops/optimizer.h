@@ -31,11 +31,11 @@ void sgd_step(Context& ctx, const SgdStep& step, const TensorView& params, const
               const TensorView& compute_copy = {});
 
 // sqrt(sum x[i]^2) of x [P] f32, squares and sums in fp64: the squares of each block of
-// kNormBlockElements (ops/optimizer_rules.h) summed in index order, then the block sums in block order, so the result
-// is the same on every device and thread count. The fp64 sum of squares of fp32 values cannot
-// overflow (each square is below 2^256, and 2^1023 / 2^256 exceeds any buffer length), so the
-// norm is finite exactly when every element is: it is the non-finite check as well. On CUDA
-// the result comes back to the host (8 bytes; the call waits for the stream).
+// kNormBlockElements (ops/optimizer_rules.h) summed in index order, then the block sums in block
+// order, so the result is the same on every device and thread count. The fp64 sum of squares of
+// fp32 values cannot overflow (each square is below 2^256, and 2^1023 / 2^256 exceeds any buffer
+// length), so the norm is finite exactly when every element is: it is the non-finite check as well.
+// On CUDA the result comes back to the host (8 bytes; the call waits for the stream).
 double l2_norm(Context& ctx, const TensorView& x);
 
 }  // namespace fp8rl::ops

@@ -15,10 +15,12 @@
 
 #include <cstdint>
 
+#ifndef FP8RL_HOST_DEVICE  // also defined, the same, by ops/uniform_hash.h
 #if defined(__CUDACC__)
 #define FP8RL_HOST_DEVICE __host__ __device__
 #else
 #define FP8RL_HOST_DEVICE
+#endif
 #endif
 
 namespace fp8rl::ops {

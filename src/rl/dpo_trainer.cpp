@@ -83,8 +83,9 @@ struct DpoTrainer::Impl {
     total_steps = cfg.max_steps > 0
                       ? cfg.max_steps
                       : int64_t(std::ceil(cfg.num_train_epochs * double(steps_per_epoch)));
-    train_step = std::make_unique<TrainStep>(make_optimizer(cfg, adapter.master_params().numel(), ctx),
-                                             train_step_config(cfg, total_steps));
+    train_step =
+        std::make_unique<TrainStep>(make_optimizer(cfg, adapter.master_params().numel(), ctx),
+                                    train_step_config(cfg, total_steps));
     pass = std::make_unique<LogprobPass>(ctx, model, &adapter);
     ref_chosen.assign(pairs.size(), std::nan(""));
     ref_rejected.assign(pairs.size(), std::nan(""));

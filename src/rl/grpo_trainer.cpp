@@ -182,8 +182,9 @@ struct GrpoTrainer::Impl {
     total_steps = cfg.max_steps > 0
                       ? cfg.max_steps
                       : int64_t(std::ceil(cfg.num_train_epochs * double(steps_per_epoch)));
-    train_step = std::make_unique<TrainStep>(make_optimizer(cfg, adapter.master_params().numel(), ctx),
-                                             train_step_config(cfg, total_steps));
+    train_step =
+        std::make_unique<TrainStep>(make_optimizer(cfg, adapter.master_params().numel(), ctx),
+                                    train_step_config(cfg, total_steps));
     EngineOptions eo;
     eo.kv_memory_bytes = size_t(cfg.kv_memory * double(1ull << 30));
     eo.kv_dtype = parse_kv_dtype(cfg.kv_dtype);

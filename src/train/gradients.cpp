@@ -35,8 +35,8 @@ void scale_gradients(std::span<float> grads, double factor) {
 
 double grad_norm(std::span<const float> grads) {
   Context cpu;
-  return ops::l2_norm(cpu, TensorView(const_cast<float*>(grads.data()), DType::f32,
-                                      {int64_t(grads.size())}));
+  return ops::l2_norm(
+      cpu, TensorView(const_cast<float*>(grads.data()), DType::f32, {int64_t(grads.size())}));
 }
 
 double clip_grad_norm(std::span<float> grads, double max_norm) {

@@ -71,8 +71,8 @@ void Optimizer::step(std::span<float> params, std::span<const float> grads, doub
        TensorView(const_cast<float*>(grads.data()), DType::f32, {int64_t(grads.size())}), lr);
 }
 
-void Optimizer::step(const TensorView& params, const TensorView& grads, double lr,
-                     float grad_scale, const TensorView& compute_copy) {
+void Optimizer::step(const TensorView& params, const TensorView& grads, double lr, float grad_scale,
+                     const TensorView& compute_copy) {
   CHECK(params.numel() == num_params_ && grads.numel() == num_params_,
         "{} step: {} parameters and {} gradients, expected {}", name(), params.numel(),
         grads.numel(), num_params_);

@@ -33,8 +33,9 @@ SftTrainer::SftTrainer(Context& ctx, Model& model, LoraAdapter& adapter,
                      : int64_t(std::ceil(cfg_.num_train_epochs * double(steps_per_epoch_)));
   CHECK(total_steps_ > 0, "sft: {} epochs of {} steps train nothing", cfg_.num_train_epochs,
         steps_per_epoch_);
-  train_step_ = std::make_unique<TrainStep>(make_optimizer(cfg_, adapter_.master_params().numel(), ctx_),
-                                            train_step_config(cfg_, total_steps_));
+  train_step_ =
+      std::make_unique<TrainStep>(make_optimizer(cfg_, adapter_.master_params().numel(), ctx_),
+                                  train_step_config(cfg_, total_steps_));
 }
 
 const std::vector<std::vector<size_t>>& SftTrainer::epoch_plan(int64_t epoch) {
@@ -125,8 +126,8 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
     }
     const double loss = targets > 0 ? loss_sum / double(targets) : 0.0;
     // The optimizer's pass writes the masters and the forward's compute copies (CUDA) at once.
-    const StepResult r = train_step_->step(ctx_, adapter_.master_params(), grads, loss,
-                                           adapter_.compute_params());
+    const StepResult r =
+        train_step_->step(ctx_, adapter_.master_params(), grads, loss, adapter_.compute_params());
     if (!r.skipped) adapter_.mark_updated();
     pos_.batch = last;
     pos_.tokens += tokens;

@@ -71,8 +71,8 @@ StepResult TrainStep::step(Context& ctx, const TensorView& params, const TensorV
     ++skipped_steps_;
     return result;
   }
-  optimizer_->step(params, grads, result.lr,
-                   clip_factor(result.grad_norm, config_.max_grad_norm), compute_copy);
+  optimizer_->step(params, grads, result.lr, clip_factor(result.grad_norm, config_.max_grad_norm),
+                   compute_copy);
   return result;
 }
 

@@ -2,7 +2,8 @@
 # The trainer on the GPU machine, one batch (run by the device tool from the repo root):
 #   OUT=$OUT bash tests/gpu/train.sh BUILD_DIR
 # BUILD_DIR is a bundle of tests/gpu/bundle.sh. Runs the CUDA backward ops against the CPU
-# (test_ops, backward families), the CUDA trainer against the CPU trainer (test_train_gpu), and
+# (test_ops, backward families) and the optimizer ops (bit-exact), the CUDA trainer against the
+# CPU trainer and the device optimizer step against the CPU step (test_train_gpu), and
 # the demo's GRPO and an SFT run on CUDA through the CLI. Logs and the summary go to $OUT.
 set -u
 BUILD=${1:-build-gpu}
@@ -14,7 +15,7 @@ start=$(date +%s)
 . "$(dirname "$0")/env.sh"
 FP8RL="$BUILD/bin/fp8rl"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >> "$SUMMARY"
-for f in backward lora_dropout cross_entropy; do
+for f in backward lora_dropout cross_entropy adamw_step sgd_step l2_norm; do
   step "ops $f" "$OUT/ops.log" 150 "$BIN/test_ops" --filter "$f"
 done
 step "test_train_gpu" "$OUT/train.log" 240 "$BIN/test_train_gpu"

@@ -30,10 +30,10 @@ void for_each_block(int64_t n, Fn&& fn) {
 void adamw_step(const AdamWStep& step, const TensorView& params, const TensorView& grads,
                 float grad_scale, const TensorView& exp_avg, const TensorView& exp_avg_sq,
                 const TensorView& compute_copy) {
-  float* p = params.ptr<float>();            // [P] f32
-  const float* g = grads.ptr<float>();       // [P] f32
-  float* m = exp_avg.ptr<float>();           // [P] f32
-  float* v = exp_avg_sq.ptr<float>();        // [P] f32
+  float* p = params.ptr<float>();                                                  // [P] f32
+  const float* g = grads.ptr<float>();                                             // [P] f32
+  float* m = exp_avg.ptr<float>();                                                 // [P] f32
+  float* v = exp_avg_sq.ptr<float>();                                              // [P] f32
   uint16_t* copy = compute_copy.empty() ? nullptr : compute_copy.ptr<uint16_t>();  // [P] bf16
   for_each_block(params.numel(), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
@@ -46,9 +46,9 @@ void adamw_step(const AdamWStep& step, const TensorView& params, const TensorVie
 
 void sgd_step(const SgdStep& step, const TensorView& params, const TensorView& grads,
               float grad_scale, const TensorView& momentum_buffer, const TensorView& compute_copy) {
-  float* p = params.ptr<float>();                                                   // [P] f32
-  const float* g = grads.ptr<float>();                                              // [P] f32
-  float* b = momentum_buffer.empty() ? nullptr : momentum_buffer.ptr<float>();      // [P] f32
+  float* p = params.ptr<float>();                                                  // [P] f32
+  const float* g = grads.ptr<float>();                                             // [P] f32
+  float* b = momentum_buffer.empty() ? nullptr : momentum_buffer.ptr<float>();     // [P] f32
   uint16_t* copy = compute_copy.empty() ? nullptr : compute_copy.ptr<uint16_t>();  // [P] bf16
   for_each_block(params.numel(), [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {

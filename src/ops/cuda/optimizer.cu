@@ -77,7 +77,7 @@ void launch_adamw_step(const ops::AdamWStep& step, float* params, const float* g
                        int64_t n, cudaStream_t s) {
   if (n == 0) return;
   adamw_kernel<<<grid_for(n, 256), 256, 0, s>>>(step, params, grads, grad_scale, exp_avg,
-                                                 exp_avg_sq, copy, n);
+                                                exp_avg_sq, copy, n);
   FP8RL_LAUNCH_CHECK("adamw_step");
 }
 
