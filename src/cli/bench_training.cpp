@@ -39,7 +39,7 @@ BenchTrainingModel::BenchTrainingModel(const BenchModelOptions& o, const std::st
   lc.lora_alpha = double(2 * o.lora_r);
   lc.target_modules = {"all-linear"};
   adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::init(lc, model(), o.seed + 1));
-  adapter_->sync_to_device(ctx());
+  adapter_->to_device(ctx());
   adapter_->attach(model());
 }
 

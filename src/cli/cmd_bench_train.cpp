@@ -4,8 +4,9 @@
 //
 // Times LoRA training steps (issue 10 item 8): B random sequences of T tokens, an adapter of
 // rank R (alpha 2R) on all seven projections, AdamW; per step the training forward with the
-// chunked cross-entropy, the backward, and the optimizer step with the refresh of the device
-// copies. Prints JSON: tokens/s, the step split, peak memory. The HF transformers + PEFT anchor
+// chunked cross-entropy, the backward, and the guarded optimizer step (gradient norm, clipping
+// to 1.0, the update of the masters and of the compute copies, all on the model's device).
+// Prints JSON: tokens/s, the step split, peak memory. The HF transformers + PEFT anchor
 // of the same shapes is tools/bench/hf_train.py (run in the same device session).
 #include <chrono>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "ops/memory.h"
 #include "train/logprob_pass.h"
 #include "train/optimizer.h"
+#include "train/train_step.h"
 
 namespace fp8rl::cli {
 
@@ -65,8 +67,11 @@ void run_bench_train(const BenchTrainOptions& o) {
     if (targets[t] != ops::kIgnoreIndex) dlogprob[t] = -1.0f / float(counted);
 
   const int64_t p = adapter.master_params().numel();
-  AdamW optimizer(p, AdamWConfig{});
-  std::vector<float> grads(static_cast<size_t>(p));
+  TrainStepConfig tc;
+  tc.learning_rate = 1e-4;
+  TrainStep train_step(std::make_unique<AdamW>(p, AdamWConfig{}, ctx), tc);
+  const DeviceBuffer grad_storage(ctx, size_t(p) * sizeof(float));
+  const TensorView grads = grad_storage.view({p}, DType::f32);  // [P] f32 on the device
   LogprobPass pass(ctx, model, &adapter);
   PassOptions po;
   po.checkpointing = o.checkpointing;
@@ -78,20 +83,21 @@ void run_bench_train(const BenchTrainOptions& o) {
     const auto t0 = Clock::now();
     pass.forward({ids, targets, cu}, po);  // ends with the logprobs on the host (synchronized)
     const double f = since(t0);
-    const auto t1 = Clock::now();
-    std::fill(grads.begin(), grads.end(), 0.0f);
-    pass.backward(dlogprob, TensorView(grads.data(), DType::f32, {p}));
-    ops::synchronize(ctx);
-    const double b = since(t1);
-    const auto t2 = Clock::now();
-    const TensorView m = adapter.master_params();
-    optimizer.step({m.ptr<float>(), size_t(p)}, grads, 1e-4);
-    adapter.commit_update(ctx);
-    const double u = since(t2);
-    if (step >= o.warmup) fwd += f, bwd += b, opt += u;
     loss = 0;
     for (size_t t = 0; t < ids.size(); ++t) loss -= pass.logprobs()[t];
     loss /= double(counted);
+    const auto t1 = Clock::now();
+    ops::fill_zero(ctx, grads);
+    pass.backward(dlogprob, grads);
+    ops::synchronize(ctx);
+    const double b = since(t1);
+    const auto t2 = Clock::now();
+    if (!train_step.step(ctx, adapter.master_params(), grads, loss, adapter.compute_params())
+             .skipped)
+      adapter.mark_updated();
+    ops::synchronize(ctx);
+    const double u = since(t2);
+    if (step >= o.warmup) fwd += f, bwd += b, opt += u;
   }
   const double n = double(o.steps), total = (fwd + bwd + opt) / n;
   // One more step with CUDA events around every op: where the time goes (per op family).
@@ -100,8 +106,8 @@ void run_bench_train(const BenchTrainOptions& o) {
     dev->reset_profile();
     dev->set_profiling(true);
     pass.forward({ids, targets, cu}, po);
-    std::fill(grads.begin(), grads.end(), 0.0f);
-    pass.backward(dlogprob, TensorView(grads.data(), DType::f32, {p}));
+    ops::fill_zero(ctx, grads);
+    pass.backward(dlogprob, grads);
     ops::synchronize(ctx);
     profile = op_split(dev->profile());
     dev->set_profiling(false);

@@ -51,7 +51,7 @@ void ModelSession::open_device(const SessionOptions& options) {
 void ModelSession::finish_setup(const SessionOptions& options) {
   if (!options.adapter.empty()) {
     adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::load_peft(options.adapter, *model_));
-    adapter_->sync_to_device(ctx_);
+    adapter_->to_device(ctx_);
     adapter_->attach(*model_);
   }
   if (!dir_.empty() && std::filesystem::exists(std::filesystem::path(dir_) / "tokenizer.json"))

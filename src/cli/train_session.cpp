@@ -21,7 +21,7 @@ TrainSession::TrainSession(const ModelArguments& args, uint64_t seed) {
     adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::load_peft(args.adapter, m));
   else
     adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::init(args.lora_config(), m, seed));
-  if (session_->device() == Device::cuda) adapter_->sync_to_device(session_->ctx());
+  adapter_->to_device(session_->ctx());
   adapter_->attach(m);
   tok_setup_ = load_sft_tokenizer_setup(args.model, tokenizer());
   base_model_name_ = std::filesystem::path(args.model).lexically_normal().string();

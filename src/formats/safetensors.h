@@ -98,7 +98,10 @@ class Checkpoint {
 // after a header padded to 8 bytes, so every tensor is aligned to its element size.
 class SafetensorsWriter {
  public:
-  void add(std::string name, const TensorView& t);        // duplicate name is an error
+  void add(std::string name, const TensorView& t);  // duplicate name is an error
+  // The same for a tensor the writer keeps alive until it is destroyed (a host copy made for
+  // the write, e.g. of device memory).
+  void add(std::string name, Tensor t);
   void add_metadata(std::string key, std::string value);  // "format": "pt" is added by default
   size_t bytes() const { return bytes_; }  // sum of tensor data bytes, header excluded
   // Header padded with spaces to a multiple of 8; written to path + ".tmp" then renamed.
@@ -106,6 +109,7 @@ class SafetensorsWriter {
 
  private:
   std::map<std::string, TensorView> tensors_;
+  std::vector<Tensor> owned_;  // storage of the tensors added by value
   std::map<std::string, std::string> metadata_{{"format", "pt"}};
   size_t bytes_ = 0;
 };

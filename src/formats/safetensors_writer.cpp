@@ -22,6 +22,11 @@ void SafetensorsWriter::add(std::string name, const TensorView& t) {
   bytes_ += nbytes;
 }
 
+void SafetensorsWriter::add(std::string name, Tensor t) {
+  add(std::move(name), t.view());
+  owned_.push_back(std::move(t));  // the view above points into t's shared storage
+}
+
 void SafetensorsWriter::add_metadata(std::string key, std::string value) {
   metadata_[std::move(key)] = std::move(value);
 }

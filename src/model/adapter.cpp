@@ -311,6 +311,7 @@ LoraAdapter LoraAdapter::allocate(const LoraConfig& config, const Model& model) 
       total = align_elements(s.offset_b + config.r * s.n);
     }
   }
+  a.num_params_ = total;
   a.masters_ = Tensor::zeros({total}, DType::f32);
   return a;
 }
@@ -323,27 +324,43 @@ const LoraAdapter::Slot& LoraAdapter::slot(int64_t layer, int projection) const 
 }
 
 TensorView LoraAdapter::master_a(int64_t layer, int projection) const {
-  const Slot& s = slot(layer, projection);
-  CHECK(!s.empty(), "{} carries no adapter", projection_path(layer, projection));
-  return TensorView(masters_.ptr<float>() + s.offset, DType::f32, {config_.r, s.k});
+  return slice(master_params(), layer, projection, false);
 }
 
 TensorView LoraAdapter::master_b(int64_t layer, int projection) const {
-  const Slot& s = slot(layer, projection);
-  CHECK(!s.empty(), "{} carries no adapter", projection_path(layer, projection));
-  return TensorView(masters_.ptr<float>() + s.offset_b, DType::f32, {s.n, config_.r});
+  return slice(master_params(), layer, projection, true);
+}
+
+TensorView LoraAdapter::master_params() const {
+  if (ctx_.device == Device::cpu) return masters_.view();
+  return device_masters_.view({num_params_}, DType::f32);
+}
+
+TensorView LoraAdapter::compute_params() const {
+  if (ctx_.device == Device::cpu) return {};
+  return compute_copy_.view({num_params_}, DType::bf16);
+}
+
+Tensor LoraAdapter::host_masters() const {
+  Tensor host = Tensor::empty({num_params_}, DType::f32);
+  Context ctx = ctx_;
+  ops::copy(ctx, master_params(), host.view());  // a download waits for the device
+  return host;
+}
+
+TensorView LoraAdapter::matrix(const TensorView& flat, const Slot& s, bool b) const {
+  const Shape shape = b ? Shape{s.n, config_.r} : Shape{config_.r, s.k};
+  const size_t offset = size_t(b ? s.offset_b : s.offset) * dtype_size(flat.dtype);
+  return TensorView(static_cast<char*>(flat.data) + offset, flat.dtype, shape, flat.device);
 }
 
 TensorView LoraAdapter::slice(const TensorView& flat, int64_t layer, int projection, bool b) const {
   const Slot& s = slot(layer, projection);
   CHECK(!s.empty(), "{} carries no adapter", projection_path(layer, projection));
-  CHECK(flat.dtype == DType::f32 && flat.is_contiguous() && flat.numel() == masters_.numel(),
+  CHECK(flat.dtype == DType::f32 && flat.is_contiguous() && flat.numel() == num_params_,
         "adapter slice: the buffer must be contiguous f32 [{}] like the masters, got {} {}",
-        masters_.numel(), dtype_name(flat.dtype), flat.shape.str());
-  const Shape shape = b ? Shape{s.n, config_.r} : Shape{config_.r, s.k};
-  TensorView v(static_cast<float*>(flat.data) + (b ? s.offset_b : s.offset), DType::f32, shape);
-  v.device = flat.device;
-  return v;
+        num_params_, dtype_name(flat.dtype), flat.shape.str());
+  return matrix(flat, s, b);
 }
 
 LoraAdapter LoraAdapter::init(const LoraConfig& config, const Model& model, uint64_t seed) {
@@ -430,12 +447,13 @@ LoraAdapter LoraAdapter::load_peft(const std::string& dir, const Model& model) {
 void LoraAdapter::save_peft(const std::string& dir, const std::string& base_model_name) const {
   fs::path target = fs::path(dir);
   if (!target.has_filename()) target = target.parent_path();  // "out/" -> "out"
+  const Tensor host = ctx_.device == Device::cpu ? masters_ : host_masters();
   SafetensorsWriter writer;
   for (int64_t l = 0; l < num_layers_; ++l)
     for (int p = 0; p < kProjections; ++p) {
       if (!targeted(l, p)) continue;
-      writer.add(peft_tensor_name(l, p, false), master_a(l, p));
-      writer.add(peft_tensor_name(l, p, true), master_b(l, p));
+      writer.add(peft_tensor_name(l, p, false), slice(host.view(), l, p, false));
+      writer.add(peft_tensor_name(l, p, true), slice(host.view(), l, p, true));
     }
   const std::string config_text = config_.to_peft_json(base_model_name).dump(2) + "\n";
 
@@ -467,38 +485,49 @@ void LoraAdapter::save_peft(const std::string& dir, const std::string& base_mode
   fsync_directory(target.has_parent_path() ? target.parent_path() : fs::path("."));
 }
 
-void LoraAdapter::sync_to_device(Context& ctx) {
-  if (ctx.device == Device::cpu) return;
-  const int64_t total = masters_.numel();
-  const size_t bytes = size_t(total) * dtype_size(DType::bf16);
-  if (device_copy_.size() != bytes || device_copy_.device() != ctx.device)
-    device_copy_ = DeviceBuffer(ctx, bytes);
-  Tensor staging = Tensor::empty({total}, DType::bf16);  // [P] bf16 host
-  convert(masters_.ptr<float>(), DType::f32, staging.ptr<uint16_t>(), DType::bf16, size_t(total));
-  ops::copy(ctx, staging.view(), device_copy_.view({total}, DType::bf16));
-  // The fp32 masters too: the trainer's LoRA backward reads A and B in fp32 on the device.
-  const size_t master_bytes = size_t(total) * sizeof(float);
-  if (device_masters_.size() != master_bytes || device_masters_.device() != ctx.device)
-    device_masters_ = DeviceBuffer(ctx, master_bytes);
-  ops::copy(ctx, masters_.view(), device_masters_.view({total}, DType::f32));
-  ops::synchronize(ctx);  // the staging buffer dies here
+void LoraAdapter::to_device(Context& ctx) {
+  if (ctx.device == ctx_.device) return;
+  CHECK(ctx_.device == Device::cpu, "the adapter is on {} already; it moves once, from the host",
+        device_name(ctx_.device));
+  device_masters_ = DeviceBuffer(ctx, size_t(num_params_) * sizeof(float));
+  compute_copy_ = DeviceBuffer(ctx, size_t(num_params_) * dtype_size(DType::bf16));
+  ctx_ = ctx;
+  ctx_.scratch = nullptr;  // the adapter's transfers need no scratch
+  upload(masters_.view());
+  masters_ = Tensor();
+}
+
+void LoraAdapter::upload(const TensorView& values) {
+  Tensor staging = Tensor::empty({num_params_}, DType::bf16);  // [P] bf16 host
+  convert(values.data, DType::f32, staging.ptr<uint16_t>(), DType::bf16, size_t(num_params_));
+  ops::copy(ctx_, values, master_params());
+  ops::copy(ctx_, staging.view(), compute_params());
+  ops::synchronize(ctx_);  // the staging buffer and the caller's values may go now
+}
+
+void LoraAdapter::set_masters(const TensorView& values) {
+  CHECK(values.device == Device::cpu && values.dtype == DType::f32 && values.is_contiguous() &&
+            values.numel() == num_params_,
+        "adapter masters: expected contiguous f32 [{}] host values, got {} {} on {}", num_params_,
+        dtype_name(values.dtype), values.shape.str(), device_name(values.device));
+  if (ctx_.device == Device::cpu)
+    std::copy(values.ptr<float>(), values.ptr<float>() + num_params_, masters_.ptr<float>());
+  else
+    upload(values);
+  mark_updated();
 }
 
 TensorView LoraAdapter::training_view(int64_t layer, int projection, bool b, Device device) const {
-  if (device == Device::cpu) return b ? master_b(layer, projection) : master_a(layer, projection);
-  CHECK(device_masters_.data() != nullptr && device_masters_.device() == device,
-        "the adapter has no {} fp32 copy: call sync_to_device first", device_name(device));
-  return slice(device_masters_.view({masters_.numel()}, DType::f32), layer, projection, b);
+  CHECK(device == ctx_.device, "the adapter's masters are on {}, the backward runs on {}",
+        device_name(ctx_.device), device_name(device));
+  return slice(master_params(), layer, projection, b);
 }
 
 TensorView LoraAdapter::compute_view(const Slot& s, bool b, Device device) const {
-  const Shape shape = b ? Shape{s.n, config_.r} : Shape{config_.r, s.k};
-  const int64_t offset = b ? s.offset_b : s.offset;
-  if (device == Device::cpu) return TensorView(masters_.ptr<float>() + offset, DType::f32, shape);
-  CHECK(device_copy_.data() != nullptr && device_copy_.device() == device,
-        "the adapter has no {} copy: call sync_to_device before attaching it to a {} model",
-        device_name(device), device_name(device));
-  return device_copy_.view(shape, DType::bf16, size_t(offset) * dtype_size(DType::bf16));
+  CHECK(device == ctx_.device,
+        "the adapter is on {}: call to_device before attaching it to a {} model",
+        device_name(ctx_.device), device_name(device));
+  return matrix(device == Device::cpu ? master_params() : compute_params(), s, b);
 }
 
 void LoraAdapter::attach(Model& model) const {
@@ -527,7 +556,7 @@ void LoraAdapter::detach(Model& model) {
 }
 
 size_t LoraAdapter::nbytes() const {
-  return masters_.nbytes() + device_copy_.size() + device_masters_.size();
+  return masters_.nbytes() + device_masters_.size() + compute_copy_.size();
 }
 
 void add_lora_reference(const TensorView& x, const LoraWeights& lora, const TensorView& y) {

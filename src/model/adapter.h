@@ -2,11 +2,15 @@
 // (adapter_config.json + adapter_model.safetensors), so that an adapter trained here loads
 // with `PeftModel.from_pretrained` and one trained with PEFT runs here.
 //
-// The trainable values are fp32 masters on the host, one contiguous buffer for the whole
-// adapter (the optimizer steps it as one vector). The forward reads compute copies through the
-// `Linear::lora` views (model/lora.h): on the CPU the compute copy is the master itself, so an
-// update is visible at once; on CUDA it is a bf16 copy in one DeviceBuffer, refreshed by
-// sync_to_device().
+// The trainable values are fp32 masters, one contiguous buffer for the whole adapter (the
+// optimizer steps it as one vector), on the device of the model the adapter serves: an
+// adapter is made on the host (init, load_peft) and to_device() moves it. On CUDA the host
+// copy is gone after that; it exists only for a moment in save_peft (a download) and
+// set_masters (an upload). The forward reads compute copies through the `Linear::lora` views
+// (model/lora.h): on the CPU the compute copy is the master itself; on CUDA it is a bf16 copy
+// of the masters in one device buffer, written by the optimizer's own pass together with the
+// masters (ops/optimizer.h), so an optimizer step is visible to the next forward with no copy
+// and no sync step.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -83,44 +87,52 @@ class LoraAdapter {
   // written as a temporary and renamed, tensors first.
   void save_peft(const std::string& dir, const std::string& base_model_name) const;
 
-  // CUDA: (re)creates the bf16 compute copies and an fp32 copy of the masters (for the
-  // trainer's backward) from the masters (allocating them on first use) and waits for the copy.
-  // CPU: nothing to do, the masters are the compute copies. The device copy is released with the
-  // adapter, which must then go before the CudaDevice.
-  void sync_to_device(Context& ctx);
+  // Moves the adapter to ctx's device, once, before attach() to a model there. CUDA: uploads
+  // the fp32 masters, writes the bf16 compute copies from them and frees the host masters;
+  // the adapter keeps ctx for its later transfers and must go before the CudaDevice. CPU:
+  // nothing to do, the masters are the compute copies.
+  void to_device(Context& ctx);
+  Device device() const { return ctx_.device; }
   // Points every targeted projection's `lora` at the compute copies on the model's device
-  // (after sync_to_device for a CUDA model). The adapter must outlive the attachment.
+  // (after to_device for a CUDA model). The adapter must outlive the attachment.
   void attach(Model& model) const;
   static void detach(Model& model);  // clears every projection's `lora`
 
-  // Bumped by mark_updated() after the masters changed (and, on CUDA, were synced); the
-  // engine's prefix cache keys cached KV on it. Starts at 1.
+  // Bumped by mark_updated() after the masters and the compute copies changed (an optimizer
+  // step, which writes both in one pass) and by set_masters(); the engine's prefix cache keys
+  // cached KV on it. Starts at 1.
   uint64_t version() const { return version_; }
   void mark_updated() { ++version_; }
-  // After the masters changed (an optimizer step, a loaded checkpoint): refreshes the device
-  // copies on CUDA (sync_to_device) and bumps the version.
-  void commit_update(Context& ctx) {
-    sync_to_device(ctx);
-    mark_updated();
-  }
+  // Replaces every master with `values` (f32 [P] on the host, laid out like master_params(),
+  // e.g. a loaded checkpoint's), uploading them on CUDA, refreshes the compute copies and
+  // bumps the version.
+  void set_masters(const TensorView& values);
 
   const LoraConfig& config() const { return config_; }
   float scale() const { return float(config_.scale()); }
   int64_t num_layers() const { return num_layers_; }
   bool targeted(int64_t layer, int projection) const { return !slot(layer, projection).empty(); }
-  // fp32 host masters of one targeted projection: A [r, K], B [N, r]. Throws if not targeted.
+  // fp32 masters of one targeted projection on device(): A [r, K], B [N, r]. Throws if not
+  // targeted.
   TensorView master_a(int64_t layer, int projection) const;
   TensorView master_b(int64_t layer, int projection) const;
-  // Every master value in one contiguous f32 host vector (layer, projection, A then B, each
-  // matrix starting on a multiple of 64 elements; the gaps are zero and belong to no matrix).
-  TensorView master_params() const { return masters_.view(); }
+  // Every master value in one contiguous f32 vector on device() (layer, projection, A then B,
+  // each matrix starting on a multiple of 64 elements; the gaps are zero and belong to no
+  // matrix): what the optimizer steps.
+  TensorView master_params() const;
+  // The bf16 compute copies the forward reads, laid out like master_params(), on CUDA (the
+  // optimizer's step writes them beside the masters); empty on the CPU, where the masters are
+  // the compute copies.
+  TensorView compute_params() const;
+  // A host copy of the masters, f32 [P] (a download on CUDA).
+  Tensor host_masters() const;
   // The same matrix in another buffer laid out like master_params() (the gradients, the
   // optimizer's moments): A [r, K] (b = false) or B [N, r] of `flat` (f32 [P], any device).
   TensorView slice(const TensorView& flat, int64_t layer, int projection, bool b) const;
-  // The fp32 A (b = false) or B the trainer's backward reads on `device`: the host masters,
-  // or their CUDA copy (after sync_to_device).
+  // The fp32 A (b = false) or B the trainer's backward reads on `device`: the masters, which
+  // must be there.
   TensorView training_view(int64_t layer, int projection, bool b, Device device) const;
-  size_t nbytes() const;  // masters plus device compute copies
+  size_t nbytes() const;  // masters plus compute copies
 
  private:
   struct Slot {
@@ -134,12 +146,19 @@ class LoraAdapter {
   const Slot& slot(int64_t layer, int projection) const;
   TensorView compute_view(const Slot& s, bool b, Device device) const;
 
+  // View of matrix A (b = false) or B of slot s in the [P] vector flat.
+  TensorView matrix(const TensorView& flat, const Slot& s, bool b) const;
+  // CUDA: device masters = values (f32 [P] host), compute copies = bf16(values); waits.
+  void upload(const TensorView& values);
+
   LoraConfig config_;
   int64_t num_layers_ = 0;
+  int64_t num_params_ = 0;
   std::vector<Slot> slots_;      // [layer * 7 + projection]
-  Tensor masters_;               // [P] f32 host
-  DeviceBuffer device_copy_;     // [P] bf16 on CUDA, after sync_to_device
-  DeviceBuffer device_masters_;  // [P] f32 on CUDA, after sync_to_device
+  Context ctx_;                  // the masters' device (the host until to_device)
+  Tensor masters_;               // [P] f32 on the host; empty on CUDA
+  DeviceBuffer device_masters_;  // [P] f32 on CUDA, after to_device
+  DeviceBuffer compute_copy_;    // [P] bf16 on CUDA, after to_device
   uint64_t version_ = 1;
 };
 

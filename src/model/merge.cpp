@@ -109,6 +109,8 @@ Tensor merged_weight(const Model& model, const LoraAdapter& adapter, int64_t lay
   else
     convert(lin.weight.data, lin.weight.dtype, w.ptr<float>(), DType::f32, size_t(n * k));
   if (!adapter.targeted(layer, projection)) return w;
+  CHECK(adapter.device() == Device::cpu, "merging reads the adapter on the host, not on {}",
+        device_name(adapter.device()));
 
   const TensorView a = adapter.master_a(layer, projection);  // [r, K] f32
   const TensorView b = adapter.master_b(layer, projection);  // [N, r] f32

@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "ops/backward.h"
+#include "ops/memory.h"
 #include "rl/dpo_loss.h"
 #include "train/logprob_pass.h"
 #include "train/run_dir.h"
@@ -82,8 +83,9 @@ struct DpoTrainer::Impl {
     total_steps = cfg.max_steps > 0
                       ? cfg.max_steps
                       : int64_t(std::ceil(cfg.num_train_epochs * double(steps_per_epoch)));
-    train_step = std::make_unique<TrainStep>(make_optimizer(cfg, adapter.master_params().numel()),
-                                             train_step_config(cfg, total_steps));
+    train_step =
+        std::make_unique<TrainStep>(make_optimizer(cfg, adapter.master_params().numel(), ctx),
+                                    train_step_config(cfg, total_steps));
     pass = std::make_unique<LogprobPass>(ctx, model, &adapter);
     ref_chosen.assign(pairs.size(), std::nan(""));
     ref_rejected.assign(pairs.size(), std::nan(""));
@@ -133,16 +135,17 @@ struct DpoTrainer::Impl {
       }
     }
     MetricsLog metrics(cfg.output_dir, train_step->global_step());
-    const TensorView params = adapter.master_params();
-    std::vector<float> grads(size_t(params.numel()));
-    const TensorView grads_view(grads.data(), DType::f32, {params.numel()});
+    // The gradients on the run's device, beside the masters: the optimizer steps them there.
+    const int64_t num_params = adapter.master_params().numel();
+    const DeviceBuffer grad_storage(ctx, size_t(num_params) * sizeof(float));
+    const TensorView grads = grad_storage.view({num_params}, DType::f32);  // [P] f32
     DpoLossConfig lc;
     lc.loss_type = cfg.loss_type;
     lc.beta = cfg.beta;
     lc.label_smoothing = cfg.label_smoothing;
     while (train_step->global_step() < total_steps) {
       const auto t0 = Clock::now();
-      std::fill(grads.begin(), grads.end(), 0.0f);
+      ops::fill_zero(ctx, grads);
       double loss = 0;
       DpoStats mean{};
       int64_t micro = 0, tokens = 0;
@@ -182,7 +185,7 @@ struct DpoTrainer::Impl {
           for (int64_t t = p.span[2 * k + 1].first; t < p.span[2 * k + 1].second; ++t)
             dlogprob[size_t(t)] = float(res.dloss_drejected_logp[k] / ga);
         }
-        pass->backward(dlogprob, grads_view);
+        pass->backward(dlogprob, grads);
         mean.rewards_chosen += res.stats.rewards_chosen;
         mean.rewards_rejected += res.stats.rewards_rejected;
         mean.rewards_accuracies += res.stats.rewards_accuracies;
@@ -191,8 +194,8 @@ struct DpoTrainer::Impl {
         mean.logps_rejected += res.stats.logps_rejected;
       }
       const StepResult r =
-          train_step->step({params.ptr<float>(), size_t(params.numel())}, grads, loss);
-      if (!r.skipped) adapter.commit_update(ctx);
+          train_step->step(ctx, adapter.master_params(), grads, loss, adapter.compute_params());
+      if (!r.skipped) adapter.mark_updated();
       const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       const double n = double(micro);
       const int64_t step = train_step->global_step();

@@ -10,6 +10,7 @@
 #include "core/rng.h"
 #include "engine/engine.h"
 #include "ops/backward.h"
+#include "ops/memory.h"
 #include "rl/advantages.h"
 #include "rl/grpo_loss.h"
 #include "rl/rollout_correction.h"
@@ -189,8 +190,9 @@ struct GrpoTrainer::Impl {
     total_steps = cfg.max_steps > 0
                       ? cfg.max_steps
                       : int64_t(std::ceil(cfg.num_train_epochs * double(steps_per_epoch)));
-    train_step = std::make_unique<TrainStep>(make_optimizer(cfg, adapter.master_params().numel()),
-                                             train_step_config(cfg, total_steps));
+    train_step =
+        std::make_unique<TrainStep>(make_optimizer(cfg, adapter.master_params().numel(), ctx),
+                                    train_step_config(cfg, total_steps));
     EngineOptions eo;
     eo.kv_memory_bytes = size_t(cfg.kv_memory * double(1ull << 30));
     eo.kv_dtype = parse_kv_dtype(cfg.kv_dtype);
@@ -526,16 +528,17 @@ struct GrpoTrainer::Impl {
       load_state(load_checkpoint(resume, ctx, model, adapter, *train_step));
     MetricsLog metrics(cfg.output_dir, train_step->global_step());
     MetricsLog samples(cfg.output_dir, train_step->global_step(), "samples.jsonl");
-    const TensorView params = adapter.master_params();
-    std::vector<float> grads(size_t(params.numel()));
-    const TensorView grads_view(grads.data(), DType::f32, {params.numel()});
+    // The gradients on the run's device, beside the masters: the optimizer steps them there.
+    const int64_t num_params = adapter.master_params().numel();
+    const DeviceBuffer grad_storage(ctx, size_t(num_params) * sizeof(float));
+    const TensorView grads = grad_storage.view({num_params}, DType::f32);  // [P] f32
     const int64_t micro_per_round = steps_per_generation * cfg.num_iterations;
 
     while (train_step->global_step() < total_steps) {
       const auto t0 = Clock::now();
       const int64_t step = train_step->global_step() + 1;
       reset_peak_memory(ctx);
-      std::fill(grads.begin(), grads.end(), 0.0f);
+      ops::fill_zero(ctx, grads);
       MetricMeans means;
       nlohmann::json line = nlohmann::json::object();
       double loss = 0, train_seconds = 0;
@@ -550,7 +553,7 @@ struct GrpoTrainer::Impl {
         const size_t first = slice * size_t(micro_batch);
         const size_t count = std::min(size_t(micro_batch), round->ids.size() - first);
         double entropy = 0;
-        const GrpoLossResult res = micro_step(*round, first, count, grads_view, entropy);
+        const GrpoLossResult res = micro_step(*round, first, count, grads, entropy);
         ++round->micro_used;
         loss += res.loss;
         for (size_t c = first; c < first + count; ++c)
@@ -565,9 +568,11 @@ struct GrpoTrainer::Impl {
         train_seconds += seconds_since(tt);
       }
       const auto ts = Clock::now();
+      // The optimizer's pass writes the masters and the engine's compute copies (CUDA) at
+      // once: the next rollout runs on the new adapter with no copy.
       const StepResult r =
-          train_step->step({params.ptr<float>(), size_t(params.numel())}, grads, loss);
-      if (!r.skipped) adapter.commit_update(ctx);
+          train_step->step(ctx, adapter.master_params(), grads, loss, adapter.compute_params());
+      if (!r.skipped) adapter.mark_updated();
       train_seconds += seconds_since(ts);
       means.into(line);
       const double seconds = seconds_since(t0);

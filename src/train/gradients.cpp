@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/parallel.h"
+#include "ops/optimizer.h"
 #include "train/block_loop.h"
 
 namespace fp8rl {
@@ -33,16 +34,9 @@ void scale_gradients(std::span<float> grads, double factor) {
 }
 
 double grad_norm(std::span<const float> grads) {
-  const int64_t n = int64_t(grads.size());
-  std::vector<double> partial(size_t(num_blocks(n)), 0.0);
-  for_each_block(n, [&](int64_t begin, int64_t end) {
-    double sum = 0.0;
-    for (int64_t i = begin; i < end; ++i) sum += double(grads[i]) * double(grads[i]);
-    partial[size_t(begin / kBlockElements)] = sum;
-  });
-  double total = 0.0;
-  for (double p : partial) total += p;
-  return std::sqrt(total);
+  Context cpu;
+  return ops::l2_norm(
+      cpu, TensorView(const_cast<float*>(grads.data()), DType::f32, {int64_t(grads.size())}));
 }
 
 double clip_grad_norm(std::span<float> grads, double max_norm) {
@@ -54,9 +48,14 @@ double clip_grad_norm(std::span<float> grads, double max_norm) {
 }
 
 void clip_to_max_norm(std::span<float> grads, double total_norm, double max_norm) {
-  if (max_norm == 0.0 || !std::isfinite(total_norm)) return;
+  const float factor = clip_factor(total_norm, max_norm);
+  if (factor != 1.0f) scale_gradients(grads, factor);
+}
+
+float clip_factor(double total_norm, double max_norm) {
+  if (max_norm == 0.0 || !std::isfinite(total_norm)) return 1.0f;
   const double clip_coef = max_norm / (total_norm + 1e-6);
-  if (clip_coef < 1.0) scale_gradients(grads, clip_coef);
+  return clip_coef < 1.0 ? float(clip_coef) : 1.0f;
 }
 
 }  // namespace fp8rl

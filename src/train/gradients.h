@@ -24,9 +24,10 @@ void accumulate_gradients(std::span<float> acc, std::span<const float> micro);
 // are equal up to fp32 rounding (here one rounding per element instead of one per micro-batch).
 void scale_gradients(std::span<float> grads, double factor);
 
-// The L2 norm of grads, squares summed in fp64. The fp64 sum of squares of fp32 values cannot
-// overflow (each square is below 2^256, and 2^1023 / 2^256 exceeds any buffer length), so the
-// result is finite exactly when every gradient is: a NaN or Inf anywhere makes it NaN or Inf.
+// The L2 norm of grads, squares summed in fp64 (ops::l2_norm on the host). The fp64 sum of squares
+// of fp32 values cannot overflow (each square is below 2^256, and 2^1023 / 2^256 exceeds any buffer
+// length), so the result is finite exactly when every gradient is: a NaN or Inf anywhere makes it
+// NaN or Inf.
 double grad_norm(std::span<const float> grads);
 
 // torch.nn.utils.clip_grad_norm_(params, max_norm) over the one flat vector: total_norm =
@@ -38,5 +39,8 @@ double grad_norm(std::span<const float> grads);
 double clip_grad_norm(std::span<float> grads, double max_norm);
 // The scaling half of clip_grad_norm for a norm already computed (total_norm = grad_norm()).
 void clip_to_max_norm(std::span<float> grads, double total_norm, double max_norm);
+// The factor clip_to_max_norm multiplies the gradients by: float(clip_coef), or 1 where it
+// leaves them as they are.
+float clip_factor(double total_norm, double max_norm);
 
 }  // namespace fp8rl

@@ -5,7 +5,7 @@
 
 #include "core/check.h"
 #include "formats/safetensors.h"
-#include "train/block_loop.h"
+#include "ops/optimizer.h"
 
 namespace fp8rl {
 
@@ -37,16 +37,6 @@ int64_t parse_count(const SafetensorsFile& file, const std::string& key) {
   return value;
 }
 
-// Copies tensor `name` ([P] f32) of the file into dst.
-void load_vector(const SafetensorsFile& file, const char* name, int64_t n, const Tensor& dst) {
-  const SafetensorsTensorInfo* info = file.find(name);
-  CHECK(info != nullptr, "optimizer state '{}': tensor '{}' is missing", file.path(), name);
-  CHECK(info->supported && info->dtype == DType::f32 && info->shape == Shape{n},
-        "optimizer state '{}': tensor '{}' is {} {}, expected F32 [{}]", file.path(), name,
-        info->dtype_str, info->shape.str(), n);
-  std::memcpy(dst.ptr<float>(), file.view(*info).data, size_t(n) * sizeof(float));
-}
-
 }  // namespace
 
 void AdamWConfig::validate() const {
@@ -70,17 +60,49 @@ void SgdConfig::validate() const {
 
 // ---- Optimizer --------------------------------------------------------------------------------
 
-Optimizer::Optimizer(int64_t num_params) : num_params_(num_params) {
+Optimizer::Optimizer(int64_t num_params, const Context& ctx) : ctx_(ctx), num_params_(num_params) {
   CHECK(num_params > 0, "optimizer over {} parameters", num_params);
 }
 
-void Optimizer::check_step_args(std::span<float> params, std::span<const float> grads,
-                                double lr) const {
-  CHECK(int64_t(params.size()) == num_params_ && int64_t(grads.size()) == num_params_,
-        "{} step: {} parameters and {} gradients, expected {}", name(), params.size(), grads.size(),
-        num_params_);
+void Optimizer::step(std::span<float> params, std::span<const float> grads, double lr) {
+  CHECK(ctx_.device == Device::cpu, "{} step: host spans given to an optimizer on {}", name(),
+        device_name(ctx_.device));
+  step(TensorView(params.data(), DType::f32, {int64_t(params.size())}),
+       TensorView(const_cast<float*>(grads.data()), DType::f32, {int64_t(grads.size())}), lr);
+}
+
+void Optimizer::step(const TensorView& params, const TensorView& grads, double lr, float grad_scale,
+                     const TensorView& compute_copy) {
+  CHECK(params.numel() == num_params_ && grads.numel() == num_params_,
+        "{} step: {} parameters and {} gradients, expected {}", name(), params.numel(),
+        grads.numel(), num_params_);
   CHECK(lr >= 0.0 && std::isfinite(lr), "{} step: learning rate {} is not finite and >= 0", name(),
         lr);
+  CHECK(std::isfinite(grad_scale) && grad_scale >= 0.0f,
+        "{} step: gradient scale {} is not finite and >= 0", name(), grad_scale);
+  update(params, grads, lr, grad_scale, compute_copy);
+  ++steps_;
+}
+
+DeviceBuffer Optimizer::zeros() const {
+  DeviceBuffer b(ctx_, size_t(num_params_) * sizeof(float));
+  Context ctx = ctx_;
+  ops::fill_zero(ctx, vector(b));
+  return b;
+}
+
+DeviceBuffer Optimizer::load_vector(const SafetensorsFile& file, const char* name) const {
+  const SafetensorsTensorInfo* info = file.find(name);
+  CHECK(info != nullptr, "optimizer state '{}': tensor '{}' is missing", file.path(), name);
+  CHECK(info->supported && info->dtype == DType::f32 && info->shape == Shape{num_params_},
+        "optimizer state '{}': tensor '{}' is {} {}, expected F32 [{}]", file.path(), name,
+        info->dtype_str, info->shape.str(), num_params_);
+  DeviceBuffer b(ctx_, size_t(num_params_) * sizeof(float));
+  const TensorView from(const_cast<void*>(file.view(*info).data), DType::f32, {num_params_});
+  Context ctx = ctx_;
+  ops::copy(ctx, from, vector(b));
+  ops::synchronize(ctx);  // the file's mapping may go once this returns
+  return b;
 }
 
 void Optimizer::add_state(SafetensorsWriter& writer) const {
@@ -88,7 +110,16 @@ void Optimizer::add_state(SafetensorsWriter& writer) const {
   writer.add_metadata(kStepKey, std::to_string(steps_));
   writer.add_metadata(kParamsKey, std::to_string(num_params_));
   writer.add_metadata(kHyperKey, hyperparameters());
-  add_tensors(writer);
+  Context ctx = ctx_;
+  for (auto& [name, t] : state()) {
+    if (t.device == Device::cpu) {
+      writer.add(name, t);
+      continue;
+    }
+    Tensor host = Tensor::empty(t.shape, t.dtype);  // the download the file is written from
+    ops::copy(ctx, t, host.view());
+    writer.add(name, std::move(host));
+  }
 }
 
 void Optimizer::load_state(const SafetensorsFile& file) {
@@ -119,46 +150,43 @@ void Optimizer::load(const std::string& path) {
 
 // ---- AdamW ------------------------------------------------------------------------------------
 
-AdamW::AdamW(int64_t num_params, const AdamWConfig& config)
-    : Optimizer(num_params), config_(config) {
+AdamW::AdamW(int64_t num_params, const AdamWConfig& config, const Context& ctx)
+    : Optimizer(num_params, ctx), config_(config) {
   config_.validate();
-  m_ = Tensor::zeros({num_params}, DType::f32);
-  v_ = Tensor::zeros({num_params}, DType::f32);
+  m_ = zeros();
+  v_ = zeros();
 }
 
-void AdamW::step(std::span<float> params, std::span<const float> grads, double lr) {
-  check_step_args(params, grads, lr);
+void AdamW::update(const TensorView& params, const TensorView& grads, double lr, float grad_scale,
+                   const TensorView& compute_copy) {
   const double t = double(steps_ + 1);
-  const double b1 = config_.beta1, b2 = config_.beta2, eps = config_.eps;
-  const double decay = 1.0 - lr * config_.weight_decay;
-  const double bias_correction1 = 1.0 - std::pow(b1, t);
-  const double bias_correction2 = 1.0 - std::pow(b2, t);
-  float* m = m_.ptr<float>();  // [P] f32
-  float* v = v_.ptr<float>();  // [P] f32
-  for_each_block(num_params_, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const double g = grads[i];
-      m[i] = float(b1 * double(m[i]) + (1.0 - b1) * g);
-      v[i] = float(b2 * double(v[i]) + (1.0 - b2) * g * g);
-      const double m_hat = double(m[i]) / bias_correction1;
-      const double v_hat = double(v[i]) / bias_correction2;
-      params[i] = float(double(params[i]) * decay - lr * m_hat / (std::sqrt(v_hat) + eps));
-    }
-  });
-  ++steps_;
+  ops::AdamWStep s;
+  s.lr = lr;
+  s.beta1 = config_.beta1;
+  s.beta2 = config_.beta2;
+  s.eps = config_.eps;
+  s.one_minus_beta1 = 1.0 - config_.beta1;
+  s.one_minus_beta2 = 1.0 - config_.beta2;
+  s.decay = 1.0 - lr * config_.weight_decay;
+  s.bias_correction1 = 1.0 - std::pow(config_.beta1, t);
+  s.bias_correction2 = 1.0 - std::pow(config_.beta2, t);
+  ops::adamw_step(ctx_, s, params, grads, grad_scale, vector(m_), vector(v_), compute_copy);
 }
 
-void AdamW::add_tensors(SafetensorsWriter& writer) const {
-  writer.add("exp_avg", m_.view());
-  writer.add("exp_avg_sq", v_.view());
+std::vector<std::pair<std::string, TensorView>> AdamW::state() const {
+  return {{"exp_avg", vector(m_)}, {"exp_avg_sq", vector(v_)}};
+}
+
+std::span<const float> AdamW::host_span(const DeviceBuffer& b) const {
+  CHECK(b.device() == Device::cpu, "the AdamW moments are on {}, not the host",
+        device_name(b.device()));
+  return {static_cast<const float*>(b.data()), size_t(num_params_)};
 }
 
 void AdamW::load_tensors(const SafetensorsFile& file) {
   // Into new tensors first, so that a file failing half-way leaves the state as it was.
-  Tensor m = Tensor::empty({num_params_}, DType::f32);
-  Tensor v = Tensor::empty({num_params_}, DType::f32);
-  load_vector(file, "exp_avg", num_params_, m);
-  load_vector(file, "exp_avg_sq", num_params_, v);
+  DeviceBuffer m = load_vector(file, "exp_avg");
+  DeviceBuffer v = load_vector(file, "exp_avg_sq");
   m_ = std::move(m);
   v_ = std::move(v);
 }
@@ -170,34 +198,36 @@ std::string AdamW::hyperparameters() const {
 
 // ---- SGD --------------------------------------------------------------------------------------
 
-Sgd::Sgd(int64_t num_params, const SgdConfig& config) : Optimizer(num_params), config_(config) {
+Sgd::Sgd(int64_t num_params, const SgdConfig& config, const Context& ctx)
+    : Optimizer(num_params, ctx), config_(config) {
   config_.validate();
 }
 
-void Sgd::step(std::span<float> params, std::span<const float> grads, double lr) {
-  check_step_args(params, grads, lr);
-  const double wd = config_.weight_decay, mu = config_.momentum;
-  const double keep = 1.0 - config_.dampening;
-  const bool first = buffer_.empty();
-  if (mu != 0.0 && first) buffer_ = Tensor::empty({num_params_}, DType::f32);
-  float* buf = mu != 0.0 ? buffer_.ptr<float>() : nullptr;  // [P] f32
-  const bool nesterov = config_.nesterov;
-  for_each_block(num_params_, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const double p = params[i];
-      double g = double(grads[i]) + wd * p;
-      if (buf != nullptr) {
-        buf[i] = first ? float(g) : float(mu * double(buf[i]) + keep * g);
-        g = nesterov ? g + mu * double(buf[i]) : double(buf[i]);
-      }
-      params[i] = float(p - lr * g);
-    }
-  });
-  ++steps_;
+void Sgd::update(const TensorView& params, const TensorView& grads, double lr, float grad_scale,
+                 const TensorView& compute_copy) {
+  ops::SgdStep s;
+  s.lr = lr;
+  s.weight_decay = config_.weight_decay;
+  s.momentum = config_.momentum;
+  s.keep = 1.0 - config_.dampening;
+  s.nesterov = config_.nesterov;
+  s.first = buffer_.data() == nullptr;
+  if (s.momentum != 0.0 && s.first)
+    buffer_ = DeviceBuffer(ctx_, size_t(num_params_) * sizeof(float));
+  ops::sgd_step(ctx_, s, params, grads, grad_scale,
+                s.momentum != 0.0 ? vector(buffer_) : TensorView(), compute_copy);
 }
 
-void Sgd::add_tensors(SafetensorsWriter& writer) const {
-  if (!buffer_.empty()) writer.add("momentum_buffer", buffer_.view());
+std::vector<std::pair<std::string, TensorView>> Sgd::state() const {
+  if (buffer_.data() == nullptr) return {};
+  return {{"momentum_buffer", vector(buffer_)}};
+}
+
+std::span<const float> Sgd::momentum_buffer() const {
+  CHECK(ctx_.device == Device::cpu, "the SGD momentum buffer is on {}, not the host",
+        device_name(ctx_.device));
+  return {static_cast<const float*>(buffer_.data()),
+          buffer_.data() == nullptr ? 0 : size_t(num_params_)};
 }
 
 void Sgd::load_tensors(const SafetensorsFile& file) {
@@ -205,14 +235,12 @@ void Sgd::load_tensors(const SafetensorsFile& file) {
     // torch has no buffer before the first step with momentum; after one it must be there.
     CHECK(config_.momentum == 0.0 || parse_count(file, kStepKey) == 0,
           "optimizer state '{}': tensor 'momentum_buffer' is missing", file.path());
-    buffer_ = Tensor();
+    buffer_ = DeviceBuffer();
     return;
   }
   CHECK(config_.momentum != 0.0, "optimizer state '{}' has a momentum buffer, but momentum is 0",
         file.path());
-  Tensor buffer = Tensor::empty({num_params_}, DType::f32);
-  load_vector(file, "momentum_buffer", num_params_, buffer);
-  buffer_ = std::move(buffer);
+  buffer_ = load_vector(file, "momentum_buffer");
 }
 
 std::string Sgd::hyperparameters() const {

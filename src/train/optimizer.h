@@ -1,11 +1,13 @@
 // Optimizers over one flat fp32 parameter vector (the LoRA masters,
-// LoraAdapter::master_params()) with the update rules of torch.optim, fp32 state on the host,
-// and their state saved to and restored from safetensors for an exact resume.
+// LoraAdapter::master_params()) with the update rules of torch.optim, their fp32 state on the
+// optimizer's device (the host, or CUDA memory beside the masters), and their state saved to
+// and restored from safetensors for an exact resume (a device state goes through a host copy).
 //
 // Each element's update is computed in fp64 from the fp32 parameter, gradient and state and
-// rounded to fp32 once per stored value; PyTorch computes the same formulas in fp32, so the
-// two agree to fp32 rounding (a few ulp per step), not bit for bit. Given the same inputs the
-// result here is bit-identical across runs, thread counts and a save/load in between.
+// rounded to fp32 once per stored value (ops/optimizer_rules.h); PyTorch computes the same
+// formulas in fp32, so the two agree to fp32 rounding (a few ulp per step), not bit for bit.
+// Given the same inputs the result here is bit-identical across runs, thread counts, devices
+// (CPU and CUDA run the same per-element code, ops/optimizer.h) and a save/load in between.
 #pragma once
 
 #include <cstdint>
@@ -13,8 +15,12 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "core/tensor.h"
+#include "ops/context.h"
+#include "ops/memory.h"
 
 namespace fp8rl {
 
@@ -47,12 +53,23 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // One update of params [P] f32 with grads [P] f32 at learning rate lr (P = num_params()).
-  virtual void step(std::span<float> params, std::span<const float> grads, double lr) = 0;
+  // One update of params [P] f32 with grads [P] f32 at learning rate lr (P = num_params()),
+  // host memory; for an optimizer on the host.
+  void step(std::span<float> params, std::span<const float> grads, double lr);
+  // One update on the optimizer's device: params, grads [P] f32 there, each gradient read as
+  // fp32(grads[i] * grad_scale) (the clipping factor; 1: none). compute_copy (optional, [P]
+  // bf16 there) is set to bf16(new params) in the same pass: on CUDA the adapter's copy that
+  // the forward reads (LoraAdapter::compute_params()), so no copy step follows.
+  void step(const TensorView& params, const TensorView& grads, double lr, float grad_scale = 1.0f,
+            const TensorView& compute_copy = {});
   virtual std::string_view name() const = 0;  // "adamw" | "sgd"
 
   int64_t num_params() const { return num_params_; }
   int64_t steps() const { return steps_; }  // updates applied (torch's state["step"])
+  Device device() const { return ctx_.device; }
+  // The state tensors by their names in the state file ([P] f32 views on device(); a tensor
+  // not created yet, such as SGD's buffer before the first step, is left out).
+  virtual std::vector<std::pair<std::string, TensorView>> state() const = 0;
 
   // The state as torch's state_dict holds it: tensors (exp_avg, exp_avg_sq /
   // momentum_buffer, [P] f32) and, as metadata under "optimizer.", the kind, the step count
@@ -67,13 +84,23 @@ class Optimizer {
   void load(const std::string& path);
 
  protected:
-  explicit Optimizer(int64_t num_params);
-  void check_step_args(std::span<float> params, std::span<const float> grads, double lr) const;
-  virtual void add_tensors(SafetensorsWriter& writer) const = 0;
+  // The state lives on ctx's device (the default Context: the host); a CUDA context must
+  // outlive the optimizer.
+  Optimizer(int64_t num_params, const Context& ctx);
+  // The update of step() after its checks; increments steps_.
+  virtual void update(const TensorView& params, const TensorView& grads, double lr,
+                      float grad_scale, const TensorView& compute_copy) = 0;
+  // Restores the state tensors from the file (leaving the state as it was on an error).
   virtual void load_tensors(const SafetensorsFile& file) = 0;
   // Hyperparameters as "key=value;..." in shortest round-trip form, compared on load.
   virtual std::string hyperparameters() const = 0;
+  // A zeroed [P] f32 state tensor on the optimizer's device.
+  DeviceBuffer zeros() const;
+  // Tensor `name` ([P] f32) of the file in a new state tensor on the optimizer's device.
+  DeviceBuffer load_vector(const SafetensorsFile& file, const char* name) const;
+  TensorView vector(const DeviceBuffer& b) const { return b.view({num_params_}, DType::f32); }
 
+  Context ctx_;  // the state's device
   int64_t num_params_ = 0;
   int64_t steps_ = 0;
 };
@@ -86,21 +113,24 @@ class Optimizer {
 // with m, v starting at zero and stored in fp32; the update reads the stored (rounded) m, v.
 class AdamW final : public Optimizer {
  public:
-  AdamW(int64_t num_params, const AdamWConfig& config);
-  void step(std::span<float> params, std::span<const float> grads, double lr) override;
+  AdamW(int64_t num_params, const AdamWConfig& config, const Context& ctx = {});
   std::string_view name() const override { return "adamw"; }
   const AdamWConfig& config() const { return config_; }
-  std::span<const float> exp_avg() const { return {m_.ptr<float>(), size_t(num_params_)}; }
-  std::span<const float> exp_avg_sq() const { return {v_.ptr<float>(), size_t(num_params_)}; }
+  std::vector<std::pair<std::string, TensorView>> state() const override;
+  // The moments of an optimizer on the host.
+  std::span<const float> exp_avg() const { return host_span(m_); }
+  std::span<const float> exp_avg_sq() const { return host_span(v_); }
 
  private:
-  void add_tensors(SafetensorsWriter& writer) const override;
+  void update(const TensorView& params, const TensorView& grads, double lr, float grad_scale,
+              const TensorView& compute_copy) override;
   void load_tensors(const SafetensorsFile& file) override;
   std::string hyperparameters() const override;
+  std::span<const float> host_span(const DeviceBuffer& b) const;
 
   AdamWConfig config_;
-  Tensor m_;  // [P] f32
-  Tensor v_;  // [P] f32
+  DeviceBuffer m_;  // [P] f32
+  DeviceBuffer v_;  // [P] f32
 };
 
 // torch.optim.SGD:
@@ -111,22 +141,22 @@ class AdamW final : public Optimizer {
 // with the momentum buffer b stored in fp32.
 class Sgd final : public Optimizer {
  public:
-  Sgd(int64_t num_params, const SgdConfig& config);
-  void step(std::span<float> params, std::span<const float> grads, double lr) override;
+  Sgd(int64_t num_params, const SgdConfig& config, const Context& ctx = {});
   std::string_view name() const override { return "sgd"; }
   const SgdConfig& config() const { return config_; }
-  // Empty until the first step with momentum > 0 (torch creates the buffer there).
-  std::span<const float> momentum_buffer() const {
-    return {buffer_.ptr<float>(), buffer_.empty() ? 0 : size_t(num_params_)};
-  }
+  std::vector<std::pair<std::string, TensorView>> state() const override;
+  // Of an optimizer on the host; empty until the first step with momentum > 0 (torch creates
+  // the buffer there).
+  std::span<const float> momentum_buffer() const;
 
  private:
-  void add_tensors(SafetensorsWriter& writer) const override;
+  void update(const TensorView& params, const TensorView& grads, double lr, float grad_scale,
+              const TensorView& compute_copy) override;
   void load_tensors(const SafetensorsFile& file) override;
   std::string hyperparameters() const override;
 
   SgdConfig config_;
-  Tensor buffer_;  // [P] f32 momentum buffer; empty before the first step or without momentum
+  DeviceBuffer buffer_;  // [P] f32 momentum buffer; none before the first step or without momentum
 };
 
 }  // namespace fp8rl

@@ -134,10 +134,11 @@ nlohmann::json load_checkpoint(const std::string& checkpoint, Context& ctx, Mode
   } catch (const std::exception& e) {
     RAISE("checkpoint '{}': the run state is not JSON: {}", checkpoint, e.what());
   }
-  // Copy into the existing adapter: its masters are what the model's views point at.
-  const TensorView from = loaded.master_params(), to = adapter.master_params();
-  std::copy(from.ptr<float>(), from.ptr<float>() + from.numel(), to.ptr<float>());
-  adapter.commit_update(ctx);
+  // Into the existing adapter (uploaded on CUDA): its masters and compute copies are what the
+  // model's views point at.
+  CHECK(adapter.device() == ctx.device, "checkpoint '{}': the run is on {}, its adapter on {}",
+        checkpoint, device_name(ctx.device), device_name(adapter.device()));
+  adapter.set_masters(loaded.master_params());
   return state;
 }
 

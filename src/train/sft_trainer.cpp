@@ -5,6 +5,7 @@
 
 #include "core/rng.h"
 #include "ops/backward.h"
+#include "ops/memory.h"
 #include "train/run_dir.h"
 #include "train/sft_batch.h"
 #include "train/training_arguments.h"
@@ -33,8 +34,9 @@ SftTrainer::SftTrainer(Context& ctx, Model& model, LoraAdapter& adapter,
                      : int64_t(std::ceil(cfg_.num_train_epochs * double(steps_per_epoch_)));
   CHECK(total_steps_ > 0, "sft: {} epochs of {} steps train nothing", cfg_.num_train_epochs,
         steps_per_epoch_);
-  train_step_ = std::make_unique<TrainStep>(make_optimizer(cfg_, adapter_.master_params().numel()),
-                                            train_step_config(cfg_, total_steps_));
+  train_step_ =
+      std::make_unique<TrainStep>(make_optimizer(cfg_, adapter_.master_params().numel(), ctx_),
+                                  train_step_config(cfg_, total_steps_));
 }
 
 const std::vector<std::vector<size_t>>& SftTrainer::epoch_plan(int64_t epoch) {
@@ -89,9 +91,10 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
   }
   MetricsLog metrics(cfg_.output_dir, train_step_->global_step());
   LogprobPass pass(ctx_, model_, &adapter_);
-  const TensorView params = adapter_.master_params();
-  std::vector<float> grads(size_t(params.numel()));
-  const TensorView grads_view(grads.data(), DType::f32, {params.numel()});
+  // The gradients on the run's device, beside the masters: the optimizer steps them there.
+  const int64_t num_params = adapter_.master_params().numel();
+  const DeviceBuffer grad_storage(ctx_, size_t(num_params) * sizeof(float));
+  const TensorView grads = grad_storage.view({num_params}, DType::f32);  // [P] f32
 
   while (train_step_->global_step() < total_steps_) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -108,7 +111,7 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
       targets += batches.back().num_targets;
       tokens += int64_t(batches.back().input_ids.size());
     }
-    std::fill(grads.begin(), grads.end(), 0.0f);
+    ops::fill_zero(ctx_, grads);
     double loss_sum = 0;
     for (const SftBatch& b : batches) {
       PassOptions o = pass_;
@@ -120,12 +123,13 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
           loss_sum -= pass.logprobs()[t];
           dlogprob[t] = -1.0f / float(std::max<int64_t>(targets, 1));
         }
-      if (targets > 0) pass.backward(dlogprob, grads_view);
+      if (targets > 0) pass.backward(dlogprob, grads);
     }
     const double loss = targets > 0 ? loss_sum / double(targets) : 0.0;
+    // The optimizer's pass writes the masters and the forward's compute copies (CUDA) at once.
     const StepResult r =
-        train_step_->step({params.ptr<float>(), size_t(params.numel())}, grads, loss);
-    if (!r.skipped) adapter_.commit_update(ctx_);
+        train_step_->step(ctx_, adapter_.master_params(), grads, loss, adapter_.compute_params());
+    if (!r.skipped) adapter_.mark_updated();
     pos_.batch = last;
     pos_.tokens += tokens;
     const double seconds =

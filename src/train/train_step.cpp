@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "formats/safetensors.h"
+#include "ops/optimizer.h"
 #include "train/gradients.h"
 
 namespace fp8rl {
@@ -47,23 +48,31 @@ TrainStep::TrainStep(std::unique_ptr<Optimizer> optimizer, const TrainStepConfig
 }
 
 StepResult TrainStep::step(std::span<float> params, std::span<float> grads, double loss) {
-  CHECK(int64_t(params.size()) == optimizer_->num_params() &&
-            int64_t(grads.size()) == optimizer_->num_params(),
-        "training step: {} parameters and {} gradients, the optimizer has {}", params.size(),
-        grads.size(), optimizer_->num_params());
+  Context cpu;
+  return step(cpu, TensorView(params.data(), DType::f32, {int64_t(params.size())}),
+              TensorView(grads.data(), DType::f32, {int64_t(grads.size())}), loss);
+}
+
+StepResult TrainStep::step(Context& ctx, const TensorView& params, const TensorView& grads,
+                           double loss, const TensorView& compute_copy) {
+  CHECK(params.numel() == optimizer_->num_params() && grads.numel() == optimizer_->num_params(),
+        "training step: {} parameters and {} gradients, the optimizer has {}", params.numel(),
+        grads.numel(), optimizer_->num_params());
+  CHECK(ctx.device == optimizer_->device(), "training step on {} with an optimizer on {}",
+        device_name(ctx.device), device_name(optimizer_->device()));
   StepResult result;
   result.lr = config_.schedule.lr(config_.learning_rate, global_step_);
   ++global_step_;
-  // The fp64 norm is finite exactly when every gradient is (train/gradients.h), so it is the
+  // The fp64 norm is finite exactly when every gradient is (ops/optimizer.h), so it is the
   // guard's scan as well.
-  result.grad_norm = grad_norm(grads);
+  result.grad_norm = ops::l2_norm(ctx, grads);
   if (config_.skip_nonfinite && !(std::isfinite(loss) && std::isfinite(result.grad_norm))) {
     result.skipped = true;
     ++skipped_steps_;
     return result;
   }
-  clip_to_max_norm(grads, result.grad_norm, config_.max_grad_norm);
-  optimizer_->step(params, grads, result.lr);
+  optimizer_->step(params, grads, result.lr, clip_factor(result.grad_norm, config_.max_grad_norm),
+                   compute_copy);
   return result;
 }
 

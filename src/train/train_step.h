@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 
+#include "ops/context.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 
@@ -42,9 +43,17 @@ class TrainStep {
  public:
   TrainStep(std::unique_ptr<Optimizer> optimizer, const TrainStepConfig& config);
 
-  // One update of params from grads (clipped in place) at the rate of global step
-  // global_step(); loss is the step's (accumulated) loss, checked for finiteness only.
+  // One update of params from grads at the rate of global step global_step(); loss is the
+  // step's (accumulated) loss, checked for finiteness only. The clipping factor is applied as
+  // the optimizer reads each gradient (fp32(g * factor), the bits of torch's in-place
+  // clipping); grads are left as given. Host memory, for an optimizer on the host.
   StepResult step(std::span<float> params, std::span<float> grads, double loss);
+  // The same on the optimizer's device, ctx's: params, grads [P] f32 there. On CUDA only the
+  // gradient norm comes back to the host (ops::l2_norm: one scalar, also the non-finite
+  // check); compute_copy (optional, [P] bf16) is written with the new params by the
+  // optimizer's pass (Optimizer::step), unless the step is skipped.
+  StepResult step(Context& ctx, const TensorView& params, const TensorView& grads, double loss,
+                  const TensorView& compute_copy = {});
 
   int64_t global_step() const { return global_step_; }      // steps attempted
   int64_t skipped_steps() const { return skipped_steps_; }  // of which skipped

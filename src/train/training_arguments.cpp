@@ -50,18 +50,19 @@ int64_t TrainingArguments::num_warmup_steps(int64_t total_steps) const {
 
 namespace fp8rl {
 
-std::unique_ptr<Optimizer> make_optimizer(const TrainingArguments& a, int64_t num_params) {
+std::unique_ptr<Optimizer> make_optimizer(const TrainingArguments& a, int64_t num_params,
+                                          const Context& ctx) {
   if (a.optim == OptimizerKind::sgd) {
     SgdConfig c;
     c.weight_decay = a.weight_decay;
-    return std::make_unique<Sgd>(num_params, c);
+    return std::make_unique<Sgd>(num_params, c, ctx);
   }
   AdamWConfig c;
   c.beta1 = a.adam_beta1;
   c.beta2 = a.adam_beta2;
   c.eps = a.adam_epsilon;
   c.weight_decay = a.weight_decay;
-  return std::make_unique<AdamW>(num_params, c);
+  return std::make_unique<AdamW>(num_params, c, ctx);
 }
 
 TrainStepConfig train_step_config(const TrainingArguments& a, int64_t total_steps) {

@@ -63,8 +63,10 @@ struct TrainingArguments {
 };
 
 // The optimizer these arguments name, over `num_params` fp32 values: AdamW(adam_beta1,
-// adam_beta2, adam_epsilon, weight_decay) or SGD(weight_decay), as transformers builds it.
-std::unique_ptr<Optimizer> make_optimizer(const TrainingArguments& args, int64_t num_params);
+// adam_beta2, adam_epsilon, weight_decay) or SGD(weight_decay), as transformers builds it,
+// its state on ctx's device (that of the masters it steps).
+std::unique_ptr<Optimizer> make_optimizer(const TrainingArguments& args, int64_t num_params,
+                                          const Context& ctx);
 // The guarded update of a run of `total_steps` optimizer steps: learning rate, schedule
 // (lr_scheduler_type with its warmup) and clipping.
 TrainStepConfig train_step_config(const TrainingArguments& args, int64_t total_steps);

@@ -321,6 +321,7 @@ std::vector<OpCase> correctness_cases() {
         [=](Harness& h, Outcome& o) { sample_case(h, o, r, v, k); }, v == 1000);
 
   add_backward_cases(c);
+  add_optimizer_cases(c);
   return c;
 }
 

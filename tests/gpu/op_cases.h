@@ -101,5 +101,7 @@ void lora_backward_case(Harness& h, Outcome& o, int64_t m, int64_t k, int64_t n,
                         bool with_dx);
 // Appends the backward cases to the registry (correctness_cases() calls it).
 void add_backward_cases(std::vector<OpCase>& c);
+// Appends the optimizer's cases (op_cases_optimizer.cpp).
+void add_optimizer_cases(std::vector<OpCase>& c);
 
 }  // namespace fp8rl::gpu_test

@@ -6,19 +6,32 @@
 // backward kernels) within kCudaTrainLoss / kCudaTrainGrad of the CPU's, with and without
 // activation checkpointing; negative control: the CUDA gradients of the batch without its
 // label mask are farther from the CPU's than twice the bound. With an FP8-row base the
-// gradients are held to kCudaFp8TrainGrad only (tests/tolerances.h says why). Prints one line
-// per case; exit 1 on a failure, 77 without a CUDA device.
+// gradients are held to kCudaFp8TrainGrad only (tests/tolerances.h says why).
+//
+// The optimizer on the device (ops/optimizer.h): one guarded AdamW step and one SGD step with
+// momentum (each twice, clipping active) on CUDA equal the same steps on the CPU from the same
+// masters and gradients bit for bit: masters, moments, the reported gradient norm, and the bf16
+// compute copies = bf16(CPU masters). Control: the steps moved the masters. And the shared
+// model: an optimizer step on CUDA reaches the engine's next rollout with no copy and no sync
+// call (its logprobs of the same samples change), while a rollout without the step, or after a
+// step that did not write the compute copies, gives the logprobs of before.
+//
+// Prints one line per case; exit 1 on a failure, 77 without a CUDA device.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "engine/engine.h"
 #include "model/adapter.h"
 #include "ops/backward.h"
 #include "ops/device.h"
 #include "test_util.h"
 #include "tolerances.h"
+#include "train/optimizer.h"
+#include "train/train_step.h"
 #include "train_batch.h"
 
 using namespace fp8rl;
@@ -58,7 +71,7 @@ void grads_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Schem
   LoraAdapter cpu_adapter = LoraAdapter::load_peft(dir + "/adapter", cpu_model);
   LoraAdapter gpu_adapter = LoraAdapter::load_peft(dir + "/adapter", gpu_model);
   cpu_adapter.attach(cpu_model);
-  gpu_adapter.sync_to_device(gpu);
+  gpu_adapter.to_device(gpu);
   gpu_adapter.attach(gpu_model);
   Arena arena;
   Context cpu{Device::cpu, &arena};
@@ -92,6 +105,187 @@ void grads_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Schem
   LoraAdapter::detach(cpu_model);
 }
 
+// Elements of two host vectors whose bits differ (f32 or bf16 alike, by element size).
+int64_t bits_differing(const TensorView& a, const TensorView& b) {
+  const size_t es = dtype_size(a.dtype);
+  int64_t n = 0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    n += std::memcmp(static_cast<const char*>(a.data) + size_t(i) * es,
+                     static_cast<const char*>(b.data) + size_t(i) * es, es) != 0;
+  return n;
+}
+
+Tensor download(Context& ctx, const TensorView& t) {
+  Tensor host = Tensor::empty(t.shape, t.dtype);
+  ops::copy(ctx, t, host.view());
+  return host;
+}
+
+std::unique_ptr<Optimizer> make(bool adamw, int64_t n, const Context& ctx) {
+  if (adamw) {
+    AdamWConfig c;
+    c.weight_decay = 0.01;
+    return std::make_unique<AdamW>(n, c, ctx);
+  }
+  SgdConfig c;
+  c.momentum = 0.9;
+  c.nesterov = true;
+  c.weight_decay = 0.01;
+  return std::make_unique<Sgd>(n, c, ctx);
+}
+
+void optimizer_step_case(CudaDevice& dev, const std::string& arch) {
+  const std::string dir = FP8RL_TEST_DATA "/goldens/" + arch;
+  std::ifstream f(dir + "/train/train.json");
+  const nlohmann::json g = nlohmann::json::parse(f);
+  Model cpu_model = Model::load(dir), gpu_model = Model::load(dir);
+  Context gpu = dev.context();
+  gpu_model.to_device(gpu);
+  LoraAdapter cpu_adapter = LoraAdapter::load_peft(dir + "/adapter", cpu_model);
+  LoraAdapter gpu_adapter = LoraAdapter::load_peft(dir + "/adapter", gpu_model);
+  gpu_adapter.to_device(gpu);
+  gpu_adapter.attach(gpu_model);
+  const Tensor start = cpu_adapter.host_masters();
+  const int64_t n = start.numel();
+  // The same gradients for both steps: the CUDA pass's, on the device and on the host.
+  const LossAndGrads lg = loss_and_grads(gpu, gpu_model, gpu_adapter, train_batch_of(g, true));
+  const DeviceBuffer grad_storage(gpu, size_t(n) * sizeof(float));
+  const TensorView grads = grad_storage.view({n}, DType::f32);
+  ops::copy(gpu, TensorView(const_cast<float*>(lg.grads.data()), DType::f32, {n}), grads);
+  Context cpu;
+  for (bool adamw : {true, false}) {
+    const std::string name = arch + (adamw ? " adamw" : " sgd nesterov") + " step";
+    cpu_adapter.set_masters(start);
+    gpu_adapter.set_masters(start);
+    TrainStepConfig tc;
+    tc.learning_rate = 1e-2;
+    tc.max_grad_norm = 1e-3;  // below the norm: the clipping factor is in play
+    TrainStep cpu_step(make(adamw, n, cpu), tc), gpu_step(make(adamw, n, gpu), tc);
+    bool norms_equal = true, clipped = true;
+    for (int s = 0; s < 2; ++s) {  // the second step reads moments the first one wrote
+      std::vector<float> host_grads = lg.grads;
+      const TensorView m = cpu_adapter.master_params();
+      const StepResult rc = cpu_step.step({m.ptr<float>(), size_t(n)}, host_grads, lg.loss);
+      const StepResult rg = gpu_step.step(gpu, gpu_adapter.master_params(), grads, lg.loss,
+                                          gpu_adapter.compute_params());
+      norms_equal = norms_equal && rc.grad_norm == rg.grad_norm && !rc.skipped && !rg.skipped;
+      clipped = clipped && rc.grad_norm > tc.max_grad_norm;
+    }
+    check(norms_equal && clipped, name + ": gradient norms equal (bit-exact), clipping active");
+    const Tensor want = cpu_adapter.host_masters(), got = gpu_adapter.host_masters();
+    const int64_t masters = bits_differing(want, got);
+    int64_t state = 0;
+    const auto cs = cpu_step.optimizer().state(), gs = gpu_step.optimizer().state();
+    for (size_t i = 0; i < cs.size(); ++i)
+      state += bits_differing(cs[i].second, download(gpu, gs[i].second));
+    Tensor want_copy = Tensor::empty({n}, DType::bf16);
+    convert(want.ptr<float>(), DType::f32, want_copy.ptr<uint16_t>(), DType::bf16, size_t(n));
+    const int64_t copies = bits_differing(want_copy, download(gpu, gpu_adapter.compute_params()));
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "%s: elements differing from the CPU step: masters %lld, state (%zu tensors) "
+                  "%lld, compute copies %lld (bit-exact: 0)",
+                  name.c_str(), (long long)masters, gs.size(), (long long)state, (long long)copies);
+    check(masters == 0 && state == 0 && copies == 0 && cs.size() == gs.size() && !gs.empty(), line);
+    const int64_t moved = bits_differing(start, got);
+    check(moved > n / 2, name + ": control: the step moved " + std::to_string(moved) + " of " +
+                             std::to_string(n) + " masters");
+  }
+  LoraAdapter::detach(gpu_model);
+}
+
+// The engine's processed logprobs of a fixed set of seeded samples, flattened.
+std::vector<float> rollout_logprobs(Context& ctx, const Model& m, uint64_t version,
+                                    const std::vector<int32_t>& ids) {
+  EngineOptions o;
+  o.kv_memory_bytes = size_t(64) << 20;
+  o.max_num_seqs = 8;
+  o.max_num_batched_tokens = 64;
+  Engine engine(ctx, m, nullptr, {}, o);
+  engine.set_adapter_version(version);
+  std::vector<GenerationRequest> requests;
+  for (size_t first : {size_t(0), size_t(7)}) {
+    GenerationRequest q;
+    q.prompt_ids.assign(ids.begin() + ptrdiff_t(first), ids.begin() + ptrdiff_t(first + 6));
+    q.params.n = 3;
+    q.params.max_tokens = 4;
+    q.params.seed = 7;
+    q.params.ignore_eos = true;
+    q.params.processed_logprobs = true;
+    requests.push_back(q);
+  }
+  std::vector<float> out;
+  for (const RequestOutput& r : engine.generate(requests))
+    for (const CompletionOutput& c : r.completions)
+      out.insert(out.end(), c.processed_logprobs.begin(), c.processed_logprobs.end());
+  return out;
+}
+
+double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - b[i]));
+  return d;
+}
+
+void adapter_update_reaches_engine_case(CudaDevice& dev) {
+  const std::string dir = FP8RL_TEST_DATA "/goldens/qwen3";
+  std::ifstream f(dir + "/train/train.json");
+  const nlohmann::json g = nlohmann::json::parse(f);
+  Context gpu = dev.context();
+  Model m = Model::load(dir);
+  m.to_device(gpu);
+  LoraAdapter adapter = LoraAdapter::load_peft(dir + "/adapter", m);
+  adapter.to_device(gpu);
+  adapter.attach(m);
+  const TrainBatch batch = train_batch_of(g, true);
+  const std::vector<int32_t> prompt_ids = batch.ids;
+  const Tensor start = adapter.host_masters();
+  const int64_t n = start.numel();
+  const DeviceBuffer grad_storage(gpu, size_t(n) * sizeof(float));
+  const TensorView grads = grad_storage.view({n}, DType::f32);
+  // d loss / d adapter on the device, as the trainers take it.
+  auto gradients = [&] {
+    LogprobPass pass(gpu, m, &adapter);
+    pass.forward(batch.packed(), {});
+    std::vector<float> dlogprob(batch.ids.size(), 0.0f);
+    for (size_t t = 0; t < batch.ids.size(); ++t)
+      if (batch.targets[t] != ops::kIgnoreIndex) dlogprob[t] = -1.0f / float(batch.counted);
+    ops::fill_zero(gpu, grads);
+    pass.backward(dlogprob, grads);
+  };
+  TrainStepConfig tc;
+  tc.learning_rate = 5e-2;
+  const std::vector<float> before = rollout_logprobs(gpu, m, adapter.version(), prompt_ids);
+  const std::vector<float> again = rollout_logprobs(gpu, m, adapter.version(), prompt_ids);
+  // Control: a step that does not write the compute copies (the masters change, the forward's
+  // copies do not) leaves the engine where it was: the copies are what it reads.
+  gradients();
+  TrainStep unwritten(make(true, n, gpu), tc);
+  unwritten.step(gpu, adapter.master_params(), grads, 1.0);
+  adapter.mark_updated();
+  const std::vector<float> stale = rollout_logprobs(gpu, m, adapter.version(), prompt_ids);
+  adapter.set_masters(start);
+  // The trainers' step: masters and compute copies in one pass, then only the version bump.
+  gradients();
+  TrainStep step(make(true, n, gpu), tc);
+  const StepResult r =
+      step.step(gpu, adapter.master_params(), grads, 1.0, adapter.compute_params());
+  adapter.mark_updated();
+  const std::vector<float> after = rollout_logprobs(gpu, m, adapter.version(), prompt_ids);
+  const double moved = max_diff(before, after), no_step = max_diff(before, again),
+               no_copy = max_diff(before, stale);
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "optimizer step -> engine logprobs: max |diff| %.3g after the step (> 1e-3); "
+                "controls: %.3g without a step, %.3g without the compute copies (< moved / 100)",
+                moved, no_step, no_copy);
+  check(!r.skipped && !before.empty() && moved > 1e-3 && no_step < moved / 100 &&
+            no_copy < moved / 100,
+        line);
+  LoraAdapter::detach(m);
+}
+
 }  // namespace
 
 int main() {
@@ -107,6 +301,18 @@ int main() {
     } catch (const std::exception& e) {
       check(false, std::string(arch) + ": " + e.what());
     }
+  }
+  for (const char* arch : {"llama", "qwen3"}) {
+    try {
+      optimizer_step_case(dev, arch);
+    } catch (const std::exception& e) {
+      check(false, std::string(arch) + " optimizer step: " + e.what());
+    }
+  }
+  try {
+    adapter_update_reaches_engine_case(dev);
+  } catch (const std::exception& e) {
+    check(false, std::string("optimizer step -> engine: ") + e.what());
   }
   std::printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "OK", g_failures);
   return g_failures ? 1 : 0;

@@ -3,7 +3,8 @@
 #   OUT=$OUT bash tests/gpu/train.sh BUILD_DIR
 # BUILD_DIR is a bundle of tests/gpu/bundle.sh. Runs the CUDA backward ops against the CPU
 # (test_ops, backward families; the attention backward on its tiled and its reference kernels,
-# and both timed at the training benchmark's shape), the CUDA trainer against the CPU trainer
+# and both timed at the training benchmark's shape) and the optimizer ops (bit-exact), the CUDA
+# trainer against the CPU trainer and the device optimizer step against the CPU step
 # (test_train_gpu), and the demo's GRPO and an SFT run on CUDA through the CLI. Logs and the
 # summary go to $OUT.
 set -u
@@ -16,7 +17,7 @@ start=$(date +%s)
 . "$(dirname "$0")/env.sh"
 FP8RL="$BUILD/bin/fp8rl"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >> "$SUMMARY"
-for f in backward lora_dropout cross_entropy; do
+for f in backward lora_dropout cross_entropy adamw_step sgd_step l2_norm; do
   step "ops $f" "$OUT/ops.log" 150 "$BIN/test_ops" --filter "$f"
 done
 step "ops attention backward reference" "$OUT/ops.log" 150 "$BIN/test_ops" \

@@ -518,7 +518,7 @@ TEST_F(AdapterTest, VersionCountsUpdatesAndNbytesCountsMasters) {
   EXPECT_EQ(a.nbytes(), size_t(2 * 2 * (192 + 128)) * 4);
   Arena arena;
   Context ctx{Device::cpu, &arena};
-  a.sync_to_device(ctx);  // CPU: no copy
+  a.to_device(ctx);  // CPU: no copy
   EXPECT_EQ(a.nbytes(), size_t(2 * 2 * (192 + 128)) * 4);
 }
 

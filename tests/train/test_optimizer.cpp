@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/dtype.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "formats/safetensors.h"
@@ -604,6 +605,46 @@ TEST(Checkpoint, LoadRejectsAStateOfOtherSettings) {
   TrainStep trainer(std::make_unique<AdamW>(16, AdamWConfig{}), step_config());
   EXPECT_THROW(trainer.load(path), Error);  // an optimizer-only file has no training counters
   std::filesystem::remove(path);
+}
+
+// The view step (what the trainers call on any device) on the host: the clipping factor
+// applied as the gradients are read gives the bits of scaling them in place first, the
+// gradients stay as given, and the bf16 compute copy is bf16(new params).
+TEST(Optimizers, ViewStepScalesOnReadAndWritesTheComputeCopy) {
+  constexpr int64_t n = 40000;  // three blocks of the element loops
+  const std::vector<float> p0 = signed_values(31, n, 0.0f, 1.0f);
+  const std::vector<float> g0 = signed_values(32, n, 0.0f, 2.0f);
+  const float factor = 0.3173f;
+  for (bool adamw : {true, false}) {
+    auto make = [&]() -> std::unique_ptr<Optimizer> {
+      if (adamw) return std::make_unique<AdamW>(n, AdamWConfig{});
+      SgdConfig sc;
+      sc.momentum = 0.9;
+      return std::make_unique<Sgd>(n, sc);
+    };
+    std::unique_ptr<Optimizer> fused = make(), plain = make(), unscaled = make();
+    std::vector<float> p = p0, g = g0, q = p0, r = p0;
+    std::vector<uint16_t> copy(static_cast<size_t>(n));
+    std::vector<float> scaled = g0;
+    for (float& x : scaled) x *= factor;
+    for (int s = 0; s < 2; ++s) {
+      fused->step(TensorView(p.data(), DType::f32, {n}), TensorView(g.data(), DType::f32, {n}),
+                  0.01, factor, TensorView(copy.data(), DType::bf16, {n}));
+      plain->step(q, scaled, 0.01);
+      unscaled->step(r, g0, 0.01);
+    }
+    EXPECT_TRUE(same_bits(p, q)) << fused->name();
+    EXPECT_TRUE(same_bits(g, g0)) << fused->name();
+    EXPECT_FALSE(same_bits(r, q)) << fused->name() << ": control, the factor changes the step";
+    int64_t copies_wrong = 0;
+    for (int64_t i = 0; i < n; ++i) copies_wrong += copy[size_t(i)] != f32_to_bf16(p[size_t(i)]);
+    EXPECT_EQ(copies_wrong, 0) << fused->name();
+    // The state by name, as the state file holds it.
+    const auto state = fused->state();
+    ASSERT_EQ(state.size(), adamw ? 2u : 1u);
+    EXPECT_EQ(state[0].first, adamw ? "exp_avg" : "momentum_buffer");
+    EXPECT_EQ(state[0].second.numel(), n);
+  }
 }
 
 }  // namespace

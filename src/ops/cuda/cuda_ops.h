@@ -9,6 +9,7 @@
 #include "ops/backward.h"
 #include "ops/memory.h"
 #include "ops/ops.h"
+#include "ops/optimizer.h"
 #include "ops/sampling.h"
 
 namespace fp8rl::cuda {
@@ -62,6 +63,15 @@ void gated(Backend& b, const TensorView& gate, const TensorView& up, int act,
            const TensorView& out);
 void add(Backend& b, const TensorView& a, const TensorView& c, float alpha, const TensorView& out);
 void softcap(Backend& b, const TensorView& x, float cap);
+
+// ---- the optimizer (optimizer.cpp)
+void adamw_step(Backend& b, const ops::AdamWStep& step, const TensorView& params,
+                const TensorView& grads, float grad_scale, const TensorView& exp_avg,
+                const TensorView& exp_avg_sq, const TensorView& compute_copy);
+void sgd_step(Backend& b, const ops::SgdStep& step, const TensorView& params,
+              const TensorView& grads, float grad_scale, const TensorView& momentum_buffer,
+              const TensorView& compute_copy);
+double l2_norm(Backend& b, const TensorView& x);
 
 // ---- the sampler (sampling.cu)
 void sample(Backend& b, const TensorView& logits, const TensorView& rows, const TensorView& history,
