@@ -68,6 +68,7 @@ void run_bench_train(const BenchTrainOptions& o) {
 
   const int64_t p = adapter.master_params().numel();
   TrainStepConfig tc;
+  tc.schedule.type = LrSchedulerType::constant;
   tc.learning_rate = 1e-4;
   TrainStep train_step(std::make_unique<AdamW>(p, AdamWConfig{}, ctx), tc);
   const DeviceBuffer grad_storage(ctx, size_t(p) * sizeof(float));

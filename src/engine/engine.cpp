@@ -78,6 +78,7 @@ struct Engine::Impl {
   // Decode steps captured as CUDA graphs, by (batch bucket, table width, top logprobs,
   // processed logprobs); each replays the forward and the sampler of a padded step.
   std::map<std::tuple<int64_t, int64_t, int, bool>, CudaGraph> graphs;
+  const void* graphs_scratch = nullptr;  // the scratch arena's base the graphs captured
 
   Impl(Context& c, const Model& m, const tok::Tokenizer* t, std::vector<int32_t> e,
        const EngineOptions& o, StandbyRegion* r)
@@ -548,6 +549,12 @@ std::vector<RequestOutput> Engine::generate(std::span<const GenerationRequest> r
       if (im.tokenizer) st.decoder = std::make_unique<tok::IncrementalDecoder>(*im.tokenizer, true);
   }
   if (im.region != nullptr) im.hold_region();
+  // Another user of the context (the trainer's pass) may have grown the scratch arena since
+  // the last call: graphs recorded over the old one would write into freed memory.
+  if (ops::scratch_base(im.ctx) != im.graphs_scratch) {
+    im.graphs.clear();
+    im.graphs_scratch = ops::scratch_base(im.ctx);
+  }
   im.run(states, progress, on_token);
   std::vector<RequestOutput> out(requests.size());
   for (size_t i = 0; i < states.size(); ++i)

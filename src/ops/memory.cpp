@@ -134,6 +134,12 @@ size_t scratch_mark(const Context& ctx) {
   return ctx.scratch->mark();
 }
 
+const void* scratch_base(const Context& ctx) {
+  FP8RL_ON_CUDA(ctx, cuda::arena_base(backend(ctx)));
+  CHECK(ctx.scratch != nullptr, "Context has no scratch arena");
+  return ctx.scratch->base();
+}
+
 void scratch_rewind(Context& ctx, size_t mark) {
   FP8RL_ON_CUDA(ctx, cuda::arena_rewind(backend(ctx), mark));
   host_arena(ctx).rewind(mark);

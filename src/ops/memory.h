@@ -52,6 +52,9 @@ void scratch_rewind(Context& ctx, size_t mark);
 // Grows the arena to at least `bytes` when nothing is allocated (mark 0); no-op otherwise.
 void scratch_reserve(Context& ctx, size_t bytes);
 size_t scratch_high_water(const Context& ctx);
+// Where the arena's memory starts now: it moves when scratch_reserve grows it, which makes
+// recorded CUDA graphs (that captured scratch addresses) stale.
+const void* scratch_base(const Context& ctx);
 
 // In a dry run (Context::dry_run), takes `bytes` of scratch as an op would (and gives it back,
 // so the measuring arena's high water counts it) and returns true: the op must then compute

@@ -203,7 +203,11 @@ struct GrpoTrainer::Impl {
     // The region is sized once for the larger phase: the pass over the longest micro-batch
     // (micro_batch of the longest prompt plus a full completion), or the engine's KV pool,
     // which it takes (growing the region, before anything lies there) if that is larger.
-    region.reserve(largest_pass_plan().region_bytes());
+    // The scratch arena too, before the engine records CUDA graphs over it (it would move if
+    // a pass grew it later; the engine would then drop them).
+    const PassPlan largest = largest_pass_plan();
+    region.reserve(largest.region_bytes());
+    ops::scratch_reserve(ctx, largest.scratch_bytes);
     engine = std::make_unique<Engine>(ctx, model, tokenizer, eos_ids, eo, &region);
   }
 

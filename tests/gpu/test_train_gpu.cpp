@@ -158,6 +158,7 @@ void optimizer_step_case(CudaDevice& dev, const std::string& arch) {
     cpu_adapter.set_masters(start);
     gpu_adapter.set_masters(start);
     TrainStepConfig tc;
+    tc.schedule.type = LrSchedulerType::constant;
     tc.learning_rate = 1e-2;
     tc.max_grad_norm = 1e-3;  // below the norm: the clipping factor is in play
     TrainStep cpu_step(make(adamw, n, cpu), tc), gpu_step(make(adamw, n, gpu), tc);
@@ -255,6 +256,7 @@ void adapter_update_reaches_engine_case(CudaDevice& dev) {
     pass.backward(dlogprob, grads);
   };
   TrainStepConfig tc;
+  tc.schedule.type = LrSchedulerType::constant;
   tc.learning_rate = 5e-2;
   const std::vector<float> before = rollout_logprobs(gpu, m, adapter.version(), prompt_ids);
   const std::vector<float> again = rollout_logprobs(gpu, m, adapter.version(), prompt_ids);

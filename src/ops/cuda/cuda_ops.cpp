@@ -106,6 +106,9 @@ void host_free_pinned(void* p) {
 TensorView arena_alloc(Backend& b, Shape shape, DType dtype) {
   return b.arena().alloc(shape, dtype);
 }
+const void* arena_base(Backend& b) {
+  return b.arena().base();
+}
 size_t arena_mark(Backend& b) {
   return b.arena().mark();
 }

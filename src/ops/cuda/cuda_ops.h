@@ -27,6 +27,7 @@ void* host_malloc_pinned(size_t bytes);
 void host_free_pinned(void* p);
 TensorView arena_alloc(Backend& b, Shape shape, DType dtype);
 size_t arena_mark(Backend& b);
+const void* arena_base(Backend& b);
 void arena_rewind(Backend& b, size_t mark);
 void arena_reserve(Backend& b, size_t bytes);
 size_t arena_high_water(Backend& b);
