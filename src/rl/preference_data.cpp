@@ -62,7 +62,8 @@ struct Reader {
             "\"{}\" must be a non-empty string or a list of messages", name);
       full = tokenizer.encode(prompt.get<std::string>() + c.get<std::string>(), true);
       CHECK(opt.eos_token_id >= 0, "completions get an EOS appended, and the tokenizer has none");
-      if (full.back() != opt.eos_token_id) full.push_back(opt.eos_token_id);
+      // A normalizer may strip the text to nothing (Strip on "  "): no tokens, nothing to check.
+      if (full.empty() || full.back() != opt.eos_token_id) full.push_back(opt.eos_token_id);
     }
     CHECK(full.size() > prompt_ids.size() &&
               std::equal(prompt_ids.begin(), prompt_ids.end(), full.begin()),
@@ -102,6 +103,8 @@ struct Reader {
             "\"prompt\" must be a non-empty string or a list of messages");
       p.prompt = tokenizer.encode(prompt.get<std::string>(), true);
     }
+    // The first completion token is predicted from the prompt's last: there must be one.
+    CHECK(!p.prompt.empty(), "the prompt has no tokens");
     p.chosen = completion(prompt, p.prompt, chosen, "chosen");
     p.rejected = completion(prompt, p.prompt, rejected, "rejected");
     const int64_t np = int64_t(p.prompt.size());

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "core/check.h"
 #include "rl/preference_data.h"
@@ -84,6 +85,29 @@ TEST(PreferenceRowReader, ReadsOneRowAsTheFileReaderDoes) {
   EXPECT_EQ(one.chosen.back(), 300);
   EXPECT_EQ(error_of([&] { reader.read(Json::parse(R"({"prompt": "Say"})")); }),
             "the row needs \"chosen\" and \"rejected\"");
+}
+
+// Review finding (docs/RELIABILITY.md): a tokenizer whose normalizer strips whitespace encodes
+// a whitespace-only prompt + completion as no tokens; the reader read the last token of that
+// empty list (undefined behaviour) and accepted an empty prompt. Both are now errors or safe.
+TEST(PreferenceRowReader, WhitespaceThatEncodesToNothingIsAnError) {
+  const tok::Tokenizer stripping = [] {
+    nlohmann::json j = nlohmann::json::parse(
+        std::ifstream(std::string(FP8RL_TEST_DATA) + "/tokenizer/tiny_byte_level/tokenizer.json"));
+    j["normalizer"] = {{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}};
+    return tok::Tokenizer::from_json_text(j.dump());
+  }();
+  ASSERT_TRUE(stripping.encode("   ", true).empty());
+  PreferenceDataOptions o;
+  o.eos_token_id = 300;
+  const PreferenceRowReader reader(stripping, nullptr, o);
+  EXPECT_EQ(error_of([&] {
+              reader.read(Json::parse(R"({"prompt": " ", "chosen": " ", "rejected": "  "})"));
+            }),
+            "the prompt has no tokens");
+  // The control: the same reader takes a prompt with text.
+  EXPECT_EQ(reader.read(Json::parse(R"({"prompt": "a", "chosen": " ", "rejected": " b"})")).chosen,
+            (std::vector<int32_t>{300}));
 }
 
 }  // namespace
