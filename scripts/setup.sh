@@ -8,6 +8,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libpcre2-dev libfmt-dev libyaml-cpp-dev
   libgtest-dev googletest libbenchmark-dev
   python3-jinja2
+  clang-15 libfuzzer-15-dev libomp-15-dev  # fuzz/run.sh: libFuzzer targets (clang's OpenMP)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Quick start, tests: set up (apt + the npm peers), build, run the file-format tests under
-# AddressSanitizer, then every test with CTest (its summary is the last thing printed).
+# AddressSanitizer and the fuzz smoke, then every test with CTest (its summary is the last
+# thing printed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 npm ci --prefix tools/peers/npm --no-audit --no-fund --loglevel=error
 scripts/build.sh
 tests/asan.sh
+# Every parser's libFuzzer target for about 30 s each, its kept findings first (fuzz/README.md);
+# setup installs clang-15 and libFuzzer, a machine without them skips this.
+fuzz_runtime=(/usr/lib/llvm-15/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a)
+if command -v clang++-15 >/dev/null && [ -e "${fuzz_runtime[0]}" ]; then
+  fuzz/run.sh --smoke
+else
+  echo "test.sh: no clang-15/libFuzzer, fuzz smoke skipped" >&2
+fi
 # Two test binaries run at once, each with its OpenMP team: spinning threads would steal the
 # cores the other binary's team needs (6x slower training tests on 2 cores), so idle threads
 # sleep.

@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "core/check.h"
 #include "formats/json_read.h"
+#include "tokenizer/chat_request.h"
 #include "tokenizer/jinja/chat_template.h"
 
 namespace fp8rl::cli {
@@ -43,19 +44,8 @@ void add_variable(nlohmann::ordered_json& variables, const std::string& text) {
 void run_chat_template(const ChatTemplateArgs& args) {
   const ChatTemplateConfig config = load_chat_template_config(args.path, args.template_name);
 
-  // The messages file holds the conversation: an array of messages, or an object with
-  // "messages" and optionally "tools" and "documents" (apply_chat_template's arguments).
-  ChatRequest request;
-  const nlohmann::ordered_json data = read_ordered_json_file(args.messages_file);
-  if (data.is_array()) {
-    request.messages = data;
-  } else {
-    CHECK(data.is_object() && data.contains("messages"),
-          "{} must hold an array of messages or an object with \"messages\"", args.messages_file);
-    request.messages = data["messages"];
-    if (data.contains("tools")) request.tools = data["tools"];
-    if (data.contains("documents")) request.documents = data["documents"];
-  }
+  ChatRequest request =
+      chat_request_from_json(read_ordered_json_file(args.messages_file), args.messages_file);
   request.add_generation_prompt = args.add_generation_prompt;
   for (const std::string& v : args.vars) add_variable(request.variables, v);
 

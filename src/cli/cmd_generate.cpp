@@ -24,6 +24,7 @@
 #include "cli/progress.h"
 #include "core/check.h"
 #include "engine/engine.h"
+#include "formats/json_read.h"
 
 namespace fp8rl::cli {
 
@@ -53,8 +54,15 @@ std::vector<Line> read_lines(const std::string& path) {
   std::string text;
   for (int64_t number = 1; std::getline(in, text); ++number) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::ordered_json j = nlohmann::ordered_json::parse(text, nullptr, false);
-    CHECK(!j.is_discarded() && j.is_object(), "{} line {}: not a JSON object", path, number);
+    // The JSON reading policy (formats/json_read.h): a line nested without bound is an error,
+    // not a recursion later (dump(), copies) that overflows the stack.
+    nlohmann::ordered_json j;
+    try {
+      j = parse_ordered_json_text(text, "the line");
+    } catch (const Error& e) {
+      RAISE("{} line {}: not a JSON object ({})", path, number, e.what());
+    }
+    CHECK(j.is_object(), "{} line {}: not a JSON object", path, number);
     const int fields =
         int(j.contains("prompt_ids")) + int(j.contains("prompt")) + int(j.contains("messages"));
     CHECK(fields == 1, "{} line {}: needs exactly one of prompt_ids, prompt, messages", path,
@@ -74,7 +82,7 @@ GenerationRequest make_request(const ModelSession& session, const nlohmann::orde
     CHECK(ids.is_array() && !ids.empty(), "prompt_ids must be a non-empty list");
     for (const auto& v : ids) {
       CHECK(v.is_number_integer() && v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX,
-            "prompt id {} is not a token id", v.dump());
+            "prompt id {} is not a token id", json_excerpt(v, 40));
       r.prompt_ids.push_back(v.get<int32_t>());
     }
   } else if (line.contains("prompt")) {
@@ -84,7 +92,7 @@ GenerationRequest make_request(const ModelSession& session, const nlohmann::orde
     r.prompt_ids = session.encode_chat(line["messages"]);
   }
   CHECK(!r.prompt_ids.empty(), "the prompt is empty after tokenization");
-  nlohmann::json overrides = nlohmann::json::parse(line.dump());
+  nlohmann::json overrides = nlohmann::json(line);
   overrides.erase("prompt_ids");
   overrides.erase("prompt");
   overrides.erase("messages");

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdio>
@@ -204,34 +205,37 @@ void write_npy(const std::string& path, const TensorView& t) {
         tmp, path, std::strerror(errno));
 }
 
-Tensor read_npy(const std::string& path) {
-  const InputFile in = InputFile::open(path, "npy file");
-  File f{::fdopen(::dup(in.fd()), "rb")};
-  CHECK(f.f != nullptr, "npy file '{}': cannot open: {}", path, std::strerror(errno));
-  CHECK(std::fseek(f.f, 0, SEEK_END) == 0, "npy file '{}': cannot seek", path);
-  const long file_size_l = std::ftell(f.f);
-  CHECK(file_size_l >= 0, "npy file '{}': cannot tell its size", path);
-  const size_t file_size = size_t(file_size_l);
-  std::rewind(f.f);
+namespace {
 
-  unsigned char pre[kMagicLen + 2];
-  CHECK(std::fread(pre, 1, sizeof(pre), f.f) == sizeof(pre) &&
-            std::memcmp(pre, kMagic, kMagicLen) == 0,
+// The magic, version and header length at the start of a .npy file of file_size bytes (`pre`:
+// its first 12 bytes or all of a shorter file); returns where the data starts.
+size_t npy_data_start(std::string_view pre, uint64_t file_size, const std::string& path) {
+  CHECK(pre.size() >= kMagicLen + 2 && std::memcmp(pre.data(), kMagic, kMagicLen) == 0,
         "npy file '{}': not a .npy file (bad magic)", path);
-  const int major = pre[kMagicLen], minor = pre[kMagicLen + 1];
+  const int major = static_cast<unsigned char>(pre[kMagicLen]);
+  const int minor = static_cast<unsigned char>(pre[kMagicLen + 1]);
   CHECK((major == 1 || major == 2 || major == 3) && minor == 0,
         "npy file '{}': unsupported format version {}.{}", path, major, minor);
   const size_t len_bytes = major == 1 ? 2 : 4;
-  unsigned char lb[4] = {};
-  CHECK(std::fread(lb, 1, len_bytes, f.f) == len_bytes, "npy file '{}': truncated header", path);
+  CHECK(pre.size() >= kMagicLen + 2 + len_bytes, "npy file '{}': truncated header", path);
   size_t hlen = 0;
-  for (size_t i = 0; i < len_bytes; ++i) hlen |= size_t(lb[i]) << (8 * i);
+  for (size_t i = 0; i < len_bytes; ++i)
+    hlen |= size_t(static_cast<unsigned char>(pre[kMagicLen + 2 + i])) << (8 * i);
   const size_t data_start = kMagicLen + 2 + len_bytes + hlen;
   CHECK(data_start <= file_size, "npy file '{}': header length {} runs past the end of the file",
         path, hlen);
-  std::string text(hlen, '\0');
-  CHECK(std::fread(text.data(), 1, hlen, f.f) == hlen, "npy file '{}': truncated header", path);
+  return data_start;
+}
 
+struct NpyHeader {
+  DType dtype;
+  Shape shape;
+  uint64_t data_bytes;
+};
+
+// The header dict `text` of a file whose data (from data_start) runs to file_size.
+NpyHeader parse_npy_dict(std::string_view text, uint64_t file_size, size_t data_start,
+                         const std::string& path) {
   const auto dict = DictParser(text, path).parse();
   CHECK(
       dict.size() == 3 && dict.count("descr") && dict.count("fortran_order") && dict.count("shape"),
@@ -259,9 +263,44 @@ Tensor read_npy(const std::string& path) {
   CHECK(file_size - data_start == nbytes,
         "npy file '{}': shape needs {} data bytes but the file holds {}", path, nbytes,
         file_size - data_start);
+  return {dtype, Shape::from(shape_v.ints.begin(), shape_v.ints.end()), nbytes};
+}
 
-  Tensor t = Tensor::empty(Shape::from(shape_v.ints.begin(), shape_v.ints.end()), dtype);
-  CHECK(nbytes == 0 || std::fread(t.view().data, 1, nbytes, f.f) == nbytes,
+}  // namespace
+
+Tensor parse_npy(std::string_view bytes, const std::string& what) {
+  const size_t data_start = npy_data_start(bytes.substr(0, kMagicLen + 2 + 4), bytes.size(), what);
+  const size_t dict_start = bytes[kMagicLen] == 1 ? kMagicLen + 4 : kMagicLen + 6;
+  const NpyHeader h = parse_npy_dict(bytes.substr(dict_start, data_start - dict_start),
+                                     bytes.size(), data_start, what);
+  Tensor t = Tensor::empty(h.shape, h.dtype);
+  if (h.data_bytes > 0) std::memcpy(t.view().data, bytes.data() + data_start, h.data_bytes);
+  return t;
+}
+
+Tensor read_npy(const std::string& path) {
+  const InputFile in = InputFile::open(path, "npy file");
+  File f{::fdopen(::dup(in.fd()), "rb")};
+  CHECK(f.f != nullptr, "npy file '{}': cannot open: {}", path, std::strerror(errno));
+  CHECK(std::fseek(f.f, 0, SEEK_END) == 0, "npy file '{}': cannot seek", path);
+  const long file_size_l = std::ftell(f.f);
+  CHECK(file_size_l >= 0, "npy file '{}': cannot tell its size", path);
+  const size_t file_size = size_t(file_size_l);
+  std::rewind(f.f);
+
+  std::string pre(std::min<size_t>(file_size, kMagicLen + 2 + 4), '\0');
+  CHECK(std::fread(pre.data(), 1, pre.size(), f.f) == pre.size(), "npy file '{}': read failed",
+        path);
+  const size_t data_start = npy_data_start(pre, file_size, path);
+  const size_t dict_start = pre[kMagicLen] == 1 ? kMagicLen + 4 : kMagicLen + 6;
+  std::string text(data_start - dict_start, '\0');
+  CHECK(std::fseek(f.f, long(dict_start), SEEK_SET) == 0 &&
+            std::fread(text.data(), 1, text.size(), f.f) == text.size(),
+        "npy file '{}': truncated header", path);
+  const NpyHeader h = parse_npy_dict(text, file_size, data_start, path);
+
+  Tensor t = Tensor::empty(h.shape, h.dtype);
+  CHECK(h.data_bytes == 0 || std::fread(t.view().data, 1, h.data_bytes, f.f) == h.data_bytes,
         "npy file '{}': read failed", path);
   return t;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "core/tensor.h"
 
@@ -16,5 +17,7 @@ void write_npy(const std::string& path, const TensorView& t);
 // size against the file. Supports '<f4', '<f2', '<i4', '<i8'; other dtypes (big-endian, bool,
 // f8, objects, ...) are an error naming them.
 Tensor read_npy(const std::string& path);
+// The same checks on the bytes of a whole .npy file held in memory; `what` names it in errors.
+Tensor parse_npy(std::string_view bytes, const std::string& what);
 
 }  // namespace fp8rl

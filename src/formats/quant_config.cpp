@@ -1,5 +1,7 @@
 #include "formats/quant_config.h"
 
+#include <cstdint>
+
 #include "core/check.h"
 #include "formats/json_read.h"
 
@@ -66,6 +68,41 @@ std::string str_field(const json& j, const char* key, const std::string& where) 
   return it->get<std::string>();
 }
 
+// Optional fields: the fallback when absent or null, an fp8rl::Error naming the field when it
+// holds another type. (json::value() throws nlohmann's type_error instead, with no field name,
+// and converts a float to an int, undefined behaviour for 1e300.)
+const json* optional_field(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::string opt_string(const json& j, const char* key, const std::string& fallback,
+                       const std::string& where) {
+  const json* v = optional_field(j, key);
+  if (v == nullptr) return fallback;
+  CHECK(v->is_string(), "quantization_config: {} field '{}' must be a string, got {}", where, key,
+        json_excerpt(*v, 40));
+  return v->get<std::string>();
+}
+
+bool opt_bool(const json& j, const char* key, bool fallback, const std::string& where) {
+  const json* v = optional_field(j, key);
+  if (v == nullptr) return fallback;
+  CHECK(v->is_boolean(), "quantization_config: {} field '{}' must be true or false, got {}", where,
+        key, json_excerpt(*v, 40));
+  return v->get<bool>();
+}
+
+int64_t opt_int(const json& j, const char* key, int64_t fallback, const std::string& where) {
+  const json* v = optional_field(j, key);
+  if (v == nullptr) return fallback;
+  const bool too_big = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX);
+  CHECK(v->is_number_integer() && !too_big,
+        "quantization_config: {} field '{}' must be an integer, got {}", where, key,
+        json_excerpt(*v, 40));
+  return v->get<int64_t>();
+}
+
 bool is_128x128(const json& b) {
   if (b.is_string()) return b == "128x128";
   return b.is_array() && b.size() == 2 && b[0] == kFp8Block && b[1] == kFp8Block;
@@ -73,19 +110,21 @@ bool is_128x128(const json& b) {
 
 void check_fp8_args(const json& a, const std::string& where) {
   CHECK(a.is_object(), "quantization_config: {} must be an object", where);
-  CHECK(a.value("num_bits", 8) == 8 && a.value("type", std::string("float")) == "float",
+  const int64_t num_bits = opt_int(a, "num_bits", 8, where);
+  const std::string type = opt_string(a, "type", "float", where);
+  CHECK(num_bits == 8 && type == "float",
         "quantization_config: {} is not 8-bit float quantization (num_bits={}, type={}); only "
         "FP8 checkpoints are supported",
-        where, a.value("num_bits", 0), a.value("type", std::string("?")));
-  CHECK(a.value("symmetric", true), "quantization_config: {} is asymmetric; FP8 needs symmetric",
-        where);
+        where, num_bits, type);
+  CHECK(opt_bool(a, "symmetric", true, where),
+        "quantization_config: {} is asymmetric; FP8 needs symmetric", where);
 }
 
 CheckpointQuant parse_compressed_tensors(const json& q) {
   CheckpointQuant r;
   r.method = "compressed-tensors";
   r.weight_scale_name = "weight_scale";
-  const std::string format = q.value("format", std::string("float-quantized"));
+  const std::string format = opt_string(q, "format", "float-quantized", "the top level");
   CHECK(format == "float-quantized" || format == "naive-quantized",
         "quantization_config: compressed-tensors format '{}' is not supported (float-quantized)",
         format);
@@ -130,7 +169,7 @@ CheckpointQuant parse_compressed_tensors(const json& q) {
       } else if (as == "tensor") {
         act = dynamic ? ActScaling::tensor : ActScaling::static_tensor;
       } else if (as == "group") {
-        CHECK(a->value("group_size", 0) == kFp8Block,
+        CHECK(opt_int(*a, "group_size", 0, where + ".input_activations") == kFp8Block,
               "quantization_config: {}.input_activations group_size must be 128", where);
         act = ActScaling::group;
       } else {
@@ -150,9 +189,9 @@ CheckpointQuant parse_compressed_tensors(const json& q) {
 CheckpointQuant parse_fp8_method(const json& q) {
   CheckpointQuant r;
   r.method = "fp8";
-  const std::string fmt_name = q.value("fmt", std::string("e4m3"));
+  const std::string fmt_name = opt_string(q, "fmt", "e4m3", "the top level");
   CHECK(fmt_name == "e4m3", "quantization_config: fp8 fmt '{}' is not supported (e4m3)", fmt_name);
-  const std::string act = q.value("activation_scheme", std::string("dynamic"));
+  const std::string act = opt_string(q, "activation_scheme", "dynamic", "the top level");
   CHECK(act == "dynamic" || act == "static",
         "quantization_config: activation_scheme '{}' must be dynamic or static", act);
   auto bs = q.find("weight_block_size");

@@ -18,6 +18,15 @@ bool is_messages(const Json& v) {
   return v.is_array() && !v.empty() && v[0].is_object() && v[0].contains("role");
 }
 
+// The local time now, one for every render of a dataset.
+ChatTemplateOptions render_time_now() {
+  ChatTemplateOptions render_options;
+  std::tm now{};
+  const std::time_t t = std::time(nullptr);
+  render_options.fixed_now = *localtime_r(&t, &now);
+  return render_options;
+}
+
 struct Reader {
   const tok::Tokenizer& tokenizer;
   const ChatTemplateConfig* chat;
@@ -53,7 +62,8 @@ struct Reader {
             "\"{}\" must be a non-empty string or a list of messages", name);
       full = tokenizer.encode(prompt.get<std::string>() + c.get<std::string>(), true);
       CHECK(opt.eos_token_id >= 0, "completions get an EOS appended, and the tokenizer has none");
-      if (full.back() != opt.eos_token_id) full.push_back(opt.eos_token_id);
+      // A normalizer may strip the text to nothing (Strip on "  "): no tokens, nothing to check.
+      if (full.empty() || full.back() != opt.eos_token_id) full.push_back(opt.eos_token_id);
     }
     CHECK(full.size() > prompt_ids.size() &&
               std::equal(prompt_ids.begin(), prompt_ids.end(), full.begin()),
@@ -93,6 +103,8 @@ struct Reader {
             "\"prompt\" must be a non-empty string or a list of messages");
       p.prompt = tokenizer.encode(prompt.get<std::string>(), true);
     }
+    // The first completion token is predicted from the prompt's last: there must be one.
+    CHECK(!p.prompt.empty(), "the prompt has no tokens");
     p.chosen = completion(prompt, p.prompt, chosen, "chosen");
     p.rejected = completion(prompt, p.prompt, rejected, "rejected");
     const int64_t np = int64_t(p.prompt.size());
@@ -115,20 +127,42 @@ struct Reader {
 
 }  // namespace
 
+// The reader points at the template and the options, so they live beside it (members are
+// built in this order).
+struct PreferenceRowReader::Impl {
+  Impl(const tok::Tokenizer& tokenizer, const ChatTemplateConfig* chat,
+       const PreferenceDataOptions& o)
+      : options(o),
+        tmpl(chat ? std::optional<ChatTemplate>(std::in_place, chat->source) : std::nullopt),
+        reader{tokenizer, chat, tmpl ? &*tmpl : nullptr, render_time_now(), options} {}
+  PreferenceDataOptions options;
+  std::optional<ChatTemplate> tmpl;
+  Reader reader;
+};
+
+PreferenceRowReader::PreferenceRowReader(const tok::Tokenizer& tokenizer,
+                                         const ChatTemplateConfig* chat,
+                                         const PreferenceDataOptions& options)
+    : impl_(std::make_unique<Impl>(tokenizer, chat, options)) {}
+
+PreferenceRowReader::~PreferenceRowReader() = default;
+
+PreferencePair PreferenceRowReader::read(const nlohmann::ordered_json& row) const {
+  try {
+    return impl_->reader.row(row);
+  } catch (const nlohmann::json::exception& e) {
+    RAISE("unexpected content: {}", e.what());
+  }
+}
+
 std::vector<PreferencePair> read_preference_dataset(const std::string& path,
                                                     const tok::Tokenizer& tokenizer,
                                                     const ChatTemplateConfig* chat,
                                                     const PreferenceDataOptions& options) {
-  std::optional<ChatTemplate> tmpl;
-  if (chat != nullptr) tmpl.emplace(chat->source);
-  ChatTemplateOptions render_options;
-  std::tm now{};
-  const std::time_t t = std::time(nullptr);
-  render_options.fixed_now = *localtime_r(&t, &now);
-  const Reader reader{tokenizer, chat, tmpl ? &*tmpl : nullptr, render_options, options};
+  const PreferenceRowReader reader(tokenizer, chat, options);
   std::vector<PreferencePair> out;
   for_each_jsonl_row(path, [&](const Json& row, int64_t line) {
-    PreferencePair p = reader.row(row);
+    PreferencePair p = reader.read(row);
     p.line = line;
     out.push_back(std::move(p));
   });

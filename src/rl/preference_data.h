@@ -7,7 +7,10 @@
 // prompt). Every problem is an fp8rl::Error "DATASET:LINE: what is wrong".
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +35,24 @@ struct PreferenceDataOptions {
   // max_prompt_length tokens, prompt + completion its first max_length tokens.
   bool truncation = false;
   int32_t eos_token_id = -1;  // appended to standard completions; -1: none (error)
+};
+
+// One row at a time, as read_preference_dataset reads each line (and as the fuzzer drives it).
+// `tokenizer` and `chat` (null when the model has no chat template) must outlive the reader.
+class PreferenceRowReader {
+ public:
+  PreferenceRowReader(const tok::Tokenizer& tokenizer, const ChatTemplateConfig* chat,
+                      const PreferenceDataOptions& options);
+  ~PreferenceRowReader();
+  PreferenceRowReader(const PreferenceRowReader&) = delete;
+  PreferenceRowReader& operator=(const PreferenceRowReader&) = delete;
+
+  // One parsed row; the pair's line is left 0, and errors lack the "DATASET:LINE: " prefix.
+  PreferencePair read(const nlohmann::ordered_json& row) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 std::vector<PreferencePair> read_preference_dataset(const std::string& path,

@@ -28,63 +28,91 @@ void check_messages(const Json& messages, const char* name) {
 
 }  // namespace
 
+struct PromptRowReader::Impl {
+  const tok::Tokenizer& tokenizer;
+  const ChatTemplateConfig* chat;
+  PromptDataOptions options;
+  std::optional<ChatTemplate> chat_template;
+  ChatTemplateOptions render_options;  // one fixed time for every render of the file
+
+  PromptExample row(const Json& row) const;
+};
+
+PromptExample PromptRowReader::Impl::row(const Json& row) const {
+  CHECK(row.is_object(), "a row must be a JSON object, got {}", row.type_name());
+  PromptExample ex;
+  const char* used = nullptr;
+  const Json* messages = nullptr;
+  if (row.contains("messages") && !row["messages"].is_null()) {
+    used = "messages";
+    messages = &row["messages"];
+  } else if (row.contains("prompt") && is_messages(row["prompt"])) {
+    used = "prompt";
+    messages = &row["prompt"];
+  } else if (row.contains("prompt") && !row["prompt"].is_null()) {
+    used = "prompt";
+    CHECK(row["prompt"].is_string() && !row["prompt"].get_ref<const std::string&>().empty(),
+          "\"prompt\" must be a non-empty string or a list of messages, got {}",
+          json_excerpt(row["prompt"], 40));
+    ex.text = row["prompt"].get<std::string>();
+    ex.ids = tokenizer.encode(ex.text, true);
+  }
+  CHECK(used != nullptr, "the row has neither \"prompt\" nor \"messages\"");
+  if (messages != nullptr) {
+    check_messages(*messages, used);
+    CHECK(chat_template.has_value(),
+          "\"{}\" holds chat messages and the model has no chat template", used);
+    ChatRequest request;
+    for (const Json& m : *messages) request.messages.push_back(m);
+    request.add_generation_prompt = true;
+    ex.text = chat_template->render(build_chat_context(*chat, request), render_options);
+    ex.ids = tokenizer.encode(ex.text, false);
+  }
+  CHECK(!ex.ids.empty(), "the prompt has no tokens");
+  const int64_t n = int64_t(ex.ids.size());
+  if (options.max_prompt_length && n > *options.max_prompt_length) {
+    CHECK(options.truncation,
+          "the prompt has {} tokens, more than max_prompt_length {} (set truncation to "
+          "keep its last {} tokens)",
+          n, *options.max_prompt_length, *options.max_prompt_length);
+    ex.ids.erase(ex.ids.begin(), ex.ids.end() - *options.max_prompt_length);
+  }
+  ex.columns = nlohmann::json::object();
+  for (const auto& [key, value] : row.items())
+    if (key != used) ex.columns[key] = nlohmann::json(value);
+  return ex;
+}
+
+PromptRowReader::PromptRowReader(const tok::Tokenizer& tokenizer, const ChatTemplateConfig* chat,
+                                 const PromptDataOptions& options) {
+  CHECK(!options.max_prompt_length || *options.max_prompt_length >= 1,
+        "max_prompt_length must be at least 1, got {}", options.max_prompt_length.value_or(0));
+  impl_.reset(new Impl{tokenizer, chat, options, std::nullopt, {}});
+  if (chat != nullptr) impl_->chat_template.emplace(chat->source);
+  std::tm now{};
+  const std::time_t t = std::time(nullptr);
+  impl_->render_options.fixed_now = *localtime_r(&t, &now);
+}
+
+PromptRowReader::~PromptRowReader() = default;
+
+PromptExample PromptRowReader::read(const nlohmann::ordered_json& row) const {
+  try {
+    return impl_->row(row);
+  } catch (const nlohmann::json::exception& e) {
+    RAISE("unexpected content: {}", e.what());
+  }
+}
+
 std::vector<PromptExample> read_prompt_dataset(const std::string& path,
                                                const tok::Tokenizer& tokenizer,
                                                const ChatTemplateConfig* chat,
                                                const PromptDataOptions& options) {
-  CHECK(!options.max_prompt_length || *options.max_prompt_length >= 1,
-        "max_prompt_length must be at least 1, got {}", options.max_prompt_length.value_or(0));
-  std::optional<ChatTemplate> chat_template;
-  if (chat != nullptr) chat_template.emplace(chat->source);
-  ChatTemplateOptions render_options;
-  std::tm now{};
-  const std::time_t t = std::time(nullptr);
-  render_options.fixed_now = *localtime_r(&t, &now);
-
+  const PromptRowReader reader(tokenizer, chat, options);
   std::vector<PromptExample> out;
   for_each_jsonl_row(path, [&](const Json& row, int64_t number) {
-    CHECK(row.is_object(), "a row must be a JSON object, got {}", row.type_name());
-    PromptExample ex;
+    PromptExample ex = reader.read(row);
     ex.line = number;
-    const char* used = nullptr;
-    const Json* messages = nullptr;
-    if (row.contains("messages") && !row["messages"].is_null()) {
-      used = "messages";
-      messages = &row["messages"];
-    } else if (row.contains("prompt") && is_messages(row["prompt"])) {
-      used = "prompt";
-      messages = &row["prompt"];
-    } else if (row.contains("prompt") && !row["prompt"].is_null()) {
-      used = "prompt";
-      CHECK(row["prompt"].is_string() && !row["prompt"].get_ref<const std::string&>().empty(),
-            "\"prompt\" must be a non-empty string or a list of messages, got {}",
-            json_excerpt(row["prompt"], 40));
-      ex.text = row["prompt"].get<std::string>();
-      ex.ids = tokenizer.encode(ex.text, true);
-    }
-    CHECK(used != nullptr, "the row has neither \"prompt\" nor \"messages\"");
-    if (messages != nullptr) {
-      check_messages(*messages, used);
-      CHECK(chat_template.has_value(),
-            "\"{}\" holds chat messages and the model has no chat template", used);
-      ChatRequest request;
-      for (const Json& m : *messages) request.messages.push_back(m);
-      request.add_generation_prompt = true;
-      ex.text = chat_template->render(build_chat_context(*chat, request), render_options);
-      ex.ids = tokenizer.encode(ex.text, false);
-    }
-    CHECK(!ex.ids.empty(), "the prompt has no tokens");
-    const int64_t n = int64_t(ex.ids.size());
-    if (options.max_prompt_length && n > *options.max_prompt_length) {
-      CHECK(options.truncation,
-            "the prompt has {} tokens, more than max_prompt_length {} (set truncation to "
-            "keep its last {} tokens)",
-            n, *options.max_prompt_length, *options.max_prompt_length);
-      ex.ids.erase(ex.ids.begin(), ex.ids.end() - *options.max_prompt_length);
-    }
-    ex.columns = nlohmann::json::object();
-    for (const auto& [key, value] : row.items())
-      if (key != used) ex.columns[key] = nlohmann::json(value);
     out.push_back(std::move(ex));
   });
   CHECK(!out.empty(), "{}: no prompts (the file has no non-blank line)", path);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +33,24 @@ struct PromptDataOptions {
   // max_prompt_length tokens (TRL's old left truncation). nullopt: no limit.
   std::optional<int64_t> max_prompt_length = 512;
   bool truncation = false;
+};
+
+// One row at a time, as read_prompt_dataset reads each line (and as the fuzzer drives it).
+// `tokenizer` and `chat` (null when the model has no chat template) must outlive the reader.
+class PromptRowReader {
+ public:
+  PromptRowReader(const tok::Tokenizer& tokenizer, const ChatTemplateConfig* chat,
+                  const PromptDataOptions& options);
+  ~PromptRowReader();
+  PromptRowReader(const PromptRowReader&) = delete;
+  PromptRowReader& operator=(const PromptRowReader&) = delete;
+
+  // One parsed row; the example's line is left 0, and errors lack the "DATASET:LINE: " prefix.
+  PromptExample read(const nlohmann::ordered_json& row) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // `chat` may be null when the model has no chat template (chat rows are then an error).

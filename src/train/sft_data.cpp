@@ -251,6 +251,20 @@ SftExample RowReader::row(const Json& row) const {
   return ex;
 }
 
+// The local time now, one for every render of a dataset.
+ChatTemplateOptions render_time_now() {
+  ChatTemplateOptions render_options;
+  std::tm now{};
+  const std::time_t t = std::time(nullptr);
+  render_options.fixed_now = *localtime_r(&t, &now);
+  return render_options;
+}
+
+std::optional<ChatTemplate> parse_template(const ChatTemplateConfig* chat) {
+  if (chat == nullptr) return std::nullopt;
+  return std::optional<ChatTemplate>(std::in_place, chat->source);
+}
+
 }  // namespace
 
 int64_t SftExample::num_targets() const {
@@ -259,23 +273,44 @@ int64_t SftExample::num_targets() const {
   return count;
 }
 
+// The reader points at the template and the options, so they live beside it (members are
+// built in this order).
+struct SftRowReader::Impl {
+  Impl(const tok::Tokenizer& tokenizer, const ChatTemplateConfig* chat, const SftDataOptions& o)
+      : options(o),
+        chat_template(parse_template(chat)),
+        reader{tokenizer,
+               chat,
+               chat_template ? &*chat_template : nullptr,
+               options,
+               render_time_now(),
+               options.vocab_size > 0 ? options.vocab_size : tokenizer.vocab_size()} {}
+  SftDataOptions options;
+  std::optional<ChatTemplate> chat_template;
+  RowReader reader;
+};
+
+SftRowReader::SftRowReader(const tok::Tokenizer& tokenizer, const ChatTemplateConfig* chat,
+                           const SftDataOptions& options) {
+  CHECK(options.max_length >= 2, "max_length must be at least 2, got {}", options.max_length);
+  CHECK(options.vocab_size >= 0, "vocab_size must not be negative, got {}", options.vocab_size);
+  impl_ = std::make_unique<Impl>(tokenizer, chat, options);
+}
+
+SftRowReader::~SftRowReader() = default;
+
+SftExample SftRowReader::read(const nlohmann::ordered_json& row) const {
+  try {
+    return impl_->reader.row(row);
+  } catch (const nlohmann::json::exception& e) {
+    RAISE("unexpected content: {}", e.what());
+  }
+}
+
 std::vector<SftExample> read_sft_dataset(const std::string& path, const tok::Tokenizer& tokenizer,
                                          const ChatTemplateConfig* chat,
                                          const SftDataOptions& options) {
-  CHECK(options.max_length >= 2, "max_length must be at least 2, got {}", options.max_length);
-  CHECK(options.vocab_size >= 0, "vocab_size must not be negative, got {}", options.vocab_size);
-  std::optional<ChatTemplate> chat_template;
-  if (chat != nullptr) chat_template.emplace(chat->source);
-  ChatTemplateOptions render_options;
-  std::tm now{};
-  const std::time_t t = std::time(nullptr);
-  render_options.fixed_now = *localtime_r(&t, &now);
-  const RowReader reader{tokenizer,
-                         chat,
-                         chat_template ? &*chat_template : nullptr,
-                         options,
-                         render_options,
-                         options.vocab_size > 0 ? options.vocab_size : tokenizer.vocab_size()};
+  const SftRowReader reader(tokenizer, chat, options);
 
   // Rows are read in chunks and each chunk encoded in parallel (the tokenizer and the template
   // are safe to share); a chunk's errors are reported in line order, so the error of a file
@@ -301,7 +336,7 @@ std::vector<SftExample> read_sft_dataset(const std::string& path, const tok::Tok
     std::vector<std::string> errors(chunk.size());
     parallel_for(0, int64_t(chunk.size()), [&](int64_t i) {
       try {
-        encoded[size_t(i)] = reader.row(parse_ordered_json_text(chunk[size_t(i)], "the row"));
+        encoded[size_t(i)] = reader.read(parse_ordered_json_text(chunk[size_t(i)], "the row"));
         encoded[size_t(i)].line = numbers[size_t(i)];
       } catch (const Error& e) {
         errors[size_t(i)] = e.what();

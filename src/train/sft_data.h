@@ -35,7 +35,10 @@
 // Every problem with a row is an fp8rl::Error "DATASET:LINE: what is wrong".
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -74,6 +77,25 @@ struct SftDataOptions {
   int32_t eos_token_id = -1;
   // input_ids must lie in [0, vocab_size); 0: the tokenizer's vocab_size().
   int64_t vocab_size = 0;
+};
+
+// One row at a time, as read_sft_dataset reads each line (and as the fuzzer drives it).
+// `tokenizer` and `chat` (null when the model has no chat template) must outlive the reader;
+// read() is const and safe to call from several threads at once.
+class SftRowReader {
+ public:
+  SftRowReader(const tok::Tokenizer& tokenizer, const ChatTemplateConfig* chat,
+               const SftDataOptions& options);
+  ~SftRowReader();
+  SftRowReader(const SftRowReader&) = delete;
+  SftRowReader& operator=(const SftRowReader&) = delete;
+
+  // One parsed row; the example's line is left 0, and errors lack the "DATASET:LINE: " prefix.
+  SftExample read(const nlohmann::ordered_json& row) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // `chat` may be null when the model has no chat template (messages rows are then an error).

@@ -44,10 +44,11 @@ TEST(Npy, RoundTripSupportedDtypesAndShapes) {
       write_npy(path, t);
       const std::string raw = fp8rl::test::read_bytes(path);
       ASSERT_EQ((raw.size() - t.nbytes()) % 64, 0u) << "data not 64-aligned";
-      Tensor r = read_npy(path);
-      EXPECT_EQ(r.dtype(), dt);
-      EXPECT_EQ(r.shape(), s) << s.str();
-      EXPECT_TRUE(t.nbytes() == 0 || std::memcmp(r.ptr<void>(), t.ptr<void>(), t.nbytes()) == 0);
+      for (const Tensor& r : {read_npy(path), parse_npy(raw, path)}) {
+        EXPECT_EQ(r.dtype(), dt);
+        EXPECT_EQ(r.shape(), s) << s.str();
+        EXPECT_TRUE(t.nbytes() == 0 || std::memcmp(r.ptr<void>(), t.ptr<void>(), t.nbytes()) == 0);
+      }
     }
   }
 }
@@ -104,6 +105,10 @@ TEST(Npy, RejectsBadFilesNamingTheProblem) {
   auto rejects = [&](const std::string& bytes, std::vector<std::string> parts) {
     const std::string path = dir / ("bad" + std::to_string(n++) + ".npy");
     fp8rl::test::write_bytes(path, bytes);
+    // The same bytes in memory fail the same check (parse_npy is what the fuzzer drives).
+    std::vector<std::string> in_memory = parts;
+    in_memory.push_back("bytes of bad.npy");
+    expect_error([&] { parse_npy(bytes, "bytes of bad.npy"); }, in_memory);
     parts.push_back(path);
     expect_error([&] { read_npy(path); }, parts);
   };

@@ -343,6 +343,27 @@ TEST_F(SftDataTest, ManyRowsKeepTheirOrderAndTheFirstErrorIsReported) {
   expect_error(bad, 2045, "must be a string");
 }
 
+// The row reader alone (what the fuzzer drives) gives the file reader's example, and its
+// errors lack only the "PATH:LINE: " prefix.
+TEST_F(SftDataTest, RowReaderReadsOneRowAsTheFileReaderDoes) {
+  const ChatTemplateConfig chat = toy_chat();
+  const std::string row =
+      R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})";
+  const SftRowReader reader(tokenizer(), &chat, default_options());
+  const SftExample one = reader.read(nlohmann::ordered_json::parse(row));
+  const SftExample file = read(row, default_options(), &chat)[0];
+  EXPECT_EQ(one.input_ids, file.input_ids);
+  EXPECT_EQ(one.loss_mask, file.loss_mask);
+  EXPECT_EQ(one.line, 0);
+  EXPECT_EQ(file.line, 1);
+  try {
+    reader.read(nlohmann::ordered_json::parse(R"({"input_ids": [1, "x"]})"));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("input_ids[1] must be an integer", 0), 0u) << e.what();
+  }
+}
+
 TEST_F(SftDataTest, EmptyDatasetIsAnError) {
   const std::string path = write("\n  \n");
   try {

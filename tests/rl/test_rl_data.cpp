@@ -1,0 +1,114 @@
+// The GRPO prompt and DPO preference row readers alone (what the fuzzers drive): the file
+// readers' results for the same row, and errors without the "PATH:LINE: " prefix.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "rl/preference_data.h"
+#include "rl/prompt_data.h"
+#include "tokenizer/jinja/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fp8rl {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+const tok::Tokenizer& tokenizer() {
+  static const tok::Tokenizer t =
+      tok::Tokenizer::from_file(std::string(FP8RL_TEST_DATA) + "/tokenizer/tiny_byte_level");
+  return t;
+}
+
+ChatTemplateConfig toy_chat() {
+  ChatTemplateConfig c;
+  c.source =
+      "{% for m in messages %}{{ '<x>' + m.role + '\\n' + m.content + '<|end|>\\n' }}{% endfor %}"
+      "{% if add_generation_prompt %}{{ '<x>assistant\\n' }}{% endif %}";
+  return c;
+}
+
+// A one-line dataset file for the file reader: one per process, rewritten by each call.
+std::string dataset_file(const std::string& row) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("fp8rl_rl_data_" + std::to_string(::getpid()) + ".jsonl"))
+                               .string();
+  std::ofstream(path) << row << "\n";
+  return path;
+}
+
+std::string error_of(const auto& read) {
+  try {
+    read();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(PromptRowReader, ReadsOneRowAsTheFileReaderDoes) {
+  const ChatTemplateConfig chat = toy_chat();
+  const PromptRowReader reader(tokenizer(), &chat, {});
+  for (const std::string row :
+       {R"({"prompt": "What is 2+2?", "answer": "4"})",
+        R"({"messages": [{"role": "user", "content": "hi"}], "answer": 1})"}) {
+    const PromptExample file = read_prompt_dataset(dataset_file(row), tokenizer(), &chat, {})[0];
+    const PromptExample one = reader.read(Json::parse(row));
+    EXPECT_EQ(one.ids, file.ids);
+    EXPECT_EQ(one.text, file.text);
+    EXPECT_EQ(one.columns, file.columns);
+    EXPECT_EQ(one.columns.size(), 1u);  // the answer; the prompt is not a column
+    EXPECT_EQ(one.line, 0);
+  }
+  EXPECT_EQ(error_of([&] { reader.read(Json::parse(R"({"answer": 1})")); }),
+            "the row has neither \"prompt\" nor \"messages\"");
+}
+
+TEST(PreferenceRowReader, ReadsOneRowAsTheFileReaderDoes) {
+  PreferenceDataOptions o;
+  o.eos_token_id = 300;  // "<|end|>" of the tiny tokenizer
+  const PreferenceRowReader reader(tokenizer(), nullptr, o);
+  const std::string row = R"({"prompt": "Say", "chosen": " yes", "rejected": " no"})";
+  const PreferencePair file =
+      read_preference_dataset(dataset_file(row), tokenizer(), nullptr, o)[0];
+  const PreferencePair one = reader.read(Json::parse(row));
+  EXPECT_EQ(one.prompt, tokenizer().encode("Say", true));
+  EXPECT_EQ(one.prompt, file.prompt);
+  EXPECT_EQ(one.chosen, file.chosen);
+  EXPECT_EQ(one.rejected, file.rejected);
+  EXPECT_EQ(one.chosen.back(), 300);
+  EXPECT_EQ(error_of([&] { reader.read(Json::parse(R"({"prompt": "Say"})")); }),
+            "the row needs \"chosen\" and \"rejected\"");
+}
+
+// Review finding (docs/RELIABILITY.md): a tokenizer whose normalizer strips whitespace encodes
+// a whitespace-only prompt + completion as no tokens; the reader read the last token of that
+// empty list (undefined behaviour) and accepted an empty prompt. Both are now errors or safe.
+TEST(PreferenceRowReader, WhitespaceThatEncodesToNothingIsAnError) {
+  const tok::Tokenizer stripping = [] {
+    nlohmann::json j = nlohmann::json::parse(
+        std::ifstream(std::string(FP8RL_TEST_DATA) + "/tokenizer/tiny_byte_level/tokenizer.json"));
+    j["normalizer"] = {{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}};
+    return tok::Tokenizer::from_json_text(j.dump());
+  }();
+  ASSERT_TRUE(stripping.encode("   ", true).empty());
+  PreferenceDataOptions o;
+  o.eos_token_id = 300;
+  const PreferenceRowReader reader(stripping, nullptr, o);
+  EXPECT_EQ(error_of([&] {
+              reader.read(Json::parse(R"({"prompt": " ", "chosen": " ", "rejected": "  "})"));
+            }),
+            "the prompt has no tokens");
+  // The control: the same reader takes a prompt with text.
+  EXPECT_EQ(reader.read(Json::parse(R"({"prompt": "a", "chosen": " ", "rejected": " b"})")).chosen,
+            (std::vector<int32_t>{300}));
+}
+
+}  // namespace
+}  // namespace fp8rl
