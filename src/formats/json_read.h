@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/check.h"
+
 namespace fp8rl {
 
 struct JsonLimits {
@@ -45,6 +47,17 @@ nlohmann::ordered_json read_ordered_json_file(const std::filesystem::path& path,
 void for_each_jsonl_row(
     const std::string& path,
     const std::function<void(const nlohmann::ordered_json& row, int64_t line)>& row);
+
+// read(): one dataset row's reading, with a JSON library exception (a field of an unexpected
+// type reached by .get<>()) turned into fp8rl::Error, which the fuzzers and callers expect.
+template <class Read>
+auto read_json_row(Read&& read) -> decltype(read()) {
+  try {
+    return read();
+  } catch (const nlohmann::json::exception& e) {
+    RAISE("unexpected content: {}", e.what());
+  }
+}
 
 // Throws fp8rl::Error naming `what`, the byte offset and line when `text` nests objects and
 // arrays deeper than max_depth or holds a NUL byte (which nlohmann would take for the end of

@@ -148,11 +148,7 @@ PreferenceRowReader::PreferenceRowReader(const tok::Tokenizer& tokenizer,
 PreferenceRowReader::~PreferenceRowReader() = default;
 
 PreferencePair PreferenceRowReader::read(const nlohmann::ordered_json& row) const {
-  try {
-    return impl_->reader.row(row);
-  } catch (const nlohmann::json::exception& e) {
-    RAISE("unexpected content: {}", e.what());
-  }
+  return read_json_row([&] { return impl_->reader.row(row); });
 }
 
 std::vector<PreferencePair> read_preference_dataset(const std::string& path,

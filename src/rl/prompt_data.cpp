@@ -97,11 +97,7 @@ PromptRowReader::PromptRowReader(const tok::Tokenizer& tokenizer, const ChatTemp
 PromptRowReader::~PromptRowReader() = default;
 
 PromptExample PromptRowReader::read(const nlohmann::ordered_json& row) const {
-  try {
-    return impl_->row(row);
-  } catch (const nlohmann::json::exception& e) {
-    RAISE("unexpected content: {}", e.what());
-  }
+  return read_json_row([&] { return impl_->row(row); });
 }
 
 std::vector<PromptExample> read_prompt_dataset(const std::string& path,

@@ -300,11 +300,7 @@ SftRowReader::SftRowReader(const tok::Tokenizer& tokenizer, const ChatTemplateCo
 SftRowReader::~SftRowReader() = default;
 
 SftExample SftRowReader::read(const nlohmann::ordered_json& row) const {
-  try {
-    return impl_->reader.row(row);
-  } catch (const nlohmann::json::exception& e) {
-    RAISE("unexpected content: {}", e.what());
-  }
+  return read_json_row([&] { return impl_->reader.row(row); });
 }
 
 std::vector<SftExample> read_sft_dataset(const std::string& path, const tok::Tokenizer& tokenizer,
