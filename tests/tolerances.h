@@ -158,6 +158,15 @@ inline constexpr double kCudaBf16Logits = 2e-2;
 inline double cuda_fp8_logits_bound(double d_fp8) {
   return kCudaBf16Logits + 1.25 * d_fp8;
 }
+// That bound would also pass a CUDA forward that skipped FP8 (its distance to the CPU's FP8
+// logits is d_fp8 plus bf16 noise). The discriminating check (test_model_gpu "FP8 effect"):
+// CUDA's FP8 effect (FP8 logits minus its own unquantized logits of the same ids) against the
+// CPU's, as ||e_cuda - e_cpu||_F / ||e_cpu||_F. Skipping FP8 scores exactly 1 (the negative
+// control). If CUDA's flipped e4m3 roundings were independent of the CPU's the score would be
+// ~sqrt(2); the shared recipe makes the effects agree where no rounding flips, and the flips
+// (the cascade above) carry only part of the effect's energy: the max-norm ratio measured
+// 0.3..0.85 of d_fp8. Bound 0.9: below the control's 1.
+inline constexpr double kCudaFp8EffectResidual = 0.9;
 
 // ---- The CPU's emulation of bf16 activations (Context::bf16_activations) ------------------
 // The emulating CPU forward rounds to bf16 exactly where the CUDA backend stores bf16, with the
@@ -363,6 +372,18 @@ inline constexpr double kCudaAttentionBackward = 8 * kBf16HalfUlp;
 // elements sits ~5 std out: 4 2^-9 of the typical |dx|, at most that of max |dx|. The fp32
 // accumulation order (f32_reduction_bound(N), ~1e-5) is far below it.
 inline constexpr double kCudaBf16OperandGemm = 4 * kBf16HalfUlp;
+
+// lora_backward on CUDA (bf16 operands as PEFT under autocast, fp32 accumulation): dy, A and B
+// are rounded to bf16 (one half-ulp each, <= 2^-9 relative, RMS 0.82 2^-9 over a binade), and
+// the intermediates u = x A^T and du = s dy B are stored in bf16 after reductions whose own
+// operand errors average out (a random walk: ~0.8 2^-9 of u, du), one more rounding each: u and
+// du carry ~1.2 2^-9 RMS. A term of dB = s dy^T u carries dy's and u's errors (1.45 2^-9 RMS),
+// of dA = du^T x (x exact) du's (1.2 2^-9), of dx = du A du's and A's (1.45 2^-9). Summed over
+// M (or r) terms of random signs the error is a random walk of the same relative size as the
+// sum's RMS, and the worst of ~1e6 elements sits ~5 std out: 7.3 2^-9 of that RMS, at most
+// max |ref| (the largest random-sign sum exceeds the RMS 3-4x; no credit taken). Bound 8 2^-9;
+// the += of the initial values (of the gradients' size) only dilutes it.
+inline constexpr double kCudaLoraBackward = 8 * kBf16HalfUlp;
 
 // ---- fp8rl merge (tests/model/test_merge.cpp) ---------------------------------------------
 // bf16's unit roundoff: 8 significant bits, so rounding moves a value by at most half an ulp,

@@ -1,6 +1,7 @@
 // The per-op-family split of a CUDA profile (CudaDevice::profile), shared by the benchmarks.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -25,6 +26,15 @@ inline nlohmann::json op_split(const std::vector<OpTime>& prof, double* total_ms
     split[op] = {{"ms", e.first}, {"calls", e.second}, {"share", e.first / total}};
   if (total_ms != nullptr) *total_ms = total;
   return split;
+}
+
+// The `top` most expensive op names with their shapes ("linear 4096x32 off"), by time.
+inline nlohmann::json op_detail(std::vector<OpTime> prof, size_t top) {
+  std::sort(prof.begin(), prof.end(), [](const OpTime& a, const OpTime& b) { return a.ms > b.ms; });
+  nlohmann::json detail = nlohmann::json::array();
+  for (size_t i = 0; i < std::min(top, prof.size()); ++i)
+    detail.push_back({{"op", prof[i].name}, {"ms", prof[i].ms}, {"calls", prof[i].calls}});
+  return detail;
 }
 
 }  // namespace fp8rl::cli

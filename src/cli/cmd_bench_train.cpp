@@ -102,7 +102,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   }
   const double n = double(o.steps), total = (fwd + bwd + opt) / n;
   // One more step with CUDA events around every op: where the time goes (per op family).
-  nlohmann::json profile;
+  nlohmann::json profile, detail;
   if (CudaDevice* dev = bench.session().cuda()) {
     dev->reset_profile();
     dev->set_profiling(true);
@@ -111,6 +111,7 @@ void run_bench_train(const BenchTrainOptions& o) {
     pass.backward(dlogprob, grads);
     ops::synchronize(ctx);
     profile = op_split(dev->profile());
+    detail = op_detail(dev->profile(), 40);
     dev->set_profiling(false);
   }
   nlohmann::json r;
@@ -134,6 +135,7 @@ void run_bench_train(const BenchTrainOptions& o) {
                {"kv_bytes", plan.kv_bytes},
                {"host_bytes", plan.host_bytes}};
   if (!profile.is_null()) r["op_profile_one_step"] = profile;
+  if (!detail.is_null()) r["op_profile_detail"] = detail;
   if (CudaDevice* dev = bench.session().cuda())
     r["memory"] = {{"peak_allocated_bytes", dev->peak_allocated()},
                    {"weights_bytes", model.device_bytes()},

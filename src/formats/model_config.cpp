@@ -251,7 +251,10 @@ ModelConfig ModelConfig::from_json(const json& j) {
       c.sandwich_norms = true;
       c.embedding_scale = std::sqrt(double(c.hidden_size));
       c.final_logit_softcapping = get_double(j, "final_logit_softcapping", 0.0);
-      c.attn_logit_softcapping = get_double(j, "attn_logit_softcapping", 0.0);
+      // Type-checked but not applied, as in transformers: Gemma3Attention stores
+      // attn_logit_softcapping and never passes it to the attention (Gemma 2's did). The
+      // golden tests/data/goldens/gemma3_softcap sets it and equals HF's logits without it.
+      (void)get_double(j, "attn_logit_softcapping", 0.0);
       CHECK(!get_bool(j, "use_bidirectional_attention", false),
             "config.json: use_bidirectional_attention is not supported");
       break;

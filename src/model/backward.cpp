@@ -16,8 +16,10 @@ struct AdapterGrads {
 
 // dx (+)= dy W_hat through the frozen base, then the adapter's dA, dB (+=) and its dx (+=).
 void linear_backward(Context& ctx, const AdapterGrads& g, int64_t li, int projection,
-                     const Linear& w, const TensorView& x, const TensorView& dy,
+                     const Linear& w, const TensorView& x, const TensorView& dy_f32,
                      const TensorView& dx, bool accumulate) {
+  ops::ScratchScope scope(ctx);
+  const TensorView dy = ops::gemm_gradient(ctx, dy_f32);  // rounded once for both ops
   ops::linear_backward_input(ctx, dy, w, dx, accumulate);
   if (!w.lora.active()) return;
   const LoraAdapter& a = g.adapter;

@@ -78,9 +78,7 @@ void add_lora(Context& ctx, const TensorView& x_in, const LoraWeights& lora, con
   b.weight = lora.b;  // [N, r]
   const TensorView xa = ops::scratch_alloc(ctx, {t, lora.rank()}, ctx.activation_dtype());
   ops::linear(ctx, x, a, xa);
-  const TensorView delta = ops::scratch_alloc(ctx, out.shape, ctx.activation_dtype());
-  ops::linear(ctx, xa, b, delta);
-  ops::add(ctx, out, delta, out, lora.scale);
+  ops::linear_accumulate(ctx, xa, b, lora.scale, out);
 }
 
 // The one choke point of every decoder projection: the frozen base linear, then its adapter.

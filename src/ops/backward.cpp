@@ -11,7 +11,6 @@
 #include "ops/cuda/cuda_ops.h"
 #endif
 
-
 // A dry run's scratch of the CUDA implementation (the CPU versions of these ops take none);
 // `bytes` is evaluated only for a CUDA context.
 #if FP8RL_HAVE_CUDA
@@ -53,6 +52,13 @@ void check_act(const Context& ctx, const TensorView& t, const char* what) {
 }
 void check_f32(const Context& ctx, const TensorView& t, const char* what) {
   check_tensor(ctx, t, DType::f32, what);
+}
+// An output gradient read by GEMMs: f32, or (CUDA) gemm_gradient's bf16.
+void check_gemm_gradient(const Context& ctx, const TensorView& t, const char* what) {
+  if (ctx.device == Device::cuda && t.dtype == DType::bf16)
+    check_tensor(ctx, t, DType::bf16, what);
+  else
+    check_f32(ctx, t, what);
 }
 void check_shape(const TensorView& t, const Shape& s, const char* what) {
   CHECK(t.shape == s, "{}: expected shape {}, got {}", what, s.str(), t.shape.str());
@@ -204,7 +210,7 @@ void rms_norm_backward(Context& ctx, const TensorView& x, const TensorView& w,
   }
   if (!dw.empty()) FP8RL_DRY_RUN_CUDA_SCRATCH(ctx, cuda::rms_norm_backward_scratch_bytes(rows, d));
   FP8RL_DISPATCH(ctx, what, cpu::rms_norm_backward(x, w, inv_rms, plus_one, dy, dx, dw),
-                          cuda::rms_norm_backward(*ctx.cuda, x, w, inv_rms, plus_one, dy, dx, dw));
+                 cuda::rms_norm_backward(*ctx.cuda, x, w, inv_rms, plus_one, dy, dx, dw));
 }
 
 // ---- RoPE and the per-head q/k norm
@@ -215,9 +221,8 @@ void rope_backward(Context& ctx, const TensorView& dy, const TensorView& positio
   check_ctx(ctx, what);
   check_f32(ctx, dy, what);
   check_rope(ctx, dy, positions, inv_freq, what);
-  FP8RL_DISPATCH(ctx, what,
-                          cpu::rope_backward(dy, positions.ptr<const int32_t>(), inv_freq),
-                          cuda::rope_backward(*ctx.cuda, dy, positions, inv_freq));
+  FP8RL_DISPATCH(ctx, what, cpu::rope_backward(dy, positions.ptr<const int32_t>(), inv_freq),
+                 cuda::rope_backward(*ctx.cuda, dy, positions, inv_freq));
 }
 
 void rms_norm_rope_save(Context& ctx, const TensorView& x, const TensorView& w, float eps,
@@ -298,9 +303,8 @@ void check_gated_backward(Context& ctx, const TensorView& gate, const TensorView
 void silu_mul_backward(Context& ctx, const TensorView& gate, const TensorView& up,
                        const TensorView& dout, const TensorView& dgate, const TensorView& dup) {
   check_gated_backward(ctx, gate, up, dout, dgate, dup, "silu_mul_backward");
-  FP8RL_DISPATCH(ctx, "silu_mul_backward",
-                          cpu::silu_mul_backward(gate, up, dout, dgate, dup),
-                          cuda::gated_backward(*ctx.cuda, gate, up, dout, 0, dgate, dup));
+  FP8RL_DISPATCH(ctx, "silu_mul_backward", cpu::silu_mul_backward(gate, up, dout, dgate, dup),
+                 cuda::gated_backward(*ctx.cuda, gate, up, dout, 0, dgate, dup));
 }
 
 void gelu_tanh_mul_backward(Context& ctx, const TensorView& gate, const TensorView& up,
@@ -308,8 +312,8 @@ void gelu_tanh_mul_backward(Context& ctx, const TensorView& gate, const TensorVi
                             const TensorView& dup) {
   check_gated_backward(ctx, gate, up, dout, dgate, dup, "gelu_tanh_mul_backward");
   FP8RL_DISPATCH(ctx, "gelu_tanh_mul_backward",
-                          cpu::gelu_tanh_mul_backward(gate, up, dout, dgate, dup),
-                          cuda::gated_backward(*ctx.cuda, gate, up, dout, 1, dgate, dup));
+                 cpu::gelu_tanh_mul_backward(gate, up, dout, dgate, dup),
+                 cuda::gated_backward(*ctx.cuda, gate, up, dout, 1, dgate, dup));
 }
 
 void softcap_backward(Context& ctx, const TensorView& y, float cap, const TensorView& dy,
@@ -322,7 +326,7 @@ void softcap_backward(Context& ctx, const TensorView& y, float cap, const Tensor
   CHECK(cap > 0 && y.rank() >= 1 && dy.shape == y.shape && dx.shape == y.shape,
         "{}: cap {} y {} dy {} dx {}", what, cap, y.shape.str(), dy.shape.str(), dx.shape.str());
   FP8RL_DISPATCH(ctx, what, cpu::softcap_backward(y, cap, dy, dx),
-                          cuda::softcap_backward(*ctx.cuda, y, cap, dy, dx));
+                 cuda::softcap_backward(*ctx.cuda, y, cap, dy, dx));
 }
 
 // ---- Attention
@@ -349,11 +353,10 @@ void paged_attention_lse(Context& ctx, const TensorView& q, const TensorView& k_
   check_attention_saved(ctx, q, k_pool, v_pool, batch, out, lse, what);
   dry_run_scratch(
       ctx, paged_attention_scratch_bytes(ctx, q.dim(0), q.dim(1), q.dim(2), batch.max_context_len));
-  FP8RL_DISPATCH(
-      ctx, what,
-      cpu::paged_attention(scratch_of(ctx), q, k_pool, v_pool, batch, p, out, cpu::Rounding::none,
-                           lse),
-      cuda::paged_attention_lse(*ctx.cuda, q, k_pool, v_pool, batch, p, out, lse));
+  FP8RL_DISPATCH(ctx, what,
+                 cpu::paged_attention(scratch_of(ctx), q, k_pool, v_pool, batch, p, out,
+                                      cpu::Rounding::none, lse),
+                 cuda::paged_attention_lse(*ctx.cuda, q, k_pool, v_pool, batch, p, out, lse));
 }
 
 void paged_attention_backward(Context& ctx, const TensorView& q, const TensorView& k_pool,
@@ -376,10 +379,10 @@ void paged_attention_backward(Context& ctx, const TensorView& q, const TensorVie
   FP8RL_DRY_RUN_CUDA_SCRATCH(
       ctx, cuda::paged_attention_backward_scratch_bytes(q.dim(0), q.dim(1), q.dim(2)));
   FP8RL_DISPATCH(ctx, what,
-                          cpu::paged_attention_backward(scratch_of(ctx), q, k_pool, v_pool, batch,
-                                                        p, out, lse, dout, dq, dk, dv),
-                          cuda::paged_attention_backward(*ctx.cuda, q, k_pool, v_pool, batch, p,
-                                                         out, lse, dout, dq, dk, dv));
+                 cpu::paged_attention_backward(scratch_of(ctx), q, k_pool, v_pool, batch, p, out,
+                                               lse, dout, dq, dk, dv),
+                 cuda::paged_attention_backward(*ctx.cuda, q, k_pool, v_pool, batch, p, out, lse,
+                                                dout, dq, dk, dv));
 }
 
 // ---- Linear layers and LoRA
@@ -389,14 +392,24 @@ void linear_backward_input(Context& ctx, const TensorView& dy, const LinearWeigh
   const char* what = "linear_backward_input";
   check_ctx(ctx, what);
   check_weight(ctx, w, what);
-  check_f32(ctx, dy, what);
+  check_gemm_gradient(ctx, dy, what);
   check_f32(ctx, dx, what);
   CHECK(dy.rank() == 2 && dx.rank() == 2 && dy.dim(0) == dx.dim(0) &&
             dy.dim(1) == w.out_features() && dx.dim(1) == w.in_features(),
         "{}: dy {} weight {} dx {}", what, dy.shape.str(), w.weight.shape.str(), dx.shape.str());
-  FP8RL_DRY_RUN_CUDA_SCRATCH(ctx, cuda::linear_backward_input_scratch_bytes(w, dy.dim(0)));
+  FP8RL_DRY_RUN_CUDA_SCRATCH(
+      ctx, cuda::linear_backward_input_scratch_bytes(w, dy.dim(0), dy.dtype == DType::f32));
   FP8RL_DISPATCH(ctx, what, cpu::linear_backward_input(dy, w, dx, accumulate),
-                          cuda::linear_backward_input(*ctx.cuda, dy, w, dx, accumulate));
+                 cuda::linear_backward_input(*ctx.cuda, dy, w, dx, accumulate));
+}
+
+TensorView gemm_gradient(Context& ctx, const TensorView& dy) {
+  check_ctx(ctx, "gemm_gradient");
+  check_f32(ctx, dy, "gemm_gradient");
+  if (ctx.device == Device::cpu) return dy;
+  const TensorView out = scratch_alloc(ctx, dy.shape, DType::bf16);
+  FP8RL_DISPATCH(ctx, "gemm_gradient", (void)0, cuda::round_to_bf16(*ctx.cuda, dy, out));
+  return out;
 }
 
 void lora_dropout(Context& ctx, const TensorView& x, const LoraDropout& dropout,
@@ -408,7 +421,7 @@ void lora_dropout(Context& ctx, const TensorView& x, const LoraDropout& dropout,
   CHECK(x.rank() == 2 && out.shape == x.shape && dropout.p >= 0 && dropout.p < 1,
         "{}: x {} out {} p {}", what, x.shape.str(), out.shape.str(), dropout.p);
   FP8RL_DISPATCH(ctx, what, cpu::lora_dropout(x, dropout, out),
-                          cuda::lora_dropout(*ctx.cuda, x, dropout, out));
+                 cuda::lora_dropout(*ctx.cuda, x, dropout, out));
 }
 
 void lora_backward(Context& ctx, const TensorView& x, const TensorView& a, const TensorView& b,
@@ -417,7 +430,8 @@ void lora_backward(Context& ctx, const TensorView& x, const TensorView& a, const
   const char* what = "lora_backward";
   check_ctx(ctx, what);
   check_act(ctx, x, what);
-  for (const TensorView* t : {&a, &b, &dy, &da, &db}) check_f32(ctx, *t, what);
+  for (const TensorView* t : {&a, &b, &da, &db}) check_f32(ctx, *t, what);
+  check_gemm_gradient(ctx, dy, what);
   CHECK(x.rank() == 2 && a.rank() == 2 && b.rank() == 2 && a.dim(1) == x.dim(1) &&
             b.dim(1) == a.dim(0) && dy.shape == (Shape{x.dim(0), b.dim(0)}) &&
             da.shape == a.shape && db.shape == b.shape && dropout.p >= 0 && dropout.p < 1,
@@ -431,10 +445,11 @@ void lora_backward(Context& ctx, const TensorView& x, const TensorView& a, const
   if (ctx.device == Device::cpu)
     dry_run_scratch(ctx, size_t(m * k + 2 * m * r) * 4 + 3 * 64);
   else
-    FP8RL_DRY_RUN_CUDA_SCRATCH(ctx, cuda::lora_backward_scratch_bytes(m, k, r));
-  FP8RL_DISPATCH(
-      ctx, what, cpu::lora_backward(scratch_of(ctx), x, a, b, scale, dropout, dy, dx, da, db),
-      cuda::lora_backward(*ctx.cuda, x, a, b, scale, dropout, dy, dx, da, db));
+    FP8RL_DRY_RUN_CUDA_SCRATCH(ctx, cuda::lora_backward_scratch_bytes(
+                                        m, k, b.dim(0), r, dropout.p > 0, dy.dtype == DType::f32));
+  FP8RL_DISPATCH(ctx, what,
+                 cpu::lora_backward(scratch_of(ctx), x, a, b, scale, dropout, dy, dx, da, db),
+                 cuda::lora_backward(*ctx.cuda, x, a, b, scale, dropout, dy, dx, da, db));
 }
 
 // ---- lm_head and cross-entropy

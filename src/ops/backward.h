@@ -128,8 +128,15 @@ void paged_attention_backward(Context& ctx, const TensorView& q, const TensorVie
 // CPU streams w_hat in tiles of 16 rows x 64 columns per thread (never the whole weight).
 // CUDA dequantizes this one layer's w_hat to bf16 into scratch, rounds dy to bf16 and runs a
 // bf16 GEMM with fp32 accumulation and output (unquantized weights must be bf16 there).
+// dy may also be gemm_gradient(ctx, dy) (see there).
 void linear_backward_input(Context& ctx, const TensorView& dy, const LinearWeight& w,
                            const TensorView& dx, bool accumulate = false);
+
+// dy [M,N] f32 in the form the backward's GEMMs read it, made once for the ops of one
+// projection that share it (linear_backward_input and lora_backward take either form): on
+// CUDA rounded to bf16 into scratch (the caller's scope), as those ops would round it each; on
+// the CPU dy itself.
+TensorView gemm_gradient(Context& ctx, const TensorView& dy);
 
 // PEFT's lora_dropout on the adapter's input only: x_drop = x * mask, mask(m, k) = 1 / (1 - p)
 // where uniform_hash(seed, m * K + k, 1) >= 2p - 1 (probability 1 - p), else 0: a function of
@@ -145,8 +152,9 @@ void lora_dropout(Context& ctx, const TensorView& x, const LoraDropout& dropout,
 // Backward of y += s * (dropout(x) A^T) B^T with A [r,K], B [N,r] f32 (the fp32 master
 // weights), x [M,K], dy [M,N]; u = dropout(x) A^T [M,r] is recomputed:
 //   dB += s dy^T u,  du = s dy B,  dA += du^T dropout(x),  dx += mask * (du A).
-// dx (f32 [M,K], +=: the base linear's dx is already there) is optional. CUDA computes it in
-// fp32 as well (x widened exactly, fp32 cuBLASLt GEMMs without TF32).
+// dx (f32 [M,K], +=: the base linear's dx is already there) is optional. The CPU computes in
+// fp32; CUDA as PEFT under bf16 autocast: bf16 operands (dy, A, B rounded; u, du stored in
+// bf16), fp32 accumulation into the fp32 gradients. dy may be gemm_gradient(ctx, dy).
 void lora_backward(Context& ctx, const TensorView& x, const TensorView& a, const TensorView& b,
                    float scale, const LoraDropout& dropout, const TensorView& dy,
                    const TensorView& dx, const TensorView& da, const TensorView& db);

@@ -32,7 +32,6 @@ bool fp8_gemm_native(const LinearWeight& w, ActScaling act) {
 }
 }  // namespace fp8rl
 
-
 namespace fp8rl::ops {
 
 namespace {
@@ -131,7 +130,8 @@ void embedding(Context& ctx, const TensorView& ids, const TensorView& table, flo
   check_param(ctx, table, DType::bf16, "embedding table");
   CHECK(table.rank() == 2 && out.dim(1) == table.dim(1), "embedding: table {} out {}",
         table.shape.str(), out.shape.str());
-  if (ctx.device == Device::cpu && !ctx.dry_run)  // device ids are checked on the host before their upload
+  if (ctx.device == Device::cpu &&
+      !ctx.dry_run)  // device ids are checked on the host before their upload
     for (int64_t i = 0; i < ids.numel(); ++i)
       CHECK(ids.ptr<const int32_t>()[i] >= 0 && ids.ptr<const int32_t>()[i] < table.dim(0),
             "token id {} is outside the vocabulary [0, {})", ids.ptr<const int32_t>()[i],
@@ -179,7 +179,8 @@ void add_rms_norm(Context& ctx, const TensorView& x, const TensorView& delta, co
             (out.data != x.data || x.numel() == 0),
         "add_rms_norm: x {} delta {} w {} out {} (out must not be x)", x.shape.str(),
         delta.shape.str(), w.shape.str(), out.shape.str());
-  FP8RL_DISPATCH(ctx, "add_rms_norm", cpu::add_rms_norm(x, delta, w, eps, plus_one, out, rounding(ctx)),
+  FP8RL_DISPATCH(ctx, "add_rms_norm",
+                 cpu::add_rms_norm(x, delta, w, eps, plus_one, out, rounding(ctx)),
                  cuda::add_rms_norm(*ctx.cuda, x, delta, w, eps, plus_one, out));
 }
 
@@ -285,11 +286,11 @@ void attention(Context& ctx, const TensorView& q, const TensorView& k_cache,
       amax.empty() || (amax.dtype == DType::f32 && amax.numel() == 1 && amax.device == ctx.device),
       "attention: amax must be one f32 on {}", device_name(ctx.device));
   dry_run_scratch(ctx, attention_scratch_bytes(ctx, q.dim(0), q.dim(1), k_cache.dim(0)));
-  FP8RL_DISPATCH(ctx, "attention",
-                 cpu_attention(scratch_of(ctx), q, k_cache, v_cache, first_slot, p, out, amax,
-                               rounding(ctx)),
-                 cuda::attention(*ctx.cuda, q, k_cache, v_cache, first_slot, p, out,
-                                 amax.empty() ? nullptr : amax.ptr<float>()));
+  FP8RL_DISPATCH(
+      ctx, "attention",
+      cpu_attention(scratch_of(ctx), q, k_cache, v_cache, first_slot, p, out, amax, rounding(ctx)),
+      cuda::attention(*ctx.cuda, q, k_cache, v_cache, first_slot, p, out,
+                      amax.empty() ? nullptr : amax.ptr<float>()));
 }
 
 namespace {
@@ -362,8 +363,8 @@ void paged_attention(Context& ctx, const TensorView& q, const TensorView& k_pool
   CHECK(
       amax.empty() || (amax.dtype == DType::f32 && amax.numel() == 1 && amax.device == ctx.device),
       "paged_attention: amax must be one f32 on {}", device_name(ctx.device));
-  dry_run_scratch(ctx, paged_attention_scratch_bytes(ctx, q.dim(0), q.dim(1), q.dim(2),
-                                                     batch.max_context_len));
+  dry_run_scratch(
+      ctx, paged_attention_scratch_bytes(ctx, q.dim(0), q.dim(1), q.dim(2), batch.max_context_len));
   FP8RL_DISPATCH(
       ctx, "paged_attention",
       {
@@ -500,9 +501,10 @@ void add_rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& del
         "add_rms_norm_quant: x {} delta {} w {} q [{}, {}]", x.shape.str(), delta.shape.str(),
         w.shape.str(), q.rows, q.cols);
   dry_run_scratch(ctx, quantize_op_scratch_bytes(x.dim(0), x.dim(1)));
-  FP8RL_DISPATCH(ctx, "add_rms_norm_quant",
-                 cpu::add_rms_norm_quant(scratch_of(ctx), x, delta, w, eps, plus_one, q, rounding(ctx)),
-                 cuda::add_rms_norm_quant(*ctx.cuda, x, delta, w, eps, plus_one, q));
+  FP8RL_DISPATCH(
+      ctx, "add_rms_norm_quant",
+      cpu::add_rms_norm_quant(scratch_of(ctx), x, delta, w, eps, plus_one, q, rounding(ctx)),
+      cuda::add_rms_norm_quant(*ctx.cuda, x, delta, w, eps, plus_one, q));
 }
 
 namespace {
@@ -515,7 +517,8 @@ void gated_quant(Context& ctx, const TensorView& gate, const TensorView& up,
   CHECK(q.act != ActScaling::static_tensor, "{} needs a dynamic scaling", what);
   CHECK(gate.shape == up.shape && q.rows == gate.dim(0) && q.cols == gate.dim(1),
         "{}: gate {} up {} q [{}, {}]", what, gate.shape.str(), up.shape.str(), q.rows, q.cols);
-  dry_run_scratch(ctx, quantize_op_scratch_bytes(gate.dim(0), gate.numel() / std::max<int64_t>(gate.dim(0), 1)));
+  dry_run_scratch(ctx, quantize_op_scratch_bytes(gate.dim(0),
+                                                 gate.numel() / std::max<int64_t>(gate.dim(0), 1)));
   FP8RL_DISPATCH(ctx, what, cpu::gated_quant(scratch_of(ctx), gate, up, act, q, rounding(ctx)),
                  cuda::gated_quant(*ctx.cuda, gate, up, act, q));
 }
@@ -584,6 +587,20 @@ void linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
         act_scaling_name(x.act), act_scaling_name(w.act));
   FP8RL_DISPATCH(ctx, linear_name(w), cpu::linear(scratch_of(ctx), x, w, out, kind, rounding(ctx)),
                  cuda::linear(*ctx.cuda, x, w, out));
+}
+
+void linear_accumulate(Context& ctx, const TensorView& x, const LinearWeight& w, float alpha,
+                       const TensorView& out) {
+  check_ctx(ctx);
+  check_act(ctx, x, 2, "linear_accumulate input");
+  check_linear(ctx, x.dim(0), x.dim(1), w, out, Output::activation);
+  CHECK(!w.is_fp8() && w.bias.empty(),
+        "linear_accumulate: needs an unquantized weight without bias, got {}", linear_name(w));
+  if (ctx.device == Device::cpu)
+    dry_run_scratch(ctx, linear_scratch_bytes(w, x.dim(0)) + size_t(out.numel()) * 4 + 64);
+  FP8RL_DISPATCH(ctx, "linear_accumulate " + linear_name(w).substr(7),
+                 cpu::linear_accumulate(scratch_of(ctx), x, w, alpha, out, rounding(ctx)),
+                 cuda::linear_accumulate(*ctx.cuda, x, w, alpha, out));
 }
 
 size_t linear_scratch_bytes(const LinearWeight& w, int64_t m) {

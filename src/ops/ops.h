@@ -211,6 +211,13 @@ void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const Tens
 void linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
             const TensorView& out, Output kind = Output::activation);
 
+// out[M,N] += alpha * x[M,K] W^T for an unquantized weight without bias (LoRA's up projection
+// into its base linear's output). CUDA: one GEMM with beta = 1, no [M,N] temporary and no
+// separate add (cuBLASLt's epilogue may round the product to bf16 before adding out); the CPU
+// rounds the fp32 sum once.
+void linear_accumulate(Context& ctx, const TensorView& x, const LinearWeight& w, float alpha,
+                       const TensorView& out);
+
 // Scratch bytes linear() needs for this weight and M rows on a device.
 size_t linear_scratch_bytes(const LinearWeight& w, int64_t m);  // CPU
 size_t linear_scratch_bytes(const Context& ctx, const LinearWeight& w, int64_t m);

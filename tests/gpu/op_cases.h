@@ -97,6 +97,7 @@ void softcap_backward_case(Harness& h, Outcome& o, int64_t t, int64_t v, bool al
 void lora_dropout_case(Harness& h, Outcome& o, int64_t m, int64_t k, float p, bool in_place);
 void linear_backward_input_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k,
                                 Fp8Scheme scheme, bool accumulate);
+void linear_accumulate_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k);
 void lora_backward_case(Harness& h, Outcome& o, int64_t m, int64_t k, int64_t n, int64_t r, float p,
                         bool with_dx);
 // Appends the backward cases to the registry (correctness_cases() calls it).

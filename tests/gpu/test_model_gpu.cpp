@@ -56,7 +56,8 @@ Tensor prefill(Context& ctx, const Model& m, const std::vector<int32_t>& ids) {
 struct Row {
   std::string name;
   std::string ref = "cpu";  // the CPU reference: "cpu" (fp32) or "cpu-bf16" (emulated bf16)
-  double err = 0, bound = 0, top1 = 0, hf = -1, d_fp8 = 0;
+  double err = 0, bound = 0, top1 = -1, hf = -1, d_fp8 = 0;  // -1: not measured
+  bool negative = false;  // a negative control: passes when err exceeds the bound
   bool ok = false;
 };
 
@@ -80,10 +81,51 @@ Row vs_cpu_bf16(const std::string& name, const Model& cpu_model, const std::vect
 
 std::vector<Row> g_rows;
 
+// ||(got - got_off) - (ref - ref_off)||_F / ||ref - ref_off||_F: how far CUDA's FP8 effect on
+// the logits (its FP8 forward minus its unquantized forward of the same ids) is from the CPU's.
+// A CUDA forward that skipped FP8 has effect 0 and scores exactly 1.
+double fp8_effect_residual(const Tensor& got, const Tensor& got_off, const Tensor& ref,
+                           const Tensor& ref_off) {
+  double num = 0, den = 0;
+  const float *g = got.ptr<float>(), *go = got_off.ptr<float>(), *r = ref.ptr<float>(),
+              *ro = ref_off.ptr<float>();
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double e_ref = double(r[i]) - double(ro[i]);
+    const double diff = (double(g[i]) - double(go[i])) - e_ref;
+    num += diff * diff;
+    den += e_ref * e_ref;
+  }
+  return den > 0 ? std::sqrt(num / den) : INFINITY;
+}
+
+void report(Row r);
+
+// The FP8 rows' bound cuda_fp8_logits_bound(d_fp8) would also pass a CUDA forward that skipped
+// FP8 (its distance to the CPU's FP8 logits is about d_fp8). This row discriminates: CUDA's
+// FP8 effect must match the CPU's to kCudaFp8EffectResidual (< 1), and the same check on the
+// CUDA forward without FP8 (the negative control) must fail, scoring 1.
+void fp8_effect_rows(const std::string& name, const Tensor& got, const Tensor& got_off,
+                     const Tensor& ref, const Tensor& ref_off) {
+  Row r;
+  r.name = name + " FP8 effect";
+  r.ref = "cpu-fp8-effect";
+  r.err = fp8_effect_residual(got, got_off, ref, ref_off);
+  r.bound = kCudaFp8EffectResidual;
+  report(r);
+  Row c;
+  c.name = name + " FP8 effect, control: FP8 skipped";
+  c.ref = "cpu-fp8-effect";
+  c.err = fp8_effect_residual(got_off, got_off, ref, ref_off);
+  c.bound = kCudaFp8EffectResidual;
+  c.negative = true;
+  report(c);
+}
+
 void report(Row r) {
-  r.ok = std::isfinite(r.err) && r.err <= r.bound;
-  std::printf("%-4s %-34s cuda-vs-%s %.3g (bound %.3g)  top1 %.3f%s\n", r.ok ? "PASS" : "FAIL",
-              r.name.c_str(), r.ref.c_str(), r.err, r.bound, r.top1,
+  r.ok = r.negative ? !(r.err <= r.bound) : std::isfinite(r.err) && r.err <= r.bound;
+  std::printf("%-4s %-34s cuda-vs-%s %.3g (bound %.3g)%s%s\n", r.ok ? "PASS" : "FAIL",
+              r.name.c_str(), r.ref.c_str(), r.err, r.bound,
+              r.top1 >= 0 ? fmt::format("  top1 {:.3f}", r.top1).c_str() : "",
               r.hf >= 0 ? fmt::format("  cuda-vs-HF {:.3g}", r.hf).c_str() : "");
   std::fflush(stdout);
   g_rows.push_back(r);
@@ -112,8 +154,12 @@ void golden(CudaDevice& dev, const std::string& arch, const std::string& scheme)
   if (scheme == "off") {
     r.bound = kCudaBf16Logits;
   } else {
-    r.d_fp8 = rel_max_diff(ref, prefill(cpu, Model::load(dir), ids));
+    const Tensor ref_off = prefill(cpu, Model::load(dir), ids);
+    r.d_fp8 = rel_max_diff(ref, ref_off);
     r.bound = cuda_fp8_logits_bound(r.d_fp8);
+    Model gpu_off = Model::load(dir);
+    gpu_off.to_device(gpu);
+    fp8_effect_rows(r.name, got, prefill(gpu, gpu_off, ids), ref, ref_off);
   }
   report(r);
   report(vs_cpu_bf16(r.name, cpu_model, ids, got, r.bound));
@@ -188,9 +234,12 @@ void random_model(CudaDevice& dev, const std::string& name, const ModelConfig& c
   if (scheme == "off") {
     r.bound = kCudaBf16Logits;
   } else {
-    r.d_fp8 =
-        rel_max_diff(ref, prefill(cpu, Model::random(config, Fp8Scheme::off, cpu, 1234), ids));
+    const Tensor ref_off = prefill(cpu, Model::random(config, Fp8Scheme::off, cpu, 1234), ids);
+    r.d_fp8 = rel_max_diff(ref, ref_off);
     r.bound = cuda_fp8_logits_bound(r.d_fp8);
+    fp8_effect_rows(r.name, got,
+                    prefill(gpu, Model::random(config, Fp8Scheme::off, gpu, 1234), ids), ref,
+                    ref_off);
   }
   report(r);
   report(vs_cpu_bf16(r.name, cpu_model, ids, got, r.bound));
@@ -228,6 +277,8 @@ int main(int argc, char** argv) {
     for (const char* arch : {"llama", "qwen2", "qwen3", "mistral", "gemma3"})
       if (!only_random && (only_arch.empty() || only_arch == "all" || only_arch == arch))
         for (const char* scheme : {"off", "tensor", "row", "block"}) golden(dev, arch, scheme);
+    if (!only_random && (only_arch.empty() || only_arch == "all" || only_arch == "gemma3"))
+      golden(dev, "gemma3_softcap", "off");  // attention and final-logit softcapping
     const ModelConfig qwen = random_config("qwen3-tiny", {{"vocab_size", 4096},
                                                           {"hidden_size", 1024},
                                                           {"intermediate_size", 2880},
@@ -264,8 +315,9 @@ int main(int argc, char** argv) {
   for (const Row& r : g_rows) {
     failed += !r.ok;
     if (json.is_open())
-      json << nlohmann::json{{"case", r.name},   {"ref", r.ref},   {"ok", r.ok}, {"err", r.err},
-                             {"bound", r.bound}, {"top1", r.top1}, {"hf", r.hf}, {"d_fp8", r.d_fp8}}
+      json << nlohmann::json{{"case", r.name}, {"ref", r.ref},     {"ok", r.ok},
+                             {"err", r.err},   {"bound", r.bound}, {"top1", r.top1},
+                             {"hf", r.hf},     {"d_fp8", r.d_fp8}, {"negative", r.negative}}
                   .dump()
            << "\n";
   }

@@ -59,4 +59,25 @@ TEST(Golden, Fp8DiffersFromFp32) {
   EXPECT_GT(rel_max_diff(fp8, fp32), 5 * kHfFp8Logits);
 }
 
+// Softcapping against HF (tools/goldens/make_softcap_goldens.py: the gemma3 golden checkpoint
+// with attn_logit_softcapping 0.05 and final_logit_softcapping set in its config). transformers
+// applies only the final cap for Gemma 3 (its attention never reads the other; the summary in
+// tests/data/goldens/softcap_summary.json records that cap's effect on HF's logits: 0), so
+// neither must we. Control: the same checkpoint and ids without the final cap is far off.
+TEST(Golden, SoftcappingMatchesTransformers) {
+  const std::string dir = golden_dir("gemma3_softcap");
+  const std::vector<int32_t> ids = golden_ids("gemma3_softcap");
+  const Tensor ref = read_npy(dir + "/logits_fp32.npy");
+  const Model m = Model::load(dir);
+  EXPECT_EQ(m.config().attn_logit_softcapping, 0);  // 0.05 in config.json, not applied
+  EXPECT_GT(m.config().final_logit_softcapping, 0);
+  const Tensor ours = prefill_logits(m, ids);
+  ASSERT_EQ(ours.shape(), ref.shape());
+  const double err = rel_max_diff(ours, ref);
+  EXPECT_LE(err, kHfFp32Logits);
+  const double off = rel_max_diff(prefill_logits(Model::load(golden_dir("gemma3")), ids), ref);
+  EXPECT_GT(off, 100 * kHfFp32Logits);
+  std::printf("gemma3 softcap rel_max_diff %.3g (without the caps %.3g)\n", err, off);
+}
+
 }  // namespace

@@ -157,6 +157,46 @@ TEST(FusedOps, AddRmsNormDispatchesToComposition) {
   EXPECT_THROW(ops::add_rms_norm(ctx, x, d, w, 1e-6f, false, x), Error);  // out must not be x
 }
 
+// linear_accumulate (LoRA's up projection added into the base output): out + alpha x W^T
+// against a double-precision reference; under the bf16 emulation the result is the bf16
+// rounding of that sum (one rounding, as CUDA's beta = 1 GEMM makes it). Control: alpha
+// ignored.
+TEST(FusedOps, LinearAccumulateAddsScaledProduct) {
+  Arena arena{size_t(16) << 20};
+  const int64_t m = 7, k = 33, n = 19;
+  const float alpha = 2.5f;
+  const Tensor x = values({m, k}, 21, 2.0f), w = values({n, k}, 22, 0.5f),
+               out0 = values({m, n}, 23, 3.0f);
+  LinearWeight lw;
+  lw.weight = w.view();
+  Tensor ref = Tensor::empty({m, n}, DType::f32);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t c = 0; c < k; ++c)
+        acc += double(x.ptr<float>()[i * k + c]) * double(w.ptr<float>()[j * k + c]);
+      ref.ptr<float>()[i * n + j] = float(double(out0.ptr<float>()[i * n + j]) + alpha * acc);
+    }
+  for (bool bf16 : {false, true}) {
+    Context ctx{Device::cpu, &arena};
+    ctx.bf16_activations = bf16;
+    Tensor out = Tensor::empty({m, n}, DType::f32);
+    std::memcpy(out.view().data, out0.view().data, out0.nbytes());
+    ops::linear_accumulate(ctx, x, lw, alpha, out);
+    // bf16: operands are rounded (x, w) and the result once: a few bf16 half-ulps.
+    const double bound = bf16 ? 4 * test::kBf16HalfUlp : test::f32_reduction_bound(k);
+    EXPECT_LE(test::rel_max_diff(out, ref), bound) << bf16;
+    if (bf16) {
+      for (int64_t i = 0; i < m * n; ++i)
+        EXPECT_EQ(out.ptr<float>()[i], round_to_bf16(out.ptr<float>()[i]));
+    }
+    Tensor bad = Tensor::empty({m, n}, DType::f32);
+    std::memcpy(bad.view().data, out0.view().data, out0.nbytes());
+    ops::linear_accumulate(ctx, x, lw, 1.0f, bad);
+    EXPECT_GT(test::rel_max_diff(bad, ref), 10 * bound) << bf16;
+  }
+}
+
 TEST(FusedOps, RmsNormRopeIsRmsNormThenRope) {
   Arena arena{size_t(16) << 20};
   Context ctx{Device::cpu, &arena};

@@ -49,6 +49,9 @@ void add(const TensorView& a, const TensorView& b, float alpha, const TensorView
 void softcap(const TensorView& x, float cap, Output kind, Rounding r);
 void linear(Arena& scratch, const TensorView& x, const LinearWeight& w, const TensorView& out,
             Output kind, Rounding r);
+// out = round(out + alpha * x W^T) with x W^T unrounded (w unquantized, no bias).
+void linear_accumulate(Arena& scratch, const TensorView& x, const LinearWeight& w, float alpha,
+                       const TensorView& out, Rounding r);
 
 // FP8 activations (quantize.cpp): the recipe of quant/fp8.h on the op's f32 output.
 void quantize(const TensorView& x, const QuantizedActivation& q, float static_scale);

@@ -87,6 +87,15 @@ void linear(Arena& scratch, const TensorView& x, const LinearWeight& w, const Te
   linear_f32(scratch, xf, m, w, out, operands, kind == Output::f32 ? Rounding::none : r);
 }
 
+void linear_accumulate(Arena& scratch, const TensorView& x, const LinearWeight& w, float alpha,
+                       const TensorView& out, Rounding r) {
+  if (x.dim(0) == 0) return;
+  ArenaScope scope(scratch);
+  const TensorView y = scratch.alloc(out.shape, DType::f32);
+  linear(scratch, x, w, y, Output::f32, r);
+  add(out, y, alpha, out, r);
+}
+
 void linear(Arena& scratch, const QuantizedActivation& x, const LinearWeight& w,
             const TensorView& out, Output kind, Rounding r) {
   if (x.rows == 0) return;

@@ -102,6 +102,8 @@ void linear(Backend& b, const TensorView& x, const LinearWeight& w, const Tensor
             const float* x_amax = nullptr);
 void linear(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
             const TensorView& out);
+void linear_accumulate(Backend& b, const TensorView& x, const LinearWeight& w, float alpha,
+                       const TensorView& out);
 size_t linear_scratch_bytes(const LinearWeight& w, int64_t m);
 void quantize_weight(Backend& b, const TensorView& w, Fp8Scheme scheme, const TensorView& q,
                      const TensorView& scales);
@@ -134,13 +136,19 @@ void softcap_backward(Backend& b, const TensorView& y, float cap, const TensorVi
                       const TensorView& dx);
 void lora_dropout(Backend& b, const TensorView& x, const ops::LoraDropout& dropout,
                   const TensorView& out);
+// out (bf16) = dy (f32) rounded (ops::gemm_gradient).
+void round_to_bf16(Backend& b, const TensorView& dy, const TensorView& out);
+// dy as a bf16 GEMM operand: itself when gemm_gradient made it, else rounded into the arena
+// (the caller's scope).
+const void* bf16_gradient(Backend& b, const TensorView& dy);
 void lora_backward(Backend& b, const TensorView& x, const TensorView& a, const TensorView& bw,
                    float scale, const ops::LoraDropout& dropout, const TensorView& dy,
                    const TensorView& dx, const TensorView& da, const TensorView& db);
-size_t lora_backward_scratch_bytes(int64_t m, int64_t k, int64_t r);
+size_t lora_backward_scratch_bytes(int64_t m, int64_t k, int64_t n, int64_t r, bool dropout,
+                                   bool dy_f32);
 void linear_backward_input(Backend& b, const TensorView& dy, const LinearWeight& w,
                            const TensorView& dx, bool accumulate);
-size_t linear_backward_input_scratch_bytes(const LinearWeight& w, int64_t m);
+size_t linear_backward_input_scratch_bytes(const LinearWeight& w, int64_t m, bool dy_f32);
 void paged_attention_lse(Backend& b, const TensorView& q, const TensorView& k_pool,
                          const TensorView& v_pool, const ops::PagedBatch& batch,
                          const ops::AttentionParams& p, const TensorView& out,

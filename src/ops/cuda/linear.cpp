@@ -228,6 +228,18 @@ void linear(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w
   run_quantized(b, x, w, out);
 }
 
+// D = alpha X W^T + out with C = D = out (bf16): fp32 accumulation, one rounding of the sum.
+void linear_accumulate(Backend& b, const TensorView& x, const LinearWeight& w, float alpha,
+                       const TensorView& out) {
+  CHECK(w.weight.dtype == DType::bf16,
+        "CUDA linear_accumulate: the weight must be bf16 on the device, got {}",
+        dtype_name(w.weight.dtype));
+  GemmArgs g = bf16_args(x, w.weight.data, out, w.out_features());
+  g.alpha = alpha;
+  g.accumulate = true;
+  b.gemm().run(g, b.stream());
+}
+
 size_t linear_scratch_bytes(const LinearWeight& w, int64_t m) {
   const int64_t n = w.out_features(), k = w.in_features();
   if (!w.is_fp8()) return w.bias.empty() ? 0 : aligned(size_t(m * n) * 4);  // fp32 biased output
@@ -248,9 +260,9 @@ size_t linear_scratch_bytes(const LinearWeight& w, int64_t m) {
 // when accumulating). Both operand roundings are 2^-9 relative (tests/tolerances.h
 // kCudaBf16OperandGemm); an FP8 GEMM on a transposed copy of the codes is the faster path
 // issue 10 names for later.
-size_t linear_backward_input_scratch_bytes(const LinearWeight& w, int64_t m) {
+size_t linear_backward_input_scratch_bytes(const LinearWeight& w, int64_t m, bool dy_f32) {
   const int64_t n = w.out_features(), k = w.in_features();
-  return (w.is_fp8() ? aligned(size_t(n * k) * 2) : 0) + aligned(size_t(m * n) * 2);
+  return (w.is_fp8() ? aligned(size_t(n * k) * 2) : 0) + (dy_f32 ? aligned(size_t(m * n) * 2) : 0);
 }
 
 void linear_backward_input(Backend& b, const TensorView& dy, const LinearWeight& w,
@@ -261,15 +273,13 @@ void linear_backward_input(Backend& b, const TensorView& dy, const LinearWeight&
   const int64_t m = dy.dim(0), n = w.out_features(), k = w.in_features();
   const size_t mark = b.arena().mark();
   const void* wd = w.is_fp8() ? dequantized_weight(b, w).data : w.weight.data;  // [N,K] bf16
-  TensorView dy_bf = b.arena().alloc({m, n}, DType::bf16);
-  launch_f32_to_bf16(static_cast<const float*>(dy.data), m * n, static_cast<bf16*>(dy_bf.data),
-                     b.stream());
+  const void* dy_bf = bf16_gradient(b, dy);                                     // [M,N] bf16
   GemmArgs g;
   g.layout = GemmLayout::xw;
   g.m = m;
   g.n = k;
   g.k = n;
-  g.x = dy_bf.data;
+  g.x = dy_bf;
   g.w = wd;
   g.y = dx.data;
   g.y_f32 = true;
