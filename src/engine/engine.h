@@ -68,6 +68,10 @@ struct EngineOptions {
   uint64_t seed = 0;  // the streams of requests that set no seed of their own
   // CUDA: decode steps run as CUDA graphs captured per (batch bucket, block-table width).
   bool cuda_graphs = true;
+  // CUDA decode steps: the samples of a prompt read their shared prompt blocks' K/V once per
+  // step instead of once each (ops::PagedBatch's shared prefixes; layers with a sliding
+  // window run per sequence). Off: every sequence reads its whole cache itself.
+  bool shared_prefix_attention = true;
 };
 
 struct EngineStats {
