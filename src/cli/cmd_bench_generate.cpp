@@ -180,6 +180,9 @@ void run_bench_generate(const BenchGenerateOptions& o) {
                   {"peak_blocks_shared", s.kv_blocks_peak_shared},
                   {"prefix_hit_tokens", s.prefix_hit_tokens - before.prefix_hit_tokens},
                   {"preemptions", s.preemptions - before.preemptions}};
+  result["shared_prefix"] = {
+      {"steps", s.shared_prefix_steps - before.shared_prefix_steps},
+      {"grouped_sequence_steps", s.shared_prefix_seq_steps - before.shared_prefix_seq_steps}};
   result["scratch_plan_bytes"] = s.scratch_bytes;
   result["cuda_graphs"] = {{"graph_steps", s.graph_steps - before.graph_steps},
                            {"captured", s.graphs_captured}};

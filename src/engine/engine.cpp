@@ -284,7 +284,12 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
   in.pack_block_tables();
   // Decode steps describe their shared prefixes whether or not any group forms, so that a
   // captured step's kernels and upload layout repeat (the CPU forward ignores them).
-  if (decode_only && opt.shared_prefix_attention) describe_shared_prefixes(in, pool->block_size());
+  if (decode_only && opt.shared_prefix_attention) {
+    describe_shared_prefixes(in, pool->block_size());
+    const int64_t grouped = in.prefix_cu_members.back();
+    stats.shared_prefix_steps += grouped > 0 ? 1 : 0;
+    stats.shared_prefix_seq_steps += grouped;
+  }
   const int64_t rows_n = int64_t(sample_rows->size());
   CHECK(step_elements(in) * 4 <= int64_t(step_buf.size()),
         "engine: a step of {} i32 does not fit its buffer of {} bytes", step_elements(in),

@@ -82,6 +82,9 @@ struct EngineStats {
   size_t scratch_bytes = 0, kv_bytes = 0;
   int64_t graph_steps = 0, graphs_captured = 0;
   int64_t region_takebacks = 0;  // times the KV pool was laid out in the standby region
+  // Decode steps with at least one shared-prefix group, and the grouped sequences summed over
+  // them (EngineOptions::shared_prefix_attention).
+  int64_t shared_prefix_steps = 0, shared_prefix_seq_steps = 0;
 };
 
 class Engine {
