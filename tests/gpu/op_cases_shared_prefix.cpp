@@ -81,7 +81,7 @@ void paged_shared_prefix_case(Harness& h, Outcome& o, int64_t members, int64_t p
     max_c = std::max(max_c, q.context);
     if (q.group >= 0) groups[size_t(q.group)].push_back(int32_t(s));
   }
-  std::vector<int32_t> perm(size_t(blocks));
+  std::vector<int32_t> perm(static_cast<size_t>(blocks));
   for (int64_t i = 0; i < blocks; ++i) perm[size_t(i)] = int32_t(i);
   std::sort(perm.begin(), perm.end(), [](int32_t a, int32_t b) {
     return uniform_hash(93, uint64_t(a), 1.0f) < uniform_hash(93, uint64_t(b), 1.0f);

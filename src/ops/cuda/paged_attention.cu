@@ -325,28 +325,28 @@ __global__ void __launch_bounds__(kDecodeThreads, G >= 16 ? 1 : 4)
                       r.slots == 1, r.slot0 + split, slots, part_o, part_ml);
 }
 
-// Block (chunk, kv head, b): the b-th batch of G / group members of the prefix groups in
-// order (found by a scan over the group counts: the grid's z covers one batch per member at
-// most, the blocks past the last batch return), keys of chunk `split` of its group's prefix,
-// read through the first member's table (the host groups only members whose tables hold the
-// same blocks there).
+// Block (chunk, kv head, z): if member position z (in prefix_members) starts a batch of
+// G / group members of its group (the group found by a binary search over prefix_cu_members;
+// positions past the last member and inside a batch return at once), the keys of chunk
+// `split` of its group's prefix for that batch, read through the batch's first member's table
+// (the host groups only members whose tables hold the same blocks there).
 template <int D, int G>
 __global__ void __launch_bounds__(kDecodeThreads, 1)
     paged_decode_prefix_kernel(const AttentionArgs a, int slots, float* part_o, float* part_ml) {
-  const int split = int(blockIdx.x), kvh = int(blockIdx.y), batch = int(blockIdx.z);
+  const int split = int(blockIdx.x), kvh = int(blockIdx.y), first = int(blockIdx.z);
   const int group = int(a.hq / a.hkv), per = G / group;  // members per batch
-  int g = 0, first = -1, end = 0;
-  for (int seen = 0; g < int(a.prefix_groups); ++g) {
-    const int m0 = a.prefix_cu_members[g], m1 = a.prefix_cu_members[g + 1];
-    const int batches = m1 > m0 ? int(ceil_div(m1 - m0, per)) : 0;
-    if (batch < seen + batches) {
-      first = m0 + (batch - seen) * per;
-      end = min(m1, first + per);
-      break;
-    }
-    seen += batches;
+  const int32_t* cu = a.prefix_cu_members;
+  if (first >= cu[a.prefix_groups]) return;
+  int g = 0, hi = int(a.prefix_groups);  // the last g with cu[g] <= first: first's group
+  while (hi - g > 1) {
+    const int mid = (g + hi) / 2;
+    if (cu[mid] <= first)
+      g = mid;
+    else
+      hi = mid;
   }
-  if (first < 0) return;
+  if ((first - cu[g]) % per != 0) return;
+  const int end = min(int(cu[g + 1]), first + per);
   const int len = a.prefix_lens[g];
   if (len <= 0) return;
   const int chunk = decode_chunk(len, kPrefixMaxSplits);
@@ -473,7 +473,7 @@ void launch_decode(const AttentionArgs& a, int max_splits, int slots, float* par
   static_assert(kPrefixRows >= kPagedDecodeMaxGroup, "a prefix batch holds a whole group");
   const int64_t group = a.hq / a.hkv;
   if (a.prefix_len_of_seq != nullptr && a.prefix_groups > 0) {
-    // At most one batch per member: the grid's z covers the sequences.
+    // The grid's z runs over the member positions (at most S); batch starts work.
     const int prefix_splits = max_splits < kPrefixMaxSplits ? max_splits : kPrefixMaxSplits;
     const dim3 grid(unsigned(prefix_splits), unsigned(a.hkv), unsigned(a.num_seqs));
     paged_decode_prefix_kernel<D, kPrefixRows>
