@@ -5,11 +5,14 @@
 // every member with a private suffix of its own length (1 to 90 tokens in blocks of its own),
 // interleaved with two unrelated sequences; blocks in a fixed shuffled order, unused slots NaN.
 // The reference is the exact CPU paged attention over the same tables (the CPU ignores the
-// description: the math is the same keys in another chunking), with kCudaPagedDecode. Checks:
-// the shared path within the bound, the per-sequence path (no description) too, the fused
-// amax, a CUDA graph replay equal to the eager run, with a window the description ignored (bit
-// for bit the per-sequence path), and the negative control: both groups described as one whose
-// members share the first's prefix blocks (they do not) exceeds the bound by far.
+// description: the math is the same keys in another chunking). Checks: the shared path with
+// the prefix kernel on the tensor cores (the harness's device; P rounded to bf16 on the prefix
+// keys, so kCudaAttention) and on the CUDA cores (a second device with shared_prefix_mma off;
+// kCudaPagedDecode), the per-sequence path (no description; kCudaPagedDecode), the fused amax,
+// a CUDA graph replay equal to the eager run, with a window the description ignored (bit for
+// bit the per-sequence path), and the negative control: both groups described as one whose
+// members share the first's prefix blocks (they do not) exceeds the bound 10x, on both
+// prefix kernels.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -18,6 +21,7 @@
 
 #include "harness.h"
 #include "op_cases.h"
+#include "ops/device.h"
 #include "ops/uniform_hash.h"
 #include "tolerances.h"
 
@@ -158,10 +162,13 @@ void paged_shared_prefix_case(Harness& h, Outcome& o, int64_t members, int64_t p
   for (int64_t i = 0; i < pools.vp.numel(); ++i)
     if (!std::isnan(pools.vp.ptr<float>()[i]))
       vmax = std::max(vmax, double(std::fabs(pools.vp.ptr<float>()[i])));
-  const double bound = test::kCudaPagedDecode;
+  const bool windowed = window > 0;  // the description is ignored: the decode kernel's bound
+  const double mma_bound = windowed ? test::kCudaPagedDecode : test::kCudaAttention;
+  const double core_bound = test::kCudaPagedDecode;
   const Tensor got = as_f32(h, out), got_bits = to_host(h, out);
-  const Check shared_check = compare("shared path: out / max|v|", got, ref, bound, vmax);
-  o.checks.push_back(shared_check);
+  const Check mma_check =
+      compare("shared path, mma.sync prefix: out / max|v|", got, ref, mma_bound, vmax);
+  o.checks.push_back(mma_check);
   float want = 0;
   for (int64_t i = 0; i < got.numel(); ++i) want = std::max(want, std::fabs(got.ptr<float>()[i]));
   const float fused = to_host(h, amax).ptr<float>()[0];
@@ -185,26 +192,44 @@ void paged_shared_prefix_case(Harness& h, Outcome& o, int64_t members, int64_t p
   // description runs (the window could cut into a prefix), bit for bit.
   ops::paged_attention(h.gpu, q_d, pools.kp_d, pools.vp_d, plain, p, out, {}, pools.sc_d);
   const Check plain_check =
-      compare("per-sequence path: out / max|v|", as_f32(h, out), ref, bound, vmax);
+      compare("per-sequence path: out / max|v|", as_f32(h, out), ref, core_bound, vmax);
   o.checks.push_back(plain_check);
-  if (window > 0) {
+  if (windowed) {
     const Tensor plain_bits = to_host(h, out);
     const bool same =
         std::memcmp(got_bits.view().data, plain_bits.view().data, got_bits.nbytes()) == 0;
     o.checks.push_back({"window: shared == per-sequence bit for bit", same ? 0.0 : 1.0, 0.0, same});
   }
 
+  // The CUDA-core prefix kernel, on a second device of the same GPU (the tensors are the
+  // harness's).
+  CudaDeviceOptions core_opt;
+  core_opt.shared_prefix_mma = false;
+  CudaDevice core_dev(core_opt);
+  Context core = core_dev.context();
+  ops::paged_attention(core, q_d, pools.kp_d, pools.vp_d, shared, p, out, {}, pools.sc_d);
+  const Check core_check =
+      compare("shared path, CUDA-core prefix: out / max|v|", as_f32(h, out), ref, core_bound, vmax);
+  o.checks.push_back(core_check);
+
   // Negative control: a group whose members do not share the claimed blocks.
-  double wrong_err = 0;
-  if (window <= 0) {
+  double wrong_mma = 0, wrong_core = 0;
+  if (!windowed) {
     ops::paged_attention(h.gpu, q_d, pools.kp_d, pools.vp_d, wrong, p, out, {}, pools.sc_d);
-    const Check c = compare("", as_f32(h, out), ref, bound, vmax);
-    wrong_err = c.err;
-    o.checks.push_back(
-        {"wrong groups exceed the bound 10x", c.err, 10 * bound, c.err > 10 * bound});
+    const Check c = compare("", as_f32(h, out), ref, mma_bound, vmax);
+    wrong_mma = c.err;
+    o.checks.push_back({"wrong groups exceed the bound 10x (mma.sync)", c.err, 10 * mma_bound,
+                        c.err > 10 * mma_bound});
+    ops::paged_attention(core, q_d, pools.kp_d, pools.vp_d, wrong, p, out, {}, pools.sc_d);
+    const Check d = compare("", as_f32(h, out), ref, core_bound, vmax);
+    wrong_core = d.err;
+    o.checks.push_back({"wrong groups exceed the bound 10x (CUDA cores)", d.err, 10 * core_bound,
+                        d.err > 10 * core_bound});
   }
-  o.info = fmt::format("shared err {:.3g}, per-sequence err {:.3g}, wrong groups err {:.3g}{}",
-                       shared_check.err, plain_check.err, wrong_err, fp8_kv ? ", FP8 KV" : "");
+  o.info = fmt::format(
+      "err mma.sync {:.3g}, CUDA cores {:.3g}, per-sequence {:.3g}; wrong groups {:.3g} / {:.3g}{}",
+      mma_check.err, core_check.err, plain_check.err, wrong_mma, wrong_core,
+      fp8_kv ? ", FP8 KV" : "");
 }
 
 }  // namespace fp8rl::gpu_test

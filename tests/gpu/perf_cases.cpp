@@ -2,6 +2,8 @@
 // widths), reporting GB/s or TFLOP/s.
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <string>
 
 #include "harness.h"
 #include "op_cases.h"
@@ -185,16 +187,18 @@ std::vector<OpCase> perf_cases() {
                  }});
   // Decode steps of 256 sequences, 32 prompts x 8 samples (the GRPO shape) of ctx tokens:
   // each prompt's first ctx - 128 tokens in blocks its samples share, 128 of their own; with
-  // the shared-prefix path (prefix blocks read once per group) and without (read by every
-  // sample). Bytes: the K/V the path must read, so GB/s compare with the plain decode above;
-  // the time is what to compare between the two.
+  // the shared-prefix path (prefix blocks read once per group; the prefix kernel on mma.sync,
+  // or on the CUDA cores on a second device) and without (read by every sample). Bytes: the
+  // K/V the path must read, so GB/s compare with the plain decode above; the time is what to
+  // compare between the variants.
   for (int64_t ctx : {1024, 4096})
-    for (bool use_shared : {true, false})
+    for (const char* variant : {"mma", "cuda-cores", "off"})
       c.push_back(
           {fmt::format("paged_attention decode shared_prefix={} S=256 (32x8) ctx={} Hq=32 Hkv=8 "
                        "D=128",
-                       use_shared ? "on" : "off", ctx),
+                       variant, ctx),
            [=](Harness& h, Outcome& o) {
+             const bool use_shared = std::string(variant) != "off";
              constexpr int64_t kGroups = 32, kMembers = 8, kSeqs = kGroups * kMembers, kOwn = 128;
              const int64_t width = ctx / 16, prefix = ctx - kOwn, shared_blocks = prefix / 16;
              const int64_t blocks = kGroups * shared_blocks + kSeqs * (kOwn / 16);
@@ -241,7 +245,16 @@ std::vector<OpCase> perf_cases() {
                               vp = bf(h, {blocks, 16, HKV, D}, 3, 1);
              ops::AttentionParams p;
              p.scale = 1.0f / std::sqrt(float(D));
-             o.seconds = time_op(h, [&] { ops::paged_attention(h.gpu, q, kp, vp, b, p, out); });
+             std::unique_ptr<CudaDevice> cores;
+             Context ctx_run = h.gpu;
+             if (std::string(variant) == "cuda-cores") {
+               CudaDeviceOptions opt;
+               opt.shared_prefix_mma = false;
+               cores = std::make_unique<CudaDevice>(opt);
+               ctx_run = cores->context();
+             }
+             o.seconds =
+                 time_op(ctx_run, [&] { ops::paged_attention(ctx_run, q, kp, vp, b, p, out); });
              const double keys =
                  use_shared ? double(kGroups * prefix + kSeqs * kOwn) : double(kSeqs * ctx);
              o.bytes = 2.0 * keys * HKV * D * 2;

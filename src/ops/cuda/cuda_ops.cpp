@@ -310,7 +310,8 @@ void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
       a.prefix_lens = static_cast<const int32_t*>(batch.prefix_lens.data);
       a.prefix_len_of_seq = static_cast<const int32_t*>(batch.prefix_len_of_seq.data);
       a.prefix_groups = batch.prefix_lens.numel();
-      launch_paged_decode_shared(a, splits, slots, part_o, part_ml, b.stream());
+      launch_paged_decode_shared(a, splits, slots, b.caps().shared_prefix_mma, part_o, part_ml,
+                                 b.stream());
     } else {
       launch_paged_decode(a, splits, part_o, part_ml, b.stream());
     }

@@ -138,10 +138,12 @@ void launch_paged_decode(const AttentionArgs& a, int max_splits, float* part_o, 
 // at most kPagedDecodeMaxSplits / 2 chunks by the prefix length alone (computed once for the
 // whole group by the prefix kernel, each K/V tile read once for all members' query heads) and
 // its remaining keys into at most as many again; the combine merges prefix chunks first. The
-// partials then hold paged_decode_slots(max_context_len) chunks per row.
+// partials then hold paged_decode_slots(max_context_len) chunks per row. tensor_cores: the
+// prefix kernel on mma.sync with P rounded to bf16 (the prefill kernels' error); else on the
+// CUDA cores with P in fp32 like the decode kernel.
 int paged_decode_slots(int64_t max_context_len);
-void launch_paged_decode_shared(const AttentionArgs& a, int max_splits, int slots, float* part_o,
-                                float* part_ml, cudaStream_t s);
+void launch_paged_decode_shared(const AttentionArgs& a, int max_splits, int slots,
+                                bool tensor_cores, float* part_o, float* part_ml, cudaStream_t s);
 
 // ---- activation.cu: act 0 = SiLU, 1 = GELU-tanh. gate/up/out [rows, cols].
 void launch_gated(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int act, bf16* out,

@@ -13,10 +13,11 @@
 // of the row, so a row's result is the same whatever else is in the batch.
 //
 // Shared prefixes (the n samples of a GRPO prompt decode over the same physical prompt blocks):
-// a block per (prefix chunk, kv head, batch of a group's members) runs the same tile loop over
-// the shared keys with the query rows of up to kPrefixRows (member, head) pairs, so each
-// shared K/V tile is read once for all of them; the per-sequence kernel then covers only the
-// keys after the prefix, and the combine merges the prefix chunks, then the sequence's own.
+// a block per (prefix chunk, kv head, batch of a group's members) reads each K/V tile of the
+// shared keys once for all the batch's (member, head) rows: the prefill kernel's tile loop on
+// mma.sync for up to 64 rows (paged_decode_prefix_mma_kernel), or this file's CUDA-core loop
+// for up to kPrefixRows (paged_decode_prefix_kernel). The per-sequence kernel then covers only
+// the keys after the prefix, and the combine merges the prefix chunks, then the sequence's own.
 // Such a row's result depends on its group's prefix length (another chunking of its keys),
 // not on the other members' queries.
 #include "ops/cuda/attention_common.cuh"
@@ -325,28 +326,39 @@ __global__ void __launch_bounds__(kDecodeThreads, G >= 16 ? 1 : 4)
                       r.slots == 1, r.slot0 + split, slots, part_o, part_ml);
 }
 
-// Block (chunk, kv head, z): if member position z (in prefix_members) starts a batch of
-// G / group members of its group (the group found by a binary search over prefix_cu_members;
-// positions past the last member and inside a batch return at once), the keys of chunk
-// `split` of its group's prefix for that batch, read through the batch's first member's table
-// (the host groups only members whose tables hold the same blocks there).
-template <int D, int G>
-__global__ void __launch_bounds__(kDecodeThreads, 1)
-    paged_decode_prefix_kernel(const AttentionArgs a, int slots, float* part_o, float* part_ml) {
-  const int split = int(blockIdx.x), kvh = int(blockIdx.y), first = int(blockIdx.z);
-  const int group = int(a.hq / a.hkv), per = G / group;  // members per batch
+// The batch of up to `per` members of a prefix group that starts at member position z (of
+// prefix_members), if one does: its group g (a binary search over prefix_cu_members) and its
+// end. Positions past the last member, or inside a batch, start none.
+__device__ __forceinline__ bool prefix_batch(const AttentionArgs& a, int z, int per, int& g,
+                                             int& end) {
   const int32_t* cu = a.prefix_cu_members;
-  if (first >= cu[a.prefix_groups]) return;
-  int g = 0, hi = int(a.prefix_groups);  // the last g with cu[g] <= first: first's group
+  if (z >= cu[a.prefix_groups]) return false;
+  int hi = int(a.prefix_groups);  // g: the last group with cu[g] <= z, z's group
+  g = 0;
   while (hi - g > 1) {
     const int mid = (g + hi) / 2;
-    if (cu[mid] <= first)
+    if (cu[mid] <= z)
       g = mid;
     else
       hi = mid;
   }
-  if ((first - cu[g]) % per != 0) return;
-  const int end = min(int(cu[g + 1]), first + per);
+  if ((z - cu[g]) % per != 0) return false;
+  end = min(int(cu[g + 1]), z + per);
+  return true;
+}
+
+// Block (chunk, kv head, z): the batch of G / group members that member position z starts
+// (prefix_batch; the grid's z covers every position, the others return at once), the keys of
+// chunk `split` of its group's prefix, read through the batch's first member's table (the
+// host groups only members whose tables hold the same blocks there). CUDA cores, as the
+// decode kernel (Capabilities::shared_prefix_mma off).
+template <int D, int G>
+__global__ void __launch_bounds__(kDecodeThreads, 1)
+    paged_decode_prefix_kernel(const AttentionArgs a, int slots, float* part_o, float* part_ml) {
+  const int split = int(blockIdx.x), kvh = int(blockIdx.y), first = int(blockIdx.z);
+  const int group = int(a.hq / a.hkv);
+  int g = 0, end = 0;
+  if (!prefix_batch(a, first, G / group, g, end)) return;
   const int len = a.prefix_lens[g];
   if (len <= 0) return;
   const int chunk = decode_chunk(len, kPrefixMaxSplits);
@@ -355,6 +367,163 @@ __global__ void __launch_bounds__(kDecodeThreads, 1)
   const MemberRows rows{a.cu_q, a.prefix_members + first, a.hq, group, kvh, (end - first) * group};
   const int32_t* table = a.block_tables + int64_t(a.prefix_members[first]) * a.table_stride;
   decode_attend<D, G>(a, rows, kvh, table, k0, k1, false, split, slots, part_o, part_ml);
+}
+
+// The prefix kernel on the tensor cores (Capabilities::shared_prefix_mma): the same blocks as
+// paged_decode_prefix_kernel with up to kAttnRows (member, head) rows in 4 warps of 16, run
+// through the prefill kernel's tile loop (attention.cu): S = Q K^T and O += P V on mma.sync
+// with P rounded to bf16 (kCudaAttention's error, not the decode kernel's), the online softmax
+// of softmax_tile with the keys past the chunk masked, then unnormalized partials as the
+// decode kernel writes them (the max in the log2 domain of the scaled scores).
+// Keys per tile of the tensor-core prefix kernel (the prefill kernel's: smaller at D = 256).
+constexpr int prefix_tile(int d) {
+  return d == 256 ? 32 : 64;
+}
+static_assert(kDecodeMinChunk % 64 == 0, "prefix chunks start on a tile");
+
+template <int D, int BC>
+struct PrefixMmaCfg {
+  static constexpr int kLd = D + 8;                                  // smem row stride (bf16)
+  static constexpr int kSmemBytes = (kAttnRows + 4 * BC) * kLd * 2;  // Q + 2 stages of K and V
+};
+
+template <int D, int BC>
+__global__ void __launch_bounds__(kAttnThreads)
+    paged_decode_prefix_mma_kernel(const AttentionArgs a, int slots, float* part_o,
+                                   float* part_ml) {
+  constexpr int kLd = PrefixMmaCfg<D, BC>::kLd, kChunks = D / 8;
+  constexpr bool kQInRegs = D <= 128;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int split = int(blockIdx.x), kvh = int(blockIdx.y), first = int(blockIdx.z);
+  const int group = int(a.hq / a.hkv);
+  int grp = 0, end = 0;
+  if (!prefix_batch(a, first, kAttnRows / group, grp, end)) return;
+  const int len = a.prefix_lens[grp];
+  if (len <= 0) return;
+  const int chunk = decode_chunk(len, kPrefixMaxSplits);  // a multiple of BC
+  const int k0 = split * chunk, k1 = min(k0 + chunk, len);
+  if (k0 >= k1) return;
+  const int count = (end - first) * group;
+  const MemberRows rows{a.cu_q, a.prefix_members + first, a.hq, group, kvh, count};
+  const int32_t* table = a.block_tables + int64_t(a.prefix_members[first]) * a.table_stride;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* qs = reinterpret_cast<bf16*>(smem_raw);  // [kAttnRows][kLd]
+  bf16* ks = qs + kAttnRows * kLd;               // [2][BC][kLd]
+  bf16* vs = ks + 2 * BC * kLd;                  // [2][BC][kLd]
+  const int tid = int(threadIdx.x), warp = tid / kWarp, lane = tid % kWarp;
+  const int g = lane / 4, tq = lane % 4;
+
+  for (int c = tid; c < kAttnRows * kChunks; c += kAttnThreads) {
+    const int r = c / kChunks, col = (c % kChunks) * 8;
+    const bool ok = r < count;  // rows past the batch: zeros, never written
+    cp_async16(qs + r * kLd + col, a.q + (ok ? rows.head(r) : 0) * D + col, ok);
+  }
+  cp_async_commit();
+  auto load_kv = [&](int tile, int stage) {
+    for (int c = tid; c < BC * kChunks; c += kAttnThreads) {
+      const int r = c / kChunks, col = (c % kChunks) * 8;
+      const int key = tile * BC + r;
+      const bool ok = key < k1;  // past the chunk: zeros, the source is not read
+      const int64_t slot = ok ? int64_t(table[key >> kPagedBlockShift]) * kPagedBlockSize +
+                                    (key & (kPagedBlockSize - 1))
+                              : 0;
+      const int64_t head_row = slot * a.hkv + kvh, off = head_row * D + col;
+      if (a.k8 != nullptr) {  // FP8 pool: dequantized on the way in
+        load_fp8_chunk(ks + (stage * BC + r) * kLd + col, a.k8 + off, a.k_scale + head_row, ok);
+        load_fp8_chunk(vs + (stage * BC + r) * kLd + col, a.v8 + off, a.v_scale + head_row, ok);
+      } else {
+        cp_async16(ks + (stage * BC + r) * kLd + col, a.k + off, ok);
+        cp_async16(vs + (stage * BC + r) * kLd + col, a.v + off, ok);
+      }
+    }
+  };
+  const int tile0 = k0 / BC, tile1 = (k1 - 1) / BC;
+  load_kv(tile0, 0);
+  cp_async_commit();
+  cp_async_wait<1>();
+  __syncthreads();
+  uint32_t qa[kQInRegs ? D / 16 : 1][4];
+  if constexpr (kQInRegs) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) query_fragment<D>(qs, warp, lane, kk, qa[kk]);
+  }
+  // softmax_tile's causal mask with every row at key k1 - 1 masks the keys past the chunk
+  // (the shared path runs only without a window).
+  QueryBlock b{};
+  b.slot[0] = b.slot[1] = b.warp_slot_min = k1 - 1;
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  for (int tile = tile0; tile <= tile1; ++tile) {
+    const int stage = (tile - tile0) & 1;
+    if (tile < tile1) {
+      load_kv(tile + 1, stage ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+
+    float s[BC / 8][4];
+#pragma unroll
+    for (int j = 0; j < BC / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+    const bf16* kst = ks + stage * BC * kLd;
+    const int mi = lane / 8, mr = lane % 8;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qf[4];
+      if constexpr (kQInRegs) {
+        qf[0] = qa[kk][0], qf[1] = qa[kk][1], qf[2] = qa[kk][2], qf[3] = qa[kk][3];
+      } else {
+        query_fragment<D>(qs, warp, lane, kk, qf);
+      }
+#pragma unroll
+      for (int j = 0; j < BC / 8; j += 2) {
+        uint32_t kb[4];  // b-fragments of key tiles j and j + 1
+        ldmatrix_x4(kb, kst + (j * 8 + (mi / 2) * 8 + mr) * kLd + kk * 16 + (mi % 2) * 8);
+        mma_bf16(s[j], qf, kb[0], kb[1]);
+        mma_bf16(s[j + 1], qf, kb[2], kb[3]);
+      }
+    }
+    softmax_tile<BC, D>(s, o, m, l, a, b, tile * BC, tq);
+    const bf16* vst = vs + stage * BC * kLd;
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk) {
+      uint32_t pa[4];
+      p_fragment<BC>(s, kk, pa);
+#pragma unroll
+      for (int dn = 0; dn < D / 8; dn += 2) {
+        uint32_t vb[4];  // b-fragments of d tiles dn and dn + 1
+        ldmatrix_x4_trans(vb, vst + (kk * 16 + (mi % 2) * 8 + mr) * kLd + (dn + mi / 2) * 8);
+        mma_bf16(o[dn], pa, vb[0], vb[1]);
+        mma_bf16(o[dn + 1], pa, vb[2], vb[3]);
+      }
+    }
+    __syncthreads();  // the next iteration's prefetch overwrites this stage
+  }
+
+  // softmax_scores keeps m in the raw score domain: the log2-domain max is m * mul.
+  const float mul = a.softcap > 0.0f ? 1.0f : a.scale * kLog2e;
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 1);
+    l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 2);
+    const int r = warp * 16 + g + 8 * rr;
+    if (r >= count) continue;
+    const int64_t cell = rows.head(r) * slots + split;
+    float* dst = part_o + cell * D + tq * 2;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn)
+      *reinterpret_cast<float2*>(dst + dn * 8) = make_float2(o[dn][2 * rr], o[dn][2 * rr + 1]);
+    if (tq == 0) {
+      part_ml[cell * 2] = m[rr] * mul;
+      part_ml[cell * 2 + 1] = l[rr];
+    }
+  }
 }
 
 // out = sum_i 2^(m_i - M) o_i / sum_i 2^(m_i - M) l_i over the chunks i in slot order (a
@@ -452,7 +621,10 @@ cudaError_t set_decode_smem_limits() {
                            set_decode_smem_limit<D, 16>(),
                            cudaFuncSetAttribute(paged_decode_prefix_kernel<D, kPrefixRows>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                DecodeCfg<D, kPrefixRows>::kSmemBytes)};
+                                                DecodeCfg<D, kPrefixRows>::kSmemBytes),
+                           cudaFuncSetAttribute(paged_decode_prefix_mma_kernel<D, prefix_tile(D)>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                PrefixMmaCfg<D, prefix_tile(D)>::kSmemBytes)};
   for (cudaError_t x : e)
     if (x != cudaSuccess) return x;
   return cudaSuccess;
@@ -467,18 +639,25 @@ void launch_decode_g(const AttentionArgs& a, int max_splits, int slots, float* p
 }
 
 template <int D>
-void launch_decode(const AttentionArgs& a, int max_splits, int slots, float* part_o, float* part_ml,
-                   cudaStream_t s) {
+void launch_decode(const AttentionArgs& a, int max_splits, int slots, bool tensor_cores,
+                   float* part_o, float* part_ml, cudaStream_t s) {
   static_assert(kPagedDecodeMaxGroup == 16, "the group buckets below");
-  static_assert(kPrefixRows >= kPagedDecodeMaxGroup, "a prefix batch holds a whole group");
+  static_assert(kPrefixRows >= kPagedDecodeMaxGroup && kAttnRows >= kPagedDecodeMaxGroup,
+                "a prefix batch holds a whole group");
   const int64_t group = a.hq / a.hkv;
   if (a.prefix_len_of_seq != nullptr && a.prefix_groups > 0) {
     // The grid's z runs over the member positions (at most S); batch starts work.
     const int prefix_splits = max_splits < kPrefixMaxSplits ? max_splits : kPrefixMaxSplits;
     const dim3 grid(unsigned(prefix_splits), unsigned(a.hkv), unsigned(a.num_seqs));
-    paged_decode_prefix_kernel<D, kPrefixRows>
-        <<<grid, kDecodeThreads, DecodeCfg<D, kPrefixRows>::kSmemBytes, s>>>(a, slots, part_o,
-                                                                             part_ml);
+    if (tensor_cores) {
+      constexpr int BC = prefix_tile(D);
+      paged_decode_prefix_mma_kernel<D, BC>
+          <<<grid, kAttnThreads, PrefixMmaCfg<D, BC>::kSmemBytes, s>>>(a, slots, part_o, part_ml);
+    } else {
+      paged_decode_prefix_kernel<D, kPrefixRows>
+          <<<grid, kDecodeThreads, DecodeCfg<D, kPrefixRows>::kSmemBytes, s>>>(a, slots, part_o,
+                                                                               part_ml);
+    }
     FP8RL_LAUNCH_CHECK("paged_decode_prefix");
   }
   if (group <= 1)
@@ -493,21 +672,21 @@ void launch_decode(const AttentionArgs& a, int max_splits, int slots, float* par
     launch_decode_g<D, 16>(a, max_splits, slots, part_o, part_ml, s);
 }
 
-void launch_decode_all(const AttentionArgs& a, int max_splits, int slots, float* part_o,
-                       float* part_ml, cudaStream_t s) {
+void launch_decode_all(const AttentionArgs& a, int max_splits, int slots, bool tensor_cores,
+                       float* part_o, float* part_ml, cudaStream_t s) {
   if (a.num_seqs == 0) return;
   switch (a.d) {
     case 32:
-      launch_decode<32>(a, max_splits, slots, part_o, part_ml, s);
+      launch_decode<32>(a, max_splits, slots, tensor_cores, part_o, part_ml, s);
       break;
     case 64:
-      launch_decode<64>(a, max_splits, slots, part_o, part_ml, s);
+      launch_decode<64>(a, max_splits, slots, tensor_cores, part_o, part_ml, s);
       break;
     case 128:
-      launch_decode<128>(a, max_splits, slots, part_o, part_ml, s);
+      launch_decode<128>(a, max_splits, slots, tensor_cores, part_o, part_ml, s);
       break;
     case 256:
-      launch_decode<256>(a, max_splits, slots, part_o, part_ml, s);
+      launch_decode<256>(a, max_splits, slots, tensor_cores, part_o, part_ml, s);
       break;
     default:
       return;  // paged_decode_supports() is checked by the caller
@@ -553,12 +732,12 @@ void launch_paged_decode(const AttentionArgs& a, int max_splits, float* part_o, 
   plain.prefix_cu_members = plain.prefix_members = plain.prefix_lens = nullptr;
   plain.prefix_len_of_seq = nullptr;
   plain.prefix_groups = 0;
-  launch_decode_all(plain, max_splits, max_splits, part_o, part_ml, s);
+  launch_decode_all(plain, max_splits, max_splits, false, part_o, part_ml, s);
 }
 
-void launch_paged_decode_shared(const AttentionArgs& a, int max_splits, int slots, float* part_o,
-                                float* part_ml, cudaStream_t s) {
-  launch_decode_all(a, max_splits, slots, part_o, part_ml, s);
+void launch_paged_decode_shared(const AttentionArgs& a, int max_splits, int slots,
+                                bool tensor_cores, float* part_o, float* part_ml, cudaStream_t s) {
+  launch_decode_all(a, max_splits, slots, tensor_cores, part_o, part_ml, s);
 }
 
 void launch_store_kv(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,
