@@ -104,8 +104,11 @@ struct PagedBatch {
   // prefix_cu_members[g+1]] and their keys [0, prefix_lens[g]) are whole blocks, identical in
   // every member's table and below every member's position. Capacities are fixed by S (a
   // captured step's shapes repeat): groups past the count are empty. The CUDA decode kernel
-  // reads each shared K/V tile once for all members (layers without a sliding window); the
-  // CPU ignores the description (its row loops are the reference).
+  // reads each shared K/V tile once for all members (layers without a sliding window; on
+  // mma.sync with P rounded to bf16 on the prefix keys, or with CudaDeviceOptions::
+  // shared_prefix_mma off on the CUDA cores with P in fp32), a grouped row's result then
+  // depending on its group's prefix length; the CPU ignores the description (its row loops are
+  // the reference).
   TensorView prefix_cu_members;  // [S/2 + 1] i32
   TensorView prefix_members;     // [S] i32 sequence indices (those past the last group unused)
   TensorView prefix_lens;        // [S/2] i32 shared keys of group g (0 past the count)
