@@ -96,6 +96,9 @@ inline constexpr double kCudaAttention = 4 * kBf16HalfUlp;
 // fp32 (no bf16 rounding before P V), so the only bf16 rounding is the output's, <= 2^-9 max|o|
 // <= 2^-9 max|v|; the fp32 sums (scores over D, weights over the context, the split-K merge)
 // in another order than the CPU's and exp2f's ulps add ~1e-6 relative; a factor 2 of margin.
+// The shared-prefix path (ops::PagedBatch's prefix_*) is the same sums in another chunking:
+// the same bound with its CUDA-core prefix kernel; its mma.sync prefix kernel rounds P to bf16
+// on the prefix keys as the prefill kernels do, so kCudaAttention's derivation holds there.
 inline constexpr double kCudaPagedDecode = 2 * kBf16HalfUlp;
 
 // An FP8 GEMM (cuBLASLt, fast accumulation off) against the CPU's fp32 sum of the same

@@ -38,6 +38,7 @@ struct BenchGenerateOptions {
   int64_t max_num_seqs = 256, max_num_batched_tokens = 8192;
   double kv_memory_gib = 0;
   uint64_t seed = 0;
+  bool shared_prefix = true;
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -112,6 +113,7 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   eo.max_num_seqs = o.max_num_seqs;
   eo.max_num_batched_tokens = o.max_num_batched_tokens;
   eo.seed = o.seed;
+  eo.shared_prefix_attention = o.shared_prefix;
   auto engine_ptr = std::make_unique<Engine>(ctx, model, nullptr, std::vector<int32_t>{}, eo);
   Engine& engine = *engine_ptr;
 
@@ -147,6 +149,7 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   result["weights"] = from_files ? "checkpoint" : "random (Model::random on the device)";
   result["fp8"] = std::string(scheme_name(model.scheme()));
   result["kv_dtype"] = o.kv_dtype;
+  result["shared_prefix_attention"] = o.shared_prefix;
   result["device"] = device == Device::cuda ? dev->name() : "cpu";
   result["prompts"] = o.prompts;
   result["n"] = o.n;
@@ -177,6 +180,9 @@ void run_bench_generate(const BenchGenerateOptions& o) {
                   {"peak_blocks_shared", s.kv_blocks_peak_shared},
                   {"prefix_hit_tokens", s.prefix_hit_tokens - before.prefix_hit_tokens},
                   {"preemptions", s.preemptions - before.preemptions}};
+  result["shared_prefix"] = {
+      {"steps", s.shared_prefix_steps - before.shared_prefix_steps},
+      {"grouped_sequence_steps", s.shared_prefix_seq_steps - before.shared_prefix_seq_steps}};
   result["scratch_plan_bytes"] = s.scratch_bytes;
   result["cuda_graphs"] = {{"graph_steps", s.graph_steps - before.graph_steps},
                            {"captured", s.graphs_captured}};
@@ -233,6 +239,9 @@ void add_bench_generate_command(CLI::App& bench) {
       ->capture_default_str();
   c->add_option("--device", o->device, "cuda or cpu")->capture_default_str();
   c->add_option("--seed", o->seed, "Seed of weights and prompts")->capture_default_str();
+  c->add_flag("!--no-shared-prefix", o->shared_prefix,
+              "Decode without the shared-prefix attention path (each sample reads its "
+              "prompt's KV itself), to measure that path's gain");
   c->add_option("--out", o->out, "Also write the JSON here");
   c->callback([o] { run_bench_generate(*o); });
 }

@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "engine/scheduler.h"
+#include "engine/shared_prefix.h"
 #include "model/forward.h"
 #include "ops/device.h"
 #include "ops/ops.h"
@@ -137,7 +138,9 @@ void Engine::Impl::setup() {
     StepInput in = step_of_shape(shape, probe.block_size());
     in.pack_block_tables();
     max_table_width = in.blocks_per_seq;
-    step_buf = DeviceBuffer(ctx, size_t(step_elements(in)) * 4);
+    // Room for a decode step's shared-prefix description (engine/shared_prefix.h) too.
+    step_buf =
+        DeviceBuffer(ctx, size_t(step_elements(in) + shared_prefix_elements(shape.seqs)) * 4);
     const StepBatch step = upload_step(dry, in, step_buf.view({step_elements(in)}, DType::i32));
     const TensorView rows = rows_buf.view({shape.logit_rows, ops::kSampleRowWords}, DType::i32);
     device_step(dry, probe, step, rows, TensorView(), ops::kMaxTopLogprobs,
@@ -279,6 +282,14 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
   }
   in.validate(model.config(), pool->num_blocks(), pool->block_size());
   in.pack_block_tables();
+  // Decode steps describe their shared prefixes whether or not any group forms, so that a
+  // captured step's kernels and upload layout repeat (the CPU forward ignores them).
+  if (decode_only && opt.shared_prefix_attention) {
+    describe_shared_prefixes(in, pool->block_size());
+    const int64_t grouped = in.prefix_cu_members.back();
+    stats.shared_prefix_steps += grouped > 0 ? 1 : 0;
+    stats.shared_prefix_seq_steps += grouped;
+  }
   const int64_t rows_n = int64_t(sample_rows->size());
   CHECK(step_elements(in) * 4 <= int64_t(step_buf.size()),
         "engine: a step of {} i32 does not fit its buffer of {} bytes", step_elements(in),

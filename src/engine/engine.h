@@ -68,6 +68,10 @@ struct EngineOptions {
   uint64_t seed = 0;  // the streams of requests that set no seed of their own
   // CUDA: decode steps run as CUDA graphs captured per (batch bucket, block-table width).
   bool cuda_graphs = true;
+  // CUDA decode steps: the samples of a prompt read their shared prompt blocks' K/V once per
+  // step instead of once each (ops::PagedBatch's shared prefixes; layers with a sliding
+  // window run per sequence). Off: every sequence reads its whole cache itself.
+  bool shared_prefix_attention = true;
 };
 
 struct EngineStats {
@@ -78,6 +82,9 @@ struct EngineStats {
   size_t scratch_bytes = 0, kv_bytes = 0;
   int64_t graph_steps = 0, graphs_captured = 0;
   int64_t region_takebacks = 0;  // times the KV pool was laid out in the standby region
+  // Decode steps with at least one shared-prefix group, and the grouped sequences summed over
+  // them (EngineOptions::shared_prefix_attention).
+  int64_t shared_prefix_steps = 0, shared_prefix_seq_steps = 0;
 };
 
 class Engine {

@@ -104,7 +104,12 @@ StepInput step_of_shape(const StepShape& shape, int64_t block_size) {
 int64_t step_elements(const StepInput& in) {
   const int64_t t = in.num_tokens(), s = in.num_seqs();
   const int64_t tables = std::max<int64_t>(int64_t(in.block_tables.size()), s * in.blocks_per_seq);
-  return 3 * t + (s + 1) + s + tables + in.num_logit_rows() + 7 * 16;  // 7 parts, 16-aligned
+  return 3 * t + (s + 1) + s + tables + in.num_logit_rows() + 7 * 16 +  // 7 parts, 16-aligned
+         (in.has_prefixes ? shared_prefix_elements(s) : 0);
+}
+
+int64_t shared_prefix_elements(int64_t seqs) {
+  return (seqs / 2 + 1) + seqs + seqs / 2 + seqs + 4 * 16;  // 4 parts, 16-aligned
 }
 
 StepBatch upload_step(Context& ctx, StepInput& in, const TensorView& storage) {
@@ -135,6 +140,20 @@ StepBatch upload_step(Context& ctx, StepInput& in, const TensorView& storage) {
   b.attn.num_seqs = s;
   b.attn.max_query_len = in.max_query_len;
   b.attn.max_context_len = in.max_context_len;
+  if (in.has_prefixes) {
+    const int64_t groups = s / 2;
+    CHECK(int64_t(in.prefix_cu_members.size()) == groups + 1 &&
+              int64_t(in.prefix_members.size()) == s && int64_t(in.prefix_lens.size()) == groups &&
+              int64_t(in.prefix_len_of_seq.size()) == s,
+          "step: a shared-prefix description of {} groups, {} members, {} lengths, {} sequence "
+          "lengths for {} sequences",
+          in.prefix_cu_members.size(), in.prefix_members.size(), in.prefix_lens.size(),
+          in.prefix_len_of_seq.size(), s);
+    b.attn.prefix_cu_members = part(in.prefix_cu_members, {groups + 1});
+    b.attn.prefix_members = part(in.prefix_members, {s});
+    b.attn.prefix_lens = part(in.prefix_lens, {groups});
+    b.attn.prefix_len_of_seq = part(in.prefix_len_of_seq, {s});
+  }
   CHECK(int64_t(host.size()) <= storage.dim(0), "step storage too small ({} > {})", host.size(),
         storage.dim(0));
   ops::copy(ctx, TensorView(host.data(), DType::i32, {int64_t(host.size())}),

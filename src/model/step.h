@@ -28,6 +28,13 @@ struct StepInput {
   int64_t blocks_per_seq = 0;
   std::vector<int32_t> logit_rows;  // [R] rows whose logits the step returns, in this order
   int64_t max_query_len = 0, max_context_len = 0;
+  // The shared-prefix description of a decode step (ops::PagedBatch's prefix_*; filled by
+  // engine/shared_prefix.h after the tables are packed), uploaded with the rest when set.
+  bool has_prefixes = false;
+  std::vector<int32_t> prefix_cu_members;  // [S/2 + 1]
+  std::vector<int32_t> prefix_members;     // [S]
+  std::vector<int32_t> prefix_lens;        // [S/2]
+  std::vector<int32_t> prefix_len_of_seq;  // [S]
 
   StepInput() : cu_q{0} {}
   int64_t num_tokens() const { return int64_t(ids.size()); }
@@ -83,6 +90,8 @@ struct StepBatch {
 
 // i32 elements a StepInput takes on the device (the upload's size).
 int64_t step_elements(const StepInput& in);
+// i32 elements a shared-prefix description of S sequences adds to step_elements.
+int64_t shared_prefix_elements(int64_t seqs);
 // Packs `in` and copies it into `storage` (i32 [>= step_elements(in)] on ctx.device) as one
 // host-to-device transfer; the StepBatch views point into storage.
 StepBatch upload_step(Context& ctx, StepInput& in, const TensorView& storage);

@@ -28,6 +28,10 @@ struct CudaDeviceOptions {
   // The attention backward on the tiled tensor-core kernels (FlashAttention-2, mma.sync) where
   // they apply; false keeps the reference kernels (a warp per row), for tests and timing.
   bool tiled_attention_backward = true;
+  // The prefix kernel of the shared-prefix decode path (ops::PagedBatch's prefix_*) on the
+  // tensor cores (P rounded to bf16); false: on the CUDA cores with P in fp32, for tests and
+  // timing.
+  bool shared_prefix_mma = true;
 };
 
 // One op category's device time, summed over calls, from CUDA events around each op.

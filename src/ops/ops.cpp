@@ -355,6 +355,12 @@ void paged_attention(Context& ctx, const TensorView& q, const TensorView& k_pool
   check_i32(ctx, batch.cu_q, seqs + 1, "paged_attention cu_q");
   check_i32(ctx, batch.context_lens, seqs, "paged_attention context_lens");
   check_table(ctx, batch.block_tables, seqs, "paged_attention block_tables");
+  if (batch.has_prefixes()) {
+    check_i32(ctx, batch.prefix_cu_members, seqs / 2 + 1, "paged_attention prefix_cu_members");
+    check_i32(ctx, batch.prefix_members, seqs, "paged_attention prefix_members");
+    check_i32(ctx, batch.prefix_lens, seqs / 2, "paged_attention prefix_lens");
+    check_i32(ctx, batch.prefix_len_of_seq, seqs, "paged_attention prefix_len_of_seq");
+  }
   CHECK(batch.max_query_len >= 0 && batch.max_context_len >= batch.max_query_len &&
             batch.max_context_len <= batch.block_tables.dim(1) * k_pool.dim(1),
         "paged_attention: bounds of {} queries and {} tokens per sequence for tables of {} "

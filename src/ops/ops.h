@@ -97,6 +97,23 @@ struct PagedBatch {
   // Host-side bounds for launch shapes, never read from the device: max_query_len >= every
   // n_s, max_context_len >= every context_lens[s].
   int64_t max_query_len = 0, max_context_len = 0;
+  // Shared prefixes of a decode step (optional: empty views, or a step with max_query_len > 1,
+  // run the per-sequence path): groups of sequences whose block tables begin with the same
+  // physical blocks (the n samples of a prompt), built on the host (engine/shared_prefix.h).
+  // Group g's members are sequences prefix_members[prefix_cu_members[g] ..
+  // prefix_cu_members[g+1]] and their keys [0, prefix_lens[g]) are whole blocks, identical in
+  // every member's table and below every member's position. Capacities are fixed by S (a
+  // captured step's shapes repeat): groups past the count are empty. The CUDA decode kernel
+  // reads each shared K/V tile once for all members (layers without a sliding window; on
+  // mma.sync with P rounded to bf16 on the prefix keys, or with CudaDeviceOptions::
+  // shared_prefix_mma off on the CUDA cores with P in fp32), a grouped row's result then
+  // depending on its group's prefix length; the CPU ignores the description (its row loops are
+  // the reference).
+  TensorView prefix_cu_members;  // [S/2 + 1] i32
+  TensorView prefix_members;     // [S] i32 sequence indices (those past the last group unused)
+  TensorView prefix_lens;        // [S/2] i32 shared keys of group g (0 past the count)
+  TensorView prefix_len_of_seq;  // [S] i32 shared keys of sequence s's group, 0 if none
+  bool has_prefixes() const { return !prefix_len_of_seq.empty(); }
 };
 
 // The scales of an FP8 KV pool (model/kv_cache.h): [num_blocks, block_size, Hkv] f32 each,

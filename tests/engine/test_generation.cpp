@@ -338,6 +338,40 @@ TEST(Engine, SamplesOfManyPromptsStayWithinMaxNumSeqs) {
   EXPECT_THROW(e.generate({&wide, 1}), Error) << "n > max_num_seqs can never run";
 }
 
+// The samples of a prompt decode over their forked prompt blocks: the engine finds them as
+// shared-prefix groups on the block manager's real tables (on every decode step once their
+// prompt has a full block below the position), and not with the option off. The CPU forward
+// ignores the description, so the outputs are the same either way (the description's shapes
+// are checked by paged_attention on both).
+TEST(Engine, FindsTheSamplesSharedPromptBlocks) {
+  const Model m = load_model(golden_dir("llama"), Fp8Scheme::off);
+  Cpu cpu;
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 2; ++i) {
+    GenerationRequest r;
+    for (int j = 0; j < 37; ++j) r.prompt_ids.push_back(3 + (11 * i + 5 * j) % 200);
+    r.params = greedy(6);
+    r.params.n = 3;
+    r.params.temperature = 1.0;
+    r.params.seed = uint64_t(i);
+    reqs.push_back(r);
+  }
+  EngineOptions o = small_options();
+  o.max_num_batched_tokens = 128;  // both prefills in the first step
+  Engine on(cpu.ctx, m, nullptr, {}, o);
+  const auto out_on = on.generate(reqs);
+  o.shared_prefix_attention = false;
+  Engine off(cpu.ctx, m, nullptr, {}, o);
+  const auto out_off = off.generate(reqs);
+  // 37-token prompts: two full blocks below every decode position; 5 decode steps of 6 rows.
+  EXPECT_EQ(on.stats().shared_prefix_steps, 5);
+  EXPECT_EQ(on.stats().shared_prefix_seq_steps, 5 * 6);
+  EXPECT_EQ(off.stats().shared_prefix_steps, 0);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    for (size_t k = 0; k < 3; ++k)
+      EXPECT_EQ(out_on[i].completions[k].ids, out_off[i].completions[k].ids);
+}
+
 TEST(Engine, RejectsWhatCanNeverRun) {
   const Model m = load_model(golden_dir("llama"), Fp8Scheme::off);
   Cpu cpu;

@@ -44,6 +44,16 @@ for fp8 in row off; do
 done
 step "bench generate row fp8-kv" "$OUT/bench.log" 300 "$BIN/fp8rl_bench" bench generate \
   --model "$CONFIG" $GEN --fp8 row --kv-dtype fp8 --kv-memory 40
+# The shared-prefix decode path's gain: the issue's shape, then a long prompt where the
+# samples' reads of the prompt's KV dominate the step (the first run of each pair has it on).
+LONG="--prompts 8 --n 8 --prompt-tokens 4096 --max-tokens 256"
+[ $QUICK -eq 1 ] && LONG="--prompts 8 --n 8 --prompt-tokens 4096 --max-tokens 32"
+for shape in "$GEN" "$LONG"; do
+  for sp in "" --no-shared-prefix; do
+    step "bench generate row $shape $sp" "$OUT/bench.log" 300 "$BIN/fp8rl_bench" bench generate \
+      --model "$CONFIG" $shape --fp8 row --kv-memory 40 $sp
+  done
+done
 if [ $QUICK -eq 0 ]; then
   step "hf generate bf16" "$OUT/hf.log" 400 python3 tools/bench/hf_generate.py \
     --preset qwen3-8b --prompts 32 --n 8 --prompt-tokens 128 --max-tokens 512 --attn sdpa
@@ -52,6 +62,6 @@ if [ $QUICK -eq 0 ]; then
   step "bench forward off" "$OUT/bench.log" 120 "$BIN/fp8rl_bench" bench forward \
     --model "$CONFIG" --tokens 8192 --fp8 off --iters 5 --warmup 2 --gemm-iters 5
 fi
-grep -hE '"(fp8|output_tokens_per_second|host_fraction|roofline_output_tokens_per_s|tokens_per_second|forward_seconds_median|peak_allocated_bytes|graph_steps)"' \
+grep -hE '"(fp8|shared_prefix_attention|prompt_tokens|output_tokens_per_second|host_fraction|roofline_output_tokens_per_s|tokens_per_second|forward_seconds_median|peak_allocated_bytes|graph_steps)"' \
   "$OUT/bench.log" "$OUT/hf.log" 2>/dev/null | tr -s ' ' >> "$SUMMARY"
 cat "$SUMMARY"

@@ -194,6 +194,38 @@ std::vector<OpCase> correctness_cases() {
             },
             a.d == 128 && a.window == 0);
 
+  // The shared-prefix path of the decode kernel: groups of n members over prefixes of 1 to
+  // 256 blocks (n x GQA group rows of up to 32 per prefix block: several batches per group
+  // at n 16 x 4 and n 8 x 16), softcap, FP8 pools, and a window (the description ignored).
+  struct S {
+    int64_t members, prefix_blocks, hq, hkv, d, window;
+    float softcap;
+    bool fp8_kv;
+  };
+  const S shared[] = {
+      {2, 1, 8, 8, 64, 0, 0, false},     {8, 8, 32, 8, 128, 0, 0, false},
+      {8, 64, 32, 8, 128, 0, 0, true},   {16, 64, 32, 8, 128, 0, 0, false},
+      {16, 8, 16, 2, 128, 0, 50, false}, {8, 256, 32, 8, 128, 0, 0, false},
+      {2, 256, 8, 8, 64, 0, 30, true},   {16, 8, 8, 1, 256, 0, 0, false},
+      {8, 8, 16, 1, 64, 0, 0, true},     {8, 64, 16, 4, 256, 0, 0, true},
+      {8, 8, 32, 8, 128, 100, 0, false},
+  };
+  for (const S& a : shared)
+    add(
+        fmtname(a.fp8_kv ? "paged_attention shared_prefix fp8kv" : "paged_attention shared_prefix",
+                shape({{"n", a.members},
+                       {"blocks", a.prefix_blocks},
+                       {"Hq", a.hq},
+                       {"Hkv", a.hkv},
+                       {"D", a.d},
+                       {"window", a.window},
+                       {"softcap", int64_t(a.softcap)}})),
+        [=](Harness& h, Outcome& o) {
+          paged_shared_prefix_case(h, o, a.members, a.prefix_blocks, a.hq, a.hkv, a.d, a.window,
+                                   a.softcap, a.fp8_kv);
+        },
+        a.members == 8 && a.prefix_blocks == 8 && a.window == 0);
+
   for (ActScaling act :
        {ActScaling::token, ActScaling::group, ActScaling::tensor, ActScaling::static_tensor})
     for (int64_t m : kTokens)

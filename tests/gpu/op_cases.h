@@ -54,10 +54,29 @@ void graph_case(Harness& h, Outcome& o, Fp8Scheme scheme, ActScaling act);
 struct PagedSeq {
   int64_t context, queries;
 };
+// The pools of a paged case (blocks of 16, the unused slots NaN) on both devices: kp, vp the
+// CPU reference's f32 values (the cached tokens k_all / v_all [tokens, hkv, d] stored at
+// `mapping` on the CPU; FP8: bf16(code * scale) of the CPU's codes kc, vc and scales ks, vs);
+// kp_d, vp_d the device pools (empty: bf16, or codes with sc_d), still to be filled by the
+// caller's store_kv on the GPU.
+struct PagedPools {
+  Tensor kp, vp, kc, vc, ks, vs;
+  TensorView kp_d, vp_d;
+  ops::KvScales sc_d;
+};
+PagedPools make_paged_pools(Harness& h, const Tensor& k_all, const Tensor& v_all,
+                            const Tensor& mapping, int64_t blocks, int64_t hkv, int64_t d,
+                            bool fp8_kv);
 // fp8_kv: the pools hold e4m3 codes with a scale per slot and kv head.
 void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& seqs, int64_t hq,
                           int64_t hkv, int64_t d, int64_t window, float softcap,
                           bool fp8_kv = false);
+
+// op_cases_shared_prefix.cpp: decode steps whose sequences share prefix blocks in groups of
+// `members`, through the shared-prefix path of the decode kernel.
+void paged_shared_prefix_case(Harness& h, Outcome& o, int64_t members, int64_t prefix_blocks,
+                              int64_t hq, int64_t hkv, int64_t d, int64_t window, float softcap,
+                              bool fp8_kv);
 
 // A random linear layer on both devices: quantized on the CPU with `scheme` (off: bf16
 // values), its CPU weight and the device copy prepared for ops::linear (op_cases_fp8.cpp).

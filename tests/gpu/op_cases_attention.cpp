@@ -77,6 +77,52 @@ int64_t ceil_div(int64_t a, int64_t b) {
 }
 }  // namespace
 
+PagedPools make_paged_pools(Harness& h, const Tensor& k_all, const Tensor& v_all,
+                            const Tensor& mapping, int64_t blocks, int64_t hkv, int64_t d,
+                            bool fp8_kv) {
+  constexpr int64_t kBlock = 16;
+  PagedPools pools;
+  Tensor &kp = pools.kp, &vp = pools.vp, &kc = pools.kc, &vc = pools.vc, &ks = pools.ks,
+         &vs = pools.vs;
+  TensorView &kp_d = pools.kp_d, &vp_d = pools.vp_d;
+  ops::KvScales& sc_d = pools.sc_d;
+  kp = Tensor::empty({blocks, kBlock, hkv, d}, DType::f32);
+  vp = Tensor::empty({blocks, kBlock, hkv, d}, DType::f32);
+  std::fill(kp.ptr<float>(), kp.ptr<float>() + kp.numel(), NAN);
+  std::fill(vp.ptr<float>(), vp.ptr<float>() + vp.numel(), NAN);
+  if (!fp8_kv) {
+    kp_d = to_device(h, kp, DType::bf16), vp_d = to_device(h, vp, DType::bf16);
+    ops::store_kv(h.cpu, k_all, v_all, mapping, kp, vp);
+  } else {
+    kc = Tensor::empty({blocks, kBlock, hkv, d}, DType::f8e4m3);
+    vc = Tensor::empty({blocks, kBlock, hkv, d}, DType::f8e4m3);
+    ks = Tensor::empty({blocks, kBlock, hkv}, DType::f32);
+    vs = Tensor::empty({blocks, kBlock, hkv}, DType::f32);
+    std::memset(kc.view().data, 0x7f, kc.nbytes());  // e4m3 NaN
+    std::memset(vc.view().data, 0x7f, vc.nbytes());
+    std::fill(ks.ptr<float>(), ks.ptr<float>() + ks.numel(), NAN);
+    std::fill(vs.ptr<float>(), vs.ptr<float>() + vs.numel(), NAN);
+    kp_d = to_device(h, kc, DType::f8e4m3), vp_d = to_device(h, vc, DType::f8e4m3);
+    sc_d = {to_device(h, ks, DType::f32), to_device(h, vs, DType::f32)};
+    // The CPU quantizes the same bf16 values the GPU stores.
+    Tensor kb = Tensor::empty(k_all.shape(), DType::f32),
+           vb = Tensor::empty(v_all.shape(), DType::f32);
+    for (int64_t i = 0; i < kb.numel(); ++i) {
+      kb.ptr<float>()[i] = round_to_bf16(k_all.ptr<float>()[i]);
+      vb.ptr<float>()[i] = round_to_bf16(v_all.ptr<float>()[i]);
+    }
+    ops::store_kv(h.cpu, kb, vb, mapping, kc, vc, {ks.view(), vs.view()});
+    for (int64_t r = 0; r < ks.numel(); ++r)
+      for (int64_t i = 0; i < d; ++i) {
+        kp.ptr<float>()[r * d + i] =
+            round_to_bf16(e4m3_to_f32(kc.ptr<uint8_t>()[r * d + i]) * ks.ptr<float>()[r]);
+        vp.ptr<float>()[r * d + i] =
+            round_to_bf16(e4m3_to_f32(vc.ptr<uint8_t>()[r * d + i]) * vs.ptr<float>()[r]);
+      }
+  }
+  return pools;
+}
+
 void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& seqs, int64_t hq,
                           int64_t hkv, int64_t d, int64_t window, float softcap, bool fp8_kv) {
   constexpr int64_t kBlock = 16, kPadding = 2;
@@ -117,43 +163,11 @@ void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& s
   mapping.ptr<int32_t>()[tokens] = mapping.ptr<int32_t>()[tokens + 1] = -1;
 
   // The CPU pools and reference.
-  Tensor kp = Tensor::empty({blocks, kBlock, hkv, d}, DType::f32),
-         vp = Tensor::empty({blocks, kBlock, hkv, d}, DType::f32);
-  std::fill(kp.ptr<float>(), kp.ptr<float>() + kp.numel(), NAN);
-  std::fill(vp.ptr<float>(), vp.ptr<float>() + vp.numel(), NAN);
-  TensorView kp_d, vp_d;  // the device pools: bf16, or FP8 codes with scales sc_d
-  ops::KvScales sc_d;
-  Tensor kc, vc, ks, vs;  // FP8: the CPU codes and scales
-  if (!fp8_kv) {
-    kp_d = to_device(h, kp, DType::bf16), vp_d = to_device(h, vp, DType::bf16);
-    ops::store_kv(h.cpu, k_all, v_all, mapping, kp, vp);
-  } else {
-    kc = Tensor::empty({blocks, kBlock, hkv, d}, DType::f8e4m3);
-    vc = Tensor::empty({blocks, kBlock, hkv, d}, DType::f8e4m3);
-    ks = Tensor::empty({blocks, kBlock, hkv}, DType::f32);
-    vs = Tensor::empty({blocks, kBlock, hkv}, DType::f32);
-    std::memset(kc.view().data, 0x7f, kc.nbytes());  // e4m3 NaN
-    std::memset(vc.view().data, 0x7f, vc.nbytes());
-    std::fill(ks.ptr<float>(), ks.ptr<float>() + ks.numel(), NAN);
-    std::fill(vs.ptr<float>(), vs.ptr<float>() + vs.numel(), NAN);
-    kp_d = to_device(h, kc, DType::f8e4m3), vp_d = to_device(h, vc, DType::f8e4m3);
-    sc_d = {to_device(h, ks, DType::f32), to_device(h, vs, DType::f32)};
-    // The CPU quantizes the same bf16 values the GPU stores.
-    Tensor kb = Tensor::empty(k_all.shape(), DType::f32),
-           vb = Tensor::empty(v_all.shape(), DType::f32);
-    for (int64_t i = 0; i < kb.numel(); ++i) {
-      kb.ptr<float>()[i] = round_to_bf16(k_all.ptr<float>()[i]);
-      vb.ptr<float>()[i] = round_to_bf16(v_all.ptr<float>()[i]);
-    }
-    ops::store_kv(h.cpu, kb, vb, mapping, kc, vc, {ks.view(), vs.view()});
-    for (int64_t r = 0; r < ks.numel(); ++r)
-      for (int64_t i = 0; i < d; ++i) {
-        kp.ptr<float>()[r * d + i] =
-            round_to_bf16(e4m3_to_f32(kc.ptr<uint8_t>()[r * d + i]) * ks.ptr<float>()[r]);
-        vp.ptr<float>()[r * d + i] =
-            round_to_bf16(e4m3_to_f32(vc.ptr<uint8_t>()[r * d + i]) * vs.ptr<float>()[r]);
-      }
-  }
+  PagedPools pools = make_paged_pools(h, k_all, v_all, mapping, blocks, hkv, d, fp8_kv);
+  Tensor &kp = pools.kp, &vp = pools.vp, &kc = pools.kc, &vc = pools.vc, &ks = pools.ks,
+         &vs = pools.vs;
+  const TensorView kp_d = pools.kp_d, vp_d = pools.vp_d;
+  const ops::KvScales sc_d = pools.sc_d;
   ops::PagedBatch cpu_batch;
   cpu_batch.cu_q = cu;
   cpu_batch.context_lens = lens;

@@ -2,6 +2,8 @@
 // widths), reporting GB/s or TFLOP/s.
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <string>
 
 #include "harness.h"
 #include "op_cases.h"
@@ -183,6 +185,81 @@ std::vector<OpCase> perf_cases() {
                        time_op(h, [&] { ops::paged_attention(h.gpu, q, kp, vp, b, p, out); });
                    o.bytes = 2.0 * double(seqs) * double(ctx) * HKV * D * 2;
                  }});
+  // Decode steps of 256 sequences, 32 prompts x 8 samples (the GRPO shape) of ctx tokens:
+  // each prompt's first ctx - 128 tokens in blocks its samples share, 128 of their own; with
+  // the shared-prefix path (prefix blocks read once per group; the prefix kernel on mma.sync,
+  // or on the CUDA cores on a second device) and without (read by every sample). Bytes: the
+  // K/V the path must read, so GB/s compare with the plain decode above; the time is what to
+  // compare between the variants.
+  for (int64_t ctx : {1024, 4096})
+    for (const char* variant : {"mma", "cuda-cores", "off"})
+      c.push_back(
+          {fmt::format("paged_attention decode shared_prefix={} S=256 (32x8) ctx={} Hq=32 Hkv=8 "
+                       "D=128",
+                       variant, ctx),
+           [=](Harness& h, Outcome& o) {
+             const bool use_shared = std::string(variant) != "off";
+             constexpr int64_t kGroups = 32, kMembers = 8, kSeqs = kGroups * kMembers, kOwn = 128;
+             const int64_t width = ctx / 16, prefix = ctx - kOwn, shared_blocks = prefix / 16;
+             const int64_t blocks = kGroups * shared_blocks + kSeqs * (kOwn / 16);
+             Tensor cu = Tensor::empty({kSeqs + 1}, DType::i32),
+                    lens = Tensor::empty({kSeqs}, DType::i32),
+                    tables = Tensor::empty({kSeqs, width}, DType::i32);
+             Tensor pcu = Tensor::empty({kSeqs / 2 + 1}, DType::i32),
+                    pmem = Tensor::empty({kSeqs}, DType::i32),
+                    plen = Tensor::zeros({kSeqs / 2}, DType::i32),
+                    pof = Tensor::empty({kSeqs}, DType::i32);
+             int32_t next = 0;
+             for (int64_t s = 0; s <= kSeqs; ++s) cu.ptr<int32_t>()[s] = int32_t(s);
+             for (int64_t g = 0; g <= kSeqs / 2; ++g)
+               pcu.ptr<int32_t>()[g] = int32_t(std::min(g, kGroups) * kMembers);
+             for (int64_t g = 0; g < kGroups; ++g) {
+               plen.ptr<int32_t>()[g] = int32_t(prefix);
+               const int32_t first = next;
+               next += int32_t(shared_blocks);
+               for (int64_t m = 0; m < kMembers; ++m) {
+                 const int64_t s = g * kMembers + m;
+                 lens.ptr<int32_t>()[s] = int32_t(ctx);
+                 pmem.ptr<int32_t>()[s] = int32_t(s);
+                 pof.ptr<int32_t>()[s] = int32_t(prefix);
+                 int32_t* row = tables.ptr<int32_t>() + s * width;
+                 for (int64_t b = 0; b < width; ++b)
+                   row[b] = b < shared_blocks ? first + int32_t(b) : next++;
+               }
+             }
+             ops::PagedBatch b;
+             b.cu_q = to_device(h, cu, DType::i32);
+             b.context_lens = to_device(h, lens, DType::i32);
+             b.block_tables = to_device(h, tables, DType::i32);
+             b.num_seqs = kSeqs;
+             b.max_query_len = 1;
+             b.max_context_len = ctx;
+             if (use_shared) {
+               b.prefix_cu_members = to_device(h, pcu, DType::i32);
+               b.prefix_members = to_device(h, pmem, DType::i32);
+               b.prefix_lens = to_device(h, plen, DType::i32);
+               b.prefix_len_of_seq = to_device(h, pof, DType::i32);
+             }
+             const TensorView q = bf(h, {kSeqs, HQ, D}, 1, 1), out = bf(h, {kSeqs, HQ, D}, 4, 1),
+                              kp = bf(h, {blocks, 16, HKV, D}, 2, 1),
+                              vp = bf(h, {blocks, 16, HKV, D}, 3, 1);
+             ops::AttentionParams p;
+             p.scale = 1.0f / std::sqrt(float(D));
+             std::unique_ptr<CudaDevice> cores;
+             Context ctx_run = h.gpu;
+             if (std::string(variant) == "cuda-cores") {
+               CudaDeviceOptions opt;
+               opt.shared_prefix_mma = false;
+               cores = std::make_unique<CudaDevice>(opt);
+               ctx_run = cores->context();
+             }
+             o.seconds =
+                 time_op(ctx_run, [&] { ops::paged_attention(ctx_run, q, kp, vp, b, p, out); });
+             const double keys =
+                 use_shared ? double(kGroups * prefix + kSeqs * kOwn) : double(kSeqs * ctx);
+             o.bytes = 2.0 * keys * HKV * D * 2;
+             o.info = fmt::format("K/V read {:.1f} MB", o.bytes / 1e6);
+           }});
   // The attention backward at `fp8rl bench train`'s shape (8 sequences of 1024 tokens, full
   // prefills, Qwen3-8B heads), on the harness's device (the tiled kernels unless
   // --reference-attention-backward) and on a second device opened with the reference kernels,

@@ -6,6 +6,7 @@
 // bound before it; an n-sample rollout with top-p that forks, copies on write and replays
 // decode steps from CUDA graphs. Prints one line per case; exit 1 on a failure, 77 without a
 // CUDA device.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -32,8 +33,9 @@ struct Run {
 };
 
 Run generate(Context& ctx, const Model& m, const std::vector<GenerationRequest>& reqs,
-             bool graphs = true) {
+             bool graphs = true, bool shared_prefix = true) {
   EngineOptions o;
+  o.shared_prefix_attention = shared_prefix;
   o.max_num_seqs = 64;
   o.max_num_batched_tokens = 512;
   o.kv_memory_bytes = size_t(64) << 20;
@@ -129,6 +131,70 @@ void greedy_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Sche
   if (!ok) ++g_failures;
 }
 
+// Greedy samples of a prompt decoding over its shared prompt blocks: n = 4 of prompts of 36
+// to 150 tokens (2 to 9 full blocks), on CUDA with the shared-prefix path and without, each
+// against the CPU engine (the reference; it ignores the description) as greedy_case compares:
+// tokens equal up to a near-tie, logprobs within twice the logit bound before it. The shared
+// run must have grouped sequences, the other none. gemma3's windowed layers (window 8) run per
+// sequence inside a shared step.
+void shared_prefix_case(CudaDevice& dev, const std::string& arch) {
+  const Model cpu_model = Model::load(g_data + "/goldens/" + arch);
+  Model gpu_model = Model::load(g_data + "/goldens/" + arch);
+  Context gpu = dev.context();
+  gpu_model.to_device(gpu);
+  std::vector<GenerationRequest> reqs;
+  double logit_max = 0;
+  for (int p = 0; p < 4; ++p) {
+    GenerationRequest r;
+    for (int i = 0; i < 36 + 38 * p; ++i) r.prompt_ids.push_back(3 + (p * 29 + i * 13) % 250);
+    r.params.n = 4;
+    r.params.temperature = 0;
+    r.params.max_tokens = 24;
+    r.params.ignore_eos = true;
+    r.params.logprobs = 2;
+    logit_max = std::max(logit_max, max_abs(cpu_logits(cpu_model, r.prompt_ids)));
+    reqs.push_back(r);
+  }
+  Arena arena;
+  Context cpu{Device::cpu, &arena};
+  const Run ref = generate(cpu, cpu_model, reqs);
+  const double bound = kCudaBf16Logits * logit_max;
+  for (bool shared : {true, false}) {
+    const Run got = generate(gpu, gpu_model, reqs, true, shared);
+    int compared = 0, diverged = 0;
+    double max_lp = 0;
+    bool ok = shared ? got.stats.shared_prefix_steps > 0 : got.stats.shared_prefix_steps == 0;
+    for (size_t i = 0; i < reqs.size(); ++i)
+      for (size_t k = 0; k < 4; ++k) {
+        const CompletionOutput& a = ref.out[i].completions[k];
+        const CompletionOutput& b = got.out[i].completions[k];
+        for (size_t t = 0; t < a.ids.size(); ++t) {
+          const double gap = a.top_logprobs[t][0].second - a.top_logprobs[t][1].second;
+          if (b.ids[t] != a.ids[t]) {
+            ++diverged;
+            if (gap > 2 * bound) {
+              ok = false;
+              std::printf("  %s prompt %zu sample %zu step %zu: token %d vs %d, gap %.4f > %.4f\n",
+                          arch.c_str(), i, k, t, b.ids[t], a.ids[t], gap, 2 * bound);
+            }
+            break;
+          }
+          ++compared;
+          max_lp = std::max(max_lp, double(std::abs(a.logprobs[t] - b.logprobs[t])));
+        }
+      }
+    ok = ok && max_lp <= 2 * bound;
+    std::printf(
+        "%-4s generate %s n=4 shared_prefix=%s: %d tokens equal, %d samples diverged at a "
+        "near-tie, max |dlogprob| %.4g (bound %.4g), shared-prefix steps %lld (grouped "
+        "sequence-steps %lld), graph steps %lld\n",
+        ok ? "PASS" : "FAIL", arch.c_str(), shared ? "on" : "off", compared, diverged, max_lp,
+        2 * bound, (long long)got.stats.shared_prefix_steps,
+        (long long)got.stats.shared_prefix_seq_steps, (long long)got.stats.graph_steps);
+    if (!ok) ++g_failures;
+  }
+}
+
 // A rollout: 6 prompts x 8 samples with top-p, through forks, copies on write and graphs.
 void rollout_case(CudaDevice& dev) {
   Model m = Model::load(g_data + "/goldens/qwen3", LoadOptions{Fp8Scheme::row});
@@ -191,6 +257,7 @@ int main(int argc, char** argv) {
       greedy_case(dev, arch, Fp8Scheme::row);
     }
     rollout_case(dev);
+    for (const char* arch : {"qwen3", "gemma3"}) shared_prefix_case(dev, arch);
   } catch (const std::exception& e) {
     std::printf("FAIL exception: %s\n", e.what());
     return 1;

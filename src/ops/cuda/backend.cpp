@@ -69,6 +69,7 @@ Backend::Backend(const CudaDeviceOptions& o) {
   bool wgmma = false;
   CUDA_CHECK(attention_wgmma_init(&wgmma));
   caps_.attention_wgmma = wgmma && o.wgmma_attention;
+  caps_.shared_prefix_mma = o.shared_prefix_mma;
   caps_.attention_backward_dims = attention_backward_mma_init();
   caps_.attention_backward_tiled = o.tiled_attention_backward;
   reserve_arena(o.arena_bytes);

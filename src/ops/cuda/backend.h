@@ -62,6 +62,9 @@ struct Capabilities {
   // mask of attention_backward_mma_init); else the reference kernels.
   bool attention_backward_tiled = true;
   unsigned attention_backward_dims = 0;
+  // The shared-prefix decode path's prefix kernel on mma.sync (CudaDeviceOptions::
+  // shared_prefix_mma); else on the CUDA cores.
+  bool shared_prefix_mma = true;
 };
 
 class Backend {

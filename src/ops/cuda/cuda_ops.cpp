@@ -245,7 +245,8 @@ void store_kv(Backend& b, const TensorView& k, const TensorView& v, const Tensor
 
 size_t paged_attention_scratch_bytes(int64_t t, int64_t heads, int64_t head_dim,
                                      int64_t max_context_len) {
-  const int64_t partials = t * heads * paged_decode_max_splits(max_context_len);
+  // paged_decode_slots >= paged_decode_max_splits: room for a shared prefix's chunks.
+  const int64_t partials = t * heads * paged_decode_slots(max_context_len);
   return size_t(partials * (head_dim + 2)) * 4 + 512;  // two allocations' alignment
 }
 
@@ -293,14 +294,27 @@ void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
   launch_zero_padding_rows(a.out, t, hq * d, a.cu_q + batch.num_seqs, b.stream());
   if (batch.max_query_len == 1 && paged_decode_supports(d, hq / hkv)) {
     const int splits = paged_decode_max_splits(batch.max_context_len);
+    // Shared prefixes on layers without a window (a window would cut into the prefix).
+    const bool shared = batch.has_prefixes() && p.window <= 0;
+    const int slots = shared ? paged_decode_slots(batch.max_context_len) : splits;
     const size_t mark = b.arena().mark();
     float* part_o = nullptr;
     float* part_ml = nullptr;
-    if (splits > 1) {
-      part_o = static_cast<float*>(b.arena().alloc({t * hq * splits * d}, DType::f32).data);
-      part_ml = static_cast<float*>(b.arena().alloc({t * hq * splits * 2}, DType::f32).data);
+    if (slots > 1) {
+      part_o = static_cast<float*>(b.arena().alloc({t * hq * slots * d}, DType::f32).data);
+      part_ml = static_cast<float*>(b.arena().alloc({t * hq * slots * 2}, DType::f32).data);
     }
-    launch_paged_decode(a, splits, part_o, part_ml, b.stream());
+    if (shared) {
+      a.prefix_cu_members = static_cast<const int32_t*>(batch.prefix_cu_members.data);
+      a.prefix_members = static_cast<const int32_t*>(batch.prefix_members.data);
+      a.prefix_lens = static_cast<const int32_t*>(batch.prefix_lens.data);
+      a.prefix_len_of_seq = static_cast<const int32_t*>(batch.prefix_len_of_seq.data);
+      a.prefix_groups = batch.prefix_lens.numel();
+      launch_paged_decode_shared(a, splits, slots, b.caps().shared_prefix_mma, part_o, part_ml,
+                                 b.stream());
+    } else {
+      launch_paged_decode(a, splits, part_o, part_ml, b.stream());
+    }
     b.arena().rewind(mark);
   } else if (b.caps().attention_wgmma && attention_wgmma_supports(a)) {
     launch_attention_wgmma(a, b.stream());

@@ -83,6 +83,15 @@ struct AttentionArgs {
   const uint8_t* v8 = nullptr;
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
+  // Shared prefixes of a decode step (ops::PagedBatch; launch_paged_decode only, set only for
+  // layers without a window): group g's members prefix_members[prefix_cu_members[g] ..
+  // prefix_cu_members[g+1]] share keys [0, prefix_lens[g]); prefix_len_of_seq[s] the shared
+  // keys of sequence s (0: none). prefix_groups: the capacity of the group arrays.
+  const int32_t* prefix_cu_members = nullptr;
+  const int32_t* prefix_members = nullptr;
+  const int32_t* prefix_lens = nullptr;
+  const int32_t* prefix_len_of_seq = nullptr;
+  int64_t prefix_groups = 0;
 };
 bool attention_supports(int64_t d);
 // Raises the kernels' dynamic shared-memory limits; once per device, before the first launch.
@@ -125,6 +134,16 @@ bool paged_decode_supports(int64_t d, int64_t group);
 cudaError_t paged_decode_init();
 void launch_paged_decode(const AttentionArgs& a, int max_splits, float* part_o, float* part_ml,
                          cudaStream_t s);
+// With shared prefixes (a.prefix_len_of_seq set) a sequence in a group has its prefix cut into
+// at most kPagedDecodeMaxSplits / 2 chunks by the prefix length alone (computed once for the
+// whole group by the prefix kernel, each K/V tile read once for all members' query heads) and
+// its remaining keys into at most as many again; the combine merges prefix chunks first. The
+// partials then hold paged_decode_slots(max_context_len) chunks per row. tensor_cores: the
+// prefix kernel on mma.sync with P rounded to bf16 (the prefill kernels' error); else on the
+// CUDA cores with P in fp32 like the decode kernel.
+int paged_decode_slots(int64_t max_context_len);
+void launch_paged_decode_shared(const AttentionArgs& a, int max_splits, int slots,
+                                bool tensor_cores, float* part_o, float* part_ml, cudaStream_t s);
 
 // ---- activation.cu: act 0 = SiLU, 1 = GELU-tanh. gate/up/out [rows, cols].
 void launch_gated(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int act, bf16* out,

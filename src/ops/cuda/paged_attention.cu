@@ -11,6 +11,15 @@
 // output directly; several: unnormalized partials and the running max / sum per chunk, merged
 // by a combine kernel in chunk order. The chunking depends only on the number of visible keys
 // of the row, so a row's result is the same whatever else is in the batch.
+//
+// Shared prefixes (the n samples of a GRPO prompt decode over the same physical prompt blocks):
+// a block per (prefix chunk, kv head, batch of a group's members) reads each K/V tile of the
+// shared keys once for all the batch's (member, head) rows: the prefill kernel's tile loop on
+// mma.sync for up to 64 rows (paged_decode_prefix_mma_kernel), or this file's CUDA-core loop
+// for up to kPrefixRows (paged_decode_prefix_kernel). The per-sequence kernel then covers only
+// the keys after the prefix, and the combine merges the prefix chunks, then the sequence's own.
+// Such a row's result depends on its group's prefix length (another chunking of its keys),
+// not on the other members' queries.
 #include "ops/cuda/attention_common.cuh"
 
 namespace fp8rl::cuda {
@@ -21,28 +30,63 @@ constexpr int kDecodeThreads = 128;
 constexpr int kDecodeTile = 64;  // keys per shared-memory tile
 static_assert(kDecodeTile == 2 * kWarp, "the softmax step takes two scores per lane");
 constexpr int kDecodeMinChunk = 256;  // keys per chunk until the chunk count reaches the cap
+// A shared prefix and the keys after it each take at most half the chunks of a row.
+constexpr int kPrefixMaxSplits = kPagedDecodeMaxSplits / 2;
+constexpr int kPrefixRows = 32;  // (member, query head) rows of one prefix block
 
-// Keys per chunk for a row that sees `len` keys: multiples of kDecodeMinChunk, at most
-// kPagedDecodeMaxSplits chunks.
-__host__ __device__ inline int decode_chunk(int len) {
-  const int per = int(ceil_div(len, kPagedDecodeMaxSplits));
+// Keys per chunk for a range of `len` keys: multiples of kDecodeMinChunk, at most `cap`
+// chunks.
+__host__ __device__ inline int decode_chunk(int len, int cap) {
+  const int per = int(ceil_div(len, cap));
   return int(ceil_div(per < 1 ? 1 : per, kDecodeMinChunk)) * kDecodeMinChunk;
 }
 
-// The visible keys [lo, pos] of sequence seq's one new query, or false if it has none.
+// The visible keys [lo, pos] of sequence seq's one new query (lo past its shared prefix, if
+// it has one), or false if it has none. Its partials are slots [slot0, slot0 + splits) of the
+// row's `slots`; slots [0, slot0) are the prefix kernel's.
 struct DecodeRow {
-  int row, pos, lo, chunk, splits;
+  int row, pos, lo, chunk, splits, slot0, slots;
 };
 __device__ __forceinline__ bool decode_row(const AttentionArgs& a, int seq, DecodeRow& r) {
   r.row = a.cu_q[seq];
   if (a.cu_q[seq + 1] - r.row != 1) return false;
   r.pos = a.context_lens[seq] - 1;
-  r.lo = a.window > 0 ? max(0, r.pos - int(a.window) + 1) : 0;
-  const int len = r.pos - r.lo + 1;
-  r.chunk = decode_chunk(len);
-  r.splits = int(ceil_div(len, r.chunk));
+  const int shared = a.prefix_len_of_seq != nullptr ? a.prefix_len_of_seq[seq] : 0;
+  if (shared > 0) {  // the host sets prefixes only below the position and without a window
+    r.lo = shared;
+    const int len = r.pos - r.lo + 1;
+    r.chunk = decode_chunk(len, kPrefixMaxSplits);
+    r.splits = int(ceil_div(len, r.chunk));
+    r.slot0 = int(ceil_div(shared, decode_chunk(shared, kPrefixMaxSplits)));
+  } else {
+    r.lo = a.window > 0 ? max(0, r.pos - int(a.window) + 1) : 0;
+    const int len = r.pos - r.lo + 1;
+    r.chunk = decode_chunk(len, kPagedDecodeMaxSplits);
+    r.splits = int(ceil_div(len, r.chunk));
+    r.slot0 = 0;
+  }
+  r.slots = r.slot0 + r.splits;
   return true;
 }
+
+// The query rows of a decode block: rows [0, count) of the G rows hold real queries, row i
+// being the query head (row, head) = head(i) of q and out ([rows, hq] row-major).
+// One sequence's new query: its GQA group of heads for kv head kvh.
+struct SequenceRows {
+  int64_t head0;  // row * hq + kvh * group
+  int count;      // the group
+  __device__ __forceinline__ int64_t head(int i) const { return head0 + i; }
+};
+// A batch of a prefix group's members: member i / group's query, head kvh * group + i % group.
+struct MemberRows {
+  const int32_t* cu_q;
+  const int32_t* members;  // the batch's first member
+  int64_t hq;
+  int group, kvh, count;  // count: members of the batch * group
+  __device__ __forceinline__ int64_t head(int i) const {
+    return int64_t(cu_q[members[i / group]]) * hq + int64_t(kvh) * group + i % group;
+  }
+};
 
 // The kernel for head dim D and up to G query heads per kv head (the group rounded up to a
 // power of two; the heads past the group are zeros and never written).
@@ -73,22 +117,19 @@ __device__ __forceinline__ void bf16x8_to_f32(const uint4& u, float (&f)[8]) {
 // (2) softmax: a warp per head. (3) O += P V: thread (column pair tid % (D/2), key set
 // tid / (D/2)) accumulates its keys for all G heads (each V element read once, P as broadcast
 // float4); the key sets' partial outputs are summed once at the end.
-// (The minimum of 4 blocks per SM, a cap of 128 registers, is also what keeps ptxas from
-// spilling a few bytes at G = 2; G = 16 needs more registers.)
-template <int D, int G>
-__global__ void __launch_bounds__(kDecodeThreads, G >= 16 ? 1 : 4)
-    paged_decode_kernel(const AttentionArgs a, int max_splits, float* part_o, float* part_ml) {
+// Keys [k0, k1) (k0 < k1) of the block table `table` for the rows of kv head kvh. direct: the
+// normalized output into a.out (and a.amax); otherwise unnormalized partials and the running
+// max / sum into chunk `slot` of `slots` per row.
+template <int D, int G, class Rows>
+__device__ __forceinline__ void decode_attend(const AttentionArgs& a, const Rows& rows, int kvh,
+                                              const int32_t* table, int k0, int k1, bool direct,
+                                              int slot, int slots, float* part_o, float* part_ml) {
   using Cfg = DecodeCfg<D, G>;
   constexpr int kLd = Cfg::kLd, kChunks = D / 8, BK = kDecodeTile, kSets = Cfg::kKeySets;
   constexpr float kLog2e = 1.4426950408889634f;
   static_assert(2 * BK == kDecodeThreads, "two threads per key in the score step");
-  const int split = int(blockIdx.x), kvh = int(blockIdx.y), seq = int(blockIdx.z);
-  DecodeRow r;
-  if (!decode_row(a, seq, r) || split >= r.splits) return;
-  const int k0 = r.lo + split * r.chunk, k1 = min(k0 + r.chunk, r.pos + 1);  // keys [k0, k1)
-  const int group = int(a.hq / a.hkv), tid = int(threadIdx.x);
+  const int count = rows.count, tid = int(threadIdx.x);
   const int warp = tid / kWarp, lane = tid % kWarp;
-  const int32_t* table = a.block_tables + int64_t(seq) * a.table_stride;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* ks = reinterpret_cast<bf16*>(smem_raw);         // [BK][kLd]
@@ -100,14 +141,12 @@ __global__ void __launch_bounds__(kDecodeThreads, G >= 16 ? 1 : 4)
   float* l = m + G;                                     // [G] running sum
   float* alpha = l + G;                                 // [G] this tile's rescale
 
-  // The group's query heads are consecutive: [group][D] from row r.row, head kvh * group.
-  const bf16* qrow = a.q + (int64_t(r.row) * a.hq + int64_t(kvh) * group) * D;
   for (int i = tid; i < G * D; i += kDecodeThreads)
-    qf[i] = i < group * D ? __bfloat162float(qrow[i]) : 0.0f;
+    qf[i] = i < count * D ? __bfloat162float(a.q[rows.head(i / D) * D + i % D]) : 0.0f;
   for (int g = tid; g < G; g += kDecodeThreads) {
     m[g] = -INFINITY;
     l[g] = 0.0f;
-    alpha[g] = 0.0f;  // heads past the group keep 0: their P is 0, their output stays 0
+    alpha[g] = 0.0f;  // rows past the count keep 0: their P is 0, their output stays 0
   }
   const int key_j = tid % BK, half = tid / BK;               // score step
   const int col = 2 * (tid % (D / 2)), set = tid / (D / 2);  // P V step
@@ -138,7 +177,7 @@ __global__ void __launch_bounds__(kDecodeThreads, G >= 16 ? 1 : 4)
     cp_async_wait<0>();
     __syncthreads();  // also orders the query / statistics initialization before first use
 
-    // (1) Scores in the log2 domain; keys past the chunk -inf, heads past the group 0.
+    // (1) Scores in the log2 domain; keys past the chunk -inf, rows past the count 0.
     {
       float dot[G];
 #pragma unroll
@@ -176,7 +215,7 @@ __global__ void __launch_bounds__(kDecodeThreads, G >= 16 ? 1 : 4)
         for (int g = 0; g < G; ++g) {
           float sc = (dot[g] + red[key_j * G + g]) * a.scale;
           if (capped) sc = a.softcap * tanhf(sc / a.softcap);
-          sc = g >= group ? 0.0f : (visible ? sc * kLog2e : -INFINITY);
+          sc = g >= count ? 0.0f : (visible ? sc * kLog2e : -INFINITY);
           p[key_j * G + g] = sc;
         }
       }
@@ -185,7 +224,7 @@ __global__ void __launch_bounds__(kDecodeThreads, G >= 16 ? 1 : 4)
 
     // (2) Online softmax, a warp per head: the tile's first key is visible, so its max is
     // finite.
-    for (int g = warp; g < group; g += kDecodeThreads / kWarp) {
+    for (int g = warp; g < count; g += kDecodeThreads / kWarp) {
       const float x0 = p[lane * G + g], x1 = p[(lane + kWarp) * G + g];
       const float m_old = m[g], m_new = fmaxf(m_old, warp_max(fmaxf(x0, x1)));
       const float e0 = exp2f(x0 - m_new), e1 = exp2f(x1 - m_new);
@@ -242,55 +281,272 @@ __global__ void __launch_bounds__(kDecodeThreads, G >= 16 ? 1 : 4)
   for (int g = 0; g < G; ++g)
     *reinterpret_cast<float2*>(red + (set * G + g) * D + col) = make_float2(o[g][0], o[g][1]);
   __syncthreads();
-  const int64_t head0 = int64_t(r.row) * a.hq + int64_t(kvh) * group;  // row-major (row, head)
   float amax = 0.0f;
-  for (int e = tid; e < group * D; e += kDecodeThreads) {
+  for (int e = tid; e < count * D; e += kDecodeThreads) {
     const int g = e / D, d = e % D;
+    const int64_t head = rows.head(g);
     float acc = 0.0f;
 #pragma unroll
     for (int k = 0; k < kSets; ++k) acc += red[(k * G + g) * D + d];
-    if (r.splits == 1) {
+    if (direct) {
       const float inv = l[g] > 0.0f ? 1.0f / l[g] : 0.0f;
       const bf16 v = __float2bfloat16_rn(acc * inv);
-      a.out[head0 * D + e] = v;
+      a.out[head * D + d] = v;
       amax = fmaxf(amax, fabsf(__bfloat162float(v)));
     } else {
-      part_o[((head0 + g) * max_splits + split) * D + d] = acc;
+      part_o[(head * slots + slot) * D + d] = acc;
     }
   }
-  if (r.splits == 1) {
+  if (direct) {
     if (a.amax != nullptr) {
       amax = warp_max(amax);
       if (lane == 0) atomic_max_nonneg(a.amax, amax);
     }
     return;
   }
-  for (int g = tid; g < group; g += kDecodeThreads) {
-    part_ml[((head0 + g) * max_splits + split) * 2] = m[g];
-    part_ml[((head0 + g) * max_splits + split) * 2 + 1] = l[g];
+  for (int g = tid; g < count; g += kDecodeThreads) {
+    const int64_t head = rows.head(g);
+    part_ml[(head * slots + slot) * 2] = m[g];
+    part_ml[(head * slots + slot) * 2 + 1] = l[g];
   }
 }
 
-// out = sum_i 2^(m_i - M) o_i / sum_i 2^(m_i - M) l_i over the chunks i in order, for rows of
-// more than one chunk. Block (head, sequence), threads over the D columns.
+// (The minimum of 4 blocks per SM, a cap of 128 registers, is also what keeps ptxas from
+// spilling a few bytes at G = 2; G = 16 needs more registers.)
+template <int D, int G>
+__global__ void __launch_bounds__(kDecodeThreads, G >= 16 ? 1 : 4)
+    paged_decode_kernel(const AttentionArgs a, int slots, float* part_o, float* part_ml) {
+  const int split = int(blockIdx.x), kvh = int(blockIdx.y), seq = int(blockIdx.z);
+  DecodeRow r;
+  if (!decode_row(a, seq, r) || split >= r.splits) return;
+  const int k0 = r.lo + split * r.chunk, k1 = min(k0 + r.chunk, r.pos + 1);  // keys [k0, k1)
+  const int group = int(a.hq / a.hkv);
+  const SequenceRows rows{int64_t(r.row) * a.hq + int64_t(kvh) * group, group};
+  decode_attend<D, G>(a, rows, kvh, a.block_tables + int64_t(seq) * a.table_stride, k0, k1,
+                      r.slots == 1, r.slot0 + split, slots, part_o, part_ml);
+}
+
+// The batch of up to `per` members of a prefix group that starts at member position z (of
+// prefix_members), if one does: its group g (a binary search over prefix_cu_members) and its
+// end. Positions past the last member, or inside a batch, start none.
+__device__ __forceinline__ bool prefix_batch(const AttentionArgs& a, int z, int per, int& g,
+                                             int& end) {
+  const int32_t* cu = a.prefix_cu_members;
+  if (z >= cu[a.prefix_groups]) return false;
+  int hi = int(a.prefix_groups);  // g: the last group with cu[g] <= z, z's group
+  g = 0;
+  while (hi - g > 1) {
+    const int mid = (g + hi) / 2;
+    if (cu[mid] <= z)
+      g = mid;
+    else
+      hi = mid;
+  }
+  if ((z - cu[g]) % per != 0) return false;
+  end = min(int(cu[g + 1]), z + per);
+  return true;
+}
+
+// Block (chunk, kv head, z): the batch of G / group members that member position z starts
+// (prefix_batch; the grid's z covers every position, the others return at once), the keys of
+// chunk `split` of its group's prefix, read through the batch's first member's table (the
+// host groups only members whose tables hold the same blocks there). CUDA cores, as the
+// decode kernel (Capabilities::shared_prefix_mma off).
+template <int D, int G>
+__global__ void __launch_bounds__(kDecodeThreads, 1)
+    paged_decode_prefix_kernel(const AttentionArgs a, int slots, float* part_o, float* part_ml) {
+  const int split = int(blockIdx.x), kvh = int(blockIdx.y), first = int(blockIdx.z);
+  const int group = int(a.hq / a.hkv);
+  int g = 0, end = 0;
+  if (!prefix_batch(a, first, G / group, g, end)) return;
+  const int len = a.prefix_lens[g];
+  if (len <= 0) return;
+  const int chunk = decode_chunk(len, kPrefixMaxSplits);
+  const int k0 = split * chunk, k1 = min(k0 + chunk, len);
+  if (k0 >= k1) return;
+  const MemberRows rows{a.cu_q, a.prefix_members + first, a.hq, group, kvh, (end - first) * group};
+  const int32_t* table = a.block_tables + int64_t(a.prefix_members[first]) * a.table_stride;
+  decode_attend<D, G>(a, rows, kvh, table, k0, k1, false, split, slots, part_o, part_ml);
+}
+
+// The prefix kernel on the tensor cores (Capabilities::shared_prefix_mma): the same blocks as
+// paged_decode_prefix_kernel with up to kAttnRows (member, head) rows in 4 warps of 16, run
+// through the prefill kernel's tile loop (attention.cu): S = Q K^T and O += P V on mma.sync
+// with P rounded to bf16 (kCudaAttention's error, not the decode kernel's), the online softmax
+// of softmax_tile with the keys past the chunk masked, then unnormalized partials as the
+// decode kernel writes them (the max in the log2 domain of the scaled scores).
+// Keys per tile of the tensor-core prefix kernel (the prefill kernel's: smaller at D = 256).
+constexpr int prefix_tile(int d) {
+  return d == 256 ? 32 : 64;
+}
+static_assert(kDecodeMinChunk % 64 == 0, "prefix chunks start on a tile");
+
+template <int D, int BC>
+struct PrefixMmaCfg {
+  static constexpr int kLd = D + 8;                                  // smem row stride (bf16)
+  static constexpr int kSmemBytes = (kAttnRows + 4 * BC) * kLd * 2;  // Q + 2 stages of K and V
+};
+
+template <int D, int BC>
+__global__ void __launch_bounds__(kAttnThreads)
+    paged_decode_prefix_mma_kernel(const AttentionArgs a, int slots, float* part_o,
+                                   float* part_ml) {
+  constexpr int kLd = PrefixMmaCfg<D, BC>::kLd, kChunks = D / 8;
+  constexpr bool kQInRegs = D <= 128;
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int split = int(blockIdx.x), kvh = int(blockIdx.y), first = int(blockIdx.z);
+  const int group = int(a.hq / a.hkv);
+  int grp = 0, end = 0;
+  if (!prefix_batch(a, first, kAttnRows / group, grp, end)) return;
+  const int len = a.prefix_lens[grp];
+  if (len <= 0) return;
+  const int chunk = decode_chunk(len, kPrefixMaxSplits);  // a multiple of BC
+  const int k0 = split * chunk, k1 = min(k0 + chunk, len);
+  if (k0 >= k1) return;
+  const int count = (end - first) * group;
+  const MemberRows rows{a.cu_q, a.prefix_members + first, a.hq, group, kvh, count};
+  const int32_t* table = a.block_tables + int64_t(a.prefix_members[first]) * a.table_stride;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* qs = reinterpret_cast<bf16*>(smem_raw);  // [kAttnRows][kLd]
+  bf16* ks = qs + kAttnRows * kLd;               // [2][BC][kLd]
+  bf16* vs = ks + 2 * BC * kLd;                  // [2][BC][kLd]
+  const int tid = int(threadIdx.x), warp = tid / kWarp, lane = tid % kWarp;
+  const int g = lane / 4, tq = lane % 4;
+
+  for (int c = tid; c < kAttnRows * kChunks; c += kAttnThreads) {
+    const int r = c / kChunks, col = (c % kChunks) * 8;
+    const bool ok = r < count;  // rows past the batch: zeros, never written
+    cp_async16(qs + r * kLd + col, a.q + (ok ? rows.head(r) : 0) * D + col, ok);
+  }
+  cp_async_commit();
+  auto load_kv = [&](int tile, int stage) {
+    for (int c = tid; c < BC * kChunks; c += kAttnThreads) {
+      const int r = c / kChunks, col = (c % kChunks) * 8;
+      const int key = tile * BC + r;
+      const bool ok = key < k1;  // past the chunk: zeros, the source is not read
+      const int64_t slot = ok ? int64_t(table[key >> kPagedBlockShift]) * kPagedBlockSize +
+                                    (key & (kPagedBlockSize - 1))
+                              : 0;
+      const int64_t head_row = slot * a.hkv + kvh, off = head_row * D + col;
+      if (a.k8 != nullptr) {  // FP8 pool: dequantized on the way in
+        load_fp8_chunk(ks + (stage * BC + r) * kLd + col, a.k8 + off, a.k_scale + head_row, ok);
+        load_fp8_chunk(vs + (stage * BC + r) * kLd + col, a.v8 + off, a.v_scale + head_row, ok);
+      } else {
+        cp_async16(ks + (stage * BC + r) * kLd + col, a.k + off, ok);
+        cp_async16(vs + (stage * BC + r) * kLd + col, a.v + off, ok);
+      }
+    }
+  };
+  const int tile0 = k0 / BC, tile1 = (k1 - 1) / BC;
+  load_kv(tile0, 0);
+  cp_async_commit();
+  cp_async_wait<1>();
+  __syncthreads();
+  uint32_t qa[kQInRegs ? D / 16 : 1][4];
+  if constexpr (kQInRegs) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) query_fragment<D>(qs, warp, lane, kk, qa[kk]);
+  }
+  // softmax_tile's causal mask with every row at key k1 - 1 masks the keys past the chunk
+  // (the shared path runs only without a window).
+  QueryBlock b{};
+  b.slot[0] = b.slot[1] = b.warp_slot_min = k1 - 1;
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  for (int tile = tile0; tile <= tile1; ++tile) {
+    const int stage = (tile - tile0) & 1;
+    if (tile < tile1) {
+      load_kv(tile + 1, stage ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+
+    float s[BC / 8][4];
+#pragma unroll
+    for (int j = 0; j < BC / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+    const bf16* kst = ks + stage * BC * kLd;
+    const int mi = lane / 8, mr = lane % 8;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qf[4];
+      if constexpr (kQInRegs) {
+        qf[0] = qa[kk][0], qf[1] = qa[kk][1], qf[2] = qa[kk][2], qf[3] = qa[kk][3];
+      } else {
+        query_fragment<D>(qs, warp, lane, kk, qf);
+      }
+#pragma unroll
+      for (int j = 0; j < BC / 8; j += 2) {
+        uint32_t kb[4];  // b-fragments of key tiles j and j + 1
+        ldmatrix_x4(kb, kst + (j * 8 + (mi / 2) * 8 + mr) * kLd + kk * 16 + (mi % 2) * 8);
+        mma_bf16(s[j], qf, kb[0], kb[1]);
+        mma_bf16(s[j + 1], qf, kb[2], kb[3]);
+      }
+    }
+    softmax_tile<BC, D>(s, o, m, l, a, b, tile * BC, tq);
+    const bf16* vst = vs + stage * BC * kLd;
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk) {
+      uint32_t pa[4];
+      p_fragment<BC>(s, kk, pa);
+#pragma unroll
+      for (int dn = 0; dn < D / 8; dn += 2) {
+        uint32_t vb[4];  // b-fragments of d tiles dn and dn + 1
+        ldmatrix_x4_trans(vb, vst + (kk * 16 + (mi % 2) * 8 + mr) * kLd + (dn + mi / 2) * 8);
+        mma_bf16(o[dn], pa, vb[0], vb[1]);
+        mma_bf16(o[dn + 1], pa, vb[2], vb[3]);
+      }
+    }
+    __syncthreads();  // the next iteration's prefetch overwrites this stage
+  }
+
+  // softmax_scores keeps m in the raw score domain: the log2-domain max is m * mul.
+  const float mul = a.softcap > 0.0f ? 1.0f : a.scale * kLog2e;
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 1);
+    l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 2);
+    const int r = warp * 16 + g + 8 * rr;
+    if (r >= count) continue;
+    const int64_t cell = rows.head(r) * slots + split;
+    float* dst = part_o + cell * D + tq * 2;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn)
+      *reinterpret_cast<float2*>(dst + dn * 8) = make_float2(o[dn][2 * rr], o[dn][2 * rr + 1]);
+    if (tq == 0) {
+      part_ml[cell * 2] = m[rr] * mul;
+      part_ml[cell * 2 + 1] = l[rr];
+    }
+  }
+}
+
+// out = sum_i 2^(m_i - M) o_i / sum_i 2^(m_i - M) l_i over the chunks i in slot order (a
+// shared prefix's chunks first), for rows of more than one chunk. Block (head, sequence),
+// threads over the D columns.
 __global__ void __launch_bounds__(kDecodeThreads)
-    paged_decode_combine_kernel(const AttentionArgs a, int max_splits, const float* part_o,
+    paged_decode_combine_kernel(const AttentionArgs a, int slots, const float* part_o,
                                 const float* part_ml) {
   const int h = int(blockIdx.x), seq = int(blockIdx.y), tid = int(threadIdx.x);
   DecodeRow r;
-  if (!decode_row(a, seq, r) || r.splits == 1) return;
+  if (!decode_row(a, seq, r) || r.slots == 1) return;
   const int64_t head = int64_t(r.row) * a.hq + h;
-  const float* ml = part_ml + head * max_splits * 2;
+  const float* ml = part_ml + head * slots * 2;
   float mx = -INFINITY;
-  for (int i = 0; i < r.splits; ++i) mx = fmaxf(mx, ml[2 * i]);
+  for (int i = 0; i < r.slots; ++i) mx = fmaxf(mx, ml[2 * i]);
   float sum = 0.0f;
-  for (int i = 0; i < r.splits; ++i) sum += exp2f(ml[2 * i] - mx) * ml[2 * i + 1];
+  for (int i = 0; i < r.slots; ++i) sum += exp2f(ml[2 * i] - mx) * ml[2 * i + 1];
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-  const float* po = part_o + head * max_splits * a.d;
+  const float* po = part_o + head * slots * a.d;
   float amax = 0.0f;
   for (int d = tid; d < int(a.d); d += kDecodeThreads) {
     float acc = 0.0f;
-    for (int i = 0; i < r.splits; ++i) acc += exp2f(ml[2 * i] - mx) * po[i * a.d + d];
+    for (int i = 0; i < r.slots; ++i) acc += exp2f(ml[2 * i] - mx) * po[i * a.d + d];
     const bf16 v = __float2bfloat16_rn(acc * inv);
     a.out[head * a.d + d] = v;
     amax = fmaxf(amax, fabsf(__bfloat162float(v)));
@@ -358,37 +614,89 @@ cudaError_t set_decode_smem_limit() {
 }
 template <int D>
 cudaError_t set_decode_smem_limits() {
-  const cudaError_t e[] = {set_decode_smem_limit<D, 1>(), set_decode_smem_limit<D, 2>(),
-                           set_decode_smem_limit<D, 4>(), set_decode_smem_limit<D, 8>(),
-                           set_decode_smem_limit<D, 16>()};
+  const cudaError_t e[] = {set_decode_smem_limit<D, 1>(),
+                           set_decode_smem_limit<D, 2>(),
+                           set_decode_smem_limit<D, 4>(),
+                           set_decode_smem_limit<D, 8>(),
+                           set_decode_smem_limit<D, 16>(),
+                           cudaFuncSetAttribute(paged_decode_prefix_kernel<D, kPrefixRows>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                DecodeCfg<D, kPrefixRows>::kSmemBytes),
+                           cudaFuncSetAttribute(paged_decode_prefix_mma_kernel<D, prefix_tile(D)>,
+                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                PrefixMmaCfg<D, prefix_tile(D)>::kSmemBytes)};
   for (cudaError_t x : e)
     if (x != cudaSuccess) return x;
   return cudaSuccess;
 }
 
 template <int D, int G>
-void launch_decode_g(const AttentionArgs& a, int max_splits, float* part_o, float* part_ml,
-                     cudaStream_t s) {
+void launch_decode_g(const AttentionArgs& a, int max_splits, int slots, float* part_o,
+                     float* part_ml, cudaStream_t s) {
   const dim3 grid(unsigned(max_splits), unsigned(a.hkv), unsigned(a.num_seqs));
   paged_decode_kernel<D, G>
-      <<<grid, kDecodeThreads, DecodeCfg<D, G>::kSmemBytes, s>>>(a, max_splits, part_o, part_ml);
+      <<<grid, kDecodeThreads, DecodeCfg<D, G>::kSmemBytes, s>>>(a, slots, part_o, part_ml);
 }
 
 template <int D>
-void launch_decode(const AttentionArgs& a, int max_splits, float* part_o, float* part_ml,
-                   cudaStream_t s) {
+void launch_decode(const AttentionArgs& a, int max_splits, int slots, bool tensor_cores,
+                   float* part_o, float* part_ml, cudaStream_t s) {
   static_assert(kPagedDecodeMaxGroup == 16, "the group buckets below");
+  static_assert(kPrefixRows >= kPagedDecodeMaxGroup && kAttnRows >= kPagedDecodeMaxGroup,
+                "a prefix batch holds a whole group");
   const int64_t group = a.hq / a.hkv;
+  if (a.prefix_len_of_seq != nullptr && a.prefix_groups > 0) {
+    // The grid's z runs over the member positions (at most S); batch starts work.
+    const int prefix_splits = max_splits < kPrefixMaxSplits ? max_splits : kPrefixMaxSplits;
+    const dim3 grid(unsigned(prefix_splits), unsigned(a.hkv), unsigned(a.num_seqs));
+    if (tensor_cores) {
+      constexpr int BC = prefix_tile(D);
+      paged_decode_prefix_mma_kernel<D, BC>
+          <<<grid, kAttnThreads, PrefixMmaCfg<D, BC>::kSmemBytes, s>>>(a, slots, part_o, part_ml);
+    } else {
+      paged_decode_prefix_kernel<D, kPrefixRows>
+          <<<grid, kDecodeThreads, DecodeCfg<D, kPrefixRows>::kSmemBytes, s>>>(a, slots, part_o,
+                                                                               part_ml);
+    }
+    FP8RL_LAUNCH_CHECK("paged_decode_prefix");
+  }
   if (group <= 1)
-    launch_decode_g<D, 1>(a, max_splits, part_o, part_ml, s);
+    launch_decode_g<D, 1>(a, max_splits, slots, part_o, part_ml, s);
   else if (group <= 2)
-    launch_decode_g<D, 2>(a, max_splits, part_o, part_ml, s);
+    launch_decode_g<D, 2>(a, max_splits, slots, part_o, part_ml, s);
   else if (group <= 4)
-    launch_decode_g<D, 4>(a, max_splits, part_o, part_ml, s);
+    launch_decode_g<D, 4>(a, max_splits, slots, part_o, part_ml, s);
   else if (group <= 8)
-    launch_decode_g<D, 8>(a, max_splits, part_o, part_ml, s);
+    launch_decode_g<D, 8>(a, max_splits, slots, part_o, part_ml, s);
   else
-    launch_decode_g<D, 16>(a, max_splits, part_o, part_ml, s);
+    launch_decode_g<D, 16>(a, max_splits, slots, part_o, part_ml, s);
+}
+
+void launch_decode_all(const AttentionArgs& a, int max_splits, int slots, bool tensor_cores,
+                       float* part_o, float* part_ml, cudaStream_t s) {
+  if (a.num_seqs == 0) return;
+  switch (a.d) {
+    case 32:
+      launch_decode<32>(a, max_splits, slots, tensor_cores, part_o, part_ml, s);
+      break;
+    case 64:
+      launch_decode<64>(a, max_splits, slots, tensor_cores, part_o, part_ml, s);
+      break;
+    case 128:
+      launch_decode<128>(a, max_splits, slots, tensor_cores, part_o, part_ml, s);
+      break;
+    case 256:
+      launch_decode<256>(a, max_splits, slots, tensor_cores, part_o, part_ml, s);
+      break;
+    default:
+      return;  // paged_decode_supports() is checked by the caller
+  }
+  FP8RL_LAUNCH_CHECK("paged_decode");
+  if (slots > 1) {
+    paged_decode_combine_kernel<<<dim3(unsigned(a.hq), unsigned(a.num_seqs)), kDecodeThreads, 0,
+                                  s>>>(a, slots, part_o, part_ml);
+    FP8RL_LAUNCH_CHECK("paged_decode_combine");
+  }
 }
 
 }  // namespace
@@ -411,31 +719,25 @@ cudaError_t paged_decode_init() {
   return cudaSuccess;
 }
 
+int paged_decode_slots(int64_t max_context_len) {
+  // A shared prefix of P keys and the L after it take at most ceil(P / 256) + ceil(L / 256)
+  // <= ceil((P + L) / 256) + 1 chunks, and at most kPrefixMaxSplits each.
+  const int n = paged_decode_max_splits(max_context_len) + 1;
+  return n < kPagedDecodeMaxSplits ? n : kPagedDecodeMaxSplits;
+}
+
 void launch_paged_decode(const AttentionArgs& a, int max_splits, float* part_o, float* part_ml,
                          cudaStream_t s) {
-  if (a.num_seqs == 0) return;
-  switch (a.d) {
-    case 32:
-      launch_decode<32>(a, max_splits, part_o, part_ml, s);
-      break;
-    case 64:
-      launch_decode<64>(a, max_splits, part_o, part_ml, s);
-      break;
-    case 128:
-      launch_decode<128>(a, max_splits, part_o, part_ml, s);
-      break;
-    case 256:
-      launch_decode<256>(a, max_splits, part_o, part_ml, s);
-      break;
-    default:
-      return;  // paged_decode_supports() is checked by the caller
-  }
-  FP8RL_LAUNCH_CHECK("paged_decode");
-  if (max_splits > 1) {
-    paged_decode_combine_kernel<<<dim3(unsigned(a.hq), unsigned(a.num_seqs)), kDecodeThreads, 0,
-                                  s>>>(a, max_splits, part_o, part_ml);
-    FP8RL_LAUNCH_CHECK("paged_decode_combine");
-  }
+  AttentionArgs plain = a;
+  plain.prefix_cu_members = plain.prefix_members = plain.prefix_lens = nullptr;
+  plain.prefix_len_of_seq = nullptr;
+  plain.prefix_groups = 0;
+  launch_decode_all(plain, max_splits, max_splits, false, part_o, part_ml, s);
+}
+
+void launch_paged_decode_shared(const AttentionArgs& a, int max_splits, int slots,
+                                bool tensor_cores, float* part_o, float* part_ml, cudaStream_t s) {
+  launch_decode_all(a, max_splits, slots, tensor_cores, part_o, part_ml, s);
 }
 
 void launch_store_kv(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,
