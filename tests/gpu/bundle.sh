@@ -2,8 +2,9 @@
 # Makes a small folder with what tests/gpu/run.sh needs on the GPU machine, from a CUDA build
 # made here: the three GPU binaries and the fp8rl CLI (stripped; cli_logits.sh runs the CLI)
 # and the non-CUDA shared libraries they link that
-# the GPU image may lack (libfmt, libgomp, libpcre2-8), as one gzip archive (bundle.tgz, ~18
-# MB rather than ~60: the device tool carries at most 64 MiB) that run.sh unpacks in place.
+# the GPU image may lack (libfmt, libgomp, libpcre2-8), as one xz archive (bundle.tgz, ~33
+# MB rather than ~110: the device tool carries at most 64 MiB with the repo) that env.sh
+# unpacks in place (tar -xf detects the compression).
 # cuBLASLt comes from the GPU machine's CUDA.
 #
 #   tests/gpu/bundle.sh [BUILD_DIR] [BUNDLE_DIR]      (defaults: build-cuda, build-gpu)
@@ -21,7 +22,7 @@ for lib in libfmt.so libgomp.so libpcre2-8.so libyaml-cpp.so; do
     awk -v l="$lib" 'index($1, l) == 1 {print $3; exit}')
   [ -n "$path" ] && cp -L "$path" "$BUNDLE/lib/"
 done
-tar -C "$BUNDLE" -czf "$BUNDLE.tgz.tmp" tests bin lib
+tar -C "$BUNDLE" -cf - tests bin lib | xz -T2 -6 > "$BUNDLE.tgz.tmp"
 rm -rf "$BUNDLE/tests" "$BUNDLE/bin" "$BUNDLE/lib"
 mv "$BUNDLE.tgz.tmp" "$BUNDLE/bundle.tgz"
 du -sh "$BUNDLE"

@@ -4,7 +4,7 @@
 BIN="$BUILD/tests/gpu"
 # A bundle travels as one archive; unpack it once.
 if [ -f "$BUILD/bundle.tgz" ] && [ ! -x "$BIN/test_ops" ]; then
-  tar -C "$BUILD" -xzf "$BUILD/bundle.tgz" || { echo "cannot unpack $BUILD/bundle.tgz"; exit 1; }
+  tar -C "$BUILD" -xf "$BUILD/bundle.tgz" || { echo "cannot unpack $BUILD/bundle.tgz"; exit 1; }
 fi
 # Shared libraries: the bundle's own (libfmt, libgomp of the build machine) first, then
 # cuBLASLt from the CUDA toolkit or the PyTorch wheel, wherever this machine has it.
