@@ -410,7 +410,8 @@ TEST(CliGenerate, BadInputIsAClearErrorAndLeavesNoOutput) {
   fs::remove(in);
   const Result r = run(base);
   EXPECT_GT(r.exit_code, 0);
-  EXPECT_NE(r.output.find("fp8rl: error: cannot open --prompts file " + in), std::string::npos)
+  EXPECT_NE(r.output.find("fp8rl: error: --prompts file '" + in + "': cannot open"),
+            std::string::npos)
       << r.output;
   EXPECT_FALSE(fs::exists(out));
   write_file(in, ok);
