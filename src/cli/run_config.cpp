@@ -1,6 +1,7 @@
 #include "cli/run_config.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -300,6 +301,10 @@ nlohmann::json read_yaml(const std::vector<KeySpec>& keys, const std::string& te
   YAML::Node root;
   try {
     root = YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp's own message for this is "bad file".
+    RAISE("{}:{}: not valid YAML: nested deeper than the parser's limit ({} levels of recursion)",
+          file, e.mark.line + 1, e.depth());
   } catch (const YAML::Exception& e) {
     RAISE("{}:{}: not valid YAML: {}", file, e.mark.line + 1, e.msg);
   }
