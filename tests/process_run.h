@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -39,7 +40,7 @@ struct ProcessResult {
   int signal = 0;          // the terminating signal, 0 when it exited
   bool timed_out = false;  // killed by the wall-clock limit
   std::string out, err;    // err is empty with merge_output
-  long max_rss_kb = 0;     // ru_maxrss of the child
+  long max_rss_kb = 0;     // ru_maxrss of the child (with this process's size at fork)
   double wall_seconds = 0;
 };
 
@@ -78,6 +79,10 @@ inline ProcessResult run_process(const std::vector<std::string>& args,
     r.err = "cannot create the capture files";
     return r;
   }
+  // The child's ru_maxrss includes what it inherited at fork() (Linux records the forked copy's
+  // high-water mark at exec): give the freed heap back first, so that it is this process's few
+  // MB and not whatever a test's generator once allocated.
+  ::malloc_trim(0);
   const auto start = std::chrono::steady_clock::now();
   const pid_t pid = ::fork();
   if (pid == 0) {
