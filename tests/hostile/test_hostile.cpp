@@ -367,7 +367,9 @@ std::vector<SpecialTarget> special_targets() {
        [](const fs::path& d, fs::path& victim) {
          const fs::path m = copy_demo_model(d / "model");
          victim = m / "model.safetensors";
-         return HostileRun{info(m), error("model.safetensors"), {m}};
+         // The file is named as what it is (it was "neither model.safetensors nor
+         // model.safetensors.index.json found" for a directory or a symlink loop there).
+         return HostileRun{info(m), error("safetensors file '" + victim.string() + "'"), {m}};
        }},
       {"TokenizerJson",
        [](const fs::path& d, fs::path& victim) {
