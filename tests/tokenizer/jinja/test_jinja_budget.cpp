@@ -343,8 +343,7 @@ json read_json(const std::filesystem::path& path) {
 // the npm peers installed; 1309 renders):
 //   steps 1,815   depth 101   largest string 1,838 B   longest list 4   output 3,377 B
 // against defaults of 20,000,000 steps, depth 1500, 256 MiB strings and output, 4,194,304 items.
-// Created in total (max_total_bytes, measured without the npm peers: 1081 renders): 19,200 B
-// against 1 GiB.
+// Created in total (max_total_bytes): 19,200 B against 1 GiB.
 // The margin asserted: every peak under 1/100 of its limit (depth: under 1/10).
 TEST(ChatTemplateBudget, CorpusUsesAFractionOfTheDefaults) {
   const std::filesystem::path root = FP8RL_SOURCE_DIR;
