@@ -14,15 +14,17 @@
 // that looks complete.
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/model_session.h"
+#include "cli/output_path.h"
 #include "cli/progress.h"
 #include "core/check.h"
+#include "core/input_file.h"
+#include "core/output_file.h"
 #include "engine/engine.h"
 #include "formats/json_read.h"
 
@@ -48,11 +50,14 @@ struct Line {
 // The non-blank lines of the prompts file, each a JSON object (read before the model loads,
 // so a bad file fails at once).
 std::vector<Line> read_lines(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  CHECK(in.good(), "cannot open --prompts file {}", path);
+  // An input file read by lines of bounded length (core/input_file.h): a FIFO or device is an
+  // error at once, an endless line an error at its limit.
+  constexpr uint64_t kMaxLineBytes = uint64_t{64} << 20;
+  InputLines in(path, "--prompts file", kMaxLineBytes);
   std::vector<Line> lines;
   std::string text;
-  for (int64_t number = 1; std::getline(in, text); ++number) {
+  while (in.next(text)) {
+    const auto number = static_cast<int64_t>(in.line_number());
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
     // The JSON reading policy (formats/json_read.h): a line nested without bound is an error,
     // not a recursion later (dump(), copies) that overflows the stack.
@@ -102,10 +107,9 @@ GenerationRequest make_request(const ModelSession& session, const nlohmann::orde
 
 void write_outputs(const std::string& path, const std::vector<GenerationRequest>& requests,
                    const std::vector<RequestOutput>& outputs) {
-  const std::string tmp = path + ".tmp";
+  // Written to a temporary name and renamed over a regular file only (core/output_file.h).
+  ReplacingFile file(path);
   {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    CHECK(out.good(), "cannot write {}", tmp);
     for (size_t i = 0; i < outputs.size(); ++i) {
       nlohmann::json line;
       line["completions"] = nlohmann::json::array();
@@ -127,16 +131,12 @@ void write_outputs(const std::string& path, const std::vector<GenerationRequest>
         cj["finish_reason"] = finish_reason_name(c.finish);
         line["completions"].push_back(std::move(cj));
       }
-      out << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
-    }
-    out.flush();
-    if (!out.good()) {
-      out.close();
-      std::filesystem::remove(tmp);
-      RAISE("writing {} failed", tmp);
+      const std::string text =
+          line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + '\n';
+      file.write(text.data(), text.size());
     }
   }
-  std::filesystem::rename(tmp, path);
+  file.commit();
 }
 
 void run_generate(const GenerateOptions& o) {
@@ -145,6 +145,8 @@ void run_generate(const GenerateOptions& o) {
   SamplingParams defaults = o.sampling;
   if (o.seed >= 0) defaults.seed = uint64_t(o.seed);
   defaults.validate();
+  // Never over an input (`--out` the prompts file) nor a special file, checked before any work.
+  check_output_file(o.out, {o.session.model, o.prompts, o.session.adapter});
   const std::vector<Line> lines = read_lines(o.prompts);
 
   ModelSession session(o.session);

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/config_keys.h"
+#include "cli/output_path.h"
 #include "cli/train_session.h"
 #include "core/check.h"
 #include "rl/grpo_trainer.h"
@@ -17,7 +18,8 @@ namespace {
 
 void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   CHECK(!cfg.data.empty(), "no dataset: give --data PROMPTS.jsonl (or `data:` in the config)");
-  // A RUN_DIR that cannot be written fails before the model loads.
+  // A RUN_DIR that is (or holds) an input, or cannot be written, fails before the model loads.
+  check_run_dir(cfg.output_dir, {cfg.model, cfg.data, cfg.adapter});
   if (!cfg.dry_run) check_run_dir_writable(cfg.output_dir);
   // The rewards first: a malformed reward spec or a process that cannot start fails before
   // the model loads.

@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "cli/config_keys.h"
+#include "cli/output_path.h"
 #include "cli/train_session.h"
 #include "core/check.h"
 #include "train/run_dir.h"
@@ -19,7 +20,8 @@ double mib(size_t bytes) {
 
 void run_sft(const SftConfig& cfg, const std::string& yaml) {
   CHECK(!cfg.data.empty(), "no dataset: give --data TRAIN.jsonl (or `data:` in the config)");
-  // A RUN_DIR that cannot be written fails before the model loads.
+  // A RUN_DIR that is (or holds) an input, or cannot be written, fails before the model loads.
+  check_run_dir(cfg.output_dir, {cfg.model, cfg.data, cfg.adapter});
   if (!cfg.dry_run) check_run_dir_writable(cfg.output_dir);
   TrainSession ts(cfg, uint64_t(cfg.seed));
   SftDataOptions d;
@@ -50,8 +52,9 @@ void run_sft(const SftConfig& cfg, const std::string& yaml) {
     fmt::print("  workspace          {:10.1f} MiB\n", mib(p.scratch_bytes));
     fmt::print("  KV                 {:10.1f} MiB\n", mib(p.kv_bytes));
     if (p.host_bytes > 0)
-      fmt::print("  host (offloaded)   {:10.1f} MiB  (checkpointed layer inputs, not in the total)\n",
-                 mib(p.host_bytes));
+      fmt::print(
+          "  host (offloaded)   {:10.1f} MiB  (checkpointed layer inputs, not in the total)\n",
+          mib(p.host_bytes));
     fmt::print("  total              {:10.1f} MiB\n",
                mib(model_weight_bytes(ts.model()) + ts.adapter().nbytes() + params * 4 + optimizer +
                    p.saved_bytes + p.scratch_bytes + p.kv_bytes));

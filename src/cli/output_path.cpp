@@ -38,6 +38,7 @@ void check_output_file(const std::string& out, const std::vector<std::string>& i
   check_replaceable(out);
   const fs::path r = resolved(out);
   for (const std::string& in : inputs) {
+    if (in.empty()) continue;  // an optional input not given
     const fs::path ri = resolved(in);
     CHECK(r != ri, "output '{}' is the input '{}': refusing to overwrite it", out, in);
     CHECK(!(fs::is_directory(ri) && within(r, ri) && fs::exists(r)),
@@ -63,6 +64,17 @@ void check_output_dir(const std::string& out, const std::vector<std::string>& in
     holds_model = holds_model || entry.path().extension() == ".safetensors";
   CHECK(force || !holds_model,
         "output directory '{}' already holds a model: give --force to overwrite it", out);
+}
+
+void check_run_dir(const std::string& dir, const std::vector<std::string>& inputs) {
+  CHECK(!dir.empty(), "the run directory is empty");
+  const fs::path r = resolved(dir);
+  for (const std::string& in : inputs) {
+    if (in.empty()) continue;
+    const fs::path ri = resolved(in);
+    CHECK(!within(ri, r), "run directory '{}' {} the input '{}': refusing to write over the input",
+          dir, r == ri ? "is" : "holds", in);
+  }
 }
 
 }  // namespace fp8rl::cli

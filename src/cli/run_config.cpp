@@ -1,15 +1,16 @@
 #include "cli/run_config.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <sstream>
 
+#include "core/input_file.h"
 #include "core/spelling.h"
 
 namespace fp8rl::cli {
@@ -300,6 +301,10 @@ nlohmann::json read_yaml(const std::vector<KeySpec>& keys, const std::string& te
   YAML::Node root;
   try {
     root = YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp's own message for this is "bad file".
+    RAISE("{}:{}: not valid YAML: nested deeper than the parser's limit ({} levels of recursion)",
+          file, e.mark.line + 1, e.depth());
   } catch (const YAML::Exception& e) {
     RAISE("{}:{}: not valid YAML: {}", file, e.mark.line + 1, e.msg);
   }
@@ -334,12 +339,10 @@ nlohmann::json read_yaml(const std::vector<KeySpec>& keys, const std::string& te
 }
 
 nlohmann::json read_yaml_file(const std::vector<KeySpec>& keys, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  CHECK(in.good(), "cannot open config file {}", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  CHECK(!in.bad(), "cannot read config file {}", path);
-  return read_yaml(keys, text.str(), path);
+  // An input file (core/input_file.h): a FIFO, device or directory given as --config is an
+  // error at once, not a hang, an endless read or an empty config.
+  constexpr uint64_t kMaxConfigBytes = 4 << 20;  // run configs are a few kB
+  return read_yaml(keys, read_input_file(path, "config file", kMaxConfigBytes), path);
 }
 
 nlohmann::json parse_flag_value(const KeySpec& k, const std::string& flag,

@@ -47,10 +47,12 @@ Checkpoint Checkpoint::open(const std::string& dir_or_file) {
   fs::path index;
   if (fs::is_directory(dir_or_file, ec)) {
     const fs::path dir(dir_or_file);
-    if (fs::exists(dir / kSingleName, ec)) {
-      Checkpoint single = open((dir / kSingleName).string());
-      single.root_ = dir_or_file;
-      return single;
+    // Anything named model.safetensors (lstat) is opened as the file: a directory, FIFO or
+    // symlink loop there is then reported as what it is, not as a missing checkpoint.
+    if (fs::symlink_status(dir / kSingleName, ec).type() != fs::file_type::not_found) {
+      c.files_.push_back(SafetensorsFile::open((dir / kSingleName).string()));
+      for (const auto& t : c.files_[0]->tensors()) c.entries_.emplace(t.name, Entry{&t, 0});
+      return c;
     }
     index = dir / kIndexName;
     CHECK(fs::exists(index, ec), "checkpoint '{}': neither {} nor {} found", dir_or_file,

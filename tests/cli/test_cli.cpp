@@ -20,6 +20,7 @@
 
 #include "formats/npy.h"
 #include "formats/safetensors.h"
+#include "process_run.h"
 #include "test_util.h"
 #include "tolerances.h"
 
@@ -410,7 +411,8 @@ TEST(CliGenerate, BadInputIsAClearErrorAndLeavesNoOutput) {
   fs::remove(in);
   const Result r = run(base);
   EXPECT_GT(r.exit_code, 0);
-  EXPECT_NE(r.output.find("fp8rl: error: cannot open --prompts file " + in), std::string::npos)
+  EXPECT_NE(r.output.find("fp8rl: error: --prompts file '" + in + "': cannot open"),
+            std::string::npos)
       << r.output;
   EXPECT_FALSE(fs::exists(out));
   write_file(in, ok);
@@ -742,48 +744,22 @@ TEST(CliTrain, GrpoConfigErrors) {
 // ---- write failures: an unwritable RUN_DIR, a full disk at checkpoint time ----
 
 // Runs fp8rl with `args` (split at spaces; no quoting) and stdout + stderr captured, like run(),
-// but forked directly so that the child can be limited: `file_size_limit` bytes of RLIMIT_FSIZE
-// (0: none), which makes a write past it fail with EFBIG as a full disk fails with ENOSPC; and,
-// with `as_nobody` when the test runs as root (root ignores file modes), as the user nobody.
-// SIGXFSZ is reset to its default in the child, so only fp8rl's own handling of it keeps it
-// alive. Exit code 125: the child could not drop to nobody.
+// but as a child under limits (process_run.h): `file_size_limit` bytes of RLIMIT_FSIZE (0: none),
+// which makes a write past it fail with EFBIG as a full disk fails with ENOSPC; and, with
+// `as_nobody` when the test runs as root (root ignores file modes), as the user nobody. SIGXFSZ
+// is reset to its default in the child, so only fp8rl's own handling of it keeps it alive. Exit
+// code 125: the child could not drop to nobody.
 Result run_limited(const std::string& args, rlim_t file_size_limit, bool as_nobody = false) {
   std::vector<std::string> words{FP8RL_BIN};
   std::istringstream in(args);
   for (std::string w; in >> w;) words.push_back(w);
-  std::vector<char*> argv;
-  for (std::string& w : words) argv.push_back(w.data());
-  argv.push_back(nullptr);
-  int fds[2];
-  EXPECT_EQ(::pipe(fds), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fds[1], 1);
-    ::dup2(fds[1], 2);
-    ::close(fds[0]);
-    ::close(fds[1]);
-    std::signal(SIGXFSZ, SIG_DFL);
-    if (file_size_limit > 0) {
-      const struct rlimit lim { file_size_limit, file_size_limit };
-      if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(126);
-    }
-    if (as_nobody && ::geteuid() == 0 &&
-        (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0))
-      ::_exit(125);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  Result r{0, ""};
-  std::array<char, 4096> buf;
-  ssize_t n;
-  while ((n = ::read(fds[0], buf.data(), buf.size())) > 0) r.output.append(buf.data(), size_t(n));
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (WIFSIGNALED(status))
-    r.output += "[killed by signal " + std::to_string(WTERMSIG(status)) + "]";
+  fp8rl::test::ProcessLimits limits;
+  limits.file_size = file_size_limit;
+  limits.as_nobody = as_nobody;
+  limits.merge_output = true;
+  const fp8rl::test::ProcessResult p = fp8rl::test::run_process(words, limits);
+  Result r{p.exit_code, p.out};
+  if (p.signal != 0) r.output += "[killed by signal " + std::to_string(p.signal) + "]";
   return r;
 }
 

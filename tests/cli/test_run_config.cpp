@@ -176,7 +176,7 @@ TEST(RunConfig, LoadsAFileAndFlagsOverrideIt) {
 
   EXPECT_NE(error_of([&] {
               parse_args(sft_keys(), {"--config", path + ".missing"});
-            }).find("cannot open config file"),
+            }).find("config file '" + path + ".missing': cannot open"),
             std::string::npos);
 }
 

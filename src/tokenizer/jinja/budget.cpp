@@ -73,4 +73,15 @@ void Budget::check_output(std::size_t bytes) {
   if (n > use_.output_bytes) use_.output_bytes = n;
 }
 
+void Budget::charge_created(std::size_t bytes) {
+  const auto n = static_cast<std::int64_t>(bytes);
+  if (n > limits_.max_total_bytes - use_.total_bytes) {
+    fail_budget(fmt::format(
+        "{} bytes created in total (RenderLimits::max_total_bytes: the strings, lists and dicts "
+        "of one render; {} bytes created before a value of {} bytes)",
+        limits_.max_total_bytes, use_.total_bytes, n));
+  }
+  use_.total_bytes += n;
+}
+
 }  // namespace fp8rl::jinja

@@ -8,7 +8,14 @@
 //              size is computed from a count (repeat, padding widths, indents), with overflow
 //              of the multiplication caught;
 //   items      the length of every list, tuple or dict a template builds, likewise;
-//   output     the rendered text.
+//   output     the rendered text;
+//   total      the bytes of every string, list, tuple and dict the render creates, summed over
+//              the whole render (an upper bound on what it can hold at once: many strings, each
+//              under the per-string cap, kept in a list or a namespace would otherwise exhaust
+//              memory). Counted where expressions and blocks produce a value no other value
+//              shares: a string's bytes, a container's slots (sizeof(Value) each, a dict's pair
+//              two); values passed through (a variable, a literal, the chosen branch of an `if`
+//              or `and`/`or`) are not counted again.
 // Exceeding any of them is a TemplateError of kind `budget` that names the limit and its value.
 //
 // The defaults are far above what real templates use: the repo's corpus (tests/data/chat, the
@@ -36,6 +43,7 @@ struct RenderLimits {
   std::int64_t max_string_bytes = std::int64_t{256} << 20;
   std::int64_t max_items = std::int64_t{1} << 22;
   std::int64_t max_output_bytes = std::int64_t{256} << 20;
+  std::int64_t max_total_bytes = std::int64_t{1} << 30;
 };
 
 // The high-water marks of one render (what the corpus check records).
@@ -45,6 +53,7 @@ struct BudgetUse {
   std::int64_t string_bytes = 0;  // the largest string checked
   std::int64_t items = 0;         // the longest list/tuple/dict checked
   std::int64_t output_bytes = 0;
+  std::int64_t total_bytes = 0;  // created over the whole render
 };
 
 class Budget {
@@ -73,6 +82,8 @@ class Budget {
     item_count(static_cast<std::int64_t>(n), 1, what);
   }
   void check_output(std::size_t bytes);
+  // A value of `bytes` (Value::unshared_bytes) was just created: added to the render's total.
+  void charge_created(std::size_t bytes);
 
   const RenderLimits& limits() const { return limits_; }
   const BudgetUse& use() const { return use_; }

@@ -132,9 +132,12 @@ Value repeat(Budget& budget, const Value& seq, std::int64_t n) {
     const std::size_t size = budget.string_bytes(static_cast<std::int64_t>(seq.str().size()), n,
                                                  fmt::format("str * {}", n));
     budget.charge_bytes(static_cast<std::int64_t>(size));
+    // By doubling: a few copies of growing blocks, not n appends of a possibly 1-byte string.
     std::string out;
     out.reserve(size);
-    for (std::int64_t i = 0; i < n; ++i) out += seq.str();
+    out = seq.str();
+    while (out.size() * 2 <= size) out.append(out.data(), out.size());
+    out.append(out.data(), size - out.size());
     return Value::string(std::move(out), seq.is_safe());
   }
   const std::size_t size = budget.item_count(static_cast<std::int64_t>(seq.items().size()), n,
@@ -343,6 +346,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& stmt, Scope* scope, std::string&
           if (flow != Flow::normal) return flow;
         }
         Value body = Value::string(std::move(text));
+        budget_.charge_created(body.unshared_bytes());
         if (s.filter) {
           ScopeLease child(*this, scope);
           body = eval_filter(static_cast<const FilterExpr&>(*s.filter), child.get(), &body);
@@ -596,8 +600,35 @@ Value Interpreter::eval(const Expr& expr, Scope* scope) {
   return eval_node(expr, scope);
 }
 
+namespace {
+
+// Expressions whose value is one of their operands' (or a variable's, or the template's own
+// constant), already counted where it was created.
+bool passes_a_value_through(const Expr& expr) {
+  switch (expr.kind) {
+    case Expr::Kind::literal:
+    case Expr::Kind::name:
+    case Expr::Kind::conditional:
+      return true;
+    case Expr::Kind::binary: {
+      const auto op = static_cast<const BinaryExpr&>(expr).op;
+      return op == BinaryExpr::Op::and_ || op == BinaryExpr::Op::or_;
+    }
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 Value Interpreter::eval_node(const Expr& expr, Scope* scope) {
   DepthGuard guard(*this);
+  Value v = eval_kind(expr, scope);
+  if (!passes_a_value_through(expr)) budget_.charge_created(v.unshared_bytes());
+  return v;
+}
+
+Value Interpreter::eval_kind(const Expr& expr, Scope* scope) {
   switch (expr.kind) {
     case Expr::Kind::literal:
       return static_cast<const LiteralExpr&>(expr).value;

@@ -87,7 +87,8 @@ class Interpreter {
   Value invoke_macro(const MacroStmt& macro, Scope* closure, CallArgs& args);
 
   Value eval(const Expr& expr, Scope* scope);
-  Value eval_node(const Expr& expr, Scope* scope);
+  Value eval_node(const Expr& expr, Scope* scope);  // eval_kind, its new value charged
+  Value eval_kind(const Expr& expr, Scope* scope);
   CallArgs eval_args(const ArgsExpr& args, Scope* scope);
   Value eval_filter(const FilterExpr& f, Scope* scope, const Value* block_input);
   Value eval_slice(const Value& object, const SliceExpr& slice, Scope* scope);

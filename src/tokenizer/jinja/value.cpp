@@ -153,6 +153,21 @@ const Value::Callable& Value::callable_data() const {
   return *static_cast<const Callable*>(ref_.get());
 }
 
+std::size_t Value::unshared_bytes() const {
+  if (ref_ == nullptr || ref_.use_count() != 1) return 0;
+  switch (kind_) {
+    case Kind::string:
+      return str().size();
+    case Kind::list:
+    case Kind::tuple:
+      return items().size() * sizeof(Value);
+    case Kind::dict:
+      return dict_data().items.size() * 2 * sizeof(Value);
+    default:
+      return 0;
+  }
+}
+
 int Value::depth() const {
   switch (kind_) {
     case Kind::list:

@@ -120,6 +120,10 @@ class Value {
   Object* object_ptr() const { return scalar_.o; }
   const Callable& callable_data() const;
   int depth() const;  // nesting depth of a container, 0 for scalars
+  // The bytes of this string (or the slots of this list, tuple or dict, sizeof(Value) each) when
+  // no other value shares them, i.e. when the value was just created; 0 otherwise. What the
+  // render's total budget counts (budget.h).
+  std::size_t unshared_bytes() const;
   // Python's `is` for reference kinds: the same list, dict, string object or callable.
   bool same_ref(const Value& other) const { return ref_ != nullptr && ref_ == other.ref_; }
 

@@ -279,6 +279,41 @@ TEST(ChatTemplateBudget, HundredThousandMacrosRenderInLinearTime) {
   std::printf("100k macros + 100k namespace attributes: %.2f s\n", seconds);
 }
 
+// Many strings, each far under the per-string cap, kept in a list: the total of what a render
+// creates is capped (here a cap of 32 MB, so that the test holds little). The control renders
+// the same template under a limit of exactly what it creates (measured): one byte less fails.
+TEST(ChatTemplateBudget, TotalBytesCreatedAreCapped) {
+  const auto keep = [](int n) {
+    return "{% set ns = namespace(l=[]) %}{% for i in range(" + std::to_string(n) +
+           ") %}{% set ns.l = ns.l + ['x' * 1000000] %}{% endfor %}{{ ns.l|length }}";
+  };
+  fp8rl::ChatTemplateOptions options;
+  options.limits.max_total_bytes = 32 << 20;
+  EXPECT_BUDGET_ERROR_WITH(keep(100), options,
+                           "33554432 bytes created in total (RenderLimits::max_total_bytes");
+  fp8rl::jinja::BudgetUse use;
+  options.limits = RenderLimits{};
+  EXPECT_EQ(fp8rl::ChatTemplate(keep(20)).render(json::object(), options, &use), "20");
+  EXPECT_GT(use.total_bytes, 20 * 1000000);
+  EXPECT_LT(use.total_bytes, 21 * 1000000);
+  options.limits.max_total_bytes = use.total_bytes;
+  EXPECT_EQ(render(keep(20), options), "20");
+  options.limits.max_total_bytes = use.total_bytes - 1;
+  EXPECT_BUDGET_ERROR_WITH(keep(20), options,
+                           std::to_string(use.total_bytes - 1) + " bytes created in total");
+  // The default cap, reached by temporaries: the cap is on what a render creates (an upper
+  // bound on what it holds), so 2000 strings of 1 MB, each dropped at once, also reach it.
+  EXPECT_BUDGET_ERROR("{% for i in range(2000) %}{% set s = 'x' * 1000000 %}{% endfor %}",
+                      std::to_string(kDefaults.max_total_bytes) +
+                          " bytes created in total (RenderLimits::max_total_bytes");
+  EXPECT_EQ(render("{% for i in range(500) %}{% set s = 'x' * 1000000 %}{% endfor %}ok"), "ok");
+  // Containers count their slots: a list of 100k references to one string is 100k slots.
+  options.limits = RenderLimits{};
+  options.limits.max_total_bytes = 1 << 20;
+  EXPECT_BUDGET_ERROR_WITH("{% set l = ['x'] * 100000 %}", options, "1048576 bytes created");
+  EXPECT_EQ(render("{% set l = ['x'] * 1000 %}{{ l|length }}", options), "1000");
+}
+
 namespace {
 
 struct CorpusPeak {
@@ -290,6 +325,7 @@ struct CorpusPeak {
     peak.string_bytes = std::max(peak.string_bytes, u.string_bytes);
     peak.items = std::max(peak.items, u.items);
     peak.output_bytes = std::max(peak.output_bytes, u.output_bytes);
+    peak.total_bytes = std::max(peak.total_bytes, u.total_bytes);
     ++renders;
   }
 };
@@ -307,6 +343,7 @@ json read_json(const std::filesystem::path& path) {
 // the npm peers installed; 1309 renders):
 //   steps 1,815   depth 101   largest string 1,838 B   longest list 4   output 3,377 B
 // against defaults of 20,000,000 steps, depth 1500, 256 MiB strings and output, 4,194,304 items.
+// Created in total (max_total_bytes): 19,200 B against 1 GiB.
 // The margin asserted: every peak under 1/100 of its limit (depth: under 1/10).
 TEST(ChatTemplateBudget, CorpusUsesAFractionOfTheDefaults) {
   const std::filesystem::path root = FP8RL_SOURCE_DIR;
@@ -361,14 +398,16 @@ TEST(ChatTemplateBudget, CorpusUsesAFractionOfTheDefaults) {
   const auto& p = corpus.peak;
   std::printf(
       "corpus: %d renders; peaks: steps %lld, depth %d, string %lld B, items %lld, "
-      "output %lld B\n",
+      "output %lld B, created in total %lld B\n",
       corpus.renders, static_cast<long long>(p.steps), p.depth,
       static_cast<long long>(p.string_bytes), static_cast<long long>(p.items),
-      static_cast<long long>(p.output_bytes));
+      static_cast<long long>(p.output_bytes), static_cast<long long>(p.total_bytes));
   EXPECT_GT(p.steps, 0);  // the counters count
   EXPECT_LT(p.steps * 100, kDefaults.max_steps);
   EXPECT_LT(p.depth * 10, kDefaults.max_depth);
   EXPECT_LT(p.string_bytes * 100, kDefaults.max_string_bytes);
   EXPECT_LT(p.items * 100, kDefaults.max_items);
   EXPECT_LT(p.output_bytes * 100, kDefaults.max_output_bytes);
+  EXPECT_GT(p.total_bytes, p.output_bytes);  // the output is made of created strings
+  EXPECT_LT(p.total_bytes * 100, kDefaults.max_total_bytes);
 }

@@ -1,0 +1,422 @@
+// Hostile inputs: deep JSON, sizes, special files, endless inputs, safetensors headers.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "hostile/hostile_case.h"
+
+namespace fp8rl::test::hostile {
+
+// ---- deep JSON (100k levels) in every JSON the CLI reads ----
+
+namespace {
+
+constexpr int kDeep = 100000;
+
+}  // namespace
+
+std::vector<Case> deep_json_cases() {
+  const std::string deep = deep_array(kDeep);
+  return {
+      {"DeepJson_SafetensorsHeader",
+       [deep](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         RawSafetensors::write_with_header(m / "model.safetensors",
+                                           R"({"__metadata__": {"a": )" + deep + "}}", "");
+         return HostileRun{info(m), error("nest"), {m}};
+       }},
+      {"DeepJson_ConfigJson",
+       [deep](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(m / "config.json", R"({"architectures": )" + deep + "}");
+         return HostileRun{info(m), error("limit of 256"), {m}};
+       }},
+      {"DeepJson_TokenizerJsonNormalizerSequence",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         std::string seq;
+         for (int i = 0; i < kDeep; ++i) seq += R"({"type": "Sequence", "normalizers": [)";
+         seq += R"({"type": "NFC"})";
+         for (int i = 0; i < kDeep; ++i) seq += "]}";
+         const std::string tok = read_bytes(m / "tokenizer.json");
+         ojson j = ojson::parse(tok);
+         j["normalizer"] = "@@";
+         std::string text = j.dump();
+         text.replace(text.find("\"@@\""), 4, seq);
+         write_bytes(m / "tokenizer.json", text);
+         return HostileRun{tokenize(m, text_file(d)), error("limit of 256"), {m, d / "text.txt"}};
+       }},
+      {"DeepJson_TokenizerConfig",
+       [deep](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(m / "tokenizer_config.json", R"({"chat_template": "x", "y": )" + deep + "}");
+         return HostileRun{
+             chat_template(m, messages_file(d)), error("limit of 256"), {m, d / "messages.json"}};
+       }},
+      {"DeepJson_MessagesFile",
+       [deep](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "messages.json", deep);
+         return HostileRun{chat_template(m, d / "messages.json"),
+                           error("limit of 256"),
+                           {m, d / "messages.json"}};
+       }},
+      {"DeepJson_SftRow",
+       [deep](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", kSftRow + "\n" + R"({"text": )" + deep + "}\n");
+         return HostileRun{
+             sft(m, d / "data.jsonl", d / "out"), error(":2:"), {m, d / "data.jsonl"}};
+       }},
+      {"DeepJson_GrpoRow",
+       [deep](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", kGrpoRow + "\n" + R"({"answer": )" + deep + "}\n");
+         const fs::path cfg = grpo_config(d, m, d / "data.jsonl");
+         return HostileRun{grpo(cfg), error(":2:"), {m, d / "data.jsonl", cfg}};
+       }},
+      {"DeepJson_DpoRow",
+       [deep](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", kDpoRow + "\n" + R"({"chosen": )" + deep + "}\n");
+         return HostileRun{
+             dpo(m, d / "data.jsonl", d / "out"), error(":2:"), {m, d / "data.jsonl"}};
+       }},
+      {"DeepJson_GeneratePromptsLine",
+       [deep](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "prompts.jsonl", R"({"prompt_ids": )" + deep + "}\n");
+         return HostileRun{generate(m, d / "prompts.jsonl", d / "out.jsonl"),
+                           error("line 1"),
+                           {m, d / "prompts.jsonl"}};
+       }},
+      {"DeepJson_RunConfigAsJson",
+       [deep](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", kGrpoRow + "\n");
+         // A JSON config (YAML's flow style): the rewards nested 100k deep.
+         write_bytes(d / "run.json", R"({"model": ")" + m.string() + R"(", "data": ")" +
+                                         (d / "data.jsonl").string() + R"(", "rewards": )" + deep +
+                                         "}");
+         return HostileRun{
+             grpo(d / "run.json"),
+             error("run.json:1: not valid YAML: nested deeper than the parser's limit"),
+             {m, d / "data.jsonl", d / "run.json"}};
+       }},
+  };
+}
+
+// ---- sizes: overflowing products, negative and zero sizes, absurd counts ----
+
+std::vector<Case> size_cases() {
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  return {
+      {"Sizes_HeadsTimesHeadDimOverflows",
+       [](const fs::path& d) {
+         return config_case(
+             d,
+             [](ojson& c) {
+               c["num_attention_heads"] = int64_t{1} << 32;
+               c["num_key_value_heads"] = int64_t{1} << 32;
+               c["head_dim"] = int64_t{1} << 32;
+             },
+             "num_attention_heads");
+       }},
+      {"Sizes_HiddenTimesVocabOverflows",
+       [](const fs::path& d) {
+         return config_case(
+             d,
+             [](ojson& c) {
+               c["hidden_size"] = int64_t{1} << 40;
+               c["vocab_size"] = int64_t{1} << 40;
+             },
+             "vocab_size = 1099511627776 is outside [1, ");
+       }},
+      {"Sizes_HiddenSizeInt64Min",
+       [kMin](const fs::path& d) {
+         return config_case(
+             d, [kMin](ojson& c) { c["hidden_size"] = kMin; },
+             "hidden_size = -9223372036854775808 is outside [1, 65536]");
+       }},
+      {"Sizes_VocabSizeZero",
+       [](const fs::path& d) {
+         return config_case(
+             d, [](ojson& c) { c["vocab_size"] = 0; }, "vocab_size");
+       }},
+      {"Sizes_NegativeIntermediateSize",
+       [](const fs::path& d) {
+         return config_case(
+             d, [](ojson& c) { c["intermediate_size"] = -384; }, "intermediate_size");
+       }},
+      {"Sizes_BillionLayers",
+       [](const fs::path& d) {
+         HostileRun r = config_case(
+             d, [](ojson& c) { c["num_hidden_layers"] = 1000000000; }, "num_hidden_layers");
+         r.expect.max_rss_mb = 256;
+         return r;
+       }},
+      {"Sizes_MaxPositionEmbeddingsZero",
+       [](const fs::path& d) {
+         return config_case(
+             d, [](ojson& c) { c["max_position_embeddings"] = 0; }, "max_position_embeddings");
+       }},
+      {"Sizes_MaxPositionEmbeddingsNegative",
+       [](const fs::path& d) {
+         return config_case(
+             d, [](ojson& c) { c["max_position_embeddings"] = -5; }, "max_position_embeddings");
+       }},
+      {"Sizes_PromptLongerThanContext",
+       [](const fs::path& d) {
+         std::string ids = "1";
+         for (int i = 0; i < 300; ++i) ids += ",1";
+         const fs::path m = copy_demo_model(d / "model");
+         return HostileRun{{"logits", m, "--ids", ids, "--out", d / "x.npy"},
+                           error("more than the model's max_position_embeddings 256"),
+                           {m}};
+       }},
+      {"Sizes_GeneratePromptLongerThanContext",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "prompts.jsonl", ojson{{"prompt", std::string(2000, 'a')}}.dump() + "\n");
+         return HostileRun{generate(m, d / "prompts.jsonl", d / "out.jsonl"),
+                           error("exceeds the model's context of 256"),
+                           {m, d / "prompts.jsonl"}};
+       }},
+      {"Sizes_TokenizerVocabId4e8",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         edit_json(m / "tokenizer.json", [](ojson& t) { t["model"]["vocab"]["zz"] = 400000000; });
+         HostileRun r{tokenize(m, text_file(d)), error("400000000"), {m, d / "text.txt"}};
+         r.expect.max_rss_mb = 256;
+         return r;
+       }},
+  };
+}
+
+// ---- special files in place of every file the CLI reads ----
+
+namespace {
+
+struct SpecialTarget {
+  const char* name;
+  // Makes the case with `victim` (the path to replace) chosen by the target.
+  std::function<HostileRun(const fs::path& d, fs::path& victim)> make;
+};
+
+std::vector<SpecialTarget> special_targets() {
+  return {
+      {"ConfigJson",
+       [](const fs::path& d, fs::path& victim) {
+         const fs::path m = copy_demo_model(d / "model");
+         victim = m / "config.json";
+         return HostileRun{info(m), error("config.json"), {m}};
+       }},
+      {"ModelSafetensors",
+       [](const fs::path& d, fs::path& victim) {
+         const fs::path m = copy_demo_model(d / "model");
+         victim = m / "model.safetensors";
+         // The file is named as what it is (it was "neither model.safetensors nor
+         // model.safetensors.index.json found" for a directory or a symlink loop there).
+         return HostileRun{info(m), error("safetensors file '" + victim.string() + "'"), {m}};
+       }},
+      {"TokenizerJson",
+       [](const fs::path& d, fs::path& victim) {
+         const fs::path m = copy_demo_model(d / "model");
+         victim = m / "tokenizer.json";
+         return HostileRun{tokenize(m, text_file(d)), error("tokenizer.json"), {m, d / "text.txt"}};
+       }},
+      {"SftDataset",
+       [](const fs::path& d, fs::path& victim) {
+         const fs::path m = copy_demo_model(d / "model");
+         victim = d / "data.jsonl";
+         return HostileRun{sft(m, victim, d / "out"), error("data.jsonl"), {m, victim}};
+       }},
+      {"GeneratePrompts",
+       [](const fs::path& d, fs::path& victim) {
+         const fs::path m = copy_demo_model(d / "model");
+         victim = d / "prompts.jsonl";
+         return HostileRun{
+             generate(m, victim, d / "out.jsonl"), error("prompts.jsonl"), {m, victim}};
+       }},
+      {"TextFile",
+       [](const fs::path& d, fs::path& victim) {
+         const fs::path m = copy_demo_model(d / "model");
+         victim = d / "text.txt";
+         return HostileRun{tokenize(m, victim), error("text.txt"), {m, victim}};
+       }},
+      {"MessagesFile",
+       [](const fs::path& d, fs::path& victim) {
+         const fs::path m = copy_demo_model(d / "model");
+         victim = d / "messages.json";
+         return HostileRun{chat_template(m, victim), error("messages.json"), {m, victim}};
+       }},
+      {"RunConfig",
+       [](const fs::path& d, fs::path& victim) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", kGrpoRow + "\n");
+         victim = d / "run.yaml";
+         return HostileRun{grpo(victim), error("run.yaml"), {m, d / "data.jsonl", victim}};
+       }},
+  };
+}
+
+}  // namespace
+
+std::vector<Case> special_file_cases() {
+  std::vector<Case> cases;
+  for (const SpecialTarget& t : special_targets()) {
+    for (Special s :
+         {Special::fifo, Special::directory, Special::dev_zero, Special::symlink_loop}) {
+      cases.push_back(
+          {std::string("Special_") + t.name + "_" + special_name(s), [t, s](const fs::path& d) {
+             fs::path victim;
+             HostileRun r = t.make(d, victim);
+             make_special(victim, s);
+             if (s == Special::symlink_loop) r.unchanged.push_back(victim.string() + ".loop");
+             return r;
+           }});
+    }
+  }
+  return cases;
+}
+
+// ---- endless inputs ----
+
+// A child of this test writing JSONL rows into the FIFO for as long as anyone reads it.
+
+namespace {
+
+std::function<void()> start_endless_writer(const fs::path& fifo, const std::string& row) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(fifo.c_str(), O_WRONLY);
+    std::string block;
+    while (block.size() < 65536) block += row + "\n";
+    while (fd >= 0 && ::write(fd, block.data(), block.size()) > 0) {
+    }
+    ::_exit(0);
+  }
+  return [pid] {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  };
+}
+
+}  // namespace
+
+std::vector<Case> endless_cases() {
+  constexpr uint64_t kHuge = uint64_t{8} << 30;  // sparse: no disk
+  return {
+      {"Endless_FifoFedForeverAsSftDataset",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         make_fifo(d / "data.jsonl");
+         HostileRun r{
+             sft(m, d / "data.jsonl", d / "out"), error("data.jsonl"), {m, d / "data.jsonl"}};
+         r.cleanup = start_endless_writer(d / "data.jsonl", kSftRow);
+         return r;
+       }},
+      {"Endless_SparseLineAsSftDataset",
+       [kHuge](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         make_sparse(d / "data.jsonl", kSftRow + "\n", kHuge);
+         return HostileRun{
+             sft(m, d / "data.jsonl", d / "out"), error("data.jsonl"), {m, d / "data.jsonl"}};
+       }},
+      {"Endless_SparseLineAsGrpoDataset",
+       [kHuge](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         make_sparse(d / "data.jsonl", kGrpoRow + "\n", kHuge);
+         const fs::path cfg = grpo_config(d, m, d / "data.jsonl");
+         return HostileRun{grpo(cfg), error("data.jsonl"), {m, d / "data.jsonl", cfg}};
+       }},
+      {"Endless_SparseLineAsDpoDataset",
+       [kHuge](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         make_sparse(d / "data.jsonl", kDpoRow + "\n", kHuge);
+         return HostileRun{
+             dpo(m, d / "data.jsonl", d / "out"), error("data.jsonl"), {m, d / "data.jsonl"}};
+       }},
+      {"Endless_SparseLineAsGeneratePrompts",
+       [kHuge](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         make_sparse(d / "prompts.jsonl",
+                     R"({"prompt_ids": [1]})"
+                     "\n",
+                     kHuge);
+         return HostileRun{generate(m, d / "prompts.jsonl", d / "out.jsonl"),
+                           error("prompts.jsonl"),
+                           {m, d / "prompts.jsonl"}};
+       }},
+      {"Endless_SparseTextFile",
+       [kHuge](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         make_sparse(d / "text.txt", "hello", kHuge);
+         return HostileRun{tokenize(m, d / "text.txt"), error("text.txt"), {m, d / "text.txt"}};
+       }},
+      {"Endless_SparseConfigJson",
+       [kHuge](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         make_sparse(m / "config.json", "{", kHuge);
+         return HostileRun{info(m), error("config.json"), {m}};
+       }},
+  };
+}
+
+// ---- safetensors: 200k tensors (linear parsing), and a header claiming absurd sizes ----
+
+std::vector<Case> safetensors_cases() {
+  return {
+      {"Safetensors_200kTensorsParseInLinearTime",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         // The header as text (an ordered_json object inserts in linear time: 200k keys would
+         // take the generator a minute): the demo's entries, then 200k of 4 bytes each.
+         RawSafetensors raw = RawSafetensors::read(m / "model.safetensors");
+         std::string body;
+         for (const auto& [name, entry] : raw.header.items())
+           if (name != "__metadata__") body += raw.data[name];
+         std::string header = raw.header.dump();
+         header.pop_back();  // the closing brace
+         for (int i = 0; i < 200000; ++i) {
+           header += ",\"extra." + std::to_string(i) + "\":{\"dtype\":\"F32\",\"shape\":[1]," +
+                     "\"data_offsets\":[" + std::to_string(body.size()) + "," +
+                     std::to_string(body.size() + 4) + "]}";
+           body += std::string(4, '\0');
+         }
+         RawSafetensors::write_with_header(m / "model.safetensors", header + "}", body);
+         HostileRun r{info(m), error("unexpected tensors"), {m}};
+         r.expect.max_seconds = 15;  // quadratic parsing took minutes
+         return r;
+       }},
+      {"Safetensors_HeaderLengthBeyondFile",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         std::string bytes = read_bytes(m / "model.safetensors");
+         const uint64_t n = uint64_t{1} << 62;
+         std::memcpy(bytes.data(), &n, 8);
+         write_bytes(m / "model.safetensors", bytes);
+         return HostileRun{info(m), error("model.safetensors"), {m}};
+       }},
+      {"Safetensors_ShapeProductOverflows",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         RawSafetensors raw = RawSafetensors::read(m / "model.safetensors");
+         // [288, 128] -> [2^32, 2^32]: 2^64 elements.
+         raw.header["model.embed_tokens.weight"]["shape"] = {int64_t{1} << 32, int64_t{1} << 32};
+         raw.write(m / "model.safetensors");
+         return HostileRun{info(m), error("model.embed_tokens.weight"), {m}};
+       }},
+  };
+}
+
+}  // namespace fp8rl::test::hostile

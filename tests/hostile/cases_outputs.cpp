@@ -1,0 +1,444 @@
+// Hostile inputs, continued: template budgets, outputs over inputs, messages, checkpoints
+// accepted silently, the fuzzers' findings, and the controls on clean inputs.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "hostile/hostile_case.h"
+
+namespace fp8rl::test::hostile {
+
+// ---- chat templates: the execution budget, through the CLI ----
+
+namespace {
+
+HostileRun template_case(const fs::path& d, const std::string& tpl, Expect expect) {
+  const fs::path m = copy_demo_model(d / "model");
+  edit_json(m / "tokenizer_config.json", [&](ojson& c) { c["chat_template"] = tpl; });
+  return HostileRun{
+      chat_template(m, messages_file(d)), std::move(expect), {m, d / "messages.json"}};
+}
+
+}  // namespace
+
+std::vector<Case> template_cases() {
+  const std::string budget = "chat template exceeded its budget of ";
+  std::vector<std::pair<std::string, std::string>> over = {
+      {"NestedLoops",
+       "{% for i in range(100000) %}{% for j in range(100000) %}{% for k in range(100000) %}."
+       "{% endfor %}{% endfor %}{% endfor %}"},
+      {"ExponentialMacros",
+       "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% else %}x{% endif %}"
+       "{% endmacro %}{{ f(60) }}"},
+      {"UnboundedRecursion", "{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}"},
+      {"StringRepeatOverflow", "{{ 'x' * 10**18 }}"},
+      {"StringRepeatOverflow64", "{{ 'abcd' * 2**62 }}"},
+      {"CenterWidth", "{{ 'ab'|center(10**12) }}"},
+      {"FormatWidth", "{{ '{:>99999999999999999999999}'.format('a') }}"},
+      {"PercentWidth", "{{ '%10000000000d' % 1 }}"},
+      {"TojsonIndent", "{{ {'a': [1]}|tojson(indent=10**9) }}"},
+      {"Batch", "{{ [1, 2, 3]|batch(10**9) }}"},
+      {"DoublingString",
+       "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}"
+       "{% endfor %}"},
+      {"ManyStringsKept",
+       "{% set ns = namespace(l=[]) %}{% for i in range(3000) %}{% set ns.l = ns.l + ['x' * "
+       "1000000] %}{% endfor %}"},
+      {"OutputFlood", "{% for i in range(100000) %}{{ 'x' * 10000 }}{% endfor %}"},
+  };
+  std::vector<Case> cases;
+  for (const auto& [name, tpl] : over) {
+    cases.push_back({"Template_" + name, [tpl, budget](const fs::path& d) {
+                       HostileRun r = template_case(d, tpl, error(budget));
+                       // The budget is 256 MB per string and 1 GiB in total: no case needs more.
+                       r.expect.max_rss_mb = 1536;
+                       return r;
+                     }});
+  }
+  // 100k macro definitions: linear, so it renders (quadratic lookups took minutes).
+  cases.push_back({"Template_100kMacrosRender", [](const fs::path& d) {
+                     std::string tpl;
+                     for (int i = 0; i < 100000; ++i)
+                       tpl += "{% macro m" + std::to_string(i) + "() %}" + std::to_string(i) +
+                              "{% endmacro %}";
+                     tpl += "{{ m0() }},{{ m99999() }}";
+                     HostileRun r = template_case(d, tpl, success(stdout_has("0,99999")));
+                     r.expect.max_seconds = 15;
+                     return r;
+                   }});
+  return cases;
+}
+
+// ---- outputs that would destroy inputs or replace special files ----
+
+// A model directory, a second copy to compare against, and the case's command.
+
+std::vector<Case> destroyed_data_cases() {
+  std::vector<Case> cases;
+  const std::vector<std::pair<std::string, std::function<std::string(const fs::path&)>>> outs = {
+      {"Itself", [](const fs::path& m) { return m.string(); }},
+      {"TrailingSlash", [](const fs::path& m) { return m.string() + "/"; }},
+      {"Dot", [](const fs::path& m) { return m.string() + "/."; }},
+      {"DotDot", [](const fs::path& m) { return (m / ".." / m.filename()).string(); }},
+      {"Symlink",
+       [](const fs::path& m) {
+         fs::create_directory_symlink(m, m.parent_path() / "link");
+         return (m.parent_path() / "link").string();
+       }},
+      {"ParentDirectory", [](const fs::path& m) { return m.parent_path().string(); }},
+  };
+  for (const auto& [name, out] : outs) {
+    cases.push_back({"Destroy_QuantizeOnto" + name, [out](const fs::path& d) {
+                       const fs::path m = copy_demo_model(d / "model");
+                       const std::string target = out(m);
+                       HostileRun r{{"quantize", m, target, "--scheme", "row"},
+                                    error("refusing to write"),
+                                    {d}};
+                       r.must_load = {m};
+                       return r;
+                     }});
+  }
+  cases.push_back({"Destroy_LogitsOutOntoFifo", [](const fs::path& d) {
+                     const fs::path m = copy_demo_model(d / "model");
+                     make_fifo(d / "out.npy");
+                     return HostileRun{{"logits", m, "--ids", "1", "--out", d / "out.npy"},
+                                       error("is a FIFO"),
+                                       {d}};
+                   }});
+  cases.push_back({"Destroy_LogitsOutOntoSymlink", [](const fs::path& d) {
+                     const fs::path m = copy_demo_model(d / "model");
+                     write_bytes(d / "owned.txt", "keep");
+                     fs::create_symlink(d / "owned.txt", d / "out.npy");
+                     return HostileRun{{"logits", m, "--ids", "1", "--out", d / "out.npy"},
+                                       error("is a symbolic link"),
+                                       {d}};
+                   }});
+  cases.push_back({"Destroy_LogitsOutOntoModelFile", [](const fs::path& d) {
+                     const fs::path m = copy_demo_model(d / "model");
+                     HostileRun r{{"logits", m, "--ids", "1", "--out", m / "model.safetensors"},
+                                  error("inside the input"),
+                                  {d}};
+                     r.must_load = {m};
+                     return r;
+                   }});
+  cases.push_back({"Destroy_GenerateOutOntoPrompts", [](const fs::path& d) {
+                     const fs::path m = copy_demo_model(d / "model");
+                     write_bytes(d / "prompts.jsonl", R"({"prompt_ids": [1, 2]})"
+                                                      "\n");
+                     return HostileRun{generate(m, d / "prompts.jsonl", d / "prompts.jsonl"),
+                                       error("prompts.jsonl"),
+                                       {d}};
+                   }});
+  cases.push_back({"Destroy_SftOutOntoModel", [](const fs::path& d) {
+                     const fs::path m = copy_demo_model(d / "model");
+                     write_bytes(d / "data.jsonl", kSftRow + "\n");
+                     HostileRun r{sft(m, d / "data.jsonl", m), error("refusing to write"), {d}};
+                     r.must_load = {m};
+                     return r;
+                   }});
+  cases.push_back({"Destroy_GenerateOutOntoFifo", [](const fs::path& d) {
+                     const fs::path m = copy_demo_model(d / "model");
+                     write_bytes(d / "prompts.jsonl", R"({"prompt_ids": [1, 2]})"
+                                                      "\n");
+                     make_fifo(d / "out.jsonl");
+                     return HostileRun{generate(m, d / "prompts.jsonl", d / "out.jsonl"),
+                                       error("is a FIFO"),
+                                       {d}};
+                   }});
+  cases.push_back({"Destroy_GenerateOutOntoSymlink", [](const fs::path& d) {
+                     const fs::path m = copy_demo_model(d / "model");
+                     write_bytes(d / "prompts.jsonl", R"({"prompt_ids": [1, 2]})"
+                                                      "\n");
+                     write_bytes(d / "owned.txt", "keep");
+                     fs::create_symlink(d / "owned.txt", d / "out.jsonl");
+                     return HostileRun{generate(m, d / "prompts.jsonl", d / "out.jsonl"),
+                                       error("is a symbolic link"),
+                                       {d}};
+                   }});
+  cases.push_back({"Destroy_SftOutOntoDataset", [](const fs::path& d) {
+                     const fs::path m = copy_demo_model(d / "model");
+                     write_bytes(d / "data.jsonl", kSftRow + "\n");
+                     return HostileRun{sft(m, d / "data.jsonl", d / "data.jsonl"),
+                                       error("refusing to write"),
+                                       {d}};
+                   }});
+  cases.push_back({"Destroy_GrpoOutputDirHoldsTheModel", [](const fs::path& d) {
+                     const fs::path m = copy_demo_model(d / "model");
+                     write_bytes(d / "data.jsonl", kGrpoRow + "\n");
+                     const fs::path cfg = grpo_config(d, m, d / "data.jsonl", "");
+                     std::vector<std::string> args = grpo(cfg);
+                     args.insert(args.end(), {"--output-dir", d.string()});
+                     HostileRun r{args, error("refusing to write"), {d}};
+                     r.must_load = {m};
+                     return r;
+                   }});
+  cases.push_back({"Destroy_InitOverModelWithoutForce", [](const fs::path& d) {
+                     const fs::path m = copy_demo_model(d / "model");
+                     HostileRun r{{"init", "--arch", "qwen3", "--preset", "tiny", "--out", m},
+                                  error("already holds a model: give --force"),
+                                  {d}};
+                     r.must_load = {m};
+                     return r;
+                   }});
+  cases.push_back({"Destroy_InitOverModelWithForce", [](const fs::path& d) {
+                     const fs::path m = copy_demo_model(d / "model");
+                     HostileRun r{
+                         {"init", "--arch", "qwen3", "--preset", "tiny", "--out", m, "--force"},
+                         success([m](const ProcessResult&) {
+                           // The tiny preset replaced the demo model (another hidden size).
+                           const ojson c = ojson::parse(read_bytes(m / "config.json"));
+                           return c["hidden_size"] != 128 ? "" : "config.json not replaced";
+                         }),
+                         {}};
+                     r.must_load = {m};
+                     return r;
+                   }});
+  return cases;
+}
+
+// ---- messages: one line, naming the value and the range ----
+
+std::vector<Case> message_cases() {
+  return {
+      {"Message_MaxStepsMinusTwo",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", kSftRow + "\n");
+         std::vector<std::string> args = sft(m, d / "data.jsonl", d / "out");
+         args[7] = "-2";
+         return HostileRun{args, error("max_steps"), {m, d / "data.jsonl"}};
+       }},
+      {"Message_TemperatureNan",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "prompts.jsonl", R"({"prompt_ids": [1]})"
+                                          "\n");
+         std::vector<std::string> args = generate(m, d / "prompts.jsonl", d / "out.jsonl");
+         args.insert(args.end(), {"--temperature", "nan"});
+         return HostileRun{args, error("temperature"), {m, d / "prompts.jsonl"}};
+       }},
+      {"Message_UnknownFlag",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         return HostileRun{{"info", m, "--frobnicate"}, error("--frobnicate"), {m}};
+       }},
+      {"Message_IdsInt64Min",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         return HostileRun{{"logits", m, "--ids", "-9223372036854775808", "--out", d / "x.npy"},
+                           error("-9223372036854775808"),
+                           {m}};
+       }},
+  };
+}
+
+// ---- checkpoints that must not be accepted silently ----
+
+std::vector<Case> silent_cases() {
+  return {
+      {"Silent_Qwen3LabelledLlama",
+       [](const fs::path& d) {
+         return config_case(
+             d,
+             [](ojson& c) {
+               c["architectures"] = {"LlamaForCausalLM"};
+               c["model_type"] = "llama";
+             },
+             "unexpected tensors");
+       }},
+      {"Silent_Gemma3LabelledLlama",
+       [](const fs::path& d) {
+         const fs::path m = d / "gemma";
+         const ProcessResult init =
+             fp8rl({"init", "--arch", "gemma3", "--preset", "tiny", "--out", m});
+         if (init.exit_code != 0) throw std::runtime_error("init gemma3: " + init.err);
+         edit_json(m / "config.json", [](ojson& c) {
+           c["architectures"] = {"LlamaForCausalLM"};
+           c["model_type"] = "llama";
+         });
+         return HostileRun{
+             {"logits", m, "--ids", "1,2", "--out", d / "x.npy"}, error("tensors"), {m}};
+       }},
+      {"Silent_TieBesideLmHead",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         RawSafetensors raw = RawSafetensors::read(m / "model.safetensors");
+         raw.header["lm_head.weight"] = raw.header["model.embed_tokens.weight"];
+         raw.data["lm_head.weight"] = raw.data["model.embed_tokens.weight"];
+         raw.write(m / "model.safetensors");
+         return HostileRun{{"logits", m, "--ids", "1,2", "--out", d / "x.npy"},
+                           error("tie_word_embeddings"),
+                           {m}};
+       }},
+      {"Silent_NanWeight",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         RawSafetensors raw = RawSafetensors::read(m / "model.safetensors");
+         const float nan = std::nanf("");
+         std::memcpy(raw.data["model.layers.1.mlp.up_proj.weight"].data() + 40, &nan, 4);
+         raw.write(m / "model.safetensors");
+         return HostileRun{{"logits", m, "--ids", "1,2", "--out", d / "x.npy"},
+                           error("model.layers.1.mlp.up_proj.weight"),
+                           {m}};
+       }},
+      {"Silent_InfWeight",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         RawSafetensors raw = RawSafetensors::read(m / "model.safetensors");
+         const float inf = INFINITY;
+         std::memcpy(raw.data["model.norm.weight"].data(), &inf, 4);
+         raw.write(m / "model.safetensors");
+         write_bytes(d / "prompts.jsonl", R"({"prompt_ids": [1]})"
+                                          "\n");
+         return HostileRun{generate(m, d / "prompts.jsonl", d / "out.jsonl"),
+                           error("model.norm.weight"),
+                           {m, d / "prompts.jsonl"}};
+       }},
+      {"Silent_UnknownDtype",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         RawSafetensors raw = RawSafetensors::read(m / "model.safetensors");
+         raw.header["model.norm.weight"]["dtype"] = "F12";
+         raw.write(m / "model.safetensors");
+         return HostileRun{info(m), error("F12"), {m}};
+       }},
+      {"Silent_InfoWithTensorsMissing",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         RawSafetensors raw = RawSafetensors::read(m / "model.safetensors");
+         raw.header.erase("model.layers.0.mlp.down_proj.weight");
+         raw.data.erase("model.layers.0.mlp.down_proj.weight");
+         raw.write(m / "model.safetensors");
+         return HostileRun{
+             info(m), error("missing tensors (1): model.layers.0.mlp.down_proj.weight"), {m}};
+       }},
+  };
+}
+
+// ---- the fuzzers' kept findings, fed to the commands that read their format ----
+
+std::vector<Case> fuzz_finding_cases() {
+  std::vector<Case> cases;
+  const fs::path root = fs::path(FP8RL_SOURCE_DIR) / "fuzz/regressions";
+  if (!fs::exists(root)) return cases;
+  for (const auto& format : fs::directory_iterator(root)) {
+    for (const auto& file : fs::directory_iterator(format.path())) {
+      const std::string kind = format.path().filename().string();
+      std::string name = "Fuzz_" + kind + "_" + file.path().stem().string();
+      for (char& c : name)
+        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+      const fs::path input = file.path();
+      cases.push_back({name, [kind, input](const fs::path& d) {
+                         const fs::path m = copy_demo_model(d / "model");
+                         if (kind == "quant_config") {
+                           // A quantization_config in config.json: info reads it.
+                           const std::string q = read_bytes(input);
+                           write_bytes(m / "config.json",
+                                       read_bytes(m / "config.json").substr(0, 1) +
+                                           "\"quantization_config\": " + q + ", " +
+                                           read_bytes(m / "config.json").substr(1));
+                           return HostileRun{info(m), error("quantization_config"), {m}};
+                         }
+                         throw std::runtime_error("no command for fuzz findings of " + kind);
+                       }});
+    }
+  }
+  return cases;
+}
+
+// ---- controls: each command of the cases on clean inputs succeeds, so that the cases' errors
+// come from what they spoil, not from a command line that could never work ----
+
+namespace {
+
+std::function<std::string(const ProcessResult&)> file_exists(const fs::path& path) {
+  return [path](const ProcessResult&) {
+    return fs::exists(path) ? "" : path.string() + " was not written";
+  };
+}
+
+}  // namespace
+
+std::vector<Case> control_cases() {
+  return {
+      {"Control_Info",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         return HostileRun{info(m), success(stdout_has("Qwen3ForCausalLM")), {m}};
+       }},
+      {"Control_Logits",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         return HostileRun{{"logits", m, "--ids", "1,2,3", "--out", d / "x.npy"},
+                           success(file_exists(d / "x.npy")),
+                           {m}};
+       }},
+      {"Control_Tokenize",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         return HostileRun{
+             tokenize(m, text_file(d)), success(stdout_has("[")), {m, d / "text.txt"}};
+       }},
+      {"Control_ChatTemplate",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         return HostileRun{chat_template(m, messages_file(d)),
+                           success(stdout_has("hi")),
+                           {m, d / "messages.json"}};
+       }},
+      {"Control_Generate",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "prompts.jsonl", R"({"prompt_ids": [1, 2]})"
+                                          "\n");
+         return HostileRun{generate(m, d / "prompts.jsonl", d / "out.jsonl"),
+                           success(file_exists(d / "out.jsonl")),
+                           {m, d / "prompts.jsonl"}};
+       }},
+      {"Control_Quantize",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         HostileRun r{{"quantize", m, d / "q", "--scheme", "row"},
+                      success(file_exists(d / "q/model.safetensors")),
+                      {m}};
+         r.must_load = {m, d / "q"};
+         return r;
+       }},
+      {"Control_Sft",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", kSftRow + "\n");
+         return HostileRun{sft(m, d / "data.jsonl", d / "out"),
+                           success(file_exists(d / "out/adapter_model.safetensors")),
+                           {m, d / "data.jsonl"}};
+       }},
+      {"Control_Grpo",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", kGrpoRow + "\n");
+         const fs::path cfg = grpo_config(d, m, d / "data.jsonl");
+         return HostileRun{grpo(cfg),
+                           success(file_exists(d / "run/adapter_model.safetensors")),
+                           {m, d / "data.jsonl", cfg}};
+       }},
+      {"Control_Dpo",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", kDpoRow + "\n");
+         return HostileRun{dpo(m, d / "data.jsonl", d / "out"),
+                           success(file_exists(d / "out/adapter_model.safetensors")),
+                           {m, d / "data.jsonl"}};
+       }},
+  };
+}
+
+}  // namespace fp8rl::test::hostile
