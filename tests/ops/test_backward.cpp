@@ -436,7 +436,7 @@ TEST_P(AttentionBackward, MatchesFiniteDifferences) {
   Tensor tables = Tensor::empty({int64_t(lens.size()), width}, DType::i32);
   std::memcpy(tables.view().data, table.data(), table.size() * 4);
   ops::store_kv(ctx, k, v, slot_mapping, k_pool, v_pool);
-  ops::PagedBatch batch{cu_t, lens_t, tables, int64_t(lens.size()), 19, 19};
+  ops::PagedBatch batch{cu_t, lens_t, tables, int64_t(lens.size()), 19, 19, {}, {}, {}, {}};
   ops::AttentionParams p;
   p.scale = a.scale;
   p.softcap = a.softcap;
@@ -524,7 +524,7 @@ TEST_F(Fixture, AttentionBackwardRefusesCachedContext) {
   const Tensor q = uniform({2, 1, 16}, 1, 1.0f);
   Tensor pool = Tensor::zeros({1, 16, 1, 16}, DType::f32);
   const Tensor cu = i32({0, 2}), lens = i32({5}), tables = Tensor::zeros({1, 1}, DType::i32);
-  ops::PagedBatch b{cu, lens, tables, 1, 2, 5};
+  ops::PagedBatch b{cu, lens, tables, 1, 2, 5, {}, {}, {}, {}};
   Tensor lse = Tensor::zeros({2, 1}, DType::f32), g = Tensor::empty({2, 1, 16}, DType::f32);
   Tensor g2 = Tensor::empty({2, 1, 16}, DType::f32), g3 = Tensor::empty({2, 1, 16}, DType::f32);
   EXPECT_THROW(ops::paged_attention_backward(ctx, q, pool, pool, b, {}, q, lse, q, g, g2, g3),
