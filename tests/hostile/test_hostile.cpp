@@ -40,7 +40,10 @@ TEST_P(Hostile, CleanErrorOrCorrectSuccess) {
   std::string command = "fp8rl";
   for (const std::string& a : run.args)
     command += " " + (a.size() > 120 ? a.substr(0, 120) + "..." : a);
-  EXPECT_EQ(verdict(r, run.expect, before, after), "")
+  Expect expect = run.expect;
+  expect.max_rss_mb = long(double(expect.max_rss_mb) * kSanitizerSlowdown);
+  expect.max_seconds *= kSanitizerSlowdown;
+  EXPECT_EQ(verdict(r, expect, before, after), "")
       << command << "\nstderr: " << r.err.substr(0, 2000);
   for (const fs::path& m : run.must_load) {
     const ProcessResult load = fp8rl({"info", m});
