@@ -33,9 +33,11 @@ struct Result {
   std::string output;
 };
 
-// `redirects` replaces the default "2>&1" (e.g. "< in.txt 2>/dev/null" for stdout alone).
+// `redirects` replaces the default "2>&1" (e.g. "< in.txt 2>/dev/null" for stdout alone). The
+// shell execs fp8rl, so that a death by a signal (a crash, a sanitizer's abort) is exit_code -1,
+// not the shell's exit status 128 + signal, which expect_error would take for an error exit.
 Result run(const std::string& args, const std::string& redirects = "2>&1") {
-  const std::string cmd = std::string(FP8RL_BIN) + " " + args + " " + redirects;
+  const std::string cmd = "exec " + std::string(FP8RL_BIN) + " " + args + " " + redirects;
   FILE* p = popen(cmd.c_str(), "r");
   Result r{0, ""};
   std::array<char, 4096> buf;

@@ -84,8 +84,10 @@ struct Result {
   std::string output;
 };
 
+// The shell execs fp8rl: a death by a signal (a crash, a sanitizer's abort) is exit_code -1, not
+// the shell's 128 + signal.
 Result run(const std::string& args) {
-  FILE* p = popen((std::string(FP8RL_BIN) + " " + args + " 2>&1").c_str(), "r");
+  FILE* p = popen(("exec " + std::string(FP8RL_BIN) + " " + args + " 2>&1").c_str(), "r");
   Result r{0, ""};
   std::array<char, 4096> buf;
   size_t n;

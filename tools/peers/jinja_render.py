@@ -494,7 +494,9 @@ def cmd_compare_cli(args):
         ref = subprocess.run([sys.executable, os.path.abspath(__file__), "render", *argv],
                              capture_output=True)
         label = " ".join(os.path.relpath(a, root) if os.path.isabs(a) else a for a in argv)
-        if ours.returncode != 0 and ref.returncode != 0:
+        # A negative returncode is a death by a signal (a crash, a sanitizer's abort): never
+        # the rejection the reference's error matches.
+        if ours.returncode > 0 and ref.returncode != 0:
             print(f"ok (both fail) {label}: {ours.stderr.decode().strip()}")
         elif ours.returncode == 0 and ref.returncode == 0 and ours.stdout == ref.stdout:
             print(f"ok {label}")

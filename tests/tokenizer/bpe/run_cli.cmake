@@ -4,6 +4,11 @@
 string(REPLACE "@@" ";" command "${COMMAND}")
 execute_process(COMMAND ${command} WORKING_DIRECTORY "${WORKDIR}" RESULT_VARIABLE status
                 OUTPUT_VARIABLE out ERROR_VARIABLE err)
+# A death by a signal (a crash, a sanitizer's abort) is a failure even where an error is expected:
+# RESULT_VARIABLE then holds a description ("Child aborted"), not a number.
+if(NOT status MATCHES "^[0-9]+$")
+  message(FATAL_ERROR "killed: ${status}\nstdout: ${out}\nstderr: ${err}")
+endif()
 if(EXPECT_FAIL)
   if(status EQUAL 0)
     message(FATAL_ERROR "expected a non-zero exit status, got 0\nstdout: ${out}\nstderr: ${err}")
