@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Quick start, tests: set up (apt + the npm peers), build, run the file-format tests under
-# AddressSanitizer and the fuzz smoke, then every test with CTest (its summary is the last
-# thing printed).
+# Quick start, tests: set up (apt + the npm peers), build, run every test under AddressSanitizer
+# + UBSan (a CPU build of its own, build-asan/), the fuzz smoke, then every test with CTest on the
+# Release build (its summary is the last thing printed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 npm ci --prefix tools/peers/npm --no-audit --no-fund --loglevel=error
 scripts/build.sh
+# The whole CTest suite built with -fsanitize=address,undefined; any report fails (tests/asan.sh).
 tests/asan.sh
 # Every parser's libFuzzer target for about 30 s each, its kept findings first (fuzz/README.md);
 # setup installs clang-15 and libFuzzer, a machine without them skips this.
