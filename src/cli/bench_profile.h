@@ -1,4 +1,5 @@
-// The per-op-family split of a CUDA profile (CudaDevice::profile), shared by the benchmarks.
+// What the benchmarks share: the per-op-family split of a CUDA profile (CudaDevice::profile)
+// and the JSON results output.
 #pragma once
 
 #include <algorithm>
@@ -7,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include <fmt/core.h>
+
+#include "core/output_file.h"
 #include "ops/device.h"
 
 namespace fp8rl::cli {
@@ -35,6 +39,14 @@ inline nlohmann::json op_detail(std::vector<OpTime> prof, size_t top) {
   for (size_t i = 0; i < std::min(top, prof.size()); ++i)
     detail.push_back({{"op", prof[i].name}, {"ms", prof[i].ms}, {"calls", prof[i].calls}});
   return detail;
+}
+
+// The result on stdout, and into `out` when set (replaced as a whole, a regular file only: the
+// command checked it with check_output_file before running).
+inline void print_bench_json(const nlohmann::json& result, const std::string& out) {
+  const std::string text = result.dump(2) + "\n";
+  fmt::print("{}", text);
+  if (!out.empty()) write_file_replacing(out, text);
 }
 
 }  // namespace fp8rl::cli

@@ -1,8 +1,7 @@
 #include "cli/bench_training.h"
 
-#include <fstream>
-
 #include "cli/common.h"
+#include "cli/output_path.h"
 #include "core/check.h"
 #include "core/rng.h"
 #include "model/presets.h"
@@ -22,6 +21,7 @@ void add_bench_model_options(CLI::App& c, BenchModelOptions& o) {
 BenchTrainingModel::BenchTrainingModel(const BenchModelOptions& o, const std::string& command) {
   CHECK(o.model.empty() != o.preset.empty(), "{}: give exactly one of --model, --preset", command);
   CHECK(o.lora_r > 0, "{}: --lora-r must be positive, got {}", command, o.lora_r);
+  if (!o.out.empty()) check_output_file(o.out, {o.model});
   SessionOptions so;
   so.model = o.model;
   so.fp8 = o.fp8;
@@ -52,12 +52,6 @@ std::vector<int32_t> random_token_ids(int64_t n, int64_t vocab, uint64_t seed) {
   for (int64_t i = 0; i < n; ++i)
     ids[size_t(i)] = int32_t(uniform01(seed, uint64_t(i)) * float(vocab)) % int32_t(vocab);
   return ids;
-}
-
-void print_bench_json(const nlohmann::json& result, const std::string& out) {
-  const std::string text = result.dump(2);
-  fmt::print("{}\n", text);
-  if (!out.empty()) std::ofstream(out) << text << "\n";
 }
 
 }  // namespace fp8rl::cli

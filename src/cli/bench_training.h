@@ -41,7 +41,4 @@ class BenchTrainingModel {
 // n ids uniform in [0, vocab), a function of the seed.
 std::vector<int32_t> random_token_ids(int64_t n, int64_t vocab, uint64_t seed);
 
-// The result on stdout, and into `out` when set.
-void print_bench_json(const nlohmann::json& result, const std::string& out);
-
 }  // namespace fp8rl::cli

@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -21,6 +20,7 @@
 #include "cli/bench_profile.h"
 #include "cli/common.h"
 #include "cli/model_session.h"
+#include "cli/output_path.h"
 #include "core/check.h"
 #include "model/forward.h"
 #include "model/presets.h"
@@ -84,6 +84,7 @@ void run_bench_forward(const BenchOptions& o) {
         "bench forward: give exactly one of --model, --preset");
   CHECK(o.tokens > 0 && o.iters > 0, "bench forward: --tokens and --iters must be positive");
   CHECK(o.logits == "last" || o.logits == "all", "--logits: last or all, not '{}'", o.logits);
+  if (!o.out.empty()) check_output_file(o.out, {o.model});
   const Device device = parse_device(o.device);
   const std::optional<Fp8Scheme> fp8 = parse_fp8_option(o.fp8);
   const bool from_files = !o.model.empty() && !o.random && has_weights(o.model);
@@ -216,9 +217,7 @@ void run_bench_forward(const BenchOptions& o) {
     result["memory"] = {{"arena_peak_bytes", ctx.scratch->high_water()},
                         {"kv_cache_bytes", cache.pool().nbytes()}};
   }
-  const std::string text = result.dump(2);
-  fmt::print("{}\n", text);
-  if (!o.out.empty()) std::ofstream(o.out) << text << "\n";
+  print_bench_json(result, o.out);
 }
 
 }  // namespace

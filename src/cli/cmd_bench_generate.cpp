@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -19,6 +18,7 @@
 
 #include "cli/bench_profile.h"
 #include "cli/common.h"
+#include "cli/output_path.h"
 #include "core/check.h"
 #include "engine/engine.h"
 #include "model/presets.h"
@@ -84,6 +84,7 @@ void run_bench_generate(const BenchGenerateOptions& o) {
         "bench generate: give exactly one of --model, --preset");
   CHECK(o.prompts > 0 && o.n > 0 && o.prompt_tokens > 0 && o.max_tokens > 0,
         "bench generate: --prompts, --n, --prompt-tokens and --max-tokens must be positive");
+  if (!o.out.empty()) check_output_file(o.out, {o.model});
   const KvDType kv_dtype = parse_kv_dtype(o.kv_dtype);
   const Device device = parse_device(o.device);
   const std::optional<Fp8Scheme> fp8 = parse_fp8_option(o.fp8);
@@ -190,14 +191,14 @@ void run_bench_generate(const BenchGenerateOptions& o) {
     const size_t peak = dev->peak_allocated(), arena_peak = dev->arena_high_water();
     const size_t used = dev->memory_used();
     engine_ptr.reset();
-    // The op split of a short run with CUDA events around every op: eager steps (events
-    // cannot be timed inside a replayed graph), so the per-launch overhead the graphs remove
-    // shows in it.
+    // The op split of a short run (the same batch, 32 new tokens) with CUDA events around
+    // every op: eager steps (events cannot be timed inside a replayed graph), so the
+    // per-launch overhead the graphs remove shows in it. The detail names each op's shape,
+    // which separates the prefill's token count from the decode steps' batch.
     BenchGenerateOptions p = o;
-    p.prompts = std::min<int64_t>(o.prompts, 8);
     EngineOptions peo = eo;
     peo.cuda_graphs = false;
-    peo.kv_memory_bytes = size_t(4) << 30;
+    peo.kv_memory_bytes = size_t(8) << 30;
     Engine profiled(ctx, model, nullptr, {}, peo);
     dev->reset_profile();
     dev->set_profiling(true);
@@ -205,6 +206,7 @@ void run_bench_generate(const BenchGenerateOptions& o) {
     const std::vector<OpTime> prof = dev->profile();
     dev->set_profiling(false);
     result["op_profile_short_run"] = op_split(prof);
+    result["op_profile_detail"] = op_detail(prof, 40);
     result["memory"] = {{"peak_allocated_bytes", peak},
                         {"weights_bytes", model.device_bytes()},
                         {"kv_bytes", s.kv_bytes},
@@ -213,9 +215,7 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   } else {
     result["memory"] = {{"arena_peak_bytes", arena.high_water()}, {"kv_bytes", s.kv_bytes}};
   }
-  const std::string text = result.dump(2);
-  fmt::print("{}\n", text);
-  if (!o.out.empty()) std::ofstream(o.out) << text << "\n";
+  print_bench_json(result, o.out);
 }
 
 }  // namespace

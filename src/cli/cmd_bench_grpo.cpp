@@ -1,6 +1,7 @@
 // fp8rl bench grpo (--model DIR | --preset NAME) [--prompts P] [--generations G]
 //                  [--prompt-tokens L] [--completion-tokens C] [--lora-r R] [--steps N]
-//                  [--fp8 ...] [--[no-]checkpointing] [--kv-memory GIB] [--device cuda|cpu] [--out F]
+//                  [--fp8 ...] [--[no-]checkpointing] [--kv-memory GIB] [--device cuda|cpu] [--out
+//                  F]
 //
 // Times GRPO steps on one model (issue 11 item 9): P random prompts of L tokens, G samples
 // each of exactly C tokens (no stop ids), LoRA rank R (alpha 2R) on all seven projections,
@@ -15,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/bench_profile.h"
 #include "cli/bench_training.h"
 #include "core/check.h"
 #include "rl/grpo_trainer.h"

@@ -552,8 +552,11 @@ void dequantize(Context& ctx, const QuantizedActivation& q, const TensorView& ou
 // ---- Linear layers
 
 namespace {
-std::string linear_name(const LinearWeight& w) {
-  return fmt::format("linear {}x{} {}", w.out_features(), w.in_features(), scheme_name(w.scheme));
+// The token count is part of the name: a profile then tells a prefill's GEMMs from a decode
+// step's (same weight, M = tokens of the step).
+std::string linear_name(const LinearWeight& w, int64_t m) {
+  return fmt::format("linear {}x{} {} m={}", w.out_features(), w.in_features(),
+                     scheme_name(w.scheme), m);
 }
 }  // namespace
 
@@ -563,7 +566,8 @@ void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const Tens
   check_act(ctx, x, 2, "linear input");
   check_linear(ctx, x.dim(0), x.dim(1), w, out, kind);
   dry_run_scratch(ctx, linear_scratch_bytes(ctx, w, x.dim(0)));
-  FP8RL_DISPATCH(ctx, linear_name(w), cpu::linear(scratch_of(ctx), x, w, out, kind, rounding(ctx)),
+  FP8RL_DISPATCH(ctx, linear_name(w, x.dim(0)),
+                 cpu::linear(scratch_of(ctx), x, w, out, kind, rounding(ctx)),
                  cuda::linear(*ctx.cuda, x, w, out));
 }
 
@@ -577,7 +581,7 @@ void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const Tens
             x_amax.numel() == 1 && x_amax.device == ctx.device,
         "linear with a known input amax: needs a tensor-scaled FP8 weight and one f32 on {}",
         device_name(ctx.device));
-  FP8RL_DISPATCH(ctx, linear_name(w),
+  FP8RL_DISPATCH(ctx, linear_name(w, x.dim(0)),
                  cpu::linear(scratch_of(ctx), x, w, out, Output::activation, rounding(ctx)),
                  cuda::linear(*ctx.cuda, x, w, out, x_amax.ptr<float>()));
 }
@@ -591,7 +595,8 @@ void linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
   CHECK(w.is_fp8() && x.act == w.act,
         "linear: input quantized with {} scaling for a weight whose activations use {}",
         act_scaling_name(x.act), act_scaling_name(w.act));
-  FP8RL_DISPATCH(ctx, linear_name(w), cpu::linear(scratch_of(ctx), x, w, out, kind, rounding(ctx)),
+  FP8RL_DISPATCH(ctx, linear_name(w, x.rows),
+                 cpu::linear(scratch_of(ctx), x, w, out, kind, rounding(ctx)),
                  cuda::linear(*ctx.cuda, x, w, out));
 }
 
@@ -601,10 +606,11 @@ void linear_accumulate(Context& ctx, const TensorView& x, const LinearWeight& w,
   check_act(ctx, x, 2, "linear_accumulate input");
   check_linear(ctx, x.dim(0), x.dim(1), w, out, Output::activation);
   CHECK(!w.is_fp8() && w.bias.empty(),
-        "linear_accumulate: needs an unquantized weight without bias, got {}", linear_name(w));
+        "linear_accumulate: needs an unquantized weight without bias, got {}",
+        linear_name(w, x.dim(0)));
   if (ctx.device == Device::cpu)
     dry_run_scratch(ctx, linear_scratch_bytes(w, x.dim(0)) + size_t(out.numel()) * 4 + 64);
-  FP8RL_DISPATCH(ctx, "linear_accumulate " + linear_name(w).substr(7),
+  FP8RL_DISPATCH(ctx, "linear_accumulate " + linear_name(w, x.dim(0)).substr(7),
                  cpu::linear_accumulate(scratch_of(ctx), x, w, alpha, out, rounding(ctx)),
                  cuda::linear_accumulate(*ctx.cuda, x, w, alpha, out));
 }

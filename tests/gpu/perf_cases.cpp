@@ -303,40 +303,43 @@ std::vector<OpCase> perf_cases() {
            o.info = reference || !h.tiled_attention_backward ? "[reference kernels]"
                                                              : "[tiled mma.sync]";
          }});
-  for (Fp8Scheme s : {Fp8Scheme::off, Fp8Scheme::tensor, Fp8Scheme::row, Fp8Scheme::block})
-    for (auto [n, k] :
-         {std::pair<int64_t, int64_t>{4096, 4096}, {1024, 4096}, {12288, 4096}, {4096, 12288}})
-      c.push_back({fmt::format("linear {} M=8192 N={} K={}", scheme_name(s), n, k),
-                   [=](Harness& h, Outcome& o) {
-                     const ActScaling act = matching_act_scaling(s);
-                     LinearWeight w;
-                     std::vector<DeviceBuffer> store;
-                     store.emplace_back(h.gpu, size_t(n * k) * 2);
-                     const TensorView wb = store.back().view({n, k}, DType::bf16);
-                     ops::fill_uniform(h.gpu, wb, 5, 0.02f);
-                     if (s == Fp8Scheme::off) {
-                       w.weight = wb;
-                     } else {
-                       store.emplace_back(h.gpu, size_t(n * k));
-                       w.weight = store.back().view({n, k}, DType::f8e4m3);
-                       const Shape ss = weight_scale_shape(s, n, k);
-                       store.emplace_back(h.gpu, size_t(ss.numel()) * 4);
-                       w.scales = store.back().view(ss, DType::f32);
-                       w.scheme = s;
-                       w.act = act;
-                       ops::quantize_weight(h.gpu, wb, s, w.weight, w.scales);
-                     }
-                     ops::prepare_linear(h.gpu, w, store);
-                     const TensorView x = bf(h, {T, k}, 6, 2), y = bf(h, {T, n}, 7, 1);
-                     o.seconds = time_op(h, [&] { ops::linear(h.gpu, x, w, y); });
-                     o.flops = 2.0 * T * n * k;
-                     const std::string path = h.dev->last_linear_path();
-                     const double gemm = h.dev->time_gemm(w, T, 10) * 1e-3;
-                     o.info = fmt::format(
-                         "[{}] GEMM alone {:.1f} TFLOP/s; linear incl. "
-                         "quantization at {:.0f}% of it",
-                         path, o.flops / gemm * 1e-12, 100.0 * gemm / o.seconds);
-                   }});
+  // Prefill / training (M = 8192 tokens) and a decode step of 256 sequences (M = 256).
+  for (int64_t m : {int64_t(8192), int64_t(256)})
+    for (Fp8Scheme s : {Fp8Scheme::off, Fp8Scheme::tensor, Fp8Scheme::row, Fp8Scheme::block})
+      for (auto [n, k] :
+           {std::pair<int64_t, int64_t>{4096, 4096}, {1024, 4096}, {12288, 4096}, {4096, 12288}})
+        c.push_back({fmt::format("linear {} M={} N={} K={}", scheme_name(s), m, n, k),
+                     [=](Harness& h, Outcome& o) {
+                       const int64_t T = m;
+                       const ActScaling act = matching_act_scaling(s);
+                       LinearWeight w;
+                       std::vector<DeviceBuffer> store;
+                       store.emplace_back(h.gpu, size_t(n * k) * 2);
+                       const TensorView wb = store.back().view({n, k}, DType::bf16);
+                       ops::fill_uniform(h.gpu, wb, 5, 0.02f);
+                       if (s == Fp8Scheme::off) {
+                         w.weight = wb;
+                       } else {
+                         store.emplace_back(h.gpu, size_t(n * k));
+                         w.weight = store.back().view({n, k}, DType::f8e4m3);
+                         const Shape ss = weight_scale_shape(s, n, k);
+                         store.emplace_back(h.gpu, size_t(ss.numel()) * 4);
+                         w.scales = store.back().view(ss, DType::f32);
+                         w.scheme = s;
+                         w.act = act;
+                         ops::quantize_weight(h.gpu, wb, s, w.weight, w.scales);
+                       }
+                       ops::prepare_linear(h.gpu, w, store);
+                       const TensorView x = bf(h, {T, k}, 6, 2), y = bf(h, {T, n}, 7, 1);
+                       o.seconds = time_op(h, [&] { ops::linear(h.gpu, x, w, y); });
+                       o.flops = 2.0 * T * n * k;
+                       const std::string path = h.dev->last_linear_path();
+                       const double gemm = h.dev->time_gemm(w, T, 10) * 1e-3;
+                       o.info = fmt::format(
+                           "[{}] GEMM alone {:.1f} TFLOP/s; linear incl. "
+                           "quantization at {:.0f}% of it",
+                           path, o.flops / gemm * 1e-12, 100.0 * gemm / o.seconds);
+                     }});
   // The sampler at a decode step of 256 sequences over Qwen's vocabulary.
   for (auto [k, filtered] : {std::pair{0, false}, {0, true}, {20, true}})
     c.push_back(

@@ -130,6 +130,34 @@ std::vector<Case> destroyed_data_cases() {
                      r.must_load = {m};
                      return r;
                    }});
+  // bench --out (the JSON result): the same output rules, checked before the benchmark runs.
+  cases.push_back({"Destroy_BenchOutOntoFifo", [](const fs::path& d) {
+                     const fs::path m = copy_demo_model(d / "model");
+                     make_fifo(d / "out.json");
+                     return HostileRun{{"bench", "forward", "--model", m, "--device", "cpu",
+                                        "--tokens", "8", "--out", d / "out.json"},
+                                       error("is a FIFO"),
+                                       {d}};
+                   }});
+  cases.push_back({"Destroy_BenchOutOntoSymlink", [](const fs::path& d) {
+                     const fs::path m = copy_demo_model(d / "model");
+                     write_bytes(d / "owned.txt", "keep");
+                     fs::create_symlink(d / "owned.txt", d / "out.json");
+                     return HostileRun{{"bench", "generate", "--model", m, "--device", "cpu",
+                                        "--prompts", "1", "--n", "1", "--prompt-tokens", "4",
+                                        "--max-tokens", "2", "--out", d / "out.json"},
+                                       error("is a symbolic link"),
+                                       {d}};
+                   }});
+  cases.push_back({"Destroy_BenchOutOntoModelConfig", [](const fs::path& d) {
+                     const fs::path m = copy_demo_model(d / "model");
+                     HostileRun r{{"bench", "train", "--model", m, "--device", "cpu", "--batch",
+                                   "1", "--seq", "8", "--out", m / "config.json"},
+                                  error("inside the input"),
+                                  {d}};
+                     r.must_load = {m};
+                     return r;
+                   }});
   cases.push_back({"Destroy_GenerateOutOntoPrompts", [](const fs::path& d) {
                      const fs::path m = copy_demo_model(d / "model");
                      write_bytes(d / "prompts.jsonl", R"({"prompt_ids": [1, 2]})"
