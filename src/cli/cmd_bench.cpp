@@ -45,6 +45,7 @@ struct BenchOptions {
   int iters = 5, warmup = 2, gemm_iters = 20;
   uint64_t seed = 0;
   bool random = false;
+  bool stacked_qkv = true;
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -99,8 +100,9 @@ void run_bench_forward(const BenchOptions& o) {
   so.device = o.device;
   std::unique_ptr<ModelSession> session =
       from_files ? std::make_unique<ModelSession>(so)
-                 : std::make_unique<ModelSession>(
-                       so, [&](Context& c) { return Model::random(config, fp8, c, o.seed); });
+                 : std::make_unique<ModelSession>(so, [&](Context& c) {
+                     return Model::random(config, fp8, c, o.seed, o.stacked_qkv);
+                   });
   Context& ctx = session->ctx();
   CudaDevice* dev = session->cuda();
   const Model& model = session->model();
@@ -150,6 +152,7 @@ void run_bench_forward(const BenchOptions& o) {
   result["command"] = "bench forward";
   result["model"] = o.preset.empty() ? o.model : o.preset;
   result["weights"] = from_files ? "checkpoint" : "random (Model::random on the device)";
+  result["stacked_qkv"] = !model.layers.empty() && !model.layers[0].qkv.weight.empty();
   if (!o.adapter.empty()) result["adapter"] = o.adapter;
   result["fp8"] = std::string(scheme_name(model.scheme()));
   result["device"] = device == Device::cuda ? dev->name() : "cpu";
@@ -243,6 +246,9 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--seed", o->seed, "Seed of random weights")->capture_default_str();
   c->add_flag("--random", o->random, "Random weights even if --model has a checkpoint");
+  c->add_flag("!--no-stacked-qkv", o->stacked_qkv,
+              "Random weights with q, k and v in buffers of their own (three GEMMs instead of "
+              "one), to measure the stacked projection's gain");
   c->add_option("--out", o->out, "Also write the JSON here");
   c->callback([o] { run_bench_forward(*o); });
   add_bench_generate_command(*bench);

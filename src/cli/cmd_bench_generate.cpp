@@ -39,6 +39,7 @@ struct BenchGenerateOptions {
   double kv_memory_gib = 0;
   uint64_t seed = 0;
   bool shared_prefix = true;
+  bool stacked_qkv = true;
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -104,7 +105,8 @@ void run_bench_generate(const BenchGenerateOptions& o) {
       from_files = from_files || e.path().extension() == ".safetensors";
   LoadOptions load;
   load.fp8 = fp8;
-  Model model = from_files ? Model::load(o.model, load) : Model::random(config, fp8, ctx, o.seed);
+  Model model = from_files ? Model::load(o.model, load)
+                           : Model::random(config, fp8, ctx, o.seed, o.stacked_qkv);
   model.to_device(ctx);
   const double bandwidth = device == Device::cuda ? copy_bandwidth(ctx) : 0.0;
 
@@ -151,6 +153,7 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   result["fp8"] = std::string(scheme_name(model.scheme()));
   result["kv_dtype"] = o.kv_dtype;
   result["shared_prefix_attention"] = o.shared_prefix;
+  result["stacked_qkv"] = !model.layers.empty() && !model.layers[0].qkv.weight.empty();
   result["device"] = device == Device::cuda ? dev->name() : "cpu";
   result["prompts"] = o.prompts;
   result["n"] = o.n;
@@ -242,6 +245,9 @@ void add_bench_generate_command(CLI::App& bench) {
   c->add_flag("!--no-shared-prefix", o->shared_prefix,
               "Decode without the shared-prefix attention path (each sample reads its "
               "prompt's KV itself), to measure that path's gain");
+  c->add_flag("!--no-stacked-qkv", o->stacked_qkv,
+              "Random weights with q, k and v in buffers of their own (three GEMMs instead of "
+              "one), to measure the stacked projection's gain");
   c->add_option("--out", o->out, "Also write the JSON here");
   c->callback([o] { run_bench_generate(*o); });
 }

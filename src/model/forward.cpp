@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ops/backward.h"
+#include "ops/columns.h"
 #include "ops/ops.h"
 
 namespace fp8rl {
@@ -134,6 +135,36 @@ TensorView rope_frequencies(const LayerWeights& l) {
 
 namespace {
 
+// Steps up to this many tokens run q, k and v as one GEMM. Above it each GEMM fills the GPU on
+// its own and the split's extra pass over [T, Nq + 2 Nkv] costs more than it saves (Qwen3-8B on
+// an H200, 8,192 tokens: 1.5% (FP8-row) and 2.6% (bf16) slower stacked; a 256-sequence decode
+// step: 6.6% and 2.0% faster, docs/PERFORMANCE.md).
+constexpr int64_t kStackedQkvMaxTokens = 2048;
+
+// q, k and v into s.q, s.k, s.v: one GEMM over the stacked weight when the model has it
+// (LayerWeights::qkv) and the step is small, split by columns, then each projection's adapter;
+// else apply() each.
+void qkv_projections(Context& ctx, const LinearInput& in, const LayerWeights& l,
+                     const Activations& s) {
+  if (l.qkv.weight.empty() || s.q.dim(0) > kStackedQkvMaxTokens) {
+    apply(ctx, in, l.q, s.q);
+    apply(ctx, in, l.k, s.k);
+    apply(ctx, in, l.v, s.v);
+    return;
+  }
+  ops::ScratchScope scope(ctx);
+  const int64_t t = s.q.dim(0);
+  const TensorView y =  // [T, Nq + 2 Nkv]
+      ops::scratch_alloc(ctx, {t, l.qkv.out_features()}, ctx.activation_dtype());
+  if (in.q.act != ActScaling::none)
+    ops::linear(ctx, in.q, l.qkv, y);
+  else
+    ops::linear(ctx, in.x, l.qkv, y);
+  ops::split_columns(ctx, y, {s.q, s.k, s.v});
+  for (auto [w, out] : {std::pair{&l.q, s.q}, {&l.k, s.k}, {&l.v, s.v}})
+    if (w->lora.active()) add_lora(ctx, in.x, w->lora, out, {});
+}
+
 // Attention sublayer of one layer for the whole step, from its normed input `in`: q/k/v, q/k
 // norm and RoPE (one pass each), the new keys/values into their pool slots, paged attention,
 // output projection into s.proj.
@@ -144,9 +175,7 @@ void attention_block(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
   const int64_t t = s.x.dim(0), hq = c.num_heads, hkv = c.num_kv_heads, d = c.head_dim;
   const float eps = float(c.rms_norm_eps);
   ops::ScratchScope scope(ctx);
-  apply(ctx, in, l.q, s.q);
-  apply(ctx, in, l.k, s.k);
-  apply(ctx, in, l.v, s.v);
+  qkv_projections(ctx, in, l, s);
   const TensorView inv_freq = rope_frequencies(l);
   const TensorView q = s.q.reshape({t, hq, d});
   const TensorView k = s.k.reshape({t, hkv, d});

@@ -28,12 +28,18 @@ struct LoadOptions {
 };
 
 struct LayerWeights {
-  TensorView input_norm;             // [H]
-  TensorView post_attention_norm;    // [H] (pre-MLP norm, or Gemma's post-attention norm)
-  TensorView pre_feedforward_norm;   // [H] Gemma only
-  TensorView post_feedforward_norm;  // [H] Gemma only
-  TensorView q_norm, k_norm;         // [D] Qwen3 / Gemma only
+  TensorView input_norm;              // [H]
+  TensorView post_attention_norm;     // [H] (pre-MLP norm, or Gemma's post-attention norm)
+  TensorView pre_feedforward_norm;    // [H] Gemma only
+  TensorView post_feedforward_norm;   // [H] Gemma only
+  TensorView q_norm, k_norm;          // [D] Qwen3 / Gemma only
   Linear q, k, v, o, gate, up, down;  // the seven projections (kProjectionNames order)
+  // q, k and v as one [Nq + 2 Nkv, H] linear, when the three sit in one buffer (models on a
+  // device whose three projections share dtype, scheme and scaling; see packable_qkv): the
+  // inference forward runs one GEMM for them, since at a decode step's few hundred tokens each
+  // of the three GEMMs takes the same time as their union. Views of q, k and v's memory, no
+  // adapter (theirs apply to the split outputs). Empty otherwise.
+  LinearWeight qkv;
   Linear* projection(int i);  // i indexes kProjectionNames
   const Linear* projection(int i) const;
   std::vector<float> inv_freq;  // [D/2] on the host
@@ -49,8 +55,9 @@ class Model {
   // value, linears quantized on the device with `fp8` (nullopt or off: bf16). The values are
   // a hash of (seed, tensor, index), identical on the CPU and CUDA, so the same call on both
   // devices gives the same model. For benchmarks and device tests.
+  // pack_qkv = false leaves LayerWeights::qkv empty (tests compare both forms).
   static Model random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Context& ctx,
-                      uint64_t seed);
+                      uint64_t seed, bool pack_qkv = true);
 
   // Copies every weight to ctx's device once and points the views at the copies: bf16
   // embeddings and unquantized linears, FP8 codes as stored, f32 scales, norm weights, biases

@@ -12,6 +12,40 @@ namespace fp8rl {
 namespace {
 // HF initializes linears and embeddings N(0, 0.02); a uniform of the same deviation.
 constexpr float kInitBound = 0.02f * 1.7320508f;
+
+// Whether q, k and v can share one buffer and one GEMM (LayerWeights::qkv): one weight dtype,
+// scheme, activation scaling and static input scale, biases on all three or none, and for
+// 128x128 blocks, q and k ending on a block boundary (their scale rows then stack). Per-tensor
+// weight scales differ per projection: never packed.
+bool packable_qkv(Fp8Scheme scheme, int64_t nq, int64_t nk) {
+  if (scheme == Fp8Scheme::tensor) return false;
+  return scheme != Fp8Scheme::block || (nq % kFp8Block == 0 && nk % kFp8Block == 0);
+}
+
+bool packable_qkv(const LinearWeight& q, const LinearWeight& k, const LinearWeight& v) {
+  for (const LinearWeight* w : {&k, &v})
+    if (w->weight.dtype != q.weight.dtype || w->scheme != q.scheme || w->act != q.act ||
+        w->input_scale != q.input_scale || w->bias.empty() != q.bias.empty() ||
+        w->in_features() != q.in_features())
+      return false;
+  return packable_qkv(q.scheme, q.out_features(), k.out_features());
+}
+
+// Rows [row, row + n) of a stacked linear as a linear of its own: its weight rows, their scale
+// rows (one per row, or one per 128 rows for blocks) and bias. gemm_scales: prepare_linear's.
+LinearWeight rows_of(const LinearWeight& w, int64_t row, int64_t n) {
+  LinearWeight r;
+  r.weight = w.weight.slice_rows(row, row + n);
+  r.scheme = w.scheme;
+  r.act = w.act;
+  r.input_scale = w.input_scale;
+  if (w.scheme == Fp8Scheme::row) r.scales = w.scales.slice_rows(row, row + n);
+  if (w.scheme == Fp8Scheme::block)
+    r.scales = w.scales.slice_rows(row / kFp8Block, (row + n + kFp8Block - 1) / kFp8Block);
+  if (!w.bias.empty()) r.bias = w.bias.slice_rows(row, row + n);
+  return r;
+}
+
 }  // namespace
 
 class ModelUploader {
@@ -21,18 +55,23 @@ class ModelUploader {
   // A device copy of a host tensor, converted to `dtype` on the host first when it differs.
   TensorView upload(const TensorView& host, DType dtype) {
     if (host.empty()) return host;
+    m_.device_storage_.emplace_back(ctx_, size_t(host.numel()) * dtype_size(dtype));
+    TensorView dev = m_.device_storage_.back().view(host.shape, dtype);
+    upload_into(host, dev);
+    return dev;
+  }
+
+  // host -> dev (same element count), converted on the host first when the dtypes differ.
+  void upload_into(const TensorView& host, const TensorView& dev) {
     CHECK(host.device == Device::cpu && host.is_contiguous(), "upload of a non-host tensor");
     Tensor converted;
     TensorView src = host;
-    if (host.dtype != dtype) {
-      converted = Tensor::empty(host.shape, dtype);
-      convert(host.data, host.dtype, converted.view().data, dtype, size_t(host.numel()));
+    if (host.dtype != dev.dtype) {
+      converted = Tensor::empty(host.shape, dev.dtype);
+      convert(host.data, host.dtype, converted.view().data, dev.dtype, size_t(host.numel()));
       src = converted.view();
     }
-    m_.device_storage_.emplace_back(ctx_, src.nbytes());
-    TensorView dev = m_.device_storage_.back().view(host.shape, dtype);
-    ops::copy(ctx_, src, dev);  // returns once the host data is staged, so `converted` may go
-    return dev;
+    ops::copy(ctx_, src, dev.reshape(src.shape));  // returns once the host data is staged
   }
 
   void linear(LinearWeight& w) {
@@ -40,6 +79,41 @@ class ModelUploader {
     w.scales = upload(w.scales, DType::f32);
     w.bias = upload(w.bias, DType::f32);
     ops::prepare_linear(ctx_, w, m_.device_storage_);
+  }
+
+  // q, k and v stacked in one weight, scale and bias buffer (LayerWeights::qkv) when they can
+  // share a GEMM; each projection a view of its rows.
+  void qkv(LayerWeights& l) {
+    if (!packable_qkv(l.q, l.k, l.v)) {
+      for (LinearWeight* w : {&l.q, &l.k, &l.v}) linear(*w);
+      return;
+    }
+    const int64_t n = l.q.out_features() + l.k.out_features() + l.v.out_features();
+    const int64_t k = l.q.in_features();
+    LinearWeight& s = l.qkv;
+    s.scheme = l.q.scheme;
+    s.act = l.q.act;
+    s.input_scale = l.q.input_scale;
+    s.weight = buffer({n, k}, s.is_fp8() ? DType::f8e4m3 : DType::bf16);
+    if (s.is_fp8()) s.scales = buffer(weight_scale_shape(s.scheme, n, k), DType::f32);
+    if (!l.q.bias.empty()) s.bias = buffer({n}, DType::f32);
+    int64_t row = 0;
+    for (Linear* w : {&l.q, &l.k, &l.v}) {
+      const int64_t rows = w->out_features();
+      const LinearWeight dev = rows_of(s, row, rows);
+      upload_into(w->weight, dev.weight);
+      if (s.is_fp8()) upload_into(w->scales, dev.scales);
+      if (!dev.bias.empty()) upload_into(w->bias, dev.bias);
+      static_cast<LinearWeight&>(*w) = dev;
+      ops::prepare_linear(ctx_, *w, m_.device_storage_);
+      row += rows;
+    }
+    ops::prepare_linear(ctx_, s, m_.device_storage_);
+  }
+
+  TensorView buffer(Shape shape, DType dtype) {
+    m_.device_storage_.emplace_back(ctx_, size_t(shape.numel()) * dtype_size(dtype));
+    return m_.device_storage_.back().view(shape, dtype);
   }
 
   void run() {
@@ -57,7 +131,8 @@ class ModelUploader {
       for (TensorView* t : {&l.input_norm, &l.post_attention_norm, &l.pre_feedforward_norm,
                             &l.post_feedforward_norm, &l.q_norm, &l.k_norm})
         *t = upload(*t, DType::f32);
-      for (LinearWeight* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) linear(*w);
+      qkv(l);
+      for (LinearWeight* w : {&l.o, &l.gate, &l.up, &l.down}) linear(*w);
       l.rope_freq = upload(TensorView(l.inv_freq.data(), DType::f32, {int64_t(l.inv_freq.size())}),
                            DType::f32);
     }
@@ -83,7 +158,7 @@ size_t Model::device_bytes() const {
 }
 
 Model Model::random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Context& ctx,
-                    uint64_t seed) {
+                    uint64_t seed, bool pack_qkv) {
   Model m;
   m.config_ = config;
   m.dir_ = "(random " + std::string(arch_name(config.arch)) + ")";
@@ -107,24 +182,38 @@ Model Model::random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Con
     ops::fill(ctx, t, c.norm_plus_one ? 0.0f : 1.0f);  // the neutral weight
     return t;
   };
-  auto linear = [&](int64_t n, int64_t k, bool bias) {
+  // A linear's buffers (weight, scales, bias), unfilled.
+  auto linear_buffers = [&](int64_t n, int64_t k, bool bias) {
     LinearWeight w;
-    if (m.scheme_ == Fp8Scheme::off) {
-      w.weight = uniform({n, k}, DType::bf16, kInitBound);
+    w.scheme = m.scheme_;
+    w.act = m.act_;
+    w.weight = buffer({n, k}, w.is_fp8() ? DType::f8e4m3 : DType::bf16);
+    if (w.is_fp8()) w.scales = buffer(weight_scale_shape(m.scheme_, n, k), DType::f32);
+    if (bias) w.bias = buffer({n}, DType::f32);
+    return w;
+  };
+  // Random values into a linear's buffers (one tag for the weight, one for the bias), then
+  // what the GEMM needs.
+  auto fill_linear = [&](LinearWeight& w) {
+    const int64_t n = w.out_features(), k = w.in_features();
+    const uint64_t weight_seed = seed * 0x100000001B3ull + (++tag);
+    if (!w.is_fp8()) {
+      ops::fill_uniform(ctx, w.weight, weight_seed, kInitBound);
     } else {
       // bf16 values in a transient buffer, quantized on the device with the recipe.
       DeviceBuffer tmp(ctx, size_t(n * k) * 2);
       TensorView wb = tmp.view({n, k}, DType::bf16);
-      ops::fill_uniform(ctx, wb, seed * 0x100000001B3ull + (++tag), kInitBound);
-      w.weight = buffer({n, k}, DType::f8e4m3);
-      w.scales = buffer(weight_scale_shape(m.scheme_, n, k), DType::f32);
-      w.scheme = m.scheme_;
-      w.act = m.act_;
+      ops::fill_uniform(ctx, wb, weight_seed, kInitBound);
       ops::quantize_weight(ctx, wb, m.scheme_, w.weight, w.scales);
       ops::synchronize(ctx);  // tmp is freed at the end of this scope
     }
-    if (bias) w.bias = uniform({n}, DType::f32, kInitBound);
+    if (!w.bias.empty())
+      ops::fill_uniform(ctx, w.bias, seed * 0x100000001B3ull + (++tag), kInitBound);
     ops::prepare_linear(ctx, w, m.device_storage_);
+  };
+  auto linear = [&](int64_t n, int64_t k, bool bias) {
+    LinearWeight w = linear_buffers(n, k, bias);
+    fill_linear(w);
     return w;
   };
 
@@ -148,9 +237,21 @@ Model Model::random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Con
       l.q_norm = norm(d);
       l.k_norm = norm(d);
     }
-    l.q = linear(c.q_dim(), h, c.qkv_bias);
-    l.k = linear(c.kv_dim(), h, c.qkv_bias);
-    l.v = linear(c.kv_dim(), h, c.qkv_bias);
+    // The same values whether packed or not: q, k, v draw their tags in the same order.
+    if (pack_qkv && packable_qkv(m.scheme_, c.q_dim(), c.kv_dim())) {
+      l.qkv = linear_buffers(c.q_dim() + 2 * c.kv_dim(), h, c.qkv_bias);
+      int64_t row = 0;
+      for (auto [w, n] : {std::pair{&l.q, c.q_dim()}, {&l.k, c.kv_dim()}, {&l.v, c.kv_dim()}}) {
+        static_cast<LinearWeight&>(*w) = rows_of(l.qkv, row, n);
+        fill_linear(*w);
+        row += n;
+      }
+      ops::prepare_linear(ctx, l.qkv, m.device_storage_);
+    } else {
+      l.q = linear(c.q_dim(), h, c.qkv_bias);
+      l.k = linear(c.kv_dim(), h, c.qkv_bias);
+      l.v = linear(c.kv_dim(), h, c.qkv_bias);
+    }
     l.o = linear(h, c.q_dim(), c.o_bias);
     l.gate = linear(c.intermediate_size, h, c.mlp_bias);
     l.up = linear(c.intermediate_size, h, c.mlp_bias);

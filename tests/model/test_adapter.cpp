@@ -11,6 +11,7 @@
 
 #include "core/rng.h"
 #include "model/adapter.h"
+#include "model/forward.h"
 #include "model/presets.h"
 #include "model_test_util.h"
 #include "tolerances.h"
@@ -561,6 +562,70 @@ TEST_F(AdapterTest, ReferenceTermIsTheMergedDelta) {
   add_lora_reference(x, half, y2);
   EXPECT_GT(rel_max_diff(y2, merged), 0.4);
   LoraAdapter::detach(model);
+}
+
+// q, k and v stacked in one weight (LayerWeights::qkv) run as one GEMM whose output is split
+// by columns: the logits equal those of the three separate projections bit for bit (each
+// output's dot product is the same), with biases and with LoRA on the three. Negative control:
+// a stacked weight whose k rows are zeroed changes the logits, so the forward did read it.
+namespace {
+std::vector<float> all_logits(const Model& m, Context& ctx) {
+  const ModelConfig& c = m.config();
+  const std::vector<int32_t> ids = {1, 5, 9, 200, 3, 17};
+  const std::vector<int32_t> pos = {0, 1, 2, 3, 4, 5};
+  KvCache cache(c, 8, ctx);
+  Tensor logits = Tensor::empty({int64_t(ids.size()), c.vocab_size}, DType::f32);
+  SequenceInput seq{ids, pos, &cache};
+  forward(ctx, m, {&seq, 1}, LogitRows::all, logits);
+  return std::vector<float>(logits.ptr<float>(), logits.ptr<float>() + logits.numel());
+}
+}  // namespace
+
+TEST(RandomModel, StackedQkvGivesTheLogitsOfSeparateProjections) {
+  nlohmann::json biased = preset_config_json("llama-tiny");
+  biased["attention_bias"] = true;
+  nlohmann::json wide = preset_config_json("qwen3-tiny");  // q 256, kv 128 rows: 128x128 blocks
+  wide["hidden_size"] = 256;
+  wide["num_attention_heads"] = 2;
+  wide["num_key_value_heads"] = 1;
+  wide["head_dim"] = 128;
+  const std::vector<std::pair<nlohmann::json, Fp8Scheme>> cases = {
+      {preset_config_json("qwen3-tiny"), Fp8Scheme::off},
+      {preset_config_json("qwen3-tiny"), Fp8Scheme::row},
+      {biased, Fp8Scheme::row},
+      {wide, Fp8Scheme::block}};
+  for (const auto& [json, scheme] : cases) {
+    SCOPED_TRACE(std::string(scheme_name(scheme)) + " " + json.dump());
+    const ModelConfig c = ModelConfig::from_json(json);
+    Arena arena;
+    Context ctx{Device::cpu, &arena};
+    Model stacked = Model::random(c, scheme, ctx, 3, true);
+    Model separate = Model::random(c, scheme, ctx, 3, false);
+    ASSERT_FALSE(stacked.layers[0].qkv.weight.empty());
+    ASSERT_TRUE(separate.layers[0].qkv.weight.empty());
+    EXPECT_EQ(stacked.layers[0].k.weight.data,
+              stacked.layers[0].qkv.weight.slice_rows(c.q_dim(), c.q_dim() + 1).data);
+    EXPECT_EQ(all_logits(stacked, ctx), all_logits(separate, ctx));
+
+    // With LoRA on q, k and v (B randomized: PEFT's zero B would add nothing).
+    LoraAdapter a = LoraAdapter::init(config_of({"q_proj", "k_proj", "v_proj"}, 4), stacked, 5);
+    randomize_b(a, 6);
+    a.attach(stacked);
+    a.attach(separate);
+    const std::vector<float> with_lora = all_logits(stacked, ctx);
+    EXPECT_EQ(with_lora, all_logits(separate, ctx));
+    LoraAdapter::detach(stacked);
+    EXPECT_NE(with_lora, all_logits(stacked, ctx));  // the adapter did apply
+
+    // Negative control: the stacked weight with its k rows zeroed.
+    LinearWeight& qkv = stacked.layers[0].qkv;
+    Tensor copy = Tensor::empty(qkv.weight.shape, qkv.weight.dtype);
+    std::memcpy(copy.view().data, qkv.weight.data, qkv.weight.nbytes());
+    const TensorView k_rows = copy.view().slice_rows(c.q_dim(), c.q_dim() + c.kv_dim());
+    std::memset(k_rows.data, 0, k_rows.nbytes());
+    qkv.weight = copy.view();
+    EXPECT_NE(all_logits(stacked, ctx), all_logits(separate, ctx));
+  }
 }
 
 // Widths that are no multiple of 64 (H 72, q 3 x 24, kv 24, I 100): the matrices are padded
