@@ -186,20 +186,22 @@ std::vector<OpCase> perf_cases() {
                    o.bytes = 2.0 * double(seqs) * double(ctx) * HKV * D * 2;
                  }});
   // Decode steps of 256 sequences, 32 prompts x 8 samples (the GRPO shape) of ctx tokens:
-  // each prompt's first ctx - 128 tokens in blocks its samples share, 128 of their own; with
+  // each prompt's first ctx - own tokens in blocks its samples share, own of their own (128;
+  // and bench generate's shape, a 128-token prompt, at 32 and at 256 new tokens); with
   // the shared-prefix path (prefix blocks read once per group; the prefix kernel on mma.sync,
   // or on the CUDA cores on a second device) and without (read by every sample). Bytes: the
   // K/V the path must read, so GB/s compare with the plain decode above; the time is what to
   // compare between the variants.
-  for (int64_t ctx : {1024, 4096})
+  for (auto [ctx, kOwn] :
+       {std::pair<int64_t, int64_t>{1024, 128}, {4096, 128}, {160, 32}, {384, 256}})
     for (const char* variant : {"mma", "cuda-cores", "off"})
       c.push_back(
-          {fmt::format("paged_attention decode shared_prefix={} S=256 (32x8) ctx={} Hq=32 Hkv=8 "
-                       "D=128",
-                       variant, ctx),
+          {fmt::format("paged_attention decode shared_prefix={} S=256 (32x8) ctx={} own={} "
+                       "Hq=32 Hkv=8 D=128",
+                       variant, ctx, kOwn),
            [=](Harness& h, Outcome& o) {
              const bool use_shared = std::string(variant) != "off";
-             constexpr int64_t kGroups = 32, kMembers = 8, kSeqs = kGroups * kMembers, kOwn = 128;
+             constexpr int64_t kGroups = 32, kMembers = 8, kSeqs = kGroups * kMembers;
              const int64_t width = ctx / 16, prefix = ctx - kOwn, shared_blocks = prefix / 16;
              const int64_t blocks = kGroups * shared_blocks + kSeqs * (kOwn / 16);
              Tensor cu = Tensor::empty({kSeqs + 1}, DType::i32),
