@@ -252,6 +252,7 @@ std::vector<OpCase> perf_cases() {
              if (std::string(variant) == "cuda-cores") {
                CudaDeviceOptions opt;
                opt.shared_prefix_mma = false;
+               opt.arena_bytes = size_t(1) << 30;  // the partials of ctx 4096 need ~70 MB
                cores = std::make_unique<CudaDevice>(opt);
                ctx_run = cores->context();
              }
