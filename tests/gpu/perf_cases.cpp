@@ -2,6 +2,7 @@
 // widths), reporting GB/s or TFLOP/s.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -12,6 +13,33 @@
 #include "quant/fp8.h"
 
 namespace fp8rl::gpu_test {
+
+namespace {
+
+// A random [n, k] linear quantized with scheme s (bf16 when off), its buffers in `store`.
+LinearWeight random_linear(Harness& h, Fp8Scheme s, int64_t n, int64_t k,
+                           std::vector<DeviceBuffer>& store) {
+  LinearWeight w;
+  store.emplace_back(h.gpu, size_t(n * k) * 2);
+  const TensorView wb = store.back().view({n, k}, DType::bf16);
+  ops::fill_uniform(h.gpu, wb, 5, 0.02f);
+  if (s == Fp8Scheme::off) {
+    w.weight = wb;
+  } else {
+    store.emplace_back(h.gpu, size_t(n * k));
+    w.weight = store.back().view({n, k}, DType::f8e4m3);
+    const Shape ss = weight_scale_shape(s, n, k);
+    store.emplace_back(h.gpu, size_t(ss.numel()) * 4);
+    w.scales = store.back().view(ss, DType::f32);
+    w.scheme = s;
+    w.act = matching_act_scaling(s);
+    ops::quantize_weight(h.gpu, wb, s, w.weight, w.scales);
+  }
+  ops::prepare_linear(h.gpu, w, store);
+  return w;
+}
+
+}  // namespace
 
 std::vector<OpCase> perf_cases() {
   std::vector<OpCase> c;
@@ -314,25 +342,8 @@ std::vector<OpCase> perf_cases() {
         c.push_back({fmt::format("linear {} M={} N={} K={}", scheme_name(s), m, n, k),
                      [=](Harness& h, Outcome& o) {
                        const int64_t T = m;
-                       const ActScaling act = matching_act_scaling(s);
-                       LinearWeight w;
                        std::vector<DeviceBuffer> store;
-                       store.emplace_back(h.gpu, size_t(n * k) * 2);
-                       const TensorView wb = store.back().view({n, k}, DType::bf16);
-                       ops::fill_uniform(h.gpu, wb, 5, 0.02f);
-                       if (s == Fp8Scheme::off) {
-                         w.weight = wb;
-                       } else {
-                         store.emplace_back(h.gpu, size_t(n * k));
-                         w.weight = store.back().view({n, k}, DType::f8e4m3);
-                         const Shape ss = weight_scale_shape(s, n, k);
-                         store.emplace_back(h.gpu, size_t(ss.numel()) * 4);
-                         w.scales = store.back().view(ss, DType::f32);
-                         w.scheme = s;
-                         w.act = act;
-                         ops::quantize_weight(h.gpu, wb, s, w.weight, w.scales);
-                       }
-                       ops::prepare_linear(h.gpu, w, store);
+                       const LinearWeight w = random_linear(h, s, n, k, store);
                        const TensorView x = bf(h, {T, k}, 6, 2), y = bf(h, {T, n}, 7, 1);
                        o.seconds = time_op(h, [&] { ops::linear(h.gpu, x, w, y); });
                        o.flops = 2.0 * T * n * k;
@@ -343,6 +354,36 @@ std::vector<OpCase> perf_cases() {
                            "quantization at {:.0f}% of it",
                            path, o.flops / gemm * 1e-12, 100.0 * gemm / o.seconds);
                      }});
+  // Batch invariance (what issue 11's on_policy_exact needs of the GEMMs): the first m rows of
+  // a linear over 8,192 rows (a training pass) against the same m rows alone (a decode step
+  // of m sequences), bytes compared. A measurement, not a check: it reports the equal rows.
+  for (Fp8Scheme s : {Fp8Scheme::off, Fp8Scheme::row})
+    for (auto [n, k] :
+         {std::pair<int64_t, int64_t>{6144, 4096}, {4096, 4096}, {4096, 12288}, {151936, 4096}})
+      for (int64_t m : {int64_t(1), int64_t(8), int64_t(256)}) {
+        if (n == 151936 && s != Fp8Scheme::off) continue;  // the lm_head stays bf16
+        c.push_back({fmt::format("linear_batch_invariance {} M={} of 8192 N={} K={}",
+                                 scheme_name(s), m, n, k),
+                     [=](Harness& h, Outcome& o) {
+                       std::vector<DeviceBuffer> store;
+                       const LinearWeight w = random_linear(h, s, n, k, store);
+                       const TensorView x = bf(h, {T, k}, 6, 2), y = bf(h, {T, n}, 7, 1),
+                                        ym = bf(h, {m, n}, 8, 1);
+                       ops::linear(h.gpu, x, w, y);
+                       o.seconds =
+                           time_op(h, [&] { ops::linear(h.gpu, x.slice_rows(0, m), w, ym); });
+                       o.flops = 2.0 * m * n * k;
+                       const Tensor big = to_host(h, y.slice_rows(0, m)), small = to_host(h, ym);
+                       int64_t equal = 0;
+                       const size_t row = size_t(n) * 2;
+                       for (int64_t r = 0; r < m; ++r)
+                         equal += std::memcmp(static_cast<const char*>(big.view().data) + r * row,
+                                              static_cast<const char*>(small.view().data) + r * row,
+                                              row) == 0;
+                       o.info = fmt::format("[{}] rows equal to the 8192-row GEMM's: {}/{}",
+                                            h.dev->last_linear_path(), equal, m);
+                     }});
+      }
   // The sampler at a decode step of 256 sequences over Qwen's vocabulary.
   for (auto [k, filtered] : {std::pair{0, false}, {0, true}, {20, true}})
     c.push_back(
