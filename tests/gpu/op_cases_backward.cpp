@@ -548,8 +548,7 @@ void attention_backward_case(Harness& h, Outcome& o, const std::vector<int64_t>&
   for (int64_t i = 0; i < t * hq; ++i)
     lse_err = std::max(lse_err, std::fabs(double(lse_h.ptr<float>()[i]) - lse_ref.ptr<float>()[i]) /
                                     std::max(1.0, std::fabs(double(lse_ref.ptr<float>()[i]))));
-  o.checks.push_back(
-      expect_le("lse (abs / max(1, |lse|))", lse_err, cuda_backward_bound(max_len * d)));
+  o.checks.push_back(expect_le("lse (abs / max(1, |lse|))", lse_err, test::cuda_lse_bound(d)));
   o.checks.push_back(compare("out", as_f32(h, out), out_ref, test::kCudaAttention));
   // Every head dim and the 16-slot blocks here run the tiled kernels unless the harness asks
   // for the reference ones.

@@ -124,12 +124,20 @@ int main(int argc, char** argv) {
             if (!k.ok) std::printf("       %s: %.4g > %.4g\n", k.what.c_str(), k.err, k.bound);
       }
       std::fflush(stdout);
-      if (json.is_open())
+      if (json.is_open()) {
+        // Every check with its error and bound: what a tolerance is ratcheted against.
+        std::string checks;
+        for (const Check& k : o.checks)
+          checks += fmt::format(
+              "{}{{\"what\": \"{}\", \"err\": {:.6g}, \"bound\": {:.6g}, "
+              "\"ok\": {}}}",
+              checks.empty() ? "" : ", ", k.what, k.err, k.bound, k.ok ? "true" : "false");
         json << fmt::format(
             "{{\"case\": \"{}\", \"ok\": {}, \"seconds\": {}, \"bytes\": {}, \"flops\": {}, "
-            "\"worst\": \"{}\", \"error\": \"{}\", \"info\": \"{}\"}}\n",
+            "\"worst\": \"{}\", \"error\": \"{}\", \"info\": \"{}\", \"checks\": [{}]}}\n",
             c.name, ok ? "true" : "false", o.seconds, o.bytes, o.flops, worst_what,
-            error.empty() ? "" : "see log", o.info);
+            error.empty() ? "" : "see log", o.info, checks);
+      }
     }
     std::printf("%s: %d passed, %d failed\n", perf ? "perf" : "op harness", passed, failed);
     return failed == 0 ? 0 : 1;
