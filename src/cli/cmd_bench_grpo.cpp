@@ -1,7 +1,7 @@
 // fp8rl bench grpo (--model DIR | --preset NAME) [--prompts P] [--generations G]
 //                  [--prompt-tokens L] [--completion-tokens C] [--lora-r R] [--steps N]
-//                  [--fp8 ...] [--[no-]checkpointing] [--kv-memory GIB] [--device cuda|cpu] [--out
-//                  F]
+//                  [--fp8 ...] [--[no-]checkpointing] [--kv-memory GIB] [--device cuda|cpu]
+//                  [--out F]
 //
 // Times GRPO steps on one model (issue 11 item 9): P random prompts of L tokens, G samples
 // each of exactly C tokens (no stop ids), LoRA rank R (alpha 2R) on all seven projections,

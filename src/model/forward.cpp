@@ -82,13 +82,18 @@ void add_lora(Context& ctx, const TensorView& x_in, const LoraWeights& lora, con
   ops::linear_accumulate(ctx, xa, b, lora.scale, out);
 }
 
-// The one choke point of every decoder projection: the frozen base linear, then its adapter.
-void apply(Context& ctx, const LinearInput& in, const Linear& w, const TensorView& out,
-           const ops::LoraDropout& dropout = {}) {
+// The frozen base linear on its input: the FP8 codes when the group shares them, else x.
+void apply_base(Context& ctx, const LinearInput& in, const LinearWeight& w, const TensorView& out) {
   if (in.q.act != ActScaling::none)
     ops::linear(ctx, in.q, w, out);
   else
     ops::linear(ctx, in.x, w, out);
+}
+
+// The one choke point of every decoder projection: the frozen base linear, then its adapter.
+void apply(Context& ctx, const LinearInput& in, const Linear& w, const TensorView& out,
+           const ops::LoraDropout& dropout = {}) {
+  apply_base(ctx, in, w, out);
   if (w.lora.active()) add_lora(ctx, in.x, w.lora, out, dropout);
 }
 
@@ -156,10 +161,7 @@ void qkv_projections(Context& ctx, const LinearInput& in, const LayerWeights& l,
   const int64_t t = s.q.dim(0);
   const TensorView y =  // [T, Nq + 2 Nkv]
       ops::scratch_alloc(ctx, {t, l.qkv.out_features()}, ctx.activation_dtype());
-  if (in.q.act != ActScaling::none)
-    ops::linear(ctx, in.q, l.qkv, y);
-  else
-    ops::linear(ctx, in.x, l.qkv, y);
+  apply_base(ctx, in, l.qkv, y);
   ops::split_columns(ctx, y, {s.q, s.k, s.v});
   for (auto [w, out] : {std::pair{&l.q, s.q}, {&l.k, s.k}, {&l.v, s.v}})
     if (w->lora.active()) add_lora(ctx, in.x, w->lora, out, {});

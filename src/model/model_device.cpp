@@ -46,6 +46,27 @@ LinearWeight rows_of(const LinearWeight& w, int64_t row, int64_t n) {
   return r;
 }
 
+// A buffer of `shape` on ctx's device, held by `storage` (the model's).
+TensorView storage_buffer(Context& ctx, std::vector<DeviceBuffer>& storage, Shape shape,
+                          DType dtype) {
+  storage.emplace_back(ctx, size_t(shape.numel()) * dtype_size(dtype));
+  return storage.back().view(shape, dtype);
+}
+
+// A linear's buffers, unfilled: weight [n, k] (e4m3 codes for an FP8 scheme, else bf16), its
+// scales, and a bias when asked.
+LinearWeight linear_buffers(Context& ctx, std::vector<DeviceBuffer>& storage, Fp8Scheme scheme,
+                            ActScaling act, int64_t n, int64_t k, bool bias) {
+  LinearWeight w;
+  w.scheme = scheme;
+  w.act = act;
+  w.weight = storage_buffer(ctx, storage, {n, k}, w.is_fp8() ? DType::f8e4m3 : DType::bf16);
+  if (w.is_fp8())
+    w.scales = storage_buffer(ctx, storage, weight_scale_shape(scheme, n, k), DType::f32);
+  if (bias) w.bias = storage_buffer(ctx, storage, {n}, DType::f32);
+  return w;
+}
+
 }  // namespace
 
 class ModelUploader {
@@ -55,8 +76,7 @@ class ModelUploader {
   // A device copy of a host tensor, converted to `dtype` on the host first when it differs.
   TensorView upload(const TensorView& host, DType dtype) {
     if (host.empty()) return host;
-    m_.device_storage_.emplace_back(ctx_, size_t(host.numel()) * dtype_size(dtype));
-    TensorView dev = m_.device_storage_.back().view(host.shape, dtype);
+    const TensorView dev = storage_buffer(ctx_, m_.device_storage_, host.shape, dtype);
     upload_into(host, dev);
     return dev;
   }
@@ -89,14 +109,10 @@ class ModelUploader {
       return;
     }
     const int64_t n = l.q.out_features() + l.k.out_features() + l.v.out_features();
-    const int64_t k = l.q.in_features();
     LinearWeight& s = l.qkv;
-    s.scheme = l.q.scheme;
-    s.act = l.q.act;
+    s = linear_buffers(ctx_, m_.device_storage_, l.q.scheme, l.q.act, n, l.q.in_features(),
+                       !l.q.bias.empty());
     s.input_scale = l.q.input_scale;
-    s.weight = buffer({n, k}, s.is_fp8() ? DType::f8e4m3 : DType::bf16);
-    if (s.is_fp8()) s.scales = buffer(weight_scale_shape(s.scheme, n, k), DType::f32);
-    if (!l.q.bias.empty()) s.bias = buffer({n}, DType::f32);
     int64_t row = 0;
     for (Linear* w : {&l.q, &l.k, &l.v}) {
       const int64_t rows = w->out_features();
@@ -109,11 +125,6 @@ class ModelUploader {
       row += rows;
     }
     ops::prepare_linear(ctx_, s, m_.device_storage_);
-  }
-
-  TensorView buffer(Shape shape, DType dtype) {
-    m_.device_storage_.emplace_back(ctx_, size_t(shape.numel()) * dtype_size(dtype));
-    return m_.device_storage_.back().view(shape, dtype);
   }
 
   void run() {
@@ -168,10 +179,7 @@ Model Model::random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Con
   const ModelConfig& c = m.config_;
   const int64_t h = c.hidden_size, d = c.head_dim;
   uint64_t tag = 0;
-  auto buffer = [&](Shape s, DType dt) {
-    m.device_storage_.emplace_back(ctx, size_t(s.numel()) * dtype_size(dt));
-    return m.device_storage_.back().view(s, dt);
-  };
+  auto buffer = [&](Shape s, DType dt) { return storage_buffer(ctx, m.device_storage_, s, dt); };
   auto uniform = [&](Shape s, DType dt, float bound) {
     TensorView t = buffer(s, dt);
     ops::fill_uniform(ctx, t, seed * 0x100000001B3ull + (++tag), bound);
@@ -182,15 +190,8 @@ Model Model::random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Con
     ops::fill(ctx, t, c.norm_plus_one ? 0.0f : 1.0f);  // the neutral weight
     return t;
   };
-  // A linear's buffers (weight, scales, bias), unfilled.
-  auto linear_buffers = [&](int64_t n, int64_t k, bool bias) {
-    LinearWeight w;
-    w.scheme = m.scheme_;
-    w.act = m.act_;
-    w.weight = buffer({n, k}, w.is_fp8() ? DType::f8e4m3 : DType::bf16);
-    if (w.is_fp8()) w.scales = buffer(weight_scale_shape(m.scheme_, n, k), DType::f32);
-    if (bias) w.bias = buffer({n}, DType::f32);
-    return w;
+  auto buffers = [&](int64_t n, int64_t k, bool bias) {
+    return linear_buffers(ctx, m.device_storage_, m.scheme_, m.act_, n, k, bias);
   };
   // Random values into a linear's buffers (one tag for the weight, one for the bias), then
   // what the GEMM needs.
@@ -212,7 +213,7 @@ Model Model::random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Con
     ops::prepare_linear(ctx, w, m.device_storage_);
   };
   auto linear = [&](int64_t n, int64_t k, bool bias) {
-    LinearWeight w = linear_buffers(n, k, bias);
+    LinearWeight w = buffers(n, k, bias);
     fill_linear(w);
     return w;
   };
@@ -239,7 +240,7 @@ Model Model::random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Con
     }
     // The same values whether packed or not: q, k, v draw their tags in the same order.
     if (pack_qkv && packable_qkv(m.scheme_, c.q_dim(), c.kv_dim())) {
-      l.qkv = linear_buffers(c.q_dim() + 2 * c.kv_dim(), h, c.qkv_bias);
+      l.qkv = buffers(c.q_dim() + 2 * c.kv_dim(), h, c.qkv_bias);
       int64_t row = 0;
       for (auto [w, n] : {std::pair{&l.q, c.q_dim()}, {&l.k, c.kv_dim()}, {&l.v, c.kv_dim()}}) {
         static_cast<LinearWeight&>(*w) = rows_of(l.qkv, row, n);

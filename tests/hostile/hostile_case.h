@@ -27,7 +27,7 @@ namespace fp8rl::test::hostile {
 // Under AddressSanitizer (an FP8RL_ASAN build, whose fp8rl is sanitized too) the address-space
 // limit is off, since ASan reserves terabytes of shadow address space at start, and time and
 // memory bounds are 3x (instrumented code, a 256 MB quarantine); the verdict's peak-RSS bound
-// still stops runaway memory. (Prepared for the sanitizer CI of branch s7-asan-ci, not yet run.)
+// still stops runaway memory. tests/asan.sh runs the suite so in CI.
 #if defined(__SANITIZE_ADDRESS__)
 inline constexpr bool kSanitized = true;
 #else

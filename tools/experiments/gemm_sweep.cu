@@ -5,7 +5,8 @@
 // far cuBLASLt can take a decode step's GEMMs (M = a few hundred tokens), where the heuristic's
 // pick leaves most SMs idle. An experiment, built on demand:
 //
-//   cmake --build build-cuda --target gemm_sweep && build-cuda/tools/experiments/gemm_sweep 256 4096 4096
+//   cmake --build build-cuda --target gemm_sweep && build-cuda/tools/experiments/gemm_sweep 256
+//   4096 4096
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -16,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -77,19 +79,15 @@ std::vector<T> cap_array(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCap
   return v;
 }
 
-template <typename T>
-T cap(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t a) {
+// One scalar attribute of an algorithm: a capability (Cap) or its configuration (Config).
+template <typename T, typename Attr>
+T attribute(const cublasLtMatmulAlgo_t& algo, Attr a) {
   T v{};
   size_t got = 0;
-  cublasLtMatmulAlgoCapGetAttribute(&algo, a, &v, sizeof(v), &got);
-  return v;
-}
-
-template <typename T>
-T config_of(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t a) {
-  T v{};
-  size_t got = 0;
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, a, &v, sizeof(v), &got);
+  if constexpr (std::is_same_v<Attr, cublasLtMatmulAlgoCapAttributes_t>)
+    cublasLtMatmulAlgoCapGetAttribute(&algo, a, &v, sizeof(v), &got);
+  else
+    cublasLtMatmulAlgoConfigGetAttribute(&algo, a, &v, sizeof(v), &got);
   return v;
 }
 
@@ -110,9 +108,12 @@ int main(int argc, char** argv) {
   int top = 12;
   for (int i = 4; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--bf16") fp8 = false;
-    else if (a == "--fp8") fp8 = true;
-    else if (a == "--top" && i + 1 < argc) top = std::atoi(argv[++i]);
+    if (a == "--bf16")
+      fp8 = false;
+    else if (a == "--fp8")
+      fp8 = true;
+    else if (a == "--top" && i + 1 < argc)
+      top = std::atoi(argv[++i]);
   }
   const size_t esize = fp8 ? 1 : 2, ws_bytes = size_t(32) << 20;
   void *w, *x, *y, *ws;
@@ -201,12 +202,12 @@ int main(int argc, char** argv) {
               flops * 1e-9, bytes * 1e-6);
   for (int i = 0; i < found; ++i) {
     Config c;
-    c.id = config_of<int32_t>(heur[i].algo, CUBLASLT_ALGO_CONFIG_ID);
-    c.tile = config_of<uint32_t>(heur[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID);
-    c.stages = config_of<uint32_t>(heur[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID);
-    c.splitk = config_of<uint32_t>(heur[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
-    c.reduction = config_of<uint32_t>(heur[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
-    c.cluster = config_of<int32_t>(heur[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID);
+    c.id = attribute<int32_t>(heur[i].algo, CUBLASLT_ALGO_CONFIG_ID);
+    c.tile = attribute<uint32_t>(heur[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID);
+    c.stages = attribute<uint32_t>(heur[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID);
+    c.splitk = attribute<uint32_t>(heur[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+    c.reduction = attribute<uint32_t>(heur[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
+    c.cluster = attribute<int32_t>(heur[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID);
     const float us = time_us(heur[i].algo);
     std::printf("heuristic #%-2d %s: %8.2f us  %7.1f TFLOP/s  %6.2f TB/s\n", i, describe(c).c_str(),
                 us, flops / us * 1e-6, bytes / us * 1e-6);
@@ -229,8 +230,8 @@ int main(int argc, char** argv) {
     if (tiles.empty()) tiles.push_back(CUBLASLT_MATMUL_TILE_UNDEFINED);
     std::vector<uint32_t> stages = cap_array<uint32_t>(algo, CUBLASLT_ALGO_CAP_STAGES_IDS);
     stages.insert(stages.begin(), CUBLASLT_MATMUL_STAGES_UNDEFINED);
-    const int32_t splitk_ok = cap<int32_t>(algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT);
-    const uint32_t reductions = cap<uint32_t>(algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK);
+    const int32_t splitk_ok = attribute<int32_t>(algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT);
+    const uint32_t reductions = attribute<uint32_t>(algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK);
     for (uint32_t tile : tiles) {
       for (uint32_t splitk : {1u, 2u, 3u, 4u, 6u, 8u}) {
         if (splitk > 1 && !splitk_ok) break;
@@ -269,8 +270,7 @@ int main(int argc, char** argv) {
   }
   std::sort(results.begin(), results.end(),
             [](const Config& p, const Config& q) { return p.us < q.us; });
-  std::printf("%d algorithms, %d configurations checked, %zu ran\n", nids, checked,
-              results.size());
+  std::printf("%d algorithms, %d configurations checked, %zu ran\n", nids, checked, results.size());
   for (size_t i = 0; i < results.size() && int(i) < top; ++i)
     std::printf("fastest #%-2zu %s: %8.2f us  %7.1f TFLOP/s  %6.2f TB/s  workspace %zu\n", i,
                 describe(results[i]).c_str(), results[i].us, flops / results[i].us * 1e-6,
