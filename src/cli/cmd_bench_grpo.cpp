@@ -1,14 +1,16 @@
 // fp8rl bench grpo (--model DIR | --preset NAME) [--prompts P] [--generations G]
 //                  [--prompt-tokens L] [--completion-tokens C] [--lora-r R] [--steps N]
-//                  [--fp8 ...] [--[no-]checkpointing] [--kv-memory GIB] [--device cuda|cpu]
-//                  [--out F]
+//                  [--fp8 ...] [--[no-]checkpointing] [--kv-memory GIB] [--on-policy-exact]
+//                  [--device cuda|cpu] [--out F]
 //
 // Times GRPO steps on one model (issue 11 item 9): P random prompts of L tokens, G samples
 // each of exactly C tokens (no stop ids), LoRA rank R (alpha 2R) on all seven projections,
 // one micro-batch of P x G completions per step. A length reward keeps the run independent of
 // a tokenizer. Prints JSON from the run's last step: the peak memory of each phase (rollout,
 // training: the KV pool and the trainer's arenas take turns in one standby region, whose size
-// is printed too), rollout / training time and tokens/s, step time.
+// is printed too), rollout / training time and tokens/s, step time, the engine-trainer logprob
+// mismatch. --on-policy-exact runs GRPO's on_policy_exact (batch-invariant kernels on CUDA):
+// its cost.
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -33,6 +35,7 @@ struct BenchGrpoOptions : BenchModelOptions {
   int64_t steps = 3;
   double kv_memory = 0;
   bool checkpointing = true;
+  bool on_policy_exact = false;
 };
 
 void run_bench_grpo(const BenchGrpoOptions& o) {
@@ -65,6 +68,7 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
   c.save_steps = 0;
   c.gradient_checkpointing = o.checkpointing;
   c.lora_dropout = 0.0;
+  c.on_policy_exact = o.on_policy_exact;
   c.kv_memory = o.kv_memory;
   c.max_num_seqs = std::max<int64_t>(256, o.prompts * o.generations);
   c.seed = int64_t(o.seed);
@@ -91,12 +95,14 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
   r["completion_tokens"] = o.completion_tokens;
   r["lora_r"] = o.lora_r;
   r["checkpointing"] = o.checkpointing;
+  r["on_policy_exact"] = o.on_policy_exact;
   r["steps"] = o.steps;
   for (const char* k :
        {"peak_memory_bytes/rollout", "peak_memory_bytes/train", "timing/rollout_seconds",
         "timing/rollout_logprob_seconds", "timing/train_seconds", "timing/step_seconds",
         "rollout_tokens_per_second", "train_tokens_per_second", "completions/mean_length",
-        "memory/standby_region_bytes"})
+        "memory/standby_region_bytes", "sampling/sampling_logp_difference/mean",
+        "sampling/sampling_logp_difference/max"})
     if (last.contains(k)) r[std::string("last_step/") + k] = last[k];
   r["weights_bytes"] = model.device_bytes();
   print_bench_json(r, o.out);
@@ -118,6 +124,8 @@ void add_bench_grpo_command(CLI::App& bench) {
   c->add_option("--kv-memory", o->kv_memory, "KV cache GiB (0: the engine's default)");
   c->add_flag("--checkpointing,!--no-checkpointing", o->checkpointing,
               "Per-layer activation checkpointing (default on)");
+  c->add_flag("--on-policy-exact", o->on_policy_exact,
+              "GRPO's on_policy_exact: batch-invariant kernels, logprob mismatch checked to be 0");
   c->callback([o] { run_bench_grpo(*o); });
 }
 

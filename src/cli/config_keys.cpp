@@ -160,7 +160,8 @@ KeyTable<GrpoConfig> grpo_keys() {
         "Importance-ratio cap C (>= 1)")
       .alias("vllm_importance_sampling_clip_max");
   t.add("on_policy_exact", &C::on_policy_exact,
-        "Trainer logprobs equal the engine's exactly (checked; no IS correction; CPU only)");
+        "Trainer logprobs equal the engine's exactly (checked; no IS correction; on CUDA: "
+        "batch-invariant kernels, slower)");
   // Engine.
   t.add("kv_memory", &C::kv_memory, "KV cache GiB; 0: the engine's choice");
   t.add_choice("kv_dtype", &C::kv_dtype, {"bf16", "fp8"}, "KV cache dtype");

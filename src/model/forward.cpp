@@ -4,6 +4,7 @@
 
 #include "ops/backward.h"
 #include "ops/columns.h"
+#include "ops/exactness.h"
 #include "ops/ops.h"
 
 namespace fp8rl {
@@ -343,6 +344,48 @@ void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& st
                      tape.h_final, tape.inv_rms_final);
 }
 
+namespace {
+
+// The batch-invariant forward (ops/exactness.h): every layer through the training forward's
+// code with no dropout, the final norm and lm_head of the logit rows as the pass's loss
+// computes them, so a token's logits are bit-identical to a training pass's over its sequence
+// (the pass's kernels are batch-invariant in this mode too).
+void forward_invariant(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& step,
+                       const TensorView& logits) {
+  const ModelConfig& c = m.config();
+  CHECK(kv.kv_dtype() != KvDType::f8e4m3,
+        "batch-invariant forward: the KV pool must hold the activation dtype (the training pass "
+        "keeps keys and values unquantized), not FP8");
+  const int64_t t = step.num_tokens(), rows = step.num_logit_rows();
+  const DType dt = ctx.activation_dtype();
+  ops::ScratchScope scope(ctx);
+  TensorView x = ops::scratch_alloc(ctx, {t, c.hidden_size}, dt);  // [T, H]
+  TensorView y = ops::scratch_alloc(ctx, {t, c.hidden_size}, dt);  // [T, H]
+  ops::embedding(ctx, step.ids, m.embed, float(c.embedding_scale), x);
+  {
+    ops::ScratchScope layers(ctx);
+    const Tape tape;  // no dropout, as in the pass that recomputes the logprobs
+    LayerSaved saved = alloc_layer_saved(
+        [&](Shape shape, DType d) { return ops::scratch_alloc(ctx, shape, d); }, c, t, dt);
+    for (int64_t li = 0; li < c.num_layers; ++li) {
+      forward_layer_saving(ctx, m, li, kv, step, tape, x, saved, y);
+      std::swap(x, y);
+    }
+  }
+  if (rows == 0) return;
+  const TensorView final_in = ops::scratch_alloc(ctx, {rows, c.hidden_size}, dt);  // [R, H]
+  const TensorView h = ops::scratch_alloc(ctx, {rows, c.hidden_size}, dt);         // [R, H]
+  const TensorView inv_rms = ops::scratch_alloc(ctx, {rows}, DType::f32);          // [R]
+  ops::embedding(ctx, step.logit_rows, x, 1.0f, final_in);
+  ops::rms_norm_save(ctx, final_in, m.final_norm, float(c.rms_norm_eps), c.norm_plus_one, h,
+                     inv_rms);
+  ops::linear(ctx, h, m.lm_head, logits, ops::Output::f32);
+  if (c.final_logit_softcapping > 0)
+    ops::softcap(ctx, logits, float(c.final_logit_softcapping), ops::Output::f32);
+}
+
+}  // namespace
+
 void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& step,
              const TensorView& logits) {
   const ModelConfig& c = m.config();
@@ -360,6 +403,10 @@ void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& st
         "forward: logits must be contiguous f32 [{}, {}] on {}, got {} {} on {}", rows,
         c.vocab_size, device_name(ctx.device), dtype_name(logits.dtype), logits.shape.str(),
         device_name(logits.device));
+  if (ops::batch_invariant(ctx)) {
+    forward_invariant(ctx, m, kv, step, logits);
+    return;
+  }
 
   ops::ScratchScope scope(ctx);
   const Activations s = alloc_activations(ctx, c, t);

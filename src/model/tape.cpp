@@ -5,7 +5,16 @@
 
 namespace fp8rl {
 
-LayerSaved alloc_layer_saved(Arena& a, const ModelConfig& c, int64_t t, DType dt) {
+LayerSaved alloc_layer_saved(Arena& arena, const ModelConfig& c, int64_t t, DType dt) {
+  return alloc_layer_saved([&](Shape shape, DType d) { return arena.alloc(shape, d); }, c, t, dt);
+}
+
+LayerSaved alloc_layer_saved(const std::function<TensorView(Shape, DType)>& alloc_fn,
+                             const ModelConfig& c, int64_t t, DType dt) {
+  struct {
+    const std::function<TensorView(Shape, DType)>& fn;
+    TensorView alloc(Shape shape, DType d) const { return fn(shape, d); }
+  } a{alloc_fn};
   const int64_t h = c.hidden_size, i = c.intermediate_size;
   LayerSaved s;
   s.inv_rms_in = a.alloc({t}, DType::f32);

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/arena.h"
@@ -47,6 +48,9 @@ struct LayerSaved {
 
 // Allocates one layer's set for `tokens` rows from `arena` in `dtype` (the activation dtype).
 LayerSaved alloc_layer_saved(Arena& arena, const ModelConfig& config, int64_t tokens, DType dtype);
+// The same from any allocator (e.g. the context's scratch: ops::scratch_alloc).
+LayerSaved alloc_layer_saved(const std::function<TensorView(Shape, DType)>& alloc,
+                             const ModelConfig& config, int64_t tokens, DType dtype);
 
 struct Tape {
   bool checkpointing = false;

@@ -10,6 +10,7 @@
 #include "core/rng.h"
 #include "engine/engine.h"
 #include "ops/backward.h"
+#include "ops/exactness.h"
 #include "ops/memory.h"
 #include "rl/advantages.h"
 #include "rl/grpo_loss.h"
@@ -155,6 +156,10 @@ struct GrpoTrainer::Impl {
   std::optional<Round> round;
   int64_t non_finite_total = 0;
 
+  ~Impl() {
+    if (cfg.on_policy_exact) ops::set_batch_invariant(ctx, false);
+  }
+
   Impl(Context& c, Model& m, LoraAdapter& a, const tok::Tokenizer* t, std::vector<int32_t> eos,
        std::vector<PromptExample> d, const GrpoConfig& g, RewardSet r, std::string base)
       : ctx(c),
@@ -168,14 +173,16 @@ struct GrpoTrainer::Impl {
         base_model_name(std::move(base)),
         region(c) {
     cfg.validate();
-    // The CPU kernels compute a token's logprob the same way in the engine's steps and the
-    // trainer's pass (batch-invariant GEMMs and attention, one log-softmax: ops/cpu/
-    // log_softmax.h). The CUDA ones do not yet: the decode attention kernel splits the keys
-    // differently from the training prefill's, and cuBLASLt picks its algorithm per batch shape.
-    CHECK(!cfg.on_policy_exact || ctx.device == Device::cpu,
-          "on_policy_exact is available on the CPU only: the CUDA engine's and trainer's kernels "
-          "are not pinned to one reduction order yet (the mismatch is logged and corrected by "
-          "vllm_importance_sampling_correction instead)");
+    // A token's logprob is computed the same way in the engine's steps and the trainer's pass
+    // when the kernels are batch-invariant: always on the CPU (ops/cpu/log_softmax.h), in a
+    // mode of the device on CUDA (ops/exactness.h: pinned GEMM algorithms, the prefill
+    // attention kernel for decode steps, the training forward's layers in the engine).
+    if (cfg.on_policy_exact) {
+      CHECK(parse_kv_dtype(cfg.kv_dtype) != KvDType::f8e4m3,
+            "on_policy_exact needs kv_dtype bf16: the trainer's pass keeps keys and values "
+            "unquantized, so FP8 KV cannot give the engine the same logprobs");
+      ops::set_batch_invariant(ctx, true);
+    }
     CHECK(!data.empty(), "grpo: the dataset has no prompts");
     CHECK(rewards.size() > 0, "grpo: no reward functions (set `rewards` or --reward-process)");
     if (!cfg.reward_weights.empty()) rewards.set_weights(cfg.reward_weights);

@@ -9,6 +9,7 @@
 #include "harness.h"
 #include "op_cases.h"
 #include "ops/backward.h"
+#include "ops/exactness.h"
 #include "ops/optimizer.h"
 #include "quant/fp8.h"
 
@@ -357,33 +358,43 @@ std::vector<OpCase> perf_cases() {
   // Batch invariance (what issue 11's on_policy_exact needs of the GEMMs): the first m rows of
   // a linear over 8,192 rows (a training pass) against the same m rows alone (a decode step
   // of m sequences), bytes compared. A measurement, not a check: it reports the equal rows.
-  for (Fp8Scheme s : {Fp8Scheme::off, Fp8Scheme::row})
-    for (auto [n, k] :
-         {std::pair<int64_t, int64_t>{6144, 4096}, {4096, 4096}, {4096, 12288}, {151936, 4096}})
-      for (int64_t m : {int64_t(1), int64_t(8), int64_t(256)}) {
-        if (n == 151936 && s != Fp8Scheme::off) continue;  // the lm_head stays bf16
-        c.push_back({fmt::format("linear_batch_invariance {} M={} of 8192 N={} K={}",
-                                 scheme_name(s), m, n, k),
-                     [=](Harness& h, Outcome& o) {
-                       std::vector<DeviceBuffer> store;
-                       const LinearWeight w = random_linear(h, s, n, k, store);
-                       const TensorView x = bf(h, {T, k}, 6, 2), y = bf(h, {T, n}, 7, 1),
-                                        ym = bf(h, {m, n}, 8, 1);
-                       ops::linear(h.gpu, x, w, y);
-                       o.seconds =
-                           time_op(h, [&] { ops::linear(h.gpu, x.slice_rows(0, m), w, ym); });
-                       o.flops = 2.0 * m * n * k;
-                       const Tensor big = to_host(h, y.slice_rows(0, m)), small = to_host(h, ym);
-                       int64_t equal = 0;
-                       const size_t row = size_t(n) * 2;
-                       for (int64_t r = 0; r < m; ++r)
-                         equal += std::memcmp(static_cast<const char*>(big.view().data) + r * row,
-                                              static_cast<const char*>(small.view().data) + r * row,
-                                              row) == 0;
-                       o.info = fmt::format("[{}] rows equal to the 8192-row GEMM's: {}/{}",
-                                            h.dev->last_linear_path(), equal, m);
-                     }});
-      }
+  // "pinned": the device's batch-invariant mode (ops/exactness.h, on_policy_exact), with
+  // LoRA's r = 32 shapes too; its time against the unpinned line is the mode's GEMM cost.
+  for (bool pinned : {false, true})
+    for (Fp8Scheme s : {Fp8Scheme::off, Fp8Scheme::row})
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{6144, 4096},
+                          {4096, 4096},
+                          {4096, 12288},
+                          {151936, 4096},
+                          {32, 4096},
+                          {4096, 32}})
+        for (int64_t m : {int64_t(1), int64_t(8), int64_t(256)}) {
+          if (n == 151936 && s != Fp8Scheme::off) continue;  // the lm_head stays bf16
+          if ((n == 32 || k == 32) && (s != Fp8Scheme::off || !pinned)) continue;  // LoRA: bf16
+          c.push_back(
+              {fmt::format("linear_batch_invariance{} {} M={} of 8192 N={} K={}",
+                           pinned ? " pinned" : "", scheme_name(s), m, n, k),
+               [=](Harness& h, Outcome& o) {
+                 ops::set_batch_invariant(h.gpu, pinned);
+                 std::vector<DeviceBuffer> store;
+                 const LinearWeight w = random_linear(h, s, n, k, store);
+                 const TensorView x = bf(h, {T, k}, 6, 2), y = bf(h, {T, n}, 7, 1),
+                                  ym = bf(h, {m, n}, 8, 1);
+                 ops::linear(h.gpu, x, w, y);
+                 o.seconds = time_op(h, [&] { ops::linear(h.gpu, x.slice_rows(0, m), w, ym); });
+                 ops::set_batch_invariant(h.gpu, false);
+                 o.flops = 2.0 * m * n * k;
+                 const Tensor big = to_host(h, y.slice_rows(0, m)), small = to_host(h, ym);
+                 int64_t equal = 0;
+                 const size_t row = size_t(n) * 2;
+                 for (int64_t r = 0; r < m; ++r)
+                   equal +=
+                       std::memcmp(static_cast<const char*>(big.view().data) + r * row,
+                                   static_cast<const char*>(small.view().data) + r * row, row) == 0;
+                 o.info = fmt::format("[{}] rows equal to the 8192-row GEMM's: {}/{}",
+                                      h.dev->last_linear_path(), equal, m);
+               }});
+        }
   // The sampler at a decode step of 256 sequences over Qwen's vocabulary.
   for (auto [k, filtered] : {std::pair{0, false}, {0, true}, {20, true}})
     c.push_back(

@@ -16,6 +16,10 @@
 // call (its logprobs of the same samples change), while a rollout without the step, or after a
 // step that did not write the compute copies, gives the logprobs of before.
 //
+// On-policy exactness (GRPO's on_policy_exact): with the device's batch-invariant kernels,
+// the engine's processed logprob of every sampled token equals the trainer pass's bit for bit,
+// on every golden architecture, bf16 and FP8-row bases; control: with the mode off they differ.
+//
 // Prints one line per case; exit 1 on a failure, 77 without a CUDA device.
 #include <cmath>
 #include <cstdio>
@@ -28,6 +32,7 @@
 #include "model/adapter.h"
 #include "ops/backward.h"
 #include "ops/device.h"
+#include "ops/exactness.h"
 #include "test_util.h"
 #include "tolerances.h"
 #include "train/optimizer.h"
@@ -288,6 +293,92 @@ void adapter_update_reaches_engine_case(CudaDevice& dev) {
   LoraAdapter::detach(m);
 }
 
+// On-policy exactness (issue 11 item 2, ops/exactness.h): the engine's processed logprob of
+// every sampled token equals, bit for bit, the logprob the trainer's pass computes for the
+// same token (prompt + completion packed as a sequence, the same temperature) when the device
+// runs its batch-invariant kernels; the engine decodes 3 samples of 2 prompts with CUDA
+// graphs, shared prompt blocks and decode steps of up to 6 rows, the pass runs the 6 sequences
+// as one packed prefill. Negative control: with the mode off (the decode attention kernel,
+// per-shape GEMM algorithms, the fused inference layers) the two differ.
+double engine_vs_pass(Context& gpu, const Model& m, const LoraAdapter& adapter,
+                      const std::vector<int32_t>& ids, bool invariant) {
+  ops::set_batch_invariant(gpu, invariant);
+  constexpr float kTemperature = 0.8f;
+  EngineOptions o;
+  o.kv_memory_bytes = size_t(64) << 20;
+  o.max_num_seqs = 8;
+  o.max_num_batched_tokens = 64;
+  std::vector<GenerationRequest> requests;
+  for (size_t first : {size_t(0), size_t(5)}) {
+    GenerationRequest q;
+    q.prompt_ids.assign(ids.begin() + ptrdiff_t(first), ids.begin() + ptrdiff_t(first + 7));
+    q.params.n = 3;
+    q.params.max_tokens = 12;
+    q.params.temperature = kTemperature;
+    q.params.seed = 11;
+    q.params.ignore_eos = true;
+    q.params.processed_logprobs = true;
+    requests.push_back(q);
+  }
+  std::vector<RequestOutput> outs;
+  {
+    Engine engine(gpu, m, nullptr, {}, o);
+    engine.set_adapter_version(adapter.version());
+    outs = engine.generate(requests);
+  }
+  TrainBatch b;
+  std::vector<float> engine_logp;
+  std::vector<size_t> at;  // position in the pack of each sampled token's logprob
+  for (size_t i = 0; i < outs.size(); ++i)
+    for (const CompletionOutput& c : outs[i].completions) {
+      const std::vector<int32_t>& p = requests[i].prompt_ids;
+      const size_t base = b.ids.size();
+      b.ids.insert(b.ids.end(), p.begin(), p.end());
+      b.ids.insert(b.ids.end(), c.ids.begin(), c.ids.end());
+      b.targets.resize(b.ids.size(), ops::kIgnoreIndex);
+      for (size_t k = 0; k < c.ids.size(); ++k) {
+        b.targets[base + p.size() - 1 + k] = c.ids[k];
+        at.push_back(base + p.size() - 1 + k);
+      }
+      b.cu.push_back(int64_t(b.ids.size()));
+      engine_logp.insert(engine_logp.end(), c.processed_logprobs.begin(),
+                         c.processed_logprobs.end());
+    }
+  LogprobPass pass(gpu, m, &adapter);
+  PassOptions po;
+  po.temperature = kTemperature;
+  pass.forward(b.packed(), po);
+  double worst = engine_logp.size() == at.size() && !at.empty() ? 0.0 : INFINITY;
+  for (size_t k = 0; k < at.size() && k < engine_logp.size(); ++k)
+    worst = std::max(worst, std::fabs(double(pass.logprobs()[at[k]]) - engine_logp[k]));
+  ops::set_batch_invariant(gpu, false);
+  return worst;
+}
+
+void on_policy_exact_case(CudaDevice& dev, const std::string& arch, Fp8Scheme scheme) {
+  const std::string dir = FP8RL_TEST_DATA "/goldens/" + arch;
+  std::ifstream f(dir + "/train/train.json");
+  const nlohmann::json g = nlohmann::json::parse(f);
+  LoadOptions lo;
+  lo.fp8 = scheme;
+  Context gpu = dev.context();
+  Model m = Model::load(dir, lo);
+  m.to_device(gpu);
+  LoraAdapter adapter = LoraAdapter::load_peft(dir + "/adapter", m);
+  adapter.to_device(gpu);
+  adapter.attach(m);
+  const std::vector<int32_t> ids = train_batch_of(g, true).ids;
+  const double exact = engine_vs_pass(gpu, m, adapter, ids, true);
+  const double control = engine_vs_pass(gpu, m, adapter, ids, false);
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "%s %s on_policy_exact: engine vs pass logprob max |diff| %.3g (exactly 0); "
+                "control, mode off: %.3g (> 0)",
+                arch.c_str(), std::string(scheme_name(scheme)).c_str(), exact, control);
+  check(exact == 0.0 && control > 0.0, line);
+  LoraAdapter::detach(m);
+}
+
 }  // namespace
 
 int main() {
@@ -316,6 +407,14 @@ int main() {
   } catch (const std::exception& e) {
     check(false, std::string("optimizer step -> engine: ") + e.what());
   }
+  for (const char* arch : {"llama", "qwen2", "qwen3", "mistral", "gemma3"})
+    for (Fp8Scheme scheme : {Fp8Scheme::off, Fp8Scheme::row}) {
+      try {
+        on_policy_exact_case(dev, arch, scheme);
+      } catch (const std::exception& e) {
+        check(false, std::string(arch) + " on_policy_exact: " + e.what());
+      }
+    }
   std::printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "OK", g_failures);
   return g_failures ? 1 : 0;
 }

@@ -109,6 +109,11 @@ void Backend::free(void* p, size_t bytes) {
   allocated_ -= std::min(allocated_, bytes);
 }
 
+void Backend::set_batch_invariant(bool on) {
+  batch_invariant_ = on;
+  gemm_->set_batch_invariant(on);
+}
+
 void Backend::reserve_arena(size_t bytes) {
   if (bytes <= arena_.capacity()) return;
   CHECK(arena_.mark() == 0, "device arena grown while {} bytes are in use", arena_.mark());

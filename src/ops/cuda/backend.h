@@ -83,6 +83,11 @@ class Backend {
   // Grows the arena to `bytes` (synchronizes; only when nothing is allocated from it).
   void reserve_arena(size_t bytes);
 
+  // Batch-invariant kernels (ops/exactness.h): GEMMs pinned to one algorithm per shape,
+  // attention always on the prefill kernel (a decode step's rows too).
+  void set_batch_invariant(bool on);
+  bool batch_invariant() const { return batch_invariant_; }
+
   // The GEMM the last linear() ran ("fp8 outer", "bf16", "fp8 dequantized to bf16", ...): for
   // tests and benchmarks that report which path a shape took on this device.
   const char* last_linear_path = "";
@@ -114,6 +119,7 @@ class Backend {
   Arena arena_{Device::cuda, 256};  // 256-byte aligned views into one cudaMalloc
   size_t allocated_ = 0, peak_allocated_ = 0;
   bool profiling_ = false;
+  bool batch_invariant_ = false;
   std::vector<cudaEvent_t> events_;  // pool, reused after reset_profile()
   size_t events_used_ = 0;
   std::vector<cudaEvent_t> open_;  // begin events of ranges not yet ended

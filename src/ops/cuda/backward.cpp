@@ -239,12 +239,12 @@ AttentionBackwardArgs attention_args(const TensorView& q, const TensorView& k_po
 // out from the forward's own kernel (bit for bit). A prefill kernel writes lse from its own
 // running max and sum (rows it does not write, beyond the batch's, stay 0); a decode step
 // (every sequence one new token) runs the split-K decode kernel, and lse comes from a second
-// pass over the keys.
+// pass over the keys (in batch-invariant mode, the prefill kernel runs decode steps too).
 void paged_attention_lse(Backend& b, const TensorView& q, const TensorView& k_pool,
                          const TensorView& v_pool, const ops::PagedBatch& batch,
                          const ops::AttentionParams& p, const TensorView& out,
                          const TensorView& lse) {
-  if (batch.max_query_len > 1) {
+  if (batch.max_query_len > 1 || b.batch_invariant()) {
     launch_fill_f32(f32(lse), lse.numel(), 0.0f, b.stream());
     paged_attention(b, q, k_pool, v_pool, batch, p, out, nullptr, {}, f32(lse));
     return;

@@ -10,6 +10,7 @@
 // order per column) rather than with float atomics, so a run's gradients repeat bit for bit.
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/rope_angle.cuh"
+#include "ops/cuda/sampling_launch.h"
 #include "ops/uniform_hash.h"
 
 namespace fp8rl::cuda {
@@ -260,45 +261,72 @@ __device__ __forceinline__ float scaled_logit(float l, float temperature, float 
   return l / temperature;
 }
 
-// A block per row: the raw logits become z in place; lse = max + log(sum exp(z - max)) with
-// the exponentials and their sum in fp64 (as the CPU), logprob = z_target - lse, loss =
+// ln sum_j exp(z_j) over a row, z = scaled_logit(raw): the max, then the exponentials and
+// their sum in fp64 (as the CPU), in the fixed order of a kThreads block. The one log-softmax
+// of the cross-entropy and of the sampler's processed logprobs: the engine-trainer logprob
+// mismatch can be zero only if both reduce alike.
+__device__ double tempered_lse(const float* raw, int64_t v, float temperature, float cap,
+                               float* shm, double* shd) {
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < v; j += kThreads)
+    mx = fmaxf(mx, scaled_logit(raw[j], temperature, cap));
+  mx = block_max_any(mx, shm);
+  double sum = 0.0;
+  for (int64_t j = threadIdx.x; j < v; j += kThreads)
+    sum += exp(double(scaled_logit(raw[j], temperature, cap) - mx));
+  return double(mx) + log(block_sum_f64(sum, shd));
+}
+
+// A block per row of raw logits: lse (tempered_lse), logprob = z_target - lse, loss =
 // -logprob, entropy = sum_v p_v (lse - z_v); ignored rows (kIgnoreIndex) get 0 but their lse;
 // a target outside [0, v) gives NaN (the host cannot check device targets).
 __global__ void __launch_bounds__(kThreads)
-    cross_entropy_rows_kernel(float* logits, const int32_t* targets, int64_t rows, int64_t v,
+    cross_entropy_rows_kernel(const float* logits, const int32_t* targets, int64_t rows, int64_t v,
                               float temperature, float cap, float* loss, float* logprob, float* lse,
                               float* entropy) {
   __shared__ float shm[kThreads / kWarp];
   __shared__ double shd[kThreads / kWarp];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    float* z = logits + r * v;
-    float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
-      const float zj = scaled_logit(z[j], temperature, cap);
-      z[j] = zj;
-      mx = fmaxf(mx, zj);
-    }
-    mx = block_max_any(mx, shm);  // its barriers also publish every z[j]
-    double sum = 0.0;
-    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) sum += exp(double(z[j] - mx));
-    const double l = double(mx) + log(block_sum_f64(sum, shd));
+    const float* raw = logits + r * v;
+    const double l = tempered_lse(raw, v, temperature, cap, shm, shd);
     const int32_t tg = targets[r];
     const bool ignored = tg == kCrossEntropyIgnore;
     const bool valid = ignored || (tg >= 0 && tg < v);
     double e = 0.0;
     if (entropy != nullptr && !ignored)
-      for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
-        const double d = l - double(z[j]);
+      for (int64_t j = threadIdx.x; j < v; j += kThreads) {
+        const double d = l - double(scaled_logit(raw[j], temperature, cap));
         e += exp(-d) * d;
       }
     if (entropy != nullptr) e = block_sum_f64(e, shd);
     if (threadIdx.x == 0) {
-      const float lp = !valid ? kNaN : ignored ? 0.0f : float(double(z[tg]) - l);
+      const float lp = !valid    ? kNaN
+                       : ignored ? 0.0f
+                                 : float(double(scaled_logit(raw[tg], temperature, cap)) - l);
       lse[r] = float(l);
       logprob[r] = lp;
       loss[r] = -lp;
       if (entropy != nullptr) entropy[r] = valid ? float(e) : kNaN;
     }
+  }
+}
+
+// The processed logprob of each sampled token (ops/sampling.h): log softmax(raw / T) at the
+// token, through the cross-entropy's tempered_lse, so the engine reports what the trainer's
+// pass computes from the same logits. A block per sample row (rows may share a logit row).
+__global__ void __launch_bounds__(kThreads)
+    tempered_logprobs_kernel(const float* logits, const ops::SampleRow* rows, const int32_t* tokens,
+                             int64_t r, int64_t v, float* out) {
+  __shared__ float shm[kThreads / kWarp];
+  __shared__ double shd[kThreads / kWarp];
+  for (int64_t i = blockIdx.x; i < r; i += gridDim.x) {
+    const ops::SampleRow row = rows[i];
+    const float* raw = logits + int64_t(row.logit_row) * v;
+    const float t = row.temperature == 0.0f ? 1.0f : row.temperature;
+    const double l = tempered_lse(raw, v, t, 0.0f, shm, shd);
+    const int32_t tg = tokens[i];
+    if (threadIdx.x == 0)
+      out[i] = tg >= 0 && tg < v ? float(double(scaled_logit(raw[tg], t, 0.0f)) - l) : kNaN;
   }
 }
 
@@ -444,6 +472,13 @@ void launch_cross_entropy_rows(float* logits, const int32_t* targets, int64_t ro
   cross_entropy_rows_kernel<<<row_grid(rows), kThreads, 0, s>>>(
       logits, targets, rows, v, temperature, softcap, loss, logprob, lse, entropy);
   FP8RL_LAUNCH_CHECK("cross_entropy_rows");
+}
+
+void launch_tempered_logprobs(const SampleArgs& a, cudaStream_t s) {
+  if (a.r == 0 || a.processed == nullptr) return;
+  tempered_logprobs_kernel<<<row_grid(a.r), kThreads, 0, s>>>(a.logits, a.rows, a.tokens, a.r, a.v,
+                                                              a.processed);
+  FP8RL_LAUNCH_CHECK("tempered_logprobs");
 }
 
 void launch_cross_entropy_grad(float* logits, const int32_t* targets, int64_t rows, int64_t v,

@@ -292,7 +292,8 @@ void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
   }
   // Rows after the last sequence's (a captured batch's padding) are zeros.
   launch_zero_padding_rows(a.out, t, hq * d, a.cu_q + batch.num_seqs, b.stream());
-  if (batch.max_query_len == 1 && paged_decode_supports(d, hq / hkv)) {
+  // Batch-invariant mode: decode steps on the prefill kernel too (ops/exactness.h).
+  if (batch.max_query_len == 1 && paged_decode_supports(d, hq / hkv) && !b.batch_invariant()) {
     const int splits = paged_decode_max_splits(batch.max_context_len);
     // Shared prefixes on layers without a window (a window would cut into the prefix).
     const bool shared = batch.has_prefixes() && p.window <= 0;

@@ -20,27 +20,26 @@ void set_desc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)));
 }
 
+void release(cublasLtMatmulDesc_t& op, cublasLtMatrixLayout_t& a, cublasLtMatrixLayout_t& b,
+             cublasLtMatrixLayout_t& c) {
+  if (op) cublasLtMatmulDescDestroy(op);
+  if (a) cublasLtMatrixLayoutDestroy(a);
+  if (b) cublasLtMatrixLayoutDestroy(b);
+  if (c) cublasLtMatrixLayoutDestroy(c);
+  op = nullptr;
+  a = b = c = nullptr;
+}
+
 }  // namespace
 
 Gemm::Gemm(cublasLtHandle_t lt, void* workspace, size_t workspace_bytes)
     : lt_(lt), workspace_(workspace), workspace_bytes_(workspace_bytes) {}
 
 Gemm::~Gemm() {
-  for (auto& [key, p] : plans_) {
-    if (p.op) cublasLtMatmulDescDestroy(p.op);
-    if (p.a) cublasLtMatrixLayoutDestroy(p.a);
-    if (p.b) cublasLtMatrixLayoutDestroy(p.b);
-    if (p.c) cublasLtMatrixLayoutDestroy(p.c);
-  }
+  for (auto& [key, p] : plans_) release(p.op, p.a, p.b, p.c);
 }
 
-Gemm::Plan& Gemm::plan(const GemmArgs& g) {
-  const int aw = alignment_of(g.w), ax = alignment_of(g.x), ay = alignment_of(g.y);
-  const Key key{int(g.mode), int(g.layout), g.f32_operands, g.m, g.n, g.k, g.y_f32, aw, ax, ay};
-  auto it = plans_.find(key);
-  if (it != plans_.end()) return it->second;
-  Plan& p = plans_[key];
-
+void Gemm::describe(const GemmArgs& g, int64_t m, Plan& p) {
   const bool fp8 = g.mode != GemmScale::none;
   CHECK(!g.f32_operands || (!fp8 && g.y_f32), "GEMM: fp32 operands need mode none and f32 output");
   const cudaDataType_t ab = fp8 ? CUDA_R_8F_E4M3 : g.f32_operands ? CUDA_R_32F : CUDA_R_16BF;
@@ -69,11 +68,14 @@ Gemm::Plan& Gemm::plan(const GemmArgs& g) {
   else
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, uint64_t(g.n), uint64_t(g.k), g.n));
   if (b_t)
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, uint64_t(g.m), uint64_t(g.k), g.m));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, uint64_t(m), uint64_t(g.k), m));
   else
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, uint64_t(g.k), uint64_t(g.m), g.k));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out, uint64_t(g.n), uint64_t(g.m), g.n));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, uint64_t(g.k), uint64_t(m), g.k));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out, uint64_t(g.n), uint64_t(m), g.n));
+}
 
+int Gemm::heuristic(const Plan& p, int aw, int ax, int ay, cublasLtMatmulHeuristicResult_t* res,
+                    int want) {
   cublasLtMatmulPreference_t pref;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = workspace_bytes_;
@@ -88,13 +90,80 @@ Gemm::Plan& Gemm::plan(const GemmArgs& g) {
                                        sizeof(align_c));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
                                        sizeof(align_c));
-  cublasLtMatmulHeuristicResult_t res{};
   int found = 0;
   const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, 1, &res, &found);
+      cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.c, p.c, pref, want, res, &found);
   cublasLtMatmulPreferenceDestroy(pref);
+  return st == CUBLAS_STATUS_SUCCESS ? found : 0;
+}
+
+const cublasLtMatmulAlgo_t* Gemm::invariant_algo(const GemmArgs& g) {
+  const Key key{int(g.mode), int(g.layout), g.f32_operands, 0, g.n, g.k, g.y_f32, 16, 16, 16, true};
+  auto it = invariant_algos_.find(key);
+  if (it == invariant_algos_.end()) {
+    Plan probe;
+    describe(g, kInvariantM, probe);
+    constexpr int kWant = 16;
+    cublasLtMatmulHeuristicResult_t res[kWant] = {};
+    const int found = heuristic(probe, 16, 16, 16, res, kWant);
+    // The best answer without split-K; else the best with split-K switched off, if cuBLASLt
+    // accepts that configuration (skinny shapes such as LoRA's x A^T get split-K answers only).
+    std::pair<bool, cublasLtMatmulAlgo_t> pick{false, {}};
+    for (int pass = 0; pass < 2 && !pick.first; ++pass)
+      for (int i = 0; i < found && !pick.first; ++i) {
+        if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
+        cublasLtMatmulAlgo_t algo = res[i].algo;
+        int32_t splits = 1;
+        size_t written = 0;
+        cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
+                                             sizeof(splits), &written);
+        if (splits <= 1) {
+          if (pass == 0) pick = {true, algo};
+          continue;
+        }
+        if (pass == 0) continue;
+        const int32_t one = 1;
+        const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
+        cublasLtMatmulHeuristicResult_t check{};
+        if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one,
+                                                 sizeof(one)) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                 &none, sizeof(none)) == CUBLAS_STATUS_SUCCESS &&
+            cublasLtMatmulAlgoCheck(lt_, probe.op, probe.a, probe.b, probe.c, probe.c, &algo,
+                                    &check) == CUBLAS_STATUS_SUCCESS &&
+            check.workspaceSize <= workspace_bytes_)
+          pick = {true, algo};
+      }
+    release(probe.op, probe.a, probe.b, probe.c);
+    it = invariant_algos_.emplace(key, pick).first;
+  }
+  return it->second.first ? &it->second.second : nullptr;
+}
+
+Gemm::Plan& Gemm::plan(const GemmArgs& g) {
+  const int aw = alignment_of(g.w), ax = alignment_of(g.x), ay = alignment_of(g.y);
+  const Key key{int(g.mode), int(g.layout), g.f32_operands, g.m, g.n, g.k, g.y_f32, aw, ax,
+                ay,          invariant_};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  Plan& p = plans_[key];
+  describe(g, g.m, p);
+  if (invariant_) {
+    // One algorithm for every m, checked against this m; operands need the 16 bytes it was
+    // chosen for. Without one the shape is unsupported in this mode (callers fall back, run()
+    // raises).
+    const cublasLtMatmulAlgo_t* algo = invariant_algo(g);
+    cublasLtMatmulHeuristicResult_t check{};
+    p.ok = algo != nullptr && aw >= 16 && ax >= 16 && ay >= 16 &&
+           cublasLtMatmulAlgoCheck(lt_, p.op, p.a, p.b, p.c, p.c, algo, &check) ==
+               CUBLAS_STATUS_SUCCESS &&
+           check.workspaceSize <= workspace_bytes_;
+    if (p.ok) p.algo = *algo;
+    return p;
+  }
+  cublasLtMatmulHeuristicResult_t res{};
   // No algorithm (or NOT_SUPPORTED) means this mode/shape is unsupported: callers fall back.
-  p.ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && res.state == CUBLAS_STATUS_SUCCESS;
+  p.ok = heuristic(p, aw, ax, ay, &res, 1) > 0 && res.state == CUBLAS_STATUS_SUCCESS;
   if (p.ok) p.algo = res.algo;
   return p;
 }
@@ -111,8 +180,9 @@ void Gemm::run(const GemmArgs& g, cudaStream_t stream) {
     return;
   }
   Plan& p = plan(g);
-  CHECK(p.ok, "cuBLASLt has no algorithm for GEMM mode {} m={} n={} k={}", int(g.mode), g.m, g.n,
-        g.k);
+  CHECK(p.ok, "cuBLASLt has no algorithm{} for GEMM mode {} m={} n={} k={}",
+        invariant_ ? " without split-K for 16-byte aligned operands (batch-invariant mode)" : "",
+        int(g.mode), g.m, g.n, g.k);
   if (g.mode != GemmScale::none) {
     set_desc(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(g.w_scale));
     set_desc(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(g.x_scale));

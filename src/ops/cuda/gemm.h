@@ -9,6 +9,12 @@
 //
 // One plan (descriptors + the heuristic's algorithm) per shape, created on first use and
 // cached; a fixed workspace, so calls are CUDA-graph capturable once planned.
+//
+// Batch-invariant mode (GRPO's on_policy_exact): the heuristic picks its algorithm per m, and
+// a split-K algorithm sums a row's products in another order than an unsplit one, so a row's
+// result would depend on how many rows share the call. In this mode every m of a (mode,
+// layout, n, k) shape runs the one algorithm the heuristic picks at kInvariantM without
+// split-K, so a token's row is bit-identical in a decode step and in a training pass.
 #pragma once
 
 #include <cublasLt.h>
@@ -65,6 +71,10 @@ class Gemm {
   // Y as it is).
   void run(const GemmArgs& a, cudaStream_t stream);
 
+  void set_batch_invariant(bool on) { invariant_ = on; }
+  bool batch_invariant() const { return invariant_; }
+  static constexpr int64_t kInvariantM = 1024;
+
  private:
   struct Plan {
     cublasLtMatmulDesc_t op = nullptr;
@@ -72,14 +82,24 @@ class Gemm {
     cublasLtMatmulAlgo_t algo{};
     bool ok = false;
   };
-  // mode, layout, f32 operands, m, n, k, f32 out, alignment of w, x, y (bytes, up to 256)
-  using Key = std::tuple<int, int, bool, int64_t, int64_t, int64_t, bool, int, int, int>;
+  // mode, layout, f32 operands, m, n, k, f32 out, alignment of w, x, y (bytes, up to 256),
+  // batch-invariant
+  using Key = std::tuple<int, int, bool, int64_t, int64_t, int64_t, bool, int, int, int, bool>;
   Plan& plan(const GemmArgs& a);
+  // Descriptors and layouts of a's shape with m rows.
+  void describe(const GemmArgs& a, int64_t m, Plan& p);
+  // Up to `want` heuristic answers for p's shape with these operand alignments.
+  int heuristic(const Plan& p, int aw, int ax, int ay, cublasLtMatmulHeuristicResult_t* res,
+                int want);
+  // The batch-invariant algorithm of a's shape (any m): found once, at kInvariantM.
+  const cublasLtMatmulAlgo_t* invariant_algo(const GemmArgs& a);
 
   cublasLtHandle_t lt_;
   void* workspace_;
   size_t workspace_bytes_;
   std::map<Key, Plan> plans_;
+  bool invariant_ = false;
+  std::map<Key, std::pair<bool, cublasLtMatmulAlgo_t>> invariant_algos_;  // key with m = 0
 };
 
 }  // namespace fp8rl::cuda

@@ -237,10 +237,10 @@ void launch_dropout_accumulate(const float* t, const DropoutMask& m, int64_t n, 
 void launch_f32_to_bf16(const float* in, int64_t n, bf16* out, cudaStream_t s);
 
 // The lm_head cross-entropy on one chunk of f32 logits [rows, v] (the raw x W^T; targets,
-// loss, logprob, lse, entropy, dloss offset to the chunk's first row). _rows turns the logits
-// into z = softcap(l) / temperature and writes lse, logprob, loss and entropy (nullable);
-// _grad turns them into the gradient with respect to the raw logits. kCrossEntropyIgnore rows:
-// zero; targets outside [0, v): NaN.
+// loss, logprob, lse, entropy, dloss offset to the chunk's first row). _rows writes lse,
+// logprob, loss and entropy (nullable) of z = softcap(l) / temperature, leaving the logits as
+// they are; _grad turns them into the gradient with respect to the raw logits.
+// kCrossEntropyIgnore rows: zero; targets outside [0, v): NaN.
 inline constexpr int32_t kCrossEntropyIgnore = -100;  // ops::kIgnoreIndex
 void launch_cross_entropy_rows(float* logits, const int32_t* targets, int64_t rows, int64_t v,
                                float temperature, float softcap, float* loss, float* logprob,

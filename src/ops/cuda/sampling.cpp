@@ -25,6 +25,7 @@ void sample(Backend& b, const TensorView& logits, const TensorView& rows, const 
   a.top_ids = top_logprobs > 0 ? static_cast<int32_t*>(out.top_ids.data) : nullptr;
   a.top_logprobs = top_logprobs > 0 ? static_cast<float*>(out.top_logprobs.data) : nullptr;
   launch_sample(a, b.stream());
+  launch_tempered_logprobs(a, b.stream());
 }
 
 size_t sample_scratch_bytes(int64_t r, int64_t v) {

@@ -131,7 +131,9 @@ __device__ uint32_t radix_select(const float* l, int64_t v, uint32_t floor_key,
   return prefix;
 }
 
-__global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
+// (kThreads, 1): a 1024-thread block is alone on its SM anyway; without the minimum ptxas
+// capped the kernel at 32 registers and spilled.
+__global__ void __launch_bounds__(kThreads, 1) sample_kernel(SampleArgs a) {
   __shared__ Shared sh;
   const ops::SampleRow r = a.rows[blockIdx.x];
   const int64_t v = a.v;
@@ -160,20 +162,16 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
   }
   __syncthreads();
 
-  // Normalizers of the reported logprobs, from the raw logits.
-  const float tp = r.temperature == 0.0f ? 1.0f : r.temperature;
-  const float shift_p = m_raw / tp;
-  float s_raw = 0.0f, s_proc = 0.0f;
+  // The normalizer of the raw logprobs (the processed ones: launch_tempered_logprobs).
+  float s_raw = 0.0f;
   Best greedy{-INFINITY, kNone};
   for (int64_t i = tid; i < v; i += kThreads) {
     const float xi = x[i];
     s_raw += expf(xi - m_raw);
-    if (a.processed) s_proc += expf(xi / tp - shift_p);
     const Best c{w[i], int(i)};
     if (better(c, greedy)) greedy = c;
   }
-  s_raw = block_sum_f(s_raw, sh);
-  if (a.processed) s_proc = block_sum_f(s_proc, sh);
+  const float log_raw = logf(block_sum_f(s_raw, sh));
   greedy = block_best(greedy, sh);
 
   int token = greedy.i;
@@ -216,11 +214,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
     }
   }
 
-  const float log_raw = logf(s_raw);
   if (tid == 0) {
     a.tokens[blockIdx.x] = token;
     a.logprobs[blockIdx.x] = x[token] - m_raw - log_raw;
-    if (a.processed) a.processed[blockIdx.x] = x[token] / tp - shift_p - logf(s_proc);
   }
   // Top logprobs: K rounds of an argmax over the tokens after the previous one in the order
   // (value descending, index ascending).

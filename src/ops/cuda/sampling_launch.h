@@ -26,5 +26,8 @@ struct SampleArgs {
 };
 
 void launch_sample(const SampleArgs& a, cudaStream_t s);
+// a.processed[i] = log softmax(logits[rows[i].logit_row] / T)[tokens[i]] with the
+// cross-entropy's log-softmax (backward.cu), after launch_sample wrote the tokens.
+void launch_tempered_logprobs(const SampleArgs& a, cudaStream_t s);
 
 }  // namespace fp8rl::cuda

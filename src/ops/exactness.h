@@ -1,0 +1,28 @@
+// Batch invariance: a token's computation does not depend on which other tokens share its
+// step, so the engine's decode steps and the trainer's pass over the same tokens produce
+// bit-identical logits (GRPO's on_policy_exact, issue 11 item 2).
+//
+// The CPU kernels are batch-invariant always (fixed reduction orders, one log-softmax). On
+// CUDA it is a mode of the device context, off by default because it costs speed:
+//   - every cuBLASLt GEMM of a (mode, layout, n, k) shape runs one algorithm without split-K
+//     whatever m is (ops/cuda/gemm.h);
+//   - attention runs the prefill kernel for decode steps too: its key tiles start at key 0 and
+//     a row's online softmax never depends on the other rows of its query tile, whereas the
+//     decode kernel splits the keys by context length;
+//   - the model forward runs each layer through the training forward's code
+//     (forward_layer_saving: no residual/norm fusion across layers, the same norm, quantize and
+//     LoRA ops as the pass), see model/forward.cpp.
+// The sampler's processed logprob shares the cross-entropy's log-softmax in either mode.
+#pragma once
+
+#include "ops/context.h"
+
+namespace fp8rl::ops {
+
+// Switches the mode on ctx's device (a no-op on the CPU, where it always holds).
+void set_batch_invariant(Context& ctx, bool on);
+// Whether ctx's device runs its batch-invariant variants now (false on the CPU: its ordinary
+// kernels already are).
+bool batch_invariant(const Context& ctx);
+
+}  // namespace fp8rl::ops
