@@ -388,6 +388,19 @@ inline double cuda_lse_bound(int64_t d) {
 // accumulation order (f32_reduction_bound(N), ~1e-5) is far below it.
 inline constexpr double kCudaBf16OperandGemm = 4 * kBf16HalfUlp;
 
+// linear_backward_input's FP8 path (FP8-row weights on the FP8 tensor cores): the codes are
+// exact and dY diag(s) is rounded to e4m3 per token: 3 mantissa bits, <= 2^-4 relative per
+// value (values below 2^-6 of the row's scale are subnormal, with an absolute error of at
+// most 2^-10 of it: smaller still). One operand's error, uniform within half an ulp, has std
+// 2^-4 / sqrt(3) of a product; summed over N products of random signs, a random walk of that
+// relative size of the typical |dx| (0.58 2^-4), the worst of M x K elements ~5 std out:
+// ~2.9 2^-4 of the typical |dx|, which is ~1/3 of max |dx| (the compare's scale) for these
+// 10^2..10^6 normal-like values: 2^-4 of max |dx|. The tensor cores' chunk accumulation
+// (kCudaFp8Gemm's 2^-14) is far below. Measured on the H200 (2026-12-02): <= 0.46 2^-4.
+// The recipe's price: a gradient ~30x coarser than the bf16 path's, which torchao's rowwise
+// FP8 recipe and DeepSeek-V3's e4m3 dgrad accept.
+inline constexpr double kCudaFp8GradientGemm = 1.0 / 16;
+
 // lora_backward on CUDA (bf16 operands as PEFT under autocast, fp32 accumulation): dy, A and B
 // are rounded to bf16 (one half-ulp each, <= 2^-9 relative, RMS 0.82 2^-9 over a binade), and
 // the intermediates u = x A^T and du = s dy B are stored in bf16 after reductions whose own

@@ -20,6 +20,7 @@ namespace fp8rl::gpu_test {
 using test::cuda_backward_bound;
 using test::kCudaBf16Op;
 using test::kCudaBf16OperandGemm;
+using test::kCudaFp8GradientGemm;
 using test::kCudaNormRope;
 using test::kF32Eps;
 
@@ -272,14 +273,22 @@ void linear_backward_input_case(Harness& h, Outcome& o, int64_t m, int64_t n, in
   g.seal();
   if (accumulate) upload_into(h, dx0, dx);
   ops::linear_backward_input(h.gpu, dy_d, l->gpu, dx, accumulate);
-  o.checks.push_back(compare("dx", as_f32(h, dx), ref, kCudaBf16OperandGemm));
+  // FP8-row weights whose shape the FP8 tensor cores take run the FP8 path (dY in e4m3).
+  const bool fp8_path = scheme == Fp8Scheme::row && n % 16 == 0 && k % 16 == 0 &&
+                        h.dev->gemm_path(Fp8Scheme::row).find("OUTER_VEC") != std::string::npos;
+  const double bound = fp8_path ? kCudaFp8GradientGemm : kCudaBf16OperandGemm;
+  o.checks.push_back(compare(fp8_path ? "dx (FP8 path)" : "dx", as_f32(h, dx), ref, bound));
   o.checks.push_back(g.verify({dx}));
-  {  // dy rounded once by gemm_gradient: the same rounding, so the same bits
+  {  // dy rounded once by gemm_gradient: the reference path's rounding, so the same bits there
     ops::ScratchScope scope(h.gpu);
     const TensorView shared = to_device(h, dx0, DType::f32);
     ops::linear_backward_input(h.gpu, ops::gemm_gradient(h.gpu, dy_d), l->gpu, shared, accumulate);
-    o.checks.push_back(compare("dx, dy from gemm_gradient", as_f32(h, shared), as_f32(h, dx), 0.0));
+    o.checks.push_back(compare("dx, dy from gemm_gradient", as_f32(h, shared),
+                               fp8_path ? ref : as_f32(h, dx), fp8_path ? bound : 0.0));
   }
+  if (fp8_path)  // Control: the FP8 path ran (its e4m3 dY errs beyond the bf16 path's bound).
+    o.checks.push_back(must_exceed(compare("dx (FP8 path) against the bf16 path's bound",
+                                           as_f32(h, dx), ref, kCudaBf16OperandGemm)));
   const TensorView bad = to_device(h, dx0, DType::f32);
   if (scheme != Fp8Scheme::off) {
     // Negative control: the codes without their scales.
@@ -287,8 +296,8 @@ void linear_backward_input_case(Harness& h, Outcome& o, int64_t m, int64_t n, in
     unscaled.scales = ops::scratch_alloc(h.gpu, l->gpu.scales.shape, DType::f32);
     ops::fill(h.gpu, unscaled.scales, 1.0f);
     ops::linear_backward_input(h.gpu, dy_d, unscaled, bad, accumulate);
-    o.checks.push_back(must_exceed(
-        compare("dx without the weight scales", as_f32(h, bad), ref, kCudaBf16OperandGemm)));
+    o.checks.push_back(
+        must_exceed(compare("dx without the weight scales", as_f32(h, bad), ref, bound)));
   } else if (accumulate) {
     // Negative control: written instead of accumulated.
     ops::linear_backward_input(h.gpu, dy_d, l->gpu, bad, false);

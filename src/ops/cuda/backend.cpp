@@ -70,6 +70,7 @@ Backend::Backend(const CudaDeviceOptions& o) {
   CUDA_CHECK(attention_wgmma_init(&wgmma));
   caps_.attention_wgmma = wgmma && o.wgmma_attention;
   caps_.shared_prefix_mma = o.shared_prefix_mma;
+  caps_.fp8_input_gradient = o.fp8_input_gradient;
   caps_.attention_backward_dims = attention_backward_mma_init();
   caps_.attention_backward_tiled = o.tiled_attention_backward;
   reserve_arena(o.arena_bytes);
