@@ -54,8 +54,9 @@ struct RequestOutput {
 };
 
 struct EngineOptions {
-  // KV pool bytes; 0: a fraction (kv_memory_fraction) of the device memory left after the
-  // weights and the step plan (CUDA), 1 GiB on the CPU.
+  // KV pool bytes; 0: a fraction (kv_memory_fraction, as vLLM's gpu_memory_utilization) of
+  // the device memory left after the weights and the step plan (CUDA), 1 GiB on the CPU;
+  // either way at most what max_num_seqs sequences of the model's full context can hold.
   size_t kv_memory_bytes = 0;
   double kv_memory_fraction = 0.9;
   // The KV cache's dtype: the activation dtype, or e4m3 with a scale per token and kv head
