@@ -25,4 +25,20 @@ void set_batch_invariant(Context& ctx, bool on);
 // kernels already are).
 bool batch_invariant(const Context& ctx);
 
+// The mode on ctx's device for the scope's lifetime, the previous state back at its end (also
+// when the owner's constructor throws after making it).
+class BatchInvariantScope {
+ public:
+  explicit BatchInvariantScope(Context& ctx) : ctx_(ctx), was_(batch_invariant(ctx)) {
+    set_batch_invariant(ctx_, true);
+  }
+  ~BatchInvariantScope() { set_batch_invariant(ctx_, was_); }
+  BatchInvariantScope(const BatchInvariantScope&) = delete;
+  BatchInvariantScope& operator=(const BatchInvariantScope&) = delete;
+
+ private:
+  Context& ctx_;
+  bool was_;
+};
+
 }  // namespace fp8rl::ops

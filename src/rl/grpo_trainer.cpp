@@ -155,10 +155,8 @@ struct GrpoTrainer::Impl {
   int64_t order_epoch = -1;
   std::optional<Round> round;
   int64_t non_finite_total = 0;
-
-  ~Impl() {
-    if (cfg.on_policy_exact) ops::set_batch_invariant(ctx, false);
-  }
+  // on_policy_exact: the device's batch-invariant mode while the trainer lives.
+  std::optional<ops::BatchInvariantScope> invariance;
 
   Impl(Context& c, Model& m, LoraAdapter& a, const tok::Tokenizer* t, std::vector<int32_t> eos,
        std::vector<PromptExample> d, const GrpoConfig& g, RewardSet r, std::string base)
@@ -181,7 +179,7 @@ struct GrpoTrainer::Impl {
       CHECK(parse_kv_dtype(cfg.kv_dtype) != KvDType::f8e4m3,
             "on_policy_exact needs kv_dtype bf16: the trainer's pass keeps keys and values "
             "unquantized, so FP8 KV cannot give the engine the same logprobs");
-      ops::set_batch_invariant(ctx, true);
+      invariance.emplace(ctx);
     }
     CHECK(!data.empty(), "grpo: the dataset has no prompts");
     CHECK(rewards.size() > 0, "grpo: no reward functions (set `rewards` or --reward-process)");

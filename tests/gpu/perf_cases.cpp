@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "harness.h"
@@ -375,14 +376,14 @@ std::vector<OpCase> perf_cases() {
               {fmt::format("linear_batch_invariance{} {} M={} of 8192 N={} K={}",
                            pinned ? " pinned" : "", scheme_name(s), m, n, k),
                [=](Harness& h, Outcome& o) {
-                 ops::set_batch_invariant(h.gpu, pinned);
+                 std::optional<ops::BatchInvariantScope> scope;
+                 if (pinned) scope.emplace(h.gpu);
                  std::vector<DeviceBuffer> store;
                  const LinearWeight w = random_linear(h, s, n, k, store);
                  const TensorView x = bf(h, {T, k}, 6, 2), y = bf(h, {T, n}, 7, 1),
                                   ym = bf(h, {m, n}, 8, 1);
                  ops::linear(h.gpu, x, w, y);
                  o.seconds = time_op(h, [&] { ops::linear(h.gpu, x.slice_rows(0, m), w, ym); });
-                 ops::set_batch_invariant(h.gpu, false);
                  o.flops = 2.0 * m * n * k;
                  const Tensor big = to_host(h, y.slice_rows(0, m)), small = to_host(h, ym);
                  int64_t equal = 0;

@@ -26,6 +26,7 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "engine/engine.h"
@@ -200,26 +201,41 @@ void optimizer_step_case(CudaDevice& dev, const std::string& arch) {
   LoraAdapter::detach(gpu_model);
 }
 
-// The engine's processed logprobs of a fixed set of seeded samples, flattened.
-std::vector<float> rollout_logprobs(Context& ctx, const Model& m, uint64_t version,
-                                    const std::vector<int32_t>& ids) {
+// A small engine's options: 64 MiB of KV, up to 8 sequences, 64 tokens a step.
+EngineOptions small_engine_options() {
   EngineOptions o;
   o.kv_memory_bytes = size_t(64) << 20;
   o.max_num_seqs = 8;
   o.max_num_batched_tokens = 64;
-  Engine engine(ctx, m, nullptr, {}, o);
-  engine.set_adapter_version(version);
+  return o;
+}
+
+// Seeded requests for n = 3 samples of `tokens` tokens each (ignore_eos, processed logprobs)
+// from prompts of `length` ids of `ids` starting at each of `firsts`.
+std::vector<GenerationRequest> seeded_requests(const std::vector<int32_t>& ids,
+                                               std::initializer_list<size_t> firsts, size_t length,
+                                               int tokens, uint64_t seed, float temperature) {
   std::vector<GenerationRequest> requests;
-  for (size_t first : {size_t(0), size_t(7)}) {
+  for (size_t first : firsts) {
     GenerationRequest q;
-    q.prompt_ids.assign(ids.begin() + ptrdiff_t(first), ids.begin() + ptrdiff_t(first + 6));
+    q.prompt_ids.assign(ids.begin() + ptrdiff_t(first), ids.begin() + ptrdiff_t(first + length));
     q.params.n = 3;
-    q.params.max_tokens = 4;
-    q.params.seed = 7;
+    q.params.max_tokens = tokens;
+    q.params.temperature = temperature;
+    q.params.seed = seed;
     q.params.ignore_eos = true;
     q.params.processed_logprobs = true;
     requests.push_back(q);
   }
+  return requests;
+}
+
+// The engine's processed logprobs of a fixed set of seeded samples, flattened.
+std::vector<float> rollout_logprobs(Context& ctx, const Model& m, uint64_t version,
+                                    const std::vector<int32_t>& ids) {
+  Engine engine(ctx, m, nullptr, {}, small_engine_options());
+  engine.set_adapter_version(version);
+  const std::vector<GenerationRequest> requests = seeded_requests(ids, {0, 7}, 6, 4, 7, 1.0f);
   std::vector<float> out;
   for (const RequestOutput& r : engine.generate(requests))
     for (const CompletionOutput& c : r.completions)
@@ -302,27 +318,14 @@ void adapter_update_reaches_engine_case(CudaDevice& dev) {
 // per-shape GEMM algorithms, the fused inference layers) the two differ.
 double engine_vs_pass(Context& gpu, const Model& m, const LoraAdapter& adapter,
                       const std::vector<int32_t>& ids, bool invariant) {
-  ops::set_batch_invariant(gpu, invariant);
+  std::optional<ops::BatchInvariantScope> scope;
+  if (invariant) scope.emplace(gpu);
   constexpr float kTemperature = 0.8f;
-  EngineOptions o;
-  o.kv_memory_bytes = size_t(64) << 20;
-  o.max_num_seqs = 8;
-  o.max_num_batched_tokens = 64;
-  std::vector<GenerationRequest> requests;
-  for (size_t first : {size_t(0), size_t(5)}) {
-    GenerationRequest q;
-    q.prompt_ids.assign(ids.begin() + ptrdiff_t(first), ids.begin() + ptrdiff_t(first + 7));
-    q.params.n = 3;
-    q.params.max_tokens = 12;
-    q.params.temperature = kTemperature;
-    q.params.seed = 11;
-    q.params.ignore_eos = true;
-    q.params.processed_logprobs = true;
-    requests.push_back(q);
-  }
+  const std::vector<GenerationRequest> requests =
+      seeded_requests(ids, {0, 5}, 7, 12, 11, kTemperature);
   std::vector<RequestOutput> outs;
   {
-    Engine engine(gpu, m, nullptr, {}, o);
+    Engine engine(gpu, m, nullptr, {}, small_engine_options());
     engine.set_adapter_version(adapter.version());
     outs = engine.generate(requests);
   }
@@ -351,7 +354,6 @@ double engine_vs_pass(Context& gpu, const Model& m, const LoraAdapter& adapter,
   double worst = engine_logp.size() == at.size() && !at.empty() ? 0.0 : INFINITY;
   for (size_t k = 0; k < at.size() && k < engine_logp.size(); ++k)
     worst = std::max(worst, std::fabs(double(pass.logprobs()[at[k]]) - engine_logp[k]));
-  ops::set_batch_invariant(gpu, false);
   return worst;
 }
 

@@ -1,7 +1,7 @@
 // The FP8 input gradient's kernels (ops/cuda/fp8_gradient.h): a byte transpose through shared
 // memory tiles, and a block-per-row quantizer of dY times the weight's row scales.
-#include "ops/cuda/common.cuh"
 #include "ops/cuda/fp8_gradient.h"
+#include "ops/cuda/row_quant.cuh"
 
 namespace fp8rl::cuda {
 
@@ -44,14 +44,7 @@ __device__ __forceinline__ void scaled_chunk(const void* dy, bool dy_f32, const 
                  b = *reinterpret_cast<const float4*>(p + 4);
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
   } else {
-    const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const bf16*>(dy) + row_off + j);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __bfloat1622float2(h[i]);
-      v[2 * i] = f.x;
-      v[2 * i + 1] = f.y;
-    }
+    unpack(load_raw<true>(static_cast<const bf16*>(dy) + row_off, j, j + 8), v);
   }
   v[0] *= s0.x, v[1] *= s0.y, v[2] *= s0.z, v[3] *= s0.w;
   v[4] *= s1.x, v[5] *= s1.y, v[6] *= s1.z, v[7] *= s1.w;
