@@ -40,6 +40,7 @@ struct BenchGenerateOptions {
   uint64_t seed = 0;
   bool shared_prefix = true;
   bool stacked_qkv = true;
+  bool concurrent_linears = true;
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -96,7 +97,9 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   Context ctx{Device::cpu, &arena};
   if (device == Device::cuda) {
     CHECK(CudaDevice::built() && CudaDevice::count() > 0, "--device cuda: no CUDA device");
-    dev = std::make_unique<CudaDevice>();
+    CudaDeviceOptions device_options;
+    device_options.concurrent_linears = o.concurrent_linears;
+    dev = std::make_unique<CudaDevice>(device_options);
     ctx = dev->context();
   }
   bool from_files = false;
@@ -154,6 +157,7 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   result["kv_dtype"] = o.kv_dtype;
   result["shared_prefix_attention"] = o.shared_prefix;
   result["stacked_qkv"] = !model.layers.empty() && !model.layers[0].qkv.weight.empty();
+  result["concurrent_linears"] = o.concurrent_linears;
   result["device"] = device == Device::cuda ? dev->name() : "cpu";
   result["prompts"] = o.prompts;
   result["n"] = o.n;
@@ -248,6 +252,9 @@ void add_bench_generate_command(CLI::App& bench) {
   c->add_flag("!--no-stacked-qkv", o->stacked_qkv,
               "Random weights with q, k and v in buffers of their own (three GEMMs instead of "
               "one), to measure the stacked projection's gain");
+  c->add_flag("!--no-concurrent-linears", o->concurrent_linears,
+              "Run one GEMM at a time (no K halves or gate/up pair on a second stream), to "
+              "measure the concurrent GEMMs' gain");
   c->add_option("--out", o->out, "Also write the JSON here");
   c->callback([o] { run_bench_generate(*o); });
 }

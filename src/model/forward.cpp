@@ -212,8 +212,14 @@ void mlp_block(Context& ctx, const Model& m, const LayerWeights& l, const Linear
                const Activations& s) {
   const ModelConfig& c = m.config();
   ops::ScratchScope scope(ctx);
-  apply(ctx, in, l.gate, s.gate);
-  apply(ctx, in, l.up, s.up);
+  if (in.q.act != ActScaling::none) {  // both read the shared codes: one op, maybe concurrent
+    ops::linear_pair(ctx, in.q, l.gate, s.gate, l.up, s.up);
+    for (auto [w, out] : {std::pair{&l.gate, s.gate}, {&l.up, s.up}})
+      if (w->lora.active()) add_lora(ctx, in.x, w->lora, out, {});
+  } else {
+    apply(ctx, in, l.gate, s.gate);
+    apply(ctx, in, l.up, s.up);
+  }
   const bool silu = c.activation == MlpActivation::silu;
   const ActScaling down_act = shared_dynamic_act({&l.down});
   if (down_act != ActScaling::none && !l.down.lora.active()) {

@@ -36,6 +36,10 @@ struct CudaDeviceOptions {
   // quantized per token to e4m3, against a per-call transposed copy of the codes); false: the
   // reference path, dY and the dequantized weight in bf16 (ops/cuda/linear.cpp).
   bool fp8_input_gradient = true;
+  // Decode-sized FP8 GEMMs that leave SMs idle run concurrently on a second stream: gate and
+  // up side by side, and a lone GEMM (o_proj, down_proj) as two K halves summed in fp32
+  // (ops/cuda/linear.cpp); false: one GEMM at a time, for tests and timing.
+  bool concurrent_linears = true;
 };
 
 // One op category's device time, summed over calls, from CUDA events around each op.

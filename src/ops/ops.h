@@ -228,6 +228,12 @@ void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const Tens
 void linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
             const TensorView& out, Output kind = Output::activation);
 
+// linear(x, w0, out0) and linear(x, w1, out1) of one quantized input (gate and up): the same
+// results; CUDA runs the two GEMMs concurrently when each alone would leave SMs idle (a
+// decode step's, CudaDeviceOptions::concurrent_linears).
+void linear_pair(Context& ctx, const QuantizedActivation& x, const LinearWeight& w0,
+                 const TensorView& out0, const LinearWeight& w1, const TensorView& out1);
+
 // out[M,N] += alpha * x[M,K] W^T for an unquantized weight without bias (LoRA's up projection
 // into its base linear's output). CUDA: one GEMM with beta = 1, no [M,N] temporary and no
 // separate add (cuBLASLt's epilogue may round the product to bf16 before adding out); the CPU

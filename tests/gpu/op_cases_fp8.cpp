@@ -363,4 +363,94 @@ void linear_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k, Fp8Sch
   o.checks.push_back(g.verify({out}));
 }
 
+// Decode-sized FP8-row GEMMs on two streams (CudaDeviceOptions::concurrent_linears): a lone
+// GEMM as two K halves summed in fp32 (linear) and two GEMMs side by side (linear_pair, gate
+// and up), eager and replayed from a CUDA graph, against the CPU and against a device with the
+// option off, which runs one whole GEMM at a time. The path names show which ran: with the
+// option off (the control) neither concurrent path may be taken.
+void concurrent_linear_case(Harness& h, Outcome& o, int64_t m, bool bias) {
+  // K long enough for the halves (ops/cuda/linear.cpp kHalvesMinK); the pair takes no bias.
+  const int64_t k = 8192, n0 = 1024, n1 = 1536;
+  auto wh = make_linear(h, n0, k, Fp8Scheme::row, ActScaling::token, bias, 120);
+  auto w0 = make_linear(h, n0, k, Fp8Scheme::row, ActScaling::token, false, 121);
+  auto w1 = make_linear(h, n1, k, Fp8Scheme::row, ActScaling::token, false, 123);
+  const Tensor x = host_values({m, k}, 122, 2.0f);
+  Tensor refh = Tensor::empty({m, n0}, DType::f32), ref0 = Tensor::empty({m, n0}, DType::f32),
+         ref1 = Tensor::empty({m, n1}, DType::f32);
+  ops::linear(h.cpu, x, wh->cpu, refh);
+  ops::linear(h.cpu, x, w0->cpu, ref0);
+  ops::linear(h.cpu, x, w1->cpu, ref1);
+  const TensorView x_d = to_device(h, x, DType::bf16);
+  const ops::QuantizedActivation xq = ops::alloc_quantized(h.gpu, ActScaling::token, m, k);
+  ops::quantize(h.gpu, x_d, xq);
+  Guard g(h);
+  const TensorView halves = ops::scratch_alloc(h.gpu, {m, n0}, DType::bf16);
+  const TensorView pair0 = ops::scratch_alloc(h.gpu, {m, n0}, DType::bf16);
+  const TensorView pair1 = ops::scratch_alloc(h.gpu, {m, n1}, DType::bf16);
+  const TensorView whole = ops::scratch_alloc(h.gpu, {m, n0}, DType::bf16);
+  const TensorView seq0 = ops::scratch_alloc(h.gpu, {m, n0}, DType::bf16);
+  const TensorView seq1 = ops::scratch_alloc(h.gpu, {m, n1}, DType::bf16);
+  g.seal();
+  auto run = [&](Context& ctx, const TensorView& a, const TensorView& b0, const TensorView& b1,
+                 std::string& path_a, std::string& path_b, CudaDevice& dev) {
+    ops::linear(ctx, x_d, wh->gpu, a);
+    path_a = dev.last_linear_path();
+    ops::linear_pair(ctx, xq, w0->gpu, b0, w1->gpu, b1);
+    path_b = dev.last_linear_path();
+  };
+  std::string halves_path, pair_path, whole_path, seq_path;
+  run(h.gpu, halves, pair0, pair1, halves_path, pair_path, *h.dev);
+  h.dev->synchronize();  // the second device's stream reads x_d and xq
+  CudaDeviceOptions off_opt;
+  off_opt.concurrent_linears = false;
+  CudaDevice off_dev(off_opt);
+  Context off = off_dev.context();
+  run(off, whole, seq0, seq1, whole_path, seq_path, off_dev);
+  off_dev.synchronize();
+
+  auto has = [](const std::string& s, const char* what) {
+    return s.find(what) != std::string::npos;
+  };
+  o.checks.push_back({"K halves taken", has(halves_path, "K halves") ? 0.0 : 1.0, 0.0,
+                      has(halves_path, "K halves")});
+  o.checks.push_back({"pair taken", has(pair_path, "pair on two streams") ? 0.0 : 1.0, 0.0,
+                      has(pair_path, "pair on two streams")});
+  const bool off_single = !has(whole_path, "two streams") && !has(seq_path, "two streams");
+  o.checks.push_back({"option off: one GEMM at a time", off_single ? 0.0 : 1.0, 0.0, off_single});
+  o.checks.push_back(compare("K halves vs CPU", as_f32(h, halves), refh, kCudaFp8Gemm));
+  o.checks.push_back(compare("pair first vs CPU", as_f32(h, pair0), ref0, kCudaFp8Gemm));
+  o.checks.push_back(compare("pair second vs CPU", as_f32(h, pair1), ref1, kCudaFp8Gemm));
+  o.checks.push_back(compare("one GEMM vs CPU", as_f32(h, whole), refh, kCudaFp8Gemm));
+  // The pair runs the plans of the sequential calls, so its bits are theirs; the K halves
+  // differ from one GEMM only in the order of the fp32 sum (one bf16 rounding apart at most).
+  auto bits_equal = [&](const TensorView& a, const TensorView& b) {
+    const Tensor ha = to_host(h, a), hb = to_host(h, b);
+    return std::memcmp(ha.view().data, hb.view().data, ha.nbytes()) == 0;
+  };
+  const bool pair_same = bits_equal(pair0, seq0) && bits_equal(pair1, seq1);
+  o.checks.push_back({"pair == sequential bit for bit", pair_same ? 0.0 : 1.0, 0.0, pair_same});
+  o.checks.push_back(compare("K halves vs one GEMM", as_f32(h, halves), as_f32(h, whole),
+                             2 * kBf16HalfUlp));
+
+  // Captured: the fork and join become graph edges; a replay rewrites every output.
+  const Tensor eager_halves = to_host(h, halves), eager0 = to_host(h, pair0),
+               eager1 = to_host(h, pair1);
+  h.dev->begin_capture();
+  ops::linear(h.gpu, x_d, wh->gpu, halves);
+  ops::linear_pair(h.gpu, xq, w0->gpu, pair0, w1->gpu, pair1);
+  CudaGraph graph = h.dev->end_capture();
+  for (const TensorView& t : {halves, pair0, pair1}) ops::fill(h.gpu, t, NAN);
+  graph.replay();
+  const bool replay_same = std::memcmp(to_host(h, halves).view().data, eager_halves.view().data,
+                                       eager_halves.nbytes()) == 0 &&
+                           std::memcmp(to_host(h, pair0).view().data, eager0.view().data,
+                                       eager0.nbytes()) == 0 &&
+                           std::memcmp(to_host(h, pair1).view().data, eager1.view().data,
+                                       eager1.nbytes()) == 0;
+  o.checks.push_back({"graph replay == eager", replay_same ? 0.0 : 1.0, 0.0, replay_same});
+  o.checks.push_back(g.verify({halves, pair0, pair1, whole, seq0, seq1}));
+  o.info = fmt::format("{}; {}; off: {}; {} graph nodes", halves_path, pair_path, whole_path,
+                       graph.nodes());
+}
+
 }  // namespace fp8rl::gpu_test

@@ -1,4 +1,4 @@
-// gemm_sweep M N K [--fp8 | --bf16] [--top T]: times every cuBLASLt algorithm configuration it
+// gemm_sweep M N K [--fp8 | --bf16] [--top T] [--splitk S] [--f32-out]: times every cuBLASLt algorithm configuration it
 // can build for one linear-layer GEMM (Y[M,N] = X[M,K] W[N,K]^T, the project's TN mapping:
 // A = W, B = X), with FP8 e4m3 operands and OUTER_VEC_32F scales (the FP8-row recipe) or bf16,
 // and prints the heuristic's first choice beside the fastest configurations. Evidence for how
@@ -100,12 +100,18 @@ void set_config(cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: gemm_sweep M N K [--fp8 | --bf16] [--top T]\n");
+    std::fprintf(stderr, "usage: gemm_sweep M N K [--fp8 | --bf16] [--top T] [--splitk S] [--f32-out]\n");
     return 2;
   }
   const int64_t m = std::atoll(argv[1]), n = std::atoll(argv[2]), k = std::atoll(argv[3]);
   bool fp8 = true;
   int top = 12;
+  // --splitk S: K cut into S slices run as one strided batch (S partial outputs, summed by the
+  // caller), the split-K that OUTER_VEC_32F's single configuration lacks; needs --f32-out for
+  // exact partials.
+  int splits = 1;
+  bool f32_out = false;
+  bool halves_on_streams = false;  // with --splitk 2: time the halves as two GEMMs on 2 streams
   for (int i = 4; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--bf16")
@@ -114,13 +120,23 @@ int main(int argc, char** argv) {
       fp8 = true;
     else if (a == "--top" && i + 1 < argc)
       top = std::atoi(argv[++i]);
+    else if (a == "--splitk" && i + 1 < argc)
+      splits = std::atoi(argv[++i]);
+    else if (a == "--f32-out")
+      f32_out = true;
+    else if (a == "--halves-on-streams")
+      halves_on_streams = true;
+  }
+  if (splits < 1 || k % splits != 0) {
+    std::fprintf(stderr, "gemm_sweep: --splitk must divide K\n");
+    return 2;
   }
   const size_t esize = fp8 ? 1 : 2, ws_bytes = size_t(32) << 20;
   void *w, *x, *y, *ws;
   float *ws_scale, *xs_scale;
   CUDA_OK(cudaMalloc(&w, size_t(n * k) * esize));
   CUDA_OK(cudaMalloc(&x, size_t(m * k) * esize));
-  CUDA_OK(cudaMalloc(&y, size_t(m * n) * 2));
+  CUDA_OK(cudaMalloc(&y, size_t(m * n) * size_t(splits) * (f32_out ? 4 : 2)));
   CUDA_OK(cudaMalloc(&ws, ws_bytes));
   CUDA_OK(cudaMalloc(&ws_scale, size_t(n) * 4));
   CUDA_OK(cudaMalloc(&xs_scale, size_t(m) * 4));
@@ -133,7 +149,7 @@ int main(int argc, char** argv) {
 
   cublasLtHandle_t lt;
   LT_OK(cublasLtCreate(&lt));
-  const cudaDataType_t ab = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF, out = CUDA_R_16BF;
+  const cudaDataType_t ab = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF, out = f32_out ? CUDA_R_32F : CUDA_R_16BF;
   cublasLtMatmulDesc_t op;
   LT_OK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -153,9 +169,22 @@ int main(int argc, char** argv) {
                                          sizeof(b_scale)));
   }
   cublasLtMatrixLayout_t la, lb, lc;
-  LT_OK(cublasLtMatrixLayoutCreate(&la, ab, uint64_t(k), uint64_t(n), k));
-  LT_OK(cublasLtMatrixLayoutCreate(&lb, ab, uint64_t(k), uint64_t(m), k));
+  const int64_t ks = k / splits;
+  LT_OK(cublasLtMatrixLayoutCreate(&la, ab, uint64_t(ks), uint64_t(n), k));
+  LT_OK(cublasLtMatrixLayoutCreate(&lb, ab, uint64_t(ks), uint64_t(m), k));
   LT_OK(cublasLtMatrixLayoutCreate(&lc, out, uint64_t(n), uint64_t(m), n));
+  if (splits > 1) {
+    const int32_t count = splits;
+    const int64_t step_ab = ks, step_c = m * n;
+    for (cublasLtMatrixLayout_t l : {la, lb, lc})
+      LT_OK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                             sizeof(count)));
+    for (cublasLtMatrixLayout_t l : {la, lb})
+      LT_OK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                             &step_ab, sizeof(step_ab)));
+    LT_OK(cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                           &step_c, sizeof(step_c)));
+  }
 
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
@@ -186,7 +215,7 @@ int main(int argc, char** argv) {
     return std::string(b);
   };
   const double flops = 2.0 * double(m) * double(n) * double(k);
-  const double bytes = double(n * k + m * k) * double(esize) + double(m * n) * 2;
+  const double bytes = double(n * k + m * k) * double(esize) + double(m * n) * double(splits) * (f32_out ? 4 : 2);
 
   // The heuristic's first choice (what the project's Gemm runs).
   cublasLtMatmulPreference_t pref;
@@ -196,10 +225,14 @@ int main(int argc, char** argv) {
                                              sizeof(ws64)));
   cublasLtMatmulHeuristicResult_t heur[16]{};
   int found = 0;
-  LT_OK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 16, heur, &found));
-  std::printf("gemm_sweep M=%lld N=%lld K=%lld %s: %.2f GFLOP, %.1f MB moved at least\n",
-              (long long)m, (long long)n, (long long)k, fp8 ? "fp8 e4m3 OUTER_VEC_32F" : "bf16",
-              flops * 1e-9, bytes * 1e-6);
+  if (cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 16, heur, &found) !=
+      CUBLAS_STATUS_SUCCESS)
+    found = 0;
+  std::printf(
+      "gemm_sweep M=%lld N=%lld K=%lld %s split-K %d (batched) %s out: %.2f GFLOP, %.1f MB moved "
+      "at least; %d heuristic answers\n",
+      (long long)m, (long long)n, (long long)k, fp8 ? "fp8 e4m3 OUTER_VEC_32F" : "bf16", splits,
+      f32_out ? "f32" : "bf16", flops * 1e-9, bytes * 1e-6, found);
   for (int i = 0; i < found; ++i) {
     Config c;
     c.id = attribute<int32_t>(heur[i].algo, CUBLASLT_ALGO_CONFIG_ID);
@@ -213,6 +246,93 @@ int main(int argc, char** argv) {
                 us, flops / us * 1e-6, bytes / us * 1e-6);
   }
 
+  if (splits == 2 && halves_on_streams) {
+    // The two K halves as two GEMMs (the batched form has no algorithm) on two streams, the
+    // way ops/cuda/linear.cpp runs them, against the same two one after the other.
+    cublasLtMatmulDesc_t& hop = op;
+    cublasLtMatrixLayout_t ha, hb, hc;
+    LT_OK(cublasLtMatrixLayoutCreate(&ha, ab, uint64_t(ks), uint64_t(n), k));
+    LT_OK(cublasLtMatrixLayoutCreate(&hb, ab, uint64_t(ks), uint64_t(m), k));
+    LT_OK(cublasLtMatrixLayoutCreate(&hc, out, uint64_t(n), uint64_t(m), n));
+    cublasLtMatmulHeuristicResult_t hr{};
+    int hf = 0;
+    LT_OK(cublasLtMatmulAlgoGetHeuristic(lt, hop, ha, hb, hc, hc, pref, 1, &hr, &hf));
+    cudaStream_t side;
+    cudaEvent_t fork, join;
+    CUDA_OK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    CUDA_OK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CUDA_OK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    const size_t eo = f32_out ? 4 : 2;
+    auto halves = [&](bool concurrent) {
+      const uint8_t* w8 = static_cast<const uint8_t*>(w);
+      const uint8_t* x8 = static_cast<const uint8_t*>(x);
+      const size_t step = size_t(ks) * esize;
+      uint8_t* y8 = static_cast<uint8_t*>(y);
+      cudaStream_t s2 = concurrent ? side : stream;
+      if (concurrent) {
+        CUDA_OK(cudaEventRecord(fork, stream));
+        CUDA_OK(cudaStreamWaitEvent(side, fork, 0));
+      }
+      LT_OK(cublasLtMatmul(lt, hop, &alpha, w8 + step, ha, x8 + step, hb, &beta,
+                           y8 + size_t(m * n) * eo, hc, y8 + size_t(m * n) * eo, hc, &hr.algo,
+                           nullptr, 0, s2));
+      LT_OK(cublasLtMatmul(lt, hop, &alpha, w8, ha, x8, hb, &beta, y8, hc, y8, hc, &hr.algo,
+                           nullptr, 0, stream));
+      if (concurrent) {
+        CUDA_OK(cudaEventRecord(join, side));
+        CUDA_OK(cudaStreamWaitEvent(stream, join, 0));
+      }
+    };
+    // The whole GEMM and the two halves, each captured 30 times in a CUDA graph (the engine's
+    // decode steps replay graphs, where the fork and join are edges, not event calls).
+    auto graph_us = [&](auto&& body) {
+      constexpr int kIters = 30;
+      cudaGraph_t g;
+      cudaGraphExec_t ge;
+      CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < kIters; ++i) body();
+      CUDA_OK(cudaStreamEndCapture(stream, &g));
+      CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+      CUDA_OK(cudaGraphLaunch(ge, stream));
+      CUDA_OK(cudaEventRecord(e0, stream));
+      CUDA_OK(cudaGraphLaunch(ge, stream));
+      CUDA_OK(cudaEventRecord(e1, stream));
+      CUDA_OK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+      cudaGraphExecDestroy(ge);
+      cudaGraphDestroy(g);
+      return ms * 1000.0f / kIters;
+    };
+    cublasLtMatrixLayout_t fa, fb, fc;  // the whole GEMM, unbatched
+    LT_OK(cublasLtMatrixLayoutCreate(&fa, ab, uint64_t(k), uint64_t(n), k));
+    LT_OK(cublasLtMatrixLayoutCreate(&fb, ab, uint64_t(k), uint64_t(m), k));
+    LT_OK(cublasLtMatrixLayoutCreate(&fc, out, uint64_t(n), uint64_t(m), n));
+    cublasLtMatmulHeuristicResult_t fr{};
+    int ff = 0;
+    LT_OK(cublasLtMatmulAlgoGetHeuristic(lt, hop, fa, fb, fc, fc, pref, 1, &fr, &ff));
+    const float whole = graph_us([&] {
+      LT_OK(cublasLtMatmul(lt, hop, &alpha, w, fa, x, fb, &beta, y, fc, y, fc, &fr.algo, nullptr,
+                           0, stream));
+    });
+    std::printf("in a CUDA graph: whole %.2f us, halves one after the other %.2f us, on two "
+                "streams %.2f us\n",
+                whole, graph_us([&] { halves(false); }), graph_us([&] { halves(true); }));
+    for (bool conc : {false, true}) {
+      for (int i = 0; i < 3; ++i) halves(conc);
+      constexpr int kIters = 30;
+      CUDA_OK(cudaEventRecord(e0, stream));
+      for (int i = 0; i < kIters; ++i) halves(conc);
+      CUDA_OK(cudaEventRecord(e1, stream));
+      CUDA_OK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+      std::printf("two K halves %s (workspace %zu): %8.2f us\n",
+                  conc ? "on two streams" : "one after the other", hr.workspaceSize,
+                  ms * 1000.0f / kIters);
+    }
+  }
+  if (top == 0) return 0;  // --top 0: the heuristic's answers only
   // Every configuration the algorithms' capabilities allow (tile x split-K x reduction scheme,
   // stages and cluster shape left to the library).
   int ids[512];

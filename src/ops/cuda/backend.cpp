@@ -59,6 +59,9 @@ Backend::Backend(const CudaDeviceOptions& o) {
   CUDA_CHECK(cudaSetDevice(o.ordinal));
   caps_ = query_capabilities(o.ordinal);
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
   CUBLAS_CHECK(cublasLtCreate(&lt_));
   workspace_bytes_ = o.workspace_bytes;
   workspace_ = malloc(workspace_bytes_);
@@ -71,6 +74,7 @@ Backend::Backend(const CudaDeviceOptions& o) {
   caps_.attention_wgmma = wgmma && o.wgmma_attention;
   caps_.shared_prefix_mma = o.shared_prefix_mma;
   caps_.fp8_input_gradient = o.fp8_input_gradient;
+  caps_.concurrent_linears = o.concurrent_linears;
   caps_.attention_backward_dims = attention_backward_mma_init();
   caps_.attention_backward_tiled = o.tiled_attention_backward;
   reserve_arena(o.arena_bytes);
@@ -84,7 +88,21 @@ Backend::~Backend() {
   if (arena_.base()) cudaFree(arena_.base());
   if (workspace_) cudaFree(workspace_);
   if (lt_) cublasLtDestroy(lt_);
+  if (side_stream_) cudaStreamSynchronize(side_stream_);
+  if (fork_event_) cudaEventDestroy(fork_event_);
+  if (join_event_) cudaEventDestroy(join_event_);
+  if (side_stream_) cudaStreamDestroy(side_stream_);
   if (stream_) cudaStreamDestroy(stream_);
+}
+
+void Backend::fork() {
+  CUDA_CHECK(cudaEventRecord(fork_event_, stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(side_stream_, fork_event_, 0));
+}
+
+void Backend::join() {
+  CUDA_CHECK(cudaEventRecord(join_event_, side_stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(stream_, join_event_, 0));
 }
 
 void* Backend::malloc(size_t bytes) {

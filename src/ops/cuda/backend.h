@@ -68,6 +68,8 @@ struct Capabilities {
   // linear_backward_input of FP8-row weights on the FP8 tensor cores
   // (CudaDeviceOptions::fp8_input_gradient); else through the dequantized weight in bf16.
   bool fp8_input_gradient = true;
+  // Small FP8 GEMMs on two streams (CudaDeviceOptions::concurrent_linears).
+  bool concurrent_linears = true;
 };
 
 class Backend {
@@ -79,6 +81,13 @@ class Backend {
 
   int ordinal() const { return caps_.ordinal; }
   cudaStream_t stream() const { return stream_; }
+  // A second stream for work that runs beside stream()'s: fork() makes side_stream() wait for
+  // everything queued on stream() so far, join() makes stream() wait for everything queued on
+  // side_stream(). Both are stream operations, so a CUDA graph captured on stream() records the
+  // fork and the join as edges.
+  cudaStream_t side_stream() const { return side_stream_; }
+  void fork();
+  void join();
   cublasLtHandle_t lt() const { return lt_; }
   const Capabilities& caps() const { return caps_; }
   Gemm& gemm() { return *gemm_; }
@@ -115,6 +124,8 @@ class Backend {
   cudaEvent_t event();
   Capabilities caps_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t side_stream_ = nullptr;
+  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

@@ -100,6 +100,8 @@ uint64_t check_fp8_quotient(Backend& b, uint32_t b_first, uint32_t b_count, uint
 // x_amax: max |x| computed by the producer (tensor scaling), or nullptr.
 void linear(Backend& b, const TensorView& x, const LinearWeight& w, const TensorView& out,
             const float* x_amax = nullptr);
+void linear_pair(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w0,
+                 const TensorView& out0, const LinearWeight& w1, const TensorView& out1);
 void linear(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
             const TensorView& out);
 void linear_accumulate(Backend& b, const TensorView& x, const LinearWeight& w, float alpha,

@@ -50,6 +50,15 @@ __global__ void bias_round_kernel(const float* __restrict__ y, const float* __re
   }
 }
 
+__global__ void sum_round_kernel(const float* __restrict__ y0, const float* __restrict__ y1,
+                                 const float* __restrict__ bias, int64_t rows, int64_t n,
+                                 bf16* __restrict__ out) {
+  FP8RL_GRID_STRIDE(i, rows * n) {
+    const float b = bias != nullptr ? bias[i % n] : 0.0f;
+    out[i] = __float2bfloat16_rn(y0[i] + y1[i] + b);
+  }
+}
+
 __global__ void fill_f32_kernel(float* x, int64_t n, float v) {
   FP8RL_GRID_STRIDE(i, n) {
     x[i] = v;
@@ -109,6 +118,12 @@ void launch_bias_round(const float* y, const float* bias, int64_t rows, int64_t 
   if (rows * n == 0) return;
   bias_round_kernel<<<grid_for(rows * n, 256), 256, 0, s>>>(y, bias, rows, n, out);
   FP8RL_LAUNCH_CHECK("bias_round");
+}
+void launch_sum_round(const float* y0, const float* y1, const float* bias, int64_t rows, int64_t n,
+                      bf16* out, cudaStream_t s) {
+  if (rows * n == 0) return;
+  sum_round_kernel<<<grid_for(rows * n, 256), 256, 0, s>>>(y0, y1, bias, rows, n, out);
+  FP8RL_LAUNCH_CHECK("sum_round");
 }
 void launch_fill_f32(float* x, int64_t n, float v, cudaStream_t s) {
   if (n == 0) return;

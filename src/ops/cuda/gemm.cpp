@@ -63,14 +63,18 @@ void Gemm::describe(const GemmArgs& g, int64_t m, Plan& p) {
     set_desc(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(workspace_));
   }
   // The stored (row-major) operands read as column-major: rows of the layout = ld.
+  CHECK((g.w_ld == 0 && g.x_ld == 0) || g.layout == GemmLayout::xwt,
+        "GEMM: row strides are for the xwt layout");
+  const int64_t w_ld = g.w_ld > 0 ? g.w_ld : g.k, x_ld = g.x_ld > 0 ? g.x_ld : g.k;
+  CHECK(w_ld >= g.k && x_ld >= g.k, "GEMM: row strides {} {} below k = {}", w_ld, x_ld, g.k);
   if (a_t)
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, uint64_t(g.k), uint64_t(g.n), g.k));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, uint64_t(g.k), uint64_t(g.n), w_ld));
   else
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, uint64_t(g.n), uint64_t(g.k), g.n));
   if (b_t)
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, uint64_t(m), uint64_t(g.k), m));
   else
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, uint64_t(g.k), uint64_t(m), g.k));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, uint64_t(g.k), uint64_t(m), x_ld));
   CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out, uint64_t(g.n), uint64_t(m), g.n));
 }
 
@@ -98,7 +102,8 @@ int Gemm::heuristic(const Plan& p, int aw, int ax, int ay, cublasLtMatmulHeurist
 }
 
 const cublasLtMatmulAlgo_t* Gemm::invariant_algo(const GemmArgs& g) {
-  const Key key{int(g.mode), int(g.layout), g.f32_operands, 0, g.n, g.k, g.y_f32, 16, 16, 16, true};
+  const Key key{int(g.mode), int(g.layout), g.f32_operands, 0, g.n, g.k, g.y_f32, 16, 16, 16,
+                true,        g.w_ld,         g.x_ld};
   auto it = invariant_algos_.find(key);
   if (it == invariant_algos_.end()) {
     Plan probe;
@@ -143,7 +148,7 @@ const cublasLtMatmulAlgo_t* Gemm::invariant_algo(const GemmArgs& g) {
 Gemm::Plan& Gemm::plan(const GemmArgs& g) {
   const int aw = alignment_of(g.w), ax = alignment_of(g.x), ay = alignment_of(g.y);
   const Key key{int(g.mode), int(g.layout), g.f32_operands, g.m, g.n, g.k, g.y_f32, aw, ax,
-                ay,          invariant_};
+                ay,          invariant_,     g.w_ld,         g.x_ld};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   Plan& p = plans_[key];
@@ -158,18 +163,30 @@ Gemm::Plan& Gemm::plan(const GemmArgs& g) {
            cublasLtMatmulAlgoCheck(lt_, p.op, p.a, p.b, p.c, p.c, algo, &check) ==
                CUBLAS_STATUS_SUCCESS &&
            check.workspaceSize <= workspace_bytes_;
-    if (p.ok) p.algo = *algo;
+    if (p.ok) {
+      p.algo = *algo;
+      p.workspace = check.workspaceSize;
+    }
     return p;
   }
   cublasLtMatmulHeuristicResult_t res{};
   // No algorithm (or NOT_SUPPORTED) means this mode/shape is unsupported: callers fall back.
   p.ok = heuristic(p, aw, ax, ay, &res, 1) > 0 && res.state == CUBLAS_STATUS_SUCCESS;
-  if (p.ok) p.algo = res.algo;
+  if (p.ok) {
+    p.algo = res.algo;
+    p.workspace = res.workspaceSize;
+  }
   return p;
 }
 
 bool Gemm::supported(const GemmArgs& a) {
   return plan(a).ok;
+}
+
+size_t Gemm::workspace_used(const GemmArgs& a) {
+  const Plan& p = plan(a);
+  CHECK(p.ok, "GEMM: workspace_used of an unsupported shape m={} n={} k={}", a.m, a.n, a.k);
+  return p.workspace;
 }
 
 void Gemm::run(const GemmArgs& g, cudaStream_t stream) {

@@ -55,6 +55,9 @@ struct GemmArgs {
   bool y_f32 = false;
   const float* w_scale = nullptr;
   const float* x_scale = nullptr;
+  // Row strides (elements) of W and X in the xwt layout when they exceed k: the GEMM then reads
+  // a column slice of wider matrices (one K slice of a split-K). 0: k.
+  int64_t w_ld = 0, x_ld = 0;
 };
 
 class Gemm {
@@ -67,6 +70,9 @@ class Gemm {
   // Whether cuBLASLt has an algorithm for this mode and shape (pointers may be null: the
   // answer assumes 256-byte aligned operands).
   bool supported(const GemmArgs& a);
+  // Workspace bytes the planned algorithm uses (0: it never touches the workspace, so calls
+  // of such plans may run concurrently on different streams). a must be supported.
+  size_t workspace_used(const GemmArgs& a);
   // Runs it on `stream`; raises when unsupported. k = 0 writes zeros (or leaves an accumulated
   // Y as it is).
   void run(const GemmArgs& a, cudaStream_t stream);
@@ -80,11 +86,13 @@ class Gemm {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    size_t workspace = 0;
     bool ok = false;
   };
   // mode, layout, f32 operands, m, n, k, f32 out, alignment of w, x, y (bytes, up to 256),
-  // batch-invariant
-  using Key = std::tuple<int, int, bool, int64_t, int64_t, int64_t, bool, int, int, int, bool>;
+  // batch-invariant, w_ld, x_ld
+  using Key = std::tuple<int, int, bool, int64_t, int64_t, int64_t, bool, int, int, int, bool,
+                         int64_t, int64_t>;
   Plan& plan(const GemmArgs& a);
   // Descriptors and layouts of a's shape with m rows.
   void describe(const GemmArgs& a, int64_t m, Plan& p);

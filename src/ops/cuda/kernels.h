@@ -162,6 +162,10 @@ void launch_add_bias(float* out, const float* bias, int64_t rows, int64_t n, cud
 // out[r, j] = bf16(y[r, j] + bias[j]): a GEMM's fp32 result with its bias, rounded once.
 void launch_bias_round(const float* y, const float* bias, int64_t rows, int64_t n, bf16* out,
                        cudaStream_t s);
+// out[r, j] = bf16(y0[r, j] + y1[r, j] (+ bias[j])): the two K halves of a split GEMM summed in
+// fp32 and rounded once; bias may be null.
+void launch_sum_round(const float* y0, const float* y1, const float* bias, int64_t rows, int64_t n,
+                      bf16* out, cudaStream_t s);
 void launch_fill_f32(float* x, int64_t n, float v, cudaStream_t s);
 void launch_fill_bf16(bf16* x, int64_t n, float v, cudaStream_t s);
 // Uniform in [-bound, bound] from uniform_hash(seed, i) (the CPU computes the same floats).

@@ -171,10 +171,77 @@ GemmArgs fp8_args(Backend& b, Path path, const ops::QuantizedActivation& x, cons
   return g;
 }
 
+// ---- Decode-sized FP8 GEMMs on two streams
+//
+// cuBLASLt 13.1 has one configuration for OUTER_VEC_32F on sm_90 (128x128 tiles, no split-K,
+// no batched form: tools/experiments/gemm_sweep), so the GEMM of a 256-row decode step with
+// N = 4,096 keeps 64 of 132 SMs busy for its whole K loop, and two GEMMs of 192 tiles each
+// leave most of a second wave idle. GEMMs whose plans use no workspace run concurrently
+// instead, the second fork()ed onto the side stream: a pair reading one input (gate and up),
+// or one GEMM's two K halves into fp32 partials that sum_round adds and rounds once (down_proj).
+// A half's product carries the whole row scales (s_x[m] s_w[n] is constant along K), so the
+// halves add up to the unsplit result up to the order of the fp32 sum. Never in
+// batch-invariant mode, where a row's summation order must not depend on m.
+//
+// Measured on an H200 at M = 256, N = 4,096, replayed from a CUDA graph as decode steps are
+// (tools/experiments/gemm_sweep --halves-on-streams, docs/PERFORMANCE.md): a GEMM costs ~8 us
+// however short its K loop, so halves pay only for a long K. K = 12,288: 24.4 us as two halves
+// against 32.4 us whole; K = 4,096: 10.3 against 13.3, which the ~3 us sum_round eats.
+// Hence kHalvesMinK.
+constexpr int64_t kHalvesMinK = 8192;
+
+bool concurrency_on(const Backend& b) {
+  return b.caps().concurrent_linears && !b.batch_invariant();
+}
+
+int64_t gemm_tiles(int64_t m, int64_t n) {  // the 128x128 output tiles of OUTER_VEC_32F
+  return ((m + 127) / 128) * ((n + 127) / 128);
+}
+
+// Plans that cuBLASLt supports and that never touch the shared workspace.
+bool concurrent_plans(Backend& b, std::initializer_list<GemmArgs> gs) {
+  for (const GemmArgs& g : gs)
+    if (!b.gemm().supported(g) || b.gemm().workspace_used(g) != 0) return false;
+  return true;
+}
+
+// out = x W^T as two K halves on two streams, when a whole GEMM fills at most half the SMs.
+// False, with nothing queued, when that does not apply. Its scratch (2 M N fp32) is within
+// linear_scratch_bytes' two fp32 outputs.
+bool run_k_halves(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
+                  const TensorView& out) {
+  const int64_t m = x.rows, n = w.out_features(), k = w.in_features();
+  if (!concurrency_on(b) || out.dtype != DType::bf16 || k % 32 != 0 || k < kHalvesMinK ||
+      2 * gemm_tiles(m, n) > b.caps().multiprocessors)
+    return false;
+  const TensorView parts = b.arena().alloc({2, m, n}, DType::f32);  // [2, M, N] K-half sums
+  float* lo_y = static_cast<float*>(parts.data);
+  GemmArgs lo = fp8_args(b, Path::outer, x, w, lo_y, true);
+  lo.k = k / 2;
+  lo.w_ld = lo.x_ld = k;
+  GemmArgs hi = lo;
+  hi.w = static_cast<const uint8_t*>(lo.w) + k / 2;
+  hi.x = static_cast<const uint8_t*>(lo.x) + k / 2;
+  hi.y = lo_y + m * n;
+  if (!concurrent_plans(b, {lo, hi})) return false;
+  b.fork();
+  b.gemm().run(hi, b.side_stream());
+  b.gemm().run(lo, b.stream());
+  b.join();
+  launch_sum_round(lo_y, lo_y + m * n, static_cast<const float*>(w.bias.data), m, n,
+                   static_cast<bf16*>(out.data), b.stream());
+  b.last_linear_path = "fp8 OUTER_VEC_32F, K halves on two streams";
+  return true;
+}
+
 void run_quantized(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
                    const TensorView& out) {
   const size_t mark = b.arena().mark();
   Path path = choose_path(b, w, x.act);
+  if (path == Path::outer && run_k_halves(b, x, w, out)) {
+    b.arena().rewind(mark);
+    return;
+  }
   GemmArgs g;
   Target t;
   if (path != Path::dequantized) {
@@ -228,6 +295,31 @@ void linear(Backend& b, const TensorView& x, const LinearWeight& w, const Tensor
 void linear(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
             const TensorView& out) {
   run_quantized(b, x, w, out);
+}
+
+void linear_pair(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w0,
+                 const TensorView& out0, const LinearWeight& w1, const TensorView& out1) {
+  auto direct = [&](const LinearWeight& w, const TensorView& out) {
+    return choose_path(b, w, x.act) == Path::outer && w.bias.empty() && out.dtype == DType::bf16;
+  };
+  // Side by side while the two fill at most four waves: past that, each one's last partial
+  // wave is a small part of its time.
+  const int64_t tiles = gemm_tiles(x.rows, w0.out_features()) + gemm_tiles(x.rows, w1.out_features());
+  if (concurrency_on(b) && direct(w0, out0) && direct(w1, out1) &&
+      tiles <= 4 * b.caps().multiprocessors) {
+    const GemmArgs g0 = fp8_args(b, Path::outer, x, w0, out0.data, false);
+    const GemmArgs g1 = fp8_args(b, Path::outer, x, w1, out1.data, false);
+    if (concurrent_plans(b, {g0, g1})) {
+      b.fork();
+      b.gemm().run(g1, b.side_stream());
+      b.gemm().run(g0, b.stream());
+      b.join();
+      b.last_linear_path = "fp8 OUTER_VEC_32F, a pair on two streams";
+      return;
+    }
+  }
+  run_quantized(b, x, w0, out0);
+  run_quantized(b, x, w1, out1);
 }
 
 // D = alpha X W^T + out with C = D = out (bf16): fp32 accumulation, one rounding of the sum.

@@ -133,6 +133,48 @@ __device__ uint32_t radix_select(const float* l, int64_t v, uint32_t floor_key,
 
 // (kThreads, 1): a 1024-thread block is alone on its SM anyway; without the minimum ptxas
 // capped the kernel at 32 registers and spilled.
+// A row without penalties, bans, top-k or top-p (GRPO's and the benchmarks' rows) in two reads
+// of its logits and no working copy: the max, then the raw normalizer, the greedy argmax and
+// the Gumbel pick together. The same arithmetic as the general path (max_i x_i / T equals
+// max_i (x_i / T) for T > 0: the division is monotonic), so the same token and logprob.
+__device__ bool plain_row(const ops::SampleRow& r, int64_t v) {
+  return r.repetition_penalty == 1.0f && r.banned_begin == r.banned_end &&
+         !(r.top_k > 0 && r.top_k < v) && !(r.top_p < 1.0f);
+}
+
+__device__ void sample_plain(const ops::SampleRow& r, const float* x, int64_t v, Shared& sh,
+                             float& m_raw, float& log_raw, int& token) {
+  const int tid = threadIdx.x;
+  m_raw = -INFINITY;
+  for (int64_t i = tid; i < v; i += kThreads) m_raw = fmaxf(m_raw, x[i]);
+  m_raw = block_max_any(m_raw, sh);
+  const bool sampled = r.temperature != 0.0f && m_raw > -INFINITY;
+  const float m = m_raw / r.temperature;  // max of the tempered logits (when sampled)
+  const uint64_t key = rng_key(r.stream, uint64_t(r.position));
+  float s_raw = 0.0f;
+  Best greedy{-INFINITY, kNone}, pick{-INFINITY, kNone};
+  for (int64_t i = tid; i < v; i += kThreads) {
+    const float xi = x[i];
+    s_raw += expf(xi - m_raw);
+    const Best c{xi, int(i)};
+    if (better(c, greedy)) greedy = c;
+    if (!sampled) continue;
+    const float l = xi / r.temperature;
+    if (!(l > -INFINITY)) continue;
+    if (r.min_p > 0.0f && !(expf(l - m) >= r.min_p)) continue;
+    const float g = -logf(-logf(uniform01(key, uint64_t(i))));
+    const Best p{l + g, int(i)};
+    if (better(p, pick)) pick = p;
+  }
+  log_raw = logf(block_sum_f(s_raw, sh));
+  greedy = block_best(greedy, sh);
+  token = greedy.i;
+  if (sampled) {
+    pick = block_best(pick, sh);
+    if (pick.i != kNone) token = pick.i;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 1) sample_kernel(SampleArgs a) {
   __shared__ Shared sh;
   const ops::SampleRow r = a.rows[blockIdx.x];
@@ -141,76 +183,81 @@ __global__ void __launch_bounds__(kThreads, 1) sample_kernel(SampleArgs a) {
   float* w = a.work + int64_t(blockIdx.x) * v;
   const int tid = threadIdx.x;
 
-  float m_raw = -INFINITY;
-  for (int64_t i = tid; i < v; i += kThreads) {
-    const float xi = x[i];
-    w[i] = xi;
-    m_raw = fmaxf(m_raw, xi);
-  }
-  m_raw = block_max_any(m_raw, sh);  // its barriers also order the copy before the edits
-  if (r.repetition_penalty != 1.0f)
-    for (int j = r.history_begin + tid; j < r.history_end; j += kThreads) {
-      const int32_t id = a.history[j];
-      if (id < 0 || id >= v) continue;
-      const float xi = x[id];  // from the raw logit: a repeated id is penalized once
-      w[id] = xi > 0 ? xi / r.repetition_penalty : xi * r.repetition_penalty;
-    }
-  __syncthreads();
-  for (int j = r.banned_begin + tid; j < r.banned_end; j += kThreads) {
-    const int32_t id = a.history[j];
-    if (id >= 0 && id < v) w[id] = -INFINITY;
-  }
-  __syncthreads();
-
-  // The normalizer of the raw logprobs (the processed ones: launch_tempered_logprobs).
-  float s_raw = 0.0f;
-  Best greedy{-INFINITY, kNone};
-  for (int64_t i = tid; i < v; i += kThreads) {
-    const float xi = x[i];
-    s_raw += expf(xi - m_raw);
-    const Best c{w[i], int(i)};
-    if (better(c, greedy)) greedy = c;
-  }
-  const float log_raw = logf(block_sum_f(s_raw, sh));
-  greedy = block_best(greedy, sh);
-
-  int token = greedy.i;
-  if (r.temperature != 0.0f) {
-    float m = -INFINITY;
+  float m_raw = -INFINITY, log_raw = 0.0f;
+  int token = kNone;
+  if (plain_row(r, v)) {
+    sample_plain(r, x, v, sh, m_raw, log_raw, token);
+  } else {
     for (int64_t i = tid; i < v; i += kThreads) {
-      const float l = w[i] / r.temperature;
-      w[i] = l;
-      m = fmaxf(m, l);
+      const float xi = x[i];
+      w[i] = xi;
+      m_raw = fmaxf(m_raw, xi);
     }
-    m = block_max_any(m, sh);
-    if (m > -INFINITY) {
-      uint32_t floor_key = 0;
-      if (r.top_k > 0 && r.top_k < v)
-        floor_key = radix_select<false>(w, v, 0, (unsigned long long)(r.top_k), m, sh);
-      if (r.top_p < 1.0f) {
-        unsigned long long total = 0;
+    m_raw = block_max_any(m_raw, sh);  // its barriers also order the copy before the edits
+    if (r.repetition_penalty != 1.0f)
+      for (int j = r.history_begin + tid; j < r.history_end; j += kThreads) {
+        const int32_t id = a.history[j];
+        if (id < 0 || id >= v) continue;
+        const float xi = x[id];  // from the raw logit: a repeated id is penalized once
+        w[id] = xi > 0 ? xi / r.repetition_penalty : xi * r.repetition_penalty;
+      }
+    __syncthreads();
+    for (int j = r.banned_begin + tid; j < r.banned_end; j += kThreads) {
+      const int32_t id = a.history[j];
+      if (id >= 0 && id < v) w[id] = -INFINITY;
+    }
+    __syncthreads();
+
+    // The normalizer of the raw logprobs (the processed ones: launch_tempered_logprobs).
+    float s_raw = 0.0f;
+    Best greedy{-INFINITY, kNone};
+    for (int64_t i = tid; i < v; i += kThreads) {
+      const float xi = x[i];
+      s_raw += expf(xi - m_raw);
+      const Best c{w[i], int(i)};
+      if (better(c, greedy)) greedy = c;
+    }
+    log_raw = logf(block_sum_f(s_raw, sh));
+    greedy = block_best(greedy, sh);
+
+    token = greedy.i;
+    if (r.temperature != 0.0f) {
+      float m = -INFINITY;
+      for (int64_t i = tid; i < v; i += kThreads) {
+        const float l = w[i] / r.temperature;
+        w[i] = l;
+        m = fmaxf(m, l);
+      }
+      m = block_max_any(m, sh);
+      if (m > -INFINITY) {
+        uint32_t floor_key = 0;
+        if (r.top_k > 0 && r.top_k < v)
+          floor_key = radix_select<false>(w, v, 0, (unsigned long long)(r.top_k), m, sh);
+        if (r.top_p < 1.0f) {
+          unsigned long long total = 0;
+          for (int64_t i = tid; i < v; i += kThreads) {
+            const float l = w[i];
+            if (l > -INFINITY && order_key(l) >= floor_key) total += mass(l, m);
+          }
+          total = block_sum_u64(total, sh);
+          unsigned long long target = (unsigned long long)(ceil(double(r.top_p) * double(total)));
+          target = target < 1 ? 1 : (target > total ? total : target);
+          const uint32_t t = radix_select<true>(w, v, floor_key, target, m, sh);
+          floor_key = t > floor_key ? t : floor_key;
+        }
+        const uint64_t key = rng_key(r.stream, uint64_t(r.position));
+        Best pick{-INFINITY, kNone};
         for (int64_t i = tid; i < v; i += kThreads) {
           const float l = w[i];
-          if (l > -INFINITY && order_key(l) >= floor_key) total += mass(l, m);
+          if (!(l > -INFINITY) || order_key(l) < floor_key) continue;
+          if (r.min_p > 0.0f && !(expf(l - m) >= r.min_p)) continue;
+          const float g = -logf(-logf(uniform01(key, uint64_t(i))));
+          const Best c{l + g, int(i)};
+          if (better(c, pick)) pick = c;
         }
-        total = block_sum_u64(total, sh);
-        unsigned long long target = (unsigned long long)(ceil(double(r.top_p) * double(total)));
-        target = target < 1 ? 1 : (target > total ? total : target);
-        const uint32_t t = radix_select<true>(w, v, floor_key, target, m, sh);
-        floor_key = t > floor_key ? t : floor_key;
+        pick = block_best(pick, sh);
+        if (pick.i != kNone) token = pick.i;
       }
-      const uint64_t key = rng_key(r.stream, uint64_t(r.position));
-      Best pick{-INFINITY, kNone};
-      for (int64_t i = tid; i < v; i += kThreads) {
-        const float l = w[i];
-        if (!(l > -INFINITY) || order_key(l) < floor_key) continue;
-        if (r.min_p > 0.0f && !(expf(l - m) >= r.min_p)) continue;
-        const float g = -logf(-logf(uniform01(key, uint64_t(i))));
-        const Best c{l + g, int(i)};
-        if (better(c, pick)) pick = c;
-      }
-      pick = block_best(pick, sh);
-      if (pick.i != kNone) token = pick.i;
     }
   }
 
