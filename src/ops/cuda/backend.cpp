@@ -83,12 +83,12 @@ Backend::Backend(const CudaDeviceOptions& o) {
 Backend::~Backend() {
   // Destructors must not throw: errors here are ignored (the process is tearing down).
   cudaStreamSynchronize(stream_);
+  if (side_stream_) cudaStreamSynchronize(side_stream_);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   gemm_.reset();
   if (arena_.base()) cudaFree(arena_.base());
   if (workspace_) cudaFree(workspace_);
   if (lt_) cublasLtDestroy(lt_);
-  if (side_stream_) cudaStreamSynchronize(side_stream_);
   if (fork_event_) cudaEventDestroy(fork_event_);
   if (join_event_) cudaEventDestroy(join_event_);
   if (side_stream_) cudaStreamDestroy(side_stream_);

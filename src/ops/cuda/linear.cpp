@@ -214,6 +214,7 @@ bool run_k_halves(Backend& b, const ops::QuantizedActivation& x, const LinearWei
   if (!concurrency_on(b) || out.dtype != DType::bf16 || k % 32 != 0 || k < kHalvesMinK ||
       2 * gemm_tiles(m, n) > b.caps().multiprocessors)
     return false;
+  const size_t mark = b.arena().mark();
   const TensorView parts = b.arena().alloc({2, m, n}, DType::f32);  // [2, M, N] K-half sums
   float* lo_y = static_cast<float*>(parts.data);
   GemmArgs lo = fp8_args(b, Path::outer, x, w, lo_y, true);
@@ -223,7 +224,10 @@ bool run_k_halves(Backend& b, const ops::QuantizedActivation& x, const LinearWei
   hi.w = static_cast<const uint8_t*>(lo.w) + k / 2;
   hi.x = static_cast<const uint8_t*>(lo.x) + k / 2;
   hi.y = lo_y + m * n;
-  if (!concurrent_plans(b, {lo, hi})) return false;
+  if (!concurrent_plans(b, {lo, hi})) {
+    b.arena().rewind(mark);
+    return false;
+  }
   b.fork();
   b.gemm().run(hi, b.side_stream());
   b.gemm().run(lo, b.stream());
