@@ -610,15 +610,15 @@ void linear_pair(Context& ctx, const QuantizedActivation& x, const LinearWeight&
           "linear_pair: input quantized with {} scaling for a weight whose activations use {}",
           act_scaling_name(x.act), act_scaling_name(w->act));
   }
-  dry_run_scratch(ctx, std::max(linear_scratch_bytes(ctx, w0, x.rows),
-                                linear_scratch_bytes(ctx, w1, x.rows)));
+  dry_run_scratch(
+      ctx, std::max(linear_scratch_bytes(ctx, w0, x.rows), linear_scratch_bytes(ctx, w1, x.rows)));
   if (ctx.device == Device::cpu) {  // the CPU runs them one after the other anyway
     linear(ctx, x, w0, out0);
     linear(ctx, x, w1, out1);
     return;
   }
-  FP8RL_DISPATCH(ctx, linear_name(w0, x.rows) + " + " + linear_name(w1, x.rows).substr(7),
-                 (void)0, cuda::linear_pair(*ctx.cuda, x, w0, out0, w1, out1));
+  FP8RL_DISPATCH(ctx, linear_name(w0, x.rows) + " + " + linear_name(w1, x.rows).substr(7), (void)0,
+                 cuda::linear_pair(*ctx.cuda, x, w0, out0, w1, out1));
 }
 
 void linear_accumulate(Context& ctx, const TensorView& x, const LinearWeight& w, float alpha,

@@ -429,8 +429,8 @@ void concurrent_linear_case(Harness& h, Outcome& o, int64_t m, bool bias) {
   };
   const bool pair_same = bits_equal(pair0, seq0) && bits_equal(pair1, seq1);
   o.checks.push_back({"pair == sequential bit for bit", pair_same ? 0.0 : 1.0, 0.0, pair_same});
-  o.checks.push_back(compare("K halves vs one GEMM", as_f32(h, halves), as_f32(h, whole),
-                             2 * kBf16HalfUlp));
+  o.checks.push_back(
+      compare("K halves vs one GEMM", as_f32(h, halves), as_f32(h, whole), 2 * kBf16HalfUlp));
 
   // Captured: the fork and join become graph edges; a replay rewrites every output.
   const Tensor eager_halves = to_host(h, halves), eager0 = to_host(h, pair0),
@@ -441,12 +441,11 @@ void concurrent_linear_case(Harness& h, Outcome& o, int64_t m, bool bias) {
   CudaGraph graph = h.dev->end_capture();
   for (const TensorView& t : {halves, pair0, pair1}) ops::fill(h.gpu, t, NAN);
   graph.replay();
-  const bool replay_same = std::memcmp(to_host(h, halves).view().data, eager_halves.view().data,
-                                       eager_halves.nbytes()) == 0 &&
-                           std::memcmp(to_host(h, pair0).view().data, eager0.view().data,
-                                       eager0.nbytes()) == 0 &&
-                           std::memcmp(to_host(h, pair1).view().data, eager1.view().data,
-                                       eager1.nbytes()) == 0;
+  const bool replay_same =
+      std::memcmp(to_host(h, halves).view().data, eager_halves.view().data,
+                  eager_halves.nbytes()) == 0 &&
+      std::memcmp(to_host(h, pair0).view().data, eager0.view().data, eager0.nbytes()) == 0 &&
+      std::memcmp(to_host(h, pair1).view().data, eager1.view().data, eager1.nbytes()) == 0;
   o.checks.push_back({"graph replay == eager", replay_same ? 0.0 : 1.0, 0.0, replay_same});
   o.checks.push_back(g.verify({halves, pair0, pair1, whole, seq0, seq1}));
   o.info = fmt::format("{}; {}; off: {}; {} graph nodes", halves_path, pair_path, whole_path,

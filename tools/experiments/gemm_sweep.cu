@@ -1,9 +1,9 @@
-// gemm_sweep M N K [--fp8 | --bf16] [--top T] [--splitk S] [--f32-out]: times every cuBLASLt algorithm configuration it
-// can build for one linear-layer GEMM (Y[M,N] = X[M,K] W[N,K]^T, the project's TN mapping:
-// A = W, B = X), with FP8 e4m3 operands and OUTER_VEC_32F scales (the FP8-row recipe) or bf16,
-// and prints the heuristic's first choice beside the fastest configurations. Evidence for how
-// far cuBLASLt can take a decode step's GEMMs (M = a few hundred tokens), where the heuristic's
-// pick leaves most SMs idle. An experiment, built on demand:
+// gemm_sweep M N K [--fp8 | --bf16] [--top T] [--splitk S] [--f32-out] [--halves-on-streams]: times
+// every cuBLASLt algorithm configuration it can build for one linear-layer GEMM (Y[M,N] = X[M,K]
+// W[N,K]^T, the project's TN mapping: A = W, B = X), with FP8 e4m3 operands and OUTER_VEC_32F
+// scales (the FP8-row recipe) or bf16, and prints the heuristic's first choice beside the fastest
+// configurations. Evidence for how far cuBLASLt can take a decode step's GEMMs (M = a few hundred
+// tokens), where the heuristic's pick leaves most SMs idle. An experiment, built on demand:
 //
 //   cmake --build build-cuda --target gemm_sweep && build-cuda/tools/experiments/gemm_sweep 256
 //   4096 4096
@@ -100,7 +100,9 @@ void set_config(cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: gemm_sweep M N K [--fp8 | --bf16] [--top T] [--splitk S] [--f32-out]\n");
+    std::fprintf(stderr,
+                 "usage: gemm_sweep M N K [--fp8 | --bf16] [--top T] [--splitk S] [--f32-out] "
+                 "[--halves-on-streams]\n");
     return 2;
   }
   const int64_t m = std::atoll(argv[1]), n = std::atoll(argv[2]), k = std::atoll(argv[3]);
@@ -149,7 +151,8 @@ int main(int argc, char** argv) {
 
   cublasLtHandle_t lt;
   LT_OK(cublasLtCreate(&lt));
-  const cudaDataType_t ab = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF, out = f32_out ? CUDA_R_32F : CUDA_R_16BF;
+  const cudaDataType_t ab = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF,
+                       out = f32_out ? CUDA_R_32F : CUDA_R_16BF;
   cublasLtMatmulDesc_t op;
   LT_OK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -182,8 +185,8 @@ int main(int argc, char** argv) {
     for (cublasLtMatrixLayout_t l : {la, lb})
       LT_OK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                              &step_ab, sizeof(step_ab)));
-    LT_OK(cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                           &step_c, sizeof(step_c)));
+    LT_OK(cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &step_c,
+                                           sizeof(step_c)));
   }
 
   cudaStream_t stream;
@@ -215,7 +218,8 @@ int main(int argc, char** argv) {
     return std::string(b);
   };
   const double flops = 2.0 * double(m) * double(n) * double(k);
-  const double bytes = double(n * k + m * k) * double(esize) + double(m * n) * double(splits) * (f32_out ? 4 : 2);
+  const double bytes =
+      double(n * k + m * k) * double(esize) + double(m * n) * double(splits) * (f32_out ? 4 : 2);
 
   // The heuristic's first choice (what the project's Gemm runs).
   cublasLtMatmulPreference_t pref;
@@ -312,12 +316,13 @@ int main(int argc, char** argv) {
     int ff = 0;
     LT_OK(cublasLtMatmulAlgoGetHeuristic(lt, hop, fa, fb, fc, fc, pref, 1, &fr, &ff));
     const float whole = graph_us([&] {
-      LT_OK(cublasLtMatmul(lt, hop, &alpha, w, fa, x, fb, &beta, y, fc, y, fc, &fr.algo, nullptr,
-                           0, stream));
+      LT_OK(cublasLtMatmul(lt, hop, &alpha, w, fa, x, fb, &beta, y, fc, y, fc, &fr.algo, nullptr, 0,
+                           stream));
     });
-    std::printf("in a CUDA graph: whole %.2f us, halves one after the other %.2f us, on two "
-                "streams %.2f us\n",
-                whole, graph_us([&] { halves(false); }), graph_us([&] { halves(true); }));
+    std::printf(
+        "in a CUDA graph: whole %.2f us, halves one after the other %.2f us, on two "
+        "streams %.2f us\n",
+        whole, graph_us([&] { halves(false); }), graph_us([&] { halves(true); }));
     for (bool conc : {false, true}) {
       for (int i = 0; i < 3; ++i) halves(conc);
       constexpr int kIters = 30;

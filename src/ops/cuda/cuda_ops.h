@@ -104,6 +104,8 @@ void linear_pair(Backend& b, const ops::QuantizedActivation& x, const LinearWeig
                  const TensorView& out0, const LinearWeight& w1, const TensorView& out1);
 void linear(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
             const TensorView& out);
+// W dequantized to bf16 [N,K] in the arena (the caller's scope): the bf16 fallback's weight.
+TensorView dequantized_weight(Backend& b, const LinearWeight& w);
 void linear_accumulate(Backend& b, const TensorView& x, const LinearWeight& w, float alpha,
                        const TensorView& out);
 size_t linear_scratch_bytes(const LinearWeight& w, int64_t m);
@@ -112,8 +114,8 @@ void quantize_weight(Backend& b, const TensorView& w, Fp8Scheme scheme, const Te
 void prepare_linear(Context& ctx, LinearWeight& w, std::vector<DeviceBuffer>& storage);
 double time_gemm(Backend& b, const LinearWeight& w, int64_t m, int iters);
 
-// ---- backward ops (backward.cpp; linear_backward_input in linear.cpp); operands already
-// checked by ops/backward.cpp. Scratch comes from the backend's arena; the *_scratch_bytes
+// ---- backward ops (backward.cpp; linear_backward_input in linear_backward_input.cpp); operands
+// already checked by ops/backward.cpp. Scratch comes from the backend's arena; the *_scratch_bytes
 // are what a dry run declares.
 void rms_norm_save(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
                    const TensorView& out, const TensorView& inv_rms);

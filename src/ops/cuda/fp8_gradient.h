@@ -1,6 +1,6 @@
 // Kernels of the FP8 input gradient of a frozen row-scaled FP8 weight (linear_backward_input,
-// ops/cuda/linear.cpp): the codes transposed, and dY scaled by the weight's row scales and
-// quantized per token. CUDA runtime types only.
+// ops/cuda/linear_backward_input.cpp): the codes transposed, and dY scaled by the weight's row
+// scales and quantized per token. CUDA runtime types only.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -102,8 +102,8 @@ int Gemm::heuristic(const Plan& p, int aw, int ax, int ay, cublasLtMatmulHeurist
 }
 
 const cublasLtMatmulAlgo_t* Gemm::invariant_algo(const GemmArgs& g) {
-  const Key key{int(g.mode), int(g.layout), g.f32_operands, 0, g.n, g.k, g.y_f32, 16, 16, 16,
-                true,        g.w_ld,         g.x_ld};
+  const Key key{int(g.mode), int(g.layout), g.f32_operands, 0,     g.n, g.k, g.y_f32, 16, 16,
+                16,          true,          g.w_ld,         g.x_ld};
   auto it = invariant_algos_.find(key);
   if (it == invariant_algos_.end()) {
     Plan probe;
@@ -147,8 +147,8 @@ const cublasLtMatmulAlgo_t* Gemm::invariant_algo(const GemmArgs& g) {
 
 Gemm::Plan& Gemm::plan(const GemmArgs& g) {
   const int aw = alignment_of(g.w), ax = alignment_of(g.x), ay = alignment_of(g.y);
-  const Key key{int(g.mode), int(g.layout), g.f32_operands, g.m, g.n, g.k, g.y_f32, aw, ax,
-                ay,          invariant_,     g.w_ld,         g.x_ld};
+  const Key key{int(g.mode), int(g.layout), g.f32_operands, g.m,   g.n, g.k, g.y_f32, aw, ax,
+                ay,          invariant_,    g.w_ld,         g.x_ld};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   Plan& p = plans_[key];
