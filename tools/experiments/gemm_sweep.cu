@@ -253,14 +253,21 @@ int main(int argc, char** argv) {
   if (splits == 2 && halves_on_streams) {
     // The two K halves as two GEMMs (the batched form has no algorithm) on two streams, the
     // way ops/cuda/linear.cpp runs them, against the same two one after the other.
-    cublasLtMatmulDesc_t& hop = op;
-    cublasLtMatrixLayout_t ha, hb, hc;
-    LT_OK(cublasLtMatrixLayoutCreate(&ha, ab, uint64_t(ks), uint64_t(n), k));
-    LT_OK(cublasLtMatrixLayoutCreate(&hb, ab, uint64_t(ks), uint64_t(m), k));
-    LT_OK(cublasLtMatrixLayoutCreate(&hc, out, uint64_t(n), uint64_t(m), n));
-    cublasLtMatmulHeuristicResult_t hr{};
-    int hf = 0;
-    LT_OK(cublasLtMatmulAlgoGetHeuristic(lt, hop, ha, hb, hc, hc, pref, 1, &hr, &hf));
+    // Unbatched layouts over `rows` of K (row stride k) and the heuristic's pick for them.
+    struct Unbatched {
+      cublasLtMatrixLayout_t a, b, c;
+      cublasLtMatmulHeuristicResult_t pick{};
+    };
+    auto unbatched = [&](int64_t rows) {
+      Unbatched u;
+      LT_OK(cublasLtMatrixLayoutCreate(&u.a, ab, uint64_t(rows), uint64_t(n), k));
+      LT_OK(cublasLtMatrixLayoutCreate(&u.b, ab, uint64_t(rows), uint64_t(m), k));
+      LT_OK(cublasLtMatrixLayoutCreate(&u.c, out, uint64_t(n), uint64_t(m), n));
+      int got = 0;
+      LT_OK(cublasLtMatmulAlgoGetHeuristic(lt, op, u.a, u.b, u.c, u.c, pref, 1, &u.pick, &got));
+      return u;
+    };
+    const Unbatched half = unbatched(ks), full = unbatched(k);
     cudaStream_t side;
     cudaEvent_t fork, join;
     CUDA_OK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
@@ -277,11 +284,11 @@ int main(int argc, char** argv) {
         CUDA_OK(cudaEventRecord(fork, stream));
         CUDA_OK(cudaStreamWaitEvent(side, fork, 0));
       }
-      LT_OK(cublasLtMatmul(lt, hop, &alpha, w8 + step, ha, x8 + step, hb, &beta,
-                           y8 + size_t(m * n) * eo, hc, y8 + size_t(m * n) * eo, hc, &hr.algo,
-                           nullptr, 0, s2));
-      LT_OK(cublasLtMatmul(lt, hop, &alpha, w8, ha, x8, hb, &beta, y8, hc, y8, hc, &hr.algo,
-                           nullptr, 0, stream));
+      LT_OK(cublasLtMatmul(lt, op, &alpha, w8 + step, half.a, x8 + step, half.b, &beta,
+                           y8 + size_t(m * n) * eo, half.c, y8 + size_t(m * n) * eo, half.c,
+                           &half.pick.algo, nullptr, 0, s2));
+      LT_OK(cublasLtMatmul(lt, op, &alpha, w8, half.a, x8, half.b, &beta, y8, half.c, y8, half.c,
+                           &half.pick.algo, nullptr, 0, stream));
       if (concurrent) {
         CUDA_OK(cudaEventRecord(join, side));
         CUDA_OK(cudaStreamWaitEvent(stream, join, 0));
@@ -308,16 +315,9 @@ int main(int argc, char** argv) {
       cudaGraphDestroy(g);
       return ms * 1000.0f / kIters;
     };
-    cublasLtMatrixLayout_t fa, fb, fc;  // the whole GEMM, unbatched
-    LT_OK(cublasLtMatrixLayoutCreate(&fa, ab, uint64_t(k), uint64_t(n), k));
-    LT_OK(cublasLtMatrixLayoutCreate(&fb, ab, uint64_t(k), uint64_t(m), k));
-    LT_OK(cublasLtMatrixLayoutCreate(&fc, out, uint64_t(n), uint64_t(m), n));
-    cublasLtMatmulHeuristicResult_t fr{};
-    int ff = 0;
-    LT_OK(cublasLtMatmulAlgoGetHeuristic(lt, hop, fa, fb, fc, fc, pref, 1, &fr, &ff));
     const float whole = graph_us([&] {
-      LT_OK(cublasLtMatmul(lt, hop, &alpha, w, fa, x, fb, &beta, y, fc, y, fc, &fr.algo, nullptr, 0,
-                           stream));
+      LT_OK(cublasLtMatmul(lt, op, &alpha, w, full.a, x, full.b, &beta, y, full.c, y, full.c,
+                           &full.pick.algo, nullptr, 0, stream));
     });
     std::printf(
         "in a CUDA graph: whole %.2f us, halves one after the other %.2f us, on two "
@@ -333,7 +333,7 @@ int main(int argc, char** argv) {
       float ms = 0;
       CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
       std::printf("two K halves %s (workspace %zu): %8.2f us\n",
-                  conc ? "on two streams" : "one after the other", hr.workspaceSize,
+                  conc ? "on two streams" : "one after the other", half.pick.workspaceSize,
                   ms * 1000.0f / kIters);
     }
   }

@@ -22,9 +22,6 @@ float* f32(const TensorView& t) {
 const int32_t* i32(const TensorView& t) {
   return static_cast<const int32_t*>(t.data);
 }
-size_t aligned(size_t bytes) {
-  return (bytes + 255) / 256 * 256;
-}
 
 // Rows of D values: [R, D] or [T, heads, D].
 int64_t rows_of(const TensorView& x) {
@@ -75,7 +72,7 @@ void rms_norm_save(Backend& b, const TensorView& x, const TensorView& w, float e
 }
 
 size_t rms_norm_backward_scratch_bytes(int64_t rows, int64_t d) {
-  return aligned(size_t(norm_dw_chunks(rows) * d) * 4);
+  return arena_aligned(size_t(norm_dw_chunks(rows) * d) * 4);
 }
 
 void rms_norm_backward(Backend& b, const TensorView& x, const TensorView& w,
@@ -157,9 +154,9 @@ const void* bf16_gradient(Backend& b, const TensorView& dy) {
 
 size_t lora_backward_scratch_bytes(int64_t m, int64_t k, int64_t n, int64_t r, bool dropout,
                                    bool dy_f32) {
-  return (dy_f32 ? aligned(size_t(m * n) * 2) : 0) + aligned(size_t(r * k) * 2) +
-         aligned(size_t(n * r) * 2) + 2 * aligned(size_t(m * r) * 2) +
-         (dropout ? aligned(size_t(m * k) * 2) + aligned(size_t(m * k) * 4) : 0);
+  return (dy_f32 ? arena_aligned(size_t(m * n) * 2) : 0) + arena_aligned(size_t(r * k) * 2) +
+         arena_aligned(size_t(n * r) * 2) + 2 * arena_aligned(size_t(m * r) * 2) +
+         (dropout ? arena_aligned(size_t(m * k) * 2) + arena_aligned(size_t(m * k) * 4) : 0);
 }
 
 // As PEFT under bf16 autocast: bf16 operands (x as stored; dy, A and B rounded, the rounded A
@@ -255,7 +252,7 @@ void paged_attention_lse(Backend& b, const TensorView& q, const TensorView& k_po
 }
 
 size_t paged_attention_backward_scratch_bytes(int64_t t, int64_t hq, int64_t d) {
-  return aligned(size_t(t * hq) * 4) + aligned(size_t(t * hq * d) * 2);
+  return arena_aligned(size_t(t * hq) * 4) + arena_aligned(size_t(t * hq * d) * 2);
 }
 
 // The tiled kernels where they apply (head dim, 16-slot blocks, aligned operands, a known
@@ -293,7 +290,7 @@ static_assert(kCrossEntropyIgnore == ops::kIgnoreIndex);
 size_t lm_head_cross_entropy_scratch_bytes(const LinearWeight& lm_head, int64_t t,
                                            const ops::CrossEntropyParams& p) {
   const int64_t rows = std::min(t, p.chunk_rows);
-  return aligned(size_t(rows * lm_head.out_features()) * 4) +
+  return arena_aligned(size_t(rows * lm_head.out_features()) * 4) +
          std::max(linear_scratch_bytes(lm_head, rows),
                   linear_backward_input_scratch_bytes(lm_head, rows, true));
 }

@@ -96,6 +96,12 @@ void dequantize(Backend& b, const ops::QuantizedActivation& q, const TensorView&
 uint64_t check_fp8_quotient(Backend& b, uint32_t b_first, uint32_t b_count, uint32_t b_step,
                             uint32_t (&bad)[2]);
 
+// Bytes an arena allocation of `bytes` takes: the backend's arena hands out 256-byte aligned
+// views (Backend::arena), so scratch sums round each allocation up to 256.
+inline size_t arena_aligned(size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+
 // ---- linear layers (linear.cpp)
 // x_amax: max |x| computed by the producer (tensor scaling), or nullptr.
 void linear(Backend& b, const TensorView& x, const LinearWeight& w, const TensorView& out,

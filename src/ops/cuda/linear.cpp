@@ -26,9 +26,6 @@ namespace {
 int64_t round_up(int64_t a, int64_t b) {
   return (a + b - 1) / b * b;
 }
-size_t aligned(size_t bytes) {
-  return (bytes + 255) / 256 * 256;
-}
 int scheme_code(Fp8Scheme s) {
   return s == Fp8Scheme::tensor ? 1 : s == Fp8Scheme::row ? 2 : 3;
 }
@@ -343,13 +340,13 @@ void linear_accumulate(Backend& b, const TensorView& x, const LinearWeight& w, f
 
 size_t linear_scratch_bytes(const LinearWeight& w, int64_t m) {
   const int64_t n = w.out_features(), k = w.in_features();
-  if (!w.is_fp8()) return w.bias.empty() ? 0 : aligned(size_t(m * n) * 4);  // fp32 biased output
-  size_t bytes = aligned(size_t(n * k) * 2);  // dequantized weight (fallback, weight-only)
+  if (!w.is_fp8()) return w.bias.empty() ? 0 : arena_aligned(size_t(m * n) * 4);  // fp32 biased output
+  size_t bytes = arena_aligned(size_t(n * k) * 2);  // dequantized weight (fallback, weight-only)
   if (w.act != ActScaling::none) {
     bytes += quantized_bytes(w.act, m, k) + 256;           // codes, scales, amax
-    bytes += aligned(size_t(m) * 4);                       // broadcast activation scale
-    bytes += 2 * aligned(size_t(round_up(m, 4) * n) * 4);  // padded / fp32 biased outputs
-    bytes += aligned(size_t(m * k) * 2);                   // dequantized activation (fallback)
+    bytes += arena_aligned(size_t(m) * 4);                       // broadcast activation scale
+    bytes += 2 * arena_aligned(size_t(round_up(m, 4) * n) * 4);  // padded / fp32 biased outputs
+    bytes += arena_aligned(size_t(m * k) * 2);                   // dequantized activation (fallback)
   }
   return bytes;
 }

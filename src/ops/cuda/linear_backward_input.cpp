@@ -10,14 +10,6 @@
 
 namespace fp8rl::cuda {
 
-namespace {
-
-size_t aligned(size_t bytes) {
-  return (bytes + 255) / 256 * 256;
-}
-
-}  // namespace
-
 // dX[M,K] (+)= dY[M,N] W_hat[N,K], the frozen weight's input gradient. Two paths:
 //
 // FP8 (row-scaled FP8 weights, Capabilities::fp8_input_gradient): W_hat = diag(s) Q, so
@@ -96,11 +88,11 @@ bool run_fp8_input_gradient(Backend& b, const TensorView& dy, const LinearWeight
 size_t linear_backward_input_scratch_bytes(const LinearWeight& w, int64_t m, bool dy_f32) {
   const int64_t n = w.out_features(), k = w.in_features();
   const size_t reference =
-      (w.is_fp8() ? aligned(size_t(n * k) * 2) : 0) + (dy_f32 ? aligned(size_t(m * n) * 2) : 0);
+      (w.is_fp8() ? arena_aligned(size_t(n * k) * 2) : 0) + (dy_f32 ? arena_aligned(size_t(m * n) * 2) : 0);
   const int64_t rows = fp8_gradient_rows(m, k);
   const size_t fp8 = w.scheme == Fp8Scheme::row
-                         ? aligned(size_t(n * k)) + aligned(size_t(rows * n)) +
-                               aligned(size_t(rows) * 4) + aligned(size_t(k) * 4)
+                         ? arena_aligned(size_t(n * k)) + arena_aligned(size_t(rows * n)) +
+                               arena_aligned(size_t(rows) * 4) + arena_aligned(size_t(k) * 4)
                          : 0;
   return std::max(reference, fp8);
 }
