@@ -140,6 +140,8 @@ void run_bench_train(const BenchTrainOptions& o) {
     r["memory"] = {{"peak_allocated_bytes", dev->peak_allocated()},
                    {"weights_bytes", model.device_bytes()},
                    {"adapter_bytes", adapter.nbytes()}};
+  if (const ops::DeviceRegionInfo dr = ops::device_region_info(ctx); dr.on)
+    r["memory"]["device_region_bytes"] = dr.committed;
   print_bench_json(r, o.out);
 }
 

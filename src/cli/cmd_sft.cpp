@@ -1,4 +1,5 @@
 // fp8rl sft MODEL --data TRAIN.jsonl --out RUN_DIR [--config F.yaml] [every SFTConfig key]
+#include <algorithm>
 #include <memory>
 
 #include "cli/commands.h"
@@ -6,6 +7,7 @@
 #include "cli/output_path.h"
 #include "cli/train_session.h"
 #include "core/check.h"
+#include "ops/memory.h"
 #include "train/run_dir.h"
 #include "train/sft_trainer.h"
 #include "train/training_arguments.h"
@@ -40,24 +42,31 @@ void run_sft(const SftConfig& cfg, const std::string& yaml) {
                      ts.base_model_name());
   if (cfg.dry_run) {
     const PassPlan p = trainer.plan();
+    Context& ctx = ts.ctx();
     const size_t params = size_t(ts.adapter().master_params().numel());
     const size_t optimizer = (cfg.optim == OptimizerKind::adamw ? 2 : 0) * params * 4;
+    // The arena only grows: a plan below what it holds already takes what it holds.
+    const size_t scratch = std::max(p.scratch_bytes, ops::scratch_capacity(ctx));
+    const size_t gemm = ops::gemm_workspace_bytes(ctx);
+    const size_t weights = model_weight_bytes(ts.model());
     fmt::print("memory plan of the largest micro-batch ({} examples, {} steps):\n", num_examples,
                trainer.total_steps());
-    fmt::print("  weights            {:10.1f} MiB\n", mib(model_weight_bytes(ts.model())));
+    fmt::print("  weights            {:10.1f} MiB\n", mib(weights));
     fmt::print("  adapter            {:10.1f} MiB  ({} fp32 values + gradients)\n",
                mib(ts.adapter().nbytes() + params * 4), params);
     fmt::print("  optimizer state    {:10.1f} MiB\n", mib(optimizer));
     fmt::print("  saved activations  {:10.1f} MiB\n", mib(p.saved_bytes));
-    fmt::print("  workspace          {:10.1f} MiB\n", mib(p.scratch_bytes));
+    fmt::print("  workspace          {:10.1f} MiB  (scratch arena {:.1f}, GEMM workspace {:.1f})\n",
+               mib(scratch + gemm), mib(scratch), mib(gemm));
     fmt::print("  KV                 {:10.1f} MiB\n", mib(p.kv_bytes));
     if (p.host_bytes > 0)
       fmt::print(
           "  host (offloaded)   {:10.1f} MiB  (checkpointed layer inputs, not in the total)\n",
           mib(p.host_bytes));
-    fmt::print("  total              {:10.1f} MiB\n",
-               mib(model_weight_bytes(ts.model()) + ts.adapter().nbytes() + params * 4 + optimizer +
-                   p.saved_bytes + p.scratch_bytes + p.kv_bytes));
+    fmt::print("  total              {:10.1f} MiB{}\n",
+               mib(weights + ts.adapter().nbytes() + params * 4 + optimizer + p.saved_bytes +
+                   scratch + gemm + p.kv_bytes),
+               ops::device_region_info(ctx).on ? "  (all in the one device region)" : "");
     return;
   }
   write_run_config(cfg.output_dir, yaml);

@@ -40,6 +40,10 @@ struct CudaDeviceOptions {
   // up side by side, and a lone GEMM (o_proj, down_proj) as two K halves summed in fp32
   // (ops/cuda/linear.cpp); false: one GEMM at a time, for tests and timing.
   bool concurrent_linears = true;
+  // Every buffer, the scratch arena and the cuBLASLt workspace carved from one device region
+  // (ops/cuda/device_region.h: addresses reserved once, memory mapped as far as it is used);
+  // false, or a driver without virtual memory management: one cudaMalloc per buffer.
+  bool device_region = true;
 };
 
 // One op category's device time, summed over calls, from CUDA events around each op.

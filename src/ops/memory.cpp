@@ -8,6 +8,7 @@
 #if FP8RL_HAVE_CUDA
 #include "ops/cuda/backend.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/device_region.h"
 #endif
 
 namespace fp8rl {
@@ -157,6 +158,12 @@ size_t scratch_high_water(const Context& ctx) {
   return ctx.scratch->high_water();
 }
 
+size_t scratch_capacity(const Context& ctx) {
+  FP8RL_ON_CUDA(ctx, backend(ctx).arena().capacity());
+  CHECK(ctx.scratch != nullptr, "Context has no scratch arena");
+  return ctx.scratch->capacity();
+}
+
 void copy(Context& ctx, const TensorView& src, const TensorView& dst) {
   CHECK(src.dtype == dst.dtype && src.numel() == dst.numel() && src.is_contiguous() &&
             dst.is_contiguous(),
@@ -252,6 +259,38 @@ void reset_device_peak_allocated(Context& ctx) {
 #else
   no_cuda();
 #endif
+}
+
+DeviceRegionInfo device_region_info(const Context& ctx) {
+  DeviceRegionInfo info;
+#if FP8RL_HAVE_CUDA
+  if (ctx.device == Device::cuda && ctx.cuda->region()) {
+    const cuda::DeviceRegion& r = *ctx.cuda->region();
+    info.on = true;
+    info.reserved = r.reserved();
+    info.committed = r.committed();
+    info.used = r.used();
+    info.blocks = r.blocks();
+  }
+#endif
+  (void)ctx;
+  return info;
+}
+
+size_t gemm_workspace_bytes(const Context& ctx) {
+#if FP8RL_HAVE_CUDA
+  if (ctx.device == Device::cuda) return ctx.cuda->workspace_bytes();
+#endif
+  (void)ctx;
+  return 0;
+}
+
+bool in_device_region(const Context& ctx, const void* p) {
+#if FP8RL_HAVE_CUDA
+  if (ctx.device == Device::cuda && ctx.cuda->region()) return ctx.cuda->region()->contains(p);
+#endif
+  (void)ctx, (void)p;
+  return false;
 }
 
 size_t device_free_bytes(const Context& ctx) {

@@ -52,6 +52,8 @@ void scratch_rewind(Context& ctx, size_t mark);
 // Grows the arena to at least `bytes` when nothing is allocated (mark 0); no-op otherwise.
 void scratch_reserve(Context& ctx, size_t bytes);
 size_t scratch_high_water(const Context& ctx);
+// Bytes the arena holds now (it only grows, so a step whose high water is lower takes this).
+size_t scratch_capacity(const Context& ctx);
 // Where the arena's memory starts now: it moves when scratch_reserve grows it, which makes
 // recorded CUDA graphs (that captured scratch addresses) stale.
 const void* scratch_base(const Context& ctx);
@@ -95,5 +97,21 @@ size_t device_allocated_bytes(const Context& ctx);
 size_t device_peak_allocated_bytes(const Context& ctx);
 // The peak starts again from what is allocated now (a phase's own peak); no-op on the CPU.
 void reset_device_peak_allocated(Context& ctx);
+
+// The device region that all of a CUDA context's memory is carved from
+// (CudaDeviceOptions::device_region). `on` is false on the CPU and for a CUDA device that runs
+// without one (then each buffer is a cudaMalloc of its own).
+struct DeviceRegionInfo {
+  bool on = false;
+  size_t reserved = 0;   // addresses reserved at start: the device's memory
+  size_t committed = 0;  // memory mapped under the region now
+  size_t used = 0;       // bytes in live blocks (sizes rounded to 256)
+  size_t blocks = 0;     // live blocks: buffers, the scratch arena, the cuBLASLt workspace
+};
+DeviceRegionInfo device_region_info(const Context& ctx);
+// Device memory held apart from buffers and scratch: the cuBLASLt workspace; 0 on the CPU.
+size_t gemm_workspace_bytes(const Context& ctx);
+// Whether device memory at `p` lies in ctx's device region.
+bool in_device_region(const Context& ctx, const void* p);
 
 }  // namespace fp8rl::ops

@@ -435,6 +435,8 @@ struct GrpoTrainer::Impl {
     m["rollout_tokens_per_second"] = double(completion_tokens) / std::max(rollout_seconds, 1e-9);
     m["peak_memory_bytes/rollout"] = rollout_peak;
     m["memory/standby_region_bytes"] = region.size();
+    if (const ops::DeviceRegionInfo dr = ops::device_region_info(ctx); dr.on)
+      m["memory/device_region_bytes"] = dr.committed;
     // samples.jsonl: the first few completions of the round.
     const int64_t keep = std::min<int64_t>(int64_t(n), cfg.num_completions_to_print.value_or(4));
     for (int64_t c = 0; c < keep; ++c) {

@@ -148,6 +148,8 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
                            {"peak_memory_bytes", peak_memory_bytes(ctx_)},
                            {"skipped", r.skipped},
                            {"skipped_steps", train_step_->skipped_steps()}};
+    if (const ops::DeviceRegionInfo dr = ops::device_region_info(ctx_); dr.on)
+      line["memory/device_region_bytes"] = dr.committed;
     if (!std::isfinite(loss)) line["loss"] = nullptr;
     if (!std::isfinite(r.grad_norm)) line["grad_norm"] = nullptr;
     metrics.write(line);

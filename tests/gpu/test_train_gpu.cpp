@@ -20,6 +20,9 @@
 // the engine's processed logprob of every sampled token equals the trainer pass's bit for bit,
 // on every golden architecture, bf16 and FP8-row bases; control: with the mode off they differ.
 //
+// One device region: every buffer of a training pass lies in it and the pass's numbers are
+// those of a device without it (device_region_case).
+//
 // Prints one line per case; exit 1 on a failure, 77 without a CUDA device.
 #include <cmath>
 #include <cstdio>
@@ -34,6 +37,7 @@
 #include "ops/backward.h"
 #include "ops/device.h"
 #include "ops/exactness.h"
+#include "ops/memory.h"
 #include "test_util.h"
 #include "tolerances.h"
 #include "train/optimizer.h"
@@ -381,6 +385,78 @@ void on_policy_exact_case(CudaDevice& dev, const std::string& arch, Fp8Scheme sc
   LoraAdapter::detach(m);
 }
 
+
+// All device memory from one region (CudaDeviceOptions::device_region): after a training pass
+// with checkpointing and an AdamW step's state, every device buffer (weights and their scales,
+// norms, the adapter's masters and compute copies, the optimizer's moments, the scratch arena)
+// lies in the device's region, and the region's live blocks account for every byte the backend
+// has allocated. The pass's loss and gradients equal, bit for bit, the same pass on a device
+// that makes one cudaMalloc per buffer, where (the control) none of these buffers lies in a
+// region.
+void device_region_case(CudaDevice& dev, const std::string& arch) {
+  const std::string dir = FP8RL_TEST_DATA "/goldens/" + arch;
+  std::ifstream f(dir + "/train/train.json");
+  const nlohmann::json g = nlohmann::json::parse(f);
+  const TrainBatch batch = train_batch_of(g, true);
+  struct Run {
+    LossAndGrads lg;
+    int in_region = 0, buffers = 0;
+    size_t allocated = 0;
+    ops::DeviceRegionInfo info;
+  };
+  auto run = [&](CudaDevice& d) {
+    LoadOptions lo;
+    lo.fp8 = Fp8Scheme::row;
+    Model m = Model::load(dir, lo);
+    Context gpu = d.context();
+    m.to_device(gpu);
+    LoraAdapter a = LoraAdapter::load_peft(dir + "/adapter", m);
+    a.to_device(gpu);
+    a.attach(m);
+    Run r;
+    r.lg = loss_and_grads(gpu, m, a, batch, true);
+    const auto opt = make(true, a.master_params().numel(), gpu);
+    std::vector<const void*> buffers = {m.embed.data, m.final_norm.data,
+                                        a.master_params().data, a.compute_params().data,
+                                        ops::scratch_base(gpu)};
+    for (const LayerWeights& l : m.layers) {
+      buffers.push_back(l.input_norm.data);
+      for (int p = 0; p < 7; ++p)
+        for (const TensorView* t : {&l.projection(p)->weight, &l.projection(p)->scales})
+          buffers.push_back(t->data);
+    }
+    for (const auto& st : opt->state()) buffers.push_back(st.second.data);
+    for (const void* p : buffers) r.in_region += ops::in_device_region(gpu, p);
+    r.buffers = int(buffers.size());
+    r.info = ops::device_region_info(gpu);
+    r.allocated = ops::device_allocated_bytes(gpu);
+    LoraAdapter::detach(m);
+    return r;
+  };
+  const Run on = run(dev);
+  CudaDeviceOptions o;
+  o.device_region = false;
+  CudaDevice plain(o);
+  const Run off = run(plain);
+  // Each live block rounds its bytes up to 256: used exceeds what was asked by < 256 a block.
+  const bool accounted = on.info.used >= on.allocated &&
+                         on.info.used - on.allocated < on.info.blocks * 256 &&
+                         on.info.committed >= on.info.used && on.info.reserved >= on.info.committed;
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "%s device region: %d of %d buffers in it, %zu live blocks, %.1f MiB used for "
+                "%.1f MiB allocated, %.1f MiB mapped of %.1f GiB reserved",
+                arch.c_str(), on.in_region, on.buffers, on.info.blocks,
+                double(on.info.used) / (1 << 20), double(on.allocated) / (1 << 20),
+                double(on.info.committed) / (1 << 20), double(on.info.reserved) / (1 << 30));
+  check(on.info.on && on.in_region == on.buffers && accounted, line);
+  check(on.lg.loss == off.lg.loss && on.lg.grads == off.lg.grads,
+        arch + " device region: loss and gradients equal those without it, bit for bit");
+  check(!off.info.on && off.in_region == 0,
+        arch + " device region: control: without it " + std::to_string(off.in_region) + " of " +
+            std::to_string(off.buffers) + " buffers in a region");
+}
+
 }  // namespace
 
 int main() {
@@ -403,6 +479,11 @@ int main() {
     } catch (const std::exception& e) {
       check(false, std::string(arch) + " optimizer step: " + e.what());
     }
+  }
+  try {
+    device_region_case(dev, "qwen3");
+  } catch (const std::exception& e) {
+    check(false, std::string("device region: ") + e.what());
   }
   try {
     adapter_update_reaches_engine_case(dev);

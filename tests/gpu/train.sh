@@ -29,5 +29,16 @@ step "grpo demo cuda" "$OUT/grpo.log" 150 "$FP8RL" grpo --config examples/demo.y
   --device cuda --max-steps 20 --output-dir "$OUT/grpo-demo" --save-steps 0
 step "sft cuda" "$OUT/sft.log" 120 "$FP8RL" sft examples/demo/model --data examples/demo/sft.jsonl \
   --device cuda --max-steps 10 --out "$OUT/sft-demo" --save-steps 0
+# Issue 10's memory plan: the dry run's total (all of it in the one device region) against the
+# peak the run measured, within 10%.
+step "sft cuda dry-run" "$OUT/sft.log" 60 "$FP8RL" sft examples/demo/model \
+  --data examples/demo/sft.jsonl --device cuda --max-steps 10 --out "$OUT/sft-demo" --dry-run
+python3 - "$OUT/sft.log" "$OUT/sft-demo/metrics.jsonl" >> "$SUMMARY" <<'PY'
+import json, re, sys
+plan = float(re.findall(r"total\s+([0-9.]+) MiB", open(sys.argv[1]).read())[-1])
+peak = max(json.loads(l)["peak_memory_bytes"] for l in open(sys.argv[2])) / 2**20
+ok = abs(plan - peak) <= 0.1 * peak
+print(f"{'PASS' if ok else 'FAIL'} sft dry-run plan {plan:.1f} MiB vs measured peak {peak:.1f} MiB")
+PY
 rm -rf "$OUT/grpo-demo/checkpoint-"* "$OUT/sft-demo/checkpoint-"*
 cat "$SUMMARY"

@@ -1,4 +1,5 @@
-// gemm_sweep M N K [--fp8 | --bf16] [--top T] [--splitk S] [--f32-out] [--halves-on-streams]: times
+// gemm_sweep M N K [--fp8 | --bf16] [--top T] [--splitk S] [--f32-out] [--halves-on-streams]
+// [--scales outer|vec128|block|scalar]: times
 // every cuBLASLt algorithm configuration it can build for one linear-layer GEMM (Y[M,N] = X[M,K]
 // W[N,K]^T, the project's TN mapping: A = W, B = X), with FP8 e4m3 operands and OUTER_VEC_32F
 // scales (the FP8-row recipe) or bf16, and prints the heuristic's first choice beside the fastest
@@ -114,6 +115,10 @@ int main(int argc, char** argv) {
   int splits = 1;
   bool f32_out = false;
   bool halves_on_streams = false;  // with --splitk 2: time the halves as two GEMMs on 2 streams
+  // --scales outer|vec128|block|scalar: the FP8 scaling mode. Row scales are expressible as
+  // VEC128 x VEC128 too (each row's scale repeated over its K/128 blocks), which reaches
+  // cuBLASLt's blockwise kernels; block = the 128x128 weight grid; scalar = one scale each.
+  std::string scales = "outer";
   for (int i = 4; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--bf16")
@@ -128,6 +133,12 @@ int main(int argc, char** argv) {
       f32_out = true;
     else if (a == "--halves-on-streams")
       halves_on_streams = true;
+    else if (a == "--scales" && i + 1 < argc)
+      scales = argv[++i];
+  }
+  if (scales != "outer" && scales != "vec128" && scales != "block" && scales != "scalar") {
+    std::fprintf(stderr, "gemm_sweep: --scales must be outer, vec128, block or scalar\n");
+    return 2;
   }
   if (splits < 1 || k % splits != 0) {
     std::fprintf(stderr, "gemm_sweep: --splitk must divide K\n");
@@ -140,12 +151,14 @@ int main(int argc, char** argv) {
   CUDA_OK(cudaMalloc(&x, size_t(m * k) * esize));
   CUDA_OK(cudaMalloc(&y, size_t(m * n) * size_t(splits) * (f32_out ? 4 : 2)));
   CUDA_OK(cudaMalloc(&ws, ws_bytes));
-  CUDA_OK(cudaMalloc(&ws_scale, size_t(n) * 4));
-  CUDA_OK(cudaMalloc(&xs_scale, size_t(m) * 4));
+  // Room for the largest scale layout: VEC128 [rows x ceil(K/128)] (BLK128x128 is smaller).
+  const int64_t kblocks = (k + 127) / 128 + 4;
+  CUDA_OK(cudaMalloc(&ws_scale, size_t(n * kblocks) * 4));
+  CUDA_OK(cudaMalloc(&xs_scale, size_t(m * kblocks) * 4));
   fill_bytes<<<1024, 256>>>(static_cast<uint8_t*>(w), size_t(n * k) * esize, 1, fp8);
   fill_bytes<<<1024, 256>>>(static_cast<uint8_t*>(x), size_t(m * k) * esize, 2, fp8);
-  fill_floats<<<64, 256>>>(ws_scale, n, 0.01f);
-  fill_floats<<<64, 256>>>(xs_scale, m, 0.02f);
+  fill_floats<<<64, 256>>>(ws_scale, n * kblocks, 0.01f);
+  fill_floats<<<64, 256>>>(xs_scale, m * kblocks, 0.02f);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaDeviceSynchronize());
 
@@ -160,10 +173,16 @@ int main(int argc, char** argv) {
   LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   if (fp8) {
     const int8_t fast = 0;
-    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, b_mode = a_mode;
+    if (scales == "vec128") a_mode = b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    if (scales == "block") {
+      a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+      b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    }
+    if (scales == "scalar") a_mode = b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
     LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, 1));
-    LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, 4));
-    LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, 4));
+    LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, 4));
+    LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, 4));
     const void* a_scale = ws_scale;
     const void* b_scale = xs_scale;
     LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
@@ -235,7 +254,8 @@ int main(int argc, char** argv) {
   std::printf(
       "gemm_sweep M=%lld N=%lld K=%lld %s split-K %d (batched) %s out: %.2f GFLOP, %.1f MB moved "
       "at least; %d heuristic answers\n",
-      (long long)m, (long long)n, (long long)k, fp8 ? "fp8 e4m3 OUTER_VEC_32F" : "bf16", splits,
+      (long long)m, (long long)n, (long long)k, fp8 ? ("fp8 e4m3 scales " + scales).c_str() : "bf16",
+      splits,
       f32_out ? "f32" : "bf16", flops * 1e-9, bytes * 1e-6, found);
   for (int i = 0; i < found; ++i) {
     Config c;

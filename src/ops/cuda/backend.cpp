@@ -4,6 +4,7 @@
 #include <map>
 
 #include "ops/cuda/attention_backward.h"
+#include "ops/cuda/device_region.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/kernels.h"
 
@@ -63,6 +64,8 @@ Backend::Backend(const CudaDeviceOptions& o) {
   CUDA_CHECK(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
   CUBLAS_CHECK(cublasLtCreate(&lt_));
+  caps_.device_region = o.device_region && DeviceRegion::supported(o.ordinal);
+  if (caps_.device_region) region_ = std::make_unique<DeviceRegion>(o.ordinal, caps_.memory);
   workspace_bytes_ = o.workspace_bytes;
   workspace_ = malloc(workspace_bytes_);
   gemm_ = std::make_unique<Gemm>(lt_, workspace_, workspace_bytes_);
@@ -86,8 +89,12 @@ Backend::~Backend() {
   if (side_stream_) cudaStreamSynchronize(side_stream_);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   gemm_.reset();
-  if (arena_.base()) cudaFree(arena_.base());
-  if (workspace_) cudaFree(workspace_);
+  if (region_) {
+    region_.reset();  // the arena and the workspace go with it
+  } else {
+    if (arena_.base()) cudaFree(arena_.base());
+    if (workspace_) cudaFree(workspace_);
+  }
   if (lt_) cublasLtDestroy(lt_);
   if (fork_event_) cudaEventDestroy(fork_event_);
   if (join_event_) cudaEventDestroy(join_event_);
@@ -108,6 +115,12 @@ void Backend::join() {
 void* Backend::malloc(size_t bytes) {
   void* p = nullptr;
   if (bytes == 0) return nullptr;
+  if (region_) {
+    p = region_->allocate(bytes);
+    allocated_ += bytes;
+    peak_allocated_ = std::max(peak_allocated_, allocated_);
+    return p;
+  }
   const cudaError_t e = cudaMalloc(&p, bytes);
   if (e != cudaSuccess) {
     cudaGetLastError();  // clear the (non-sticky) error
@@ -124,7 +137,10 @@ void* Backend::malloc(size_t bytes) {
 
 void Backend::free(void* p, size_t bytes) {
   if (p == nullptr) return;
-  cudaFree(p);
+  if (region_)
+    region_->free(p);
+  else
+    cudaFree(p);
   allocated_ -= std::min(allocated_, bytes);
 }
 

@@ -39,6 +39,7 @@
 namespace fp8rl::cuda {
 
 class Gemm;
+class DeviceRegion;
 
 // What the device can do, decided once at start from its compute capability and cuBLASLt's
 // answers for each scaling mode (DESIGN.md §4): sm_90 has all three FP8 schemes, sm_89 and
@@ -70,6 +71,9 @@ struct Capabilities {
   bool fp8_input_gradient = true;
   // Small FP8 GEMMs on two streams (CudaDeviceOptions::concurrent_linears).
   bool concurrent_linears = true;
+  // All device memory is carved from one region (CudaDeviceOptions::device_region, where the
+  // driver supports virtual memory management); else one cudaMalloc per buffer.
+  bool device_region = false;
 };
 
 class Backend {
@@ -92,6 +96,7 @@ class Backend {
   const Capabilities& caps() const { return caps_; }
   Gemm& gemm() { return *gemm_; }
   Arena& arena() { return arena_; }
+  size_t workspace_bytes() const { return workspace_bytes_; }
   // Grows the arena to `bytes` (synchronizes; only when nothing is allocated from it).
   void reserve_arena(size_t bytes);
 
@@ -104,9 +109,12 @@ class Backend {
   // tests and benchmarks that report which path a shape took on this device.
   const char* last_linear_path = "";
 
-  // cudaMalloc / cudaFree with a byte count for the peak-memory report.
+  // Device memory with a byte count for the peak-memory report: a block of the device region
+  // (ops/cuda/device_region.h), or one cudaMalloc each when the region is off.
   void* malloc(size_t bytes);
   void free(void* p, size_t bytes);
+  // The region, or null when the device runs without one.
+  DeviceRegion* region() { return region_.get(); }
   size_t peak_allocated() const { return peak_allocated_; }
   size_t allocated() const { return allocated_; }
   void reset_peak_allocated() { peak_allocated_ = allocated_; }
@@ -127,6 +135,7 @@ class Backend {
   cudaStream_t side_stream_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
+  std::unique_ptr<DeviceRegion> region_;  // declared before what is carved from it
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::unique_ptr<Gemm> gemm_;

@@ -86,6 +86,9 @@ std::string describe(int ordinal) {
                    c.attention_wgmma ? "wgmma (Hopper warpgroup MMA) for head_dim 128, mma.sync "
                                        "FlashAttention-2 style for other head dims"
                                      : "mma.sync FlashAttention-2 style");
+  s += fmt::format("\ndevice memory: {}",
+                   c.device_region ? "one region (addresses reserved once, memory mapped as used)"
+                                   : "one cudaMalloc per buffer (no virtual memory management)");
   return s;
 }
 
