@@ -114,6 +114,7 @@ DeviceRegion::DeviceRegion(int ordinal, size_t bytes)
     : ordinal_(ordinal),
       granularity_(mapping_granularity(ordinal)),
       allocator_(round_up(bytes, granularity_), 256) {
+  CHECK(cudaSetDevice(ordinal) == cudaSuccess, "cannot select CUDA device {}", ordinal);
   CU_CHECK(driver().reserve(&base_, allocator_.capacity(), granularity_, 0, 0));
 }
 
@@ -159,6 +160,8 @@ bool DeviceRegion::contains(const void* p) const {
 
 void DeviceRegion::map_to(size_t bytes) {
   if (bytes <= mapped_) return;
+  // The driver calls act on the calling thread's current context: make it this device's.
+  CHECK(cudaSetDevice(ordinal_) == cudaSuccess, "cannot select CUDA device {}", ordinal_);
   const size_t size = round_up(bytes, granularity_) - mapped_;
   const CUmemAllocationProp prop = pinned_on(ordinal_);
   CUmemGenericAllocationHandle h{};
@@ -196,7 +199,8 @@ void DeviceRegion::unmap_above(size_t bytes) {
   while (!chunks_.empty() && chunks_.back().offset >= bytes) {
     if (!synced) {
       // Queued work may still read the memory (cudaFree waits the same way).
-      CHECK(cudaDeviceSynchronize() == cudaSuccess, "device failed before unmapping memory");
+      CHECK(cudaSetDevice(ordinal_) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess,
+            "device {} failed before unmapping memory", ordinal_);
       synced = true;
     }
     const Chunk c = chunks_.back();
