@@ -32,9 +32,25 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   const auto& chat = ts.tokenizer_setup().chat;
   std::vector<PromptExample> prompts =
       read_prompt_dataset(cfg.data, ts.tokenizer(), chat ? &*chat : nullptr, d);
+  const size_t num_prompts = prompts.size();
   GrpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), &ts.tokenizer(), ts.session().eos_ids(),
                       std::move(prompts), cfg, std::move(rewards), ts.base_model_name());
-  CHECK(!cfg.dry_run, "grpo --dry-run is not implemented yet (sft --dry-run is)");
+  if (cfg.dry_run) {
+    const GrpoMemoryPlan p = trainer.memory_plan();
+    const std::vector<PlanPart> parts = {
+        {"standby region", p.standby_region_bytes,
+         fmt::format("the larger of the engine's KV pool, {:.1f} MiB, and the training pass: "
+                     "saved activations {:.1f} + KV {:.1f}",
+                     double(p.engine_kv_bytes) / (1 << 20), double(p.pass.saved_bytes) / (1 << 20),
+                     double(p.pass.kv_bytes) / (1 << 20)),
+         true}};
+    print_memory_plan(ts,
+                      fmt::format("memory plan of the run ({} prompts, {} steps; the pass over the "
+                                  "longest micro-batch)",
+                                  num_prompts, trainer.total_steps()),
+                      p.optimizer_state_bytes, parts, p.pass.scratch_bytes);
+    return;
+  }
   write_run_config(cfg.output_dir, yaml);
   const auto t0 = std::chrono::steady_clock::now();
   trainer.run([&](const GrpoStepInfo& i) {

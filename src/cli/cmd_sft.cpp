@@ -1,5 +1,4 @@
 // fp8rl sft MODEL --data TRAIN.jsonl --out RUN_DIR [--config F.yaml] [every SFTConfig key]
-#include <algorithm>
 #include <memory>
 
 #include "cli/commands.h"
@@ -7,7 +6,6 @@
 #include "cli/output_path.h"
 #include "cli/train_session.h"
 #include "core/check.h"
-#include "ops/memory.h"
 #include "train/run_dir.h"
 #include "train/sft_trainer.h"
 #include "train/training_arguments.h"
@@ -15,10 +13,6 @@
 namespace fp8rl::cli {
 
 namespace {
-
-double mib(size_t bytes) {
-  return double(bytes) / double(1 << 20);
-}
 
 void run_sft(const SftConfig& cfg, const std::string& yaml) {
   CHECK(!cfg.data.empty(), "no dataset: give --data TRAIN.jsonl (or `data:` in the config)");
@@ -42,31 +36,15 @@ void run_sft(const SftConfig& cfg, const std::string& yaml) {
                      ts.base_model_name());
   if (cfg.dry_run) {
     const PassPlan p = trainer.plan();
-    Context& ctx = ts.ctx();
-    const size_t params = size_t(ts.adapter().master_params().numel());
-    const size_t optimizer = (cfg.optim == OptimizerKind::adamw ? 2 : 0) * params * 4;
-    // The arena only grows: a plan below what it holds already takes what it holds.
-    const size_t scratch = std::max(p.scratch_bytes, ops::scratch_capacity(ctx));
-    const size_t gemm = ops::gemm_workspace_bytes(ctx);
-    const size_t weights = model_weight_bytes(ts.model());
-    fmt::print("memory plan of the largest micro-batch ({} examples, {} steps):\n", num_examples,
-               trainer.total_steps());
-    fmt::print("  weights            {:10.1f} MiB\n", mib(weights));
-    fmt::print("  adapter            {:10.1f} MiB  ({} fp32 values + gradients)\n",
-               mib(ts.adapter().nbytes() + params * 4), params);
-    fmt::print("  optimizer state    {:10.1f} MiB\n", mib(optimizer));
-    fmt::print("  saved activations  {:10.1f} MiB\n", mib(p.saved_bytes));
-    fmt::print("  workspace          {:10.1f} MiB  (scratch arena {:.1f}, GEMM workspace {:.1f})\n",
-               mib(scratch + gemm), mib(scratch), mib(gemm));
-    fmt::print("  KV                 {:10.1f} MiB\n", mib(p.kv_bytes));
+    std::vector<PlanPart> parts = {{"saved activations", p.saved_bytes, "", true},
+                                   {"KV", p.kv_bytes, "", true}};
     if (p.host_bytes > 0)
-      fmt::print(
-          "  host (offloaded)   {:10.1f} MiB  (checkpointed layer inputs, not in the total)\n",
-          mib(p.host_bytes));
-    fmt::print("  total              {:10.1f} MiB{}\n",
-               mib(weights + ts.adapter().nbytes() + params * 4 + optimizer + p.saved_bytes +
-                   scratch + gemm + p.kv_bytes),
-               ops::device_region_info(ctx).on ? "  (all in the one device region)" : "");
+      parts.push_back(
+          {"host (offloaded)", p.host_bytes, "checkpointed layer inputs, not in the total", false});
+    print_memory_plan(ts,
+                      fmt::format("memory plan of the largest micro-batch ({} examples, {} steps)",
+                                  num_examples, trainer.total_steps()),
+                      trainer.optimizer_state_bytes(), parts, p.scratch_bytes);
     return;
   }
   write_run_config(cfg.output_dir, yaml);

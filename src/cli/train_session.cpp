@@ -1,10 +1,12 @@
 #include "cli/train_session.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
 #include "core/check.h"
 #include "core/output_file.h"
+#include "ops/memory.h"
 #include "train/run_dir.h"
 
 namespace fp8rl::cli {
@@ -50,6 +52,32 @@ size_t model_weight_bytes(const Model& m) {
       if (!t->empty()) n += t->nbytes();
   }
   return n;
+}
+
+void print_memory_plan(TrainSession& ts, const std::string& title, size_t optimizer_state_bytes,
+                       const std::vector<PlanPart>& parts, size_t scratch_bytes) {
+  auto mib = [](size_t b) { return double(b) / double(1 << 20); };
+  Context& ctx = ts.ctx();
+  const size_t params = size_t(ts.adapter().master_params().numel());
+  const size_t scratch = std::max(scratch_bytes, ops::scratch_capacity(ctx));
+  const size_t gemm = ops::gemm_workspace_bytes(ctx);
+  std::vector<PlanPart> all = {{"weights", model_weight_bytes(ts.model()), "", true},
+                               {"adapter", ts.adapter().nbytes() + params * 4,
+                                fmt::format("{} fp32 values + gradients", params), true},
+                               {"optimizer state", optimizer_state_bytes, "", true}};
+  all.insert(all.end(), parts.begin(), parts.end());
+  all.push_back(
+      {"workspace", scratch + gemm,
+       fmt::format("scratch arena {:.1f}, GEMM workspace {:.1f}", mib(scratch), mib(gemm)), true});
+  fmt::print("{}:\n", title);
+  size_t total = 0;
+  for (const PlanPart& p : all) {
+    fmt::print("  {:<18} {:10.1f} MiB{}\n", p.name, mib(p.bytes),
+               p.note.empty() ? "" : fmt::format("  ({})", p.note));
+    if (p.in_total) total += p.bytes;
+  }
+  fmt::print("  {:<18} {:10.1f} MiB{}\n", "total", mib(total),
+             ops::device_region_info(ctx).on ? "  (all in the one device region)" : "");
 }
 
 std::string format_duration(double s) {

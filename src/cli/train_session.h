@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/model_session.h"
 #include "model/adapter.h"
@@ -40,6 +41,21 @@ void write_run_config(const std::string& dir, const std::string& yaml);
 // Bytes of the model's weights as the forward reads them (FP8 codes and scales, embeddings,
 // norms; the lm_head once when tied).
 size_t model_weight_bytes(const Model& model);
+
+// One line of a training command's memory plan (--dry-run) besides the session's own parts.
+struct PlanPart {
+  std::string name;
+  size_t bytes = 0;
+  std::string note;      // printed after the size, in parentheses
+  bool in_total = true;  // false: host memory, listed but not summed
+};
+
+// Prints a training command's memory plan: the session's weights and adapter (masters, compute
+// copies and gradients), the optimizer's state, `parts` (the step's memory, measured by the
+// trainer's dry run), the workspace (the scratch arena as it will be: the larger of
+// `scratch_bytes` and what it holds, for it only grows; the cuBLASLt workspace) and the total.
+void print_memory_plan(TrainSession& ts, const std::string& title, size_t optimizer_state_bytes,
+                       const std::vector<PlanPart>& parts, size_t scratch_bytes);
 
 // "1h02m", "3m12s", "45s".
 std::string format_duration(double seconds);

@@ -148,6 +148,7 @@ struct GrpoTrainer::Impl {
   StandbyRegion region;
   std::unique_ptr<Engine> engine;
   std::unique_ptr<LogprobPass> pass;
+  PassPlan largest;  // the pass over the longest micro-batch, by its dry run
 
   // Data position: epoch and index into its order; rounds generated so far.
   int64_t epoch = 0, next_prompt = 0, rounds = 0;
@@ -210,7 +211,7 @@ struct GrpoTrainer::Impl {
     // which it takes (growing the region, before anything lies there) if that is larger.
     // The scratch arena too, before the engine records CUDA graphs over it (it would move if
     // a pass grew it later; the engine would then drop them).
-    const PassPlan largest = largest_pass_plan();
+    largest = largest_pass_plan();
     region.reserve(largest.region_bytes());
     ops::scratch_reserve(ctx, largest.scratch_bytes);
     engine = std::make_unique<Engine>(ctx, model, tokenizer, eos_ids, eo, &region);
@@ -631,6 +632,15 @@ GrpoTrainer::~GrpoTrainer() = default;
 
 int64_t GrpoTrainer::total_steps() const {
   return impl_->total_steps;
+}
+
+GrpoMemoryPlan GrpoTrainer::memory_plan() const {
+  GrpoMemoryPlan p;
+  p.pass = impl_->largest;
+  p.engine_kv_bytes = impl_->engine->stats().kv_bytes;
+  p.standby_region_bytes = impl_->region.size();
+  p.optimizer_state_bytes = impl_->train_step->optimizer().state_bytes();
+  return p;
 }
 
 void GrpoTrainer::run(const std::function<void(const GrpoStepInfo&)>& on_step) {

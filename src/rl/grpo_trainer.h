@@ -28,6 +28,7 @@
 #include "rl/grpo_config.h"
 #include "rl/prompt_data.h"
 #include "rl/reward_set.h"
+#include "train/logprob_pass.h"
 
 namespace fp8rl {
 
@@ -42,6 +43,16 @@ struct GrpoStepInfo {
   bool has_kl = false;
 };
 
+// Where a GRPO run's step memory goes, planned when the trainer is made (fp8rl grpo
+// --dry-run): the engine's KV pool and the training pass over the longest micro-batch take
+// turns in one standby region, the larger of the two.
+struct GrpoMemoryPlan {
+  PassPlan pass;               // the pass over the longest micro-batch (its dry run)
+  size_t engine_kv_bytes = 0;  // the engine's KV pool
+  size_t standby_region_bytes = 0;
+  size_t optimizer_state_bytes = 0;
+};
+
 class GrpoTrainer {
  public:
   // The adapter must be attached to the model. The tokenizer decodes completions for the
@@ -51,6 +62,7 @@ class GrpoTrainer {
               const GrpoConfig& config, RewardSet rewards, std::string base_model_name);
   ~GrpoTrainer();
   int64_t total_steps() const;
+  GrpoMemoryPlan memory_plan() const;
   // Trains max_steps optimizer steps (from the checkpoint in config.resume_from_checkpoint, if
   // set); writes metrics.jsonl, samples.jsonl, checkpoints and the final adapter into
   // output_dir.

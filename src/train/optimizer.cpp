@@ -201,6 +201,7 @@ std::string AdamW::hyperparameters() const {
 Sgd::Sgd(int64_t num_params, const SgdConfig& config, const Context& ctx)
     : Optimizer(num_params, ctx), config_(config) {
   config_.validate();
+  if (config_.momentum != 0.0) buffer_ = DeviceBuffer(ctx_, size_t(num_params_) * sizeof(float));
 }
 
 void Sgd::update(const TensorView& params, const TensorView& grads, double lr, float grad_scale,
@@ -211,23 +212,21 @@ void Sgd::update(const TensorView& params, const TensorView& grads, double lr, f
   s.momentum = config_.momentum;
   s.keep = 1.0 - config_.dampening;
   s.nesterov = config_.nesterov;
-  s.first = buffer_.data() == nullptr;
-  if (s.momentum != 0.0 && s.first)
-    buffer_ = DeviceBuffer(ctx_, size_t(num_params_) * sizeof(float));
+  s.first = !started_;
   ops::sgd_step(ctx_, s, params, grads, grad_scale,
                 s.momentum != 0.0 ? vector(buffer_) : TensorView(), compute_copy);
+  started_ = s.momentum != 0.0;
 }
 
 std::vector<std::pair<std::string, TensorView>> Sgd::state() const {
-  if (buffer_.data() == nullptr) return {};
+  if (!started_) return {};
   return {{"momentum_buffer", vector(buffer_)}};
 }
 
 std::span<const float> Sgd::momentum_buffer() const {
   CHECK(ctx_.device == Device::cpu, "the SGD momentum buffer is on {}, not the host",
         device_name(ctx_.device));
-  return {static_cast<const float*>(buffer_.data()),
-          buffer_.data() == nullptr ? 0 : size_t(num_params_)};
+  return {static_cast<const float*>(buffer_.data()), started_ ? size_t(num_params_) : 0};
 }
 
 void Sgd::load_tensors(const SafetensorsFile& file) {
@@ -235,12 +234,13 @@ void Sgd::load_tensors(const SafetensorsFile& file) {
     // torch has no buffer before the first step with momentum; after one it must be there.
     CHECK(config_.momentum == 0.0 || parse_count(file, kStepKey) == 0,
           "optimizer state '{}': tensor 'momentum_buffer' is missing", file.path());
-    buffer_ = DeviceBuffer();
+    started_ = false;
     return;
   }
   CHECK(config_.momentum != 0.0, "optimizer state '{}' has a momentum buffer, but momentum is 0",
         file.path());
   buffer_ = load_vector(file, "momentum_buffer");
+  started_ = true;
 }
 
 std::string Sgd::hyperparameters() const {

@@ -70,6 +70,10 @@ class Optimizer {
   // The state tensors by their names in the state file ([P] f32 views on device(); a tensor
   // not created yet, such as SGD's buffer before the first step, is left out).
   virtual std::vector<std::pair<std::string, TensorView>> state() const = 0;
+  // Bytes of state memory on device(), allocated when the optimizer is made (SGD's momentum
+  // buffer too, though torch's state has it only from the first step): a step allocates
+  // nothing, so the memory plan made before the first step holds.
+  virtual size_t state_bytes() const = 0;
 
   // The state as torch's state_dict holds it: tensors (exp_avg, exp_avg_sq /
   // momentum_buffer, [P] f32) and, as metadata under "optimizer.", the kind, the step count
@@ -117,6 +121,7 @@ class AdamW final : public Optimizer {
   std::string_view name() const override { return "adamw"; }
   const AdamWConfig& config() const { return config_; }
   std::vector<std::pair<std::string, TensorView>> state() const override;
+  size_t state_bytes() const override { return m_.size() + v_.size(); }
   // The moments of an optimizer on the host.
   std::span<const float> exp_avg() const { return host_span(m_); }
   std::span<const float> exp_avg_sq() const { return host_span(v_); }
@@ -145,6 +150,7 @@ class Sgd final : public Optimizer {
   std::string_view name() const override { return "sgd"; }
   const SgdConfig& config() const { return config_; }
   std::vector<std::pair<std::string, TensorView>> state() const override;
+  size_t state_bytes() const override { return buffer_.size(); }
   // Of an optimizer on the host; empty until the first step with momentum > 0 (torch creates
   // the buffer there).
   std::span<const float> momentum_buffer() const;
@@ -156,7 +162,8 @@ class Sgd final : public Optimizer {
   std::string hyperparameters() const override;
 
   SgdConfig config_;
-  DeviceBuffer buffer_;  // [P] f32 momentum buffer; none before the first step or without momentum
+  DeviceBuffer buffer_;   // [P] f32 momentum buffer, with momentum only
+  bool started_ = false;  // the buffer holds torch's state: a step ran, or a state was loaded
 };
 
 }  // namespace fp8rl

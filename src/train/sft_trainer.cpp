@@ -51,6 +51,10 @@ const std::vector<std::vector<size_t>>& SftTrainer::epoch_plan(int64_t epoch) {
   return plan_;
 }
 
+size_t SftTrainer::optimizer_state_bytes() const {
+  return train_step_->optimizer().state_bytes();
+}
+
 PassPlan SftTrainer::plan() {
   // The micro-batch with the most tokens of the first epoch (epochs differ only in order).
   const auto& p = epoch_plan(0);

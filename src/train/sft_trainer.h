@@ -41,6 +41,8 @@ class SftTrainer {
   int64_t total_steps() const { return total_steps_; }
   // The memory plan of the largest micro-batch of the run (fp8rl sft --dry-run).
   PassPlan plan();
+  // Device bytes of the optimizer's state (allocated with the trainer, before any step).
+  size_t optimizer_state_bytes() const;
   // Trains to the end (or from the resumed checkpoint to the end); writes metrics.jsonl,
   // checkpoints and the final adapter into output_dir.
   void run(const std::function<void(const SftStepInfo&)>& on_step = {});

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "formats/npy.h"
@@ -741,6 +742,53 @@ TEST(CliTrain, GrpoConfigErrors) {
                        " --truncation --max-steps 1 --num-generations 2 "
                        "--per-device-train-batch-size 2 --max-completion-length 2");
   EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+// --dry-run prints the memory plan and trains nothing: the parts (GRPO's standby region, the
+// larger of the engine's KV pool and the pass) and a total that is their sum; no run files.
+TEST(CliTrain, DryRunPrintsThePlanAndTrainsNothing) {
+  const std::string data = temp("dry_sft") + ".jsonl";
+  write_file(data,
+             "{\"text\": \"7+1=8\"}\n{\"prompt\": \"What is 2+2? \", \"completion\": \"4\"}\n");
+  const std::string grpo_data = temp("dry_grpo") + ".jsonl";
+  write_file(grpo_data, "{\"prompt\": \"What is 1+1?\", \"answer\": \"2\"}\n");
+  const std::string cfg = temp("dry_grpo_cfg") + ".yaml";
+  write_file(cfg, "model: " + kDemoModel + "\ndata: " + grpo_data +
+                      "\nrewards:\n  - {type: answer_match}\n");
+  const std::string sft_out = temp("dry_sft_out"), grpo_out = temp("dry_grpo_out");
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"sft " + kDemoModel + " --data " + data + " --out " + sft_out + " --dry-run", sft_out},
+      {"grpo --config " + cfg + " --output-dir " + grpo_out +
+           " --num-generations 2 --per-device-train-batch-size 2 --dry-run",
+       grpo_out}};
+  for (const auto& [args, out] : runs) {
+    const Result r = run(args);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::istringstream lines(r.output);
+    double sum = 0, total = -1;
+    std::set<std::string> names;
+    for (std::string line; std::getline(lines, line);) {
+      const size_t mib = line.find(" MiB");
+      if (line.rfind("  ", 0) != 0 || mib == std::string::npos) continue;
+      const size_t num = line.find_last_of(' ', mib - 1) + 1;
+      const double v = std::stod(line.substr(num, mib - num));
+      std::string name = line.substr(2, num - 2);
+      name.erase(name.find_last_not_of(' ') + 1);
+      names.insert(name);
+      if (name == "total")
+        total = v;
+      else if (name.rfind("host", 0) != 0)
+        sum += v;
+    }
+    for (const char* n : {"weights", "adapter", "optimizer state", "workspace", "total"})
+      EXPECT_TRUE(names.count(n)) << n << "\n" << r.output;
+    EXPECT_TRUE(names.count(args.rfind("grpo", 0) == 0 ? "standby region" : "saved activations"))
+        << r.output;
+    EXPECT_NEAR(total, sum, 0.05 * double(names.size())) << r.output;  // each rounded to 0.1
+    EXPECT_GT(total, 0.0);
+    EXPECT_FALSE(fs::exists(fs::path(out) / "config.yaml")) << out;
+    EXPECT_FALSE(fs::exists(fs::path(out) / "metrics.jsonl")) << out;
+  }
 }
 
 // ---- write failures: an unwritable RUN_DIR, a full disk at checkpoint time ----

@@ -40,5 +40,15 @@ peak = max(json.loads(l)["peak_memory_bytes"] for l in open(sys.argv[2])) / 2**2
 ok = abs(plan - peak) <= 0.1 * peak
 print(f"{'PASS' if ok else 'FAIL'} sft dry-run plan {plan:.1f} MiB vs measured peak {peak:.1f} MiB")
 PY
+step "grpo cuda dry-run" "$OUT/grpo.log" 60 "$FP8RL" grpo --config examples/demo.yaml \
+  --device cuda --max-steps 20 --output-dir "$OUT/grpo-demo" --dry-run
+python3 - "$OUT/grpo.log" "$OUT/grpo-demo/metrics.jsonl" >> "$SUMMARY" <<'PY'
+import json, re, sys
+plan = float(re.findall(r"total\s+([0-9.]+) MiB", open(sys.argv[1]).read())[-1])
+L = [json.loads(l) for l in open(sys.argv[2])]
+peak = max(max(l.get("peak_memory_bytes/rollout", 0), l.get("peak_memory_bytes/train", 0)) for l in L) / 2**20
+ok = abs(plan - peak) <= 0.1 * peak
+print(f"{'PASS' if ok else 'FAIL'} grpo dry-run plan {plan:.1f} MiB vs measured peak {peak:.1f} MiB")
+PY
 rm -rf "$OUT/grpo-demo/checkpoint-"* "$OUT/sft-demo/checkpoint-"*
 cat "$SUMMARY"
