@@ -146,11 +146,16 @@ void* DeviceRegion::allocate(size_t bytes) {
   return reinterpret_cast<void*>(base_ + *offset);
 }
 
-void DeviceRegion::free(void* p) {
-  CHECK(contains(p), "device region: {} is not in the region", p);
-  allocator_.free(size_t(reinterpret_cast<CUdeviceptr>(p) - base_));
-  const size_t keep = round_up(allocator_.top(), granularity_);
-  if (mapped_ >= keep + kUnmapSlack) unmap_above(keep);
+void DeviceRegion::free(void* p) noexcept {
+  // Buffers are freed from destructors, like cudaFree: a failure leaves memory mapped (or a
+  // block taken), it never throws.
+  try {
+    if (!contains(p)) return;
+    allocator_.free(size_t(reinterpret_cast<CUdeviceptr>(p) - base_));
+    const size_t keep = round_up(allocator_.top(), granularity_);
+    if (mapped_ >= keep + kUnmapSlack) unmap_above(keep);
+  } catch (...) {
+  }
 }
 
 bool DeviceRegion::contains(const void* p) const {

@@ -28,7 +28,8 @@ class DeviceRegion {
 
   // A block of `bytes`, 256-byte aligned, mapped; raises when the device is out of memory.
   void* allocate(size_t bytes);
-  void free(void* p);
+  // Never throws (buffers are freed in destructors): on a driver error the memory stays mapped.
+  void free(void* p) noexcept;
   bool contains(const void* p) const;
   const void* base() const { return reinterpret_cast<const void*>(base_); }
   size_t reserved() const { return allocator_.capacity(); }
