@@ -28,9 +28,22 @@ void run_dpo(const DpoConfig& cfg, const std::string& yaml) {
   const auto& chat = ts.tokenizer_setup().chat;
   std::vector<PreferencePair> pairs =
       read_preference_dataset(cfg.data, ts.tokenizer(), chat ? &*chat : nullptr, d);
+  const size_t num_pairs = pairs.size();
   DpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), std::move(pairs), cfg,
                      ts.base_model_name());
-  CHECK(!cfg.dry_run, "dpo --dry-run is not implemented yet (sft --dry-run is)");
+  if (cfg.dry_run) {
+    const PassPlan p = trainer.plan();
+    std::vector<PlanPart> parts = {{"saved activations", p.saved_bytes, "", true},
+                                   {"KV", p.kv_bytes, "", true}};
+    if (p.host_bytes > 0)
+      parts.push_back(
+          {"host (offloaded)", p.host_bytes, "checkpointed layer inputs, not in the total", false});
+    print_memory_plan(ts,
+                      fmt::format("memory plan of the largest batch ({} pairs, {} steps)",
+                                  num_pairs, trainer.total_steps()),
+                      trainer.optimizer_state_bytes(), parts, p.scratch_bytes);
+    return;
+  }
   write_run_config(cfg.output_dir, yaml);
   const auto t0 = std::chrono::steady_clock::now();
   trainer.run([&](const DpoStepInfo& i) {

@@ -1,5 +1,6 @@
 #include "rl/dpo_trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <numeric>
@@ -91,6 +92,27 @@ struct DpoTrainer::Impl {
     ref_rejected.assign(pairs.size(), std::nan(""));
   }
 
+  PassOptions pass_options() const {
+    PassOptions o;
+    o.checkpointing = cfg.gradient_checkpointing;
+    o.offload = cfg.activation_offloading;
+    o.lora_dropout = float(cfg.lora_dropout);
+    return o;
+  }
+
+  PassPlan largest_plan() {
+    std::vector<size_t> order(pairs.size());
+    std::iota(order.begin(), order.end(), size_t(0));
+    auto tokens = [&](size_t i) {
+      return 2 * pairs[i].prompt.size() + pairs[i].chosen.size() + pairs[i].rejected.size();
+    };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return tokens(a) > tokens(b); });
+    order.resize(std::min(order.size(), size_t(cfg.per_device_train_batch_size)));
+    const Packed p = pack(pairs, order);
+    return pass->plan({p.ids, p.targets, p.cu}, pass_options());
+  }
+
   std::vector<size_t> batch_indices(int64_t e, int64_t b) const {
     std::vector<size_t> order(pairs.size());
     std::iota(order.begin(), order.end(), size_t(0));
@@ -158,10 +180,7 @@ struct DpoTrainer::Impl {
         const std::vector<size_t> idx = batch_indices(epoch, batch++);
         reference(idx);
         const Packed p = pack(pairs, idx);
-        PassOptions o;
-        o.checkpointing = cfg.gradient_checkpointing;
-        o.offload = cfg.activation_offloading;
-        o.lora_dropout = float(cfg.lora_dropout);
+        PassOptions o = pass_options();
         o.dropout_seed = rng_key(uint64_t(cfg.seed), uint64_t(epoch) * 1000003u + uint64_t(batch));
         pass->forward({p.ids, p.targets, p.cu}, o);
         tokens += int64_t(p.ids.size());
@@ -233,6 +252,14 @@ DpoTrainer::DpoTrainer(Context& ctx, Model& model, LoraAdapter& adapter,
     : impl_(std::make_unique<Impl>(ctx, model, adapter, std::move(pairs), config,
                                    std::move(base_model_name))) {}
 DpoTrainer::~DpoTrainer() = default;
+PassPlan DpoTrainer::plan() {
+  return impl_->largest_plan();
+}
+
+size_t DpoTrainer::optimizer_state_bytes() const {
+  return impl_->train_step->optimizer().state_bytes();
+}
+
 int64_t DpoTrainer::total_steps() const {
   return impl_->total_steps;
 }

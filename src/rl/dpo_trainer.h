@@ -17,6 +17,7 @@
 #include "ops/context.h"
 #include "rl/dpo_config.h"
 #include "rl/preference_data.h"
+#include "train/logprob_pass.h"
 
 namespace fp8rl {
 
@@ -31,6 +32,11 @@ class DpoTrainer {
              const DpoConfig& config, std::string base_model_name);
   ~DpoTrainer();
   int64_t total_steps() const;
+  // The memory plan of the run's largest batch (the per_device_train_batch_size pairs with the
+  // most tokens; fp8rl dpo --dry-run), by the pass's dry run.
+  PassPlan plan();
+  // Device bytes of the optimizer's state (allocated with the trainer, before any step).
+  size_t optimizer_state_bytes() const;
   void run(const std::function<void(const DpoStepInfo&)>& on_step = {});
 
  private:

@@ -744,8 +744,9 @@ TEST(CliTrain, GrpoConfigErrors) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
-// --dry-run prints the memory plan and trains nothing: the parts (GRPO's standby region, the
-// larger of the engine's KV pool and the pass) and a total that is their sum; no run files.
+// --dry-run (sft, grpo, dpo) prints the memory plan and trains nothing: the parts (GRPO's
+// standby region, the larger of the engine's KV pool and the pass) and a total that is their
+// sum; no run files.
 TEST(CliTrain, DryRunPrintsThePlanAndTrainsNothing) {
   const std::string data = temp("dry_sft") + ".jsonl";
   write_file(data,
@@ -755,12 +756,17 @@ TEST(CliTrain, DryRunPrintsThePlanAndTrainsNothing) {
   const std::string cfg = temp("dry_grpo_cfg") + ".yaml";
   write_file(cfg, "model: " + kDemoModel + "\ndata: " + grpo_data +
                       "\nrewards:\n  - {type: answer_match}\n");
-  const std::string sft_out = temp("dry_sft_out"), grpo_out = temp("dry_grpo_out");
+  const std::string dpo_data = temp("dry_dpo") + ".jsonl";
+  write_file(dpo_data, "{\"prompt\": \"What is 2+2? \", \"chosen\": \"4\", \"rejected\": \"5\"}\n");
+  const std::string sft_out = temp("dry_sft_out"), grpo_out = temp("dry_grpo_out"),
+                    dpo_out = temp("dry_dpo_out");
   const std::vector<std::pair<std::string, std::string>> runs = {
       {"sft " + kDemoModel + " --data " + data + " --out " + sft_out + " --dry-run", sft_out},
       {"grpo --config " + cfg + " --output-dir " + grpo_out +
            " --num-generations 2 --per-device-train-batch-size 2 --dry-run",
-       grpo_out}};
+       grpo_out},
+      {"dpo " + kDemoModel + " --data " + dpo_data + " --output-dir " + dpo_out + " --dry-run",
+       dpo_out}};
   for (const auto& [args, out] : runs) {
     const Result r = run(args);
     ASSERT_EQ(r.exit_code, 0) << r.output;
