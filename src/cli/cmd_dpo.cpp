@@ -32,16 +32,10 @@ void run_dpo(const DpoConfig& cfg, const std::string& yaml) {
   DpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), std::move(pairs), cfg,
                      ts.base_model_name());
   if (cfg.dry_run) {
-    const PassPlan p = trainer.plan();
-    std::vector<PlanPart> parts = {{"saved activations", p.saved_bytes, "", true},
-                                   {"KV", p.kv_bytes, "", true}};
-    if (p.host_bytes > 0)
-      parts.push_back(
-          {"host (offloaded)", p.host_bytes, "checkpointed layer inputs, not in the total", false});
-    print_memory_plan(ts,
-                      fmt::format("memory plan of the largest batch ({} pairs, {} steps)",
-                                  num_pairs, trainer.total_steps()),
-                      trainer.optimizer_state_bytes(), parts, p.scratch_bytes);
+    print_pass_memory_plan(ts,
+                           fmt::format("memory plan of the largest batch ({} pairs, {} steps)",
+                                       num_pairs, trainer.total_steps()),
+                           trainer.optimizer_state_bytes(), trainer.plan());
     return;
   }
   write_run_config(cfg.output_dir, yaml);

@@ -35,16 +35,11 @@ void run_sft(const SftConfig& cfg, const std::string& yaml) {
   SftTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), std::move(examples), cfg,
                      ts.base_model_name());
   if (cfg.dry_run) {
-    const PassPlan p = trainer.plan();
-    std::vector<PlanPart> parts = {{"saved activations", p.saved_bytes, "", true},
-                                   {"KV", p.kv_bytes, "", true}};
-    if (p.host_bytes > 0)
-      parts.push_back(
-          {"host (offloaded)", p.host_bytes, "checkpointed layer inputs, not in the total", false});
-    print_memory_plan(ts,
-                      fmt::format("memory plan of the largest micro-batch ({} examples, {} steps)",
-                                  num_examples, trainer.total_steps()),
-                      trainer.optimizer_state_bytes(), parts, p.scratch_bytes);
+    print_pass_memory_plan(
+        ts,
+        fmt::format("memory plan of the largest micro-batch ({} examples, {} steps)", num_examples,
+                    trainer.total_steps()),
+        trainer.optimizer_state_bytes(), trainer.plan());
     return;
   }
   write_run_config(cfg.output_dir, yaml);

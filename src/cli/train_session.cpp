@@ -80,6 +80,16 @@ void print_memory_plan(TrainSession& ts, const std::string& title, size_t optimi
              ops::device_region_info(ctx).on ? "  (all in the one device region)" : "");
 }
 
+void print_pass_memory_plan(TrainSession& ts, const std::string& title,
+                            size_t optimizer_state_bytes, const PassPlan& plan) {
+  std::vector<PlanPart> parts = {{"saved activations", plan.saved_bytes, "", true},
+                                 {"KV", plan.kv_bytes, "", true}};
+  if (plan.host_bytes > 0)
+    parts.push_back({"host (offloaded)", plan.host_bytes,
+                     "checkpointed layer inputs, not in the total", false});
+  print_memory_plan(ts, title, optimizer_state_bytes, parts, plan.scratch_bytes);
+}
+
 std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
   const int64_t t = int64_t(std::llround(s));

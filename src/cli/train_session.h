@@ -9,6 +9,7 @@
 
 #include "cli/model_session.h"
 #include "model/adapter.h"
+#include "train/logprob_pass.h"
 #include "train/model_arguments.h"
 #include "train/sft_data.h"
 
@@ -56,6 +57,11 @@ struct PlanPart {
 // `scratch_bytes` and what it holds, for it only grows; the cuBLASLt workspace) and the total.
 void print_memory_plan(TrainSession& ts, const std::string& title, size_t optimizer_state_bytes,
                        const std::vector<PlanPart>& parts, size_t scratch_bytes);
+
+// print_memory_plan for a trainer whose step memory is one pass: its saved activations and KV
+// (and the offloaded layer inputs, in host memory, listed apart).
+void print_pass_memory_plan(TrainSession& ts, const std::string& title,
+                            size_t optimizer_state_bytes, const PassPlan& plan);
 
 // "1h02m", "3m12s", "45s".
 std::string format_duration(double seconds);
