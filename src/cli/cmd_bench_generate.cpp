@@ -41,6 +41,7 @@ struct BenchGenerateOptions {
   bool shared_prefix = true;
   bool stacked_qkv = true;
   bool concurrent_linears = true;
+  bool decode_mma = true;
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -99,6 +100,7 @@ void run_bench_generate(const BenchGenerateOptions& o) {
     CHECK(CudaDevice::built() && CudaDevice::count() > 0, "--device cuda: no CUDA device");
     CudaDeviceOptions device_options;
     device_options.concurrent_linears = o.concurrent_linears;
+    device_options.decode_mma = o.decode_mma;
     dev = std::make_unique<CudaDevice>(device_options);
     ctx = dev->context();
   }
@@ -158,6 +160,7 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   result["shared_prefix_attention"] = o.shared_prefix;
   result["stacked_qkv"] = !model.layers.empty() && !model.layers[0].qkv.weight.empty();
   result["concurrent_linears"] = o.concurrent_linears;
+  result["decode_attention"] = o.decode_mma ? "tensor cores" : "CUDA cores";
   result["device"] = device == Device::cuda ? dev->name() : "cpu";
   result["prompts"] = o.prompts;
   result["n"] = o.n;
@@ -255,6 +258,9 @@ void add_bench_generate_command(CLI::App& bench) {
   c->add_flag("!--no-concurrent-linears", o->concurrent_linears,
               "Run one GEMM at a time (no K halves or gate/up pair on a second stream), to "
               "measure the concurrent GEMMs' gain");
+  c->add_flag("!--no-decode-mma", o->decode_mma,
+              "Decode attention on the CUDA-core kernel instead of the tensor-core one, to "
+              "measure the latter's gain");
   c->add_option("--out", o->out, "Also write the JSON here");
   c->callback([o] { run_bench_generate(*o); });
 }

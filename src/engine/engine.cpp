@@ -74,12 +74,13 @@ struct Engine::Impl {
   // The step's upload (ids, positions, slots, tables) at a fixed address, so that a captured
   // step reads each new step's values.
   DeviceBuffer step_buf;
-  int32_t null_block = 0;  // a pool block no sequence owns: padding sequences read it
+  int32_t null_block = 0;          // a pool block no sequence owns: padding sequences read it
   int64_t hold_region_blocks = 0;  // the pool's blocks when it lies in the region
   int64_t max_table_width = 1;
   // Decode steps captured as CUDA graphs, by (batch bucket, table width, top logprobs,
   // processed logprobs); each replays the forward and the sampler of a padded step.
-  std::map<std::tuple<int64_t, int64_t, int, bool>, CudaGraph> graphs;
+  // Captured decode steps by (batch bucket, table width, top-k, processed logprobs, groups).
+  std::map<std::tuple<int64_t, int64_t, int, bool, bool>, CudaGraph> graphs;
   const void* graphs_scratch = nullptr;  // the scratch arena's base the graphs captured
 
   Impl(Context& c, const Model& m, const tok::Tokenizer* t, std::vector<int32_t> e,
@@ -265,7 +266,7 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
       ctx.device == Device::cuda && opt.cuda_graphs && decode_only && history.empty();
   std::vector<ops::SampleRow> padded_rows;
   const std::vector<ops::SampleRow>* sample_rows = &rows;
-  std::tuple<int64_t, int64_t, int, bool> key;
+  std::tuple<int64_t, int64_t, int, bool, bool> key;
   if (graph) {
     const int64_t cap = std::min(opt.max_num_seqs, opt.max_num_batched_tokens);
     int64_t bucket = 1, width = 1, needed = 1;
@@ -284,17 +285,26 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
     }
     in.pad_to_width(width, pool->block_size());
     sample_rows = &padded_rows;
-    key = {bucket, width, top_k, want_processed};
+    key = {bucket, width, top_k, want_processed, false};
   }
   in.validate(model.config(), pool->num_blocks(), pool->block_size());
   in.pack_block_tables();
-  // Decode steps describe their shared prefixes whether or not any group forms, so that a
-  // captured step's kernels and upload layout repeat (the CPU forward ignores them).
+  // A decode step with shared-prefix groups carries their description (the CPU forward
+  // ignores it); one without runs the plain decode path, which launches no prefix kernel. The
+  // two kinds of step are captured apart, so a graph's kernels and upload layout repeat.
   if (decode_only && opt.shared_prefix_attention) {
-    describe_shared_prefixes(in, pool->block_size());
+    describe_shared_prefixes(in, pool->block_size(), opt.shared_prefix_min_tokens);
     const int64_t grouped = in.prefix_cu_members.back();
     stats.shared_prefix_steps += grouped > 0 ? 1 : 0;
     stats.shared_prefix_seq_steps += grouped;
+    if (grouped == 0) {
+      in.has_prefixes = false;
+      in.prefix_cu_members.clear();
+      in.prefix_members.clear();
+      in.prefix_lens.clear();
+      in.prefix_len_of_seq.clear();
+    }
+    std::get<4>(key) = grouped > 0;
   }
   const int64_t rows_n = int64_t(sample_rows->size());
   CHECK(step_elements(in) * 4 <= int64_t(step_buf.size()),
@@ -511,8 +521,7 @@ void Engine::Impl::run(std::vector<RequestState>& states,
 }
 
 Engine::Engine(Context& ctx, const Model& model, const tok::Tokenizer* tokenizer,
-               std::vector<int32_t> eos_ids, const EngineOptions& options,
-               StandbyRegion* region)
+               std::vector<int32_t> eos_ids, const EngineOptions& options, StandbyRegion* region)
     : impl_(std::make_unique<Impl>(ctx, model, tokenizer, std::move(eos_ids), options, region)) {
   impl_->setup();
 }

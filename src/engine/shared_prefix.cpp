@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <span>
+#include <vector>
 
 #include "core/check.h"
 
@@ -51,7 +52,7 @@ struct Grouping {
 
 }  // namespace
 
-void describe_shared_prefixes(StepInput& in, int64_t block_size) {
+void describe_shared_prefixes(StepInput& in, int64_t block_size, int64_t min_tokens) {
   const int64_t seqs = in.num_seqs(), groups_cap = seqs / 2;
   CHECK(block_size > 0 && int64_t(in.block_tables.size()) == seqs * in.blocks_per_seq,
         "shared prefixes: the block tables ({} ids for {} sequences of {}) are not packed",
@@ -74,6 +75,7 @@ void describe_shared_prefixes(StepInput& in, int64_t block_size) {
   }
   for (auto& p : by_first)
     if (p.size() >= 2) g.split(std::move(p), 0);
+  std::erase_if(g.groups, [&](const auto& grp) { return grp.second * block_size < min_tokens; });
   // Groups come out depth first; the kernel wants none in particular, tests want a fixed one.
   std::sort(g.groups.begin(), g.groups.end(),
             [](const auto& a, const auto& b) { return a.first[0] < b.first[0]; });

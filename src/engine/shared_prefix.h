@@ -24,7 +24,8 @@ namespace fp8rl {
 // (StepInput::pack_block_tables): groups in the order of their first member, members in
 // sequence order, capacities S / 2 groups and S members (the unused tail: empty groups, length
 // 0). Sequences with more than one new token (prefill chunks) are never grouped. Prefix lengths
-// are in tokens (whole blocks of block_size).
-void describe_shared_prefixes(StepInput& in, int64_t block_size);
+// are in tokens (whole blocks of block_size); groups whose prefix is shorter than min_tokens
+// are not formed (their members run per sequence: EngineOptions::shared_prefix_min_tokens).
+void describe_shared_prefixes(StepInput& in, int64_t block_size, int64_t min_tokens = 0);
 
 }  // namespace fp8rl

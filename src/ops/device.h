@@ -32,6 +32,10 @@ struct CudaDeviceOptions {
   // tensor cores (P rounded to bf16); false: on the CUDA cores with P in fp32, for tests and
   // timing.
   bool shared_prefix_mma = true;
+  // The paged decode kernel (each sequence's own keys) on the tensor cores, with a cp.async
+  // ring of K/V tiles, for bf16 pools and head dims up to 128; false: the CUDA-core kernel,
+  // for tests and timing. Both keep P to ~fp32 accuracy (kCudaPagedDecode).
+  bool decode_mma = true;
   // A frozen FP8-row weight's input gradient as an FP8 GEMM (dY times the row scales,
   // quantized per token to e4m3, against a per-call transposed copy of the codes); false: the
   // reference path, dY and the dequantized weight in bf16 (ops/cuda/linear.cpp).

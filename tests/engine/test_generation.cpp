@@ -358,6 +358,7 @@ TEST(Engine, FindsTheSamplesSharedPromptBlocks) {
   }
   EngineOptions o = small_options();
   o.max_num_batched_tokens = 128;  // both prefills in the first step
+  o.shared_prefix_min_tokens = 0;  // the path itself, at any prefix length
   Engine on(cpu.ctx, m, nullptr, {}, o);
   const auto out_on = on.generate(reqs);
   o.shared_prefix_attention = false;

@@ -148,6 +148,25 @@ TEST(SharedPrefix, FillsTheCapacityOfTheBatch) {
   EXPECT_EQ(in.prefix_lens, (std::vector<int32_t>{int32_t(2 * kBs), 0}));
 }
 
+TEST(SharedPrefix, DropsGroupsBelowTheMinimumPrefix) {
+  // Two prompts' samples: one over 3 shared blocks, one over 1; a minimum of 2 blocks keeps
+  // the first group only, a minimum of 4 neither, 0 both.
+  auto step = [](int64_t min_tokens) {
+    StepInput in;
+    const int32_t token = 1;
+    for (const std::vector<int32_t>& t :
+         {std::vector<int32_t>{1, 2, 3, 10}, std::vector<int32_t>{1, 2, 3, 11},
+          std::vector<int32_t>{5, 20, 21, 22}, std::vector<int32_t>{5, 30, 31, 32}})
+      in.add_sequence({&token, 1}, 4 * kBs - 1, t, kBs, StepInput::Logits::last);
+    in.pack_block_tables();
+    describe_shared_prefixes(in, kBs, min_tokens);
+    return groups_of(in);
+  };
+  EXPECT_EQ(step(0), (Groups{{{0, 1}, int32_t(3 * kBs)}, {{2, 3}, int32_t(kBs)}}));
+  EXPECT_EQ(step(2 * kBs), (Groups{{{0, 1}, int32_t(3 * kBs)}}));
+  EXPECT_EQ(step(4 * kBs), Groups{});
+}
+
 TEST(SharedPrefix, UploadedWithTheStep) {
   // The description travels in the step's one upload, at sizes fixed by S.
   Arena arena;

@@ -62,11 +62,11 @@ void attention_case(Harness& h, Outcome& o, int64_t t, int64_t first, int64_t hq
 // the last sequence. Checks: store_kv fills the pools bit for bit as the CPU does; the output
 // against the exact CPU paged attention (kCudaAttention for the prefill kernels, whose P is
 // rounded to bf16; kCudaPagedDecode for the decode kernel, taken when every sequence has at
-// most one new query); the prefill kernels give each sequence's rows of attention() over a
-// contiguous cache on the GPU bit for bit (the same key tiles in the same order); padding rows
-// are zeros; the fused amax; a CUDA graph replay equals the eager run; and, as the negative
-// control, a wrong block table entry breaks the bound.
-// fp8_kv: FP8 pools (e4m3 codes, a scale per slot and kv head). store_kv's codes and scales
+// most one new query, on the tensor cores and, on a second device, on the CUDA cores); the prefill
+// kernels give each sequence's rows of attention() over a contiguous cache on the GPU bit for bit
+// (the same key tiles in the same order); padding rows are zeros; the fused amax; a CUDA graph
+// replay equals the eager run; and, as the negative control, a wrong block table entry breaks the
+// bound. fp8_kv: FP8 pools (e4m3 codes, a scale per slot and kv head). store_kv's codes and scales
 // equal the CPU's bit for bit; the reference is the exact CPU paged attention over an f32 pool
 // of bf16(code * scale), the values the kernels read, so the same bounds hold; a wrong V scale
 // breaks them (negative control). The contiguous-attention check is skipped: that runs the
@@ -227,6 +227,19 @@ void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& s
   const Tensor got = as_f32(h, out);
   o.info = std::string(decode ? "decode kernel" : "prefill kernel") + (fp8_kv ? ", FP8 KV" : "");
   o.checks.push_back(compare("out / max|v|", got, ref, bound, vmax));
+  // The decode kernel's CUDA-core form (decode_mma off; the default above takes the
+  // tensor-core kernel up to D = 128), on a second device of the same GPU, to the same bound.
+  if (decode) {
+    CudaDeviceOptions core_opt;
+    core_opt.decode_mma = false;
+    CudaDevice core_dev(core_opt);
+    const TensorView core_out = ops::scratch_alloc(h.gpu, {rows + kPadding, hq, d}, DType::bf16);
+    Context core = core_dev.context();
+    ops::paged_attention(core, q_d, kp_d, vp_d, batch, p, core_out, {}, sc_d);
+    ops::synchronize(core);
+    o.checks.push_back(
+        compare("CUDA-core decode kernel: out / max|v|", as_f32(h, core_out), ref, bound, vmax));
+  }
   bool padding_zero = true;
   for (int64_t i = rows * hq * d; i < got.numel(); ++i) padding_zero &= got.ptr<float>()[i] == 0.0f;
   o.checks.push_back({"padding rows == 0", padding_zero ? 0.0 : 1.0, 0.0, padding_zero});

@@ -205,6 +205,7 @@ void paged_shared_prefix_case(Harness& h, Outcome& o, int64_t members, int64_t p
   // harness's).
   CudaDeviceOptions core_opt;
   core_opt.shared_prefix_mma = false;
+  core_opt.decode_mma = false;
   CudaDevice core_dev(core_opt);
   Context core = core_dev.context();
   ops::paged_attention(core, q_d, pools.kp_d, pools.vp_d, shared, p, out, {}, pools.sc_d);

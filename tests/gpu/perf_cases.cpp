@@ -217,20 +217,27 @@ std::vector<OpCase> perf_cases() {
                  }});
   // Decode steps of 256 sequences, 32 prompts x 8 samples (the GRPO shape) of ctx tokens:
   // each prompt's first ctx - own tokens in blocks its samples share, own of their own (128;
-  // and bench generate's shape, a 128-token prompt, at 32 and at 256 new tokens); with
+  // and bench generate's shape, a 128-token prompt, at 32 and at 256 new tokens; prompts of
+  // 256 and 512 tokens, where the shared-prefix path starts to pay off); with
   // the shared-prefix path (prefix blocks read once per group; the prefix kernel on mma.sync,
-  // or on the CUDA cores on a second device) and without (read by every sample). Bytes: the
+  // or on the CUDA cores on a second device) and without (read by every sample; the decode
+  // kernel on the tensor cores, or on the CUDA cores on a second device). Bytes: the
   // K/V the path must read, so GB/s compare with the plain decode above; the time is what to
   // compare between the variants.
-  for (auto [ctx, kOwn] :
-       {std::pair<int64_t, int64_t>{1024, 128}, {4096, 128}, {160, 32}, {384, 256}})
-    for (const char* variant : {"mma", "cuda-cores", "off"})
+  for (auto [ctx, kOwn] : {std::pair<int64_t, int64_t>{1024, 128},
+                           {4096, 128},
+                           {160, 32},
+                           {384, 256},
+                           {512, 256},
+                           {768, 256}})
+    for (const char* variant : {"mma", "cuda-cores", "off", "off-cuda-cores"})
       c.push_back(
           {fmt::format("paged_attention decode shared_prefix={} S=256 (32x8) ctx={} own={} "
                        "Hq=32 Hkv=8 D=128",
                        variant, ctx, kOwn),
            [=](Harness& h, Outcome& o) {
-             const bool use_shared = std::string(variant) != "off";
+             const std::string v = variant;
+             const bool use_shared = v == "mma" || v == "cuda-cores";
              constexpr int64_t kGroups = 32, kMembers = 8, kSeqs = kGroups * kMembers;
              const int64_t width = ctx / 16, prefix = ctx - kOwn, shared_blocks = prefix / 16;
              const int64_t blocks = kGroups * shared_blocks + kSeqs * (kOwn / 16);
@@ -279,9 +286,10 @@ std::vector<OpCase> perf_cases() {
              p.scale = 1.0f / std::sqrt(float(D));
              std::unique_ptr<CudaDevice> cores;
              Context ctx_run = h.gpu;
-             if (std::string(variant) == "cuda-cores") {
+             if (v == "cuda-cores" || v == "off-cuda-cores") {
                CudaDeviceOptions opt;
                opt.shared_prefix_mma = false;
+               opt.decode_mma = false;
                opt.arena_bytes = size_t(1) << 30;  // the partials of ctx 4096 need ~70 MB
                cores = std::make_unique<CudaDevice>(opt);
                ctx_run = cores->context();

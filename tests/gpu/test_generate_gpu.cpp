@@ -36,6 +36,7 @@ Run generate(Context& ctx, const Model& m, const std::vector<GenerationRequest>&
              bool graphs = true, bool shared_prefix = true) {
   EngineOptions o;
   o.shared_prefix_attention = shared_prefix;
+  o.shared_prefix_min_tokens = 0;  // the path itself, at these short prompts
   o.max_num_seqs = 64;
   o.max_num_batched_tokens = 512;
   o.kv_memory_bytes = size_t(64) << 20;

@@ -66,6 +66,8 @@ struct Capabilities {
   // The shared-prefix decode path's prefix kernel on mma.sync (CudaDeviceOptions::
   // shared_prefix_mma); else on the CUDA cores.
   bool shared_prefix_mma = true;
+  // The paged decode kernel on mma.sync (CudaDeviceOptions::decode_mma); else the CUDA cores.
+  bool decode_mma = true;
   // linear_backward_input of FP8-row weights on the FP8 tensor cores
   // (CudaDeviceOptions::fp8_input_gradient); else through the dequantized weight in bf16.
   bool fp8_input_gradient = true;

@@ -1,6 +1,6 @@
 // Tensor views -> kernel launches for the CUDA ops, device memory and the device description.
-#include "ops/cuda/gradient_add.h"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/gradient_add.h"
 
 #include "ops/cuda/backend.h"
 #include "ops/cuda/gemm.h"
@@ -284,8 +284,10 @@ void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
   a.table_stride = batch.block_tables.strides[0];
   a.num_seqs = batch.num_seqs;
   a.block_size = int(k_pool.dim(1));
-  CHECK(a.block_size == kPagedBlockSize, "paged_attention: the CUDA kernels take {}-slot blocks, "
-        "got {}", kPagedBlockSize, a.block_size);
+  CHECK(a.block_size == kPagedBlockSize,
+        "paged_attention: the CUDA kernels take {}-slot blocks, "
+        "got {}",
+        kPagedBlockSize, a.block_size);
   if (!scales.empty()) {  // codes rows are D bytes: 8-byte chunks stay aligned
     a.k = a.v = nullptr;
     a.k8 = static_cast<const uint8_t*>(k_pool.data);
@@ -314,10 +316,10 @@ void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
       a.prefix_lens = static_cast<const int32_t*>(batch.prefix_lens.data);
       a.prefix_len_of_seq = static_cast<const int32_t*>(batch.prefix_len_of_seq.data);
       a.prefix_groups = batch.prefix_lens.numel();
-      launch_paged_decode_shared(a, splits, slots, b.caps().shared_prefix_mma, part_o, part_ml,
-                                 b.stream());
+      launch_paged_decode_shared(a, splits, slots, b.caps().shared_prefix_mma, b.caps().decode_mma,
+                                 part_o, part_ml, b.stream());
     } else {
-      launch_paged_decode(a, splits, part_o, part_ml, b.stream());
+      launch_paged_decode(a, splits, b.caps().decode_mma, part_o, part_ml, b.stream());
     }
     b.arena().rewind(mark);
   } else if (b.caps().attention_wgmma && attention_wgmma_supports(a)) {

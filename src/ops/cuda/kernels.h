@@ -132,8 +132,11 @@ constexpr int kPagedDecodeMaxGroup = 16;  // query heads per kv head the kernel 
 int paged_decode_max_splits(int64_t max_context_len);
 bool paged_decode_supports(int64_t d, int64_t group);
 cudaError_t paged_decode_init();
-void launch_paged_decode(const AttentionArgs& a, int max_splits, float* part_o, float* part_ml,
-                         cudaStream_t s);
+// decode_mma: bf16 pools with head dims up to 128 on the tensor-core kernel (P split into bf16
+// hi + lo, the CUDA-core kernel's bound); else, for FP8 pools and for D = 256, on the CUDA
+// cores.
+void launch_paged_decode(const AttentionArgs& a, int max_splits, bool decode_mma, float* part_o,
+                         float* part_ml, cudaStream_t s);
 // With shared prefixes (a.prefix_len_of_seq set) a sequence in a group has its prefix cut into
 // at most kPagedDecodeMaxSplits / 2 chunks by the prefix length alone (computed once for the
 // whole group by the prefix kernel, each K/V tile read once for all members' query heads) and
@@ -143,7 +146,8 @@ void launch_paged_decode(const AttentionArgs& a, int max_splits, float* part_o, 
 // CUDA cores with P in fp32 like the decode kernel.
 int paged_decode_slots(int64_t max_context_len);
 void launch_paged_decode_shared(const AttentionArgs& a, int max_splits, int slots,
-                                bool tensor_cores, float* part_o, float* part_ml, cudaStream_t s);
+                                bool tensor_cores, bool decode_mma, float* part_o, float* part_ml,
+                                cudaStream_t s);
 
 // ---- activation.cu: act 0 = SiLU, 1 = GELU-tanh. gate/up/out [rows, cols].
 void launch_gated(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int act, bf16* out,

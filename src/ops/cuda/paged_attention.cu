@@ -1,5 +1,7 @@
 // The paged KV cache: new keys/values scattered into their slots, the zeroed padding rows of a
-// captured batch, and the split-K decode kernel (steps where every sequence has one new query;
+// captured batch, and the split-K decode kernels on the CUDA cores (steps where every sequence
+// has one new query; bf16 pools with head dims up to 128 take the tensor-core form of the same
+// blocks instead, paged_decode_mma.cu, unless CudaDeviceOptions::decode_mma is off;
 // steps with longer queries run the prefill kernels of attention.cu / attention_wgmma.cu with
 // paged AttentionArgs).
 //
@@ -21,53 +23,13 @@
 // Such a row's result depends on its group's prefix length (another chunking of its keys),
 // not on the other members' queries.
 #include "ops/cuda/attention_common.cuh"
+#include "ops/cuda/paged_decode.cuh"
 
 namespace fp8rl::cuda {
 
 namespace {
 
-constexpr int kDecodeThreads = 128;
-constexpr int kDecodeTile = 64;  // keys per shared-memory tile
-static_assert(kDecodeTile == 2 * kWarp, "the softmax step takes two scores per lane");
-constexpr int kDecodeMinChunk = 256;  // keys per chunk until the chunk count reaches the cap
-// A shared prefix and the keys after it each take at most half the chunks of a row.
-constexpr int kPrefixMaxSplits = kPagedDecodeMaxSplits / 2;
 constexpr int kPrefixRows = 32;  // (member, query head) rows of one prefix block
-
-// Keys per chunk for a range of `len` keys: multiples of kDecodeMinChunk, at most `cap`
-// chunks.
-__host__ __device__ inline int decode_chunk(int len, int cap) {
-  const int per = int(ceil_div(len, cap));
-  return int(ceil_div(per < 1 ? 1 : per, kDecodeMinChunk)) * kDecodeMinChunk;
-}
-
-// The visible keys [lo, pos] of sequence seq's one new query (lo past its shared prefix, if
-// it has one), or false if it has none. Its partials are slots [slot0, slot0 + splits) of the
-// row's `slots`; slots [0, slot0) are the prefix kernel's.
-struct DecodeRow {
-  int row, pos, lo, chunk, splits, slot0, slots;
-};
-__device__ __forceinline__ bool decode_row(const AttentionArgs& a, int seq, DecodeRow& r) {
-  r.row = a.cu_q[seq];
-  if (a.cu_q[seq + 1] - r.row != 1) return false;
-  r.pos = a.context_lens[seq] - 1;
-  const int shared = a.prefix_len_of_seq != nullptr ? a.prefix_len_of_seq[seq] : 0;
-  if (shared > 0) {  // the host sets prefixes only below the position and without a window
-    r.lo = shared;
-    const int len = r.pos - r.lo + 1;
-    r.chunk = decode_chunk(len, kPrefixMaxSplits);
-    r.splits = int(ceil_div(len, r.chunk));
-    r.slot0 = int(ceil_div(shared, decode_chunk(shared, kPrefixMaxSplits)));
-  } else {
-    r.lo = a.window > 0 ? max(0, r.pos - int(a.window) + 1) : 0;
-    const int len = r.pos - r.lo + 1;
-    r.chunk = decode_chunk(len, kPagedDecodeMaxSplits);
-    r.splits = int(ceil_div(len, r.chunk));
-    r.slot0 = 0;
-  }
-  r.slots = r.slot0 + r.splits;
-  return true;
-}
 
 // The query rows of a decode block: rows [0, count) of the G rows hold real queries, row i
 // being the query head (row, head) = head(i) of q and out ([rows, hq] row-major).
@@ -160,10 +122,9 @@ __device__ __forceinline__ void decode_attend(const AttentionArgs& a, const Rows
       const int j = c / kChunks, cc = (c % kChunks) * 8;
       const int key = kt + j;
       const bool ok = key < k1;  // past the chunk: zeros, the source is not read
-      const int64_t slot =
-          ok ? int64_t(table[key >> kPagedBlockShift]) * kPagedBlockSize +
-                   (key & (kPagedBlockSize - 1))
-             : 0;
+      const int64_t slot = ok ? int64_t(table[key >> kPagedBlockShift]) * kPagedBlockSize +
+                                    (key & (kPagedBlockSize - 1))
+                              : 0;
       const int64_t head_row = slot * a.hkv + kvh, off = head_row * D + cc;
       if (a.k8 != nullptr) {  // FP8 pool: dequantized on the way in
         load_fp8_chunk(ks + j * kLd + cc, a.k8 + off, a.k_scale + head_row, ok);
@@ -624,7 +585,8 @@ cudaError_t set_decode_smem_limits() {
                                                 DecodeCfg<D, kPrefixRows>::kSmemBytes),
                            cudaFuncSetAttribute(paged_decode_prefix_mma_kernel<D, prefix_tile(D)>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                PrefixMmaCfg<D, prefix_tile(D)>::kSmemBytes)};
+                                                PrefixMmaCfg<D, prefix_tile(D)>::kSmemBytes),
+                           D <= kMmaDecodeMaxD ? paged_decode_mma_init(D) : cudaSuccess};
   for (cudaError_t x : e)
     if (x != cudaSuccess) return x;
   return cudaSuccess;
@@ -640,7 +602,7 @@ void launch_decode_g(const AttentionArgs& a, int max_splits, int slots, float* p
 
 template <int D>
 void launch_decode(const AttentionArgs& a, int max_splits, int slots, bool tensor_cores,
-                   float* part_o, float* part_ml, cudaStream_t s) {
+                   bool decode_mma, float* part_o, float* part_ml, cudaStream_t s) {
   static_assert(kPagedDecodeMaxGroup == 16, "the group buckets below");
   static_assert(kPrefixRows >= kPagedDecodeMaxGroup && kAttnRows >= kPagedDecodeMaxGroup,
                 "a prefix batch holds a whole group");
@@ -660,7 +622,9 @@ void launch_decode(const AttentionArgs& a, int max_splits, int slots, bool tenso
     }
     FP8RL_LAUNCH_CHECK("paged_decode_prefix");
   }
-  if (group <= 1)
+  if (decode_mma && D <= kMmaDecodeMaxD && a.k8 == nullptr) {
+    launch_paged_decode_mma(a, max_splits, slots, part_o, part_ml, s);
+  } else if (group <= 1)
     launch_decode_g<D, 1>(a, max_splits, slots, part_o, part_ml, s);
   else if (group <= 2)
     launch_decode_g<D, 2>(a, max_splits, slots, part_o, part_ml, s);
@@ -673,20 +637,20 @@ void launch_decode(const AttentionArgs& a, int max_splits, int slots, bool tenso
 }
 
 void launch_decode_all(const AttentionArgs& a, int max_splits, int slots, bool tensor_cores,
-                       float* part_o, float* part_ml, cudaStream_t s) {
+                       bool decode_mma, float* part_o, float* part_ml, cudaStream_t s) {
   if (a.num_seqs == 0) return;
   switch (a.d) {
     case 32:
-      launch_decode<32>(a, max_splits, slots, tensor_cores, part_o, part_ml, s);
+      launch_decode<32>(a, max_splits, slots, tensor_cores, decode_mma, part_o, part_ml, s);
       break;
     case 64:
-      launch_decode<64>(a, max_splits, slots, tensor_cores, part_o, part_ml, s);
+      launch_decode<64>(a, max_splits, slots, tensor_cores, decode_mma, part_o, part_ml, s);
       break;
     case 128:
-      launch_decode<128>(a, max_splits, slots, tensor_cores, part_o, part_ml, s);
+      launch_decode<128>(a, max_splits, slots, tensor_cores, decode_mma, part_o, part_ml, s);
       break;
     case 256:
-      launch_decode<256>(a, max_splits, slots, tensor_cores, part_o, part_ml, s);
+      launch_decode<256>(a, max_splits, slots, tensor_cores, decode_mma, part_o, part_ml, s);
       break;
     default:
       return;  // paged_decode_supports() is checked by the caller
@@ -726,18 +690,19 @@ int paged_decode_slots(int64_t max_context_len) {
   return n < kPagedDecodeMaxSplits ? n : kPagedDecodeMaxSplits;
 }
 
-void launch_paged_decode(const AttentionArgs& a, int max_splits, float* part_o, float* part_ml,
-                         cudaStream_t s) {
+void launch_paged_decode(const AttentionArgs& a, int max_splits, bool decode_mma, float* part_o,
+                         float* part_ml, cudaStream_t s) {
   AttentionArgs plain = a;
   plain.prefix_cu_members = plain.prefix_members = plain.prefix_lens = nullptr;
   plain.prefix_len_of_seq = nullptr;
   plain.prefix_groups = 0;
-  launch_decode_all(plain, max_splits, max_splits, false, part_o, part_ml, s);
+  launch_decode_all(plain, max_splits, max_splits, false, decode_mma, part_o, part_ml, s);
 }
 
 void launch_paged_decode_shared(const AttentionArgs& a, int max_splits, int slots,
-                                bool tensor_cores, float* part_o, float* part_ml, cudaStream_t s) {
-  launch_decode_all(a, max_splits, slots, tensor_cores, part_o, part_ml, s);
+                                bool tensor_cores, bool decode_mma, float* part_o, float* part_ml,
+                                cudaStream_t s) {
+  launch_decode_all(a, max_splits, slots, tensor_cores, decode_mma, part_o, part_ml, s);
 }
 
 void launch_store_kv(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,

@@ -1,0 +1,335 @@
+// The paged decode kernel on the tensor cores (paged_decode.cuh; the CUDA-core kernel and the
+// split-K scheme it shares are described in paged_attention.cu).
+#include "ops/cuda/attention_common.cuh"
+#include "ops/cuda/paged_decode.cuh"
+
+namespace fp8rl::cuda {
+
+namespace {
+
+// The decode kernel on the tensor cores (Capabilities::decode_mma, bf16 pools, head dims up to
+// 128; FP8 pools keep the CUDA-core kernel, whose more resident warps hide the synchronous
+// dequantizing loads better: 16.1k against 14.2k tok/s in bench generate): the same blocks, chunks
+// and partials as paged_decode_kernel, with the K/V tiles streamed through a kMmaDecodeStages-deep
+// cp.async ring and each of the 4 warps taking 16 keys of every 64-key tile with an online softmax
+// of its own (one __syncthreads a tile). S = Q K^T on mma.sync (the group's query heads as the A
+// rows; fp32 accumulation) and O += P V with P split into bf16 hi + lo parts, so P keeps ~16 bits
+// rather than bf16's 8 and kCudaPagedDecode's derivation (P in fp32) holds. Groups of up to 8 heads
+// (kTall false) put P's lo part in the A rows 8-15, which Q leaves empty, so one mma.sync takes
+// both parts and the two halves of the accumulator are summed at the end; groups of 9-16 run a
+// second mma.sync. A row's max is raised only when a tile's exceeds it by kRescaleSlack (P then
+// stays below 2^slack), so the output is rarely rescaled. The warps' states are merged through
+// shared memory at the end, in warp order. Tiles start on a 16-key boundary (keys before the chunk
+// are masked), so every thread's keys come in pairs from one block-table entry.
+constexpr int kMmaDecodeStages = 2;
+constexpr float kRescaleSlack = 8.0f;                                       // log2 domain
+constexpr int kMmaDecodeWarpKeys = kDecodeTile / (kDecodeThreads / kWarp);  // 16
+static_assert(kMmaDecodeWarpKeys == 16 && kPagedBlockSize == 16,
+              "a warp's keys are one k16 step of P V and one block of the table");
+
+template <int D>
+struct MmaDecodeCfg {
+  static constexpr int kLd = D + 8;  // smem row stride (bf16): conflict-free ldmatrix
+  static constexpr int kSmemBytes = 2 * kMmaDecodeStages * kDecodeTile * kLd * 2;
+  // The merge reuses the ring: per warp, O [16][D] and m, l [16] in f32.
+  static_assert((kDecodeThreads / kWarp) * 16 * (D + 2) * 4 <= kSmemBytes, "merge layout");
+};
+
+template <int D, bool kTall>
+__global__ void __launch_bounds__(kDecodeThreads, 3)
+    paged_decode_mma_kernel(const AttentionArgs a, int slots, float* part_o, float* part_ml) {
+  constexpr int kLd = MmaDecodeCfg<D>::kLd, kChunks = D / 8, BK = kDecodeTile;
+  constexpr int kWarps = kDecodeThreads / kWarp, S = kMmaDecodeStages;
+  constexpr int kRowsPerPass = kDecodeThreads / kChunks;  // key rows one pass of threads copies
+  constexpr float kLog2e = 1.4426950408889634f;
+  const int split = int(blockIdx.x), kvh = int(blockIdx.y), seq = int(blockIdx.z);
+  DecodeRow r;
+  if (!decode_row(a, seq, r) || split >= r.splits) return;
+  const int k0 = r.lo + split * r.chunk, k1 = min(k0 + r.chunk, r.pos + 1);  // keys [k0, k1)
+  const int kb0 = k0 & ~(kPagedBlockSize - 1);                               // first tile's
+  const int group = int(a.hq / a.hkv);
+  const int64_t head0 = int64_t(r.row) * a.hq + int64_t(kvh) * group;
+  const int32_t* table = a.block_tables + int64_t(seq) * a.table_stride;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* ks = reinterpret_cast<bf16*>(smem_raw);  // [S][BK][kLd]
+  bf16* vs = ks + S * BK * kLd;                  // [S][BK][kLd]
+  const int tid = int(threadIdx.x), warp = tid / kWarp, lane = tid % kWarp;
+  const int g = lane / 4, tq = lane % 4;
+
+  // This thread copies column chunk cc of key rows j0 + kRowsPerPass * i of a tile.
+  const int j0 = tid / kChunks, cc = (tid % kChunks) * 8;
+  const int64_t slot_stride = a.hkv * D, head_off = int64_t(kvh) * D + cc;
+  auto load_tile = [&](int kt, int stage) {  // kt: a multiple of the block size
+    bf16* kd = ks + (stage * BK + j0) * kLd + cc;
+    bf16* vd = vs + (stage * BK + j0) * kLd + cc;
+#pragma unroll
+    for (int i = 0; i < BK / kRowsPerPass; ++i) {
+      const int key = kt + j0 + kRowsPerPass * i;
+      const bool ok = key < k1;  // past the chunk: zeros, the source is not read
+      const int64_t off = ok ? (int64_t(table[key >> kPagedBlockShift]) * kPagedBlockSize +
+                                (key & (kPagedBlockSize - 1))) *
+                                       slot_stride +
+                                   head_off
+                             : 0;
+      cp_async16(kd + i * kRowsPerPass * kLd, a.k + off, ok);
+      cp_async16(vd + i * kRowsPerPass * kLd, a.v + off, ok);
+    }
+  };
+  const int tiles = int(ceil_div(k1 - kb0, BK));
+#pragma unroll
+  for (int st = 0; st < S - 1; ++st) {
+    if (st < tiles) load_tile(kb0 + st * BK, st);
+    cp_async_commit();
+  }
+
+  // Q as the A operand, straight from global memory: rows g and g + 8 of the 16 (heads of the
+  // group; rows past it zeros, and rows 8-15 always zero unless kTall).
+  uint32_t qa[D / 16][4];
+  {
+    const bool ok0 = g < group, ok1 = kTall && g + 8 < group;
+    const bf16* q0 = a.q + (head0 + (ok0 ? g : 0)) * D + tq * 2;
+    const bf16* q1 = a.q + (head0 + (ok1 ? g + 8 : 0)) * D + tq * 2;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      qa[kk][0] = ok0 ? *reinterpret_cast<const uint32_t*>(q0 + kk * 16) : 0u;
+      qa[kk][2] = ok0 ? *reinterpret_cast<const uint32_t*>(q0 + kk * 16 + 8) : 0u;
+      if constexpr (kTall) {
+        qa[kk][1] = ok1 ? *reinterpret_cast<const uint32_t*>(q1 + kk * 16) : 0u;
+        qa[kk][3] = ok1 ? *reinterpret_cast<const uint32_t*>(q1 + kk * 16 + 8) : 0u;
+      } else {
+        qa[kk][1] = qa[kk][3] = 0u;
+      }
+    }
+  }
+  constexpr int kRowSets = kTall ? 2 : 1;  // softmax rows of a lane: g (and g + 8)
+  const bool capped = a.softcap > 0.0f;
+  float o[D / 8][4];  // kTall: rows g, g + 8; else rows g (P hi) and g + 8 (P lo) of head g
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // l per lane
+  const int mi = lane / 8, mr = lane % 8;
+
+  int stage = 0;
+  for (int t = 0; t < tiles; ++t) {
+    cp_async_wait<S - 2>();
+    __syncthreads();  // tile t is visible; every warp is done with tile t - 1's stage
+    {
+      const int next = t + S - 1;
+      if (next < tiles) load_tile(kb0 + next * BK, stage == 0 ? S - 1 : stage - 1);
+      cp_async_commit();
+    }
+    const int kw = kb0 + t * BK + warp * kMmaDecodeWarpKeys;
+    const int st = stage;
+    stage = stage == S - 1 ? 0 : stage + 1;
+    // Warp-uniform: keys past the chunk. Otherwise the warp sees a visible key (k0 lies in
+    // the first tile's first 16), so each row's max below is finite.
+    if (kw >= k1) continue;
+    const bf16* kst = ks + (st * BK + warp * kMmaDecodeWarpKeys) * kLd;
+    const bf16* vst = vs + (st * BK + warp * kMmaDecodeWarpKeys) * kLd;
+
+    float sa[2][4] = {}, sb[2][4] = {};  // two accumulation chains, summed below
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t kb[4];  // b-fragments of key tiles 0 and 1
+      ldmatrix_x4(kb, kst + ((mi / 2) * 8 + mr) * kLd + kk * 16 + (mi % 2) * 8);
+      float(&sc)[2][4] = kk % 2 == 0 ? sa : sb;
+      mma_bf16(sc[0], qa[kk], kb[0], kb[1]);
+      mma_bf16(sc[1], qa[kk], kb[2], kb[3]);
+    }
+    // Scores in the log2 domain ([j][2rr + c]: key kw + 8j + 2tq + c of row g + 8rr), keys
+    // outside [k0, k1) -inf.
+    float s[2][4];
+#pragma unroll
+    for (int rr = 0; rr < kRowSets; ++rr) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          float x = (sa[j][2 * rr + c] + sb[j][2 * rr + c]) * a.scale;
+          if (capped) x = a.softcap * tanhf(x / a.softcap);
+          const int key = kw + 8 * j + 2 * tq + c;
+          x = key >= k0 && key < k1 ? x * kLog2e : -INFINITY;
+          s[j][2 * rr + c] = x;
+          mx = fmaxf(mx, x);
+        }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const bool raise = mx > m[rr] + kRescaleSlack;  // always on a row's first tile
+      if (__any_sync(0xffffffffu, raise)) {
+        const float m_new = raise ? mx : m[rr];
+        const float alpha = exp2f(m[rr] - m_new);  // 0 on the first tile (m = -inf)
+        l[rr] *= alpha;
+        m[rr] = m_new;
+#pragma unroll
+        for (int dn = 0; dn < D / 8; ++dn) {
+          if constexpr (kTall) {
+            o[dn][2 * rr] *= alpha;
+            o[dn][2 * rr + 1] *= alpha;
+          } else {  // both halves are head g's
+            o[dn][0] *= alpha;
+            o[dn][1] *= alpha;
+            o[dn][2] *= alpha;
+            o[dn][3] *= alpha;
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float p = exp2f(s[j][2 * rr + c] - m[rr]);
+          s[j][2 * rr + c] = p;
+          l[rr] += p;
+        }
+    }
+    // P as the A operand of the k16 step (the C layout of the two key tiles): hi and lo
+    // parts; a[0], a[2] are row g's keys 2tq (+1) and 8 + 2tq (+1), a[1], a[3] row g + 8's.
+    auto split_bf16 = [](float x0, float x1, uint32_t& hi, uint32_t& lo) {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+      const float2 hf = __bfloat1622float2(h);
+      hi = *reinterpret_cast<const uint32_t*>(&h);
+      lo = pack_bf16(x0 - hf.x, x1 - hf.y);
+    };
+    uint32_t ph[4], pl[4];
+    split_bf16(s[0][0], s[0][1], ph[0], pl[0]);
+    split_bf16(s[1][0], s[1][1], ph[2], pl[2]);
+    if constexpr (kTall) {
+      split_bf16(s[0][2], s[0][3], ph[1], pl[1]);
+      split_bf16(s[1][2], s[1][3], ph[3], pl[3]);
+    } else {  // rows 8-15 carry the lo parts: one mma.sync for both
+      ph[1] = pl[0];
+      ph[3] = pl[2];
+    }
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn += 2) {
+      uint32_t vb[4];  // b-fragments of d tiles dn and dn + 1
+      ldmatrix_x4_trans(vb, vst + ((mi % 2) * 8 + mr) * kLd + (dn + mi / 2) * 8);
+      mma_bf16(o[dn], ph, vb[0], vb[1]);
+      mma_bf16(o[dn + 1], ph, vb[2], vb[3]);
+      if constexpr (kTall) {
+        mma_bf16(o[dn], pl, vb[0], vb[1]);
+        mma_bf16(o[dn + 1], pl, vb[2], vb[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the ring is reused for the merge
+
+  // Each warp's rows into shared memory, then the warps merged in warp order.
+  float* wo = reinterpret_cast<float*>(smem_raw);  // [kWarps][16][D]
+  float* wm = wo + kWarps * 16 * D;                // [kWarps][16]
+  float* wl = wm + kWarps * 16;                    // [kWarps][16]
+#pragma unroll
+  for (int rr = 0; rr < kRowSets; ++rr) {
+    float sum = l[rr];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int row = g + 8 * rr;
+    if (row >= group) continue;
+    float* dst = wo + (warp * 16 + row) * D + tq * 2;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      const float2 x = kTall ? make_float2(o[dn][2 * rr], o[dn][2 * rr + 1])
+                             : make_float2(o[dn][0] + o[dn][2], o[dn][1] + o[dn][3]);
+      *reinterpret_cast<float2*>(dst + dn * 8) = x;
+    }
+    if (tq == 0) {
+      wm[warp * 16 + row] = m[rr];
+      wl[warp * 16 + row] = sum;
+    }
+  }
+  __syncthreads();
+  const bool direct = r.slots == 1;
+  const int slot = r.slot0 + split;
+  float amax = 0.0f;
+  for (int e = tid; e < group * D; e += kDecodeThreads) {
+    const int row = e / D, d = e % D;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, wm[w * 16 + row]);
+    float acc = 0.0f, sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float f = exp2f(wm[w * 16 + row] - mx);  // 0 for a warp without keys (m = -inf)
+      acc += f * wo[(w * 16 + row) * D + d];
+      sum += f * wl[w * 16 + row];
+    }
+    const int64_t head = head0 + row;
+    if (direct) {
+      const bf16 v = __float2bfloat16_rn(acc * (sum > 0.0f ? 1.0f / sum : 0.0f));
+      a.out[head * D + d] = v;
+      amax = fmaxf(amax, fabsf(__bfloat162float(v)));
+    } else {
+      part_o[(head * slots + slot) * D + d] = acc;
+      if (d == 0) {
+        part_ml[(head * slots + slot) * 2] = mx;
+        part_ml[(head * slots + slot) * 2 + 1] = sum;
+      }
+    }
+  }
+  if (direct && a.amax != nullptr) {
+    amax = warp_max(amax);
+    if (lane == 0) atomic_max_nonneg(a.amax, amax);
+  }
+}
+
+template <int D, bool kTall>
+cudaError_t set_smem_limit() {
+  return cudaFuncSetAttribute(paged_decode_mma_kernel<D, kTall>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              MmaDecodeCfg<D>::kSmemBytes);
+}
+
+template <int D>
+void launch(const AttentionArgs& a, int max_splits, int slots, float* part_o, float* part_ml,
+            cudaStream_t s) {
+  const dim3 grid(unsigned(max_splits), unsigned(a.hkv), unsigned(a.num_seqs));
+  if (a.hq / a.hkv <= 8)
+    paged_decode_mma_kernel<D, false>
+        <<<grid, kDecodeThreads, MmaDecodeCfg<D>::kSmemBytes, s>>>(a, slots, part_o, part_ml);
+  else
+    paged_decode_mma_kernel<D, true>
+        <<<grid, kDecodeThreads, MmaDecodeCfg<D>::kSmemBytes, s>>>(a, slots, part_o, part_ml);
+}
+
+}  // namespace
+
+cudaError_t paged_decode_mma_init(int d) {
+  cudaError_t e[2] = {cudaSuccess, cudaSuccess};
+  switch (d) {
+    case 32:
+      e[0] = set_smem_limit<32, false>(), e[1] = set_smem_limit<32, true>();
+      break;
+    case 64:
+      e[0] = set_smem_limit<64, false>(), e[1] = set_smem_limit<64, true>();
+      break;
+    case 128:
+      e[0] = set_smem_limit<128, false>(), e[1] = set_smem_limit<128, true>();
+      break;
+    default:
+      break;
+  }
+  return e[0] != cudaSuccess ? e[0] : e[1];
+}
+
+void launch_paged_decode_mma(const AttentionArgs& a, int max_splits, int slots, float* part_o,
+                             float* part_ml, cudaStream_t s) {
+  switch (a.d) {
+    case 32:
+      launch<32>(a, max_splits, slots, part_o, part_ml, s);
+      break;
+    case 64:
+      launch<64>(a, max_splits, slots, part_o, part_ml, s);
+      break;
+    case 128:
+      launch<128>(a, max_splits, slots, part_o, part_ml, s);
+      break;
+    default:
+      return;  // kMmaDecodeMaxD: the caller sends other head dims to the CUDA-core kernel
+  }
+  FP8RL_LAUNCH_CHECK("paged_decode_mma");
+}
+
+}  // namespace fp8rl::cuda
