@@ -18,9 +18,12 @@ struct BenchModelOptions {
   std::string model, preset, fp8 = "row", device = "cuda", out;
   int64_t lora_r = 32;
   uint64_t seed = 0;
+  bool concurrent_linears = true;  // CudaDeviceOptions::concurrent_linears
+  bool decode_mma = true;          // CudaDeviceOptions::decode_mma
 };
 
-// --model, --preset, --fp8, --lora-r, --device, --seed, --out.
+// --model, --preset, --fp8, --lora-r, --device, --seed, --out, and the controls
+// --no-concurrent-linears, --no-decode-mma.
 void add_bench_model_options(CLI::App& c, BenchModelOptions& o);
 
 class BenchTrainingModel {

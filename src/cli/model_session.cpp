@@ -42,7 +42,7 @@ void ModelSession::open_device(const SessionOptions& options) {
   if (device == Device::cuda) {
     CHECK(CudaDevice::built(), "--device cuda: this fp8rl was built without the CUDA backend");
     CHECK(CudaDevice::count() > 0, "--device cuda: no CUDA device is visible");
-    cuda_ = std::make_unique<CudaDevice>();
+    cuda_ = std::make_unique<CudaDevice>(options.cuda);
     ctx_ = cuda_->context();
   }
   ctx_.bf16_activations = options.bf16_activations;

@@ -33,6 +33,7 @@ struct SessionOptions {
   std::string fp8 = "auto";  // --fp8 (parse_fp8_option)
   std::string device = "cpu";
   bool bf16_activations = false;  // CPU only (parse_activations)
+  CudaDeviceOptions cuda;         // --device cuda: the device's options (benchmarks' controls)
 };
 
 // Also the spelling of --adapter's help on every command.

@@ -293,6 +293,23 @@ TEST(CliAdapter, LogitsAndBench) {
   fs::remove(without);
 }
 
+// bench grpo's device controls reach the JSON (on the CPU they change nothing else).
+TEST(CliBench, GrpoDeviceControls) {
+  const std::string base = "bench grpo --model " + kQwen3 +
+                           " --device cpu --fp8 off --prompts 1 --generations 2 --prompt-tokens 4 "
+                           "--completion-tokens 2 --steps 1 --lora-r 2";
+  const Result on = run(base);
+  ASSERT_EQ(on.exit_code, 0) << on.output;
+  EXPECT_NE(on.output.find("\"decode_attention\": \"tensor cores\""), std::string::npos)
+      << on.output;
+  EXPECT_NE(on.output.find("\"concurrent_linears\": true"), std::string::npos) << on.output;
+  const Result off = run(base + " --no-decode-mma --no-concurrent-linears");
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  EXPECT_NE(off.output.find("\"decode_attention\": \"CUDA cores\""), std::string::npos)
+      << off.output;
+  EXPECT_NE(off.output.find("\"concurrent_linears\": false"), std::string::npos) << off.output;
+}
+
 // merge: the f32 merged checkpoint's logits are PEFT's unmerged adapter logits; --fp8 row
 // writes a compressed-tensors checkpoint that runs as FP8; every bad input leaves no output.
 TEST(CliMerge, MergedLogitsArePeftsAndBadInputIsRefused) {
