@@ -78,8 +78,8 @@ struct Engine::Impl {
   int64_t hold_region_blocks = 0;  // the pool's blocks when it lies in the region
   int64_t max_table_width = 1;
   // Decode steps captured as CUDA graphs, by (batch bucket, table width, top logprobs,
-  // processed logprobs); each replays the forward and the sampler of a padded step.
-  // Captured decode steps by (batch bucket, table width, top-k, processed logprobs, groups).
+  // processed logprobs, shared-prefix groups or none); each replays the forward and the
+  // sampler of a padded step.
   std::map<std::tuple<int64_t, int64_t, int, bool, bool>, CudaGraph> graphs;
   const void* graphs_scratch = nullptr;  // the scratch arena's base the graphs captured
 

@@ -75,7 +75,7 @@ struct EngineOptions {
   bool shared_prefix_attention = true;
   // Only prefixes of at least this many tokens are read once per group: below it the
   // per-sequence kernel, whose repeated reads of the prompt hit the L2 cache, is faster (H200,
-  // Qwen3-8B heads, 256 sequences with 256 keys of their own: the group path 18% slower at a
+  // Qwen3-8B heads, 256 sequences with 256 keys of their own: the group path 22% slower at a
   // 128-token prompt, 7% slower at 256, 6% faster at 512, 32% faster at 896 with 128 own;
   // docs/PERFORMANCE.md).
   int64_t shared_prefix_min_tokens = 384;
