@@ -16,12 +16,7 @@ void add_bench_model_options(CLI::App& c, BenchModelOptions& o) {
   c.add_option("--device", o.device, "cuda or cpu")->capture_default_str();
   c.add_option("--seed", o.seed, "Seed of weights and tokens")->capture_default_str();
   c.add_option("--out", o.out, "Also write the JSON here");
-  c.add_flag("!--no-concurrent-linears", o.concurrent_linears,
-             "Run one GEMM at a time (no gate/up pair or K halves on a second stream), to "
-             "measure the concurrent GEMMs' gain");
-  c.add_flag("!--no-decode-mma", o.decode_mma,
-             "Decode attention on the CUDA-core kernel instead of the tensor-core one, to "
-             "measure the latter's gain");
+  add_cuda_control_flags(c, o.cuda);
 }
 
 BenchTrainingModel::BenchTrainingModel(const BenchModelOptions& o, const std::string& command) {
@@ -32,8 +27,7 @@ BenchTrainingModel::BenchTrainingModel(const BenchModelOptions& o, const std::st
   so.model = o.model;
   so.fp8 = o.fp8;
   so.device = o.device;
-  so.cuda.concurrent_linears = o.concurrent_linears;
-  so.cuda.decode_mma = o.decode_mma;
+  so.cuda = o.cuda;
   if (o.preset.empty()) {
     session_ = std::make_unique<ModelSession>(so);
   } else {

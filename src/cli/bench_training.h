@@ -18,8 +18,7 @@ struct BenchModelOptions {
   std::string model, preset, fp8 = "row", device = "cuda", out;
   int64_t lora_r = 32;
   uint64_t seed = 0;
-  bool concurrent_linears = true;  // CudaDeviceOptions::concurrent_linears
-  bool decode_mma = true;          // CudaDeviceOptions::decode_mma
+  CudaDeviceOptions cuda;  // the controls of add_cuda_control_flags
 };
 
 // --model, --preset, --fp8, --lora-r, --device, --seed, --out, and the controls

@@ -18,6 +18,7 @@
 
 #include "cli/bench_profile.h"
 #include "cli/common.h"
+#include "cli/model_session.h"
 #include "cli/output_path.h"
 #include "core/check.h"
 #include "engine/engine.h"
@@ -40,8 +41,7 @@ struct BenchGenerateOptions {
   uint64_t seed = 0;
   bool shared_prefix = true;
   bool stacked_qkv = true;
-  bool concurrent_linears = true;
-  bool decode_mma = true;
+  CudaDeviceOptions cuda;  // the controls of add_cuda_control_flags
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -98,10 +98,7 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   Context ctx{Device::cpu, &arena};
   if (device == Device::cuda) {
     CHECK(CudaDevice::built() && CudaDevice::count() > 0, "--device cuda: no CUDA device");
-    CudaDeviceOptions device_options;
-    device_options.concurrent_linears = o.concurrent_linears;
-    device_options.decode_mma = o.decode_mma;
-    dev = std::make_unique<CudaDevice>(device_options);
+    dev = std::make_unique<CudaDevice>(o.cuda);
     ctx = dev->context();
   }
   bool from_files = false;
@@ -159,8 +156,7 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   result["kv_dtype"] = o.kv_dtype;
   result["shared_prefix_attention"] = o.shared_prefix;
   result["stacked_qkv"] = !model.layers.empty() && !model.layers[0].qkv.weight.empty();
-  result["concurrent_linears"] = o.concurrent_linears;
-  result["decode_attention"] = o.decode_mma ? "tensor cores" : "CUDA cores";
+  report_cuda_controls(o.cuda, result);
   result["device"] = device == Device::cuda ? dev->name() : "cpu";
   result["prompts"] = o.prompts;
   result["n"] = o.n;
@@ -255,12 +251,7 @@ void add_bench_generate_command(CLI::App& bench) {
   c->add_flag("!--no-stacked-qkv", o->stacked_qkv,
               "Random weights with q, k and v in buffers of their own (three GEMMs instead of "
               "one), to measure the stacked projection's gain");
-  c->add_flag("!--no-concurrent-linears", o->concurrent_linears,
-              "Run one GEMM at a time (no K halves or gate/up pair on a second stream), to "
-              "measure the concurrent GEMMs' gain");
-  c->add_flag("!--no-decode-mma", o->decode_mma,
-              "Decode attention on the CUDA-core kernel instead of the tensor-core one, to "
-              "measure the latter's gain");
+  add_cuda_control_flags(*c, o->cuda);
   c->add_option("--out", o->out, "Also write the JSON here");
   c->callback([o] { run_bench_generate(*o); });
 }

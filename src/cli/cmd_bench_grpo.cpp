@@ -89,8 +89,7 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
   r["model"] = o.preset.empty() ? o.model : o.preset;
   r["fp8"] = std::string(scheme_name(model.scheme()));
   r["device"] = bench.session().cuda() != nullptr ? bench.session().cuda()->name() : "cpu";
-  r["concurrent_linears"] = o.concurrent_linears;
-  r["decode_attention"] = o.decode_mma ? "tensor cores" : "CUDA cores";
+  report_cuda_controls(o.cuda, r);
   r["prompts"] = o.prompts;
   r["generations"] = o.generations;
   r["prompt_tokens"] = o.prompt_tokens;

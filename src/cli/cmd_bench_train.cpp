@@ -119,7 +119,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   r["model"] = o.preset.empty() ? o.model : o.preset;
   r["fp8"] = std::string(scheme_name(model.scheme()));
   r["device"] = bench.session().cuda() != nullptr ? bench.session().cuda()->name() : "cpu";
-  r["concurrent_linears"] = o.concurrent_linears;
+  report_cuda_controls(o.cuda, r);
   r["batch"] = o.batch;
   r["seq"] = o.seq;
   r["lora_r"] = o.lora_r;

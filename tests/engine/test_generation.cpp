@@ -361,16 +361,24 @@ TEST(Engine, FindsTheSamplesSharedPromptBlocks) {
   o.shared_prefix_min_tokens = 0;  // the path itself, at any prefix length
   Engine on(cpu.ctx, m, nullptr, {}, o);
   const auto out_on = on.generate(reqs);
+  // The default minimum prefix (EngineOptions::shared_prefix_min_tokens, 384) is longer than
+  // these prompts: no group forms.
+  o.shared_prefix_min_tokens = EngineOptions{}.shared_prefix_min_tokens;
+  Engine short_prompts(cpu.ctx, m, nullptr, {}, o);
+  const auto out_short = short_prompts.generate(reqs);
   o.shared_prefix_attention = false;
   Engine off(cpu.ctx, m, nullptr, {}, o);
   const auto out_off = off.generate(reqs);
   // 37-token prompts: two full blocks below every decode position; 5 decode steps of 6 rows.
   EXPECT_EQ(on.stats().shared_prefix_steps, 5);
   EXPECT_EQ(on.stats().shared_prefix_seq_steps, 5 * 6);
+  EXPECT_EQ(short_prompts.stats().shared_prefix_steps, 0);
   EXPECT_EQ(off.stats().shared_prefix_steps, 0);
   for (size_t i = 0; i < reqs.size(); ++i)
-    for (size_t k = 0; k < 3; ++k)
+    for (size_t k = 0; k < 3; ++k) {
       EXPECT_EQ(out_on[i].completions[k].ids, out_off[i].completions[k].ids);
+      EXPECT_EQ(out_short[i].completions[k].ids, out_off[i].completions[k].ids);
+    }
 }
 
 TEST(Engine, RejectsWhatCanNeverRun) {

@@ -285,9 +285,8 @@ void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
   a.num_seqs = batch.num_seqs;
   a.block_size = int(k_pool.dim(1));
   CHECK(a.block_size == kPagedBlockSize,
-        "paged_attention: the CUDA kernels take {}-slot blocks, "
-        "got {}",
-        kPagedBlockSize, a.block_size);
+        "paged_attention: the CUDA kernels take {}-slot blocks, got {}", kPagedBlockSize,
+        a.block_size);
   if (!scales.empty()) {  // codes rows are D bytes: 8-byte chunks stay aligned
     a.k = a.v = nullptr;
     a.k8 = static_cast<const uint8_t*>(k_pool.data);

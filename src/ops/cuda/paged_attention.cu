@@ -586,7 +586,7 @@ cudaError_t set_decode_smem_limits() {
                            cudaFuncSetAttribute(paged_decode_prefix_mma_kernel<D, prefix_tile(D)>,
                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 PrefixMmaCfg<D, prefix_tile(D)>::kSmemBytes),
-                           D <= kMmaDecodeMaxD ? paged_decode_mma_init(D) : cudaSuccess};
+                           paged_decode_mma_init(D)};
   for (cudaError_t x : e)
     if (x != cudaSuccess) return x;
   return cudaSuccess;

@@ -20,7 +20,7 @@ namespace {
 // second mma.sync. A row's max is raised only when a tile's exceeds it by kRescaleSlack (P then
 // stays below 2^slack), so the output is rarely rescaled. The warps' states are merged through
 // shared memory at the end, in warp order. Tiles start on a 16-key boundary (keys before the chunk
-// are masked), so every thread's keys come in pairs from one block-table entry.
+// are masked), so a warp's 16 keys are the slots of one block-table entry.
 constexpr int kMmaDecodeStages = 2;
 constexpr float kRescaleSlack = 8.0f;                                       // log2 domain
 constexpr int kMmaDecodeWarpKeys = kDecodeTile / (kDecodeThreads / kWarp);  // 16
