@@ -13,7 +13,7 @@ constexpr int kDecodeTile = 64;  // keys per shared-memory tile
 static_assert(kDecodeTile == 2 * kWarp, "the softmax step takes two scores per lane");
 // Keys per chunk until the chunk count reaches the cap. 512 rather than 256: at 256 sequences
 // of 384 keys (bench generate's mean) the halved block count and the combine left out take the
-// tensor-core kernel from 0.123 to 0.110 ms a layer, and 8 sequences (a GRPO group) lose
+// tensor-core kernel from 0.129 to 0.110 ms a layer, and 8 sequences (a GRPO group) lose
 // nothing (bench grpo, docs/PERFORMANCE.md).
 constexpr int kDecodeMinChunk = 512;
 // A shared prefix and the keys after it each take at most half the chunks of a row.
