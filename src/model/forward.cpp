@@ -1,6 +1,7 @@
 #include "model/forward.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "ops/backward.h"
 #include "ops/columns.h"
@@ -19,9 +20,17 @@ struct Activations {
   TensorView k, v;  // [T,Hkv*D] the new keys (normed, rotated) and values before store_kv
   TensorView attn;  // [T,Hq*D]
   TensorView proj;  // [T,H] block output before the residual add
+  // [2,T,H] f32: the block output's projection as its two K-half sums instead of proj, when it
+  // was left so (ops::linear_split, ops::SplitSum); allocated for decode-sized CUDA steps only.
+  TensorView proj_parts;
   TensorView gate;  // [T,I]
   TensorView up;    // [T,I]
 };
+
+// Steps up to this many tokens let o_proj and down_proj leave their output as K-half sums for
+// the residual add (ops::linear_split): past 256 rows a hidden size of 4,096 has too many
+// output tiles for the halves to run side by side (ops/cuda/linear.cpp).
+constexpr int64_t kSplitSumMaxTokens = 256;
 
 Activations alloc_activations(Context& ctx, const ModelConfig& c, int64_t t) {
   const DType dt = ctx.activation_dtype();
@@ -33,6 +42,8 @@ Activations alloc_activations(Context& ctx, const ModelConfig& c, int64_t t) {
   s.v = ops::scratch_alloc(ctx, {t, c.kv_dim()}, dt);
   s.attn = ops::scratch_alloc(ctx, {t, c.q_dim()}, dt);
   s.proj = ops::scratch_alloc(ctx, {t, c.hidden_size}, dt);
+  if (ctx.device == Device::cuda && t <= kSplitSumMaxTokens)
+    s.proj_parts = ops::scratch_alloc(ctx, {2, t, c.hidden_size}, DType::f32);
   s.gate = ops::scratch_alloc(ctx, {t, c.intermediate_size}, dt);
   s.up = ops::scratch_alloc(ctx, {t, c.intermediate_size}, dt);
   return s;
@@ -98,24 +109,53 @@ void apply(Context& ctx, const LinearInput& in, const Linear& w, const TensorVie
   if (w.lora.active()) add_lora(ctx, in.x, w.lora, out, dropout);
 }
 
+// A block's output before the residual add: s.proj, or its projection's K-half sums
+// (ops::SplitSum) when the projection left it so.
+struct BlockOutput {
+  TensorView y;
+  std::optional<ops::SplitSum> split;
+};
+
+// The block's projection into s.proj, or left as K-half sums in s.proj_parts where the backend
+// splits it and nothing reads s.proj before the residual add (no adapter adding to it, no
+// sandwich norm): the add then sums and rounds it as it reads it.
+BlockOutput project(Context& ctx, const LinearInput& in, const Linear& w, const Activations& s,
+                    bool splittable) {
+  BlockOutput o{s.proj, std::nullopt};
+  if (splittable && !s.proj_parts.empty() && !w.lora.active() && w.is_fp8()) {
+    const bool split = in.q.act != ActScaling::none
+                           ? ops::linear_split(ctx, in.q, w, s.proj, s.proj_parts)
+                           : ops::linear_split(ctx, in.x, w, s.proj, s.proj_parts);
+    if (split) o.split = ops::SplitSum{s.proj_parts, w.bias};
+    return o;
+  }
+  apply(ctx, in, w, s.proj);
+  return o;
+}
+
 // rms_norm(x) as the linears with activation scaling `act` consume it, after the residual add
 // x += *delta when delta is set (fused into the norm's pass over x). `h` receives the plain
 // result when the linears do not share a dynamic scaling or when one has an adapter (LoRA
 // reads the plain input; the base linears then read its quantization).
-LinearInput normed(Context& ctx, const ModelConfig& c, const TensorView& x, const TensorView* delta,
-                   const TensorView& weight, ActScaling act, bool plain, const TensorView& h) {
+LinearInput normed(Context& ctx, const ModelConfig& c, const TensorView& x,
+                   const BlockOutput* delta, const TensorView& weight, ActScaling act, bool plain,
+                   const TensorView& h) {
   const float eps = float(c.rms_norm_eps);
   LinearInput in;
   if (act != ActScaling::none) in.q = ops::alloc_quantized(ctx, act, x.dim(0), x.dim(1));
   if (act != ActScaling::none && !plain) {
-    if (delta != nullptr)
-      ops::add_rms_norm_quant(ctx, x, *delta, weight, eps, c.norm_plus_one, in.q);
+    if (delta != nullptr && delta->split)
+      ops::add_rms_norm_quant(ctx, x, *delta->split, weight, eps, c.norm_plus_one, in.q);
+    else if (delta != nullptr)
+      ops::add_rms_norm_quant(ctx, x, delta->y, weight, eps, c.norm_plus_one, in.q);
     else
       ops::rms_norm_quant(ctx, x, weight, eps, c.norm_plus_one, in.q);
     return in;
   }
-  if (delta != nullptr)
-    ops::add_rms_norm(ctx, x, *delta, weight, eps, c.norm_plus_one, h);
+  if (delta != nullptr && delta->split)
+    ops::add_rms_norm(ctx, x, *delta->split, weight, eps, c.norm_plus_one, h);
+  else if (delta != nullptr)
+    ops::add_rms_norm(ctx, x, delta->y, weight, eps, c.norm_plus_one, h);
   else
     ops::rms_norm(ctx, x, weight, eps, c.norm_plus_one, h);
   in.x = h;
@@ -171,8 +211,8 @@ void qkv_projections(Context& ctx, const LinearInput& in, const LayerWeights& l,
 // Attention sublayer of one layer for the whole step, from its normed input `in`: q/k/v, q/k
 // norm and RoPE (one pass each), the new keys/values into their pool slots, paged attention,
 // output projection into s.proj.
-void attention_block(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
-                     const StepBatch& step, const LinearInput& in, const Activations& s) {
+BlockOutput attention_block(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
+                            const StepBatch& step, const LinearInput& in, const Activations& s) {
   const ModelConfig& c = m.config();
   const LayerWeights& l = m.layers[size_t(li)];
   const int64_t t = s.x.dim(0), hq = c.num_heads, hkv = c.num_kv_heads, d = c.head_dim;
@@ -199,17 +239,18 @@ void attention_block(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
                        kv_scales);
   LinearInput o_in;
   o_in.x = s.attn;
-  if (amax.empty())
-    apply(ctx, o_in, l.o, s.proj);
-  else
+  if (!amax.empty()) {
     ops::linear(ctx, s.attn, l.o, s.proj, amax);
+    return {s.proj, std::nullopt};
+  }
+  return project(ctx, o_in, l.o, s, !c.sandwich_norms);
 }
 
 // MLP sublayer from its normed input `in`: gate/up, act(gate) * up (quantized for the down
 // projection when it is a dynamically scaled FP8 linear without adapter), down projection
 // into s.proj.
-void mlp_block(Context& ctx, const Model& m, const LayerWeights& l, const LinearInput& in,
-               const Activations& s) {
+BlockOutput mlp_block(Context& ctx, const Model& m, const LayerWeights& l, const LinearInput& in,
+                      const Activations& s, bool splittable) {
   const ModelConfig& c = m.config();
   ops::ScratchScope scope(ctx);
   if (in.q.act != ActScaling::none) {  // both read the shared codes: one op, maybe concurrent
@@ -229,16 +270,18 @@ void mlp_block(Context& ctx, const Model& m, const LayerWeights& l, const Linear
       ops::silu_mul_quant(ctx, s.gate, s.up, q);
     else
       ops::gelu_tanh_mul_quant(ctx, s.gate, s.up, q);
-    ops::linear(ctx, q, l.down, s.proj);
-  } else {
-    if (silu)
-      ops::silu_mul(ctx, s.gate, s.up, s.gate);
-    else
-      ops::gelu_tanh_mul(ctx, s.gate, s.up, s.gate);
     LinearInput down_in;
-    down_in.x = s.gate;
-    apply(ctx, down_in, l.down, s.proj);
+    down_in.q = q;
+    return project(ctx, down_in, l.down, s, splittable && !c.sandwich_norms);
   }
+  if (silu)
+    ops::silu_mul(ctx, s.gate, s.up, s.gate);
+  else
+    ops::gelu_tanh_mul(ctx, s.gate, s.up, s.gate);
+  LinearInput down_in;
+  down_in.x = s.gate;
+  apply(ctx, down_in, l.down, s.proj);
+  return {s.proj, std::nullopt};
 }
 
 size_t scratch_alignment(Device d) {
@@ -424,7 +467,7 @@ void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& st
   // the rows whose logits are wanted). One block input is live at a time, so each takes the
   // same arena space, right after the activations.
   const size_t input_mark = ops::scratch_mark(ctx);
-  auto block_input = [&](const TensorView* delta, const TensorView& norm,
+  auto block_input = [&](const BlockOutput* delta, const TensorView& norm,
                          std::initializer_list<const Linear*> consumers) {
     ops::scratch_rewind(ctx, input_mark);
     return normed(ctx, c, s.x, delta, norm, shared_dynamic_act(consumers), any_adapter(consumers),
@@ -434,18 +477,19 @@ void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& st
   for (int64_t li = 0; li < c.num_layers; ++li) {
     const LayerWeights& l = m.layers[size_t(li)];
     if (li == 0) in = block_input(nullptr, l.input_norm, {&l.q, &l.k, &l.v});
-    attention_block(ctx, m, li, kv, step, in, s);
+    const BlockOutput attn = attention_block(ctx, m, li, kv, step, in, s);
     // Gemma's sandwich norms normalize each block's output before it joins the residual.
     if (c.sandwich_norms)
       ops::rms_norm(ctx, s.proj, l.post_attention_norm, eps, c.norm_plus_one, s.proj);
     const TensorView& mlp_norm = c.sandwich_norms ? l.pre_feedforward_norm : l.post_attention_norm;
-    in = block_input(&s.proj, mlp_norm, {&l.gate, &l.up});
-    mlp_block(ctx, m, l, in, s);
+    in = block_input(&attn, mlp_norm, {&l.gate, &l.up});
+    // The last layer's output joins the residual through a plain add, which reads s.proj.
+    const BlockOutput mlp = mlp_block(ctx, m, l, in, s, li + 1 < c.num_layers);
     if (c.sandwich_norms)
       ops::rms_norm(ctx, s.proj, l.post_feedforward_norm, eps, c.norm_plus_one, s.proj);
     if (li + 1 < c.num_layers) {
       const LayerWeights& next = m.layers[size_t(li + 1)];
-      in = block_input(&s.proj, next.input_norm, {&next.q, &next.k, &next.v});
+      in = block_input(&mlp, next.input_norm, {&next.q, &next.k, &next.v});
     } else {
       ops::add(ctx, s.x, s.proj, s.x);
     }

@@ -184,6 +184,57 @@ void add_rms_norm(Context& ctx, const TensorView& x, const TensorView& delta, co
                  cuda::add_rms_norm(*ctx.cuda, x, delta, w, eps, plus_one, out));
 }
 
+namespace {
+
+void check_split_sum(const Context& ctx, const SplitSum& d, const TensorView& x, const char* what) {
+  CHECK(d.parts.dtype == DType::f32 && d.parts.rank() == 3 && d.parts.dim(0) == 2 &&
+            d.parts.dim(1) == x.dim(0) && d.parts.dim(2) == x.dim(1) && d.parts.is_contiguous() &&
+            d.parts.device == ctx.device,
+        "{}: the delta's K halves must be contiguous f32 [2, {}, {}] on {}, got {} {} on {}", what,
+        x.dim(0), x.dim(1), device_name(ctx.device), dtype_name(d.parts.dtype), d.parts.shape.str(),
+        device_name(d.parts.device));
+  CHECK(d.bias.empty() || (d.bias.dtype == DType::f32 && d.bias.rank() == 1 &&
+                           d.bias.dim(0) == x.dim(1) && d.bias.device == ctx.device),
+        "{}: the delta's bias must be f32 [{}] on {}, got {} {}", what, x.dim(1),
+        device_name(ctx.device), dtype_name(d.bias.dtype), d.bias.shape.str());
+}
+
+// The CPU reference of a SplitSum's value: round(parts[0] + parts[1] + bias), in `scratch`.
+TensorView materialize(Context& ctx, const SplitSum& d) {
+  const int64_t m = d.parts.dim(1), n = d.parts.dim(2);
+  const TensorView out = scratch_of(ctx).alloc({m, n}, DType::f32);
+  const float* lo = d.parts.ptr<const float>();
+  const float* hi = lo + m * n;
+  const float* bias = d.bias.empty() ? nullptr : d.bias.ptr<const float>();
+  float* o = out.ptr<float>();
+  for (int64_t i = 0; i < m * n; ++i)
+    o[i] = cpu::round_as(rounding(ctx), lo[i] + hi[i] + (bias != nullptr ? bias[i % n] : 0.0f));
+  return out;
+}
+
+}  // namespace
+
+void add_rms_norm(Context& ctx, const TensorView& x, const SplitSum& delta, const TensorView& w,
+                  float eps, bool plus_one, const TensorView& out) {
+  check_ctx(ctx);
+  check_act(ctx, x, 2, "add_rms_norm residual");
+  check_split_sum(ctx, delta, x, "add_rms_norm");
+  check_act(ctx, out, 2, "add_rms_norm output");
+  check_param(ctx, w, DType::f32, "rms_norm weight");
+  CHECK(w.rank() == 1 && w.dim(0) == x.dim(1) && out.shape == x.shape &&
+            (out.data != x.data || x.numel() == 0),
+        "add_rms_norm: x {} w {} out {} (out must not be x)", x.shape.str(), w.shape.str(),
+        out.shape.str());
+  if (ctx.device == Device::cpu && !ctx.dry_run) {
+    const size_t mark = scratch_of(ctx).mark();
+    cpu::add_rms_norm(x, materialize(ctx, delta), w, eps, plus_one, out, rounding(ctx));
+    scratch_of(ctx).rewind(mark);
+    return;
+  }
+  FP8RL_DISPATCH(ctx, "add_rms_norm", (void)0,
+                 cuda::add_rms_norm(*ctx.cuda, x, delta, w, eps, plus_one, out));
+}
+
 void rope(Context& ctx, const TensorView& x, const TensorView& positions,
           const TensorView& inv_freq) {
   check_ctx(ctx);
@@ -513,6 +564,29 @@ void add_rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& del
       cuda::add_rms_norm_quant(*ctx.cuda, x, delta, w, eps, plus_one, q));
 }
 
+void add_rms_norm_quant(Context& ctx, const TensorView& x, const SplitSum& delta,
+                        const TensorView& w, float eps, bool plus_one,
+                        const QuantizedActivation& q) {
+  check_ctx(ctx);
+  check_act(ctx, x, 2, "add_rms_norm_quant residual");
+  check_split_sum(ctx, delta, x, "add_rms_norm_quant");
+  check_param(ctx, w, DType::f32, "rms_norm weight");
+  check_quantized(ctx, q, "add_rms_norm_quant");
+  CHECK(q.act != ActScaling::static_tensor, "add_rms_norm_quant needs a dynamic scaling");
+  CHECK(w.rank() == 1 && w.dim(0) == x.dim(1) && q.rows == x.dim(0) && q.cols == x.dim(1),
+        "add_rms_norm_quant: x {} w {} q [{}, {}]", x.shape.str(), w.shape.str(), q.rows, q.cols);
+  dry_run_scratch(ctx, quantize_op_scratch_bytes(x.dim(0), x.dim(1)));
+  if (ctx.device == Device::cpu && !ctx.dry_run) {
+    const size_t mark = scratch_of(ctx).mark();
+    const TensorView d = materialize(ctx, delta);
+    cpu::add_rms_norm_quant(scratch_of(ctx), x, d, w, eps, plus_one, q, rounding(ctx));
+    scratch_of(ctx).rewind(mark);
+    return;
+  }
+  FP8RL_DISPATCH(ctx, "add_rms_norm_quant", (void)0,
+                 cuda::add_rms_norm_quant(*ctx.cuda, x, delta, w, eps, plus_one, q));
+}
+
 namespace {
 void gated_quant(Context& ctx, const TensorView& gate, const TensorView& up,
                  const QuantizedActivation& q, int act, const char* what) {
@@ -598,6 +672,47 @@ void linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
   FP8RL_DISPATCH(ctx, linear_name(w, x.rows),
                  cpu::linear(scratch_of(ctx), x, w, out, kind, rounding(ctx)),
                  cuda::linear(*ctx.cuda, x, w, out));
+}
+
+namespace {
+void check_split_parts(const Context& ctx, const TensorView& parts, int64_t m,
+                       const LinearWeight& w) {
+  CHECK(parts.dtype == DType::f32 && parts.rank() == 3 && parts.dim(0) == 2 && parts.dim(1) == m &&
+            parts.dim(2) == w.out_features() && parts.is_contiguous() && parts.device == ctx.device,
+        "linear_split: parts must be contiguous f32 [2, {}, {}] on {}, got {} {}", m,
+        w.out_features(), device_name(ctx.device), dtype_name(parts.dtype), parts.shape.str());
+}
+}  // namespace
+
+bool linear_split(Context& ctx, const TensorView& x, const LinearWeight& w, const TensorView& out,
+                  const TensorView& parts) {
+  check_ctx(ctx);
+  check_act(ctx, x, 2, "linear input");
+  check_linear(ctx, x.dim(0), x.dim(1), w, out, Output::activation);
+  check_split_parts(ctx, parts, x.dim(0), w);
+  dry_run_scratch(ctx, linear_scratch_bytes(ctx, w, x.dim(0)));
+  bool split = false;
+  FP8RL_DISPATCH(ctx, linear_name(w, x.dim(0)),
+                 cpu::linear(scratch_of(ctx), x, w, out, Output::activation, rounding(ctx)),
+                 split = cuda::linear_split(*ctx.cuda, x, w, out, parts));
+  return split;
+}
+
+bool linear_split(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
+                  const TensorView& out, const TensorView& parts) {
+  check_ctx(ctx);
+  check_quantized(ctx, x, "linear input");
+  check_linear(ctx, x.rows, x.cols, w, out, Output::activation);
+  check_split_parts(ctx, parts, x.rows, w);
+  dry_run_scratch(ctx, linear_scratch_bytes(ctx, w, x.rows));
+  CHECK(w.is_fp8() && x.act == w.act,
+        "linear: input quantized with {} scaling for a weight whose activations use {}",
+        act_scaling_name(x.act), act_scaling_name(w.act));
+  bool split = false;
+  FP8RL_DISPATCH(ctx, linear_name(w, x.rows),
+                 cpu::linear(scratch_of(ctx), x, w, out, Output::activation, rounding(ctx)),
+                 split = cuda::linear_split(*ctx.cuda, x, w, out, parts));
+  return split;
 }
 
 void linear_pair(Context& ctx, const QuantizedActivation& x, const LinearWeight& w0,

@@ -42,6 +42,18 @@ void rms_norm(Context& ctx, const TensorView& x, const TensorView& w, float eps,
 void add_rms_norm(Context& ctx, const TensorView& x, const TensorView& delta, const TensorView& w,
                   float eps, bool plus_one, const TensorView& out);
 
+// A projection's output left as the fp32 sums over the two halves of its K (the CUDA
+// backend's decode-sized FP8 GEMMs on two streams, linear_split) and its bias: its value is
+// round(parts[0] + parts[1] + bias) in the activation dtype, which the residual add that
+// consumes it computes as it reads it, saving the pass that would sum and round it.
+struct SplitSum {
+  TensorView parts;  // [2, M, N] f32
+  TensorView bias;   // [N] f32, or empty
+};
+// add_rms_norm with delta = the rounded sum of a SplitSum: the same bits as materializing it.
+void add_rms_norm(Context& ctx, const TensorView& x, const SplitSum& delta, const TensorView& w,
+                  float eps, bool plus_one, const TensorView& out);
+
 // Rotary embedding in place, rotate-half (GPT-NeoX) layout: x [T, heads, D], positions [T]
 // i32, inv_freq [D/2] f32.
 void rope(Context& ctx, const TensorView& x, const TensorView& positions,
@@ -204,6 +216,9 @@ void rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& w, floa
 void add_rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& delta,
                         const TensorView& w, float eps, bool plus_one,
                         const QuantizedActivation& q);
+void add_rms_norm_quant(Context& ctx, const TensorView& x, const SplitSum& delta,
+                        const TensorView& w, float eps, bool plus_one,
+                        const QuantizedActivation& q);
 // quantize(act(gate) * up) in one pass.
 void silu_mul_quant(Context& ctx, const TensorView& gate, const TensorView& up,
                     const QuantizedActivation& q);
@@ -227,6 +242,15 @@ void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const Tens
 // The same with x already quantized: q.act must be w.act (a dynamic scaling).
 void linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
             const TensorView& out, Output kind = Output::activation);
+
+// linear(x, w, out), except where the backend runs the GEMM as its two K halves on two streams
+// (CUDA, decode-sized FP8 GEMMs that alone would leave SMs idle): then it stops before their
+// sum, which goes to `parts` ([2, M, N] f32 on ctx.device) unsummed, returns true and leaves
+// `out` as it was: {parts, w.bias} is the output as a SplitSum. The CPU never splits.
+bool linear_split(Context& ctx, const TensorView& x, const LinearWeight& w, const TensorView& out,
+                  const TensorView& parts);
+bool linear_split(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
+                  const TensorView& out, const TensorView& parts);
 
 // linear(x, w0, out0) and linear(x, w1, out1) of one quantized input (gate and up): the same
 // results; CUDA runs the two GEMMs concurrently when each alone would leave SMs idle (a

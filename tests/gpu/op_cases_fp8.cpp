@@ -367,7 +367,8 @@ void linear_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k, Fp8Sch
 // GEMM as two K halves summed in fp32 (linear) and two GEMMs side by side (linear_pair, gate
 // and up), eager and replayed from a CUDA graph, against the CPU and against a device with the
 // option off, which runs one whole GEMM at a time. The path names show which ran: with the
-// option off (the control) neither concurrent path may be taken.
+// option off (the control) neither concurrent path may be taken. Both devices have the wgmma
+// GEMM off (it would take these shapes first; wgmma_gemm_case tests it).
 void concurrent_linear_case(Harness& h, Outcome& o, int64_t m, bool bias) {
   // K long enough for the halves (ops/cuda/linear.cpp kHalvesMinK); the pair takes no bias.
   const int64_t k = 8192, n0 = 1024, n1 = 1536;
@@ -391,6 +392,11 @@ void concurrent_linear_case(Harness& h, Outcome& o, int64_t m, bool bias) {
   const TensorView seq0 = ops::scratch_alloc(h.gpu, {m, n0}, DType::bf16);
   const TensorView seq1 = ops::scratch_alloc(h.gpu, {m, n1}, DType::bf16);
   g.seal();
+  h.dev->synchronize();
+  CudaDeviceOptions on_opt;
+  on_opt.wgmma_gemm = false;
+  CudaDevice on_dev(on_opt);
+  Context on = on_dev.context();
   auto run = [&](Context& ctx, const TensorView& a, const TensorView& b0, const TensorView& b1,
                  std::string& path_a, std::string& path_b, CudaDevice& dev) {
     ops::linear(ctx, x_d, wh->gpu, a);
@@ -399,9 +405,9 @@ void concurrent_linear_case(Harness& h, Outcome& o, int64_t m, bool bias) {
     path_b = dev.last_linear_path();
   };
   std::string halves_path, pair_path, whole_path, seq_path;
-  run(h.gpu, halves, pair0, pair1, halves_path, pair_path, *h.dev);
-  h.dev->synchronize();  // the second device's stream reads x_d and xq
-  CudaDeviceOptions off_opt;
+  run(on, halves, pair0, pair1, halves_path, pair_path, on_dev);
+  on_dev.synchronize();  // the second device's stream reads x_d and xq
+  CudaDeviceOptions off_opt = on_opt;
   off_opt.concurrent_linears = false;
   CudaDevice off_dev(off_opt);
   Context off = off_dev.context();
@@ -435,12 +441,13 @@ void concurrent_linear_case(Harness& h, Outcome& o, int64_t m, bool bias) {
   // Captured: the fork and join become graph edges; a replay rewrites every output.
   const Tensor eager_halves = to_host(h, halves), eager0 = to_host(h, pair0),
                eager1 = to_host(h, pair1);
-  h.dev->begin_capture();
-  ops::linear(h.gpu, x_d, wh->gpu, halves);
-  ops::linear_pair(h.gpu, xq, w0->gpu, pair0, w1->gpu, pair1);
-  CudaGraph graph = h.dev->end_capture();
-  for (const TensorView& t : {halves, pair0, pair1}) ops::fill(h.gpu, t, NAN);
+  on_dev.begin_capture();
+  ops::linear(on, x_d, wh->gpu, halves);
+  ops::linear_pair(on, xq, w0->gpu, pair0, w1->gpu, pair1);
+  CudaGraph graph = on_dev.end_capture();
+  for (const TensorView& t : {halves, pair0, pair1}) ops::fill(on, t, NAN);
   graph.replay();
+  on_dev.synchronize();
   const bool replay_same =
       std::memcmp(to_host(h, halves).view().data, eager_halves.view().data,
                   eager_halves.nbytes()) == 0 &&
@@ -450,6 +457,168 @@ void concurrent_linear_case(Harness& h, Outcome& o, int64_t m, bool bias) {
   o.checks.push_back(g.verify({halves, pair0, pair1, whole, seq0, seq1}));
   o.info = fmt::format("{}; {}; off: {}; {} graph nodes", halves_path, pair_path, whole_path,
                        graph.nodes());
+}
+
+// FP8-row GEMMs of up to 256 rows on the split-K wgmma kernel (CudaDeviceOptions::wgmma_gemm,
+// ops/cuda/fp8_gemm_wgmma.cu, on a second device opened with it) against the CPU, against
+// cuBLASLt (the harness's device, option off: the control, whose path name must not be the
+// kernel's), run to run bit for bit (the cluster adds its partials in a fixed order) and
+// replayed from a CUDA graph. `linear_pair` is gate and up (two weights, one input) on two
+// streams.
+void wgmma_gemm_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k, bool bias,
+                     DType out_dtype, bool pair) {
+  auto w0 = make_linear(h, n, k, Fp8Scheme::row, ActScaling::token, bias && !pair, 130);
+  auto w1 = make_linear(h, n + 128, k, Fp8Scheme::row, ActScaling::token, false, 131);
+  const Tensor x = host_values({m, k}, 132, 2.0f);
+  Tensor ref0 = Tensor::empty({m, n}, DType::f32), ref1 = Tensor::empty({m, n + 128}, DType::f32);
+  ops::linear(h.cpu, x, w0->cpu, ref0);
+  ops::linear(h.cpu, x, w1->cpu, ref1);
+  const TensorView x_d = to_device(h, x, DType::bf16);
+  const ops::QuantizedActivation xq = ops::alloc_quantized(h.gpu, ActScaling::token, m, k);
+  ops::quantize(h.gpu, x_d, xq);
+  Guard g(h);
+  const TensorView y0 = ops::scratch_alloc(h.gpu, {m, n}, out_dtype);
+  const TensorView y1 = ops::scratch_alloc(h.gpu, {m, n + 128}, out_dtype);
+  const TensorView c0 = ops::scratch_alloc(h.gpu, {m, n}, out_dtype);
+  const TensorView c1 = ops::scratch_alloc(h.gpu, {m, n + 128}, out_dtype);
+  g.seal();
+  const ops::Output kind = out_dtype == DType::f32 ? ops::Output::f32 : ops::Output::activation;
+  auto run = [&](Context& ctx, const TensorView& a, const TensorView& b) {
+    if (pair)
+      ops::linear_pair(ctx, xq, w0->gpu, a, w1->gpu, b);
+    else
+      ops::linear(ctx, xq, w0->gpu, a, kind);
+  };
+  h.dev->synchronize();
+  CudaDeviceOptions on_opt;
+  on_opt.wgmma_gemm = true;
+  CudaDevice on_dev(on_opt);
+  Context on = on_dev.context();
+  run(on, y0, y1);
+  const std::string path = on_dev.last_linear_path();
+  on_dev.synchronize();
+  const Tensor first0 = to_host(h, y0), first1 = to_host(h, y1);
+  run(on, y0, y1);
+  on_dev.synchronize();
+  run(h.gpu, c0, c1);
+  const std::string off_path = h.dev->last_linear_path();
+  h.dev->synchronize();
+
+  const bool taken = path.find("wgmma") != std::string::npos;
+  const bool control = off_path.find("wgmma") == std::string::npos;
+  o.checks.push_back({"wgmma kernel taken", taken ? 0.0 : 1.0, 0.0, taken});
+  o.checks.push_back({"option off: cuBLASLt", control ? 0.0 : 1.0, 0.0, control});
+  const double bound = kCudaFp8Gemm;
+  o.checks.push_back(compare("wgmma vs CPU", as_f32(h, y0), ref0, bound));
+  o.checks.push_back(compare("cuBLASLt vs CPU", as_f32(h, c0), ref0, bound));
+  o.checks.push_back(compare("wgmma vs cuBLASLt", as_f32(h, y0), as_f32(h, c0), 2 * bound));
+  if (pair) {
+    o.checks.push_back(compare("wgmma second vs CPU", as_f32(h, y1), ref1, bound));
+    o.checks.push_back(compare("cuBLASLt second vs CPU", as_f32(h, c1), ref1, bound));
+  }
+  auto same = [&](const Tensor& a, const TensorView& b) {
+    const Tensor hb = to_host(h, b);
+    return std::memcmp(a.view().data, hb.view().data, a.nbytes()) == 0;
+  };
+  const bool repeat = same(first0, y0) && same(first1, y1);
+  o.checks.push_back({"run to run bit for bit", repeat ? 0.0 : 1.0, 0.0, repeat});
+  on_dev.begin_capture();
+  run(on, y0, y1);
+  CudaGraph graph = on_dev.end_capture();
+  ops::fill(on, y0, NAN);
+  ops::fill(on, y1, NAN);
+  graph.replay();
+  on_dev.synchronize();
+  const bool replay = same(first0, y0) && (!pair || same(first1, y1));
+  o.checks.push_back({"graph replay == eager", replay ? 0.0 : 1.0, 0.0, replay});
+  o.checks.push_back(g.verify({y0, y1, c0, c1}));
+  o.info = fmt::format("{}; off: {}", path, off_path);
+}
+
+// A projection left as its two K-half sums (ops::linear_split) and the residual add that reads
+// them (ops::SplitSum): on the default device the halves must be taken (path name) with `out`
+// untouched, and their rounded sum must be the linear's value (CPU, kCudaFp8Gemm); a device with
+// concurrent_linears off must not split (the control) and write `out`. add_rms_norm and
+// add_rms_norm_quant of the SplitSum: the residual, the normed output and its codes against the
+// CPU's of the bf16-rounded sums (as in add_rms_norm_case), and bit for bit against the same
+// kernels reading the delta in bf16. (The CPU's SplitSum ops: test_cpu_ops.)
+void split_sum_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k, bool bias) {
+  auto l = make_linear(h, n, k, Fp8Scheme::row, ActScaling::token, bias, 140);
+  const Tensor x = host_values({m, k}, 141, 2.0f);
+  Tensor ref = Tensor::empty({m, n}, DType::f32);
+  ops::linear(h.cpu, x, l->cpu, ref);
+  const TensorView x_d = to_device(h, x, DType::bf16);
+  const ops::QuantizedActivation xq = ops::alloc_quantized(h.gpu, ActScaling::token, m, k);
+  ops::quantize(h.gpu, x_d, xq);
+  Guard g(h);
+  const TensorView parts = ops::scratch_alloc(h.gpu, {2, m, n}, DType::f32);
+  const TensorView out = ops::scratch_alloc(h.gpu, {m, n}, DType::bf16);
+  const TensorView out_off = ops::scratch_alloc(h.gpu, {m, n}, DType::bf16);
+  g.seal();
+  ops::fill(h.gpu, out, NAN);
+  const Tensor out_before = to_host(h, out);
+  const bool split = ops::linear_split(h.gpu, xq, l->gpu, out, parts);
+  const std::string path = h.dev->last_linear_path();
+  h.dev->synchronize();
+  CudaDeviceOptions off_opt;
+  off_opt.concurrent_linears = false;
+  CudaDevice off_dev(off_opt);
+  Context off = off_dev.context();
+  const bool split_off = ops::linear_split(off, xq, l->gpu, out_off, parts);
+  off_dev.synchronize();
+  o.checks.push_back({"split taken", split ? 0.0 : 1.0, 0.0, split});
+  o.checks.push_back({"option off: not split", split_off ? 1.0 : 0.0, 0.0, !split_off});
+  const Tensor out_after = to_host(h, out);
+  const bool untouched =
+      std::memcmp(out_before.view().data, out_after.view().data, out_before.nbytes()) == 0;
+  o.checks.push_back({"out untouched when split", untouched ? 0.0 : 1.0, 0.0, untouched});
+  o.checks.push_back(compare("option off: out vs CPU", as_f32(h, out_off), ref, kCudaFp8Gemm));
+
+  // The SplitSum's value, summed and rounded here as the kernels do.
+  const Tensor hp = to_host(h, parts);
+  Tensor sum = Tensor::empty({m, n}, DType::f32);
+  for (int64_t i = 0; i < m * n; ++i)
+    sum.ptr<float>()[i] = round_to_bf16(hp.ptr<float>()[i] + hp.ptr<float>()[m * n + i] +
+                                        (bias ? l->bias.ptr<float>()[i % n] : 0.0f));
+  o.checks.push_back(compare("rounded sum of the halves vs CPU linear", sum, ref, kCudaFp8Gemm));
+
+  // The residual add reading the halves (x [m, n], norm weight [n]).
+  const Tensor xr = host_values({m, n}, 142, 3.0f), w = host_values({n}, 143, 1.0f);
+  const TensorView w_d = to_device(h, w, DType::f32);
+  const ops::SplitSum ss_gpu{parts, bias ? l->gpu.bias : TensorView()};
+  const Tensor xr_sum = bf16_sum(xr, sum);  // the residual the GPU normalizes
+  Tensor ref_norm = Tensor::empty({m, n}, DType::f32);
+  ops::rms_norm(h.cpu, xr_sum, w, 1e-6f, false, ref_norm);
+  const TensorView xr_d = to_device(h, xr, DType::bf16);
+  const TensorView normed = ops::scratch_alloc(h.gpu, {m, n}, DType::bf16);
+  ops::add_rms_norm(h.gpu, xr_d, ss_gpu, w_d, 1e-6f, false, normed);
+  o.checks.push_back(
+      compare("add_rms_norm x vs CPU bf16 sum", as_f32(h, xr_d), xr_sum, kCudaBf16Op));
+  o.checks.push_back(compare("add_rms_norm out vs CPU norm of the bf16 sum", as_f32(h, normed),
+                             ref_norm, kCudaBf16Op));
+  const TensorView sum_d = to_device(h, sum, DType::bf16);
+  const TensorView xr2 = to_device(h, xr, DType::bf16);
+  const TensorView normed2 = ops::scratch_alloc(h.gpu, {m, n}, DType::bf16);
+  ops::add_rms_norm(h.gpu, xr2, sum_d, w_d, 1e-6f, false, normed2);
+  o.checks.push_back(
+      expect_le("add_rms_norm x != bf16 delta's (bit-exact)", bytes_differing(h, xr_d, xr2), 0));
+  o.checks.push_back(expect_le("add_rms_norm out != bf16 delta's (bit-exact)",
+                               bytes_differing(h, normed, normed2), 0));
+  const TensorView xr3 = to_device(h, xr, DType::bf16), xr4 = to_device(h, xr, DType::bf16);
+  const ops::QuantizedActivation q3 = ops::alloc_quantized(h.gpu, ActScaling::token, m, n);
+  const ops::QuantizedActivation q4 = ops::alloc_quantized(h.gpu, ActScaling::token, m, n);
+  ops::add_rms_norm_quant(h.gpu, xr3, ss_gpu, w_d, 1e-6f, false, q3);
+  ops::add_rms_norm_quant(h.gpu, xr4, sum_d, w_d, 1e-6f, false, q4);
+  const ops::QuantizedActivation ref_q = ops::alloc_quantized(h.cpu, ActScaling::token, m, n);
+  ops::rms_norm_quant(h.cpu, xr_sum, w, 1e-6f, false, ref_q);
+  expect_close_quant(o, download_quant(h, q3), ref_q, test::kFp8FusedFlips,
+                     test::fused_scale_bound(n));
+  o.checks.push_back(expect_le("add_rms_norm_quant codes != bf16 delta's (bit-exact)",
+                               bytes_differing(h, q3.codes, q4.codes), 0));
+  o.checks.push_back(expect_le("add_rms_norm_quant scales != bf16 delta's (bit-exact)",
+                               bytes_differing(h, q3.scales, q4.scales), 0));
+  o.checks.push_back(g.verify({parts, out, out_off}));
+  o.info = path;
 }
 
 }  // namespace fp8rl::gpu_test

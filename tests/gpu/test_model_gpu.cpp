@@ -299,12 +299,24 @@ int main(int argc, char** argv) {
     ModelConfig qwen1 = qwen;
     qwen1.num_layers = 1;
     qwen1.layers.resize(1);
-    if (only_arch.empty())
+    // Qwen3-8B's widths (o_proj and down_proj with K = 4,096) in a 200-token step: FP8-row
+    // o_proj and down_proj leave their output as K-half sums for the residual add
+    // (ops::linear_split), which no narrower model reaches.
+    const ModelConfig wide = random_config("qwen3-tiny", {{"vocab_size", 4096},
+                                                          {"hidden_size", 4096},
+                                                          {"intermediate_size", 4096},
+                                                          {"num_attention_heads", 32},
+                                                          {"num_key_value_heads", 8},
+                                                          {"head_dim", 128},
+                                                          {"num_hidden_layers", 2}});
+    if (only_arch.empty()) {
       for (const char* scheme : {"off", "tensor", "row", "block"}) {
         random_model(dev, "random qwen3 D=128 1 layer", qwen1, scheme, 300);
         random_model(dev, "random qwen3 D=128", qwen, scheme, 300);
         random_model(dev, "random gemma3 D=256 window=64", gemma, scheme, 300);
       }
+      random_model(dev, "random qwen3 H=4096 split sums", wide, "row", 200);
+    }
   } catch (const std::exception& e) {
     std::printf("ERROR: %s\n", e.what());
     return 1;

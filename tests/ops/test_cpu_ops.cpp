@@ -157,6 +157,62 @@ TEST(FusedOps, AddRmsNormDispatchesToComposition) {
   EXPECT_THROW(ops::add_rms_norm(ctx, x, d, w, 1e-6f, false, x), Error);  // out must not be x
 }
 
+// A projection's output as two K-half sums (ops::SplitSum): the residual add reads
+// round(lo + hi + bias), computed here independently, in both modes (bf16: the sum rounded to
+// bf16 as CUDA's kernels round it); add_rms_norm_quant likewise. linear_split never splits on
+// the CPU. Controls: the halves' sum without the bias, and a malformed parts tensor.
+TEST(FusedOps, SplitSumResidualAddReadsRoundedHalves) {
+  Arena arena{size_t(16) << 20};
+  const int64_t m = 6, k = 40;
+  const Tensor x0 = values({m, k}, 31, 3.0f), parts = values({2, m, k}, 32, 2.0f),
+               bias = values({k}, 33, 0.5f), w = values({k}, 34, 1.0f);
+  for (bool bf16 : {false, true}) {
+    Context ctx{Device::cpu, &arena};
+    ctx.bf16_activations = bf16;
+    Tensor delta = Tensor::empty({m, k}, DType::f32), no_bias = Tensor::empty({m, k}, DType::f32);
+    for (int64_t i = 0; i < m * k; ++i) {
+      const float lo = parts.ptr<float>()[i], hi = parts.ptr<float>()[m * k + i];
+      const float v = lo + hi + bias.ptr<float>()[i % k];
+      delta.ptr<float>()[i] = bf16 ? round_to_bf16(v) : v;
+      no_bias.ptr<float>()[i] = bf16 ? round_to_bf16(lo + hi) : lo + hi;
+    }
+    auto residual = [&] {
+      Tensor x = Tensor::empty({m, k}, DType::f32);
+      std::memcpy(x.view().data, x0.view().data, x0.nbytes());
+      return x;
+    };
+    Tensor xa = residual(), xb = residual(), xc = residual();
+    Tensor a = Tensor::empty({m, k}, DType::f32), b = Tensor::empty({m, k}, DType::f32),
+           c = Tensor::empty({m, k}, DType::f32);
+    ops::add_rms_norm(ctx, xa, ops::SplitSum{parts, bias}, w, 1e-6f, false, a);
+    ops::add_rms_norm(ctx, xb, delta, w, 1e-6f, false, b);
+    ops::add_rms_norm(ctx, xc, no_bias, w, 1e-6f, false, c);
+    EXPECT_TRUE(same_bytes(xa, xb)) << bf16;
+    EXPECT_TRUE(same_bytes(a, b)) << bf16;
+    EXPECT_FALSE(same_bytes(a, c)) << bf16;  // the bias is part of the value
+    Tensor xq = residual(), xr = residual();
+    const ops::QuantizedActivation q = ops::alloc_quantized(ctx, ActScaling::token, m, k);
+    const ops::QuantizedActivation r = ops::alloc_quantized(ctx, ActScaling::token, m, k);
+    ops::add_rms_norm_quant(ctx, xq, ops::SplitSum{parts, bias}, w, 1e-6f, false, q);
+    ops::add_rms_norm_quant(ctx, xr, delta, w, 1e-6f, false, r);
+    EXPECT_TRUE(same_bytes(q.codes, r.codes)) << bf16;
+    EXPECT_TRUE(same_bytes(q.scales, r.scales)) << bf16;
+  }
+  Context ctx{Device::cpu, &arena};
+  Tensor x = values({m, k}, 35, 1.0f), out = Tensor::empty({m, k}, DType::f32);
+  const Tensor flat = values({m, k}, 36, 1.0f);
+  EXPECT_THROW(ops::add_rms_norm(ctx, x, ops::SplitSum{flat, {}}, w, 1e-6f, false, out), Error);
+  // linear_split on the CPU: the plain linear, never split.
+  LinearWeight lw;
+  const Tensor wv = values({k, k}, 37, 0.2f);
+  lw.weight = wv.view();
+  Tensor y = Tensor::empty({m, k}, DType::f32), y2 = Tensor::empty({m, k}, DType::f32);
+  Tensor scratch_parts = Tensor::empty({2, m, k}, DType::f32);
+  EXPECT_FALSE(ops::linear_split(ctx, x, lw, y, scratch_parts));
+  ops::linear(ctx, x, lw, y2);
+  EXPECT_TRUE(same_bytes(y, y2));
+}
+
 // linear_accumulate (LoRA's up projection added into the base output): out + alpha x W^T
 // against a double-precision reference; under the bf16 emulation the result is the bf16
 // rounding of that sum (one rounding, as CUDA's beta = 1 GEMM makes it). Control: alpha

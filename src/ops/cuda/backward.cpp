@@ -68,7 +68,7 @@ void rms_norm_save(Backend& b, const TensorView& x, const TensorView& w, float e
   const int64_t rows = rows_of(x), d = x.dim(x.rank() - 1);
   // inv_rms first: out may be x. The norm itself is launch_rms_norm, so out is rms_norm's.
   launch_inv_rms(bf(x), rows, d, eps, f32(inv_rms), b.stream());
-  launch_rms_norm(bf(x), nullptr, f32(w), rows, d, eps, plus_one, bf(out), nullptr, b.stream());
+  launch_rms_norm(bf(x), {}, f32(w), rows, d, eps, plus_one, bf(out), nullptr, b.stream());
 }
 
 size_t rms_norm_backward_scratch_bytes(int64_t rows, int64_t d) {

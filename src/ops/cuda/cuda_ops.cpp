@@ -173,14 +173,34 @@ void embedding(Backend& b, const TensorView& ids, const TensorView& table, float
 
 void rms_norm(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
               const TensorView& out) {
-  launch_rms_norm(bf(x), nullptr, f32(w), x.dim(0), x.dim(1), eps, plus_one, bf(out), nullptr,
+  launch_rms_norm(bf(x), {}, f32(w), x.dim(0), x.dim(1), eps, plus_one, bf(out), nullptr,
                   b.stream());
 }
 
+namespace {
+NormDelta norm_delta(const TensorView& delta) {
+  NormDelta d;
+  d.x = bf(delta);
+  return d;
+}
+NormDelta norm_delta(const ops::SplitSum& delta) {
+  NormDelta d;
+  d.parts = static_cast<const float*>(delta.parts.data);
+  d.bias = static_cast<const float*>(delta.bias.data);
+  return d;
+}
+}  // namespace
+
 void add_rms_norm(Backend& b, const TensorView& x, const TensorView& delta, const TensorView& w,
                   float eps, bool plus_one, const TensorView& out) {
-  launch_rms_norm(bf(x), bf(delta), f32(w), x.dim(0), x.dim(1), eps, plus_one, bf(out), nullptr,
-                  b.stream());
+  launch_rms_norm(bf(x), norm_delta(delta), f32(w), x.dim(0), x.dim(1), eps, plus_one, bf(out),
+                  nullptr, b.stream());
+}
+
+void add_rms_norm(Backend& b, const TensorView& x, const ops::SplitSum& delta, const TensorView& w,
+                  float eps, bool plus_one, const TensorView& out) {
+  launch_rms_norm(bf(x), norm_delta(delta), f32(w), x.dim(0), x.dim(1), eps, plus_one, bf(out),
+                  nullptr, b.stream());
 }
 
 void rope(Backend& b, const TensorView& x, const TensorView& positions,
@@ -409,8 +429,8 @@ namespace {
 // quantize(rms_norm(x)), after x += delta when delta is set. Per tensor: the scale needs the
 // amax of the whole output first, so the norm writes bf16 and its amax in one pass, and the
 // quantizer reads that back.
-void norm_quant(Backend& b, const TensorView& x, const bf16* delta, const TensorView& w, float eps,
-                bool plus_one, const ops::QuantizedActivation& q) {
+void norm_quant(Backend& b, const TensorView& x, const NormDelta& delta, const TensorView& w,
+                float eps, bool plus_one, const ops::QuantizedActivation& q) {
   if (q.act == ActScaling::token || q.act == ActScaling::group) {
     launch_rms_norm_quant(bf(x), delta, f32(w), x.dim(0), x.dim(1), eps, plus_one, quant_out(q),
                           b.stream());
@@ -430,13 +450,19 @@ void norm_quant(Backend& b, const TensorView& x, const bf16* delta, const Tensor
 
 void rms_norm_quant(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
                     const ops::QuantizedActivation& q) {
-  norm_quant(b, x, nullptr, w, eps, plus_one, q);
+  norm_quant(b, x, {}, w, eps, plus_one, q);
 }
 
 void add_rms_norm_quant(Backend& b, const TensorView& x, const TensorView& delta,
                         const TensorView& w, float eps, bool plus_one,
                         const ops::QuantizedActivation& q) {
-  norm_quant(b, x, bf(delta), w, eps, plus_one, q);
+  norm_quant(b, x, norm_delta(delta), w, eps, plus_one, q);
+}
+
+void add_rms_norm_quant(Backend& b, const TensorView& x, const ops::SplitSum& delta,
+                        const TensorView& w, float eps, bool plus_one,
+                        const ops::QuantizedActivation& q) {
+  norm_quant(b, x, norm_delta(delta), w, eps, plus_one, q);
 }
 
 void gated_quant(Backend& b, const TensorView& gate, const TensorView& up, int act,

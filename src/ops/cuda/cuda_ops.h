@@ -45,6 +45,8 @@ void rms_norm(Backend& b, const TensorView& x, const TensorView& w, float eps, b
               const TensorView& out);
 void add_rms_norm(Backend& b, const TensorView& x, const TensorView& delta, const TensorView& w,
                   float eps, bool plus_one, const TensorView& out);
+void add_rms_norm(Backend& b, const TensorView& x, const ops::SplitSum& delta, const TensorView& w,
+                  float eps, bool plus_one, const TensorView& out);
 void rope(Backend& b, const TensorView& x, const TensorView& positions, const TensorView& inv_freq);
 void rms_norm_rope(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
                    const TensorView& positions, const TensorView& inv_freq, const TensorView& out);
@@ -89,6 +91,9 @@ void rms_norm_quant(Backend& b, const TensorView& x, const TensorView& w, float 
 void add_rms_norm_quant(Backend& b, const TensorView& x, const TensorView& delta,
                         const TensorView& w, float eps, bool plus_one,
                         const ops::QuantizedActivation& q);
+void add_rms_norm_quant(Backend& b, const TensorView& x, const ops::SplitSum& delta,
+                        const TensorView& w, float eps, bool plus_one,
+                        const ops::QuantizedActivation& q);
 void gated_quant(Backend& b, const TensorView& gate, const TensorView& up, int act,
                  const ops::QuantizedActivation& q);
 void dequantize(Backend& b, const ops::QuantizedActivation& q, const TensorView& out);
@@ -110,6 +115,12 @@ void linear_pair(Backend& b, const ops::QuantizedActivation& x, const LinearWeig
                  const TensorView& out0, const LinearWeight& w1, const TensorView& out1);
 void linear(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
             const TensorView& out);
+// linear() unless it runs as two K halves on two streams: then their fp32 sums go to parts
+// ([2, M, N]) unsummed and it returns true (ops::linear_split).
+bool linear_split(Backend& b, const TensorView& x, const LinearWeight& w, const TensorView& out,
+                  const TensorView& parts);
+bool linear_split(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
+                  const TensorView& out, const TensorView& parts);
 // W dequantized to bf16 [N,K] in the arena (the caller's scope): the bf16 fallback's weight.
 TensorView dequantized_weight(Backend& b, const LinearWeight& w);
 void linear_accumulate(Backend& b, const TensorView& x, const LinearWeight& w, float alpha,

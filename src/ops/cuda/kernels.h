@@ -37,14 +37,23 @@ struct QuantOut {
 void launch_embedding(const int32_t* ids, int64_t t, const bf16* table, int64_t vocab, int64_t h,
                       float scale, bf16* out, cudaStream_t s);
 
-// ---- norm.cu (w is f32 [d]). With delta set, x += delta first (in place, rounded to bf16
+// ---- norm.cu (w is f32 [d]). With a delta, x += delta first (in place, rounded to bf16
 // as launch_add rounds it) and the updated x is normalized: the residual add fused with the
 // next norm; out may then alias delta. Without delta, out may alias x.
+// The delta: bf16 [rows, d], or a projection's two fp32 K-half sums [2, rows, d] and its bias
+// (f32 [d] or null), whose value is bf16(parts[0] + parts[1] + bias) as launch_sum_round
+// rounds it.
+struct NormDelta {
+  const bf16* x = nullptr;
+  const float* parts = nullptr;
+  const float* bias = nullptr;
+  bool present() const { return x != nullptr || parts != nullptr; }
+};
 // out = rms_norm(x); amax (if set, pre-zeroed) gets max |out| over the bf16 outputs.
-void launch_rms_norm(bf16* x, const bf16* delta, const float* w, int64_t rows, int64_t d, float eps,
-                     bool plus_one, bf16* out, float* amax, cudaStream_t s);
+void launch_rms_norm(bf16* x, const NormDelta& delta, const float* w, int64_t rows, int64_t d,
+                     float eps, bool plus_one, bf16* out, float* amax, cudaStream_t s);
 // quantize(rms_norm(x)) per token or per 1x128 group from the fp32 normalized values.
-void launch_rms_norm_quant(bf16* x, const bf16* delta, const float* w, int64_t rows, int64_t d,
+void launch_rms_norm_quant(bf16* x, const NormDelta& delta, const float* w, int64_t rows, int64_t d,
                            float eps, bool plus_one, const QuantOut& q, cudaStream_t s);
 
 // ---- rope.cu: out[t, heads, d] = rope(rms_norm(x) per head) (no norm when w is null); x and
@@ -256,5 +265,31 @@ void launch_cross_entropy_rows(float* logits, const int32_t* targets, int64_t ro
 void launch_cross_entropy_grad(float* logits, const int32_t* targets, int64_t rows, int64_t v,
                                float temperature, float softcap, const float* lse,
                                const float* dloss, cudaStream_t s);
+
+// ---- fp8_gemm_wgmma.cu: the FP8-row GEMM of decode steps on Hopper (sm_90a).
+// Y[m, n] = (sum_k X[m, k] W[n, k]) x_scale[m] w_scale[n] (+ bias[n]) from e4m3 codes, fp32
+// sums promoted every 128 K, one rounding to Y's dtype. Row-major, W and X rows w_ld / x_ld
+// bytes apart (16-byte aligned), Y rows n apart.
+inline constexpr int kFp8GemmMaxRows = 256;
+struct Fp8RowGemm {
+  const uint8_t* w = nullptr;      // [n, k] codes
+  const uint8_t* x = nullptr;      // [m, k] codes
+  const float* w_scale = nullptr;  // [n]
+  const float* x_scale = nullptr;  // [m]
+  const float* bias = nullptr;     // [n] or null
+  void* y = nullptr;               // [m, n] bf16, or f32 when y_f32
+  bool y_f32 = false;
+  int m = 0, n = 0, k = 0;
+  int64_t w_ld = 0, x_ld = 0;
+};
+// Whether this device runs the kernel (sm_90 with this build's sm_90a code); sets its limits.
+cudaError_t fp8_gemm_wgmma_init(bool* available);
+// The shapes it takes: m <= kFp8GemmMaxRows, n even, k a multiple of 128.
+bool fp8_gemm_wgmma_fits(int64_t m, int64_t n, int64_t k);
+// Blocks a 128-column tile's K range is split over (a cluster: 1, 2 or 4) on this many SMs.
+int fp8_gemm_wgmma_splits(int64_t m, int64_t n, int64_t k, int multiprocessors);
+// False, with nothing queued, when the operands cannot be described to the TMA unit (their
+// addresses or row strides not 16-byte aligned).
+bool launch_fp8_gemm_wgmma(const Fp8RowGemm& g, int splits, cudaStream_t s);
 
 }  // namespace fp8rl::cuda

@@ -186,8 +186,10 @@ GemmArgs fp8_args(Backend& b, Path path, const ops::QuantizedActivation& x, cons
 // (tools/experiments/gemm_sweep --halves-on-streams, docs/PERFORMANCE.md): a GEMM costs ~8 us
 // however short its K loop, so halves pay only for a long K. K = 12,288: 24.4 us as two halves
 // against 32.4 us whole; K = 4,096: 10.3 against 13.3, which the ~3 us sum_round eats.
-// Hence kHalvesMinK.
+// Hence kHalvesMinK. When the consumer adds the halves itself (linear_split: the residual add
+// of o_proj's and down_proj's outputs), the sum costs nothing and K = 4,096 pays too.
 constexpr int64_t kHalvesMinK = 8192;
+constexpr int64_t kSplitMinK = 4096;
 
 bool concurrency_on(const Backend& b) {
   return b.caps().concurrent_linears && !b.batch_invariant();
@@ -205,16 +207,19 @@ bool concurrent_plans(Backend& b, std::initializer_list<GemmArgs> gs) {
 }
 
 // out = x W^T as two K halves on two streams, when a whole GEMM fills at most half the SMs.
-// False, with nothing queued, when that does not apply. Its scratch (2 M N fp32) is within
-// linear_scratch_bytes' two fp32 outputs.
+// False, with nothing queued, when that does not apply. With `split` ([2, M, N] f32) the halves
+// stay there unsummed (linear_split); else they go through scratch (2 M N fp32, within
+// linear_scratch_bytes' two fp32 outputs) and sum_round writes out.
 bool run_k_halves(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
-                  const TensorView& out) {
+                  const TensorView& out, const TensorView* split = nullptr) {
   const int64_t m = x.rows, n = w.out_features(), k = w.in_features();
-  if (!concurrency_on(b) || out.dtype != DType::bf16 || k % 32 != 0 || k < kHalvesMinK ||
+  if (!concurrency_on(b) || out.dtype != DType::bf16 || k % 32 != 0 ||
+      k < (split != nullptr ? kSplitMinK : kHalvesMinK) ||
       2 * gemm_tiles(m, n) > b.caps().multiprocessors)
     return false;
   const size_t mark = b.arena().mark();
-  const TensorView parts = b.arena().alloc({2, m, n}, DType::f32);  // [2, M, N] K-half sums
+  const TensorView parts =  // [2, M, N] K-half sums
+      split != nullptr ? *split : b.arena().alloc({2, m, n}, DType::f32);
   float* lo_y = static_cast<float*>(parts.data);
   GemmArgs lo = fp8_args(b, Path::outer, x, w, lo_y, true);
   lo.k = k / 2;
@@ -231,9 +236,56 @@ bool run_k_halves(Backend& b, const ops::QuantizedActivation& x, const LinearWei
   b.gemm().run(hi, b.side_stream());
   b.gemm().run(lo, b.stream());
   b.join();
+  if (split != nullptr) {
+    b.last_linear_path = "fp8 OUTER_VEC_32F, K halves on two streams, left unsummed";
+    return true;
+  }
   launch_sum_round(lo_y, lo_y + m * n, static_cast<const float*>(w.bias.data), m, n,
                    static_cast<bf16*>(out.data), b.stream());
   b.last_linear_path = "fp8 OUTER_VEC_32F, K halves on two streams";
+  b.arena().rewind(mark);
+  return true;
+}
+
+// out = x W^T on the split-K wgmma kernel (fp8_gemm_wgmma.cu), when the device has it and the
+// shape fits; false, with nothing queued, otherwise. Not in batch-invariant mode: its split
+// depends on N alone, but its sums are ordered unlike the pinned cuBLASLt algorithm's, which
+// training passes (more than 256 rows) take.
+bool wgmma_fits(const Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
+                const TensorView& out) {
+  return b.caps().fp8_gemm_wgmma && !b.batch_invariant() &&
+         fp8_gemm_wgmma_fits(x.rows, w.out_features(), w.in_features()) &&
+         (out.dtype == DType::bf16 || out.dtype == DType::f32);
+}
+
+void launch_wgmma(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
+                  const TensorView& out, cudaStream_t stream) {
+  const int64_t m = x.rows, n = w.out_features(), k = w.in_features();
+  Fp8RowGemm g;
+  g.w = static_cast<const uint8_t*>(w.weight.data);
+  g.x = static_cast<const uint8_t*>(x.codes.data);
+  g.w_scale = static_cast<const float*>(w.gemm_scales.data);
+  g.x_scale = static_cast<const float*>(x.scales.data);
+  g.bias = static_cast<const float*>(w.bias.data);
+  g.y = out.data;
+  g.y_f32 = out.dtype == DType::f32;
+  g.m = int(m);
+  g.n = int(n);
+  g.k = int(k);
+  g.w_ld = g.x_ld = k;
+  const int splits = fp8_gemm_wgmma_splits(m, n, k, b.caps().multiprocessors);
+  CHECK(launch_fp8_gemm_wgmma(g, splits, stream),
+        "fp8 wgmma GEMM: operands not 16-byte aligned (w {}, x {}, k {})",
+        static_cast<const void*>(g.w), static_cast<const void*>(g.x), k);
+  b.last_linear_path = splits == 4   ? "fp8 wgmma split-K GEMM, 4 splits"
+                       : splits == 2 ? "fp8 wgmma split-K GEMM, 2 splits"
+                                     : "fp8 wgmma split-K GEMM, 1 split";
+}
+
+bool run_wgmma(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
+               const TensorView& out) {
+  if (!wgmma_fits(b, x, w, out)) return false;
+  launch_wgmma(b, x, w, out, b.stream());
   return true;
 }
 
@@ -241,6 +293,7 @@ void run_quantized(Backend& b, const ops::QuantizedActivation& x, const LinearWe
                    const TensorView& out) {
   const size_t mark = b.arena().mark();
   Path path = choose_path(b, w, x.act);
+  if (path == Path::outer && run_wgmma(b, x, w, out)) return;
   if (path == Path::outer && run_k_halves(b, x, w, out)) {
     b.arena().rewind(mark);
     return;
@@ -300,8 +353,47 @@ void linear(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w
   run_quantized(b, x, w, out);
 }
 
+bool linear_split(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
+                  const TensorView& out, const TensorView& parts) {
+  const size_t mark = b.arena().mark();
+  const bool outer = choose_path(b, w, x.act) == Path::outer;
+  if (outer && !wgmma_fits(b, x, w, out) && run_k_halves(b, x, w, out, &parts)) {
+    b.arena().rewind(mark);
+    return true;
+  }
+  run_quantized(b, x, w, out);
+  return false;
+}
+
+bool linear_split(Backend& b, const TensorView& x, const LinearWeight& w, const TensorView& out,
+                  const TensorView& parts) {
+  if (!w.is_fp8() || w.act == ActScaling::none || choose_path(b, w, w.act) != Path::outer) {
+    linear(b, x, w, out);
+    return false;
+  }
+  const size_t mark = b.arena().mark();
+  const ops::QuantizedActivation q = alloc_quantized(b, w.act, x.dim(0), x.dim(1));
+  quantize(b, x, q, w.input_scale);
+  const bool split = linear_split(b, q, w, out, parts);
+  b.arena().rewind(mark);
+  return split;
+}
+
 void linear_pair(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w0,
                  const TensorView& out0, const LinearWeight& w1, const TensorView& out1) {
+  if (choose_path(b, w0, x.act) == Path::outer && choose_path(b, w1, x.act) == Path::outer &&
+      wgmma_fits(b, x, w0, out0) && wgmma_fits(b, x, w1, out1)) {
+    if (concurrency_on(b)) {  // the kernel takes no workspace
+      b.fork();
+      launch_wgmma(b, x, w1, out1, b.side_stream());
+      launch_wgmma(b, x, w0, out0, b.stream());
+      b.join();
+    } else {
+      launch_wgmma(b, x, w0, out0, b.stream());
+      launch_wgmma(b, x, w1, out1, b.stream());
+    }
+    return;
+  }
   auto direct = [&](const LinearWeight& w, const TensorView& out) {
     return choose_path(b, w, x.act) == Path::outer && w.bias.empty() && out.dtype == DType::bf16;
   };
@@ -340,13 +432,14 @@ void linear_accumulate(Backend& b, const TensorView& x, const LinearWeight& w, f
 
 size_t linear_scratch_bytes(const LinearWeight& w, int64_t m) {
   const int64_t n = w.out_features(), k = w.in_features();
-  if (!w.is_fp8()) return w.bias.empty() ? 0 : arena_aligned(size_t(m * n) * 4);  // fp32 biased output
+  if (!w.is_fp8())
+    return w.bias.empty() ? 0 : arena_aligned(size_t(m * n) * 4);  // fp32 biased output
   size_t bytes = arena_aligned(size_t(n * k) * 2);  // dequantized weight (fallback, weight-only)
   if (w.act != ActScaling::none) {
-    bytes += quantized_bytes(w.act, m, k) + 256;           // codes, scales, amax
+    bytes += quantized_bytes(w.act, m, k) + 256;                 // codes, scales, amax
     bytes += arena_aligned(size_t(m) * 4);                       // broadcast activation scale
     bytes += 2 * arena_aligned(size_t(round_up(m, 4) * n) * 4);  // padded / fp32 biased outputs
-    bytes += arena_aligned(size_t(m * k) * 2);                   // dequantized activation (fallback)
+    bytes += arena_aligned(size_t(m * k) * 2);  // dequantized activation (fallback)
   }
   return bytes;
 }

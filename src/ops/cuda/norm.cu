@@ -18,9 +18,11 @@ namespace fp8rl::cuda {
 namespace {
 
 struct NormArgs {
-  bf16* x;            // [rows, d]; updated in place when delta is set
-  const bf16* delta;  // [rows, d] or null
-  const float* w;     // [d]
+  bf16* x;             // [rows, d]; updated in place when there is a delta
+  const bf16* delta;   // [rows, d] or null
+  const float* parts;  // [2, rows, d] K-half sums instead of delta, or null
+  const float* bias;   // [d] with parts, or null
+  const float* w;      // [d]
   int64_t rows, d;
   float eps;
   bool plus_one;
@@ -63,7 +65,8 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_kernel(NormArgs a) {
       rx[k] = rd[k] = make_uint4(0, 0, 0, 0);
       if (j < d) {
         rx[k] = load_raw<VEC>(xr, j, d);
-        if constexpr (ADD) rd[k] = load_raw<VEC>(a.delta + g.row * d, j, d);
+        if constexpr (ADD)
+          if (a.parts == nullptr) rd[k] = load_raw<VEC>(a.delta + g.row * d, j, d);
       }
     }
 #pragma unroll
@@ -72,7 +75,18 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_kernel(NormArgs a) {
       if constexpr (ADD) {
         const int64_t j = g.template col<NCH>(s, k);
         float e[8];
-        unpack(rd[k], e);
+        if (a.parts == nullptr) {
+          unpack(rd[k], e);
+        } else {  // the projection's K halves, summed and rounded as launch_sum_round does
+          float lo[8] = {}, hi[8] = {}, b[8] = {};
+          if (j < d) {
+            load_chunk<VEC>(a.parts + g.row * d, j, d, lo);
+            load_chunk<VEC>(a.parts + (a.rows + g.row) * d, j, d, hi);
+            if (a.bias != nullptr) load_chunk<VEC>(a.bias, j, d, b);
+          }
+#pragma unroll
+          for (int i = 0; i < 8; ++i) e[i] = round_bf16(lo[i] + hi[i] + b[i]);
+        }
 #pragma unroll
         for (int i = 0; i < 8; ++i) v[k][i] = round_bf16(v[k][i] + e[i]);
         if (j < d) store_chunk<VEC>(xr, j, d, v[k]);
@@ -134,11 +148,13 @@ void launch_norm(const NormArgs& a, bool vec, cudaStream_t s) {
   });
 }
 
-NormArgs norm_args(bf16* x, const bf16* delta, const float* w, int64_t rows, int64_t d, float eps,
-                   bool plus_one) {
+NormArgs norm_args(bf16* x, const NormDelta& delta, const float* w, int64_t rows, int64_t d,
+                   float eps, bool plus_one) {
   NormArgs a{};
   a.x = x;
-  a.delta = delta;
+  a.delta = delta.x;
+  a.parts = delta.parts;
+  a.bias = delta.bias;
   a.w = w;
   a.rows = rows;
   a.d = d;
@@ -149,36 +165,37 @@ NormArgs norm_args(bf16* x, const bf16* delta, const float* w, int64_t rows, int
 
 bool vec_ok(const NormArgs& a, const void* dst) {
   return a.d % 8 == 0 && aligned16(a.x) && aligned16(a.w) && aligned16(dst) &&
-         (a.delta == nullptr || aligned16(a.delta));
+         (a.delta == nullptr || aligned16(a.delta)) && (a.parts == nullptr || aligned16(a.parts)) &&
+         (a.bias == nullptr || aligned16(a.bias));
 }
 
 }  // namespace
 
-void launch_rms_norm(bf16* x, const bf16* delta, const float* w, int64_t rows, int64_t d, float eps,
-                     bool plus_one, bf16* out, float* amax, cudaStream_t s) {
+void launch_rms_norm(bf16* x, const NormDelta& delta, const float* w, int64_t rows, int64_t d,
+                     float eps, bool plus_one, bf16* out, float* amax, cudaStream_t s) {
   if (rows == 0) return;
   NormArgs a = norm_args(x, delta, w, rows, d, eps, plus_one);
   a.out = out;
   a.amax = amax;
   const bool vec = vec_ok(a, out);
-  if (delta != nullptr)
+  if (delta.present())
     launch_norm<true, false>(a, vec, s);
   else
     launch_norm<false, false>(a, vec, s);
-  FP8RL_LAUNCH_CHECK(delta != nullptr ? "add_rms_norm" : "rms_norm");
+  FP8RL_LAUNCH_CHECK(delta.present() ? "add_rms_norm" : "rms_norm");
 }
 
-void launch_rms_norm_quant(bf16* x, const bf16* delta, const float* w, int64_t rows, int64_t d,
+void launch_rms_norm_quant(bf16* x, const NormDelta& delta, const float* w, int64_t rows, int64_t d,
                            float eps, bool plus_one, const QuantOut& q, cudaStream_t s) {
   if (q.padded_rows == 0) return;
   NormArgs a = norm_args(x, delta, w, rows, d, eps, plus_one);
   a.q = q;
   const bool vec = vec_ok(a, q.codes);
-  if (delta != nullptr)
+  if (delta.present())
     launch_norm<true, true>(a, vec, s);
   else
     launch_norm<false, true>(a, vec, s);
-  FP8RL_LAUNCH_CHECK(delta != nullptr ? "add_rms_norm_quant" : "rms_norm_quant");
+  FP8RL_LAUNCH_CHECK(delta.present() ? "add_rms_norm_quant" : "rms_norm_quant");
 }
 
 }  // namespace fp8rl::cuda
