@@ -99,9 +99,6 @@ void add_cuda_control_flags(CLI::App& c, CudaDeviceOptions& o) {
   c.add_flag("!--no-concurrent-linears", o.concurrent_linears,
              "Run one GEMM at a time (no gate/up pair or K halves on a second stream), to "
              "measure the concurrent GEMMs' gain");
-  c.add_flag("--wgmma-gemm", o.wgmma_gemm,
-             "Decode-step FP8 GEMMs on the experimental split-K wgmma kernel instead of "
-             "cuBLASLt, to time it");
   c.add_flag("!--no-decode-mma", o.decode_mma,
              "Decode attention on the CUDA-core kernel instead of the tensor-core one, to "
              "measure the latter's gain");
@@ -110,7 +107,6 @@ void add_cuda_control_flags(CLI::App& c, CudaDeviceOptions& o) {
 void report_cuda_controls(const CudaDeviceOptions& o, nlohmann::json& r) {
   r["concurrent_linears"] = o.concurrent_linears;
   r["decode_attention"] = o.decode_mma ? "tensor cores" : "CUDA cores";
-  r["wgmma_gemm"] = o.wgmma_gemm;
 }
 
 void add_sampling_filter_options(CLI::App& c, SamplingParams& s) {

@@ -43,8 +43,8 @@ inline const char* kAdapterHelp =
 // --temperature, --top-k, --top-p, --min-p, --repetition-penalty into `s` (vLLM's meanings).
 void add_sampling_filter_options(CLI::App& c, SamplingParams& s);
 
-// The benchmarks' controls --no-concurrent-linears, --wgmma-gemm and --no-decode-mma into `o`,
-// and their JSON keys (concurrent_linears, wgmma_gemm, decode_attention).
+// The benchmarks' controls --no-concurrent-linears and --no-decode-mma into `o`, and their
+// JSON keys (concurrent_linears, decode_attention).
 void add_cuda_control_flags(CLI::App& c, CudaDeviceOptions& o);
 void report_cuda_controls(const CudaDeviceOptions& o, nlohmann::json& r);
 

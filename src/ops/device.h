@@ -44,11 +44,6 @@ struct CudaDeviceOptions {
   // up side by side, and a lone GEMM (o_proj, down_proj) as two K halves summed in fp32
   // (ops/cuda/linear.cpp); false: one GEMM at a time, for tests and timing.
   bool concurrent_linears = true;
-  // FP8-row GEMMs of up to 256 rows (decode steps) on the split-K wgmma kernel
-  // (ops/cuda/fp8_gemm_wgmma.cu) where the device runs it, instead of cuBLASLt. Off: it is
-  // correct but not yet faster at any measured shape (docs/PERFORMANCE.md); kept for tests and
-  // timing as the base of a decode GEMM of our own.
-  bool wgmma_gemm = false;
   // Every buffer, the scratch arena and the cuBLASLt workspace carved from one device region
   // (ops/cuda/device_region.h: addresses reserved once, memory mapped as far as it is used);
   // false, or a driver without virtual memory management: one cudaMalloc per buffer.

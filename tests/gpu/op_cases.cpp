@@ -348,27 +348,6 @@ std::vector<OpCase> correctness_cases() {
         fmt::format("linear split-sum row/token M={} N=4096 K=4096{}", m, bias ? " bias" : ""),
         [=](Harness& h, Outcome& o) { split_sum_case(h, o, m, 4096, 4096, bias); }, m == 8);
 
-  // The split-K wgmma GEMM: 4, 2 and 1 splits (N / 128 tiles against the SMs, K / 128
-  // k-blocks), a partial last tile, rows below 256, a bias, an fp32 output, the gate/up pair.
-  struct W {
-    int64_t m, n, k;
-    bool bias;
-    DType out;
-    bool pair;
-  };
-  for (const W& w :
-       {W{256, 1024, 4096, false, DType::bf16, false}, W{200, 640, 1024, true, DType::bf16, false},
-        W{7, 368, 384, false, DType::f32, false}, W{256, 4096, 12288, false, DType::bf16, false},
-        W{1, 128, 128, true, DType::bf16, false}, W{256, 12288, 4096, false, DType::bf16, true}})
-    add(
-        fmt::format("linear wgmma row/token M={} N={} K={}{}{}{}", w.m, w.n, w.k,
-                    w.bias ? " bias" : "", w.out == DType::f32 ? " f32-out" : "",
-                    w.pair ? " pair" : ""),
-        [=](Harness& h, Outcome& o) {
-          wgmma_gemm_case(h, o, w.m, w.n, w.k, w.bias, w.out, w.pair);
-        },
-        w.m == 200);
-
   for (auto [s, a] : {std::pair{Fp8Scheme::off, ActScaling::none},
                       {Fp8Scheme::tensor, ActScaling::tensor},
                       {Fp8Scheme::row, ActScaling::token},

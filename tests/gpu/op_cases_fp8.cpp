@@ -367,8 +367,7 @@ void linear_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k, Fp8Sch
 // GEMM as two K halves summed in fp32 (linear) and two GEMMs side by side (linear_pair, gate
 // and up), eager and replayed from a CUDA graph, against the CPU and against a device with the
 // option off, which runs one whole GEMM at a time. The path names show which ran: with the
-// option off (the control) neither concurrent path may be taken. Both devices have the wgmma
-// GEMM off (it would take these shapes first; wgmma_gemm_case tests it).
+// option off (the control) neither concurrent path may be taken.
 void concurrent_linear_case(Harness& h, Outcome& o, int64_t m, bool bias) {
   // K long enough for the halves (ops/cuda/linear.cpp kHalvesMinK); the pair takes no bias.
   const int64_t k = 8192, n0 = 1024, n1 = 1536;
@@ -392,11 +391,6 @@ void concurrent_linear_case(Harness& h, Outcome& o, int64_t m, bool bias) {
   const TensorView seq0 = ops::scratch_alloc(h.gpu, {m, n0}, DType::bf16);
   const TensorView seq1 = ops::scratch_alloc(h.gpu, {m, n1}, DType::bf16);
   g.seal();
-  h.dev->synchronize();
-  CudaDeviceOptions on_opt;
-  on_opt.wgmma_gemm = false;
-  CudaDevice on_dev(on_opt);
-  Context on = on_dev.context();
   auto run = [&](Context& ctx, const TensorView& a, const TensorView& b0, const TensorView& b1,
                  std::string& path_a, std::string& path_b, CudaDevice& dev) {
     ops::linear(ctx, x_d, wh->gpu, a);
@@ -405,9 +399,9 @@ void concurrent_linear_case(Harness& h, Outcome& o, int64_t m, bool bias) {
     path_b = dev.last_linear_path();
   };
   std::string halves_path, pair_path, whole_path, seq_path;
-  run(on, halves, pair0, pair1, halves_path, pair_path, on_dev);
-  on_dev.synchronize();  // the second device's stream reads x_d and xq
-  CudaDeviceOptions off_opt = on_opt;
+  run(h.gpu, halves, pair0, pair1, halves_path, pair_path, *h.dev);
+  h.dev->synchronize();  // the second device's stream reads x_d and xq
+  CudaDeviceOptions off_opt;
   off_opt.concurrent_linears = false;
   CudaDevice off_dev(off_opt);
   Context off = off_dev.context();
@@ -441,13 +435,12 @@ void concurrent_linear_case(Harness& h, Outcome& o, int64_t m, bool bias) {
   // Captured: the fork and join become graph edges; a replay rewrites every output.
   const Tensor eager_halves = to_host(h, halves), eager0 = to_host(h, pair0),
                eager1 = to_host(h, pair1);
-  on_dev.begin_capture();
-  ops::linear(on, x_d, wh->gpu, halves);
-  ops::linear_pair(on, xq, w0->gpu, pair0, w1->gpu, pair1);
-  CudaGraph graph = on_dev.end_capture();
-  for (const TensorView& t : {halves, pair0, pair1}) ops::fill(on, t, NAN);
+  h.dev->begin_capture();
+  ops::linear(h.gpu, x_d, wh->gpu, halves);
+  ops::linear_pair(h.gpu, xq, w0->gpu, pair0, w1->gpu, pair1);
+  CudaGraph graph = h.dev->end_capture();
+  for (const TensorView& t : {halves, pair0, pair1}) ops::fill(h.gpu, t, NAN);
   graph.replay();
-  on_dev.synchronize();
   const bool replay_same =
       std::memcmp(to_host(h, halves).view().data, eager_halves.view().data,
                   eager_halves.nbytes()) == 0 &&
@@ -457,82 +450,6 @@ void concurrent_linear_case(Harness& h, Outcome& o, int64_t m, bool bias) {
   o.checks.push_back(g.verify({halves, pair0, pair1, whole, seq0, seq1}));
   o.info = fmt::format("{}; {}; off: {}; {} graph nodes", halves_path, pair_path, whole_path,
                        graph.nodes());
-}
-
-// FP8-row GEMMs of up to 256 rows on the split-K wgmma kernel (CudaDeviceOptions::wgmma_gemm,
-// ops/cuda/fp8_gemm_wgmma.cu, on a second device opened with it) against the CPU, against
-// cuBLASLt (the harness's device, option off: the control, whose path name must not be the
-// kernel's), run to run bit for bit (the cluster adds its partials in a fixed order) and
-// replayed from a CUDA graph. `linear_pair` is gate and up (two weights, one input) on two
-// streams.
-void wgmma_gemm_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k, bool bias,
-                     DType out_dtype, bool pair) {
-  auto w0 = make_linear(h, n, k, Fp8Scheme::row, ActScaling::token, bias && !pair, 130);
-  auto w1 = make_linear(h, n + 128, k, Fp8Scheme::row, ActScaling::token, false, 131);
-  const Tensor x = host_values({m, k}, 132, 2.0f);
-  Tensor ref0 = Tensor::empty({m, n}, DType::f32), ref1 = Tensor::empty({m, n + 128}, DType::f32);
-  ops::linear(h.cpu, x, w0->cpu, ref0);
-  ops::linear(h.cpu, x, w1->cpu, ref1);
-  const TensorView x_d = to_device(h, x, DType::bf16);
-  const ops::QuantizedActivation xq = ops::alloc_quantized(h.gpu, ActScaling::token, m, k);
-  ops::quantize(h.gpu, x_d, xq);
-  Guard g(h);
-  const TensorView y0 = ops::scratch_alloc(h.gpu, {m, n}, out_dtype);
-  const TensorView y1 = ops::scratch_alloc(h.gpu, {m, n + 128}, out_dtype);
-  const TensorView c0 = ops::scratch_alloc(h.gpu, {m, n}, out_dtype);
-  const TensorView c1 = ops::scratch_alloc(h.gpu, {m, n + 128}, out_dtype);
-  g.seal();
-  const ops::Output kind = out_dtype == DType::f32 ? ops::Output::f32 : ops::Output::activation;
-  auto run = [&](Context& ctx, const TensorView& a, const TensorView& b) {
-    if (pair)
-      ops::linear_pair(ctx, xq, w0->gpu, a, w1->gpu, b);
-    else
-      ops::linear(ctx, xq, w0->gpu, a, kind);
-  };
-  h.dev->synchronize();
-  CudaDeviceOptions on_opt;
-  on_opt.wgmma_gemm = true;
-  CudaDevice on_dev(on_opt);
-  Context on = on_dev.context();
-  run(on, y0, y1);
-  const std::string path = on_dev.last_linear_path();
-  on_dev.synchronize();
-  const Tensor first0 = to_host(h, y0), first1 = to_host(h, y1);
-  run(on, y0, y1);
-  on_dev.synchronize();
-  run(h.gpu, c0, c1);
-  const std::string off_path = h.dev->last_linear_path();
-  h.dev->synchronize();
-
-  const bool taken = path.find("wgmma") != std::string::npos;
-  const bool control = off_path.find("wgmma") == std::string::npos;
-  o.checks.push_back({"wgmma kernel taken", taken ? 0.0 : 1.0, 0.0, taken});
-  o.checks.push_back({"option off: cuBLASLt", control ? 0.0 : 1.0, 0.0, control});
-  const double bound = kCudaFp8Gemm;
-  o.checks.push_back(compare("wgmma vs CPU", as_f32(h, y0), ref0, bound));
-  o.checks.push_back(compare("cuBLASLt vs CPU", as_f32(h, c0), ref0, bound));
-  o.checks.push_back(compare("wgmma vs cuBLASLt", as_f32(h, y0), as_f32(h, c0), 2 * bound));
-  if (pair) {
-    o.checks.push_back(compare("wgmma second vs CPU", as_f32(h, y1), ref1, bound));
-    o.checks.push_back(compare("cuBLASLt second vs CPU", as_f32(h, c1), ref1, bound));
-  }
-  auto same = [&](const Tensor& a, const TensorView& b) {
-    const Tensor hb = to_host(h, b);
-    return std::memcmp(a.view().data, hb.view().data, a.nbytes()) == 0;
-  };
-  const bool repeat = same(first0, y0) && same(first1, y1);
-  o.checks.push_back({"run to run bit for bit", repeat ? 0.0 : 1.0, 0.0, repeat});
-  on_dev.begin_capture();
-  run(on, y0, y1);
-  CudaGraph graph = on_dev.end_capture();
-  ops::fill(on, y0, NAN);
-  ops::fill(on, y1, NAN);
-  graph.replay();
-  on_dev.synchronize();
-  const bool replay = same(first0, y0) && (!pair || same(first1, y1));
-  o.checks.push_back({"graph replay == eager", replay ? 0.0 : 1.0, 0.0, replay});
-  o.checks.push_back(g.verify({y0, y1, c0, c1}));
-  o.info = fmt::format("{}; off: {}", path, off_path);
 }
 
 // A projection left as its two K-half sums (ops::linear_split) and the residual add that reads

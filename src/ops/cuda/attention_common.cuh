@@ -14,6 +14,19 @@ namespace fp8rl::cuda {
 constexpr int kAttnRows = 64;  // query rows per block
 constexpr int kAttnThreads = 128;
 
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const uint32_t s = uint32_t(__cvta_generic_to_shared(smem));
+  const int n = valid ? 16 : 0;  // 0: zero-fill, the source is not read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 // 8 consecutive elements of an FP8 pool's row into shared memory as bf16(code * scale), the
 // product in fp32 (ops.h paged_attention); zeros when !valid (codes not read). Synchronous:
 // the caller's __syncthreads publishes it like a completed cp.async.
@@ -66,14 +79,14 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // rows of sequence blockIdx.z, keys through its block table; the key tiles still run over
 // logical positions, so a row's result is the contiguous cache's bit for bit.
 struct QueryBlock {
-  int q0;                // first query row, counted from row0
-  int t;                 // the rows of this sequence (a.t unless paged)
-  int row0;              // row of q / out of the sequence's first query
-  int64_t h, kvh;        // query head, its kv head
-  int kv_hi, kv_lo;      // last / first cache slot any row of the block sees
-  int tile0, tile1;      // key tiles [tile0, tile1]
-  int slot[2];           // this thread's two rows' cache slots (rows q0 + 16 warp + g, + 8)
-  int warp_slot_min;     // the warp's first row's slot
+  int q0;             // first query row, counted from row0
+  int t;              // the rows of this sequence (a.t unless paged)
+  int row0;           // row of q / out of the sequence's first query
+  int64_t h, kvh;     // query head, its kv head
+  int kv_hi, kv_lo;   // last / first cache slot any row of the block sees
+  int tile0, tile1;   // key tiles [tile0, tile1]
+  int slot[2];        // this thread's two rows' cache slots (rows q0 + 16 warp + g, + 8)
+  int warp_slot_min;  // the warp's first row's slot
   const int32_t* table;  // paged: the sequence's block table; null: contiguous cache
 
   // Rows of query head h; warp (0..3) of the 4 that own them, lane group g. A block with

@@ -79,9 +79,6 @@ Backend::Backend(const CudaDeviceOptions& o) {
   caps_.decode_mma = o.decode_mma;
   caps_.fp8_input_gradient = o.fp8_input_gradient;
   caps_.concurrent_linears = o.concurrent_linears;
-  bool gemm_wgmma = false;
-  CUDA_CHECK(fp8_gemm_wgmma_init(&gemm_wgmma));
-  caps_.fp8_gemm_wgmma = gemm_wgmma && o.wgmma_gemm;
   caps_.attention_backward_dims = attention_backward_mma_init();
   caps_.attention_backward_tiled = o.tiled_attention_backward;
   reserve_arena(o.arena_bytes);

@@ -73,9 +73,6 @@ struct Capabilities {
   bool fp8_input_gradient = true;
   // Small FP8 GEMMs on two streams (CudaDeviceOptions::concurrent_linears).
   bool concurrent_linears = true;
-  // FP8-row GEMMs of up to 256 rows on the split-K wgmma kernel (sm_90 with this build's sm_90a
-  // code, CudaDeviceOptions::wgmma_gemm); else cuBLASLt.
-  bool fp8_gemm_wgmma = false;
   // All device memory is carved from one region (CudaDeviceOptions::device_region, where the
   // driver supports virtual memory management); else one cudaMalloc per buffer.
   bool device_region = false;

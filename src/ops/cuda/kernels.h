@@ -266,30 +266,4 @@ void launch_cross_entropy_grad(float* logits, const int32_t* targets, int64_t ro
                                float temperature, float softcap, const float* lse,
                                const float* dloss, cudaStream_t s);
 
-// ---- fp8_gemm_wgmma.cu: the FP8-row GEMM of decode steps on Hopper (sm_90a).
-// Y[m, n] = (sum_k X[m, k] W[n, k]) x_scale[m] w_scale[n] (+ bias[n]) from e4m3 codes, fp32
-// sums promoted every 128 K, one rounding to Y's dtype. Row-major, W and X rows w_ld / x_ld
-// bytes apart (16-byte aligned), Y rows n apart.
-inline constexpr int kFp8GemmMaxRows = 256;
-struct Fp8RowGemm {
-  const uint8_t* w = nullptr;      // [n, k] codes
-  const uint8_t* x = nullptr;      // [m, k] codes
-  const float* w_scale = nullptr;  // [n]
-  const float* x_scale = nullptr;  // [m]
-  const float* bias = nullptr;     // [n] or null
-  void* y = nullptr;               // [m, n] bf16, or f32 when y_f32
-  bool y_f32 = false;
-  int m = 0, n = 0, k = 0;
-  int64_t w_ld = 0, x_ld = 0;
-};
-// Whether this device runs the kernel (sm_90 with this build's sm_90a code); sets its limits.
-cudaError_t fp8_gemm_wgmma_init(bool* available);
-// The shapes it takes: m <= kFp8GemmMaxRows, n even, k a multiple of 128.
-bool fp8_gemm_wgmma_fits(int64_t m, int64_t n, int64_t k);
-// Blocks a 128-column tile's K range is split over (a cluster: 1, 2 or 4) on this many SMs.
-int fp8_gemm_wgmma_splits(int64_t m, int64_t n, int64_t k, int multiprocessors);
-// False, with nothing queued, when the operands cannot be described to the TMA unit (their
-// addresses or row strides not 16-byte aligned).
-bool launch_fp8_gemm_wgmma(const Fp8RowGemm& g, int splits, cudaStream_t s);
-
 }  // namespace fp8rl::cuda

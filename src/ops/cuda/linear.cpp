@@ -247,53 +247,10 @@ bool run_k_halves(Backend& b, const ops::QuantizedActivation& x, const LinearWei
   return true;
 }
 
-// out = x W^T on the split-K wgmma kernel (fp8_gemm_wgmma.cu), when the device has it and the
-// shape fits; false, with nothing queued, otherwise. Not in batch-invariant mode: its split
-// depends on N alone, but its sums are ordered unlike the pinned cuBLASLt algorithm's, which
-// training passes (more than 256 rows) take.
-bool wgmma_fits(const Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
-                const TensorView& out) {
-  return b.caps().fp8_gemm_wgmma && !b.batch_invariant() &&
-         fp8_gemm_wgmma_fits(x.rows, w.out_features(), w.in_features()) &&
-         (out.dtype == DType::bf16 || out.dtype == DType::f32);
-}
-
-void launch_wgmma(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
-                  const TensorView& out, cudaStream_t stream) {
-  const int64_t m = x.rows, n = w.out_features(), k = w.in_features();
-  Fp8RowGemm g;
-  g.w = static_cast<const uint8_t*>(w.weight.data);
-  g.x = static_cast<const uint8_t*>(x.codes.data);
-  g.w_scale = static_cast<const float*>(w.gemm_scales.data);
-  g.x_scale = static_cast<const float*>(x.scales.data);
-  g.bias = static_cast<const float*>(w.bias.data);
-  g.y = out.data;
-  g.y_f32 = out.dtype == DType::f32;
-  g.m = int(m);
-  g.n = int(n);
-  g.k = int(k);
-  g.w_ld = g.x_ld = k;
-  const int splits = fp8_gemm_wgmma_splits(m, n, k, b.caps().multiprocessors);
-  CHECK(launch_fp8_gemm_wgmma(g, splits, stream),
-        "fp8 wgmma GEMM: operands not 16-byte aligned (w {}, x {}, k {})",
-        static_cast<const void*>(g.w), static_cast<const void*>(g.x), k);
-  b.last_linear_path = splits == 4   ? "fp8 wgmma split-K GEMM, 4 splits"
-                       : splits == 2 ? "fp8 wgmma split-K GEMM, 2 splits"
-                                     : "fp8 wgmma split-K GEMM, 1 split";
-}
-
-bool run_wgmma(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
-               const TensorView& out) {
-  if (!wgmma_fits(b, x, w, out)) return false;
-  launch_wgmma(b, x, w, out, b.stream());
-  return true;
-}
-
 void run_quantized(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
                    const TensorView& out) {
   const size_t mark = b.arena().mark();
   Path path = choose_path(b, w, x.act);
-  if (path == Path::outer && run_wgmma(b, x, w, out)) return;
   if (path == Path::outer && run_k_halves(b, x, w, out)) {
     b.arena().rewind(mark);
     return;
@@ -357,7 +314,7 @@ bool linear_split(Backend& b, const ops::QuantizedActivation& x, const LinearWei
                   const TensorView& out, const TensorView& parts) {
   const size_t mark = b.arena().mark();
   const bool outer = choose_path(b, w, x.act) == Path::outer;
-  if (outer && !wgmma_fits(b, x, w, out) && run_k_halves(b, x, w, out, &parts)) {
+  if (outer && run_k_halves(b, x, w, out, &parts)) {
     b.arena().rewind(mark);
     return true;
   }
@@ -381,19 +338,6 @@ bool linear_split(Backend& b, const TensorView& x, const LinearWeight& w, const 
 
 void linear_pair(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w0,
                  const TensorView& out0, const LinearWeight& w1, const TensorView& out1) {
-  if (choose_path(b, w0, x.act) == Path::outer && choose_path(b, w1, x.act) == Path::outer &&
-      wgmma_fits(b, x, w0, out0) && wgmma_fits(b, x, w1, out1)) {
-    if (concurrency_on(b)) {  // the kernel takes no workspace
-      b.fork();
-      launch_wgmma(b, x, w1, out1, b.side_stream());
-      launch_wgmma(b, x, w0, out0, b.stream());
-      b.join();
-    } else {
-      launch_wgmma(b, x, w0, out0, b.stream());
-      launch_wgmma(b, x, w1, out1, b.stream());
-    }
-    return;
-  }
   auto direct = [&](const LinearWeight& w, const TensorView& out) {
     return choose_path(b, w, x.act) == Path::outer && w.bias.empty() && out.dtype == DType::bf16;
   };
