@@ -225,7 +225,8 @@ void add_rms_norm(Context& ctx, const TensorView& x, const SplitSum& delta, cons
             (out.data != x.data || x.numel() == 0),
         "add_rms_norm: x {} w {} out {} (out must not be x)", x.shape.str(), w.shape.str(),
         out.shape.str());
-  if (ctx.device == Device::cpu && !ctx.dry_run) {
+  if (ctx.device == Device::cpu) {
+    if (dry_run_scratch(ctx, size_t(x.numel()) * 4 + 256)) return;  // the materialized delta
     const size_t mark = scratch_of(ctx).mark();
     cpu::add_rms_norm(x, materialize(ctx, delta), w, eps, plus_one, out, rounding(ctx));
     scratch_of(ctx).rewind(mark);
@@ -575,8 +576,9 @@ void add_rms_norm_quant(Context& ctx, const TensorView& x, const SplitSum& delta
   CHECK(q.act != ActScaling::static_tensor, "add_rms_norm_quant needs a dynamic scaling");
   CHECK(w.rank() == 1 && w.dim(0) == x.dim(1) && q.rows == x.dim(0) && q.cols == x.dim(1),
         "add_rms_norm_quant: x {} w {} q [{}, {}]", x.shape.str(), w.shape.str(), q.rows, q.cols);
-  dry_run_scratch(ctx, quantize_op_scratch_bytes(x.dim(0), x.dim(1)));
-  if (ctx.device == Device::cpu && !ctx.dry_run) {
+  const size_t delta_bytes = ctx.device == Device::cpu ? size_t(x.numel()) * 4 + 256 : 0;
+  if (dry_run_scratch(ctx, delta_bytes + quantize_op_scratch_bytes(x.dim(0), x.dim(1)))) return;
+  if (ctx.device == Device::cpu) {
     const size_t mark = scratch_of(ctx).mark();
     const TensorView d = materialize(ctx, delta);
     cpu::add_rms_norm_quant(scratch_of(ctx), x, d, w, eps, plus_one, q, rounding(ctx));
