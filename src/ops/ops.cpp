@@ -662,8 +662,10 @@ void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const Tens
                  cuda::linear(*ctx.cuda, x, w, out, x_amax.ptr<float>()));
 }
 
-void linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
-            const TensorView& out, Output kind) {
+namespace {
+// The checks of a linear on a quantized input (and its scratch in a dry run).
+void check_quantized_linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
+                            const TensorView& out, Output kind) {
   check_ctx(ctx);
   check_quantized(ctx, x, "linear input");
   check_linear(ctx, x.rows, x.cols, w, out, kind);
@@ -671,6 +673,12 @@ void linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
   CHECK(w.is_fp8() && x.act == w.act,
         "linear: input quantized with {} scaling for a weight whose activations use {}",
         act_scaling_name(x.act), act_scaling_name(w.act));
+}
+}  // namespace
+
+void linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
+            const TensorView& out, Output kind) {
+  check_quantized_linear(ctx, x, w, out, kind);
   FP8RL_DISPATCH(ctx, linear_name(w, x.rows),
                  cpu::linear(scratch_of(ctx), x, w, out, kind, rounding(ctx)),
                  cuda::linear(*ctx.cuda, x, w, out));
@@ -702,14 +710,8 @@ bool linear_split(Context& ctx, const TensorView& x, const LinearWeight& w, cons
 
 bool linear_split(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
                   const TensorView& out, const TensorView& parts) {
-  check_ctx(ctx);
-  check_quantized(ctx, x, "linear input");
-  check_linear(ctx, x.rows, x.cols, w, out, Output::activation);
+  check_quantized_linear(ctx, x, w, out, Output::activation);
   check_split_parts(ctx, parts, x.rows, w);
-  dry_run_scratch(ctx, linear_scratch_bytes(ctx, w, x.rows));
-  CHECK(w.is_fp8() && x.act == w.act,
-        "linear: input quantized with {} scaling for a weight whose activations use {}",
-        act_scaling_name(x.act), act_scaling_name(w.act));
   bool split = false;
   FP8RL_DISPATCH(ctx, linear_name(w, x.rows),
                  cpu::linear(scratch_of(ctx), x, w, out, Output::activation, rounding(ctx)),
