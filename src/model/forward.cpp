@@ -235,10 +235,15 @@ BlockOutput attention_block(Context& ctx, const Model& m, int64_t li, const KvPo
     amax = ops::scratch_alloc(ctx, {1}, DType::f32);
     ops::fill_zero(ctx, amax);
   }
-  ops::paged_attention(ctx, q, kv.k(li), kv.v(li), step.attn, p, s.attn.reshape({t, hq, d}), amax,
-                       kv_scales);
+  // A dynamically scaled FP8 o_proj without adapter reads the attention's output as the
+  // attention op quantizes it (which defines the padding rows of a captured batch there only).
   LinearInput o_in;
   o_in.x = s.attn;
+  const ActScaling o_act = shared_dynamic_act({&l.o});
+  if ((o_act == ActScaling::token || o_act == ActScaling::group) && !l.o.lora.active())
+    o_in.q = ops::alloc_quantized(ctx, o_act, t, hq * d);
+  ops::paged_attention(ctx, q, kv.k(li), kv.v(li), step.attn, p, s.attn.reshape({t, hq, d}), amax,
+                       kv_scales, o_in.q.act != ActScaling::none ? &o_in.q : nullptr);
   if (!amax.empty()) {
     ops::linear(ctx, s.attn, l.o, s.proj, amax);
     return {s.proj, std::nullopt};

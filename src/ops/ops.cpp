@@ -391,7 +391,8 @@ void store_kv(Context& ctx, const TensorView& k, const TensorView& v,
 
 void paged_attention(Context& ctx, const TensorView& q, const TensorView& k_pool,
                      const TensorView& v_pool, const PagedBatch& batch, const AttentionParams& p,
-                     const TensorView& out, const TensorView& amax, const KvScales& scales) {
+                     const TensorView& out, const TensorView& amax, const KvScales& scales,
+                     const QuantizedActivation* out_q) {
   check_ctx(ctx);
   check_act(ctx, q, 3, "paged_attention q");
   check_act(ctx, out, 3, "paged_attention output");
@@ -421,6 +422,13 @@ void paged_attention(Context& ctx, const TensorView& q, const TensorView& k_pool
   CHECK(
       amax.empty() || (amax.dtype == DType::f32 && amax.numel() == 1 && amax.device == ctx.device),
       "paged_attention: amax must be one f32 on {}", device_name(ctx.device));
+  if (out_q != nullptr) {
+    check_quantized(ctx, *out_q, "paged_attention out_q");
+    CHECK((out_q->act == ActScaling::token || out_q->act == ActScaling::group) &&
+              out_q->rows == out.dim(0) && out_q->cols == out.dim(1) * out.dim(2),
+          "paged_attention: out_q must be a token or group scaled [{}, {}] activation", out.dim(0),
+          out.dim(1) * out.dim(2));
+  }
   dry_run_scratch(
       ctx, paged_attention_scratch_bytes(ctx, q.dim(0), q.dim(1), q.dim(2), batch.max_context_len));
   FP8RL_DISPATCH(
@@ -429,9 +437,10 @@ void paged_attention(Context& ctx, const TensorView& q, const TensorView& k_pool
         cpu::paged_attention(scratch_of(ctx), q, k_pool, v_pool, batch, p, out, rounding(ctx), {},
                              scales);
         reduce_amax(out, amax);
+        if (out_q != nullptr) cpu::quantize(out.reshape({out_q->rows, out_q->cols}), *out_q, 0.0f);
       },
       cuda::paged_attention(*ctx.cuda, q, k_pool, v_pool, batch, p, out,
-                            amax.empty() ? nullptr : amax.ptr<float>(), scales));
+                            amax.empty() ? nullptr : amax.ptr<float>(), scales, nullptr, out_q));
 }
 
 namespace {

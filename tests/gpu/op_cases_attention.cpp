@@ -193,11 +193,36 @@ void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& s
   const TensorView amax = ops::scratch_alloc(h.gpu, {1}, DType::f32);
   Guard g(h);
   const TensorView out = ops::scratch_alloc(h.gpu, {rows + kPadding, hq, d}, DType::bf16);
+  // A second call's output and its quantization for an FP8-row o_proj (out_q), poisoned.
+  const TensorView out2 = ops::scratch_alloc(h.gpu, {rows + kPadding, hq, d}, DType::bf16);
+  const ops::QuantizedActivation out_q =
+      ops::alloc_quantized(h.gpu, ActScaling::token, rows + kPadding, hq * d);
   g.seal();
   ops::store_kv(h.gpu, k_d, v_d, map_d, kp_d, vp_d, sc_d);
   ops::fill_zero(h.gpu, amax);
   ops::paged_attention(h.gpu, q_d, kp_d, vp_d, batch, p, out, amax, sc_d);
-  o.checks.push_back(g.verify({out}));
+  ops::paged_attention(h.gpu, q_d, kp_d, vp_d, batch, p, out2, {}, sc_d, &out_q);
+  o.checks.push_back(g.verify({out, out2, out_q.codes, out_q.scales}));
+  // With out_q: out_q is quantize(out) bit for bit, padding rows included (as zero rows), and
+  // out2 equals out on the sequences' rows while its padding rows keep the poison (no zeroing
+  // kernel ran).
+  {
+    const ops::QuantizedActivation want =
+        ops::alloc_quantized(h.gpu, ActScaling::token, rows + kPadding, hq * d);
+    ops::quantize(h.gpu, out.reshape({rows + kPadding, hq * d}), want);
+    o.checks.push_back(expect_le(
+        "out_q == quantize(out): bytes differing",
+        bytes_differing(h, out_q.codes, want.codes) + bytes_differing(h, out_q.scales, want.scales),
+        0));
+    const Tensor a = to_host(h, out), b = to_host(h, out2);
+    const size_t data_bytes = size_t(rows * hq * d) * 2;
+    const uint8_t* pb = b.ptr<uint8_t>();
+    const bool rows_same = std::memcmp(a.view().data, pb, data_bytes) == 0;
+    const bool padding_kept =
+        std::all_of(pb + data_bytes, pb + b.nbytes(), [](uint8_t x) { return x == 0xFF; });
+    o.checks.push_back({"with out_q: rows == out, padding rows untouched",
+                        rows_same && padding_kept ? 0.0 : 1.0, 0.0, rows_same && padding_kept});
+  }
 
   auto bf16_bits = [](const Tensor& f) {
     Tensor b = Tensor::empty(f.shape(), DType::bf16);

@@ -11,6 +11,7 @@
 #include <random>
 #include <tuple>
 
+#include "formats/quant_config.h"
 #include "ops/memory.h"
 #include "ops/ops.h"
 #include "quant/fp8.h"
@@ -257,6 +258,33 @@ TEST_P(PagedAttention, PaddingRowsAreZeroAndAmaxIsTheOutputs) {
   for (int64_t i = 0; i < out.numel(); ++i) mx = std::max(mx, std::fabs(out.ptr<float>()[i]));
   EXPECT_EQ(amax.ptr<float>()[0], mx);
   for (int64_t i = b.rows * 4 * 32; i < out.numel(); ++i) ASSERT_EQ(out.ptr<float>()[i], 0.0f);
+}
+
+// With out_q (an FP8-row o_proj's input) the op also quantizes its output, padding rows as zero
+// rows: the codes and scales of quantize(out), for token and group scaling.
+TEST_P(PagedAttention, OutQIsTheQuantizedOutput) {
+  Batch b(kRagged, Config{4, 2, 32, 0, 0.0f}, 21);
+  b.store(ctx);
+  const int64_t t = b.rows + b.padding, cols = 4 * 32;
+  for (ActScaling act : {ActScaling::token, ActScaling::group}) {
+    Tensor out = bf16_values({t, 4, 32}, 5, 5.0f);
+    const ops::QuantizedActivation q = ops::alloc_quantized(ctx, act, t, cols);
+    ops::paged_attention(ctx, b.q_all, b.k_pool, b.v_pool, b.meta, b.params(), out, {}, {}, &q);
+    const ops::QuantizedActivation want = ops::alloc_quantized(ctx, act, t, cols);
+    ops::quantize(ctx, out.view().reshape({t, cols}), want);
+    EXPECT_TRUE(same_bytes(q.codes, want.codes)) << act_scaling_name(act);
+    EXPECT_TRUE(same_bytes(q.scales, want.scales)) << act_scaling_name(act);
+    // Negative control: another output's quantization differs.
+    Tensor other = bf16_values({t, 4, 32}, 6, 5.0f);
+    ops::quantize(ctx, other.view().reshape({t, cols}), want);
+    EXPECT_FALSE(same_bytes(q.codes, want.codes));
+  }
+  // Tensor scaling goes through amax, not out_q.
+  const ops::QuantizedActivation bad = ops::alloc_quantized(ctx, ActScaling::tensor, t, cols);
+  Tensor out = bf16_values({t, 4, 32}, 5, 5.0f);
+  EXPECT_THROW(
+      ops::paged_attention(ctx, b.q_all, b.k_pool, b.v_pool, b.meta, b.params(), out, {}, {}, &bad),
+      Error);
 }
 
 // An FP8 pool reads as the pool of its dequantized values: paged_attention over the codes and

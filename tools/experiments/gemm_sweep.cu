@@ -1,5 +1,5 @@
 // gemm_sweep M N K [--fp8 | --bf16] [--top T] [--splitk S] [--f32-out] [--halves-on-streams]
-// [--scales outer|vec128|block|scalar]: times
+// [--scales outer|vec128|block|scalar] [--fast-accum]: times
 // every cuBLASLt algorithm configuration it can build for one linear-layer GEMM (Y[M,N] = X[M,K]
 // W[N,K]^T, the project's TN mapping: A = W, B = X), with FP8 e4m3 operands and OUTER_VEC_32F
 // scales (the FP8-row recipe) or bf16, and prints the heuristic's first choice beside the fastest
@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
   // VEC128 x VEC128 too (each row's scale repeated over its K/128 blocks), which reaches
   // cuBLASLt's blockwise kernels; block = the 128x128 weight grid; scalar = one scale each.
   std::string scales = "outer";
+  bool fast_accum = false;  // FP8 without cuBLASLt's fp32 promotion every 128 K
   for (int i = 4; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--bf16")
@@ -135,6 +136,8 @@ int main(int argc, char** argv) {
       halves_on_streams = true;
     else if (a == "--scales" && i + 1 < argc)
       scales = argv[++i];
+    else if (a == "--fast-accum")
+      fast_accum = true;
   }
   if (scales != "outer" && scales != "vec128" && scales != "block" && scales != "scalar") {
     std::fprintf(stderr, "gemm_sweep: --scales must be outer, vec128, block or scalar\n");
@@ -172,7 +175,7 @@ int main(int argc, char** argv) {
   LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   LT_OK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   if (fp8) {
-    const int8_t fast = 0;
+    const int8_t fast = fast_accum ? 1 : 0;
     int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, b_mode = a_mode;
     if (scales == "vec128") a_mode = b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
     if (scales == "block") {
@@ -254,9 +257,9 @@ int main(int argc, char** argv) {
   std::printf(
       "gemm_sweep M=%lld N=%lld K=%lld %s split-K %d (batched) %s out: %.2f GFLOP, %.1f MB moved "
       "at least; %d heuristic answers\n",
-      (long long)m, (long long)n, (long long)k, fp8 ? ("fp8 e4m3 scales " + scales).c_str() : "bf16",
-      splits,
-      f32_out ? "f32" : "bf16", flops * 1e-9, bytes * 1e-6, found);
+      (long long)m, (long long)n, (long long)k,
+      fp8 ? ("fp8 e4m3 scales " + scales).c_str() : "bf16", splits, f32_out ? "f32" : "bf16",
+      flops * 1e-9, bytes * 1e-6, found);
   for (int i = 0; i < found; ++i) {
     Config c;
     c.id = attribute<int32_t>(heur[i].algo, CUBLASLT_ALGO_CONFIG_ID);

@@ -276,7 +276,8 @@ size_t paged_attention_scratch_bytes(int64_t t, int64_t heads, int64_t head_dim,
 void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
                      const TensorView& v_pool, const ops::PagedBatch& batch,
                      const ops::AttentionParams& p, const TensorView& out, float* amax,
-                     const ops::KvScales& scales, float* lse) {
+                     const ops::KvScales& scales, float* lse,
+                     const ops::QuantizedActivation* out_q) {
   const int64_t t = q.dim(0), hq = q.dim(1), d = q.dim(2), hkv = k_pool.dim(2);
   CHECK(attention_supports(d), "CUDA attention supports head_dim 32, 64, 128 and 256, not {}", d);
   for (const TensorView* x : {&q, &k_pool, &v_pool, &out})
@@ -314,8 +315,10 @@ void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
     a.k_scale = scales.k.ptr<const float>();
     a.v_scale = scales.v.ptr<const float>();
   }
-  // Rows after the last sequence's (a captured batch's padding) are zeros.
-  launch_zero_padding_rows(a.out, t, hq * d, a.cu_q + batch.num_seqs, b.stream());
+  // Rows after the last sequence's (a captured batch's padding) are zeros: in out, or only in
+  // its quantization when the linear after the attention reads that alone.
+  const int32_t* rows_end = a.cu_q + batch.num_seqs;
+  if (out_q == nullptr) launch_zero_padding_rows(a.out, t, hq * d, rows_end, b.stream());
   // Batch-invariant mode: decode steps on the prefill kernel too (ops/exactness.h).
   if (batch.max_query_len == 1 && paged_decode_supports(d, hq / hkv) && !b.batch_invariant()) {
     const int splits = paged_decode_max_splits(batch.max_context_len);
@@ -346,6 +349,8 @@ void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
   } else {  // also every FP8-pool prefill: the wgmma kernel reads bf16 tiles only
     launch_attention(a, b.stream());
   }
+  if (out_q != nullptr)
+    launch_quantize_rows(out.data, false, t, hq * d, quant_out(*out_q), b.stream(), rows_end);
 }
 
 void gated(Backend& b, const TensorView& gate, const TensorView& up, int act,

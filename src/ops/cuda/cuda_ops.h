@@ -56,10 +56,12 @@ void attention(Backend& b, const TensorView& q, const TensorView& k_cache,
 void store_kv(Backend& b, const TensorView& k, const TensorView& v, const TensorView& slot_mapping,
               const TensorView& k_pool, const TensorView& v_pool, const ops::KvScales& scales);
 // lse (optional, [t, hq] f32): written by the prefill kernels only (batch.max_query_len > 1).
+// out_q (optional): ops::paged_attention's.
 void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
                      const TensorView& v_pool, const ops::PagedBatch& batch,
                      const ops::AttentionParams& p, const TensorView& out, float* amax,
-                     const ops::KvScales& scales, float* lse = nullptr);
+                     const ops::KvScales& scales, float* lse = nullptr,
+                     const ops::QuantizedActivation* out_q = nullptr);
 size_t paged_attention_scratch_bytes(int64_t t, int64_t heads, int64_t head_dim,
                                      int64_t max_context_len);
 void gated(Backend& b, const TensorView& gate, const TensorView& up, int act,

@@ -188,9 +188,11 @@ void launch_fill_uniform_bf16(bf16* x, int64_t n, uint64_t seed, float bound, cu
 void launch_broadcast(const float* in, float* out, int64_t n, cudaStream_t s);
 
 // ---- quantize.cu (x is bf16, or f32 when x_f32)
-// Per token / per 1x128 group: rows [0, padded_rows) of q (pad rows: code 0, scale 1).
+// Per token / per 1x128 group: rows [0, padded_rows) of q (pad rows: code 0, scale 1). With
+// rows_end (device), rows from *rows_end on are taken as zeros without reading x (code 0,
+// scale 1): a captured batch's padding rows, which x need not hold.
 void launch_quantize_rows(const void* x, bool x_f32, int64_t rows, int64_t cols, const QuantOut& q,
-                          cudaStream_t s);
+                          cudaStream_t s, const int32_t* rows_end = nullptr);
 // *amax = max(*amax, max |x|) (pre-zero *amax).
 void launch_amax(const void* x, bool x_f32, int64_t n, float* amax, cudaStream_t s);
 // Per tensor: scale = amax ? fp8_scale(*amax) : static_scale; codes = e4m3(x / scale);

@@ -59,14 +59,23 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_kernel(NormArgs a) {
   float ss = 0.0f;
   for (int s = 0; s < nseg; ++s) {
     uint4 rx[NCH], rd[NCH];
+    // The projection's K halves (a.parts): loaded with x, so that all loads of the row are in
+    // flight together.
+    float lo[ADD ? NCH : 1][8], hi[ADD ? NCH : 1][8];
 #pragma unroll
     for (int k = 0; k < NCH; ++k) {
       const int64_t j = g.template col<NCH>(s, k);
       rx[k] = rd[k] = make_uint4(0, 0, 0, 0);
       if (j < d) {
         rx[k] = load_raw<VEC>(xr, j, d);
-        if constexpr (ADD)
-          if (a.parts == nullptr) rd[k] = load_raw<VEC>(a.delta + g.row * d, j, d);
+        if constexpr (ADD) {
+          if (a.parts == nullptr) {
+            rd[k] = load_raw<VEC>(a.delta + g.row * d, j, d);
+          } else {
+            load_chunk<VEC>(a.parts + g.row * d, j, d, lo[k]);
+            load_chunk<VEC>(a.parts + (a.rows + g.row) * d, j, d, hi[k]);
+          }
+        }
       }
     }
 #pragma unroll
@@ -77,15 +86,11 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_kernel(NormArgs a) {
         float e[8];
         if (a.parts == nullptr) {
           unpack(rd[k], e);
-        } else {  // the projection's K halves, summed and rounded as launch_sum_round does
-          float lo[8] = {}, hi[8] = {}, b[8] = {};
-          if (j < d) {
-            load_chunk<VEC>(a.parts + g.row * d, j, d, lo);
-            load_chunk<VEC>(a.parts + (a.rows + g.row) * d, j, d, hi);
-            if (a.bias != nullptr) load_chunk<VEC>(a.bias, j, d, b);
-          }
+        } else {  // the K halves summed and rounded as launch_sum_round does
+          float b[8] = {};
+          if (j < d && a.bias != nullptr) load_chunk<VEC>(a.bias, j, d, b);
 #pragma unroll
-          for (int i = 0; i < 8; ++i) e[i] = round_bf16(lo[i] + hi[i] + b[i]);
+          for (int i = 0; i < 8; ++i) e[i] = j < d ? round_bf16(lo[k][i] + hi[k][i] + b[i]) : 0.0f;
         }
 #pragma unroll
         for (int i = 0; i < 8; ++i) v[k][i] = round_bf16(v[k][i] + e[i]);

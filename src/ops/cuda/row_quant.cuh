@@ -294,13 +294,25 @@ __device__ __forceinline__ void write_pad_row(const RowThreads<WARP>& g, int64_t
 }
 
 // Whether g.row is a data row of a quantizing row kernel over q (rows of data, q.padded_rows
-// in all): pad rows get code 0 and scale 1 here, rows past the padding nothing.
+// in all): pad rows get code 0 and scale 1 here, rows past the padding nothing. With
+// rows_end, the rows from *rows_end on are quantized zeros (code 0, scale 1) and not read.
 template <bool WARP>
 __device__ __forceinline__ bool quantized_data_row(const RowThreads<WARP>& g, int64_t rows,
-                                                   int64_t cols, const QuantOut& q) {
+                                                   int64_t cols, const QuantOut& q,
+                                                   const int32_t* rows_end = nullptr) {
   if (g.row >= q.padded_rows) return false;  // whole warps only (WARP); never without
   if (g.row >= rows) {
     write_pad_row(g, cols, q);
+    return false;
+  }
+  if (rows_end != nullptr && g.row >= *rows_end) {
+    if (q.group) {
+      write_pad_row(g, cols, q);
+    } else {
+      uint8_t* codes = q.codes + g.row * cols;
+      for (int64_t j = g.lane; j < cols; j += g.n) codes[j] = 0;
+      if (g.lane == 0) q.scales[g.row] = fp8_scale(0.0f);
+    }
     return false;
   }
   return true;
