@@ -182,52 +182,73 @@ TensorView rope_frequencies(const LayerWeights& l) {
 namespace {
 
 // Steps up to this many tokens run q, k and v as one GEMM. Above it each GEMM fills the GPU on
-// its own and the split's extra pass over [T, Nq + 2 Nkv] costs more than it saves (Qwen3-8B on
-// an H200, 8,192 tokens: 1.5% (FP8-row) and 2.6% (bf16) slower stacked; a 256-sequence decode
-// step: 6.6% and 2.0% faster, docs/PERFORMANCE.md).
+// its own (measured when the stacked output was still split by columns into s.q/s.k/s.v: at
+// 8,192 tokens of Qwen3-8B on an H200 1.5% (FP8-row) and 2.6% (bf16) slower stacked; a
+// 256-sequence decode step 6.6% and 2.0% faster, docs/PERFORMANCE.md).
 constexpr int64_t kStackedQkvMaxTokens = 2048;
 
-// q, k and v into s.q, s.k, s.v: one GEMM over the stacked weight when the model has it
-// (LayerWeights::qkv) and the step is small, split by columns, then each projection's adapter;
-// else apply() each.
-void qkv_projections(Context& ctx, const LinearInput& in, const LayerWeights& l,
-                     const Activations& s) {
-  if (l.qkv.weight.empty() || s.q.dim(0) > kStackedQkvMaxTokens) {
+// The step's q [T, Hq, D], k and v [T, Hkv, D].
+struct QkvViews {
+  TensorView q, k, v;
+};
+
+// Column part [col, col + heads * D) of y [T, N] as [T, heads, D] with y's token stride.
+TensorView head_columns(const TensorView& y, int64_t col, int64_t heads, int64_t d) {
+  TensorView v(static_cast<char*>(y.data) + size_t(col) * dtype_size(y.dtype), y.dtype,
+               {y.dim(0), heads, d}, y.device);
+  v.strides[0] = y.strides[0];
+  return v;
+}
+
+// q, k and v of the step: one GEMM over the stacked weight when the model has it
+// (LayerWeights::qkv) and the step is small, its [T, Nq + 2 Nkv] output (scratch of the
+// caller's scope) read in place by column parts; with an adapter on any of them the parts are
+// copied into s.q, s.k, s.v first and each adapter adds to its own. Else apply() each into s.
+QkvViews qkv_projections(Context& ctx, const ModelConfig& c, const LinearInput& in,
+                         const LayerWeights& l, const Activations& s) {
+  const int64_t t = s.q.dim(0), hq = c.num_heads, hkv = c.num_kv_heads, d = c.head_dim;
+  const QkvViews own{s.q.reshape({t, hq, d}), s.k.reshape({t, hkv, d}), s.v.reshape({t, hkv, d})};
+  if (l.qkv.weight.empty() || t > kStackedQkvMaxTokens) {
     apply(ctx, in, l.q, s.q);
     apply(ctx, in, l.k, s.k);
     apply(ctx, in, l.v, s.v);
-    return;
+    return own;
   }
-  ops::ScratchScope scope(ctx);
-  const int64_t t = s.q.dim(0);
   const TensorView y =  // [T, Nq + 2 Nkv]
       ops::scratch_alloc(ctx, {t, l.qkv.out_features()}, ctx.activation_dtype());
   apply_base(ctx, in, l.qkv, y);
+  if (!l.q.lora.active() && !l.k.lora.active() && !l.v.lora.active())
+    return {head_columns(y, 0, hq, d), head_columns(y, hq * d, hkv, d),
+            head_columns(y, (hq + hkv) * d, hkv, d)};
   ops::split_columns(ctx, y, {s.q, s.k, s.v});
   for (auto [w, out] : {std::pair{&l.q, s.q}, {&l.k, s.k}, {&l.v, s.v}})
     if (w->lora.active()) add_lora(ctx, in.x, w->lora, out, {});
+  return own;
 }
 
-// Attention sublayer of one layer for the whole step, from its normed input `in`: q/k/v, q/k
-// norm and RoPE (one pass each), the new keys/values into their pool slots, paged attention,
+// Attention sublayer of one layer for the whole step, from its normed input `in`: q/k/v, then
+// q/k norm and RoPE with the new keys/values into their pool slots (one op), paged attention,
 // output projection into s.proj.
 BlockOutput attention_block(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
                             const StepBatch& step, const LinearInput& in, const Activations& s) {
   const ModelConfig& c = m.config();
   const LayerWeights& l = m.layers[size_t(li)];
-  const int64_t t = s.x.dim(0), hq = c.num_heads, hkv = c.num_kv_heads, d = c.head_dim;
+  const int64_t t = s.x.dim(0), hq = c.num_heads, d = c.head_dim;
   const float eps = float(c.rms_norm_eps);
   ops::ScratchScope scope(ctx);
-  qkv_projections(ctx, in, l, s);
-  const TensorView inv_freq = rope_frequencies(l);
+  const QkvViews x = qkv_projections(ctx, c, in, l, s);
   const TensorView q = s.q.reshape({t, hq, d});
-  const TensorView k = s.k.reshape({t, hkv, d});
-  ops::rms_norm_rope(ctx, q, c.qk_norm ? l.q_norm : TensorView(), eps, c.norm_plus_one,
-                     step.positions, inv_freq, q);
-  ops::rms_norm_rope(ctx, k, c.qk_norm ? l.k_norm : TensorView(), eps, c.norm_plus_one,
-                     step.positions, inv_freq, k);
+  ops::QkRope qk;
+  if (c.qk_norm) {
+    qk.q_norm = l.q_norm;
+    qk.k_norm = l.k_norm;
+  }
+  qk.eps = eps;
+  qk.plus_one = c.norm_plus_one;
+  qk.positions = step.positions;
+  qk.inv_freq = rope_frequencies(l);
   const ops::KvScales kv_scales{kv.k_scale(li), kv.v_scale(li)};  // empty unless FP8 KV
-  ops::store_kv(ctx, k, s.v.reshape({t, hkv, d}), step.slot_mapping, kv.k(li), kv.v(li), kv_scales);
+  ops::rope_store_kv(ctx, x.q, x.k, x.v, qk, step.slot_mapping, kv.k(li), kv.v(li), kv_scales, q);
   const ops::AttentionParams p = attention_params(c, l);
   // A tensor-scaled o_proj gets max |attn| from the attention kernels' epilogues.
   TensorView amax;

@@ -389,6 +389,75 @@ void store_kv(Context& ctx, const TensorView& k, const TensorView& v,
                  cuda::store_kv(*ctx.cuda, k, v, slot_mapping, k_pool, v_pool, scales));
 }
 
+void rope_store_kv(Context& ctx, const TensorView& q, const TensorView& k, const TensorView& v,
+                   const QkRope& qk, const TensorView& slot_mapping, const TensorView& k_pool,
+                   const TensorView& v_pool, const KvScales& scales, const TensorView& q_out) {
+  check_ctx(ctx);
+  check_heads(ctx, q, "rope_store_kv q");
+  check_heads(ctx, q_out, "rope_store_kv q output");
+  check_heads(ctx, k, "rope_store_kv k");
+  check_heads(ctx, v, "rope_store_kv v");
+  CHECK(q_out.shape == q.shape && k.dim(0) == q.dim(0) && v.shape == k.shape &&
+            k.dim(2) == q.dim(2) && q.dim(1) % k.dim(1) == 0,
+        "rope_store_kv: q {} k {} v {} q_out {}", q.shape.str(), k.shape.str(), v.shape.str(),
+        q_out.shape.str());
+  // q_out is written while q, k and v are read: q itself (each head is read before it is
+  // written) or disjoint from all three. Views with one token stride (column parts of one
+  // matrix) are disjoint when their column ranges are.
+  const size_t es = dtype_size(q.dtype);
+  const auto overlap = [&](const TensorView& a, const TensorView& b) {
+    const auto* pa = static_cast<const char*>(a.data);
+    const auto* pb = static_cast<const char*>(b.data);
+    const auto end = [&](const TensorView& t, const char* p) {
+      const int64_t n = t.dim(0) == 0 ? 0 : (t.dim(0) - 1) * t.strides[0] + t.dim(1) * t.dim(2);
+      return p + size_t(n) * es;
+    };
+    if (end(a, pa) <= pb || end(b, pb) <= pa) return false;
+    const int64_t stride = a.strides[0] * int64_t(es), la = a.dim(1) * a.dim(2) * int64_t(es),
+                  lb = b.dim(1) * b.dim(2) * int64_t(es);
+    if (a.dim(0) <= 1 || b.dim(0) <= 1 || b.strides[0] != a.strides[0]) return true;
+    const int64_t off = (((pb - pa) % stride) + stride) % stride;  // b's row start in a's row
+    return off < la || off + lb > stride;
+  };
+  const bool in_place = q_out.data == q.data && q_out.strides[0] == q.strides[0];
+  for (const TensorView* t : {&q, &k, &v})
+    CHECK((in_place && t == &q) || !overlap(q_out, *t),
+          "rope_store_kv: q_out overlaps an input without being q");
+#if FP8RL_HAVE_CUDA
+  const bool fused =
+      ctx.device == Device::cuda && cuda::rope_store_kv_supported(q.dim(2), {&q, &k, &v, &q_out});
+#else
+  const bool fused = false;
+#endif
+  if (!fused) {  // the three ops (the CPU reference), k rotated into scratch
+    ScratchScope scope(ctx);
+    const TensorView kr = scratch_alloc(ctx, k.shape, k.dtype);
+    rms_norm_rope(ctx, q, qk.q_norm, qk.eps, qk.plus_one, qk.positions, qk.inv_freq, q_out);
+    rms_norm_rope(ctx, k, qk.k_norm, qk.eps, qk.plus_one, qk.positions, qk.inv_freq, kr);
+    store_kv(ctx, kr, v, slot_mapping, k_pool, v_pool, scales);
+    return;
+  }
+  check_i32(ctx, qk.positions, q.dim(0), "rope_store_kv positions");
+  check_param(ctx, qk.inv_freq, DType::f32, "rope inv_freq");
+  CHECK(qk.inv_freq.rank() == 1 && q.dim(2) == 2 * qk.inv_freq.dim(0),
+        "rope_store_kv: q {} inv_freq {}", q.shape.str(), qk.inv_freq.shape.str());
+  for (const TensorView* w : {&qk.q_norm, &qk.k_norm}) {
+    if (w->empty()) continue;
+    check_param(ctx, *w, DType::f32, "rope_store_kv norm weight");
+    CHECK(w->rank() == 1 && w->dim(0) == q.dim(2), "rope_store_kv: q {} norm weight {}",
+          q.shape.str(), w->shape.str());
+  }
+  CHECK(scales.k.empty() == scales.v.empty(), "rope_store_kv: K and V scales must come together");
+  check_pool(ctx, k_pool, scales.k, "rope_store_kv k pool");
+  check_pool(ctx, v_pool, scales.v, "rope_store_kv v pool");
+  check_i32(ctx, slot_mapping, k.dim(0), "rope_store_kv slot mapping");
+  CHECK(v_pool.shape == k_pool.shape && k_pool.dim(2) == k.dim(1) && k_pool.dim(3) == k.dim(2),
+        "rope_store_kv: k {} pools {} {}", k.shape.str(), k_pool.shape.str(), v_pool.shape.str());
+  FP8RL_DISPATCH(
+      ctx, "rope_store_kv", RAISE("rope_store_kv: the fused kernel is CUDA's"),
+      cuda::rope_store_kv(*ctx.cuda, q, k, v, qk, slot_mapping, k_pool, v_pool, scales, q_out));
+}
+
 void paged_attention(Context& ctx, const TensorView& q, const TensorView& k_pool,
                      const TensorView& v_pool, const PagedBatch& batch, const AttentionParams& p,
                      const TensorView& out, const TensorView& amax, const KvScales& scales,

@@ -145,6 +145,27 @@ void store_kv(Context& ctx, const TensorView& k, const TensorView& v,
               const TensorView& slot_mapping, const TensorView& k_pool, const TensorView& v_pool,
               const KvScales& scales = {});
 
+// The new tokens' q and k through their per-head norm and RoPE, and the keys and values into
+// their pool slots: rms_norm_rope(q) into q_out, rms_norm_rope(k), store_kv(k, v) in one pass.
+// q [T, Hq, D], k, v [T, Hkv, D] with free token strides (the column parts of the stacked q/k/v
+// GEMM's output); q_out [T, Hq, D] is q itself (in place) or overlaps none of them; k and v
+// are only read. RoPE is the
+// position embedding of `positions` and `inv_freq`; qk.q_norm / qk.k_norm as w of
+// rms_norm_rope. Equals those three ops bit for bit: on the CPU it is them (rms_norm_rope's k
+// into scratch), and on CUDA one kernel for D % 16 == 0 up to 256 with rows whose token strides
+// are multiples of 8 (the vector kernel of rms_norm_rope, then store_kv's copy or
+// quantization), the three ops for other shapes.
+struct QkRope {
+  TensorView q_norm, k_norm;  // [D] f32 each, or empty: RoPE alone
+  float eps = 0.0f;
+  bool plus_one = false;
+  TensorView positions;  // [T] i32
+  TensorView inv_freq;   // [D / 2] f32
+};
+void rope_store_kv(Context& ctx, const TensorView& q, const TensorView& k, const TensorView& v,
+                   const QkRope& qk, const TensorView& slot_mapping, const TensorView& k_pool,
+                   const TensorView& v_pool, const KvScales& scales, const TensorView& q_out);
+
 // Causal GQA attention of every sequence's new queries against its paged cache (keys and
 // values of the new tokens already stored by store_kv): query i of s sees positions
 // [0, its position] (and the sliding window p.window). q [T,Hq,D], out [T,Hq,D]; amax as in

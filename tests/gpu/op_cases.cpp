@@ -129,6 +129,32 @@ std::vector<OpCase> correctness_cases() {
             rms_norm_rope_case(h, o, t, r.heads, r.d, r.norm, r.plus_one, r.pos0, r.dest);
           },
           t == 19 && r.d != 256);
+  // q/k norm + RoPE + the K/V store in one op: Qwen3-8B's heads, a Gemma-like D = 256 with one
+  // kv head, D = 64, D = 48 (a warp per head, idle lanes), D = 72 (the three ops' fallback).
+  struct K {
+    int64_t hq, hkv, d;
+    bool norm, fp8_kv, in_place;
+  };
+  const K stores[] = {
+      {32, 8, 128, true, false, false}, {32, 8, 128, true, true, false},
+      {32, 8, 128, false, false, true}, {4, 1, 256, true, true, true},
+      {6, 2, 64, true, false, false},   {3, 1, 48, true, true, false},
+      {2, 2, 72, true, false, false},
+  };
+  for (int64_t t : {int64_t{1}, int64_t{19}, int64_t{257}})
+    for (const K& r : stores)
+      add(
+          fmtname("rope_store_kv", shape({{"T", t},
+                                          {"Hq", r.hq},
+                                          {"Hkv", r.hkv},
+                                          {"D", r.d},
+                                          {"norm", r.norm},
+                                          {"fp8_kv", r.fp8_kv},
+                                          {"in_place", r.in_place}})),
+          [=](Harness& h, Outcome& o) {
+            rope_store_kv_case(h, o, t, r.hq, r.hkv, r.d, r.norm, r.fp8_kv, r.in_place);
+          },
+          t == 19);
   add(
       "softcap bf16 T=19 V=1000",
       [](Harness& h, Outcome& o) { softcap_case(h, o, 19, 1000, DType::bf16); }, true);

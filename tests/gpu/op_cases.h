@@ -43,6 +43,8 @@ void add_f32_case(Harness& h, Outcome& o, int64_t t, int64_t d);
 void add_rms_norm_case(Harness& h, Outcome& o, int64_t t, int64_t d, bool plus_one, bool alias);
 void rms_norm_rope_case(Harness& h, Outcome& o, int64_t t, int64_t heads, int64_t d, bool norm,
                         bool plus_one, int32_t pos0, RopeDest dest);
+void rope_store_kv_case(Harness& h, Outcome& o, int64_t t, int64_t hq, int64_t hkv, int64_t d,
+                        bool norm, bool fp8_kv, bool in_place);
 void softcap_case(Harness& h, Outcome& o, int64_t t, int64_t v, DType dt);
 void fill_case(Harness& h, Outcome& o, int64_t n);
 

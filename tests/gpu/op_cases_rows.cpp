@@ -316,4 +316,156 @@ void fill_case(Harness& h, Outcome& o, int64_t n) {
   o.checks.push_back(compare("fill_uniform f32 bit-exact", as_f32(h, d), ref, 0.0));
 }
 
+namespace {
+// Column part [col, col + heads * d) of y [T, N] as [T, heads, d] with y's token stride.
+TensorView head_columns(const TensorView& y, int64_t col, int64_t heads, int64_t d) {
+  TensorView v(static_cast<char*>(y.data) + size_t(col) * dtype_size(y.dtype), y.dtype,
+               {y.dim(0), heads, d}, y.device);
+  v.strides[0] = y.strides[0];
+  return v;
+}
+}  // namespace
+
+// ops::rope_store_kv with q, k and v the column parts of one [T, (Hq + 2 Hkv) D] matrix (the
+// stacked q/k/v GEMM's output), the slots in reverse order and every third token padding (slot
+// -1). Checks: q_out and the stored keys and values against the CPU (the three ops); q_out,
+// pools and scales bit for bit against rms_norm_rope, rms_norm_rope, store_kv on CUDA; slots
+// of no token left untouched; control: keys stored without their rotation differ from the pools.
+void rope_store_kv_case(Harness& h, Outcome& o, int64_t t, int64_t hq, int64_t hkv, int64_t d,
+                        bool norm, bool fp8_kv, bool in_place) {
+  constexpr int64_t kBlock = 16;
+  constexpr float kEps = 1e-6f;
+  const int64_t n = (hq + 2 * hkv) * d, blocks = (t + kBlock - 1) / kBlock + 1, slots = blocks * kBlock;
+  const Tensor y = host_values({t, n}, 311, 3.0f);
+  const Tensor qn = host_values({d}, 312, 1.0f), kn = host_values({d}, 313, 1.0f);
+  Tensor pos = Tensor::empty({t}, DType::i32), map = Tensor::empty({t}, DType::i32);
+  int64_t stored = 0;
+  for (int64_t i = 0; i < t; ++i) {
+    pos.ptr<int32_t>()[i] = int32_t(5 + 3 * i);
+    map.ptr<int32_t>()[i] = i % 3 == 2 ? -1 : int32_t(slots - 1 - i);
+    stored += i % 3 != 2;
+  }
+  RopeConfig rc;
+  rc.theta = 1e6;
+  const std::vector<float> f = rope_inv_freq(rc, d);
+  Tensor freq = Tensor::empty({d / 2}, DType::f32);
+  std::memcpy(freq.view().data, f.data(), f.size() * 4);
+
+  // The CPU: bf16 pools only (an FP8 pool quantizes its fp32 rotation there, bf16 on CUDA).
+  Tensor q_ref = Tensor::empty({t, hq, d}, DType::f32);
+  Tensor kp_ref = Tensor::empty({blocks, kBlock, hkv, d}, DType::f32),
+         vp_ref = Tensor::empty({blocks, kBlock, hkv, d}, DType::f32);
+  ops::QkRope qk_h;
+  if (norm) qk_h.q_norm = qn, qk_h.k_norm = kn;
+  qk_h.eps = kEps;
+  qk_h.positions = pos;
+  qk_h.inv_freq = freq;
+  if (!fp8_kv)
+    ops::rope_store_kv(h.cpu, head_columns(y, 0, hq, d), head_columns(y, hq * d, hkv, d),
+                       head_columns(y, (hq + hkv) * d, hkv, d), qk_h, map, kp_ref, vp_ref, {},
+                       q_ref);
+
+  const TensorView y_d = to_device(h, y, DType::bf16);
+  ops::QkRope qk_d = qk_h;
+  if (norm) qk_d.q_norm = to_device(h, qn, DType::f32), qk_d.k_norm = to_device(h, kn, DType::f32);
+  qk_d.positions = to_device(h, pos, DType::i32);
+  qk_d.inv_freq = to_device(h, freq, DType::f32);
+  const TensorView map_d = to_device(h, map, DType::i32);
+  const TensorView yq = head_columns(y_d, 0, hq, d), yk = head_columns(y_d, hq * d, hkv, d),
+                   yv = head_columns(y_d, (hq + hkv) * d, hkv, d);
+  const DType pool_dt = fp8_kv ? DType::f8e4m3 : DType::bf16;
+  struct Pools {
+    TensorView k, v;
+    ops::KvScales sc;
+  };
+  Guard g(h);
+  auto pools = [&] {
+    Pools p{ops::scratch_alloc(h.gpu, {blocks, kBlock, hkv, d}, pool_dt),
+            ops::scratch_alloc(h.gpu, {blocks, kBlock, hkv, d}, pool_dt),
+            {}};
+    if (fp8_kv)
+      p.sc = {ops::scratch_alloc(h.gpu, {blocks, kBlock, hkv}, DType::f32),
+              ops::scratch_alloc(h.gpu, {blocks, kBlock, hkv}, DType::f32)};
+    return p;
+  };
+  const Pools fused = pools(), three = pools(), control = pools();
+  const TensorView q_out = in_place ? yq : ops::scratch_alloc(h.gpu, {t, hq, d}, DType::bf16);
+  const TensorView q3 = ops::scratch_alloc(h.gpu, {t, hq, d}, DType::bf16),
+                   k3 = ops::scratch_alloc(h.gpu, {t, hkv, d}, DType::bf16);
+  g.seal();
+  // The three ops first: in place, the fused op overwrites q.
+  ops::rms_norm_rope(h.gpu, yq, qk_d.q_norm, kEps, false, qk_d.positions, qk_d.inv_freq, q3);
+  ops::rms_norm_rope(h.gpu, yk, qk_d.k_norm, kEps, false, qk_d.positions, qk_d.inv_freq, k3);
+  ops::store_kv(h.gpu, k3, yv, map_d, three.k, three.v, three.sc);
+  ops::store_kv(h.gpu, yk, yv, map_d, control.k, control.v, control.sc);
+  ops::rope_store_kv(h.gpu, yq, yk, yv, qk_d, map_d, fused.k, fused.v, fused.sc, q_out);
+  std::vector<TensorView> outputs{in_place ? y_d : q_out, q3, k3};
+  for (const Pools* p : {&fused, &three, &control}) {
+    outputs.insert(outputs.end(), {p->k, p->v});
+    if (fp8_kv) outputs.insert(outputs.end(), {p->sc.k, p->sc.v});
+  }
+  o.checks.push_back(g.verify(outputs));
+
+  // q_out gathered through its token stride.
+  const Tensor q_all = to_host(h, in_place ? y_d : q_out);
+  Tensor q_got = Tensor::empty({t, hq, d}, DType::bf16);
+  for (int64_t i = 0; i < t; ++i)
+    std::memcpy(q_got.ptr<uint16_t>() + i * hq * d, q_all.ptr<uint16_t>() + i * q_out.strides[0],
+                size_t(hq * d) * 2);
+  const Tensor q3_h = to_host(h, q3);
+  o.checks.push_back(expect_le(
+      "q_out != rms_norm_rope (bit-exact): bytes",
+      std::memcmp(q_got.view().data, q3_h.view().data, q3_h.nbytes()) == 0 ? 0.0 : 1.0, 0));
+  double pool_diff = bytes_differing(h, fused.k, three.k) + bytes_differing(h, fused.v, three.v);
+  if (fp8_kv)
+    pool_diff +=
+        bytes_differing(h, fused.sc.k, three.sc.k) + bytes_differing(h, fused.sc.v, three.sc.v);
+  o.checks.push_back(expect_le(fp8_kv
+                                   ? "codes, scales != rms_norm_rope + store_kv (bit-exact): bytes"
+                                   : "pools != rms_norm_rope + store_kv (bit-exact): bytes",
+                               pool_diff, 0));
+  const double control_diff = bytes_differing(h, fused.k, control.k);
+  o.checks.push_back({"control: keys stored unrotated differ from the pools (bytes)", control_diff,
+                      1.0, control_diff >= 1.0});
+  // Slots written: exactly those of the non-padding tokens.
+  const Tensor kh = to_host(h, fused.k);
+  const size_t row = size_t(hkv * d) * dtype_size(pool_dt);
+  int64_t written = 0;
+  for (int64_t sl = 0; sl < slots; ++sl) {
+    const uint8_t* b = kh.ptr<uint8_t>() + size_t(sl) * row;
+    written += !std::all_of(b, b + row, [](uint8_t x) { return x == 0xFF; });
+  }
+  o.checks.push_back(
+      expect_le("slots written != non-padding tokens", std::fabs(double(written - stored)), 0));
+
+  if (!fp8_kv) {
+    Tensor qf = Tensor::empty({t, hq, d}, DType::f32);
+    convert(q_got.view().data, DType::bf16, qf.view().data, DType::f32, size_t(qf.numel()));
+    o.checks.push_back(compare("q_out", qf, q_ref, norm ? test::kCudaNormRope : kCudaBf16Op));
+    // The stored rows, token by token.
+    const Tensor kf = as_f32(h, fused.k), vf = as_f32(h, fused.v);
+    Tensor kg = Tensor::empty({stored, hkv, d}, DType::f32),
+           kr = Tensor::empty({stored, hkv, d}, DType::f32);
+    Tensor vg = Tensor::empty({stored, hkv, d}, DType::f32),
+           vr = Tensor::empty({stored, hkv, d}, DType::f32);
+    int64_t r = 0;
+    for (int64_t i = 0; i < t; ++i) {
+      const int32_t sl = map.ptr<int32_t>()[i];
+      if (sl < 0) continue;
+      const size_t at = size_t(sl * hkv * d) * 4, to = size_t(r++ * hkv * d) * 4,
+                   nb = size_t(hkv * d) * 4;
+      std::memcpy(reinterpret_cast<char*>(kg.view().data) + to,
+                  reinterpret_cast<const char*>(kf.view().data) + at, nb);
+      std::memcpy(reinterpret_cast<char*>(kr.view().data) + to,
+                  reinterpret_cast<const char*>(kp_ref.view().data) + at, nb);
+      std::memcpy(reinterpret_cast<char*>(vg.view().data) + to,
+                  reinterpret_cast<const char*>(vf.view().data) + at, nb);
+      std::memcpy(reinterpret_cast<char*>(vr.view().data) + to,
+                  reinterpret_cast<const char*>(vp_ref.view().data) + at, nb);
+    }
+    o.checks.push_back(compare("stored keys", kg, kr, norm ? test::kCudaNormRope : kCudaBf16Op));
+    o.checks.push_back(compare("stored values (copies)", vg, vr, 0));
+  }
+}
+
 }  // namespace fp8rl::gpu_test

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "formats/quant_config.h"
+#include "model/rope.h"
 #include "ops/memory.h"
 #include "ops/ops.h"
 #include "quant/fp8.h"
@@ -360,6 +361,77 @@ TEST(StoreKv, PlacesRowsAtTheirSlotsAndSkipsPadding) {
   }
   const Tensor beyond = i32({0, 1, 2, 3, 4, 48}, {t});
   EXPECT_THROW(ops::store_kv(ctx, k, v, beyond, kp, vp), Error);
+}
+
+// rope_store_kv over the column parts of one [T, (Hq + 2 Hkv) D] matrix: q_out is q through
+// the q norm and RoPE, the pools hold k through the k norm and RoPE and v as it is, at each
+// token's slot (padding skipped); q_out may be q itself but no other overlap is accepted.
+TEST(RopeStoreKv, ColumnPartsOfTheStackedOutput) {
+  Arena arena(1 << 22);
+  Context ctx{Device::cpu, &arena};
+  const int64_t t = 5, hq = 4, hkv = 2, d = 16, blocks = 2, width = (hq + 2 * hkv) * d;
+  const Tensor qkv = bf16_values({t, width}, 7, 2.0f);
+  const Tensor qn = bf16_values({d}, 8, 1.0f), kn = bf16_values({d}, 9, 1.0f);
+  auto part = [&](const Tensor& m, int64_t col, int64_t heads) {
+    TensorView v(const_cast<float*>(m.ptr<float>()) + col, DType::f32, {t, heads, d});
+    v.strides[0] = width;
+    return v;
+  };
+  const std::vector<float> freq = rope_inv_freq(RopeConfig{}, d);
+  const TensorView inv_freq(const_cast<float*>(freq.data()), DType::f32, {d / 2});
+  const Tensor pos = i32({3, 4, 9, 10, 11}, {t}), mapping = i32({20, -1, 3, 31, 0}, {t});
+  ops::QkRope qk;
+  qk.q_norm = qn;
+  qk.k_norm = kn;
+  qk.eps = 1e-6f;
+  qk.positions = pos;
+  qk.inv_freq = inv_freq;
+  Tensor kp = Tensor::empty({blocks, kBlock, hkv, d}, DType::f32),
+         vp = Tensor::empty({blocks, kBlock, hkv, d}, DType::f32),
+         q_out = Tensor::empty({t, hq, d}, DType::f32);
+  std::fill(kp.ptr<float>(), kp.ptr<float>() + kp.numel(), -7.0f);
+  std::fill(vp.ptr<float>(), vp.ptr<float>() + vp.numel(), -7.0f);
+  const TensorView q = part(qkv, 0, hq), k = part(qkv, hq * d, hkv),
+                   v = part(qkv, (hq + hkv) * d, hkv);
+  ops::rope_store_kv(ctx, q, k, v, qk, mapping, kp, vp, {}, q_out);
+
+  Tensor q_want = Tensor::empty({t, hq, d}, DType::f32),
+         k_want = Tensor::empty({t, hkv, d}, DType::f32);
+  ops::rms_norm_rope(ctx, q, qn, 1e-6f, false, pos, inv_freq, q_want);
+  ops::rms_norm_rope(ctx, k, kn, 1e-6f, false, pos, inv_freq, k_want);
+  EXPECT_EQ(std::memcmp(q_out.view().data, q_want.view().data, q_want.nbytes()), 0);
+  const std::vector<int32_t> sm = {20, -1, 3, 31, 0};
+  int64_t rotated_differs = 0;
+  for (int64_t slot = 0; slot < blocks * kBlock; ++slot) {
+    const auto src = std::find(sm.begin(), sm.end(), int32_t(slot));
+    const int64_t tok = src - sm.begin();
+    for (int64_t i = 0; i < hkv * d; ++i) {
+      const float kw = src == sm.end() ? -7.0f : k_want.ptr<float>()[tok * hkv * d + i];
+      const float vw = src == sm.end() ? -7.0f : qkv.ptr<float>()[tok * width + (hq + hkv) * d + i];
+      ASSERT_EQ(kp.ptr<float>()[slot * hkv * d + i], kw) << "slot " << slot;
+      ASSERT_EQ(vp.ptr<float>()[slot * hkv * d + i], vw) << "slot " << slot;
+      if (src != sm.end()) rotated_differs += kw != qkv.ptr<float>()[tok * width + hq * d + i];
+    }
+  }
+  EXPECT_GT(rotated_differs, 0);  // control: the stored keys are not the raw ones
+
+  // In place through q's own view; refused when q_out overlaps k, or q with another stride.
+  Tensor m = Tensor::empty({t, width}, DType::f32);
+  std::memcpy(m.view().data, qkv.view().data, qkv.nbytes());
+  const TensorView mq = part(m, 0, hq);
+  ops::rope_store_kv(ctx, mq, part(m, hq * d, hkv), part(m, (hq + hkv) * d, hkv), qk, mapping, kp,
+                     vp, {}, mq);
+  for (int64_t i = 0; i < t; ++i)
+    EXPECT_EQ(std::memcmp(m.ptr<float>() + i * width, q_want.ptr<float>() + i * hq * d,
+                          size_t(hq * d) * 4),
+              0);
+  EXPECT_THROW(ops::rope_store_kv(ctx, mq, part(m, hq * d, hkv), part(m, (hq + hkv) * d, hkv), qk,
+                                  mapping, kp, vp, {}, part(m, d, hq)),
+               Error);
+  TensorView q_dense(m.ptr<float>(), DType::f32, {t, hq, d});  // q's start, another stride
+  EXPECT_THROW(ops::rope_store_kv(ctx, mq, part(m, hq * d, hkv), part(m, (hq + hkv) * d, hkv), qk,
+                                  mapping, kp, vp, {}, q_dense),
+               Error);
 }
 
 // An FP8 pool: each stored (token, head) row holds the codes and scale that quantize_activation

@@ -266,6 +266,48 @@ void store_kv(Backend& b, const TensorView& k, const TensorView& v, const Tensor
                   bf(v_pool), k_pool.dim(0) * k_pool.dim(1), b.stream());
 }
 
+bool rope_store_kv_supported(int64_t d, std::initializer_list<const TensorView*> operands) {
+  if (!rope_store_kv_supported(d)) return false;
+  for (const TensorView* t : operands)
+    if ((reinterpret_cast<uintptr_t>(t->data) & 15) != 0 || t->strides[0] % 8 != 0) return false;
+  return true;
+}
+
+void rope_store_kv(Backend& b, const TensorView& q, const TensorView& k, const TensorView& v,
+                   const ops::QkRope& qk, const TensorView& slot_mapping, const TensorView& k_pool,
+                   const TensorView& v_pool, const ops::KvScales& scales, const TensorView& q_out) {
+  for (const TensorView* t : {&k_pool, &v_pool})
+    CHECK((reinterpret_cast<uintptr_t>(t->data) & 15) == 0,
+          "CUDA rope_store_kv needs 16-byte "
+          "aligned pools");
+  RopeStoreArgs a;
+  a.q = bf(q);
+  a.k = bf(k);
+  a.v = bf(v);
+  a.q_stride = q.strides[0];
+  a.k_stride = k.strides[0];
+  a.v_stride = v.strides[0];
+  a.q_out = bf(q_out);
+  a.q_out_stride = q_out.strides[0];
+  a.t = q.dim(0);
+  a.hq = q.dim(1);
+  a.hkv = k.dim(1);
+  a.d = q.dim(2);
+  a.q_norm = qk.q_norm.empty() ? nullptr : f32(qk.q_norm);
+  a.k_norm = qk.k_norm.empty() ? nullptr : f32(qk.k_norm);
+  a.eps = qk.eps;
+  a.plus_one = qk.plus_one;
+  a.positions = static_cast<const int32_t*>(qk.positions.data);
+  a.inv_freq = f32(qk.inv_freq);
+  a.slot_mapping = static_cast<const int32_t*>(slot_mapping.data);
+  a.slots = k_pool.dim(0) * k_pool.dim(1);
+  a.k_pool = k_pool.data;
+  a.v_pool = v_pool.data;
+  a.k_scale = scales.empty() ? nullptr : scales.k.ptr<float>();
+  a.v_scale = scales.empty() ? nullptr : scales.v.ptr<float>();
+  launch_rope_store_kv(a, b.stream());
+}
+
 size_t paged_attention_scratch_bytes(int64_t t, int64_t heads, int64_t head_dim,
                                      int64_t max_context_len) {
   // paged_decode_slots >= paged_decode_max_splits: room for a shared prefix's chunks.

@@ -3,6 +3,7 @@
 // the dispatch layer compiles without CUDA headers; defined in ops/cuda/*.cpp.
 #pragma once
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,12 @@ void attention(Backend& b, const TensorView& q, const TensorView& k_cache,
                const TensorView& out, float* amax);
 void store_kv(Backend& b, const TensorView& k, const TensorView& v, const TensorView& slot_mapping,
               const TensorView& k_pool, const TensorView& v_pool, const ops::KvScales& scales);
+// Whether ops::rope_store_kv runs as one kernel for head dim d and these operands (else as its
+// three ops).
+bool rope_store_kv_supported(int64_t d, std::initializer_list<const TensorView*> operands);
+void rope_store_kv(Backend& b, const TensorView& q, const TensorView& k, const TensorView& v,
+                   const ops::QkRope& qk, const TensorView& slot_mapping, const TensorView& k_pool,
+                   const TensorView& v_pool, const ops::KvScales& scales, const TensorView& q_out);
 // lse (optional, [t, hq] f32): written by the prefill kernels only (batch.max_query_len > 1).
 // out_q (optional): ops::paged_attention's.
 void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,

@@ -61,6 +61,28 @@ void launch_rms_norm_quant(bf16* x, const NormDelta& delta, const float* w, int6
 void launch_rope(const bf16* x, int64_t x_stride, bf16* out, int64_t out_stride, int64_t t,
                  int64_t heads, int64_t d, const float* w, float eps, bool plus_one,
                  const int32_t* positions, const float* inv_freq, cudaStream_t s);
+// ops::rope_store_kv in one kernel: q [t, hq, d] -> q_out, k [t, hkv, d] rotated and v [t, hkv,
+// d] into pool slot slot_mapping[i] (slots outside [0, slots) skipped), as launch_rope then
+// launch_store_kv / launch_store_kv_fp8 (k_scale null: bf16 pools) store them. d % 16 == 0, d <=
+// 256, every pointer 16-byte aligned and every token stride a multiple of 8 elements.
+struct RopeStoreArgs {
+  const bf16 *q, *k, *v;
+  int64_t q_stride, k_stride, v_stride;  // token strides, elements
+  bf16* q_out;
+  int64_t q_out_stride;
+  int64_t t, hq, hkv, d;
+  const float *q_norm, *k_norm;  // [d] or null
+  float eps;
+  bool plus_one;
+  const int32_t* positions;  // [t]
+  const float* inv_freq;     // [d / 2]
+  const int32_t* slot_mapping;
+  int64_t slots;
+  void *k_pool, *v_pool;     // bf16 [slots, hkv, d], or e4m3 codes with the scales below
+  float *k_scale, *v_scale;  // [slots, hkv], null for bf16 pools
+};
+bool rope_store_kv_supported(int64_t d);
+void launch_rope_store_kv(const RopeStoreArgs& a, cudaStream_t s);
 
 // ---- attention.cu
 struct AttentionArgs {

@@ -48,48 +48,63 @@ __device__ __forceinline__ int table_index(int i) {
   return i + i / 32;
 }
 
-// The vector kernel: D % 16 == 0, D <= 256, 16-byte aligned rows. One block per (token, group
-// of heads); a head is `lpr` lanes (D / 8 when that is a power of two, else 32, the lanes past
-// D / 8 idle), each holding one chunk of 8 values, read with one 16-byte load and written with
-// one 16-byte store. The chunk of x[i] and the chunk of its partner x[i + D/2] are D/16 lanes
-// apart: one shuffle of 4 packed bf16 pairs brings each lane its partner values. The token's
-// cos/sin table (D/2 entries) is computed once per block while the loads are in flight.
-template <bool NORM>
-__global__ void __launch_bounds__(256)
-    rope_vec_kernel(RopeArgs a, int lpr, int heads_per_block, int hblocks) {
-  __shared__ float tab_c[kMaxHalf + kMaxHalf / 32], tab_s[kMaxHalf + kMaxHalf / 32];
-  const int64_t tok = blockIdx.x / hblocks;
-  const int64_t head = int64_t(blockIdx.x % hblocks) * heads_per_block + threadIdx.x / lpr;
-  const int lane = int(threadIdx.x) % lpr;
-  const int half = int(a.d / 2), nl = int(a.d / 8), hl = half / 8;  // lanes: per head, per half
-  // Threads past the block's heads (blockDim rounded up to a warp) are idle too.
-  const bool active = int(threadIdx.x) / lpr < heads_per_block && head < a.heads && lane < nl;
-  const int64_t j = int64_t(lane) * kChunk;  // first of this lane's 8 values in the head
-  uint4 raw = make_uint4(0, 0, 0, 0);
-  if (active) raw = *reinterpret_cast<const uint4*>(a.x + tok * a.x_stride + head * a.d + j);
+// The vector kernels: D % 16 == 0, D <= 256, 16-byte aligned rows. A head is `lpr` lanes (D / 8
+// when that is a power of two, else 32, the lanes past D / 8 idle), each holding one chunk of 8
+// values, read with one 16-byte load and written with one 16-byte store. The chunk of x[i] and
+// the chunk of its partner x[i + D/2] are D/16 lanes apart: one shuffle of 4 packed bf16 pairs
+// brings each lane its partner values. The token's cos/sin table (D/2 entries) is computed once
+// per block while the loads are in flight.
+__host__ __device__ __forceinline__ int lanes_per_head(int64_t d) {
+  const int nl = int(d / 8);
+  return (nl & (nl - 1)) == 0 ? nl : kWarp;
+}
 
-  const int32_t pos = a.positions[tok];
+// The launch shape of a vector kernel over `heads` rows of D values per token: rows per block,
+// blocks per token, threads per block (rows x lanes rounded up to whole warps).
+struct HeadBlocks {
+  int per_block, blocks;
+  unsigned threads;
+};
+HeadBlocks head_blocks(int64_t heads, int64_t d) {
+  const int lpr = lanes_per_head(d);
+  const int64_t per_block = std::min<int64_t>(heads, 256 / lpr);
+  return {int(per_block), int(ceil_div(heads, per_block)),
+          unsigned(ceil_div(per_block * lpr, kWarp) * kWarp)};
+}
+
+__device__ __forceinline__ void fill_angle_table(int32_t pos, const float* inv_freq, int half,
+                                                 float* tab_c, float* tab_s) {
   for (int i = int(threadIdx.x); i < half; i += int(blockDim.x)) {
     float c, s;
-    rope_cos_sin(pos, a.inv_freq[i], &c, &s);
+    rope_cos_sin(pos, inv_freq[i], &c, &s);
     tab_c[table_index(i)] = c;
     tab_s[table_index(i)] = s;
   }
-  __syncthreads();
+}
 
-  if constexpr (NORM) {
-    float v[8];
-    unpack(raw, v);
-    float ss = chunk_sumsq(v, 0.0f);
-    for (int o = lpr / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const float inv = 1.0f / sqrtf(ss / float(a.d) + a.eps);
-    float w[8];
-    load_chunk<true>(a.w, active ? j : 0, a.d, w);
+// One lane's chunk `raw` (x[j .. j + 8) of its head) through the norm (w non-null) and the
+// rotation. Every lane of the warp calls it with the same lpr (it shuffles across the warp),
+// heads of one warp may differ in w; `active` lanes hold a chunk. normed: the chunk after the
+// norm, rounded to bf16 (raw itself without w); the rotated chunk is returned (active lanes).
+__device__ __forceinline__ uint4 norm_rotate_chunk(uint4 raw, bool active, int lane, int lpr,
+                                                   int64_t j, int d, const float* w, float eps,
+                                                   bool plus_one, const float* tab_c,
+                                                   const float* tab_s, uint4* normed) {
+  float v[8];
+  unpack(raw, v);
+  float ss = chunk_sumsq(v, 0.0f);
+  for (int o = lpr / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if (w != nullptr) {
+    const float inv = 1.0f / sqrtf(ss / float(d) + eps);
+    float wc[8];
+    load_chunk<true>(w, active ? j : 0, d, wc);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = (v[i] * inv) * (a.plus_one ? 1.0f + w[i] : w[i]);
+    for (int i = 0; i < 8; ++i) v[i] = (v[i] * inv) * (plus_one ? 1.0f + wc[i] : wc[i]);
     raw = pack(v);  // the bf16 rounding of the normed values (what rms_norm would store)
   }
+  *normed = raw;
   // The partner chunk: lanes [0, hl) hold the first halves, [hl, 2 hl) the second.
+  const int hl = d / 16;
   const bool first = lane < hl;
   const int wl = int(threadIdx.x) % kWarp;
   const int src = first ? wl + hl : wl - hl;  // in [0, 32) for every lane, idle ones included
@@ -98,8 +113,8 @@ __global__ void __launch_bounds__(256)
   other.y = __shfl_sync(0xffffffffu, raw.y, src);
   other.z = __shfl_sync(0xffffffffu, raw.z, src);
   other.w = __shfl_sync(0xffffffffu, raw.w, src);
-  if (!active) return;
-  float v[8], p[8];
+  if (!active) return raw;
+  float p[8];
   unpack(raw, v);
   unpack(other, p);
   const int i0 = (first ? lane : lane - hl) * kChunk;  // frequency index of v[0]
@@ -108,7 +123,83 @@ __global__ void __launch_bounds__(256)
     const float c = tab_c[table_index(i0 + i)], s = tab_s[table_index(i0 + i)];
     v[i] = first ? rotate_first(v[i], p[i], c, s) : rotate_second(p[i], v[i], c, s);
   }
-  *reinterpret_cast<uint4*>(a.out + tok * a.out_stride + head * a.d + j) = pack(v);
+  return pack(v);
+}
+
+// rms_norm_rope: one block per (token, group of heads).
+__global__ void __launch_bounds__(256)
+    rope_vec_kernel(RopeArgs a, int heads_per_block, int hblocks) {
+  __shared__ float tab_c[kMaxHalf + kMaxHalf / 32], tab_s[kMaxHalf + kMaxHalf / 32];
+  const int lpr = lanes_per_head(a.d);
+  const int64_t tok = blockIdx.x / hblocks;
+  const int64_t head = int64_t(blockIdx.x % hblocks) * heads_per_block + threadIdx.x / lpr;
+  const int lane = int(threadIdx.x) % lpr;
+  // Threads past the block's heads (blockDim rounded up to a warp) are idle too.
+  const bool active = int(threadIdx.x) / lpr < heads_per_block && head < a.heads && lane < a.d / 8;
+  const int64_t j = int64_t(lane) * kChunk;  // first of this lane's 8 values in the head
+  uint4 raw = make_uint4(0, 0, 0, 0);
+  if (active) raw = *reinterpret_cast<const uint4*>(a.x + tok * a.x_stride + head * a.d + j);
+  fill_angle_table(a.positions[tok], a.inv_freq, int(a.d / 2), tab_c, tab_s);
+  __syncthreads();
+  uint4 normed;
+  const uint4 out = norm_rotate_chunk(raw, active, lane, lpr, j, int(a.d), a.w, a.eps, a.plus_one,
+                                      tab_c, tab_s, &normed);
+  if (active) *reinterpret_cast<uint4*>(a.out + tok * a.out_stride + head * a.d + j) = out;
+}
+
+// rope_store_kv: the rows of a token are its hq query heads, then its hkv key heads, then its
+// hkv value heads; one block per (token, group of rows). Query rows go to q_out, key rows
+// (rotated) and value rows (as read) to the token's pool slot, bf16 or quantized as
+// store_kv_fp8_kernel quantizes a row (amax over the head's lanes).
+__global__ void __launch_bounds__(256)
+    rope_store_kv_kernel(RopeStoreArgs a, int rows_per_block, int rblocks) {
+  __shared__ float tab_c[kMaxHalf + kMaxHalf / 32], tab_s[kMaxHalf + kMaxHalf / 32];
+  const int lpr = lanes_per_head(a.d);
+  const int64_t tok = blockIdx.x / rblocks;
+  const int64_t row = int64_t(blockIdx.x % rblocks) * rows_per_block + threadIdx.x / lpr;
+  const int lane = int(threadIdx.x) % lpr;
+  const int64_t rows = a.hq + 2 * a.hkv;
+  const bool active = int(threadIdx.x) / lpr < rows_per_block && row < rows && lane < a.d / 8;
+  const int role = row < a.hq ? 0 : row < a.hq + a.hkv ? 1 : 2;  // q, k, v
+  const int64_t head = role == 0 ? row : role == 1 ? row - a.hq : row - a.hq - a.hkv;
+  const int64_t j = int64_t(lane) * kChunk;
+  const bf16* src = role == 0   ? a.q + tok * a.q_stride
+                    : role == 1 ? a.k + tok * a.k_stride
+                                : a.v + tok * a.v_stride;
+  uint4 raw = make_uint4(0, 0, 0, 0);
+  if (active) raw = *reinterpret_cast<const uint4*>(src + head * a.d + j);
+  const int64_t slot = a.slot_mapping[tok];
+  fill_angle_table(a.positions[tok], a.inv_freq, int(a.d / 2), tab_c, tab_s);
+  __syncthreads();
+  const float* w = role == 0 ? a.q_norm : role == 1 ? a.k_norm : nullptr;
+  uint4 normed;
+  const uint4 rotated = norm_rotate_chunk(raw, active, lane, lpr, j, int(a.d), w, a.eps, a.plus_one,
+                                          tab_c, tab_s, &normed);
+  const uint4 out = role == 2 ? normed : rotated;
+  const bool stored = role != 0 && slot >= 0 && slot < a.slots;  // else padding (or a bad slot)
+  const int64_t at = (slot * a.hkv + head) * a.d;  // the row's first element in its pool
+  if (a.k_scale == nullptr) {
+    if (!active) return;
+    if (role == 0)
+      *reinterpret_cast<uint4*>(a.q_out + tok * a.q_out_stride + head * a.d + j) = out;
+    else if (stored)
+      reinterpret_cast<uint4*>(static_cast<bf16*>(role == 1 ? a.k_pool : a.v_pool) + at + j)[0] =
+          out;
+    return;
+  }
+  float v[8];
+  unpack(out, v);
+  float amax = active ? chunk_amax(v) : 0.0f;
+  for (int o = lpr / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (!active) return;
+  if (role == 0) {
+    *reinterpret_cast<uint4*>(a.q_out + tok * a.q_out_stride + head * a.d + j) = out;
+  } else if (stored) {
+    const float scale = fp8_scale(amax);
+    store_codes<true>(static_cast<uint8_t*>(role == 1 ? a.k_pool : a.v_pool) + at, j, a.d, v,
+                      fp8_divisor(scale));
+    if (lane == 0) (role == 1 ? a.k_scale : a.v_scale)[slot * a.hkv + head] = scale;
+  }
 }
 
 // Any even D and any alignment: a warp per (token, head), each lane rotating the pairs
@@ -156,16 +247,8 @@ void launch_rope(const bf16* x, int64_t x_stride, bf16* out, int64_t out_stride,
   const bool vec = d % 16 == 0 && d <= 2 * kMaxHalf && x_stride % 8 == 0 && out_stride % 8 == 0 &&
                    aligned16(x) && aligned16(out) && (w == nullptr || aligned16(w));
   if (vec) {
-    const int nl = int(d / 8);
-    const int lpr = (nl & (nl - 1)) == 0 ? nl : kWarp;
-    const int64_t per_block = std::min<int64_t>(heads, 256 / lpr);
-    const unsigned threads = unsigned(ceil_div(per_block * lpr, kWarp) * kWarp);
-    const int hblocks = int(ceil_div(heads, per_block));
-    const unsigned grid = unsigned(t * hblocks);
-    if (w != nullptr)
-      rope_vec_kernel<true><<<grid, threads, 0, s>>>(a, lpr, int(per_block), hblocks);
-    else
-      rope_vec_kernel<false><<<grid, threads, 0, s>>>(a, lpr, int(per_block), hblocks);
+    const HeadBlocks hb = head_blocks(heads, d);
+    rope_vec_kernel<<<unsigned(t * hb.blocks), hb.threads, 0, s>>>(a, hb.per_block, hb.blocks);
   } else {
     const unsigned grid = unsigned(ceil_div(t * heads, 256 / kWarp));
     if (w != nullptr)
@@ -174,6 +257,18 @@ void launch_rope(const bf16* x, int64_t x_stride, bf16* out, int64_t out_stride,
       rope_scalar_kernel<false><<<grid, 256, 0, s>>>(a);
   }
   FP8RL_LAUNCH_CHECK(w != nullptr ? "rms_norm_rope" : "rope");
+}
+
+bool rope_store_kv_supported(int64_t d) {
+  return d % 16 == 0 && d <= 2 * kMaxHalf;
+}
+
+void launch_rope_store_kv(const RopeStoreArgs& a, cudaStream_t s) {
+  const int64_t rows = a.hq + 2 * a.hkv;
+  if (a.t * rows == 0) return;
+  const HeadBlocks hb = head_blocks(rows, a.d);
+  rope_store_kv_kernel<<<unsigned(a.t * hb.blocks), hb.threads, 0, s>>>(a, hb.per_block, hb.blocks);
+  FP8RL_LAUNCH_CHECK("rope_store_kv");
 }
 
 }  // namespace fp8rl::cuda

@@ -177,7 +177,9 @@ __device__ void sample_plain(const ops::SampleRow& r, const float* x, int64_t v,
   m_raw = block_max_any(m_raw, sh);
   const bool sampled = r.temperature != 0.0f && m_raw > -INFINITY;
   const float m = m_raw / r.temperature;  // max of the tempered logits (when sampled)
-  const uint64_t key = rng_key(r.stream, uint64_t(r.position));
+  const uint64_t mixed = splitmix64(rng_key(r.stream, uint64_t(r.position)));
+  // x / 1 is x in IEEE arithmetic: temperature 1 (GRPO's default) skips the divisions.
+  const bool unit_temperature = r.temperature == 1.0f;
   float s_raw = 0.0f;
   Best greedy{-INFINITY, kNone}, pick{-INFINITY, kNone};
   for_each_logit(x, v, [&](float xi, int64_t i) {
@@ -185,10 +187,10 @@ __device__ void sample_plain(const ops::SampleRow& r, const float* x, int64_t v,
     const Best c{xi, int(i)};
     if (better(c, greedy)) greedy = c;
     if (!sampled) return;
-    const float l = xi / r.temperature;
+    const float l = unit_temperature ? xi : xi / r.temperature;
     if (!(l > -INFINITY)) return;
     if (r.min_p > 0.0f && !(expf(l - m) >= r.min_p)) return;
-    const float g = -logf(-logf(uniform01(key, uint64_t(i))));
+    const float g = -logf(-logf(uniform01_mixed(mixed, uint64_t(i))));
     const Best p{l + g, int(i)};
     if (better(p, pick)) pick = p;
   });
@@ -271,13 +273,13 @@ __global__ void __launch_bounds__(kThreads, 1) sample_kernel(SampleArgs a) {
           const uint32_t t = radix_select<true>(w, v, floor_key, target, m, sh);
           floor_key = t > floor_key ? t : floor_key;
         }
-        const uint64_t key = rng_key(r.stream, uint64_t(r.position));
+        const uint64_t mixed = splitmix64(rng_key(r.stream, uint64_t(r.position)));
         Best pick{-INFINITY, kNone};
         for (int64_t i = tid; i < v; i += kThreads) {
           const float l = w[i];
           if (!(l > -INFINITY) || order_key(l) < floor_key) continue;
           if (r.min_p > 0.0f && !(expf(l - m) >= r.min_p)) continue;
-          const float g = -logf(-logf(uniform01(key, uint64_t(i))));
+          const float g = -logf(-logf(uniform01_mixed(mixed, uint64_t(i))));
           const Best c{l + g, int(i)};
           if (better(c, pick)) pick = c;
         }
