@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -71,6 +72,7 @@ struct Engine::Impl {
   // The sampler's inputs and outputs live outside the step's arena, sized once (the history
   // of repetition-penalty ids grows between steps when a longer one comes).
   DeviceBuffer rows_buf, out_buf, history_buf;
+  std::vector<int32_t> returned;  // a step's ids and logprobs (bits) as they come back
   // The step's upload (ids, positions, slots, tables) at a fixed address, so that a captured
   // step reads each new step's values.
   DeviceBuffer step_buf;
@@ -217,7 +219,7 @@ ops::SampleOutput Engine::Impl::sample_outputs(int64_t n, int top_k, bool proces
     off += size_t(shape.numel()) * 4;
     return v;
   };
-  out.tokens = take({n}, DType::i32);
+  out.tokens = take({n}, DType::i32);  // first, then the logprobs: execute() reads both at once
   out.logprobs = take({n}, DType::f32);
   if (processed) out.processed_logprobs = take({n}, DType::f32);
   if (top_k > 0) {
@@ -348,13 +350,17 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
   } else {
     device_step(ctx, *pool, step, rows_dev, hist_dev, top_k, out);
   }
-  // Only the sampled ids and the requested logprobs of the real rows come back (the first
-  // copy waits for the step).
+  // Only the sampled ids and the requested logprobs of the real rows come back. The ids and
+  // the logprobs lie one after the other in out_buf (sample_outputs): one transfer, which
+  // waits for the step, brings the real rows of both.
   tokens.resize(size_t(n));
   logprobs.resize(size_t(n));
   if (n > 0) {
-    ops::copy(ctx, out.tokens.slice_rows(0, n), TensorView(tokens.data(), DType::i32, {n}));
-    ops::copy(ctx, out.logprobs.slice_rows(0, n), TensorView(logprobs.data(), DType::f32, {n}));
+    returned.resize(size_t(rows_n + n));
+    ops::copy(ctx, out_buf.view({rows_n + n}, DType::i32),
+              TensorView(returned.data(), DType::i32, {rows_n + n}));
+    std::memcpy(tokens.data(), returned.data(), size_t(n) * 4);
+    std::memcpy(logprobs.data(), returned.data() + rows_n, size_t(n) * 4);
   } else {
     ops::synchronize(ctx);
   }
