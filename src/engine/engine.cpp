@@ -72,7 +72,10 @@ struct Engine::Impl {
   // The sampler's inputs and outputs live outside the step's arena, sized once (the history
   // of repetition-penalty ids grows between steps when a longer one comes).
   DeviceBuffer rows_buf, out_buf, history_buf;
-  std::vector<int32_t> returned;  // a step's ids and logprobs (bits) as they come back
+  // Page-locked host sides of the step's transfers (plain memory on the CPU): the upload and
+  // the sample rows are laid out there and copied without staging, the ids and logprobs come
+  // back there. Each step ends by waiting for its results, so the next one may refill them.
+  DeviceBuffer step_host, rows_host, returned_host;
   // The step's upload (ids, positions, slots, tables) at a fixed address, so that a captured
   // step reads each new step's values.
   DeviceBuffer step_buf;
@@ -125,6 +128,8 @@ void Engine::Impl::setup() {
   max_rows = opt.max_num_seqs;
   rows_buf = DeviceBuffer(ctx, size_t(max_rows * ops::kSampleRowWords) * 4);
   out_buf = DeviceBuffer(ctx, size_t(max_rows) * (3 + 2 * ops::kMaxTopLogprobs) * 4);
+  rows_host = DeviceBuffer::pinned_host(ctx, rows_buf.size());
+  returned_host = DeviceBuffer::pinned_host(ctx, size_t(2 * max_rows) * 4);
   // The step plan first: a dry run of the largest step (every op takes its declared scratch
   // from a measuring arena, nothing runs), then the KV pool from what is left.
   StepShape shape;
@@ -145,6 +150,7 @@ void Engine::Impl::setup() {
     // Room for a decode step's shared-prefix description (engine/shared_prefix.h) too.
     step_buf =
         DeviceBuffer(ctx, size_t(step_elements(in) + shared_prefix_elements(shape.seqs)) * 4);
+    step_host = DeviceBuffer::pinned_host(ctx, step_buf.size());
     const StepBatch step = upload_step(dry, in, step_buf.view({step_elements(in)}, DType::i32));
     const TensorView rows = rows_buf.view({shape.logit_rows, ops::kSampleRowWords}, DType::i32);
     device_step(dry, probe, step, rows, TensorView(), ops::kMaxTopLogprobs,
@@ -312,13 +318,13 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
   CHECK(step_elements(in) * 4 <= int64_t(step_buf.size()),
         "engine: a step of {} i32 does not fit its buffer of {} bytes", step_elements(in),
         step_buf.size());
-  const StepBatch step = upload_step(ctx, in, step_buf.view({step_elements(in)}, DType::i32));
+  const StepBatch step = upload_step(ctx, in, step_buf.view({step_elements(in)}, DType::i32),
+                                     step_host.view({step_elements(in)}, DType::i32));
   // The sampler's inputs go to their own buffers (grown between steps, never inside one).
   const TensorView rows_dev = rows_buf.view({rows_n, ops::kSampleRowWords}, DType::i32);
-  ops::copy(ctx,
-            TensorView(const_cast<ops::SampleRow*>(sample_rows->data()), DType::i32,
-                       {rows_n, ops::kSampleRowWords}),
-            rows_dev);
+  const TensorView rows_staged = rows_host.view({rows_n, ops::kSampleRowWords}, DType::i32);
+  std::memcpy(rows_staged.data, sample_rows->data(), size_t(rows_staged.nbytes()));
+  ops::copy(ctx, rows_staged, rows_dev);
   TensorView hist_dev;
   if (!history.empty()) {
     const size_t bytes = history.size() * 4;
@@ -356,11 +362,10 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
   tokens.resize(size_t(n));
   logprobs.resize(size_t(n));
   if (n > 0) {
-    returned.resize(size_t(rows_n + n));
-    ops::copy(ctx, out_buf.view({rows_n + n}, DType::i32),
-              TensorView(returned.data(), DType::i32, {rows_n + n}));
-    std::memcpy(tokens.data(), returned.data(), size_t(n) * 4);
-    std::memcpy(logprobs.data(), returned.data() + rows_n, size_t(n) * 4);
+    const TensorView back = returned_host.view({rows_n + n}, DType::i32);
+    ops::copy(ctx, out_buf.view({rows_n + n}, DType::i32), back);
+    std::memcpy(tokens.data(), back.data, size_t(n) * 4);
+    std::memcpy(logprobs.data(), back.ptr<int32_t>() + rows_n, size_t(n) * 4);
   } else {
     ops::synchronize(ctx);
   }

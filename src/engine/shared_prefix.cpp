@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "core/check.h"
@@ -58,20 +59,18 @@ void describe_shared_prefixes(StepInput& in, int64_t block_size, int64_t min_tok
         "shared prefixes: the block tables ({} ids for {} sequences of {}) are not packed",
         in.block_tables.size(), seqs, in.blocks_per_seq);
   Grouping g{in, std::vector<int64_t>(size_t(seqs), 0), {}};
-  std::vector<std::vector<int32_t>> by_first;  // sequences with a full block, by first block
+  std::vector<std::vector<int32_t>> by_first;       // sequences with a full block, by first block
+  std::unordered_map<int32_t, size_t> first_index;  // first block -> its entry in by_first
   for (int64_t s = 0; s < seqs; ++s) {
     if (in.cu_q[size_t(s + 1)] - in.cu_q[size_t(s)] != 1) continue;
     const int64_t pos = in.context_lens[size_t(s)] - 1;
     g.full[size_t(s)] = std::min(std::max<int64_t>(pos, 0) / block_size, in.blocks_per_seq);
     if (g.full[size_t(s)] == 0) continue;
-    const int32_t first = g.block(int32_t(s), 0);
-    auto it = std::find_if(by_first.begin(), by_first.end(), [&](const std::vector<int32_t>& p) {
-      return g.block(p[0], 0) == first;
-    });
-    if (it == by_first.end())
+    const auto [it, added] = first_index.try_emplace(g.block(int32_t(s), 0), by_first.size());
+    if (added)
       by_first.push_back({int32_t(s)});
     else
-      it->push_back(int32_t(s));
+      by_first[it->second].push_back(int32_t(s));
   }
   for (auto& p : by_first)
     if (p.size() >= 2) g.split(std::move(p), 0);

@@ -28,7 +28,8 @@ void StepInput::add_sequence(std::span<const int32_t> tokens, int64_t first_posi
     logit_rows.push_back(int32_t(row0 + n - 1));
   cu_q.push_back(int32_t(row0 + n));
   context_lens.push_back(int32_t(context));
-  tables_.emplace_back(block_table.begin(), block_table.end());
+  table_ids_.insert(table_ids_.end(), block_table.begin(), block_table.end());
+  table_ends_.push_back(table_ids_.size());
   max_query_len = std::max(max_query_len, n);
   max_context_len = std::max(max_context_len, context);
 }
@@ -41,7 +42,8 @@ void StepInput::add_padding_sequence(int32_t null_block) {
   logit_rows.push_back(int32_t(row));
   cu_q.push_back(int32_t(row + 1));
   context_lens.push_back(1);
-  tables_.push_back({null_block});
+  table_ids_.push_back(null_block);
+  table_ends_.push_back(table_ids_.size());
   max_query_len = std::max<int64_t>(max_query_len, 1);
   max_context_len = std::max<int64_t>(max_context_len, 1);
 }
@@ -52,14 +54,16 @@ void StepInput::pad_to_width(int64_t width, int64_t block_size) {
 }
 
 void StepInput::pack_block_tables() {
-  if (tables_.empty()) return;  // packed already, or built directly
+  if (table_ends_.empty()) return;  // packed already, or built directly
   blocks_per_seq = min_width_;
-  for (const auto& t : tables_) blocks_per_seq = std::max(blocks_per_seq, int64_t(t.size()));
+  for (size_t s = 0, begin = 0; s < table_ends_.size(); begin = table_ends_[s++])
+    blocks_per_seq = std::max(blocks_per_seq, int64_t(table_ends_[s] - begin));
   block_tables.assign(size_t(num_seqs() * blocks_per_seq), 0);
-  for (size_t s = 0; s < tables_.size(); ++s)
-    std::copy(tables_[s].begin(), tables_[s].end(),
+  for (size_t s = 0, begin = 0; s < table_ends_.size(); begin = table_ends_[s++])
+    std::copy(table_ids_.begin() + long(begin), table_ids_.begin() + long(table_ends_[s]),
               block_tables.begin() + long(s) * blocks_per_seq);
-  tables_.clear();
+  table_ids_.clear();
+  table_ends_.clear();
 }
 
 void StepInput::validate(const ModelConfig& c, int64_t pool_blocks, int64_t block_size) const {
@@ -112,21 +116,29 @@ int64_t shared_prefix_elements(int64_t seqs) {
   return (seqs / 2 + 1) + seqs + seqs / 2 + seqs + 4 * 16;  // 4 parts, 16-aligned
 }
 
-StepBatch upload_step(Context& ctx, StepInput& in, const TensorView& storage) {
+StepBatch upload_step(Context& ctx, StepInput& in, const TensorView& storage,
+                      const TensorView& staging) {
   in.pack_block_tables();
   const int64_t need = step_elements(in);
   CHECK(storage.dtype == DType::i32 && storage.rank() == 1 && storage.dim(0) >= need &&
             storage.device == ctx.device,
         "step storage: need {} i32 on {}, got {} {} on {}", need, device_name(ctx.device),
         dtype_name(storage.dtype), storage.shape.str(), device_name(storage.device));
+  CHECK(staging.empty() || (staging.dtype == DType::i32 && staging.rank() == 1 &&
+                            staging.dim(0) >= need && staging.device == Device::cpu),
+        "step staging: need {} i32 on the host, got {} {}", need, dtype_name(staging.dtype),
+        staging.shape.str());
   // One host buffer, one transfer; each part starts 16 elements (64 bytes) aligned.
-  std::vector<int32_t> host;
-  host.reserve(size_t(need));
+  std::vector<int32_t> own;
+  if (staging.empty()) own.resize(size_t(need));
+  int32_t* host = staging.empty() ? own.data() : staging.ptr<int32_t>();
+  int64_t used = 0;
   StepBatch b;
   auto part = [&](const std::vector<int32_t>& v, Shape shape) {
-    host.resize((host.size() + 15) / 16 * 16, 0);
-    const int64_t off = int64_t(host.size());
-    host.insert(host.end(), v.begin(), v.end());
+    const int64_t off = (used + 15) / 16 * 16;
+    std::fill(host + used, host + off, 0);
+    std::copy(v.begin(), v.end(), host + off);
+    used = off + int64_t(v.size());
     return TensorView(storage.ptr<int32_t>() + off, DType::i32, shape, storage.device);
   };
   const int64_t t = in.num_tokens(), s = in.num_seqs();
@@ -154,10 +166,9 @@ StepBatch upload_step(Context& ctx, StepInput& in, const TensorView& storage) {
     b.attn.prefix_lens = part(in.prefix_lens, {groups});
     b.attn.prefix_len_of_seq = part(in.prefix_len_of_seq, {s});
   }
-  CHECK(int64_t(host.size()) <= storage.dim(0), "step storage too small ({} > {})", host.size(),
-        storage.dim(0));
-  ops::copy(ctx, TensorView(host.data(), DType::i32, {int64_t(host.size())}),
-            TensorView(storage.data, DType::i32, {int64_t(host.size())}, storage.device));
+  CHECK(used <= need, "step upload: {} elements laid out, {} planned", used, need);
+  ops::copy(ctx, TensorView(host, DType::i32, {used}),
+            TensorView(storage.data, DType::i32, {used}, storage.device));
   return b;
 }
 

@@ -62,7 +62,10 @@ struct StepInput {
   void pack_block_tables();
 
  private:
-  std::vector<std::vector<int32_t>> tables_;  // per sequence, until packed
+  // The tables given to add_sequence, one after the other, until packed: sequence s's are
+  // table_ids_[table_ends_[s - 1], table_ends_[s]).
+  std::vector<int32_t> table_ids_;
+  std::vector<size_t> table_ends_;
   int64_t min_width_ = 1;
 };
 
@@ -93,7 +96,11 @@ int64_t step_elements(const StepInput& in);
 // i32 elements a shared-prefix description of S sequences adds to step_elements.
 int64_t shared_prefix_elements(int64_t seqs);
 // Packs `in` and copies it into `storage` (i32 [>= step_elements(in)] on ctx.device) as one
-// host-to-device transfer; the StepBatch views point into storage.
-StepBatch upload_step(Context& ctx, StepInput& in, const TensorView& storage);
+// host-to-device transfer; the StepBatch views point into storage. With `staging` (host i32
+// [>= step_elements(in)], page-locked for a CUDA context: DeviceBuffer::pinned_host) the
+// values are laid out there and the transfer is asynchronous: the caller keeps staging
+// unchanged until the stream has passed the copy.
+StepBatch upload_step(Context& ctx, StepInput& in, const TensorView& storage,
+                      const TensorView& staging = {});
 
 }  // namespace fp8rl

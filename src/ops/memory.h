@@ -78,7 +78,9 @@ class ScratchScope {
 
 // dst = src: same dtype and element count, both contiguous, any pair of devices (one of them
 // ctx.device or the host). A copy to the host waits for the context's stream, so the data is
-// there on return; host-to-device copies may return before the device has the data.
+// there on return; host-to-device copies may return before the device has the data, and from
+// page-locked memory (DeviceBuffer::pinned_host) before the source is read: it must then stay
+// unchanged until the stream has passed the copy (e.g. a later copy to the host returned).
 void copy(Context& ctx, const TensorView& src, const TensorView& dst);
 // Sets every byte of dst to zero.
 void fill_zero(Context& ctx, const TensorView& dst);
