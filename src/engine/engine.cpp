@@ -323,8 +323,10 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
   // The sampler's inputs go to their own buffers (grown between steps, never inside one).
   const TensorView rows_dev = rows_buf.view({rows_n, ops::kSampleRowWords}, DType::i32);
   const TensorView rows_staged = rows_host.view({rows_n, ops::kSampleRowWords}, DType::i32);
-  std::memcpy(rows_staged.data, sample_rows->data(), size_t(rows_staged.nbytes()));
-  ops::copy(ctx, rows_staged, rows_dev);
+  if (rows_n > 0) {  // a step of prefill chunks only samples nothing
+    std::memcpy(rows_staged.data, sample_rows->data(), size_t(rows_staged.nbytes()));
+    ops::copy(ctx, rows_staged, rows_dev);
+  }
   TensorView hist_dev;
   if (!history.empty()) {
     const size_t bytes = history.size() * 4;
