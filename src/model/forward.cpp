@@ -192,14 +192,6 @@ struct QkvViews {
   TensorView q, k, v;
 };
 
-// Column part [col, col + heads * D) of y [T, N] as [T, heads, D] with y's token stride.
-TensorView head_columns(const TensorView& y, int64_t col, int64_t heads, int64_t d) {
-  TensorView v(static_cast<char*>(y.data) + size_t(col) * dtype_size(y.dtype), y.dtype,
-               {y.dim(0), heads, d}, y.device);
-  v.strides[0] = y.strides[0];
-  return v;
-}
-
 // q, k and v of the step: one GEMM over the stacked weight when the model has it
 // (LayerWeights::qkv) and the step is small, its [T, Nq + 2 Nkv] output (scratch of the
 // caller's scope) read in place by column parts; with an adapter on any of them the parts are
@@ -218,8 +210,8 @@ QkvViews qkv_projections(Context& ctx, const ModelConfig& c, const LinearInput& 
       ops::scratch_alloc(ctx, {t, l.qkv.out_features()}, ctx.activation_dtype());
   apply_base(ctx, in, l.qkv, y);
   if (!l.q.lora.active() && !l.k.lora.active() && !l.v.lora.active())
-    return {head_columns(y, 0, hq, d), head_columns(y, hq * d, hkv, d),
-            head_columns(y, (hq + hkv) * d, hkv, d)};
+    return {ops::column_heads(y, 0, hq, d), ops::column_heads(y, hq * d, hkv, d),
+            ops::column_heads(y, (hq + hkv) * d, hkv, d)};
   ops::split_columns(ctx, y, {s.q, s.k, s.v});
   for (auto [w, out] : {std::pair{&l.q, s.q}, {&l.k, s.k}, {&l.v, s.v}})
     if (w->lora.active()) add_lora(ctx, in.x, w->lora, out, {});

@@ -9,6 +9,16 @@
 
 namespace fp8rl::ops {
 
+TensorView column_heads(const TensorView& src, int64_t col, int64_t heads, int64_t d) {
+  CHECK(src.rank() == 2 && src.strides[1] == 1 && col >= 0 && heads > 0 && d > 0 &&
+            col + heads * d <= src.dim(1),
+        "column_heads: columns [{}, {}) of {}", col, col + heads * d, src.shape.str());
+  TensorView v(static_cast<char*>(src.data) + size_t(col) * dtype_size(src.dtype), src.dtype,
+               {src.dim(0), heads, d}, src.device);
+  v.strides[0] = src.strides[0];
+  return v;
+}
+
 void split_columns(Context& ctx, const TensorView& src, std::initializer_list<TensorView> parts) {
   CHECK(src.rank() == 2 && src.is_contiguous() && src.device == ctx.device,
         "split_columns: src must be a contiguous matrix on {}, got {}", device_name(ctx.device),

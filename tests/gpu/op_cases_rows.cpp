@@ -6,6 +6,7 @@
 #include "harness.h"
 #include "model/rope.h"
 #include "op_cases.h"
+#include "ops/columns.h"
 #include "ops/uniform_hash.h"
 #include "quant/fp8.h"
 #include "tolerances.h"
@@ -316,16 +317,6 @@ void fill_case(Harness& h, Outcome& o, int64_t n) {
   o.checks.push_back(compare("fill_uniform f32 bit-exact", as_f32(h, d), ref, 0.0));
 }
 
-namespace {
-// Column part [col, col + heads * d) of y [T, N] as [T, heads, d] with y's token stride.
-TensorView head_columns(const TensorView& y, int64_t col, int64_t heads, int64_t d) {
-  TensorView v(static_cast<char*>(y.data) + size_t(col) * dtype_size(y.dtype), y.dtype,
-               {y.dim(0), heads, d}, y.device);
-  v.strides[0] = y.strides[0];
-  return v;
-}
-}  // namespace
-
 // ops::rope_store_kv with q, k and v the column parts of one [T, (Hq + 2 Hkv) D] matrix (the
 // stacked q/k/v GEMM's output), the slots in reverse order and every third token padding (slot
 // -1). Checks: q_out and the stored keys and values against the CPU (the three ops); q_out,
@@ -335,7 +326,8 @@ void rope_store_kv_case(Harness& h, Outcome& o, int64_t t, int64_t hq, int64_t h
                         bool norm, bool fp8_kv, bool in_place) {
   constexpr int64_t kBlock = 16;
   constexpr float kEps = 1e-6f;
-  const int64_t n = (hq + 2 * hkv) * d, blocks = (t + kBlock - 1) / kBlock + 1, slots = blocks * kBlock;
+  const int64_t n = (hq + 2 * hkv) * d, blocks = (t + kBlock - 1) / kBlock + 1,
+                slots = blocks * kBlock;
   const Tensor y = host_values({t, n}, 311, 3.0f);
   const Tensor qn = host_values({d}, 312, 1.0f), kn = host_values({d}, 313, 1.0f);
   Tensor pos = Tensor::empty({t}, DType::i32), map = Tensor::empty({t}, DType::i32);
@@ -361,8 +353,8 @@ void rope_store_kv_case(Harness& h, Outcome& o, int64_t t, int64_t hq, int64_t h
   qk_h.positions = pos;
   qk_h.inv_freq = freq;
   if (!fp8_kv)
-    ops::rope_store_kv(h.cpu, head_columns(y, 0, hq, d), head_columns(y, hq * d, hkv, d),
-                       head_columns(y, (hq + hkv) * d, hkv, d), qk_h, map, kp_ref, vp_ref, {},
+    ops::rope_store_kv(h.cpu, ops::column_heads(y, 0, hq, d), ops::column_heads(y, hq * d, hkv, d),
+                       ops::column_heads(y, (hq + hkv) * d, hkv, d), qk_h, map, kp_ref, vp_ref, {},
                        q_ref);
 
   const TensorView y_d = to_device(h, y, DType::bf16);
@@ -371,8 +363,9 @@ void rope_store_kv_case(Harness& h, Outcome& o, int64_t t, int64_t hq, int64_t h
   qk_d.positions = to_device(h, pos, DType::i32);
   qk_d.inv_freq = to_device(h, freq, DType::f32);
   const TensorView map_d = to_device(h, map, DType::i32);
-  const TensorView yq = head_columns(y_d, 0, hq, d), yk = head_columns(y_d, hq * d, hkv, d),
-                   yv = head_columns(y_d, (hq + hkv) * d, hkv, d);
+  const TensorView yq = ops::column_heads(y_d, 0, hq, d),
+                   yk = ops::column_heads(y_d, hq * d, hkv, d),
+                   yv = ops::column_heads(y_d, (hq + hkv) * d, hkv, d);
   const DType pool_dt = fp8_kv ? DType::f8e4m3 : DType::bf16;
   struct Pools {
     TensorView k, v;
