@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <unordered_set>
 
@@ -54,6 +55,39 @@ struct RequestState {
   std::vector<SampleState> samples;
 };
 
+// The sampled rows of one step and what the sampler reads besides the logits.
+struct StepRows {
+  std::vector<ops::SampleRow> rows;
+  std::vector<int32_t> history;  // penalized ids and banned ids the rows point into
+  int top_k = 0;                 // top logprobs to return per row
+  bool want_processed = false;   // processed logprobs too
+  bool needs_tokens = false;     // the rows read sequences' token values (repetition penalty)
+};
+
+// What happens to a sampled row's sequence when its token comes back.
+enum class RowState {
+  sync,     // nothing done yet: append the token or end the sequence
+  pending,  // a pending token was appended when the next step was planned: resolve it
+  ended,    // ended when the next step was planned (this is its max_tokens-th token)
+  dropped,  // the sequence stopped at the step before: nobody reads this row
+};
+
+// A step queued on the device whose results have not been read.
+struct InFlight {
+  StepPlan plan;
+  int64_t rows = 0;         // sampled rows that are real
+  int64_t rows_padded = 0;  // rows the sampler ran (a captured step's bucket)
+  int top_k = 0;
+  bool want_processed = false;
+  int half = 0;            // which half of the double-buffered host staging it uses
+  bool committed = false;  // commit() ran
+  // Per sampled row, once committed: the sequence (fork samples resolved), request, sample.
+  std::vector<int64_t> row_seq;
+  std::vector<std::pair<int64_t, int32_t>> row_owner;
+  std::vector<RowState> row_state;
+  std::unordered_map<int64_t, int32_t> row_of_seq;  // pending sequences' rows
+};
+
 }  // namespace
 
 struct Engine::Impl {
@@ -72,10 +106,22 @@ struct Engine::Impl {
   // The sampler's inputs and outputs live outside the step's arena, sized once (the history
   // of repetition-penalty ids grows between steps when a longer one comes).
   DeviceBuffer rows_buf, out_buf, history_buf;
-  // Page-locked host sides of the step's transfers (plain memory on the CPU): the upload and
-  // the sample rows are laid out there and copied without staging, the ids and logprobs come
-  // back there. Each step ends by waiting for its results, so the next one may refill them.
-  DeviceBuffer step_host, rows_host, returned_host;
+  // Page-locked host sides of the step's transfers (plain memory on the CPU): the upload, the
+  // sample rows and the input-id moves are laid out there and copied without staging, the
+  // results come back there. Two of each: a step is queued while the one before may still
+  // read its half; the step after waits for that one's results, so halves alternate.
+  DeviceBuffer step_host[2], rows_host[2], moves_host[2], returned_host[2];
+  DeviceBuffer moves_buf;  // [max_rows, 2] i32: ops::copy_elements' moves of a step's ids
+  // Around each step's device work: its time (EngineStats::seconds_device) and, at the end,
+  // when its results are on the host.
+  std::vector<ops::StreamMark> step_begin, step_end;  // [2] each, by half
+  int next_half = 0;
+  bool async = false;  // EngineOptions::async_scheduling on this device
+  // Which request and sample each live sequence is.
+  std::unordered_map<int64_t, std::pair<int64_t, int32_t>> owner;
+  // Sequences that stopped at a step whose next step was already queued with them: ended at
+  // that step's commit, their rows there dropped.
+  std::unordered_set<int64_t> stopped;
   // The step's upload (ids, positions, slots, tables) at a fixed address, so that a captured
   // step reads each new step's values.
   DeviceBuffer step_buf;
@@ -105,15 +151,23 @@ struct Engine::Impl {
                    const TensorView& history, int top_k, const ops::SampleOutput& out);
   void run(std::vector<RequestState>& states, const std::function<void(int64_t)>& progress,
            const TokenCallback& token_callback);
-  // One step of the scheduler's plan: block copies, then the device step; fills the sampled
-  // ids and logprobs of `rows` (host vectors).
-  void execute(const StepPlan& plan, const std::vector<ops::SampleRow>& rows,
-               const std::vector<int32_t>& history, int top_k, bool want_processed,
-               std::vector<int32_t>& tokens, std::vector<float>& logprobs,
-               std::vector<float>& processed, std::vector<int32_t>& top_ids,
-               std::vector<float>& top_lps);
-  void on_token(RequestState& rs, int32_t sample, int64_t seq, int32_t token, float lp, float plp,
-                const int32_t* top_ids, const float* top_lps, const TokenCallback& token_callback);
+  // The sampled rows of a plan (one per sample to draw; a prompt that just finished gives n
+  // rows reading the same logits row) and the ids they need for penalties and bans.
+  void sample_rows(const StepPlan& plan, const std::vector<RequestState>& states, StepRows& out);
+  // Queues one step of the scheduler's plan on the device: block copies, the upload, with
+  // `prev` the copy of its pending input ids from prev's samples, the forward and sampler,
+  // and the copy of the results back. Returns at once on CUDA.
+  InFlight launch(StepPlan plan, const StepRows& rows, const InFlight* prev);
+  // Commits a launched step's plan: forks a finished prompt into its samples, ends the
+  // sequences that stopped while the step was planned (their rows are dropped). `ahead`: the
+  // results are not read yet; each sampled sequence gets a pending token, or ends now when
+  // this token is its max_tokens-th.
+  void commit(InFlight& f, bool ahead);
+  // Waits for a launched (and committed) step's results and hands each kept row to on_token.
+  void collect(InFlight& f, std::vector<RequestState>& states, const TokenCallback& token_callback);
+  void on_token(RequestState& rs, int32_t sample, int64_t seq, RowState state, int32_t token,
+                float lp, float plp, const int32_t* top_ids, const float* top_lps,
+                const TokenCallback& token_callback);
 };
 
 void Engine::Impl::setup() {
@@ -128,8 +182,15 @@ void Engine::Impl::setup() {
   max_rows = opt.max_num_seqs;
   rows_buf = DeviceBuffer(ctx, size_t(max_rows * ops::kSampleRowWords) * 4);
   out_buf = DeviceBuffer(ctx, size_t(max_rows) * (3 + 2 * ops::kMaxTopLogprobs) * 4);
-  rows_host = DeviceBuffer::pinned_host(ctx, rows_buf.size());
-  returned_host = DeviceBuffer::pinned_host(ctx, size_t(2 * max_rows) * 4);
+  moves_buf = DeviceBuffer(ctx, size_t(max_rows) * 2 * 4);
+  for (int h = 0; h < 2; ++h) {
+    rows_host[h] = DeviceBuffer::pinned_host(ctx, rows_buf.size());
+    moves_host[h] = DeviceBuffer::pinned_host(ctx, moves_buf.size());
+    returned_host[h] = DeviceBuffer::pinned_host(ctx, out_buf.size());
+    step_begin.emplace_back(ctx);
+    step_end.emplace_back(ctx);
+  }
+  async = opt.async_scheduling.value_or(ctx.device == Device::cuda);
   // The step plan first: a dry run of the largest step (every op takes its declared scratch
   // from a measuring arena, nothing runs), then the KV pool from what is left.
   StepShape shape;
@@ -150,7 +211,7 @@ void Engine::Impl::setup() {
     // Room for a decode step's shared-prefix description (engine/shared_prefix.h) too.
     step_buf =
         DeviceBuffer(ctx, size_t(step_elements(in) + shared_prefix_elements(shape.seqs)) * 4);
-    step_host = DeviceBuffer::pinned_host(ctx, step_buf.size());
+    for (DeviceBuffer& h : step_host) h = DeviceBuffer::pinned_host(ctx, step_buf.size());
     const StepBatch step = upload_step(dry, in, step_buf.view({step_elements(in)}, DType::i32));
     const TensorView rows = rows_buf.view({shape.logit_rows, ops::kSampleRowWords}, DType::i32);
     device_step(dry, probe, step, rows, TensorView(), ops::kMaxTopLogprobs,
@@ -245,12 +306,12 @@ void Engine::Impl::device_step(Context& c, const KvPool& kv, const StepBatch& st
   if (rows.numel() > 0) ops::sample(c, logits, rows, history, top_k, out);
 }
 
-void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRow>& rows,
-                           const std::vector<int32_t>& history, int top_k, bool want_processed,
-                           std::vector<int32_t>& tokens, std::vector<float>& logprobs,
-                           std::vector<float>& processed, std::vector<int32_t>& top_ids,
-                           std::vector<float>& top_lps) {
+InFlight Engine::Impl::launch(StepPlan plan, const StepRows& sr, const InFlight* prev) {
   Clock::time_point t0 = Clock::now();
+  InFlight f;
+  f.half = next_half;
+  next_half ^= 1;
+  step_begin[size_t(f.half)].record();
   // Copy on write: a shared partial block is copied before anyone writes into it.
   for (const BlockCopy& cp : plan.copies)
     for (int64_t l = 0; l < pool->num_layers(); ++l)
@@ -259,19 +320,35 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
           ops::copy(ctx, t.slice_rows(cp.src, cp.src + 1), t.slice_rows(cp.dst, cp.dst + 1));
   StepInput in;
   bool decode_only = true;
+  // A pending token (the step before has not returned it) goes up as id 0 and is replaced on
+  // the device: moves hold (index in the step's ids, row of prev's samples).
+  static const int32_t kZeroId = 0;
+  std::vector<int32_t> moves;
   for (const ScheduledChunk& ch : plan.chunks) {
     const Sequence& s = sched->sequence(ch.seq);
-    in.add_sequence({s.tokens.data() + ch.start, size_t(ch.num_new)}, ch.start,
-                    sched->block_table(ch.seq), pool->block_size(),
+    std::span<const int32_t> ids{s.tokens.data() + ch.start, size_t(ch.num_new)};
+    if (ch.start + ch.num_new <= s.prompt_len)
+      stats.prefill_tokens += ch.num_new;
+    else
+      stats.decode_tokens += ch.num_new;
+    if (ch.num_new == 1 && ids[0] == kPendingToken) {
+      CHECK(prev != nullptr && prev->row_of_seq.count(ch.seq) != 0,
+            "engine: sequence {} has a pending token that no queued step samples (a bug)", ch.seq);
+      moves.push_back(int32_t(in.num_tokens()));
+      moves.push_back(prev->row_of_seq.at(ch.seq));
+      ids = {&kZeroId, 1};
+    }
+    in.add_sequence(ids, ch.start, sched->block_table(ch.seq), pool->block_size(),
                     ch.needs_logits() ? StepInput::Logits::last : StepInput::Logits::none);
     decode_only = decode_only && ch.num_new == 1 && ch.num_samples == 1;
   }
+  const std::vector<ops::SampleRow>& rows = sr.rows;
   const int64_t n = int64_t(rows.size());
   CHECK(n <= max_rows, "engine: {} rows to sample, the plan holds {}", n, max_rows);
   // A decode step (one token and one draw per sequence) on CUDA runs as a captured graph of
   // its bucket: padded to a power-of-two batch and table width so that its shapes repeat.
   const bool graph =
-      ctx.device == Device::cuda && opt.cuda_graphs && decode_only && history.empty();
+      ctx.device == Device::cuda && opt.cuda_graphs && decode_only && sr.history.empty();
   std::vector<ops::SampleRow> padded_rows;
   const std::vector<ops::SampleRow>* sample_rows = &rows;
   std::tuple<int64_t, int64_t, int, bool, bool> key;
@@ -293,7 +370,7 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
     }
     in.pad_to_width(width, pool->block_size());
     sample_rows = &padded_rows;
-    key = {bucket, width, top_k, want_processed, false};
+    key = {bucket, width, sr.top_k, sr.want_processed, false};
   }
   in.validate(model.config(), pool->num_blocks(), pool->block_size());
   in.pack_block_tables();
@@ -318,27 +395,41 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
   CHECK(step_elements(in) * 4 <= int64_t(step_buf.size()),
         "engine: a step of {} i32 does not fit its buffer of {} bytes", step_elements(in),
         step_buf.size());
+  const int h = f.half;
   const StepBatch step = upload_step(ctx, in, step_buf.view({step_elements(in)}, DType::i32),
-                                     step_host.view({step_elements(in)}, DType::i32));
+                                     step_host[h].view({step_elements(in)}, DType::i32));
+  if (!moves.empty()) {  // prev's sampled ids, still in out_buf, into this step's ids
+    const int64_t m = int64_t(moves.size()) / 2;
+    const TensorView staged = moves_host[h].view({m, 2}, DType::i32);
+    std::memcpy(staged.data, moves.data(), moves.size() * 4);
+    const TensorView moves_dev = moves_buf.view({m, 2}, DType::i32);
+    ops::copy(ctx, staged, moves_dev);
+    ops::copy_elements(ctx, out_buf.view({prev->rows_padded}, DType::i32), moves_dev, step.ids);
+  }
   // The sampler's inputs go to their own buffers (grown between steps, never inside one).
   const TensorView rows_dev = rows_buf.view({rows_n, ops::kSampleRowWords}, DType::i32);
-  const TensorView rows_staged = rows_host.view({rows_n, ops::kSampleRowWords}, DType::i32);
+  const TensorView rows_staged = rows_host[h].view({rows_n, ops::kSampleRowWords}, DType::i32);
   if (rows_n > 0) {  // a step of prefill chunks only samples nothing
     std::memcpy(rows_staged.data, sample_rows->data(), size_t(rows_staged.nbytes()));
     ops::copy(ctx, rows_staged, rows_dev);
   }
   TensorView hist_dev;
-  if (!history.empty()) {
-    const size_t bytes = history.size() * 4;
-    if (history_buf.size() < bytes)
+  if (!sr.history.empty()) {
+    // From pageable memory: the copy has read it when it returns, and it lands in stream
+    // order, after a queued step's sampler has read the ids before. Growing the buffer frees
+    // the old one: only once the queued steps are done with it.
+    const size_t bytes = sr.history.size() * 4;
+    if (history_buf.size() < bytes) {
+      ops::synchronize(ctx);
       history_buf = DeviceBuffer(ctx, std::max(bytes * 2, size_t(1) << 16));
-    hist_dev = history_buf.view({int64_t(history.size())}, DType::i32);
-    ops::copy(
-        ctx,
-        TensorView(const_cast<int32_t*>(history.data()), DType::i32, {int64_t(history.size())}),
-        hist_dev);
+    }
+    hist_dev = history_buf.view({int64_t(sr.history.size())}, DType::i32);
+    ops::copy(ctx,
+              TensorView(const_cast<int32_t*>(sr.history.data()), DType::i32,
+                         {int64_t(sr.history.size())}),
+              hist_dev);
   }
-  const ops::SampleOutput out = sample_outputs(rows_n, top_k, want_processed);
+  const ops::SampleOutput out = sample_outputs(rows_n, sr.top_k, sr.want_processed);
   stats.seconds_host += seconds_since(t0);
   t0 = Clock::now();
   if (graph) {
@@ -348,48 +439,168 @@ void Engine::Impl::execute(const StepPlan& plan, const std::vector<ops::SampleRo
     } else {
       // The first step of a bucket runs eagerly (GEMM plans are made on the host here), then
       // the same step is recorded for the next ones.
-      device_step(ctx, *pool, step, rows_dev, hist_dev, top_k, out);
+      device_step(ctx, *pool, step, rows_dev, hist_dev, sr.top_k, out);
       CudaDevice::begin_capture(ctx);
-      device_step(ctx, *pool, step, rows_dev, hist_dev, top_k, out);
+      device_step(ctx, *pool, step, rows_dev, hist_dev, sr.top_k, out);
       graphs.emplace(key, CudaDevice::end_capture(ctx));
       ++stats.graphs_captured;
     }
     ++stats.graph_steps;
   } else {
-    device_step(ctx, *pool, step, rows_dev, hist_dev, top_k, out);
+    device_step(ctx, *pool, step, rows_dev, hist_dev, sr.top_k, out);
   }
-  // Only the sampled ids and the requested logprobs of the real rows come back. The ids and
-  // the logprobs lie one after the other in out_buf (sample_outputs): one transfer, which
-  // waits for the step, brings the real rows of both.
-  tokens.resize(size_t(n));
-  logprobs.resize(size_t(n));
-  if (n > 0) {
-    const TensorView back = returned_host.view({rows_n + n}, DType::i32);
-    ops::copy(ctx, out_buf.view({rows_n + n}, DType::i32), back);
-    std::memcpy(tokens.data(), back.data, size_t(n) * 4);
-    std::memcpy(logprobs.data(), back.ptr<int32_t>() + rows_n, size_t(n) * 4);
-  } else {
-    ops::synchronize(ctx);
-  }
-  if (want_processed && n > 0) {
-    processed.resize(size_t(n));
-    ops::copy(ctx, out.processed_logprobs.slice_rows(0, n),
-              TensorView(processed.data(), DType::f32, {n}));
-  }
-  if (top_k > 0 && n > 0) {
-    top_ids.resize(size_t(n * top_k));
-    top_lps.resize(size_t(n * top_k));
-    ops::copy(ctx, out.top_ids.slice_rows(0, n),
-              TensorView(top_ids.data(), DType::i32, {n, top_k}));
-    ops::copy(ctx, out.top_logprobs.slice_rows(0, n),
-              TensorView(top_lps.data(), DType::f32, {n, top_k}));
-  }
+  // The CPU's ops are done on return: the forward's time is the device's.
+  if (ctx.device == Device::cpu) stats.seconds_device += seconds_since(t0);
+  // Only the sampled ids and the requested logprobs come back: the outputs lie one after the
+  // other in out_buf (sample_outputs), one transfer brings them all.
+  const int64_t words = rows_n * (2 + (sr.want_processed ? 1 : 0) + 2 * sr.top_k);
+  if (words > 0)
+    ops::copy_to_host_async(ctx, out_buf.view({words}, DType::i32),
+                            returned_host[h].view({words}, DType::i32));
+  step_end[size_t(h)].record();
   stats.seconds_forward += seconds_since(t0);
+  f.plan = std::move(plan);
+  f.rows = n;
+  f.rows_padded = rows_n;
+  f.top_k = sr.top_k;
+  f.want_processed = sr.want_processed;
+  return f;
 }
 
-void Engine::Impl::on_token(RequestState& rs, int32_t sample, int64_t seq, int32_t token, float lp,
-                            float plp, const int32_t* top_ids, const float* top_lps,
-                            const TokenCallback& token_callback) {
+void Engine::Impl::sample_rows(const StepPlan& plan, const std::vector<RequestState>& states,
+                               StepRows& out) {
+  Clock::time_point t0 = Clock::now();
+  out.rows.clear();
+  out.history.clear();
+  out.top_k = 0;
+  out.want_processed = false;
+  out.needs_tokens = false;
+  int32_t logit_row = 0;
+  for (const ScheduledChunk& ch : plan.chunks) {
+    if (!ch.needs_logits()) continue;
+    const Sequence& s = sched->sequence(ch.seq);
+    const auto [req_index, sample0] = owner.at(ch.seq);
+    const RequestState& rs = states[size_t(req_index)];
+    const SamplingParams& p = rs.req->params;
+    out.top_k = std::max(out.top_k, p.logprobs);
+    out.want_processed = out.want_processed || p.processed_logprobs;
+    const uint64_t seed = p.seed.value_or(opt.seed);
+    const uint64_t req_key = p.seed ? 0 : uint64_t(req_index);
+    int32_t hist_begin = 0, hist_end = 0, ban_begin = 0, ban_end = 0;
+    if (p.repetition_penalty != 1.0) {
+      out.needs_tokens = true;
+      hist_begin = int32_t(out.history.size());
+      out.history.insert(out.history.end(), s.tokens.begin(), s.tokens.end());
+      hist_end = int32_t(out.history.size());
+    }
+    if (s.num_generated() < p.min_tokens && !rs.stop_ids.empty()) {
+      ban_begin = int32_t(out.history.size());
+      out.history.insert(out.history.end(), rs.stop_ids.begin(), rs.stop_ids.end());
+      ban_end = int32_t(out.history.size());
+    }
+    for (int32_t k = 0; k < ch.num_samples; ++k) {
+      ops::SampleRow row;
+      row.logit_row = logit_row;
+      row.temperature = float(p.temperature);
+      row.top_p = float(p.top_p);
+      row.min_p = float(p.min_p);
+      row.repetition_penalty = float(p.repetition_penalty);
+      row.top_k = p.top_k < 0 ? 0 : p.top_k;
+      const int32_t sample = ch.num_samples > 1 ? k : sample0;
+      row.stream = sample_stream(seed, req_key, uint64_t(sample));
+      row.position = s.size();  // the position of the token drawn now
+      row.history_begin = hist_begin;
+      row.history_end = hist_end;
+      row.banned_begin = ban_begin;
+      row.banned_end = ban_end;
+      out.rows.push_back(row);
+    }
+    ++logit_row;
+  }
+  stats.seconds_host += seconds_since(t0);
+}
+
+void Engine::Impl::commit(InFlight& f, bool ahead) {
+  Clock::time_point t0 = Clock::now();
+  sched->commit(f.plan);
+  f.committed = true;
+  ++stats.steps;
+  for (const ScheduledChunk& ch : f.plan.chunks) {
+    if (!ch.needs_logits()) continue;
+    const auto [req_index, sample0] = owner.at(ch.seq);
+    std::vector<int64_t> ids{ch.seq};
+    if (ch.num_samples > 1) {
+      ids = sched->fork(ch.seq, ch.num_samples);
+      for (int32_t k = 0; k < ch.num_samples; ++k) owner[ids[size_t(k)]] = {req_index, k};
+    }
+    for (size_t k = 0; k < ids.size(); ++k) {
+      const int64_t seq = ids[k];
+      RowState state = RowState::sync;
+      if (stopped.count(seq) != 0) {
+        state = RowState::dropped;
+        ++stats.rows_dropped;
+      } else if (ahead) {
+        const Sequence& s = sched->sequence(seq);
+        if (s.num_generated() + 1 >= s.max_tokens) {
+          state = RowState::ended;  // this row's token is its last whatever it is
+          sched->finish(seq);
+        } else {
+          state = RowState::pending;
+          f.row_of_seq[seq] = int32_t(f.row_seq.size());
+          sched->append_token(seq, kPendingToken);
+        }
+      }
+      f.row_seq.push_back(seq);
+      f.row_owner.push_back({req_index, ch.num_samples > 1 ? int32_t(k) : sample0});
+      f.row_state.push_back(state);
+    }
+  }
+  CHECK(int64_t(f.row_seq.size()) == f.rows, "engine: {} rows sampled, {} committed (a bug)",
+        f.rows, f.row_seq.size());
+  // Those that stopped while this step was queued end now (one preempted by this step's plan
+  // waits, and ends all the same).
+  for (int64_t seq : stopped) sched->finish(seq);
+  stopped.clear();
+  stats.seconds_host += seconds_since(t0);
+}
+
+void Engine::Impl::collect(InFlight& f, std::vector<RequestState>& states,
+                           const TokenCallback& token_callback) {
+  Clock::time_point t0 = Clock::now();
+  const int h = f.half;
+  step_end[size_t(h)].wait();
+  stats.seconds_forward += seconds_since(t0);
+  if (ctx.device == Device::cuda)
+    stats.seconds_device += step_end[size_t(h)].seconds_since(step_begin[size_t(h)]);
+  t0 = Clock::now();
+  if (!f.committed) commit(f, false);
+  // The results as sample_outputs laid them out for rows_padded rows.
+  const int32_t* back = static_cast<const int32_t*>(returned_host[h].data());
+  const int64_t r = f.rows_padded;
+  const int32_t* tokens = back;
+  const float* logprobs = reinterpret_cast<const float*>(back + r);
+  const float* processed = reinterpret_cast<const float*>(back + 2 * r);
+  const int32_t* top_ids = back + (f.want_processed ? 3 : 2) * r;
+  const float* top_lps = reinterpret_cast<const float*>(top_ids + r * f.top_k);
+  for (int64_t i = 0; i < f.rows; ++i) {
+    if (f.row_state[size_t(i)] == RowState::dropped) continue;
+    const auto [req_index, sample] = f.row_owner[size_t(i)];
+    on_token(states[size_t(req_index)], sample, f.row_seq[size_t(i)], f.row_state[size_t(i)],
+             tokens[i], logprobs[i], f.want_processed ? processed[i] : 0.0f,
+             f.top_k > 0 ? top_ids + i * f.top_k : nullptr,
+             f.top_k > 0 ? top_lps + i * f.top_k : nullptr, token_callback);
+  }
+  const SchedulerStats ss = sched->stats();
+  stats.kv_blocks_peak_used = std::max<int64_t>(stats.kv_blocks_peak_used, ss.blocks_used);
+  stats.kv_blocks_peak_shared = std::max<int64_t>(stats.kv_blocks_peak_shared, ss.blocks_shared);
+  stats.preemptions = ss.preemptions;
+  stats.prefix_hit_tokens = ss.prefix_hit_tokens;
+  stats.seconds_host += seconds_since(t0);
+}
+
+void Engine::Impl::on_token(RequestState& rs, int32_t sample, int64_t seq, RowState state,
+                            int32_t token, float lp, float plp, const int32_t* top_ids,
+                            const float* top_lps, const TokenCallback& token_callback) {
   const SamplingParams& p = rs.req->params;
   SampleState& st = rs.samples[size_t(sample)];
   st.seq = seq;
@@ -420,116 +631,84 @@ void Engine::Impl::on_token(RequestState& rs, int32_t sample, int64_t seq, int32
       }
     }
   }
+  if (state == RowState::pending) sched->resolve_token(seq, token);
   if (stop || generated >= p.max_tokens) {
+    CHECK(state != RowState::pending || stop,
+          "engine: sequence {} reached max_tokens with a pending token (a bug)", seq);
     o.finish = stop ? FinishReason::stop : FinishReason::length;
     if (!stop && st.decoder) o.text += st.decoder->finish();
     st.done = true;
-    sched->finish(seq);
+    if (state == RowState::sync) sched->finish(seq);
+    // Queued again already: ends at that step's commit, its row there dropped.
+    if (state == RowState::pending) stopped.insert(seq);
     return;
   }
-  sched->append_token(seq, token);
+  CHECK(state != RowState::ended, "engine: sequence {} ended early but did not stop (a bug)", seq);
+  if (state == RowState::sync) sched->append_token(seq, token);
 }
 
 void Engine::Impl::run(std::vector<RequestState>& states,
                        const std::function<void(int64_t)>& progress,
                        const TokenCallback& token_callback) {
-  // Which request and sample each live sequence is.
-  std::unordered_map<int64_t, std::pair<int64_t, int32_t>> owner;
+  owner.clear();
+  stopped.clear();
   for (size_t i = 0; i < states.size(); ++i) {
     const GenerationRequest& req = *states[i].req;
     const int64_t seq =
         sched->add_request(int64_t(i), req.prompt_ids, req.params.n, req.params.max_tokens);
     owner[seq] = {int64_t(i), 0};
   }
-  std::vector<ops::SampleRow> rows;
-  std::vector<int32_t> history, tokens, top_ids;
-  std::vector<float> logprobs, processed, top_lps;
-  while (sched->has_work()) {
-    Clock::time_point t0 = Clock::now();
-    const StepPlan plan = sched->schedule();
+  StepRows rows;
+  std::optional<InFlight> cur;  // queued, results not read
+  auto next_plan = [&] {
+    StepPlan plan = sched->schedule();
     CHECK(!plan.empty(), "engine: the scheduler made no progress with work left (a bug)");
-    // One sampled row per sample to draw: a prompt that just finished gives n rows reading
-    // the same logits row.
-    rows.clear();
-    history.clear();
-    int top_k = 0;
-    bool want_processed = false;
-    int32_t logit_row = 0;
-    for (const ScheduledChunk& ch : plan.chunks) {
-      if (ch.start + ch.num_new <= sched->sequence(ch.seq).prompt_len)
-        stats.prefill_tokens += ch.num_new;
-      else
-        stats.decode_tokens += ch.num_new;
-      if (!ch.needs_logits()) continue;
-      const Sequence& s = sched->sequence(ch.seq);
-      const auto [req_index, sample0] = owner.at(ch.seq);
-      const RequestState& rs = states[size_t(req_index)];
-      const SamplingParams& p = rs.req->params;
-      top_k = std::max(top_k, p.logprobs);
-      want_processed = want_processed || p.processed_logprobs;
-      const uint64_t seed = p.seed.value_or(opt.seed);
-      const uint64_t req_key = p.seed ? 0 : uint64_t(req_index);
-      int32_t hist_begin = 0, hist_end = 0, ban_begin = 0, ban_end = 0;
-      if (p.repetition_penalty != 1.0) {
-        hist_begin = int32_t(history.size());
-        history.insert(history.end(), s.tokens.begin(), s.tokens.end());
-        hist_end = int32_t(history.size());
+    return plan;
+  };
+  try {
+    for (;;) {
+      if (!cur) {
+        if (!sched->has_work()) break;
+        StepPlan plan = next_plan();
+        sample_rows(plan, states, rows);
+        cur = launch(std::move(plan), rows, nullptr);
+        continue;
       }
-      if (s.num_generated() < p.min_tokens && !rs.stop_ids.empty()) {
-        ban_begin = int32_t(history.size());
-        history.insert(history.end(), rs.stop_ids.begin(), rs.stop_ids.end());
-        ban_end = int32_t(history.size());
+      if (!async) {
+        collect(*cur, states, token_callback);
+        cur.reset();
+      } else {
+        // Plan the next step before this one's tokens are known (each sampled sequence has a
+        // pending token) and queue it behind this one, then read this one's results.
+        commit(*cur, true);
+        if (!sched->has_work()) {
+          collect(*cur, states, token_callback);
+          cur.reset();
+        } else {
+          StepPlan plan = next_plan();
+          ++stats.steps_planned_ahead;
+          sample_rows(plan, states, rows);
+          std::optional<InFlight> next;
+          if (!rows.needs_tokens) next = launch(std::move(plan), rows, &*cur);
+          collect(*cur, states, token_callback);
+          if (!next) {  // the rows read token values: queued once those are resolved
+            sample_rows(plan, states, rows);
+            next = launch(std::move(plan), rows, nullptr);
+          }
+          cur = std::move(next);
+        }
       }
-      for (int32_t k = 0; k < ch.num_samples; ++k) {
-        ops::SampleRow row;
-        row.logit_row = logit_row;
-        row.temperature = float(p.temperature);
-        row.top_p = float(p.top_p);
-        row.min_p = float(p.min_p);
-        row.repetition_penalty = float(p.repetition_penalty);
-        row.top_k = p.top_k < 0 ? 0 : p.top_k;
-        const int32_t sample = ch.num_samples > 1 ? k : sample0;
-        row.stream = sample_stream(seed, req_key, uint64_t(sample));
-        row.position = s.size();  // the position of the token drawn now
-        row.history_begin = hist_begin;
-        row.history_end = hist_end;
-        row.banned_begin = ban_begin;
-        row.banned_end = ban_end;
-        rows.push_back(row);
-      }
-      ++logit_row;
+      if (progress) progress(stats.output_tokens);
     }
-    stats.seconds_host += seconds_since(t0);
-    execute(plan, rows, history, top_k, want_processed, tokens, logprobs, processed, top_ids,
-            top_lps);
-    t0 = Clock::now();
-    sched->commit(plan);
-    ++stats.steps;
-    size_t r = 0;
-    for (const ScheduledChunk& ch : plan.chunks) {
-      if (!ch.needs_logits()) continue;
-      const auto [req_index, sample0] = owner.at(ch.seq);
-      RequestState& rs = states[size_t(req_index)];
-      std::vector<int64_t> ids{ch.seq};
-      if (ch.num_samples > 1) {
-        ids = sched->fork(ch.seq, ch.num_samples);
-        for (int32_t k = 0; k < ch.num_samples; ++k) owner[ids[size_t(k)]] = {req_index, k};
-      }
-      for (size_t k = 0; k < ids.size(); ++k, ++r) {
-        const int32_t sample = ch.num_samples > 1 ? int32_t(k) : sample0;
-        on_token(rs, sample, ids[k], tokens[r], logprobs[r], want_processed ? processed[r] : 0.0f,
-                 top_k > 0 ? top_ids.data() + r * size_t(top_k) : nullptr,
-                 top_k > 0 ? top_lps.data() + r * size_t(top_k) : nullptr, token_callback);
-      }
+  } catch (...) {
+    // Queued steps still write into the engine's buffers: let them finish first.
+    try {
+      ops::synchronize(ctx);
+    } catch (...) {
     }
-    const SchedulerStats ss = sched->stats();
-    stats.kv_blocks_peak_used = std::max<int64_t>(stats.kv_blocks_peak_used, ss.blocks_used);
-    stats.kv_blocks_peak_shared = std::max<int64_t>(stats.kv_blocks_peak_shared, ss.blocks_shared);
-    stats.preemptions = ss.preemptions;
-    stats.prefix_hit_tokens = ss.prefix_hit_tokens;
-    stats.seconds_host += seconds_since(t0);
-    if (progress) progress(stats.output_tokens);
+    throw;
   }
+  CHECK(stopped.empty(), "engine: {} stopped sequences were never ended (a bug)", stopped.size());
   for (auto& [seq, who] : owner) sched->forget(seq);
 }
 

@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -79,6 +80,14 @@ struct EngineOptions {
   // 128-token prompt, 7% slower at 256, 6% faster at 512, 32% faster at 896 with 128 own;
   // docs/PERFORMANCE.md).
   int64_t shared_prefix_min_tokens = 384;
+  // Asynchronous scheduling (vLLM's name): step k+1 is planned and queued on the device while
+  // step k runs, its input ids copied on the device from step k's samples, so the device does
+  // not wait for the host between steps. A sequence that stops at step k still computes one
+  // row in step k+1, which is dropped; a step whose rows need the previous tokens' values
+  // (repetition penalty) is queued after they are read. Outputs are those of the synchronous
+  // engine. Unset: on for CUDA, off for the CPU (whose ops finish before they return, so
+  // there is nothing to overlap; tests turn it on there to check the outputs are the same).
+  std::optional<bool> async_scheduling;
 };
 
 struct EngineStats {
@@ -92,6 +101,12 @@ struct EngineStats {
   // Decode steps with at least one shared-prefix group, and the grouped sequences summed over
   // them (EngineOptions::shared_prefix_attention).
   int64_t shared_prefix_steps = 0, shared_prefix_seq_steps = 0;
+  // Device time of the steps (CUDA events from a step's first transfer to its results' copy
+  // back; on the CPU the forward's time): the wall time minus this is the device's idle time.
+  double seconds_device = 0;
+  // Steps planned and queued before the previous step's samples were read (async
+  // scheduling), and the rows they computed for sequences that had stopped meanwhile.
+  int64_t steps_planned_ahead = 0, rows_dropped = 0;
 };
 
 class Engine {

@@ -204,6 +204,15 @@ void Scheduler::append_token(int64_t id, int32_t token) {
   seq.tokens.push_back(token);
 }
 
+void Scheduler::resolve_token(int64_t id, int32_t token) {
+  Sequence& seq = get(id);
+  CHECK(seq.status != SeqStatus::finished && seq.num_generated() > 0 &&
+            seq.tokens.back() == kPendingToken,
+        "resolve_token of sequence {}, whose last token is not pending", id);
+  CHECK(token != kPendingToken, "resolve_token of sequence {} with the pending value", id);
+  seq.tokens.back() = token;
+}
+
 std::vector<int64_t> Scheduler::fork(int64_t id, int32_t n) {
   Sequence& parent = get(id);
   CHECK(parent.status == SeqStatus::running && parent.num_remaining() == 0 &&

@@ -34,6 +34,10 @@
 
 namespace fp8rl {
 
+// The value of a token appended before it was sampled (Scheduler::append_token): never a
+// vocabulary id, so that a step reading it by mistake fails its input validation.
+constexpr int32_t kPendingToken = -1;
+
 struct SchedulerConfig {
   int32_t num_blocks = 0;                 // physical KV blocks in the pool
   int32_t block_size = 16;                // token slots per block
@@ -89,8 +93,12 @@ class Scheduler {
   // between them the plan's sequences and blocks must not change (no finish()).
   StepPlan schedule();
   void commit(const StepPlan& plan);
-  // The token sampled for `seq` after its chunk reached its last token.
+  // The token sampled for `seq` after its chunk reached its last token; kPendingToken when the
+  // next step is planned before this one's samples are read (EngineOptions::async_scheduling).
   void append_token(int64_t seq, int32_t token);
+  // Replaces the pending token appended last with the one sampled (the sequence may have been
+  // preempted meanwhile: its tokens stay). Before the next commit(), which hashes full blocks.
+  void resolve_token(int64_t seq, int32_t token);
   // Splits a sequence whose prompt just finished into its request's n samples, all sharing its
   // blocks; ids[0] == seq (sample 0), ids[i] is sample i. Append each sample's token next.
   std::vector<int64_t> fork(int64_t seq, int32_t n);

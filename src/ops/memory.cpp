@@ -1,6 +1,7 @@
 #include "ops/memory.h"
 
 #include <cstring>
+#include <utility>
 
 #include "core/dtype.h"
 #include "core/parallel.h"
@@ -183,6 +184,90 @@ void copy(Context& ctx, const TensorView& src, const TensorView& dst) {
 #else
   no_cuda();
 #endif
+}
+
+void copy_to_host_async(Context& ctx, const TensorView& src, const TensorView& dst) {
+  CHECK(dst.device == Device::cpu && src.device == ctx.device,
+        "copy_to_host_async: from {} to the host with a {} context", device_name(src.device),
+        device_name(ctx.device));
+  if (ctx.device == Device::cpu || ctx.dry_run) {
+    copy(ctx, src, dst);
+    return;
+  }
+  CHECK(src.dtype == dst.dtype && src.numel() == dst.numel() && src.is_contiguous() &&
+            dst.is_contiguous(),
+        "copy_to_host_async: {} {} -> {} {}: needs the same dtype and size, contiguous",
+        dtype_name(src.dtype), src.shape.str(), dtype_name(dst.dtype), dst.shape.str());
+#if FP8RL_HAVE_CUDA
+  cuda::copy_to_host_async(backend(ctx), src, dst);
+#else
+  no_cuda();
+#endif
+}
+
+void copy_elements(Context& ctx, const TensorView& src, const TensorView& moves,
+                   const TensorView& dst) {
+  CHECK(src.dtype == DType::i32 && dst.dtype == DType::i32 && moves.dtype == DType::i32 &&
+            moves.rank() == 2 && moves.dim(1) == 2 && src.is_contiguous() &&
+            dst.is_contiguous() && moves.is_contiguous(),
+        "copy_elements: i32 src and dst and i32 moves [M, 2], got {} {}, {} {}, {} {}",
+        dtype_name(src.dtype), src.shape.str(), dtype_name(moves.dtype), moves.shape.str(),
+        dtype_name(dst.dtype), dst.shape.str());
+  CHECK(src.device == ctx.device && dst.device == ctx.device && moves.device == ctx.device,
+        "copy_elements: operands must be on the context's device ({})", device_name(ctx.device));
+  if (ctx.dry_run || moves.dim(0) == 0) return;
+  FP8RL_ON_CUDA(ctx, cuda::copy_elements(backend(ctx), src, moves, dst));
+  const int32_t* m = moves.ptr<int32_t>();
+  for (int64_t i = 0; i < moves.dim(0); ++i) {
+    const int32_t to = m[2 * i], from = m[2 * i + 1];
+    CHECK(to >= 0 && to < dst.numel() && from >= 0 && from < src.numel(),
+          "copy_elements: move {} ({} <- {}) outside dst [{}] or src [{}]", i, to, from,
+          dst.numel(), src.numel());
+    dst.ptr<int32_t>()[to] = src.ptr<int32_t>()[from];
+  }
+}
+
+StreamMark::StreamMark(Context& ctx) : ctx_(&ctx) {
+#if FP8RL_HAVE_CUDA
+  if (ctx.device == Device::cuda) event_ = cuda::event_create();
+#endif
+}
+
+StreamMark::~StreamMark() {
+#if FP8RL_HAVE_CUDA
+  if (event_ != nullptr) cuda::event_destroy(event_);
+#endif
+}
+
+StreamMark::StreamMark(StreamMark&& o) noexcept : ctx_(o.ctx_), event_(o.event_) {
+  o.event_ = nullptr;
+}
+
+StreamMark& StreamMark::operator=(StreamMark&& o) noexcept {
+  std::swap(ctx_, o.ctx_);
+  std::swap(event_, o.event_);
+  return *this;
+}
+
+void StreamMark::record() {
+#if FP8RL_HAVE_CUDA
+  if (event_ != nullptr) cuda::event_record(backend(*ctx_), event_);
+#endif
+}
+
+void StreamMark::wait() const {
+#if FP8RL_HAVE_CUDA
+  if (event_ != nullptr) cuda::event_wait(event_);
+#endif
+}
+
+double StreamMark::seconds_since(const StreamMark& earlier) const {
+#if FP8RL_HAVE_CUDA
+  if (event_ != nullptr && earlier.event_ != nullptr)
+    return cuda::event_seconds(earlier.event_, event_);
+#endif
+  (void)earlier;
+  return 0.0;
 }
 
 void fill_zero(Context& ctx, const TensorView& dst) {

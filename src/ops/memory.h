@@ -82,6 +82,16 @@ class ScratchScope {
 // page-locked memory (DeviceBuffer::pinned_host) before the source is read: it must then stay
 // unchanged until the stream has passed the copy (e.g. a later copy to the host returned).
 void copy(Context& ctx, const TensorView& src, const TensorView& dst);
+// copy() to the host without waiting: the copy is queued on the context's stream and dst
+// (page-locked on a CUDA context: DeviceBuffer::pinned_host) holds the data once a StreamMark
+// recorded after this call has been waited for. On the CPU the copy is done on return.
+void copy_to_host_async(Context& ctx, const TensorView& src, const TensorView& dst);
+// dst[moves[i, 0]] = src[moves[i, 1]] for each of the M rows of moves ([M, 2] i32), all i32
+// on ctx.device, distinct destinations. Indices outside src or dst raise on the CPU and are
+// skipped on CUDA (they live on the device). The engine writes the input ids of a step planned
+// before the previous step's samples came back (EngineOptions::async_scheduling) with it.
+void copy_elements(Context& ctx, const TensorView& src, const TensorView& moves,
+                   const TensorView& dst);
 // Sets every byte of dst to zero.
 void fill_zero(Context& ctx, const TensorView& dst);
 // dst (f32 or bf16) = value.
@@ -91,6 +101,28 @@ void fill(Context& ctx, const TensorView& dst, float value);
 void fill_uniform(Context& ctx, const TensorView& dst, uint64_t seed, float bound);
 // Waits until every op issued on the context has finished (no-op on the CPU).
 void synchronize(Context& ctx);
+// A point in the context's stream of work: record() marks where the queued work ends now;
+// wait() returns once the device has passed that point (at once on the CPU, whose ops finish
+// before they return); seconds_since(earlier) is the device time between two passed marks
+// (CUDA events; 0 on the CPU). Reusable: record() again moves the mark. Move-only.
+class StreamMark {
+ public:
+  StreamMark() = default;
+  explicit StreamMark(Context& ctx);
+  ~StreamMark();
+  StreamMark(StreamMark&& o) noexcept;
+  StreamMark& operator=(StreamMark&& o) noexcept;
+  StreamMark(const StreamMark&) = delete;
+  StreamMark& operator=(const StreamMark&) = delete;
+
+  void record();
+  void wait() const;
+  double seconds_since(const StreamMark& earlier) const;
+
+ private:
+  Context* ctx_ = nullptr;
+  void* event_ = nullptr;  // cudaEvent_t on a CUDA context
+};
 // Device memory free now (CUDA: cudaMemGetInfo; the CPU: 0, it has no device budget).
 size_t device_free_bytes(const Context& ctx);
 // Bytes this process has allocated on ctx's device now and at the peak so far (buffers and

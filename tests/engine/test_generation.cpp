@@ -261,6 +261,49 @@ TEST_P(Scheduling, OutputsDoNotDependOnIt) {
   EXPECT_TRUE(any_differs) << "the seed changes nothing";
 }
 
+// Asynchronous scheduling (EngineOptions::async_scheduling, on for CUDA) plans step k+1
+// before step k's tokens are read, copies its input ids from k's samples on the device and
+// drops the rows of sequences that stopped at k: the outputs are the synchronous engine's,
+// bit for bit, also with chunked prefill, preemption, and stop ids ending samples at different
+// steps. Not vacuous: steps were planned ahead and rows of stopped sequences were dropped.
+TEST_P(Scheduling, AsyncEqualsSync) {
+  const Model m = load_model(golden_dir("qwen3"), GetParam());
+  auto run = [&](std::span<const GenerationRequest> reqs, EngineOptions o, bool async,
+                 EngineStats* stats = nullptr) {
+    o.async_scheduling = async;
+    Cpu c;
+    Engine e(c.ctx, m, nullptr, {}, o);
+    auto out = e.generate(reqs);
+    if (stats != nullptr) *stats = e.stats();
+    return out;
+  };
+  std::vector<GenerationRequest> reqs = mixed_requests();
+  const auto ref = run(reqs, small_options(), false);
+  EngineStats st;
+  expect_identical(run(reqs, small_options(), true, &st), ref, "async");
+  EXPECT_GT(st.steps_planned_ahead, 0);
+  EngineOptions chunked = small_options();
+  chunked.max_num_batched_tokens = 7;
+  expect_identical(run(reqs, chunked, true), ref, "async, chunked prefill");
+  EngineOptions tight = small_options();
+  tight.kv_memory_bytes = 6 * KvPool::block_bytes(m.config(), Cpu().ctx);
+  expect_identical(run(reqs, tight, true, &st), ref, "async, preempted");
+  EXPECT_GT(st.preemptions, 0) << "the tiny pool preempted nothing";
+
+  // Each request stops at one of the tokens its first sample drew (at a different step for
+  // each), its other samples wherever they draw it, or at max_tokens.
+  for (size_t i = 0; i < reqs.size(); ++i)
+    reqs[i].params.stop_token_ids = {ref[i].completions[0].ids[2 + i % 4]};
+  const auto stop_sync = run(reqs, small_options(), false);
+  expect_identical(run(reqs, small_options(), true, &st), stop_sync, "async, stop ids");
+  EXPECT_GT(st.rows_dropped, 0) << "no sequence stopped while its next step was queued";
+  expect_identical(run(reqs, tight, true), stop_sync, "async, stop ids, preempted");
+  int stopped = 0;
+  for (const RequestOutput& r : stop_sync)
+    for (const CompletionOutput& c : r.completions) stopped += c.finish == FinishReason::stop;
+  EXPECT_GE(stopped, int(reqs.size()));
+}
+
 INSTANTIATE_TEST_SUITE_P(Schemes, Scheduling,
                          ::testing::Values(Fp8Scheme::off, Fp8Scheme::row, Fp8Scheme::block),
                          [](const auto& info) { return std::string(scheme_name(info.param)); });

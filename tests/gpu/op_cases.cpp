@@ -38,6 +38,10 @@ std::vector<OpCase> correctness_cases() {
   };
   add(
       "fill_uniform n=100003", [](Harness& h, Outcome& o) { fill_case(h, o, 100003); }, true);
+  for (int64_t m : {1, 256, 5000})
+    add(
+        fmtname("copy_elements", shape({{"moves", m}})),
+        [=](Harness& h, Outcome& o) { copy_elements_case(h, o, m); }, m == 256);
   for (int64_t t : kTokens)
     for (int64_t hd : {192, 200}) {
       const float sc = hd == 192 ? std::sqrt(192.0f) : 1.0f;

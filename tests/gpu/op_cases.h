@@ -47,6 +47,7 @@ void rope_store_kv_case(Harness& h, Outcome& o, int64_t t, int64_t hq, int64_t h
                         bool norm, bool fp8_kv, bool in_place);
 void softcap_case(Harness& h, Outcome& o, int64_t t, int64_t v, DType dt);
 void fill_case(Harness& h, Outcome& o, int64_t n);
+void copy_elements_case(Harness& h, Outcome& o, int64_t m);
 
 // op_cases_attention.cpp: attention (both kernels) and CUDA-graph replays of a block.
 void attention_case(Harness& h, Outcome& o, int64_t t, int64_t first, int64_t hq, int64_t hkv,

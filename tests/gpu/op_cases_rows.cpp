@@ -317,6 +317,60 @@ void fill_case(Harness& h, Outcome& o, int64_t n) {
   o.checks.push_back(compare("fill_uniform f32 bit-exact", as_f32(h, d), ref, 0.0));
 }
 
+// ops::copy_elements (the engine's input ids of a step planned ahead) against the CPU on the
+// same moves, out-of-range moves skipped on the device; then ops::copy_to_host_async into
+// page-locked memory, read after a StreamMark recorded behind it was waited for, and the mark
+// pair's device time. Control: the destination before the moves differs from the result.
+void copy_elements_case(Harness& h, Outcome& o, int64_t m) {
+  const int64_t n_src = 2 * m + 3, n_dst = 3 * m + 5;
+  Tensor src = Tensor::empty({n_src}, DType::i32), dst = Tensor::empty({n_dst}, DType::i32);
+  Tensor moves = Tensor::empty({m, 2}, DType::i32);
+  for (int64_t i = 0; i < n_src; ++i) src.ptr<int32_t>()[i] = int32_t(1000 + 7 * i);
+  for (int64_t i = 0; i < n_dst; ++i) dst.ptr<int32_t>()[i] = int32_t(-1 - i);
+  for (int64_t i = 0; i < m; ++i) {  // distinct destinations, sources in any order
+    moves.ptr<int32_t>()[2 * i] = int32_t((3 * i + 1) % n_dst);
+    moves.ptr<int32_t>()[2 * i + 1] = int32_t((5 * i + 2) % n_src);
+  }
+  const Tensor before = to_host(h, to_device(h, dst, DType::i32));
+  const TensorView src_d = to_device(h, src, DType::i32), dst_d = to_device(h, dst, DType::i32);
+  const TensorView moves_d = to_device(h, moves, DType::i32);
+  ops::copy_elements(h.cpu, src.view(), moves.view(), dst.view());
+  ops::copy_elements(h.gpu, src_d, moves_d, dst_d);
+  const Tensor got = to_host(h, dst_d);
+  int64_t differ = 0, moved = 0;
+  for (int64_t i = 0; i < n_dst; ++i) {
+    differ += got.ptr<int32_t>()[i] != dst.ptr<int32_t>()[i];
+    moved += before.ptr<int32_t>()[i] != dst.ptr<int32_t>()[i];
+  }
+  o.checks.push_back(expect_le("elements differing from the CPU", double(differ), 0));
+  o.checks.push_back(
+      expect_le("control: elements the moves left unchanged (of m)", double(m - moved), 0));
+  // Moves outside either tensor are skipped: the destination keeps its values.
+  Tensor bad = Tensor::empty({2, 2}, DType::i32);
+  const int32_t b[] = {int32_t(n_dst), 0, 0, int32_t(n_src)};
+  std::memcpy(bad.ptr<int32_t>(), b, sizeof b);
+  ops::copy_elements(h.gpu, src_d, to_device(h, bad, DType::i32), dst_d);
+  const Tensor after_bad = to_host(h, dst_d);
+  o.checks.push_back(expect_le(
+      "out-of-range moves changed elements",
+      double(std::memcmp(after_bad.ptr<int32_t>(), got.ptr<int32_t>(), size_t(n_dst) * 4) != 0),
+      0));
+
+  DeviceBuffer pinned = DeviceBuffer::pinned_host(h.gpu, size_t(n_dst) * 4);
+  const TensorView back = pinned.view({n_dst}, DType::i32);
+  std::memset(back.data, 0, size_t(n_dst) * 4);
+  ops::StreamMark begin(h.gpu), end(h.gpu);
+  begin.record();
+  ops::copy_to_host_async(h.gpu, dst_d, back);
+  end.record();
+  end.wait();
+  o.checks.push_back(
+      expect_le("async copy to the host differs",
+                double(std::memcmp(back.data, got.ptr<int32_t>(), size_t(n_dst) * 4) != 0), 0));
+  const double t = end.seconds_since(begin);
+  o.checks.push_back(expect_le("mark pair time outside [0, 1 s]", t >= 0 && t < 1 ? 0 : 1, 0));
+}
+
 // ops::rope_store_kv with q, k and v the column parts of one [T, (Hq + 2 Hkv) D] matrix (the
 // stacked q/k/v GEMM's output), the slots in reverse order and every third token padding (slot
 // -1). Checks: q_out and the stored keys and values against the CPU (the three ops); q_out,

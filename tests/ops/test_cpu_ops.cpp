@@ -328,6 +328,36 @@ TEST(Memory, DeviceBufferAndScratchOnTheCpu) {
   EXPECT_EQ(ops::scratch_mark(ctx), 0u);
 }
 
+// dst[moves[i][0]] = src[moves[i][1]]; other elements untouched; moves outside either tensor
+// raise. The CPU's StreamMark and asynchronous copy to the host are done on return.
+TEST(Memory, CopyElementsAndStreamMarkOnTheCpu) {
+  Arena arena(1 << 16);
+  Context ctx{Device::cpu, &arena};
+  Tensor src = Tensor::empty({4}, DType::i32), dst = Tensor::empty({6}, DType::i32);
+  Tensor moves = Tensor::empty({2, 2}, DType::i32);
+  for (int i = 0; i < 4; ++i) src.ptr<int32_t>()[i] = 10 + i;
+  for (int i = 0; i < 6; ++i) dst.ptr<int32_t>()[i] = -i;
+  const int32_t m[] = {5, 2, 0, 3};  // dst[5] = src[2], dst[0] = src[3]
+  std::memcpy(moves.ptr<int32_t>(), m, sizeof m);
+  ops::copy_elements(ctx, src.view(), moves.view(), dst.view());
+  const std::vector<int32_t> got(dst.ptr<int32_t>(), dst.ptr<int32_t>() + 6);
+  EXPECT_EQ(got, (std::vector<int32_t>{13, -1, -2, -3, -4, 12}));
+  moves.ptr<int32_t>()[3] = 4;  // src has 4 elements
+  EXPECT_THROW(ops::copy_elements(ctx, src.view(), moves.view(), dst.view()), Error);
+  moves.ptr<int32_t>()[3] = 3;
+  moves.ptr<int32_t>()[2] = 6;  // dst has 6
+  EXPECT_THROW(ops::copy_elements(ctx, src.view(), moves.view(), dst.view()), Error);
+
+  ops::StreamMark a(ctx), b(ctx);
+  a.record();
+  Tensor back = Tensor::empty({4}, DType::i32);
+  ops::copy_to_host_async(ctx, src.view(), back.view());
+  b.record();
+  b.wait();
+  EXPECT_EQ(std::memcmp(back.ptr<int32_t>(), src.ptr<int32_t>(), 16), 0);
+  EXPECT_EQ(b.seconds_since(a), 0.0);
+}
+
 TEST(Device, CudaDeviceWithoutGpuIsAnError) {
   if (CudaDevice::count() > 0) GTEST_SKIP() << "a CUDA device is visible";
   EXPECT_THROW(CudaDevice(), Error);

@@ -137,6 +137,43 @@ void copy(Backend& b, const TensorView& src, const TensorView& dst) {
   if (dst.device == Device::cpu) CUDA_CHECK(cudaStreamSynchronize(b.stream()));
 }
 
+void copy_to_host_async(Backend& b, const TensorView& src, const TensorView& dst) {
+  if (src.nbytes() == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToHost, b.stream()));
+}
+
+void copy_elements(Backend& b, const TensorView& src, const TensorView& moves,
+                   const TensorView& dst) {
+  launch_copy_elements(static_cast<const int32_t*>(src.data), src.numel(),
+                       static_cast<const int32_t*>(moves.data), moves.dim(0),
+                       static_cast<int32_t*>(dst.data), dst.numel(), b.stream());
+}
+
+void* event_create() {
+  cudaEvent_t e = nullptr;
+  CUDA_CHECK(cudaEventCreate(&e));
+  return e;
+}
+
+void event_destroy(void* e) {
+  cudaEventDestroy(static_cast<cudaEvent_t>(e));  // in destructors: no throw
+}
+
+void event_record(Backend& b, void* e) {
+  CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(e), b.stream()));
+}
+
+void event_wait(void* e) {
+  CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e)));
+}
+
+double event_seconds(void* begin, void* end) {
+  float ms = 0.0f;
+  CUDA_CHECK(
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(begin), static_cast<cudaEvent_t>(end)));
+  return double(ms) / 1000.0;
+}
+
 void fill_zero(Backend& b, const TensorView& dst) {
   if (dst.device == Device::cpu) {
     std::memset(dst.data, 0, dst.nbytes());

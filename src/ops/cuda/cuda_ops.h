@@ -33,6 +33,15 @@ void arena_rewind(Backend& b, size_t mark);
 void arena_reserve(Backend& b, size_t bytes);
 size_t arena_high_water(Backend& b);
 void copy(Backend& b, const TensorView& src, const TensorView& dst);
+void copy_to_host_async(Backend& b, const TensorView& src, const TensorView& dst);
+void copy_elements(Backend& b, const TensorView& src, const TensorView& moves,
+                   const TensorView& dst);
+// CUDA events with timing, for ops::StreamMark.
+void* event_create();
+void event_destroy(void* e);
+void event_record(Backend& b, void* e);
+void event_wait(void* e);
+double event_seconds(void* begin, void* end);
 void fill_zero(Backend& b, const TensorView& dst);
 void fill(Backend& b, const TensorView& dst, float value);
 void fill_uniform(Backend& b, const TensorView& dst, uint64_t seed, float bound);

@@ -1,5 +1,5 @@
 // Element-wise kernels: residual add, softcap, bias add, fills (constant and the shared
-// uniform hash) and scalar broadcast.
+// uniform hash), scalar broadcast and the indexed copy of i32 elements (ops::copy_elements).
 #include "ops/cuda/row_quant.cuh"
 #include "ops/uniform_hash.h"
 
@@ -26,6 +26,14 @@ __global__ void __launch_bounds__(256)
   });
 }
 
+__global__ void copy_elements_kernel(const int32_t* __restrict__ src, int64_t n_src,
+                                     const int32_t* __restrict__ moves, int64_t m,
+                                     int32_t* __restrict__ dst, int64_t n_dst) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= m) return;
+  const int32_t to = moves[2 * i], from = moves[2 * i + 1];
+  if (to >= 0 && to < n_dst && from >= 0 && from < n_src) dst[to] = src[from];
+}
 __global__ void softcap_bf16_kernel(bf16* x, int64_t n, float cap) {
   FP8RL_GRID_STRIDE(i, n) {
     x[i] = __float2bfloat16_rn(cap * tanhf(__bfloat162float(x[i]) / cap));
@@ -124,6 +132,12 @@ void launch_sum_round(const float* y0, const float* y1, const float* bias, int64
   if (rows * n == 0) return;
   sum_round_kernel<<<grid_for(rows * n, 256), 256, 0, s>>>(y0, y1, bias, rows, n, out);
   FP8RL_LAUNCH_CHECK("sum_round");
+}
+void launch_copy_elements(const int32_t* src, int64_t n_src, const int32_t* moves, int64_t m,
+                          int32_t* dst, int64_t n_dst, cudaStream_t s) {
+  if (m == 0) return;
+  copy_elements_kernel<<<grid_for(m, 256), 256, 0, s>>>(src, n_src, moves, m, dst, n_dst);
+  FP8RL_LAUNCH_CHECK("copy_elements");
 }
 void launch_fill_f32(float* x, int64_t n, float v, cudaStream_t s) {
   if (n == 0) return;

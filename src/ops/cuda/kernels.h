@@ -201,6 +201,9 @@ void launch_bias_round(const float* y, const float* bias, int64_t rows, int64_t 
 // fp32 and rounded once; bias may be null.
 void launch_sum_round(const float* y0, const float* y1, const float* bias, int64_t rows, int64_t n,
                       bf16* out, cudaStream_t s);
+// dst[moves[2i]] = src[moves[2i + 1]] for i < m; moves outside [0, n_dst) x [0, n_src) skipped.
+void launch_copy_elements(const int32_t* src, int64_t n_src, const int32_t* moves, int64_t m,
+                          int32_t* dst, int64_t n_dst, cudaStream_t s);
 void launch_fill_f32(float* x, int64_t n, float v, cudaStream_t s);
 void launch_fill_bf16(bf16* x, int64_t n, float v, cudaStream_t s);
 // Uniform in [-bound, bound] from uniform_hash(seed, i) (the CPU computes the same floats).
