@@ -62,6 +62,6 @@ if [ $QUICK -eq 0 ]; then
   step "bench forward off" "$OUT/bench.log" 120 "$BIN/fp8rl_bench" bench forward \
     --model "$CONFIG" --tokens 8192 --fp8 off --iters 5 --warmup 2 --gemm-iters 5
 fi
-grep -hE '"(fp8|shared_prefix_attention|prompt_tokens|output_tokens_per_second|host_fraction|roofline_output_tokens_per_s|tokens_per_second|forward_seconds_median|peak_allocated_bytes|graph_steps)"' \
+grep -hE '"(fp8|shared_prefix_attention|prompt_tokens|output_tokens_per_second|device_idle_fraction|host_fraction|roofline_output_tokens_per_s|tokens_per_second|forward_seconds_median|peak_allocated_bytes|graph_steps)"' \
   "$OUT/bench.log" "$OUT/hf.log" 2>/dev/null | tr -s ' ' >> "$SUMMARY"
 cat "$SUMMARY"

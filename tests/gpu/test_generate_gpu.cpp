@@ -132,6 +132,70 @@ void greedy_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Sche
   if (!ok) ++g_failures;
 }
 
+// Asynchronous scheduling on CUDA (the default there) with completions that stop at different
+// steps: each prompt stops at a token the CPU engine (synchronous) drew for it, so sequences
+// stop while their next step is already queued and those rows are dropped. Against the CPU:
+// ids and finish reasons equal, up to a near-tie as greedy_case allows (the as-stored bf16
+// bound). The CUDA run must have planned steps ahead and dropped rows.
+void async_stop_case(CudaDevice& dev) {
+  const std::string arch = "qwen3";
+  std::ifstream f(g_data + "/goldens/" + arch + "/generate.json");
+  const nlohmann::json g = nlohmann::json::parse(f);
+  std::vector<GenerationRequest> reqs;
+  for (const auto& p : g["prompts"]) {
+    GenerationRequest r;
+    r.prompt_ids = p["prompt_ids"].get<std::vector<int32_t>>();
+    r.params.temperature = 0;
+    r.params.max_tokens = 12;
+    r.params.ignore_eos = true;
+    r.params.logprobs = 2;
+    reqs.push_back(r);
+  }
+  const Model cpu_model = Model::load(g_data + "/goldens/" + arch);
+  Model gpu_model = Model::load(g_data + "/goldens/" + arch);
+  Context gpu = dev.context();
+  gpu_model.to_device(gpu);
+  Arena arena;
+  Context cpu{Device::cpu, &arena};
+  const Run free_run = generate(cpu, cpu_model, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    reqs[i].params.stop_token_ids = {free_run.out[i].completions[0].ids[2 + i % 4]};
+  const Run ref = generate(cpu, cpu_model, reqs);
+  const Run got = generate(gpu, gpu_model, reqs);
+  std::vector<int32_t> all_ids;
+  for (const auto& r : reqs)
+    all_ids.insert(all_ids.end(), r.prompt_ids.begin(), r.prompt_ids.end());
+  const double bound = kCudaBf16Logits * max_abs(cpu_logits(cpu_model, all_ids));
+  bool ok = got.stats.steps_planned_ahead > 0 && got.stats.rows_dropped > 0 &&
+            ref.stats.steps_planned_ahead == 0;
+  int equal = 0, near_tie = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const CompletionOutput& a = ref.out[i].completions[0];
+    const CompletionOutput& b = got.out[i].completions[0];
+    size_t t = 0;
+    while (t < a.ids.size() && t < b.ids.size() && a.ids[t] == b.ids[t]) ++t;
+    if (t == a.ids.size() && t == b.ids.size() && a.finish == b.finish) {
+      ++equal;
+      continue;
+    }
+    const bool tie = t < a.ids.size() && t < b.ids.size() &&
+                     a.top_logprobs[t][0].second - a.top_logprobs[t][1].second <= 2 * bound;
+    near_tie += tie;
+    if (!tie) {
+      ok = false;
+      std::printf("  prompt %zu: %zu tokens (%s) on CUDA vs %zu (%s) on the CPU, first "
+                  "difference at %zu\n",
+                  i, b.ids.size(), finish_reason_name(b.finish), a.ids.size(),
+                  finish_reason_name(a.finish), t);
+    }
+  }
+  std::printf("%-4s generate async stops %s: %d prompts equal, %d diverged at a near-tie, "
+              "steps planned ahead %lld, rows dropped %lld\n",
+              ok ? "PASS" : "FAIL", arch.c_str(), equal, near_tie,
+              (long long)got.stats.steps_planned_ahead, (long long)got.stats.rows_dropped);
+  if (!ok) ++g_failures;
+}
+
 // Greedy samples of a prompt decoding over its shared prompt blocks: n = 4 of prompts of 36
 // to 150 tokens (2 to 9 full blocks), on CUDA with the shared-prefix path and without, each
 // against the CPU engine (the reference; it ignores the description) as greedy_case compares:
@@ -258,6 +322,7 @@ int main(int argc, char** argv) {
       greedy_case(dev, arch, Fp8Scheme::row);
     }
     rollout_case(dev);
+    async_stop_case(dev);
     for (const char* arch : {"qwen3", "gemma3"}) shared_prefix_case(dev, arch);
   } catch (const std::exception& e) {
     std::printf("FAIL exception: %s\n", e.what());
