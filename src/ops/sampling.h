@@ -40,7 +40,8 @@
 // CUDA: no host synchronization and no allocation inside (scratch from the context's arena,
 // sized by sample_scratch_bytes), so the op can be captured in a CUDA graph. Cost per row:
 // about 4 passes over V (copy, sums, temperature, draw), 4 more for top-k and 5 for top-p
-// (radix select), and K more for K top logprobs (one argmax pass each).
+// (radix select), and K more for K top logprobs (one argmax pass each); a row without
+// penalty, ban, top-k or top-p reads its logits once (twice with min-p).
 #pragma once
 
 #include <cstdint>

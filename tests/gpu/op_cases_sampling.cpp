@@ -26,13 +26,15 @@ ops::SampleRow row_params(int64_t i, int64_t logit_rows, int64_t v, int32_t hist
   r.logit_row = int32_t(i % logit_rows);
   r.stream = 1000 + uint64_t(i / 3);
   r.position = 17 + i;
-  const int kind = int(i % 8);
-  const float temps[] = {0.0f, 1.0f, 0.6f, 1.3f, 0.8f, 1.0f, 0.0f, 0.7f};
+  // Kinds 0, 5, 8 and 9 are plain rows (the CUDA sampler's one-read path) unless banned.
+  const int kind = int(i % 10);
+  const float temps[] = {0.0f, 1.0f, 0.6f, 1.3f, 0.8f, 1.0f, 0.0f, 0.7f, 0.8f, 1.3f};
   r.temperature = temps[kind];
   if (kind == 1 || kind == 4) r.top_k = kind == 1 ? 50 : 1;
   if (kind == 5) r.top_k = int32_t(v + 5);  // >= V: off
   if (kind == 2 || kind == 4 || kind == 7) r.top_p = kind == 2 ? 0.9f : 0.5f;
   if (kind == 3 || kind == 7) r.min_p = 0.05f;
+  if (kind == 8) r.min_p = 0.1f;  // plain with min-p: the two-read path
   if (kind == 6 || kind == 7 || kind == 3) {
     r.repetition_penalty = 1.3f;
     r.history_begin = 0;

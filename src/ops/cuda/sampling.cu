@@ -133,10 +133,8 @@ __device__ uint32_t radix_select(const float* l, int64_t v, uint32_t floor_key,
 
 // (kThreads, 1): a 1024-thread block is alone on its SM anyway; without the minimum ptxas
 // capped the kernel at 32 registers and spilled.
-// A row without penalties, bans, top-k or top-p (GRPO's and the benchmarks' rows) in two reads
-// of its logits and no working copy: the max, then the raw normalizer, the greedy argmax and
-// the Gumbel pick together. The same arithmetic as the general path (max_i x_i / T equals
-// max_i (x_i / T) for T > 0: the division is monotonic), so the same token and logprob.
+// A row without penalties, bans, top-k or top-p (GRPO's and the benchmarks' rows) reads its
+// logits without a working copy: sample_plain.
 __device__ bool plain_row(const ops::SampleRow& r, int64_t v) {
   return r.repetition_penalty == 1.0f && r.banned_begin == r.banned_end &&
          !(r.top_k > 0 && r.top_k < v) && !(r.top_p < 1.0f);
@@ -170,34 +168,51 @@ __device__ __forceinline__ void for_each_logit(const float* x, int64_t v, F&& f)
   for (int64_t i = 4 * n4 + tid; i < v; i += kThreads) f(x[i], i);
 }
 
+// A plain row (plain_row). Without min-p, in one read of its logits: the greedy argmax (the
+// running max and its first index), the raw normalizer as an online sum (each thread's sum of
+// exp(x - its running max), rescaled when the max rises, merged at the max of the row) and the
+// Gumbel pick, which needs no max. The same token as the general path (the pick and the argmax
+// compare the same values); the logprob's normalizer differs from the general path's sum of
+// exp(x - max) by fp32 rounding only. With min-p the pick needs the tempered max first: the max,
+// then the rest (two reads).
 __device__ void sample_plain(const ops::SampleRow& r, const float* x, int64_t v, Shared& sh,
                              float& m_raw, float& log_raw, int& token) {
-  m_raw = -INFINITY;
-  for_each_logit(x, v, [&](float xi, int64_t) { m_raw = fmaxf(m_raw, xi); });
-  m_raw = block_max_any(m_raw, sh);
-  const bool sampled = r.temperature != 0.0f && m_raw > -INFINITY;
-  const float m = m_raw / r.temperature;  // max of the tempered logits (when sampled)
+  const bool two_reads = r.min_p > 0.0f && r.temperature != 0.0f;
+  float m = -INFINITY;  // the max of the tempered logits, when two_reads
+  if (two_reads) {
+    float mx = -INFINITY;
+    for_each_logit(x, v, [&](float xi, int64_t) { mx = fmaxf(mx, xi); });
+    m = block_max_any(mx, sh) / r.temperature;
+  }
   const uint64_t mixed = splitmix64(rng_key(r.stream, uint64_t(r.position)));
   // x / 1 is x in IEEE arithmetic: temperature 1 (GRPO's default) skips the divisions.
   const bool unit_temperature = r.temperature == 1.0f;
-  float s_raw = 0.0f;
-  Best greedy{-INFINITY, kNone}, pick{-INFINITY, kNone};
+  const bool draw = r.temperature != 0.0f;
+  float mt = -INFINITY, st = 0.0f;  // this thread's max and sum of exp(x - mt)
+  int gi = kNone;                   // the first index of mt
+  Best pick{-INFINITY, kNone};
   for_each_logit(x, v, [&](float xi, int64_t i) {
-    s_raw += expf(xi - m_raw);
-    const Best c{xi, int(i)};
-    if (better(c, greedy)) greedy = c;
-    if (!sampled) return;
+    if (xi > mt) {  // indices rise along a thread's share: the first of equal maxima stays
+      st = st * expf(mt - xi) + 1.0f;  // 0 * exp(-inf) = 0 on the first finite one
+      mt = xi;
+      gi = int(i);
+    } else if (xi > -INFINITY) {
+      st += expf(xi - mt);
+    }
+    if (!draw) return;
     const float l = unit_temperature ? xi : xi / r.temperature;
     if (!(l > -INFINITY)) return;
-    if (r.min_p > 0.0f && !(expf(l - m) >= r.min_p)) return;
+    if (two_reads && !(expf(l - m) >= r.min_p)) return;
     const float g = -logf(-logf(uniform01_mixed(mixed, uint64_t(i))));
     const Best p{l + g, int(i)};
     if (better(p, pick)) pick = p;
   });
-  log_raw = logf(block_sum_f(s_raw, sh));
-  greedy = block_best(greedy, sh);
-  token = greedy.i;
-  if (sampled) {
+  const Best greedy = block_best(Best{mt, gi}, sh);
+  m_raw = greedy.v;
+  log_raw = logf(block_sum_f(st > 0.0f ? st * expf(mt - m_raw) : 0.0f, sh));
+  // A row of -inf only: the general path's argmax is its first index.
+  token = greedy.i != kNone ? greedy.i : 0;
+  if (draw && m_raw > -INFINITY) {
     pick = block_best(pick, sh);
     if (pick.i != kNone) token = pick.i;
   }
