@@ -183,13 +183,12 @@ void run_bench_generate(const BenchGenerateOptions& o) {
       {"note", device == Device::cpu
                    ? "device_step_seconds: the forward's time (the CPU runs each step when it "
                      "is prepared, so the host's work adds to it)"
-               : async
-                   ? "device_step_seconds: CUDA events around each step's device work; the "
-                     "host plans step k+1 while step k runs, so its host_seconds overlap the "
-                     "device's and the device idles for device_idle_fraction of the run"
-                   : "device_step_seconds: CUDA events around each step's device work; the "
-                     "engine prepares step k+1 after step k (--no-async-scheduling): the "
-                     "device idles while the host works"}};
+               : async ? "device_step_seconds: CUDA events around each step's device work; the "
+                         "host plans step k+1 while step k runs, so its host_seconds overlap the "
+                         "device's and the device idles for device_idle_fraction of the run"
+                       : "device_step_seconds: CUDA events around each step's device work; the "
+                         "engine prepares step k+1 after step k (--no-async-scheduling): the "
+                         "device idles while the host works"}};
   result["decode_step"] = {{"bytes", step_bytes},
                            {"weights_bytes", model.device_bytes()},
                            {"kv_bytes_at_mean_context", double(seqs) * mean_context * kv_token},
