@@ -32,7 +32,15 @@ struct Activations {
 // output tiles for the halves to run side by side (ops/cuda/linear.cpp).
 constexpr int64_t kSplitSumMaxTokens = 256;
 
-Activations alloc_activations(Context& ctx, const ModelConfig& c, int64_t t) {
+// A model none of whose o_proj and down_proj is FP8 never leaves K-half sums (project()).
+bool any_splittable(const Model& m) {
+  for (const LayerWeights& l : m.layers)
+    if (l.o.is_fp8() || l.down.is_fp8()) return true;
+  return false;
+}
+
+Activations alloc_activations(Context& ctx, const Model& m, int64_t t) {
+  const ModelConfig& c = m.config();
   const DType dt = ctx.activation_dtype();
   Activations s;
   s.x = ops::scratch_alloc(ctx, {t, c.hidden_size}, dt);
@@ -42,7 +50,7 @@ Activations alloc_activations(Context& ctx, const ModelConfig& c, int64_t t) {
   s.v = ops::scratch_alloc(ctx, {t, c.kv_dim()}, dt);
   s.attn = ops::scratch_alloc(ctx, {t, c.q_dim()}, dt);
   s.proj = ops::scratch_alloc(ctx, {t, c.hidden_size}, dt);
-  if (ctx.device == Device::cuda && t <= kSplitSumMaxTokens)
+  if (ctx.device == Device::cuda && t <= kSplitSumMaxTokens && any_splittable(m))
     s.proj_parts = ops::scratch_alloc(ctx, {2, t, c.hidden_size}, DType::f32);
   s.gate = ops::scratch_alloc(ctx, {t, c.intermediate_size}, dt);
   s.up = ops::scratch_alloc(ctx, {t, c.intermediate_size}, dt);
@@ -476,7 +484,7 @@ void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& st
   }
 
   ops::ScratchScope scope(ctx);
-  const Activations s = alloc_activations(ctx, c, t);
+  const Activations s = alloc_activations(ctx, m, t);
   const float eps = float(c.rms_norm_eps);
   ops::embedding(ctx, step.ids, m.embed, float(c.embedding_scale), s.x);
   // The normed input of the next block's linears. Each residual add is fused with the norm
