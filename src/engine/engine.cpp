@@ -81,9 +81,9 @@ struct InFlight {
   bool want_processed = false;
   int half = 0;            // which half of the double-buffered host staging it uses
   bool committed = false;  // commit() ran
-  // Per sampled row, once committed: the sequence (fork samples resolved), request, sample.
+  // Per sampled row, once committed: the sequence (fork samples resolved; Impl::owner names its
+  // request and sample) and what its token does.
   std::vector<int64_t> row_seq;
-  std::vector<std::pair<int64_t, int32_t>> row_owner;
   std::vector<RowState> row_state;
   std::unordered_map<int64_t, int32_t> row_of_seq;  // pending sequences' rows
 };
@@ -278,6 +278,21 @@ void Engine::Impl::hold_region() {
   ++stats.region_takebacks;
 }
 
+namespace {
+// Where one of sample_outputs' views starts in out_buf, in i32 words (tokens come first).
+int64_t word_offset(const ops::SampleOutput& out, const TensorView& v) {
+  return static_cast<const int32_t*>(v.data) - static_cast<const int32_t*>(out.tokens.data);
+}
+// The i32 words of out_buf that sample_outputs' views span.
+int64_t words_spanned(const ops::SampleOutput& out) {
+  int64_t end = 0;
+  for (const TensorView* v :
+       {&out.tokens, &out.logprobs, &out.processed_logprobs, &out.top_ids, &out.top_logprobs})
+    if (!v->empty()) end = std::max(end, word_offset(out, *v) + v->numel());
+  return end;
+}
+}  // namespace
+
 ops::SampleOutput Engine::Impl::sample_outputs(int64_t n, int top_k, bool processed) const {
   ops::SampleOutput out;
   size_t off = 0;
@@ -286,7 +301,7 @@ ops::SampleOutput Engine::Impl::sample_outputs(int64_t n, int top_k, bool proces
     off += size_t(shape.numel()) * 4;
     return v;
   };
-  out.tokens = take({n}, DType::i32);  // first, then the logprobs: execute() reads both at once
+  out.tokens = take({n}, DType::i32);  // first: word_offset and words_spanned count from it
   out.logprobs = take({n}, DType::f32);
   if (processed) out.processed_logprobs = take({n}, DType::f32);
   if (top_k > 0) {
@@ -453,7 +468,7 @@ InFlight Engine::Impl::launch(StepPlan plan, const StepRows& sr, const InFlight*
   if (ctx.device == Device::cpu) stats.seconds_device += seconds_since(t0);
   // Only the sampled ids and the requested logprobs come back: the outputs lie one after the
   // other in out_buf (sample_outputs), one transfer brings them all.
-  const int64_t words = rows_n * (2 + (sr.want_processed ? 1 : 0) + 2 * sr.top_k);
+  const int64_t words = words_spanned(out);
   if (words > 0)
     ops::copy_to_host_async(ctx, out_buf.view({words}, DType::i32),
                             returned_host[h].view({words}, DType::i32));
@@ -527,9 +542,9 @@ void Engine::Impl::commit(InFlight& f, bool ahead) {
   ++stats.steps;
   for (const ScheduledChunk& ch : f.plan.chunks) {
     if (!ch.needs_logits()) continue;
-    const auto [req_index, sample0] = owner.at(ch.seq);
     std::vector<int64_t> ids{ch.seq};
     if (ch.num_samples > 1) {
+      const int64_t req_index = owner.at(ch.seq).first;
       ids = sched->fork(ch.seq, ch.num_samples);
       for (int32_t k = 0; k < ch.num_samples; ++k) owner[ids[size_t(k)]] = {req_index, k};
     }
@@ -551,7 +566,6 @@ void Engine::Impl::commit(InFlight& f, bool ahead) {
         }
       }
       f.row_seq.push_back(seq);
-      f.row_owner.push_back({req_index, ch.num_samples > 1 ? int32_t(k) : sample0});
       f.row_state.push_back(state);
     }
   }
@@ -574,17 +588,18 @@ void Engine::Impl::collect(InFlight& f, std::vector<RequestState>& states,
     stats.seconds_device += step_end[size_t(h)].seconds_since(step_begin[size_t(h)]);
   t0 = Clock::now();
   if (!f.committed) commit(f, false);
-  // The results as sample_outputs laid them out for rows_padded rows.
+  // The results where sample_outputs laid them out in out_buf, at the same offsets here.
+  const ops::SampleOutput out = sample_outputs(f.rows_padded, f.top_k, f.want_processed);
   const int32_t* back = static_cast<const int32_t*>(returned_host[h].data());
-  const int64_t r = f.rows_padded;
-  const int32_t* tokens = back;
-  const float* logprobs = reinterpret_cast<const float*>(back + r);
-  const float* processed = reinterpret_cast<const float*>(back + 2 * r);
-  const int32_t* top_ids = back + (f.want_processed ? 3 : 2) * r;
-  const float* top_lps = reinterpret_cast<const float*>(top_ids + r * f.top_k);
+  auto at = [&](const TensorView& v) { return v.empty() ? nullptr : back + word_offset(out, v); };
+  const int32_t* tokens = at(out.tokens);
+  const float* logprobs = reinterpret_cast<const float*>(at(out.logprobs));
+  const float* processed = reinterpret_cast<const float*>(at(out.processed_logprobs));
+  const int32_t* top_ids = at(out.top_ids);
+  const float* top_lps = reinterpret_cast<const float*>(at(out.top_logprobs));
   for (int64_t i = 0; i < f.rows; ++i) {
     if (f.row_state[size_t(i)] == RowState::dropped) continue;
-    const auto [req_index, sample] = f.row_owner[size_t(i)];
+    const auto [req_index, sample] = owner.at(f.row_seq[size_t(i)]);
     on_token(states[size_t(req_index)], sample, f.row_seq[size_t(i)], f.row_state[size_t(i)],
              tokens[i], logprobs[i], f.want_processed ? processed[i] : 0.0f,
              f.top_k > 0 ? top_ids + i * f.top_k : nullptr,

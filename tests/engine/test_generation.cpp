@@ -280,8 +280,23 @@ TEST_P(Scheduling, AsyncEqualsSync) {
   std::vector<GenerationRequest> reqs = mixed_requests();
   const auto ref = run(reqs, small_options(), false);
   EngineStats st;
-  expect_identical(run(reqs, small_options(), true, &st), ref, "async");
+  const auto async_out = run(reqs, small_options(), true, &st);
+  expect_identical(async_out, ref, "async");
   EXPECT_GT(st.steps_planned_ahead, 0);
+  // The results come back from one block of the sampler's outputs: a token among its row's top
+  // logprobs (request 5 asks for 3) has exactly that logprob, and none exceeds the top one.
+  int found = 0;
+  for (const CompletionOutput& c : async_out[5].completions)
+    for (size_t t = 0; t < c.ids.size(); ++t) {
+      ASSERT_EQ(c.top_logprobs[t].size(), 3u);
+      EXPECT_LE(c.logprobs[t], c.top_logprobs[t][0].second);
+      for (const auto& [id, lp] : c.top_logprobs[t])
+        if (id == c.ids[t]) {
+          EXPECT_EQ(lp, c.logprobs[t]);
+          ++found;
+        }
+    }
+  EXPECT_GT(found, 0) << "no sampled token among its top logprobs: the check compared nothing";
   EngineOptions chunked = small_options();
   chunked.max_num_batched_tokens = 7;
   expect_identical(run(reqs, chunked, true), ref, "async, chunked prefill");

@@ -67,9 +67,9 @@ double max_abs(const Tensor& t) {
   return m;
 }
 
-// The bound of tests/tolerances.h for CUDA logits of this scheme: kCudaBf16Logits, and for
-// FP8 cuda_fp8_logits_bound of the measured FP8 effect on the same prompts (CPU fp8 vs fp32).
-void greedy_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Scheme> scheme) {
+// The goldens' prompts of `arch` as greedy requests of 12 tokens (eos ignored) with the top-2
+// logprobs, whose gap tells a near-tie.
+std::vector<GenerationRequest> golden_greedy_requests(const std::string& arch) {
   std::ifstream f(g_data + "/goldens/" + arch + "/generate.json");
   const nlohmann::json g = nlohmann::json::parse(f);
   std::vector<GenerationRequest> reqs;
@@ -82,6 +82,13 @@ void greedy_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Sche
     r.params.logprobs = 2;  // the reference's top-2 gap
     reqs.push_back(r);
   }
+  return reqs;
+}
+
+// The bound of tests/tolerances.h for CUDA logits of this scheme: kCudaBf16Logits, and for
+// FP8 cuda_fp8_logits_bound of the measured FP8 effect on the same prompts (CPU fp8 vs fp32).
+void greedy_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Scheme> scheme) {
+  std::vector<GenerationRequest> reqs = golden_greedy_requests(arch);
   LoadOptions lo;
   lo.fp8 = scheme;
   const Model cpu_model = Model::load(g_data + "/goldens/" + arch, lo);
@@ -139,18 +146,7 @@ void greedy_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Sche
 // bound). The CUDA run must have planned steps ahead and dropped rows.
 void async_stop_case(CudaDevice& dev) {
   const std::string arch = "qwen3";
-  std::ifstream f(g_data + "/goldens/" + arch + "/generate.json");
-  const nlohmann::json g = nlohmann::json::parse(f);
-  std::vector<GenerationRequest> reqs;
-  for (const auto& p : g["prompts"]) {
-    GenerationRequest r;
-    r.prompt_ids = p["prompt_ids"].get<std::vector<int32_t>>();
-    r.params.temperature = 0;
-    r.params.max_tokens = 12;
-    r.params.ignore_eos = true;
-    r.params.logprobs = 2;
-    reqs.push_back(r);
-  }
+  std::vector<GenerationRequest> reqs = golden_greedy_requests(arch);
   const Model cpu_model = Model::load(g_data + "/goldens/" + arch);
   Model gpu_model = Model::load(g_data + "/goldens/" + arch);
   Context gpu = dev.context();
@@ -183,16 +179,18 @@ void async_stop_case(CudaDevice& dev) {
     near_tie += tie;
     if (!tie) {
       ok = false;
-      std::printf("  prompt %zu: %zu tokens (%s) on CUDA vs %zu (%s) on the CPU, first "
-                  "difference at %zu\n",
-                  i, b.ids.size(), finish_reason_name(b.finish), a.ids.size(),
-                  finish_reason_name(a.finish), t);
+      std::printf(
+          "  prompt %zu: %zu tokens (%s) on CUDA vs %zu (%s) on the CPU, first "
+          "difference at %zu\n",
+          i, b.ids.size(), finish_reason_name(b.finish), a.ids.size(), finish_reason_name(a.finish),
+          t);
     }
   }
-  std::printf("%-4s generate async stops %s: %d prompts equal, %d diverged at a near-tie, "
-              "steps planned ahead %lld, rows dropped %lld\n",
-              ok ? "PASS" : "FAIL", arch.c_str(), equal, near_tie,
-              (long long)got.stats.steps_planned_ahead, (long long)got.stats.rows_dropped);
+  std::printf(
+      "%-4s generate async stops %s: %d prompts equal, %d diverged at a near-tie, "
+      "steps planned ahead %lld, rows dropped %lld\n",
+      ok ? "PASS" : "FAIL", arch.c_str(), equal, near_tie, (long long)got.stats.steps_planned_ahead,
+      (long long)got.stats.rows_dropped);
   if (!ok) ++g_failures;
 }
 
