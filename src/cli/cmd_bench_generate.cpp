@@ -40,6 +40,7 @@ struct BenchGenerateOptions {
   double kv_memory_gib = 0;
   uint64_t seed = 0;
   bool shared_prefix = true;
+  int64_t shared_prefix_min_tokens = -1;  // -1: EngineOptions' default
   bool stacked_qkv = true;
   bool async_scheduling = true;
   CudaDeviceOptions cuda;  // the controls of add_cuda_control_flags
@@ -120,6 +121,7 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   eo.max_num_batched_tokens = o.max_num_batched_tokens;
   eo.seed = o.seed;
   eo.shared_prefix_attention = o.shared_prefix;
+  if (o.shared_prefix_min_tokens >= 0) eo.shared_prefix_min_tokens = o.shared_prefix_min_tokens;
   // The engine's default (on for CUDA, off for the CPU) unless turned off.
   if (!o.async_scheduling) eo.async_scheduling = false;
   auto engine_ptr = std::make_unique<Engine>(ctx, model, nullptr, std::vector<int32_t>{}, eo);
@@ -203,6 +205,7 @@ void run_bench_generate(const BenchGenerateOptions& o) {
                   {"prefix_hit_tokens", s.prefix_hit_tokens - before.prefix_hit_tokens},
                   {"preemptions", s.preemptions - before.preemptions}};
   result["shared_prefix"] = {
+      {"min_tokens", eo.shared_prefix_min_tokens},
       {"steps", s.shared_prefix_steps - before.shared_prefix_steps},
       {"grouped_sequence_steps", s.shared_prefix_seq_steps - before.shared_prefix_seq_steps}};
   result["scratch_plan_bytes"] = s.scratch_bytes;
@@ -263,6 +266,10 @@ void add_bench_generate_command(CLI::App& bench) {
   c->add_flag("!--no-shared-prefix", o->shared_prefix,
               "Decode without the shared-prefix attention path (each sample reads its "
               "prompt's KV itself), to measure that path's gain");
+  c->add_option("--shared-prefix-min-tokens", o->shared_prefix_min_tokens,
+                "Shortest prompt whose samples decode on the shared-prefix path (default: the "
+                "engine's)")
+      ->check(CLI::NonNegativeNumber);
   c->add_flag("!--no-stacked-qkv", o->stacked_qkv,
               "Random weights with q, k and v in buffers of their own (three GEMMs instead of "
               "one), to measure the stacked projection's gain");

@@ -310,6 +310,18 @@ TEST(CliBench, GrpoDeviceControls) {
   EXPECT_NE(off.output.find("\"concurrent_linears\": false"), std::string::npos) << off.output;
 }
 
+// bench generate's shared-prefix threshold reaches the engine (JSON shared_prefix.min_tokens);
+// a negative one is refused.
+TEST(CliBench, GenerateSharedPrefixMinTokens) {
+  const std::string base = "bench generate --model " + kQwen3 +
+                           " --device cpu --fp8 off --prompts 1 --n 2 --prompt-tokens 4 "
+                           "--max-tokens 2";
+  const Result r = run(base + " --shared-prefix-min-tokens 48");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"min_tokens\": 48"), std::string::npos) << r.output;
+  expect_error(base + " --shared-prefix-min-tokens -1", "shared-prefix-min-tokens");
+}
+
 // merge: the f32 merged checkpoint's logits are PEFT's unmerged adapter logits; --fp8 row
 // writes a compressed-tensors checkpoint that runs as FP8; every bad input leaves no output.
 TEST(CliMerge, MergedLogitsArePeftsAndBadInputIsRefused) {

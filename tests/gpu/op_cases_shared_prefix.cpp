@@ -2,7 +2,8 @@
 //
 // Two groups of `members` decode sequences, each group over one shared prefix of
 // `prefix_blocks` physical blocks (stored once, as the engine's forked samples hold them) and
-// every member with a private suffix of its own length (1 to 90 tokens in blocks of its own),
+// every member with a private suffix of its own length (1 to 90 tokens in blocks of its own;
+// the last member's 601-602, two chunks),
 // interleaved with two unrelated sequences; blocks in a fixed shuffled order, unused slots NaN.
 // The reference is the exact CPU paged attention over the same tables (the CPU ignores the
 // description: the math is the same keys in another chunking). Checks: the shared path with
@@ -71,7 +72,8 @@ void paged_shared_prefix_case(Harness& h, Outcome& o, int64_t members, int64_t p
   };
   std::vector<Seq> seqs{{-1, 700}};
   for (int64_t i = 0; i < members; ++i)
-    for (int64_t g = 0; g < kGroups; ++g) seqs.push_back({g, prefix + 1 + (37 * i + 11 * g) % 90});
+    for (int64_t g = 0; g < kGroups; ++g)  // the last members: two chunks of their own
+      seqs.push_back({g, prefix + 1 + (i + 1 == members ? 600 + g : (37 * i + 11 * g) % 90)});
   seqs.push_back({-1, 33});
   const int64_t n_seqs = int64_t(seqs.size());
   std::vector<std::vector<int32_t>> groups(kGroups);

@@ -228,7 +228,9 @@ std::vector<OpCase> perf_cases() {
   for (auto [ctx, kOwn] : {std::pair<int64_t, int64_t>{1024, 128},
                            {4096, 128},
                            {160, 32},
+                           {256, 128},
                            {384, 256},
+                           {640, 512},
                            {512, 256},
                            {768, 256}})
     for (const char* variant : {"mma", "cuda-cores", "off", "off-cuda-cores"})

@@ -15,11 +15,12 @@
 // of the row, so a row's result is the same whatever else is in the batch.
 //
 // Shared prefixes (the n samples of a GRPO prompt decode over the same physical prompt blocks):
-// a block per (prefix chunk, kv head, batch of a group's members) reads each K/V tile of the
-// shared keys once for all the batch's (member, head) rows: the prefill kernel's tile loop on
-// mma.sync for up to 64 rows (paged_decode_prefix_mma_kernel), or this file's CUDA-core loop
-// for up to kPrefixRows (paged_decode_prefix_kernel). The per-sequence kernel then covers only
-// the keys after the prefix, and the combine merges the prefix chunks, then the sequence's own.
+// a block per (prefix chunk, kv head, group) reads each K/V tile of the shared keys once for
+// all the (member, head) rows of a batch of the group's members: the prefill kernel's tile
+// loop on mma.sync for up to 64 rows (paged_decode_prefix_mma_kernel), or this file's
+// CUDA-core loop for up to kPrefixRows (paged_decode_prefix_kernel). The per-sequence kernel
+// covers only the keys after the prefix, and the combine merges the prefix chunks, then the
+// sequence's own.
 // Such a row's result depends on its group's prefix length (another chunking of its keys),
 // not on the other members' queries.
 #include "ops/cuda/attention_common.cuh"
@@ -287,47 +288,51 @@ __global__ void __launch_bounds__(kDecodeThreads, G >= 16 ? 1 : 4)
                       r.slots == 1, r.slot0 + split, slots, part_o, part_ml);
 }
 
-// The batch of up to `per` members of a prefix group that starts at member position z (of
-// prefix_members), if one does: its group g (a binary search over prefix_cu_members) and its
-// end. Positions past the last member, or inside a batch, start none.
-__device__ __forceinline__ bool prefix_batch(const AttentionArgs& a, int z, int per, int& g,
-                                             int& end) {
-  const int32_t* cu = a.prefix_cu_members;
-  if (z >= cu[a.prefix_groups]) return false;
-  int hi = int(a.prefix_groups);  // g: the last group with cu[g] <= z, z's group
-  g = 0;
-  while (hi - g > 1) {
-    const int mid = (g + hi) / 2;
-    if (cu[mid] <= z)
-      g = mid;
-    else
-      hi = mid;
-  }
-  if ((z - cu[g]) % per != 0) return false;
-  end = min(int(cu[g + 1]), z + per);
-  return true;
+// Prefix group g of a block (blockIdx.z: the grid runs over the groups' capacity): its members
+// [begin, stop) of prefix_members and chunk `split` of its prefix, keys [k0, k1); false for an
+// empty group or a chunk past the prefix. The block then takes the members in batches of `per`.
+struct PrefixChunk {
+  int begin, stop, len, chunk, k0, k1;
+};
+__device__ __forceinline__ bool prefix_chunk(const AttentionArgs& a, int g, int split,
+                                             PrefixChunk& c) {
+  c.begin = a.prefix_cu_members[g];
+  c.stop = a.prefix_cu_members[g + 1];
+  c.len = a.prefix_lens[g];
+  if (c.begin >= c.stop || c.len <= 0) return false;
+  c.chunk = decode_chunk(c.len, kPrefixMaxSplits);
+  c.k0 = split * c.chunk;
+  c.k1 = min(c.k0 + c.chunk, c.len);
+  return c.k0 < c.k1;
 }
 
-// Block (chunk, kv head, z): the batch of G / group members that member position z starts
-// (prefix_batch; the grid's z covers every position, the others return at once), the keys of
-// chunk `split` of its group's prefix, read through the batch's first member's table (the
-// host groups only members whose tables hold the same blocks there). CUDA cores, as the
-// decode kernel (Capabilities::shared_prefix_mma off).
+// Block (chunk, kv head, group): the keys of chunk `split` of the group's prefix for its
+// members in batches of G / group, read through the batch's first member's table (the host
+// groups only members whose tables hold the same blocks there). CUDA cores, as the decode
+// kernel (Capabilities::shared_prefix_mma off).
 template <int D, int G>
 __global__ void __launch_bounds__(kDecodeThreads, 1)
     paged_decode_prefix_kernel(const AttentionArgs a, int slots, float* part_o, float* part_ml) {
-  const int split = int(blockIdx.x), kvh = int(blockIdx.y), first = int(blockIdx.z);
-  const int group = int(a.hq / a.hkv);
-  int g = 0, end = 0;
-  if (!prefix_batch(a, first, G / group, g, end)) return;
-  const int len = a.prefix_lens[g];
-  if (len <= 0) return;
-  const int chunk = decode_chunk(len, kPrefixMaxSplits);
-  const int k0 = split * chunk, k1 = min(k0 + chunk, len);
-  if (k0 >= k1) return;
-  const MemberRows rows{a.cu_q, a.prefix_members + first, a.hq, group, kvh, (end - first) * group};
-  const int32_t* table = a.block_tables + int64_t(a.prefix_members[first]) * a.table_stride;
-  decode_attend<D, G>(a, rows, kvh, table, k0, k1, false, split, slots, part_o, part_ml);
+  const int split = int(blockIdx.x), kvh = int(blockIdx.y);
+  const int group = int(a.hq / a.hkv), per = G / group;
+  // The loop's state lives in shared memory: decode_attend at G = 32 takes every register.
+  __shared__ PrefixChunk c;
+  __shared__ int first;
+  if (threadIdx.x == 0) {
+    if (!prefix_chunk(a, int(blockIdx.z), split, c)) c.begin = c.stop = 0;
+    first = c.begin;
+  }
+  __syncthreads();
+  while (first < c.stop) {
+    const int end = min(c.stop, first + per);
+    const MemberRows rows{a.cu_q, a.prefix_members + first, a.hq, group,
+                          kvh,    (end - first) * group};
+    const int32_t* table = a.block_tables + int64_t(a.prefix_members[first]) * a.table_stride;
+    decode_attend<D, G>(a, rows, kvh, table, c.k0, c.k1, false, split, slots, part_o, part_ml);
+    __syncthreads();  // every thread has read `first`; the batch is done with shared memory
+    if (threadIdx.x == 0) first += per;
+    __syncthreads();
+  }
 }
 
 // The prefix kernel on the tensor cores (Capabilities::shared_prefix_mma): the same blocks as
@@ -348,22 +353,16 @@ struct PrefixMmaCfg {
   static constexpr int kSmemBytes = (kAttnRows + 4 * BC) * kLd * 2;  // Q + 2 stages of K and V
 };
 
+// One batch of the group's members, [first, end), of the chunk c.
 template <int D, int BC>
-__global__ void __launch_bounds__(kAttnThreads)
-    paged_decode_prefix_mma_kernel(const AttentionArgs a, int slots, float* part_o,
-                                   float* part_ml) {
+__device__ __forceinline__ void prefix_mma_batch(const AttentionArgs& a, int slots, float* part_o,
+                                                 float* part_ml, int split, int kvh,
+                                                 const PrefixChunk& c, int first, int end) {
   constexpr int kLd = PrefixMmaCfg<D, BC>::kLd, kChunks = D / 8;
   constexpr bool kQInRegs = D <= 128;
   constexpr float kLog2e = 1.4426950408889634f;
-  const int split = int(blockIdx.x), kvh = int(blockIdx.y), first = int(blockIdx.z);
   const int group = int(a.hq / a.hkv);
-  int grp = 0, end = 0;
-  if (!prefix_batch(a, first, kAttnRows / group, grp, end)) return;
-  const int len = a.prefix_lens[grp];
-  if (len <= 0) return;
-  const int chunk = decode_chunk(len, kPrefixMaxSplits);  // a multiple of BC
-  const int k0 = split * chunk, k1 = min(k0 + chunk, len);
-  if (k0 >= k1) return;
+  const int k0 = c.k0, k1 = c.k1;  // a chunk is a multiple of BC keys
   const int count = (end - first) * group;
   const MemberRows rows{a.cu_q, a.prefix_members + first, a.hq, group, kvh, count};
   const int32_t* table = a.block_tables + int64_t(a.prefix_members[first]) * a.table_stride;
@@ -487,15 +486,35 @@ __global__ void __launch_bounds__(kAttnThreads)
   }
 }
 
+// Block (chunk, kv head, group), the group's members in batches of kAttnRows / group rows.
+template <int D, int BC>
+__global__ void __launch_bounds__(kAttnThreads)
+    paged_decode_prefix_mma_kernel(const AttentionArgs a, int slots, float* part_o,
+                                   float* part_ml) {
+  const int split = int(blockIdx.x), kvh = int(blockIdx.y);
+  const int per = kAttnRows / int(a.hq / a.hkv);
+  PrefixChunk c;
+  if (!prefix_chunk(a, int(blockIdx.z), split, c)) return;
+  for (int first = c.begin; first < c.stop; first += per) {
+    if (first > c.begin) __syncthreads();  // the last batch is done with shared memory
+    prefix_mma_batch<D, BC>(a, slots, part_o, part_ml, split, kvh, c, first,
+                            min(c.stop, first + per));
+  }
+}
+
 // out = sum_i 2^(m_i - M) o_i / sum_i 2^(m_i - M) l_i over the chunks i in slot order (a
-// shared prefix's chunks first), for rows of more than one chunk. Block (head, sequence),
-// threads over the D columns.
-__global__ void __launch_bounds__(kDecodeThreads)
+// shared prefix's chunks first), for rows of more than one chunk. Block (kCombineHeads heads,
+// sequence): a warp per head, lanes over the D
+// columns (4.5-9 us a layer less than a block per (head, sequence) with threads over D at bench
+// generate's shapes, docs/PERFORMANCE.md).
+constexpr int kCombineHeads = 4;
+__global__ void __launch_bounds__(kCombineHeads* kWarp)
     paged_decode_combine_kernel(const AttentionArgs a, int slots, const float* part_o,
                                 const float* part_ml) {
-  const int h = int(blockIdx.x), seq = int(blockIdx.y), tid = int(threadIdx.x);
+  const int seq = int(blockIdx.y), tid = int(threadIdx.x);
+  const int lane = tid % kWarp, h = int(blockIdx.x) * int(blockDim.x / kWarp) + tid / kWarp;
   DecodeRow r;
-  if (!decode_row(a, seq, r) || r.slots == 1) return;
+  if (h >= int(a.hq) || !decode_row(a, seq, r) || r.slots == 1) return;
   const int64_t head = int64_t(r.row) * a.hq + h;
   const float* ml = part_ml + head * slots * 2;
   float mx = -INFINITY;
@@ -505,7 +524,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
   const float* po = part_o + head * slots * a.d;
   float amax = 0.0f;
-  for (int d = tid; d < int(a.d); d += kDecodeThreads) {
+  for (int d = lane; d < int(a.d); d += kWarp) {
     float acc = 0.0f;
     for (int i = 0; i < r.slots; ++i) acc += exp2f(ml[2 * i] - mx) * po[i * a.d + d];
     const bf16 v = __float2bfloat16_rn(acc * inv);
@@ -514,7 +533,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   }
   if (a.amax != nullptr) {
     amax = warp_max(amax);
-    if (tid % kWarp == 0) atomic_max_nonneg(a.amax, amax);
+    if (lane == 0) atomic_max_nonneg(a.amax, amax);
   }
 }
 
@@ -601,27 +620,29 @@ void launch_decode_g(const AttentionArgs& a, int max_splits, int slots, float* p
 }
 
 template <int D>
-void launch_decode(const AttentionArgs& a, int max_splits, int slots, bool tensor_cores,
-                   bool decode_mma, float* part_o, float* part_ml, cudaStream_t s) {
-  static_assert(kPagedDecodeMaxGroup == 16, "the group buckets below");
+void launch_prefix(const AttentionArgs& a, int max_splits, int slots, bool tensor_cores,
+                   float* part_o, float* part_ml, cudaStream_t s) {
   static_assert(kPrefixRows >= kPagedDecodeMaxGroup && kAttnRows >= kPagedDecodeMaxGroup,
                 "a prefix batch holds a whole group");
-  const int64_t group = a.hq / a.hkv;
-  if (a.prefix_len_of_seq != nullptr && a.prefix_groups > 0) {
-    // The grid's z runs over the member positions (at most S); batch starts work.
-    const int prefix_splits = max_splits < kPrefixMaxSplits ? max_splits : kPrefixMaxSplits;
-    const dim3 grid(unsigned(prefix_splits), unsigned(a.hkv), unsigned(a.num_seqs));
-    if (tensor_cores) {
-      constexpr int BC = prefix_tile(D);
-      paged_decode_prefix_mma_kernel<D, BC>
-          <<<grid, kAttnThreads, PrefixMmaCfg<D, BC>::kSmemBytes, s>>>(a, slots, part_o, part_ml);
-    } else {
-      paged_decode_prefix_kernel<D, kPrefixRows>
-          <<<grid, kDecodeThreads, DecodeCfg<D, kPrefixRows>::kSmemBytes, s>>>(a, slots, part_o,
-                                                                               part_ml);
-    }
-    FP8RL_LAUNCH_CHECK("paged_decode_prefix");
+  // The grid's z runs over the groups' capacity; empty groups return at once.
+  const int prefix_splits = max_splits < kPrefixMaxSplits ? max_splits : kPrefixMaxSplits;
+  const dim3 grid(unsigned(prefix_splits), unsigned(a.hkv), unsigned(a.prefix_groups));
+  if (tensor_cores) {
+    constexpr int BC = prefix_tile(D);
+    paged_decode_prefix_mma_kernel<D, BC>
+        <<<grid, kAttnThreads, PrefixMmaCfg<D, BC>::kSmemBytes, s>>>(a, slots, part_o, part_ml);
+  } else {
+    paged_decode_prefix_kernel<D, kPrefixRows>
+        <<<grid, kDecodeThreads, DecodeCfg<D, kPrefixRows>::kSmemBytes, s>>>(a, slots, part_o,
+                                                                             part_ml);
   }
+}
+
+template <int D>
+void launch_rows(const AttentionArgs& a, int max_splits, int slots, bool decode_mma, float* part_o,
+                 float* part_ml, cudaStream_t s) {
+  static_assert(kPagedDecodeMaxGroup == 16, "the group buckets below");
+  const int64_t group = a.hq / a.hkv;
   if (decode_mma && D <= kMmaDecodeMaxD && a.k8 == nullptr) {
     launch_paged_decode_mma(a, max_splits, slots, part_o, part_ml, s);
   } else if (group <= 1)
@@ -636,31 +657,42 @@ void launch_decode(const AttentionArgs& a, int max_splits, int slots, bool tenso
     launch_decode_g<D, 16>(a, max_splits, slots, part_o, part_ml, s);
 }
 
-void launch_decode_all(const AttentionArgs& a, int max_splits, int slots, bool tensor_cores,
-                       bool decode_mma, float* part_o, float* part_ml, cudaStream_t s) {
-  if (a.num_seqs == 0) return;
-  switch (a.d) {
+// f<D>() for the head dims attention_supports(); nothing for others (paged_decode_supports()
+// is checked by the caller).
+template <typename F>
+void by_head_dim(int64_t d, F&& f) {
+  switch (d) {
     case 32:
-      launch_decode<32>(a, max_splits, slots, tensor_cores, decode_mma, part_o, part_ml, s);
+      f.template operator()<32>();
       break;
     case 64:
-      launch_decode<64>(a, max_splits, slots, tensor_cores, decode_mma, part_o, part_ml, s);
+      f.template operator()<64>();
       break;
     case 128:
-      launch_decode<128>(a, max_splits, slots, tensor_cores, decode_mma, part_o, part_ml, s);
+      f.template operator()<128>();
       break;
     case 256:
-      launch_decode<256>(a, max_splits, slots, tensor_cores, decode_mma, part_o, part_ml, s);
+      f.template operator()<256>();
       break;
     default:
-      return;  // paged_decode_supports() is checked by the caller
+      break;
   }
+}
+
+void launch_combine(const AttentionArgs& a, int slots, float* part_o, float* part_ml,
+                    cudaStream_t s) {
+  if (slots <= 1) return;
+  const int heads = int(a.hq) < kCombineHeads ? int(a.hq) : kCombineHeads;
+  paged_decode_combine_kernel<<<dim3(unsigned(ceil_div(a.hq, heads)), unsigned(a.num_seqs)),
+                                unsigned(heads * kWarp), 0, s>>>(a, slots, part_o, part_ml);
+  FP8RL_LAUNCH_CHECK("paged_decode_combine");
+}
+
+void launch_rows_all(const AttentionArgs& a, int max_splits, int slots, bool decode_mma,
+                     float* part_o, float* part_ml, cudaStream_t s) {
+  by_head_dim(
+      a.d, [&]<int D>() { launch_rows<D>(a, max_splits, slots, decode_mma, part_o, part_ml, s); });
   FP8RL_LAUNCH_CHECK("paged_decode");
-  if (slots > 1) {
-    paged_decode_combine_kernel<<<dim3(unsigned(a.hq), unsigned(a.num_seqs)), kDecodeThreads, 0,
-                                  s>>>(a, slots, part_o, part_ml);
-    FP8RL_LAUNCH_CHECK("paged_decode_combine");
-  }
 }
 
 }  // namespace
@@ -692,17 +724,27 @@ int paged_decode_slots(int64_t max_context_len) {
 
 void launch_paged_decode(const AttentionArgs& a, int max_splits, bool decode_mma, float* part_o,
                          float* part_ml, cudaStream_t s) {
+  if (a.num_seqs == 0) return;
   AttentionArgs plain = a;
   plain.prefix_cu_members = plain.prefix_members = plain.prefix_lens = nullptr;
   plain.prefix_len_of_seq = nullptr;
   plain.prefix_groups = 0;
-  launch_decode_all(plain, max_splits, max_splits, false, decode_mma, part_o, part_ml, s);
+  launch_rows_all(plain, max_splits, max_splits, decode_mma, part_o, part_ml, s);
+  launch_combine(plain, max_splits, part_o, part_ml, s);
 }
 
 void launch_paged_decode_shared(const AttentionArgs& a, int max_splits, int slots,
                                 bool tensor_cores, bool decode_mma, float* part_o, float* part_ml,
                                 cudaStream_t s) {
-  launch_decode_all(a, max_splits, slots, tensor_cores, decode_mma, part_o, part_ml, s);
+  if (a.num_seqs == 0) return;
+  if (a.prefix_groups > 0) {
+    by_head_dim(a.d, [&]<int D>() {
+      launch_prefix<D>(a, max_splits, slots, tensor_cores, part_o, part_ml, s);
+    });
+    FP8RL_LAUNCH_CHECK("paged_decode_prefix");
+  }
+  launch_rows_all(a, max_splits, slots, decode_mma, part_o, part_ml, s);
+  launch_combine(a, slots, part_o, part_ml, s);
 }
 
 void launch_store_kv(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,
