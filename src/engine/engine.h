@@ -75,11 +75,12 @@ struct EngineOptions {
   // window run per sequence). Off: every sequence reads its whole cache itself.
   bool shared_prefix_attention = true;
   // Only prefixes of at least this many tokens are read once per group: below it the
-  // per-sequence kernel, whose repeated reads of the prompt hit the L2 cache, is faster (H200,
-  // Qwen3-8B heads, 256 sequences with 256 keys of their own: the group path 22% slower at a
-  // 128-token prompt, 7% slower at 256, 6% faster at 512, 32% faster at 896 with 128 own;
-  // docs/PERFORMANCE.md).
-  int64_t shared_prefix_min_tokens = 384;
+  // per-sequence kernel, whose repeated reads of the prompt hit the L2 cache, is as fast or
+  // faster (H200, Qwen3-8B heads, 256 sequences, decode attention a layer: at 128-token
+  // prompts the group path 3-11% slower with 32 to 512 keys of their own; at 256-token
+  // prompts 9% faster with 256 own, and bench generate 7.5% faster; docs/PERFORMANCE.md,
+  // seventeenth session).
+  int64_t shared_prefix_min_tokens = 256;
   // Asynchronous scheduling (vLLM's name): step k+1 is planned and queued on the device while
   // step k runs, its input ids copied on the device from step k's samples, so the device does
   // not wait for the host between steps. A sequence that stops at step k still computes one

@@ -419,7 +419,7 @@ TEST(Engine, FindsTheSamplesSharedPromptBlocks) {
   o.shared_prefix_min_tokens = 0;  // the path itself, at any prefix length
   Engine on(cpu.ctx, m, nullptr, {}, o);
   const auto out_on = on.generate(reqs);
-  // The default minimum prefix (EngineOptions::shared_prefix_min_tokens, 384) is longer than
+  // The default minimum prefix (EngineOptions::shared_prefix_min_tokens, 256) is longer than
   // these prompts: no group forms.
   o.shared_prefix_min_tokens = EngineOptions{}.shared_prefix_min_tokens;
   Engine short_prompts(cpu.ctx, m, nullptr, {}, o);
