@@ -504,9 +504,8 @@ __global__ void __launch_bounds__(kAttnThreads)
 
 // out = sum_i 2^(m_i - M) o_i / sum_i 2^(m_i - M) l_i over the chunks i in slot order (a
 // shared prefix's chunks first), for rows of more than one chunk. Block (kCombineHeads heads,
-// sequence): a warp per head, lanes over the D
-// columns (4.5-9 us a layer less than a block per (head, sequence) with threads over D at bench
-// generate's shapes, docs/PERFORMANCE.md).
+// sequence): a warp per head, lanes over the D columns (5-9 us a layer less than a block per
+// (head, sequence) with threads over D at bench generate's shapes, docs/PERFORMANCE.md).
 constexpr int kCombineHeads = 4;
 __global__ void __launch_bounds__(kCombineHeads* kWarp)
     paged_decode_combine_kernel(const AttentionArgs a, int slots, const float* part_o,
