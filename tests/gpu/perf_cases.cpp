@@ -218,8 +218,8 @@ std::vector<OpCase> perf_cases() {
                  }});
   // Decode steps of 256 sequences, 32 prompts x 8 samples (the GRPO shape) of ctx tokens:
   // each prompt's first ctx - own tokens in blocks its samples share, own of their own (128;
-  // and bench generate's shape, a 128-token prompt, at 32 and at 256 new tokens; prompts of
-  // 256 and 512 tokens, where the shared-prefix path starts to pay off); with
+  // and bench generate's shape, a 128-token prompt, at 32, 128, 256 and 512 new tokens;
+  // prompts of 256 and 512 tokens, where the shared-prefix path pays off); with
   // the shared-prefix path (prefix blocks read once per group; the prefix kernel on mma.sync,
   // or on the CUDA cores on a second device) and without (read by every sample; the decode
   // kernel on the tensor cores, or on the CUDA cores on a second device). Bytes: the
