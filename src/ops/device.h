@@ -36,6 +36,11 @@ struct CudaDeviceOptions {
   // ring of K/V tiles, for bf16 pools and head dims up to 128; false: the CUDA-core kernel,
   // for tests and timing. Both keep P to ~fp32 accuracy (kCudaPagedDecode).
   bool decode_mma = true;
+  // The tensor-core decode kernel's blocks each take several (sequence, KV head, chunk) items,
+  // copying an item's first K/V tile while the one before finishes, over a grid sized to what
+  // this many multiprocessors hold at once: -1, all of them; 0, a block per item (for tests and
+  // timing); n > 0, n of them (tests: blocks with many items at small shapes).
+  int persistent_decode_sms = -1;
   // A frozen FP8-row weight's input gradient as an FP8 GEMM (dY times the row scales,
   // quantized per token to e4m3, against a per-call transposed copy of the codes); false: the
   // reference path, dY and the dequantized weight in bf16 (ops/cuda/linear.cpp).

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -74,6 +75,17 @@ PagedPools make_paged_pools(Harness& h, const Tensor& k_all, const Tensor& v_all
 void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& seqs, int64_t hq,
                           int64_t hkv, int64_t d, int64_t window, float softcap,
                           bool fp8_kv = false);
+
+// The tensor-core decode kernel's grid sized for one multiprocessor (blocks of up to 16 items,
+// each item's first tile copied while the one before finishes; CudaDeviceOptions::
+// persistent_decode_sms = 1) and a block per item (0), each on a second device of the same GPU:
+// run(ctx, out) computes a paged attention into out (shaped like `want`) on ctx, and both
+// results must be `want`'s bits (the harness's device, the grid sized for all of them), as an
+// item's result does not depend on the block that computes it or on what that block did
+// before.
+void persistent_decode_checks(Harness& h, Outcome& o,
+                              const std::function<void(Context, const TensorView&)>& run,
+                              const TensorView& want);
 
 // op_cases_shared_prefix.cpp: decode steps whose sequences share prefix blocks in groups of
 // `members`, through the shared-prefix path of the decode kernel.

@@ -123,6 +123,29 @@ PagedPools make_paged_pools(Harness& h, const Tensor& k_all, const Tensor& v_all
   return pools;
 }
 
+void persistent_decode_checks(Harness& h, Outcome& o,
+                              const std::function<void(Context, const TensorView&)>& run,
+                              const TensorView& want) {
+  const Tensor want_bits = to_host(h, want);
+  for (int sms : {1, 0}) {
+    CudaDeviceOptions opt;
+    opt.persistent_decode_sms = sms;
+    CudaDevice dev(opt);
+    const TensorView got = ops::scratch_alloc(h.gpu, want.shape, want.dtype);
+    ops::fill(h.gpu, got, NAN);
+    ops::synchronize(h.gpu);
+    Context ctx = dev.context();
+    run(ctx, got);
+    ops::synchronize(ctx);
+    const Tensor got_bits = to_host(h, got);
+    const bool same =
+        std::memcmp(want_bits.view().data, got_bits.view().data, want_bits.nbytes()) == 0;
+    o.checks.push_back({sms == 1 ? "decode grid for 1 SM (many items a block) == default"
+                                 : "decode grid of a block per item == default",
+                        same ? 0.0 : 1.0, 0.0, same});
+  }
+}
+
 void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& seqs, int64_t hq,
                           int64_t hkv, int64_t d, int64_t window, float softcap, bool fp8_kv) {
   constexpr int64_t kBlock = 16, kPadding = 2;
@@ -264,6 +287,13 @@ void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& s
     ops::synchronize(core);
     o.checks.push_back(
         compare("CUDA-core decode kernel: out / max|v|", as_f32(h, core_out), ref, bound, vmax));
+    if (!fp8_kv && d <= 128)  // the tensor-core kernel's pools and head dims
+      persistent_decode_checks(
+          h, o,
+          [&](Context c, const TensorView& y) {
+            ops::paged_attention(c, q_d, kp_d, vp_d, batch, p, y, {}, sc_d);
+          },
+          out);
   }
   bool padding_zero = true;
   for (int64_t i = rows * hq * d; i < got.numel(); ++i) padding_zero &= got.ptr<float>()[i] == 0.0f;

@@ -190,6 +190,14 @@ void paged_shared_prefix_case(Harness& h, Outcome& o, int64_t members, int64_t p
     o.checks.push_back({"graph replay == eager", same ? 0.0 : 1.0, 0.0, same});
   }
 
+  if (!fp8_kv && d <= 128)  // the tensor-core kernel's pools and head dims
+    persistent_decode_checks(
+        h, o,
+        [&](Context c, const TensorView& y) {
+          ops::paged_attention(c, q_d, pools.kp_d, pools.vp_d, shared, p, y, {}, pools.sc_d);
+        },
+        out);
+
   // The per-sequence path: within the bound too; with a window it is what the shared
   // description runs (the window could cut into a prefix), bit for bit.
   ops::paged_attention(h.gpu, q_d, pools.kp_d, pools.vp_d, plain, p, out, {}, pools.sc_d);

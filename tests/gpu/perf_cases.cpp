@@ -222,7 +222,8 @@ std::vector<OpCase> perf_cases() {
   // prompts of 256 and 512 tokens, where the shared-prefix path pays off); with
   // the shared-prefix path (prefix blocks read once per group; the prefix kernel on mma.sync,
   // or on the CUDA cores on a second device) and without (read by every sample; the decode
-  // kernel on the tensor cores, or on the CUDA cores on a second device). Bytes: the
+  // kernel on the tensor cores, or on the CUDA cores on a second device; *-item-blocks: the
+  // tensor-core kernels with a block per item instead of blocks of several). Bytes: the
   // K/V the path must read, so GB/s compare with the plain decode above; the time is what to
   // compare between the variants.
   for (auto [ctx, kOwn] : {std::pair<int64_t, int64_t>{1024, 128},
@@ -233,14 +234,15 @@ std::vector<OpCase> perf_cases() {
                            {640, 512},
                            {512, 256},
                            {768, 256}})
-    for (const char* variant : {"mma", "cuda-cores", "off", "off-cuda-cores"})
+    for (const char* variant :
+         {"mma", "cuda-cores", "off", "off-cuda-cores", "mma-item-blocks", "off-item-blocks"})
       c.push_back(
           {fmt::format("paged_attention decode shared_prefix={} S=256 (32x8) ctx={} own={} "
                        "Hq=32 Hkv=8 D=128",
                        variant, ctx, kOwn),
            [=](Harness& h, Outcome& o) {
              const std::string v = variant;
-             const bool use_shared = v == "mma" || v == "cuda-cores";
+             const bool use_shared = v == "mma" || v == "cuda-cores" || v == "mma-item-blocks";
              constexpr int64_t kGroups = 32, kMembers = 8, kSeqs = kGroups * kMembers;
              const int64_t width = ctx / 16, prefix = ctx - kOwn, shared_blocks = prefix / 16;
              const int64_t blocks = kGroups * shared_blocks + kSeqs * (kOwn / 16);
@@ -289,10 +291,12 @@ std::vector<OpCase> perf_cases() {
              p.scale = 1.0f / std::sqrt(float(D));
              std::unique_ptr<CudaDevice> cores;
              Context ctx_run = h.gpu;
-             if (v == "cuda-cores" || v == "off-cuda-cores") {
+             if (v != "mma" && v != "off") {
                CudaDeviceOptions opt;
-               opt.shared_prefix_mma = false;
-               opt.decode_mma = false;
+               const bool on_cores = v == "cuda-cores" || v == "off-cuda-cores";
+               opt.shared_prefix_mma = !on_cores;
+               opt.decode_mma = !on_cores;
+               if (!on_cores) opt.persistent_decode_sms = 0;  // *-item-blocks
                opt.arena_bytes = size_t(1) << 30;  // the partials of ctx 4096 need ~70 MB
                cores = std::make_unique<CudaDevice>(opt);
                ctx_run = cores->context();

@@ -77,6 +77,9 @@ Backend::Backend(const CudaDeviceOptions& o) {
   caps_.attention_wgmma = wgmma && o.wgmma_attention;
   caps_.shared_prefix_mma = o.shared_prefix_mma;
   caps_.decode_mma = o.decode_mma;
+  caps_.decode_sms = o.persistent_decode_sms < 0
+                         ? caps_.multiprocessors
+                         : std::min(o.persistent_decode_sms, caps_.multiprocessors);
   caps_.fp8_input_gradient = o.fp8_input_gradient;
   caps_.concurrent_linears = o.concurrent_linears;
   caps_.attention_backward_dims = attention_backward_mma_init();

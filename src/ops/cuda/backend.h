@@ -68,6 +68,9 @@ struct Capabilities {
   bool shared_prefix_mma = true;
   // The paged decode kernel on mma.sync (CudaDeviceOptions::decode_mma); else the CUDA cores.
   bool decode_mma = true;
+  // AttentionArgs::decode_sms of the decode kernel (CudaDeviceOptions::persistent_decode_sms,
+  // at most the device's multiprocessors; 0: a block per item).
+  int decode_sms = 0;
   // linear_backward_input of FP8-row weights on the FP8 tensor cores
   // (CudaDeviceOptions::fp8_input_gradient); else through the dequantized weight in bf16.
   bool fp8_input_gradient = true;

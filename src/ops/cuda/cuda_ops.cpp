@@ -383,6 +383,7 @@ void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
   a.block_tables = static_cast<const int32_t*>(batch.block_tables.data);
   a.table_stride = batch.block_tables.strides[0];
   a.num_seqs = batch.num_seqs;
+  a.decode_sms = b.caps().decode_sms;
   a.block_size = int(k_pool.dim(1));
   CHECK(a.block_size == kPagedBlockSize,
         "paged_attention: the CUDA kernels take {}-slot blocks, got {}", kPagedBlockSize,

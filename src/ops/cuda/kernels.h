@@ -123,6 +123,10 @@ struct AttentionArgs {
   const int32_t* prefix_lens = nullptr;
   const int32_t* prefix_len_of_seq = nullptr;
   int64_t prefix_groups = 0;
+  // The tensor-core decode kernel's grid (paged_decode_mma.cu): > 0, about as many blocks as
+  // this many multiprocessors hold at once, each looping over its work items with the next
+  // item's first K/V tile in flight while it finishes one; 0, a block per item.
+  int decode_sms = 0;
 };
 bool attention_supports(int64_t d);
 // Raises the kernels' dynamic shared-memory limits; once per device, before the first launch.
