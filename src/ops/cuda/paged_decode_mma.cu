@@ -1,7 +1,5 @@
 // The paged decode kernel on the tensor cores (paged_decode.cuh; the CUDA-core kernel and the
 // split-K scheme it shares are described in paged_attention.cu).
-#include <algorithm>
-
 #include "ops/cuda/attention_common.cuh"
 #include "ops/cuda/paged_decode.cuh"
 
@@ -359,6 +357,9 @@ void launch_kernel(const AttentionArgs& a, int max_splits, int slots, float* par
   const int64_t items = int64_t(max_splits) * a.hkv * a.num_seqs;
   // Persistent: the items spread evenly over about as many blocks as the SMs hold at once
   // (a block's items are then a few, each one's first tile copied while the last finishes).
+  // More than kMaxDecodeSegs items a block take several such waves, sized so that the last
+  // one is full: 2.6 waves of 16 items a block (8-chunk rows) ran 9% slower than a block per
+  // item, its last wave a long tail (docs/PERFORMANCE.md).
   int64_t per = 1;
   if (a.decode_sms > 0) {
     // A failed query only sizes the grid for one block an SM: the results do not depend on it.
@@ -369,7 +370,8 @@ void launch_kernel(const AttentionArgs& a, int max_splits, int slots, float* par
         resident < 1)
       resident = 1;
     const int64_t blocks = int64_t(resident) * a.decode_sms;
-    per = std::min<int64_t>(kMaxDecodeSegs, ceil_div(items, blocks));
+    const int64_t waves = ceil_div(items, blocks * kMaxDecodeSegs);
+    per = ceil_div(items, blocks * waves);
   }
   const int64_t grid = ceil_div(items, per);
   paged_decode_mma_kernel<D, kTall><<<unsigned(grid), kDecodeThreads, Cfg::kSmemBytes, s>>>(
