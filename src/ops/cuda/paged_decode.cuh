@@ -55,8 +55,9 @@ __device__ __forceinline__ bool decode_row(const AttentionArgs& a, int seq, Deco
 }
 
 // The tensor-core decode kernel (paged_decode_mma.cu) takes bf16 pools with head dims up to
-// this (D = 256's O and Q fragments would not fit the registers of 3 blocks an SM); its launch has
-// the CUDA-core kernel's grid (max_splits, hkv, num_seqs) and partials.
+// this (D = 256's O and Q fragments would not fit the registers of 3 blocks an SM); it computes
+// the CUDA-core kernel's items (chunk, KV head, sequence) and partials, several items a block
+// when a.decode_sms is set.
 constexpr int kMmaDecodeMaxD = 128;
 cudaError_t paged_decode_mma_init(int d);  // the kernel's smem limits; nothing for other d
 void launch_paged_decode_mma(const AttentionArgs& a, int max_splits, int slots, float* part_o,
