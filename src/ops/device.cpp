@@ -48,6 +48,9 @@ std::string CudaDevice::gemm_path(Fp8Scheme scheme) const {
 std::string CudaDevice::last_linear_path() const {
   return backend_->last_linear_path;
 }
+std::pair<int64_t, int64_t> CudaDevice::last_decode_grid() const {
+  return {backend_->last_decode_grid.items, backend_->last_decode_grid.blocks};
+}
 void CudaDevice::set_profiling(bool on) {
   backend_->set_profiling(on);
 }
@@ -168,6 +171,9 @@ std::string CudaDevice::gemm_path(Fp8Scheme) const {
   no_cuda();
 }
 std::string CudaDevice::last_linear_path() const {
+  no_cuda();
+}
+std::pair<int64_t, int64_t> CudaDevice::last_decode_grid() const {
   no_cuda();
 }
 void CudaDevice::set_profiling(bool) {

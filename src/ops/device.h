@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/context.h"
@@ -106,6 +107,9 @@ class CudaDevice {
   std::string gemm_path(Fp8Scheme scheme) const;
   // The GEMM the last ops::linear on this device ran, e.g. "fp8 OUTER_VEC_32F".
   std::string last_linear_path() const;
+  // The last ops::paged_attention's tensor-core decode kernel: {items, blocks that took them};
+  // {0, 0} when that kernel did not run.
+  std::pair<int64_t, int64_t> last_decode_grid() const;
 
   // Per-op timing: while on, every op records CUDA events around itself (adds a little
   // overhead; off by default). profile() synchronizes and returns the sums since reset.

@@ -80,9 +80,10 @@ void paged_attention_case(Harness& h, Outcome& o, const std::vector<PagedSeq>& s
 // each item's first tile copied while the one before finishes; CudaDeviceOptions::
 // persistent_decode_sms = 1) and a block per item (0), each on a second device of the same GPU:
 // run(ctx, out) computes a paged attention into out (shaped like `want`) on ctx, and both
-// results must be `want`'s bits (the harness's device, the grid sized for all of them), as an
-// item's result does not depend on the block that computes it or on what that block did
-// before.
+// results must be `want`'s bits (the harness's device, the grid sized for all of them, whose
+// last paged_attention computed `want`), as an item's result does not depend on the block that
+// computes it or on what that block did before. The grids each device ran are checked too
+// (CudaDevice::last_decode_grid), so the equality is not of one grid with itself.
 void persistent_decode_checks(Harness& h, Outcome& o,
                               const std::function<void(Context, const TensorView&)>& run,
                               const TensorView& want);

@@ -127,6 +127,10 @@ void persistent_decode_checks(Harness& h, Outcome& o,
                               const std::function<void(Context, const TensorView&)>& run,
                               const TensorView& want) {
   const Tensor want_bits = to_host(h, want);
+  const auto [items, default_blocks] = h.dev->last_decode_grid();
+  o.checks.push_back({"the default ran the tensor-core decode kernel, at most a block an item",
+                      double(default_blocks), double(items),
+                      items > 0 && default_blocks > 0 && default_blocks <= items});
   for (int sms : {1, 0}) {
     CudaDeviceOptions opt;
     opt.persistent_decode_sms = sms;
@@ -137,6 +141,13 @@ void persistent_decode_checks(Harness& h, Outcome& o,
     Context ctx = dev.context();
     run(ctx, got);
     ops::synchronize(ctx);
+    // The grids differ from the default's, or the bit equality below would say nothing: a
+    // 1-SM grid (3 blocks at a time) gives every block several items, the other one each.
+    const auto [got_items, blocks] = dev.last_decode_grid();
+    const bool grid_ok = got_items == items && (sms == 1 ? blocks < items : blocks == items);
+    o.checks.push_back(
+        {sms == 1 ? "1-SM grid: fewer blocks than items" : "block-per-item grid: a block an item",
+         double(blocks), double(items), grid_ok});
     const Tensor got_bits = to_host(h, got);
     const bool same =
         std::memcmp(want_bits.view().data, got_bits.view().data, want_bits.nbytes()) == 0;

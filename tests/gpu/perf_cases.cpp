@@ -289,7 +289,7 @@ std::vector<OpCase> perf_cases() {
                               vp = bf(h, {blocks, 16, HKV, D}, 3, 1);
              ops::AttentionParams p;
              p.scale = 1.0f / std::sqrt(float(D));
-             std::unique_ptr<CudaDevice> cores;
+             std::unique_ptr<CudaDevice> second;  // the variants' own device options
              Context ctx_run = h.gpu;
              if (v != "mma" && v != "off") {
                CudaDeviceOptions opt;
@@ -298,8 +298,8 @@ std::vector<OpCase> perf_cases() {
                opt.decode_mma = !on_cores;
                if (!on_cores) opt.persistent_decode_sms = 0;  // *-item-blocks
                opt.arena_bytes = size_t(1) << 30;  // the partials of ctx 4096 need ~70 MB
-               cores = std::make_unique<CudaDevice>(opt);
-               ctx_run = cores->context();
+               second = std::make_unique<CudaDevice>(opt);
+               ctx_run = second->context();
              }
              o.seconds =
                  time_op(ctx_run, [&] { ops::paged_attention(ctx_run, q, kp, vp, b, p, out); });

@@ -15,6 +15,7 @@
 
 #include "core/check.h"
 #include "core/tensor.h"
+#include "ops/cuda/kernels.h"
 #include "ops/device.h"
 
 // The CHECK family for CUDA and cuBLAS(Lt) calls: file, line, the call and the error string.
@@ -113,6 +114,9 @@ class Backend {
   // The GEMM the last linear() ran ("fp8 outer", "bf16", "fp8 dequantized to bf16", ...): for
   // tests and benchmarks that report which path a shape took on this device.
   const char* last_linear_path = "";
+  // The last paged_attention's tensor-core decode kernel: its items and blocks (tests of the
+  // persistent grid, CudaDeviceOptions::persistent_decode_sms).
+  DecodeGrid last_decode_grid;
 
   // Device memory with a byte count for the peak-memory report: a block of the device region
   // (ops/cuda/device_region.h), or one cudaMalloc each when the region is off.

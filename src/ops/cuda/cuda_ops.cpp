@@ -399,6 +399,7 @@ void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
   // its quantization when the linear after the attention reads that alone.
   const int32_t* rows_end = a.cu_q + batch.num_seqs;
   if (out_q == nullptr) launch_zero_padding_rows(a.out, t, hq * d, rows_end, b.stream());
+  b.last_decode_grid = {};
   // Batch-invariant mode: decode steps on the prefill kernel too (ops/exactness.h).
   if (batch.max_query_len == 1 && paged_decode_supports(d, hq / hkv) && !b.batch_invariant()) {
     const int splits = paged_decode_max_splits(batch.max_context_len);
@@ -418,10 +419,12 @@ void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
       a.prefix_lens = static_cast<const int32_t*>(batch.prefix_lens.data);
       a.prefix_len_of_seq = static_cast<const int32_t*>(batch.prefix_len_of_seq.data);
       a.prefix_groups = batch.prefix_lens.numel();
-      launch_paged_decode_shared(a, splits, slots, b.caps().shared_prefix_mma, b.caps().decode_mma,
-                                 part_o, part_ml, b.stream());
+      b.last_decode_grid =
+          launch_paged_decode_shared(a, splits, slots, b.caps().shared_prefix_mma,
+                                     b.caps().decode_mma, part_o, part_ml, b.stream());
     } else {
-      launch_paged_decode(a, splits, b.caps().decode_mma, part_o, part_ml, b.stream());
+      b.last_decode_grid =
+          launch_paged_decode(a, splits, b.caps().decode_mma, part_o, part_ml, b.stream());
     }
     b.arena().rewind(mark);
   } else if (b.caps().attention_wgmma && attention_wgmma_supports(a)) {

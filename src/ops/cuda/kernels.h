@@ -163,6 +163,11 @@ void launch_zero_padding_rows(bf16* out, int64_t t, int64_t row, const int32_t* 
 // part_o [t_rows, hq, max_splits, d] and part_ml [t_rows, hq, max_splits, 2] f32 scratch,
 // max_splits = paged_decode_max_splits(max_context_len).
 constexpr int kPagedDecodeMaxSplits = 16;
+// What the tensor-core decode kernel ran as: its items (chunk, KV head, sequence) and the
+// blocks that took them (fewer with AttentionArgs::decode_sms); {0, 0} when it did not run.
+struct DecodeGrid {
+  int64_t items = 0, blocks = 0;
+};
 constexpr int kPagedDecodeMaxGroup = 16;  // query heads per kv head the kernel takes
 int paged_decode_max_splits(int64_t max_context_len);
 bool paged_decode_supports(int64_t d, int64_t group);
@@ -170,8 +175,8 @@ cudaError_t paged_decode_init();
 // decode_mma: bf16 pools with head dims up to 128 on the tensor-core kernel (P split into bf16
 // hi + lo, the CUDA-core kernel's bound); else, for FP8 pools and for D = 256, on the CUDA
 // cores.
-void launch_paged_decode(const AttentionArgs& a, int max_splits, bool decode_mma, float* part_o,
-                         float* part_ml, cudaStream_t s);
+DecodeGrid launch_paged_decode(const AttentionArgs& a, int max_splits, bool decode_mma,
+                               float* part_o, float* part_ml, cudaStream_t s);
 // With shared prefixes (a.prefix_len_of_seq set) a sequence in a group has its prefix cut into
 // at most kPagedDecodeMaxSplits / 2 chunks by the prefix length alone (computed once for the
 // whole group by the prefix kernel, each K/V tile read once for all members' query heads) and
@@ -180,9 +185,9 @@ void launch_paged_decode(const AttentionArgs& a, int max_splits, bool decode_mma
 // prefix kernel on mma.sync with P rounded to bf16 (the prefill kernels' error); else on the
 // CUDA cores with P in fp32 like the decode kernel.
 int paged_decode_slots(int64_t max_context_len);
-void launch_paged_decode_shared(const AttentionArgs& a, int max_splits, int slots,
-                                bool tensor_cores, bool decode_mma, float* part_o, float* part_ml,
-                                cudaStream_t s);
+DecodeGrid launch_paged_decode_shared(const AttentionArgs& a, int max_splits, int slots,
+                                      bool tensor_cores, bool decode_mma, float* part_o,
+                                      float* part_ml, cudaStream_t s);
 
 // ---- activation.cu: act 0 = SiLU, 1 = GELU-tanh. gate/up/out [rows, cols].
 void launch_gated(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int act, bf16* out,

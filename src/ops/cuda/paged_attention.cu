@@ -292,17 +292,17 @@ __global__ void __launch_bounds__(kDecodeThreads, G >= 16 ? 1 : 4)
 // [begin, stop) of prefix_members and chunk `split` of its prefix, keys [k0, k1); false for an
 // empty group or a chunk past the prefix. The block then takes the members in batches of `per`.
 struct PrefixChunk {
-  int begin, stop, len, chunk, k0, k1;
+  int begin, stop, k0, k1;
 };
 __device__ __forceinline__ bool prefix_chunk(const AttentionArgs& a, int g, int split,
                                              PrefixChunk& c) {
   c.begin = a.prefix_cu_members[g];
   c.stop = a.prefix_cu_members[g + 1];
-  c.len = a.prefix_lens[g];
-  if (c.begin >= c.stop || c.len <= 0) return false;
-  c.chunk = decode_chunk(c.len, kPrefixMaxSplits);
-  c.k0 = split * c.chunk;
-  c.k1 = min(c.k0 + c.chunk, c.len);
+  const int len = a.prefix_lens[g];
+  if (c.begin >= c.stop || len <= 0) return false;
+  const int chunk = decode_chunk(len, kPrefixMaxSplits);
+  c.k0 = split * chunk;
+  c.k1 = min(c.k0 + chunk, len);
   return c.k0 < c.k1;
 }
 
@@ -638,13 +638,13 @@ void launch_prefix(const AttentionArgs& a, int max_splits, int slots, bool tenso
 }
 
 template <int D>
-void launch_rows(const AttentionArgs& a, int max_splits, int slots, bool decode_mma, float* part_o,
-                 float* part_ml, cudaStream_t s) {
+DecodeGrid launch_rows(const AttentionArgs& a, int max_splits, int slots, bool decode_mma,
+                       float* part_o, float* part_ml, cudaStream_t s) {
   static_assert(kPagedDecodeMaxGroup == 16, "the group buckets below");
   const int64_t group = a.hq / a.hkv;
-  if (decode_mma && D <= kMmaDecodeMaxD && a.k8 == nullptr) {
-    launch_paged_decode_mma(a, max_splits, slots, part_o, part_ml, s);
-  } else if (group <= 1)
+  if (decode_mma && D <= kMmaDecodeMaxD && a.k8 == nullptr)
+    return launch_paged_decode_mma(a, max_splits, slots, part_o, part_ml, s);
+  if (group <= 1)
     launch_decode_g<D, 1>(a, max_splits, slots, part_o, part_ml, s);
   else if (group <= 2)
     launch_decode_g<D, 2>(a, max_splits, slots, part_o, part_ml, s);
@@ -654,6 +654,7 @@ void launch_rows(const AttentionArgs& a, int max_splits, int slots, bool decode_
     launch_decode_g<D, 8>(a, max_splits, slots, part_o, part_ml, s);
   else
     launch_decode_g<D, 16>(a, max_splits, slots, part_o, part_ml, s);
+  return {};
 }
 
 // f<D>() for the head dims attention_supports(); nothing for others (paged_decode_supports()
@@ -687,11 +688,14 @@ void launch_combine(const AttentionArgs& a, int slots, float* part_o, float* par
   FP8RL_LAUNCH_CHECK("paged_decode_combine");
 }
 
-void launch_rows_all(const AttentionArgs& a, int max_splits, int slots, bool decode_mma,
-                     float* part_o, float* part_ml, cudaStream_t s) {
-  by_head_dim(
-      a.d, [&]<int D>() { launch_rows<D>(a, max_splits, slots, decode_mma, part_o, part_ml, s); });
+DecodeGrid launch_rows_all(const AttentionArgs& a, int max_splits, int slots, bool decode_mma,
+                           float* part_o, float* part_ml, cudaStream_t s) {
+  DecodeGrid g;
+  by_head_dim(a.d, [&]<int D>() {
+    g = launch_rows<D>(a, max_splits, slots, decode_mma, part_o, part_ml, s);
+  });
   FP8RL_LAUNCH_CHECK("paged_decode");
+  return g;
 }
 
 }  // namespace
@@ -721,29 +725,32 @@ int paged_decode_slots(int64_t max_context_len) {
   return n < kPagedDecodeMaxSplits ? n : kPagedDecodeMaxSplits;
 }
 
-void launch_paged_decode(const AttentionArgs& a, int max_splits, bool decode_mma, float* part_o,
-                         float* part_ml, cudaStream_t s) {
-  if (a.num_seqs == 0) return;
+DecodeGrid launch_paged_decode(const AttentionArgs& a, int max_splits, bool decode_mma,
+                               float* part_o, float* part_ml, cudaStream_t s) {
+  if (a.num_seqs == 0) return {};
   AttentionArgs plain = a;
   plain.prefix_cu_members = plain.prefix_members = plain.prefix_lens = nullptr;
   plain.prefix_len_of_seq = nullptr;
   plain.prefix_groups = 0;
-  launch_rows_all(plain, max_splits, max_splits, decode_mma, part_o, part_ml, s);
+  const DecodeGrid g =
+      launch_rows_all(plain, max_splits, max_splits, decode_mma, part_o, part_ml, s);
   launch_combine(plain, max_splits, part_o, part_ml, s);
+  return g;
 }
 
-void launch_paged_decode_shared(const AttentionArgs& a, int max_splits, int slots,
-                                bool tensor_cores, bool decode_mma, float* part_o, float* part_ml,
-                                cudaStream_t s) {
-  if (a.num_seqs == 0) return;
+DecodeGrid launch_paged_decode_shared(const AttentionArgs& a, int max_splits, int slots,
+                                      bool tensor_cores, bool decode_mma, float* part_o,
+                                      float* part_ml, cudaStream_t s) {
+  if (a.num_seqs == 0) return {};
   if (a.prefix_groups > 0) {
     by_head_dim(a.d, [&]<int D>() {
       launch_prefix<D>(a, max_splits, slots, tensor_cores, part_o, part_ml, s);
     });
     FP8RL_LAUNCH_CHECK("paged_decode_prefix");
   }
-  launch_rows_all(a, max_splits, slots, decode_mma, part_o, part_ml, s);
+  const DecodeGrid g = launch_rows_all(a, max_splits, slots, decode_mma, part_o, part_ml, s);
   launch_combine(a, slots, part_o, part_ml, s);
+  return g;
 }
 
 void launch_store_kv(const bf16* k, int64_t k_stride, const bf16* v, int64_t v_stride,

@@ -60,7 +60,7 @@ __device__ __forceinline__ bool decode_row(const AttentionArgs& a, int seq, Deco
 // when a.decode_sms is set.
 constexpr int kMmaDecodeMaxD = 128;
 cudaError_t paged_decode_mma_init(int d);  // the kernel's smem limits; nothing for other d
-void launch_paged_decode_mma(const AttentionArgs& a, int max_splits, int slots, float* part_o,
-                             float* part_ml, cudaStream_t s);
+DecodeGrid launch_paged_decode_mma(const AttentionArgs& a, int max_splits, int slots, float* part_o,
+                                   float* part_ml, cudaStream_t s);
 
 }  // namespace fp8rl::cuda

@@ -351,8 +351,8 @@ cudaError_t set_smem_limit() {
 }
 
 template <int D, bool kTall>
-void launch_kernel(const AttentionArgs& a, int max_splits, int slots, float* part_o, float* part_ml,
-                   cudaStream_t s) {
+DecodeGrid launch_kernel(const AttentionArgs& a, int max_splits, int slots, float* part_o,
+                         float* part_ml, cudaStream_t s) {
   using Cfg = MmaDecodeCfg<D, kTall>;
   const int64_t items = int64_t(max_splits) * a.hkv * a.num_seqs;
   // Persistent: the items spread evenly over about as many blocks as the SMs hold at once
@@ -376,15 +376,14 @@ void launch_kernel(const AttentionArgs& a, int max_splits, int slots, float* par
   const int64_t grid = ceil_div(items, per);
   paged_decode_mma_kernel<D, kTall><<<unsigned(grid), kDecodeThreads, Cfg::kSmemBytes, s>>>(
       a, int(items), int(per), slots, part_o, part_ml);
+  return {items, grid};
 }
 
 template <int D>
-void launch(const AttentionArgs& a, int max_splits, int slots, float* part_o, float* part_ml,
-            cudaStream_t s) {
-  if (a.hq / a.hkv <= 8)
-    launch_kernel<D, false>(a, max_splits, slots, part_o, part_ml, s);
-  else
-    launch_kernel<D, true>(a, max_splits, slots, part_o, part_ml, s);
+DecodeGrid launch(const AttentionArgs& a, int max_splits, int slots, float* part_o, float* part_ml,
+                  cudaStream_t s) {
+  return a.hq / a.hkv <= 8 ? launch_kernel<D, false>(a, max_splits, slots, part_o, part_ml, s)
+                           : launch_kernel<D, true>(a, max_splits, slots, part_o, part_ml, s);
 }
 
 }  // namespace
@@ -407,22 +406,24 @@ cudaError_t paged_decode_mma_init(int d) {
   return e[0] != cudaSuccess ? e[0] : e[1];
 }
 
-void launch_paged_decode_mma(const AttentionArgs& a, int max_splits, int slots, float* part_o,
-                             float* part_ml, cudaStream_t s) {
+DecodeGrid launch_paged_decode_mma(const AttentionArgs& a, int max_splits, int slots, float* part_o,
+                                   float* part_ml, cudaStream_t s) {
+  DecodeGrid g;
   switch (a.d) {
     case 32:
-      launch<32>(a, max_splits, slots, part_o, part_ml, s);
+      g = launch<32>(a, max_splits, slots, part_o, part_ml, s);
       break;
     case 64:
-      launch<64>(a, max_splits, slots, part_o, part_ml, s);
+      g = launch<64>(a, max_splits, slots, part_o, part_ml, s);
       break;
     case 128:
-      launch<128>(a, max_splits, slots, part_o, part_ml, s);
+      g = launch<128>(a, max_splits, slots, part_o, part_ml, s);
       break;
     default:
-      return;  // kMmaDecodeMaxD: the caller sends other head dims to the CUDA-core kernel
+      return g;  // kMmaDecodeMaxD: the caller sends other head dims to the CUDA-core kernel
   }
   FP8RL_LAUNCH_CHECK("paged_decode_mma");
+  return g;
 }
 
 }  // namespace fp8rl::cuda
