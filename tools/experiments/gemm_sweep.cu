@@ -1,5 +1,5 @@
-// gemm_sweep M N K [--fp8 | --bf16] [--top T] [--splitk S] [--f32-out] [--halves-on-streams]
-// [--scales outer|vec128|block|scalar] [--fast-accum]: times
+// gemm_sweep M N K [--fp8 | --bf16] [--top T] [--splitk S] [--f32-out | --f16-out]
+// [--halves-on-streams] [--scales outer|vec128|block|scalar] [--fast-accum]: times
 // every cuBLASLt algorithm configuration it can build for one linear-layer GEMM (Y[M,N] = X[M,K]
 // W[N,K]^T, the project's TN mapping: A = W, B = X), with FP8 e4m3 operands and OUTER_VEC_32F
 // scales (the FP8-row recipe) or bf16, and prints the heuristic's first choice beside the fastest
@@ -114,6 +114,7 @@ int main(int argc, char** argv) {
   // exact partials.
   int splits = 1;
   bool f32_out = false;
+  bool f16_out = false;  // fp16 output (a raw SCALAR product for a consumer that scales it)
   bool halves_on_streams = false;  // with --splitk 2: time the halves as two GEMMs on 2 streams
   // --scales outer|vec128|block|scalar: the FP8 scaling mode. Row scales are expressible as
   // VEC128 x VEC128 too (each row's scale repeated over its K/128 blocks), which reaches
@@ -132,6 +133,8 @@ int main(int argc, char** argv) {
       splits = std::atoi(argv[++i]);
     else if (a == "--f32-out")
       f32_out = true;
+    else if (a == "--f16-out")
+      f16_out = true;
     else if (a == "--halves-on-streams")
       halves_on_streams = true;
     else if (a == "--scales" && i + 1 < argc)
@@ -168,7 +171,7 @@ int main(int argc, char** argv) {
   cublasLtHandle_t lt;
   LT_OK(cublasLtCreate(&lt));
   const cudaDataType_t ab = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF,
-                       out = f32_out ? CUDA_R_32F : CUDA_R_16BF;
+                       out = f32_out ? CUDA_R_32F : f16_out ? CUDA_R_16F : CUDA_R_16BF;
   cublasLtMatmulDesc_t op;
   LT_OK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -258,7 +261,8 @@ int main(int argc, char** argv) {
       "gemm_sweep M=%lld N=%lld K=%lld %s split-K %d (batched) %s out: %.2f GFLOP, %.1f MB moved "
       "at least; %d heuristic answers\n",
       (long long)m, (long long)n, (long long)k,
-      fp8 ? ("fp8 e4m3 scales " + scales).c_str() : "bf16", splits, f32_out ? "f32" : "bf16",
+      fp8 ? ("fp8 e4m3 scales " + scales).c_str() : "bf16", splits,
+      f32_out ? "f32" : f16_out ? "f16" : "bf16",
       flops * 1e-9, bytes * 1e-6, found);
   for (int i = 0; i < found; ++i) {
     Config c;
@@ -271,6 +275,28 @@ int main(int argc, char** argv) {
     const float us = time_us(heur[i].algo);
     std::printf("heuristic #%-2d %s: %8.2f us  %7.1f TFLOP/s  %6.2f TB/s\n", i, describe(c).c_str(),
                 us, flops / us * 1e-6, bytes / us * 1e-6);
+  }
+
+  if (found > 0) {  // the pick as the engine runs it: 30 calls replayed from one CUDA graph
+    constexpr int kIters = 30;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < kIters; ++i)
+      LT_OK(cublasLtMatmul(lt, op, &alpha, w, la, x, lb, &beta, y, lc, y, lc, &heur[0].algo, ws,
+                           ws_bytes, stream));
+    CUDA_OK(cudaStreamEndCapture(stream, &g));
+    CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+    CUDA_OK(cudaGraphLaunch(ge, stream));
+    CUDA_OK(cudaEventRecord(e0, stream));
+    CUDA_OK(cudaGraphLaunch(ge, stream));
+    CUDA_OK(cudaEventRecord(e1, stream));
+    CUDA_OK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+    std::printf("heuristic #0 in a CUDA graph: %.2f us\n", ms * 1000.0f / kIters);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
   }
 
   if (splits == 2 && halves_on_streams) {
