@@ -102,6 +102,10 @@ void add_cuda_control_flags(CLI::App& c, CudaDeviceOptions& o) {
   c.add_flag("!--no-decode-mma", o.decode_mma,
              "Decode attention on the CUDA-core kernel instead of the tensor-core one, to "
              "measure the latter's gain");
+  c.add_flag("!--no-pending-linears", o.pending_linears,
+             "Run the decode step's FP8-row q/k/v and gate/up GEMMs with their row scales "
+             "(OUTER_VEC_32F) instead of leaving them to the next op, to measure the latter's "
+             "gain");
   c.add_flag_callback(
       "--no-persistent-decode", [&o] { o.persistent_decode_sms = 0; },
       "Decode attention with a block per (sequence, KV head, chunk) instead of blocks that "
@@ -112,6 +116,7 @@ void report_cuda_controls(const CudaDeviceOptions& o, nlohmann::json& r) {
   r["concurrent_linears"] = o.concurrent_linears;
   r["decode_attention"] = o.decode_mma ? "tensor cores" : "CUDA cores";
   r["persistent_decode"] = o.persistent_decode_sms != 0;
+  r["pending_linears"] = o.pending_linears;
 }
 
 void add_sampling_filter_options(CLI::App& c, SamplingParams& s) {

@@ -195,31 +195,51 @@ namespace {
 // 256-sequence decode step 6.6% and 2.0% faster, docs/PERFORMANCE.md).
 constexpr int64_t kStackedQkvMaxTokens = 2048;
 
-// The step's q [T, Hq, D], k and v [T, Hkv, D].
+// Steps up to this many tokens leave the FP8-row q/k/v and gate/up outputs pending for the op
+// that reads them (ops::linear_pending; measured at a 256-row decode step, docs/PERFORMANCE.md).
+constexpr int64_t kPendingMaxTokens = 256;
+
+// The step's q [T, Hq, D], k and v [T, Hkv, D]: activations, or the column parts of a pending
+// linear's raw output with its scales.
 struct QkvViews {
   TensorView q, k, v;
+  std::optional<ops::PendingScales> pending;
 };
 
 // q, k and v of the step: one GEMM over the stacked weight when the model has it
 // (LayerWeights::qkv) and the step is small, its [T, Nq + 2 Nkv] output (scratch of the
-// caller's scope) read in place by column parts; with an adapter on any of them the parts are
-// copied into s.q, s.k, s.v first and each adapter adds to its own. Else apply() each into s.
+// caller's scope) read in place by column parts, left pending where the backend does so; with
+// an adapter on any of them the parts are copied into s.q, s.k, s.v first and each adapter adds
+// to its own. Else apply() each into s.
 QkvViews qkv_projections(Context& ctx, const ModelConfig& c, const LinearInput& in,
                          const LayerWeights& l, const Activations& s) {
   const int64_t t = s.q.dim(0), hq = c.num_heads, hkv = c.num_kv_heads, d = c.head_dim;
-  const QkvViews own{s.q.reshape({t, hq, d}), s.k.reshape({t, hkv, d}), s.v.reshape({t, hkv, d})};
+  const QkvViews own{s.q.reshape({t, hq, d}), s.k.reshape({t, hkv, d}), s.v.reshape({t, hkv, d}),
+                     std::nullopt};
   if (l.qkv.weight.empty() || t > kStackedQkvMaxTokens) {
     apply(ctx, in, l.q, s.q);
     apply(ctx, in, l.k, s.k);
     apply(ctx, in, l.v, s.v);
     return own;
   }
+  const bool adapters = l.q.lora.active() || l.k.lora.active() || l.v.lora.active();
+  const auto parts = [&](const TensorView& y) {
+    return QkvViews{ops::column_heads(y, 0, hq, d), ops::column_heads(y, hq * d, hkv, d),
+                    ops::column_heads(y, (hq + hkv) * d, hkv, d), std::nullopt};
+  };
+  if (!adapters && in.q.act != ActScaling::none && t <= kPendingMaxTokens) {
+    const TensorView raw = ops::scratch_alloc(ctx, {t, l.qkv.out_features()}, DType::f16);
+    ops::PendingScales p;
+    if (ops::linear_pending(ctx, in.q, l.qkv, raw, p)) {
+      QkvViews v = parts(raw);
+      v.pending = p;
+      return v;
+    }
+  }
   const TensorView y =  // [T, Nq + 2 Nkv]
       ops::scratch_alloc(ctx, {t, l.qkv.out_features()}, ctx.activation_dtype());
   apply_base(ctx, in, l.qkv, y);
-  if (!l.q.lora.active() && !l.k.lora.active() && !l.v.lora.active())
-    return {ops::column_heads(y, 0, hq, d), ops::column_heads(y, hq * d, hkv, d),
-            ops::column_heads(y, (hq + hkv) * d, hkv, d)};
+  if (!adapters) return parts(y);
   ops::split_columns(ctx, y, {s.q, s.k, s.v});
   for (auto [w, out] : {std::pair{&l.q, s.q}, {&l.k, s.k}, {&l.v, s.v}})
     if (w->lora.active()) add_lora(ctx, in.x, w->lora, out, {});
@@ -248,7 +268,8 @@ BlockOutput attention_block(Context& ctx, const Model& m, int64_t li, const KvPo
   qk.positions = step.positions;
   qk.inv_freq = rope_frequencies(l);
   const ops::KvScales kv_scales{kv.k_scale(li), kv.v_scale(li)};  // empty unless FP8 KV
-  ops::rope_store_kv(ctx, x.q, x.k, x.v, qk, step.slot_mapping, kv.k(li), kv.v(li), kv_scales, q);
+  ops::rope_store_kv(ctx, x.q, x.k, x.v, qk, step.slot_mapping, kv.k(li), kv.v(li), kv_scales, q,
+                     x.pending ? &*x.pending : nullptr);
   const ops::AttentionParams p = attention_params(c, l);
   // A tensor-scaled o_proj gets max |attn| from the attention kernels' epilogues.
   TensorView amax;
@@ -279,6 +300,26 @@ BlockOutput mlp_block(Context& ctx, const Model& m, const LayerWeights& l, const
                       const Activations& s, bool splittable) {
   const ModelConfig& c = m.config();
   ops::ScratchScope scope(ctx);
+  const bool silu = c.activation == MlpActivation::silu;
+  const ActScaling down_act = shared_dynamic_act({&l.down});
+  const int64_t t = s.gate.dim(0);
+  // Gate and up as one GEMM over their stacked weight (LayerWeights::gate_up), its output left
+  // pending for the fused activation that quantizes the down projection's input.
+  if (!l.gate_up.weight.empty() && in.q.act != ActScaling::none && t <= kPendingMaxTokens &&
+      !l.gate.lora.active() && !l.up.lora.active() && down_act != ActScaling::none &&
+      !l.down.lora.active()) {
+    const TensorView raw = ops::scratch_alloc(ctx, {t, l.gate_up.out_features()}, DType::f16);
+    ops::PendingScales p;
+    if (ops::linear_pending(ctx, in.q, l.gate_up, raw, p)) {
+      LinearInput down_in;
+      down_in.q = ops::alloc_quantized(ctx, down_act, t, s.gate.dim(1));
+      if (silu)
+        ops::silu_mul_quant(ctx, raw, p, down_in.q);
+      else
+        ops::gelu_tanh_mul_quant(ctx, raw, p, down_in.q);
+      return project(ctx, down_in, l.down, s, splittable && !c.sandwich_norms);
+    }
+  }
   if (in.q.act != ActScaling::none) {  // both read the shared codes: one op, maybe concurrent
     ops::linear_pair(ctx, in.q, l.gate, s.gate, l.up, s.up);
     for (auto [w, out] : {std::pair{&l.gate, s.gate}, {&l.up, s.up}})
@@ -287,11 +328,8 @@ BlockOutput mlp_block(Context& ctx, const Model& m, const LayerWeights& l, const
     apply(ctx, in, l.gate, s.gate);
     apply(ctx, in, l.up, s.up);
   }
-  const bool silu = c.activation == MlpActivation::silu;
-  const ActScaling down_act = shared_dynamic_act({&l.down});
   if (down_act != ActScaling::none && !l.down.lora.active()) {
-    const ops::QuantizedActivation q =
-        ops::alloc_quantized(ctx, down_act, s.gate.dim(0), s.gate.dim(1));
+    const ops::QuantizedActivation q = ops::alloc_quantized(ctx, down_act, t, s.gate.dim(1));
     if (silu)
       ops::silu_mul_quant(ctx, s.gate, s.up, q);
     else

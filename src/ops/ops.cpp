@@ -2,7 +2,10 @@
 // here once (shapes, dtypes, devices), so backends can assume well-formed views.
 #include "ops/ops.h"
 
+#include <cmath>
+
 #include "core/parallel.h"
+#include "ops/columns.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/dispatch.h"
 #include "quant/fp8.h"
@@ -389,14 +392,72 @@ void store_kv(Context& ctx, const TensorView& k, const TensorView& v,
                  cuda::store_kv(*ctx.cuda, k, v, slot_mapping, k_pool, v_pool, scales));
 }
 
+namespace {
+
+// A pending raw output or column part of one: f16 [T, heads, D] (or [T, N]) on ctx.device
+// whose rows are contiguous, with any token stride.
+void check_raw(const Context& ctx, const TensorView& t, int rank, const char* what) {
+  bool rows = t.dtype == DType::f16 && t.rank() == rank && t.device == ctx.device &&
+              t.strides[size_t(rank - 1)] == 1;
+  if (rows && rank == 3) rows = t.strides[1] == t.dim(2) && t.strides[0] >= t.dim(1) * t.dim(2);
+  if (rows && rank == 2) rows = t.strides[0] >= t.dim(1);
+  CHECK(rows, "{}: expected f16 of rank {} with contiguous rows on {}, got {} {} on {}", what, rank,
+        device_name(ctx.device), dtype_name(t.dtype), t.shape.str(), device_name(t.device));
+}
+
+void check_pending(const Context& ctx, const PendingScales& p, int64_t t, int64_t n,
+                   const char* what) {
+  CHECK(p.row.dtype == DType::f32 && p.row.device == ctx.device && p.row.is_contiguous() &&
+            p.row.numel() == t && p.col.dtype == DType::f32 && p.col.device == ctx.device &&
+            p.col.is_contiguous() && p.col.numel() == n && p.inv_alpha > 0.0f,
+        "{}: pending scales for [{}, {}]: row {} col {} inv_alpha {}", what, t, n,
+        p.row.shape.str(), p.col.shape.str(), p.inv_alpha);
+}
+
+// rope_store_kv of pending parts as the reference runs it: their values into scratch, then
+// the op on them (CUDA's kernel applies the scales as it loads the parts instead).
+void rope_store_kv_of_values(Context& ctx, const TensorView& q, const TensorView& k,
+                             const TensorView& v, const QkRope& qk, const TensorView& slot_mapping,
+                             const TensorView& k_pool, const TensorView& v_pool,
+                             const KvScales& scales, const TensorView& q_out,
+                             const PendingScales& p) {
+  ScratchScope scope(ctx);
+  const int64_t t = q.dim(0), d = q.dim(2);
+  // [T, heads, D] values of the parts.
+  const TensorView vq = scratch_alloc(ctx, q.shape, ctx.activation_dtype());
+  const TensorView vk = scratch_alloc(ctx, k.shape, ctx.activation_dtype());
+  const TensorView vv = scratch_alloc(ctx, k.shape, ctx.activation_dtype());
+  int64_t col = 0;
+  for (auto [raw, out] : {std::pair{&q, &vq}, {&k, &vk}, {&v, &vv}}) {
+    const int64_t n = raw->dim(1) * d;
+    TensorView rows = *raw;  // [T, n] with the part's token stride
+    rows.shape = {t, n};
+    rows.strides = {raw->strides[0], 1};
+    PendingScales part = p;
+    part.col = TensorView(p.col.ptr<float>() + col, DType::f32, {n}, p.col.device);
+    apply_pending(ctx, rows, part, out->reshape({t, n}));
+    col += n;
+  }
+  rope_store_kv(ctx, vq, vk, vv, qk, slot_mapping, k_pool, v_pool, scales, q_out);
+}
+
+}  // namespace
+
 void rope_store_kv(Context& ctx, const TensorView& q, const TensorView& k, const TensorView& v,
                    const QkRope& qk, const TensorView& slot_mapping, const TensorView& k_pool,
-                   const TensorView& v_pool, const KvScales& scales, const TensorView& q_out) {
+                   const TensorView& v_pool, const KvScales& scales, const TensorView& q_out,
+                   const PendingScales* pending) {
   check_ctx(ctx);
-  check_heads(ctx, q, "rope_store_kv q");
+  if (pending != nullptr) {
+    for (const TensorView* t : {&q, &k, &v}) check_raw(ctx, *t, 3, "rope_store_kv pending part");
+    check_pending(ctx, *pending, q.dim(0), q.dim(1) * q.dim(2) + 2 * k.dim(1) * k.dim(2),
+                  "rope_store_kv");
+  } else {
+    check_heads(ctx, q, "rope_store_kv q");
+    check_heads(ctx, k, "rope_store_kv k");
+    check_heads(ctx, v, "rope_store_kv v");
+  }
   check_heads(ctx, q_out, "rope_store_kv q output");
-  check_heads(ctx, k, "rope_store_kv k");
-  check_heads(ctx, v, "rope_store_kv v");
   CHECK(q_out.shape == q.shape && k.dim(0) == q.dim(0) && v.shape == k.shape &&
             k.dim(2) == q.dim(2) && q.dim(1) % k.dim(1) == 0,
         "rope_store_kv: q {} k {} v {} q_out {}", q.shape.str(), k.shape.str(), v.shape.str(),
@@ -424,11 +485,19 @@ void rope_store_kv(Context& ctx, const TensorView& q, const TensorView& k, const
     CHECK((in_place && t == &q) || !overlap(q_out, *t),
           "rope_store_kv: q_out overlaps an input without being q");
 #if FP8RL_HAVE_CUDA
-  const bool fused =
-      ctx.device == Device::cuda && cuda::rope_store_kv_supported(q.dim(2), {&q, &k, &v, &q_out});
+  // A pending input's column scales are read 8 at a time (16-byte loads).
+  const bool fused = ctx.device == Device::cuda &&
+                     cuda::rope_store_kv_supported(q.dim(2), {&q, &k, &v, &q_out}) &&
+                     (pending == nullptr ||
+                      (reinterpret_cast<uintptr_t>(pending->col.data) & 15) == 0);
 #else
   const bool fused = false;
 #endif
+  if (!fused && pending != nullptr) {
+    rope_store_kv_of_values(ctx, q, k, v, qk, slot_mapping, k_pool, v_pool, scales, q_out,
+                            *pending);
+    return;
+  }
   if (!fused) {  // the three ops (the CPU reference), k rotated into scratch
     ScratchScope scope(ctx);
     const TensorView kr = scratch_alloc(ctx, k.shape, k.dtype);
@@ -453,9 +522,9 @@ void rope_store_kv(Context& ctx, const TensorView& q, const TensorView& k, const
   check_i32(ctx, slot_mapping, k.dim(0), "rope_store_kv slot mapping");
   CHECK(v_pool.shape == k_pool.shape && k_pool.dim(2) == k.dim(1) && k_pool.dim(3) == k.dim(2),
         "rope_store_kv: k {} pools {} {}", k.shape.str(), k_pool.shape.str(), v_pool.shape.str());
-  FP8RL_DISPATCH(
-      ctx, "rope_store_kv", RAISE("rope_store_kv: the fused kernel is CUDA's"),
-      cuda::rope_store_kv(*ctx.cuda, q, k, v, qk, slot_mapping, k_pool, v_pool, scales, q_out));
+  FP8RL_DISPATCH(ctx, "rope_store_kv", RAISE("rope_store_kv: the fused kernel is CUDA's"),
+                 cuda::rope_store_kv(*ctx.cuda, q, k, v, qk, slot_mapping, k_pool, v_pool, scales,
+                                     q_out, pending));
 }
 
 void paged_attention(Context& ctx, const TensorView& q, const TensorView& k_pool,
@@ -693,6 +762,45 @@ void gelu_tanh_mul_quant(Context& ctx, const TensorView& gate, const TensorView&
   gated_quant(ctx, gate, up, q, 1, "gelu_tanh_mul_quant");
 }
 
+namespace {
+// gated_quant of a pending [T, 2I] gate/up output: CUDA's kernel applies the scales as it
+// loads gate and up where it runs; the reference makes their values first.
+void gated_quant_pending(Context& ctx, const TensorView& raw, const PendingScales& p,
+                         const QuantizedActivation& q, int act, const char* what) {
+  check_ctx(ctx);
+  check_raw(ctx, raw, 2, what);
+  check_pending(ctx, p, raw.dim(0), raw.dim(1), what);
+  check_quantized(ctx, q, what);
+  const int64_t t = raw.dim(0), i = raw.dim(1) / 2;
+  CHECK(raw.dim(1) % 2 == 0 && q.rows == t && q.cols == i && q.act != ActScaling::static_tensor,
+        "{}: pending gate/up {} for q [{}, {}] {}", what, raw.shape.str(), q.rows, q.cols,
+        act_scaling_name(q.act));
+#if FP8RL_HAVE_CUDA
+  if (ctx.device == Device::cuda && cuda::gated_quant_pending_supported(raw, p, q)) {
+    dry_run_scratch(ctx, quantize_op_scratch_bytes(t, i));
+    FP8RL_DISPATCH(ctx, what, (void)0, cuda::gated_quant_pending(*ctx.cuda, raw, p, act, q));
+    return;
+  }
+#endif
+  ScratchScope scope(ctx);
+  const TensorView v = scratch_alloc(ctx, raw.shape, ctx.activation_dtype());  // [T, 2I]
+  apply_pending(ctx, raw, p, v);
+  const TensorView gate = scratch_alloc(ctx, {t, i}, ctx.activation_dtype());
+  const TensorView up = scratch_alloc(ctx, {t, i}, ctx.activation_dtype());
+  split_columns(ctx, v, {gate, up});
+  gated_quant(ctx, gate, up, q, act, what);
+}
+}  // namespace
+
+void silu_mul_quant(Context& ctx, const TensorView& raw, const PendingScales& pending,
+                    const QuantizedActivation& q) {
+  gated_quant_pending(ctx, raw, pending, q, 0, "silu_mul_quant");
+}
+void gelu_tanh_mul_quant(Context& ctx, const TensorView& raw, const PendingScales& pending,
+                         const QuantizedActivation& q) {
+  gated_quant_pending(ctx, raw, pending, q, 1, "gelu_tanh_mul_quant");
+}
+
 void dequantize(Context& ctx, const QuantizedActivation& q, const TensorView& out) {
   check_ctx(ctx);
   check_quantized(ctx, q, "dequantize");
@@ -795,6 +903,54 @@ bool linear_split(Context& ctx, const QuantizedActivation& x, const LinearWeight
                  cpu::linear(scratch_of(ctx), x, w, out, Output::activation, rounding(ctx)),
                  split = cuda::linear_split(*ctx.cuda, x, w, out, parts));
   return split;
+}
+
+float pending_inv_alpha(int64_t k) {
+  // |sum| <= 448^2 k for e4m3 codes; the fp32 sum's roundings add at most a factor
+  // (1 + k 2^-24) to that, under 1/16 for the k allowed here.
+  CHECK(k > 0 && k <= (int64_t(1) << 20), "pending linear: K = {} outside [1, 2^20]", k);
+  const double bound = 448.0 * 448.0 * double(k) * (1.0 + 1.0 / 16);
+  int e = 0;
+  while (std::ldexp(65504.0, e) < bound) ++e;
+  return std::ldexp(1.0f, e);
+}
+
+void apply_pending(Context& ctx, const TensorView& raw, const PendingScales& p,
+                   const TensorView& out) {
+  check_ctx(ctx);
+  check_raw(ctx, raw, 2, "apply_pending raw");
+  check_pending(ctx, p, raw.dim(0), raw.dim(1), "apply_pending");
+  check_act(ctx, out, 2, "apply_pending output");
+  CHECK(out.shape == raw.shape, "apply_pending: raw {} out {}", raw.shape.str(), out.shape.str());
+  FP8RL_DISPATCH(ctx, "apply_pending", cpu::apply_pending(raw, p, out, rounding(ctx)),
+                 cuda::apply_pending(*ctx.cuda, raw, p, out));
+}
+
+bool linear_pending(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
+                    const TensorView& raw, PendingScales& pending) {
+  check_ctx(ctx);
+  check_quantized(ctx, x, "linear input");
+  CHECK(raw.dtype == DType::f16 && raw.rank() == 2 && raw.is_contiguous() &&
+            raw.device == ctx.device && raw.dim(0) == x.rows && raw.dim(1) == w.out_features() &&
+            x.cols == w.in_features(),
+        "linear_pending: x [{}, {}] weight {} raw {} {}", x.rows, x.cols, w.weight.shape.str(),
+        dtype_name(raw.dtype), raw.shape.str());
+  CHECK(w.is_fp8() && x.act == w.act && w.weight.device == ctx.device,
+        "linear_pending: input quantized with {} scaling for a {} weight on {}",
+        act_scaling_name(x.act), scheme_name(w.scheme), device_name(w.weight.device));
+#if FP8RL_HAVE_CUDA
+  if (ctx.device != Device::cuda || !cuda::linear_pending_supported(*ctx.cuda, x, w)) return false;
+  // The decision is the same in a dry run, so the memory plan measures the path that runs.
+  pending.row = TensorView(x.scales.data, DType::f32, {x.rows}, ctx.device);
+  pending.col = w.scales;
+  pending.inv_alpha = pending_inv_alpha(w.in_features());
+  FP8RL_DISPATCH(ctx, linear_name(w, x.rows) + " pending", (void)0,
+                 cuda::linear_pending(*ctx.cuda, x, w, raw, pending.inv_alpha));
+  return true;
+#else
+  (void)pending;
+  return false;
+#endif
 }
 
 void linear_pair(Context& ctx, const QuantizedActivation& x, const LinearWeight& w0,

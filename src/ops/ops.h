@@ -162,9 +162,14 @@ struct QkRope {
   TensorView positions;  // [T] i32
   TensorView inv_freq;   // [D / 2] f32
 };
+// With `pending`, q, k and v are column parts of a pending linear's raw output (f16 [T, N],
+// linear_pending) and pending->col holds the scales of their columns, q's, then k's, then
+// v's: each is read as the value apply_pending makes of it.
+struct PendingScales;
 void rope_store_kv(Context& ctx, const TensorView& q, const TensorView& k, const TensorView& v,
                    const QkRope& qk, const TensorView& slot_mapping, const TensorView& k_pool,
-                   const TensorView& v_pool, const KvScales& scales, const TensorView& q_out);
+                   const TensorView& v_pool, const KvScales& scales, const TensorView& q_out,
+                   const PendingScales* pending = nullptr);
 
 // Causal GQA attention of every sequence's new queries against its paged cache (keys and
 // values of the new tokens already stored by store_kv): query i of s sees positions
@@ -250,6 +255,12 @@ void silu_mul_quant(Context& ctx, const TensorView& gate, const TensorView& up,
                     const QuantizedActivation& q);
 void gelu_tanh_mul_quant(Context& ctx, const TensorView& gate, const TensorView& up,
                          const QuantizedActivation& q);
+// The same of a pending gate/up output: raw f16 [T, 2I] on ctx.device, gate's columns then
+// up's (linear_pending over the stacked weight), read as apply_pending's values.
+void silu_mul_quant(Context& ctx, const TensorView& raw, const PendingScales& pending,
+                    const QuantizedActivation& q);
+void gelu_tanh_mul_quant(Context& ctx, const TensorView& raw, const PendingScales& pending,
+                         const QuantizedActivation& q);
 // Dequantized values x_hat[M,K] = codes * scales (f32 on the CPU, bf16 values under
 // bf16_activations; bf16 on CUDA). For tests.
 void dequantize(Context& ctx, const QuantizedActivation& q, const TensorView& out);
@@ -277,6 +288,34 @@ bool linear_split(Context& ctx, const TensorView& x, const LinearWeight& w, cons
                   const TensorView& parts);
 bool linear_split(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
                   const TensorView& out, const TensorView& parts);
+
+// An FP8-row linear's output with its scales still to apply (linear_pending). The GEMM ran
+// with cuBLASLt's SCALAR scaling, which tiles a decode step's few hundred rows better than
+// the per-token x per-channel OUTER_VEC mode (docs/PERFORMANCE.md), into
+// raw[t, n] = alpha * sum_k xq[t, k] wq[n, k] in fp16, alpha = 1 / inv_alpha a power of two
+// small enough that no sum of K e4m3 products can overflow. The output's value is
+//   round((raw[t, n] * inv_alpha) * (row[t] * col[n]))   (fp32 products, one rounding to the
+// activation dtype), the linear's output up to the fp16 rounding of raw (2^-11 relative, under
+// bf16's 2^-8). The op that reads raw applies the scales as it loads it.
+struct PendingScales {
+  TensorView row;          // [T] f32: the input's per-token scales
+  TensorView col;          // [N] f32: the weight's per-output-channel scales
+  float inv_alpha = 1.0f;  // a power of two
+};
+// alpha's inverse for a reduction of k e4m3 products: the least power of two that keeps
+// 448^2 k (with room for the fp32 sum's rounding) within fp16's 65,504.
+float pending_inv_alpha(int64_t k);
+// out = the value of raw ([T, N] f16 on ctx.device, N = p.col's length) as above: the
+// reference of the readers' fused loads.
+void apply_pending(Context& ctx, const TensorView& raw, const PendingScales& p,
+                   const TensorView& out);
+
+// The output of linear(x, w, .) left pending in raw ([M, N] f16 on ctx.device) with its
+// scales in `pending`, where the backend does so: CUDA, FP8-row weights without bias on
+// per-token scaled input, not batch-invariant. Else it runs nothing and returns false (the
+// CPU always), and the caller runs linear().
+bool linear_pending(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
+                    const TensorView& raw, PendingScales& pending);
 
 // linear(x, w0, out0) and linear(x, w1, out1) of one quantized input (gate and up): the same
 // results; CUDA runs the two GEMMs concurrently when each alone would leave SMs idle (a

@@ -304,12 +304,16 @@ TEST(CliBench, GrpoDeviceControls) {
       << on.output;
   EXPECT_NE(on.output.find("\"concurrent_linears\": true"), std::string::npos) << on.output;
   EXPECT_NE(on.output.find("\"persistent_decode\": true"), std::string::npos) << on.output;
-  const Result off = run(base + " --no-decode-mma --no-concurrent-linears --no-persistent-decode");
+  EXPECT_NE(on.output.find("\"pending_linears\": true"), std::string::npos) << on.output;
+  const Result off = run(base +
+                         " --no-decode-mma --no-concurrent-linears --no-persistent-decode "
+                         "--no-pending-linears");
   ASSERT_EQ(off.exit_code, 0) << off.output;
   EXPECT_NE(off.output.find("\"decode_attention\": \"CUDA cores\""), std::string::npos)
       << off.output;
   EXPECT_NE(off.output.find("\"concurrent_linears\": false"), std::string::npos) << off.output;
   EXPECT_NE(off.output.find("\"persistent_decode\": false"), std::string::npos) << off.output;
+  EXPECT_NE(off.output.find("\"pending_linears\": false"), std::string::npos) << off.output;
 }
 
 // bench generate's shared-prefix threshold reaches the engine (JSON shared_prefix.min_tokens);

@@ -11,6 +11,7 @@
 
 #include "model/forward.h"
 #include "model/presets.h"
+#include "ops/columns.h"
 #include "ops/device.h"
 #include "ops/ops.h"
 #include "quant/fp8.h"
@@ -211,6 +212,91 @@ TEST(FusedOps, SplitSumResidualAddReadsRoundedHalves) {
   EXPECT_FALSE(ops::linear_split(ctx, x, lw, y, scratch_parts));
   ops::linear(ctx, x, lw, y2);
   EXPECT_TRUE(same_bytes(y, y2));
+}
+
+// A pending linear's output (ops::PendingScales): apply_pending's values against the formula
+// computed here from the fp16 bits, in both modes; alpha's bound; silu_mul_quant of a pending
+// gate/up output against the op on the values' halves; rope_store_kv of pending parts against
+// the op on their values. linear_pending never defers on the CPU. Controls: inv_alpha ignored,
+// gate and up swapped.
+TEST(FusedOps, PendingOutputsReadAsTheirValues) {
+  Arena arena{size_t(16) << 20};
+  EXPECT_EQ(ops::pending_inv_alpha(4096), 16384.0f);  // 448^2 4096 (1 + 1/16) / 65504 = 13,335
+  EXPECT_EQ(ops::pending_inv_alpha(1), 4.0f);         // 448^2 (1 + 1/16) = 213,248
+  EXPECT_GE(65504.0 * ops::pending_inv_alpha(12288), 448.0 * 448.0 * 12288);
+  EXPECT_THROW(ops::pending_inv_alpha(0), Error);
+  const int64_t m = 5, n = 48;
+  Tensor raw = Tensor::empty({m, n}, DType::f16);
+  const Tensor rv = values({m, n}, 51, 3000.0f), row = values({m}, 52, 0.01f),
+               col = values({n}, 53, 0.02f);
+  for (int64_t i = 0; i < m * n; ++i) raw.ptr<uint16_t>()[i] = f32_to_f16(rv.ptr<float>()[i]);
+  const ops::PendingScales p{row, col, 1024.0f};
+  for (bool bf16 : {false, true}) {
+    Context ctx{Device::cpu, &arena};
+    ctx.bf16_activations = bf16;
+    Tensor v = Tensor::empty({m, n}, DType::f32), want = Tensor::empty({m, n}, DType::f32);
+    ops::apply_pending(ctx, raw, p, v);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t c = 0; c < n; ++c) {
+        const float x = (f16_to_f32(raw.ptr<uint16_t>()[i * n + c]) * 1024.0f) *
+                        (row.ptr<float>()[i] * col.ptr<float>()[c]);
+        want.ptr<float>()[i * n + c] = bf16 ? round_to_bf16(x) : x;
+      }
+    EXPECT_TRUE(same_bytes(v, want)) << bf16;
+    Tensor unscaled = Tensor::empty({m, n}, DType::f32);
+    ops::apply_pending(ctx, raw, ops::PendingScales{row, col, 1.0f}, unscaled);
+    EXPECT_FALSE(same_bytes(v, unscaled)) << bf16;
+
+    // gate = columns [0, 24), up = [24, 48) of the values.
+    const int64_t half = n / 2;
+    Tensor gate = Tensor::empty({m, half}, DType::f32), up = Tensor::empty({m, half}, DType::f32);
+    for (int64_t i = 0; i < m; ++i) {
+      std::memcpy(gate.ptr<float>() + i * half, v.ptr<float>() + i * n, size_t(half) * 4);
+      std::memcpy(up.ptr<float>() + i * half, v.ptr<float>() + i * n + half, size_t(half) * 4);
+    }
+    const auto q = ops::alloc_quantized(ctx, ActScaling::token, m, half);
+    const auto r = ops::alloc_quantized(ctx, ActScaling::token, m, half);
+    const auto s = ops::alloc_quantized(ctx, ActScaling::token, m, half);
+    ops::silu_mul_quant(ctx, raw, p, q);
+    ops::silu_mul_quant(ctx, gate, up, r);
+    ops::silu_mul_quant(ctx, up, gate, s);
+    EXPECT_TRUE(same_bytes(q.codes, r.codes) && same_bytes(q.scales, r.scales)) << bf16;
+    EXPECT_FALSE(same_bytes(q.codes, s.codes)) << bf16;
+
+    // rope_store_kv: q 2 heads, k and v 1 head each of D = 12 (n = 48).
+    const int64_t d = 12;
+    Tensor pos = Tensor::empty({m}, DType::i32), map = Tensor::empty({m}, DType::i32);
+    for (int64_t i = 0; i < m; ++i)
+      pos.ptr<int32_t>()[i] = int32_t(3 * i), map.ptr<int32_t>()[i] = int32_t(i);
+    Tensor freq = Tensor::empty({d / 2}, DType::f32);
+    for (int64_t i = 0; i < d / 2; ++i)
+      freq.ptr<float>()[i] = std::pow(1e4f, -2.0f * float(i) / float(d));
+    ops::QkRope qk;
+    qk.positions = pos;
+    qk.inv_freq = freq;
+    Tensor pools[4], q_out[2];
+    for (Tensor& t : pools) t = Tensor::zeros({1, 16, 1, d}, DType::f32);
+    for (Tensor& t : q_out) t = Tensor::empty({m, 2, d}, DType::f32);
+    ops::rope_store_kv(ctx, ops::column_heads(raw, 0, 2, d), ops::column_heads(raw, 2 * d, 1, d),
+                       ops::column_heads(raw, 3 * d, 1, d), qk, map, pools[0], pools[1], {},
+                       q_out[0], &p);
+    ops::rope_store_kv(ctx, ops::column_heads(v, 0, 2, d), ops::column_heads(v, 2 * d, 1, d),
+                       ops::column_heads(v, 3 * d, 1, d), qk, map, pools[2], pools[3], {},
+                       q_out[1]);
+    EXPECT_TRUE(same_bytes(q_out[0], q_out[1])) << bf16;
+    EXPECT_TRUE(same_bytes(pools[0], pools[2]) && same_bytes(pools[1], pools[3])) << bf16;
+
+    // The CPU never leaves a linear pending.
+    LinearWeight lw;
+    Tensor codes = Tensor::zeros({n, 32}, DType::f8e4m3), ws = Tensor::empty({n}, DType::f32);
+    lw.weight = codes.view();
+    lw.scales = ws.view();
+    lw.scheme = Fp8Scheme::row;
+    lw.act = ActScaling::token;
+    const auto xq = ops::alloc_quantized(ctx, ActScaling::token, m, 32);
+    ops::PendingScales got;
+    EXPECT_FALSE(ops::linear_pending(ctx, xq, lw, raw, got));
+  }
 }
 
 // linear_accumulate (LoRA's up projection added into the base output): out + alpha x W^T

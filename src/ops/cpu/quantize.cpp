@@ -32,8 +32,8 @@ void rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& w, fl
 }
 
 void add_rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& delta,
-                        const TensorView& w, float eps, bool plus_one,
-                        const QuantizedActivation& q, Rounding r) {
+                        const TensorView& w, float eps, bool plus_one, const QuantizedActivation& q,
+                        Rounding r) {
   add(x, delta, 1.0f, x, r);
   rms_norm_quant(scratch, x, w, eps, plus_one, q, r);
 }
@@ -70,6 +70,23 @@ void dequantize(const QuantizedActivation& q, const TensorView& out, Rounding r)
           break;
       }
       o[i * k + c] = round_as(r, e4m3_to_f32(codes[i * k + c]) * sc);
+    }
+  });
+}
+
+// ops::PendingScales' formula, the products in this order (CUDA's fused loads make the same
+// two fp32 roundings before the one to the activation dtype).
+void apply_pending(const TensorView& raw, const PendingScales& p, const TensorView& out,
+                   Rounding r) {
+  const int64_t m = raw.dim(0), n = raw.dim(1), ld = raw.strides[0];
+  const uint16_t* src = raw.ptr<uint16_t>();
+  const float* row = p.row.ptr<float>();
+  const float* col = p.col.ptr<float>();
+  float* o = out.ptr<float>();
+  parallel_for(0, m, [&](int64_t i) {
+    for (int64_t c = 0; c < n; ++c) {
+      const float s = row[i] * col[c];
+      o[i * n + c] = round_as(r, (f16_to_f32(src[i * ld + c]) * p.inv_alpha) * s);
     }
   });
 }

@@ -16,6 +16,9 @@ bf16* bf(const TensorView& t) {
 const float* f32(const TensorView& t) {
   return static_cast<const float*>(t.data);
 }
+PendingIn pending_in(const ops::PendingScales& p) {
+  return {f32(p.row), f32(p.col), p.inv_alpha};
+}
 int64_t round_up(int64_t a, int64_t b) {
   return (a + b - 1) / b * b;
 }
@@ -312,7 +315,8 @@ bool rope_store_kv_supported(int64_t d, std::initializer_list<const TensorView*>
 
 void rope_store_kv(Backend& b, const TensorView& q, const TensorView& k, const TensorView& v,
                    const ops::QkRope& qk, const TensorView& slot_mapping, const TensorView& k_pool,
-                   const TensorView& v_pool, const ops::KvScales& scales, const TensorView& q_out) {
+                   const TensorView& v_pool, const ops::KvScales& scales, const TensorView& q_out,
+                   const ops::PendingScales* pending) {
   for (const TensorView* t : {&k_pool, &v_pool})
     CHECK((reinterpret_cast<uintptr_t>(t->data) & 15) == 0,
           "CUDA rope_store_kv needs 16-byte "
@@ -342,6 +346,7 @@ void rope_store_kv(Backend& b, const TensorView& q, const TensorView& k, const T
   a.v_pool = v_pool.data;
   a.k_scale = scales.empty() ? nullptr : scales.k.ptr<float>();
   a.v_scale = scales.empty() ? nullptr : scales.v.ptr<float>();
+  if (pending != nullptr) a.pending = pending_in(*pending);
   launch_rope_store_kv(a, b.stream());
 }
 
@@ -569,6 +574,27 @@ void gated_quant(Backend& b, const TensorView& gate, const TensorView& up, int a
   launch_quantize_tensor(h.data, false, h.numel(), amax, 0.0f, static_cast<uint8_t*>(q.codes.data),
                          static_cast<float*>(q.scales.data), b.stream());
   b.arena().rewind(mark);
+}
+
+void apply_pending(Backend& b, const TensorView& raw, const ops::PendingScales& p,
+                   const TensorView& out) {
+  launch_apply_pending(static_cast<const uint16_t*>(raw.data), raw.strides[0], pending_in(p),
+                       raw.dim(0), raw.dim(1), bf(out), b.stream());
+}
+
+bool gated_quant_pending_supported(const TensorView& raw, const ops::PendingScales& p,
+                                   const ops::QuantizedActivation& q) {
+  return (q.act == ActScaling::token || q.act == ActScaling::group) &&
+         raw.strides[0] == raw.dim(1) && (reinterpret_cast<uintptr_t>(p.col.data) & 15) == 0 &&
+         gated_quant_pending_fits(raw.data, q.cols, quant_out(q));
+}
+
+void gated_quant_pending(Backend& b, const TensorView& raw, const ops::PendingScales& p, int act,
+                         const ops::QuantizedActivation& q) {
+  CHECK(gated_quant_pending_supported(raw, p, q), "CUDA gated_quant: pending {} for [{}, {}]",
+        raw.shape.str(), q.rows, q.cols);
+  launch_gated_quant_pending(static_cast<const uint16_t*>(raw.data), pending_in(p), q.rows, q.cols,
+                             act, quant_out(q), b.stream());
 }
 
 void dequantize(Backend& b, const ops::QuantizedActivation& q, const TensorView& out) {

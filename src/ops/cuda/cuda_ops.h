@@ -70,7 +70,8 @@ void store_kv(Backend& b, const TensorView& k, const TensorView& v, const Tensor
 bool rope_store_kv_supported(int64_t d, std::initializer_list<const TensorView*> operands);
 void rope_store_kv(Backend& b, const TensorView& q, const TensorView& k, const TensorView& v,
                    const ops::QkRope& qk, const TensorView& slot_mapping, const TensorView& k_pool,
-                   const TensorView& v_pool, const ops::KvScales& scales, const TensorView& q_out);
+                   const TensorView& v_pool, const ops::KvScales& scales, const TensorView& q_out,
+                   const ops::PendingScales* pending = nullptr);
 // lse (optional, [t, hq] f32): written by the prefill kernels only (batch.max_query_len > 1).
 // out_q (optional): ops::paged_attention's.
 void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
@@ -115,6 +116,14 @@ void add_rms_norm_quant(Backend& b, const TensorView& x, const ops::SplitSum& de
 void gated_quant(Backend& b, const TensorView& gate, const TensorView& up, int act,
                  const ops::QuantizedActivation& q);
 void dequantize(Backend& b, const ops::QuantizedActivation& q, const TensorView& out);
+// ops::apply_pending, and gated_quant of a pending [T, 2I] gate/up output where its fused
+// kernel takes the shape (else ops:: runs the reference's two steps).
+void apply_pending(Backend& b, const TensorView& raw, const ops::PendingScales& p,
+                   const TensorView& out);
+bool gated_quant_pending_supported(const TensorView& raw, const ops::PendingScales& p,
+                                   const ops::QuantizedActivation& q);
+void gated_quant_pending(Backend& b, const TensorView& raw, const ops::PendingScales& p, int act,
+                         const ops::QuantizedActivation& q);
 // CudaDevice::check_fp8_quotient.
 uint64_t check_fp8_quotient(Backend& b, uint32_t b_first, uint32_t b_count, uint32_t b_step,
                             uint32_t (&bad)[2]);
@@ -139,6 +148,11 @@ bool linear_split(Backend& b, const TensorView& x, const LinearWeight& w, const 
                   const TensorView& parts);
 bool linear_split(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
                   const TensorView& out, const TensorView& parts);
+// ops::linear_pending: whether this backend leaves x W^T pending, and the GEMM that does
+// (raw [M, N] fp16 = x codes W codes^T / inv_alpha).
+bool linear_pending_supported(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w);
+void linear_pending(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
+                    const TensorView& raw, float inv_alpha);
 // W dequantized to bf16 [N,K] in the arena (the caller's scope): the bf16 fallback's weight.
 TensorView dequantized_weight(Backend& b, const LinearWeight& w);
 void linear_accumulate(Backend& b, const TensorView& x, const LinearWeight& w, float alpha,

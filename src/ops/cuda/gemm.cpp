@@ -43,7 +43,8 @@ void Gemm::describe(const GemmArgs& g, int64_t m, Plan& p) {
   const bool fp8 = g.mode != GemmScale::none;
   CHECK(!g.f32_operands || (!fp8 && g.y_f32), "GEMM: fp32 operands need mode none and f32 output");
   const cudaDataType_t ab = fp8 ? CUDA_R_8F_E4M3 : g.f32_operands ? CUDA_R_32F : CUDA_R_16BF;
-  const cudaDataType_t out = g.y_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  CHECK(!(g.y_f32 && g.y_f16), "GEMM: f32 or f16 output, not both");
+  const cudaDataType_t out = g.y_f32 ? CUDA_R_32F : g.y_f16 ? CUDA_R_16F : CUDA_R_16BF;
   const bool a_t = g.layout == GemmLayout::xwt, b_t = g.layout == GemmLayout::xtw;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set_desc(p.op, CUBLASLT_MATMUL_DESC_TRANSA, a_t ? CUBLAS_OP_T : CUBLAS_OP_N);
@@ -102,7 +103,7 @@ int Gemm::heuristic(const Plan& p, int aw, int ax, int ay, cublasLtMatmulHeurist
 }
 
 const cublasLtMatmulAlgo_t* Gemm::invariant_algo(const GemmArgs& g) {
-  const Key key{int(g.mode), int(g.layout), g.f32_operands, 0,     g.n, g.k, g.y_f32, 16, 16,
+  const Key key{int(g.mode), int(g.layout), g.f32_operands, 0,     g.n, g.k, out_code(g), 16, 16,
                 16,          true,          g.w_ld,         g.x_ld};
   auto it = invariant_algos_.find(key);
   if (it == invariant_algos_.end()) {
@@ -147,7 +148,7 @@ const cublasLtMatmulAlgo_t* Gemm::invariant_algo(const GemmArgs& g) {
 
 Gemm::Plan& Gemm::plan(const GemmArgs& g) {
   const int aw = alignment_of(g.w), ax = alignment_of(g.x), ay = alignment_of(g.y);
-  const Key key{int(g.mode), int(g.layout), g.f32_operands, g.m,   g.n, g.k, g.y_f32, aw, ax,
+  const Key key{int(g.mode), int(g.layout), g.f32_operands, g.m,   g.n, g.k, out_code(g), aw, ax,
                 ay,          invariant_,    g.w_ld,         g.x_ld};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;

@@ -53,6 +53,7 @@ struct GemmArgs {
   const void* x = nullptr;
   void* y = nullptr;
   bool y_f32 = false;
+  bool y_f16 = false;  // fp16 output (a pending linear's raw sums, ops::PendingScales)
   const float* w_scale = nullptr;
   const float* x_scale = nullptr;
   // Row strides (elements) of W and X in the xwt layout when they exceed k: the GEMM then reads
@@ -89,10 +90,11 @@ class Gemm {
     size_t workspace = 0;
     bool ok = false;
   };
-  // mode, layout, f32 operands, m, n, k, f32 out, alignment of w, x, y (bytes, up to 256),
-  // batch-invariant, w_ld, x_ld
-  using Key = std::tuple<int, int, bool, int64_t, int64_t, int64_t, bool, int, int, int, bool,
+  // mode, layout, f32 operands, m, n, k, output type (out_code), alignment of w, x, y (bytes, up to
+  // 256), batch-invariant, w_ld, x_ld
+  using Key = std::tuple<int, int, bool, int64_t, int64_t, int64_t, int, int, int, int, bool,
                          int64_t, int64_t>;
+  static int out_code(const GemmArgs& a) { return a.y_f32 ? 1 : a.y_f16 ? 2 : 0; }
   Plan& plan(const GemmArgs& a);
   // Descriptors and layouts of a's shape with m rows.
   void describe(const GemmArgs& a, int64_t m, Plan& p);

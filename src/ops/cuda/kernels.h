@@ -61,6 +61,17 @@ void launch_rms_norm_quant(bf16* x, const NormDelta& delta, const float* w, int6
 void launch_rope(const bf16* x, int64_t x_stride, bf16* out, int64_t out_stride, int64_t t,
                  int64_t heads, int64_t d, const float* w, float eps, bool plus_one,
                  const int32_t* positions, const float* inv_freq, cudaStream_t s);
+// A pending linear's raw fp16 sums as an input (ops::PendingScales): the value of raw[t][c] is
+// round_bf16((raw * inv_alpha) * (row[t] * col[c])). row null: the input is plain bf16.
+struct PendingIn {
+  const float* row = nullptr;  // [t]
+  const float* col = nullptr;  // the input's columns
+  float inv_alpha = 1.0f;
+};
+// out[t, n] (bf16, contiguous) = the values of raw [t, n] (fp16 bits, token stride ld).
+void launch_apply_pending(const uint16_t* raw, int64_t ld, const PendingIn& p, int64_t t, int64_t n,
+                          bf16* out, cudaStream_t s);
+
 // ops::rope_store_kv in one kernel: q [t, hq, d] -> q_out, k [t, hkv, d] rotated and v [t, hkv,
 // d] into pool slot slot_mapping[i] (slots outside [0, slots) skipped), as launch_rope then
 // launch_store_kv / launch_store_kv_fp8 (k_scale null: bf16 pools) store them. d % 16 == 0, d <=
@@ -80,6 +91,9 @@ struct RopeStoreArgs {
   int64_t slots;
   void *k_pool, *v_pool;     // bf16 [slots, hkv, d], or e4m3 codes with the scales below
   float *k_scale, *v_scale;  // [slots, hkv], null for bf16 pools
+  // q, k and v as fp16 raw sums of one pending linear (their bits at the pointers above; col:
+  // q's columns, then k's, then v's), or plain bf16 (row null).
+  PendingIn pending;
 };
 bool rope_store_kv_supported(int64_t d);
 void launch_rope_store_kv(const RopeStoreArgs& a, cudaStream_t s);
@@ -196,6 +210,11 @@ void launch_gated(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, 
 cudaError_t gated_init();
 void launch_gated_quant(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int act,
                         const QuantOut& q, cudaStream_t s);
+// The same of a pending gate/up output: raw [rows, 2 cols] fp16 bits, gate's columns first
+// (p.col covers all 2 cols), on the staged kernel: only where gated_quant_pending_fits.
+bool gated_quant_pending_fits(const void* raw, int64_t cols, const QuantOut& q);
+void launch_gated_quant_pending(const uint16_t* raw, const PendingIn& p, int64_t rows, int64_t cols,
+                                int act, const QuantOut& q, cudaStream_t s);
 
 // ---- elementwise.cu
 void launch_add(const bf16* a, const bf16* b, float alpha, bf16* out, int64_t n, cudaStream_t s);

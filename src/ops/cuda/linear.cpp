@@ -336,6 +336,47 @@ bool linear_split(Backend& b, const TensorView& x, const LinearWeight& w, const 
   return split;
 }
 
+// ---- Pending outputs (ops::linear_pending)
+//
+// At a decode step's 256 rows cuBLASLt's one OUTER_VEC_32F kernel (128x128 tiles) is slower
+// than its SCALAR_32F kernels of other tiles: q/k/v stacked 13.1 against 11.5 us, gate/up
+// stacked 45.1 against 44.0 us (graph replays on an H200, gemm_sweep, docs/PERFORMANCE.md).
+// SCALAR with unit scales and alpha = 2^-e gives the raw sums in fp16; the reader scales them.
+// Not in batch-invariant mode: whether a step's rows take this path depends on its row count.
+
+namespace {
+GemmArgs pending_args(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
+                      void* raw, float inv_alpha) {
+  GemmArgs g;
+  g.mode = GemmScale::scalar;
+  g.m = x.rows;
+  g.n = w.out_features();
+  g.k = w.in_features();
+  g.w = w.weight.data;
+  g.x = x.codes.data;
+  g.y = raw;
+  g.y_f16 = true;
+  g.alpha = 1.0f / inv_alpha;  // a power of two: exact
+  g.w_scale = g.x_scale = b.unit_scale();
+  return g;
+}
+}  // namespace
+
+bool linear_pending_supported(Backend& b, const ops::QuantizedActivation& x,
+                              const LinearWeight& w) {
+  if (b.batch_invariant() || !b.caps().pending_linears || !b.caps().fp8_tensor ||
+      w.scheme != Fp8Scheme::row || x.act != ActScaling::token || !w.bias.empty() ||
+      choose_path(b, w, x.act) != Path::outer || w.in_features() > (int64_t(1) << 20))
+    return false;
+  return b.gemm().supported(pending_args(b, x, w, nullptr, 1.0f));
+}
+
+void linear_pending(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
+                    const TensorView& raw, float inv_alpha) {
+  b.gemm().run(pending_args(b, x, w, raw.data, inv_alpha), b.stream());
+  b.last_linear_path = "fp8 SCALAR_32F, pending row scales (fp16 raw sums)";
+}
+
 void linear_pair(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w0,
                  const TensorView& out0, const LinearWeight& w1, const TensorView& out1) {
   auto direct = [&](const LinearWeight& w, const TensorView& out) {
