@@ -103,9 +103,8 @@ void add_cuda_control_flags(CLI::App& c, CudaDeviceOptions& o) {
              "Decode attention on the CUDA-core kernel instead of the tensor-core one, to "
              "measure the latter's gain");
   c.add_flag("!--no-pending-linears", o.pending_linears,
-             "Run the decode step's FP8-row q/k/v and gate/up GEMMs with their row scales "
-             "(OUTER_VEC_32F) instead of leaving them to the next op, to measure the latter's "
-             "gain");
+             "Run the decode step's FP8-row q/k/v GEMM with its row scales (OUTER_VEC_32F) "
+             "instead of leaving them to rope_store_kv, to measure the latter's gain");
   c.add_flag_callback(
       "--no-persistent-decode", [&o] { o.persistent_decode_sms = 0; },
       "Decode attention with a block per (sequence, KV head, chunk) instead of blocks that "

@@ -195,8 +195,8 @@ namespace {
 // 256-sequence decode step 6.6% and 2.0% faster, docs/PERFORMANCE.md).
 constexpr int64_t kStackedQkvMaxTokens = 2048;
 
-// Steps up to this many tokens leave the FP8-row q/k/v and gate/up outputs pending for the op
-// that reads them (ops::linear_pending; measured at a 256-row decode step, docs/PERFORMANCE.md).
+// Steps up to this many tokens leave the FP8-row q/k/v output pending for rope_store_kv
+// (ops::linear_pending; measured at a 256-row decode step, docs/PERFORMANCE.md).
 constexpr int64_t kPendingMaxTokens = 256;
 
 // The step's q [T, Hq, D], k and v [T, Hkv, D]: activations, or the column parts of a pending
@@ -300,26 +300,6 @@ BlockOutput mlp_block(Context& ctx, const Model& m, const LayerWeights& l, const
                       const Activations& s, bool splittable) {
   const ModelConfig& c = m.config();
   ops::ScratchScope scope(ctx);
-  const bool silu = c.activation == MlpActivation::silu;
-  const ActScaling down_act = shared_dynamic_act({&l.down});
-  const int64_t t = s.gate.dim(0);
-  // Gate and up as one GEMM over their stacked weight (LayerWeights::gate_up), its output left
-  // pending for the fused activation that quantizes the down projection's input.
-  if (!l.gate_up.weight.empty() && in.q.act != ActScaling::none && t <= kPendingMaxTokens &&
-      !l.gate.lora.active() && !l.up.lora.active() && down_act != ActScaling::none &&
-      !l.down.lora.active()) {
-    const TensorView raw = ops::scratch_alloc(ctx, {t, l.gate_up.out_features()}, DType::f16);
-    ops::PendingScales p;
-    if (ops::linear_pending(ctx, in.q, l.gate_up, raw, p)) {
-      LinearInput down_in;
-      down_in.q = ops::alloc_quantized(ctx, down_act, t, s.gate.dim(1));
-      if (silu)
-        ops::silu_mul_quant(ctx, raw, p, down_in.q);
-      else
-        ops::gelu_tanh_mul_quant(ctx, raw, p, down_in.q);
-      return project(ctx, down_in, l.down, s, splittable && !c.sandwich_norms);
-    }
-  }
   if (in.q.act != ActScaling::none) {  // both read the shared codes: one op, maybe concurrent
     ops::linear_pair(ctx, in.q, l.gate, s.gate, l.up, s.up);
     for (auto [w, out] : {std::pair{&l.gate, s.gate}, {&l.up, s.up}})
@@ -328,8 +308,11 @@ BlockOutput mlp_block(Context& ctx, const Model& m, const LayerWeights& l, const
     apply(ctx, in, l.gate, s.gate);
     apply(ctx, in, l.up, s.up);
   }
+  const bool silu = c.activation == MlpActivation::silu;
+  const ActScaling down_act = shared_dynamic_act({&l.down});
   if (down_act != ActScaling::none && !l.down.lora.active()) {
-    const ops::QuantizedActivation q = ops::alloc_quantized(ctx, down_act, t, s.gate.dim(1));
+    const ops::QuantizedActivation q =
+        ops::alloc_quantized(ctx, down_act, s.gate.dim(0), s.gate.dim(1));
     if (silu)
       ops::silu_mul_quant(ctx, s.gate, s.up, q);
     else

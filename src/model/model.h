@@ -40,10 +40,6 @@ struct LayerWeights {
   // of the three GEMMs takes the same time as their union. Views of q, k and v's memory, no
   // adapter (theirs apply to the split outputs). Empty otherwise.
   LinearWeight qkv;
-  // gate and up as one [2 I, H] linear in the same way, for FP8-row weights on a device: a
-  // decode step runs one GEMM for both and leaves its output pending for the activation
-  // (ops::linear_pending). Empty otherwise.
-  LinearWeight gate_up;
   Linear* projection(int i);  // i indexes kProjectionNames
   const Linear* projection(int i) const;
   std::vector<float> inv_freq;  // [D/2] on the host
@@ -59,7 +55,7 @@ class Model {
   // value, linears quantized on the device with `fp8` (nullopt or off: bf16). The values are
   // a hash of (seed, tensor, index), identical on the CPU and CUDA, so the same call on both
   // devices gives the same model. For benchmarks and device tests.
-  // pack_qkv = false leaves LayerWeights::qkv and gate_up empty (tests compare both forms).
+  // pack_qkv = false leaves LayerWeights::qkv empty (tests compare both forms).
   static Model random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Context& ctx,
                       uint64_t seed, bool pack_qkv = true);
 

@@ -22,26 +22,13 @@ bool packable_qkv(Fp8Scheme scheme, int64_t nq, int64_t nk) {
   return scheme != Fp8Scheme::block || (nq % kFp8Block == 0 && nk % kFp8Block == 0);
 }
 
-// Whether b can share a buffer and GEMM with a: same input, dtype, scheme, scaling, static
-// input scale, and a bias on both or neither.
-bool same_form(const LinearWeight& a, const LinearWeight& b) {
-  return b.weight.dtype == a.weight.dtype && b.scheme == a.scheme && b.act == a.act &&
-         b.input_scale == a.input_scale && b.bias.empty() == a.bias.empty() &&
-         b.in_features() == a.in_features();
-}
-
 bool packable_qkv(const LinearWeight& q, const LinearWeight& k, const LinearWeight& v) {
-  return same_form(q, k) && same_form(q, v) &&
-         packable_qkv(q.scheme, q.out_features(), k.out_features());
-}
-
-// Gate and up share a buffer only where their output can be left pending (LayerWeights::
-// gate_up): FP8-row weights on per-token scaled input.
-bool packable_gate_up(Fp8Scheme scheme, ActScaling act) {
-  return scheme == Fp8Scheme::row && act == ActScaling::token;
-}
-bool packable_gate_up(const LinearWeight& gate, const LinearWeight& up) {
-  return same_form(gate, up) && packable_gate_up(gate.scheme, gate.act);
+  for (const LinearWeight* w : {&k, &v})
+    if (w->weight.dtype != q.weight.dtype || w->scheme != q.scheme || w->act != q.act ||
+        w->input_scale != q.input_scale || w->bias.empty() != q.bias.empty() ||
+        w->in_features() != q.in_features())
+      return false;
+  return packable_qkv(q.scheme, q.out_features(), k.out_features());
 }
 
 // Rows [row, row + n) of a stacked linear as a linear of its own: its weight rows, their scale
@@ -114,21 +101,20 @@ class ModelUploader {
     ops::prepare_linear(ctx_, w, m_.device_storage_);
   }
 
-  // Projections stacked in one weight, scale and bias buffer (LayerWeights::qkv, gate_up)
-  // when `packable`; each projection a view of its rows.
-  void stack(std::initializer_list<Linear*> parts, LinearWeight& s, bool packable) {
-    if (!packable) {
-      for (LinearWeight* w : parts) linear(*w);
+  // q, k and v stacked in one weight, scale and bias buffer (LayerWeights::qkv) when they can
+  // share a GEMM; each projection a view of its rows.
+  void qkv(LayerWeights& l) {
+    if (!packable_qkv(l.q, l.k, l.v)) {
+      for (LinearWeight* w : {&l.q, &l.k, &l.v}) linear(*w);
       return;
     }
-    const Linear& first = **parts.begin();
-    int64_t n = 0;
-    for (const Linear* w : parts) n += w->out_features();
-    s = linear_buffers(ctx_, m_.device_storage_, first.scheme, first.act, n, first.in_features(),
-                       !first.bias.empty());
-    s.input_scale = first.input_scale;
+    const int64_t n = l.q.out_features() + l.k.out_features() + l.v.out_features();
+    LinearWeight& s = l.qkv;
+    s = linear_buffers(ctx_, m_.device_storage_, l.q.scheme, l.q.act, n, l.q.in_features(),
+                       !l.q.bias.empty());
+    s.input_scale = l.q.input_scale;
     int64_t row = 0;
-    for (Linear* w : parts) {
+    for (Linear* w : {&l.q, &l.k, &l.v}) {
       const int64_t rows = w->out_features();
       const LinearWeight dev = rows_of(s, row, rows);
       upload_into(w->weight, dev.weight);
@@ -156,9 +142,8 @@ class ModelUploader {
       for (TensorView* t : {&l.input_norm, &l.post_attention_norm, &l.pre_feedforward_norm,
                             &l.post_feedforward_norm, &l.q_norm, &l.k_norm})
         *t = upload(*t, DType::f32);
-      stack({&l.q, &l.k, &l.v}, l.qkv, packable_qkv(l.q, l.k, l.v));
-      stack({&l.gate, &l.up}, l.gate_up, packable_gate_up(l.gate, l.up));
-      for (LinearWeight* w : {&l.o, &l.down}) linear(*w);
+      qkv(l);
+      for (LinearWeight* w : {&l.o, &l.gate, &l.up, &l.down}) linear(*w);
       l.rope_freq = upload(TensorView(l.inv_freq.data(), DType::f32, {int64_t(l.inv_freq.size())}),
                            DType::f32);
     }
@@ -269,18 +254,8 @@ Model Model::random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Con
       l.v = linear(c.kv_dim(), h, c.qkv_bias);
     }
     l.o = linear(h, c.q_dim(), c.o_bias);
-    if (pack_qkv && packable_gate_up(m.scheme_, m.act_)) {  // same values as unpacked
-      const int64_t n = c.intermediate_size;
-      l.gate_up = buffers(2 * n, h, c.mlp_bias);
-      static_cast<LinearWeight&>(l.gate) = rows_of(l.gate_up, 0, n);
-      fill_linear(l.gate);
-      static_cast<LinearWeight&>(l.up) = rows_of(l.gate_up, n, n);
-      fill_linear(l.up);
-      ops::prepare_linear(ctx, l.gate_up, m.device_storage_);
-    } else {
-      l.gate = linear(c.intermediate_size, h, c.mlp_bias);
-      l.up = linear(c.intermediate_size, h, c.mlp_bias);
-    }
+    l.gate = linear(c.intermediate_size, h, c.mlp_bias);
+    l.up = linear(c.intermediate_size, h, c.mlp_bias);
     l.down = linear(h, c.intermediate_size, c.mlp_bias);
     l.sliding = c.layers[size_t(i)].sliding;
     l.inv_freq = rope_inv_freq(c.layers[size_t(i)].rope, d);

@@ -486,10 +486,9 @@ void rope_store_kv(Context& ctx, const TensorView& q, const TensorView& k, const
           "rope_store_kv: q_out overlaps an input without being q");
 #if FP8RL_HAVE_CUDA
   // A pending input's column scales are read 8 at a time (16-byte loads).
-  const bool fused = ctx.device == Device::cuda &&
-                     cuda::rope_store_kv_supported(q.dim(2), {&q, &k, &v, &q_out}) &&
-                     (pending == nullptr ||
-                      (reinterpret_cast<uintptr_t>(pending->col.data) & 15) == 0);
+  const bool fused =
+      ctx.device == Device::cuda && cuda::rope_store_kv_supported(q.dim(2), {&q, &k, &v, &q_out}) &&
+      (pending == nullptr || (reinterpret_cast<uintptr_t>(pending->col.data) & 15) == 0);
 #else
   const bool fused = false;
 #endif
@@ -760,45 +759,6 @@ void silu_mul_quant(Context& ctx, const TensorView& gate, const TensorView& up,
 void gelu_tanh_mul_quant(Context& ctx, const TensorView& gate, const TensorView& up,
                          const QuantizedActivation& q) {
   gated_quant(ctx, gate, up, q, 1, "gelu_tanh_mul_quant");
-}
-
-namespace {
-// gated_quant of a pending [T, 2I] gate/up output: CUDA's kernel applies the scales as it
-// loads gate and up where it runs; the reference makes their values first.
-void gated_quant_pending(Context& ctx, const TensorView& raw, const PendingScales& p,
-                         const QuantizedActivation& q, int act, const char* what) {
-  check_ctx(ctx);
-  check_raw(ctx, raw, 2, what);
-  check_pending(ctx, p, raw.dim(0), raw.dim(1), what);
-  check_quantized(ctx, q, what);
-  const int64_t t = raw.dim(0), i = raw.dim(1) / 2;
-  CHECK(raw.dim(1) % 2 == 0 && q.rows == t && q.cols == i && q.act != ActScaling::static_tensor,
-        "{}: pending gate/up {} for q [{}, {}] {}", what, raw.shape.str(), q.rows, q.cols,
-        act_scaling_name(q.act));
-#if FP8RL_HAVE_CUDA
-  if (ctx.device == Device::cuda && cuda::gated_quant_pending_supported(raw, p, q)) {
-    dry_run_scratch(ctx, quantize_op_scratch_bytes(t, i));
-    FP8RL_DISPATCH(ctx, what, (void)0, cuda::gated_quant_pending(*ctx.cuda, raw, p, act, q));
-    return;
-  }
-#endif
-  ScratchScope scope(ctx);
-  const TensorView v = scratch_alloc(ctx, raw.shape, ctx.activation_dtype());  // [T, 2I]
-  apply_pending(ctx, raw, p, v);
-  const TensorView gate = scratch_alloc(ctx, {t, i}, ctx.activation_dtype());
-  const TensorView up = scratch_alloc(ctx, {t, i}, ctx.activation_dtype());
-  split_columns(ctx, v, {gate, up});
-  gated_quant(ctx, gate, up, q, act, what);
-}
-}  // namespace
-
-void silu_mul_quant(Context& ctx, const TensorView& raw, const PendingScales& pending,
-                    const QuantizedActivation& q) {
-  gated_quant_pending(ctx, raw, pending, q, 0, "silu_mul_quant");
-}
-void gelu_tanh_mul_quant(Context& ctx, const TensorView& raw, const PendingScales& pending,
-                         const QuantizedActivation& q) {
-  gated_quant_pending(ctx, raw, pending, q, 1, "gelu_tanh_mul_quant");
 }
 
 void dequantize(Context& ctx, const QuantizedActivation& q, const TensorView& out) {

@@ -255,12 +255,6 @@ void silu_mul_quant(Context& ctx, const TensorView& gate, const TensorView& up,
                     const QuantizedActivation& q);
 void gelu_tanh_mul_quant(Context& ctx, const TensorView& gate, const TensorView& up,
                          const QuantizedActivation& q);
-// The same of a pending gate/up output: raw f16 [T, 2I] on ctx.device, gate's columns then
-// up's (linear_pending over the stacked weight), read as apply_pending's values.
-void silu_mul_quant(Context& ctx, const TensorView& raw, const PendingScales& pending,
-                    const QuantizedActivation& q);
-void gelu_tanh_mul_quant(Context& ctx, const TensorView& raw, const PendingScales& pending,
-                         const QuantizedActivation& q);
 // Dequantized values x_hat[M,K] = codes * scales (f32 on the CPU, bf16 values under
 // bf16_activations; bf16 on CUDA). For tests.
 void dequantize(Context& ctx, const QuantizedActivation& q, const TensorView& out);

@@ -117,8 +117,7 @@ void quantize_weight_case(Harness& h, Outcome& o, Fp8Scheme s, int64_t n, int64_
 void concurrent_linear_case(Harness& h, Outcome& o, int64_t m, bool bias);
 void split_sum_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k, bool bias);
 // op_cases_pending.cpp: pending linears and the ops reading their raw output.
-void pending_case(Harness& h, Outcome& o, int64_t m, int64_t hq, int64_t hkv, int64_t d, int64_t k,
-                  int64_t inter);
+void pending_case(Harness& h, Outcome& o, int64_t m, int64_t hq, int64_t hkv, int64_t d, int64_t k);
 void linear_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k, Fp8Scheme scheme,
                  ActScaling act, bool bias, DType out_dtype, bool prequantized);
 

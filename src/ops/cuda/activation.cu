@@ -100,19 +100,17 @@ constexpr int kStagedThreads = 256;
 constexpr int kStagedUnroll = 3;           // chunk loads of gate and up in flight per thread
 constexpr int64_t kStagedMaxCols = 16384;  // 64 KB of stage: three blocks per SM
 
-// gate and up rows ld apart; kPending: they are the two column halves of a pending linear's
-// raw output (p.col: gate's columns, then up's), read as its values.
-template <int ACT, bool kPending>
+template <int ACT>
 __global__ void __launch_bounds__(kStagedThreads, 3)
     gated_quant_staged_kernel(const bf16* __restrict__ gate, const bf16* __restrict__ up,
-                              int64_t ld, int64_t rows, int64_t cols, QuantOut q, PendingIn p) {
+                              int64_t rows, int64_t cols, QuantOut q) {
   extern __shared__ float stage[];  // [8][chunks]
   __shared__ float shm[kStagedThreads / kWarp];
   const RowThreads<false> g;
   if (!quantized_data_row(g, rows, cols, q)) return;
   const int chunks = int(cols / kChunk);
-  const bf16* gr = gate + g.row * ld;
-  const bf16* ur = up + g.row * ld;
+  const bf16* gr = gate + g.row * cols;
+  const bf16* ur = up + g.row * cols;
   float a = 0.0f;
   for (int c0 = g.lane; c0 < chunks; c0 += kStagedUnroll * g.n) {
     uint4 rg[kStagedUnroll], ru[kStagedUnroll];
@@ -122,16 +120,6 @@ __global__ void __launch_bounds__(kStagedThreads, 3)
       if (c < chunks) {
         rg[u] = load_raw<true>(gr, int64_t(c) * kChunk, cols);
         ru[u] = load_raw<true>(ur, int64_t(c) * kChunk, cols);
-      }
-    }
-    if constexpr (kPending) {
-#pragma unroll
-      for (int u = 0; u < kStagedUnroll; ++u) {
-        const int c = c0 + u * g.n;
-        if (c < chunks) {
-          rg[u] = pending_values(rg[u], p, g.row, int64_t(c) * kChunk);
-          ru[u] = pending_values(ru[u], p, g.row, cols + int64_t(c) * kChunk);
-        }
       }
     }
 #pragma unroll
@@ -184,13 +172,11 @@ __global__ void __launch_bounds__(kStagedThreads, 3)
 
 cudaError_t gated_init() {
   const int bytes = int(kStagedMaxCols * sizeof(float));
-  cudaError_t e = cudaSuccess;
-  for (const void* k : {reinterpret_cast<const void*>(gated_quant_staged_kernel<0, false>),
-                        reinterpret_cast<const void*>(gated_quant_staged_kernel<1, false>),
-                        reinterpret_cast<const void*>(gated_quant_staged_kernel<0, true>),
-                        reinterpret_cast<const void*>(gated_quant_staged_kernel<1, true>)})
-    if (e == cudaSuccess)
-      e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  cudaError_t e = cudaFuncSetAttribute(gated_quant_staged_kernel<0>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess)
+    e = cudaFuncSetAttribute(gated_quant_staged_kernel<1>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   return e;
 }
 
@@ -222,11 +208,9 @@ void launch_gated_quant(const bf16* gate, const bf16* up, int64_t rows, int64_t 
     const size_t bytes = size_t(cols) * sizeof(float);
     const unsigned grid = unsigned(q.padded_rows);
     if (act == 0)
-      gated_quant_staged_kernel<0, false>
-          <<<grid, kStagedThreads, bytes, s>>>(gate, up, cols, rows, cols, q, PendingIn{});
+      gated_quant_staged_kernel<0><<<grid, kStagedThreads, bytes, s>>>(gate, up, rows, cols, q);
     else
-      gated_quant_staged_kernel<1, false>
-          <<<grid, kStagedThreads, bytes, s>>>(gate, up, cols, rows, cols, q, PendingIn{});
+      gated_quant_staged_kernel<1><<<grid, kStagedThreads, bytes, s>>>(gate, up, rows, cols, q);
     FP8RL_LAUNCH_CHECK("gated_quant_staged");
     return;
   }
@@ -243,26 +227,6 @@ void launch_gated_quant(const bf16* gate, const bf16* up, int64_t rows, int64_t 
           <<<p.grid, p.threads, 0, s>>>(gate, up, rows, cols, q);
   });
   FP8RL_LAUNCH_CHECK("gated_quant");
-}
-
-bool gated_quant_pending_fits(const void* raw, int64_t cols, const QuantOut& q) {
-  return cols % kChunk == 0 && cols > 2 * kWarp * kChunk && cols <= kStagedMaxCols &&
-         aligned16(raw) && aligned16(q.codes);
-}
-
-void launch_gated_quant_pending(const uint16_t* raw, const PendingIn& p, int64_t rows, int64_t cols,
-                                int act, const QuantOut& q, cudaStream_t s) {
-  if (q.padded_rows == 0) return;
-  const bf16* gate = reinterpret_cast<const bf16*>(raw);  // fp16 bits, read as such
-  const size_t bytes = size_t(cols) * sizeof(float);
-  const unsigned grid = unsigned(q.padded_rows);
-  if (act == 0)
-    gated_quant_staged_kernel<0, true>
-        <<<grid, kStagedThreads, bytes, s>>>(gate, gate + cols, 2 * cols, rows, cols, q, p);
-  else
-    gated_quant_staged_kernel<1, true>
-        <<<grid, kStagedThreads, bytes, s>>>(gate, gate + cols, 2 * cols, rows, cols, q, p);
-  FP8RL_LAUNCH_CHECK("gated_quant_staged pending");
 }
 
 }  // namespace fp8rl::cuda

@@ -582,21 +582,6 @@ void apply_pending(Backend& b, const TensorView& raw, const ops::PendingScales& 
                        raw.dim(0), raw.dim(1), bf(out), b.stream());
 }
 
-bool gated_quant_pending_supported(const TensorView& raw, const ops::PendingScales& p,
-                                   const ops::QuantizedActivation& q) {
-  return (q.act == ActScaling::token || q.act == ActScaling::group) &&
-         raw.strides[0] == raw.dim(1) && (reinterpret_cast<uintptr_t>(p.col.data) & 15) == 0 &&
-         gated_quant_pending_fits(raw.data, q.cols, quant_out(q));
-}
-
-void gated_quant_pending(Backend& b, const TensorView& raw, const ops::PendingScales& p, int act,
-                         const ops::QuantizedActivation& q) {
-  CHECK(gated_quant_pending_supported(raw, p, q), "CUDA gated_quant: pending {} for [{}, {}]",
-        raw.shape.str(), q.rows, q.cols);
-  launch_gated_quant_pending(static_cast<const uint16_t*>(raw.data), pending_in(p), q.rows, q.cols,
-                             act, quant_out(q), b.stream());
-}
-
 void dequantize(Backend& b, const ops::QuantizedActivation& q, const TensorView& out) {
   const int mode = q.act == ActScaling::token ? 1 : q.act == ActScaling::group ? 2 : 0;
   launch_dequantize_act(static_cast<const uint8_t*>(q.codes.data), f32(q.scales), mode, q.rows,

@@ -116,14 +116,8 @@ void add_rms_norm_quant(Backend& b, const TensorView& x, const ops::SplitSum& de
 void gated_quant(Backend& b, const TensorView& gate, const TensorView& up, int act,
                  const ops::QuantizedActivation& q);
 void dequantize(Backend& b, const ops::QuantizedActivation& q, const TensorView& out);
-// ops::apply_pending, and gated_quant of a pending [T, 2I] gate/up output where its fused
-// kernel takes the shape (else ops:: runs the reference's two steps).
 void apply_pending(Backend& b, const TensorView& raw, const ops::PendingScales& p,
                    const TensorView& out);
-bool gated_quant_pending_supported(const TensorView& raw, const ops::PendingScales& p,
-                                   const ops::QuantizedActivation& q);
-void gated_quant_pending(Backend& b, const TensorView& raw, const ops::PendingScales& p, int act,
-                         const ops::QuantizedActivation& q);
 // CudaDevice::check_fp8_quotient.
 uint64_t check_fp8_quotient(Backend& b, uint32_t b_first, uint32_t b_count, uint32_t b_step,
                             uint32_t (&bad)[2]);

@@ -210,11 +210,6 @@ void launch_gated(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, 
 cudaError_t gated_init();
 void launch_gated_quant(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int act,
                         const QuantOut& q, cudaStream_t s);
-// The same of a pending gate/up output: raw [rows, 2 cols] fp16 bits, gate's columns first
-// (p.col covers all 2 cols), on the staged kernel: only where gated_quant_pending_fits.
-bool gated_quant_pending_fits(const void* raw, int64_t cols, const QuantOut& q);
-void launch_gated_quant_pending(const uint16_t* raw, const PendingIn& p, int64_t rows, int64_t cols,
-                                int act, const QuantOut& q, cudaStream_t s);
 
 // ---- elementwise.cu
 void launch_add(const bf16* a, const bf16* b, float alpha, bf16* out, int64_t n, cudaStream_t s);

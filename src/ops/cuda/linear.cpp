@@ -338,11 +338,15 @@ bool linear_split(Backend& b, const TensorView& x, const LinearWeight& w, const 
 
 // ---- Pending outputs (ops::linear_pending)
 //
-// At a decode step's 256 rows cuBLASLt's one OUTER_VEC_32F kernel (128x128 tiles) is slower
-// than its SCALAR_32F kernels of other tiles: q/k/v stacked 13.1 against 11.5 us, gate/up
-// stacked 45.1 against 44.0 us (graph replays on an H200, gemm_sweep, docs/PERFORMANCE.md).
-// SCALAR with unit scales and alpha = 2^-e gives the raw sums in fp16; the reader scales them.
-// Not in batch-invariant mode: whether a step's rows take this path depends on its row count.
+// At a decode step's 256 rows cuBLASLt's one OUTER_VEC_32F kernel (128x128 tiles: 96 CTAs for
+// the stacked q/k/v's N = 6,144) is slower than its SCALAR_32F kernel of another tile: 13.1
+// against 11.5 us in a graph replay on an H200 (gemm_sweep). SCALAR with unit scales and alpha
+// = 2^-e gives the raw sums in fp16, and rope_store_kv scales them as it loads them: 0.5% off
+// bench generate's FP8-row step (docs/PERFORMANCE.md). The same for gate/up (one SCALAR GEMM
+// over a stacked weight, the scales applied by the fused activation) was 1% slower end to end
+// than the OUTER_VEC pair on two streams: the activation's reads of the 2 I column scales per
+// row cost more than the GEMM saved. Not in batch-invariant mode: whether a step's rows take
+// this path depends on its row count.
 
 namespace {
 GemmArgs pending_args(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
