@@ -341,12 +341,12 @@ bool linear_split(Backend& b, const TensorView& x, const LinearWeight& w, const 
 // At a decode step's 256 rows cuBLASLt's one OUTER_VEC_32F kernel (128x128 tiles: 96 CTAs for
 // the stacked q/k/v's N = 6,144) is slower than its SCALAR_32F kernel of another tile: 13.1
 // against 11.5 us in a graph replay on an H200 (gemm_sweep). SCALAR with unit scales and alpha
-// = 2^-e gives the raw sums in fp16, and rope_store_kv scales them as it loads them: 0.5% off
-// bench generate's FP8-row step (docs/PERFORMANCE.md). The same for gate/up (one SCALAR GEMM
-// over a stacked weight, the scales applied by the fused activation) was 1% slower end to end
-// than the OUTER_VEC pair on two streams: the activation's reads of the 2 I column scales per
-// row cost more than the GEMM saved. Not in batch-invariant mode: whether a step's rows take
-// this path depends on its row count.
+// = 2^-e gives the raw sums in fp16, and rope_store_kv scales them as it loads them: 0.4-0.7%
+// off bench generate's FP8-row step (docs/PERFORMANCE.md). Gate/up were measured the same way
+// and lost: one GEMM over a stacked weight was slower end to end than the OUTER_VEC pair on two
+// streams, and slower again with its scales left to the fused activation, whose reads of the
+// 2 I column scales per row cost more than the GEMM saved. Not in batch-invariant mode: whether
+// a step's rows take this path depends on its row count.
 
 namespace {
 GemmArgs pending_args(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,

@@ -148,10 +148,10 @@ __global__ void __launch_bounds__(256)
 }
 
 // rope_store_kv: the rows of a token are its hq query heads, then its hkv key heads, then its
-// hkv value heads; one block per (token, group of rows). A pending input's values are made as
-// they are loaded. Query rows go to q_out, key rows
+// hkv value heads; one block per (token, group of rows). Query rows go to q_out, key rows
 // (rotated) and value rows (as read) to the token's pool slot, bf16 or quantized as
-// store_kv_fp8_kernel quantizes a row (amax over the head's lanes).
+// store_kv_fp8_kernel quantizes a row (amax over the head's lanes). A pending input's values
+// are made as its raw sums are loaded.
 __global__ void __launch_bounds__(256)
     rope_store_kv_kernel(RopeStoreArgs a, int rows_per_block, int rblocks) {
   __shared__ float tab_c[kMaxHalf + kMaxHalf / 32], tab_s[kMaxHalf + kMaxHalf / 32];
