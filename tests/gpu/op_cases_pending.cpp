@@ -99,13 +99,27 @@ void pending_case(Harness& h, Outcome& o, int64_t m, int64_t hq, int64_t hkv, in
                                      ops::column_heads(y, (hq + hkv) * d, hkv, d)};
   };
   const auto r = heads(raw), v = heads(vals);
+  // The pending call must run the fused kernel alone: the reference's two steps (apply_pending,
+  // then the op) would make the comparison below one of a composition with itself.
+  h.dev->reset_profile();
+  h.dev->set_profiling(true);
   ops::rope_store_kv(h.gpu, r[0], r[1], r[2], qk, map_d, pools[0], pools[1], {}, q_out[0], &p);
+  const std::vector<OpTime> ops_run = h.dev->profile();
+  h.dev->set_profiling(false);
+  const bool fused_alone = ops_run.size() == 1 && ops_run[0].name == "rope_store_kv";
+  o.checks.push_back(
+      expect_le("pending rope_store_kv ran other ops than its kernel", fused_alone ? 0.0 : 1.0, 0));
   ops::rope_store_kv(h.gpu, v[0], v[1], v[2], qk, map_d, pools[2], pools[3], {}, q_out[1]);
   o.checks.push_back(expect_le("rope_store_kv pending q_out != values' (bit-exact): bytes",
                                bytes_differing(h, q_out[0], q_out[1]), 0));
   o.checks.push_back(expect_le(
       "rope_store_kv pending pools != values' (bit-exact): bytes",
       bytes_differing(h, pools[0], pools[2]) + bytes_differing(h, pools[1], pools[3]), 0));
+  // Control: the kernel reading the raw parts with alpha left in differs from the values'.
+  ops::rope_store_kv(h.gpu, r[0], r[1], r[2], qk, map_d, pools[0], pools[1], {}, q_out[0],
+                     &alpha_in);
+  o.checks.push_back(expect_le("control: pending rope_store_kv with alpha left in equals",
+                               bytes_differing(h, pools[1], pools[3]) > 0 ? 0.0 : 1.0, 0));
 
   o.checks.push_back(
       g.verify({raw, vals, pools[0], pools[1], pools[2], pools[3], q_out[0], q_out[1]}));

@@ -170,8 +170,9 @@ int main(int argc, char** argv) {
 
   cublasLtHandle_t lt;
   LT_OK(cublasLtCreate(&lt));
-  const cudaDataType_t ab = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF,
-                       out = f32_out ? CUDA_R_32F : f16_out ? CUDA_R_16F : CUDA_R_16BF;
+  const cudaDataType_t ab = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF, out = f32_out   ? CUDA_R_32F
+                                                                      : f16_out ? CUDA_R_16F
+                                                                                : CUDA_R_16BF;
   cublasLtMatmulDesc_t op;
   LT_OK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -262,7 +263,9 @@ int main(int argc, char** argv) {
       "at least; %d heuristic answers\n",
       (long long)m, (long long)n, (long long)k,
       fp8 ? ("fp8 e4m3 scales " + scales).c_str() : "bf16", splits,
-      f32_out ? "f32" : f16_out ? "f16" : "bf16",
+      f32_out   ? "f32"
+      : f16_out ? "f16"
+                : "bf16",
       flops * 1e-9, bytes * 1e-6, found);
   for (int i = 0; i < found; ++i) {
     Config c;
@@ -277,14 +280,14 @@ int main(int argc, char** argv) {
                 us, flops / us * 1e-6, bytes / us * 1e-6);
   }
 
-  if (found > 0) {  // the pick as the engine runs it: 30 calls replayed from one CUDA graph
+  // Microseconds a call of body, captured 30 times in a CUDA graph and replayed: how the
+  // engine's decode steps run GEMMs (a fork and join are graph edges, not event calls).
+  auto graph_us = [&](auto&& body) {
     constexpr int kIters = 30;
     cudaGraph_t g;
     cudaGraphExec_t ge;
     CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < kIters; ++i)
-      LT_OK(cublasLtMatmul(lt, op, &alpha, w, la, x, lb, &beta, y, lc, y, lc, &heur[0].algo, ws,
-                           ws_bytes, stream));
+    for (int i = 0; i < kIters; ++i) body();
     CUDA_OK(cudaStreamEndCapture(stream, &g));
     CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
     CUDA_OK(cudaGraphLaunch(ge, stream));
@@ -294,10 +297,15 @@ int main(int argc, char** argv) {
     CUDA_OK(cudaEventSynchronize(e1));
     float ms = 0;
     CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-    std::printf("heuristic #0 in a CUDA graph: %.2f us\n", ms * 1000.0f / kIters);
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
-  }
+    return ms * 1000.0f / kIters;
+  };
+  if (found > 0)  // the pick as the engine runs it
+    std::printf("heuristic #0 in a CUDA graph: %.2f us\n", graph_us([&] {
+                  LT_OK(cublasLtMatmul(lt, op, &alpha, w, la, x, lb, &beta, y, lc, y, lc,
+                                       &heur[0].algo, ws, ws_bytes, stream));
+                }));
 
   if (splits == 2 && halves_on_streams) {
     // The two K halves as two GEMMs (the batched form has no algorithm) on two streams, the
@@ -342,27 +350,6 @@ int main(int argc, char** argv) {
         CUDA_OK(cudaEventRecord(join, side));
         CUDA_OK(cudaStreamWaitEvent(stream, join, 0));
       }
-    };
-    // The whole GEMM and the two halves, each captured 30 times in a CUDA graph (the engine's
-    // decode steps replay graphs, where the fork and join are edges, not event calls).
-    auto graph_us = [&](auto&& body) {
-      constexpr int kIters = 30;
-      cudaGraph_t g;
-      cudaGraphExec_t ge;
-      CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      for (int i = 0; i < kIters; ++i) body();
-      CUDA_OK(cudaStreamEndCapture(stream, &g));
-      CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
-      CUDA_OK(cudaGraphLaunch(ge, stream));
-      CUDA_OK(cudaEventRecord(e0, stream));
-      CUDA_OK(cudaGraphLaunch(ge, stream));
-      CUDA_OK(cudaEventRecord(e1, stream));
-      CUDA_OK(cudaEventSynchronize(e1));
-      float ms = 0;
-      CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-      cudaGraphExecDestroy(ge);
-      cudaGraphDestroy(g);
-      return ms * 1000.0f / kIters;
     };
     const float whole = graph_us([&] {
       LT_OK(cublasLtMatmul(lt, op, &alpha, w, full.a, x, full.b, &beta, y, full.c, y, full.c,
