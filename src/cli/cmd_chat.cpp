@@ -122,7 +122,7 @@ void run_chat(const ChatOptions& o) {
       // going; a script stops with the error.
       if (!interactive) throw;
       messages.erase(messages.size() - 1);
-      std::fprintf(stderr, "fp8rl: error: %s\n", e.describe().c_str());
+      std::fprintf(stderr, "fp8rl: error: %s\n", error_message(e).c_str());
     }
   }
 }

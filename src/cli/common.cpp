@@ -1,11 +1,19 @@
 #include "cli/common.h"
 
 #include <charconv>
+#include <cstdlib>
+#include <cstring>
 #include <numeric>
 
 #include "core/check.h"
 
 namespace fp8rl::cli {
+
+std::string error_message(const Error& e) {
+  // A user acts on the message; the location is for whoever debugs fp8rl itself.
+  const char* debug = std::getenv("FP8RL_DEBUG");
+  return debug != nullptr && std::strcmp(debug, "1") == 0 ? e.describe() : e.what();
+}
 
 std::optional<Fp8Scheme> parse_fp8_option(const std::string& value) {
   if (value == "auto") return std::nullopt;

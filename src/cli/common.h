@@ -5,10 +5,17 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "model/model.h"
 #include "ops/context.h"
 
 namespace fp8rl::cli {
+
+// What `fp8rl: error:` shows of an fp8rl::Error: its message; with FP8RL_DEBUG=1 in the
+// environment also the source location that raised it (Error::describe).
+std::string error_message(const Error& e);
+inline const char* kDebugHelp =
+    "Set FP8RL_DEBUG=1 in the environment to have errors name the source line that raised them.";
 
 // "--fp8 auto|off|row|block|tensor": auto (nullopt) runs the checkpoint as stored.
 std::optional<Fp8Scheme> parse_fp8_option(const std::string& value);

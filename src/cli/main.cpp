@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "core/check.h"
 
 int main(int argc, char** argv) {
@@ -15,6 +16,7 @@ int main(int argc, char** argv) {
   CLI::App app{"fp8rl: LoRA reinforcement learning over frozen FP8 weights", "fp8rl"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "fp8rl 0.1.0");
+  app.footer(fp8rl::cli::kDebugHelp);
   fp8rl::cli::add_info_command(app);
   fp8rl::cli::add_logits_command(app);
   fp8rl::cli::add_quantize_command(app);
@@ -57,7 +59,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fp8rl: error: %s (see %s)\n", message.c_str(), help.c_str());
     return 1;
   } catch (const fp8rl::Error& e) {
-    std::fprintf(stderr, "fp8rl: error: %s\n", e.describe().c_str());
+    std::fprintf(stderr, "fp8rl: error: %s\n", fp8rl::cli::error_message(e).c_str());
     return 1;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "fp8rl: error: out of memory\n");

@@ -611,6 +611,23 @@ TEST(Cli, ArgumentErrorsAreOneLineWithExitCodeOne) {
   EXPECT_NE(v.output.find("fp8rl"), std::string::npos);
 }
 
+// An error shows its message; the source location only with FP8RL_DEBUG=1, which --help names.
+TEST(Cli, ErrorsShowTheLocationOnlyWhenDebugging) {
+  const std::string args = "schemes " + kQwen3 + " --tokens 0";
+  const Result r = run(args);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--tokens must be positive"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("(at "), std::string::npos) << r.output;
+  ::setenv("FP8RL_DEBUG", "1", 1);
+  const Result d = run(args);
+  ::unsetenv("FP8RL_DEBUG");
+  EXPECT_NE(d.output.find("--tokens must be positive (at src/cli/cmd_schemes.cpp:"),
+            std::string::npos)
+      << d.output;
+  EXPECT_NE(run("--help").output.find("FP8RL_DEBUG=1"), std::string::npos);
+  EXPECT_NE(run("bench generate --help").output.find("FP8RL_DEBUG=1"), std::string::npos);
+}
+
 TEST(Cli, OutputsNeverOverwriteInputsOrSpecialFiles) {
   const std::string base = temp("outputs");
   const std::string model = base + "/model", link = base + "/link";
