@@ -104,6 +104,8 @@ std::vector<Family> families(const RunMetrics& m) {
       {"Engine-trainer mismatch: logprob difference",
        "nats",
        {"sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max"}},
+      // NeMo RL's token-level mean of exp(|difference|): 1 when the engine and the trainer agree.
+      {"Engine-trainer mismatch: token probability error", "", {"sampling/token_prob_error/mean"}},
       {"Engine-trainer mismatch: importance sampling ratio",
        "",
        {"sampling/importance_sampling_ratio/mean", "sampling/importance_sampling_ratio/min",

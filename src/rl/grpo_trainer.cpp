@@ -381,6 +381,7 @@ struct GrpoTrainer::Impl {
             worst, rounds);
       m["sampling/sampling_logp_difference/mean"] = 0.0;
       m["sampling/sampling_logp_difference/max"] = 0.0;
+      m["sampling/token_prob_error/mean"] = 1.0;  // exp(0)
     } else if (cfg.vllm_importance_sampling_correction) {
       std::vector<int64_t> offsets{0};
       std::vector<uint8_t> mask;
@@ -398,6 +399,7 @@ struct GrpoTrainer::Impl {
                                  corr.weight.begin() + offsets[c + 1]);
       m["sampling/sampling_logp_difference/mean"] = corr.stats.logp_difference_mean;
       m["sampling/sampling_logp_difference/max"] = corr.stats.logp_difference_max;
+      m["sampling/token_prob_error/mean"] = corr.stats.token_prob_error_mean;
       m["sampling/importance_sampling_ratio/min"] = corr.stats.ratio_min;
       m["sampling/importance_sampling_ratio/mean"] = corr.stats.ratio_mean;
       m["sampling/importance_sampling_ratio/max"] = corr.stats.ratio_max;

@@ -63,7 +63,7 @@ RolloutCorrection compute_rollout_correction(std::span<const int64_t> offsets,
   RolloutCorrection out;
   out.weight.assign(size_t(n), 1.0);
   RolloutCorrectionStats& s = out.stats;
-  double diff_sum = 0.0, ratio_sum = 0.0;
+  double diff_sum = 0.0, prob_error_sum = 0.0, ratio_sum = 0.0;
   int64_t active = 0, ratios = 0;
   s.ratio_min = kInf;
   s.ratio_max = -kInf;
@@ -81,6 +81,7 @@ RolloutCorrection compute_rollout_correction(std::span<const int64_t> offsets,
       if (mask[size_t(t)]) {
         s.logp_difference_max = std::max(s.logp_difference_max, std::fabs(d));
         diff_sum += std::fabs(d);
+        prob_error_sum += std::exp(std::fabs(d));
         ++active;
       }
       if (per_sequence) {
@@ -98,6 +99,7 @@ RolloutCorrection compute_rollout_correction(std::span<const int64_t> offsets,
     }
   }
   s.logp_difference_mean = active > 0 ? diff_sum / double(active) : 0.0;
+  s.token_prob_error_mean = active > 0 ? prob_error_sum / double(active) : 0.0;
   if (ratios > 0) {
     s.ratio_mean = ratio_sum / double(ratios);
   } else {

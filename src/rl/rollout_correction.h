@@ -33,11 +33,14 @@ struct RolloutCorrectionConfig {
 };
 
 // TRL's logged values (keys sampling/sampling_logp_difference/{mean,max} and
-// sampling/importance_sampling_ratio/{min,mean,max}); 0 where there is nothing to reduce, as
-// TRL does.
+// sampling/importance_sampling_ratio/{min,mean,max}) and NeMo RL's token-level probability
+// error (sampling/token_prob_error/mean); 0 where there is nothing to reduce, as TRL does.
 struct RolloutCorrectionStats {
   double logp_difference_mean = 0.0;  // |old_logp - engine_logp| over active tokens
   double logp_difference_max = 0.0;
+  // exp(|old_logp - engine_logp|) over active tokens: 1 when the two agree, and a ratio of
+  // probabilities (>= 1) that reads the same whichever side is larger.
+  double token_prob_error_mean = 0.0;
   double ratio_min = 0.0;  // over active tokens (token_*) or over all sequences (sequence_*)
   double ratio_mean = 0.0;
   double ratio_max = 0.0;

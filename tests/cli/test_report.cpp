@@ -138,6 +138,16 @@ TEST(Report, OneChartPerPresentMetricFamily) {
   EXPECT_EQ(count(other, "<figcaption>Entropy"), 1u);
   EXPECT_EQ(count(other, "<figcaption>Gradient norm"), 1u);
   EXPECT_EQ(count(other, "<figcaption>Reward"), 0u);
+  // The engine-trainer mismatch: the logprob difference and the token probability error.
+  dir.write("metrics.jsonl",
+            "{\"step\": 1, \"sampling/sampling_logp_difference/mean\": 0.01, "
+            "\"sampling/token_prob_error/mean\": 1.01}\n");
+  const std::string mismatch = render_report(dir.str());
+  EXPECT_EQ(count(mismatch, "<svg"), 2u);
+  EXPECT_NE(figure(mismatch, "Engine-trainer mismatch: token probability error")
+                .find("sampling/token_prob_error/mean"),
+            std::string::npos);
+  EXPECT_EQ(count(mismatch, "<figcaption>Engine-trainer mismatch: logprob difference"), 1u);
 }
 
 TEST(Report, DpoAndSftRunsGetTheirCharts) {

@@ -365,6 +365,25 @@ TEST(RolloutCorrection, SequenceModesUseTheProductOfTokenRatios) {
   EXPECT_FALSE(defaults.clip_min.has_value());
 }
 
+// NeMo RL's token probability error: the mean of exp(|d|) over the active tokens, whichever
+// side is larger. Completion 0: d = 0 and ln 2 (the trainer's the larger); completion 1:
+// d = -ln 2 (the engine's) and a masked token far off. Mean of 1, 2 and 2.
+TEST(RolloutCorrection, TokenProbErrorIsTheMeanOfExpAbsDifference) {
+  const std::vector<int64_t> offsets = {0, 2, 4};
+  const std::vector<double> old_logp = {-1.0, std::log(2.0) - 1.0, -3.0, 5.0};
+  const std::vector<double> engine_logp = {-1.0, -1.0, std::log(2.0) - 3.0, -2.0};
+  const std::vector<uint8_t> mask = {1, 1, 1, 0};
+  const auto run = [&](const std::vector<uint8_t>& m) {
+    return compute_rollout_correction(offsets, old_logp, engine_logp, m, {}).stats;
+  };
+  expect_near(run(mask).token_prob_error_mean, (1.0 + 2.0 + 2.0) / 3, "prob error");
+  expect_near(run(mask).logp_difference_mean, 2 * std::log(2.0) / 3, "|d| mean");
+  // Negative control: unmasked, the fourth token (d = 7) enters the mean.
+  expect_near(run({1, 1, 1, 1}).token_prob_error_mean, (5.0 + std::exp(7.0)) / 4, "unmasked");
+  // Nothing active: 0, as the other statistics.
+  EXPECT_EQ(run({0, 0, 0, 0}).token_prob_error_mean, 0.0);
+}
+
 TEST(RolloutCorrection, TruncateNeedsABound) {
   const RolloutCase rc;
   EXPECT_THROW(rc.run(RolloutCorrectionMode::token_truncate, {}, {}), Error);

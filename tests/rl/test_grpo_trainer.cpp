@@ -96,6 +96,7 @@ TEST(GrpoTrainer, LogsTrlMetricsAndResumesExactly) {
                           "clip_ratio/region_mean",
                           "entropy",
                           "sampling/sampling_logp_difference/mean",
+                          "sampling/token_prob_error/mean",
                           "sampling/importance_sampling_ratio/mean",
                           "rollout_tokens_per_second",
                           "peak_memory_bytes/rollout",
@@ -108,6 +109,7 @@ TEST(GrpoTrainer, LogsTrlMetricsAndResumesExactly) {
   for (const nlohmann::json& m : full.metrics) {
     if (m.contains("sampling/sampling_logp_difference/max")) {
       EXPECT_EQ(m["sampling/sampling_logp_difference/max"].get<double>(), 0.0);
+      EXPECT_EQ(m["sampling/token_prob_error/mean"].get<double>(), 1.0);  // exp(0)
     }
   }
   EXPECT_GT(full.metrics[0]["peak_memory_bytes/rollout"].get<double>(), 0);
