@@ -1,6 +1,7 @@
 // fp8rl bench forward (--model DIR | --preset NAME) --tokens N [--adapter DIR]
 //                     [--fp8 off|row|block|tensor] [--device cuda|cpu] [--iters 5]
-//                     [--logits last|all] [--out FILE.json]
+//                     [--logits last|all] [--device-option KEY=VALUE]... [--out FILE.json]
+// fp8rl bench --list-device-options
 //
 // Times the one forward on a prefill of N tokens and prints JSON: tokens/s, the device time of
 // each op family (CUDA events around every op in one extra forward), every distinct linear
@@ -10,20 +11,18 @@
 // the forward with a PEFT adapter attached (its LoRA terms timed with the linears).
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include <CLI/CLI.hpp>
 
+#include "cli/bench_model.h"
 #include "cli/bench_profile.h"
 #include "cli/common.h"
-#include "cli/model_session.h"
-#include "cli/output_path.h"
+#include "cli/device_options.h"
 #include "core/check.h"
 #include "model/forward.h"
-#include "model/presets.h"
 #include "ops/device.h"
 #include "ops/ops.h"
 
@@ -39,25 +38,18 @@ namespace {
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-struct BenchOptions {
-  std::string model, preset, adapter, fp8 = "off", device = "cuda", logits = "last", out;
+struct BenchOptions : BenchModelOptions {
+  BenchOptions() {
+    fp8 = "off";
+    lora_r = 0;
+  }
+  std::string logits = "last";
   int64_t tokens = 8192;
   int iters = 5, warmup = 2, gemm_iters = 20;
-  uint64_t seed = 0;
-  bool random = false;
-  bool stacked_qkv = true;
 };
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-bool has_weights(const std::string& dir) {
-  for (const auto& e : std::filesystem::directory_iterator(dir))
-    if (e.path().extension() == ".safetensors" ||
-        e.path().filename() == "model.safetensors.index.json")
-      return true;
-  return false;
 }
 
 // FLOPs of causal attention over a prefill of t tokens (q.k and p.v, 2 FLOPs per multiply-add).
@@ -81,31 +73,16 @@ struct Shape3 {
 };
 
 void run_bench_forward(const BenchOptions& o) {
-  CHECK(o.model.empty() != o.preset.empty(),
-        "bench forward: give exactly one of --model, --preset");
   CHECK(o.tokens > 0 && o.iters > 0, "bench forward: --tokens and --iters must be positive");
   CHECK(o.logits == "last" || o.logits == "all", "--logits: last or all, not '{}'", o.logits);
-  if (!o.out.empty()) check_output_file(o.out, {o.model});
-  const Device device = parse_device(o.device);
-  const std::optional<Fp8Scheme> fp8 = parse_fp8_option(o.fp8);
-  const bool from_files = !o.model.empty() && !o.random && has_weights(o.model);
-  const ModelConfig config =
-      o.preset.empty() ? ModelConfig::load(o.model) : preset_config(o.preset);
-
   auto t_load = Clock::now();
-  SessionOptions so;
-  so.model = o.model;
-  so.adapter = o.adapter;
-  so.fp8 = o.fp8;
-  so.device = o.device;
-  std::unique_ptr<ModelSession> session =
-      from_files ? std::make_unique<ModelSession>(so)
-                 : std::make_unique<ModelSession>(so, [&](Context& c) {
-                     return Model::random(config, fp8, c, o.seed, o.stacked_qkv);
-                   });
-  Context& ctx = session->ctx();
-  CudaDevice* dev = session->cuda();
-  const Model& model = session->model();
+  BenchModel bench(o, "bench forward", {ControlScope::cuda, ControlScope::model},
+                   BenchLoraInit::peft);
+  Context& ctx = bench.ctx();
+  const Device device = ctx.device;
+  CudaDevice* dev = bench.session().cuda();
+  const Model& model = bench.model();
+  const ModelConfig& config = model.config();
   const double load_seconds = seconds_since(t_load);
 
   const int64_t t = o.tokens, v = config.vocab_size;
@@ -151,11 +128,12 @@ void run_bench_forward(const BenchOptions& o) {
   json result;
   result["command"] = "bench forward";
   result["model"] = o.preset.empty() ? o.model : o.preset;
-  result["weights"] = from_files ? "checkpoint" : "random (Model::random on the device)";
+  result["weights"] = bench.weights();
   result["stacked_qkv"] = !model.layers.empty() && !model.layers[0].qkv.weight.empty();
+  report_device_options(bench.controls(), device, result);
   if (!o.adapter.empty()) result["adapter"] = o.adapter;
   result["fp8"] = std::string(scheme_name(model.scheme()));
-  result["device"] = device == Device::cuda ? dev->name() : "cpu";
+  result["device"] = bench.device_name();
   result["tokens"] = t;
   result["logits"] = o.logits;
   result["load_seconds"] = load_seconds;
@@ -212,7 +190,7 @@ void run_bench_forward(const BenchOptions& o) {
     result["linears"] = lin;
     result["memory"] = {{"peak_allocated_bytes", dev->peak_allocated()},
                         {"weights_bytes", model.device_bytes()},
-                        {"adapter_bytes", session->adapter() ? session->adapter()->nbytes() : 0},
+                        {"adapter_bytes", bench.adapter() ? bench.adapter()->nbytes() : 0},
                         {"kv_cache_bytes", cache.pool().nbytes()},
                         {"arena_peak_bytes", dev->arena_high_water()},
                         {"device_used_bytes", dev->memory_used()}};
@@ -228,28 +206,30 @@ void run_bench_forward(const BenchOptions& o) {
 void add_bench_command(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks (JSON on stdout)");
   bench->require_subcommand(1);
+  // Runs while the arguments are processed, before the subcommand requirement is checked, and
+  // ends the command as --help does.
+  bench->add_flag_callback(
+      "--list-device-options",
+      [] {
+        fmt::print("{}", device_options_table());
+        throw CLI::Success();
+      },
+      "Print the developer controls of --device-option KEY=VALUE (key, type, default, "
+      "description) and exit");
   auto o = std::make_shared<BenchOptions>();
   CLI::App* c = bench->add_subcommand("forward",
                                       "Time a prefill forward: tokens/s, per-op split, "
                                       "linear TFLOP/s vs cuBLASLt, peak memory");
-  c->add_option("--model", o->model, "Model directory (config.json; weights if present)");
-  c->add_option("--preset", o->preset, "Preset config with random weights, e.g. qwen3-8b");
+  add_bench_model_options(*c, *o);
   c->add_option("--adapter", o->adapter, kAdapterHelp);
+  c->add_flag("--random", o->random, "Random weights even if --model has a checkpoint");
   c->add_option("--tokens", o->tokens, "Prefill length")->capture_default_str();
-  c->add_option("--fp8", o->fp8, kFp8Help)->capture_default_str();
-  c->add_option("--device", o->device, "cuda or cpu")->capture_default_str();
   c->add_option("--iters", o->iters, "Timed forwards (median reported)")->capture_default_str();
   c->add_option("--warmup", o->warmup, "Untimed forwards first")->capture_default_str();
   c->add_option("--gemm-iters", o->gemm_iters, "Calls per standalone GEMM timing")
       ->capture_default_str();
   c->add_option("--logits", o->logits, "last (one row, as a prefill for generation) or all")
       ->capture_default_str();
-  c->add_option("--seed", o->seed, "Seed of random weights")->capture_default_str();
-  c->add_flag("--random", o->random, "Random weights even if --model has a checkpoint");
-  c->add_flag("!--no-stacked-qkv", o->stacked_qkv,
-              "Random weights with q, k and v in buffers of their own (three GEMMs instead of "
-              "one), to measure the stacked projection's gain");
-  c->add_option("--out", o->out, "Also write the JSON here");
   c->callback([o] { run_bench_forward(*o); });
   add_bench_generate_command(*bench);
   add_bench_train_command(*bench);

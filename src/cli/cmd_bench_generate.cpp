@@ -1,28 +1,29 @@
 // fp8rl bench generate (--model DIR | --preset NAME) --prompts P --n N --prompt-tokens L
-//                      --max-tokens G [--fp8 ...] [--kv-memory GIB] [--device cuda|cpu]
-//                      [--max-num-seqs S] [--max-num-batched-tokens T] [--out FILE.json]
+//                      --max-tokens G [--fp8 ...] [--lora-r R [--lora-alpha A]]
+//                      [--kv-memory GIB] [--device cuda|cpu] [--max-num-seqs S]
+//                      [--max-num-batched-tokens T] [--device-option KEY=VALUE]...
+//                      [--out FILE.json]
 //
 // Times the generation engine on P random prompts of L tokens, n samples each, G new tokens
 // (eos ignored, temperature 1: the GRPO rollout shape) and prints JSON: output tokens/s, the
 // time split (device step, host), an op profile of a short extra run (attention, linears,
 // sampling, ...), bytes a decode step must move against the copy bandwidth measured in the
-// same run (the roofline), KV blocks used and shared, peak memory.
+// same run (the roofline), KV blocks used and shared, peak memory. --lora-r R generates with a
+// random LoRA adapter of rank R on all seven projections (A and B nonzero), unmerged as a
+// user's adapter runs: what a GRPO rollout pays for its adapter.
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include <CLI/CLI.hpp>
 
+#include "cli/bench_model.h"
 #include "cli/bench_profile.h"
 #include "cli/common.h"
-#include "cli/model_session.h"
-#include "cli/output_path.h"
 #include "core/check.h"
 #include "engine/engine.h"
-#include "model/presets.h"
 #include "ops/device.h"
 #include "ops/ops.h"
 
@@ -33,17 +34,15 @@ namespace {
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-struct BenchGenerateOptions {
-  std::string model, preset, fp8 = "off", device = "cuda", out, kv_dtype = "bf16";
+struct BenchGenerateOptions : BenchModelOptions {
+  BenchGenerateOptions() {
+    fp8 = "off";
+    lora_r = 0;
+  }
+  std::string kv_dtype = "bf16";
   int64_t prompts = 32, n = 8, prompt_tokens = 128, max_tokens = 512;
   int64_t max_num_seqs = 256, max_num_batched_tokens = 8192;
   double kv_memory_gib = 0;
-  uint64_t seed = 0;
-  bool shared_prefix = true;
-  int64_t shared_prefix_min_tokens = -1;  // -1: EngineOptions' default
-  bool stacked_qkv = true;
-  bool async_scheduling = true;
-  CudaDeviceOptions cuda;  // the controls of add_cuda_control_flags
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -85,33 +84,18 @@ std::vector<GenerationRequest> make_requests(const BenchGenerateOptions& o, int6
 }
 
 void run_bench_generate(const BenchGenerateOptions& o) {
-  CHECK(o.model.empty() != o.preset.empty(),
-        "bench generate: give exactly one of --model, --preset");
   CHECK(o.prompts > 0 && o.n > 0 && o.prompt_tokens > 0 && o.max_tokens > 0,
         "bench generate: --prompts, --n, --prompt-tokens and --max-tokens must be positive");
-  if (!o.out.empty()) check_output_file(o.out, {o.model});
   const KvDType kv_dtype = parse_kv_dtype(o.kv_dtype);
-  const Device device = parse_device(o.device);
-  const std::optional<Fp8Scheme> fp8 = parse_fp8_option(o.fp8);
-  const ModelConfig config =
-      o.preset.empty() ? ModelConfig::load(o.model) : preset_config(o.preset);
-  std::unique_ptr<CudaDevice> dev;
-  Arena arena;
-  Context ctx{Device::cpu, &arena};
-  if (device == Device::cuda) {
-    CHECK(CudaDevice::built() && CudaDevice::count() > 0, "--device cuda: no CUDA device");
-    dev = std::make_unique<CudaDevice>(o.cuda);
-    ctx = dev->context();
-  }
-  bool from_files = false;
-  if (!o.model.empty())
-    for (const auto& e : std::filesystem::directory_iterator(o.model))
-      from_files = from_files || e.path().extension() == ".safetensors";
-  LoadOptions load;
-  load.fp8 = fp8;
-  Model model = from_files ? Model::load(o.model, load)
-                           : Model::random(config, fp8, ctx, o.seed, o.stacked_qkv);
-  model.to_device(ctx);
+  BenchModel bench(o, "bench generate",
+                   {ControlScope::cuda, ControlScope::model, ControlScope::engine},
+                   BenchLoraInit::random);
+  const DeviceControls& dc = bench.controls();
+  Context& ctx = bench.ctx();
+  CudaDevice* dev = bench.session().cuda();
+  const Device device = ctx.device;
+  Model& model = bench.model();
+  const ModelConfig& config = model.config();
   const double bandwidth = device == Device::cuda ? copy_bandwidth(ctx) : 0.0;
 
   EngineOptions eo;
@@ -120,11 +104,16 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   eo.max_num_seqs = o.max_num_seqs;
   eo.max_num_batched_tokens = o.max_num_batched_tokens;
   eo.seed = o.seed;
-  eo.shared_prefix_attention = o.shared_prefix;
-  if (o.shared_prefix_min_tokens >= 0) eo.shared_prefix_min_tokens = o.shared_prefix_min_tokens;
-  // The engine's default (on for CUDA, off for the CPU) unless turned off.
-  if (!o.async_scheduling) eo.async_scheduling = false;
-  auto engine_ptr = std::make_unique<Engine>(ctx, model, nullptr, std::vector<int32_t>{}, eo);
+  eo.shared_prefix_attention = dc.shared_prefix;
+  eo.shared_prefix_min_tokens = dc.shared_prefix_min_tokens;
+  eo.async_scheduling = dc.async_scheduling;
+  // The adapter's version keys the prefix cache, as for a user's adapter (ModelSession).
+  const auto make_engine = [&](const EngineOptions& options) {
+    auto e = std::make_unique<Engine>(ctx, model, nullptr, std::vector<int32_t>{}, options);
+    if (bench.adapter() != nullptr) e->set_adapter_version(bench.adapter()->version());
+    return e;
+  };
+  std::unique_ptr<Engine> engine_ptr = make_engine(eo);
   Engine& engine = *engine_ptr;
 
   // Warm-up: the GEMM plans of every batch size the run meets are made here, not timed.
@@ -140,8 +129,12 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   const double wall = seconds_since(t0);
   const EngineStats s = engine.stats();
   int64_t produced = 0;
+  double logprob_sum = 0;
   for (const RequestOutput& r : out)
-    for (const CompletionOutput& c : r.completions) produced += int64_t(c.ids.size());
+    for (const CompletionOutput& c : r.completions) {
+      produced += int64_t(c.ids.size());
+      for (const float lp : c.logprobs) logprob_sum += lp;
+    }
   const int64_t expected = o.prompts * o.n * o.max_tokens;
   CHECK(produced == expected, "bench generate: {} tokens generated, expected {}", produced,
         expected);
@@ -156,13 +149,18 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   json result;
   result["command"] = "bench generate";
   result["model"] = o.preset.empty() ? o.model : o.preset;
-  result["weights"] = from_files ? "checkpoint" : "random (Model::random on the device)";
+  result["weights"] = bench.weights();
   result["fp8"] = std::string(scheme_name(model.scheme()));
   result["kv_dtype"] = o.kv_dtype;
-  result["shared_prefix_attention"] = o.shared_prefix;
+  result["lora_r"] = bench.adapter() != nullptr ? bench.adapter()->config().r : 0;
+  if (bench.adapter() != nullptr) result["lora_alpha"] = bench.adapter()->config().lora_alpha;
+  result["shared_prefix_attention"] = dc.shared_prefix;
   result["stacked_qkv"] = !model.layers.empty() && !model.layers[0].qkv.weight.empty();
-  report_cuda_controls(o.cuda, result);
-  result["device"] = device == Device::cuda ? dev->name() : "cpu";
+  report_cuda_controls(dc, device, result);
+  // The tensor-core decode kernel reads bf16 pools only.
+  if (device == Device::cuda && kv_dtype == KvDType::f8e4m3)
+    result["decode_attention"] = "CUDA cores";
+  result["device"] = bench.device_name();
   result["prompts"] = o.prompts;
   result["n"] = o.n;
   result["prompt_tokens"] = o.prompt_tokens;
@@ -170,10 +168,16 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   result["output_tokens"] = produced;
   result["wall_seconds"] = wall;
   result["output_tokens_per_second"] = double(produced) / wall;
+  // What was generated, to tell runs apart (an adapter's effect, a control's): the mean
+  // logprob of the sampled tokens and the first completion's first ids.
+  result["mean_logprob"] = logprob_sum / double(produced);
+  const std::vector<int32_t>& first = out.at(0).completions.at(0).ids;
+  result["first_completion_ids"] =
+      std::vector<int32_t>(first.begin(), first.begin() + std::min<size_t>(first.size(), 16));
   result["steps"] = s.steps - before.steps;
   const double device_s = s.seconds_device - before.seconds_device;
   const double host_s = s.seconds_host - before.seconds_host;
-  const bool async = o.async_scheduling && device == Device::cuda;
+  const bool async = dc.async_scheduling.value_or(device == Device::cuda);
   result["async_scheduling"] = async;
   result["time_split"] = {
       {"device_step_seconds", device_s},
@@ -183,13 +187,13 @@ void run_bench_generate(const BenchGenerateOptions& o) {
       {"steps_planned_ahead", s.steps_planned_ahead - before.steps_planned_ahead},
       {"rows_dropped", s.rows_dropped - before.rows_dropped},
       {"note", device == Device::cpu
-                   ? "device_step_seconds: the forward's time (the CPU runs each step when it "
-                     "is prepared, so the host's work adds to it)"
+                   ? "device_step_seconds: the forward's time (the CPU's ops finish before they "
+                     "return, so the host's work adds to it)"
                : async ? "device_step_seconds: CUDA events around each step's device work; the "
                          "host plans step k+1 while step k runs, so its host_seconds overlap the "
                          "device's and the device idles for device_idle_fraction of the run"
                        : "device_step_seconds: CUDA events around each step's device work; the "
-                         "engine prepares step k+1 after step k (--no-async-scheduling): the "
+                         "engine prepares step k+1 after step k (async_scheduling=false): the "
                          "device idles while the host works"}};
   result["decode_step"] = {{"bytes", step_bytes},
                            {"weights_bytes", model.device_bytes()},
@@ -223,10 +227,10 @@ void run_bench_generate(const BenchGenerateOptions& o) {
     EngineOptions peo = eo;
     peo.cuda_graphs = false;
     peo.kv_memory_bytes = size_t(8) << 30;
-    Engine profiled(ctx, model, nullptr, {}, peo);
+    std::unique_ptr<Engine> profiled = make_engine(peo);
     dev->reset_profile();
     dev->set_profiling(true);
-    profiled.generate(make_requests(p, config.vocab_size, std::min<int64_t>(o.max_tokens, 32)));
+    profiled->generate(make_requests(p, config.vocab_size, std::min<int64_t>(o.max_tokens, 32)));
     const std::vector<OpTime> prof = dev->profile();
     dev->set_profiling(false);
     result["op_profile_short_run"] = op_split(prof);
@@ -237,7 +241,7 @@ void run_bench_generate(const BenchGenerateOptions& o) {
                         {"arena_peak_bytes", arena_peak},
                         {"device_used_bytes", used}};
   } else {
-    result["memory"] = {{"arena_peak_bytes", arena.high_water()}, {"kv_bytes", s.kv_bytes}};
+    result["memory"] = {{"arena_peak_bytes", ctx.scratch->high_water()}, {"kv_bytes", s.kv_bytes}};
   }
   print_bench_json(result, o.out);
 }
@@ -248,36 +252,18 @@ void add_bench_generate_command(CLI::App& bench) {
   auto o = std::make_shared<BenchGenerateOptions>();
   CLI::App* c = bench.add_subcommand(
       "generate", "Time the generation engine: output tokens/s, time split, roofline, KV use");
-  c->add_option("--model", o->model, "Model directory (config.json; weights if present)");
-  c->add_option("--preset", o->preset, "Preset config with random weights, e.g. qwen3-8b");
+  add_bench_model_options(*c, *o);
+  add_bench_lora_options(*c, *o);
   c->add_option("--prompts", o->prompts, "Prompts")->capture_default_str();
   c->add_option("--n", o->n, "Samples per prompt")->capture_default_str();
   c->add_option("--prompt-tokens", o->prompt_tokens, "Tokens per prompt")->capture_default_str();
   c->add_option("--max-tokens", o->max_tokens, "New tokens per sample (eos ignored)")
       ->capture_default_str();
-  c->add_option("--fp8", o->fp8, kFp8Help)->capture_default_str();
   c->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype: bf16 or fp8")->capture_default_str();
   c->add_option("--kv-memory", o->kv_memory_gib, "KV cache GiB (default: 90% of free memory)");
   c->add_option("--max-num-seqs", o->max_num_seqs, "Sequences per step")->capture_default_str();
   c->add_option("--max-num-batched-tokens", o->max_num_batched_tokens, "Tokens per step")
       ->capture_default_str();
-  c->add_option("--device", o->device, "cuda or cpu")->capture_default_str();
-  c->add_option("--seed", o->seed, "Seed of weights and prompts")->capture_default_str();
-  c->add_flag("!--no-shared-prefix", o->shared_prefix,
-              "Decode without the shared-prefix attention path (each sample reads its "
-              "prompt's KV itself), to measure that path's gain");
-  c->add_option("--shared-prefix-min-tokens", o->shared_prefix_min_tokens,
-                "Shortest prompt whose samples decode on the shared-prefix path (default: the "
-                "engine's)")
-      ->check(CLI::NonNegativeNumber);
-  c->add_flag("!--no-stacked-qkv", o->stacked_qkv,
-              "Random weights with q, k and v in buffers of their own (three GEMMs instead of "
-              "one), to measure the stacked projection's gain");
-  c->add_flag("!--no-async-scheduling", o->async_scheduling,
-              "Prepare each step after the one before has returned its tokens instead of "
-              "while it runs, to measure the overlap's gain");
-  add_cuda_control_flags(*c, o->cuda);
-  c->add_option("--out", o->out, "Also write the JSON here");
   c->callback([o] { run_bench_generate(*o); });
 }
 

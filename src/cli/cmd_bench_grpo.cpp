@@ -1,16 +1,18 @@
 // fp8rl bench grpo (--model DIR | --preset NAME) [--prompts P] [--generations G]
-//                  [--prompt-tokens L] [--completion-tokens C] [--lora-r R] [--steps N]
-//                  [--fp8 ...] [--[no-]checkpointing] [--kv-memory GIB] [--on-policy-exact]
-//                  [--device cuda|cpu] [--out F]
+//                  [--prompt-tokens L] [--completion-tokens C] [--lora-r R] [--lora-alpha A]
+//                  [--steps N] [--fp8 ...] [--[no-]checkpointing] [--kv-memory GIB]
+//                  [--on-policy-exact] [--device cuda|cpu] [--device-option KEY=VALUE]...
+//                  [--out F]
 //
-// Times GRPO steps on one model (issue 11 item 9): P random prompts of L tokens, G samples
-// each of exactly C tokens (no stop ids), LoRA rank R (alpha 2R) on all seven projections,
-// one micro-batch of P x G completions per step. A length reward keeps the run independent of
-// a tokenizer. Prints JSON from the run's last step: the peak memory of each phase (rollout,
+// Times GRPO steps on one model: P random prompts of L tokens, G samples each of exactly C
+// tokens (no stop ids), LoRA rank R (alpha A, default 2R) on all seven projections, one
+// micro-batch of P x G completions per step. A length reward keeps the run independent of a
+// tokenizer. Prints JSON from the run's last step: the peak memory of each phase (rollout,
 // training: the KV pool and the trainer's arenas take turns in one standby region, whose size
-// is printed too), rollout / training time and tokens/s, step time, the engine-trainer logprob
-// mismatch. --on-policy-exact runs GRPO's on_policy_exact (batch-invariant kernels on CUDA):
-// its cost.
+// is printed too), rollout / training time and tokens/s, step time, the engine-trainer mismatch
+// (mean |logprob difference| and token probability error). A --model directory without weights
+// gets random ones, as a preset does. --on-policy-exact runs GRPO's on_policy_exact
+// (batch-invariant kernels on CUDA): its cost.
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -18,8 +20,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/bench_model.h"
 #include "cli/bench_profile.h"
-#include "cli/bench_training.h"
 #include "core/check.h"
 #include "rl/grpo_trainer.h"
 #include "rl/reward_config.h"
@@ -42,7 +44,8 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
   CHECK(o.prompts > 0 && o.generations > 1 && o.prompt_tokens > 0 && o.completion_tokens > 0 &&
             o.steps > 0,
         "bench grpo: sizes must be positive and --generations at least 2");
-  BenchTrainingModel bench(o, "bench grpo");
+  CHECK(o.lora_r > 0, "bench grpo: --lora-r must be positive, got {}", o.lora_r);
+  BenchModel bench(o, "bench grpo", {ControlScope::cuda, ControlScope::model}, BenchLoraInit::peft);
   Context& ctx = bench.ctx();
   Model& model = bench.model();
 
@@ -75,7 +78,7 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
   c.rewards = nlohmann::json::parse(
       R"([{"type": "length_penalty", "mode": "linear", "target_length": 1, "per_token": 0.001}])");
   {
-    GrpoTrainer trainer(ctx, model, bench.adapter(), nullptr, {}, std::move(prompts), c,
+    GrpoTrainer trainer(ctx, model, bench.fresh_adapter(), nullptr, {}, std::move(prompts), c,
                         make_reward_set(c.rewards), "bench");
     trainer.run();
   }
@@ -87,14 +90,16 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
   nlohmann::json r;
   r["command"] = "bench grpo";
   r["model"] = o.preset.empty() ? o.model : o.preset;
+  r["weights"] = bench.weights();
   r["fp8"] = std::string(scheme_name(model.scheme()));
-  r["device"] = bench.session().cuda() != nullptr ? bench.session().cuda()->name() : "cpu";
-  report_cuda_controls(o.cuda, r);
+  r["device"] = bench.device_name();
+  report_cuda_controls(bench.controls(), bench.ctx().device, r);
   r["prompts"] = o.prompts;
   r["generations"] = o.generations;
   r["prompt_tokens"] = o.prompt_tokens;
   r["completion_tokens"] = o.completion_tokens;
   r["lora_r"] = o.lora_r;
+  r["lora_alpha"] = bench.fresh_adapter().config().lora_alpha;
   r["checkpointing"] = o.checkpointing;
   r["on_policy_exact"] = o.on_policy_exact;
   r["steps"] = o.steps;
@@ -103,7 +108,7 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
         "timing/rollout_logprob_seconds", "timing/train_seconds", "timing/step_seconds",
         "rollout_tokens_per_second", "train_tokens_per_second", "completions/mean_length",
         "memory/standby_region_bytes", "sampling/sampling_logp_difference/mean",
-        "sampling/sampling_logp_difference/max"})
+        "sampling/sampling_logp_difference/max", "sampling/token_prob_error/mean"})
     if (last.contains(k)) r[std::string("last_step/") + k] = last[k];
   r["weights_bytes"] = model.device_bytes();
   print_bench_json(r, o.out);
@@ -116,6 +121,7 @@ void add_bench_grpo_command(CLI::App& bench) {
   CLI::App* c = bench.add_subcommand(
       "grpo", "Time GRPO steps on one model: peak memory per phase, rollout/training split");
   add_bench_model_options(*c, *o);
+  add_bench_lora_options(*c, *o);
   c->add_option("--prompts", o->prompts, "Prompts per step")->capture_default_str();
   c->add_option("--generations", o->generations, "Samples per prompt")->capture_default_str();
   c->add_option("--prompt-tokens", o->prompt_tokens, "Tokens per prompt")->capture_default_str();

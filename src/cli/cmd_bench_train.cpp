@@ -1,21 +1,21 @@
 // fp8rl bench train (--model DIR | --preset NAME) --batch B --seq T --lora-r R [--fp8 ...]
 //                   [--checkpointing [--offload]] [--steps N] [--warmup W]
-//                   [--device cuda|cpu] [--out F]
+//                   [--device cuda|cpu] [--device-option KEY=VALUE]... [--out F]
 //
-// Times LoRA training steps (issue 10 item 8): B random sequences of T tokens, an adapter of
-// rank R (alpha 2R) on all seven projections, AdamW; per step the training forward with the
-// chunked cross-entropy, the backward, and the guarded optimizer step (gradient norm, clipping
-// to 1.0, the update of the masters and of the compute copies, all on the model's device).
-// Prints JSON: tokens/s, the step split, peak memory. The HF transformers + PEFT anchor
-// of the same shapes is tools/bench/hf_train.py (run in the same device session).
+// Times LoRA training steps: B random sequences of T tokens, an adapter of rank R (alpha A,
+// default 2R) on all seven projections, AdamW; per step the training forward with the chunked
+// cross-entropy, the backward, and the guarded optimizer step (gradient norm, clipping to 1.0,
+// the update of the masters and of the compute copies, all on the model's device). Prints JSON:
+// tokens/s, the step split, peak memory. The HF transformers + PEFT anchor of the same shapes
+// is tools/bench/hf_train.py (run in the same device session).
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include <CLI/CLI.hpp>
 
+#include "cli/bench_model.h"
 #include "cli/bench_profile.h"
-#include "cli/bench_training.h"
 #include "core/check.h"
 #include "model/adapter.h"
 #include "ops/backward.h"
@@ -46,10 +46,12 @@ double since(Clock::time_point t) {
 void run_bench_train(const BenchTrainOptions& o) {
   CHECK(o.batch > 0 && o.seq > 1 && o.steps > 0 && o.warmup >= 0,
         "bench train: --batch and --steps must be positive, --seq > 1, --warmup >= 0");
-  BenchTrainingModel bench(o, "bench train");
+  CHECK(o.lora_r > 0, "bench train: --lora-r must be positive, got {}", o.lora_r);
+  BenchModel bench(o, "bench train", {ControlScope::cuda, ControlScope::model},
+                   BenchLoraInit::peft);
   Context& ctx = bench.ctx();
   Model& model = bench.model();
-  LoraAdapter& adapter = bench.adapter();
+  LoraAdapter& adapter = bench.fresh_adapter();
   const ModelConfig& c = model.config();
 
   // B sequences of T random ids; every position but each sequence's last is a target.
@@ -117,12 +119,14 @@ void run_bench_train(const BenchTrainOptions& o) {
   nlohmann::json r;
   r["command"] = "bench train";
   r["model"] = o.preset.empty() ? o.model : o.preset;
+  r["weights"] = bench.weights();
   r["fp8"] = std::string(scheme_name(model.scheme()));
-  r["device"] = bench.session().cuda() != nullptr ? bench.session().cuda()->name() : "cpu";
-  report_cuda_controls(o.cuda, r);
+  r["device"] = bench.device_name();
+  report_cuda_controls(bench.controls(), ctx.device, r);
   r["batch"] = o.batch;
   r["seq"] = o.seq;
   r["lora_r"] = o.lora_r;
+  r["lora_alpha"] = adapter.config().lora_alpha;
   r["lora_params"] = p;
   r["checkpointing"] = o.checkpointing;
   r["offload"] = o.offload;
@@ -153,6 +157,7 @@ void add_bench_train_command(CLI::App& bench) {
   CLI::App* c = bench.add_subcommand(
       "train", "Time LoRA training steps: tokens/s, forward/backward/optimizer split, memory");
   add_bench_model_options(*c, *o);
+  add_bench_lora_options(*c, *o);
   c->add_option("--batch", o->batch, "Sequences per step")->capture_default_str();
   c->add_option("--seq", o->seq, "Tokens per sequence")->capture_default_str();
   c->add_flag("--checkpointing", o->checkpointing, "Per-layer activation checkpointing");

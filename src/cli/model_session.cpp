@@ -95,29 +95,6 @@ std::unique_ptr<Engine> ModelSession::make_engine(const EngineOptions& options) 
   return engine;
 }
 
-void add_cuda_control_flags(CLI::App& c, CudaDeviceOptions& o) {
-  c.add_flag("!--no-concurrent-linears", o.concurrent_linears,
-             "Run one GEMM at a time (no gate/up pair or K halves on a second stream), to "
-             "measure the concurrent GEMMs' gain");
-  c.add_flag("!--no-decode-mma", o.decode_mma,
-             "Decode attention on the CUDA-core kernel instead of the tensor-core one, to "
-             "measure the latter's gain");
-  c.add_flag("!--no-pending-linears", o.pending_linears,
-             "Run the decode step's FP8-row q/k/v GEMM with its row scales (OUTER_VEC_32F) "
-             "instead of leaving them to rope_store_kv, to measure the latter's gain");
-  c.add_flag_callback(
-      "--no-persistent-decode", [&o] { o.persistent_decode_sms = 0; },
-      "Decode attention with a block per (sequence, KV head, chunk) instead of blocks that "
-      "each take several, to measure the latter's gain");
-}
-
-void report_cuda_controls(const CudaDeviceOptions& o, nlohmann::json& r) {
-  r["concurrent_linears"] = o.concurrent_linears;
-  r["decode_attention"] = o.decode_mma ? "tensor cores" : "CUDA cores";
-  r["persistent_decode"] = o.persistent_decode_sms != 0;
-  r["pending_linears"] = o.pending_linears;
-}
-
 void add_sampling_filter_options(CLI::App& c, SamplingParams& s) {
   c.add_option("--temperature", s.temperature, "0 = greedy")->capture_default_str();
   c.add_option("--top-k", s.top_k, "0 or -1 = off")->capture_default_str();

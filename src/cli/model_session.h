@@ -33,7 +33,7 @@ struct SessionOptions {
   std::string fp8 = "auto";  // --fp8 (parse_fp8_option)
   std::string device = "cpu";
   bool bf16_activations = false;  // CPU only (parse_activations)
-  CudaDeviceOptions cuda;         // --device cuda: the device's options (benchmarks' controls)
+  CudaDeviceOptions cuda;         // --device cuda: the device's options (bench --device-option)
 };
 
 // Also the spelling of --adapter's help on every command.
@@ -42,11 +42,6 @@ inline const char* kAdapterHelp =
 
 // --temperature, --top-k, --top-p, --min-p, --repetition-penalty into `s` (vLLM's meanings).
 void add_sampling_filter_options(CLI::App& c, SamplingParams& s);
-
-// The benchmarks' controls --no-concurrent-linears and --no-decode-mma into `o`, and their
-// JSON keys (concurrent_linears, decode_attention).
-void add_cuda_control_flags(CLI::App& c, CudaDeviceOptions& o);
-void report_cuda_controls(const CudaDeviceOptions& o, nlohmann::json& r);
 
 class ModelSession {
  public:

@@ -293,39 +293,132 @@ TEST(CliAdapter, LogitsAndBench) {
   fs::remove(without);
 }
 
-// bench grpo's device controls reach the JSON (on the CPU they change nothing else).
-TEST(CliBench, GrpoDeviceControls) {
+// A bench command's JSON (stdout; its progress on stderr is dropped).
+nlohmann::json bench_json(const std::string& args) {
+  const Result r = run(args, "2>/dev/null");
+  EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+  if (r.exit_code != 0) return nlohmann::json::object();
+  return nlohmann::json::parse(r.output);
+}
+
+// bench grpo on the CPU: the CUDA device options are accepted, the JSON claims none of the CUDA
+// paths (none ran) and names the options that changed nothing. Bad keys and values are errors
+// that list the valid keys; the old flags are gone.
+TEST(CliBench, DeviceOptionsOnTheCpu) {
   const std::string base = "bench grpo --model " + kQwen3 +
                            " --device cpu --fp8 off --prompts 1 --generations 2 --prompt-tokens 4 "
                            "--completion-tokens 2 --steps 1 --lora-r 2";
-  const Result on = run(base);
-  ASSERT_EQ(on.exit_code, 0) << on.output;
-  EXPECT_NE(on.output.find("\"decode_attention\": \"tensor cores\""), std::string::npos)
-      << on.output;
-  EXPECT_NE(on.output.find("\"concurrent_linears\": true"), std::string::npos) << on.output;
-  EXPECT_NE(on.output.find("\"persistent_decode\": true"), std::string::npos) << on.output;
-  EXPECT_NE(on.output.find("\"pending_linears\": true"), std::string::npos) << on.output;
-  const Result off = run(base +
-                         " --no-decode-mma --no-concurrent-linears --no-persistent-decode "
-                         "--no-pending-linears");
-  ASSERT_EQ(off.exit_code, 0) << off.output;
-  EXPECT_NE(off.output.find("\"decode_attention\": \"CUDA cores\""), std::string::npos)
-      << off.output;
-  EXPECT_NE(off.output.find("\"concurrent_linears\": false"), std::string::npos) << off.output;
-  EXPECT_NE(off.output.find("\"persistent_decode\": false"), std::string::npos) << off.output;
-  EXPECT_NE(off.output.find("\"pending_linears\": false"), std::string::npos) << off.output;
+  const std::string off =
+      " --device-option decode_mma=false --device-option concurrent_linears=false "
+      "--device-option persistent_decode=false --device-option pending_linears=0";
+  const nlohmann::json plain = bench_json(base), given = bench_json(base + off);
+  for (const nlohmann::json& j : {plain, given}) {
+    EXPECT_EQ(j.value("decode_attention", ""), "CPU reference") << j.dump();
+    EXPECT_EQ(j.value("concurrent_linears", true), false) << j.dump();
+    EXPECT_EQ(j.value("persistent_decode", true), false) << j.dump();
+    EXPECT_EQ(j.value("pending_linears", true), false) << j.dump();
+    EXPECT_EQ(j.dump().find("tensor cores"), std::string::npos) << j.dump();
+  }
+  EXPECT_EQ(
+      given["device_options_not_applied"],
+      nlohmann::json({"decode_mma", "concurrent_linears", "persistent_decode", "pending_linears"}));
+  EXPECT_EQ(given["device_options"].size(), 4u);
+  EXPECT_FALSE(plain.contains("device_options_not_applied"));
+  // Errors name the key or value and list the valid keys; they come before the model loads.
+  expect_error(base + " --device-option bogus=1", "unknown key 'bogus' (valid keys: ");
+  expect_error(base + " --device-option bogus=1", "stacked_qkv");
+  expect_error(base + " --device-option decode_mma=maybe",
+               "decode_mma=maybe: 'maybe' is not a bool");
+  expect_error(base + " --device-option decode_mma=maybe", "valid keys: concurrent_linears");
+  expect_error(base + " --device-option persistent_decode_sms=-2", "is not an integer >= -1");
+  expect_error(base + " --device-option decode_mma", "'decode_mma' is not KEY=VALUE");
+  expect_error(base + " --device-option shared_prefix=false",
+               "sets the generation engine, which bench grpo does not run");
+  for (const char* old : {"--no-decode-mma", "--no-concurrent-linears", "--no-persistent-decode",
+                          "--no-pending-linears"})
+    expect_error(base + " " + old, old);
+  // The table: every key with its default.
+  const Result list = run("bench --list-device-options");
+  ASSERT_EQ(list.exit_code, 0) << list.output;
+  for (const char* key :
+       {"concurrent_linears", "decode_mma", "persistent_decode", "persistent_decode_sms",
+        "pending_linears", "wgmma_attention", "tiled_attention_backward", "shared_prefix_mma",
+        "fp8_input_gradient", "device_region", "stacked_qkv", "shared_prefix",
+        "shared_prefix_min_tokens", "async_scheduling"})
+    EXPECT_NE(list.output.find(std::string("\n") + key + " "), std::string::npos) << key;
+  EXPECT_NE(list.output.find("shared_prefix_min_tokens   int   256"), std::string::npos)
+      << list.output;
+  expect_error("bench", "subcommand");
 }
 
-// bench generate's shared-prefix threshold reaches the engine (JSON shared_prefix.min_tokens);
-// a negative one is refused.
-TEST(CliBench, GenerateSharedPrefixMinTokens) {
+// bench generate's engine options act on the CPU engine: the shared-prefix path runs exactly
+// when its threshold is under the prompt and the path is on; async_scheduling=true plans steps
+// ahead on the CPU too (its default there is off). Old flags are gone.
+TEST(CliBench, GenerateEngineOptions) {
   const std::string base = "bench generate --model " + kQwen3 +
-                           " --device cpu --fp8 off --prompts 1 --n 2 --prompt-tokens 4 "
-                           "--max-tokens 2";
-  const Result r = run(base + " --shared-prefix-min-tokens 48");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("\"min_tokens\": 48"), std::string::npos) << r.output;
-  expect_error(base + " --shared-prefix-min-tokens -1", "shared-prefix-min-tokens");
+                           " --device cpu --fp8 off --prompts 1 --n 2 --prompt-tokens 32 "
+                           "--max-tokens 3";
+  const nlohmann::json d = bench_json(base);
+  EXPECT_EQ(d["shared_prefix"]["steps"], 0);  // 32 tokens, under the default 256
+  EXPECT_EQ(d["time_split"]["steps_planned_ahead"], 0);
+  EXPECT_EQ(d["async_scheduling"], false);
+  const nlohmann::json on = bench_json(
+      base + " --device-option shared_prefix_min_tokens=16 --device-option async_scheduling=true");
+  EXPECT_GT(on["shared_prefix"]["steps"].get<int>(), 0);
+  EXPECT_EQ(on["shared_prefix"]["min_tokens"], 16);
+  EXPECT_GT(on["time_split"]["steps_planned_ahead"].get<int>(), 0);
+  EXPECT_EQ(on["async_scheduling"], true);
+  EXPECT_FALSE(on.contains("device_options_not_applied"));  // engine options apply on the CPU
+  // Control: the path off, whatever the threshold.
+  const nlohmann::json off = bench_json(
+      base + " --device-option shared_prefix_min_tokens=16 --device-option shared_prefix=false");
+  EXPECT_EQ(off["shared_prefix"]["steps"], 0);
+  EXPECT_EQ(off["shared_prefix_attention"], false);
+  expect_error(base + " --device-option shared_prefix_min_tokens=-1",
+               "shared_prefix_min_tokens=-1: '-1' is not an integer >= 0");
+  for (const char* old : {"--no-shared-prefix", "--shared-prefix-min-tokens 16",
+                          "--no-async-scheduling", "--no-stacked-qkv"})
+    expect_error(base + " " + old, std::string(old).substr(0, std::string(old).find(' ')));
+}
+
+// bench generate --lora-r: a random adapter (B nonzero) applies in generation; the same seed
+// without it generates other tokens with other logprobs, and repeats itself exactly.
+TEST(CliBench, GenerateWithARandomAdapter) {
+  const std::string base = "bench generate --model " + kQwen3 +
+                           " --device cpu --fp8 off --prompts 2 --n 2 --prompt-tokens 8 "
+                           "--max-tokens 8 --seed 3";
+  const nlohmann::json none = bench_json(base);
+  const nlohmann::json again = bench_json(base + " --lora-r 0");
+  const nlohmann::json lora = bench_json(base + " --lora-r 4");
+  EXPECT_EQ(none["lora_r"], 0);
+  EXPECT_EQ(lora["lora_r"], 4);
+  EXPECT_EQ(lora["lora_alpha"], 8.0);
+  // Control: without an adapter the run repeats itself, so a difference is the adapter's.
+  EXPECT_EQ(again["first_completion_ids"], none["first_completion_ids"]);
+  EXPECT_EQ(again["mean_logprob"], none["mean_logprob"]);
+  EXPECT_NE(lora["first_completion_ids"], none["first_completion_ids"]) << lora.dump();
+  EXPECT_GT(std::abs(lora["mean_logprob"].get<double>() - none["mean_logprob"].get<double>()),
+            1e-3);
+  expect_error(base + " --lora-r -1", "--lora-r and --lora-alpha must be >= 0");
+}
+
+// bench grpo --model DIR of a config.json alone: random weights, as bench generate makes them.
+TEST(CliBench, GrpoOnAConfigOnlyDirectory) {
+  const std::string dir = temp("config_only");
+  fs::create_directories(dir);
+  fs::copy_file(kQwen3 + "/config.json", dir + "/config.json");
+  const std::string args =
+      " --device cpu --fp8 off --prompts 1 --generations 2 --prompt-tokens 4 "
+      "--completion-tokens 2 --steps 1 --lora-r 2";
+  const nlohmann::json j = bench_json("bench grpo --model " + dir + args);
+  EXPECT_EQ(j.value("weights", ""), "random (Model::random on the device)");
+  EXPECT_EQ(j.value("last_step/completions/mean_length", 0.0), 2.0);
+  EXPECT_GE(j.value("last_step/sampling/token_prob_error/mean", 0.0), 1.0);
+  // Control: the checkpoint's directory runs its weights.
+  EXPECT_EQ(bench_json("bench grpo --model " + kQwen3 + args).value("weights", ""), "checkpoint");
+  fs::remove(dir + "/config.json");
+  expect_error("bench grpo --model " + dir + args, "config.json");
+  fs::remove_all(dir);
 }
 
 // merge: the f32 merged checkpoint's logits are PEFT's unmerged adapter logits; --fp8 row

@@ -49,7 +49,7 @@ step "bench generate row fp8-kv" "$OUT/bench.log" 300 "$BIN/fp8rl_bench" bench g
 LONG="--prompts 8 --n 8 --prompt-tokens 4096 --max-tokens 256"
 [ $QUICK -eq 1 ] && LONG="--prompts 8 --n 8 --prompt-tokens 4096 --max-tokens 32"
 for shape in "$GEN" "$LONG"; do
-  for sp in "" --no-shared-prefix; do
+  for sp in "" "--device-option shared_prefix=false"; do
     step "bench generate row $shape $sp" "$OUT/bench.log" 300 "$BIN/fp8rl_bench" bench generate \
       --model "$CONFIG" $shape --fp8 row --kv-memory 40 $sp
   done

@@ -1,0 +1,122 @@
+#include "cli/bench_model.h"
+
+#include <cmath>
+#include <filesystem>
+#include <iterator>
+
+#include "cli/common.h"
+#include "cli/output_path.h"
+#include "core/check.h"
+#include "core/rng.h"
+#include "model/presets.h"
+
+namespace fp8rl::cli {
+
+namespace {
+
+// Whether `dir` holds a checkpoint's weights (else it is a config to make random weights of).
+bool has_weights(const std::string& dir) {
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors" ||
+        e.path().filename() == "model.safetensors.index.json")
+      return true;
+  return false;
+}
+
+// Every B of a fresh adapter drawn as A is (kaiming uniform: uniform in +-1/sqrt(fan-in), the
+// fan-in of B being r), one stream per matrix. On the host, before to_device.
+void randomize_b(LoraAdapter& a, uint64_t seed) {
+  for (int64_t l = 0; l < a.num_layers(); ++l)
+    for (int p = 0; p < int(std::size(kProjectionNames)); ++p) {
+      if (!a.targeted(l, p)) continue;
+      const TensorView b = a.master_b(l, p);
+      const uint64_t stream = splitmix64(seed ^ splitmix64(uint64_t(l * 7 + p) + 1));
+      const float bound = 1.0f / std::sqrt(float(a.config().r));
+      float* v = b.ptr<float>();
+      for (int64_t j = 0; j < b.numel(); ++j)
+        v[j] = bound * (2.0f * uniform01(stream, uint64_t(j)) - 1.0f);
+    }
+}
+
+}  // namespace
+
+void add_bench_model_options(CLI::App& c, BenchModelOptions& o) {
+  c.add_option("--model", o.model,
+               "Model directory (config.json; weights if present, random weights if not)");
+  c.add_option("--preset", o.preset, "Preset config with random weights, e.g. qwen3-8b");
+  c.add_option("--fp8", o.fp8, kFp8Help)->capture_default_str();
+  c.add_option("--device", o.device, "cuda or cpu")->capture_default_str();
+  c.add_option("--seed", o.seed, "Seed of weights and tokens")->capture_default_str();
+  c.add_option("--out", o.out, "Also write the JSON here");
+  add_device_option_flag(c, o.device_options);
+}
+
+void add_bench_lora_options(CLI::App& c, BenchModelOptions& o) {
+  c.add_option("--lora-r", o.lora_r, "LoRA rank (all seven projections)")->capture_default_str();
+  c.add_option("--lora-alpha", o.lora_alpha, "LoRA alpha (default: 2 x rank)");
+}
+
+BenchModel::BenchModel(const BenchModelOptions& o, const std::string& command,
+                       const std::vector<ControlScope>& scopes, BenchLoraInit init)
+    : controls_(parse_device_options(o.device_options, command, scopes)), command_(command) {
+  CHECK(o.model.empty() != o.preset.empty(), "{}: give exactly one of --model, --preset", command);
+  CHECK(o.lora_r >= 0 && o.lora_alpha >= 0, "{}: --lora-r and --lora-alpha must be >= 0", command);
+  CHECK(o.adapter.empty() || o.lora_r == 0, "{}: give --adapter or --lora-r, not both", command);
+  if (!o.out.empty()) check_output_file(o.out, {o.model});
+  random_weights_ = o.model.empty() || o.random || !has_weights(o.model);
+  SessionOptions so;
+  so.model = o.model;
+  so.adapter = o.adapter;
+  so.fp8 = o.fp8;
+  so.device = o.device;
+  so.cuda = controls_.cuda;
+  if (!random_weights_) {
+    session_ = std::make_unique<ModelSession>(so);
+  } else {
+    const ModelConfig config =
+        o.preset.empty() ? ModelConfig::load(o.model) : preset_config(o.preset);
+    const std::optional<Fp8Scheme> fp8 = parse_fp8_option(o.fp8);
+    session_ = std::make_unique<ModelSession>(so, [&](Context& ctx) {
+      return Model::random(config, fp8, ctx, o.seed, controls_.stacked_qkv);
+    });
+  }
+  if (o.lora_r == 0) return;
+  LoraConfig lc;
+  lc.r = o.lora_r;
+  lc.lora_alpha = o.lora_alpha > 0 ? o.lora_alpha : double(2 * o.lora_r);
+  lc.target_modules = {"all-linear"};
+  adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::init(lc, model(), o.seed + 1));
+  if (init == BenchLoraInit::random) randomize_b(*adapter_, o.seed + 2);
+  adapter_->to_device(ctx());
+  adapter_->attach(model());
+}
+
+BenchModel::~BenchModel() {
+  if (adapter_) LoraAdapter::detach(model());
+}
+
+const LoraAdapter* BenchModel::adapter() const {
+  return adapter_ ? adapter_.get() : session_->adapter();
+}
+
+LoraAdapter& BenchModel::fresh_adapter() {
+  CHECK(adapter_ != nullptr, "{}: --lora-r must be positive", command_);
+  return *adapter_;
+}
+
+std::string BenchModel::device_name() {
+  return session_->cuda() != nullptr ? session_->cuda()->name() : "cpu";
+}
+
+const char* BenchModel::weights() const {
+  return random_weights_ ? "random (Model::random on the device)" : "checkpoint";
+}
+
+std::vector<int32_t> random_token_ids(int64_t n, int64_t vocab, uint64_t seed) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    ids[size_t(i)] = int32_t(uniform01(seed, uint64_t(i)) * float(vocab)) % int32_t(vocab);
+  return ids;
+}
+
+}  // namespace fp8rl::cli

@@ -1,0 +1,67 @@
+// What the bench commands share: the model options; the model (a checkpoint directory, or
+// random weights made on the device for a preset or a directory holding only config.json);
+// a fresh LoRA adapter of rank R on all seven projections, attached; the developer controls
+// (--device-option); random token ids.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/device_options.h"
+#include "cli/model_session.h"
+#include "model/adapter.h"
+
+namespace fp8rl::cli {
+
+struct BenchModelOptions {
+  std::string model, preset, fp8 = "row", device = "cuda", out;
+  std::string adapter;    // a PEFT adapter directory instead of a fresh one (bench forward)
+  bool random = false;    // random weights even if the directory has a checkpoint
+  int64_t lora_r = 32;    // 0: no fresh adapter
+  double lora_alpha = 0;  // 0: 2 r
+  uint64_t seed = 0;
+  std::vector<std::string> device_options;  // --device-option KEY=VALUE
+};
+
+// --model, --preset, --fp8, --device, --seed, --out and --device-option.
+void add_bench_model_options(CLI::App& c, BenchModelOptions& o);
+// --lora-r and --lora-alpha.
+void add_bench_lora_options(CLI::App& c, BenchModelOptions& o);
+
+// The fresh adapter's B: zero as PEFT initializes it (training starts from the base model), or
+// drawn like A so that the adapter's term is not zero (a trained adapter's cost in generation).
+enum class BenchLoraInit { peft, random };
+
+class BenchModel {
+ public:
+  // `command` names the benchmark in errors; `scopes` are the --device-option scopes it has.
+  BenchModel(const BenchModelOptions& o, const std::string& command,
+             const std::vector<ControlScope>& scopes, BenchLoraInit init);
+  ~BenchModel();
+  ModelSession& session() { return *session_; }
+  Context& ctx() { return session_->ctx(); }
+  Model& model() { return session_->model(); }
+  const DeviceControls& controls() const { return controls_; }
+  bool random_weights() const { return random_weights_; }
+  // The fresh adapter (--lora-r > 0) or the --adapter one; null when there is neither.
+  const LoraAdapter* adapter() const;
+  // The fresh adapter, which training benchmarks require.
+  LoraAdapter& fresh_adapter();
+  std::string device_name();  // the CUDA device's name, or "cpu"
+  // "checkpoint" or "random (Model::random on the device)", for the JSON.
+  const char* weights() const;
+
+ private:
+  DeviceControls controls_;
+  bool random_weights_ = false;
+  std::string command_;
+  std::unique_ptr<ModelSession> session_;
+  std::unique_ptr<LoraAdapter> adapter_;
+};
+
+// n ids uniform in [0, vocab), a function of the seed.
+std::vector<int32_t> random_token_ids(int64_t n, int64_t vocab, uint64_t seed);
+
+}  // namespace fp8rl::cli
