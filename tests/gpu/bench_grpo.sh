@@ -1,61 +1,138 @@
 #!/usr/bin/env bash
-# The GRPO step benchmark on the GPU machine (issue 11 item 9), one batch, from the repo root:
-#   OUT=$OUT bash tests/gpu/bench_grpo.sh BUILD_DIR
-# fp8rl bench grpo on the Qwen3-1.7B and Qwen3-8B presets (random weights): 1 prompt of 128
-# tokens x 8 generations of exactly 512 tokens, r = 32 on all seven projections,
-# checkpointing on, 1 GiB of KV in the standby region; FP8-row and bf16 (8B), and FP8-row 8B
-# with --on-policy-exact (its cost). Then the demo's GRPO on CUDA (20 steps) with its
-# engine-trainer mismatch and per-phase peaks, and the same with on_policy_exact. JSON and logs
-# go to $OUT.
+# What users run, timed on the GPU machine, from the repo root with a bundle (tests/gpu/bundle.sh)
+# in $BUILD:
+#   BUILD=build-gpu bash tests/gpu/bench_grpo.sh [OUT_DIR]   (default: $OUT, else /tmp/fp8rl-gpu)
+# All on the Qwen3-8B config (tools/bench/configs/qwen3-8b, random weights), FP8-row and bf16:
+# - fp8rl bench grpo, LoRA r 32 (alpha 64) on all seven projections, checkpointing on, at a small
+#   shape (1 prompt x 8 generations, 128 + 512 tokens) and a realistic one (16 x 8, 256 + 768);
+# - fp8rl bench generate with a random r 32 adapter (B nonzero) and without, at 256 sequences
+#   (32 prompts x 8, 128 + 512 tokens) and at 8 (1 x 8);
+# - the HF transformers + PEFT anchor (tools/bench/hf_generate.py --lora-r 32, bf16) at 8 and 128
+#   rows.
+# Each run's JSON goes to OUT_DIR/NAME.json and one line of OUT_DIR/results.jsonl; its table row
+# is printed when it ends, the FP8/bf16 speed ratios after each pair. Every call has its own time
+# limit, cut to what is left of DEADLINE seconds (default 570) so that the whole stays inside a
+# 10-minute device call; a run with under 20 s left is skipped.
 set -u
-BUILD=${1:-build-gpu}
-OUT=${OUT:-/tmp/fp8rl-gpu}
-mkdir -p "$OUT"
-SUMMARY="$OUT/summary.txt"
-: > "$SUMMARY"
-start=$(date +%s)
+OUT_DIR=${1:-${OUT:-/tmp/fp8rl-gpu}}
+BUILD=${BUILD:-build-gpu}
+mkdir -p "$OUT_DIR"
 . "$(dirname "$0")/env.sh"
 FP8RL="$BUILD/bin/fp8rl"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >> "$SUMMARY"
-shape="--prompts 1 --generations 8 --prompt-tokens 128 --completion-tokens 512 --lora-r 32 \
-  --checkpointing --kv-memory 1 --steps 3 --device cuda"
-for run in "qwen3-1.7b row" "qwen3-8b row" "qwen3-8b off" "qwen3-8b row exact"; do
-  set -- $run
-  exact=""
-  [ "${3:-}" = exact ] && exact="--on-policy-exact"
-  step "bench grpo $run" "$OUT/grpo_bench.log" 200 "$FP8RL" bench grpo --preset "$1" \
-    --fp8 "$2" $exact $shape --out "$OUT/grpo_$1_$2${3:+_$3}.json"
-done
-step "grpo demo cuda" "$OUT/grpo.log" 120 "$FP8RL" grpo --config examples/demo.yaml \
-  --device cuda --max-steps 20 --output-dir "$OUT/grpo-demo" --save-steps 0
-# The same with on_policy_exact: every round's mismatch is checked to be exactly 0.
-step "grpo demo cuda on_policy_exact" "$OUT/grpo_exact.log" 120 "$FP8RL" grpo \
-  --config examples/demo.yaml --device cuda --max-steps 20 --output-dir "$OUT/grpo-demo-exact" \
-  --save-steps 0 --on-policy-exact true
-python3 - "$OUT" >> "$SUMMARY" <<'PY'
-import glob, json, os, sys
-out = sys.argv[1]
-for f in sorted(glob.glob(os.path.join(out, "grpo_*.json"))):
-    j = json.load(open(f))
-    g = lambda k: j.get("last_step/" + k, 0)
-    print(os.path.basename(f), "peak GiB rollout/train %.2f/%.2f region %.2f GiB step %.2f s"
-          % (g("peak_memory_bytes/rollout") / 2**30, g("peak_memory_bytes/train") / 2**30,
-             g("memory/standby_region_bytes") / 2**30, g("timing/step_seconds")),
-          "rollout/logprob/train s %.2f/%.2f/%.2f" % (g("timing/rollout_seconds"),
-          g("timing/rollout_logprob_seconds"), g("timing/train_seconds")))
-for run in ("grpo-demo", "grpo-demo-exact"):
-    path = os.path.join(out, run, "metrics.jsonl")
-    if not os.path.exists(path):
-        print(run, "no metrics")
-        continue
-    L = [json.loads(l) for l in open(path)]
-    print(run, "cuda: logp difference mean/max over steps",
-          max(l.get("sampling/sampling_logp_difference/mean", 0) for l in L),
-          max(l.get("sampling/sampling_logp_difference/max", 0) for l in L),
-          "reward first/last", L[0]["reward"], L[-1]["reward"],
-          "step seconds mean %.3f" % (sum(l["timing/step_seconds"] for l in L) / len(L)),
-          "peak rollout/train", L[-1]["peak_memory_bytes/rollout"],
-          L[-1]["peak_memory_bytes/train"])
+CONFIG=tools/bench/configs/qwen3-8b
+: > "$OUT_DIR/results.jsonl"
+start=$(date +%s)
+DEADLINE=${DEADLINE:-570}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+
+# table row NAME RC SECONDS | table ratio NAME_FP8 NAME_BF16 | table adapter NAME_LORA NAME_BASE |
+# table anchor NAME_FP8RL NAME_HF
+table() {
+  python3 - "$OUT_DIR" "$@" <<'PY'
+import json, os, sys
+out, what, a, b = sys.argv[1:5]
+
+
+def load(name):
+    path = os.path.join(out, name + ".json")
+    if os.path.exists(path):
+        return json.load(open(path))
+    path = os.path.join(out, name + ".stdout")
+    lines = [l for l in open(path) if l.startswith("{")] if os.path.exists(path) else []
+    return json.loads(lines[-1]) if lines else None
+
+
+def m(j, k):  # a bench grpo metric of the last step, or a top-level key
+    return j.get("last_step/" + k, j.get(k, 0)) or 0
+
+
+def tok_s(j):
+    return j.get("output_tokens_per_second") or j.get("output_tokens_per_s") or \
+        m(j, "rollout_tokens_per_second")
+
+
+if what == "row":
+    rc, secs = int(b), sys.argv[5]
+    j = load(a) if rc == 0 else None
+    if j is None:
+        status = {124: "TIMEOUT", 125: "SKIPPED (no time left)"}.get(rc, f"FAILED rc={rc}")
+        print(f"{a:<26} {status} after {secs} s (see {a}.log)")
+        sys.exit(0)
+    j["run"] = a
+    open(os.path.join(out, "results.jsonl"), "a").write(json.dumps(j) + "\n")
+    if j.get("command") == "bench grpo":
+        print(f"{a:<26} rollout {m(j, 'timing/rollout_seconds'):6.2f} s  logprob "
+              f"{m(j, 'timing/rollout_logprob_seconds'):5.2f} s  train "
+              f"{m(j, 'timing/train_seconds'):6.2f} s  step {m(j, 'timing/step_seconds'):6.2f} s"
+              f"  rollout {tok_s(j):7.0f} tok/s  |dlogp| "
+              f"{m(j, 'sampling/sampling_logp_difference/mean'):.4f}  prob error "
+              f"{m(j, 'sampling/token_prob_error/mean'):.4f}  ({secs} s)")
+    else:
+        print(f"{a:<26} {tok_s(j):7.0f} output tok/s  lora_r {j.get('lora_r', 0)}  ({secs} s)")
+else:
+    x, y = load(a), load(b)
+    if x is None or y is None:
+        sys.exit(0)
+    label = {"ratio": f"FP8-row / bf16 speed", "adapter": "tok/s with / without the adapter",
+             "anchor": f"tok/s {a} / {b}"}[what]
+    if x.get("command") == "bench grpo":
+        t = lambda j, k: m(j, "timing/" + k) or float("nan")
+        print(f"  {label}: rollout x{t(y, 'rollout_seconds') / t(x, 'rollout_seconds'):.3f}"
+              f"  logprob x{t(y, 'rollout_logprob_seconds') / t(x, 'rollout_logprob_seconds'):.3f}"
+              f"  train x{t(y, 'train_seconds') / t(x, 'train_seconds'):.3f}"
+              f"  step x{t(y, 'step_seconds') / t(x, 'step_seconds'):.3f}")
+    else:
+        print(f"  {label}: x{tok_s(x) / (tok_s(y) or float('nan')):.3f}")
 PY
-rm -rf "$OUT/grpo-demo" "$OUT/grpo-demo-exact"
-cat "$SUMMARY"
+}
+
+# run NAME SECONDS CMD...: CMD under a time limit, stdout in NAME.stdout, stderr in NAME.log.
+run() {
+  local name=$1 secs=$2 t0 left
+  shift 2
+  t0=$(date +%s)
+  left=$(( DEADLINE - (t0 - start) ))
+  [ "$left" -lt "$secs" ] && secs=$left
+  if [ "$secs" -lt 20 ]; then
+    table row "$name" 125 0
+    return
+  fi
+  timeout "$secs" "$@" > "$OUT_DIR/$name.stdout" 2> "$OUT_DIR/$name.log"
+  table row "$name" $? $(( $(date +%s) - t0 ))
+}
+
+grpo="bench grpo --model $CONFIG --lora-r 32 --checkpointing --device cuda"
+for shape in small real; do
+  case $shape in
+    small) dims="--prompts 1 --generations 8 --prompt-tokens 128 --completion-tokens 512 \
+             --steps 3 --kv-memory 1" ;;
+    real) dims="--prompts 16 --generations 8 --prompt-tokens 256 --completion-tokens 768 \
+            --steps 2 --kv-memory 24" ;;
+  esac
+  for fp8 in row off; do
+    run "grpo_${shape}_$fp8" 150 "$FP8RL" $grpo $dims --fp8 $fp8 \
+      --out "$OUT_DIR/grpo_${shape}_$fp8.json"
+  done
+  table ratio "grpo_${shape}_row" "grpo_${shape}_off"
+done
+
+gen="bench generate --model $CONFIG --prompt-tokens 128 --max-tokens 512 --kv-memory 40 \
+  --device cuda"
+for seqs in 256 8; do
+  prompts=$(( seqs / 8 ))
+  for fp8 in row off; do
+    for r in 32 0; do
+      run "gen${seqs}_${fp8}_r$r" 90 "$FP8RL" $gen --prompts $prompts --n 8 --fp8 $fp8 \
+        --lora-r $r --out "$OUT_DIR/gen${seqs}_${fp8}_r$r.json"
+    done
+    table adapter "gen${seqs}_${fp8}_r32" "gen${seqs}_${fp8}_r0"
+  done
+  table ratio "gen${seqs}_row_r32" "gen${seqs}_off_r32"
+done
+
+for rows in 8 128; do
+  run "hf_peft_gen$rows" 150 python3 tools/bench/hf_generate.py --model "$CONFIG" \
+    --prompts $(( rows / 8 )) --n 8 --prompt-tokens 128 --max-tokens 512 --lora-r 32
+done
+table anchor gen8_off_r32 hf_peft_gen8
+table anchor gen8_row_r32 hf_peft_gen8

@@ -6,16 +6,20 @@ n samples each (num_return_sequences), G new tokens per sample with end-of-seque
     python3 tools/bench/hf_generate.py --preset qwen3-8b --prompts 64 --n 8 \
         --prompt-tokens 256 --max-tokens 512 --attn sdpa
     python3 tools/bench/hf_generate.py --model tools/bench/configs/qwen3-8b ...   # a config dir
+    python3 tools/bench/hf_generate.py ... --lora-r 32   # with a PEFT adapter, unmerged
 
 Runs where torch + transformers and a GPU are (the H200 machine: torch 2.11, transformers
 5.17). The presets repeat src/model/presets.cpp's numbers; weights are random (HF init on the
 GPU, std = initializer_range), which costs the same time as real ones. Sampling is plain
 (temperature 1, top-k and top-p off) unless --greedy. One short generate of the same batch
 shape warms up (kernels, allocator) before the timed runs; with --repeats R the median is
-reported.
+reported. --lora-r R wraps the model in a PEFT LoRA adapter of rank R (alpha 2R, bf16) on all
+seven projections, B drawn as A is (kaiming uniform) so that its term is not zero: the anchor of
+`fp8rl bench generate --lora-r R`.
 """
 import argparse
 import json
+import math
 import time
 
 import torch
@@ -65,6 +69,20 @@ def build_model(cfg, attn):
     return model.to(torch.bfloat16).eval()
 
 
+def add_lora(model, r):
+    """A PEFT adapter of rank r (alpha 2r) on the seven projections, unmerged, B nonzero."""
+    import peft
+    cfg = peft.LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0, task_type="CAUSAL_LM",
+                          target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                          "up_proj", "down_proj"])
+    model = peft.get_peft_model(model, cfg, autocast_adapter_dtype=False)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                torch.nn.init.kaiming_uniform_(p, a=math.sqrt(5))
+    return model.eval()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -82,11 +100,14 @@ def main():
     p.add_argument("--repeats", type=int, default=1, help="timed runs; the median is reported")
     p.add_argument("--warmup-tokens", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lora-r", type=int, default=0, help="PEFT LoRA rank (0: no adapter)")
     args = p.parse_args()
 
     cfg = AutoConfig.from_pretrained(args.model) if args.model else preset_config(args.preset)
     t0 = time.perf_counter()
     model = build_model(cfg, args.attn)
+    if args.lora_r > 0:
+        model = add_lora(model, args.lora_r)
     torch.cuda.synchronize()
     load_s = time.perf_counter() - t0
 
@@ -137,6 +158,8 @@ def main():
         "n": args.n,
         "prompt_tokens": args.prompt_tokens,
         "max_tokens": args.max_tokens,
+        "rows": rows,
+        "lora_r": args.lora_r,
         "sampling": "greedy" if args.greedy else "temperature=1, top_k=0, top_p=1",
         "attn_implementation": args.attn,
         "cache_implementation": args.cache_implementation or "default",
