@@ -108,10 +108,11 @@ inline constexpr double kCudaPagedDecode = 2 * kBf16HalfUlp;
 // is of the size of the output for random operands; 4x that for the worst element.
 inline constexpr double kCudaFp8Gemm = 2 * kBf16HalfUlp + 4.0 / 16384;
 
-// A pending linear (ops::linear_pending) read through apply_pending: the FP8 GEMM's error
-// with its bf16 output rounding, plus the fp16 rounding of the raw sums (2^-11 relative, twice
-// for the worst element) and the two fp32 products of the scales (2^-24 each, negligible).
-inline constexpr double kCudaPendingGemm = kCudaFp8Gemm + 2.0 / 2048;
+// A group of projections with LoRA adapters (ops::linear_group) against the CPU's f32 group:
+// the base GEMM's error (kCudaFp8Gemm, or kCudaBf16Op for bf16 weights, at most the larger),
+// plus the adapter's xa stored in bf16 (2^-9 of the LoRA term, at most the output's size) and,
+// where the up product runs after the base GEMM, the second rounding of the output (2^-9).
+inline constexpr double kCudaLoraGroup = kCudaFp8Gemm + 2 * kBf16HalfUlp;
 
 // The dequantize-to-bf16 fallback GEMM (devices or shapes without a native FP8 mode): both
 // operands' dequantized values are rounded to bf16 (2^-9 each) before an exact-product fp32 GEMM;

@@ -114,10 +114,10 @@ const std::vector<DeviceOption>& device_options() {
        "n > 0 n of them",
        [](C& c, const std::string& v) { c.cuda.persistent_decode_sms = int(parse_int(v, -1)); },
        [](const C& c) { return std::to_string(c.cuda.persistent_decode_sms); }},
-      boolean("pending_linears", S::cuda,
-              "the decode step's FP8-row q/k/v GEMM leaves its row scales to rope_store_kv; "
-              "false: the OUTER_VEC_32F GEMM applies them",
-              [](C& c) -> bool& { return c.cuda.pending_linears; }),
+      boolean("streaming_linears", S::cuda,
+              "FP8 GEMMs of at most 16 rows (row or tensor scaled) on the weight-streaming "
+              "kernel, a group's weights in one launch; false: cuBLASLt at every size",
+              [](C& c) -> bool& { return c.cuda.streaming_linears; }),
       boolean("wgmma_attention", S::cuda,
               "attention on the Hopper wgmma kernel where the device runs it; false: the "
               "mma.sync kernel",
@@ -225,7 +225,7 @@ void report_cuda_controls(const DeviceControls& c, Device device, nlohmann::json
                           : c.cuda.decode_mma ? "tensor cores"
                                               : "CUDA cores";
   r["persistent_decode"] = cuda && c.cuda.persistent_decode_sms != 0;
-  r["pending_linears"] = cuda && c.cuda.pending_linears;
+  r["streaming_linears"] = cuda && c.cuda.streaming_linears;
   report_device_options(c, device, r);
 }
 

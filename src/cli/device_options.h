@@ -66,7 +66,7 @@ std::string device_options_table();
 void report_device_options(const DeviceControls& c, Device device, nlohmann::json& r);
 
 // The JSON keys of the decode-step CUDA controls (concurrent_linears, decode_attention,
-// persistent_decode, pending_linears) as they ran on `device` (on the CPU none of those paths
+// persistent_decode, streaming_linears) as they ran on `device` (on the CPU none of those paths
 // exists: decode_attention "CPU reference", the booleans false), then report_device_options.
 void report_cuda_controls(const DeviceControls& c, Device device, nlohmann::json& r);
 

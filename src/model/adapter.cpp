@@ -295,20 +295,24 @@ LoraAdapter LoraAdapter::allocate(const LoraConfig& config, const Model& model) 
   const std::optional<std::regex> re =
       config.target_regex.empty() ? std::nullopt
                                   : std::optional<std::regex>(compile_regex(config.target_regex));
+  // A layer's A matrices first, in projection order, then its B matrices: the A matrices of a
+  // group reading one input (q/k/v, gate/up) then lie side by side, and the forward's down
+  // product of the group is one GEMM over them (ops::linear_group).
   int64_t total = 0;
   a.slots_.resize(size_t(a.num_layers_) * kProjections);
   for (int64_t l = 0; l < a.num_layers_; ++l) {
-    for (int p = 0; p < kProjections; ++p) {
-      const std::string path = projection_path(l, p);
-      const bool hit = re ? std::regex_match(path, *re) : config.targets(path, l);
-      if (!hit) continue;
-      const Linear& lin = *model.layers[size_t(l)].projection(p);
-      Slot& s = a.slots_[size_t(l) * kProjections + size_t(p)];
-      s.n = lin.out_features();
-      s.k = lin.in_features();
-      s.offset = total;
-      s.offset_b = align_elements(s.offset + config.r * s.k);
-      total = align_elements(s.offset_b + config.r * s.n);
+    for (bool b : {false, true}) {
+      for (int p = 0; p < kProjections; ++p) {
+        const std::string path = projection_path(l, p);
+        const bool hit = re ? std::regex_match(path, *re) : config.targets(path, l);
+        if (!hit) continue;
+        const Linear& lin = *model.layers[size_t(l)].projection(p);
+        Slot& s = a.slots_[size_t(l) * kProjections + size_t(p)];
+        s.n = lin.out_features();
+        s.k = lin.in_features();
+        (b ? s.offset_b : s.offset) = total;
+        total = align_elements(total + config.r * (b ? s.n : s.k));
+      }
     }
   }
   a.num_params_ = total;

@@ -116,9 +116,9 @@ class LoraAdapter {
   // targeted.
   TensorView master_a(int64_t layer, int projection) const;
   TensorView master_b(int64_t layer, int projection) const;
-  // Every master value in one contiguous f32 vector on device() (layer, projection, A then B,
-  // each matrix starting on a multiple of 64 elements; the gaps are zero and belong to no
-  // matrix): what the optimizer steps.
+  // Every master value in one contiguous f32 vector on device() (by layer: its A matrices in
+  // projection order, then its B matrices, each starting on a multiple of 64 elements; the
+  // gaps are zero and belong to no matrix): what the optimizer steps.
   TensorView master_params() const;
   // The bf16 compute copies the forward reads, laid out like master_params(), on CUDA (the
   // optimizer's step writes them beside the masters); empty on the CPU, where the masters are

@@ -1,10 +1,8 @@
 #include "model/forward.h"
 
 #include <algorithm>
-#include <optional>
 
 #include "ops/backward.h"
-#include "ops/columns.h"
 #include "ops/exactness.h"
 #include "ops/ops.h"
 
@@ -20,24 +18,9 @@ struct Activations {
   TensorView k, v;  // [T,Hkv*D] the new keys (normed, rotated) and values before store_kv
   TensorView attn;  // [T,Hq*D]
   TensorView proj;  // [T,H] block output before the residual add
-  // [2,T,H] f32: the block output's projection as its two K-half sums instead of proj, when it
-  // was left so (ops::linear_split, ops::SplitSum); allocated for decode-sized CUDA steps only.
-  TensorView proj_parts;
   TensorView gate;  // [T,I]
   TensorView up;    // [T,I]
 };
-
-// Steps up to this many tokens let o_proj and down_proj leave their output as K-half sums for
-// the residual add (ops::linear_split): past 256 rows a hidden size of 4,096 has too many
-// output tiles for the halves to run side by side (ops/cuda/linear.cpp).
-constexpr int64_t kSplitSumMaxTokens = 256;
-
-// A model none of whose o_proj and down_proj is FP8 never leaves K-half sums (project()).
-bool any_splittable(const Model& m) {
-  for (const LayerWeights& l : m.layers)
-    if (l.o.is_fp8() || l.down.is_fp8()) return true;
-  return false;
-}
 
 Activations alloc_activations(Context& ctx, const Model& m, int64_t t) {
   const ModelConfig& c = m.config();
@@ -50,8 +33,6 @@ Activations alloc_activations(Context& ctx, const Model& m, int64_t t) {
   s.v = ops::scratch_alloc(ctx, {t, c.kv_dim()}, dt);
   s.attn = ops::scratch_alloc(ctx, {t, c.q_dim()}, dt);
   s.proj = ops::scratch_alloc(ctx, {t, c.hidden_size}, dt);
-  if (ctx.device == Device::cuda && t <= kSplitSumMaxTokens && any_splittable(m))
-    s.proj_parts = ops::scratch_alloc(ctx, {2, t, c.hidden_size}, DType::f32);
   s.gate = ops::scratch_alloc(ctx, {t, c.intermediate_size}, dt);
   s.up = ops::scratch_alloc(ctx, {t, c.intermediate_size}, dt);
   return s;
@@ -76,94 +57,39 @@ bool any_adapter(std::initializer_list<const Linear*> consumers) {
   return false;
 }
 
-// The input of a group of linears: the plain activation (for unquantized linears and for
-// LoRA's x A^T, which reads x in the activation dtype), its FP8 quantization, or both.
-struct LinearInput {
-  TensorView x;
-  ops::QuantizedActivation q;
-};
+using ops::LinearInput;
 
-// The LoRA update out += scale * (dropout(x) A^T) B^T, PEFT's unmerged form (dropout only in
-// the training forward).
-void add_lora(Context& ctx, const TensorView& x_in, const LoraWeights& lora, const TensorView& out,
-              const ops::LoraDropout& dropout) {
-  const int64_t t = x_in.dim(0);
-  ops::ScratchScope scope(ctx);
-  TensorView x = x_in;
-  if (dropout.p > 0) {
-    x = ops::scratch_alloc(ctx, x_in.shape, x_in.dtype);
-    ops::lora_dropout(ctx, x_in, dropout, x);
-  }
-  LinearWeight a, b;
-  a.weight = lora.a;  // [r, K]
-  b.weight = lora.b;  // [N, r]
-  const TensorView xa = ops::scratch_alloc(ctx, {t, lora.rank()}, ctx.activation_dtype());
-  ops::linear(ctx, x, a, xa);
-  ops::linear_accumulate(ctx, xa, b, lora.scale, out);
+// A decoder projection as the group op takes it: its weight, its adapter, its output.
+ops::Projection projection(const Linear& w, const TensorView& out, ops::LoraDropout dropout = {}) {
+  return ops::Projection{&w, w.lora, out, dropout};
 }
 
-// The frozen base linear on its input: the FP8 codes when the group shares them, else x.
-void apply_base(Context& ctx, const LinearInput& in, const LinearWeight& w, const TensorView& out) {
-  if (in.q.act != ActScaling::none)
-    ops::linear(ctx, in.q, w, out);
-  else
-    ops::linear(ctx, in.x, w, out);
-}
-
-// The one choke point of every decoder projection: the frozen base linear, then its adapter.
+// The one choke point of a projection alone (o_proj, down_proj): the frozen base linear and its
+// adapter in one op.
 void apply(Context& ctx, const LinearInput& in, const Linear& w, const TensorView& out,
            const ops::LoraDropout& dropout = {}) {
-  apply_base(ctx, in, w, out);
-  if (w.lora.active()) add_lora(ctx, in.x, w.lora, out, dropout);
-}
-
-// A block's output before the residual add: s.proj, or its projection's K-half sums
-// (ops::SplitSum) when the projection left it so.
-struct BlockOutput {
-  TensorView y;
-  std::optional<ops::SplitSum> split;
-};
-
-// The block's projection into s.proj, or left as K-half sums in s.proj_parts where the backend
-// splits it and nothing reads s.proj before the residual add (no adapter adding to it, no
-// sandwich norm): the add then sums and rounds it as it reads it.
-BlockOutput project(Context& ctx, const LinearInput& in, const Linear& w, const Activations& s,
-                    bool splittable) {
-  BlockOutput o{s.proj, std::nullopt};
-  if (splittable && !s.proj_parts.empty() && !w.lora.active() && w.is_fp8()) {
-    const bool split = in.q.act != ActScaling::none
-                           ? ops::linear_split(ctx, in.q, w, s.proj, s.proj_parts)
-                           : ops::linear_split(ctx, in.x, w, s.proj, s.proj_parts);
-    if (split) o.split = ops::SplitSum{s.proj_parts, w.bias};
-    return o;
-  }
-  apply(ctx, in, w, s.proj);
-  return o;
+  const ops::Projection p[] = {projection(w, out, dropout)};
+  ops::linear_group(ctx, in, p);
 }
 
 // rms_norm(x) as the linears with activation scaling `act` consume it, after the residual add
 // x += *delta when delta is set (fused into the norm's pass over x). `h` receives the plain
 // result when the linears do not share a dynamic scaling or when one has an adapter (LoRA
 // reads the plain input; the base linears then read its quantization).
-LinearInput normed(Context& ctx, const ModelConfig& c, const TensorView& x,
-                   const BlockOutput* delta, const TensorView& weight, ActScaling act, bool plain,
-                   const TensorView& h) {
+LinearInput normed(Context& ctx, const ModelConfig& c, const TensorView& x, const TensorView* delta,
+                   const TensorView& weight, ActScaling act, bool plain, const TensorView& h) {
   const float eps = float(c.rms_norm_eps);
   LinearInput in;
   if (act != ActScaling::none) in.q = ops::alloc_quantized(ctx, act, x.dim(0), x.dim(1));
   if (act != ActScaling::none && !plain) {
-    if (delta != nullptr && delta->split)
-      ops::add_rms_norm_quant(ctx, x, *delta->split, weight, eps, c.norm_plus_one, in.q);
-    else if (delta != nullptr)
-      ops::add_rms_norm_quant(ctx, x, delta->y, weight, eps, c.norm_plus_one, in.q);
+    if (delta != nullptr)
+      ops::add_rms_norm_quant(ctx, x, *delta, weight, eps, c.norm_plus_one, in.q);
     else
       ops::rms_norm_quant(ctx, x, weight, eps, c.norm_plus_one, in.q);
     return in;
   }
-  if (delta != nullptr && delta->split)
-    ops::add_rms_norm(ctx, x, *delta->split, weight, eps, c.norm_plus_one, h);
-  else if (delta != nullptr)
-    ops::add_rms_norm(ctx, x, delta->y, weight, eps, c.norm_plus_one, h);
+  if (delta != nullptr)
+    ops::add_rms_norm(ctx, x, *delta, weight, eps, c.norm_plus_one, h);
   else
     ops::rms_norm(ctx, x, weight, eps, c.norm_plus_one, h);
   in.x = h;
@@ -189,74 +115,26 @@ TensorView rope_frequencies(const LayerWeights& l) {
 
 namespace {
 
-// Steps up to this many tokens run q, k and v as one GEMM. Above it each GEMM fills the GPU on
-// its own (measured when the stacked output was still split by columns into s.q/s.k/s.v: at
-// 8,192 tokens of Qwen3-8B on an H200 1.5% (FP8-row) and 2.6% (bf16) slower stacked; a
-// 256-sequence decode step 6.6% and 2.0% faster, docs/PERFORMANCE.md).
-constexpr int64_t kStackedQkvMaxTokens = 2048;
-
-// Steps up to this many tokens leave the FP8-row q/k/v output pending for rope_store_kv
-// (ops::linear_pending; measured at a 256-row decode step, docs/PERFORMANCE.md).
-constexpr int64_t kPendingMaxTokens = 256;
-
-// The step's q [T, Hq, D], k and v [T, Hkv, D]: activations, or the column parts of a pending
-// linear's raw output with its scales.
-struct QkvViews {
-  TensorView q, k, v;
-  std::optional<ops::PendingScales> pending;
-};
-
-// q, k and v of the step: one GEMM over the stacked weight when the model has it
-// (LayerWeights::qkv) and the step is small, its [T, Nq + 2 Nkv] output (scratch of the
-// caller's scope) read in place by column parts, left pending where the backend does so; with
-// an adapter on any of them the parts are copied into s.q, s.k, s.v first and each adapter adds
-// to its own. Else apply() each into s.
-QkvViews qkv_projections(Context& ctx, const ModelConfig& c, const LinearInput& in,
-                         const LayerWeights& l, const Activations& s) {
-  const int64_t t = s.q.dim(0), hq = c.num_heads, hkv = c.num_kv_heads, d = c.head_dim;
-  const QkvViews own{s.q.reshape({t, hq, d}), s.k.reshape({t, hkv, d}), s.v.reshape({t, hkv, d}),
-                     std::nullopt};
-  if (l.qkv.weight.empty() || t > kStackedQkvMaxTokens) {
-    apply(ctx, in, l.q, s.q);
-    apply(ctx, in, l.k, s.k);
-    apply(ctx, in, l.v, s.v);
-    return own;
-  }
-  const bool adapters = l.q.lora.active() || l.k.lora.active() || l.v.lora.active();
-  const auto parts = [&](const TensorView& y) {
-    return QkvViews{ops::column_heads(y, 0, hq, d), ops::column_heads(y, hq * d, hkv, d),
-                    ops::column_heads(y, (hq + hkv) * d, hkv, d), std::nullopt};
-  };
-  if (!adapters && in.q.act != ActScaling::none && t <= kPendingMaxTokens) {
-    const TensorView raw = ops::scratch_alloc(ctx, {t, l.qkv.out_features()}, DType::f16);
-    ops::PendingScales p;
-    if (ops::linear_pending(ctx, in.q, l.qkv, raw, p)) {
-      QkvViews v = parts(raw);
-      v.pending = p;
-      return v;
-    }
-  }
-  const TensorView y =  // [T, Nq + 2 Nkv]
-      ops::scratch_alloc(ctx, {t, l.qkv.out_features()}, ctx.activation_dtype());
-  apply_base(ctx, in, l.qkv, y);
-  if (!adapters) return parts(y);
-  ops::split_columns(ctx, y, {s.q, s.k, s.v});
-  for (auto [w, out] : {std::pair{&l.q, s.q}, {&l.k, s.k}, {&l.v, s.v}})
-    if (w->lora.active()) add_lora(ctx, in.x, w->lora, out, {});
-  return own;
+// q, k and v of the step into s.q, s.k, s.v through the group op (the stacked weight
+// LayerWeights::qkv offered for the backend's one GEMM).
+void qkv_projections(Context& ctx, const LinearInput& in, const LayerWeights& l,
+                     const Activations& s) {
+  const ops::Projection group[] = {projection(l.q, s.q), projection(l.k, s.k),
+                                   projection(l.v, s.v)};
+  ops::linear_group(ctx, in, group, l.qkv.weight.empty() ? nullptr : &l.qkv);
 }
 
 // Attention sublayer of one layer for the whole step, from its normed input `in`: q/k/v, then
 // q/k norm and RoPE with the new keys/values into their pool slots (one op), paged attention,
 // output projection into s.proj.
-BlockOutput attention_block(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
-                            const StepBatch& step, const LinearInput& in, const Activations& s) {
+void attention_block(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
+                     const StepBatch& step, const LinearInput& in, const Activations& s) {
   const ModelConfig& c = m.config();
   const LayerWeights& l = m.layers[size_t(li)];
   const int64_t t = s.x.dim(0), hq = c.num_heads, d = c.head_dim;
   const float eps = float(c.rms_norm_eps);
   ops::ScratchScope scope(ctx);
-  const QkvViews x = qkv_projections(ctx, c, in, l, s);
+  qkv_projections(ctx, in, l, s);
   const TensorView q = s.q.reshape({t, hq, d});
   ops::QkRope qk;
   if (c.qk_norm) {
@@ -268,15 +146,10 @@ BlockOutput attention_block(Context& ctx, const Model& m, int64_t li, const KvPo
   qk.positions = step.positions;
   qk.inv_freq = rope_frequencies(l);
   const ops::KvScales kv_scales{kv.k_scale(li), kv.v_scale(li)};  // empty unless FP8 KV
-  ops::rope_store_kv(ctx, x.q, x.k, x.v, qk, step.slot_mapping, kv.k(li), kv.v(li), kv_scales, q,
-                     x.pending ? &*x.pending : nullptr);
+  ops::rope_store_kv(ctx, q, s.k.reshape({t, c.num_kv_heads, d}),
+                     s.v.reshape({t, c.num_kv_heads, d}), qk, step.slot_mapping, kv.k(li), kv.v(li),
+                     kv_scales, q);
   const ops::AttentionParams p = attention_params(c, l);
-  // A tensor-scaled o_proj gets max |attn| from the attention kernels' epilogues.
-  TensorView amax;
-  if (shared_dynamic_act({&l.o}) == ActScaling::tensor && !l.o.lora.active()) {
-    amax = ops::scratch_alloc(ctx, {1}, DType::f32);
-    ops::fill_zero(ctx, amax);
-  }
   // A dynamically scaled FP8 o_proj without adapter reads the attention's output as the
   // attention op quantizes it (which defines the padding rows of a captured batch there only).
   LinearInput o_in;
@@ -284,30 +157,20 @@ BlockOutput attention_block(Context& ctx, const Model& m, int64_t li, const KvPo
   const ActScaling o_act = shared_dynamic_act({&l.o});
   if ((o_act == ActScaling::token || o_act == ActScaling::group) && !l.o.lora.active())
     o_in.q = ops::alloc_quantized(ctx, o_act, t, hq * d);
-  ops::paged_attention(ctx, q, kv.k(li), kv.v(li), step.attn, p, s.attn.reshape({t, hq, d}), amax,
+  ops::paged_attention(ctx, q, kv.k(li), kv.v(li), step.attn, p, s.attn.reshape({t, hq, d}), {},
                        kv_scales, o_in.q.act != ActScaling::none ? &o_in.q : nullptr);
-  if (!amax.empty()) {
-    ops::linear(ctx, s.attn, l.o, s.proj, amax);
-    return {s.proj, std::nullopt};
-  }
-  return project(ctx, o_in, l.o, s, !c.sandwich_norms);
+  apply(ctx, o_in, l.o, s.proj);
 }
 
 // MLP sublayer from its normed input `in`: gate/up, act(gate) * up (quantized for the down
 // projection when it is a dynamically scaled FP8 linear without adapter), down projection
 // into s.proj.
-BlockOutput mlp_block(Context& ctx, const Model& m, const LayerWeights& l, const LinearInput& in,
-                      const Activations& s, bool splittable) {
+void mlp_block(Context& ctx, const Model& m, const LayerWeights& l, const LinearInput& in,
+               const Activations& s) {
   const ModelConfig& c = m.config();
   ops::ScratchScope scope(ctx);
-  if (in.q.act != ActScaling::none) {  // both read the shared codes: one op, maybe concurrent
-    ops::linear_pair(ctx, in.q, l.gate, s.gate, l.up, s.up);
-    for (auto [w, out] : {std::pair{&l.gate, s.gate}, {&l.up, s.up}})
-      if (w->lora.active()) add_lora(ctx, in.x, w->lora, out, {});
-  } else {
-    apply(ctx, in, l.gate, s.gate);
-    apply(ctx, in, l.up, s.up);
-  }
+  const ops::Projection gate_up[] = {projection(l.gate, s.gate), projection(l.up, s.up)};
+  ops::linear_group(ctx, in, gate_up);
   const bool silu = c.activation == MlpActivation::silu;
   const ActScaling down_act = shared_dynamic_act({&l.down});
   if (down_act != ActScaling::none && !l.down.lora.active()) {
@@ -319,7 +182,8 @@ BlockOutput mlp_block(Context& ctx, const Model& m, const LayerWeights& l, const
       ops::gelu_tanh_mul_quant(ctx, s.gate, s.up, q);
     LinearInput down_in;
     down_in.q = q;
-    return project(ctx, down_in, l.down, s, splittable && !c.sandwich_norms);
+    apply(ctx, down_in, l.down, s.proj);
+    return;
   }
   if (silu)
     ops::silu_mul(ctx, s.gate, s.up, s.gate);
@@ -328,7 +192,6 @@ BlockOutput mlp_block(Context& ctx, const Model& m, const LayerWeights& l, const
   LinearInput down_in;
   down_in.x = s.gate;
   apply(ctx, down_in, l.down, s.proj);
-  return {s.proj, std::nullopt};
 }
 
 size_t scratch_alignment(Device d) {
@@ -369,9 +232,10 @@ void forward_layer_saving(Context& ctx, const Model& m, int64_t li, const KvPool
     ops::ScratchScope inner(ctx);
     const LinearInput in = training_input(ctx, sv.h_attn, {&l.q, &l.k, &l.v});
     const TensorView v = ops::scratch_alloc(ctx, {t, c.kv_dim()}, ctx.activation_dtype());
-    apply(ctx, in, l.q, sv.q_pre, dropout(0));
-    apply(ctx, in, l.k, sv.k_pre, dropout(1));
-    apply(ctx, in, l.v, v, dropout(2));
+    const ops::Projection qkv[] = {projection(l.q, sv.q_pre, dropout(0)),
+                                   projection(l.k, sv.k_pre, dropout(1)),
+                                   projection(l.v, v, dropout(2))};
+    ops::linear_group(ctx, in, qkv);
     const TensorView inv_freq = rope_frequencies(l);
     const TensorView k = ops::scratch_alloc(ctx, {t, hkv, d}, ctx.activation_dtype());
     ops::rms_norm_rope_save(ctx, sv.q_pre.reshape({t, hq, d}), c.qk_norm ? l.q_norm : TensorView(),
@@ -403,8 +267,9 @@ void forward_layer_saving(Context& ctx, const Model& m, int64_t li, const KvPool
   {
     ops::ScratchScope inner(ctx);
     const LinearInput in = training_input(ctx, sv.h_mlp, {&l.gate, &l.up});
-    apply(ctx, in, l.gate, sv.gate, dropout(4));
-    apply(ctx, in, l.up, sv.up, dropout(5));
+    const ops::Projection gate_up[] = {projection(l.gate, sv.gate, dropout(4)),
+                                       projection(l.up, sv.up, dropout(5))};
+    ops::linear_group(ctx, in, gate_up);
   }
   if (c.activation == MlpActivation::silu)
     ops::silu_mul(ctx, sv.gate, sv.up, sv.act);
@@ -514,7 +379,7 @@ void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& st
   // the rows whose logits are wanted). One block input is live at a time, so each takes the
   // same arena space, right after the activations.
   const size_t input_mark = ops::scratch_mark(ctx);
-  auto block_input = [&](const BlockOutput* delta, const TensorView& norm,
+  auto block_input = [&](const TensorView* delta, const TensorView& norm,
                          std::initializer_list<const Linear*> consumers) {
     ops::scratch_rewind(ctx, input_mark);
     return normed(ctx, c, s.x, delta, norm, shared_dynamic_act(consumers), any_adapter(consumers),
@@ -524,19 +389,18 @@ void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& st
   for (int64_t li = 0; li < c.num_layers; ++li) {
     const LayerWeights& l = m.layers[size_t(li)];
     if (li == 0) in = block_input(nullptr, l.input_norm, {&l.q, &l.k, &l.v});
-    const BlockOutput attn = attention_block(ctx, m, li, kv, step, in, s);
+    attention_block(ctx, m, li, kv, step, in, s);
     // Gemma's sandwich norms normalize each block's output before it joins the residual.
     if (c.sandwich_norms)
       ops::rms_norm(ctx, s.proj, l.post_attention_norm, eps, c.norm_plus_one, s.proj);
     const TensorView& mlp_norm = c.sandwich_norms ? l.pre_feedforward_norm : l.post_attention_norm;
-    in = block_input(&attn, mlp_norm, {&l.gate, &l.up});
-    // The last layer's output joins the residual through a plain add, which reads s.proj.
-    const BlockOutput mlp = mlp_block(ctx, m, l, in, s, li + 1 < c.num_layers);
+    in = block_input(&s.proj, mlp_norm, {&l.gate, &l.up});
+    mlp_block(ctx, m, l, in, s);
     if (c.sandwich_norms)
       ops::rms_norm(ctx, s.proj, l.post_feedforward_norm, eps, c.norm_plus_one, s.proj);
     if (li + 1 < c.num_layers) {
       const LayerWeights& next = m.layers[size_t(li + 1)];
-      in = block_input(&mlp, next.input_norm, {&next.q, &next.k, &next.v});
+      in = block_input(&s.proj, next.input_norm, {&next.q, &next.k, &next.v});
     } else {
       ops::add(ctx, s.x, s.proj, s.x);
     }

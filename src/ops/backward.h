@@ -138,14 +138,7 @@ void linear_backward_input(Context& ctx, const TensorView& dy, const LinearWeigh
 // the CPU dy itself.
 TensorView gemm_gradient(Context& ctx, const TensorView& dy);
 
-// PEFT's lora_dropout on the adapter's input only: x_drop = x * mask, mask(m, k) = 1 / (1 - p)
-// where uniform_hash(seed, m * K + k, 1) >= 2p - 1 (probability 1 - p), else 0: a function of
-// (seed, index), so the backward regenerates the forward's mask. p = 0: no dropout.
-struct LoraDropout {
-  float p = 0.0f;
-  uint64_t seed = 0;
-};
-// out[M,K] = dropout(x) for the forward's x A^T (out may alias x).
+// out[M,K] = dropout(x) (ops/linear.h LoraDropout) for the forward's x A^T (out may alias x).
 void lora_dropout(Context& ctx, const TensorView& x, const LoraDropout& dropout,
                   const TensorView& out);
 

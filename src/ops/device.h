@@ -50,10 +50,10 @@ struct CudaDeviceOptions {
   // up side by side, and a lone GEMM (o_proj, down_proj) as two K halves summed in fp32
   // (ops/cuda/linear.cpp); false: one GEMM at a time, for tests and timing.
   bool concurrent_linears = true;
-  // The decode-sized FP8-row q/k/v GEMM leaves its output pending, the raw sums of a
-  // SCALAR_32F GEMM scaled by rope_store_kv as it reads them (ops::linear_pending); false: the
-  // OUTER_VEC_32F GEMM, for tests and timing.
-  bool pending_linears = true;
+  // FP8 GEMMs of at most 16 rows (row or tensor scaled weights) on the weight-streaming
+  // kernel (ops/cuda/linear.cu), which keeps the memory bus busy at a rollout's few rows;
+  // false: cuBLASLt at every size, for tests and timing.
+  bool streaming_linears = true;
   // Every buffer, the scratch arena and the cuBLASLt workspace carved from one device region
   // (ops/cuda/device_region.h: addresses reserved once, memory mapped as far as it is used);
   // false, or a driver without virtual memory management: one cudaMalloc per buffer.

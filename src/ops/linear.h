@@ -26,6 +26,27 @@ struct LinearWeight {
   size_t nbytes() const;
 };
 
+// A projection's LoRA adapter, PEFT's unmerged form y += scale * (x A^T) B^T. Views of memory
+// a LoraAdapter (model/adapter.h) owns; empty a: no adapter.
+struct LoraWeights {
+  TensorView a;        // [r, K] compute copy on the model's device (f32 CPU, bf16 CUDA)
+  TensorView b;        // [N, r]
+  float scale = 0.0f;  // lora_alpha / r, or lora_alpha / sqrt(r) with rsLoRA
+  bool active() const { return !a.empty(); }
+  int64_t rank() const { return a.empty() ? 0 : a.dim(0); }
+};
+
+// PEFT's lora_dropout on the adapter's input only (ops::lora_dropout): x_drop = x * mask,
+// mask(m, k) = 1 / (1 - p) where uniform_hash(seed, m * K + k, 1) >= 2p - 1 (probability
+// 1 - p), else 0: a function of (seed, index), so the backward regenerates the forward's mask.
+// p = 0: no dropout.
+namespace ops {
+struct LoraDropout {
+  float p = 0.0f;
+  uint64_t seed = 0;
+};
+}  // namespace ops
+
 // Whether the CUDA backend runs an FP8 weight with inputs quantized with `act` as a native FP8
 // GEMM (ops/cuda/linear.cpp) on a GPU with all three cuBLASLt scaling modes (sm_90): K and N
 // multiples of 16, and a weight/activation scaling pair of its table. Otherwise it dequantizes

@@ -2,9 +2,11 @@
 // here once (shapes, dtypes, devices), so backends can assume well-formed views.
 #include "ops/ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/parallel.h"
+#include "ops/backward.h"
 #include "ops/columns.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/dispatch.h"
@@ -187,58 +189,6 @@ void add_rms_norm(Context& ctx, const TensorView& x, const TensorView& delta, co
                  cuda::add_rms_norm(*ctx.cuda, x, delta, w, eps, plus_one, out));
 }
 
-namespace {
-
-void check_split_sum(const Context& ctx, const SplitSum& d, const TensorView& x, const char* what) {
-  CHECK(d.parts.dtype == DType::f32 && d.parts.rank() == 3 && d.parts.dim(0) == 2 &&
-            d.parts.dim(1) == x.dim(0) && d.parts.dim(2) == x.dim(1) && d.parts.is_contiguous() &&
-            d.parts.device == ctx.device,
-        "{}: the delta's K halves must be contiguous f32 [2, {}, {}] on {}, got {} {} on {}", what,
-        x.dim(0), x.dim(1), device_name(ctx.device), dtype_name(d.parts.dtype), d.parts.shape.str(),
-        device_name(d.parts.device));
-  CHECK(d.bias.empty() || (d.bias.dtype == DType::f32 && d.bias.rank() == 1 &&
-                           d.bias.dim(0) == x.dim(1) && d.bias.device == ctx.device),
-        "{}: the delta's bias must be f32 [{}] on {}, got {} {}", what, x.dim(1),
-        device_name(ctx.device), dtype_name(d.bias.dtype), d.bias.shape.str());
-}
-
-// The CPU reference of a SplitSum's value: round(parts[0] + parts[1] + bias), in `scratch`.
-TensorView materialize(Context& ctx, const SplitSum& d) {
-  const int64_t m = d.parts.dim(1), n = d.parts.dim(2);
-  const TensorView out = scratch_of(ctx).alloc({m, n}, DType::f32);
-  const float* lo = d.parts.ptr<const float>();
-  const float* hi = lo + m * n;
-  const float* bias = d.bias.empty() ? nullptr : d.bias.ptr<const float>();
-  float* o = out.ptr<float>();
-  for (int64_t i = 0; i < m * n; ++i)
-    o[i] = cpu::round_as(rounding(ctx), lo[i] + hi[i] + (bias != nullptr ? bias[i % n] : 0.0f));
-  return out;
-}
-
-}  // namespace
-
-void add_rms_norm(Context& ctx, const TensorView& x, const SplitSum& delta, const TensorView& w,
-                  float eps, bool plus_one, const TensorView& out) {
-  check_ctx(ctx);
-  check_act(ctx, x, 2, "add_rms_norm residual");
-  check_split_sum(ctx, delta, x, "add_rms_norm");
-  check_act(ctx, out, 2, "add_rms_norm output");
-  check_param(ctx, w, DType::f32, "rms_norm weight");
-  CHECK(w.rank() == 1 && w.dim(0) == x.dim(1) && out.shape == x.shape &&
-            (out.data != x.data || x.numel() == 0),
-        "add_rms_norm: x {} w {} out {} (out must not be x)", x.shape.str(), w.shape.str(),
-        out.shape.str());
-  if (ctx.device == Device::cpu) {
-    if (dry_run_scratch(ctx, size_t(x.numel()) * 4 + 256)) return;  // the materialized delta
-    const size_t mark = scratch_of(ctx).mark();
-    cpu::add_rms_norm(x, materialize(ctx, delta), w, eps, plus_one, out, rounding(ctx));
-    scratch_of(ctx).rewind(mark);
-    return;
-  }
-  FP8RL_DISPATCH(ctx, "add_rms_norm", (void)0,
-                 cuda::add_rms_norm(*ctx.cuda, x, delta, w, eps, plus_one, out));
-}
-
 void rope(Context& ctx, const TensorView& x, const TensorView& positions,
           const TensorView& inv_freq) {
   check_ctx(ctx);
@@ -392,71 +342,13 @@ void store_kv(Context& ctx, const TensorView& k, const TensorView& v,
                  cuda::store_kv(*ctx.cuda, k, v, slot_mapping, k_pool, v_pool, scales));
 }
 
-namespace {
-
-// A pending raw output or column part of one: f16 [T, heads, D] (or [T, N]) on ctx.device
-// whose rows are contiguous, with any token stride.
-void check_raw(const Context& ctx, const TensorView& t, int rank, const char* what) {
-  bool rows = t.dtype == DType::f16 && t.rank() == rank && t.device == ctx.device &&
-              t.strides[size_t(rank - 1)] == 1;
-  if (rows && rank == 3) rows = t.strides[1] == t.dim(2) && t.strides[0] >= t.dim(1) * t.dim(2);
-  if (rows && rank == 2) rows = t.strides[0] >= t.dim(1);
-  CHECK(rows, "{}: expected f16 of rank {} with contiguous rows on {}, got {} {} on {}", what, rank,
-        device_name(ctx.device), dtype_name(t.dtype), t.shape.str(), device_name(t.device));
-}
-
-void check_pending(const Context& ctx, const PendingScales& p, int64_t t, int64_t n,
-                   const char* what) {
-  CHECK(p.row.dtype == DType::f32 && p.row.device == ctx.device && p.row.is_contiguous() &&
-            p.row.numel() == t && p.col.dtype == DType::f32 && p.col.device == ctx.device &&
-            p.col.is_contiguous() && p.col.numel() == n && p.inv_alpha > 0.0f,
-        "{}: pending scales for [{}, {}]: row {} col {} inv_alpha {}", what, t, n,
-        p.row.shape.str(), p.col.shape.str(), p.inv_alpha);
-}
-
-// rope_store_kv of pending parts as the reference runs it: their values into scratch, then
-// the op on them (CUDA's kernel applies the scales as it loads the parts instead).
-void rope_store_kv_of_values(Context& ctx, const TensorView& q, const TensorView& k,
-                             const TensorView& v, const QkRope& qk, const TensorView& slot_mapping,
-                             const TensorView& k_pool, const TensorView& v_pool,
-                             const KvScales& scales, const TensorView& q_out,
-                             const PendingScales& p) {
-  ScratchScope scope(ctx);
-  const int64_t t = q.dim(0), d = q.dim(2);
-  // [T, heads, D] values of the parts.
-  const TensorView vq = scratch_alloc(ctx, q.shape, ctx.activation_dtype());
-  const TensorView vk = scratch_alloc(ctx, k.shape, ctx.activation_dtype());
-  const TensorView vv = scratch_alloc(ctx, k.shape, ctx.activation_dtype());
-  int64_t col = 0;
-  for (auto [raw, out] : {std::pair{&q, &vq}, {&k, &vk}, {&v, &vv}}) {
-    const int64_t n = raw->dim(1) * d;
-    TensorView rows = *raw;  // [T, n] with the part's token stride
-    rows.shape = {t, n};
-    rows.strides = {raw->strides[0], 1};
-    PendingScales part = p;
-    part.col = TensorView(p.col.ptr<float>() + col, DType::f32, {n}, p.col.device);
-    apply_pending(ctx, rows, part, out->reshape({t, n}));
-    col += n;
-  }
-  rope_store_kv(ctx, vq, vk, vv, qk, slot_mapping, k_pool, v_pool, scales, q_out);
-}
-
-}  // namespace
-
 void rope_store_kv(Context& ctx, const TensorView& q, const TensorView& k, const TensorView& v,
                    const QkRope& qk, const TensorView& slot_mapping, const TensorView& k_pool,
-                   const TensorView& v_pool, const KvScales& scales, const TensorView& q_out,
-                   const PendingScales* pending) {
+                   const TensorView& v_pool, const KvScales& scales, const TensorView& q_out) {
   check_ctx(ctx);
-  if (pending != nullptr) {
-    for (const TensorView* t : {&q, &k, &v}) check_raw(ctx, *t, 3, "rope_store_kv pending part");
-    check_pending(ctx, *pending, q.dim(0), q.dim(1) * q.dim(2) + 2 * k.dim(1) * k.dim(2),
-                  "rope_store_kv");
-  } else {
-    check_heads(ctx, q, "rope_store_kv q");
-    check_heads(ctx, k, "rope_store_kv k");
-    check_heads(ctx, v, "rope_store_kv v");
-  }
+  check_heads(ctx, q, "rope_store_kv q");
+  check_heads(ctx, k, "rope_store_kv k");
+  check_heads(ctx, v, "rope_store_kv v");
   check_heads(ctx, q_out, "rope_store_kv q output");
   CHECK(q_out.shape == q.shape && k.dim(0) == q.dim(0) && v.shape == k.shape &&
             k.dim(2) == q.dim(2) && q.dim(1) % k.dim(1) == 0,
@@ -485,18 +377,11 @@ void rope_store_kv(Context& ctx, const TensorView& q, const TensorView& k, const
     CHECK((in_place && t == &q) || !overlap(q_out, *t),
           "rope_store_kv: q_out overlaps an input without being q");
 #if FP8RL_HAVE_CUDA
-  // A pending input's column scales are read 8 at a time (16-byte loads).
   const bool fused =
-      ctx.device == Device::cuda && cuda::rope_store_kv_supported(q.dim(2), {&q, &k, &v, &q_out}) &&
-      (pending == nullptr || (reinterpret_cast<uintptr_t>(pending->col.data) & 15) == 0);
+      ctx.device == Device::cuda && cuda::rope_store_kv_supported(q.dim(2), {&q, &k, &v, &q_out});
 #else
   const bool fused = false;
 #endif
-  if (!fused && pending != nullptr) {
-    rope_store_kv_of_values(ctx, q, k, v, qk, slot_mapping, k_pool, v_pool, scales, q_out,
-                            *pending);
-    return;
-  }
   if (!fused) {  // the three ops (the CPU reference), k rotated into scratch
     ScratchScope scope(ctx);
     const TensorView kr = scratch_alloc(ctx, k.shape, k.dtype);
@@ -521,9 +406,9 @@ void rope_store_kv(Context& ctx, const TensorView& q, const TensorView& k, const
   check_i32(ctx, slot_mapping, k.dim(0), "rope_store_kv slot mapping");
   CHECK(v_pool.shape == k_pool.shape && k_pool.dim(2) == k.dim(1) && k_pool.dim(3) == k.dim(2),
         "rope_store_kv: k {} pools {} {}", k.shape.str(), k_pool.shape.str(), v_pool.shape.str());
-  FP8RL_DISPATCH(ctx, "rope_store_kv", RAISE("rope_store_kv: the fused kernel is CUDA's"),
-                 cuda::rope_store_kv(*ctx.cuda, q, k, v, qk, slot_mapping, k_pool, v_pool, scales,
-                                     q_out, pending));
+  FP8RL_DISPATCH(
+      ctx, "rope_store_kv", RAISE("rope_store_kv: the fused kernel is CUDA's"),
+      cuda::rope_store_kv(*ctx.cuda, q, k, v, qk, slot_mapping, k_pool, v_pool, scales, q_out));
 }
 
 void paged_attention(Context& ctx, const TensorView& q, const TensorView& k_pool,
@@ -711,30 +596,6 @@ void add_rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& del
       cuda::add_rms_norm_quant(*ctx.cuda, x, delta, w, eps, plus_one, q));
 }
 
-void add_rms_norm_quant(Context& ctx, const TensorView& x, const SplitSum& delta,
-                        const TensorView& w, float eps, bool plus_one,
-                        const QuantizedActivation& q) {
-  check_ctx(ctx);
-  check_act(ctx, x, 2, "add_rms_norm_quant residual");
-  check_split_sum(ctx, delta, x, "add_rms_norm_quant");
-  check_param(ctx, w, DType::f32, "rms_norm weight");
-  check_quantized(ctx, q, "add_rms_norm_quant");
-  CHECK(q.act != ActScaling::static_tensor, "add_rms_norm_quant needs a dynamic scaling");
-  CHECK(w.rank() == 1 && w.dim(0) == x.dim(1) && q.rows == x.dim(0) && q.cols == x.dim(1),
-        "add_rms_norm_quant: x {} w {} q [{}, {}]", x.shape.str(), w.shape.str(), q.rows, q.cols);
-  const size_t delta_bytes = ctx.device == Device::cpu ? size_t(x.numel()) * 4 + 256 : 0;
-  if (dry_run_scratch(ctx, delta_bytes + quantize_op_scratch_bytes(x.dim(0), x.dim(1)))) return;
-  if (ctx.device == Device::cpu) {
-    const size_t mark = scratch_of(ctx).mark();
-    const TensorView d = materialize(ctx, delta);
-    cpu::add_rms_norm_quant(scratch_of(ctx), x, d, w, eps, plus_one, q, rounding(ctx));
-    scratch_of(ctx).rewind(mark);
-    return;
-  }
-  FP8RL_DISPATCH(ctx, "add_rms_norm_quant", (void)0,
-                 cuda::add_rms_norm_quant(*ctx.cuda, x, delta, w, eps, plus_one, q));
-}
-
 namespace {
 void gated_quant(Context& ctx, const TensorView& gate, const TensorView& up,
                  const QuantizedActivation& q, int act, const char* what) {
@@ -830,110 +691,6 @@ void linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
                  cuda::linear(*ctx.cuda, x, w, out));
 }
 
-namespace {
-void check_split_parts(const Context& ctx, const TensorView& parts, int64_t m,
-                       const LinearWeight& w) {
-  CHECK(parts.dtype == DType::f32 && parts.rank() == 3 && parts.dim(0) == 2 && parts.dim(1) == m &&
-            parts.dim(2) == w.out_features() && parts.is_contiguous() && parts.device == ctx.device,
-        "linear_split: parts must be contiguous f32 [2, {}, {}] on {}, got {} {}", m,
-        w.out_features(), device_name(ctx.device), dtype_name(parts.dtype), parts.shape.str());
-}
-}  // namespace
-
-bool linear_split(Context& ctx, const TensorView& x, const LinearWeight& w, const TensorView& out,
-                  const TensorView& parts) {
-  check_ctx(ctx);
-  check_act(ctx, x, 2, "linear input");
-  check_linear(ctx, x.dim(0), x.dim(1), w, out, Output::activation);
-  check_split_parts(ctx, parts, x.dim(0), w);
-  dry_run_scratch(ctx, linear_scratch_bytes(ctx, w, x.dim(0)));
-  bool split = false;
-  FP8RL_DISPATCH(ctx, linear_name(w, x.dim(0)),
-                 cpu::linear(scratch_of(ctx), x, w, out, Output::activation, rounding(ctx)),
-                 split = cuda::linear_split(*ctx.cuda, x, w, out, parts));
-  return split;
-}
-
-bool linear_split(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
-                  const TensorView& out, const TensorView& parts) {
-  check_quantized_linear(ctx, x, w, out, Output::activation);
-  check_split_parts(ctx, parts, x.rows, w);
-  bool split = false;
-  FP8RL_DISPATCH(ctx, linear_name(w, x.rows),
-                 cpu::linear(scratch_of(ctx), x, w, out, Output::activation, rounding(ctx)),
-                 split = cuda::linear_split(*ctx.cuda, x, w, out, parts));
-  return split;
-}
-
-float pending_inv_alpha(int64_t k) {
-  // |sum| <= 448^2 k for e4m3 codes; the fp32 sum's roundings add at most a factor
-  // (1 + k 2^-24) to that, under 1/16 for the k allowed here.
-  CHECK(k > 0 && k <= (int64_t(1) << 20), "pending linear: K = {} outside [1, 2^20]", k);
-  const double bound = 448.0 * 448.0 * double(k) * (1.0 + 1.0 / 16);
-  int e = 0;
-  while (std::ldexp(65504.0, e) < bound) ++e;
-  return std::ldexp(1.0f, e);
-}
-
-void apply_pending(Context& ctx, const TensorView& raw, const PendingScales& p,
-                   const TensorView& out) {
-  check_ctx(ctx);
-  check_raw(ctx, raw, 2, "apply_pending raw");
-  check_pending(ctx, p, raw.dim(0), raw.dim(1), "apply_pending");
-  check_act(ctx, out, 2, "apply_pending output");
-  CHECK(out.shape == raw.shape, "apply_pending: raw {} out {}", raw.shape.str(), out.shape.str());
-  FP8RL_DISPATCH(ctx, "apply_pending", cpu::apply_pending(raw, p, out, rounding(ctx)),
-                 cuda::apply_pending(*ctx.cuda, raw, p, out));
-}
-
-bool linear_pending(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
-                    const TensorView& raw, PendingScales& pending) {
-  check_ctx(ctx);
-  check_quantized(ctx, x, "linear input");
-  CHECK(raw.dtype == DType::f16 && raw.rank() == 2 && raw.is_contiguous() &&
-            raw.device == ctx.device && raw.dim(0) == x.rows && raw.dim(1) == w.out_features() &&
-            x.cols == w.in_features(),
-        "linear_pending: x [{}, {}] weight {} raw {} {}", x.rows, x.cols, w.weight.shape.str(),
-        dtype_name(raw.dtype), raw.shape.str());
-  CHECK(w.is_fp8() && x.act == w.act && w.weight.device == ctx.device,
-        "linear_pending: input quantized with {} scaling for a {} weight on {}",
-        act_scaling_name(x.act), scheme_name(w.scheme), device_name(w.weight.device));
-#if FP8RL_HAVE_CUDA
-  if (ctx.device != Device::cuda || !cuda::linear_pending_supported(*ctx.cuda, x, w)) return false;
-  // The decision is the same in a dry run, so the memory plan measures the path that runs.
-  pending.row = TensorView(x.scales.data, DType::f32, {x.rows}, ctx.device);
-  pending.col = w.scales;
-  pending.inv_alpha = pending_inv_alpha(w.in_features());
-  FP8RL_DISPATCH(ctx, linear_name(w, x.rows) + " pending", (void)0,
-                 cuda::linear_pending(*ctx.cuda, x, w, raw, pending.inv_alpha));
-  return true;
-#else
-  (void)pending;
-  return false;
-#endif
-}
-
-void linear_pair(Context& ctx, const QuantizedActivation& x, const LinearWeight& w0,
-                 const TensorView& out0, const LinearWeight& w1, const TensorView& out1) {
-  check_ctx(ctx);
-  check_quantized(ctx, x, "linear_pair input");
-  for (auto [w, out] : {std::pair{&w0, &out0}, {&w1, &out1}}) {
-    check_linear(ctx, x.rows, x.cols, *w, *out, Output::activation);
-    CHECK(w->is_fp8() && x.act == w->act,
-          "linear_pair: input quantized with {} scaling for a weight whose activations use {}",
-          act_scaling_name(x.act), act_scaling_name(w->act));
-  }
-  dry_run_scratch(
-      ctx, std::max(linear_scratch_bytes(ctx, w0, x.rows), linear_scratch_bytes(ctx, w1, x.rows)));
-  if (ctx.device == Device::cpu) {  // the CPU runs them one after the other anyway
-    linear(ctx, x, w0, out0);
-    linear(ctx, x, w1, out1);
-    return;
-  }
-  FP8RL_DISPATCH(ctx, linear_name(w0, x.rows) + " + " + linear_name(w1, x.rows).substr(7), (void)0,
-                 cuda::linear_pair(*ctx.cuda, x, w0, out0, w1, out1));
-}
-
 void linear_accumulate(Context& ctx, const TensorView& x, const LinearWeight& w, float alpha,
                        const TensorView& out) {
   check_ctx(ctx);
@@ -947,6 +704,83 @@ void linear_accumulate(Context& ctx, const TensorView& x, const LinearWeight& w,
   FP8RL_DISPATCH(ctx, "linear_accumulate " + linear_name(w, x.dim(0)).substr(7),
                  cpu::linear_accumulate(scratch_of(ctx), x, w, alpha, out, rounding(ctx)),
                  cuda::linear_accumulate(*ctx.cuda, x, w, alpha, out));
+}
+
+namespace {
+
+// The reference of an adapter's term: out += scale * (dropout(x) A^T) B^T.
+void add_lora(Context& ctx, const TensorView& x_in, const LoraWeights& lora, const TensorView& out,
+              const LoraDropout& dropout) {
+  ScratchScope scope(ctx);
+  TensorView x = x_in;
+  if (dropout.p > 0) {
+    x = scratch_alloc(ctx, x_in.shape, x_in.dtype);
+    lora_dropout(ctx, x_in, dropout, x);
+  }
+  LinearWeight a, b;
+  a.weight = lora.a;  // [r, K]
+  b.weight = lora.b;  // [N, r]
+  const TensorView xa = scratch_alloc(ctx, {x.dim(0), lora.rank()}, ctx.activation_dtype());
+  linear(ctx, x, a, xa);
+  linear_accumulate(ctx, xa, b, lora.scale, out);
+}
+
+}  // namespace
+
+void linear_group(Context& ctx, const LinearInput& in, std::span<const Projection> group,
+                  const LinearWeight* stacked) {
+  check_ctx(ctx);
+  const bool quantized = in.q.act != ActScaling::none;
+  CHECK(!group.empty() && group.size() <= 4, "linear_group: {} projections (1 to 4)", group.size());
+  CHECK(quantized || !in.x.empty(), "linear_group: no input");
+  if (!in.x.empty()) check_act(ctx, in.x, 2, "linear_group input");
+  if (quantized) check_quantized(ctx, in.q, "linear_group input");
+  CHECK(!quantized || in.x.empty() || (in.x.dim(0) == in.q.rows && in.x.dim(1) == in.q.cols),
+        "linear_group: x {} and its quantization [{}, {}] differ", in.x.shape.str(), in.q.rows,
+        in.q.cols);
+  const int64_t m = in.rows(), k = in.cols();
+  int64_t n_total = 0, rank_total = 0;
+  for (const Projection& p : group) {
+    CHECK(p.weight != nullptr, "linear_group: a projection without weight");
+    check_linear(ctx, m, k, *p.weight, p.out, Output::activation);
+    CHECK(!quantized || (p.weight->is_fp8() && p.weight->act == in.q.act),
+          "linear_group: input quantized with {} scaling for a weight whose activations use {}",
+          act_scaling_name(in.q.act), act_scaling_name(p.weight->act));
+    CHECK(!p.lora.active() || !in.x.empty(),
+          "linear_group: an adapter reads the unquantized input, which is missing");
+    if (p.lora.active())
+      CHECK(p.lora.a.rank() == 2 && p.lora.a.dim(1) == k && p.lora.b.rank() == 2 &&
+                p.lora.b.dim(0) == p.weight->out_features() && p.lora.b.dim(1) == p.lora.rank() &&
+                p.lora.a.dtype == ctx.activation_dtype() &&
+                p.lora.b.dtype == ctx.activation_dtype(),
+            "linear_group: adapter A {} B {} for weight {}", p.lora.a.shape.str(),
+            p.lora.b.shape.str(), p.weight->weight.shape.str());
+    n_total += p.weight->out_features();
+    rank_total += p.lora.rank();
+  }
+  CHECK(stacked == nullptr || (stacked->out_features() == n_total && stacked->in_features() == k),
+        "linear_group: stacked weight {} for {} outputs of {} inputs",
+        stacked == nullptr ? "" : stacked->weight.shape.str(), n_total, k);
+  if (ctx.device == Device::cpu) {  // the reference: each linear, then its adapter
+    for (const Projection& p : group) {
+      if (quantized)
+        linear(ctx, in.q, *p.weight, p.out);
+      else
+        linear(ctx, in.x, *p.weight, p.out);
+      if (p.lora.active()) add_lora(ctx, in.x, p.lora, p.out, p.dropout);
+    }
+    return;
+  }
+  // The CUDA backend's scratch at most: the adapters' xa, a dropped-out input, a stacked
+  // output, and the largest GEMM's own.
+  const size_t count = group.size();
+  size_t bytes = (2 * count + 2) * 256 + size_t(m * rank_total) * 2 + count * size_t(m * k) * 2 +
+                 size_t(m * n_total) * 2;
+  size_t gemm = stacked != nullptr ? linear_scratch_bytes(ctx, *stacked, m) : 0;
+  for (const Projection& p : group) gemm = std::max(gemm, linear_scratch_bytes(ctx, *p.weight, m));
+  dry_run_scratch(ctx, bytes + gemm);
+  FP8RL_DISPATCH(ctx, linear_name(*group[0].weight, m) + (group.size() > 1 ? " group" : ""),
+                 (void)0, cuda::linear_group(*ctx.cuda, in, group, stacked));
 }
 
 size_t linear_scratch_bytes(const LinearWeight& w, int64_t m) {

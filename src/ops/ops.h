@@ -42,18 +42,6 @@ void rms_norm(Context& ctx, const TensorView& x, const TensorView& w, float eps,
 void add_rms_norm(Context& ctx, const TensorView& x, const TensorView& delta, const TensorView& w,
                   float eps, bool plus_one, const TensorView& out);
 
-// A projection's output left as the fp32 sums over the two halves of its K (the CUDA
-// backend's decode-sized FP8 GEMMs on two streams, linear_split) and its bias: its value is
-// round(parts[0] + parts[1] + bias) in the activation dtype, which the residual add that
-// consumes it computes as it reads it, saving the pass that would sum and round it.
-struct SplitSum {
-  TensorView parts;  // [2, M, N] f32
-  TensorView bias;   // [N] f32, or empty
-};
-// add_rms_norm with delta = the rounded sum of a SplitSum: the same bits as materializing it.
-void add_rms_norm(Context& ctx, const TensorView& x, const SplitSum& delta, const TensorView& w,
-                  float eps, bool plus_one, const TensorView& out);
-
 // Rotary embedding in place, rotate-half (GPT-NeoX) layout: x [T, heads, D], positions [T]
 // i32, inv_freq [D/2] f32.
 void rope(Context& ctx, const TensorView& x, const TensorView& positions,
@@ -162,14 +150,9 @@ struct QkRope {
   TensorView positions;  // [T] i32
   TensorView inv_freq;   // [D / 2] f32
 };
-// With `pending`, q, k and v are column parts of a pending linear's raw output (f16 [T, N],
-// linear_pending) and pending->col holds the scales of their columns, q's, then k's, then
-// v's: each is read as the value apply_pending makes of it.
-struct PendingScales;
 void rope_store_kv(Context& ctx, const TensorView& q, const TensorView& k, const TensorView& v,
                    const QkRope& qk, const TensorView& slot_mapping, const TensorView& k_pool,
-                   const TensorView& v_pool, const KvScales& scales, const TensorView& q_out,
-                   const PendingScales* pending = nullptr);
+                   const TensorView& v_pool, const KvScales& scales, const TensorView& q_out);
 
 // Causal GQA attention of every sequence's new queries against its paged cache (keys and
 // values of the new tokens already stored by store_kv): query i of s sees positions
@@ -247,9 +230,6 @@ void rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& w, floa
 void add_rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& delta,
                         const TensorView& w, float eps, bool plus_one,
                         const QuantizedActivation& q);
-void add_rms_norm_quant(Context& ctx, const TensorView& x, const SplitSum& delta,
-                        const TensorView& w, float eps, bool plus_one,
-                        const QuantizedActivation& q);
 // quantize(act(gate) * up) in one pass.
 void silu_mul_quant(Context& ctx, const TensorView& gate, const TensorView& up,
                     const QuantizedActivation& q);
@@ -274,55 +254,48 @@ void linear(Context& ctx, const TensorView& x, const LinearWeight& w, const Tens
 void linear(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
             const TensorView& out, Output kind = Output::activation);
 
-// linear(x, w, out), except where the backend runs the GEMM as its two K halves on two streams
-// (CUDA, decode-sized FP8 GEMMs that alone would leave SMs idle): then it stops before their
-// sum, which goes to `parts` ([2, M, N] f32 on ctx.device) unsummed, returns true and leaves
-// `out` as it was: {parts, w.bias} is the output as a SplitSum. The CPU never splits.
-bool linear_split(Context& ctx, const TensorView& x, const LinearWeight& w, const TensorView& out,
-                  const TensorView& parts);
-bool linear_split(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
-                  const TensorView& out, const TensorView& parts);
-
-// An FP8-row linear's output with its scales still to apply (linear_pending). The GEMM ran
-// with cuBLASLt's SCALAR scaling, which tiles a decode step's few hundred rows better than
-// the per-token x per-channel OUTER_VEC mode (docs/PERFORMANCE.md), into
-// raw[t, n] = alpha * sum_k xq[t, k] wq[n, k] in fp16, alpha = 1 / inv_alpha a power of two
-// small enough that no sum of K e4m3 products can overflow. The output's value is
-//   round((raw[t, n] * inv_alpha) * (row[t] * col[n]))   (fp32 products, one rounding to the
-// activation dtype), the linear's output up to the fp16 rounding of raw (2^-11 relative, under
-// bf16's 2^-8). The op that reads raw applies the scales as it loads it.
-struct PendingScales {
-  TensorView row;          // [T] f32: the input's per-token scales
-  TensorView col;          // [N] f32: the weight's per-output-channel scales
-  float inv_alpha = 1.0f;  // a power of two
-};
-// alpha's inverse for a reduction of k e4m3 products: the least power of two that keeps
-// 448^2 k (with room for the fp32 sum's rounding) within fp16's 65,504.
-float pending_inv_alpha(int64_t k);
-// out = the value of raw ([T, N] f16 on ctx.device, N = p.col's length) as above: the
-// reference of the readers' fused loads.
-void apply_pending(Context& ctx, const TensorView& raw, const PendingScales& p,
-                   const TensorView& out);
-
-// The output of linear(x, w, .) left pending in raw ([M, N] f16 on ctx.device) with its
-// scales in `pending`, where the backend does so: CUDA, FP8-row weights without bias on
-// per-token scaled input, not batch-invariant. Else it runs nothing and returns false (the
-// CPU always), and the caller runs linear().
-bool linear_pending(Context& ctx, const QuantizedActivation& x, const LinearWeight& w,
-                    const TensorView& raw, PendingScales& pending);
-
-// linear(x, w0, out0) and linear(x, w1, out1) of one quantized input (gate and up): the same
-// results; CUDA runs the two GEMMs concurrently when each alone would leave SMs idle (a
-// decode step's, CudaDeviceOptions::concurrent_linears).
-void linear_pair(Context& ctx, const QuantizedActivation& x, const LinearWeight& w0,
-                 const TensorView& out0, const LinearWeight& w1, const TensorView& out1);
-
 // out[M,N] += alpha * x[M,K] W^T for an unquantized weight without bias (LoRA's up projection
 // into its base linear's output). CUDA: one GEMM with beta = 1, no [M,N] temporary and no
 // separate add (cuBLASLt's epilogue may round the product to bf16 before adding out); the CPU
 // rounds the fp32 sum once.
 void linear_accumulate(Context& ctx, const TensorView& x, const LinearWeight& w, float alpha,
                        const TensorView& out);
+
+// ---- The choke point of every decoder projection --------------------------------------
+
+// The input of a group of projections: the activation x [M, K] (what adapters and unquantized
+// weights read), and its FP8 quantization q when the group's FP8 weights share one dynamic
+// scaling (q.act != none: the producer fused it, rms_norm_quant / silu_mul_quant). x may be
+// empty when q is set and no projection has an adapter.
+struct LinearInput {
+  TensorView x;
+  QuantizedActivation q;
+  int64_t rows() const { return q.act != ActScaling::none ? q.rows : x.dim(0); }
+  int64_t cols() const { return q.act != ActScaling::none ? q.cols : x.dim(1); }
+};
+
+// One projection of a group that reads the same input (q/k/v; gate/up; o; down): its frozen
+// weight, its adapter (inactive: none), its output [M, N] (contiguous, activation dtype), and
+// the dropout of the adapter's input (the training forward's; p = 0 elsewhere).
+struct Projection {
+  const LinearWeight* weight = nullptr;
+  LoraWeights lora;
+  TensorView out;
+  LoraDropout dropout;
+};
+
+// out_i = x W_i^T (+ b_i) + scale_i * (dropout_i(x) A_i^T) B_i^T for every projection of the
+// group (1 to 4), PEFT's unmerged LoRA over the frozen base: the one op through which every
+// projection and its adapter run, so the backend chooses the kernels for the group as a whole.
+// `stacked` (optional): the group's weights as one [sum N_i, K] linear in one buffer, in
+// group order (LayerWeights::qkv). The CPU runs each projection's linear, then its adapter's
+// two products (linear, linear_accumulate): the reference. CUDA: FP8 weights at a decode step's
+// few rows on one weight-streaming launch for the whole group with the adapters' up products
+// in its epilogue; else the stacked GEMM (split into the outputs) or one GEMM per weight (two
+// side by side on a second stream); the adapters' down products as one GEMM over their A
+// matrices when those lie side by side in memory (no dropout), the up products as one launch.
+void linear_group(Context& ctx, const LinearInput& in, std::span<const Projection> group,
+                  const LinearWeight* stacked = nullptr);
 
 // Scratch bytes linear() needs for this weight and M rows on a device.
 size_t linear_scratch_bytes(const LinearWeight& w, int64_t m);  // CPU

@@ -310,18 +310,18 @@ TEST(CliBench, DeviceOptionsOnTheCpu) {
                            "--completion-tokens 2 --steps 1 --lora-r 2";
   const std::string off =
       " --device-option decode_mma=false --device-option concurrent_linears=false "
-      "--device-option persistent_decode=false --device-option pending_linears=0";
+      "--device-option persistent_decode=false --device-option streaming_linears=0";
   const nlohmann::json plain = bench_json(base), given = bench_json(base + off);
   for (const nlohmann::json& j : {plain, given}) {
     EXPECT_EQ(j.value("decode_attention", ""), "CPU reference") << j.dump();
     EXPECT_EQ(j.value("concurrent_linears", true), false) << j.dump();
     EXPECT_EQ(j.value("persistent_decode", true), false) << j.dump();
-    EXPECT_EQ(j.value("pending_linears", true), false) << j.dump();
+    EXPECT_EQ(j.value("streaming_linears", true), false) << j.dump();
     EXPECT_EQ(j.dump().find("tensor cores"), std::string::npos) << j.dump();
   }
-  EXPECT_EQ(
-      given["device_options_not_applied"],
-      nlohmann::json({"decode_mma", "concurrent_linears", "persistent_decode", "pending_linears"}));
+  EXPECT_EQ(given["device_options_not_applied"],
+            nlohmann::json(
+                {"decode_mma", "concurrent_linears", "persistent_decode", "streaming_linears"}));
   EXPECT_EQ(given["device_options"].size(), 4u);
   EXPECT_FALSE(plain.contains("device_options_not_applied"));
   // Errors name the key or value and list the valid keys; they come before the model loads.
@@ -342,7 +342,7 @@ TEST(CliBench, DeviceOptionsOnTheCpu) {
   ASSERT_EQ(list.exit_code, 0) << list.output;
   for (const char* key :
        {"concurrent_linears", "decode_mma", "persistent_decode", "persistent_decode_sms",
-        "pending_linears", "wgmma_attention", "tiled_attention_backward", "shared_prefix_mma",
+        "streaming_linears", "wgmma_attention", "tiled_attention_backward", "shared_prefix_mma",
         "fp8_input_gradient", "device_region", "stacked_qkv", "shared_prefix",
         "shared_prefix_min_tokens", "async_scheduling"})
     EXPECT_NE(list.output.find(std::string("\n") + key + " "), std::string::npos) << key;

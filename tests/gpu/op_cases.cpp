@@ -364,25 +364,70 @@ std::vector<OpCase> correctness_cases() {
           (m == 19 || m == 1) && l.n <= 512);
     }
 
-  for (int64_t m : {8, 200})
+  // Past the weight-streaming kernel's 64 rows (decode steps of 65-256 sequences).
+  for (int64_t m : {72, 200})
     for (bool bias : {false, true})
       add(
           fmt::format("linear concurrent row/token M={} N=1024+1536 K=8192{}", m,
                       bias ? " bias" : ""),
-          [=](Harness& h, Outcome& o) { concurrent_linear_case(h, o, m, bias); },
-          m == 200 && !bias);
+          [=](Harness& h, Outcome& o) { concurrent_linear_case(h, o, m, bias); }, m == 72 && !bias);
 
-  // A projection left as K-half sums for the residual add (o_proj's shape at 256 and 8 rows).
-  for (auto [m, bias] : {std::pair<int64_t, bool>{256, false}, {256, true}, {8, false}})
+  // The group op with adapters: Qwen3-8B's q/k/v (A matrices side by side: one down product)
+  // and gate/up at a GRPO group's 8 rows (streaming, up products fused), 100 rows (the grouped
+  // up kernel) and 300 (cuBLASLt's); A matrices apart, LoRA dropout, bf16 weights, small shapes.
+  struct Group {
+    Fp8Scheme s;
+    int64_t m;
+    std::vector<int64_t> ns;
+    int64_t k, r;
+    bool adjacent;
+    float p;
+  };
+  for (const Group& c : {Group{Fp8Scheme::row, 8, {4096, 1024, 1024}, 4096, 32, true, 0.0f},
+                         Group{Fp8Scheme::row, 8, {12288, 12288}, 4096, 32, true, 0.0f},
+                         Group{Fp8Scheme::row, 100, {4096, 1024, 1024}, 4096, 32, true, 0.0f},
+                         Group{Fp8Scheme::row, 300, {512, 256}, 512, 16, true, 0.0f},
+                         Group{Fp8Scheme::row, 13, {512, 256, 256}, 256, 8, false, 0.0f},
+                         Group{Fp8Scheme::row, 19, {512, 256}, 256, 8, true, 0.1f},
+                         Group{Fp8Scheme::off, 8, {512, 256, 256}, 256, 16, true, 0.0f},
+                         Group{Fp8Scheme::off, 300, {512}, 256, 16, true, 0.0f}}) {
+    std::string widths;
+    for (int64_t n : c.ns) widths += fmt::format("{}{}", widths.empty() ? "" : "+", n);
     add(
-        fmt::format("linear split-sum row/token M={} N=4096 K=4096{}", m, bias ? " bias" : ""),
-        [=](Harness& h, Outcome& o) { split_sum_case(h, o, m, 4096, 4096, bias); }, m == 8);
+        fmt::format("linear_group lora {} M={} N={} K={} r={}{}{}", scheme_name(c.s), c.m, widths,
+                    c.k, c.r, c.adjacent ? "" : " apart", c.p > 0 ? " dropout" : ""),
+        [=](Harness& h, Outcome& o) {
+          linear_group_case(h, o, c.s, c.m, c.ns, c.k, c.r, c.adjacent, c.p);
+        },
+        c.k <= 512);
+  }
 
-  // Pending linears: Qwen3-8B's q/k/v at a decode step's 256 rows and 8 rows, a small shape.
-  for (auto [m, k] : {std::pair<int64_t, int64_t>{256, 4096}, {8, 4096}, {19, 512}})
+  // The weight-streaming kernel (at most kStreamingMaxRows rows): Qwen3-8B's projections at a
+  // GRPO group's 8 rows and at 16, ragged row counts, the grouped launch of a pair, a bias,
+  // per-tensor scales; one row past the limit, where cuBLASLt must run.
+  struct Streaming {
+    Fp8Scheme s;
+    ActScaling act;
+    int64_t m, n, k;
+    bool pair, bias;
+  };
+  for (Streaming c : {Streaming{Fp8Scheme::row, ActScaling::token, 8, 6144, 4096, false, false},
+                      Streaming{Fp8Scheme::row, ActScaling::token, 16, 4096, 12288, false, false},
+                      Streaming{Fp8Scheme::row, ActScaling::token, 13, 12288, 4096, true, false},
+                      Streaming{Fp8Scheme::row, ActScaling::token, 1, 1024, 4096, false, true},
+                      Streaming{Fp8Scheme::row, ActScaling::token, 16, 256, 208, true, false},
+                      Streaming{Fp8Scheme::tensor, ActScaling::tensor, 13, 512, 1024, false, true},
+                      Streaming{Fp8Scheme::row, ActScaling::tensor, 8, 512, 1024, false, false},
+                      Streaming{Fp8Scheme::tensor, ActScaling::token, 16, 512, 1024, true, false},
+                      Streaming{Fp8Scheme::row, ActScaling::token, 17, 512, 1024, false, false}})
     add(
-        fmt::format("linear pending row/token M={} K={}", m, k),
-        [=](Harness& h, Outcome& o) { pending_case(h, o, m, 32, 8, 128, k); }, m == 19);
+        fmt::format("linear streaming {}/{} M={} N={}{} K={}{}", scheme_name(c.s),
+                    act_scaling_name(c.act), c.m, c.n, c.pair ? " x2" : "", c.k,
+                    c.bias ? " bias" : ""),
+        [=](Harness& h, Outcome& o) {
+          streaming_case(h, o, c.s, c.act, c.m, c.n, c.k, c.pair, c.bias);
+        },
+        c.n <= 512);
 
   for (auto [s, a] : {std::pair{Fp8Scheme::off, ActScaling::none},
                       {Fp8Scheme::tensor, ActScaling::tensor},

@@ -103,6 +103,13 @@ struct DeviceLinear {
 };
 std::unique_ptr<DeviceLinear> make_linear(Harness& h, int64_t n, int64_t k, Fp8Scheme scheme,
                                           ActScaling act, bool bias, uint64_t seed);
+// Two projections without adapters reading one quantized input (gate and up) through the
+// group op.
+inline void linear_pair(Context& ctx, const ops::QuantizedActivation& x, const LinearWeight& w0,
+                        const TensorView& out0, const LinearWeight& w1, const TensorView& out1) {
+  const ops::Projection group[] = {{&w0, {}, out0, {}}, {&w1, {}, out1, {}}};
+  ops::linear_group(ctx, ops::LinearInput{{}, x}, group);
+}
 
 // op_cases_fp8.cpp: activation quantization (standalone and fused), weight quantization, linears.
 void fp8_quotient_case(Harness& h, Outcome& o);
@@ -115,9 +122,13 @@ void add_rms_norm_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, 
 void gated_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k, bool silu);
 void quantize_weight_case(Harness& h, Outcome& o, Fp8Scheme s, int64_t n, int64_t k);
 void concurrent_linear_case(Harness& h, Outcome& o, int64_t m, bool bias);
-void split_sum_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k, bool bias);
+// A group of 1-3 projections of widths ns reading one input, each with an adapter of rank r
+// (A matrices side by side in memory when `adjacent`), LoRA dropout p.
+void linear_group_case(Harness& h, Outcome& o, Fp8Scheme scheme, int64_t m, std::vector<int64_t> ns,
+                       int64_t k, int64_t r, bool adjacent, float p);
+void streaming_case(Harness& h, Outcome& o, Fp8Scheme scheme, ActScaling act, int64_t m, int64_t n,
+                    int64_t k, bool pair, bool bias);
 // op_cases_pending.cpp: pending linears and the ops reading their raw output.
-void pending_case(Harness& h, Outcome& o, int64_t m, int64_t hq, int64_t hkv, int64_t d, int64_t k);
 void linear_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k, Fp8Scheme scheme,
                  ActScaling act, bool bias, DType out_dtype, bool prequantized);
 

@@ -16,6 +16,7 @@ using test::kBf16HalfUlp;
 using test::kCudaAttention;
 using test::kCudaBf16Op;
 using test::kCudaFp8Gemm;
+using test::kCudaLoraGroup;
 
 // ---- FP8 activations ---------------------------------------------------------------------
 
@@ -395,7 +396,7 @@ void concurrent_linear_case(Harness& h, Outcome& o, int64_t m, bool bias) {
                  std::string& path_a, std::string& path_b, CudaDevice& dev) {
     ops::linear(ctx, x_d, wh->gpu, a);
     path_a = dev.last_linear_path();
-    ops::linear_pair(ctx, xq, w0->gpu, b0, w1->gpu, b1);
+    linear_pair(ctx, xq, w0->gpu, b0, w1->gpu, b1);
     path_b = dev.last_linear_path();
   };
   std::string halves_path, pair_path, whole_path, seq_path;
@@ -437,7 +438,7 @@ void concurrent_linear_case(Harness& h, Outcome& o, int64_t m, bool bias) {
                eager1 = to_host(h, pair1);
   h.dev->begin_capture();
   ops::linear(h.gpu, x_d, wh->gpu, halves);
-  ops::linear_pair(h.gpu, xq, w0->gpu, pair0, w1->gpu, pair1);
+  linear_pair(h.gpu, xq, w0->gpu, pair0, w1->gpu, pair1);
   CudaGraph graph = h.dev->end_capture();
   for (const TensorView& t : {halves, pair0, pair1}) ops::fill(h.gpu, t, NAN);
   graph.replay();
@@ -452,89 +453,164 @@ void concurrent_linear_case(Harness& h, Outcome& o, int64_t m, bool bias) {
                        graph.nodes());
 }
 
-// A projection left as its two K-half sums (ops::linear_split) and the residual add that reads
-// them (ops::SplitSum): on the default device the halves must be taken (path name) with `out`
-// untouched, and their rounded sum must be the linear's value (CPU, kCudaFp8Gemm); a device with
-// concurrent_linears off must not split (the control) and write `out`. add_rms_norm and
-// add_rms_norm_quant of the SplitSum: the residual, the normed output and its codes against the
-// CPU's of the bf16-rounded sums (as in add_rms_norm_case), and bit for bit against the same
-// kernels reading the delta in bf16. (The CPU's SplitSum ops: test_cpu_ops.)
-void split_sum_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k, bool bias) {
-  auto l = make_linear(h, n, k, Fp8Scheme::row, ActScaling::token, bias, 140);
-  const Tensor x = host_values({m, k}, 141, 2.0f);
-  Tensor ref = Tensor::empty({m, n}, DType::f32);
-  ops::linear(h.cpu, x, l->cpu, ref);
+// The weight-streaming kernel of few rows (CudaDeviceOptions::streaming_linears): the path
+// taken (grouped for a pair) exactly up to kStreamingMaxRows, the outputs against the CPU linear,
+// against a device with the kernel off (the control, which must run cuBLASLt), a row computed alone
+// bit for bit equal to the same row among m (the sum order depends on neither the row count nor the
+// other rows), and a graph replay equal to the eager call.
+void streaming_case(Harness& h, Outcome& o, Fp8Scheme scheme, ActScaling act, int64_t m, int64_t n,
+                    int64_t k, bool pair, bool bias) {
+  auto w0 = make_linear(h, n, k, scheme, act, bias, 150);
+  auto w1 = make_linear(h, n, k, scheme, act, false, 151);
+  const Tensor x = host_values({m, k}, 152, 2.0f);
+  Tensor ref0 = Tensor::empty({m, n}, DType::f32), ref1 = Tensor::empty({m, n}, DType::f32);
+  ops::linear(h.cpu, x, w0->cpu, ref0);
+  ops::linear(h.cpu, x, w1->cpu, ref1);
   const TensorView x_d = to_device(h, x, DType::bf16);
-  const ops::QuantizedActivation xq = ops::alloc_quantized(h.gpu, ActScaling::token, m, k);
+  const ops::QuantizedActivation xq = ops::alloc_quantized(h.gpu, act, m, k);
   ops::quantize(h.gpu, x_d, xq);
+  const ops::QuantizedActivation x1 = ops::alloc_quantized(h.gpu, act, 1, k);
+  ops::quantize(h.gpu, x_d.slice_rows(0, 1), x1);
   Guard g(h);
-  const TensorView parts = ops::scratch_alloc(h.gpu, {2, m, n}, DType::f32);
-  const TensorView out = ops::scratch_alloc(h.gpu, {m, n}, DType::bf16);
-  const TensorView out_off = ops::scratch_alloc(h.gpu, {m, n}, DType::bf16);
+  const TensorView out0 = ops::scratch_alloc(h.gpu, {m, n}, DType::bf16);
+  const TensorView out1 = ops::scratch_alloc(h.gpu, {m, n}, DType::bf16);
+  const TensorView off0 = ops::scratch_alloc(h.gpu, {m, n}, DType::bf16);
+  const TensorView off1 = ops::scratch_alloc(h.gpu, {m, n}, DType::bf16);
+  const TensorView row0 = ops::scratch_alloc(h.gpu, {1, n}, DType::bf16);
   g.seal();
-  ops::fill(h.gpu, out, NAN);
-  const Tensor out_before = to_host(h, out);
-  const bool split = ops::linear_split(h.gpu, xq, l->gpu, out, parts);
+  auto call = [&](Context& ctx, const ops::QuantizedActivation& in, const TensorView& a,
+                  const TensorView& b) {
+    if (pair)
+      linear_pair(ctx, in, w0->gpu, a, w1->gpu, b);
+    else
+      ops::linear(ctx, in, w0->gpu, a);
+  };
+  call(h.gpu, xq, out0, out1);
   const std::string path = h.dev->last_linear_path();
   h.dev->synchronize();
   CudaDeviceOptions off_opt;
-  off_opt.concurrent_linears = false;
+  off_opt.streaming_linears = false;
   CudaDevice off_dev(off_opt);
   Context off = off_dev.context();
-  const bool split_off = ops::linear_split(off, xq, l->gpu, out_off, parts);
+  call(off, xq, off0, off1);
+  const std::string off_path = off_dev.last_linear_path();
   off_dev.synchronize();
-  o.checks.push_back({"split taken", split ? 0.0 : 1.0, 0.0, split});
-  o.checks.push_back({"option off: not split", split_off ? 1.0 : 0.0, 0.0, !split_off});
-  const Tensor out_after = to_host(h, out);
-  const bool untouched =
-      std::memcmp(out_before.view().data, out_after.view().data, out_before.nbytes()) == 0;
-  o.checks.push_back({"out untouched when split", untouched ? 0.0 : 1.0, 0.0, untouched});
-  o.checks.push_back(compare("option off: out vs CPU", as_f32(h, out_off), ref, kCudaFp8Gemm));
+  const bool expected = m <= 16;  // ops/cuda/kernels.h kStreamingMaxRows
+  const bool taken =
+      path.find(pair ? "weight streaming, grouped" : "weight streaming") != std::string::npos;
+  o.checks.push_back({expected ? "streaming kernel taken" : "past its rows: streaming not taken",
+                      taken == expected ? 0.0 : 1.0, 0.0, taken == expected});
+  const bool off_other = off_path.find("streaming") == std::string::npos;
+  o.checks.push_back({"option off: cuBLASLt", off_other ? 0.0 : 1.0, 0.0, off_other});
+  o.checks.push_back(compare("out vs CPU", as_f32(h, out0), ref0, kCudaFp8Gemm));
+  o.checks.push_back(compare("option off: out vs CPU", as_f32(h, off0), ref0, kCudaFp8Gemm));
+  if (pair) {
+    o.checks.push_back(compare("second out vs CPU", as_f32(h, out1), ref1, kCudaFp8Gemm));
+    o.checks.push_back(compare("option off: second vs CPU", as_f32(h, off1), ref1, kCudaFp8Gemm));
+  }
+  if (act == ActScaling::token && expected) {  // per-tensor input scales couple the rows
+    ops::linear(h.gpu, x1, w0->gpu, row0);
+    o.checks.push_back(expect_le("row 0 alone != row 0 of M (bit-exact): bytes",
+                                 bytes_differing(h, row0, out0.slice_rows(0, 1)), 0));
+  }
+  const Tensor eager = to_host(h, out0);
+  h.dev->begin_capture();
+  call(h.gpu, xq, out0, out1);
+  CudaGraph graph = h.dev->end_capture();
+  ops::fill(h.gpu, out0, NAN);
+  graph.replay();
+  const bool replay_same =
+      std::memcmp(to_host(h, out0).view().data, eager.view().data, eager.nbytes()) == 0;
+  o.checks.push_back({"graph replay == eager", replay_same ? 0.0 : 1.0, 0.0, replay_same});
+  o.checks.push_back(g.verify({out0, out1, off0, off1, row0}));
+  o.info = fmt::format("{}; off: {}", path, off_path);
+}
 
-  // The SplitSum's value, summed and rounded here as the kernels do.
-  const Tensor hp = to_host(h, parts);
-  Tensor sum = Tensor::empty({m, n}, DType::f32);
-  for (int64_t i = 0; i < m * n; ++i)
-    sum.ptr<float>()[i] = round_to_bf16(hp.ptr<float>()[i] + hp.ptr<float>()[m * n + i] +
-                                        (bias ? l->bias.ptr<float>()[i % n] : 0.0f));
-  o.checks.push_back(compare("rounded sum of the halves vs CPU linear", sum, ref, kCudaFp8Gemm));
-
-  // The residual add reading the halves (x [m, n], norm weight [n]).
-  const Tensor xr = host_values({m, n}, 142, 3.0f), w = host_values({n}, 143, 1.0f);
-  const TensorView w_d = to_device(h, w, DType::f32);
-  const ops::SplitSum ss_gpu{parts, bias ? l->gpu.bias : TensorView()};
-  const Tensor xr_sum = bf16_sum(xr, sum);  // the residual the GPU normalizes
-  Tensor ref_norm = Tensor::empty({m, n}, DType::f32);
-  ops::rms_norm(h.cpu, xr_sum, w, 1e-6f, false, ref_norm);
-  const TensorView xr_d = to_device(h, xr, DType::bf16);
-  const TensorView normed = ops::scratch_alloc(h.gpu, {m, n}, DType::bf16);
-  ops::add_rms_norm(h.gpu, xr_d, ss_gpu, w_d, 1e-6f, false, normed);
-  o.checks.push_back(
-      compare("add_rms_norm x vs CPU bf16 sum", as_f32(h, xr_d), xr_sum, kCudaBf16Op));
-  o.checks.push_back(compare("add_rms_norm out vs CPU norm of the bf16 sum", as_f32(h, normed),
-                             ref_norm, kCudaBf16Op));
-  const TensorView sum_d = to_device(h, sum, DType::bf16);
-  const TensorView xr2 = to_device(h, xr, DType::bf16);
-  const TensorView normed2 = ops::scratch_alloc(h.gpu, {m, n}, DType::bf16);
-  ops::add_rms_norm(h.gpu, xr2, sum_d, w_d, 1e-6f, false, normed2);
-  o.checks.push_back(
-      expect_le("add_rms_norm x != bf16 delta's (bit-exact)", bytes_differing(h, xr_d, xr2), 0));
-  o.checks.push_back(expect_le("add_rms_norm out != bf16 delta's (bit-exact)",
-                               bytes_differing(h, normed, normed2), 0));
-  const TensorView xr3 = to_device(h, xr, DType::bf16), xr4 = to_device(h, xr, DType::bf16);
-  const ops::QuantizedActivation q3 = ops::alloc_quantized(h.gpu, ActScaling::token, m, n);
-  const ops::QuantizedActivation q4 = ops::alloc_quantized(h.gpu, ActScaling::token, m, n);
-  ops::add_rms_norm_quant(h.gpu, xr3, ss_gpu, w_d, 1e-6f, false, q3);
-  ops::add_rms_norm_quant(h.gpu, xr4, sum_d, w_d, 1e-6f, false, q4);
-  const ops::QuantizedActivation ref_q = ops::alloc_quantized(h.cpu, ActScaling::token, m, n);
-  ops::rms_norm_quant(h.cpu, xr_sum, w, 1e-6f, false, ref_q);
-  expect_close_quant(o, download_quant(h, q3), ref_q, test::kFp8FusedFlips,
-                     test::fused_scale_bound(n));
-  o.checks.push_back(expect_le("add_rms_norm_quant codes != bf16 delta's (bit-exact)",
-                               bytes_differing(h, q3.codes, q4.codes), 0));
-  o.checks.push_back(expect_le("add_rms_norm_quant scales != bf16 delta's (bit-exact)",
-                               bytes_differing(h, q3.scales, q4.scales), 0));
-  o.checks.push_back(g.verify({parts, out, out_off}));
+// ops::linear_group with adapters against the CPU's group of the same (bf16-valued) adapters:
+// the outputs within kCudaLoraGroup; the control, the same group without adapters, must miss
+// the reference by more than that (so the adapters' term is really checked); the path that ran
+// (at a streaming kernel's rows: the up products in its epilogue); a graph replay equal to
+// the eager call.
+void linear_group_case(Harness& h, Outcome& o, Fp8Scheme scheme, int64_t m, std::vector<int64_t> ns,
+                       int64_t k, int64_t r, bool adjacent, float p) {
+  const ActScaling act = scheme == Fp8Scheme::off ? ActScaling::none : ActScaling::token;
+  const size_t count = ns.size();
+  std::vector<std::unique_ptr<DeviceLinear>> ws;
+  for (size_t i = 0; i < count; ++i)
+    ws.push_back(make_linear(h, ns[i], k, scheme, act, false, 160 + i));
+  const Tensor x = host_values({m, k}, 170, 2.0f);
+  const TensorView x_d = to_device(h, x, DType::bf16);
+  const Tensor x_r = as_f32(h, x_d);  // the CPU reads the values the device holds
+  // A matrices: one [count r, K] buffer sliced by rows (adjacent), or one buffer each.
+  const Tensor a_all = host_values({int64_t(count) * r, k}, 171, 0.05f);
+  const TensorView a_all_d = to_device(h, a_all, DType::bf16);
+  std::vector<TensorView> a_d, b_d;
+  std::vector<Tensor> a_h, b_h;
+  for (size_t i = 0; i < count; ++i) {
+    const int64_t r0 = int64_t(i) * r;
+    if (adjacent) {
+      a_d.push_back(a_all_d.slice_rows(r0, r0 + r));
+    } else {
+      Tensor ai = Tensor::empty({r, k}, DType::f32);
+      std::memcpy(ai.ptr<float>(), a_all.ptr<float>() + r0 * k, size_t(r * k) * 4);
+      a_d.push_back(to_device(h, ai, DType::bf16));
+    }
+    a_h.push_back(as_f32(h, a_d.back()));
+    b_d.push_back(to_device(h, host_values({ns[i], r}, 180 + i, 0.05f), DType::bf16));
+    b_h.push_back(as_f32(h, b_d.back()));
+  }
+  const float scale = 2.0f;
+  std::vector<Tensor> ref;
+  std::vector<ops::Projection> cpu_group, gpu_group, base_group;
+  Guard g(h);
+  std::vector<TensorView> outs, base_outs;
+  for (size_t i = 0; i < count; ++i) {
+    outs.push_back(ops::scratch_alloc(h.gpu, {m, ns[i]}, DType::bf16));
+    base_outs.push_back(ops::scratch_alloc(h.gpu, {m, ns[i]}, DType::bf16));
+  }
+  g.seal();
+  for (size_t i = 0; i < count; ++i) {
+    ref.push_back(Tensor::empty({m, ns[i]}, DType::f32));
+    const ops::LoraDropout d{p, 190 + i};
+    cpu_group.push_back({&ws[i]->cpu, {a_h[i].view(), b_h[i].view(), scale}, ref[i].view(), d});
+    gpu_group.push_back({&ws[i]->gpu, {a_d[i], b_d[i], scale}, outs[i], d});
+    base_group.push_back({&ws[i]->gpu, {}, base_outs[i], {}});
+  }
+  ops::LinearInput cpu_in{x_r.view(), {}}, gpu_in{x_d, {}};
+  if (act != ActScaling::none) {
+    cpu_in.q = ops::alloc_quantized(h.cpu, act, m, k);
+    ops::quantize(h.cpu, x_r.view(), cpu_in.q);
+    gpu_in.q = ops::alloc_quantized(h.gpu, act, m, k);
+    ops::quantize(h.gpu, x_d, gpu_in.q);
+  }
+  ops::linear_group(h.cpu, cpu_in, cpu_group);
+  ops::linear_group(h.gpu, gpu_in, gpu_group);
+  const std::string path = h.dev->last_linear_path();
+  ops::linear_group(h.gpu, gpu_in, base_group);
+  for (size_t i = 0; i < count; ++i) {
+    o.checks.push_back(
+        compare(fmt::format("out {} vs CPU", i), as_f32(h, outs[i]), ref[i], kCudaLoraGroup));
+    const Check control = compare(fmt::format("control: out {} without adapter", i),
+                                  as_f32(h, base_outs[i]), ref[i], kCudaLoraGroup);
+    o.checks.push_back(expect_le(fmt::format("control: out {} without adapter matches", i),
+                                 control.ok ? 1.0 : 0.0, 0.0));
+  }
+  if (scheme != Fp8Scheme::off && m <= 16) {
+    const bool fused = path.find("adapters in its epilogue") != std::string::npos;
+    o.checks.push_back({"up products in the streaming epilogue", fused ? 0.0 : 1.0, 0.0, fused});
+  }
+  const Tensor eager = to_host(h, outs[0]);
+  h.dev->begin_capture();
+  ops::linear_group(h.gpu, gpu_in, gpu_group);
+  CudaGraph graph = h.dev->end_capture();
+  ops::fill(h.gpu, outs[0], NAN);
+  graph.replay();
+  const bool replay_same =
+      std::memcmp(to_host(h, outs[0]).view().data, eager.view().data, eager.nbytes()) == 0;
+  o.checks.push_back({"graph replay == eager", replay_same ? 0.0 : 1.0, 0.0, replay_same});
+  std::vector<TensorView> all = outs;
+  all.insert(all.end(), base_outs.begin(), base_outs.end());
+  o.checks.push_back(g.verify(all));
   o.info = path;
 }
 

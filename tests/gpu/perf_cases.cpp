@@ -372,56 +372,88 @@ std::vector<OpCase> perf_cases() {
                            path, o.flops / gemm * 1e-12, 100.0 * gemm / o.seconds);
                      }});
   // Decode-step FP8-row GEMMs at Qwen3-8B's projections (q/k/v stacked, o, gate and up as a
-  // pair, down), M rows quantized once (256: bench generate's step; 64 and 8: GRPO groups),
-  // replayed from a CUDA graph of 20 calls as the engine's decode steps are.
+  // pair, down), M rows quantized once (256: bench generate's step; 8-64: GRPO groups),
+  // replayed from a CUDA graph of 20 calls as the engine's decode steps are; each on the
+  // weight-streaming kernel where it applies (M <= 16) and on cuBLASLt alone
+  // (CudaDeviceOptions::streaming_linears off), whose ratio is the kernel's gain.
   struct DecodeGemm {
     int64_t m, n, k;
     bool pair;
+    bool bf16 = false;  // bf16 weights (the baseline FP8 is measured against)
   };
-  for (DecodeGemm s : {DecodeGemm{256, 6144, 4096, false}, DecodeGemm{256, 4096, 4096, false},
-                       DecodeGemm{256, 12288, 4096, true}, DecodeGemm{256, 4096, 12288, false},
-                       DecodeGemm{64, 4096, 4096, false}, DecodeGemm{64, 4096, 12288, false},
-                       DecodeGemm{8, 4096, 4096, false}, DecodeGemm{8, 4096, 12288, false},
-                       DecodeGemm{8, 12288, 4096, true}})
-    c.push_back(
-        {fmt::format("decode_gemm row M={} N={}{} K={}", s.m, s.n, s.pair ? " x2" : "", s.k),
-         [=](Harness& h, Outcome& o) {
-           const int64_t M = s.m;
-           std::vector<DeviceBuffer> store;
-           const LinearWeight w0 = random_linear(h, Fp8Scheme::row, s.n, s.k, store);
-           const LinearWeight w1 = s.pair ? random_linear(h, Fp8Scheme::row, s.n, s.k, store) : w0;
-           const TensorView x = bf(h, {M, s.k}, 6, 2);
-           const ops::QuantizedActivation xq =
-               ops::alloc_quantized(h.gpu, ActScaling::token, M, s.k);
-           ops::quantize(h.gpu, x, xq);
-           const TensorView y0 = bf(h, {M, s.n}, 7, 1), y1 = bf(h, {M, s.n}, 8, 1);
-           CudaDevice* dev = h.dev.get();
-           Context ctx = h.gpu;
-           auto call = [&] {
-             if (s.pair)
-               ops::linear_pair(ctx, xq, w0, y0, w1, y1);
-             else
-               ops::linear(ctx, xq, w0, y0);
-           };
-           call();
-           dev->synchronize();
-           o.info = dev->last_linear_path();
-           constexpr int kCalls = 20, kReplays = 5;
-           dev->begin_capture();
-           for (int i = 0; i < kCalls; ++i) call();
-           CudaGraph graph = dev->end_capture();
-           graph.replay();
-           dev->synchronize();
-           const auto t0 = std::chrono::steady_clock::now();
-           for (int i = 0; i < kReplays; ++i) graph.replay();
-           dev->synchronize();
-           const auto t1 = std::chrono::steady_clock::now();
-           o.seconds = std::chrono::duration<double>(t1 - t0).count() / (kCalls * kReplays);
-           const double gemms = s.pair ? 2 : 1;
-           o.flops = gemms * 2.0 * M * s.n * s.k;
-           o.info += fmt::format("; weights {:.1f} MB at {:.2f} TB/s", gemms * s.n * s.k / 1e6,
-                                 gemms * s.n * s.k / o.seconds * 1e-12);
-         }});
+  std::vector<DecodeGemm> decode_gemms = {{256, 6144, 4096, false},
+                                          {256, 4096, 4096, false},
+                                          {256, 12288, 4096, true},
+                                          {256, 4096, 12288, false}};
+  for (int64_t m : {int64_t(8), int64_t(16), int64_t(64)})
+    for (DecodeGemm d : {DecodeGemm{m, 6144, 4096, false}, DecodeGemm{m, 4096, 4096, false},
+                         DecodeGemm{m, 12288, 4096, true}, DecodeGemm{m, 4096, 12288, false}})
+      decode_gemms.push_back(d);
+  for (DecodeGemm d :
+       {DecodeGemm{8, 6144, 4096, false, true}, DecodeGemm{8, 4096, 4096, false, true},
+        DecodeGemm{8, 12288, 4096, true, true}, DecodeGemm{8, 4096, 12288, false, true}})
+    decode_gemms.push_back(d);
+  for (DecodeGemm s : decode_gemms)
+    for (bool streaming : {true, false}) {
+      const bool streams = s.m <= 16 && !s.bf16;  // ops/cuda/kernels.h kStreamingMaxRows
+      if (streaming && !streams) continue;
+      c.push_back(
+          {fmt::format("decode_gemm {} M={} N={}{} K={}{}", s.bf16 ? "bf16" : "row", s.m, s.n,
+                       s.pair ? " x2" : "", s.k,
+                       !streams    ? ""
+                       : streaming ? " streaming"
+                                   : " cublaslt"),
+           [=](Harness& h, Outcome& o) {
+             const int64_t M = s.m;
+             std::vector<DeviceBuffer> store;
+             const Fp8Scheme scheme = s.bf16 ? Fp8Scheme::off : Fp8Scheme::row;
+             const LinearWeight w0 = random_linear(h, scheme, s.n, s.k, store);
+             const LinearWeight w1 = s.pair ? random_linear(h, scheme, s.n, s.k, store) : w0;
+             const TensorView x = bf(h, {M, s.k}, 6, 2);
+             const ops::QuantizedActivation xq =
+                 ops::alloc_quantized(h.gpu, ActScaling::token, M, s.k);
+             ops::quantize(h.gpu, x, xq);
+             const TensorView y0 = bf(h, {M, s.n}, 7, 1), y1 = bf(h, {M, s.n}, 8, 1);
+             std::unique_ptr<CudaDevice> own;
+             CudaDevice* dev = h.dev.get();
+             if (!streaming) {
+               CudaDeviceOptions opt;
+               opt.streaming_linears = false;
+               own = std::make_unique<CudaDevice>(opt);
+               dev = own.get();
+             }
+             Context ctx = streaming ? h.gpu : dev->context();
+             auto call = [&] {
+               if (s.bf16) {
+                 const ops::Projection group[] = {{&w0, {}, y0, {}}, {&w1, {}, y1, {}}};
+                 ops::linear_group(ctx, ops::LinearInput{x, {}},
+                                   std::span<const ops::Projection>(group, s.pair ? 2 : 1));
+               } else if (s.pair) {
+                 linear_pair(ctx, xq, w0, y0, w1, y1);
+               } else {
+                 ops::linear(ctx, xq, w0, y0);
+               }
+             };
+             call();
+             dev->synchronize();
+             o.info = dev->last_linear_path();
+             constexpr int kCalls = 20, kReplays = 5;
+             dev->begin_capture();
+             for (int i = 0; i < kCalls; ++i) call();
+             CudaGraph graph = dev->end_capture();
+             graph.replay();
+             dev->synchronize();
+             const auto t0 = std::chrono::steady_clock::now();
+             for (int i = 0; i < kReplays; ++i) graph.replay();
+             dev->synchronize();
+             const auto t1 = std::chrono::steady_clock::now();
+             o.seconds = std::chrono::duration<double>(t1 - t0).count() / (kCalls * kReplays);
+             const double gemms = s.pair ? 2 : 1, bytes = gemms * s.n * s.k * (s.bf16 ? 2 : 1);
+             o.flops = gemms * 2.0 * M * s.n * s.k;
+             o.info += fmt::format("; weights {:.1f} MB at {:.2f} TB/s", bytes / 1e6,
+                                   bytes / o.seconds * 1e-12);
+           }});
+    }
   // Batch invariance (what issue 11's on_policy_exact needs of the GEMMs): the first m rows of
   // a linear over 8,192 rows (a training pass) against the same m rows alone (a decode step
   // of m sequences), bytes compared. A measurement, not a check: it reports the equal rows.

@@ -299,9 +299,8 @@ int main(int argc, char** argv) {
     ModelConfig qwen1 = qwen;
     qwen1.num_layers = 1;
     qwen1.layers.resize(1);
-    // Qwen3-8B's widths (o_proj and down_proj with K = 4,096) in a 200-token step: FP8-row
-    // o_proj and down_proj leave their output as K-half sums for the residual add
-    // (ops::linear_split), which no narrower model reaches.
+    // Qwen3-8B's widths (o_proj and down_proj with K = 4,096) in a 200-token step: the GEMM
+    // shapes of a real model's decode step, which no narrower model reaches.
     const ModelConfig wide = random_config("qwen3-tiny", {{"vocab_size", 4096},
                                                           {"hidden_size", 4096},
                                                           {"intermediate_size", 4096},

@@ -63,8 +63,6 @@ void add_rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& d
 void gated_quant(Arena& scratch, const TensorView& gate, const TensorView& up, int act,
                  const QuantizedActivation& q, Rounding r);
 void dequantize(const QuantizedActivation& q, const TensorView& out, Rounding r);
-void apply_pending(const TensorView& raw, const PendingScales& p, const TensorView& out,
-                   Rounding r);
 void linear(Arena& scratch, const QuantizedActivation& x, const LinearWeight& w,
             const TensorView& out, Output kind, Rounding r);
 

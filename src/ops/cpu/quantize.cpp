@@ -74,21 +74,4 @@ void dequantize(const QuantizedActivation& q, const TensorView& out, Rounding r)
   });
 }
 
-// ops::PendingScales' formula, the products in this order (CUDA's fused loads make the same
-// two fp32 roundings before the one to the activation dtype).
-void apply_pending(const TensorView& raw, const PendingScales& p, const TensorView& out,
-                   Rounding r) {
-  const int64_t m = raw.dim(0), n = raw.dim(1), ld = raw.strides[0];
-  const uint16_t* src = raw.ptr<uint16_t>();
-  const float* row = p.row.ptr<float>();
-  const float* col = p.col.ptr<float>();
-  float* o = out.ptr<float>();
-  parallel_for(0, m, [&](int64_t i) {
-    for (int64_t c = 0; c < n; ++c) {
-      const float s = row[i] * col[c];
-      o[i * n + c] = round_as(r, (f16_to_f32(src[i * ld + c]) * p.inv_alpha) * s);
-    }
-  });
-}
-
 }  // namespace fp8rl::ops::cpu

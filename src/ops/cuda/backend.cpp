@@ -67,10 +67,7 @@ Backend::Backend(const CudaDeviceOptions& o) {
   caps_.device_region = o.device_region && DeviceRegion::supported(o.ordinal);
   if (caps_.device_region) region_ = std::make_unique<DeviceRegion>(o.ordinal, caps_.memory);
   workspace_bytes_ = o.workspace_bytes;
-  workspace_ = malloc(workspace_bytes_ + 256);
-  unit_scale_ = reinterpret_cast<float*>(static_cast<char*>(workspace_) + workspace_bytes_);
-  const float one = 1.0f;
-  CUDA_CHECK(cudaMemcpy(unit_scale_, &one, sizeof(one), cudaMemcpyHostToDevice));
+  workspace_ = malloc(workspace_bytes_);
   gemm_ = std::make_unique<Gemm>(lt_, workspace_, workspace_bytes_);
   probe_fp8(caps_, *gemm_);
   CUDA_CHECK(attention_init());
@@ -85,7 +82,7 @@ Backend::Backend(const CudaDeviceOptions& o) {
                          : std::min(o.persistent_decode_sms, caps_.multiprocessors);
   caps_.fp8_input_gradient = o.fp8_input_gradient;
   caps_.concurrent_linears = o.concurrent_linears;
-  caps_.pending_linears = o.pending_linears;
+  caps_.streaming_linears = o.streaming_linears && caps_.major * 10 + caps_.minor >= 89;
   caps_.attention_backward_dims = attention_backward_mma_init();
   caps_.attention_backward_tiled = o.tiled_attention_backward;
   reserve_arena(o.arena_bytes);

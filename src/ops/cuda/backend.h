@@ -77,8 +77,9 @@ struct Capabilities {
   bool fp8_input_gradient = true;
   // Small FP8 GEMMs on two streams (CudaDeviceOptions::concurrent_linears).
   bool concurrent_linears = true;
-  // ops::linear_pending leaves outputs pending (CudaDeviceOptions::pending_linears).
-  bool pending_linears = true;
+  // FP8 GEMMs of few rows on the weight-streaming kernel (CudaDeviceOptions::
+  // streaming_linears; mma.sync on e4m3, sm_89 and later).
+  bool streaming_linears = true;
   // All device memory is carved from one region (CudaDeviceOptions::device_region, where the
   // driver supports virtual memory management); else one cudaMalloc per buffer.
   bool device_region = false;
@@ -105,8 +106,6 @@ class Backend {
   Gemm& gemm() { return *gemm_; }
   Arena& arena() { return arena_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
-  // A device fp32 1.0: the scale of GEMMs whose scaling is all in alpha (pending linears).
-  const float* unit_scale() const { return unit_scale_; }
   // Grows the arena to `bytes` (synchronizes; only when nothing is allocated from it).
   void reserve_arena(size_t bytes);
 
@@ -151,7 +150,6 @@ class Backend {
   std::unique_ptr<DeviceRegion> region_;  // declared before what is carved from it
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  float* unit_scale_ = nullptr;  // in the workspace's block, past its bytes
   std::unique_ptr<Gemm> gemm_;
   Arena arena_{Device::cuda, 256};  // 256-byte aligned views into one cudaMalloc
   size_t allocated_ = 0, peak_allocated_ = 0;

@@ -16,9 +16,6 @@ bf16* bf(const TensorView& t) {
 const float* f32(const TensorView& t) {
   return static_cast<const float*>(t.data);
 }
-PendingIn pending_in(const ops::PendingScales& p) {
-  return {f32(p.row), f32(p.col), p.inv_alpha};
-}
 int64_t round_up(int64_t a, int64_t b) {
   return (a + b - 1) / b * b;
 }
@@ -223,21 +220,9 @@ NormDelta norm_delta(const TensorView& delta) {
   d.x = bf(delta);
   return d;
 }
-NormDelta norm_delta(const ops::SplitSum& delta) {
-  NormDelta d;
-  d.parts = static_cast<const float*>(delta.parts.data);
-  d.bias = static_cast<const float*>(delta.bias.data);
-  return d;
-}
 }  // namespace
 
 void add_rms_norm(Backend& b, const TensorView& x, const TensorView& delta, const TensorView& w,
-                  float eps, bool plus_one, const TensorView& out) {
-  launch_rms_norm(bf(x), norm_delta(delta), f32(w), x.dim(0), x.dim(1), eps, plus_one, bf(out),
-                  nullptr, b.stream());
-}
-
-void add_rms_norm(Backend& b, const TensorView& x, const ops::SplitSum& delta, const TensorView& w,
                   float eps, bool plus_one, const TensorView& out) {
   launch_rms_norm(bf(x), norm_delta(delta), f32(w), x.dim(0), x.dim(1), eps, plus_one, bf(out),
                   nullptr, b.stream());
@@ -315,8 +300,7 @@ bool rope_store_kv_supported(int64_t d, std::initializer_list<const TensorView*>
 
 void rope_store_kv(Backend& b, const TensorView& q, const TensorView& k, const TensorView& v,
                    const ops::QkRope& qk, const TensorView& slot_mapping, const TensorView& k_pool,
-                   const TensorView& v_pool, const ops::KvScales& scales, const TensorView& q_out,
-                   const ops::PendingScales* pending) {
+                   const TensorView& v_pool, const ops::KvScales& scales, const TensorView& q_out) {
   for (const TensorView* t : {&k_pool, &v_pool})
     CHECK((reinterpret_cast<uintptr_t>(t->data) & 15) == 0,
           "CUDA rope_store_kv needs 16-byte "
@@ -346,7 +330,6 @@ void rope_store_kv(Backend& b, const TensorView& q, const TensorView& k, const T
   a.v_pool = v_pool.data;
   a.k_scale = scales.empty() ? nullptr : scales.k.ptr<float>();
   a.v_scale = scales.empty() ? nullptr : scales.v.ptr<float>();
-  if (pending != nullptr) a.pending = pending_in(*pending);
   launch_rope_store_kv(a, b.stream());
 }
 
@@ -552,12 +535,6 @@ void add_rms_norm_quant(Backend& b, const TensorView& x, const TensorView& delta
   norm_quant(b, x, norm_delta(delta), w, eps, plus_one, q);
 }
 
-void add_rms_norm_quant(Backend& b, const TensorView& x, const ops::SplitSum& delta,
-                        const TensorView& w, float eps, bool plus_one,
-                        const ops::QuantizedActivation& q) {
-  norm_quant(b, x, norm_delta(delta), w, eps, plus_one, q);
-}
-
 void gated_quant(Backend& b, const TensorView& gate, const TensorView& up, int act,
                  const ops::QuantizedActivation& q) {
   const int64_t rows = gate.dim(0), cols = gate.numel() / std::max<int64_t>(rows, 1);
@@ -574,12 +551,6 @@ void gated_quant(Backend& b, const TensorView& gate, const TensorView& up, int a
   launch_quantize_tensor(h.data, false, h.numel(), amax, 0.0f, static_cast<uint8_t*>(q.codes.data),
                          static_cast<float*>(q.scales.data), b.stream());
   b.arena().rewind(mark);
-}
-
-void apply_pending(Backend& b, const TensorView& raw, const ops::PendingScales& p,
-                   const TensorView& out) {
-  launch_apply_pending(static_cast<const uint16_t*>(raw.data), raw.strides[0], pending_in(p),
-                       raw.dim(0), raw.dim(1), bf(out), b.stream());
 }
 
 void dequantize(Backend& b, const ops::QuantizedActivation& q, const TensorView& out) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,8 +56,6 @@ void rms_norm(Backend& b, const TensorView& x, const TensorView& w, float eps, b
               const TensorView& out);
 void add_rms_norm(Backend& b, const TensorView& x, const TensorView& delta, const TensorView& w,
                   float eps, bool plus_one, const TensorView& out);
-void add_rms_norm(Backend& b, const TensorView& x, const ops::SplitSum& delta, const TensorView& w,
-                  float eps, bool plus_one, const TensorView& out);
 void rope(Backend& b, const TensorView& x, const TensorView& positions, const TensorView& inv_freq);
 void rms_norm_rope(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
                    const TensorView& positions, const TensorView& inv_freq, const TensorView& out);
@@ -70,8 +69,7 @@ void store_kv(Backend& b, const TensorView& k, const TensorView& v, const Tensor
 bool rope_store_kv_supported(int64_t d, std::initializer_list<const TensorView*> operands);
 void rope_store_kv(Backend& b, const TensorView& q, const TensorView& k, const TensorView& v,
                    const ops::QkRope& qk, const TensorView& slot_mapping, const TensorView& k_pool,
-                   const TensorView& v_pool, const ops::KvScales& scales, const TensorView& q_out,
-                   const ops::PendingScales* pending = nullptr);
+                   const TensorView& v_pool, const ops::KvScales& scales, const TensorView& q_out);
 // lse (optional, [t, hq] f32): written by the prefill kernels only (batch.max_query_len > 1).
 // out_q (optional): ops::paged_attention's.
 void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
@@ -110,14 +108,9 @@ void rms_norm_quant(Backend& b, const TensorView& x, const TensorView& w, float 
 void add_rms_norm_quant(Backend& b, const TensorView& x, const TensorView& delta,
                         const TensorView& w, float eps, bool plus_one,
                         const ops::QuantizedActivation& q);
-void add_rms_norm_quant(Backend& b, const TensorView& x, const ops::SplitSum& delta,
-                        const TensorView& w, float eps, bool plus_one,
-                        const ops::QuantizedActivation& q);
 void gated_quant(Backend& b, const TensorView& gate, const TensorView& up, int act,
                  const ops::QuantizedActivation& q);
 void dequantize(Backend& b, const ops::QuantizedActivation& q, const TensorView& out);
-void apply_pending(Backend& b, const TensorView& raw, const ops::PendingScales& p,
-                   const TensorView& out);
 // CudaDevice::check_fp8_quotient.
 uint64_t check_fp8_quotient(Backend& b, uint32_t b_first, uint32_t b_count, uint32_t b_step,
                             uint32_t (&bad)[2]);
@@ -132,23 +125,13 @@ inline size_t arena_aligned(size_t bytes) {
 // x_amax: max |x| computed by the producer (tensor scaling), or nullptr.
 void linear(Backend& b, const TensorView& x, const LinearWeight& w, const TensorView& out,
             const float* x_amax = nullptr);
-void linear_pair(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w0,
-                 const TensorView& out0, const LinearWeight& w1, const TensorView& out1);
 void linear(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
             const TensorView& out);
-// linear() unless it runs as two K halves on two streams: then their fp32 sums go to parts
-// ([2, M, N]) unsummed and it returns true (ops::linear_split).
-bool linear_split(Backend& b, const TensorView& x, const LinearWeight& w, const TensorView& out,
-                  const TensorView& parts);
-bool linear_split(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
-                  const TensorView& out, const TensorView& parts);
-// ops::linear_pending: whether this backend leaves x W^T pending, and the GEMM that does
-// (raw [M, N] fp16 = x codes W codes^T / inv_alpha).
-bool linear_pending_supported(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w);
-void linear_pending(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
-                    const TensorView& raw, float inv_alpha);
 // W dequantized to bf16 [N,K] in the arena (the caller's scope): the bf16 fallback's weight.
 TensorView dequantized_weight(Backend& b, const LinearWeight& w);
+// ops::linear_group on the device (ops/cuda/linear.cpp: the backend's choice of kernels).
+void linear_group(Backend& b, const ops::LinearInput& in, std::span<const ops::Projection> group,
+                  const LinearWeight* stacked);
 void linear_accumulate(Backend& b, const TensorView& x, const LinearWeight& w, float alpha,
                        const TensorView& out);
 size_t linear_scratch_bytes(const LinearWeight& w, int64_t m);

@@ -53,7 +53,7 @@ struct GemmArgs {
   const void* x = nullptr;
   void* y = nullptr;
   bool y_f32 = false;
-  bool y_f16 = false;  // fp16 output (a pending linear's raw sums, ops::PendingScales)
+  bool y_f16 = false;  // fp16 output
   const float* w_scale = nullptr;
   const float* x_scale = nullptr;
   // Row strides (elements) of W and X in the xwt layout when they exceed k: the GEMM then reads

@@ -40,14 +40,10 @@ void launch_embedding(const int32_t* ids, int64_t t, const bf16* table, int64_t 
 // ---- norm.cu (w is f32 [d]). With a delta, x += delta first (in place, rounded to bf16
 // as launch_add rounds it) and the updated x is normalized: the residual add fused with the
 // next norm; out may then alias delta. Without delta, out may alias x.
-// The delta: bf16 [rows, d], or a projection's two fp32 K-half sums [2, rows, d] and its bias
-// (f32 [d] or null), whose value is bf16(parts[0] + parts[1] + bias) as launch_sum_round
-// rounds it.
+// The delta: bf16 [rows, d].
 struct NormDelta {
   const bf16* x = nullptr;
-  const float* parts = nullptr;
-  const float* bias = nullptr;
-  bool present() const { return x != nullptr || parts != nullptr; }
+  bool present() const { return x != nullptr; }
 };
 // out = rms_norm(x); amax (if set, pre-zeroed) gets max |out| over the bf16 outputs.
 void launch_rms_norm(bf16* x, const NormDelta& delta, const float* w, int64_t rows, int64_t d,
@@ -61,16 +57,6 @@ void launch_rms_norm_quant(bf16* x, const NormDelta& delta, const float* w, int6
 void launch_rope(const bf16* x, int64_t x_stride, bf16* out, int64_t out_stride, int64_t t,
                  int64_t heads, int64_t d, const float* w, float eps, bool plus_one,
                  const int32_t* positions, const float* inv_freq, cudaStream_t s);
-// A pending linear's raw fp16 sums as an input (ops::PendingScales): the value of raw[t][c] is
-// round_bf16((raw * inv_alpha) * (row[t] * col[c])). row null: the input is plain bf16.
-struct PendingIn {
-  const float* row = nullptr;  // [t]
-  const float* col = nullptr;  // the input's columns
-  float inv_alpha = 1.0f;
-};
-// out[t, n] (bf16, contiguous) = the values of raw [t, n] (fp16 bits, token stride ld).
-void launch_apply_pending(const uint16_t* raw, int64_t ld, const PendingIn& p, int64_t t, int64_t n,
-                          bf16* out, cudaStream_t s);
 
 // ops::rope_store_kv in one kernel: q [t, hq, d] -> q_out, k [t, hkv, d] rotated and v [t, hkv,
 // d] into pool slot slot_mapping[i] (slots outside [0, slots) skipped), as launch_rope then
@@ -91,9 +77,6 @@ struct RopeStoreArgs {
   int64_t slots;
   void *k_pool, *v_pool;     // bf16 [slots, hkv, d], or e4m3 codes with the scales below
   float *k_scale, *v_scale;  // [slots, hkv], null for bf16 pools
-  // q, k and v as fp16 raw sums of one pending linear (their bits at the pointers above; col:
-  // q's columns, then k's, then v's), or plain bf16 (row null).
-  PendingIn pending;
 };
 bool rope_store_kv_supported(int64_t d);
 void launch_rope_store_kv(const RopeStoreArgs& a, cudaStream_t s);
@@ -215,6 +198,64 @@ void launch_gated_quant(const bf16* gate, const bf16* up, int64_t rows, int64_t 
 void launch_add(const bf16* a, const bf16* b, float alpha, bf16* out, int64_t n, cudaStream_t s);
 void launch_softcap_bf16(bf16* x, int64_t n, float cap, cudaStream_t s);
 void launch_softcap_f32(float* x, int64_t n, float cap, cudaStream_t s);
+// ---- linear.cu: the weight-streaming FP8 GEMM of at most kStreamingMaxRows rows (e4m3 codes
+// both sides, mma.sync, sm_89+). y[m, n] = bf16(sum_k x[m, k] w[n, k] * x_scale * w_scale + bias[n]
+// (+ lora_scale * sum_j lora_xa[m, j] lora_b[n, j])). K % 16 == 0, every segment's n % 16 == 0,
+// pointers 16-byte aligned. A launch covers up to four weights that read the same input
+// (q/k/v, gate/up), segment s owning output tiles [first_tile, first_tile + n / 16).
+struct StreamingSegment {
+  const uint8_t* w = nullptr;      // [n, k] e4m3 codes
+  const float* w_scale = nullptr;  // [n] when w_scale_per_row, else [1]
+  bool w_scale_per_row = true;
+  const float* bias = nullptr;  // [n] or null
+  bf16* y = nullptr;            // [m, ldy]
+  int64_t ldy = 0, n = 0;
+  int first_tile = 0;
+  const bf16* lora_xa = nullptr;  // [m, lora_ld] or null: no LoRA sum
+  const bf16* lora_b = nullptr;   // [n, lora_rank]
+  int64_t lora_ld = 0;
+  int lora_rank = 0;
+  float lora_scale = 0.0f;
+};
+// Past 16 rows the tokens' codes, which every block reads through L2 beside its weight rows,
+// cost more than cuBLASLt's tiles lose (measured on an H200: at 32 rows the two are even).
+inline constexpr int kStreamingMaxRows = 16;
+inline constexpr int kStreamingMaxSegments = 4;
+struct StreamingArgs {
+  const uint8_t* x = nullptr;      // [m, k] e4m3 codes
+  const float* x_scale = nullptr;  // [m] when x_scale_per_row, else [1]
+  bool x_scale_per_row = true;
+  int m = 0;
+  int64_t k = 0;
+  StreamingSegment seg[kStreamingMaxSegments];
+  int num_segments = 0;
+  int multiprocessors = 132;  // the device's, for the launch shape
+};
+void launch_linear_streaming(const StreamingArgs& a, cudaStream_t s);
+// LoRA's up projections of a group: y[m, n] = bf16(y[m, n] + scale * sum_j xa[m, j] b[n, j])
+// (fp32 sum, one rounding) for each segment, m < m of the launch, at most 4 segments of rank
+// up to kLoraExpandMaxRank; segment s owns column tiles [first_tile, first_tile + ceil(n /
+// 128)).
+struct LoraExpandSegment {
+  const bf16* xa = nullptr;  // [m, ld], the first rank columns read
+  int64_t ld = 0;
+  const bf16* b = nullptr;  // [n, rank]
+  int rank = 0;
+  float scale = 0.0f;
+  bf16* y = nullptr;  // [m, ldy]
+  int64_t ldy = 0, n = 0;
+  int first_tile = 0;
+};
+// Ranks past this run their up products on cuBLASLt (the kernels stage B's rows in shared
+// memory as floats: 16 + 128 rows of at most 48 KB).
+inline constexpr int kLoraExpandMaxRank = 64;
+struct LoraExpandArgs {
+  int m = 0;
+  LoraExpandSegment seg[kStreamingMaxSegments];
+  int num_segments = 0;
+};
+void launch_lora_expand(const LoraExpandArgs& a, cudaStream_t s);
+
 // out[r, j] += bias[j] in fp32 (out f32).
 void launch_add_bias(float* out, const float* bias, int64_t rows, int64_t n, cudaStream_t s);
 // out[r, j] = bf16(y[r, j] + bias[j]): a GEMM's fp32 result with its bias, rounded once.

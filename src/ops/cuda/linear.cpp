@@ -12,6 +12,7 @@
 //   dequantized to bf16 and a bf16 GEMM (same values up to bf16 rounding of the products).
 #include <algorithm>
 #include <cstring>
+#include <span>
 
 #include "ops/cuda/backend.h"
 #include "ops/cuda/cuda_ops.h"
@@ -170,6 +171,89 @@ GemmArgs fp8_args(Backend& b, Path path, const ops::QuantizedActivation& x, cons
   return g;
 }
 
+// ---- The weight-streaming kernel (linear.cu) for GEMMs of few rows
+//
+// A rollout's decode step has 4-64 rows: every linear is then a pass over its weight, and
+// cuBLASLt's FP8 kernels (64-128-row tiles) keep too few bytes in flight to stream it at the
+// memory's bandwidth. Row- and tensor-scaled weights with per-token or per-tensor input scales
+// run on the streaming kernel instead, up to four weights reading one input in one launch.
+// Never in batch-invariant mode, where a row's kernel must not depend on the row count.
+
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+// Whether x W^T runs on the streaming kernel (into a bf16 output with unit column stride).
+bool streaming_applies(const Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w) {
+  const bool scalar_x = x.act == ActScaling::tensor || x.act == ActScaling::static_tensor;
+  return b.caps().streaming_linears && !b.batch_invariant() && x.rows > 0 &&
+         x.rows <= kStreamingMaxRows && (x.act == ActScaling::token || scalar_x) &&
+         (w.scheme == Fp8Scheme::row || w.scheme == Fp8Scheme::tensor) &&
+         fp8_gemm_native(w, x.act) && w.in_features() == x.cols && aligned16(w.weight.data) &&
+         aligned16(x.codes.data);
+}
+
+StreamingSegment streaming_segment(const LinearWeight& w, const TensorView& out, int first_tile) {
+  StreamingSegment s;
+  s.w = static_cast<const uint8_t*>(w.weight.data);
+  s.w_scale = static_cast<const float*>(w.scales.data);
+  s.w_scale_per_row = w.scheme == Fp8Scheme::row;
+  s.bias = static_cast<const float*>(w.bias.data);
+  s.y = static_cast<bf16*>(out.data);
+  s.ldy = out.strides[0];
+  s.n = w.out_features();
+  s.first_tile = first_tile;
+  return s;
+}
+
+// An adapter's down product xa [M, r] for the fused up product: `data` with row stride ld.
+struct LoraXa {
+  const bf16* data = nullptr;
+  int64_t ld = 0;
+};
+
+// out_i = x W_i^T (+ the adapter's up product where xa[i] is set) for the weights given, in
+// one launch; false (nothing queued) where the kernel does not apply to every one.
+bool run_streaming(Backend& b, const ops::QuantizedActivation& x,
+                   std::span<const LinearWeight* const> weights, std::span<const TensorView> outs,
+                   std::span<const LoraWeights> loras = {}, std::span<const LoraXa> xa = {}) {
+  StreamingArgs a;
+  a.x = static_cast<const uint8_t*>(x.codes.data);
+  a.x_scale = static_cast<const float*>(x.scales.data);
+  a.x_scale_per_row = x.act == ActScaling::token;
+  a.m = int(x.rows);
+  a.k = x.cols;
+  a.multiprocessors = b.caps().multiprocessors;
+  int tiles = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const LinearWeight& w = *weights[i];
+    const TensorView& out = outs[i];
+    if (a.num_segments == kStreamingMaxSegments || !streaming_applies(b, x, w) ||
+        out.dtype != DType::bf16 || out.strides[1] != 1)
+      return false;
+    StreamingSegment& sg = a.seg[a.num_segments++];
+    sg = streaming_segment(w, out, tiles);
+    if (!xa.empty() && xa[i].data != nullptr) {
+      sg.lora_xa = xa[i].data;
+      sg.lora_ld = xa[i].ld;
+      sg.lora_b = static_cast<const bf16*>(loras[i].b.data);
+      sg.lora_rank = int(loras[i].rank());
+      sg.lora_scale = loras[i].scale;
+    }
+    tiles += int(w.out_features() / 16);
+  }
+  launch_linear_streaming(a, b.stream());
+  b.last_linear_path =
+      weights.size() > 1 ? "fp8 weight streaming, grouped" : "fp8 weight streaming";
+  return true;
+}
+
+bool run_streaming(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
+                   const TensorView& out) {
+  const LinearWeight* ws[] = {&w};
+  return run_streaming(b, x, ws, {&out, 1});
+}
+
 // ---- Decode-sized FP8 GEMMs on two streams
 //
 // cuBLASLt 13.1 has one configuration for OUTER_VEC_32F on sm_90 (128x128 tiles, no split-K,
@@ -186,10 +270,8 @@ GemmArgs fp8_args(Backend& b, Path path, const ops::QuantizedActivation& x, cons
 // (tools/experiments/gemm_sweep --halves-on-streams, docs/PERFORMANCE.md): a GEMM costs ~8 us
 // however short its K loop, so halves pay only for a long K. K = 12,288: 24.4 us as two halves
 // against 32.4 us whole; K = 4,096: 10.3 against 13.3, which the ~3 us sum_round eats.
-// Hence kHalvesMinK. When the consumer adds the halves itself (linear_split: the residual add
-// of o_proj's and down_proj's outputs), the sum costs nothing and K = 4,096 pays too.
+// Hence kHalvesMinK.
 constexpr int64_t kHalvesMinK = 8192;
-constexpr int64_t kSplitMinK = 4096;
 
 bool concurrency_on(const Backend& b) {
   return b.caps().concurrent_linears && !b.batch_invariant();
@@ -207,19 +289,16 @@ bool concurrent_plans(Backend& b, std::initializer_list<GemmArgs> gs) {
 }
 
 // out = x W^T as two K halves on two streams, when a whole GEMM fills at most half the SMs.
-// False, with nothing queued, when that does not apply. With `split` ([2, M, N] f32) the halves
-// stay there unsummed (linear_split); else they go through scratch (2 M N fp32, within
-// linear_scratch_bytes' two fp32 outputs) and sum_round writes out.
+// False, with nothing queued, when that does not apply. The halves go through scratch (2 M N
+// fp32, within linear_scratch_bytes' two fp32 outputs) and sum_round writes out.
 bool run_k_halves(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
-                  const TensorView& out, const TensorView* split = nullptr) {
+                  const TensorView& out) {
   const int64_t m = x.rows, n = w.out_features(), k = w.in_features();
-  if (!concurrency_on(b) || out.dtype != DType::bf16 || k % 32 != 0 ||
-      k < (split != nullptr ? kSplitMinK : kHalvesMinK) ||
+  if (!concurrency_on(b) || out.dtype != DType::bf16 || k % 32 != 0 || k < kHalvesMinK ||
       2 * gemm_tiles(m, n) > b.caps().multiprocessors)
     return false;
   const size_t mark = b.arena().mark();
-  const TensorView parts =  // [2, M, N] K-half sums
-      split != nullptr ? *split : b.arena().alloc({2, m, n}, DType::f32);
+  const TensorView parts = b.arena().alloc({2, m, n}, DType::f32);  // [2, M, N] K-half sums
   float* lo_y = static_cast<float*>(parts.data);
   GemmArgs lo = fp8_args(b, Path::outer, x, w, lo_y, true);
   lo.k = k / 2;
@@ -236,10 +315,6 @@ bool run_k_halves(Backend& b, const ops::QuantizedActivation& x, const LinearWei
   b.gemm().run(hi, b.side_stream());
   b.gemm().run(lo, b.stream());
   b.join();
-  if (split != nullptr) {
-    b.last_linear_path = "fp8 OUTER_VEC_32F, K halves on two streams, left unsummed";
-    return true;
-  }
   launch_sum_round(lo_y, lo_y + m * n, static_cast<const float*>(w.bias.data), m, n,
                    static_cast<bf16*>(out.data), b.stream());
   b.last_linear_path = "fp8 OUTER_VEC_32F, K halves on two streams";
@@ -251,6 +326,7 @@ void run_quantized(Backend& b, const ops::QuantizedActivation& x, const LinearWe
                    const TensorView& out) {
   const size_t mark = b.arena().mark();
   Path path = choose_path(b, w, x.act);
+  if (path != Path::dequantized && path != Path::block && run_streaming(b, x, w, out)) return;
   if (path == Path::outer && run_k_halves(b, x, w, out)) {
     b.arena().rewind(mark);
     return;
@@ -310,82 +386,18 @@ void linear(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w
   run_quantized(b, x, w, out);
 }
 
-bool linear_split(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
-                  const TensorView& out, const TensorView& parts) {
-  const size_t mark = b.arena().mark();
-  const bool outer = choose_path(b, w, x.act) == Path::outer;
-  if (outer && run_k_halves(b, x, w, out, &parts)) {
-    b.arena().rewind(mark);
-    return true;
-  }
-  run_quantized(b, x, w, out);
-  return false;
-}
-
-bool linear_split(Backend& b, const TensorView& x, const LinearWeight& w, const TensorView& out,
-                  const TensorView& parts) {
-  if (!w.is_fp8() || w.act == ActScaling::none || choose_path(b, w, w.act) != Path::outer) {
-    linear(b, x, w, out);
-    return false;
-  }
-  const size_t mark = b.arena().mark();
-  const ops::QuantizedActivation q = alloc_quantized(b, w.act, x.dim(0), x.dim(1));
-  quantize(b, x, q, w.input_scale);
-  const bool split = linear_split(b, q, w, out, parts);
-  b.arena().rewind(mark);
-  return split;
-}
-
-// ---- Pending outputs (ops::linear_pending)
-//
-// At a decode step's 256 rows cuBLASLt's one OUTER_VEC_32F kernel (128x128 tiles: 96 CTAs for
-// the stacked q/k/v's N = 6,144) is slower than its SCALAR_32F kernel of another tile: 13.1
-// against 11.5 us in a graph replay on an H200 (gemm_sweep). SCALAR with unit scales and alpha
-// = 2^-e gives the raw sums in fp16, and rope_store_kv scales them as it loads them: 0.4-0.7%
-// off bench generate's FP8-row step (docs/PERFORMANCE.md). Gate/up were measured the same way
-// and lost: one GEMM over a stacked weight was slower end to end than the OUTER_VEC pair on two
-// streams, and slower again with its scales left to the fused activation, whose reads of the
-// 2 I column scales per row cost more than the GEMM saved. Not in batch-invariant mode: whether
-// a step's rows take this path depends on its row count.
-
 namespace {
-GemmArgs pending_args(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
-                      void* raw, float inv_alpha) {
-  GemmArgs g;
-  g.mode = GemmScale::scalar;
-  g.m = x.rows;
-  g.n = w.out_features();
-  g.k = w.in_features();
-  g.w = w.weight.data;
-  g.x = x.codes.data;
-  g.y = raw;
-  g.y_f16 = true;
-  g.alpha = 1.0f / inv_alpha;  // a power of two: exact
-  g.w_scale = g.x_scale = b.unit_scale();
-  return g;
-}
-}  // namespace
 
-bool linear_pending_supported(Backend& b, const ops::QuantizedActivation& x,
-                              const LinearWeight& w) {
-  if (b.batch_invariant() || !b.caps().pending_linears || !b.caps().fp8_tensor ||
-      w.scheme != Fp8Scheme::row || x.act != ActScaling::token || !w.bias.empty() ||
-      choose_path(b, w, x.act) != Path::outer || w.in_features() > (int64_t(1) << 20))
-    return false;
-  return b.gemm().supported(pending_args(b, x, w, nullptr, 1.0f));
-}
-
-void linear_pending(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w,
-                    const TensorView& raw, float inv_alpha) {
-  b.gemm().run(pending_args(b, x, w, raw.data, inv_alpha), b.stream());
-  b.last_linear_path = "fp8 SCALAR_32F, pending row scales (fp16 raw sums)";
-}
-
+// linear(x, w0, out0) and linear(x, w1, out1) of one quantized input (gate and up), side by
+// side on two streams where each alone would leave SMs idle.
 void linear_pair(Backend& b, const ops::QuantizedActivation& x, const LinearWeight& w0,
                  const TensorView& out0, const LinearWeight& w1, const TensorView& out1) {
   auto direct = [&](const LinearWeight& w, const TensorView& out) {
     return choose_path(b, w, x.act) == Path::outer && w.bias.empty() && out.dtype == DType::bf16;
   };
+  const LinearWeight* ws[] = {&w0, &w1};
+  const TensorView outs[] = {out0, out1};
+  if (run_streaming(b, x, ws, outs)) return;
   // Side by side while the two fill at most four waves: past that, each one's last partial
   // wave is a small part of its time.
   const int64_t tiles =
@@ -407,6 +419,8 @@ void linear_pair(Backend& b, const ops::QuantizedActivation& x, const LinearWeig
   run_quantized(b, x, w1, out1);
 }
 
+}  // namespace
+
 // D = alpha X W^T + out with C = D = out (bf16): fp32 accumulation, one rounding of the sum.
 void linear_accumulate(Backend& b, const TensorView& x, const LinearWeight& w, float alpha,
                        const TensorView& out) {
@@ -417,6 +431,171 @@ void linear_accumulate(Backend& b, const TensorView& x, const LinearWeight& w, f
   g.alpha = alpha;
   g.accumulate = true;
   b.gemm().run(g, b.stream());
+}
+
+// ---- ops::linear_group
+//
+// LoRA adds two GEMMs per projection, each a few microseconds at a decode step however small:
+// per group they become one down product over the A matrices side by side (LoraAdapter lays
+// each group's out so) and one launch for the up products, or none where the streaming kernel
+// adds them in its epilogue.
+
+namespace {
+
+// Steps up to this many rows run a group with a stacked weight as one GEMM: above it each
+// weight's GEMM fills the GPU on its own (at 8,192 tokens of Qwen3-8B on an H200 stacked q/k/v
+// ran 1.5% (FP8-row) and 2.6% (bf16) slower; at a 256-row decode step 6.6% and 2.0% faster).
+constexpr int64_t kStackedMaxRows = 2048;
+// Up products of at most this many rows on the grouped kernel; cuBLASLt's beyond.
+constexpr int64_t kExpandMaxRows = 256;
+
+// The group's A matrices as one [sum r_i, K] bf16 weight when each projection has an adapter
+// without dropout and they lie side by side in group order; else empty.
+LinearWeight stacked_lora_a(std::span<const ops::Projection> group) {
+  const char* next = nullptr;
+  int64_t rows = 0;
+  for (const ops::Projection& p : group) {
+    if (!p.lora.active() || p.dropout.p > 0 || (next != nullptr && p.lora.a.data != next))
+      return {};
+    rows += p.lora.rank();
+    next = static_cast<const char*>(p.lora.a.data) + p.lora.a.nbytes();
+  }
+  LinearWeight a;
+  a.weight =
+      TensorView(group[0].lora.a.data, DType::bf16, {rows, group[0].lora.a.dim(1)}, Device::cuda);
+  return a;
+}
+
+// The adapters' down products xa_i = dropout_i(x) A_i^T into arena scratch.
+void lora_down(Backend& b, const TensorView& x, std::span<const ops::Projection> group,
+               std::span<LoraXa> xa) {
+  const int64_t m = x.dim(0);
+  const LinearWeight stacked = stacked_lora_a(group);
+  if (!stacked.weight.empty()) {
+    const int64_t r = stacked.out_features();
+    const TensorView all = b.arena().alloc({m, r}, DType::bf16);
+    linear(b, x, stacked, all);
+    int64_t col = 0;
+    for (size_t i = 0; i < group.size(); ++i) {
+      xa[i] = {static_cast<const bf16*>(all.data) + col, r};
+      col += group[i].lora.rank();
+    }
+    return;
+  }
+  for (size_t i = 0; i < group.size(); ++i) {
+    const ops::Projection& p = group[i];
+    if (!p.lora.active()) continue;
+    TensorView in = x;
+    if (p.dropout.p > 0) {
+      in = b.arena().alloc(x.shape, DType::bf16);
+      lora_dropout(b, x, p.dropout, in);
+    }
+    LinearWeight a;
+    a.weight = p.lora.a;
+    const TensorView out = b.arena().alloc({m, p.lora.rank()}, DType::bf16);
+    linear(b, in, a, out);
+    xa[i] = {static_cast<const bf16*>(out.data), p.lora.rank()};
+  }
+}
+
+// out_i += scale_i xa_i B_i^T for the projections with an adapter.
+void lora_up(Backend& b, int64_t m, std::span<const ops::Projection> group,
+             std::span<const LoraXa> xa) {
+  LoraExpandArgs e;
+  e.m = int(m);
+  bool grouped = m <= kExpandMaxRows;
+  for (const ops::Projection& p : group)
+    grouped = grouped && (!p.lora.active() || p.lora.rank() <= kLoraExpandMaxRank);
+  int tiles = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    const ops::Projection& p = group[i];
+    if (!p.lora.active()) continue;
+    if (!grouped) {
+      GemmArgs g;
+      g.mode = GemmScale::none;
+      g.m = m;
+      g.n = p.out.dim(1);
+      g.k = p.lora.rank();
+      g.w = p.lora.b.data;
+      g.x = xa[i].data;
+      g.x_ld = xa[i].ld;
+      g.y = p.out.data;
+      g.alpha = p.lora.scale;
+      g.accumulate = true;
+      b.gemm().run(g, b.stream());
+      continue;
+    }
+    LoraExpandSegment& sg = e.seg[e.num_segments++];
+    sg.xa = xa[i].data;
+    sg.ld = xa[i].ld;
+    sg.b = static_cast<const bf16*>(p.lora.b.data);
+    sg.rank = int(p.lora.rank());
+    sg.scale = p.lora.scale;
+    sg.y = static_cast<bf16*>(p.out.data);
+    sg.ldy = p.out.dim(1);
+    sg.n = p.out.dim(1);
+    sg.first_tile = tiles;
+    tiles += int((sg.n + 127) / 128);
+  }
+  if (e.num_segments > 0) launch_lora_expand(e, b.stream());
+}
+
+}  // namespace
+
+void linear_group(Backend& b, const ops::LinearInput& in, std::span<const ops::Projection> group,
+                  const LinearWeight* stacked) {
+  const size_t mark = b.arena().mark();
+  const int64_t m = in.rows();
+  const bool quantized = in.q.act != ActScaling::none;
+  const size_t count = group.size();
+  LoraXa xa[kStreamingMaxSegments];
+  bool adapters = false;
+  for (const ops::Projection& p : group) adapters = adapters || p.lora.active();
+  if (adapters) lora_down(b, in.x, group, {xa, count});
+  const LinearWeight* ws[kStreamingMaxSegments];
+  TensorView outs[kStreamingMaxSegments];
+  LoraWeights loras[kStreamingMaxSegments];
+  for (size_t i = 0; i < count; ++i) {
+    ws[i] = group[i].weight;
+    outs[i] = group[i].out;
+    loras[i] = group[i].lora;
+  }
+  bool fusable = true;  // the streaming kernel stages B's rows for ranks up to the limit
+  for (const ops::Projection& p : group) fusable = fusable && p.lora.rank() <= kLoraExpandMaxRank;
+  if (quantized &&
+      run_streaming(b, in.q, {ws, count}, {outs, count}, {loras, count},
+                    fusable ? std::span<const LoraXa>(xa, count) : std::span<const LoraXa>())) {
+    if (adapters && fusable) b.last_linear_path = "fp8 weight streaming, adapters in its epilogue";
+    if (adapters && !fusable) lora_up(b, m, group, {xa, count});
+    b.arena().rewind(mark);
+    return;
+  }
+  if (stacked != nullptr && count > 1 && m <= kStackedMaxRows) {
+    const TensorView y = b.arena().alloc({m, stacked->out_features()}, DType::bf16);
+    if (quantized)
+      run_quantized(b, in.q, *stacked, y);
+    else
+      linear(b, in.x, *stacked, y);
+    const char* from = static_cast<const char*>(y.data);
+    const size_t pitch = size_t(y.dim(1)) * 2;
+    for (size_t i = 0; i < count; ++i) {
+      const size_t width = size_t(outs[i].dim(1)) * 2;
+      CUDA_CHECK(cudaMemcpy2DAsync(outs[i].data, width, from, pitch, width, size_t(m),
+                                   cudaMemcpyDeviceToDevice, b.stream()));
+      from += width;
+    }
+  } else if (quantized && count == 2) {
+    linear_pair(b, in.q, *ws[0], outs[0], *ws[1], outs[1]);
+  } else {
+    for (size_t i = 0; i < count; ++i) {
+      if (quantized)
+        run_quantized(b, in.q, *ws[i], outs[i]);
+      else
+        linear(b, in.x, *ws[i], outs[i]);
+    }
+  }
+  if (adapters) lora_up(b, m, group, {xa, count});
+  b.arena().rewind(mark);
 }
 
 size_t linear_scratch_bytes(const LinearWeight& w, int64_t m) {

@@ -20,8 +20,6 @@ namespace {
 struct NormArgs {
   bf16* x;             // [rows, d]; updated in place when there is a delta
   const bf16* delta;   // [rows, d] or null
-  const float* parts;  // [2, rows, d] K-half sums instead of delta, or null
-  const float* bias;   // [d] with parts, or null
   const float* w;      // [d]
   int64_t rows, d;
   float eps;
@@ -59,23 +57,13 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_kernel(NormArgs a) {
   float ss = 0.0f;
   for (int s = 0; s < nseg; ++s) {
     uint4 rx[NCH], rd[NCH];
-    // The projection's K halves (a.parts): loaded with x, so that all loads of the row are in
-    // flight together.
-    float lo[ADD ? NCH : 1][8], hi[ADD ? NCH : 1][8];
 #pragma unroll
     for (int k = 0; k < NCH; ++k) {
       const int64_t j = g.template col<NCH>(s, k);
       rx[k] = rd[k] = make_uint4(0, 0, 0, 0);
       if (j < d) {
         rx[k] = load_raw<VEC>(xr, j, d);
-        if constexpr (ADD) {
-          if (a.parts == nullptr) {
-            rd[k] = load_raw<VEC>(a.delta + g.row * d, j, d);
-          } else {
-            load_chunk<VEC>(a.parts + g.row * d, j, d, lo[k]);
-            load_chunk<VEC>(a.parts + (a.rows + g.row) * d, j, d, hi[k]);
-          }
-        }
+        if constexpr (ADD) rd[k] = load_raw<VEC>(a.delta + g.row * d, j, d);
       }
     }
 #pragma unroll
@@ -84,14 +72,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) norm_kernel(NormArgs a) {
       if constexpr (ADD) {
         const int64_t j = g.template col<NCH>(s, k);
         float e[8];
-        if (a.parts == nullptr) {
-          unpack(rd[k], e);
-        } else {  // the K halves summed and rounded as launch_sum_round does
-          float b[8] = {};
-          if (j < d && a.bias != nullptr) load_chunk<VEC>(a.bias, j, d, b);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) e[i] = j < d ? round_bf16(lo[k][i] + hi[k][i] + b[i]) : 0.0f;
-        }
+        unpack(rd[k], e);
 #pragma unroll
         for (int i = 0; i < 8; ++i) v[k][i] = round_bf16(v[k][i] + e[i]);
         if (j < d) store_chunk<VEC>(xr, j, d, v[k]);
@@ -158,8 +139,6 @@ NormArgs norm_args(bf16* x, const NormDelta& delta, const float* w, int64_t rows
   NormArgs a{};
   a.x = x;
   a.delta = delta.x;
-  a.parts = delta.parts;
-  a.bias = delta.bias;
   a.w = w;
   a.rows = rows;
   a.d = d;
@@ -170,8 +149,7 @@ NormArgs norm_args(bf16* x, const NormDelta& delta, const float* w, int64_t rows
 
 bool vec_ok(const NormArgs& a, const void* dst) {
   return a.d % 8 == 0 && aligned16(a.x) && aligned16(a.w) && aligned16(dst) &&
-         (a.delta == nullptr || aligned16(a.delta)) && (a.parts == nullptr || aligned16(a.parts)) &&
-         (a.bias == nullptr || aligned16(a.bias));
+         (a.delta == nullptr || aligned16(a.delta));
 }
 
 }  // namespace

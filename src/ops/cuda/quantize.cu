@@ -94,18 +94,6 @@ __global__ void dequantize_act_kernel(const uint8_t* __restrict__ codes,
   }
 }
 
-// Element-wise: a test reference and the fallback of the ops that fuse it (PendingIn).
-__global__ void apply_pending_kernel(const uint16_t* __restrict__ raw, int64_t ld, PendingIn p,
-                                     int64_t t, int64_t n, bf16* __restrict__ out) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < t * n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / n, c = i % n;
-    const float x = __half2float(__ushort_as_half(raw[r * ld + c]));
-    out[i] =
-        __float2bfloat16_rn(__fmul_rn(__fmul_rn(x, p.inv_alpha), __fmul_rn(p.row[r], p.col[c])));
-  }
-}
-
 // One block per 128x128 weight block: amax over its valid part, then its codes.
 __global__ void __launch_bounds__(256)
     quantize_weight_block_kernel(const bf16* __restrict__ w, int64_t n, int64_t k,
@@ -216,13 +204,6 @@ void launch_quantize_tensor(const void* x, bool x_f32, int64_t n, const float* a
   else
     quantize_tensor_t(static_cast<const bf16*>(x), n, amax, static_scale, codes, scale_out, s);
   FP8RL_LAUNCH_CHECK("quantize_tensor");
-}
-
-void launch_apply_pending(const uint16_t* raw, int64_t ld, const PendingIn& p, int64_t t, int64_t n,
-                          bf16* out, cudaStream_t s) {
-  if (t * n == 0) return;
-  apply_pending_kernel<<<grid_for(t * n, 256), 256, 0, s>>>(raw, ld, p, t, n, out);
-  FP8RL_LAUNCH_CHECK("apply_pending");
 }
 
 void launch_dequantize_act(const uint8_t* codes, const float* scales, int mode, int64_t rows,

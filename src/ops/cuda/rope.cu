@@ -150,8 +150,7 @@ __global__ void __launch_bounds__(256)
 // rope_store_kv: the rows of a token are its hq query heads, then its hkv key heads, then its
 // hkv value heads; one block per (token, group of rows). Query rows go to q_out, key rows
 // (rotated) and value rows (as read) to the token's pool slot, bf16 or quantized as
-// store_kv_fp8_kernel quantizes a row (amax over the head's lanes). A pending input's values
-// are made as its raw sums are loaded.
+// store_kv_fp8_kernel quantizes a row (amax over the head's lanes).
 __global__ void __launch_bounds__(256)
     rope_store_kv_kernel(RopeStoreArgs a, int rows_per_block, int rblocks) {
   __shared__ float tab_c[kMaxHalf + kMaxHalf / 32], tab_s[kMaxHalf + kMaxHalf / 32];
@@ -169,8 +168,6 @@ __global__ void __launch_bounds__(256)
                                 : a.v + tok * a.v_stride;
   uint4 raw = make_uint4(0, 0, 0, 0);
   if (active) raw = *reinterpret_cast<const uint4*>(src + head * a.d + j);
-  // A pending linear's column row * d + j: the rows are q's heads, k's, then v's, as its columns.
-  if (active && a.pending.row != nullptr) raw = pending_values(raw, a.pending, tok, row * a.d + j);
   const int64_t slot = a.slot_mapping[tok];
   fill_angle_table(a.positions[tok], a.inv_freq, int(a.d / 2), tab_c, tab_s);
   __syncthreads();

@@ -83,26 +83,6 @@ __device__ __forceinline__ uint4 pack(const float (&v)[8]) {
   return u;
 }
 
-// The bf16 bits of 8 values of a pending linear's output (PendingIn) from their fp16 raw
-// bits: token t, columns [c, c + 8) (p.col + c 16-byte aligned). The same fp32 products as
-// the CPU's apply_pending.
-__device__ __forceinline__ uint4 pending_values(const uint4& raw, const PendingIn& p, int64_t t,
-                                                int64_t c) {
-  const __half2* h = reinterpret_cast<const __half2*>(&raw);
-  const float4 c0 = *reinterpret_cast<const float4*>(p.col + c);
-  const float4 c1 = *reinterpret_cast<const float4*>(p.col + c + 4);
-  const float col[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-  const float row = p.row[t];
-  float v[8];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __half22float2(h[i]);
-    v[2 * i] = __fmul_rn(__fmul_rn(f.x, p.inv_alpha), __fmul_rn(row, col[2 * i]));
-    v[2 * i + 1] = __fmul_rn(__fmul_rn(f.y, p.inv_alpha), __fmul_rn(row, col[2 * i + 1]));
-  }
-  return pack(v);
-}
-
 // 8 values at p[j..j+8) as floats (zeros past n without VEC).
 template <bool VEC>
 __device__ __forceinline__ void load_chunk(const bf16* p, int64_t j, int64_t n, float (&v)[8]) {
