@@ -3,7 +3,7 @@
 //                  [--fp8 ...] [--[no-]checkpointing] [--kv-memory GIB] [--on-policy-exact]
 //                  [--device cuda|cpu] [--out F]
 //
-// Times GRPO steps on one model (issue 11 item 9): P random prompts of L tokens, G samples
+// Times GRPO steps on one model: P random prompts of L tokens, G samples
 // each of exactly C tokens (no stop ids), LoRA rank R (alpha 2R) on all seven projections,
 // one micro-batch of P x G completions per step. A length reward keeps the run independent of
 // a tokenizer. Prints JSON from the run's last step: the peak memory of each phase (rollout,

@@ -2,12 +2,12 @@
 //                   [--checkpointing [--offload]] [--steps N] [--warmup W]
 //                   [--device cuda|cpu] [--out F]
 //
-// Times LoRA training steps (issue 10 item 8): B random sequences of T tokens, an adapter of
+// Times LoRA training steps: B random sequences of T tokens, an adapter of
 // rank R (alpha 2R) on all seven projections, AdamW; per step the training forward with the
 // chunked cross-entropy, the backward, and the guarded optimizer step (gradient norm, clipping
 // to 1.0, the update of the masters and of the compute copies, all on the model's device).
 // Prints JSON: tokens/s, the step split, peak memory. The HF transformers + PEFT anchor
-// of the same shapes is tools/bench/hf_train.py (run in the same device session).
+// of the same shapes is tools/bench/hf_train.py (run in the same device call).
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GRPO step benchmark on the GPU machine (issue 11 item 9), one batch, from the repo root:
+# The GRPO step benchmark on the GPU machine, one batch, from the repo root:
 #   OUT=$OUT bash tests/gpu/bench_grpo.sh BUILD_DIR
 # fp8rl bench grpo on the Qwen3-1.7B and Qwen3-8B presets (random weights): 1 prompt of 128
 # tokens x 8 generations of exactly 512 tokens, r = 32 on all seven projections,

@@ -71,7 +71,7 @@ tail -1 "$OUT/model.log" >> "$SUMMARY"
 step "model random" "$OUT/model.log" 60 "$BIN/test_model_gpu" --data tests/data --random
 step "trainer vs cpu" "$OUT/train.log" 120 "$BIN/test_train_gpu"
 tail -1 "$OUT/model.log" >> "$SUMMARY"
-# fp8rl logits --device cuda against both CPU references, with top-1 agreement (issue 4).
+# fp8rl logits --device cuda against both CPU references, with top-1 agreement.
 step "cli logits" "$OUT/model.log" 120 bash tests/gpu/cli_logits.sh "$BUILD"
 
 for fp8 in row off block tensor; do

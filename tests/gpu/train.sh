@@ -29,7 +29,7 @@ step "grpo demo cuda" "$OUT/grpo.log" 150 "$FP8RL" grpo --config examples/demo.y
   --device cuda --max-steps 20 --output-dir "$OUT/grpo-demo" --save-steps 0
 step "sft cuda" "$OUT/sft.log" 120 "$FP8RL" sft examples/demo/model --data examples/demo/sft.jsonl \
   --device cuda --max-steps 10 --out "$OUT/sft-demo" --save-steps 0
-# Issue 10's memory plan: the dry run's total (all of it in the one device region) against the
+# The memory plan: the dry run's total (all of it in the one device region) against the
 # peak the run measured, within 10%.
 step "sft cuda dry-run" "$OUT/sft.log" 60 "$FP8RL" sft examples/demo/model \
   --data examples/demo/sft.jsonl --device cuda --max-steps 10 --out "$OUT/sft-demo" --dry-run
