@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every GPU test and benchmark from a build made elsewhere (nothing is built here), in
 # order of importance, each step under its own time limit, and writes logs and a summary under
-# $OUT (default ./gpu-results): at most 8 files, so the device tool can bring them all back.
+# $OUT (default ./gpu-results): at most 8 files, a small fixed set to copy back.
 #
 #   tests/gpu/run.sh [BUILD_DIR] [--skip-hf] [--skip-memcheck] [--exhaustive]
 #

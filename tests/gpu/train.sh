@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The trainer on the GPU machine, one batch (run by the device tool from the repo root):
+# The trainer on the GPU machine, one batch, from the repo root:
 #   OUT=$OUT bash tests/gpu/train.sh BUILD_DIR
 # BUILD_DIR is a bundle of tests/gpu/bundle.sh. Runs the CUDA backward ops against the CPU
 # (test_ops, backward families; the attention backward on its tiled and its reference kernels,
