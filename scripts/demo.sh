@@ -7,9 +7,14 @@
 #   scripts/demo.sh [extra grpo flags, e.g. --max-steps 50 or --fp8 off --output-dir runs/demo-bf16]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-scripts/build.sh
-fp8rl=build/src/cli/fp8rl
+# Only what the demo runs: the fp8rl binary for the CPU, in a build directory of its own (the
+# tests, benchmarks and CUDA kernels of scripts/build.sh would take most of the time).
+scripts/setup.sh --minimal
+echo "== building fp8rl (CPU only) in build-demo/"
+cmake -S . -B build-demo -DCMAKE_BUILD_TYPE=Release -DFP8RL_WITH_CUDA=OFF -DFP8RL_TESTS=OFF \
+  -DFP8RL_BENCH=OFF >/dev/null
+cmake --build build-demo -j"$(nproc)" --target fp8rl
+fp8rl=build-demo/src/cli/fp8rl
 out=runs/demo
 for ((i = 1; i <= $#; ++i)); do
   [ "${!i}" = "--output-dir" ] || [ "${!i}" = "--out" ] && { j=$((i + 1)); out=${!j}; }
@@ -28,7 +33,7 @@ print(f"== mean reward of the first {k} steps {sum(r[:k]) / k:.3f}, of the last 
 PY
 echo "== held-out greedy accuracy (examples/demo/eval.jsonl, 500 sums):"
 echo -n "   base model:        "
-python3 tools/demo/eval_demo_model.py --fp8 row | tail -1
+python3 tools/demo/eval_demo_model.py --fp8rl "$fp8rl" --fp8 row | tail -1
 echo -n "   with the adapter:  "
-python3 tools/demo/eval_demo_model.py --fp8 row --adapter "$out" | tail -1
+python3 tools/demo/eval_demo_model.py --fp8rl "$fp8rl" --fp8 row --adapter "$out" | tail -1
 echo "== report: $out/report.html"

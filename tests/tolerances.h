@@ -18,7 +18,7 @@ inline double f32_reduction_bound(int64_t k) {
   return 8.0 * kF32Eps * std::sqrt(double(k));
 }
 
-// Our fp32 CPU forward vs HF transformers' fp32 eager forward (issue 2 item 8). Both are fp32 of
+// Our fp32 CPU forward vs HF transformers' fp32 eager forward. Both are fp32 of
 // the same weights; the errors come from reduction order (K up to a few hundred here, ~1e-7
 // relative each), transcendental implementations (exp, tanh, pow, cos: a few ulp) and their
 // growth through the layers. Measured on the five goldens (test_goldens prints it): 4.3e-7
@@ -29,7 +29,7 @@ inline constexpr double kHfFp32Logits = 1e-5;
 // The trainer against HF + PEFT in fp32 on the CPU (tests/train/test_train_goldens.cpp): the
 // loss relative, LoRA gradients and one optimizer step as max |ours - ref| / max |ref|. Both
 // sides are fp32 with different reduction orders over a forward of a few hundred-term sums and
-// its backward; issue 10 item 7 asks for 1e-4, ratcheted to a few times the measured error:
+// its backward; 1e-4 at first, ratcheted to a few times the measured error:
 // loss <= 1.3e-7, gradients <= 2.6e-6 (mistral), SGD <= 6e-7. AdamW's first step is
 // lr * g / (|g| + eps) elementwise, which turns a gradient's relative error into the update's
 // wherever |g| ~ eps: measured <= 1.3e-5.
@@ -48,7 +48,7 @@ inline constexpr double kCudaTrainGrad = 8.0 / 256;
 // only, a weak check beside the bf16 base's: measured <= 0.124 (mistral).
 inline constexpr double kCudaFp8TrainGrad = 3.0 / 16;
 // FP8-row against unquantized base over the same SFT run (tests/train/test_sft_trainer.cpp):
-// the relative difference of the end-of-run loss, issue 10's claim (1%). Measured 0.15%.
+// the relative difference of the end-of-run loss, the claim being 1%. Measured 0.15%.
 inline constexpr double kFp8SftLossCurve = 0.01;
 inline constexpr double kHfTrainGrad = 1e-5;
 inline constexpr double kHfTrainStep = 5e-5;
@@ -174,7 +174,7 @@ inline double cuda_fp8_logits_bound(double d_fp8) {
 // control). If CUDA's flipped e4m3 roundings were independent of the CPU's the score would be
 // ~sqrt(2); the shared recipe makes the effects agree where no rounding flips, and the flips
 // (the cascade above) carry only part of the effect's energy. Measured on the H200
-// (2026-12-01, tools/bench/results/2026-12-01-h200/s7/model.log): 0.44..0.83 over the 15
+// (2026-12-01, test_model_gpu's "FP8 effect" rows): 0.44..0.83 over the 15
 // golden and 9 random-model cases; the controls score 1. Bound 0.9: below the control's 1.
 inline constexpr double kCudaFp8EffectResidual = 0.9;
 
@@ -247,7 +247,7 @@ inline double second_moment_tolerance(double kurtosis, int64_t n) {
 // Greedy generation against HF transformers' fp32 eager generate (tests/engine): the logprob
 // of each generated token, |ours - HF|. Both compute log_softmax of fp32 logits that agree to
 // ~1e-6 of their magnitude (kHfFp32Logits' measurement: logits of |x| <~ 10, summation
-// orders differ), and log_softmax adds a few ulps; issue 9 asks for 1e-4, which leaves ~10x.
+// orders differ), and log_softmax adds a few ulps; 1e-4 leaves ~10x.
 inline constexpr double kGenerateLogprob = 1e-4;
 
 // FP8 KV cache against the unquantized one (tests/engine Fp8KvCacheDeviation): each key and

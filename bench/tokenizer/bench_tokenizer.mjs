@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Tokenizer speed (issue 3, item 7): encode a ~4 MB mixed corpus with the Qwen3 tokenizer,
+// Tokenizer speed: encode a ~4 MB mixed corpus with the Qwen3 tokenizer,
 // ours against the JavaScript peer (@lenml/tokenizers), in the same run on the same file.
 //
 //   node bench/tokenizer/bench_tokenizer.mjs --fp8rl BUILD/src/cli/fp8rl

@@ -7,7 +7,7 @@
 // cross-entropy, the backward, and the guarded optimizer step (gradient norm, clipping to 1.0,
 // the update of the masters and of the compute copies, all on the model's device). Prints JSON:
 // tokens/s, the step split, peak memory. The HF transformers + PEFT anchor of the same shapes
-// is tools/bench/hf_train.py (run in the same device session).
+// is tools/bench/hf_train.py (run in the same GPU call).
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>

@@ -1,6 +1,9 @@
-// The fp8rl binary: one subcommand per job (DESIGN.md §1).
+// The fp8rl binary: one subcommand per job.
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 
@@ -8,7 +11,28 @@
 #include "cli/common.h"
 #include "core/check.h"
 
+namespace {
+
+// OpenMP's idle threads spin before they sleep (libgomp: some 300,000 polls after each parallel
+// region). When another process holds a core, the spinning threads take the time the working
+// ones need: the CPU demo's GRPO steps ran several times slower beside one busy process, and
+// passive waiting costs nothing measurable when the cores are free (docs/PERFORMANCE.md).
+// libgomp reads OMP_WAIT_POLICY once, while it is loaded, before main, so setting it here would
+// be too late and a constructor cannot be ordered before the library's own. Instead the program
+// executes itself once more with the variable set; that it is set is what stops the second run
+// from doing it again. A user's OMP_WAIT_POLICY or GOMP_SPINCOUNT is left as it is, and where
+// the program cannot execute itself (no /proc) it runs on with the default.
+void use_passive_openmp_waiting(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
+  if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  execv("/proc/self/exe", argv);  // returns only on failure
+  unsetenv("OMP_WAIT_POLICY");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  use_passive_openmp_waiting(argv);
   // A file-size limit (ulimit -f, RLIMIT_FSIZE) is hit like a full disk: write() fails with
   // EFBIG and fp8rl reports it naming the file, as it does ENOSPC. SIGXFSZ's default action
   // would instead kill the process mid-write with no message.

@@ -79,7 +79,7 @@ struct EngineOptions {
   // faster (H200, Qwen3-8B heads, 256 sequences, decode attention a layer: at 128-token
   // prompts the group path 3-11% slower with 32 to 512 keys of their own; at 256-token
   // prompts 9% faster with 256 own, and bench generate 7.5% faster; docs/PERFORMANCE.md,
-  // seventeenth session).
+  // "Developer controls").
   int64_t shared_prefix_min_tokens = 256;
   // Asynchronous scheduling (vLLM's name): step k+1 is planned and queued on the device while
   // step k runs, its input ids copied on the device from step k's samples, so the device does

@@ -1,8 +1,8 @@
 // The safetensors container: reading (mmap, zero-copy views), sharded checkpoints, writing.
 //
 // Layout: u64 little-endian header length N, N bytes of JSON header, then the data buffer
-// (reference/fp8_formats_and_kernels.md §1.0). The reader trusts nothing in the file: every
-// failure is an fp8rl::Error naming the file and, where there is one, the tensor, because a
+// (the format's own specification, huggingface/safetensors). The reader trusts nothing in the file:
+// every failure is an fp8rl::Error naming the file and, where there is one, the tensor, because a
 // checkpoint off the Hub is user input.
 //
 // Alignment: a view's data pointer is only as aligned as the file makes it. Writers that pad

@@ -32,7 +32,7 @@ namespace fp8rl {
 void forward(Context& ctx, const Model& model, const KvPool& kv, const StepBatch& step,
              const TensorView& logits);
 
-// The training forward (issue 10): the same layers over a step of full prefills (every token
+// The training forward: the same layers over a step of full prefills (every token
 // of every sequence new), saving what the backward needs into `tape` (model/tape.h) instead of
 // reusing one activation set; the residual adds and norms are not fused across layers, so
 // each layer is a function of its input alone (checkpointing recomputes it). Adapter inputs

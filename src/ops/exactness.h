@@ -1,6 +1,6 @@
 // Batch invariance: a token's computation does not depend on which other tokens share its
 // step, so the engine's decode steps and the trainer's pass over the same tokens produce
-// bit-identical logits (GRPO's on_policy_exact, issue 11 item 2).
+// bit-identical logits (GRPO's on_policy_exact).
 //
 // The CPU kernels are batch-invariant always (fixed reduction orders, one log-softmax). On
 // CUDA it is a mode of the device context, off by default because it costs speed:

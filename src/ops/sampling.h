@@ -33,7 +33,7 @@
 //      output, before penalty, ban, temperature and filters);
 //      processed_logprobs[r] = log_softmax(raw x / T)[token] over the FULL vocabulary (no
 //      penalty, no ban, no filter; T = 0 counts as 1), which is what an RL trainer recomputes
-//      from its own forward (TRL issue 6789).
+//      from its own forward (the tempered distribution it samples from, not the filtered one).
 //  (g) top_ids[r, :], top_logprobs[r, :]: the K = top_logprobs largest raw logprobs and their
 //      ids, descending, the lowest id first on ties.
 //

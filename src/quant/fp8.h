@@ -1,4 +1,4 @@
-// THE FP8 recipe (DESIGN.md §4): the one definition of how fp8rl quantizes weights and
+// THE FP8 recipe: the one definition of how fp8rl quantizes weights and
 // activations. The CPU ops call these functions; the CUDA kernels implement the same formulas
 // and are tested bit-for-bit against them.
 //

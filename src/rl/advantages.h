@@ -1,6 +1,5 @@
 // GRPO advantages from one generation batch's rewards, as TRL's GRPOTrainer computes them in
-// _generate_and_score_completions (multi_objective_aggregation="sum_then_normalize";
-// shared/reference/rl_algorithms.md §2.2, §2.3, §2.12).
+// _generate_and_score_completions (multi_objective_aggregation="sum_then_normalize").
 #pragma once
 
 #include <cstdint>
@@ -18,7 +17,7 @@ enum class ScaleRewards { group, batch, none };
 ScaleRewards parse_scale_rewards(std::string_view name);
 std::string_view scale_rewards_name(ScaleRewards scale);
 
-// TRL's logged values for the batch (§2.12), under their TRL keys.
+// TRL's logged values for the batch, under their TRL keys.
 struct AdvantageStats {
   double reward = 0.0;                // "reward": nanmean of the rewards
   double reward_std = 0.0;            // "reward_std": nanstd (unbiased) over the whole batch

@@ -1,6 +1,6 @@
 // `fp8rl dpo`'s configuration: TRL's DPOConfig keys fp8rl implements, by TRL's names, with
-// TRL's meanings and defaults (trl/trainer/dpo_config.py; ../shared/reference/
-// rl_algorithms.md §5.1), on top of the shared TrainingArguments and model/LoRA keys.
+// TRL's meanings and defaults (trl/trainer/dpo_config.py), on top of the shared
+// TrainingArguments and model/LoRA keys.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // DPO's loss over a batch of preference pairs from their summed completion log-probabilities,
 // with its derivative with respect to the policy's, and TRL's metrics: DPOTrainer's
-// _compute_loss (TRL main 1.10.dev, f2cd5771; shared/reference/rl_algorithms.md §5.1).
+// _compute_loss (TRL main 1.10.dev, f2cd5771).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // `fp8rl grpo`'s configuration: TRL's GRPOConfig keys fp8rl implements, by TRL's names, with
-// TRL's meanings and defaults (trl/trainer/grpo_config.py; ../shared/reference/
-// rl_algorithms.md §2), on top of the shared TrainingArguments and model/LoRA keys, plus the
+// TRL's meanings and defaults (trl/trainer/grpo_config.py), on top of the shared
+// TrainingArguments and model/LoRA keys, plus the
 // generation engine's keys and the rewards. A comment marks each deviation from TRL.
 #pragma once
 
@@ -37,10 +37,11 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
   int64_t num_iterations = 1;  // μ: updates per generated batch
   // TRL removed max_prompt_length in v0.28 (it kept the last 512 tokens, silently). fp8rl keeps
   // the key with the old default and makes a longer prompt an error naming the row unless
-  // `truncation` is set (issue 11 item 10); null: no limit.
+  // `truncation` is set (a silent cut would train on prompts the user never wrote); null: no
+  // limit.
   std::optional<int64_t> max_prompt_length = 512;
   bool truncation = false;  // cut prompts over max_prompt_length to their last tokens
-  // TRL's default in the release the brief names (256); TRL main moved to 512 in 2026-07.
+  // TRL 0.2x's default (256); TRL main moved to 512 in 2026-07.
   int64_t max_completion_length = 256;
   double temperature = 1.0;
   double top_p = 1.0;

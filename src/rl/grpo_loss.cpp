@@ -38,7 +38,7 @@ Term clipped_surrogate(double r, double a, double lo, double hi, std::optional<d
   return t;
 }
 
-// k3 = exp(ref - logp) - (ref - logp) - 1 and its derivative in logp (§1.3).
+// k3 = exp(ref - logp) - (ref - logp) - 1 and its derivative in logp (TRL's per-token KL estimate).
 Term k3_kl(double logp, double ref) {
   const double d = ref - logp;
   return {std::exp(d) - d - 1.0, 1.0 - std::exp(d)};
@@ -143,7 +143,8 @@ GrpoLossResult grpo_loss(const GrpoBatch& b, const GrpoLossConfig& c) {
 
   int64_t total_active = 0;
   for (uint8_t m : b.mask) total_active += m;
-  // The weight of one active token's L in the loss (§2.10); grpo's depends on its completion.
+  // The weight of one active token's L in the loss (the loss_type's aggregation); grpo's depends on
+  // its completion.
   const auto aggregation = [&](int64_t active_in_sequence) {
     switch (c.loss_type) {
       case GrpoLossType::grpo:

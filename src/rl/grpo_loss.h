@@ -1,7 +1,7 @@
 // The GRPO family's loss over one micro-batch of completions, with its exact derivative with
 // respect to the current policy's per-token log-probabilities: TRL's GRPOTrainer._compute_loss
-// (TRL main 1.10.dev, f2cd5771; shared/reference/rl_algorithms.md §1.3, §1.4, §2.4 to §2.7,
-// §2.10, §2.12, §3). The model backward turns dloss_dlogp into parameter gradients.
+// (TRL main 1.10.dev, f2cd5771). The model backward turns dloss_dlogp into parameter
+// gradients.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The pairs of a DPO run (issue 11 item 7), TRL's preference format: JSONL rows with
+// The pairs of a DPO run, TRL's preference format: JSONL rows with
 // `prompt` + `chosen` + `rejected`, each a string (standard: tokenize(prompt), then
 // tokenize(prompt + completion) + EOS, the completion's tokens being those after the prompt's)
 // or a list of {role, content} messages (conversational: the chat template's render of the

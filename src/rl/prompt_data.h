@@ -1,4 +1,4 @@
-// The prompts of a GRPO run (issue 11 item 5): JSONL rows with `prompt` (a string, tokenized
+// The prompts of a GRPO run: JSONL rows with `prompt` (a string, tokenized
 // raw as TRL does: processing_class(text=prompt), the post-processor's special tokens
 // included) or `messages` / a conversational `prompt` (a list of {role, content}: the chat
 // template's render with the generation prompt, apply_chat_template(add_generation_prompt=

@@ -1,5 +1,5 @@
 // The reward interface of the GRPO family: one batch of samples in, one value per sample out,
-// as TRL's reward functions (rl_algorithms.md §8). The built-ins (builtin_rewards.h), the
+// as TRL's reward functions. The built-ins (builtin_rewards.h), the
 // external reward process (reward_process.h) and their weighted combination (reward_set.h)
 // all go through it.
 #pragma once

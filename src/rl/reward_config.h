@@ -1,6 +1,6 @@
-// The rewards of a run from their configuration: a list of entries (the lead's YAML converted
-// to JSON), each one reward function with an optional weight (default 1.0) and name (default
-// its type, the metrics key rewards/<name>/mean):
+// The rewards of a run from their configuration: a list of entries (the run config's YAML
+// converted to JSON), each one reward function with an optional weight (default 1.0) and name
+// (default its type, the metrics key rewards/<name>/mean):
 //   {type: answer_match, column: answer, mode: exact|normalized|numeric, answer_pattern: RE,
 //    correct_reward: 1.0, incorrect_reward: 0.0}
 //   {type: regex, pattern: RE, match: search|start|full, dotall: false, multiline: false,

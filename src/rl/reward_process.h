@@ -1,4 +1,4 @@
-// The external reward process (issue 11 item 4): any command line, run through /bin/sh -c,
+// The external reward process: any command line, run through /bin/sh -c,
 // started once and kept alive for the run. Per batch it reads one JSON line on its stdin,
 //   {"prompts": [...], "completions": [...], "completion_ids": [[...]], "<column>": [...], ...}
 // (every other dataset column, one value per completion) and writes one line on its stdout,

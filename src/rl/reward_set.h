@@ -1,9 +1,9 @@
-// Several reward functions combined with weights, with TRL's semantics (rl_algorithms.md §2.2,
+// Several reward functions combined with weights, with TRL's semantics (GRPOTrainer,
 // multi_objective_aggregation = "sum_then_normalize"): per-function rewards with None as NaN,
 // total = nansum_k(w_k * r_k) per row, and a row where every function returned None is
-// "unscorable" (reward NaN, left out of the means, advantage 0). Beyond TRL (issue 11 item 10),
-// a row where any function returned NaN or +-Inf is "non-finite": reported and counted, its
-// total NaN, never trained on (in TRL a NaN would pass as None).
+// "unscorable" (reward NaN, left out of the means, advantage 0). Beyond TRL (so that a broken
+// reward cannot train silently), a row where any function returned NaN or +-Inf is "non-finite":
+// reported and counted, its total NaN, never trained on (in TRL a NaN would pass as None).
 #pragma once
 
 #include <cstdint>

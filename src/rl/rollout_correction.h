@@ -1,7 +1,7 @@
 // Importance-sampling correction for the rollout engine vs trainer mismatch: TRL's
 // vllm_importance_sampling_correction (truncated / masked IS, "TIS" / "MIS"), computed once per
 // generation batch in GRPOTrainer._generate_and_score_completions and applied to the loss as a
-// constant per-token weight (shared/reference/rl_algorithms.md §2.8, §11 items 8 and 9).
+// constant per-token weight.
 //
 // It is separate from grpo_loss() because TRL computes it at generation time from the trainer's
 // logprobs of the rollout (old_logp, θ_old) and the engine's, then reuses the same weights for

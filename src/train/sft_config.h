@@ -1,5 +1,5 @@
 // `fp8rl sft`'s configuration: TRL's SFTConfig keys fp8rl implements, by TRL's names and with
-// TRL's defaults (trl/trainer/sft_config.py; ../shared/reference/rl_algorithms.md §6), on top
+// TRL's defaults (trl/trainer/sft_config.py), on top
 // of the shared TrainingArguments and the model/LoRA keys. A comment marks each deviation.
 #pragma once
 
@@ -21,7 +21,7 @@ struct SftConfig : TrainingArguments, ModelArguments {
   int64_t max_length = 1024;  // tokens per sequence (prompt + completion)
   // TRL always truncates to max_length (keeping the start). fp8rl makes a longer sequence an
   // error unless this is set: silently cut training data hides a wrong max_length or a broken
-  // dataset (issue 10 item 9). With it set, sequences keep their first max_length tokens.
+  // dataset. With it set, sequences keep their first max_length tokens.
   bool truncation = false;
   // TRL's packing: several sequences per batch row, attention confined to each. fp8rl always
   // batches without padding (variable-length sequences in one batch); packing=true fills each
@@ -36,7 +36,7 @@ struct SftConfig : TrainingArguments, ModelArguments {
   std::optional<bool> completion_only_loss;
   // Loss on assistant turns only for `messages` rows. TRL's default is false because it needs
   // {% generation %} markers in the chat template; fp8rl finds the assistant turns itself, and
-  // issue 10 asks for assistant-only loss on chat data, so the default is true here.
+  // training a chat model on its users' turns is rarely wanted, so the default is true here.
   bool assistant_only_loss = true;
 
   // TrainingArguments', ModelArguments' and these keys' ranges; throws fp8rl::Error naming the

@@ -1,5 +1,5 @@
 // The SFT dataset: JSONL rows in TRL's formats, tokenized into examples with a per-token loss
-// mask, as TRL's SFTTrainer prepares them (rl_algorithms.md §6-7).
+// mask, as TRL's SFTTrainer prepares them.
 //
 // A row (one JSON object per line; blank lines skipped) is used by the first of these fields
 // it holds, as TRL picks (pre-tokenized first, then conversational, then standard):
@@ -70,7 +70,7 @@ struct SftDataOptions {
   std::string dataset_text_field = "text";
   // TRL's: unset = loss on the completion only for prompt-completion rows; true/false force it.
   std::optional<bool> completion_only_loss;
-  // issue 10: messages rows train on the assistant turns only (TRL's default is false).
+  // messages rows train on the assistant turns only (TRL's default is false; sft_config.h).
   bool assistant_only_loss = true;
   // The tokenizer's EOS token id (tokenizer_config.json's eos_token), appended to text and
   // completions; -1 when the tokenizer has none, which makes such rows an error.

@@ -721,6 +721,35 @@ TEST(Cli, ErrorsShowTheLocationOnlyWhenDebugging) {
   EXPECT_NE(run("bench generate --help").output.find("FP8RL_DEBUG=1"), std::string::npos);
 }
 
+// fp8rl's OpenMP threads wait passively unless the user chose how (main.cpp executes the
+// program once more with OMP_WAIT_POLICY=passive). libgomp's OMP_DISPLAY_ENV=verbose prints
+// the spin count each time it starts: the default 300000, then 0 after the one re-execution;
+// a user's OMP_WAIT_POLICY or GOMP_SPINCOUNT is kept and nothing runs twice. ctest itself runs
+// with OMP_WAIT_POLICY set, hence env -u.
+TEST(Cli, OpenMpWaitsPassivelyUnlessTheUserChose) {
+  const auto spin_counts = [](const std::string& env) {
+    const std::string cmd = "env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT OMP_DISPLAY_ENV=verbose " +
+                            env + " " + std::string(FP8RL_BIN) + " --version 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+    EXPECT_EQ(pclose(p), 0) << cmd;
+    std::vector<std::string> counts;
+    const std::string key = "GOMP_SPINCOUNT = '";
+    for (size_t at = out.find(key); at != std::string::npos; at = out.find(key, at + 1))
+      counts.push_back(
+          out.substr(at + key.size(), out.find('\'', at + key.size()) - at - key.size()));
+    return counts;
+  };
+  const std::vector<std::string> fresh = spin_counts("");
+  if (fresh.empty()) GTEST_SKIP() << "the OpenMP runtime is not libgomp";
+  EXPECT_EQ(fresh, (std::vector<std::string>{"300000", "0"}));
+  EXPECT_EQ(spin_counts("OMP_WAIT_POLICY=active").size(), 1u);
+  EXPECT_EQ(spin_counts("GOMP_SPINCOUNT=1000"), (std::vector<std::string>{"1000"}));
+}
+
 TEST(Cli, OutputsNeverOverwriteInputsOrSpecialFiles) {
   const std::string base = temp("outputs");
   const std::string model = base + "/model", link = base + "/link";

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The trainer benchmark on the GPU machine (issue 10 item 8), one batch, from the repo root:
+# The trainer benchmark on the GPU machine, one batch, from the repo root:
 #   OUT=$OUT bash tests/gpu/bench_train.sh BUILD_DIR
 # fp8rl bench train on the Qwen3-8B preset (random weights), batch 8 x 1024 tokens, r = 32 on
 # all seven projections, checkpointing on, FP8-row (also with --offload) and bf16; the HF +

@@ -3,7 +3,7 @@
 # made here: the three GPU binaries and the fp8rl CLI (stripped; cli_logits.sh runs the CLI)
 # and the non-CUDA shared libraries they link that
 # the GPU image may lack (libfmt, libgomp, libpcre2-8), as one xz archive (bundle.tgz, ~33
-# MB rather than ~110: the device tool carries at most 64 MiB with the repo) that env.sh
+# MB rather than ~110, so that it travels to the GPU machine with the repository) that env.sh
 # unpacks in place (tar -xf detects the compression).
 # cuBLASLt comes from the GPU machine's CUDA.
 #

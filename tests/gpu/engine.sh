@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The generation engine's GPU run (issue 9), from a bundle built here (tests/gpu/bundle.sh):
+# The generation engine's GPU run, from a bundle built here (tests/gpu/bundle.sh):
 # the ops of the paged cache and the sampler against the CPU, the model forward on CUDA vs the
 # CPU, generation on CUDA vs the CPU engine (test_generate_gpu), then `fp8rl bench generate` on
 # the Qwen3-8B config (FP8-row and bf16 weights, bf16 KV; 32 prompts x 8 samples, 128 prompt

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every GPU test and benchmark from a build made elsewhere (nothing is built here), in
 # order of importance, each step under its own time limit, and writes logs and a summary under
-# $OUT (default ./gpu-results): at most 8 files, so the device tool can bring them all back.
+# $OUT (default ./gpu-results): at most 8 files, a small fixed set to copy back.
 #
 #   tests/gpu/run.sh [BUILD_DIR] [--skip-hf] [--skip-memcheck] [--exhaustive]
 #
@@ -71,7 +71,7 @@ tail -1 "$OUT/model.log" >> "$SUMMARY"
 step "model random" "$OUT/model.log" 60 "$BIN/test_model_gpu" --data tests/data --random
 step "trainer vs cpu" "$OUT/train.log" 120 "$BIN/test_train_gpu"
 tail -1 "$OUT/model.log" >> "$SUMMARY"
-# fp8rl logits --device cuda against both CPU references, with top-1 agreement (issue 4).
+# fp8rl logits --device cuda against both CPU references, with top-1 agreement.
 step "cli logits" "$OUT/model.log" 120 bash tests/gpu/cli_logits.sh "$BUILD"
 
 for fp8 in row off block tensor; do

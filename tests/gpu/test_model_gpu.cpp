@@ -1,6 +1,6 @@
 // test_model_gpu [--data DIR] [--arch NAME|all | --random] [--json FILE]
 //
-// The one forward on CUDA against the same forward on the CPU: the golden models of issue 2
+// The one forward on CUDA against the same forward on the CPU: the golden models
 // (every architecture, --fp8 off/tensor/row/block) and two random models at realistic widths
 // (head_dim 128 and 256, K not a multiple of 128, 300 tokens past a sliding window), made with
 // Model::random on both devices (identical weights). Each model is compared with two CPU

@@ -313,7 +313,7 @@ void adapter_update_reaches_engine_case(CudaDevice& dev) {
   LoraAdapter::detach(m);
 }
 
-// On-policy exactness (issue 11 item 2, ops/exactness.h): the engine's processed logprob of
+// On-policy exactness (ops/exactness.h): the engine's processed logprob of
 // every sampled token equals, bit for bit, the logprob the trainer's pass computes for the
 // same token (prompt + completion packed as a sequence, the same temperature) when the device
 // runs its batch-invariant kernels; the engine decodes 3 samples of 2 prompts with CUDA

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The trainer on the GPU machine, one batch (run by the device tool from the repo root):
+# The trainer on the GPU machine, one batch, from the repo root:
 #   OUT=$OUT bash tests/gpu/train.sh BUILD_DIR
 # BUILD_DIR is a bundle of tests/gpu/bundle.sh. Runs the CUDA backward ops against the CPU
 # (test_ops, backward families; the attention backward on its tiled and its reference kernels,
@@ -29,7 +29,7 @@ step "grpo demo cuda" "$OUT/grpo.log" 150 "$FP8RL" grpo --config examples/demo.y
   --device cuda --max-steps 20 --output-dir "$OUT/grpo-demo" --save-steps 0
 step "sft cuda" "$OUT/sft.log" 120 "$FP8RL" sft examples/demo/model --data examples/demo/sft.jsonl \
   --device cuda --max-steps 10 --out "$OUT/sft-demo" --save-steps 0
-# Issue 10's memory plan: the dry run's total (all of it in the one device region) against the
+# The memory plan: the dry run's total (all of it in the one device region) against the
 # peak the run measured, within 10%.
 step "sft cuda dry-run" "$OUT/sft.log" 60 "$FP8RL" sft examples/demo/model \
   --data examples/demo/sft.jsonl --device cuda --max-steps 10 --out "$OUT/sft-demo" --dry-run

@@ -1,4 +1,4 @@
-// The hostile-input suite (issue 12, item 3): every class of input a hostile user found to crash,
+// The hostile-input suite: every class of input a hostile user found to crash,
 // hang, exhaust memory, destroy files or mislead (and the fuzzers' kept findings), generated
 // fresh per case and fed to the fp8rl binary under an address-space limit, a CPU limit and a
 // wall clock. Each case must end in a clean one-line error naming the problem or in a correct

@@ -1,4 +1,4 @@
-// compute_advantages against TRL's GRPOTrainer formulas (rl_algorithms.md §2.3) on
+// compute_advantages against TRL's GRPOTrainer formulas on
 // hand-computed cases: each scale_rewards mode, the unbiased std with its +1e-4, TRL's NaN
 // ("unscorable") handling and frac_reward_zero_std.
 #include <gtest/gtest.h>

@@ -103,7 +103,7 @@ TEST(RegexReward, SearchStartAndFull) {
 }
 
 TEST(RegexReward, UnslothStrictFormat) {
-  // rl_algorithms.md §9.1 strict_format_reward_func, with re.match.
+  // Unsloth's GSM8K GRPO notebook's strict_format_reward_func, with re.match.
   RegexReward strict(
       {.pattern = "^<reasoning>\\n.*?\\n</reasoning>\\n<answer>\\n.*?\\n</answer>\\n$",
        .match = RegexMatch::start,

@@ -1,4 +1,4 @@
-// dpo_loss against TRL's DPOTrainer formulas (rl_algorithms.md §5.1) on hand-computed pairs,
+// dpo_loss against TRL's DPOTrainer formulas on hand-computed pairs,
 // and its derivatives against central finite differences of the returned loss.
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
-// grpo_loss and compute_rollout_correction against TRL's GRPOTrainer formulas
-// (rl_algorithms.md §1.3, §2.4 to §2.8, §2.10, §2.12, §3) on hand-computed cases, and every
+// grpo_loss and compute_rollout_correction against TRL's GRPOTrainer formulas on
+// hand-computed cases, and every
 // derivative against central finite differences of the returned loss.
 #include <gtest/gtest.h>
 
@@ -55,7 +55,7 @@ void expect_values(const std::vector<double>& got, const std::vector<double>& wa
   }
 }
 
-// ---- aggregation (§2.10), on-policy ---------------------------------------------------------
+// ---- aggregation, on-policy ----------------------------------------------------------------
 
 // Two completions: 3 active tokens with A = 0.5, and 2 tokens of which the second is masked,
 // A = -1. On-policy (old_logp empty = logp.detach()): every ratio is 1 with derivative 1, so
@@ -170,7 +170,7 @@ TEST(GrpoLoss, OnPolicyEqualsOldLogpEqualToLogp) {
   }
 }
 
-// ---- the clipped surrogate (§2.5) -----------------------------------------------------------
+// ---- the clipped surrogate ------------------------------------------------------------------
 
 // Six single-token completions (r, A): outside high (1.5, +1), outside high with A < 0
 // (1.5, -1), outside low (0.5, +1), outside low with A < 0 (0.5, -1), inside (1.1, +-1);
@@ -232,7 +232,7 @@ TEST(GrpoLoss, DeltaCapsTheUnclippedBranch) {
   expect_values(uncapped.dloss_dlogp, {1.5 / 2, 1.1 / 2});
 }
 
-// ---- GSPO (§2.4, §3.4) ----------------------------------------------------------------------
+// ---- GSPO -----------------------------------------------------------------------------------
 
 TEST(GrpoLoss, SequenceLevelUsesTheGeometricMeanRatio) {
   // One completion, two tokens with log-ratios 0.3 and -0.1, A = 1, grpo, epsilon 0.2.
@@ -272,7 +272,7 @@ TEST(GrpoLoss, SequenceLevelOnPolicyEqualsTokenLevel) {
   expect_values(seq.dloss_dlogp, token.dloss_dlogp);
 }
 
-// ---- KL (§1.3, §2.6) and the rollout correction (§2.8) -------------------------------------
+// ---- KL and the rollout correction ----------------------------------------------------------
 
 TEST(GrpoLoss, K3KlIsAddedPerTokenAfterTheRolloutWeight) {
   // Two on-policy tokens of one completion, A = 1, beta 0.04, rollout weights 2 and 0.5,

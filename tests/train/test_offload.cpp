@@ -1,4 +1,4 @@
-// Activation offloading (issue 10 item 3): with checkpointing, each layer's checkpointed input
+// Activation offloading: with checkpointing, each layer's checkpointed input
 // waits in host memory between the forward and the backward and the device keeps two [T, H]
 // buffers. The gradients equal those of plain checkpointing bit for bit; the plan moves the
 // inputs from the pass arena to host memory.

@@ -1,4 +1,4 @@
-// One model, one memory (issue 11 item 2): the engine and the trainer read the same FP8
+// One model, one memory: the engine and the trainer read the same FP8
 // weights and the same adapter tensors. The trainer's recomputed log-probabilities of the
 // engine's samples equal the engine's own bit for bit on the CPU (both under the
 // temperature-scaled full-vocabulary distribution), and an update of the adapter's masters reaches the engine's next rollout
@@ -125,7 +125,7 @@ TEST(SharedModel, AnAdapterUpdateReachesTheNextRollout) {
   LoraAdapter::detach(m);
 }
 
-// Standby memory (issue 11 item 3): the engine's KV pool and the training pass's saved
+// Standby memory: the engine's KV pool and the training pass's saved
 // activations and KV take turns in one StandbyRegion. Each phase's results equal those of the
 // same phase with memory of its own, bit for bit, after the other phase wrote over the region.
 TEST(StandbyRegion, EngineAndTrainerTakeTurnsInOneRegion) {

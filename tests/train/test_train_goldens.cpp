@@ -1,4 +1,4 @@
-// The trainer against HF transformers + PEFT (issue 10 item 7): on the CPU in fp32, the loss,
+// The trainer against HF transformers + PEFT: on the CPU in fp32, the loss,
 // every LoRA gradient and one SGD / AdamW step equal the goldens of
 // tools/goldens/make_train_goldens.py for all five architectures; with an FP8-row base the
 // LoRA gradients equal its PyTorch emulation of the recipe.

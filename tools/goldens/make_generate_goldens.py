@@ -200,7 +200,7 @@ def greedy_generate(model, prompt):
             raise RuntimeError(f"generate gave {len(tokens)} tokens")
         steps = torch.stack([s[0] for s in per_step]).float().numpy()
         return tokens, steps, "generate"
-    except Exception as e:  # keep going: the lead runs this once
+    except Exception as e:  # keep going: this runs once, on a GPU machine
         print(f"WARNING: generate() failed ({e!r}); using full-forward greedy", flush=True)
         tokens, steps = greedy_manual(model, prompt)
         return tokens, steps, "full_forward"

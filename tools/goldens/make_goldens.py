@@ -4,7 +4,7 @@
 For each architecture: a random model is rounded to bf16 and saved with save_pretrained (that
 is the checkpoint fp8rl loads); then the same weights, upcast to fp32, run HF's eager forward
 on a fixed token sequence (ids.json -> logits_fp32.npy), and again with every decoder linear
-replaced by an emulation of fp8rl's FP8 recipe (DESIGN.md §4) for each scaling scheme
+replaced by an emulation of fp8rl's FP8 recipe (src/quant/fp8.h) for each scaling scheme
 (ids_fp8_<scheme>.json -> logits_fp8_<scheme>.npy). The FP8 token sequences are drawn until no
 activation lands within MIN_MARGIN of an e4m3 rounding boundary: otherwise a
 last-ulp difference in fp32 summation order between two correct implementations flips one

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Trainer goldens (issue 10 item 7): loss, LoRA gradients and one optimizer step of HF + PEFT.
+"""Trainer goldens: loss, LoRA gradients and one optimizer step of HF + PEFT.
 
 For each architecture under GOLDENS_DIR (the committed checkpoints of make_goldens.py and their
 PEFT adapters in <arch>/adapter/ from make_generate_goldens.py, read only), on the CPU in fp32

@@ -43,7 +43,7 @@ class Gemm;
 class DeviceRegion;
 
 // What the device can do, decided once at start from its compute capability and cuBLASLt's
-// answers for each scaling mode (DESIGN.md §4): sm_90 has all three FP8 schemes, sm_89 and
+// answers for each scaling mode (quant/fp8.h): sm_90 has all three FP8 schemes, sm_89 and
 // sm_10x/12x per-tensor only, older GPUs none. A scheme without a native path runs through
 // the dequantize-to-bf16 GEMM: slower, never wrong.
 struct Capabilities {

@@ -1,5 +1,5 @@
 // GEMMs through cuBLASLt for the linear layers: Y[m,n] = X[m,k] W[n,k]^T, row-major, mapped
-// onto cuBLASLt's column-major TN form (DESIGN.md §4): A = W (k x n, ld k, op T), B = X (k x m,
+// onto cuBLASLt's column-major TN form: A = W (k x n, ld k, op T), B = X (k x m,
 // ld k, op N), D = Y (n x m, ld n). bf16 operands, or e4m3 operands with one of the FP8 scaling
 // modes; fp32 accumulation (FP8 fast accumulation off), bf16 or f32 output.
 //

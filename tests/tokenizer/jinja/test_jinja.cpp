@@ -1,6 +1,6 @@
 // Unit tests of the chat-template interpreter. jinja_cases.inc holds one TEST per construct,
-// filter, test and method of issue 3 item 4, with jinja2's own output as the expectation; the
-// tests below cover the public API (config reading, HF's context), limits and failure modes.
+// filter, test and method the interpreter supports, with jinja2's own output as the expectation;
+// the tests below cover the public API (config reading, HF's context), limits and failure modes.
 #include <gtest/gtest.h>
 
 #include <filesystem>
