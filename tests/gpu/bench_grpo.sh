@@ -12,8 +12,11 @@
 # Each run's JSON goes to OUT_DIR/NAME.json and one line of OUT_DIR/results.jsonl; its table row
 # is printed when it ends, the FP8/bf16 speed ratios after each pair. Every call has its own time
 # limit, cut to what is left of DEADLINE seconds (default 570) so that the whole stays inside a
-# 10-minute device call; a run with under 20 s left is skipped.
+# 10-minute device call; a run with under 20 s left is skipped. PARTS (default "grpo gen hf")
+# picks the sections, e.g. PARTS=grpo for the bench grpo pairs alone.
 set -u
+PARTS=${PARTS:-grpo gen hf}
+part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 OUT_DIR=${1:-${OUT:-/tmp/fp8rl-gpu}}
 BUILD=${BUILD:-build-gpu}
 mkdir -p "$OUT_DIR"
@@ -102,7 +105,7 @@ run() {
 }
 
 grpo="bench grpo --model $CONFIG --lora-r 32 --checkpointing --device cuda"
-for shape in small real; do
+part grpo && for shape in small real; do
   case $shape in
     small) dims="--prompts 1 --generations 8 --prompt-tokens 128 --completion-tokens 512 \
              --steps 3 --kv-memory 1" ;;
@@ -118,7 +121,7 @@ done
 
 gen="bench generate --model $CONFIG --prompt-tokens 128 --max-tokens 512 --kv-memory 40 \
   --device cuda"
-for seqs in 256 8; do
+part gen && for seqs in 256 8; do
   prompts=$(( seqs / 8 ))
   for fp8 in row off; do
     for r in 32 0; do
@@ -130,7 +133,7 @@ for seqs in 256 8; do
   table ratio "gen${seqs}_row_r32" "gen${seqs}_off_r32"
 done
 
-for rows in 8 128; do
+part hf && for rows in 8 128; do
   run "hf_peft_gen$rows" 150 python3 tools/bench/hf_generate.py --model "$CONFIG" \
     --prompts $(( rows / 8 )) --n 8 --prompt-tokens 128 --max-tokens 512 --lora-r 32
 done

@@ -233,9 +233,9 @@ struct StreamingArgs {
 };
 void launch_linear_streaming(const StreamingArgs& a, cudaStream_t s);
 // LoRA's up projections of a group: y[m, n] = bf16(y[m, n] + scale * sum_j xa[m, j] b[n, j])
-// (fp32 sum, one rounding) for each segment, m < m of the launch, at most 4 segments of rank
-// up to kLoraExpandMaxRank; segment s owns column tiles [first_tile, first_tile + ceil(n /
-// 128)).
+// (fp32 sum, one rounding) for each segment, at most 4 segments of one rank
+// (lora_expand_supported: 8, 16, 32 or 64, B rows 16-byte aligned); segment s owns column
+// tiles [first_tile, first_tile + ceil(n / 128)).
 struct LoraExpandSegment {
   const bf16* xa = nullptr;  // [m, ld], the first rank columns read
   int64_t ld = 0;
@@ -246,14 +246,12 @@ struct LoraExpandSegment {
   int64_t ldy = 0, n = 0;
   int first_tile = 0;
 };
-// Ranks past this run their up products on cuBLASLt (the kernels stage B's rows in shared
-// memory as floats: 16 + 128 rows of at most 48 KB).
-inline constexpr int kLoraExpandMaxRank = 64;
 struct LoraExpandArgs {
   int m = 0;
   LoraExpandSegment seg[kStreamingMaxSegments];
   int num_segments = 0;
 };
+bool lora_expand_supported(int rank);
 void launch_lora_expand(const LoraExpandArgs& a, cudaStream_t s);
 
 // out[r, j] += bias[j] in fp32 (out f32).

@@ -503,9 +503,13 @@ void lora_up(Backend& b, int64_t m, std::span<const ops::Projection> group,
              std::span<const LoraXa> xa) {
   LoraExpandArgs e;
   e.m = int(m);
-  bool grouped = m <= kExpandMaxRows;
+  // The grouped kernel takes one rank for the group (a template of the kernel).
+  int64_t rank = 0;
   for (const ops::Projection& p : group)
-    grouped = grouped && (!p.lora.active() || p.lora.rank() <= kLoraExpandMaxRank);
+    if (p.lora.active()) rank = p.lora.rank();
+  bool grouped = m <= kExpandMaxRows && lora_expand_supported(int(rank));
+  for (const ops::Projection& p : group)
+    grouped = grouped && (!p.lora.active() || p.lora.rank() == rank);
   int tiles = 0;
   for (size_t i = 0; i < group.size(); ++i) {
     const ops::Projection& p = group[i];
@@ -561,7 +565,7 @@ void linear_group(Backend& b, const ops::LinearInput& in, std::span<const ops::P
     loras[i] = group[i].lora;
   }
   bool fusable = true;  // the streaming kernel stages B's rows for ranks up to the limit
-  for (const ops::Projection& p : group) fusable = fusable && p.lora.rank() <= kLoraExpandMaxRank;
+  for (const ops::Projection& p : group) fusable = fusable && p.lora.rank() <= 64;
   if (quantized &&
       run_streaming(b, in.q, {ws, count}, {outs, count}, {loras, count},
                     fusable ? std::span<const LoraXa>(xa, count) : std::span<const LoraXa>())) {

@@ -63,8 +63,9 @@ __global__ void __launch_bounds__(kStreamWarps* kWarp)
     linear_streaming_kernel(const StreamingArgs a) {
   constexpr int kUnroll = U;
   __shared__ float partial[kStreamWarps][16][8 * MT];  // [warp][weight row][token]
-  // The adapter's operands of this tile, B [16, r] and xa [8 MT, r] as floats, copied in at
-  // the start so that their loads overlap the weight's.
+  // The adapter's operands of this tile, B [16, r] and xa [8 MT, r] as floats (r <= 64): loaded
+  // into registers before the weight's first loads, so they travel beside them, and stored to
+  // shared memory after the K loop.
   extern __shared__ float lora[];
   const int tile = blockIdx.x;
   const StreamingSegment& sg = a.seg[segment_of(a, tile)];
@@ -72,10 +73,14 @@ __global__ void __launch_bounds__(kStreamWarps* kWarp)
   const int rank = sg.lora_b != nullptr ? sg.lora_rank : 0;
   float* lora_b = lora;               // [16][rank]
   float* lora_xa = lora + 16 * rank;  // [8 MT][rank]
-  for (int i = threadIdx.x; i < 16 * rank; i += blockDim.x)
-    lora_b[i] = __bfloat162float(sg.lora_b[(n0 + i / rank) * rank + i % rank]);
-  for (int i = threadIdx.x; i < a.m * rank; i += blockDim.x)
-    lora_xa[i] = __bfloat162float(sg.lora_xa[int64_t(i / rank) * sg.lora_ld + i % rank]);
+  constexpr int kLoraPerThread = 16 * 64 / (kStreamWarps * kWarp);
+  bf16 pre_b[kLoraPerThread], pre_x[kLoraPerThread];
+#pragma unroll
+  for (int q = 0; q < kLoraPerThread; ++q) {
+    const int i = int(threadIdx.x) + q * kStreamWarps * kWarp;
+    if (i < 16 * rank) pre_b[q] = sg.lora_b[(n0 + i / rank) * rank + i % rank];
+    if (i < a.m * rank) pre_x[q] = sg.lora_xa[int64_t(i / rank) * sg.lora_ld + i % rank];
+  }
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t = lane % 4;
   const int64_t k = a.k;
@@ -112,7 +117,13 @@ __global__ void __launch_bounds__(kStreamWarps* kWarp)
   int64_t k0 = int64_t(warp) * span;
   for (; k0 + span <= k; k0 += stride) step(k0, true);
   if (k0 < k) step(k0, false);
-    // C fragment: rows g and g + 8 of the tile, tokens mt * 8 + 2 t and + 1.
+  #pragma unroll
+  for (int q = 0; q < kLoraPerThread; ++q) {
+    const int i = int(threadIdx.x) + q * kStreamWarps * kWarp;
+    if (i < 16 * rank) lora_b[i] = __bfloat162float(pre_b[q]);
+    if (i < a.m * rank) lora_xa[i] = __bfloat162float(pre_x[q]);
+  }
+  // C fragment: rows g and g + 8 of the tile, tokens mt * 8 + 2 t and + 1.
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     partial[warp][g][mt * 8 + 2 * t] = acc[mt][0];
@@ -143,33 +154,45 @@ __global__ void __launch_bounds__(kStreamWarps* kWarp)
   }
 }
 
-// LoRA's up projection of a group (launch_lora_expand): block (tile, row chunk) adds the
-// 128 columns of its tile for kExpandRows rows; the rows' xa values sit in shared memory.
+// LoRA's up projection of a group (launch_lora_expand): a thread per output column holds its
+// row of B in registers (R / 8 16-byte loads, all in flight together) and adds its dot with
+// each of the block's kExpandRows rows of xa, which sit in shared memory.
 constexpr int kExpandColumns = 128;
 constexpr int kExpandRows = 16;
 
+template <int R>
 __global__ void __launch_bounds__(kExpandColumns) lora_expand_kernel(const LoraExpandArgs a) {
-  extern __shared__ float xs[];  // [kExpandRows][rank], then B's tile [128][rank + 1]
+  __shared__ float xs[kExpandRows][R];
   int s = 0;
   while (s + 1 < a.num_segments && int(blockIdx.x) >= a.seg[s + 1].first_tile) ++s;
   const LoraExpandSegment& sg = a.seg[s];
-  const int rank = sg.rank, pitch = rank + 1;  // odd pitch: a warp's rows in distinct banks
-  float* bs = xs + kExpandRows * rank;
-  const int64_t c0 = int64_t(int(blockIdx.x) - sg.first_tile) * kExpandColumns;
+  const int64_t n = int64_t(int(blockIdx.x) - sg.first_tile) * kExpandColumns + threadIdx.x;
   const int m0 = int(blockIdx.y) * kExpandRows;
   const int rows = min(kExpandRows, a.m - m0);
-  for (int i = threadIdx.x; i < rows * rank; i += blockDim.x)
-    xs[i] = __bfloat162float(sg.xa[int64_t(m0 + i / rank) * sg.ld + i % rank]);
-  const int cols = int(sg.n - c0 < kExpandColumns ? sg.n - c0 : int64_t(kExpandColumns));
-  for (int i = threadIdx.x; i < cols * rank; i += blockDim.x)  // coalesced: B's rows in order
-    bs[(i / rank) * pitch + i % rank] = __bfloat162float(sg.b[c0 * rank + i]);
+  float b[R];
+  if (n < sg.n) {
+    uint4 raw[R / 8];
+#pragma unroll
+    for (int c = 0; c < R / 8; ++c) raw[c] = reinterpret_cast<const uint4*>(sg.b + n * R)[c];
+#pragma unroll
+    for (int c = 0; c < R / 8; ++c) {
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw[c]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __bfloat1622float2(h[i]);
+        b[c * 8 + 2 * i] = f.x;
+        b[c * 8 + 2 * i + 1] = f.y;
+      }
+    }
+  }
+  for (int i = threadIdx.x; i < rows * R; i += blockDim.x)
+    xs[i / R][i % R] = __bfloat162float(sg.xa[int64_t(m0 + i / R) * sg.ld + i % R]);
   __syncthreads();
-  if (int(threadIdx.x) >= cols) return;
-  const int64_t n = c0 + threadIdx.x;
-  const float* b = bs + threadIdx.x * pitch;
+  if (n >= sg.n) return;
   for (int r = 0; r < rows; ++r) {
     float l = 0.0f;
-    for (int j = 0; j < rank; ++j) l += xs[r * rank + j] * b[j];
+#pragma unroll
+    for (int j = 0; j < R; ++j) l += xs[r][j] * b[j];
     bf16* y = sg.y + int64_t(m0 + r) * sg.ldy + n;
     *y = __float2bfloat16_rn(__bfloat162float(*y) + sg.scale * l);
   }
@@ -200,16 +223,29 @@ void launch_linear_streaming(const StreamingArgs& a, cudaStream_t s) {
   FP8RL_LAUNCH_CHECK("linear_streaming");
 }
 
+bool lora_expand_supported(int rank) {
+  return rank == 8 || rank == 16 || rank == 32 || rank == 64;
+}
+
 void launch_lora_expand(const LoraExpandArgs& a, cudaStream_t s) {
-  int tiles = 0, rank = 0;
-  for (int i = 0; i < a.num_segments; ++i) {
+  int tiles = 0;
+  for (int i = 0; i < a.num_segments; ++i)
     tiles = a.seg[i].first_tile + int(ceil_div(a.seg[i].n, kExpandColumns));
-    rank = max(rank, a.seg[i].rank);
-  }
   const dim3 grid{unsigned(tiles), unsigned(ceil_div(a.m, kExpandRows))};
-  const size_t shm =
-      (size_t(kExpandRows) * size_t(rank) + size_t(kExpandColumns) * size_t(rank + 1)) * 4;
-  lora_expand_kernel<<<grid, kExpandColumns, shm, s>>>(a);
+  switch (a.seg[0].rank) {
+    case 8:
+      lora_expand_kernel<8><<<grid, kExpandColumns, 0, s>>>(a);
+      break;
+    case 16:
+      lora_expand_kernel<16><<<grid, kExpandColumns, 0, s>>>(a);
+      break;
+    case 32:
+      lora_expand_kernel<32><<<grid, kExpandColumns, 0, s>>>(a);
+      break;
+    default:
+      lora_expand_kernel<64><<<grid, kExpandColumns, 0, s>>>(a);
+      break;
+  }
   FP8RL_LAUNCH_CHECK("lora_expand");
 }
 
