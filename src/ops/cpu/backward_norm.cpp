@@ -14,7 +14,7 @@ void inv_rms(const TensorView& x, float eps, const TensorView& out) {
   const int64_t d = x.dim(x.rank() - 1), rows = x.numel() / std::max<int64_t>(d, 1);
   const float* xp = x.ptr<const float>();
   float* o = out.ptr<float>();
-  // The forward's expression (elementwise.cpp norm_row), so the value is the one it used.
+  // The forward's expression (norm.cpp norm_row), so the value is the one it used.
   parallel_for(0, rows, [&](int64_t r) {
     const float* in = xp + r * d;
     float ss = 0.0f;

@@ -53,7 +53,8 @@ void linear(Arena& scratch, const TensorView& x, const LinearWeight& w, const Te
 void linear_accumulate(Arena& scratch, const TensorView& x, const LinearWeight& w, float alpha,
                        const TensorView& out, Rounding r);
 
-// FP8 activations (quantize.cpp): the recipe of quant/fp8.h on the op's f32 output.
+// FP8 activations (quantize.cpp; the fused quantizers in norm.cpp and activation.cpp): the
+// recipe of quant/fp8.h on the op's f32 output.
 void quantize(const TensorView& x, const QuantizedActivation& q, float static_scale);
 void rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& w, float eps,
                     bool plus_one, const QuantizedActivation& q, Rounding r);

@@ -1,10 +1,6 @@
-// FP8 activations on the CPU: the op's f32 result, then quantize_activation() (quant/fp8.h).
-// The fused ops of the CUDA backend compute the same codes and scales in one pass.
-//
-// Rounding::bf16 follows the CUDA kernels: per-token and per-group fused quantization reads the
-// op's fp32 values (ops/cuda/row_quant.cuh), so nothing is rounded; per-tensor scaling needs
-// the amax of the whole output first, and CUDA stages that output in bf16 (cuda_ops.cpp
-// rms_norm_quant, gated_quant), so the quantized values are the bf16-rounded ones.
+// FP8 activations on the CPU (the reference of ops/cuda/quantize.cu): quantize() is
+// quantize_activation() (quant/fp8.h) on an f32 tensor, and dequantize() its inverse. The fused
+// quantizers are with their ops (norm.cpp rms_norm_quant, activation.cpp gated_quant).
 #include "core/parallel.h"
 #include "ops/cpu/cpu_ops.h"
 #include "quant/fp8.h"
@@ -14,39 +10,6 @@ namespace fp8rl::ops::cpu {
 void quantize(const TensorView& x, const QuantizedActivation& q, float static_scale) {
   if (q.act == ActScaling::static_tensor) q.scales.ptr<float>()[0] = static_scale;
   quantize_activation(x, q.act, q.codes, q.scales);
-}
-
-namespace {
-// How a fused quantizer's input is staged: in bf16 on CUDA only for per-tensor scaling.
-Rounding staged(Rounding r, const QuantizedActivation& q) {
-  return q.act == ActScaling::tensor ? r : Rounding::none;
-}
-}  // namespace
-
-void rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& w, float eps,
-                    bool plus_one, const QuantizedActivation& q, Rounding r) {
-  ArenaScope scope(scratch);
-  TensorView h = scratch.alloc(x.shape, DType::f32);
-  rms_norm(x, w, eps, plus_one, h, staged(r, q));
-  quantize(h, q, 0.0f);
-}
-
-void add_rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& delta,
-                        const TensorView& w, float eps, bool plus_one, const QuantizedActivation& q,
-                        Rounding r) {
-  add(x, delta, 1.0f, x, r);
-  rms_norm_quant(scratch, x, w, eps, plus_one, q, r);
-}
-
-void gated_quant(Arena& scratch, const TensorView& gate, const TensorView& up, int act,
-                 const QuantizedActivation& q, Rounding r) {
-  ArenaScope scope(scratch);
-  TensorView h = scratch.alloc(gate.shape, DType::f32);
-  if (act == 0)
-    silu_mul(gate, up, h, staged(r, q));
-  else
-    gelu_tanh_mul(gate, up, h, staged(r, q));
-  quantize(h, q, 0.0f);
 }
 
 // Rounding::bf16: CUDA's dequantize kernel writes bf16(code * scale).

@@ -1,6 +1,6 @@
 // Gated MLP activations: act(gate) * up with act = SiLU (Llama, Qwen, Mistral) or GELU-tanh
 // (Gemma), plain or fused with the FP8 quantization of the product for the down projection.
-// The formulas are the CPU reference's (ops/cpu/elementwise.cpp) in fp32, SiLU with the SFU's
+// The formulas are the CPU reference's (ops/cpu/activation.cpp) in fp32, SiLU with the SFU's
 // exp and reciprocal.
 //
 // The plain op is flat over rows * cols (for_chunk_pairs: kFlatUnroll chunks of 8 values of

@@ -2,7 +2,7 @@
 // (x += delta, in place), with a bf16 output or the FP8 quantization of the normed row for the
 // linears that read it. One kernel template covers the four ops.
 //
-// The formula follows ops/cpu/elementwise.cpp step by step: inv = 1 / sqrt(sum(x^2)/d + eps)
+// The formula follows ops/cpu/norm.cpp step by step: inv = 1 / sqrt(sum(x^2)/d + eps)
 // (IEEE division and square root), y = (x * inv) * w_eff, with w_eff = 1 + w for Gemma. Only
 // the order of the sum of squares differs from the CPU. The residual sum is rounded to bf16
 // (as launch_add stores it) before it is squared, so add + rms_norm and the fused kernel give

@@ -1,6 +1,6 @@
 // Rotary position embedding (rotate-half layout), optionally after the per-head RMSNorm of
 // Qwen3 / Gemma's q and k, from x to out (in place, or into a KV cache slice with its own
-// token stride). The numbers are those of ops/cpu/elementwise.cpp: the angle is position *
+// token stride). The numbers are those of ops/cpu/rope.cpp: the angle is position *
 // inv_freq in fp32 (as HF computes it) with cos and sin accurate to about an ulp; the norm is
 // (x * inv) * w_eff with inv = 1 / sqrt(sum(x^2)/D + eps). The angle reaches 1e5+ rad at long
 // positions; sincosf would then take its Payne-Hanek path (a local-memory array), so the
