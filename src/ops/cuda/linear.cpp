@@ -515,14 +515,24 @@ void lora_up(Backend& b, int64_t m, std::span<const ops::Projection> group,
     const ops::Projection& p = group[i];
     if (!p.lora.active()) continue;
     if (!grouped) {
+      // A column slice of the stacked down products is copied out first: its rows start off
+      // 16-byte alignment for odd ranks, which cuBLASLt's pinned (batch-invariant) plans refuse.
+      const int64_t r = p.lora.rank();
+      const void* x = xa[i].data;
+      if (xa[i].ld != r) {
+        const TensorView own = b.arena().alloc({m, r}, DType::bf16);
+        CUDA_CHECK(cudaMemcpy2DAsync(own.data, size_t(r) * 2, xa[i].data, size_t(xa[i].ld) * 2,
+                                     size_t(r) * 2, size_t(m), cudaMemcpyDeviceToDevice,
+                                     b.stream()));
+        x = own.data;
+      }
       GemmArgs g;
       g.mode = GemmScale::none;
       g.m = m;
       g.n = p.out.dim(1);
-      g.k = p.lora.rank();
+      g.k = r;
       g.w = p.lora.b.data;
-      g.x = xa[i].data;
-      g.x_ld = xa[i].ld;
+      g.x = x;
       g.y = p.out.data;
       g.alpha = p.lora.scale;
       g.accumulate = true;
