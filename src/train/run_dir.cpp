@@ -27,6 +27,11 @@ namespace {
 
 constexpr const char* kRunStateKey = "train.run_state";
 constexpr const char* kStateFile = "trainer_state.safetensors";
+// The optimizer moments are flat vectors laid out like LoraAdapter::master_params(); a
+// checkpoint names that layout so that one written with another cannot be resumed silently
+// wrong.
+constexpr const char* kLayoutKey = "fp8rl_adapter_layout";
+constexpr const char* kLayout = "per layer: A matrices in projection order, then B matrices";
 // A checkpoint is built under this prefix + step, then renamed to checkpoint-<step>.
 constexpr const char* kCheckpointTemp = ".tmp-checkpoint-";
 // The files of a run directory that are replaced through a temporary "<name>.tmp".
@@ -90,6 +95,7 @@ void save_checkpoint(const std::string& dir, int64_t step, const LoraAdapter& ad
     SafetensorsWriter writer;
     train_step.add_state(writer);
     writer.add_metadata(kRunStateKey, state.dump());
+    writer.add_metadata(kLayoutKey, kLayout);
     writer.write((tmp / kStateFile).string());
     fsync_directory(tmp);
     fs::remove_all(final_dir, ec);  // a re-run of the same step replaces its checkpoint
@@ -125,6 +131,11 @@ nlohmann::json load_checkpoint(const std::string& checkpoint, Context& ctx, Mode
         "checkpoint '{}': its adapter ({} values) does not match this run's ({})", checkpoint,
         loaded.master_params().numel(), adapter.master_params().numel());
   const auto file = SafetensorsFile::open((dir / kStateFile).string());
+  const auto layout = file->metadata().find(kLayoutKey);
+  CHECK(layout != file->metadata().end() && layout->second == kLayout,
+        "checkpoint '{}' was written by an earlier fp8rl whose optimizer state is laid out "
+        "differently; it cannot be resumed (start a new run from its adapter with --adapter {})",
+        checkpoint, checkpoint);
   train_step.load_state(*file);
   auto it = file->metadata().find(kRunStateKey);
   CHECK(it != file->metadata().end(), "checkpoint '{}': no run state", checkpoint);

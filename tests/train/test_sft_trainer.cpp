@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/rng.h"
+#include "formats/safetensors.h"
 #include "model/adapter.h"
 #include "model/model_test_util.h"
 #include "tolerances.h"
@@ -123,6 +124,24 @@ TEST(SftTrainer, ResumeContinuesBitForBit) {
   int lines = 0;
   for (std::string l; std::getline(f, l);) ++lines;
   EXPECT_EQ(lines, 6);
+  // A checkpoint whose optimizer state does not name this binary's adapter layout (an earlier
+  // fp8rl's) is refused with a clear error, not resumed with its moments misplaced.
+  const fs::path old_state = a / "checkpoint-3" / "trainer_state.safetensors";
+  {
+    const auto file = SafetensorsFile::open(old_state.string());
+    SafetensorsWriter w;
+    for (const SafetensorsTensorInfo& t : file->tensors()) w.add(t.name, file->view(t));
+    for (const auto& [key, value] : file->metadata())
+      if (key != "fp8rl_adapter_layout" && key != "format") w.add_metadata(key, value);
+    w.write(old_state.string() + ".old");
+  }
+  fs::rename(old_state.string() + ".old", old_state);
+  try {
+    train(temp_dir("d").string(), std::nullopt, 6, (a / "checkpoint-3").string(), 3);
+    ADD_FAILURE() << "resumed from a checkpoint of another adapter layout";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("laid out differently"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
