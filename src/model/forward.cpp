@@ -194,10 +194,6 @@ void mlp_block(Context& ctx, const Model& m, const LayerWeights& l, const Linear
   apply(ctx, down_in, l.down, s.proj);
 }
 
-size_t scratch_alignment(Device d) {
-  return d == Device::cuda ? 256 : 64;
-}
-
 // The input of a group of linears in the training forward: the normed activation (saved:
 // LoRA's x), quantized once when the FP8 linears share a dynamic scaling.
 LinearInput training_input(Context& ctx, const TensorView& h,
@@ -435,7 +431,7 @@ size_t measure_forward_scratch(const Context& ctx, const Model& m, const KvPool&
   CHECK(shape.tokens > 0 && shape.seqs > 0 && shape.logit_rows >= 0 && shape.max_context > 0,
         "forward plan: tokens {} seqs {} logit rows {} context {} must be positive", shape.tokens,
         shape.seqs, shape.logit_rows, shape.max_context);
-  Arena measuring = Arena::measuring(ctx.device, scratch_alignment(ctx.device));
+  Arena measuring = Arena::measuring(ctx.device, ops::scratch_alignment(ctx));
   Context dry = ctx;
   dry.dry_run = true;
   dry.scratch = &measuring;

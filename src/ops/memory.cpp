@@ -130,6 +130,10 @@ TensorView scratch_alloc(Context& ctx, Shape shape, DType dtype) {
   return host_arena(ctx).alloc(shape, dtype);
 }
 
+size_t scratch_alignment(const Context& ctx) {
+  return ctx.device == Device::cuda ? 256 : 64;
+}
+
 size_t scratch_mark(const Context& ctx) {
   FP8RL_ON_CUDA(ctx, cuda::arena_mark(backend(ctx)));
   CHECK(ctx.scratch != nullptr, "Context has no scratch arena");

@@ -47,6 +47,8 @@ namespace fp8rl::ops {
 // A transient tensor on ctx.device from the context's arena (the host Arena on the CPU, the
 // backend's device arena on CUDA): 64-byte (CPU) / 256-byte (CUDA) aligned, contents undefined.
 TensorView scratch_alloc(Context& ctx, Shape shape, DType dtype);
+// The alignment scratch_alloc gives on ctx.device (a measuring arena must use it too).
+size_t scratch_alignment(const Context& ctx);
 size_t scratch_mark(const Context& ctx);
 void scratch_rewind(Context& ctx, size_t mark);
 // Grows the arena to at least `bytes` when nothing is allocated (mark 0); no-op otherwise.
