@@ -128,7 +128,6 @@ void linear_group_case(Harness& h, Outcome& o, Fp8Scheme scheme, int64_t m, std:
                        int64_t k, int64_t r, bool adjacent, float p);
 void streaming_case(Harness& h, Outcome& o, Fp8Scheme scheme, ActScaling act, int64_t m, int64_t n,
                     int64_t k, bool pair, bool bias);
-// op_cases_pending.cpp: pending linears and the ops reading their raw output.
 void linear_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k, Fp8Scheme scheme,
                  ActScaling act, bool bias, DType out_dtype, bool prequantized);
 

@@ -314,7 +314,7 @@ int main(int argc, char** argv) {
         random_model(dev, "random qwen3 D=128", qwen, scheme, 300);
         random_model(dev, "random gemma3 D=256 window=64", gemma, scheme, 300);
       }
-      random_model(dev, "random qwen3 H=4096 split sums", wide, "row", 200);
+      random_model(dev, "random qwen3 H=4096", wide, "row", 200);
     }
   } catch (const std::exception& e) {
     std::printf("ERROR: %s\n", e.what());

@@ -437,8 +437,8 @@ void linear_accumulate(Backend& b, const TensorView& x, const LinearWeight& w, f
 //
 // LoRA adds two GEMMs per projection, each a few microseconds at a decode step however small:
 // per group they become one down product over the A matrices side by side (LoraAdapter lays
-// each group's out so) and one launch for the up products, or none where the streaming kernel
-// adds them in its epilogue.
+// them out so) and one launch for the up products, or none where the streaming kernel adds
+// them in its epilogue.
 
 namespace {
 
@@ -515,8 +515,9 @@ void lora_up(Backend& b, int64_t m, std::span<const ops::Projection> group,
     const ops::Projection& p = group[i];
     if (!p.lora.active()) continue;
     if (!grouped) {
-      // A column slice of the stacked down products is copied out first: its rows start off
-      // 16-byte alignment for odd ranks, which cuBLASLt's pinned (batch-invariant) plans refuse.
+      // A column slice of the stacked down products is copied out first: past ranks that are
+      // not multiples of 8 its rows start off 16-byte alignment, which cuBLASLt's pinned
+      // (batch-invariant) plans refuse.
       const int64_t r = p.lora.rank();
       const void* x = xa[i].data;
       if (xa[i].ld != r) {
