@@ -11,8 +11,8 @@
 // activations are in its activation dtype (f32 CPU, bf16 CUDA); the model and the pool must be
 // on its device.
 //
-// Every projection goes through one choke point that adds its LoRA adapter when one is
-// attached (model/lora.h): y = base(x) + scale * (x A^T) B^T.
+// Every projection goes through one op with the others reading its input, the frozen weights
+// and their LoRA adapters together (ops::linear_group): y = base(x) + scale * (x A^T) B^T.
 #pragma once
 
 #include <span>
