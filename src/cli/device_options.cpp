@@ -3,26 +3,24 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 
+#include "cli/run_config.h"
 #include "core/check.h"
 
 namespace fp8rl::cli {
 
 namespace {
 
-bool parse_bool(const std::string& v) {
-  if (v == "true" || v == "1") return true;
-  if (v == "false" || v == "0") return false;
-  RAISE("'{}' is not a bool (true, false, 1 or 0)", v);
+bool parse_bool_value(const std::string& v) {
+  const std::optional<bool> b = parse_bool(v);
+  CHECK(b.has_value(), "'{}' is not a bool (true, false, 1 or 0)", v);
+  return *b;
 }
 
 int64_t parse_int(const std::string& v, int64_t lo) {
-  int64_t x = 0;
-  const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  CHECK(!v.empty() && ec == std::errc() && ptr == v.data() + v.size() && x >= lo,
-        "'{}' is not an integer >= {}", v, lo);
-  return x;
+  const std::optional<int64_t> x = parse_integer(v);
+  CHECK(x.has_value() && *x >= lo, "'{}' is not an integer >= {}", v, lo);
+  return *x;
 }
 
 // The field a bool or int control sets, as a function of the controls (one entry a line).
@@ -35,7 +33,7 @@ DeviceOption boolean(const char* key, ControlScope scope, const char* descriptio
           "bool",
           scope,
           description,
-          [field](DeviceControls& c, const std::string& v) { field(c) = parse_bool(v); },
+          [field](DeviceControls& c, const std::string& v) { field(c) = parse_bool_value(v); },
           [field](const DeviceControls& c) {
             DeviceControls copy = c;
             return std::string(field(copy) ? "true" : "false");
@@ -105,7 +103,9 @@ const std::vector<DeviceOption>& device_options() {
       {"persistent_decode", "bool", S::cuda,
        "tensor-core decode blocks that each take several items (persistent_decode_sms -1); "
        "false: a block per item (persistent_decode_sms 0)",
-       [](C& c, const std::string& v) { c.cuda.persistent_decode_sms = parse_bool(v) ? -1 : 0; },
+       [](C& c, const std::string& v) {
+         c.cuda.persistent_decode_sms = parse_bool_value(v) ? -1 : 0;
+       },
        [](const C& c) {
          return std::string(c.cuda.persistent_decode_sms != 0 ? "true" : "false");
        }},
@@ -152,7 +152,7 @@ const std::vector<DeviceOption>& device_options() {
       {"async_scheduling", "bool", S::engine,
        "plan step k+1 while step k runs (auto: on for CUDA, off for the CPU); false: after "
        "step k has returned its tokens",
-       [](C& c, const std::string& v) { c.async_scheduling = parse_bool(v); },
+       [](C& c, const std::string& v) { c.async_scheduling = parse_bool_value(v); },
        [](const C& c) {
          return std::string(!c.async_scheduling ? "auto" : *c.async_scheduling ? "true" : "false");
        }},

@@ -37,15 +37,6 @@ std::string trim(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t") - b + 1);
 }
 
-std::optional<int64_t> parse_integer(const std::string& text) {
-  const char* begin = text.data() + (text.size() > 1 && text[0] == '+' ? 1 : 0);
-  const char* end = text.data() + text.size();
-  int64_t v = 0;
-  const auto [ptr, ec] = std::from_chars(begin, end, v);
-  if (begin == end || ec != std::errc() || ptr != end) return std::nullopt;
-  return v;
-}
-
 // A finite decimal number ("1e-6", "0.5", "3"); YAML 1.1's requirement of a dot in exponent
 // forms is not kept, as Python users write 1e-6.
 std::optional<double> parse_real(const std::string& text) {
@@ -55,13 +46,6 @@ std::optional<double> parse_real(const std::string& text) {
   const auto [ptr, ec] = std::from_chars(begin, end, v, std::chars_format::general);
   if (begin == end || ec != std::errc() || ptr != end || !std::isfinite(v)) return std::nullopt;
   return v;
-}
-
-std::optional<bool> parse_bool(const std::string& text) {
-  const std::string t = lower(text);
-  if (t == "true" || t == "yes" || t == "on" || t == "1") return true;
-  if (t == "false" || t == "no" || t == "off" || t == "0") return false;
-  return std::nullopt;
 }
 
 // One scalar as a value of the key's (scalar) type; throws naming what was expected.
@@ -227,6 +211,22 @@ const char* type_label(KeyType t) {
 }
 
 }  // namespace
+
+std::optional<int64_t> parse_integer(const std::string& text) {
+  const char* begin = text.data() + (text.size() > 1 && text[0] == '+' ? 1 : 0);
+  const char* end = text.data() + text.size();
+  int64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(begin, end, v);
+  if (begin == end || ec != std::errc() || ptr != end) return std::nullopt;
+  return v;
+}
+
+std::optional<bool> parse_bool(const std::string& text) {
+  const std::string t = lower(text);
+  if (t == "true" || t == "yes" || t == "on" || t == "1") return true;
+  if (t == "false" || t == "no" || t == "off" || t == "0") return false;
+  return std::nullopt;
+}
 
 std::string KeySpec::describe_type() const {
   std::string t;

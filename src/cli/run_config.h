@@ -64,6 +64,11 @@ struct KeySpec {
 // --- The generic machinery over a key list and a type-erased config (run_config.cpp). ---
 
 // The key called `name` (or aliased so); null if none.
+// A whole string as an integer ("+3" allowed), or nullopt.
+std::optional<int64_t> parse_integer(const std::string& text);
+// true/yes/on/1 or false/no/off/0 (any case), or nullopt.
+std::optional<bool> parse_bool(const std::string& text);
+
 const KeySpec* find_key(const std::vector<KeySpec>& keys, std::string_view name);
 // The valid name or alias nearest to `name` by edit distance, if near enough to be a typo.
 std::optional<std::string> nearest_key(const std::vector<KeySpec>& keys, std::string_view name);
