@@ -575,7 +575,9 @@ void linear_group(Backend& b, const ops::LinearInput& in, std::span<const ops::P
     outs[i] = group[i].out;
     loras[i] = group[i].lora;
   }
-  bool fusable = true;  // the streaming kernel stages B's rows for ranks up to the limit
+  // The streaming kernel stages each adapter's B rows and xa in registers for ranks up to 64
+  // (linear.cu, kLoraPerThread); larger ranks add their up products after it.
+  bool fusable = true;
   for (const ops::Projection& p : group) fusable = fusable && p.lora.rank() <= 64;
   if (quantized &&
       run_streaming(b, in.q, {ws, count}, {outs, count}, {loras, count},
