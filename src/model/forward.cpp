@@ -15,7 +15,7 @@ struct Activations {
   TensorView x;     // [T,H] residual stream
   TensorView h;     // [T,H] normed input of a block (when not quantized by the norm, or LoRA)
   TensorView q;     // [T,Hq*D]
-  TensorView k, v;  // [T,Hkv*D] the new keys (normed, rotated) and values before store_kv
+  TensorView k;     // [T,Hkv*D] the new keys before their norm and RoPE
   TensorView attn;  // [T,Hq*D]
   TensorView proj;  // [T,H] block output before the residual add
   TensorView gate;  // [T,I]
@@ -30,7 +30,6 @@ Activations alloc_activations(Context& ctx, const Model& m, int64_t t) {
   s.h = ops::scratch_alloc(ctx, {t, c.hidden_size}, dt);
   s.q = ops::scratch_alloc(ctx, {t, c.q_dim()}, dt);
   s.k = ops::scratch_alloc(ctx, {t, c.kv_dim()}, dt);
-  s.v = ops::scratch_alloc(ctx, {t, c.kv_dim()}, dt);
   s.attn = ops::scratch_alloc(ctx, {t, c.q_dim()}, dt);
   s.proj = ops::scratch_alloc(ctx, {t, c.hidden_size}, dt);
   s.gate = ops::scratch_alloc(ctx, {t, c.intermediate_size}, dt);
@@ -62,14 +61,6 @@ using ops::LinearInput;
 // A decoder projection as the group op takes it: its weight, its adapter, its output.
 ops::Projection projection(const Linear& w, const TensorView& out, ops::LoraDropout dropout = {}) {
   return ops::Projection{&w, w.lora, out, dropout};
-}
-
-// The one choke point of a projection alone (o_proj, down_proj): the frozen base linear and its
-// adapter in one op.
-void apply(Context& ctx, const LinearInput& in, const Linear& w, const TensorView& out,
-           const ops::LoraDropout& dropout = {}) {
-  const ops::Projection p[] = {projection(w, out, dropout)};
-  ops::linear_group(ctx, in, p);
 }
 
 // rms_norm(x) as the linears with activation scaling `act` consume it, after the residual add
@@ -115,89 +106,34 @@ TensorView rope_frequencies(const LayerWeights& l) {
 
 namespace {
 
-// q, k and v of the step into s.q, s.k, s.v through the group op (the stacked weight
-// LayerWeights::qkv offered for the backend's one GEMM).
-void qkv_projections(Context& ctx, const LinearInput& in, const LayerWeights& l,
-                     const Activations& s) {
-  const ops::Projection group[] = {projection(l.q, s.q), projection(l.k, s.k),
-                                   projection(l.v, s.v)};
-  ops::linear_group(ctx, in, group, l.qkv.weight.empty() ? nullptr : &l.qkv);
+// The step's activations as one layer's set: the buffers the inference forward reuses across
+// a layer (one normed input for both blocks, q/k/v normed and rotated in place, act(gate) * up
+// over gate, the block outputs in proj) and no statistics (the inverse RMS and log-sum-exp views
+// are empty: nothing is saved).
+LayerSaved step_set(const Activations& s) {
+  LayerSaved b;
+  b.h_attn = b.h_mlp = s.h;
+  b.q_pre = b.q = s.q;
+  b.k_pre = s.k;
+  b.attn = s.attn;
+  b.o_out = b.down_out = s.proj;
+  b.x_mid = s.x;
+  b.gate = b.act = s.gate;
+  b.up = s.up;
+  return b;
 }
 
-// Attention sublayer of one layer for the whole step, from its normed input `in`: q/k/v, then
-// q/k norm and RoPE with the new keys/values into their pool slots (one op), paged attention,
-// output projection into s.proj.
-void attention_block(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
-                     const StepBatch& step, const LinearInput& in, const Activations& s) {
-  const ModelConfig& c = m.config();
-  const LayerWeights& l = m.layers[size_t(li)];
-  const int64_t t = s.x.dim(0), hq = c.num_heads, d = c.head_dim;
-  const float eps = float(c.rms_norm_eps);
-  ops::ScratchScope scope(ctx);
-  qkv_projections(ctx, in, l, s);
-  const TensorView q = s.q.reshape({t, hq, d});
-  ops::QkRope qk;
-  if (c.qk_norm) {
-    qk.q_norm = l.q_norm;
-    qk.k_norm = l.k_norm;
-  }
-  qk.eps = eps;
-  qk.plus_one = c.norm_plus_one;
-  qk.positions = step.positions;
-  qk.inv_freq = rope_frequencies(l);
-  const ops::KvScales kv_scales{kv.k_scale(li), kv.v_scale(li)};  // empty unless FP8 KV
-  ops::rope_store_kv(ctx, q, s.k.reshape({t, c.num_kv_heads, d}),
-                     s.v.reshape({t, c.num_kv_heads, d}), qk, step.slot_mapping, kv.k(li), kv.v(li),
-                     kv_scales, q);
-  const ops::AttentionParams p = attention_params(c, l);
-  // A dynamically scaled FP8 o_proj without adapter reads the attention's output as the
-  // attention op quantizes it (which defines the padding rows of a captured batch there only).
-  LinearInput o_in;
-  o_in.x = s.attn;
-  const ActScaling o_act = shared_dynamic_act({&l.o});
-  if ((o_act == ActScaling::token || o_act == ActScaling::group) && !l.o.lora.active())
-    o_in.q = ops::alloc_quantized(ctx, o_act, t, hq * d);
-  ops::paged_attention(ctx, q, kv.k(li), kv.v(li), step.attn, p, s.attn.reshape({t, hq, d}), {},
-                       kv_scales, o_in.q.act != ActScaling::none ? &o_in.q : nullptr);
-  apply(ctx, o_in, l.o, s.proj);
-}
+// The residual stream through one layer.
+struct Residual {
+  TensorView x;        // [T,H] the stream entering the layer
+  TensorView pending;  // [T,H] the previous block's output still to join x, or empty
+  TensorView x_out;    // [T,H] saving: the stream leaving the layer
+};
 
-// MLP sublayer from its normed input `in`: gate/up, act(gate) * up (quantized for the down
-// projection when it is a dynamically scaled FP8 linear without adapter), down projection
-// into s.proj.
-void mlp_block(Context& ctx, const Model& m, const LayerWeights& l, const LinearInput& in,
-               const Activations& s) {
-  const ModelConfig& c = m.config();
-  ops::ScratchScope scope(ctx);
-  const ops::Projection gate_up[] = {projection(l.gate, s.gate), projection(l.up, s.up)};
-  ops::linear_group(ctx, in, gate_up);
-  const bool silu = c.activation == MlpActivation::silu;
-  const ActScaling down_act = shared_dynamic_act({&l.down});
-  if (down_act != ActScaling::none && !l.down.lora.active()) {
-    const ops::QuantizedActivation q =
-        ops::alloc_quantized(ctx, down_act, s.gate.dim(0), s.gate.dim(1));
-    if (silu)
-      ops::silu_mul_quant(ctx, s.gate, s.up, q);
-    else
-      ops::gelu_tanh_mul_quant(ctx, s.gate, s.up, q);
-    LinearInput down_in;
-    down_in.q = q;
-    apply(ctx, down_in, l.down, s.proj);
-    return;
-  }
-  if (silu)
-    ops::silu_mul(ctx, s.gate, s.up, s.gate);
-  else
-    ops::gelu_tanh_mul(ctx, s.gate, s.up, s.gate);
-  LinearInput down_in;
-  down_in.x = s.gate;
-  apply(ctx, down_in, l.down, s.proj);
-}
-
-// The input of a group of linears in the training forward: the normed activation (saved:
-// LoRA's x), quantized once when the FP8 linears share a dynamic scaling.
-LinearInput training_input(Context& ctx, const TensorView& h,
-                           std::initializer_list<const Linear*> consumers) {
+// The input of a group of linears from a plain activation h (LoRA's x), quantized once when
+// the FP8 linears share a dynamic scaling (so the backend's group op gets both).
+LinearInput quantized_input(Context& ctx, const TensorView& h,
+                            std::initializer_list<const Linear*> consumers) {
   LinearInput in;
   in.x = h;
   const ActScaling act = shared_dynamic_act(consumers);
@@ -208,77 +144,170 @@ LinearInput training_input(Context& ctx, const TensorView& h,
   return in;
 }
 
+// The normed input of a block's linears: rms_norm(x + delta) (delta empty: of x). Saving, the sum
+// goes to `sum` and the norm writes h and inv_rms; otherwise the add happens in place
+// (sum is x) fused into the norm, which quantizes for the linears when they share a dynamic
+// scaling (writing h too only when one of them has an adapter).
+LinearInput block_input(Context& ctx, const ModelConfig& c, bool saving, const TensorView& x,
+                        const TensorView& delta, const TensorView& sum, const TensorView& w,
+                        std::initializer_list<const Linear*> consumers, const TensorView& h,
+                        const TensorView& inv_rms) {
+  const float eps = float(c.rms_norm_eps);
+  if (!saving) {
+    CHECK(sum.data == x.data, "forward: the inference layer adds its residual in place");
+    return normed(ctx, c, x, delta.empty() ? nullptr : &delta, w, shared_dynamic_act(consumers),
+                  any_adapter(consumers), h);
+  }
+  if (!delta.empty()) ops::add(ctx, x, delta, sum);
+  ops::rms_norm_save(ctx, delta.empty() ? x : sum, w, eps, c.norm_plus_one, h, inv_rms);
+  return quantized_input(ctx, h, consumers);
+}
+
+// out = rms_norm(x), saving inv_rms when given (Gemma's sandwich norms of a block output).
+void norm_into(Context& ctx, const ModelConfig& c, const TensorView& x, const TensorView& w,
+               const TensorView& out, bool saving, const TensorView& inv_rms) {
+  if (saving)
+    ops::rms_norm_save(ctx, x, w, float(c.rms_norm_eps), c.norm_plus_one, out, inv_rms);
+  else
+    ops::rms_norm(ctx, x, w, float(c.rms_norm_eps), c.norm_plus_one, out);
+}
+
+// One decoder layer over the whole step: the one layer body of the engine's forward, the
+// training forward and its checkpoint recompute, and the batch-invariant mode.
+//
+// `set` says where each activation goes. Inference (tape == nullptr): the step's buffers
+// (step_set), the stream updated in place, each block's output left in s.proj for the next
+// norm to add (r.pending), the fused norm / quantize / RoPE-and-store / attention-quantize ops.
+// Saving (tape given: its adapter dropout): a LayerSaved the backward reads, r.x kept (a
+// checkpointed layer is recomputed from its input alone) and r.x_out = the layer's output;
+// the norms, q/k norms and attention also write their inverse RMS and log-sum-exp.
+void decoder_layer(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
+                   const StepBatch& step, Residual& r, const LayerSaved& set,
+                   const TensorView& proj, const Tape* tape) {
+  const ModelConfig& c = m.config();
+  const LayerWeights& l = m.layers[size_t(li)];
+  const int64_t t = r.x.dim(0), hq = c.num_heads, hkv = c.num_kv_heads, d = c.head_dim;
+  const float eps = float(c.rms_norm_eps);
+  const bool p1 = c.norm_plus_one, saving = tape != nullptr;
+  const DType dt = ctx.activation_dtype();
+  CHECK(!saving || r.pending.empty(), "forward: a saving layer takes its input stream whole");
+  auto dropout = [&](int projection) {
+    if (!saving) return ops::LoraDropout{};
+    return ops::LoraDropout{tape->dropout_p, lora_dropout_seed(tape->dropout_seed, li, projection)};
+  };
+  const ops::KvScales kv_scales{kv.k_scale(li), kv.v_scale(li)};  // empty unless FP8 KV
+  CHECK(!saving || kv_scales.k.empty(), "training forward: an FP8 KV pool is not differentiable");
+
+  // Attention block: q/k/v, q/k norm and RoPE with the new keys/values into their pool slots,
+  // paged attention, o_proj.
+  {
+    ops::ScratchScope scope(ctx);
+    const LinearInput in = block_input(ctx, c, saving, r.x, r.pending, r.x, l.input_norm,
+                                       {&l.q, &l.k, &l.v}, set.h_attn, set.inv_rms_in);
+    const TensorView v = ops::scratch_alloc(ctx, {t, c.kv_dim()}, dt);
+    const ops::Projection qkv[] = {projection(l.q, set.q_pre, dropout(0)),
+                                   projection(l.k, set.k_pre, dropout(1)),
+                                   projection(l.v, v, dropout(2))};
+    ops::linear_group(ctx, in, qkv, l.qkv.weight.empty() ? nullptr : &l.qkv);
+    const TensorView inv_freq = rope_frequencies(l);
+    const TensorView q = set.q.reshape({t, hq, d});
+    if (saving) {
+      const TensorView k = ops::scratch_alloc(ctx, {t, hkv, d}, dt);
+      ops::rms_norm_rope_save(ctx, set.q_pre.reshape({t, hq, d}),
+                              c.qk_norm ? l.q_norm : TensorView(), eps, p1, step.positions,
+                              inv_freq, q, set.q_inv_rms);
+      ops::rms_norm_rope_save(ctx, set.k_pre.reshape({t, hkv, d}),
+                              c.qk_norm ? l.k_norm : TensorView(), eps, p1, step.positions,
+                              inv_freq, k, set.k_inv_rms);
+      ops::store_kv(ctx, k, v.reshape({t, hkv, d}), step.slot_mapping, kv.k(li), kv.v(li),
+                    kv_scales);
+    } else {
+      ops::QkRope qk;
+      if (c.qk_norm) {
+        qk.q_norm = l.q_norm;
+        qk.k_norm = l.k_norm;
+      }
+      qk.eps = eps;
+      qk.plus_one = p1;
+      qk.positions = step.positions;
+      qk.inv_freq = inv_freq;
+      ops::rope_store_kv(ctx, set.q_pre.reshape({t, hq, d}), set.k_pre.reshape({t, hkv, d}),
+                         v.reshape({t, hkv, d}), qk, step.slot_mapping, kv.k(li), kv.v(li),
+                         kv_scales, q);
+    }
+    const ops::AttentionParams p = attention_params(c, l);
+    const TensorView attn = set.attn.reshape({t, hq, d});
+    // A dynamically scaled FP8 o_proj without adapter reads the attention's output as the
+    // attention op quantizes it (which defines the padding rows of a captured batch there only).
+    const ActScaling o_act = shared_dynamic_act({&l.o});
+    LinearInput o_in;
+    if (saving) {
+      ops::paged_attention_lse(ctx, q, kv.k(li), kv.v(li), step.attn, p, attn,
+                               set.lse.reshape({t, hq}));
+      o_in = quantized_input(ctx, set.attn, {&l.o});
+    } else if ((o_act == ActScaling::token || o_act == ActScaling::group) && !l.o.lora.active()) {
+      o_in.q = ops::alloc_quantized(ctx, o_act, t, hq * d);
+      ops::paged_attention(ctx, q, kv.k(li), kv.v(li), step.attn, p, attn, {}, kv_scales, &o_in.q);
+    } else {
+      ops::paged_attention(ctx, q, kv.k(li), kv.v(li), step.attn, p, attn, {}, kv_scales);
+      o_in = quantized_input(ctx, set.attn, {&l.o});
+    }
+    const ops::Projection o[] = {projection(l.o, c.sandwich_norms ? set.o_out : proj, dropout(3))};
+    ops::linear_group(ctx, o_in, o);
+  }
+  // Gemma's sandwich norms normalize each block's output before it joins the residual.
+  if (c.sandwich_norms)
+    norm_into(ctx, c, set.o_out, l.post_attention_norm, proj, saving, set.inv_rms_o);
+
+  // MLP block: gate/up, act(gate) * up, down_proj.
+  {
+    ops::ScratchScope scope(ctx);
+    const TensorView& mlp_norm = c.sandwich_norms ? l.pre_feedforward_norm : l.post_attention_norm;
+    const LinearInput in = block_input(ctx, c, saving, r.x, proj, set.x_mid, mlp_norm,
+                                       {&l.gate, &l.up}, set.h_mlp, set.inv_rms_mid);
+    const ops::Projection gate_up[] = {projection(l.gate, set.gate, dropout(4)),
+                                       projection(l.up, set.up, dropout(5))};
+    ops::linear_group(ctx, in, gate_up);
+    const bool silu = c.activation == MlpActivation::silu;
+    // A dynamically scaled FP8 down_proj without adapter reads act(gate) * up quantized by the
+    // activation op, never written in bf16.
+    const ActScaling down_act = shared_dynamic_act({&l.down});
+    LinearInput down_in;
+    if (!saving && down_act != ActScaling::none && !l.down.lora.active()) {
+      down_in.q = ops::alloc_quantized(ctx, down_act, t, c.intermediate_size);
+      if (silu)
+        ops::silu_mul_quant(ctx, set.gate, set.up, down_in.q);
+      else
+        ops::gelu_tanh_mul_quant(ctx, set.gate, set.up, down_in.q);
+    } else {
+      if (silu)
+        ops::silu_mul(ctx, set.gate, set.up, set.act);
+      else
+        ops::gelu_tanh_mul(ctx, set.gate, set.up, set.act);
+      down_in = quantized_input(ctx, set.act, {&l.down});
+    }
+    const ops::Projection down[] = {
+        projection(l.down, c.sandwich_norms ? set.down_out : proj, dropout(6))};
+    ops::linear_group(ctx, down_in, down);
+  }
+  if (c.sandwich_norms)
+    norm_into(ctx, c, set.down_out, l.post_feedforward_norm, proj, saving, set.inv_rms_down);
+  if (saving)
+    ops::add(ctx, set.x_mid, proj, r.x_out);
+  else
+    r.pending = proj;
+}
+
 }  // namespace
 
 void forward_layer_saving(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
                           const StepBatch& step, const Tape& tape, const TensorView& x_in,
                           LayerSaved& sv, const TensorView& x_out) {
-  const ModelConfig& c = m.config();
-  const LayerWeights& l = m.layers[size_t(li)];
-  const int64_t t = x_in.dim(0), hq = c.num_heads, hkv = c.num_kv_heads, d = c.head_dim;
-  const float eps = float(c.rms_norm_eps);
-  const bool p1 = c.norm_plus_one;
-  auto dropout = [&](int projection) {
-    return ops::LoraDropout{tape.dropout_p, lora_dropout_seed(tape.dropout_seed, li, projection)};
-  };
   ops::ScratchScope scope(ctx);
-  // Attention block.
-  ops::rms_norm_save(ctx, x_in, l.input_norm, eps, p1, sv.h_attn, sv.inv_rms_in);
-  {
-    ops::ScratchScope inner(ctx);
-    const LinearInput in = training_input(ctx, sv.h_attn, {&l.q, &l.k, &l.v});
-    const TensorView v = ops::scratch_alloc(ctx, {t, c.kv_dim()}, ctx.activation_dtype());
-    const ops::Projection qkv[] = {projection(l.q, sv.q_pre, dropout(0)),
-                                   projection(l.k, sv.k_pre, dropout(1)),
-                                   projection(l.v, v, dropout(2))};
-    ops::linear_group(ctx, in, qkv);
-    const TensorView inv_freq = rope_frequencies(l);
-    const TensorView k = ops::scratch_alloc(ctx, {t, hkv, d}, ctx.activation_dtype());
-    ops::rms_norm_rope_save(ctx, sv.q_pre.reshape({t, hq, d}), c.qk_norm ? l.q_norm : TensorView(),
-                            eps, p1, step.positions, inv_freq, sv.q.reshape({t, hq, d}),
-                            sv.q_inv_rms);
-    ops::rms_norm_rope_save(ctx, sv.k_pre.reshape({t, hkv, d}), c.qk_norm ? l.k_norm : TensorView(),
-                            eps, p1, step.positions, inv_freq, k, sv.k_inv_rms);
-    const ops::KvScales kv_scales{kv.k_scale(li), kv.v_scale(li)};
-    CHECK(kv_scales.k.empty(), "training forward: an FP8 KV pool is not differentiable");
-    ops::store_kv(ctx, k, v.reshape({t, hkv, d}), step.slot_mapping, kv.k(li), kv.v(li), kv_scales);
-    ops::paged_attention_lse(ctx, sv.q.reshape({t, hq, d}), kv.k(li), kv.v(li), step.attn,
-                             attention_params(c, l), sv.attn.reshape({t, hq, d}),
-                             sv.lse.reshape({t, hq}));
-  }
-  const TensorView proj = ops::scratch_alloc(ctx, {t, c.hidden_size}, ctx.activation_dtype());
-  {
-    LinearInput o_in;
-    o_in.x = sv.attn;
-    ops::ScratchScope inner(ctx);
-    if (shared_dynamic_act({&l.o}) != ActScaling::none) o_in = training_input(ctx, sv.attn, {&l.o});
-    apply(ctx, o_in, l.o, c.sandwich_norms ? sv.o_out : proj, dropout(3));
-  }
-  if (c.sandwich_norms)
-    ops::rms_norm_save(ctx, sv.o_out, l.post_attention_norm, eps, p1, proj, sv.inv_rms_o);
-  ops::add(ctx, x_in, proj, sv.x_mid);
-  // MLP block.
-  const TensorView& mlp_norm = c.sandwich_norms ? l.pre_feedforward_norm : l.post_attention_norm;
-  ops::rms_norm_save(ctx, sv.x_mid, mlp_norm, eps, p1, sv.h_mlp, sv.inv_rms_mid);
-  {
-    ops::ScratchScope inner(ctx);
-    const LinearInput in = training_input(ctx, sv.h_mlp, {&l.gate, &l.up});
-    const ops::Projection gate_up[] = {projection(l.gate, sv.gate, dropout(4)),
-                                       projection(l.up, sv.up, dropout(5))};
-    ops::linear_group(ctx, in, gate_up);
-  }
-  if (c.activation == MlpActivation::silu)
-    ops::silu_mul(ctx, sv.gate, sv.up, sv.act);
-  else
-    ops::gelu_tanh_mul(ctx, sv.gate, sv.up, sv.act);
-  {
-    ops::ScratchScope inner(ctx);
-    const LinearInput in = training_input(ctx, sv.act, {&l.down});
-    apply(ctx, in, l.down, c.sandwich_norms ? sv.down_out : proj, dropout(6));
-  }
-  if (c.sandwich_norms)
-    ops::rms_norm_save(ctx, sv.down_out, l.post_feedforward_norm, eps, p1, proj, sv.inv_rms_down);
-  ops::add(ctx, sv.x_mid, proj, x_out);
+  const TensorView proj =
+      ops::scratch_alloc(ctx, {x_in.dim(0), m.config().hidden_size}, ctx.activation_dtype());
+  Residual r{x_in, {}, x_out};
+  decoder_layer(ctx, m, li, kv, step, r, sv, proj, &tape);
 }
 
 void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& step, Tape& tape) {
@@ -301,48 +330,6 @@ void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& st
                      tape.h_final, tape.inv_rms_final);
 }
 
-namespace {
-
-// The batch-invariant forward (ops/exactness.h): every layer through the training forward's
-// code with no dropout, the final norm and lm_head of the logit rows as the pass's loss
-// computes them, so a token's logits are bit-identical to a training pass's over its sequence
-// (the pass's kernels are batch-invariant in this mode too).
-void forward_invariant(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& step,
-                       const TensorView& logits) {
-  const ModelConfig& c = m.config();
-  CHECK(kv.kv_dtype() != KvDType::f8e4m3,
-        "batch-invariant forward: the KV pool must hold the activation dtype (the training pass "
-        "keeps keys and values unquantized), not FP8");
-  const int64_t t = step.num_tokens(), rows = step.num_logit_rows();
-  const DType dt = ctx.activation_dtype();
-  ops::ScratchScope scope(ctx);
-  TensorView x = ops::scratch_alloc(ctx, {t, c.hidden_size}, dt);  // [T, H]
-  TensorView y = ops::scratch_alloc(ctx, {t, c.hidden_size}, dt);  // [T, H]
-  ops::embedding(ctx, step.ids, m.embed, float(c.embedding_scale), x);
-  {
-    ops::ScratchScope layers(ctx);
-    const Tape tape;  // no dropout, as in the pass that recomputes the logprobs
-    LayerSaved saved = alloc_layer_saved(
-        [&](Shape shape, DType d) { return ops::scratch_alloc(ctx, shape, d); }, c, t, dt);
-    for (int64_t li = 0; li < c.num_layers; ++li) {
-      forward_layer_saving(ctx, m, li, kv, step, tape, x, saved, y);
-      std::swap(x, y);
-    }
-  }
-  if (rows == 0) return;
-  const TensorView final_in = ops::scratch_alloc(ctx, {rows, c.hidden_size}, dt);  // [R, H]
-  const TensorView h = ops::scratch_alloc(ctx, {rows, c.hidden_size}, dt);         // [R, H]
-  const TensorView inv_rms = ops::scratch_alloc(ctx, {rows}, DType::f32);          // [R]
-  ops::embedding(ctx, step.logit_rows, x, 1.0f, final_in);
-  ops::rms_norm_save(ctx, final_in, m.final_norm, float(c.rms_norm_eps), c.norm_plus_one, h,
-                     inv_rms);
-  ops::linear(ctx, h, m.lm_head, logits, ops::Output::f32);
-  if (c.final_logit_softcapping > 0)
-    ops::softcap(ctx, logits, float(c.final_logit_softcapping), ops::Output::f32);
-}
-
-}  // namespace
-
 void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& step,
              const TensorView& logits) {
   const ModelConfig& c = m.config();
@@ -360,54 +347,29 @@ void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& st
         "forward: logits must be contiguous f32 [{}, {}] on {}, got {} {} on {}", rows,
         c.vocab_size, device_name(ctx.device), dtype_name(logits.dtype), logits.shape.str(),
         device_name(logits.device));
-  if (ops::batch_invariant(ctx)) {
-    forward_invariant(ctx, m, kv, step, logits);
-    return;
-  }
+  // The batch-invariant mode runs this same forward: the backend pins its kernels, and each
+  // fused op here equals the unfused ops of the training forward bit for bit.
+  CHECK(!ops::batch_invariant(ctx) || kv.kv_dtype() != KvDType::f8e4m3,
+        "batch-invariant forward: the KV pool must hold the activation dtype (the training pass "
+        "keeps keys and values unquantized), not FP8");
 
   ops::ScratchScope scope(ctx);
   const Activations s = alloc_activations(ctx, m, t);
-  const float eps = float(c.rms_norm_eps);
+  const LayerSaved set = step_set(s);
   ops::embedding(ctx, step.ids, m.embed, float(c.embedding_scale), s.x);
-  // The normed input of the next block's linears. Each residual add is fused with the norm
-  // that follows it: x += attention output with the MLP's input norm, x += MLP output with the
-  // next layer's input norm (the last layer's add stays plain: the final norm only normalizes
-  // the rows whose logits are wanted). One block input is live at a time, so each takes the
-  // same arena space, right after the activations.
-  const size_t input_mark = ops::scratch_mark(ctx);
-  auto block_input = [&](const TensorView* delta, const TensorView& norm,
-                         std::initializer_list<const Linear*> consumers) {
-    ops::scratch_rewind(ctx, input_mark);
-    return normed(ctx, c, s.x, delta, norm, shared_dynamic_act(consumers), any_adapter(consumers),
-                  s.h);
-  };
-  LinearInput in;
-  for (int64_t li = 0; li < c.num_layers; ++li) {
-    const LayerWeights& l = m.layers[size_t(li)];
-    if (li == 0) in = block_input(nullptr, l.input_norm, {&l.q, &l.k, &l.v});
-    attention_block(ctx, m, li, kv, step, in, s);
-    // Gemma's sandwich norms normalize each block's output before it joins the residual.
-    if (c.sandwich_norms)
-      ops::rms_norm(ctx, s.proj, l.post_attention_norm, eps, c.norm_plus_one, s.proj);
-    const TensorView& mlp_norm = c.sandwich_norms ? l.pre_feedforward_norm : l.post_attention_norm;
-    in = block_input(&s.proj, mlp_norm, {&l.gate, &l.up});
-    mlp_block(ctx, m, l, in, s);
-    if (c.sandwich_norms)
-      ops::rms_norm(ctx, s.proj, l.post_feedforward_norm, eps, c.norm_plus_one, s.proj);
-    if (li + 1 < c.num_layers) {
-      const LayerWeights& next = m.layers[size_t(li + 1)];
-      in = block_input(&s.proj, next.input_norm, {&next.q, &next.k, &next.v});
-    } else {
-      ops::add(ctx, s.x, s.proj, s.x);
-    }
-  }
+  // Each block's output joins the stream in the norm that follows it (the last one's add stays
+  // plain: the final norm only normalizes the rows whose logits are wanted).
+  Residual r{s.x, {}, {}};
+  for (int64_t li = 0; li < c.num_layers; ++li)
+    decoder_layer(ctx, m, li, kv, step, r, set, s.proj, nullptr);
+  ops::add(ctx, s.x, r.pending, s.x);
   if (rows == 0) return;
   // Final norm and lm_head only for the rows whose logits are wanted, gathered by the lookup
   // that embeds tokens (a row gather with scale 1, exact).
   const TensorView final_in =
       ops::scratch_alloc(ctx, {rows, c.hidden_size}, ctx.activation_dtype());
   ops::embedding(ctx, step.logit_rows, s.x, 1.0f, final_in);
-  ops::rms_norm(ctx, final_in, m.final_norm, eps, c.norm_plus_one, final_in);
+  ops::rms_norm(ctx, final_in, m.final_norm, float(c.rms_norm_eps), c.norm_plus_one, final_in);
   ops::linear(ctx, final_in, m.lm_head, logits, ops::Output::f32);
   if (c.final_logit_softcapping > 0)
     ops::softcap(ctx, logits, float(c.final_logit_softcapping), ops::Output::f32);

@@ -9,9 +9,10 @@
 //   - attention runs the prefill kernel for decode steps too: its key tiles start at key 0 and
 //     a row's online softmax never depends on the other rows of its query tile, whereas the
 //     decode kernel splits the keys by context length;
-//   - the model forward runs each layer through the training forward's code
-//     (forward_layer_saving: no residual/norm fusion across layers, the same norm, quantize and
-//     LoRA ops as the pass), see model/forward.cpp.
+//   - the model forward is the inference forward itself (model/forward.cpp): its fused ops
+//     equal the training forward's unfused ones bit for bit, the quantizing norm and
+//     activation once unfused here, and the backend leaves out whatever depends on the row
+//     count (the weight-streaming kernel, stacked q/k/v, the grouped LoRA up kernel, splits).
 // The sampler's processed logprob shares the cross-entropy's log-softmax in either mode.
 #pragma once
 

@@ -13,9 +13,12 @@
 # is printed when it ends, the FP8/bf16 speed ratios after each pair. Every call has its own time
 # limit, cut to what is left of DEADLINE seconds (default 570) so that the whole stays inside a
 # 10-minute device call; a run with under 20 s left is skipped. PARTS (default "grpo gen hf")
-# picks the sections, e.g. PARTS=grpo for the bench grpo pairs alone.
+# picks the sections, e.g. PARTS=grpo for the bench grpo pairs alone; SHAPES (default
+# "small real") the bench grpo shapes, SEQS (default "256 8") the bench generate sizes.
 set -u
 PARTS=${PARTS:-grpo gen hf}
+SHAPES=${SHAPES:-small real}
+SEQS=${SEQS:-256 8}
 part() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 OUT_DIR=${1:-${OUT:-/tmp/fp8rl-gpu}}
 BUILD=${BUILD:-build-gpu}
@@ -105,7 +108,7 @@ run() {
 }
 
 grpo="bench grpo --model $CONFIG --lora-r 32 --checkpointing --device cuda"
-part grpo && for shape in small real; do
+part grpo && for shape in $SHAPES; do
   case $shape in
     small) dims="--prompts 1 --generations 8 --prompt-tokens 128 --completion-tokens 512 \
              --steps 3 --kv-memory 1" ;;
@@ -121,7 +124,7 @@ done
 
 gen="bench generate --model $CONFIG --prompt-tokens 128 --max-tokens 512 --kv-memory 40 \
   --device cuda"
-part gen && for seqs in 256 8; do
+part gen && for seqs in $SEQS; do
   prompts=$(( seqs / 8 ))
   for fp8 in row off; do
     for r in 32 0; do

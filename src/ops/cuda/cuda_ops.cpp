@@ -507,7 +507,19 @@ namespace {
 // quantizer reads that back.
 void norm_quant(Backend& b, const TensorView& x, const NormDelta& delta, const TensorView& w,
                 float eps, bool plus_one, const ops::QuantizedActivation& q) {
-  if (q.act == ActScaling::token || q.act == ActScaling::group) {
+  const bool rows = q.act == ActScaling::token || q.act == ActScaling::group;
+  if (rows && b.batch_invariant()) {
+    // The fused kernel quantizes the fp32 normed values; quantize(rms_norm(x)), which the
+    // training forward runs, quantizes them rounded to bf16.
+    const size_t mark = b.arena().mark();
+    TensorView h = b.arena().alloc(x.shape, DType::bf16);
+    launch_rms_norm(bf(x), delta, f32(w), x.dim(0), x.dim(1), eps, plus_one, bf(h), nullptr,
+                    b.stream());
+    launch_quantize_rows(h.data, false, h.dim(0), h.dim(1), quant_out(q), b.stream());
+    b.arena().rewind(mark);
+    return;
+  }
+  if (rows) {
     launch_rms_norm_quant(bf(x), delta, f32(w), x.dim(0), x.dim(1), eps, plus_one, quant_out(q),
                           b.stream());
     return;
@@ -538,7 +550,16 @@ void add_rms_norm_quant(Backend& b, const TensorView& x, const TensorView& delta
 void gated_quant(Backend& b, const TensorView& gate, const TensorView& up, int act,
                  const ops::QuantizedActivation& q) {
   const int64_t rows = gate.dim(0), cols = gate.numel() / std::max<int64_t>(rows, 1);
-  if (q.act == ActScaling::token || q.act == ActScaling::group) {
+  const bool by_row = q.act == ActScaling::token || q.act == ActScaling::group;
+  if (by_row && b.batch_invariant()) {  // as norm_quant: the products rounded to bf16 first
+    const size_t mark = b.arena().mark();
+    TensorView h = b.arena().alloc(gate.shape, DType::bf16);
+    launch_gated(bf(gate), bf(up), rows, cols, act, bf(h), nullptr, b.stream());
+    launch_quantize_rows(h.data, false, rows, cols, quant_out(q), b.stream());
+    b.arena().rewind(mark);
+    return;
+  }
+  if (by_row) {
     launch_gated_quant(bf(gate), bf(up), rows, cols, act, quant_out(q), b.stream());
     return;
   }

@@ -507,7 +507,9 @@ void lora_up(Backend& b, int64_t m, std::span<const ops::Projection> group,
   int64_t rank = 0;
   for (const ops::Projection& p : group)
     if (p.lora.active()) rank = p.lora.rank();
-  bool grouped = m <= kExpandMaxRows && lora_expand_supported(int(rank));
+  // Batch-invariant mode: cuBLASLt's pinned plan at every row count (the grouped kernel runs
+  // only up to kExpandMaxRows rows, so a decode step and a training pass would differ).
+  bool grouped = m <= kExpandMaxRows && lora_expand_supported(int(rank)) && !b.batch_invariant();
   for (const ops::Projection& p : group)
     grouped = grouped && (!p.lora.active() || p.lora.rank() == rank);
   int tiles = 0;
@@ -587,7 +589,9 @@ void linear_group(Backend& b, const ops::LinearInput& in, std::span<const ops::P
     b.arena().rewind(mark);
     return;
   }
-  if (stacked != nullptr && count > 1 && m <= kStackedMaxRows) {
+  // The stacked weight only below kStackedMaxRows: not in batch-invariant mode, where a token's
+  // GEMM must not depend on the step's row count.
+  if (stacked != nullptr && count > 1 && m <= kStackedMaxRows && !b.batch_invariant()) {
     const TensorView y = b.arena().alloc({m, stacked->out_features()}, DType::bf16);
     if (quantized)
       run_quantized(b, in.q, *stacked, y);

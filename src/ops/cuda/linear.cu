@@ -65,14 +65,16 @@ __global__ void __launch_bounds__(kStreamWarps* kWarp)
   __shared__ float partial[kStreamWarps][16][8 * MT];  // [warp][weight row][token]
   // The adapter's operands of this tile, B [16, r] and xa [8 MT, r] as floats (r <= 64): loaded
   // into registers before the weight's first loads, so they travel beside them, and stored to
-  // shared memory after the K loop.
+  // shared memory after the K loop. B's rows are r + 1 floats apart: the epilogue's threads
+  // read 16 rows at one j, which would otherwise share a bank.
   extern __shared__ float lora[];
   const int tile = blockIdx.x;
   const StreamingSegment& sg = a.seg[segment_of(a, tile)];
   const int64_t n0 = int64_t(tile - sg.first_tile) * 16;
   const int rank = sg.lora_b != nullptr ? sg.lora_rank : 0;
-  float* lora_b = lora;               // [16][rank]
-  float* lora_xa = lora + 16 * rank;  // [8 MT][rank]
+  const int ldb = rank + 1;
+  float* lora_b = lora;              // [16][ldb]
+  float* lora_xa = lora + 16 * ldb;  // [8 MT][rank]
   constexpr int kLoraPerThread = 16 * 64 / (kStreamWarps * kWarp);
   bf16 pre_b[kLoraPerThread], pre_x[kLoraPerThread];
 #pragma unroll
@@ -117,10 +119,10 @@ __global__ void __launch_bounds__(kStreamWarps* kWarp)
   int64_t k0 = int64_t(warp) * span;
   for (; k0 + span <= k; k0 += stride) step(k0, true);
   if (k0 < k) step(k0, false);
-  #pragma unroll
+#pragma unroll
   for (int q = 0; q < kLoraPerThread; ++q) {
     const int i = int(threadIdx.x) + q * kStreamWarps * kWarp;
-    if (i < 16 * rank) lora_b[i] = __bfloat162float(pre_b[q]);
+    if (i < 16 * rank) lora_b[(i / rank) * ldb + i % rank] = __bfloat162float(pre_b[q]);
     if (i < a.m * rank) lora_xa[i] = __bfloat162float(pre_x[q]);
   }
   // C fragment: rows g and g + 8 of the tile, tokens mt * 8 + 2 t and + 1.
@@ -147,7 +149,7 @@ __global__ void __launch_bounds__(kStreamWarps* kWarp)
     if (sg.bias != nullptr) v += sg.bias[n];
     if (rank > 0) {  // + scale * sum_j xa[m, j] B[n, j]
       float l = 0.0f;
-      for (int j = 0; j < rank; ++j) l += lora_xa[m * rank + j] * lora_b[r * rank + j];
+      for (int j = 0; j < rank; ++j) l += lora_xa[m * rank + j] * lora_b[r * ldb + j];
       v += sg.lora_scale * l;
     }
     sg.y[int64_t(m) * sg.ldy + n] = __float2bfloat16_rn(v);
@@ -211,7 +213,8 @@ void launch_linear_streaming(const StreamingArgs& a, cudaStream_t s) {
   int rank = 0;
   for (int i = 0; i < a.num_segments; ++i)
     if (a.seg[i].lora_b != nullptr) rank = max(rank, a.seg[i].lora_rank);
-  const size_t shm = size_t(16 + 8 * ((a.m + 7) / 8)) * size_t(rank) * sizeof(float);
+  const size_t shm =
+      rank == 0 ? 0 : size_t(16 * (rank + 1) + 8 * ((a.m + 7) / 8) * rank) * sizeof(float);
   if (a.m <= 8 && deep)
     linear_streaming_kernel<1, 8><<<grid, block, shm, s>>>(a);
   else if (a.m <= 8)
