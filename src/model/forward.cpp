@@ -66,25 +66,24 @@ ops::Projection projection(const Linear& w, const TensorView& out, ops::LoraDrop
 // rms_norm(x) as the linears with activation scaling `act` consume it, after the residual add
 // x += *delta when delta is set (fused into the norm's pass over x). `h` receives the plain
 // result when the linears do not share a dynamic scaling or when one has an adapter (LoRA
-// reads the plain input; the base linears then read its quantization).
+// reads the plain input beside the base linears' quantization, both from the one pass).
 LinearInput normed(Context& ctx, const ModelConfig& c, const TensorView& x, const TensorView* delta,
                    const TensorView& weight, ActScaling act, bool plain, const TensorView& h) {
   const float eps = float(c.rms_norm_eps);
   LinearInput in;
-  if (act != ActScaling::none) in.q = ops::alloc_quantized(ctx, act, x.dim(0), x.dim(1));
-  if (act != ActScaling::none && !plain) {
+  if (act == ActScaling::none || plain) in.x = h;
+  if (act != ActScaling::none) {
+    in.q = ops::alloc_quantized(ctx, act, x.dim(0), x.dim(1));
     if (delta != nullptr)
-      ops::add_rms_norm_quant(ctx, x, *delta, weight, eps, c.norm_plus_one, in.q);
+      ops::add_rms_norm_quant(ctx, x, *delta, weight, eps, c.norm_plus_one, in.q, in.x);
     else
-      ops::rms_norm_quant(ctx, x, weight, eps, c.norm_plus_one, in.q);
+      ops::rms_norm_quant(ctx, x, weight, eps, c.norm_plus_one, in.q, in.x);
     return in;
   }
   if (delta != nullptr)
     ops::add_rms_norm(ctx, x, *delta, weight, eps, c.norm_plus_one, h);
   else
     ops::rms_norm(ctx, x, weight, eps, c.norm_plus_one, h);
-  in.x = h;
-  if (act != ActScaling::none) ops::quantize(ctx, h, in.q);
   return in;
 }
 
@@ -144,10 +143,10 @@ LinearInput quantized_input(Context& ctx, const TensorView& h,
   return in;
 }
 
-// The normed input of a block's linears: rms_norm(x + delta) (delta empty: of x). Saving, the sum
-// goes to `sum` and the norm writes h and inv_rms; otherwise the add happens in place
-// (sum is x) fused into the norm, which quantizes for the linears when they share a dynamic
-// scaling (writing h too only when one of them has an adapter).
+// The normed input of a block's linears: rms_norm(x + delta) (delta empty: of x), quantized for
+// the linears when they share a dynamic scaling. Saving, the sum goes to `sum` and the norm
+// writes h and inv_rms; otherwise the add happens in place (sum is x) fused into the norm
+// (writing h only when the linears are not quantized or one of them has an adapter).
 LinearInput block_input(Context& ctx, const ModelConfig& c, bool saving, const TensorView& x,
                         const TensorView& delta, const TensorView& sum, const TensorView& w,
                         std::initializer_list<const Linear*> consumers, const TensorView& h,
@@ -159,8 +158,18 @@ LinearInput block_input(Context& ctx, const ModelConfig& c, bool saving, const T
                   any_adapter(consumers), h);
   }
   if (!delta.empty()) ops::add(ctx, x, delta, sum);
-  ops::rms_norm_save(ctx, delta.empty() ? x : sum, w, eps, c.norm_plus_one, h, inv_rms);
-  return quantized_input(ctx, h, consumers);
+  const TensorView& in_x = delta.empty() ? x : sum;
+  ops::rms_norm_save(ctx, in_x, w, eps, c.norm_plus_one, h, inv_rms);
+  LinearInput in;
+  in.x = h;
+  // Quantized by the op the inference layer fuses (its values, not h's bf16 rounding): the
+  // trainer's FP8 linears see the engine's codes.
+  const ActScaling act = shared_dynamic_act(consumers);
+  if (act != ActScaling::none) {
+    in.q = ops::alloc_quantized(ctx, act, h.dim(0), h.dim(1));
+    ops::rms_norm_quant(ctx, in_x, w, eps, c.norm_plus_one, in.q);
+  }
+  return in;
 }
 
 // out = rms_norm(x), saving inv_rms when given (Gemma's sandwich norms of a block output).
@@ -269,16 +278,18 @@ void decoder_layer(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
                                        projection(l.up, set.up, dropout(5))};
     ops::linear_group(ctx, in, gate_up);
     const bool silu = c.activation == MlpActivation::silu;
-    // A dynamically scaled FP8 down_proj without adapter reads act(gate) * up quantized by the
-    // activation op, never written in bf16.
+    // A dynamically scaled FP8 down_proj reads act(gate) * up quantized by the activation op,
+    // written in bf16 too for its adapter or the backward (the engine and the trainer so
+    // quantize the same way).
     const ActScaling down_act = shared_dynamic_act({&l.down});
     LinearInput down_in;
-    if (!saving && down_act != ActScaling::none && !l.down.lora.active()) {
+    if (down_act != ActScaling::none) {
       down_in.q = ops::alloc_quantized(ctx, down_act, t, c.intermediate_size);
+      if (saving || l.down.lora.active()) down_in.x = set.act;
       if (silu)
-        ops::silu_mul_quant(ctx, set.gate, set.up, down_in.q);
+        ops::silu_mul_quant(ctx, set.gate, set.up, down_in.q, down_in.x);
       else
-        ops::gelu_tanh_mul_quant(ctx, set.gate, set.up, down_in.q);
+        ops::gelu_tanh_mul_quant(ctx, set.gate, set.up, down_in.q, down_in.x);
     } else {
       if (silu)
         ops::silu_mul(ctx, set.gate, set.up, set.act);

@@ -561,8 +561,18 @@ void quantize(Context& ctx, const TensorView& x, const QuantizedActivation& q, f
                  cuda::quantize(*ctx.cuda, x, q, static_scale));
 }
 
+namespace {
+// A fused quantizer's optional plain output: empty, or the shape of its input.
+void check_plain(Context& ctx, const TensorView& plain, const Shape& shape, const char* what) {
+  if (plain.empty()) return;
+  check_act(ctx, plain, 2, what);
+  CHECK(plain.shape == shape && plain.is_contiguous(), "{}: plain output {} for input {}", what,
+        plain.shape.str(), shape.str());
+}
+}  // namespace
+
 void rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& w, float eps,
-                    bool plus_one, const QuantizedActivation& q) {
+                    bool plus_one, const QuantizedActivation& q, const TensorView& plain) {
   check_ctx(ctx);
   check_act(ctx, x, 2, "rms_norm_quant input");
   check_param(ctx, w, DType::f32, "rms_norm weight");
@@ -570,15 +580,16 @@ void rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& w, floa
   CHECK(q.act != ActScaling::static_tensor, "rms_norm_quant needs a dynamic scaling");
   CHECK(w.rank() == 1 && w.dim(0) == x.dim(1) && q.rows == x.dim(0) && q.cols == x.dim(1),
         "rms_norm_quant: x {} w {} q [{}, {}]", x.shape.str(), w.shape.str(), q.rows, q.cols);
+  check_plain(ctx, plain, x.shape, "rms_norm_quant");
   dry_run_scratch(ctx, quantize_op_scratch_bytes(x.dim(0), x.dim(1)));
   FP8RL_DISPATCH(ctx, "rms_norm_quant",
-                 cpu::rms_norm_quant(scratch_of(ctx), x, w, eps, plus_one, q, rounding(ctx)),
-                 cuda::rms_norm_quant(*ctx.cuda, x, w, eps, plus_one, q));
+                 cpu::rms_norm_quant(scratch_of(ctx), x, w, eps, plus_one, q, rounding(ctx), plain),
+                 cuda::rms_norm_quant(*ctx.cuda, x, w, eps, plus_one, q, plain));
 }
 
 void add_rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& delta,
-                        const TensorView& w, float eps, bool plus_one,
-                        const QuantizedActivation& q) {
+                        const TensorView& w, float eps, bool plus_one, const QuantizedActivation& q,
+                        const TensorView& plain) {
   check_ctx(ctx);
   check_act(ctx, x, 2, "add_rms_norm_quant residual");
   check_act(ctx, delta, 2, "add_rms_norm_quant delta");
@@ -589,16 +600,17 @@ void add_rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& del
             q.cols == x.dim(1),
         "add_rms_norm_quant: x {} delta {} w {} q [{}, {}]", x.shape.str(), delta.shape.str(),
         w.shape.str(), q.rows, q.cols);
+  check_plain(ctx, plain, x.shape, "add_rms_norm_quant");
   dry_run_scratch(ctx, quantize_op_scratch_bytes(x.dim(0), x.dim(1)));
   FP8RL_DISPATCH(
       ctx, "add_rms_norm_quant",
-      cpu::add_rms_norm_quant(scratch_of(ctx), x, delta, w, eps, plus_one, q, rounding(ctx)),
-      cuda::add_rms_norm_quant(*ctx.cuda, x, delta, w, eps, plus_one, q));
+      cpu::add_rms_norm_quant(scratch_of(ctx), x, delta, w, eps, plus_one, q, rounding(ctx), plain),
+      cuda::add_rms_norm_quant(*ctx.cuda, x, delta, w, eps, plus_one, q, plain));
 }
 
 namespace {
 void gated_quant(Context& ctx, const TensorView& gate, const TensorView& up,
-                 const QuantizedActivation& q, int act, const char* what) {
+                 const QuantizedActivation& q, const TensorView& plain, int act, const char* what) {
   check_ctx(ctx);
   check_act(ctx, gate, 2, what);
   check_act(ctx, up, 2, what);
@@ -606,20 +618,22 @@ void gated_quant(Context& ctx, const TensorView& gate, const TensorView& up,
   CHECK(q.act != ActScaling::static_tensor, "{} needs a dynamic scaling", what);
   CHECK(gate.shape == up.shape && q.rows == gate.dim(0) && q.cols == gate.dim(1),
         "{}: gate {} up {} q [{}, {}]", what, gate.shape.str(), up.shape.str(), q.rows, q.cols);
+  check_plain(ctx, plain, gate.shape, what);
   dry_run_scratch(ctx, quantize_op_scratch_bytes(gate.dim(0),
                                                  gate.numel() / std::max<int64_t>(gate.dim(0), 1)));
-  FP8RL_DISPATCH(ctx, what, cpu::gated_quant(scratch_of(ctx), gate, up, act, q, rounding(ctx)),
-                 cuda::gated_quant(*ctx.cuda, gate, up, act, q));
+  FP8RL_DISPATCH(ctx, what,
+                 cpu::gated_quant(scratch_of(ctx), gate, up, act, q, rounding(ctx), plain),
+                 cuda::gated_quant(*ctx.cuda, gate, up, act, q, plain));
 }
 }  // namespace
 
 void silu_mul_quant(Context& ctx, const TensorView& gate, const TensorView& up,
-                    const QuantizedActivation& q) {
-  gated_quant(ctx, gate, up, q, 0, "silu_mul_quant");
+                    const QuantizedActivation& q, const TensorView& plain) {
+  gated_quant(ctx, gate, up, q, plain, 0, "silu_mul_quant");
 }
 void gelu_tanh_mul_quant(Context& ctx, const TensorView& gate, const TensorView& up,
-                         const QuantizedActivation& q) {
-  gated_quant(ctx, gate, up, q, 1, "gelu_tanh_mul_quant");
+                         const QuantizedActivation& q, const TensorView& plain) {
+  gated_quant(ctx, gate, up, q, plain, 1, "gelu_tanh_mul_quant");
 }
 
 void dequantize(Context& ctx, const QuantizedActivation& q, const TensorView& out) {

@@ -222,19 +222,22 @@ QuantizedActivation alloc_quantized(Context& ctx, ActScaling act, int64_t rows, 
 // or f32. Codes and scales equal quantize_activation() of the same values bit for bit.
 void quantize(Context& ctx, const TensorView& x, const QuantizedActivation& q,
               float static_scale = 0.0f);
-// quantize(rms_norm(x)) in one pass over x (q.act must be a dynamic scaling).
+// quantize(rms_norm(x)) in one pass over x (q.act must be a dynamic scaling). The fused
+// quantizers below take an optional `plain` [M,K] (activation dtype) that also receives the
+// op's plain output, equal to rms_norm's / silu_mul's bit for bit, for a LoRA adapter reading
+// the same input as the FP8 linears; plain may be gate or up itself.
 void rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& w, float eps,
-                    bool plus_one, const QuantizedActivation& q);
+                    bool plus_one, const QuantizedActivation& q, const TensorView& plain = {});
 // add_rms_norm with the normed x quantized into q instead of written out: x = x + delta (in
 // place, as add()), then q = quantize(rms_norm(x)) as rms_norm_quant() makes it.
 void add_rms_norm_quant(Context& ctx, const TensorView& x, const TensorView& delta,
-                        const TensorView& w, float eps, bool plus_one,
-                        const QuantizedActivation& q);
+                        const TensorView& w, float eps, bool plus_one, const QuantizedActivation& q,
+                        const TensorView& plain = {});
 // quantize(act(gate) * up) in one pass.
 void silu_mul_quant(Context& ctx, const TensorView& gate, const TensorView& up,
-                    const QuantizedActivation& q);
+                    const QuantizedActivation& q, const TensorView& plain = {});
 void gelu_tanh_mul_quant(Context& ctx, const TensorView& gate, const TensorView& up,
-                         const QuantizedActivation& q);
+                         const QuantizedActivation& q, const TensorView& plain = {});
 // Dequantized values x_hat[M,K] = codes * scales (f32 on the CPU, bf16 values under
 // bf16_activations; bf16 on CUDA). For tests.
 void dequantize(Context& ctx, const QuantizedActivation& q, const TensorView& out);

@@ -2,6 +2,7 @@
 // bit-exact with the recipe), weight quantization, and linears on every GEMM path.
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "harness.h"
 #include "model/rope.h"
@@ -190,6 +191,25 @@ void quantize_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k,
   o.checks.push_back(g.verify({q.codes, q.scales}));
 }
 
+// The fused quantizer's plain output (for a LoRA adapter beside the FP8 linears): run again
+// with `plain` (NaN-filled first, so a plain never written fails), its codes and scales must
+// equal the run's without it, and plain the unfused op's output, both bit for bit.
+void expect_plain_output(
+    Harness& h, Outcome& o, const ops::QuantizedActivation& q, ActScaling act,
+    const TensorView& unfused,
+    const std::function<void(const ops::QuantizedActivation&, const TensorView&)>& run) {
+  const TensorView plain = ops::scratch_alloc(h.gpu, unfused.shape, DType::bf16);
+  ops::fill(h.gpu, plain, NAN);
+  const ops::QuantizedActivation q2 = ops::alloc_quantized(h.gpu, act, q.rows, q.cols);
+  run(q2, plain);
+  o.checks.push_back(
+      expect_le("plain != the unfused op (bit-exact)", bytes_differing(h, plain, unfused), 0));
+  o.checks.push_back(expect_le("codes with plain != without (bit-exact)",
+                               bytes_differing(h, q.codes, q2.codes), 0));
+  o.checks.push_back(expect_le("scales with plain != without (bit-exact)",
+                               bytes_differing(h, q.scales, q2.scales), 0));
+}
+
 void rms_norm_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k,
                          bool plus_one) {
   const Tensor x = host_values({m, k}, 91, 3.0f), w = host_values({k}, 92, 1.0f);
@@ -205,6 +225,12 @@ void rms_norm_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int6
                      tensor ? test::kFp8TensorFusedFlips : test::kFp8FusedFlips,
                      tensor ? test::kFp8TensorScaleRel : test::fused_scale_bound(k));
   o.checks.push_back(g.verify({q.codes, q.scales}));
+  const TensorView normed = ops::scratch_alloc(h.gpu, {m, k}, DType::bf16);
+  ops::rms_norm(h.gpu, x_d, w_d, 1e-6f, plus_one, normed);
+  expect_plain_output(h, o, q, act, normed,
+                      [&](const ops::QuantizedActivation& q2, const TensorView& plain) {
+                        ops::rms_norm_quant(h.gpu, x_d, w_d, 1e-6f, plus_one, q2, plain);
+                      });
 }
 
 // x += delta; q = quantize(rms_norm(x)). The residual is one bf16 op; the codes are checked as
@@ -240,6 +266,13 @@ void add_rms_norm_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, 
                                bytes_differing(h, q.codes, q2.codes), 0));
   o.checks.push_back(expect_le("scales != add + rms_norm_quant (bit-exact)",
                                bytes_differing(h, q.scales, q2.scales), 0));
+  const TensorView normed = ops::scratch_alloc(h.gpu, {m, k}, DType::bf16);
+  ops::rms_norm(h.gpu, x2, w_d, 1e-6f, plus_one, normed);
+  expect_plain_output(
+      h, o, q, act, normed, [&](const ops::QuantizedActivation& q3, const TensorView& plain) {
+        const TensorView x3 = to_device(h, x, DType::bf16);
+        ops::add_rms_norm_quant(h.gpu, x3, delta_d, w_d, 1e-6f, plus_one, q3, plain);
+      });
 }
 
 void gated_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t k, bool silu) {
@@ -262,6 +295,29 @@ void gated_quant_case(Harness& h, Outcome& o, ActScaling act, int64_t m, int64_t
                      tensor ? test::kFp8TensorFusedFlips : test::kFp8FusedFlips,
                      tensor ? test::kFp8TensorScaleRel : test::fused_scale_bound(1));
   o.checks.push_back(g.verify({q.codes, q.scales}));
+  const TensorView product = ops::scratch_alloc(h.gpu, {m, k}, DType::bf16);
+  if (silu)
+    ops::silu_mul(h.gpu, g_d, u_d, product);
+  else
+    ops::gelu_tanh_mul(h.gpu, g_d, u_d, product);
+  expect_plain_output(h, o, q, act, product,
+                      [&](const ops::QuantizedActivation& q2, const TensorView& plain) {
+                        if (silu)
+                          ops::silu_mul_quant(h.gpu, g_d, u_d, q2, plain);
+                        else
+                          ops::gelu_tanh_mul_quant(h.gpu, g_d, u_d, q2, plain);
+                      });
+  // plain over gate itself (the inference forward's buffer reuse): the same values.
+  const TensorView gate_copy = to_device(h, gate, DType::bf16);
+  const ops::QuantizedActivation q3 = ops::alloc_quantized(h.gpu, act, m, k);
+  if (silu)
+    ops::silu_mul_quant(h.gpu, gate_copy, u_d, q3, gate_copy);
+  else
+    ops::gelu_tanh_mul_quant(h.gpu, gate_copy, u_d, q3, gate_copy);
+  o.checks.push_back(expect_le("plain over gate != the unfused op (bit-exact)",
+                               bytes_differing(h, gate_copy, product), 0));
+  o.checks.push_back(expect_le("codes with plain over gate != without (bit-exact)",
+                               bytes_differing(h, q.codes, q3.codes), 0));
 }
 
 void quantize_weight_case(Harness& h, Outcome& o, Fp8Scheme s, int64_t n, int64_t k) {

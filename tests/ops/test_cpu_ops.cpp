@@ -30,6 +30,12 @@ Tensor values(Shape s, uint64_t seed, float bound) {
   return t;
 }
 
+Tensor copy_of(const Tensor& t) {
+  Tensor c = Tensor::empty(t.shape(), t.dtype());
+  std::memcpy(c.view().data, t.view().data, t.nbytes());
+  return c;
+}
+
 bool same_bytes(const TensorView& a, const TensorView& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.data, b.data, a.nbytes()) == 0;
 }
@@ -84,6 +90,57 @@ TEST_P(Fixture, AddRmsNormQuantDispatchesToComposition) {
   EXPECT_TRUE(same_bytes(x, y));
   EXPECT_TRUE(same_bytes(q.codes, r.codes));
   EXPECT_TRUE(same_bytes(q.scales, r.scales));
+}
+
+// The fused quantizers' plain output equals the plain op's bit for bit and leaves the codes
+// as they are without it; the gated one may write over gate itself. Each plain starts as NaN.
+TEST_P(Fixture, FusedQuantizersWritePlainOutput) {
+  const ActScaling act = GetParam();
+  const int64_t m = 9, k = 256;
+  const Tensor x = values({m, k}, 21, 3.0f), d = values({m, k}, 22, 3.0f),
+               w = values({k}, 23, 1.0f), g = values({m, k}, 24, 4.0f),
+               u = values({m, k}, 25, 2.0f);
+  auto nan_tensor = [&] {
+    Tensor t = Tensor::empty({m, k}, DType::f32);
+    ops::fill(ctx, t.view(), NAN);
+    return t;
+  };
+  {
+    const ops::QuantizedActivation q = ops::alloc_quantized(ctx, act, m, k),
+                                   r = ops::alloc_quantized(ctx, act, m, k);
+    Tensor plain = nan_tensor(), h = Tensor::empty({m, k}, DType::f32);
+    ops::rms_norm_quant(ctx, x, w, 1e-6f, false, q, plain);
+    ops::rms_norm_quant(ctx, x, w, 1e-6f, false, r);
+    ops::rms_norm(ctx, x, w, 1e-6f, false, h);
+    EXPECT_TRUE(same_bytes(plain, h));
+    EXPECT_TRUE(same_bytes(q.codes, r.codes));
+  }
+  {
+    Tensor x1 = copy_of(x), x2 = copy_of(x), plain = nan_tensor(),
+           h = Tensor::empty({m, k}, DType::f32);
+    const ops::QuantizedActivation q = ops::alloc_quantized(ctx, act, m, k),
+                                   r = ops::alloc_quantized(ctx, act, m, k);
+    ops::add_rms_norm_quant(ctx, x1, d, w, 1e-6f, true, q, plain);
+    ops::add_rms_norm(ctx, x2, d, w, 1e-6f, true, h);
+    EXPECT_TRUE(same_bytes(plain, h));
+    EXPECT_TRUE(same_bytes(x1, x2));
+    ops::rms_norm_quant(ctx, x2, w, 1e-6f, true, r);
+    EXPECT_TRUE(same_bytes(q.codes, r.codes));
+  }
+  {
+    Tensor plain = nan_tensor(), over_gate = copy_of(g), h = Tensor::empty({m, k}, DType::f32);
+    const ops::QuantizedActivation q = ops::alloc_quantized(ctx, act, m, k),
+                                   r = ops::alloc_quantized(ctx, act, m, k),
+                                   s = ops::alloc_quantized(ctx, act, m, k);
+    ops::silu_mul_quant(ctx, g, u, q, plain);
+    ops::silu_mul_quant(ctx, g, u, r);
+    ops::silu_mul_quant(ctx, over_gate, u, s, over_gate);
+    ops::silu_mul(ctx, g, u, h);
+    EXPECT_TRUE(same_bytes(plain, h));
+    EXPECT_TRUE(same_bytes(over_gate, h));
+    EXPECT_TRUE(same_bytes(q.codes, r.codes));
+    EXPECT_TRUE(same_bytes(s.codes, r.codes));
+  }
 }
 
 TEST_P(Fixture, LinearOfQuantizedInputEqualsLinear) {

@@ -37,7 +37,7 @@ void gelu_tanh_mul(const TensorView& gate, const TensorView& up, const TensorVie
 }
 
 void gated_quant(Arena& scratch, const TensorView& gate, const TensorView& up, int act,
-                 const QuantizedActivation& q, Rounding r) {
+                 const QuantizedActivation& q, Rounding r, const TensorView& plain) {
   ArenaScope scope(scratch);
   TensorView h = scratch.alloc(gate.shape, DType::f32);
   if (act == 0)
@@ -45,6 +45,11 @@ void gated_quant(Arena& scratch, const TensorView& gate, const TensorView& up, i
   else
     gelu_tanh_mul(gate, up, h, staged(r, q));
   quantize(h, q, 0.0f);
+  if (plain.empty()) return;  // last: plain may be gate or up itself
+  if (act == 0)
+    silu_mul(gate, up, plain, r);
+  else
+    gelu_tanh_mul(gate, up, plain, r);
 }
 
 }  // namespace fp8rl::ops::cpu

@@ -56,13 +56,15 @@ void linear_accumulate(Arena& scratch, const TensorView& x, const LinearWeight& 
 // FP8 activations (quantize.cpp; the fused quantizers in norm.cpp and activation.cpp): the
 // recipe of quant/fp8.h on the op's f32 output.
 void quantize(const TensorView& x, const QuantizedActivation& q, float static_scale);
+// `plain` (optional): the op's plain output too, as rms_norm / silu_mul would write it.
 void rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& w, float eps,
-                    bool plus_one, const QuantizedActivation& q, Rounding r);
+                    bool plus_one, const QuantizedActivation& q, Rounding r,
+                    const TensorView& plain);
 void add_rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& delta,
                         const TensorView& w, float eps, bool plus_one, const QuantizedActivation& q,
-                        Rounding r);
+                        Rounding r, const TensorView& plain);
 void gated_quant(Arena& scratch, const TensorView& gate, const TensorView& up, int act,
-                 const QuantizedActivation& q, Rounding r);
+                 const QuantizedActivation& q, Rounding r, const TensorView& plain);
 void dequantize(const QuantizedActivation& q, const TensorView& out, Rounding r);
 void linear(Arena& scratch, const QuantizedActivation& x, const LinearWeight& w,
             const TensorView& out, Output kind, Rounding r);

@@ -14,7 +14,8 @@ void add(const TensorView& a, const TensorView& b, float alpha, const TensorView
   float* o = out.ptr<float>();
   const int64_t rows = a.dim(0), cols = a.numel() / rows;
   parallel_for(0, rows, [&](int64_t i) {
-    for (int64_t j = i * cols; j < (i + 1) * cols; ++j) o[j] = round_as(r, std::fma(alpha, pb[j], pa[j]));
+    for (int64_t j = i * cols; j < (i + 1) * cols; ++j)
+      o[j] = round_as(r, std::fma(alpha, pb[j], pa[j]));
   });
 }
 

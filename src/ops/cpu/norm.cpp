@@ -44,18 +44,20 @@ void add_rms_norm(const TensorView& x, const TensorView& delta, const TensorView
 }
 
 void rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& w, float eps,
-                    bool plus_one, const QuantizedActivation& q, Rounding r) {
+                    bool plus_one, const QuantizedActivation& q, Rounding r,
+                    const TensorView& plain) {
   ArenaScope scope(scratch);
   TensorView h = scratch.alloc(x.shape, DType::f32);
   rms_norm(x, w, eps, plus_one, h, staged(r, q));
   quantize(h, q, 0.0f);
+  if (!plain.empty()) rms_norm(x, w, eps, plus_one, plain, r);
 }
 
 void add_rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& delta,
                         const TensorView& w, float eps, bool plus_one, const QuantizedActivation& q,
-                        Rounding r) {
+                        Rounding r, const TensorView& plain) {
   add(x, delta, 1.0f, x, r);
-  rms_norm_quant(scratch, x, w, eps, plus_one, q, r);
+  rms_norm_quant(scratch, x, w, eps, plus_one, q, r, plain);
 }
 
 }  // namespace fp8rl::ops::cpu

@@ -138,6 +138,7 @@ __global__ void __launch_bounds__(kStagedThreads, 3)
   // needs only that).
   a = g.max(a, shm);
   uint8_t* codes = q.codes + g.row * cols;
+  bf16* plain = q.plain != nullptr ? q.plain + g.row * cols : nullptr;
   if (!q.group) {
     const float row_scale = fp8_scale(a);
     const Fp8Divisor row_div = fp8_divisor(row_scale);
@@ -146,6 +147,7 @@ __global__ void __launch_bounds__(kStagedThreads, 3)
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] = stage[i * chunks + c];
       store_codes<true>(codes, int64_t(c) * kChunk, cols, v, row_div);
+      if (plain != nullptr) store_chunk<true>(plain, int64_t(c) * kChunk, cols, v);
     }
     if (g.lane == 0) q.scales[g.row] = row_scale;
     return;
@@ -163,6 +165,7 @@ __global__ void __launch_bounds__(kStagedThreads, 3)
     const float scale = fp8_scale(ga);
     if (c < chunks) {
       store_codes<true>(codes, int64_t(c) * kChunk, cols, v, fp8_divisor(scale));
+      if (plain != nullptr) store_chunk<true>(plain, int64_t(c) * kChunk, cols, v);
       if (c % 16 == 0) q.scales[int64_t(c / 16) * q.padded_rows + g.row] = scale;
     }
   }
@@ -203,7 +206,8 @@ void launch_gated(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, 
 void launch_gated_quant(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int act,
                         const QuantOut& q, cudaStream_t s) {
   if (q.padded_rows == 0) return;
-  const bool vec = cols % 8 == 0 && aligned16(gate) && aligned16(up) && aligned16(q.codes);
+  const bool vec = cols % 8 == 0 && aligned16(gate) && aligned16(up) && aligned16(q.codes) &&
+                   (q.plain == nullptr || aligned16(q.plain));
   if (vec && cols > 2 * kWarp * kChunk && cols <= kStagedMaxCols) {
     const size_t bytes = size_t(cols) * sizeof(float);
     const unsigned grid = unsigned(q.padded_rows);
@@ -227,6 +231,9 @@ void launch_gated_quant(const bf16* gate, const bf16* up, int64_t rows, int64_t 
           <<<p.grid, p.threads, 0, s>>>(gate, up, rows, cols, q);
   });
   FP8RL_LAUNCH_CHECK("gated_quant");
+  // The scalar kernels do not write plain (row_quant.cuh quantize_row); after them, since
+  // plain may be gate or up.
+  if (!vec && q.plain != nullptr) launch_gated(gate, up, rows, cols, act, q.plain, nullptr, s);
 }
 
 }  // namespace fp8rl::cuda

@@ -502,75 +502,86 @@ void quantize(Backend& b, const TensorView& x, const ops::QuantizedActivation& q
 }
 
 namespace {
-// quantize(rms_norm(x)), after x += delta when delta is set. Per tensor: the scale needs the
-// amax of the whole output first, so the norm writes bf16 and its amax in one pass, and the
-// quantizer reads that back.
+// The quantization target of q, with the values also written to `plain` when it is set.
+QuantOut quant_out(const ops::QuantizedActivation& q, const TensorView& plain) {
+  QuantOut o = quant_out(q);
+  o.plain = plain.empty() ? nullptr : bf(plain);
+  return o;
+}
+
+// Where a composed op (batch-invariant mode, per-tensor scaling) stages its bf16 output before
+// quantizing it: `plain` when the caller wants it, else arena scratch (the caller's scope).
+TensorView staging(Backend& b, const Shape& shape, const TensorView& plain) {
+  return plain.empty() ? b.arena().alloc(shape, DType::bf16) : plain;
+}
+
+// quantize(rms_norm(x)), after x += delta when delta is set (rms_norm's bf16 output in plain
+// too when set). Per tensor: the scale needs the amax of the whole output first, so the norm
+// writes bf16 and its amax in one pass, and the quantizer reads that back.
 void norm_quant(Backend& b, const TensorView& x, const NormDelta& delta, const TensorView& w,
-                float eps, bool plus_one, const ops::QuantizedActivation& q) {
+                float eps, bool plus_one, const ops::QuantizedActivation& q,
+                const TensorView& plain) {
   const bool rows = q.act == ActScaling::token || q.act == ActScaling::group;
-  if (rows && b.batch_invariant()) {
-    // The fused kernel quantizes the fp32 normed values; quantize(rms_norm(x)), which the
-    // training forward runs, quantizes them rounded to bf16.
-    const size_t mark = b.arena().mark();
-    TensorView h = b.arena().alloc(x.shape, DType::bf16);
+  if (rows && !b.batch_invariant()) {
+    launch_rms_norm_quant(bf(x), delta, f32(w), x.dim(0), x.dim(1), eps, plus_one,
+                          quant_out(q, plain), b.stream());
+    return;
+  }
+  CHECK(rows || q.act == ActScaling::tensor, "rms_norm_quant: {} scaling is not dynamic",
+        act_scaling_name(q.act));
+  const size_t mark = b.arena().mark();
+  const TensorView h = staging(b, x.shape, plain);
+  if (rows) {
+    // Batch-invariant mode: the fused kernel quantizes the fp32 normed values, the training
+    // forward's quantize(rms_norm(x)) their bf16 rounding.
     launch_rms_norm(bf(x), delta, f32(w), x.dim(0), x.dim(1), eps, plus_one, bf(h), nullptr,
                     b.stream());
     launch_quantize_rows(h.data, false, h.dim(0), h.dim(1), quant_out(q), b.stream());
-    b.arena().rewind(mark);
-    return;
+  } else {
+    float* amax = zeroed_amax(b);
+    launch_rms_norm(bf(x), delta, f32(w), x.dim(0), x.dim(1), eps, plus_one, bf(h), amax,
+                    b.stream());
+    launch_quantize_tensor(h.data, false, h.numel(), amax, 0.0f,
+                           static_cast<uint8_t*>(q.codes.data), static_cast<float*>(q.scales.data),
+                           b.stream());
   }
-  if (rows) {
-    launch_rms_norm_quant(bf(x), delta, f32(w), x.dim(0), x.dim(1), eps, plus_one, quant_out(q),
-                          b.stream());
-    return;
-  }
-  CHECK(q.act == ActScaling::tensor, "rms_norm_quant: {} scaling is not dynamic",
-        act_scaling_name(q.act));
-  const size_t mark = b.arena().mark();
-  TensorView h = b.arena().alloc(x.shape, DType::bf16);
-  float* amax = zeroed_amax(b);
-  launch_rms_norm(bf(x), delta, f32(w), x.dim(0), x.dim(1), eps, plus_one, bf(h), amax, b.stream());
-  launch_quantize_tensor(h.data, false, h.numel(), amax, 0.0f, static_cast<uint8_t*>(q.codes.data),
-                         static_cast<float*>(q.scales.data), b.stream());
   b.arena().rewind(mark);
 }
 }  // namespace
 
 void rms_norm_quant(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
-                    const ops::QuantizedActivation& q) {
-  norm_quant(b, x, {}, w, eps, plus_one, q);
+                    const ops::QuantizedActivation& q, const TensorView& plain) {
+  norm_quant(b, x, {}, w, eps, plus_one, q, plain);
 }
 
 void add_rms_norm_quant(Backend& b, const TensorView& x, const TensorView& delta,
                         const TensorView& w, float eps, bool plus_one,
-                        const ops::QuantizedActivation& q) {
-  norm_quant(b, x, norm_delta(delta), w, eps, plus_one, q);
+                        const ops::QuantizedActivation& q, const TensorView& plain) {
+  norm_quant(b, x, norm_delta(delta), w, eps, plus_one, q, plain);
 }
 
 void gated_quant(Backend& b, const TensorView& gate, const TensorView& up, int act,
-                 const ops::QuantizedActivation& q) {
+                 const ops::QuantizedActivation& q, const TensorView& plain) {
   const int64_t rows = gate.dim(0), cols = gate.numel() / std::max<int64_t>(rows, 1);
   const bool by_row = q.act == ActScaling::token || q.act == ActScaling::group;
-  if (by_row && b.batch_invariant()) {  // as norm_quant: the products rounded to bf16 first
-    const size_t mark = b.arena().mark();
-    TensorView h = b.arena().alloc(gate.shape, DType::bf16);
-    launch_gated(bf(gate), bf(up), rows, cols, act, bf(h), nullptr, b.stream());
-    launch_quantize_rows(h.data, false, rows, cols, quant_out(q), b.stream());
-    b.arena().rewind(mark);
+  if (by_row && !b.batch_invariant()) {
+    launch_gated_quant(bf(gate), bf(up), rows, cols, act, quant_out(q, plain), b.stream());
     return;
   }
-  if (by_row) {
-    launch_gated_quant(bf(gate), bf(up), rows, cols, act, quant_out(q), b.stream());
-    return;
-  }
-  CHECK(q.act == ActScaling::tensor, "gated_quant: {} scaling is not dynamic",
+  CHECK(by_row || q.act == ActScaling::tensor, "gated_quant: {} scaling is not dynamic",
         act_scaling_name(q.act));
   const size_t mark = b.arena().mark();
-  TensorView h = b.arena().alloc(gate.shape, DType::bf16);
-  float* amax = zeroed_amax(b);
-  launch_gated(bf(gate), bf(up), rows, cols, act, bf(h), amax, b.stream());
-  launch_quantize_tensor(h.data, false, h.numel(), amax, 0.0f, static_cast<uint8_t*>(q.codes.data),
-                         static_cast<float*>(q.scales.data), b.stream());
+  const TensorView h = staging(b, gate.shape, plain);
+  if (by_row) {  // batch-invariant mode, as norm_quant: the products rounded to bf16 first
+    launch_gated(bf(gate), bf(up), rows, cols, act, bf(h), nullptr, b.stream());
+    launch_quantize_rows(h.data, false, rows, cols, quant_out(q), b.stream());
+  } else {
+    float* amax = zeroed_amax(b);
+    launch_gated(bf(gate), bf(up), rows, cols, act, bf(h), amax, b.stream());
+    launch_quantize_tensor(h.data, false, h.numel(), amax, 0.0f,
+                           static_cast<uint8_t*>(q.codes.data), static_cast<float*>(q.scales.data),
+                           b.stream());
+  }
   b.arena().rewind(mark);
 }
 

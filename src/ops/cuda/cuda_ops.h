@@ -104,12 +104,12 @@ size_t quantized_bytes(ActScaling act, int64_t rows, int64_t cols);
 void quantize(Backend& b, const TensorView& x, const ops::QuantizedActivation& q,
               float static_scale);
 void rms_norm_quant(Backend& b, const TensorView& x, const TensorView& w, float eps, bool plus_one,
-                    const ops::QuantizedActivation& q);
+                    const ops::QuantizedActivation& q, const TensorView& plain);
 void add_rms_norm_quant(Backend& b, const TensorView& x, const TensorView& delta,
                         const TensorView& w, float eps, bool plus_one,
-                        const ops::QuantizedActivation& q);
+                        const ops::QuantizedActivation& q, const TensorView& plain);
 void gated_quant(Backend& b, const TensorView& gate, const TensorView& up, int act,
-                 const ops::QuantizedActivation& q);
+                 const ops::QuantizedActivation& q, const TensorView& plain);
 void dequantize(Backend& b, const ops::QuantizedActivation& q, const TensorView& out);
 // CudaDevice::check_fp8_quotient.
 uint64_t check_fp8_quotient(Backend& b, uint32_t b_first, uint32_t b_count, uint32_t b_step,

@@ -30,6 +30,9 @@ struct QuantOut {
   float* scales = nullptr;
   int64_t padded_rows = 0;
   bool group = false;  // false: one scale per row (token)
+  // Optional [rows, cols] (row stride cols): the quantized values also written rounded to bf16,
+  // for a LoRA adapter that reads the same input (fused norm and gated activation only).
+  bf16* plain = nullptr;
 };
 
 // ---- embedding.cu

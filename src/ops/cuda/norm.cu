@@ -18,9 +18,9 @@ namespace fp8rl::cuda {
 namespace {
 
 struct NormArgs {
-  bf16* x;             // [rows, d]; updated in place when there is a delta
-  const bf16* delta;   // [rows, d] or null
-  const float* w;      // [d]
+  bf16* x;            // [rows, d]; updated in place when there is a delta
+  const bf16* delta;  // [rows, d] or null
+  const float* w;     // [d]
   int64_t rows, d;
   float eps;
   bool plus_one;
@@ -173,12 +173,16 @@ void launch_rms_norm_quant(bf16* x, const NormDelta& delta, const float* w, int6
   if (q.padded_rows == 0) return;
   NormArgs a = norm_args(x, delta, w, rows, d, eps, plus_one);
   a.q = q;
-  const bool vec = vec_ok(a, q.codes);
+  const bool vec = vec_ok(a, q.codes) && (q.plain == nullptr || aligned16(q.plain));
   if (delta.present())
     launch_norm<true, true>(a, vec, s);
   else
     launch_norm<false, true>(a, vec, s);
   FP8RL_LAUNCH_CHECK(delta.present() ? "add_rms_norm_quant" : "rms_norm_quant");
+  // The scalar kernels do not write plain (row_quant.cuh quantize_row): the norm of the
+  // updated x, once more.
+  if (!vec && q.plain != nullptr)
+    launch_rms_norm(x, {}, w, rows, d, eps, plus_one, q.plain, nullptr, s);
 }
 
 }  // namespace fp8rl::cuda

@@ -323,7 +323,9 @@ __device__ __forceinline__ bool quantized_data_row(const RowThreads<WARP>& g, in
 // (zeros past `cols`); it is called once per segment, and a second time when token
 // scaling needs a row of several segments (it must then give the same floats). With a single
 // segment v may come in already holding them: values() then finishes them in place. Called
-// by all threads of the row (barriers, shuffles).
+// by all threads of the row (barriers, shuffles). With q.plain and VEC each thread also stores
+// its values there rounded to bf16, after it has read them (plain may be the row's own input);
+// the launchers write plain with a kernel of its own otherwise (it would spill registers).
 template <int NCH, bool VEC, bool WARP, typename Values>
 __device__ __forceinline__ void quantize_row(const RowThreads<WARP>& g, int nseg, int64_t cols,
                                              const QuantOut& q, float* shm, float (&v)[NCH][8],
@@ -343,6 +345,7 @@ __device__ __forceinline__ void quantize_row(const RowThreads<WARP>& g, int nseg
         const float scale = fp8_scale(a);
         if (j < cols) {
           store_codes<VEC>(codes, j, cols, v[k], fp8_divisor(scale));
+          if (VEC && q.plain != nullptr) store_chunk<VEC>(q.plain + g.row * cols, j, cols, v[k]);
           if (j % 128 == 0) q.scales[(j / 128) * q.padded_rows + g.row] = scale;
         }
       }
@@ -363,7 +366,10 @@ __device__ __forceinline__ void quantize_row(const RowThreads<WARP>& g, int nseg
 #pragma unroll
     for (int k = 0; k < NCH; ++k) {
       const int64_t j = g.template col<NCH>(s, k);
-      if (j < cols) store_codes<VEC>(codes, j, cols, v[k], div);
+      if (j < cols) {
+        store_codes<VEC>(codes, j, cols, v[k], div);
+        if (VEC && q.plain != nullptr) store_chunk<VEC>(q.plain + g.row * cols, j, cols, v[k]);
+      }
     }
   }
   if (g.lane == 0) q.scales[g.row] = scale;
