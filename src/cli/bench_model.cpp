@@ -88,12 +88,9 @@ BenchModel::BenchModel(const BenchModelOptions& o, const std::string& command,
   adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::init(lc, model(), o.seed + 1));
   if (init == BenchLoraInit::random) randomize_b(*adapter_, o.seed + 2);
   adapter_->to_device(ctx());
-  adapter_->attach(model());
 }
 
-BenchModel::~BenchModel() {
-  if (adapter_) LoraAdapter::detach(model());
-}
+BenchModel::~BenchModel() = default;
 
 const LoraAdapter* BenchModel::adapter() const {
   return adapter_ ? adapter_.get() : session_->adapter();

@@ -1,6 +1,6 @@
 // What the bench commands share: the model options; the model (a checkpoint directory, or
 // random weights made on the device for a preset or a directory holding only config.json);
-// a fresh LoRA adapter of rank R on all seven projections, attached; the developer controls
+// a fresh LoRA adapter of rank R on all seven projections; the developer controls
 // (--device-option); random token ids.
 #pragma once
 

@@ -8,7 +8,7 @@
 // shape's achieved TFLOP/s next to the bare cuBLASLt GEMM of the same shape and scheme timed
 // in the same run, and peak device memory. A --preset or a --model directory without weights
 // (or with --random) gets random weights made on the device (Model::random). --adapter runs
-// the forward with a PEFT adapter attached (its LoRA terms timed with the linears).
+// the forward with a PEFT adapter (its LoRA terms timed with the linears).
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -96,7 +96,7 @@ void run_bench_forward(const BenchOptions& o) {
   SequenceInput seq{ids, pos, &cache};
   auto run_once = [&] {
     cache.truncate(0);
-    forward(ctx, model, {&seq, 1}, rows, logits);
+    forward(ctx, model, bench.adapter(), {&seq, 1}, rows, logits);
     ops::synchronize(ctx);
   };
 

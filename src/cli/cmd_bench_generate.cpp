@@ -109,7 +109,8 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   eo.async_scheduling = dc.async_scheduling;
   // The adapter's version keys the prefix cache, as for a user's adapter (ModelSession).
   const auto make_engine = [&](const EngineOptions& options) {
-    auto e = std::make_unique<Engine>(ctx, model, nullptr, std::vector<int32_t>{}, options);
+    auto e = std::make_unique<Engine>(ctx, model, bench.adapter(), nullptr, std::vector<int32_t>{},
+                                      options);
     if (bench.adapter() != nullptr) e->set_adapter_version(bench.adapter()->version());
     return e;
   };

@@ -34,7 +34,7 @@ void run_logits(LogitsOptions o) {
   const std::vector<int32_t> positions = iota(ids.size());
   Tensor logits = Tensor::empty({int64_t(ids.size()), model.config().vocab_size}, DType::f32);
   SequenceInput seq{ids, positions, &cache};
-  forward(ctx, model, {&seq, 1}, LogitRows::all, logits);
+  forward(ctx, model, session.adapter(), {&seq, 1}, LogitRows::all, logits);
   write_npy(o.out, logits);
 }
 }  // namespace

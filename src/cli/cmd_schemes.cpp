@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "core/check.h"
 #include "cli/common.h"
+#include "core/check.h"
 #include "core/rng.h"
 #include "model/forward.h"
 
@@ -41,7 +41,7 @@ Tensor run_forward(const Model& m, const std::vector<int32_t>& ids, double* seco
     SequenceInput seq{ids, pos, &cache};
     const auto t0 = std::chrono::steady_clock::now();
     const std::clock_t c0 = std::clock();
-    forward(ctx, m, {&seq, 1}, LogitRows::all, logits);
+    forward(ctx, m, nullptr, {&seq, 1}, LogitRows::all, logits);  // the base model alone
     const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
     if (dt.count() < *seconds) {
       *seconds = dt.count();
@@ -98,8 +98,10 @@ void run_schemes(const SchemesOptions& o) {
     LoadOptions load;
     load.fp8 = s;
     const Model m = Model::load(o.model, load);
-    CHECK(!m.prequantized(), "schemes compares quantizations of an unquantized checkpoint; '{}' "
-          "is already FP8", o.model);
+    CHECK(!m.prequantized(),
+          "schemes compares quantizations of an unquantized checkpoint; '{}' "
+          "is already FP8",
+          o.model);
     Row row;
     row.scheme = std::string(scheme_name(s));
     for (const auto& [name, w] : m.named_linears()) row.linear_bytes += double(w->nbytes());

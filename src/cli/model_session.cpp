@@ -30,7 +30,6 @@ ModelSession::ModelSession(const SessionOptions& options,
 
 ModelSession::~ModelSession() {
   // The adapter's device copy and the model's weights go before the device.
-  if (model_) LoraAdapter::detach(*model_);
   adapter_.reset();
   model_.reset();
 }
@@ -52,7 +51,6 @@ void ModelSession::finish_setup(const SessionOptions& options) {
   if (!options.adapter.empty()) {
     adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::load_peft(options.adapter, *model_));
     adapter_->to_device(ctx_);
-    adapter_->attach(*model_);
   }
   if (!dir_.empty() && std::filesystem::exists(std::filesystem::path(dir_) / "tokenizer.json"))
     tokenizer_ = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_file(dir_));
@@ -90,7 +88,8 @@ std::vector<int32_t> ModelSession::encode_chat(const nlohmann::ordered_json& mes
 }
 
 std::unique_ptr<Engine> ModelSession::make_engine(const EngineOptions& options) {
-  auto engine = std::make_unique<Engine>(ctx_, *model_, tokenizer_.get(), eos_ids(), options);
+  auto engine =
+      std::make_unique<Engine>(ctx_, *model_, adapter_.get(), tokenizer_.get(), eos_ids(), options);
   if (adapter_) engine->set_adapter_version(adapter_->version());
   return engine;
 }

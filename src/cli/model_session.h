@@ -1,6 +1,6 @@
 // What every command that runs a model sets up, in one place: the device and its context, the
-// model on that device, an optional PEFT adapter attached to it, and the model directory's
-// tokenizer, stop ids and chat template for commands that take text.
+// model on that device, an optional PEFT adapter for it (which its forwards take), and the model
+// directory's tokenizer, stop ids and chat template for commands that take text.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -24,13 +24,13 @@ TrainSession::TrainSession(const ModelArguments& args, uint64_t seed) {
   else
     adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::init(args.lora_config(), m, seed));
   adapter_->to_device(session_->ctx());
-  adapter_->attach(m);
   tok_setup_ = load_sft_tokenizer_setup(args.model, tokenizer());
   base_model_name_ = std::filesystem::path(args.model).lexically_normal().string();
 }
 
+// The adapter's device copy goes before the session's device.
 TrainSession::~TrainSession() {
-  if (session_) LoraAdapter::detach(session_->model());
+  adapter_.reset();
 }
 
 const tok::Tokenizer& TrainSession::tokenizer() const {

@@ -1,5 +1,5 @@
 // What the training commands (sft, grpo, dpo) share: the model session with a trainable
-// adapter attached (fresh with the run's LoRA keys, or from --adapter), the tokenizer's EOS
+// adapter for it (fresh with the run's LoRA keys, or from --adapter), the tokenizer's EOS
 // and chat template, the run directory's config record, and the per-step log line.
 #pragma once
 
@@ -18,7 +18,7 @@ namespace fp8rl::cli {
 class TrainSession {
  public:
   // Loads the model (ModelSession) and the adapter to train: args.adapter's PEFT adapter, or a
-  // fresh one of args.lora_config() initialized from `seed`; attaches it.
+  // fresh one of args.lora_config() initialized from `seed`, on the session's device.
   TrainSession(const ModelArguments& args, uint64_t seed);
   ~TrainSession();
   ModelSession& session() { return *session_; }

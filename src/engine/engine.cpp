@@ -93,6 +93,7 @@ struct InFlight {
 struct Engine::Impl {
   Context& ctx;
   const Model& model;
+  const LoraAdapter* adapter;  // null: the base model alone
   const tok::Tokenizer* tokenizer;
   std::vector<int32_t> eos;
   EngineOptions opt;
@@ -134,9 +135,11 @@ struct Engine::Impl {
   std::map<std::tuple<int64_t, int64_t, int, bool, bool>, CudaGraph> graphs;
   const void* graphs_scratch = nullptr;  // the scratch arena's base the graphs captured
 
-  Impl(Context& c, const Model& m, const tok::Tokenizer* t, std::vector<int32_t> e,
-       const EngineOptions& o, StandbyRegion* r)
-      : ctx(c), model(m), tokenizer(t), eos(std::move(e)), opt(o), region(r) {}
+  Impl(Context& c, const Model& m, const LoraAdapter* a, const tok::Tokenizer* t,
+       std::vector<int32_t> e, const EngineOptions& o, StandbyRegion* r)
+      : ctx(c), model(m), adapter(a), tokenizer(t), eos(std::move(e)), opt(o), region(r) {
+    if (adapter != nullptr) adapter->check_fits(model);
+  }
 
   void setup();
   // The KV pool over the standby region (taken back from whoever held it since the last
@@ -317,7 +320,7 @@ void Engine::Impl::device_step(Context& c, const KvPool& kv, const StepBatch& st
   ops::ScratchScope scope(c);
   const TensorView logits =
       ops::scratch_alloc(c, {step.num_logit_rows(), model.config().vocab_size}, DType::f32);
-  forward(c, model, kv, step, logits);
+  forward(c, model, adapter, kv, step, logits);
   if (rows.numel() > 0) ops::sample(c, logits, rows, history, top_k, out);
 }
 
@@ -727,9 +730,11 @@ void Engine::Impl::run(std::vector<RequestState>& states,
   for (auto& [seq, who] : owner) sched->forget(seq);
 }
 
-Engine::Engine(Context& ctx, const Model& model, const tok::Tokenizer* tokenizer,
-               std::vector<int32_t> eos_ids, const EngineOptions& options, StandbyRegion* region)
-    : impl_(std::make_unique<Impl>(ctx, model, tokenizer, std::move(eos_ids), options, region)) {
+Engine::Engine(Context& ctx, const Model& model, const LoraAdapter* adapter,
+               const tok::Tokenizer* tokenizer, std::vector<int32_t> eos_ids,
+               const EngineOptions& options, StandbyRegion* region)
+    : impl_(std::make_unique<Impl>(ctx, model, adapter, tokenizer, std::move(eos_ids), options,
+                                   region)) {
   impl_->setup();
 }
 

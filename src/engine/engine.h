@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "model/adapter.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "ops/context.h"
@@ -112,14 +113,16 @@ struct EngineStats {
 
 class Engine {
  public:
-  // The model (and its attached adapter, if any) must be on ctx's device; tokenizer may be null
-  // (no text, no stop strings); eos_ids: generation_config's stop ids. region: a standby
-  // region (ops/standby_region.h) the KV pool lies in, shared with the trainer, which holds
-  // it between generate() calls; each generate() takes it back (an empty prefix cache, the
-  // pool zeroed). Null: the pool has memory of its own and the prefix cache persists.
-  Engine(Context& ctx, const Model& model, const tok::Tokenizer* tokenizer,
-         std::vector<int32_t> eos_ids, const EngineOptions& options,
-         StandbyRegion* region = nullptr);
+  // The model and the adapter the forward runs with (null: the base model alone; it must fit
+  // the model, LoraAdapter::check_fits, and outlive the engine) must be on ctx's device;
+  // tokenizer may be null (no text, no stop strings); eos_ids: generation_config's stop ids.
+  // region: a standby region (ops/standby_region.h) the KV pool lies in, shared with the
+  // trainer, which holds it between generate() calls; each generate() takes it back (an empty
+  // prefix cache, the pool zeroed). Null: the pool has memory of its own and the prefix cache
+  // persists.
+  Engine(Context& ctx, const Model& model, const LoraAdapter* adapter,
+         const tok::Tokenizer* tokenizer, std::vector<int32_t> eos_ids,
+         const EngineOptions& options, StandbyRegion* region = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -22,7 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kProjections = 7;
 constexpr const char* kAllLinear = "all-linear";
 // PEFT prefixes the base model's module paths with the PeftModel and LoraModel attributes.
 constexpr const char* kPeftPrefix = "base_model.model.";
@@ -529,34 +528,35 @@ TensorView LoraAdapter::training_view(int64_t layer, int projection, bool b, Dev
 
 TensorView LoraAdapter::compute_view(const Slot& s, bool b, Device device) const {
   CHECK(device == ctx_.device,
-        "the adapter is on {}: call to_device before attaching it to a {} model",
+        "the adapter is on {}: call to_device before a forward on {} uses it",
         device_name(ctx_.device), device_name(device));
   return matrix(device == Device::cpu ? master_params() : compute_params(), s, b);
 }
 
-void LoraAdapter::attach(Model& model) const {
-  CHECK(int64_t(model.layers.size()) == num_layers_, "adapter made for {} layers, the model has {}",
-        num_layers_, model.layers.size());
-  for (int64_t l = 0; l < num_layers_; ++l)
-    for (int p = 0; p < kProjections; ++p) {
-      Linear& lin = *model.layers[size_t(l)].projection(p);
-      const Slot& s = slot(l, p);
-      if (s.empty()) {
-        lin.lora = {};
-        continue;
-      }
-      CHECK(lin.out_features() == s.n && lin.in_features() == s.k,
-            "adapter of {} is for [{}, {}], the model's projection is [{}, {}]",
-            projection_path(l, p), s.n, s.k, lin.out_features(), lin.in_features());
-      lin.lora.a = compute_view(s, false, model.device());
-      lin.lora.b = compute_view(s, true, model.device());
-      lin.lora.scale = scale();
-    }
+LoraWeights LoraAdapter::weights(int64_t layer, int projection, Device device) const {
+  const Slot& s = slot(layer, projection);
+  if (s.empty()) return {};
+  LoraWeights w;
+  w.a = compute_view(s, false, device);
+  w.b = compute_view(s, true, device);
+  w.scale = scale();
+  return w;
 }
 
-void LoraAdapter::detach(Model& model) {
-  for (LayerWeights& layer : model.layers)
-    for (int p = 0; p < kProjections; ++p) layer.projection(p)->lora = {};
+void LoraAdapter::check_fits(const Model& model) const {
+  CHECK(int64_t(model.layers.size()) == num_layers_, "adapter made for {} layers, the model has {}",
+        num_layers_, model.layers.size());
+  CHECK(model.device() == ctx_.device,
+        "the adapter is on {}, the model on {}: call to_device on the adapter too",
+        device_name(ctx_.device), device_name(model.device()));
+  for (int64_t l = 0; l < num_layers_; ++l)
+    for (int p = 0; p < kProjections; ++p) {
+      const Slot& s = slot(l, p);
+      const Linear& lin = *model.layers[size_t(l)].projection(p);
+      CHECK(s.empty() || (lin.out_features() == s.n && lin.in_features() == s.k),
+            "adapter of {} is for [{}, {}], the model's projection is [{}, {}]",
+            projection_path(l, p), s.n, s.k, lin.out_features(), lin.in_features());
+    }
 }
 
 size_t LoraAdapter::nbytes() const {

@@ -87,16 +87,19 @@ class LoraAdapter {
   // written as a temporary and renamed, tensors first.
   void save_peft(const std::string& dir, const std::string& base_model_name) const;
 
-  // Moves the adapter to ctx's device, once, before attach() to a model there. CUDA: uploads
+  // Moves the adapter to ctx's device, once, before a forward there uses it. CUDA: uploads
   // the fp32 masters, writes the bf16 compute copies from them and frees the host masters;
   // the adapter keeps ctx for its later transfers and must go before the CudaDevice. CPU:
   // nothing to do, the masters are the compute copies.
   void to_device(Context& ctx);
   Device device() const { return ctx_.device; }
-  // Points every targeted projection's `lora` at the compute copies on the model's device
-  // (after to_device for a CUDA model). The adapter must outlive the attachment.
-  void attach(Model& model) const;
-  static void detach(Model& model);  // clears every projection's `lora`
+  // The adapter's term of projection `projection` of `layer` as the forward reads it: views
+  // of the compute copies on `device` (which must be the adapter's) with the scale; empty for
+  // a projection the adapter does not target.
+  LoraWeights weights(int64_t layer, int projection, Device device) const;
+  // Checks that the adapter was made for `model` (its layers and every targeted projection's
+  // shape) and is on the model's device.
+  void check_fits(const Model& model) const;
 
   // Bumped by mark_updated() after the masters and the compute copies changed (an optimizer
   // step, which writes both in one pass) and by set_masters(); the engine's prefix cache keys

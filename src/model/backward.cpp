@@ -21,7 +21,7 @@ void linear_backward(Context& ctx, const AdapterGrads& g, int64_t li, int projec
   ops::ScratchScope scope(ctx);
   const TensorView dy = ops::gemm_gradient(ctx, dy_f32);  // rounded once for both ops
   ops::linear_backward_input(ctx, dy, w, dx, accumulate);
-  if (!w.lora.active()) return;
+  if (!g.adapter.targeted(li, projection)) return;
   const LoraAdapter& a = g.adapter;
   const ops::LoraDropout dropout{g.tape.dropout_p,
                                  lora_dropout_seed(g.tape.dropout_seed, li, projection)};
@@ -132,7 +132,7 @@ void backward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& s
       if (!tape.x_host.empty()) ops::copy(ctx, tape.x_host[size_t(li)], x_in);
       ops::ScratchScope recompute(ctx);
       const TensorView x_out = ops::scratch_alloc(ctx, x_in.shape, x_in.dtype);
-      forward_layer_saving(ctx, m, li, kv, step, tape, x_in, sv, x_out);
+      forward_layer_saving(ctx, m, &g.adapter, li, kv, step, tape, x_in, sv, x_out);
     }
     layer_backward(ctx, m, li, kv, step, g, x_in, sv, dx);
   }

@@ -18,7 +18,7 @@ namespace fp8rl {
 // a loss whose gradient with respect to the final normed hidden states tape.h_final is
 // d_hidden [T, H] f32. `tape` is what forward(ctx, model, kv, step, tape) saved for the same
 // step and pool (checkpointed layers are recomputed here, rewriting their KV slots with the
-// same values). The adapter must be the one attached to the model.
+// same values). The adapter must be the one that forward was given.
 void backward(Context& ctx, const Model& model, const KvPool& kv, const StepBatch& step, Tape& tape,
               const TensorView& d_hidden, const LoraAdapter& adapter, const TensorView& grads);
 

@@ -50,18 +50,7 @@ ActScaling shared_dynamic_act(std::initializer_list<const Linear*> consumers) {
   return a;
 }
 
-bool any_adapter(std::initializer_list<const Linear*> consumers) {
-  for (const Linear* w : consumers)
-    if (w->lora.active()) return true;
-  return false;
-}
-
 using ops::LinearInput;
-
-// A decoder projection as the group op takes it: its weight, its adapter, its output.
-ops::Projection projection(const Linear& w, const TensorView& out, ops::LoraDropout dropout = {}) {
-  return ops::Projection{&w, w.lora, out, dropout};
-}
 
 // rms_norm(x) as the linears with activation scaling `act` consume it, after the residual add
 // x += *delta when delta is set (fused into the norm's pass over x). `h` receives the plain
@@ -149,13 +138,13 @@ LinearInput quantized_input(Context& ctx, const TensorView& h,
 // (writing h only when the linears are not quantized or one of them has an adapter).
 LinearInput block_input(Context& ctx, const ModelConfig& c, bool saving, const TensorView& x,
                         const TensorView& delta, const TensorView& sum, const TensorView& w,
-                        std::initializer_list<const Linear*> consumers, const TensorView& h,
-                        const TensorView& inv_rms) {
+                        std::initializer_list<const Linear*> consumers, bool adapted,
+                        const TensorView& h, const TensorView& inv_rms) {
   const float eps = float(c.rms_norm_eps);
   if (!saving) {
     CHECK(sum.data == x.data, "forward: the inference layer adds its residual in place");
     return normed(ctx, c, x, delta.empty() ? nullptr : &delta, w, shared_dynamic_act(consumers),
-                  any_adapter(consumers), h);
+                  adapted, h);
   }
   if (!delta.empty()) ops::add(ctx, x, delta, sum);
   const TensorView& in_x = delta.empty() ? x : sum;
@@ -190,8 +179,8 @@ void norm_into(Context& ctx, const ModelConfig& c, const TensorView& x, const Te
 // Saving (tape given: its adapter dropout): a LayerSaved the backward reads, r.x kept (a
 // checkpointed layer is recomputed from its input alone) and r.x_out = the layer's output;
 // the norms, q/k norms and attention also write their inverse RMS and log-sum-exp.
-void decoder_layer(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
-                   const StepBatch& step, Residual& r, const LayerSaved& set,
+void decoder_layer(Context& ctx, const Model& m, const LoraAdapter* adapter, int64_t li,
+                   const KvPool& kv, const StepBatch& step, Residual& r, const LayerSaved& set,
                    const TensorView& proj, const Tape* tape) {
   const ModelConfig& c = m.config();
   const LayerWeights& l = m.layers[size_t(li)];
@@ -200,9 +189,15 @@ void decoder_layer(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
   const bool p1 = c.norm_plus_one, saving = tape != nullptr;
   const DType dt = ctx.activation_dtype();
   CHECK(!saving || r.pending.empty(), "forward: a saving layer takes its input stream whole");
-  auto dropout = [&](int projection) {
-    if (!saving) return ops::LoraDropout{};
-    return ops::LoraDropout{tape->dropout_p, lora_dropout_seed(tape->dropout_seed, li, projection)};
+  // The adapter's term of each projection (kProjectionNames order), empty where it has none.
+  LoraWeights lora[kProjections];
+  if (adapter != nullptr)
+    for (int p = 0; p < kProjections; ++p) lora[p] = adapter->weights(li, p, ctx.device);
+  // Projection p of the layer as the group op takes it, writing `out`.
+  auto projection = [&](int p, const TensorView& out) {
+    ops::LoraDropout dropout;
+    if (saving) dropout = {tape->dropout_p, lora_dropout_seed(tape->dropout_seed, li, p)};
+    return ops::Projection{l.projection(p), lora[p], out, dropout};
   };
   const ops::KvScales kv_scales{kv.k_scale(li), kv.v_scale(li)};  // empty unless FP8 KV
   CHECK(!saving || kv_scales.k.empty(), "training forward: an FP8 KV pool is not differentiable");
@@ -211,12 +206,12 @@ void decoder_layer(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
   // paged attention, o_proj.
   {
     ops::ScratchScope scope(ctx);
-    const LinearInput in = block_input(ctx, c, saving, r.x, r.pending, r.x, l.input_norm,
-                                       {&l.q, &l.k, &l.v}, set.h_attn, set.inv_rms_in);
+    const LinearInput in = block_input(
+        ctx, c, saving, r.x, r.pending, r.x, l.input_norm, {&l.q, &l.k, &l.v},
+        lora[0].active() || lora[1].active() || lora[2].active(), set.h_attn, set.inv_rms_in);
     const TensorView v = ops::scratch_alloc(ctx, {t, c.kv_dim()}, dt);
-    const ops::Projection qkv[] = {projection(l.q, set.q_pre, dropout(0)),
-                                   projection(l.k, set.k_pre, dropout(1)),
-                                   projection(l.v, v, dropout(2))};
+    const ops::Projection qkv[] = {projection(0, set.q_pre), projection(1, set.k_pre),
+                                   projection(2, v)};
     ops::linear_group(ctx, in, qkv, l.qkv.weight.empty() ? nullptr : &l.qkv);
     const TensorView inv_freq = rope_frequencies(l);
     const TensorView q = set.q.reshape({t, hq, d});
@@ -254,14 +249,14 @@ void decoder_layer(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
       ops::paged_attention_lse(ctx, q, kv.k(li), kv.v(li), step.attn, p, attn,
                                set.lse.reshape({t, hq}));
       o_in = quantized_input(ctx, set.attn, {&l.o});
-    } else if ((o_act == ActScaling::token || o_act == ActScaling::group) && !l.o.lora.active()) {
+    } else if ((o_act == ActScaling::token || o_act == ActScaling::group) && !lora[3].active()) {
       o_in.q = ops::alloc_quantized(ctx, o_act, t, hq * d);
       ops::paged_attention(ctx, q, kv.k(li), kv.v(li), step.attn, p, attn, {}, kv_scales, &o_in.q);
     } else {
       ops::paged_attention(ctx, q, kv.k(li), kv.v(li), step.attn, p, attn, {}, kv_scales);
       o_in = quantized_input(ctx, set.attn, {&l.o});
     }
-    const ops::Projection o[] = {projection(l.o, c.sandwich_norms ? set.o_out : proj, dropout(3))};
+    const ops::Projection o[] = {projection(3, c.sandwich_norms ? set.o_out : proj)};
     ops::linear_group(ctx, o_in, o);
   }
   // Gemma's sandwich norms normalize each block's output before it joins the residual.
@@ -272,10 +267,10 @@ void decoder_layer(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
   {
     ops::ScratchScope scope(ctx);
     const TensorView& mlp_norm = c.sandwich_norms ? l.pre_feedforward_norm : l.post_attention_norm;
-    const LinearInput in = block_input(ctx, c, saving, r.x, proj, set.x_mid, mlp_norm,
-                                       {&l.gate, &l.up}, set.h_mlp, set.inv_rms_mid);
-    const ops::Projection gate_up[] = {projection(l.gate, set.gate, dropout(4)),
-                                       projection(l.up, set.up, dropout(5))};
+    const LinearInput in =
+        block_input(ctx, c, saving, r.x, proj, set.x_mid, mlp_norm, {&l.gate, &l.up},
+                    lora[4].active() || lora[5].active(), set.h_mlp, set.inv_rms_mid);
+    const ops::Projection gate_up[] = {projection(4, set.gate), projection(5, set.up)};
     ops::linear_group(ctx, in, gate_up);
     const bool silu = c.activation == MlpActivation::silu;
     // A dynamically scaled FP8 down_proj reads act(gate) * up quantized by the activation op,
@@ -285,7 +280,7 @@ void decoder_layer(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
     LinearInput down_in;
     if (down_act != ActScaling::none) {
       down_in.q = ops::alloc_quantized(ctx, down_act, t, c.intermediate_size);
-      if (saving || l.down.lora.active()) down_in.x = set.act;
+      if (saving || lora[6].active()) down_in.x = set.act;
       if (silu)
         ops::silu_mul_quant(ctx, set.gate, set.up, down_in.q, down_in.x);
       else
@@ -297,8 +292,7 @@ void decoder_layer(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
         ops::gelu_tanh_mul(ctx, set.gate, set.up, set.act);
       down_in = quantized_input(ctx, set.act, {&l.down});
     }
-    const ops::Projection down[] = {
-        projection(l.down, c.sandwich_norms ? set.down_out : proj, dropout(6))};
+    const ops::Projection down[] = {projection(6, c.sandwich_norms ? set.down_out : proj)};
     ops::linear_group(ctx, down_in, down);
   }
   if (c.sandwich_norms)
@@ -311,18 +305,33 @@ void decoder_layer(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
 
 }  // namespace
 
-void forward_layer_saving(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
-                          const StepBatch& step, const Tape& tape, const TensorView& x_in,
-                          LayerSaved& sv, const TensorView& x_out) {
+void forward_layer_saving(Context& ctx, const Model& m, const LoraAdapter* adapter, int64_t li,
+                          const KvPool& kv, const StepBatch& step, const Tape& tape,
+                          const TensorView& x_in, LayerSaved& sv, const TensorView& x_out) {
   ops::ScratchScope scope(ctx);
   const TensorView proj =
       ops::scratch_alloc(ctx, {x_in.dim(0), m.config().hidden_size}, ctx.activation_dtype());
   Residual r{x_in, {}, x_out};
-  decoder_layer(ctx, m, li, kv, step, r, sv, proj, &tape);
+  decoder_layer(ctx, m, adapter, li, kv, step, r, sv, proj, &tape);
 }
 
-void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& step, Tape& tape) {
+namespace {
+
+// An adapter given to the forward must have been made for the model and live on its device.
+void check_adapter(const Model& m, const LoraAdapter* adapter) {
+  CHECK(adapter == nullptr ||
+            (adapter->num_layers() == m.config().num_layers && adapter->device() == m.device()),
+        "forward: the adapter ({} layers on {}) does not fit the model ({} layers on {})",
+        adapter->num_layers(), device_name(adapter->device()), m.config().num_layers,
+        device_name(m.device()));
+}
+
+}  // namespace
+
+void forward(Context& ctx, const Model& m, const LoraAdapter* adapter, const KvPool& kv,
+             const StepBatch& step, Tape& tape) {
   const ModelConfig& c = m.config();
+  check_adapter(m, adapter);
   CHECK(m.device() == ctx.device && kv.device() == ctx.device,
         "training forward: the model is on {}, the KV pool on {}, the context on {}",
         device_name(m.device()), device_name(kv.device()), device_name(ctx.device));
@@ -333,7 +342,8 @@ void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& st
   ops::embedding(ctx, step.ids, m.embed, float(c.embedding_scale), tape.x_in[0]);
   for (int64_t li = 0; li < c.num_layers; ++li) {
     const TensorView& x_out = li + 1 < c.num_layers ? tape.x_in[size_t(li + 1)] : tape.x_final;
-    forward_layer_saving(ctx, m, li, kv, step, tape, tape.x_in[size_t(li)], tape.layer(li), x_out);
+    forward_layer_saving(ctx, m, adapter, li, kv, step, tape, tape.x_in[size_t(li)], tape.layer(li),
+                         x_out);
     // Offloading: the layer's input leaves before the next layer writes over its buffer.
     if (!tape.x_host.empty()) ops::copy(ctx, tape.x_in[size_t(li)], tape.x_host[size_t(li)]);
   }
@@ -341,9 +351,10 @@ void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& st
                      tape.h_final, tape.inv_rms_final);
 }
 
-void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& step,
-             const TensorView& logits) {
+void forward(Context& ctx, const Model& m, const LoraAdapter* adapter, const KvPool& kv,
+             const StepBatch& step, const TensorView& logits) {
   const ModelConfig& c = m.config();
+  check_adapter(m, adapter);
   CHECK(m.device() == ctx.device && kv.device() == ctx.device,
         "forward: the model is on {}, the KV pool on {}, the context on {}",
         device_name(m.device()), device_name(kv.device()), device_name(ctx.device));
@@ -372,7 +383,7 @@ void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& st
   // plain: the final norm only normalizes the rows whose logits are wanted).
   Residual r{s.x, {}, {}};
   for (int64_t li = 0; li < c.num_layers; ++li)
-    decoder_layer(ctx, m, li, kv, step, r, set, s.proj, nullptr);
+    decoder_layer(ctx, m, adapter, li, kv, step, r, set, s.proj, nullptr);
   ops::add(ctx, s.x, r.pending, s.x);
   if (rows == 0) return;
   // Final norm and lm_head only for the rows whose logits are wanted, gathered by the lookup
@@ -386,8 +397,8 @@ void forward(Context& ctx, const Model& m, const KvPool& kv, const StepBatch& st
     ops::softcap(ctx, logits, float(c.final_logit_softcapping), ops::Output::f32);
 }
 
-void run_step(Context& ctx, const Model& m, const KvPool& kv, StepInput& in,
-              const TensorView& logits) {
+void run_step(Context& ctx, const Model& m, const LoraAdapter* adapter, const KvPool& kv,
+              StepInput& in, const TensorView& logits) {
   ops::ScratchScope scope(ctx);
   in.pack_block_tables();
   const TensorView storage = ops::scratch_alloc(ctx, {step_elements(in)}, DType::i32);
@@ -395,12 +406,12 @@ void run_step(Context& ctx, const Model& m, const KvPool& kv, StepInput& in,
   // The lm_head writes fp32 logits on the device; host logits are copied back once.
   const bool staged = logits.device != ctx.device;
   const TensorView out = staged ? ops::scratch_alloc(ctx, logits.shape, DType::f32) : logits;
-  forward(ctx, m, kv, step, out);
+  forward(ctx, m, adapter, kv, step, out);
   if (staged) ops::copy(ctx, out, logits);
 }
 
-size_t measure_forward_scratch(const Context& ctx, const Model& m, const KvPool& kv,
-                               const StepShape& shape) {
+size_t measure_forward_scratch(const Context& ctx, const Model& m, const LoraAdapter* adapter,
+                               const KvPool& kv, const StepShape& shape) {
   CHECK(shape.tokens > 0 && shape.seqs > 0 && shape.logit_rows >= 0 && shape.max_context > 0,
         "forward plan: tokens {} seqs {} logit rows {} context {} must be positive", shape.tokens,
         shape.seqs, shape.logit_rows, shape.max_context);
@@ -411,12 +422,12 @@ size_t measure_forward_scratch(const Context& ctx, const Model& m, const KvPool&
   StepInput in = step_of_shape(shape, kv.block_size());
   const TensorView logits(measuring.base(), DType::f32,
                           {in.num_logit_rows(), m.config().vocab_size}, Device::cpu);
-  run_step(dry, m, kv, in, logits);  // host logits: the staging buffer is counted too
+  run_step(dry, m, adapter, kv, in, logits);  // host logits: the staging buffer is counted too
   return measuring.high_water();
 }
 
-void forward(Context& ctx, const Model& m, std::span<const SequenceInput> batch, LogitRows rows,
-             const TensorView& logits) {
+void forward(Context& ctx, const Model& m, const LoraAdapter* adapter,
+             std::span<const SequenceInput> batch, LogitRows rows, const TensorView& logits) {
   const ModelConfig& c = m.config();
   CHECK(!batch.empty(), "forward: empty batch");
   KvPool& pool = batch[0].cache->pool();
@@ -449,9 +460,9 @@ void forward(Context& ctx, const Model& m, std::span<const SequenceInput> batch,
         logits.shape.str(), device_name(logits.device));
   if (ops::scratch_mark(ctx) == 0) {
     StepShape shape{in.num_tokens(), in.num_seqs(), in.num_logit_rows(), in.max_context_len};
-    ops::scratch_reserve(ctx, measure_forward_scratch(ctx, m, pool, shape));
+    ops::scratch_reserve(ctx, measure_forward_scratch(ctx, m, adapter, pool, shape));
   }
-  run_step(ctx, m, pool, in, logits);
+  run_step(ctx, m, adapter, pool, in, logits);
   for (const SequenceInput& seq : batch) seq.cache->advance(int64_t(seq.tokens.size()));
 }
 

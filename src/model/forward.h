@@ -13,11 +13,15 @@
 //
 // Every projection goes through one op with the others reading its input, the frozen weights
 // and their LoRA adapters together (ops::linear_group): y = base(x) + scale * (x A^T) B^T.
+// The adapter is an argument of every entry point below: null runs the base model alone (a
+// reference policy), and the model is never changed; an adapter must fit the model
+// (LoraAdapter::check_fits) and be on its device.
 #pragma once
 
 #include <span>
 #include <vector>
 
+#include "model/adapter.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/step.h"
@@ -29,8 +33,8 @@ namespace fp8rl {
 
 // Runs the step: writes the new tokens' keys/values into `kv` and the logits of the step's
 // logit rows into `logits` (f32 [R, V] contiguous on ctx's device).
-void forward(Context& ctx, const Model& model, const KvPool& kv, const StepBatch& step,
-             const TensorView& logits);
+void forward(Context& ctx, const Model& model, const LoraAdapter* adapter, const KvPool& kv,
+             const StepBatch& step, const TensorView& logits);
 
 // The training forward: the same layers over a step of full prefills (every token
 // of every sequence new), saving what the backward needs into `tape` (model/tape.h) instead of
@@ -39,13 +43,14 @@ void forward(Context& ctx, const Model& model, const KvPool& kv, const StepBatch
 // get the tape's LoRA dropout. Ends with the final norm's output in tape.h_final: the loss
 // (ops::lm_head_cross_entropy) applies the lm_head chunk by chunk, so no [T, V] logits exist.
 // The KV pool must hold the activation dtype (an FP8 KV pool has no gradient).
-void forward(Context& ctx, const Model& model, const KvPool& kv, const StepBatch& step, Tape& tape);
+void forward(Context& ctx, const Model& model, const LoraAdapter* adapter, const KvPool& kv,
+             const StepBatch& step, Tape& tape);
 
 // One decoder layer of the training forward: x_out = layer(x_in), saving into `saved`. The
 // backward calls it to recompute a checkpointed layer. x_in, x_out [T, H] must not alias.
-void forward_layer_saving(Context& ctx, const Model& model, int64_t layer, const KvPool& kv,
-                          const StepBatch& step, const Tape& tape, const TensorView& x_in,
-                          LayerSaved& saved, const TensorView& x_out);
+void forward_layer_saving(Context& ctx, const Model& model, const LoraAdapter* adapter,
+                          int64_t layer, const KvPool& kv, const StepBatch& step, const Tape& tape,
+                          const TensorView& x_in, LayerSaved& saved, const TensorView& x_out);
 
 // The attention parameters of a layer (scale, softcap, sliding window); its RoPE frequencies
 // on the model's device.
@@ -55,14 +60,14 @@ TensorView rope_frequencies(const LayerWeights& layer);
 // Scratch bytes one step of at most `shape` takes on ctx's device, measured by running the
 // forward as a dry run (Context::dry_run) over a step of that shape; includes the step's
 // upload buffer and staged logits as run_step() takes them.
-size_t measure_forward_scratch(const Context& ctx, const Model& model, const KvPool& kv,
-                               const StepShape& shape);
+size_t measure_forward_scratch(const Context& ctx, const Model& model, const LoraAdapter* adapter,
+                               const KvPool& kv, const StepShape& shape);
 
 // One step from a host StepInput, for callers that hold no device buffers of their own:
 // uploads it into scratch, runs forward(), and writes logits [R, V] f32 to the host or ctx's
 // device (host logits are copied back and are there on return).
-void run_step(Context& ctx, const Model& model, const KvPool& kv, StepInput& step,
-              const TensorView& logits);
+void run_step(Context& ctx, const Model& model, const LoraAdapter* adapter, const KvPool& kv,
+              StepInput& step, const TensorView& logits);
 
 // ---- Simple callers (CLI logits, benchmarks, tests): sequences with their own KvCache.
 
@@ -77,7 +82,7 @@ enum class LogitRows { all, last };  // logits for every new token, or each sequ
 // Builds the step of these sequences (whose caches must share one pool), reserves the arena by
 // a dry run when it is empty, runs it and advances each cache. logits: [T_total, V] for all,
 // [num_sequences, V] for last; f32, contiguous, on the host or the context's device.
-void forward(Context& ctx, const Model& model, std::span<const SequenceInput> batch, LogitRows rows,
-             const TensorView& logits);
+void forward(Context& ctx, const Model& model, const LoraAdapter* adapter,
+             std::span<const SequenceInput> batch, LogitRows rows, const TensorView& logits);
 
 }  // namespace fp8rl

@@ -55,7 +55,7 @@ double span_sum(std::span<const float> v, std::pair<int64_t, int64_t> s) {
 
 struct DpoTrainer::Impl {
   Context& ctx;
-  Model& model;
+  const Model& model;
   LoraAdapter& adapter;
   std::vector<PreferencePair> pairs;
   DpoConfig cfg;
@@ -66,8 +66,8 @@ struct DpoTrainer::Impl {
   std::vector<double> ref_chosen, ref_rejected;  // [pairs] reference summed logps (NaN: not yet)
   int64_t epoch = 0, batch = 0;
 
-  Impl(Context& c, Model& m, LoraAdapter& a, std::vector<PreferencePair> p, const DpoConfig& d,
-       std::string base)
+  Impl(Context& c, const Model& m, LoraAdapter& a, std::vector<PreferencePair> p,
+       const DpoConfig& d, std::string base)
       : ctx(c),
         model(m),
         adapter(a),
@@ -131,9 +131,9 @@ struct DpoTrainer::Impl {
       if (std::isnan(ref_chosen[i])) missing.push_back(i);
     if (missing.empty()) return;
     const Packed p = pack(pairs, missing);
-    LoraAdapter::detach(model);
-    pass->forward({p.ids, p.targets, p.cu}, {});
-    adapter.attach(model);
+    PassOptions o;
+    o.reference = true;
+    pass->forward({p.ids, p.targets, p.cu}, o);
     for (size_t k = 0; k < missing.size(); ++k) {
       ref_chosen[missing[k]] = span_sum(pass->logprobs(), p.span[2 * k]);
       ref_rejected[missing[k]] = span_sum(pass->logprobs(), p.span[2 * k + 1]);
@@ -246,7 +246,7 @@ struct DpoTrainer::Impl {
   }
 };
 
-DpoTrainer::DpoTrainer(Context& ctx, Model& model, LoraAdapter& adapter,
+DpoTrainer::DpoTrainer(Context& ctx, const Model& model, LoraAdapter& adapter,
                        std::vector<PreferencePair> pairs, const DpoConfig& config,
                        std::string base_model_name)
     : impl_(std::make_unique<Impl>(ctx, model, adapter, std::move(pairs), config,

@@ -1,8 +1,8 @@
 // The DPO loop (fp8rl dpo): TRL's DPOTrainer with LoRA, the reference being the same base
 // without the adapter (no second model). Per micro-batch of pairs, the prompt + chosen and
 // prompt + rejected sequences are packed into one pass; the summed completion log-probs of
-// the policy (with the adapter) and of the reference (adapter detached, computed once per
-// pair and kept: the base is frozen) give the loss of rl/dpo_loss.h, whose derivative with
+// the policy (with the adapter) and of the reference (the forward without it, computed once
+// per pair and kept: the base is frozen) give the loss of rl/dpo_loss.h, whose derivative with
 // respect to a summed log-prob is the derivative with respect to each of its tokens.
 // Checkpoints, metrics and resume as the SFT loop.
 #pragma once
@@ -28,8 +28,9 @@ struct DpoStepInfo {
 
 class DpoTrainer {
  public:
-  DpoTrainer(Context& ctx, Model& model, LoraAdapter& adapter, std::vector<PreferencePair> pairs,
-             const DpoConfig& config, std::string base_model_name);
+  DpoTrainer(Context& ctx, const Model& model, LoraAdapter& adapter,
+             std::vector<PreferencePair> pairs, const DpoConfig& config,
+             std::string base_model_name);
   ~DpoTrainer();
   int64_t total_steps() const;
   // The memory plan of the run's largest batch (the per_device_train_batch_size pairs with the

@@ -131,7 +131,7 @@ struct MetricMeans {
 
 struct GrpoTrainer::Impl {
   Context& ctx;
-  Model& model;
+  const Model& model;
   LoraAdapter& adapter;
   const tok::Tokenizer* tokenizer;  // null: completions are not decoded (text "")
   std::vector<int32_t> eos_ids;
@@ -159,8 +159,9 @@ struct GrpoTrainer::Impl {
   // on_policy_exact: the device's batch-invariant mode while the trainer lives.
   std::optional<ops::BatchInvariantScope> invariance;
 
-  Impl(Context& c, Model& m, LoraAdapter& a, const tok::Tokenizer* t, std::vector<int32_t> eos,
-       std::vector<PromptExample> d, const GrpoConfig& g, RewardSet r, std::string base)
+  Impl(Context& c, const Model& m, LoraAdapter& a, const tok::Tokenizer* t,
+       std::vector<int32_t> eos, std::vector<PromptExample> d, const GrpoConfig& g, RewardSet r,
+       std::string base)
       : ctx(c),
         model(m),
         adapter(a),
@@ -214,7 +215,7 @@ struct GrpoTrainer::Impl {
     largest = largest_pass_plan();
     region.reserve(largest.region_bytes());
     ops::scratch_reserve(ctx, largest.scratch_bytes);
-    engine = std::make_unique<Engine>(ctx, model, tokenizer, eos_ids, eo, &region);
+    engine = std::make_unique<Engine>(ctx, model, &adapter, tokenizer, eos_ids, eo, &region);
   }
 
   PassPlan largest_pass_plan() {
@@ -268,10 +269,14 @@ struct GrpoTrainer::Impl {
     return o;
   }
 
-  // The trainer's logprobs of completions [first, first + count) with the model as it is now.
-  std::vector<std::vector<double>> trainer_logprobs(const Round& r, size_t first, size_t count) {
+  // The trainer's logprobs of completions [first, first + count) with the adapter as it is now,
+  // or of the reference policy (the base model alone).
+  std::vector<std::vector<double>> trainer_logprobs(const Round& r, size_t first, size_t count,
+                                                    bool reference) {
     const Packed p = pack(r, data, first, count);
-    pass->forward(p.view(), pass_options());
+    PassOptions o = pass_options();
+    o.reference = reference;
+    pass->forward(p.view(), o);
     std::vector<std::vector<double>> out;
     for (size_t c = 0; c < count; ++c) {
       std::vector<double> v;
@@ -282,11 +287,11 @@ struct GrpoTrainer::Impl {
     return out;
   }
 
-  std::vector<std::vector<double>> all_logprobs(const Round& r) {
+  std::vector<std::vector<double>> all_logprobs(const Round& r, bool reference) {
     std::vector<std::vector<double>> out;
     for (size_t first = 0; first < r.ids.size(); first += size_t(micro_batch)) {
       const size_t n = std::min(size_t(micro_batch), r.ids.size() - first);
-      auto part = trainer_logprobs(r, first, n);
+      auto part = trainer_logprobs(r, first, n, reference);
       for (auto& v : part) out.push_back(std::move(v));
     }
     return out;
@@ -362,12 +367,8 @@ struct GrpoTrainer::Impl {
     const bool need_old = cfg.on_policy_exact || cfg.vllm_importance_sampling_correction ||
                           cfg.num_iterations > 1 ||
                           steps_per_generation > cfg.gradient_accumulation_steps;
-    if (need_old) r.old_logp = all_logprobs(r);
-    if (cfg.beta != 0.0) {
-      LoraAdapter::detach(model);
-      r.ref_logp = all_logprobs(r);
-      adapter.attach(model);
-    }
+    if (need_old) r.old_logp = all_logprobs(r, false);
+    if (cfg.beta != 0.0) r.ref_logp = all_logprobs(r, true);
     nlohmann::json& m = r.metrics;
     if (cfg.on_policy_exact) {
       // Nothing to correct: the trainer's logprobs are the engine's, which is checked.
@@ -622,7 +623,7 @@ struct GrpoTrainer::Impl {
   }
 };
 
-GrpoTrainer::GrpoTrainer(Context& ctx, Model& model, LoraAdapter& adapter,
+GrpoTrainer::GrpoTrainer(Context& ctx, const Model& model, LoraAdapter& adapter,
                          const tok::Tokenizer* tokenizer, std::vector<int32_t> eos_ids,
                          std::vector<PromptExample> prompts, const GrpoConfig& config,
                          RewardSet rewards, std::string base_model_name)

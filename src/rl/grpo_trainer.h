@@ -55,11 +55,13 @@ struct GrpoMemoryPlan {
 
 class GrpoTrainer {
  public:
-  // The adapter must be attached to the model. The tokenizer decodes completions for the
-  // rewards (null: no text, for rewards of token ids only); eos_ids end generation.
-  GrpoTrainer(Context& ctx, Model& model, LoraAdapter& adapter, const tok::Tokenizer* tokenizer,
-              std::vector<int32_t> eos_ids, std::vector<PromptExample> prompts,
-              const GrpoConfig& config, RewardSet rewards, std::string base_model_name);
+  // The adapter must fit the model (LoraAdapter::check_fits): the rollouts and the policy's
+  // logprobs run the model with it, the reference's without. The tokenizer decodes completions for
+  // the rewards (null: no text, for rewards of token ids only); eos_ids end generation.
+  GrpoTrainer(Context& ctx, const Model& model, LoraAdapter& adapter,
+              const tok::Tokenizer* tokenizer, std::vector<int32_t> eos_ids,
+              std::vector<PromptExample> prompts, const GrpoConfig& config, RewardSet rewards,
+              std::string base_model_name);
   ~GrpoTrainer();
   int64_t total_steps() const;
   GrpoMemoryPlan memory_plan() const;

@@ -56,6 +56,7 @@ LogprobPass::LogprobPass(Context& ctx, const Model& model, const LoraAdapter* ad
     : ctx_(ctx), model_(model), adapter_(adapter), region_(region) {
   CHECK(model.device() == ctx.device, "training pass: the model is on {}, the context on {}",
         device_name(model.device()), device_name(ctx.device));
+  if (adapter_ != nullptr) adapter_->check_fits(model);
   if (region_ == nullptr) {
     own_region_ = std::make_unique<StandbyRegion>(ctx);
     region_ = own_region_.get();
@@ -107,7 +108,7 @@ void LogprobPass::run(Context& ctx, Arena& arena, Arena& host, KvPool& kv,
   if (opt.entropy) b.entropy = arena.alloc({t}, DType::f32);
   b.ce.temperature = opt.temperature;
   b.ce.softcap = float(c.final_logit_softcapping);
-  fp8rl::forward(ctx, model_, kv, b.step, b.tape);
+  fp8rl::forward(ctx, model_, opt.reference ? nullptr : adapter_, kv, b.step, b.tape);
   ops::lm_head_cross_entropy(ctx, b.tape.h_final, model_.lm_head, b.targets, b.ce, b.loss,
                              b.logprob, b.lse, b.entropy);
 }
@@ -138,7 +139,7 @@ PassPlan LogprobPass::plan(const PackedSequences& batch, const PassOptions& opt)
   KvPool& kv = *probe_kv_;
   Buffers b;
   run(dry, saved, host, kv, batch, opt, b);
-  if (adapter_ != nullptr) {
+  if (adapter_ != nullptr && !opt.reference) {
     const int64_t t = int64_t(batch.ids.size());
     const TensorView dlogprob(scratch.base(), DType::f32, {t}, dev);
     const TensorView grads(scratch.base(), DType::f32, {adapter_->master_params().numel()}, dev);
@@ -182,6 +183,8 @@ void LogprobPass::forward(const PackedSequences& batch, const PassOptions& opt) 
 void LogprobPass::backward(std::span<const float> dlogprob, const TensorView& grads) {
   CHECK(last_ != nullptr, "training pass: backward() without a forward()");
   CHECK(adapter_ != nullptr, "training pass: no adapter to take gradients");
+  CHECK(!last_options_.reference,
+        "training pass: backward() after a reference forward (which ran without the adapter)");
   CHECK(region_->holder() == this && region_->data() == held_base_,
         "training pass: backward() after another phase (the engine) took the standby region "
         "back: the forward's saved activations are gone");

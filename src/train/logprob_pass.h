@@ -40,10 +40,13 @@ struct PassOptions {
   // With checkpointing: the layer inputs in host memory (page-locked on CUDA) between the
   // forward and the backward (TRL's activation_offloading).
   bool offload = false;
-  float temperature = 1.0f;    // logprobs of softmax(logits / temperature)
-  float lora_dropout = 0.0f;   // PEFT's lora_dropout (training passes only)
-  uint64_t dropout_seed = 0;   // this pass's dropout stream
-  bool entropy = false;        // also the per-token entropy of the distribution
+  float temperature = 1.0f;   // logprobs of softmax(logits / temperature)
+  float lora_dropout = 0.0f;  // PEFT's lora_dropout (training passes only)
+  uint64_t dropout_seed = 0;  // this pass's dropout stream
+  bool entropy = false;       // also the per-token entropy of the distribution
+  // The base model without the pass's adapter: the reference policy of GRPO's KL term and of
+  // DPO (no backward may follow).
+  bool reference = false;
 };
 
 // Bytes a pass takes, by part (the memory plan of `--dry-run`).
@@ -58,7 +61,8 @@ struct PassPlan {
 
 class LogprobPass {
  public:
-  // The adapter must be attached to the model (or the model runs without one: no gradients).
+  // The adapter the forward runs with and backward() takes gradients of (null: the model
+  // alone, no gradients); it must fit the model (LoraAdapter::check_fits).
   // region: the standby region to hold during a pass (it must outlive the pass object);
   // null: a region of the pass's own.
   LogprobPass(Context& ctx, const Model& model, const LoraAdapter* adapter,

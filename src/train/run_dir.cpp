@@ -121,7 +121,7 @@ std::string latest_checkpoint(const std::string& dir) {
   return best < 0 ? "" : best_path.string();
 }
 
-nlohmann::json load_checkpoint(const std::string& checkpoint, Context& ctx, Model& model,
+nlohmann::json load_checkpoint(const std::string& checkpoint, Context& ctx, const Model& model,
                                LoraAdapter& adapter, TrainStep& train_step) {
   const fs::path dir(checkpoint);
   CHECK(fs::is_directory(dir) && fs::exists(dir / kStateFile),
@@ -146,7 +146,7 @@ nlohmann::json load_checkpoint(const std::string& checkpoint, Context& ctx, Mode
     RAISE("checkpoint '{}': the run state is not JSON: {}", checkpoint, e.what());
   }
   // Into the existing adapter (uploaded on CUDA): its masters and compute copies are what the
-  // model's views point at.
+  // engine and the pass read.
   CHECK(adapter.device() == ctx.device, "checkpoint '{}': the run is on {}, its adapter on {}",
         checkpoint, device_name(ctx.device), device_name(adapter.device()));
   adapter.set_masters(loaded.master_params());

@@ -41,9 +41,9 @@ void save_checkpoint(const std::string& dir, int64_t step, const LoraAdapter& ad
 std::string latest_checkpoint(const std::string& dir);
 
 // Loads a checkpoint written by save_checkpoint: the adapter's values (into `adapter`'s
-// masters, which the model's views already point at; device copies refreshed on CUDA), the
-// optimizer state and counters into train_step; returns the run state.
-nlohmann::json load_checkpoint(const std::string& checkpoint, Context& ctx, Model& model,
+// masters, in place, so every forward given the adapter reads them; device copies refreshed on
+// CUDA), the optimizer state and counters into train_step; returns the run state.
+nlohmann::json load_checkpoint(const std::string& checkpoint, Context& ctx, const Model& model,
                                LoraAdapter& adapter, TrainStep& train_step);
 
 // A JSON-lines log of the run keyed by "step" (metrics.jsonl, samples.jsonl), one write(2)

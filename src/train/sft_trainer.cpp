@@ -12,7 +12,7 @@
 
 namespace fp8rl {
 
-SftTrainer::SftTrainer(Context& ctx, Model& model, LoraAdapter& adapter,
+SftTrainer::SftTrainer(Context& ctx, const Model& model, LoraAdapter& adapter,
                        std::vector<SftExample> examples, const SftConfig& config,
                        std::string base_model_name)
     : ctx_(ctx),

@@ -33,11 +33,12 @@ struct SftStepInfo {
 
 class SftTrainer {
  public:
-  // The adapter must be attached to the model. The run's keys come from `config`
-  // (batches, epochs or max_steps, optimizer, schedule, checkpoints, resume, lora_dropout,
+  // The adapter must fit the model (the forward runs it with the model). The run's keys come from
+  // `config` (batches, epochs or max_steps, optimizer, schedule, checkpoints, resume, lora_dropout,
   // gradient_checkpointing).
-  SftTrainer(Context& ctx, Model& model, LoraAdapter& adapter, std::vector<SftExample> examples,
-             const SftConfig& config, std::string base_model_name);
+  SftTrainer(Context& ctx, const Model& model, LoraAdapter& adapter,
+             std::vector<SftExample> examples, const SftConfig& config,
+             std::string base_model_name);
   int64_t total_steps() const { return total_steps_; }
   // The memory plan of the largest micro-batch of the run (fp8rl sft --dry-run).
   PassPlan plan();
@@ -56,7 +57,7 @@ class SftTrainer {
   const std::vector<std::vector<size_t>>& epoch_plan(int64_t epoch);
 
   Context& ctx_;
-  Model& model_;
+  const Model& model_;
   LoraAdapter& adapter_;
   std::vector<SftExample> examples_;
   SftConfig cfg_;

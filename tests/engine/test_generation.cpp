@@ -80,7 +80,7 @@ TEST_P(GreedyGolden, MatchesHfGenerate) {
   const nlohmann::json g = golden_generate(arch);
   const Model m = load_model(golden_dir(arch), Fp8Scheme::off);
   Cpu cpu;
-  Engine engine(cpu.ctx, m, nullptr, {}, small_options());
+  Engine engine(cpu.ctx, m, nullptr, nullptr, {}, small_options());
   const auto out = engine.generate(golden_requests(g["prompts"], 12));
   const GoldenMatch r = compare(g["prompts"], out);
   EXPECT_TRUE(r.tokens_equal) << arch;
@@ -89,7 +89,7 @@ TEST_P(GreedyGolden, MatchesHfGenerate) {
   // Negative control: the FP8-row forward is another model at this precision.
   const Model m8 = load_model(golden_dir(arch), Fp8Scheme::row);
   Cpu cpu8;
-  Engine e8(cpu8.ctx, m8, nullptr, {}, small_options());
+  Engine e8(cpu8.ctx, m8, nullptr, nullptr, {}, small_options());
   const GoldenMatch r8 = compare(g["prompts"], e8.generate(golden_requests(g["prompts"], 12)));
   EXPECT_GT(r8.max_logprob_diff, 10 * kGenerateLogprob) << arch << ": the comparison cannot fail";
 }
@@ -104,18 +104,16 @@ TEST_P(GreedyGolden, AdapterMatchesPeft) {
   const Tensor ref = read_npy(golden_dir(arch) + "/adapter_logits.npy");
   const std::vector<int32_t> ids = golden_ids(arch);
   const double base_err = rel_max_diff(prefill_logits(m, ids), ref);
-  adapter.attach(m);
-  const double err = rel_max_diff(prefill_logits(m, ids), ref);
+  const double err = rel_max_diff(prefill_logits(m, ids, false, &adapter), ref);
   EXPECT_LE(err, kHfFp32Logits) << arch;
   EXPECT_GT(base_err, 100 * kHfFp32Logits) << arch << ": the adapter changes nothing";
   std::printf("%s adapter logits vs PEFT %.3g (base %.3g)\n", arch.c_str(), err, base_err);
   Cpu cpu;
-  Engine engine(cpu.ctx, m, nullptr, {}, small_options());
+  Engine engine(cpu.ctx, m, &adapter, nullptr, {}, small_options());
   const GoldenMatch r = compare(g["adapter"]["prompts"],
                                 engine.generate(golden_requests(g["adapter"]["prompts"], 12)));
   EXPECT_TRUE(r.tokens_equal) << arch;
   EXPECT_LE(r.max_logprob_diff, kGenerateLogprob) << arch;
-  LoraAdapter::detach(m);
 }
 
 // FP8 KV (e4m3 codes, a scale per token and kv head) against the unquantized KV of the same
@@ -131,7 +129,7 @@ TEST_P(GreedyGolden, Fp8KvCacheDeviation) {
     Cpu cpu;
     EngineOptions o = small_options();
     o.kv_dtype = kv;
-    Engine engine(cpu.ctx, m, nullptr, {}, o);
+    Engine engine(cpu.ctx, m, nullptr, nullptr, {}, o);
     return engine.generate(golden_requests(g["prompts"], 12));
   };
   const auto ref = run(KvDType::activation), fp8 = run(KvDType::f8e4m3);
@@ -216,7 +214,7 @@ TEST_P(Scheduling, OutputsDoNotDependOnIt) {
   const Model m = load_model(golden_dir("qwen3"), GetParam());
   const std::vector<GenerationRequest> reqs = mixed_requests();
   Cpu c0;
-  Engine all(c0.ctx, m, nullptr, {}, small_options());
+  Engine all(c0.ctx, m, nullptr, nullptr, {}, small_options());
   const auto ref = all.generate(reqs);
   EXPECT_GT(all.stats().prefix_hit_tokens, 0) << "the shared prefixes were not shared";
   EXPECT_GT(all.stats().kv_blocks_peak_shared, 0) << "the n samples shared no block";
@@ -224,7 +222,7 @@ TEST_P(Scheduling, OutputsDoNotDependOnIt) {
   std::vector<RequestOutput> alone;
   for (const GenerationRequest& r : reqs) {
     Cpu c;
-    Engine e(c.ctx, m, nullptr, {}, small_options());
+    Engine e(c.ctx, m, nullptr, nullptr, {}, small_options());
     alone.push_back(e.generate({&r, 1})[0]);
   }
   expect_identical(alone, ref, "alone");
@@ -232,20 +230,20 @@ TEST_P(Scheduling, OutputsDoNotDependOnIt) {
   EngineOptions chunked = small_options();
   chunked.max_num_batched_tokens = 7;
   Cpu c1;
-  Engine ec(c1.ctx, m, nullptr, {}, chunked);
+  Engine ec(c1.ctx, m, nullptr, nullptr, {}, chunked);
   expect_identical(ec.generate(reqs), ref, "chunked prefill");
 
   EngineOptions tight = small_options();
   tight.kv_memory_bytes = 6 * KvPool::block_bytes(m.config(), c1.ctx);
   Cpu c2;
-  Engine et(c2.ctx, m, nullptr, {}, tight);
+  Engine et(c2.ctx, m, nullptr, nullptr, {}, tight);
   expect_identical(et.generate(reqs), ref, "preempted");
   EXPECT_GT(et.stats().preemptions, 0) << "the tiny pool preempted nothing";
 
   EngineOptions no_cache = small_options();
   no_cache.prefix_caching = false;
   Cpu c3;
-  Engine en(c3.ctx, m, nullptr, {}, no_cache);
+  Engine en(c3.ctx, m, nullptr, nullptr, {}, no_cache);
   expect_identical(en.generate(reqs), ref, "no prefix cache");
   EXPECT_EQ(en.stats().prefix_hit_tokens, 0);
 
@@ -253,7 +251,7 @@ TEST_P(Scheduling, OutputsDoNotDependOnIt) {
   std::vector<GenerationRequest> reseeded = reqs;
   for (GenerationRequest& r : reseeded) r.params.seed = *r.params.seed + 1000;
   Cpu c4;
-  Engine eo(c4.ctx, m, nullptr, {}, small_options());
+  Engine eo(c4.ctx, m, nullptr, nullptr, {}, small_options());
   const auto diff = eo.generate(reseeded);
   bool any_differs = false;
   for (size_t i = 0; i < reqs.size(); ++i)
@@ -272,7 +270,7 @@ TEST_P(Scheduling, AsyncEqualsSync) {
                  EngineStats* stats = nullptr) {
     o.async_scheduling = async;
     Cpu c;
-    Engine e(c.ctx, m, nullptr, {}, o);
+    Engine e(c.ctx, m, nullptr, nullptr, {}, o);
     auto out = e.generate(reqs);
     if (stats != nullptr) *stats = e.stats();
     return out;
@@ -330,7 +328,7 @@ TEST(Engine, TokenCallbackStreamsEveryToken) {
   const Model m = load_model(golden_dir("qwen3"), Fp8Scheme::row);
   const std::vector<GenerationRequest> reqs = mixed_requests();
   Cpu cpu;
-  Engine e(cpu.ctx, m, nullptr, {}, small_options());
+  Engine e(cpu.ctx, m, nullptr, nullptr, {}, small_options());
   std::map<std::pair<size_t, int>, std::vector<int32_t>> streamed;
   std::vector<size_t> order;  // the request of each callback
   const auto out = e.generate(reqs, {}, [&](size_t request, int sample, int32_t token) {
@@ -356,7 +354,7 @@ TEST(Engine, TokenCallbackStreamsEveryToken) {
 TEST(Engine, PrefixCacheKeyedByAdapterVersion) {
   const Model m = load_model(golden_dir("qwen3"), Fp8Scheme::off);
   Cpu cpu;
-  Engine e(cpu.ctx, m, nullptr, {}, small_options());
+  Engine e(cpu.ctx, m, nullptr, nullptr, {}, small_options());
   GenerationRequest r{golden_ids("qwen3"), greedy(2)};
   e.generate({&r, 1});
   const int64_t hits0 = e.stats().prefix_hit_tokens;
@@ -376,7 +374,7 @@ TEST(Engine, SamplesOfManyPromptsStayWithinMaxNumSeqs) {
   Cpu cpu;
   EngineOptions o = small_options();
   o.max_num_seqs = 8;
-  Engine e(cpu.ctx, m, nullptr, {}, o);
+  Engine e(cpu.ctx, m, nullptr, nullptr, {}, o);
   std::vector<GenerationRequest> reqs;
   for (int i = 0; i < 3; ++i) {
     GenerationRequest r{{int32_t(3 + i), 7, 9}, greedy(5)};
@@ -417,15 +415,15 @@ TEST(Engine, FindsTheSamplesSharedPromptBlocks) {
   EngineOptions o = small_options();
   o.max_num_batched_tokens = 128;  // both prefills in the first step
   o.shared_prefix_min_tokens = 0;  // the path itself, at any prefix length
-  Engine on(cpu.ctx, m, nullptr, {}, o);
+  Engine on(cpu.ctx, m, nullptr, nullptr, {}, o);
   const auto out_on = on.generate(reqs);
   // The default minimum prefix (EngineOptions::shared_prefix_min_tokens, 256) is longer than
   // these prompts: no group forms.
   o.shared_prefix_min_tokens = EngineOptions{}.shared_prefix_min_tokens;
-  Engine short_prompts(cpu.ctx, m, nullptr, {}, o);
+  Engine short_prompts(cpu.ctx, m, nullptr, nullptr, {}, o);
   const auto out_short = short_prompts.generate(reqs);
   o.shared_prefix_attention = false;
-  Engine off(cpu.ctx, m, nullptr, {}, o);
+  Engine off(cpu.ctx, m, nullptr, nullptr, {}, o);
   const auto out_off = off.generate(reqs);
   // 37-token prompts: two full blocks below every decode position; 5 decode steps of 6 rows.
   EXPECT_EQ(on.stats().shared_prefix_steps, 5);
@@ -444,7 +442,7 @@ TEST(Engine, RejectsWhatCanNeverRun) {
   Cpu cpu;
   EngineOptions o = small_options();
   o.kv_memory_bytes = 2 * KvPool::block_bytes(m.config(), cpu.ctx);
-  Engine e(cpu.ctx, m, nullptr, {}, o);
+  Engine e(cpu.ctx, m, nullptr, nullptr, {}, o);
   GenerationRequest big{std::vector<int32_t>(40, 5), greedy(4)};
   try {
     e.generate({&big, 1});
@@ -475,7 +473,7 @@ TEST(Engine, StopRules) {
     ++k;
   ASSERT_LT(k, golden.size());
   Cpu cpu;
-  Engine e(cpu.ctx, m, nullptr, {golden[k]}, small_options());
+  Engine e(cpu.ctx, m, nullptr, nullptr, {golden[k]}, small_options());
   GenerationRequest r{prompt, greedy(12)};
   r.params.ignore_eos = false;
   const auto out = e.generate({&r, 1});

@@ -41,7 +41,7 @@ Run generate(Context& ctx, const Model& m, const std::vector<GenerationRequest>&
   o.max_num_batched_tokens = 512;
   o.kv_memory_bytes = size_t(64) << 20;
   o.cuda_graphs = graphs;
-  Engine e(ctx, m, nullptr, {}, o);
+  Engine e(ctx, m, nullptr, nullptr, {}, o);
   Run r;
   r.out = e.generate(reqs);
   r.stats = e.stats();
@@ -57,7 +57,7 @@ Tensor cpu_logits(const Model& cpu_model, const std::vector<int32_t>& ids) {
   for (size_t i = 0; i < pos.size(); ++i) pos[i] = int32_t(i);
   Tensor logits = Tensor::empty({int64_t(ids.size()), cpu_model.config().vocab_size}, DType::f32);
   SequenceInput seq{ids, pos, &cache};
-  forward(ctx, cpu_model, {&seq, 1}, LogitRows::all, logits);
+  forward(ctx, cpu_model, nullptr, {&seq, 1}, LogitRows::all, logits);
   return logits;
 }
 

@@ -49,7 +49,7 @@ Tensor prefill(Context& ctx, const Model& m, const std::vector<int32_t>& ids) {
   const std::vector<int32_t> pos = iota(ids.size());
   Tensor logits = Tensor::empty({int64_t(ids.size()), m.config().vocab_size}, DType::f32);
   SequenceInput seq{ids, pos, &cache};
-  forward(ctx, m, {&seq, 1}, LogitRows::all, logits);
+  forward(ctx, m, nullptr, {&seq, 1}, LogitRows::all, logits);
   return logits;
 }
 
@@ -176,7 +176,7 @@ void golden(CudaDevice& dev, const std::string& arch, const std::string& scheme)
       std::vector<int32_t> tok(ids.begin() + long(done), ids.begin() + long(done + n));
       const std::vector<int32_t> pos = iota(n, int32_t(done));
       SequenceInput seq{tok, pos, &cache};
-      forward(gpu, gpu_model, {&seq, 1}, LogitRows::all,
+      forward(gpu, gpu_model, nullptr, {&seq, 1}, LogitRows::all,
               stepped.view().slice_rows(int64_t(done), int64_t(done + n)));
       done += n;
     }
@@ -193,7 +193,7 @@ void golden(CudaDevice& dev, const std::string& arch, const std::string& scheme)
     const std::vector<int32_t> pa = iota(ids.size()), pb = iota(b.size());
     SequenceInput batch[2] = {{ids, pa, &ca}, {b, pb, &cb}};
     Tensor last = Tensor::empty({2, gpu_model.config().vocab_size}, DType::f32);
-    forward(gpu, gpu_model, batch, LogitRows::last, last);
+    forward(gpu, gpu_model, nullptr, batch, LogitRows::last, last);
     const Tensor alone = prefill(gpu, gpu_model, b);
     Row bt;
     bt.name = arch + " " + scheme + " batch last rows";

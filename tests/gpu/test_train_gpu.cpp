@@ -80,9 +80,7 @@ void grads_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Schem
   gpu_model.to_device(gpu);
   LoraAdapter cpu_adapter = LoraAdapter::load_peft(dir + "/adapter", cpu_model);
   LoraAdapter gpu_adapter = LoraAdapter::load_peft(dir + "/adapter", gpu_model);
-  cpu_adapter.attach(cpu_model);
   gpu_adapter.to_device(gpu);
-  gpu_adapter.attach(gpu_model);
   Arena arena;
   Context cpu{Device::cpu, &arena};
   const TrainBatch b = train_batch_of(g, true);
@@ -112,8 +110,6 @@ void grads_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Schem
     check(control > 2 * kCudaTrainGrad,
           name + ": control (no label mask) grads rel " + std::to_string(control));
   }
-  LoraAdapter::detach(gpu_model);
-  LoraAdapter::detach(cpu_model);
 }
 
 // Elements of two host vectors whose bits differ (f32 or bf16 alike, by element size).
@@ -155,7 +151,6 @@ void optimizer_step_case(CudaDevice& dev, const std::string& arch) {
   LoraAdapter cpu_adapter = LoraAdapter::load_peft(dir + "/adapter", cpu_model);
   LoraAdapter gpu_adapter = LoraAdapter::load_peft(dir + "/adapter", gpu_model);
   gpu_adapter.to_device(gpu);
-  gpu_adapter.attach(gpu_model);
   const Tensor start = cpu_adapter.host_masters();
   const int64_t n = start.numel();
   // The same gradients for both steps: the CUDA pass's, on the device and on the host.
@@ -203,7 +198,6 @@ void optimizer_step_case(CudaDevice& dev, const std::string& arch) {
     check(moved > n / 2, name + ": control: the step moved " + std::to_string(moved) + " of " +
                              std::to_string(n) + " masters");
   }
-  LoraAdapter::detach(gpu_model);
 }
 
 // A small engine's options: 64 MiB of KV, up to 8 sequences, 64 tokens a step.
@@ -236,10 +230,10 @@ std::vector<GenerationRequest> seeded_requests(const std::vector<int32_t>& ids,
 }
 
 // The engine's processed logprobs of a fixed set of seeded samples, flattened.
-std::vector<float> rollout_logprobs(Context& ctx, const Model& m, uint64_t version,
+std::vector<float> rollout_logprobs(Context& ctx, const Model& m, const LoraAdapter& adapter,
                                     const std::vector<int32_t>& ids) {
-  Engine engine(ctx, m, nullptr, {}, small_engine_options());
-  engine.set_adapter_version(version);
+  Engine engine(ctx, m, &adapter, nullptr, {}, small_engine_options());
+  engine.set_adapter_version(adapter.version());
   const std::vector<GenerationRequest> requests = seeded_requests(ids, {0, 7}, 6, 4, 7, 1.0f);
   std::vector<float> out;
   for (const RequestOutput& r : engine.generate(requests))
@@ -264,7 +258,6 @@ void adapter_update_reaches_engine_case(CudaDevice& dev) {
   m.to_device(gpu);
   LoraAdapter adapter = LoraAdapter::load_peft(dir + "/adapter", m);
   adapter.to_device(gpu);
-  adapter.attach(m);
   const TrainBatch batch = train_batch_of(g, true);
   const std::vector<int32_t> prompt_ids = batch.ids;
   const Tensor start = adapter.host_masters();
@@ -284,15 +277,15 @@ void adapter_update_reaches_engine_case(CudaDevice& dev) {
   TrainStepConfig tc;
   tc.schedule.type = LrSchedulerType::constant;
   tc.learning_rate = 5e-2;
-  const std::vector<float> before = rollout_logprobs(gpu, m, adapter.version(), prompt_ids);
-  const std::vector<float> again = rollout_logprobs(gpu, m, adapter.version(), prompt_ids);
+  const std::vector<float> before = rollout_logprobs(gpu, m, adapter, prompt_ids);
+  const std::vector<float> again = rollout_logprobs(gpu, m, adapter, prompt_ids);
   // Control: a step that does not write the compute copies (the masters change, the forward's
   // copies do not) leaves the engine where it was: the copies are what it reads.
   gradients();
   TrainStep unwritten(make(true, n, gpu), tc);
   unwritten.step(gpu, adapter.master_params(), grads, 1.0);
   adapter.mark_updated();
-  const std::vector<float> stale = rollout_logprobs(gpu, m, adapter.version(), prompt_ids);
+  const std::vector<float> stale = rollout_logprobs(gpu, m, adapter, prompt_ids);
   adapter.set_masters(start);
   // The trainers' step: masters and compute copies in one pass, then only the version bump.
   gradients();
@@ -300,7 +293,7 @@ void adapter_update_reaches_engine_case(CudaDevice& dev) {
   const StepResult r =
       step.step(gpu, adapter.master_params(), grads, 1.0, adapter.compute_params());
   adapter.mark_updated();
-  const std::vector<float> after = rollout_logprobs(gpu, m, adapter.version(), prompt_ids);
+  const std::vector<float> after = rollout_logprobs(gpu, m, adapter, prompt_ids);
   const double moved = max_diff(before, after), no_step = max_diff(before, again),
                no_copy = max_diff(before, stale);
   char line[256];
@@ -311,7 +304,6 @@ void adapter_update_reaches_engine_case(CudaDevice& dev) {
   check(!r.skipped && !before.empty() && moved > 1e-3 && no_step < moved / 100 &&
             no_copy < moved / 100,
         line);
-  LoraAdapter::detach(m);
 }
 
 // On-policy exactness (ops/exactness.h): the engine's processed logprob of
@@ -330,7 +322,7 @@ double engine_vs_pass(Context& gpu, const Model& m, const LoraAdapter& adapter,
       seeded_requests(ids, {0, 5}, 7, 12, 11, kTemperature);
   std::vector<RequestOutput> outs;
   {
-    Engine engine(gpu, m, nullptr, {}, small_engine_options());
+    Engine engine(gpu, m, &adapter, nullptr, {}, small_engine_options());
     engine.set_adapter_version(adapter.version());
     outs = engine.generate(requests);
   }
@@ -373,7 +365,6 @@ void on_policy_exact_case(CudaDevice& dev, const std::string& arch, Fp8Scheme sc
   m.to_device(gpu);
   LoraAdapter adapter = LoraAdapter::load_peft(dir + "/adapter", m);
   adapter.to_device(gpu);
-  adapter.attach(m);
   const std::vector<int32_t> ids = train_batch_of(g, true).ids;
   const double exact = engine_vs_pass(gpu, m, adapter, ids, true);
   const double control = engine_vs_pass(gpu, m, adapter, ids, false);
@@ -383,9 +374,7 @@ void on_policy_exact_case(CudaDevice& dev, const std::string& arch, Fp8Scheme sc
                 "control, mode off: %.3g (> 0)",
                 arch.c_str(), std::string(scheme_name(scheme)).c_str(), exact, control);
   check(exact == 0.0 && control > 0.0, line);
-  LoraAdapter::detach(m);
 }
-
 
 // All device memory from one region (CudaDeviceOptions::device_region): after a training pass
 // with checkpointing and an AdamW step's state, every device buffer (weights and their scales,
@@ -413,13 +402,11 @@ void device_region_case(CudaDevice& dev, const std::string& arch) {
     m.to_device(gpu);
     LoraAdapter a = LoraAdapter::load_peft(dir + "/adapter", m);
     a.to_device(gpu);
-    a.attach(m);
     Run r;
     r.lg = loss_and_grads(gpu, m, a, batch, true);
     const auto opt = make(true, a.master_params().numel(), gpu);
-    std::vector<const void*> buffers = {m.embed.data, m.final_norm.data,
-                                        a.master_params().data, a.compute_params().data,
-                                        ops::scratch_base(gpu)};
+    std::vector<const void*> buffers = {m.embed.data, m.final_norm.data, a.master_params().data,
+                                        a.compute_params().data, ops::scratch_base(gpu)};
     for (const LayerWeights& l : m.layers) {
       buffers.push_back(l.input_norm.data);
       for (int p = 0; p < 7; ++p)
@@ -431,7 +418,6 @@ void device_region_case(CudaDevice& dev, const std::string& arch) {
     r.buffers = int(buffers.size());
     r.info = ops::device_region_info(gpu);
     r.allocated = ops::device_allocated_bytes(gpu);
-    LoraAdapter::detach(m);
     return r;
   };
   const Run on = run(dev);

@@ -25,9 +25,9 @@ inline Model load_model(const std::string& dir, std::optional<Fp8Scheme> scheme 
 }
 
 // Logits of every token of one sequence run as a single prefill (bf16_activations: the CPU's
-// emulation of CUDA's bf16 activations, Context::bf16_activations).
+// emulation of CUDA's bf16 activations, Context::bf16_activations), with `adapter` if given.
 inline Tensor prefill_logits(const Model& m, const std::vector<int32_t>& ids,
-                             bool bf16_activations = false) {
+                             bool bf16_activations = false, const LoraAdapter* adapter = nullptr) {
   Arena arena;
   Context ctx{Device::cpu, &arena};
   ctx.bf16_activations = bf16_activations;
@@ -35,7 +35,7 @@ inline Tensor prefill_logits(const Model& m, const std::vector<int32_t>& ids,
   const std::vector<int32_t> pos = positions_from(ids.size());
   Tensor logits = Tensor::empty({int64_t(ids.size()), m.config().vocab_size}, DType::f32);
   SequenceInput seq{ids, pos, &cache};
-  forward(ctx, m, {&seq, 1}, LogitRows::all, logits);
+  forward(ctx, m, adapter, {&seq, 1}, LogitRows::all, logits);
   return logits;
 }
 

@@ -481,12 +481,12 @@ TEST_F(AdapterTest, RejectsInvalidConfigsAtInit) {
   expect_error([&] { LoraAdapter::init(c, model, 1); }, {"all-linear"});
 }
 
-TEST_F(AdapterTest, AttachSetsViewsAndDetachClears) {
+TEST_F(AdapterTest, WeightsAreViewsOfTheTargetedProjections) {
   LoraAdapter a = LoraAdapter::init(config_of({"q_proj", "down_proj"}, 8, 32), model, 1);
-  a.attach(model);
+  a.check_fits(model);
   for (int64_t l = 0; l < 2; ++l)
     for (int p = 0; p < 7; ++p) {
-      const LoraWeights& w = model.layers[size_t(l)].projection(p)->lora;
+      const LoraWeights w = a.weights(l, p, Device::cpu);
       if (p == kQ || p == kDown) {
         ASSERT_TRUE(w.active());
         EXPECT_EQ(w.a.data, a.master_a(l, p).data);  // the CPU compute copy is the master
@@ -500,14 +500,18 @@ TEST_F(AdapterTest, AttachSetsViewsAndDetachClears) {
         EXPECT_FALSE(w.active()) << kProjectionNames[p];
       }
     }
-  // Attaching another adapter replaces the first everywhere.
+  // Another adapter has views of its own; the model is not involved.
   const LoraAdapter other = LoraAdapter::init(config_of({"k_proj"}), model, 1);
-  other.attach(model);
-  EXPECT_FALSE(model.layers[0].q.lora.active());
-  EXPECT_TRUE(model.layers[0].k.lora.active());
-  LoraAdapter::detach(model);
-  for (const LayerWeights& layer : model.layers)
-    for (int p = 0; p < 7; ++p) EXPECT_FALSE(layer.projection(p)->lora.active());
+  EXPECT_FALSE(other.weights(0, kQ, Device::cpu).active());
+  EXPECT_TRUE(other.weights(0, 1, Device::cpu).active());
+  // An adapter for other shapes or another device is refused by name.
+  Arena arena;
+  Context ctx{Device::cpu, &arena};
+  ModelConfig wider = model.config();
+  wider.intermediate_size *= 2;
+  const Model other_model = Model::random(wider, std::nullopt, ctx, 1);
+  expect_error([&] { a.check_fits(other_model); }, {"down_proj", "the model's projection is"});
+  expect_error([&] { (void)a.weights(0, kQ, Device::cuda); }, {"call to_device"});
 }
 
 TEST_F(AdapterTest, VersionCountsUpdatesAndNbytesCountsMasters) {
@@ -528,8 +532,7 @@ TEST_F(AdapterTest, VersionCountsUpdatesAndNbytesCountsMasters) {
 TEST_F(AdapterTest, ReferenceTermIsTheMergedDelta) {
   LoraAdapter a = LoraAdapter::init(config_of({"o_proj"}, 4, 8), model, 1);
   randomize_b(a, 5);
-  a.attach(model);
-  const LoraWeights& w = model.layers[1].o.lora;
+  const LoraWeights w = a.weights(1, 3, Device::cpu);
   const int64_t m = 3, k = 256, n = 192, r = 4;
   Tensor x = Tensor::empty({m, k}, DType::f32);
   for (int64_t i = 0; i < x.numel(); ++i) x.ptr<float>()[i] = normal01(99, uint64_t(i));
@@ -561,22 +564,21 @@ TEST_F(AdapterTest, ReferenceTermIsTheMergedDelta) {
   half.scale *= 0.5f;
   add_lora_reference(x, half, y2);
   EXPECT_GT(rel_max_diff(y2, merged), 0.4);
-  LoraAdapter::detach(model);
 }
 
 // q, k and v stacked in one weight (LayerWeights::qkv) run as one GEMM whose output is split
 // by columns: the logits equal those of the three separate projections bit for bit (each
 // output's dot product is the same), with biases and with LoRA on the three. Negative control:
-// a stacked weight whose k rows are zeroed changes the logits, so the forward did read it.
+// zeroing the k rows of the stacked buffer changes the logits, so the forward did read it.
 namespace {
-std::vector<float> all_logits(const Model& m, Context& ctx) {
+std::vector<float> all_logits(const Model& m, Context& ctx, const LoraAdapter* adapter = nullptr) {
   const ModelConfig& c = m.config();
   const std::vector<int32_t> ids = {1, 5, 9, 200, 3, 17};
   const std::vector<int32_t> pos = {0, 1, 2, 3, 4, 5};
   KvCache cache(c, 8, ctx);
   Tensor logits = Tensor::empty({int64_t(ids.size()), c.vocab_size}, DType::f32);
   SequenceInput seq{ids, pos, &cache};
-  forward(ctx, m, {&seq, 1}, LogitRows::all, logits);
+  forward(ctx, m, adapter, {&seq, 1}, LogitRows::all, logits);
   return std::vector<float>(logits.ptr<float>(), logits.ptr<float>() + logits.numel());
 }
 }  // namespace
@@ -610,20 +612,16 @@ TEST(RandomModel, StackedQkvGivesTheLogitsOfSeparateProjections) {
     // With LoRA on q, k and v (B randomized: PEFT's zero B would add nothing).
     LoraAdapter a = LoraAdapter::init(config_of({"q_proj", "k_proj", "v_proj"}, 4), stacked, 5);
     randomize_b(a, 6);
-    a.attach(stacked);
-    a.attach(separate);
-    const std::vector<float> with_lora = all_logits(stacked, ctx);
-    EXPECT_EQ(with_lora, all_logits(separate, ctx));
-    LoraAdapter::detach(stacked);
+    const std::vector<float> with_lora = all_logits(stacked, ctx, &a);
+    EXPECT_EQ(with_lora, all_logits(separate, ctx, &a));
     EXPECT_NE(with_lora, all_logits(stacked, ctx));  // the adapter did apply
 
-    // Negative control: the stacked weight with its k rows zeroed.
-    LinearWeight& qkv = stacked.layers[0].qkv;
-    Tensor copy = Tensor::empty(qkv.weight.shape, qkv.weight.dtype);
-    std::memcpy(copy.view().data, qkv.weight.data, qkv.weight.nbytes());
-    const TensorView k_rows = copy.view().slice_rows(c.q_dim(), c.q_dim() + c.kv_dim());
+    // Negative control: the stacked buffer's k rows zeroed in place change the logits, so the
+    // stacked model's projections do read that one buffer (the CPU through the k view, a
+    // backend's stacked GEMM through qkv).
+    const TensorView k_rows =
+        stacked.layers[0].qkv.weight.slice_rows(c.q_dim(), c.q_dim() + c.kv_dim());
     std::memset(k_rows.data, 0, k_rows.nbytes());
-    qkv.weight = copy.view();
     EXPECT_NE(all_logits(stacked, ctx), all_logits(separate, ctx));
   }
 }
@@ -663,8 +661,8 @@ TEST(Adapter, OddWidthsArePaddedAndAligned) {
   const LoraAdapter b = LoraAdapter::load_peft(dir, m);
   EXPECT_EQ(std::memcmp(a.master_params().data, b.master_params().data, a.master_params().nbytes()),
             0);
-  b.attach(m);
-  EXPECT_EQ(m.layers[1].down.lora.b.data, b.master_b(1, kDown).data);
-  EXPECT_EQ(m.layers[1].down.lora.b.shape, (Shape{72, 3}));
+  b.check_fits(m);
+  EXPECT_EQ(b.weights(1, kDown, Device::cpu).b.data, b.master_b(1, kDown).data);
+  EXPECT_EQ(b.weights(1, kDown, Device::cpu).b.shape, (Shape{72, 3}));
   fs::remove_all(dir);
 }

@@ -24,7 +24,8 @@ Tensor prefill_then_decode(const Model& m, const std::vector<int32_t>& ids, size
     std::vector<int32_t> tok(ids.begin() + long(done), ids.begin() + long(done + n));
     const std::vector<int32_t> pos = positions_from(n, int32_t(done));
     SequenceInput seq{tok, pos, &cache};
-    forward(ctx, m, {&seq, 1}, LogitRows::all, all.view().slice_rows(int64_t(done), int64_t(done + n)));
+    forward(ctx, m, nullptr, {&seq, 1}, LogitRows::all,
+            all.view().slice_rows(int64_t(done), int64_t(done + n)));
     done += n;
   }
   EXPECT_EQ(cache.length(), int64_t(ids.size()));
@@ -75,7 +76,7 @@ TEST_P(BatchOfSequences, EqualsSeparateRuns) {
   SequenceInput batch[2] = {{a, pa, &ca}, {b, pb, &cb}};
   const int64_t v = m.config().vocab_size;
   Tensor logits = Tensor::empty({int64_t(a.size() + b.size()), v}, DType::f32);
-  forward(ctx, m, batch, LogitRows::all, logits);
+  forward(ctx, m, nullptr, batch, LogitRows::all, logits);
   const double bound = 0.0;  // batch-invariant: bit-identical (see DecodeEqualsPrefill)
   EXPECT_LE(
       rel_max_diff(logits.view().slice_rows(0, int64_t(a.size())), prefill_logits(m, a, bf16)),
@@ -88,7 +89,7 @@ TEST_P(BatchOfSequences, EqualsSeparateRuns) {
   KvCache ca2(pool, 64), cb2(pool, 64);
   SequenceInput batch2[2] = {{a, pa, &ca2}, {b, pb, &cb2}};
   Tensor last = Tensor::empty({2, v}, DType::f32);
-  forward(ctx, m, batch2, LogitRows::last, last);
+  forward(ctx, m, nullptr, batch2, LogitRows::last, last);
   EXPECT_LE(rel_max_diff(last.view().slice_rows(0, 1),
                          logits.view().slice_rows(int64_t(a.size()) - 1, int64_t(a.size()))),
             bound);
@@ -147,7 +148,7 @@ TEST(Forward, RejectsBadInput) {
   Tensor logits = Tensor::empty({5, m.config().vocab_size}, DType::f32);
   SequenceInput seq{ids, pos, &cache};
   try {
-    forward(ctx, m, {&seq, 1}, LogitRows::all, logits);
+    forward(ctx, m, nullptr, {&seq, 1}, LogitRows::all, logits);
     FAIL() << "overflowing the KV cache must fail";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("do not fit the KV cache"), std::string::npos);
@@ -158,7 +159,7 @@ TEST(Forward, RejectsBadInput) {
   SequenceInput seq2{bad, pos2, &big};
   Tensor l2 = Tensor::empty({2, m.config().vocab_size}, DType::f32);
   try {
-    forward(ctx, m, {&seq2, 1}, LogitRows::all, l2);
+    forward(ctx, m, nullptr, {&seq2, 1}, LogitRows::all, l2);
     FAIL() << "an id outside the vocabulary must fail";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("outside the vocabulary"), std::string::npos);

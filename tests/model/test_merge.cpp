@@ -35,13 +35,11 @@ json read_json(const std::string& path) {
   return json::parse(f);
 }
 
-// The golden's ids through the base model with its committed adapter attached (PEFT's
-// unmerged form, fp32 CPU).
-Tensor unmerged_logits(Model& base, const LoraAdapter& adapter, const std::vector<int32_t>& ids) {
-  adapter.attach(base);
-  Tensor logits = prefill_logits(base, ids);
-  LoraAdapter::detach(base);
-  return logits;
+// The golden's ids through the base model with its committed adapter (PEFT's unmerged form,
+// fp32 CPU).
+Tensor unmerged_logits(const Model& base, const LoraAdapter& adapter,
+                       const std::vector<int32_t>& ids) {
+  return prefill_logits(base, ids, false, &adapter);
 }
 
 void expect_error(const std::function<void()>& f, const std::string& part) {

@@ -379,7 +379,7 @@ TEST(RandomModel, RunsAndQuantizesTheSameWeights) {
   KvCache cache(c, 8, ctx);
   Tensor logits = Tensor::empty({1, c.vocab_size}, DType::f32);
   SequenceInput seq{ids, pos, &cache};
-  forward(ctx, row, {&seq, 1}, LogitRows::last, logits);
+  forward(ctx, row, nullptr, {&seq, 1}, LogitRows::last, logits);
   for (int64_t i = 0; i < logits.numel(); ++i) ASSERT_TRUE(std::isfinite(logits.ptr<float>()[i]));
   EXPECT_EQ(cache.length(), 5);
 }

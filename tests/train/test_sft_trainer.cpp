@@ -55,7 +55,6 @@ TrainRun train(const std::string& dir, std::optional<Fp8Scheme> fp8, int64_t max
   lc.lora_alpha = 16;
   lc.target_modules = {"all-linear"};
   LoraAdapter adapter = LoraAdapter::init(lc, m, 3);
-  adapter.attach(m);
   Arena arena;
   Context ctx{Device::cpu, &arena};
   SftConfig c;
@@ -75,7 +74,6 @@ TrainRun train(const std::string& dir, std::optional<Fp8Scheme> fp8, int64_t max
   trainer.run([&](const SftStepInfo& i) { r.losses.push_back(i.loss); });
   const TensorView p = adapter.master_params();
   r.params.assign(p.ptr<float>(), p.ptr<float>() + p.numel());
-  LoraAdapter::detach(m);
   return r;
 }
 

@@ -1,8 +1,8 @@
 // One model, one memory: the engine and the trainer read the same FP8
 // weights and the same adapter tensors. The trainer's recomputed log-probabilities of the
 // engine's samples equal the engine's own bit for bit on the CPU (both under the
-// temperature-scaled full-vocabulary distribution), and an update of the adapter's masters reaches the engine's next rollout
-// with no copy and no sync step.
+// temperature-scaled full-vocabulary distribution), and an update of the adapter's masters reaches
+// the engine's next rollout with no copy and no sync step.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,14 +24,14 @@ struct Rollout {
   std::vector<RequestOutput> outputs;
 };
 
-Rollout rollout(const Model& m, double temperature, uint64_t version) {
+Rollout rollout(const Model& m, const LoraAdapter& adapter, double temperature) {
   Arena arena;
   Context ctx{Device::cpu, &arena};
   EngineOptions o;
   o.max_num_seqs = 8;
   o.max_num_batched_tokens = 64;
-  Engine engine(ctx, m, nullptr, {}, o);
-  engine.set_adapter_version(version);
+  Engine engine(ctx, m, &adapter, nullptr, {}, o);
+  engine.set_adapter_version(adapter.version());
   Rollout r;
   const std::vector<int32_t> ids = golden_ids("llama");
   r.prompts = {std::vector<int32_t>(ids.begin(), ids.begin() + 5),
@@ -90,28 +90,57 @@ double trainer_mismatch(const Model& m, const LoraAdapter& adapter, const Rollou
 TEST(SharedModel, TrainerLogprobsEqualTheEngines) {
   Model m = load_model(golden_dir("llama"), Fp8Scheme::row);
   const LoraAdapter adapter = LoraAdapter::load_peft(golden_dir("llama") + "/adapter", m);
-  adapter.attach(m);
   for (float temperature : {1.0f, 0.7f}) {
-    const Rollout r = rollout(m, temperature, adapter.version());
+    const Rollout r = rollout(m, adapter, temperature);
     const double err = trainer_mismatch(m, adapter, r, temperature);
     // Exactly: the same batch-invariant kernels and one log-softmax (ops/cpu/log_softmax.h).
     EXPECT_EQ(err, 0.0);
     // Control: under another temperature the same tokens' logprobs differ.
     EXPECT_GT(trainer_mismatch(m, adapter, r, temperature * 1.5f), 1e-3);
   }
-  LoraAdapter::detach(m);
+}
+
+// The reference policy (GRPO's KL term, DPO) is the pass without its adapter: the logprobs of
+// a pass over the model alone, bit for bit, and not the policy's (the control). The model is
+// never changed, and no backward follows a reference forward.
+TEST(SharedModel, ReferencePassIsTheBaseModel) {
+  const Model m = load_model(golden_dir("llama"), Fp8Scheme::row);
+  const LoraAdapter adapter = LoraAdapter::load_peft(golden_dir("llama") + "/adapter", m);
+  const std::vector<int32_t> ids = golden_ids("llama");
+  const std::vector<int32_t> tids(ids.begin(), ids.begin() + 12);
+  std::vector<int32_t> targets(tids.begin() + 1, tids.end());
+  targets.push_back(ops::kIgnoreIndex);
+  const std::vector<int64_t> cu{0, 5, 12};
+  const PackedSequences batch{tids, targets, cu};
+  Arena arena;
+  Context ctx{Device::cpu, &arena};
+  LogprobPass pass(ctx, m, &adapter), base(ctx, m, nullptr);
+  PassOptions reference;
+  reference.reference = true;
+  pass.forward(batch, reference);
+  const std::vector<float> ref(pass.logprobs().begin(), pass.logprobs().end());
+  std::vector<float> grads(size_t(adapter.master_params().numel()), 0.0f);
+  EXPECT_THROW(pass.backward(std::vector<float>(tids.size(), 1.0f),
+                             TensorView(grads.data(), DType::f32, {int64_t(grads.size())})),
+               Error);
+  base.forward(batch, {});
+  EXPECT_TRUE(std::equal(ref.begin(), ref.end(), base.logprobs().begin()));
+  pass.forward(batch, {});
+  double moved = 0;
+  for (size_t t = 0; t + 1 < ref.size(); ++t)
+    moved = std::max(moved, std::fabs(double(pass.logprobs()[t]) - ref[t]));
+  EXPECT_GT(moved, 1e-3) << "the policy's logprobs are the reference's: the adapter did nothing";
 }
 
 TEST(SharedModel, AnAdapterUpdateReachesTheNextRollout) {
   Model m = load_model(golden_dir("llama"), Fp8Scheme::row);
   LoraAdapter adapter = LoraAdapter::load_peft(golden_dir("llama") + "/adapter", m);
-  adapter.attach(m);
-  const Rollout before = rollout(m, 1.0f, adapter.version());
+  const Rollout before = rollout(m, adapter, 1.0f);
   // What an optimizer step does: the masters change in place, the version is bumped.
   const TensorView p = adapter.master_params();
   for (int64_t i = 0; i < p.numel(); ++i) p.ptr<float>()[i] *= 1.5f;
   adapter.mark_updated();
-  const Rollout after = rollout(m, 1.0f, adapter.version());
+  const Rollout after = rollout(m, adapter, 1.0f);
   double moved = 0;
   for (size_t q = 0; q < before.outputs.size(); ++q)
     for (size_t s = 0; s < before.outputs[q].completions.size(); ++s) {
@@ -122,7 +151,6 @@ TEST(SharedModel, AnAdapterUpdateReachesTheNextRollout) {
   EXPECT_GT(moved, 1e-3) << "the engine did not see the updated adapter";
   // And the trainer agrees with the engine under the new values.
   EXPECT_EQ(trainer_mismatch(m, adapter, after, 1.0f), 0.0);
-  LoraAdapter::detach(m);
 }
 
 // Standby memory: the engine's KV pool and the training pass's saved
@@ -131,7 +159,6 @@ TEST(SharedModel, AnAdapterUpdateReachesTheNextRollout) {
 TEST(StandbyRegion, EngineAndTrainerTakeTurnsInOneRegion) {
   Model m = load_model(golden_dir("llama"), Fp8Scheme::row);
   const LoraAdapter adapter = LoraAdapter::load_peft(golden_dir("llama") + "/adapter", m);
-  adapter.attach(m);
   Arena arena;
   Context ctx{Device::cpu, &arena};
   EngineOptions o;
@@ -155,7 +182,7 @@ TEST(StandbyRegion, EngineAndTrainerTakeTurnsInOneRegion) {
   const PackedSequences batch{tids, targets, cu};
 
   // Each phase with memory of its own.
-  Engine own_engine(ctx, m, nullptr, {}, o);
+  Engine own_engine(ctx, m, &adapter, nullptr, {}, o);
   const std::vector<RequestOutput> want = own_engine.generate(requests);
   const int64_t first_call_hits = own_engine.stats().prefix_hit_tokens;
   LogprobPass own_pass(ctx, m, &adapter);
@@ -166,7 +193,7 @@ TEST(StandbyRegion, EngineAndTrainerTakeTurnsInOneRegion) {
   LogprobPass pass(ctx, m, &adapter, &region);
   region.reserve(std::max(pass.plan(batch, {}).region_bytes(),
                           size_t(o.kv_memory_bytes) + KvPool::block_bytes(m.config(), ctx)));
-  Engine engine(ctx, m, nullptr, {}, o, &region);
+  Engine engine(ctx, m, &adapter, nullptr, {}, o, &region);
   const auto same_outputs = [&](const std::vector<RequestOutput>& got) {
     for (size_t q = 0; q < want.size(); ++q)
       for (size_t s = 0; s < want[q].completions.size(); ++s) {
@@ -186,8 +213,8 @@ TEST(StandbyRegion, EngineAndTrainerTakeTurnsInOneRegion) {
     EXPECT_EQ(region.holder(), &pass);
     EXPECT_TRUE(std::equal(want_logprobs.begin(), want_logprobs.end(), pass.logprobs().begin()));
     // Control: the pass did write where the engine's KV was (one memory, not two).
-    EXPECT_FALSE(std::equal(engine_bytes.begin(), engine_bytes.end(),
-                            static_cast<char*>(region.data())));
+    EXPECT_FALSE(
+        std::equal(engine_bytes.begin(), engine_bytes.end(), static_cast<char*>(region.data())));
     pass.backward(std::vector<float>(tids.size(), 1.0f), grads_view);
   }
   EXPECT_EQ(region.allocations(), 1);
@@ -204,7 +231,6 @@ TEST(StandbyRegion, EngineAndTrainerTakeTurnsInOneRegion) {
   // Control: an engine that keeps its cache does hit on a second call.
   (void)own_engine.generate(requests);
   EXPECT_GT(own_engine.stats().prefix_hit_tokens, 2 * first_call_hits);
-  LoraAdapter::detach(m);
 }
 
 }  // namespace

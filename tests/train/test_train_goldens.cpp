@@ -67,7 +67,6 @@ TEST_P(TrainGolden, LossAndGradientsMatchPeft) {
   const nlohmann::json g = train_json(arch);
   Model m = test::load_model(golden_dir(arch), Fp8Scheme::off);
   const LoraAdapter adapter = LoraAdapter::load_peft(golden_dir(arch) + "/adapter", m);
-  adapter.attach(m);
   const TrainBatch b = train_batch_of(g);
   ASSERT_EQ(b.counted, g["loss_tokens"].get<int64_t>());
   const LossAndGrads r = cpu_loss_and_grads(m, adapter, b);
@@ -82,7 +81,6 @@ TEST_P(TrainGolden, LossAndGradientsMatchPeft) {
   EXPECT_GT(control, 100 * kHfTrainGrad) << arch << ": the comparison cannot fail";
   std::printf("%s loss %.9g (HF %.9g) grads vs PEFT %.3g (without the label mask %.3g)\n",
               arch.c_str(), r.loss, ref_loss, err, control);
-  LoraAdapter::detach(m);
 }
 
 // Activation checkpointing recomputes each layer in the backward: the same gradients, bit for
@@ -91,13 +89,11 @@ TEST_P(TrainGolden, CheckpointingGivesTheSameGradients) {
   const std::string arch = GetParam();
   Model m = test::load_model(golden_dir(arch), Fp8Scheme::off);
   const LoraAdapter adapter = LoraAdapter::load_peft(golden_dir(arch) + "/adapter", m);
-  adapter.attach(m);
   const TrainBatch b = train_batch_of(train_json(arch));
   const LossAndGrads plain = cpu_loss_and_grads(m, adapter, b, false);
   const LossAndGrads ckpt = cpu_loss_and_grads(m, adapter, b, true);
   EXPECT_EQ(plain.loss, ckpt.loss);
   EXPECT_EQ(plain.grads, ckpt.grads) << arch;
-  LoraAdapter::detach(m);
 }
 
 // One torch.optim.SGD and one AdamW step from PEFT's gradients' state equal PyTorch's.
@@ -109,7 +105,6 @@ TEST_P(TrainGolden, OptimizerStepsMatchTorch) {
   const TrainBatch b = train_batch_of(g);
   for (const std::string opt : {"sgd", "adamw"}) {
     LoraAdapter adapter = LoraAdapter::load_peft(dir + "/adapter", m);
-    adapter.attach(m);
     const LossAndGrads r = cpu_loss_and_grads(m, adapter, b);
     const TensorView p = adapter.master_params();
     const std::span<float> params(p.ptr<float>(), size_t(p.numel()));
@@ -128,7 +123,6 @@ TEST_P(TrainGolden, OptimizerStepsMatchTorch) {
         rel_err(adapter, m, params, dir + "/train/" + opt + "_adapter.safetensors", "");
     EXPECT_LE(err, kHfTrainStep) << arch << " " << opt;
     std::printf("%s %s step vs torch %.3g\n", arch.c_str(), opt.c_str(), err);
-    LoraAdapter::detach(m);
   }
 }
 
@@ -143,11 +137,9 @@ TEST_P(TrainGolden, Fp8RowGradientsMatchEmulation) {
   const auto grads_of = [&](std::optional<Fp8Scheme> scheme) {
     Model m = test::load_model(dir, scheme);
     const LoraAdapter adapter = LoraAdapter::load_peft(dir + "/adapter", m);
-    adapter.attach(m);
     LossAndGrads r = cpu_loss_and_grads(m, adapter, b);
     const double err =
         rel_err(adapter, m, r.grads, dir + "/train/fp8_row_grads.safetensors", ".grad");
-    LoraAdapter::detach(m);
     return std::make_pair(r.loss, err);
   };
   const auto [loss, err] = grads_of(Fp8Scheme::row);
