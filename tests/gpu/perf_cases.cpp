@@ -521,7 +521,7 @@ std::vector<OpCase> perf_cases() {
                      o.info += fmt::format("; {:.1f} us, weights {:.1f} MB at {:.2f} TB/s",
                                            o.seconds * 1e6, bytes / 1e6, bytes / o.seconds * 1e-12);
                    }});
-  // Batch invariance (what issue 11's on_policy_exact needs of the GEMMs): the first m rows of
+  // Batch invariance (what on_policy_exact needs of the GEMMs): the first m rows of
   // a linear over 8,192 rows (a training pass) against the same m rows alone (a decode step
   // of m sequences), bytes compared. A measurement, not a check: it reports the equal rows.
   // "pinned": the device's batch-invariant mode (ops/exactness.h, on_policy_exact), with
