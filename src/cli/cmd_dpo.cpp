@@ -32,10 +32,14 @@ void run_dpo(const DpoConfig& cfg, const std::string& yaml) {
   DpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), std::move(pairs), cfg,
                      ts.base_model_name());
   if (cfg.dry_run) {
+    std::vector<PlanPart> extra;
+    if (trainer.reference_adapter_bytes() > 0)
+      extra.push_back({"reference adapter", trainer.reference_adapter_bytes(),
+                       "the adapter the run continues from, frozen", true});
     print_pass_memory_plan(ts,
                            fmt::format("memory plan of the largest batch ({} pairs, {} steps)",
                                        num_pairs, trainer.total_steps()),
-                           trainer.optimizer_state_bytes(), trainer.plan());
+                           trainer.optimizer_state_bytes(), trainer.plan(), std::move(extra));
     return;
   }
   write_run_config(cfg.output_dir, yaml);

@@ -37,13 +37,16 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
                       std::move(prompts), cfg, std::move(rewards), ts.base_model_name());
   if (cfg.dry_run) {
     const GrpoMemoryPlan p = trainer.memory_plan();
-    const std::vector<PlanPart> parts = {
+    std::vector<PlanPart> parts = {
         {"standby region", p.standby_region_bytes,
          fmt::format("the larger of the engine's KV pool, {:.1f} MiB, and the training pass: "
                      "saved activations {:.1f} + KV {:.1f}",
                      double(p.engine_kv_bytes) / (1 << 20), double(p.pass.saved_bytes) / (1 << 20),
                      double(p.pass.kv_bytes) / (1 << 20)),
          true}};
+    if (p.reference_adapter_bytes > 0)
+      parts.push_back({"reference adapter", p.reference_adapter_bytes,
+                       "the adapter the run continues from, frozen", true});
     print_memory_plan(ts,
                       fmt::format("memory plan of the run ({} prompts, {} steps; the pass over the "
                                   "longest micro-batch)",

@@ -24,6 +24,15 @@ void add_model_keys(KeyTable<C>& t) {
              "LoRA A init: true (PEFT's Kaiming-uniform) or gaussian; B starts at zero");
 }
 
+// GRPO's and DPO's reference policy (rl/reference_model.h).
+template <class C>
+void add_reference_key(KeyTable<C>& t) {
+  t.add_enum("reference_model", &C::reference_model,
+             {{"start", ReferenceModel::start}, {"base", ReferenceModel::base}},
+             "Reference policy: start (the adapter continued from, frozen; the base for a fresh "
+             "adapter) or base (no adapter)");
+}
+
 template <class C>
 void add_training_keys(KeyTable<C>& t) {
   t.add("data", &C::data, "Training dataset (JSONL)");
@@ -117,7 +126,8 @@ KeyTable<GrpoConfig> grpo_keys() {
   t.add("min_p", &C::min_p, "Min-p sampling (null: off)");
   t.add("repetition_penalty", &C::repetition_penalty, "Repetition penalty; 1: off");
   // Loss.
-  t.add("beta", &C::beta, "KL coefficient (k3, to the base without the adapter)");
+  t.add("beta", &C::beta, "KL coefficient (k3, to the reference_model)");
+  add_reference_key(t);
   t.add("epsilon", &C::epsilon, "Lower clip of the ratio: 1 - epsilon");
   t.add("epsilon_high", &C::epsilon_high,
         "Upper clip: 1 + epsilon_high (null: epsilon); cispo: the absolute ratio cap");
@@ -181,13 +191,13 @@ KeyTable<DpoConfig> dpo_keys() {
   add_training_keys(t);
   add_model_keys(t);
   t.add("beta", &C::beta, "DPO beta (IPO's tau)");
-  t.add_enum(
-      "loss_type", &C::loss_type,
-      {{"sigmoid", DpoLossType::sigmoid},
-       {"ipo", DpoLossType::ipo},
-       {"hinge", DpoLossType::hinge},
-       {"robust", DpoLossType::robust}},
-      "DPO loss");
+  add_reference_key(t);
+  t.add_enum("loss_type", &C::loss_type,
+             {{"sigmoid", DpoLossType::sigmoid},
+              {"ipo", DpoLossType::ipo},
+              {"hinge", DpoLossType::hinge},
+              {"robust", DpoLossType::robust}},
+             "DPO loss");
   t.add("label_smoothing", &C::label_smoothing, "cDPO label noise, in [0, 0.5); sigmoid only");
   t.add("max_length", &C::max_length, "Tokens of prompt + completion at most");
   t.add("max_prompt_length", &C::max_prompt_length, "Prompt tokens at most (null: no limit)");

@@ -81,9 +81,11 @@ void print_memory_plan(TrainSession& ts, const std::string& title, size_t optimi
 }
 
 void print_pass_memory_plan(TrainSession& ts, const std::string& title,
-                            size_t optimizer_state_bytes, const PassPlan& plan) {
-  std::vector<PlanPart> parts = {{"saved activations", plan.saved_bytes, "", true},
-                                 {"KV", plan.kv_bytes, "", true}};
+                            size_t optimizer_state_bytes, const PassPlan& plan,
+                            std::vector<PlanPart> extra) {
+  std::vector<PlanPart> parts = std::move(extra);
+  parts.push_back({"saved activations", plan.saved_bytes, "", true});
+  parts.push_back({"KV", plan.kv_bytes, "", true});
   if (plan.host_bytes > 0)
     parts.push_back({"host (offloaded)", plan.host_bytes,
                      "checkpointed layer inputs, not in the total", false});

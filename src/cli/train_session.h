@@ -59,9 +59,10 @@ void print_memory_plan(TrainSession& ts, const std::string& title, size_t optimi
                        const std::vector<PlanPart>& parts, size_t scratch_bytes);
 
 // print_memory_plan for a trainer whose step memory is one pass: its saved activations and KV
-// (and the offloaded layer inputs, in host memory, listed apart).
+// (and the offloaded layer inputs, in host memory, listed apart), after `extra` parts.
 void print_pass_memory_plan(TrainSession& ts, const std::string& title,
-                            size_t optimizer_state_bytes, const PassPlan& plan);
+                            size_t optimizer_state_bytes, const PassPlan& plan,
+                            std::vector<PlanPart> extra = {});
 
 // "1h02m", "3m12s", "45s".
 std::string format_duration(double seconds);

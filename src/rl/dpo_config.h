@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "rl/dpo_loss.h"
+#include "rl/reference_model.h"
 #include "train/model_arguments.h"
 #include "train/training_arguments.h"
 
@@ -21,6 +22,7 @@ struct DpoConfig : TrainingArguments, ModelArguments {
   DpoConfig() { learning_rate = 1e-6; }  // DPOConfig's override of transformers' 5e-5
 
   double beta = 0.1;
+  ReferenceModel reference_model = ReferenceModel::start;  // the reference's log-probs
   DpoLossType loss_type = DpoLossType::sigmoid;
   // cDPO's ε, the probability that a preference label is flipped; sigmoid only (as in TRL
   // before the `robust` loss took it over).

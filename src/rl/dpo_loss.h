@@ -27,7 +27,7 @@ struct DpoLossConfig {
 };
 
 // One value per pair [P]: log π(y|x) summed over the completion's tokens (no length averaging),
-// for the policy and the reference (the base without the adapter). The lengths (completion
+// for the policy and the reference (ReferenceModel). The lengths (completion
 // token counts) are read by ipo only.
 struct DpoPairs {
   std::span<const double> policy_chosen_logp;

@@ -61,6 +61,7 @@ struct DpoTrainer::Impl {
   DpoConfig cfg;
   std::string base_model_name;
   std::unique_ptr<TrainStep> train_step;
+  std::unique_ptr<LoraAdapter> reference_adapter;  // the frozen starting one, or null: the base
   std::unique_ptr<LogprobPass> pass;
   int64_t total_steps = 0, batches_per_epoch = 0;
   std::vector<double> ref_chosen, ref_rejected;  // [pairs] reference summed logps (NaN: not yet)
@@ -88,6 +89,8 @@ struct DpoTrainer::Impl {
         std::make_unique<TrainStep>(make_optimizer(cfg, adapter.master_params().numel(), ctx),
                                     train_step_config(cfg, total_steps));
     pass = std::make_unique<LogprobPass>(ctx, model, &adapter);
+    reference_adapter = starting_adapter(cfg, cfg.reference_model, model, ctx);
+    pass->set_reference(reference_adapter.get());
     ref_chosen.assign(pairs.size(), std::nan(""));
     ref_rejected.assign(pairs.size(), std::nan(""));
   }
@@ -124,7 +127,8 @@ struct DpoTrainer::Impl {
     return std::vector<size_t>(order.begin() + ptrdiff_t(first), order.begin() + ptrdiff_t(last));
   }
 
-  // The reference's summed logps of these pairs (the base without the adapter), once each.
+  // The reference's summed logps of these pairs (reference_model: the frozen start or the base),
+  // once each.
   void reference(std::span<const size_t> idx) {
     std::vector<size_t> missing;
     for (size_t i : idx)
@@ -258,6 +262,10 @@ PassPlan DpoTrainer::plan() {
 
 size_t DpoTrainer::optimizer_state_bytes() const {
   return impl_->train_step->optimizer().state_bytes();
+}
+
+size_t DpoTrainer::reference_adapter_bytes() const {
+  return impl_->reference_adapter ? impl_->reference_adapter->nbytes() : 0;
 }
 
 int64_t DpoTrainer::total_steps() const {

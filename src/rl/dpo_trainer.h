@@ -38,6 +38,8 @@ class DpoTrainer {
   PassPlan plan();
   // Device bytes of the optimizer's state (allocated with the trainer, before any step).
   size_t optimizer_state_bytes() const;
+  // Device bytes of the frozen starting adapter the reference runs with (0: the base model).
+  size_t reference_adapter_bytes() const;
   void run(const std::function<void(const DpoStepInfo&)>& on_step = {});
 
  private:

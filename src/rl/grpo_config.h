@@ -13,6 +13,7 @@
 
 #include "rl/advantages.h"
 #include "rl/grpo_loss.h"
+#include "rl/reference_model.h"
 #include "rl/rollout_correction.h"
 #include "train/model_arguments.h"
 #include "train/training_arguments.h"
@@ -50,7 +51,8 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
   double repetition_penalty = 1.0;
 
   // Loss.
-  double beta = 0.0;  // k3 KL coefficient; the reference is the base without the adapter
+  double beta = 0.0;  // k3 KL coefficient to the reference_model
+  ReferenceModel reference_model = ReferenceModel::start;
   double epsilon = 0.2;
   std::optional<double> epsilon_high;  // null: epsilon. cispo: the absolute cap on the ratio
   GrpoLossType loss_type = GrpoLossType::dapo;

@@ -38,7 +38,7 @@ struct Round {
   std::vector<std::vector<int32_t>> ids;              // [C][n_c] sampled tokens (EOS included)
   std::vector<std::vector<double>> engine_logp;       // [C][n_c]
   std::vector<std::vector<double>> old_logp;          // [C][n_c] trainer's, at rollout (or empty)
-  std::vector<std::vector<double>> ref_logp;          // [C][n_c] base without adapter (beta != 0)
+  std::vector<std::vector<double>> ref_logp;          // [C][n_c] reference policy (beta != 0)
   std::vector<std::vector<double>> is_weight;         // [C][n_c] rollout correction (or empty)
   std::vector<std::vector<uint8_t>> mask;             // [C][n_c] trained tokens
   std::vector<double> advantages;                     // [C]
@@ -147,6 +147,7 @@ struct GrpoTrainer::Impl {
   // KV while the trainer runs (declared first: it outlives both).
   StandbyRegion region;
   std::unique_ptr<Engine> engine;
+  std::unique_ptr<LoraAdapter> reference;  // the frozen starting adapter, or null: the base
   std::unique_ptr<LogprobPass> pass;
   PassPlan largest;  // the pass over the longest micro-batch, by its dry run
 
@@ -207,6 +208,10 @@ struct GrpoTrainer::Impl {
     eo.max_num_batched_tokens = cfg.max_num_batched_tokens;
     eo.seed = uint64_t(cfg.seed);
     pass = std::make_unique<LogprobPass>(ctx, model, &adapter, &region);
+    if (cfg.beta != 0.0) {
+      reference = starting_adapter(cfg, cfg.reference_model, model, ctx);
+      pass->set_reference(reference.get());
+    }
     // The region is sized once for the larger phase: the pass over the longest micro-batch
     // (micro_batch of the longest prompt plus a full completion), or the engine's KV pool,
     // which it takes (growing the region, before anything lies there) if that is larger.
@@ -643,6 +648,7 @@ GrpoMemoryPlan GrpoTrainer::memory_plan() const {
   p.engine_kv_bytes = impl_->engine->stats().kv_bytes;
   p.standby_region_bytes = impl_->region.size();
   p.optimizer_state_bytes = impl_->train_step->optimizer().state_bytes();
+  if (impl_->reference) p.reference_adapter_bytes = impl_->reference->nbytes();
   return p;
 }
 

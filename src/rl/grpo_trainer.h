@@ -51,6 +51,7 @@ struct GrpoMemoryPlan {
   size_t engine_kv_bytes = 0;  // the engine's KV pool
   size_t standby_region_bytes = 0;
   size_t optimizer_state_bytes = 0;
+  size_t reference_adapter_bytes = 0;  // the frozen starting adapter (ReferenceModel::start)
 };
 
 class GrpoTrainer {

@@ -108,7 +108,7 @@ void LogprobPass::run(Context& ctx, Arena& arena, Arena& host, KvPool& kv,
   if (opt.entropy) b.entropy = arena.alloc({t}, DType::f32);
   b.ce.temperature = opt.temperature;
   b.ce.softcap = float(c.final_logit_softcapping);
-  fp8rl::forward(ctx, model_, opt.reference ? nullptr : adapter_, kv, b.step, b.tape);
+  fp8rl::forward(ctx, model_, opt.reference ? reference_ : adapter_, kv, b.step, b.tape);
   ops::lm_head_cross_entropy(ctx, b.tape.h_final, model_.lm_head, b.targets, b.ce, b.loss,
                              b.logprob, b.lse, b.entropy);
 }
@@ -124,6 +124,11 @@ void LogprobPass::backward_on(Context& ctx, const Buffers& b, const KvPool& kv,
                                       dloss, d_hidden);
   Tape tape = b.tape;
   fp8rl::backward(ctx, model_, kv, b.step, tape, d_hidden, *adapter_, grads);
+}
+
+void LogprobPass::set_reference(const LoraAdapter* reference) {
+  if (reference != nullptr) reference->check_fits(model_);
+  reference_ = reference;
 }
 
 PassPlan LogprobPass::plan(const PackedSequences& batch, const PassOptions& opt) {

@@ -44,8 +44,8 @@ struct PassOptions {
   float lora_dropout = 0.0f;  // PEFT's lora_dropout (training passes only)
   uint64_t dropout_seed = 0;  // this pass's dropout stream
   bool entropy = false;       // also the per-token entropy of the distribution
-  // The base model without the pass's adapter: the reference policy of GRPO's KL term and of
-  // DPO (no backward may follow).
+  // The reference policy of GRPO's KL term and of DPO instead of the pass's adapter: the
+  // adapter given to set_reference(), or the base model (no backward may follow).
   bool reference = false;
 };
 
@@ -69,6 +69,9 @@ class LogprobPass {
               StandbyRegion* region = nullptr);
   ~LogprobPass();
   LogprobPass(const LogprobPass&) = delete;
+  // The adapter a PassOptions::reference forward runs with (null, the default: the base
+  // model); it must fit the model and outlive the pass.
+  void set_reference(const LoraAdapter* reference);
   LogprobPass& operator=(const LogprobPass&) = delete;
 
   // The plan of a pass over `batch` (measured by a dry run; allocates nothing but a one-block
@@ -101,6 +104,7 @@ class LogprobPass {
   Context& ctx_;
   const Model& model_;
   const LoraAdapter* adapter_;
+  const LoraAdapter* reference_ = nullptr;
   std::unique_ptr<StandbyRegion> own_region_;
   StandbyRegion* region_;
   void* held_base_ = nullptr;  // the region's address at the last pass

@@ -23,7 +23,7 @@ struct ModelArguments {
   double lora_dropout = 0.05;
   // TRL's default (None) lets PEFT pick per-architecture defaults (q_proj, v_proj for Llama);
   // fp8rl adapts all seven projections, as Unsloth's FP8 RL recipes and QLoRA do: for the
-  // same r it learns more per step, and the benchmarks are stated for it.
+  // same r it learns more per step, and the benchmarks of docs/PERFORMANCE.md use it.
   std::vector<std::string> lora_target_modules = {"all-linear"};
   bool use_rslora = false;
   // PEFT's init_lora_weights: "default" (PEFT's True: A Kaiming-uniform, B zero) | "gaussian".

@@ -1,8 +1,8 @@
 // The GRPO loop on the demo model (examples/demo): TRL's metrics every step, checkpoints and
 // an exact resume, non-finite rewards skipped and counted, a failing reward process stopping
 // the run with the last checkpoint intact; and the DPO loop's resume.
-#include <algorithm>
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include <filesystem>
 #include <fstream>
@@ -159,8 +159,8 @@ TEST(GrpoTrainer, OnPolicyExactEqualsTheCorrectedRunOnTheCpu) {
   EXPECT_FALSE(exact.metrics[0].contains("sampling/importance_sampling_ratio/mean"));
   EXPECT_TRUE(corrected.metrics[0].contains("sampling/importance_sampling_ratio/mean"));
   // Control: the run trains (the adapter's B starts at zero).
-  EXPECT_TRUE(std::any_of(exact.params.begin(), exact.params.end(),
-                          [](float v) { return v != 0.0f; }));
+  EXPECT_TRUE(
+      std::any_of(exact.params.begin(), exact.params.end(), [](float v) { return v != 0.0f; }));
 }
 
 TEST(GrpoTrainer, NonFiniteRewardsAreSkippedAndCounted) {
@@ -205,31 +205,31 @@ TEST(GrpoTrainer, AFailingRewardProcessStopsTheRunWithTheCheckpointIntact) {
 namespace fp8rl {
 namespace {
 
-// DPO on the demo task: chosen = the right sum, rejected = a wrong one. The loss starts at
-// ln 2 (the adapter starts at B = 0: policy = reference) and falls; the implicit-reward
-// accuracy rises above chance.
-TEST(DpoTrainer, PrefersTheChosenAnswers) {
-  const fs::path dir = temp_dir("dpo");
+// Preference pairs of the demo task in `dir`/pairs.jsonl: chosen = the right sum, rejected = a
+// wrong one.
+std::string write_pairs(const fs::path& dir) {
   fs::create_directories(dir);
   const std::string data = (dir / "pairs.jsonl").string();
-  {
-    std::ifstream in(kDemo + "/train.jsonl");
-    std::ofstream out(data);
-    std::string line;
-    for (int i = 0; i < 64 && std::getline(in, line); ++i) {
-      const nlohmann::json r = nlohmann::json::parse(line);
-      const int answer = std::stoi(r["answer"].get<std::string>());
-      nlohmann::json row;
-      row["prompt"] = r["messages"];
-      row["chosen"] = {{{"role", "assistant"}, {"content", std::to_string(answer)}}};
-      row["rejected"] = {{{"role", "assistant"}, {"content", std::to_string(answer + 10)}}};
-      out << row.dump() << '\n';
-    }
+  std::ifstream in(kDemo + "/train.jsonl");
+  std::ofstream out(data);
+  std::string line;
+  for (int i = 0; i < 64 && std::getline(in, line); ++i) {
+    const nlohmann::json r = nlohmann::json::parse(line);
+    const int answer = std::stoi(r["answer"].get<std::string>());
+    nlohmann::json row;
+    row["prompt"] = r["messages"];
+    row["chosen"] = {{{"role", "assistant"}, {"content", std::to_string(answer)}}};
+    row["rejected"] = {{{"role", "assistant"}, {"content", std::to_string(answer + 10)}}};
+    out << row.dump() << '\n';
   }
+  return data;
+}
+
+DpoConfig small_dpo_config(const std::string& data, const fs::path& out, int64_t steps) {
   DpoConfig c;
   c.model = kDemo + "/model";
   c.data = data;
-  c.output_dir = (dir / "run").string();
+  c.output_dir = out.string();
   c.fp8 = "row";
   c.lora_r = 8;
   c.lora_alpha = 16;
@@ -237,25 +237,83 @@ TEST(DpoTrainer, PrefersTheChosenAnswers) {
   c.per_device_train_batch_size = 8;
   c.learning_rate = 2e-3;
   c.lr_scheduler_type = LrSchedulerType::constant;
-  c.max_steps = 32;
+  c.max_steps = steps;
   c.save_steps = 0;
+  return c;
+}
+
+struct DpoRun {
+  std::vector<double> loss, accuracy;
+};
+
+DpoRun run_dpo(const DpoConfig& c) {
   cli::TrainSession ts(c, uint64_t(c.seed));
   const auto& chat = ts.tokenizer_setup().chat;
   PreferenceDataOptions d;
   d.eos_token_id = ts.tokenizer_setup().eos_token_id;
   DpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(),
-                     read_preference_dataset(data, ts.tokenizer(), chat ? &*chat : nullptr, d), c,
+                     read_preference_dataset(c.data, ts.tokenizer(), chat ? &*chat : nullptr, d), c,
                      "demo");
-  std::vector<double> loss, acc;
+  DpoRun r;
   trainer.run([&](const DpoStepInfo& i) {
-    loss.push_back(i.loss);
-    acc.push_back(i.accuracy);
+    r.loss.push_back(i.loss);
+    r.accuracy.push_back(i.accuracy);
   });
+  return r;
+}
+
+// DPO on the demo task. The loss starts at ln 2 (the adapter starts at B = 0: policy =
+// reference) and falls; the implicit-reward accuracy rises above chance.
+TEST(DpoTrainer, PrefersTheChosenAnswers) {
+  const fs::path dir = temp_dir("dpo");
+  const DpoRun r = run_dpo(small_dpo_config(write_pairs(dir), dir / "run", 32));
+  const std::vector<double>& loss = r.loss;
   ASSERT_EQ(loss.size(), 32u);
   EXPECT_NEAR(loss[0], std::log(2.0), 1e-6);  // policy == reference at the start
   EXPECT_LT(loss.back(), 0.6);
-  EXPECT_GT(acc.back(), 0.6);
-  std::printf("dpo loss %.4f -> %.4f, accuracy -> %.3f\n", loss[0], loss.back(), acc.back());
+  EXPECT_GT(r.accuracy.back(), 0.6);
+  std::printf("dpo loss %.4f -> %.4f, accuracy -> %.3f\n", loss[0], loss.back(), r.accuracy.back());
+  fs::remove_all(dir);
+}
+
+// A run that continues from an adapter compares the policy with that adapter, frozen, as TRL's
+// reference is the starting model: DPO's first loss is ln 2 again and GRPO's first KL is 0.
+// Control: with reference_model base the same runs start away from both (the adapter moved the
+// policy off the base model).
+TEST(DpoTrainer, TheReferenceIsTheAdapterTheRunStartsFrom) {
+  const fs::path dir = temp_dir("dpo_ref");
+  const std::string data = write_pairs(dir);
+  (void)run_dpo(small_dpo_config(data, dir / "first", 8));  // the adapter to continue from
+  for (ReferenceModel which : {ReferenceModel::start, ReferenceModel::base}) {
+    DpoConfig c = small_dpo_config(data, dir / "next", 1);
+    c.adapter = (dir / "first").string();
+    c.reference_model = which;
+    const DpoRun r = run_dpo(c);
+    ASSERT_EQ(r.loss.size(), 1u);
+    if (which == ReferenceModel::start)
+      EXPECT_NEAR(r.loss[0], std::log(2.0), 1e-6);
+    else
+      EXPECT_GT(std::fabs(r.loss[0] - std::log(2.0)), 1e-3);
+    fs::remove_all(dir / "next");
+
+    GrpoConfig g = small_config(dir / "grpo");
+    g.adapter = c.adapter;
+    g.beta = 0.04;
+    g.max_steps = 1;
+    g.save_steps = 0;
+    g.reference_model = which;
+    const GrpoRun gr = run_grpo(g, make_reward_set(g.rewards));
+    ASSERT_EQ(gr.metrics.size(), 1u);
+    const double kl = gr.metrics[0].at("kl").get<double>();
+    std::printf("reference %s: dpo first loss %.6f, grpo first kl %.3g\n",
+                which == ReferenceModel::start ? "start" : "base", r.loss[0], kl);
+    if (which == ReferenceModel::start)
+      EXPECT_EQ(kl, 0.0);
+    else
+      EXPECT_GT(kl, 1e-4);
+    fs::remove_all(dir / "grpo");
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace
