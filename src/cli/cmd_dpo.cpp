@@ -64,7 +64,8 @@ void add_dpo_command(CLI::App& app) {
   auto flags = std::make_shared<ConfigFlags<DpoConfig>>(*c, dpo_keys());
   flags->add_positional(*c, "model", "Hugging Face model directory (or `model:` in the config)");
   c->callback([flags] {
-    const DpoConfig cfg = flags->resolve();
+    DpoConfig cfg = flags->resolve();
+    cfg.adopt_adapter_config(flags->given_keys());
     run_dpo(cfg, flags->table().dump_yaml(cfg));
   });
 }

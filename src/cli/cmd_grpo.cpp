@@ -80,7 +80,8 @@ void add_grpo_command(CLI::App& app) {
   auto flags = std::make_shared<ConfigFlags<GrpoConfig>>(*c, grpo_keys());
   flags->add_positional(*c, "model", "Hugging Face model directory (or `model:` in the config)");
   c->callback([flags] {
-    const GrpoConfig cfg = flags->resolve();
+    GrpoConfig cfg = flags->resolve();
+    cfg.adopt_adapter_config(flags->given_keys());
     run_grpo(cfg, flags->table().dump_yaml(cfg));
   });
 }

@@ -66,7 +66,8 @@ void add_sft_command(CLI::App& app) {
   auto flags = std::make_shared<ConfigFlags<SftConfig>>(*c, sft_keys());
   flags->add_positional(*c, "model", "Hugging Face model directory");
   c->callback([flags] {
-    const SftConfig cfg = flags->resolve();
+    SftConfig cfg = flags->resolve();
+    cfg.adopt_adapter_config(flags->given_keys());
     run_sft(cfg, flags->table().dump_yaml(cfg));
   });
 }

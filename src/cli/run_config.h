@@ -18,6 +18,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -314,6 +315,16 @@ class ConfigFlags {
     if (!values_.config_path().empty()) table_.load_yaml(values_.config_path(), config);
     apply_values(table_.keys(), values_.values(table_.keys()), &config);
     return config;
+  }
+  // The keys the --config file or the flags set (by key name), whatever their values.
+  std::set<std::string> given_keys() const {
+    std::set<std::string> names;
+    nlohmann::json file = nlohmann::json::object();
+    if (!values_.config_path().empty()) file = read_yaml_file(table_.keys(), values_.config_path());
+    const nlohmann::json flags = values_.values(table_.keys());
+    for (const nlohmann::json* set : {static_cast<const nlohmann::json*>(&file), &flags})
+      for (auto it = set->begin(); it != set->end(); ++it) names.insert(it.key());
+    return names;
   }
   // merge(), validated (C::validate()).
   C resolve() const {

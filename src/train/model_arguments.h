@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,11 @@ struct ModelArguments {
 
   // Throws fp8rl::Error naming the key, its value and the allowed values.
   void validate() const;
+  // With `adapter` set, the adapter's own settings (its adapter_config.json: r, lora_alpha,
+  // lora_dropout, target_modules, use_rslora) replace these keys, as PEFT continues an adapter
+  // with its config; a key in `given` (set by the config file or a flag) whose value differs
+  // is an error naming both values. Without `adapter`, nothing changes.
+  void adopt_adapter_config(const std::set<std::string>& given);
   // PEFT's LoraConfig of these keys (for a fresh adapter; --adapter brings its own).
   LoraConfig lora_config() const;
 };

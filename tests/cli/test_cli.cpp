@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -866,7 +867,7 @@ TEST(CliTrain, SftRunAndBadInput) {
              "{\"prompt\": \"What is 2+2? \", \"completion\": \"4\"}\n"
              "{\"text\": \"7+1=8\"}\n");
   const Result r = run("sft " + kDemoModel + " --data " + data + " --out " + out +
-                       " --steps 2 --batch-size 2 --lr 1e-3");
+                       " --steps 2 --batch-size 2 --lr 1e-3 --lora-r 4");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* f : {"adapter_config.json", "adapter_model.safetensors", "metrics.jsonl",
                         "config.yaml", "checkpoint-2/trainer_state.safetensors"})
@@ -889,6 +890,20 @@ TEST(CliTrain, SftRunAndBadInput) {
   expect_one_line_error("sft " + kDemoModel + " --data " + data + " --adapter " +
                             fp8rl::test::golden_dir("qwen3") + "/adapter --out " + temp("o3"),
                         "adapter");
+  // Continuing the run's adapter: its adapter_config.json rules (config.yaml records its r 4,
+  // not a fresh adapter's default 16; lora_alpha given equal to it is fine), and a LoRA flag that
+  // contradicts it is an error naming both values.
+  const std::string next = temp("sft_next");
+  const Result c = run("sft " + kDemoModel + " --data " + data + " --adapter " + out + " --out " +
+                       next + " --steps 1 --batch-size 2 --lr 1e-3 --lora-alpha 32");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  std::ifstream yaml_file(next + "/config.yaml");
+  const std::string yaml((std::istreambuf_iterator<char>(yaml_file)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_NE(yaml.find("lora_r: 4\n"), std::string::npos) << yaml;
+  expect_one_line_error("sft " + kDemoModel + " --data " + data + " --adapter " + out + " --out " +
+                            temp("o4") + " --lora-r 8",
+                        "lora_r = 8 contradicts the adapter's r = 4");
 }
 
 TEST(CliTrain, GrpoConfigErrors) {

@@ -3,6 +3,7 @@
 // resumed from a checkpoint continues bit for bit.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -81,6 +82,56 @@ fs::path temp_dir(const std::string& name) {
   const fs::path d = fs::temp_directory_path() / ("fp8rl_sft_" + name + std::to_string(::getpid()));
   fs::remove_all(d);
   return d;
+}
+
+// Continuing from an adapter (--adapter) keeps the adapter's own LoRA settings, as PEFT does:
+// unset keys take the adapter's values, a set key that agrees is fine, a set key that
+// contradicts it is an error naming both. Control: without an adapter the keys stay.
+TEST(ModelArguments, AnAdapterKeepsItsOwnSettings) {
+  const Model m = load_model(golden_dir("llama"));
+  LoraConfig lc;
+  lc.r = 4;
+  lc.lora_alpha = 12;
+  lc.lora_dropout = 0.0;
+  lc.target_modules = {"v_proj", "q_proj"};
+  const fs::path dir = fs::temp_directory_path() / ("fp8rl_adopt" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  LoraAdapter::init(lc, m, 1).save_peft(dir.string(), "tiny-llama");
+
+  ModelArguments fresh;  // no adapter: nothing changes
+  fresh.adopt_adapter_config({"lora_dropout"});
+  EXPECT_EQ(fresh.lora_r, 16);
+  EXPECT_EQ(fresh.lora_dropout, 0.05);
+
+  ModelArguments a;
+  a.adapter = dir.string();
+  a.adopt_adapter_config({});
+  EXPECT_EQ(a.lora_r, 4);
+  EXPECT_EQ(a.lora_alpha, 12);
+  EXPECT_EQ(a.lora_dropout, 0.0);
+  EXPECT_EQ(a.lora_target_modules, (std::vector<std::string>{"v_proj", "q_proj"}));
+
+  ModelArguments agree;
+  agree.adapter = dir.string();
+  agree.lora_r = 4;
+  agree.lora_target_modules = {"q_proj", "v_proj"};  // the same projections, another order
+  EXPECT_NO_THROW(agree.adopt_adapter_config({"lora_r", "lora_target_modules"}));
+
+  ModelArguments dropout;
+  dropout.adapter = dir.string();
+  try {
+    dropout.adopt_adapter_config({"lora_dropout"});
+    ADD_FAILURE() << "a contradicting lora_dropout was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("lora_dropout = 0.05"), std::string::npos) << what;
+    EXPECT_NE(what.find("adapter's lora_dropout = 0"), std::string::npos) << what;
+    EXPECT_NE(what.find("adapter_config.json"), std::string::npos) << what;
+  }
+  ModelArguments targets;
+  targets.adapter = dir.string();
+  EXPECT_THROW(targets.adopt_adapter_config({"lora_target_modules"}), Error);  // all-linear
+  fs::remove_all(dir);
 }
 
 TEST(SftTrainer, LearnsTheTaskWithFp8AndUnquantizedBases) {
