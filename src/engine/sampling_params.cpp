@@ -1,8 +1,13 @@
 #include "engine/sampling_params.h"
 
+#include <algorithm>
 #include <limits>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "core/check.h"
+#include "core/spelling.h"
 
 namespace fp8rl {
 
@@ -57,6 +62,27 @@ void read_bool(const Json& j, const char* key, bool& out) {
 
 SamplingParams sampling_params_from_json(const Json& j, const SamplingParams& defaults) {
   CHECK(j.is_object(), "sampling: expected a JSON object, got {}", j.dump());
+  // A key read by none of the fields below would change nothing: a misspelled one is an error.
+  static const std::vector<std::string> kKeys = {"n",
+                                                 "temperature",
+                                                 "top_k",
+                                                 "top_p",
+                                                 "min_p",
+                                                 "repetition_penalty",
+                                                 "max_tokens",
+                                                 "min_tokens",
+                                                 "ignore_eos",
+                                                 "logprobs",
+                                                 "processed_logprobs",
+                                                 "stop_token_ids",
+                                                 "stop",
+                                                 "seed"};
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (std::find(kKeys.begin(), kKeys.end(), it.key()) != kKeys.end()) continue;
+    const std::optional<std::string> near = nearest_spelling(it.key(), kKeys);
+    RAISE("sampling: unknown key '{}'{}", it.key(),
+          near ? fmt::format(" (did you mean '{}'?)", *near) : std::string());
+  }
   SamplingParams p = defaults;
   read_int(j, "n", p.n);
   read_double(j, "temperature", p.temperature);

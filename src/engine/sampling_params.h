@@ -31,8 +31,8 @@ struct SamplingParams {
   void validate() const;
 };
 
-// `defaults` with the keys of `j` (a JSON object) applied; keys not named above are ignored
-// (the caller decides whether they are errors). A key of the wrong type raises, naming it;
+// `defaults` with the keys of `j` (a JSON object) applied. A key not named above raises,
+// naming it (with the nearest key when it looks like a typo), as does a key of the wrong type;
 // null leaves the default. The result is not validated.
 SamplingParams sampling_params_from_json(const nlohmann::json& j, const SamplingParams& defaults);
 

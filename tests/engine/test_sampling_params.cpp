@@ -72,7 +72,7 @@ TEST(SamplingParams, FromJsonReadsVllmKeys) {
     "n": 4, "temperature": 0.7, "top_k": 20, "top_p": 0.95, "min_p": 0.05,
     "repetition_penalty": 1.1, "max_tokens": 256, "min_tokens": 3,
     "stop_token_ids": [151645, 151643], "stop": ["</answer>", "\n\n"], "seed": 42,
-    "ignore_eos": true, "logprobs": 5, "processed_logprobs": true, "beta": 0.04})");
+    "ignore_eos": true, "logprobs": 5, "processed_logprobs": true})");
   const SamplingParams p = sampling_params_from_json(j, SamplingParams{});
   EXPECT_EQ(p.n, 4);
   EXPECT_EQ(p.temperature, 0.7);
@@ -128,6 +128,28 @@ TEST(SamplingParams, FromJsonTypeErrorsNameTheKey) {
     }
   }
   EXPECT_THROW(sampling_params_from_json(nlohmann::json::array(), SamplingParams{}), Error);
+}
+
+// A key that sets nothing is an error naming it, with the key it misspells; every known key
+// (the control) is accepted.
+TEST(SamplingParams, FromJsonRefusesUnknownKeys) {
+  for (const auto& [text, part] : std::vector<std::pair<const char*, const char*>>{
+           {R"({"temprature": 0.5})", "unknown key 'temprature' (did you mean 'temperature'?)"},
+           {R"({"max_new_tokens": 8})", "unknown key 'max_new_tokens'"},
+           {R"({"id": "row-3"})", "unknown key 'id'"}}) {
+    try {
+      sampling_params_from_json(nlohmann::json::parse(text), SamplingParams{});
+      ADD_FAILURE() << text << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(sampling_params_from_json(
+      nlohmann::json::parse(R"({"n": 2, "temperature": 0.5, "top_k": 3, "top_p": 0.9,
+      "min_p": 0.1, "repetition_penalty": 1.1, "max_tokens": 4, "min_tokens": 1,
+      "ignore_eos": true, "logprobs": 2, "processed_logprobs": true, "stop_token_ids": [1],
+      "stop": "x", "seed": 5})"),
+      SamplingParams{}));
 }
 
 }  // namespace
