@@ -30,7 +30,7 @@ void run_sft(const SftConfig& cfg, const std::string& yaml) {
   d.vocab_size = ts.model().config().vocab_size;
   const auto& chat = ts.tokenizer_setup().chat;
   std::vector<SftExample> examples =
-      read_sft_dataset(cfg.data, ts.tokenizer(), chat ? &*chat : nullptr, d);
+      read_sft_dataset(cfg.data, ts.tokenizer_if_any(), chat ? &*chat : nullptr, d);
   const size_t num_examples = examples.size();
   SftTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), std::move(examples), cfg,
                      ts.base_model_name());

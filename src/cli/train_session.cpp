@@ -24,7 +24,10 @@ TrainSession::TrainSession(const ModelArguments& args, uint64_t seed) {
   else
     adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::init(args.lora_config(), m, seed));
   adapter_->to_device(session_->ctx());
-  tok_setup_ = load_sft_tokenizer_setup(args.model, tokenizer());
+  // Without tokenizer.json only rows of token ids can train (SFT); the commands that need text
+  // ask for the tokenizer themselves.
+  if (session_->tokenizer() != nullptr)
+    tok_setup_ = load_sft_tokenizer_setup(args.model, *session_->tokenizer());
   base_model_name_ = std::filesystem::path(args.model).lexically_normal().string();
 }
 

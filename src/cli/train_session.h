@@ -25,7 +25,9 @@ class TrainSession {
   Context& ctx() { return session_->ctx(); }
   Model& model() { return session_->model(); }
   LoraAdapter& adapter() { return *adapter_; }
-  const tok::Tokenizer& tokenizer() const;
+  const tok::Tokenizer& tokenizer() const;  // an error when the model has no tokenizer.json
+  // The tokenizer, or null when the model directory has no tokenizer.json.
+  const tok::Tokenizer* tokenizer_if_any() const { return session_->tokenizer(); }
   const SftTokenizerSetup& tokenizer_setup() const { return tok_setup_; }
   const std::string& base_model_name() const { return base_model_name_; }
 

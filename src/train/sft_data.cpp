@@ -25,12 +25,20 @@ constexpr size_t kChunkRows = 4096;
 constexpr uint64_t kChunkBytes = uint64_t{64} << 20;
 
 struct RowReader {
-  const tok::Tokenizer& tokenizer;
+  const tok::Tokenizer* tokenizer_or_null;  // null: rows of token ids only
   const ChatTemplateConfig* chat;
   const ChatTemplate* chat_template;  // parsed once from chat->source
   const SftDataOptions& options;
   ChatTemplateOptions render_options;  // one fixed time for every render of the file
   int64_t vocab_size;
+
+  // The tokenizer a row of text needs.
+  const tok::Tokenizer& tokenizer() const {
+    CHECK(tokenizer_or_null != nullptr,
+          "a text row needs the model's tokenizer.json, and the model has none (rows of "
+          "input_ids need no tokenizer)");
+    return *tokenizer_or_null;
+  }
 
   SftExample row(const Json& row) const;
   SftExample token_row(const Json& ids, const Json* completion_mask) const;
@@ -118,7 +126,7 @@ SftExample RowReader::token_row(const Json& ids, const Json* completion_mask) co
 
 SftExample RowReader::text_row(const Json& text) const {
   SftExample ex;
-  ex.input_ids = tokenizer.encode(string_field(text, options.dataset_text_field), true);
+  ex.input_ids = tokenizer().encode(string_field(text, options.dataset_text_field), true);
   append_eos(ex.input_ids);
   ex.loss_mask.assign(ex.input_ids.size(), 1);
   return ex;
@@ -136,12 +144,12 @@ SftExample RowReader::prompt_completion_row(const Json& prompt, const Json& comp
   const std::string& p = string_field(prompt, "prompt");
   const std::string& c = string_field(completion, "completion");
   SftExample ex;
-  ex.input_ids = tokenizer.encode(p + c, true);
+  ex.input_ids = tokenizer().encode(p + c, true);
   append_eos(ex.input_ids);
   ex.loss_mask.assign(ex.input_ids.size(), 1);
   if (options.completion_only_loss.value_or(true)) {
     // The prompt's tokens up to the first that differs (see the header on boundary merges).
-    const std::vector<int32_t> prompt_ids = tokenizer.encode(p, true);
+    const std::vector<int32_t> prompt_ids = tokenizer().encode(p, true);
     const size_t n = std::min(prompt_ids.size(), ex.input_ids.size());
     const size_t same = size_t(
         std::mismatch(prompt_ids.begin(), prompt_ids.begin() + ptrdiff_t(n), ex.input_ids.begin())
@@ -159,8 +167,8 @@ std::vector<int32_t> RowReader::render_tokens(const Json& messages, size_t count
   request.add_generation_prompt = generation_prompt;
   request.tools = tools;
   // The template writes the special tokens itself (apply_chat_template's tokenize=True).
-  return tokenizer.encode(chat_template->render(build_chat_context(*chat, request), render_options),
-                          false);
+  return tokenizer().encode(
+      chat_template->render(build_chat_context(*chat, request), render_options), false);
 }
 
 SftExample RowReader::chat_row(const Json& messages, size_t first_completion,
@@ -276,7 +284,7 @@ int64_t SftExample::num_targets() const {
 // The reader points at the template and the options, so they live beside it (members are
 // built in this order).
 struct SftRowReader::Impl {
-  Impl(const tok::Tokenizer& tokenizer, const ChatTemplateConfig* chat, const SftDataOptions& o)
+  Impl(const tok::Tokenizer* tokenizer, const ChatTemplateConfig* chat, const SftDataOptions& o)
       : options(o),
         chat_template(parse_template(chat)),
         reader{tokenizer,
@@ -284,18 +292,24 @@ struct SftRowReader::Impl {
                chat_template ? &*chat_template : nullptr,
                options,
                render_time_now(),
-               options.vocab_size > 0 ? options.vocab_size : tokenizer.vocab_size()} {}
+               options.vocab_size > 0 ? options.vocab_size : tokenizer->vocab_size()} {}
   SftDataOptions options;
   std::optional<ChatTemplate> chat_template;
   RowReader reader;
 };
 
-SftRowReader::SftRowReader(const tok::Tokenizer& tokenizer, const ChatTemplateConfig* chat,
+SftRowReader::SftRowReader(const tok::Tokenizer* tokenizer, const ChatTemplateConfig* chat,
                            const SftDataOptions& options) {
   CHECK(options.max_length >= 2, "max_length must be at least 2, got {}", options.max_length);
   CHECK(options.vocab_size >= 0, "vocab_size must not be negative, got {}", options.vocab_size);
+  CHECK(tokenizer != nullptr || options.vocab_size > 0,
+        "SFT data without a tokenizer: the model's vocab_size is needed to check input_ids");
   impl_ = std::make_unique<Impl>(tokenizer, chat, options);
 }
+
+SftRowReader::SftRowReader(const tok::Tokenizer& tokenizer, const ChatTemplateConfig* chat,
+                           const SftDataOptions& options)
+    : SftRowReader(&tokenizer, chat, options) {}
 
 SftRowReader::~SftRowReader() = default;
 
@@ -304,6 +318,12 @@ SftExample SftRowReader::read(const nlohmann::ordered_json& row) const {
 }
 
 std::vector<SftExample> read_sft_dataset(const std::string& path, const tok::Tokenizer& tokenizer,
+                                         const ChatTemplateConfig* chat,
+                                         const SftDataOptions& options) {
+  return read_sft_dataset(path, &tokenizer, chat, options);
+}
+
+std::vector<SftExample> read_sft_dataset(const std::string& path, const tok::Tokenizer* tokenizer,
                                          const ChatTemplateConfig* chat,
                                          const SftDataOptions& options) {
   const SftRowReader reader(tokenizer, chat, options);

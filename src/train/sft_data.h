@@ -86,6 +86,10 @@ class SftRowReader {
  public:
   SftRowReader(const tok::Tokenizer& tokenizer, const ChatTemplateConfig* chat,
                const SftDataOptions& options);
+  // tokenizer null: rows of input_ids only (a row of text is an error naming the missing
+  // tokenizer.json); options.vocab_size must then be set.
+  SftRowReader(const tok::Tokenizer* tokenizer, const ChatTemplateConfig* chat,
+               const SftDataOptions& options);
   ~SftRowReader();
   SftRowReader(const SftRowReader&) = delete;
   SftRowReader& operator=(const SftRowReader&) = delete;
@@ -103,6 +107,10 @@ class SftRowReader {
 // cores (parallel_for); the examples keep the file's order, and of several bad rows the first
 // is reported.
 std::vector<SftExample> read_sft_dataset(const std::string& path, const tok::Tokenizer& tokenizer,
+                                         const ChatTemplateConfig* chat,
+                                         const SftDataOptions& options);
+// The same for a model without tokenizer.json (null): rows of input_ids only.
+std::vector<SftExample> read_sft_dataset(const std::string& path, const tok::Tokenizer* tokenizer,
                                          const ChatTemplateConfig* chat,
                                          const SftDataOptions& options);
 

@@ -858,6 +858,23 @@ const std::string kDemoModel = FP8RL_SOURCE_DIR "/examples/demo/model";
 
 // The training commands: a short SFT run writes PEFT's files, metrics and a config record;
 // bad configs, datasets and values are one-line errors naming the problem.
+// A model directory without tokenizer.json (the goldens) trains on rows of token ids; a text
+// row is then an error naming what is missing.
+TEST(CliTrain, SftOnTokenIdsNeedsNoTokenizer) {
+  const std::string model = fp8rl::test::golden_dir("llama");
+  ASSERT_FALSE(fs::exists(model + "/tokenizer.json"));
+  const std::string ids = temp("sft_ids") + ".jsonl", text = temp("sft_text") + ".jsonl";
+  write_file(ids, "{\"input_ids\": [1, 5, 9, 12, 7]}\n{\"input_ids\": [3, 4, 5]}\n");
+  write_file(text, "{\"input_ids\": [1, 5, 9]}\n{\"text\": \"hello\"}\n");
+  const std::string out = temp("sft_ids_run");
+  const Result r =
+      run("sft " + model + " --data " + ids + " --out " + out + " --steps 1 --batch-size 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(fs::path(out) / "adapter_model.safetensors"));
+  expect_one_line_error("sft " + model + " --data " + text + " --out " + temp("sft_text_run"),
+                        ":2: a text row needs the model's tokenizer.json");
+}
+
 TEST(CliTrain, SftRunAndBadInput) {
   const std::string out = temp("sft_run");
   const std::string data = temp("sft_data") + ".jsonl";
