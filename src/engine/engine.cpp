@@ -118,7 +118,8 @@ struct Engine::Impl {
   std::vector<ops::StreamMark> step_begin, step_end;  // [2] each, by half
   int next_half = 0;
   bool async = false;  // EngineOptions::async_scheduling on this device
-  // Which request and sample each live sequence is.
+  // Which request and sample each live sequence is (a wave's prompt, before its fork: its
+  // first sample).
   std::unordered_map<int64_t, std::pair<int64_t, int32_t>> owner;
   // Sequences that stopped at a step whose next step was already queued with them: ended at
   // that step's commit, their rows there dropped.
@@ -524,7 +525,8 @@ void Engine::Impl::sample_rows(const StepPlan& plan, const std::vector<RequestSt
       row.min_p = float(p.min_p);
       row.repetition_penalty = float(p.repetition_penalty);
       row.top_k = p.top_k < 0 ? 0 : p.top_k;
-      const int32_t sample = ch.num_samples > 1 ? k : sample0;
+      // A wave's prompt chunk samples for its samples first .. first + k (sample0: the first).
+      const int32_t sample = ch.num_samples > 1 ? sample0 + k : sample0;
       row.stream = sample_stream(seed, req_key, uint64_t(sample));
       row.position = s.size();  // the position of the token drawn now
       row.history_begin = hist_begin;
@@ -547,9 +549,9 @@ void Engine::Impl::commit(InFlight& f, bool ahead) {
     if (!ch.needs_logits()) continue;
     std::vector<int64_t> ids{ch.seq};
     if (ch.num_samples > 1) {
-      const int64_t req_index = owner.at(ch.seq).first;
+      const auto [req_index, first] = owner.at(ch.seq);
       ids = sched->fork(ch.seq, ch.num_samples);
-      for (int32_t k = 0; k < ch.num_samples; ++k) owner[ids[size_t(k)]] = {req_index, k};
+      for (int32_t k = 0; k < ch.num_samples; ++k) owner[ids[size_t(k)]] = {req_index, first + k};
     }
     for (size_t k = 0; k < ids.size(); ++k) {
       const int64_t seq = ids[k];
@@ -670,11 +672,19 @@ void Engine::Impl::run(std::vector<RequestState>& states,
                        const TokenCallback& token_callback) {
   owner.clear();
   stopped.clear();
+  // A request of more samples than a step holds runs in waves of at most max_num_seqs, as
+  // vLLM's does: each wave is a sequence of its own (its prompt found in the prefix cache after
+  // the first) whose samples keep their indices, so a sample's random stream is the same
+  // whatever the waves.
+  const int32_t wave = int32_t(std::min<int64_t>(opt.max_num_seqs, INT32_MAX));
   for (size_t i = 0; i < states.size(); ++i) {
     const GenerationRequest& req = *states[i].req;
-    const int64_t seq =
-        sched->add_request(int64_t(i), req.prompt_ids, req.params.n, req.params.max_tokens);
-    owner[seq] = {int64_t(i), 0};
+    for (int32_t first = 0; first < req.params.n; first += wave) {
+      const int32_t count = std::min(wave, req.params.n - first);
+      const int64_t seq =
+          sched->add_request(int64_t(i), req.prompt_ids, count, req.params.max_tokens);
+      owner[seq] = {int64_t(i), first};
+    }
   }
   StepRows rows;
   std::optional<InFlight> cur;  // queued, results not read
@@ -759,9 +769,6 @@ void Engine::validate(const GenerationRequest& req) const {
         "tokens; give the engine more KV memory (--kv-memory) or lower max_tokens",
         req.prompt_ids.size(), p.max_tokens, im.stats.kv_blocks, im.pool->block_size());
   CHECK(p.stop.empty() || im.tokenizer != nullptr, "stop strings need the model's tokenizer");
-  CHECK(p.n <= im.opt.max_num_seqs,
-        "n = {} samples of one prompt exceed max_num_seqs = {} (the sequences of a step)", p.n,
-        im.opt.max_num_seqs);
 }
 
 std::vector<RequestOutput> Engine::generate(std::span<const GenerationRequest> requests,

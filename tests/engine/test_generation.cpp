@@ -388,10 +388,39 @@ TEST(Engine, SamplesOfManyPromptsStayWithinMaxNumSeqs) {
     ASSERT_EQ(r.completions.size(), 4u);
     for (const CompletionOutput& c : r.completions) EXPECT_EQ(c.ids.size(), 5u);
   }
-  GenerationRequest wide{{3, 7, 9}, greedy(2)};
+}
+
+// More samples of one prompt than max_num_seqs run in waves (as vLLM's do), and each sample is
+// the one a single wave gives, bit for bit: its random stream keeps its sample index. Control:
+// another seed gives other samples.
+TEST(Engine, SamplesBeyondMaxNumSeqsRunInWaves) {
+  const Model m = load_model(golden_dir("llama"), Fp8Scheme::off);
+  GenerationRequest wide{{3, 7, 9}, greedy(6)};
   wide.params.n = 9;
   wide.params.temperature = 1.0;
-  EXPECT_THROW(e.generate({&wide, 1}), Error) << "n > max_num_seqs can never run";
+  wide.params.seed = 5;
+  wide.params.processed_logprobs = true;
+  auto run = [&](int64_t max_num_seqs, const GenerationRequest& r) {
+    Cpu cpu;
+    EngineOptions o = small_options();
+    o.max_num_seqs = max_num_seqs;
+    Engine e(cpu.ctx, m, nullptr, nullptr, {}, o);
+    return e.generate({&r, 1});
+  };
+  const auto waves = run(4, wide), one = run(16, wide);
+  ASSERT_EQ(waves[0].completions.size(), 9u);
+  for (size_t k = 0; k < 9; ++k) {
+    EXPECT_EQ(waves[0].completions[k].ids, one[0].completions[k].ids) << k;
+    EXPECT_EQ(waves[0].completions[k].processed_logprobs, one[0].completions[k].processed_logprobs)
+        << k;
+  }
+  GenerationRequest other = wide;
+  other.params.seed = 6;
+  const auto reseeded = run(4, other);
+  bool differs = false;
+  for (size_t k = 0; k < 9; ++k)
+    differs = differs || reseeded[0].completions[k].ids != one[0].completions[k].ids;
+  EXPECT_TRUE(differs) << "the seed changes nothing";
 }
 
 // The samples of a prompt decode over their forked prompt blocks: the engine finds them as
