@@ -29,13 +29,30 @@ namespace {
 
 using Json = nlohmann::json;
 
-const Json* field(const Json& j, const char* key) {
-  auto it = j.find(key);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
+// The keys of one JSON object as the reader asks for them; what it never asked for is left
+// over at the end (check_all_read).
+struct Fields {
+  const Json& j;
+  std::vector<std::string> asked;
 
-void read_int(const Json& j, const char* key, int& out) {
-  const Json* v = field(j, key);
+  const Json* get(const char* key) {
+    asked.emplace_back(key);
+    auto it = j.find(key);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  }
+  // A key read by none of the fields would change nothing: a misspelled one is an error.
+  void check_all_read() const {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (std::find(asked.begin(), asked.end(), it.key()) != asked.end()) continue;
+      const std::optional<std::string> near = nearest_spelling(it.key(), asked);
+      RAISE("sampling: unknown key '{}'{}", it.key(),
+            near ? fmt::format(" (did you mean '{}'?)", *near) : std::string());
+    }
+  }
+};
+
+void read_int(Fields& f, const char* key, int& out) {
+  const Json* v = f.get(key);
   if (!v) return;
   CHECK(v->is_number_integer(), "sampling: '{}' must be an integer, got {}", key, v->dump());
   const int64_t x = v->get<int64_t>();
@@ -44,15 +61,15 @@ void read_int(const Json& j, const char* key, int& out) {
   out = int(x);
 }
 
-void read_double(const Json& j, const char* key, double& out) {
-  const Json* v = field(j, key);
+void read_double(Fields& f, const char* key, double& out) {
+  const Json* v = f.get(key);
   if (!v) return;
   CHECK(v->is_number(), "sampling: '{}' must be a number, got {}", key, v->dump());
   out = v->get<double>();
 }
 
-void read_bool(const Json& j, const char* key, bool& out) {
-  const Json* v = field(j, key);
+void read_bool(Fields& f, const char* key, bool& out) {
+  const Json* v = f.get(key);
   if (!v) return;
   CHECK(v->is_boolean(), "sampling: '{}' must be true or false, got {}", key, v->dump());
   out = v->get<bool>();
@@ -62,40 +79,20 @@ void read_bool(const Json& j, const char* key, bool& out) {
 
 SamplingParams sampling_params_from_json(const Json& j, const SamplingParams& defaults) {
   CHECK(j.is_object(), "sampling: expected a JSON object, got {}", j.dump());
-  // A key read by none of the fields below would change nothing: a misspelled one is an error.
-  static const std::vector<std::string> kKeys = {"n",
-                                                 "temperature",
-                                                 "top_k",
-                                                 "top_p",
-                                                 "min_p",
-                                                 "repetition_penalty",
-                                                 "max_tokens",
-                                                 "min_tokens",
-                                                 "ignore_eos",
-                                                 "logprobs",
-                                                 "processed_logprobs",
-                                                 "stop_token_ids",
-                                                 "stop",
-                                                 "seed"};
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (std::find(kKeys.begin(), kKeys.end(), it.key()) != kKeys.end()) continue;
-    const std::optional<std::string> near = nearest_spelling(it.key(), kKeys);
-    RAISE("sampling: unknown key '{}'{}", it.key(),
-          near ? fmt::format(" (did you mean '{}'?)", *near) : std::string());
-  }
+  Fields f{j, {}};
   SamplingParams p = defaults;
-  read_int(j, "n", p.n);
-  read_double(j, "temperature", p.temperature);
-  read_int(j, "top_k", p.top_k);
-  read_double(j, "top_p", p.top_p);
-  read_double(j, "min_p", p.min_p);
-  read_double(j, "repetition_penalty", p.repetition_penalty);
-  read_int(j, "max_tokens", p.max_tokens);
-  read_int(j, "min_tokens", p.min_tokens);
-  read_bool(j, "ignore_eos", p.ignore_eos);
-  read_int(j, "logprobs", p.logprobs);
-  read_bool(j, "processed_logprobs", p.processed_logprobs);
-  if (const Json* v = field(j, "stop_token_ids")) {
+  read_int(f, "n", p.n);
+  read_double(f, "temperature", p.temperature);
+  read_int(f, "top_k", p.top_k);
+  read_double(f, "top_p", p.top_p);
+  read_double(f, "min_p", p.min_p);
+  read_double(f, "repetition_penalty", p.repetition_penalty);
+  read_int(f, "max_tokens", p.max_tokens);
+  read_int(f, "min_tokens", p.min_tokens);
+  read_bool(f, "ignore_eos", p.ignore_eos);
+  read_int(f, "logprobs", p.logprobs);
+  read_bool(f, "processed_logprobs", p.processed_logprobs);
+  if (const Json* v = f.get("stop_token_ids")) {
     CHECK(v->is_array(), "sampling: 'stop_token_ids' must be an array of token ids");
     p.stop_token_ids.clear();
     for (const Json& id : *v) {
@@ -105,7 +102,7 @@ SamplingParams sampling_params_from_json(const Json& j, const SamplingParams& de
       p.stop_token_ids.push_back(int32_t(id.get<int64_t>()));
     }
   }
-  if (const Json* v = field(j, "stop")) {
+  if (const Json* v = f.get("stop")) {
     // vLLM accepts one string or a list of strings.
     p.stop.clear();
     if (v->is_string()) {
@@ -118,11 +115,12 @@ SamplingParams sampling_params_from_json(const Json& j, const SamplingParams& de
       }
     }
   }
-  if (const Json* v = field(j, "seed")) {
+  if (const Json* v = f.get("seed")) {
     CHECK(v->is_number_integer() && (v->is_number_unsigned() || v->get<int64_t>() >= 0),
           "sampling: 'seed' must be a non-negative integer, got {}", v->dump());
     p.seed = v->get<uint64_t>();
   }
+  f.check_all_read();
   return p;
 }
 

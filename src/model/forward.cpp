@@ -52,30 +52,6 @@ ActScaling shared_dynamic_act(std::initializer_list<const Linear*> consumers) {
 
 using ops::LinearInput;
 
-// rms_norm(x) as the linears with activation scaling `act` consume it, after the residual add
-// x += *delta when delta is set (fused into the norm's pass over x). `h` receives the plain
-// result when the linears do not share a dynamic scaling or when one has an adapter (LoRA
-// reads the plain input beside the base linears' quantization, both from the one pass).
-LinearInput normed(Context& ctx, const ModelConfig& c, const TensorView& x, const TensorView* delta,
-                   const TensorView& weight, ActScaling act, bool plain, const TensorView& h) {
-  const float eps = float(c.rms_norm_eps);
-  LinearInput in;
-  if (act == ActScaling::none || plain) in.x = h;
-  if (act != ActScaling::none) {
-    in.q = ops::alloc_quantized(ctx, act, x.dim(0), x.dim(1));
-    if (delta != nullptr)
-      ops::add_rms_norm_quant(ctx, x, *delta, weight, eps, c.norm_plus_one, in.q, in.x);
-    else
-      ops::rms_norm_quant(ctx, x, weight, eps, c.norm_plus_one, in.q, in.x);
-    return in;
-  }
-  if (delta != nullptr)
-    ops::add_rms_norm(ctx, x, *delta, weight, eps, c.norm_plus_one, h);
-  else
-    ops::rms_norm(ctx, x, weight, eps, c.norm_plus_one, h);
-  return in;
-}
-
 }  // namespace
 
 ops::AttentionParams attention_params(const ModelConfig& c, const LayerWeights& l) {
@@ -134,29 +110,39 @@ LinearInput quantized_input(Context& ctx, const TensorView& h,
 
 // The normed input of a block's linears: rms_norm(x + delta) (delta empty: of x), quantized for
 // the linears when they share a dynamic scaling. Saving, the sum goes to `sum` and the norm
-// writes h and inv_rms; otherwise the add happens in place (sum is x) fused into the norm
-// (writing h only when the linears are not quantized or one of them has an adapter).
+// writes h and inv_rms. Otherwise the add happens in place (sum is x) fused into the norm,
+// which also quantizes; h is written only when the linears are not quantized or one of them
+// has an adapter (LoRA reads the plain input beside the codes, both from the one pass).
 LinearInput block_input(Context& ctx, const ModelConfig& c, bool saving, const TensorView& x,
                         const TensorView& delta, const TensorView& sum, const TensorView& w,
                         std::initializer_list<const Linear*> consumers, bool adapted,
                         const TensorView& h, const TensorView& inv_rms) {
   const float eps = float(c.rms_norm_eps);
-  if (!saving) {
-    CHECK(sum.data == x.data, "forward: the inference layer adds its residual in place");
-    return normed(ctx, c, x, delta.empty() ? nullptr : &delta, w, shared_dynamic_act(consumers),
-                  adapted, h);
-  }
-  if (!delta.empty()) ops::add(ctx, x, delta, sum);
-  const TensorView& in_x = delta.empty() ? x : sum;
-  ops::rms_norm_save(ctx, in_x, w, eps, c.norm_plus_one, h, inv_rms);
-  LinearInput in;
-  in.x = h;
-  // Quantized by the op the inference layer fuses (its values, not h's bf16 rounding): the
-  // trainer's FP8 linears see the engine's codes.
+  const bool p1 = c.norm_plus_one, add = !delta.empty();
   const ActScaling act = shared_dynamic_act(consumers);
+  LinearInput in;
+  if (act != ActScaling::none) in.q = ops::alloc_quantized(ctx, act, x.dim(0), x.dim(1));
+  if (saving) {
+    if (add) ops::add(ctx, x, delta, sum);
+    const TensorView& in_x = add ? sum : x;
+    ops::rms_norm_save(ctx, in_x, w, eps, p1, h, inv_rms);
+    in.x = h;
+    // Quantized by the op the inference layer fuses (its values, not h's bf16 rounding): the
+    // trainer's FP8 linears see the engine's codes.
+    if (act != ActScaling::none) ops::rms_norm_quant(ctx, in_x, w, eps, p1, in.q);
+    return in;
+  }
+  CHECK(sum.data == x.data, "forward: the inference layer adds its residual in place");
+  if (act == ActScaling::none || adapted) in.x = h;
   if (act != ActScaling::none) {
-    in.q = ops::alloc_quantized(ctx, act, h.dim(0), h.dim(1));
-    ops::rms_norm_quant(ctx, in_x, w, eps, c.norm_plus_one, in.q);
+    if (add)
+      ops::add_rms_norm_quant(ctx, x, delta, w, eps, p1, in.q, in.x);
+    else
+      ops::rms_norm_quant(ctx, x, w, eps, p1, in.q, in.x);
+  } else if (add) {
+    ops::add_rms_norm(ctx, x, delta, w, eps, p1, h);
+  } else {
+    ops::rms_norm(ctx, x, w, eps, p1, h);
   }
   return in;
 }

@@ -367,8 +367,8 @@ TEST(Engine, PrefixCacheKeyedByAdapterVersion) {
 }
 
 // More prompts x samples than max_num_seqs: admission counts a prompt of n samples as the n
-// sequences its fork makes, so no step has more rows to sample than the plan holds (before the
-// fix, 3 prompts x 4 samples under max_num_seqs 8 failed with "12 rows to sample").
+// sequences its fork makes, so no step has more rows to sample than the plan holds (3 prompts x
+// 4 samples under max_num_seqs 8 would otherwise give a step 12 rows).
 TEST(Engine, SamplesOfManyPromptsStayWithinMaxNumSeqs) {
   const Model m = load_model(golden_dir("llama"), Fp8Scheme::off);
   Cpu cpu;

@@ -38,18 +38,23 @@ void gelu_tanh_mul(const TensorView& gate, const TensorView& up, const TensorVie
 
 void gated_quant(Arena& scratch, const TensorView& gate, const TensorView& up, int act,
                  const QuantizedActivation& q, Rounding r, const TensorView& plain) {
+  auto product = [&](const TensorView& out, Rounding rounding) {
+    if (act == 0)
+      silu_mul(gate, up, out, rounding);
+    else
+      gelu_tanh_mul(gate, up, out, rounding);
+  };
+  // Where the quantized values are the plain output's, one pass makes both.
+  if (!plain.empty() && staged(r, q) == r) {
+    product(plain, r);
+    quantize(plain, q, 0.0f);
+    return;
+  }
   ArenaScope scope(scratch);
   TensorView h = scratch.alloc(gate.shape, DType::f32);
-  if (act == 0)
-    silu_mul(gate, up, h, staged(r, q));
-  else
-    gelu_tanh_mul(gate, up, h, staged(r, q));
+  product(h, staged(r, q));
   quantize(h, q, 0.0f);
-  if (plain.empty()) return;  // last: plain may be gate or up itself
-  if (act == 0)
-    silu_mul(gate, up, plain, r);
-  else
-    gelu_tanh_mul(gate, up, plain, r);
+  if (!plain.empty()) product(plain, r);  // last: plain may be gate or up itself
 }
 
 }  // namespace fp8rl::ops::cpu

@@ -46,6 +46,12 @@ void add_rms_norm(const TensorView& x, const TensorView& delta, const TensorView
 void rms_norm_quant(Arena& scratch, const TensorView& x, const TensorView& w, float eps,
                     bool plus_one, const QuantizedActivation& q, Rounding r,
                     const TensorView& plain) {
+  // Where the quantized values are the plain output's, one pass makes both.
+  if (!plain.empty() && staged(r, q) == r) {
+    rms_norm(x, w, eps, plus_one, plain, r);
+    quantize(plain, q, 0.0f);
+    return;
+  }
   ArenaScope scope(scratch);
   TensorView h = scratch.alloc(x.shape, DType::f32);
   rms_norm(x, w, eps, plus_one, h, staged(r, q));
