@@ -158,9 +158,6 @@ void run_bench_generate(const BenchGenerateOptions& o) {
   result["shared_prefix_attention"] = dc.shared_prefix;
   result["stacked_qkv"] = !model.layers.empty() && !model.layers[0].qkv.weight.empty();
   report_cuda_controls(dc, device, result);
-  // The tensor-core decode kernel reads bf16 pools only.
-  if (device == Device::cuda && kv_dtype == KvDType::f8e4m3)
-    result["decode_attention"] = "CUDA cores";
   result["device"] = bench.device_name();
   result["prompts"] = o.prompts;
   result["n"] = o.n;

@@ -1,18 +1,19 @@
 // fp8rl bench grpo (--model DIR | --preset NAME) [--prompts P] [--generations G]
 //                  [--prompt-tokens L] [--completion-tokens C] [--lora-r R] [--lora-alpha A]
 //                  [--steps N] [--fp8 ...] [--[no-]checkpointing] [--kv-memory GIB]
+//                  [--kv-dtype bf16|fp8] [--gradient-accumulation-steps K]
 //                  [--on-policy-exact] [--device cuda|cpu] [--device-option KEY=VALUE]...
 //                  [--out F]
 //
 // Times GRPO steps on one model: P random prompts of L tokens, G samples each of exactly C
 // tokens (no stop ids), LoRA rank R (alpha A, default 2R) on all seven projections, one
-// micro-batch of P x G completions per step. A length reward keeps the run independent of a
-// tokenizer. Prints JSON from the run's last step: the peak memory of each phase (rollout,
-// training: the KV pool and the trainer's arenas take turns in one standby region, whose size
-// is printed too), rollout / training time and tokens/s, step time, the engine-trainer mismatch
-// (mean |logprob difference| and token probability error). A --model directory without weights
-// gets random ones, as a preset does. --on-policy-exact runs GRPO's on_policy_exact
-// (batch-invariant kernels on CUDA): its cost.
+// rollout of P x G completions per step, trained in K micro-batches (default one). A length reward
+// keeps the run independent of a tokenizer. Prints JSON from the run's last step: the peak memory
+// of each phase (rollout, training: the KV pool and the trainer's arenas take turns in one standby
+// region, whose size is printed too), rollout / training time and tokens/s, step time, the
+// engine-trainer mismatch (mean |logprob difference| and token probability error). A --model
+// directory without weights gets random ones, as a preset does. --on-policy-exact runs GRPO's
+// on_policy_exact (batch-invariant kernels on CUDA): its cost.
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -23,6 +24,7 @@
 #include "cli/bench_model.h"
 #include "cli/bench_profile.h"
 #include "core/check.h"
+#include "model/kv_cache.h"
 #include "rl/grpo_trainer.h"
 #include "rl/reward_config.h"
 
@@ -35,7 +37,9 @@ namespace {
 struct BenchGrpoOptions : BenchModelOptions {
   int64_t prompts = 1, generations = 8, prompt_tokens = 128, completion_tokens = 512;
   int64_t steps = 3;
+  int64_t gradient_accumulation_steps = 1;
   double kv_memory = 0;
+  std::string kv_dtype = "bf16";
   bool checkpointing = true;
   bool on_policy_exact = false;
 };
@@ -45,6 +49,12 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
             o.steps > 0,
         "bench grpo: sizes must be positive and --generations at least 2");
   CHECK(o.lora_r > 0, "bench grpo: --lora-r must be positive, got {}", o.lora_r);
+  parse_kv_dtype(o.kv_dtype);  // a bad value is an error before the model loads
+  const int64_t completions = o.prompts * o.generations,
+                accumulation = o.gradient_accumulation_steps;
+  CHECK(accumulation > 0 && completions % accumulation == 0,
+        "bench grpo: --gradient-accumulation-steps {} must divide the {} completions of a step",
+        accumulation, completions);
   BenchModel bench(o, "bench grpo", {ControlScope::cuda, ControlScope::model}, BenchLoraInit::peft);
   Context& ctx = bench.ctx();
   Model& model = bench.model();
@@ -64,7 +74,10 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
   GrpoConfig c;
   c.output_dir = dir;
   c.num_generations = o.generations;
-  c.per_device_train_batch_size = o.prompts * o.generations;
+  // One rollout of every completion a step, trained in `accumulation` micro-batches (TRL's
+  // generation batch = per_device_train_batch_size x steps_per_generation).
+  c.per_device_train_batch_size = completions / accumulation;
+  c.gradient_accumulation_steps = accumulation;
   c.max_prompt_length = o.prompt_tokens;
   c.max_completion_length = o.completion_tokens;
   c.max_steps = o.steps;
@@ -73,6 +86,7 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
   c.lora_dropout = 0.0;
   c.on_policy_exact = o.on_policy_exact;
   c.kv_memory = o.kv_memory;
+  c.kv_dtype = o.kv_dtype;
   c.max_num_seqs = std::max<int64_t>(256, o.prompts * o.generations);
   c.seed = int64_t(o.seed);
   c.rewards = nlohmann::json::parse(
@@ -98,9 +112,11 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
   r["generations"] = o.generations;
   r["prompt_tokens"] = o.prompt_tokens;
   r["completion_tokens"] = o.completion_tokens;
+  r["kv_dtype"] = o.kv_dtype;
   r["lora_r"] = o.lora_r;
   r["lora_alpha"] = bench.fresh_adapter().config().lora_alpha;
   r["checkpointing"] = o.checkpointing;
+  r["gradient_accumulation_steps"] = o.gradient_accumulation_steps;
   r["on_policy_exact"] = o.on_policy_exact;
   r["steps"] = o.steps;
   for (const char* k :
@@ -128,7 +144,12 @@ void add_bench_grpo_command(CLI::App& bench) {
   c->add_option("--completion-tokens", o->completion_tokens, "Tokens per sample")
       ->capture_default_str();
   c->add_option("--steps", o->steps, "GRPO steps")->capture_default_str();
+  c->add_option("--gradient-accumulation-steps", o->gradient_accumulation_steps,
+                "Micro-batches the step's completions are trained in (one rollout of all)")
+      ->capture_default_str();
   c->add_option("--kv-memory", o->kv_memory, "KV cache GiB (0: the engine's default)");
+  c->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype of the rollout: bf16 or fp8")
+      ->capture_default_str();
   c->add_flag("--checkpointing,!--no-checkpointing", o->checkpointing,
               "Per-layer activation checkpointing (default on)");
   c->add_flag("--on-policy-exact", o->on_policy_exact,

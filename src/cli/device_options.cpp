@@ -97,8 +97,8 @@ const std::vector<DeviceOption>& device_options() {
               "two K halves); false: one GEMM at a time",
               [](C& c) -> bool& { return c.cuda.concurrent_linears; }),
       boolean("decode_mma", S::cuda,
-              "paged decode attention on the tensor-core kernel (bf16 KV); false: the "
-              "CUDA-core kernel",
+              "paged decode attention on the tensor-core kernel (bf16 or FP8 KV); false: "
+              "the CUDA-core kernel",
               [](C& c) -> bool& { return c.cuda.decode_mma; }),
       {"persistent_decode", "bool", S::cuda,
        "tensor-core decode blocks that each take several items (persistent_decode_sms -1); "
@@ -118,6 +118,10 @@ const std::vector<DeviceOption>& device_options() {
               "FP8 GEMMs of at most 16 rows (row or tensor scaled) on the weight-streaming "
               "kernel, a group's weights in one launch; false: cuBLASLt at every size",
               [](C& c) -> bool& { return c.cuda.streaming_linears; }),
+      boolean("streaming_lora_down", S::cuda,
+              "a group's LoRA down products computed inside its weight-streaming launch; "
+              "false: a bf16 GEMM before it",
+              [](C& c) -> bool& { return c.cuda.streaming_lora_down; }),
       boolean("wgmma_attention", S::cuda,
               "attention on the Hopper wgmma kernel where the device runs it; false: the "
               "mma.sync kernel",
@@ -226,6 +230,7 @@ void report_cuda_controls(const DeviceControls& c, Device device, nlohmann::json
                                               : "CUDA cores";
   r["persistent_decode"] = cuda && c.cuda.persistent_decode_sms != 0;
   r["streaming_linears"] = cuda && c.cuda.streaming_linears;
+  r["streaming_lora_down"] = cuda && c.cuda.streaming_linears && c.cuda.streaming_lora_down;
   report_device_options(c, device, r);
 }
 

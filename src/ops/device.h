@@ -34,7 +34,8 @@ struct CudaDeviceOptions {
   // timing.
   bool shared_prefix_mma = true;
   // The paged decode kernel (each sequence's own keys) on the tensor cores, with a cp.async
-  // ring of K/V tiles, for bf16 pools and head dims up to 128; false: the CUDA-core kernel,
+  // ring of K/V tiles (FP8 pools: of codes and scales), for head dims up to 128; false: the
+  // CUDA-core kernel,
   // for tests and timing. Both keep P to ~fp32 accuracy (kCudaPagedDecode).
   bool decode_mma = true;
   // The tensor-core decode kernel's blocks each take several (sequence, KV head, chunk) items,
@@ -54,6 +55,9 @@ struct CudaDeviceOptions {
   // kernel (ops/cuda/linear.cu), which keeps the memory bus busy at a rollout's few rows;
   // false: cuBLASLt at every size, for tests and timing.
   bool streaming_linears = true;
+  // A group's LoRA down products (x A^T over its stacked A matrices) computed by the streaming
+  // launch itself, in blocks ahead of its weight tiles; false: a bf16 GEMM before it.
+  bool streaming_lora_down = true;
   // Every buffer, the scratch arena and the cuBLASLt workspace carved from one device region
   // (ops/cuda/device_region.h: addresses reserved once, memory mapped as far as it is used);
   // false, or a driver without virtual memory management: one cudaMalloc per buffer.

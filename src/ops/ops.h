@@ -293,10 +293,11 @@ struct Projection {
 // `stacked` (optional): the group's weights as one [sum N_i, K] linear in one buffer, in
 // group order (LayerWeights::qkv). The CPU runs each projection's linear, then its adapter's
 // two products (linear, linear_accumulate): the reference. CUDA: FP8 weights at a decode step's
-// few rows on one weight-streaming launch for the whole group with the adapters' up products
-// in its epilogue; else the stacked GEMM (split into the outputs) or one GEMM per weight (two
-// side by side on a second stream); the adapters' down products as one GEMM over their A
-// matrices when those lie side by side in memory (no dropout), the up products as one launch.
+// few rows on one weight-streaming launch for the whole group, which also computes the
+// adapters' down products (A matrices side by side in memory, no dropout) and adds their up
+// products in its epilogue; else the stacked GEMM (split into the outputs) or one GEMM per
+// weight (two side by side on a second stream); the adapters' down products as one GEMM over
+// their A matrices when those lie side by side, the up products as one launch.
 void linear_group(Context& ctx, const LinearInput& in, std::span<const Projection> group,
                   const LinearWeight* stacked = nullptr);
 

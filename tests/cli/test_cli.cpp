@@ -318,6 +318,7 @@ TEST(CliBench, DeviceOptionsOnTheCpu) {
     EXPECT_EQ(j.value("concurrent_linears", true), false) << j.dump();
     EXPECT_EQ(j.value("persistent_decode", true), false) << j.dump();
     EXPECT_EQ(j.value("streaming_linears", true), false) << j.dump();
+    EXPECT_EQ(j.value("streaming_lora_down", true), false) << j.dump();
     EXPECT_EQ(j.dump().find("tensor cores"), std::string::npos) << j.dump();
   }
   EXPECT_EQ(given["device_options_not_applied"],
@@ -333,6 +334,9 @@ TEST(CliBench, DeviceOptionsOnTheCpu) {
   expect_error(base + " --device-option decode_mma=maybe", "valid keys: concurrent_linears");
   expect_error(base + " --device-option persistent_decode_sms=-2", "is not an integer >= -1");
   expect_error(base + " --device-option decode_mma", "'decode_mma' is not KEY=VALUE");
+  expect_error(base + " --kv-dtype fp4", "--kv-dtype fp4: expected bf16 or fp8");
+  expect_error(base + " --gradient-accumulation-steps 4",
+               "--gradient-accumulation-steps 4 must divide the 2 completions");
   expect_error(base + " --device-option shared_prefix=false",
                "sets the generation engine, which bench grpo does not run");
   for (const char* old : {"--no-decode-mma", "--no-concurrent-linears", "--no-persistent-decode",
@@ -343,8 +347,8 @@ TEST(CliBench, DeviceOptionsOnTheCpu) {
   ASSERT_EQ(list.exit_code, 0) << list.output;
   for (const char* key :
        {"concurrent_linears", "decode_mma", "persistent_decode", "persistent_decode_sms",
-        "streaming_linears", "wgmma_attention", "tiled_attention_backward", "shared_prefix_mma",
-        "fp8_input_gradient", "device_region", "stacked_qkv", "shared_prefix",
+        "streaming_linears", "streaming_lora_down", "wgmma_attention", "tiled_attention_backward",
+        "shared_prefix_mma", "fp8_input_gradient", "device_region", "stacked_qkv", "shared_prefix",
         "shared_prefix_min_tokens", "async_scheduling"})
     EXPECT_NE(list.output.find(std::string("\n") + key + " "), std::string::npos) << key;
   EXPECT_NE(list.output.find("shared_prefix_min_tokens   int   256"), std::string::npos)

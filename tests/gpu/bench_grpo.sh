@@ -14,7 +14,11 @@
 # limit, cut to what is left of DEADLINE seconds (default 570) so that the whole stays inside a
 # 10-minute device call; a run with under 20 s left is skipped. PARTS (default "grpo gen hf")
 # picks the sections, e.g. PARTS=grpo for the bench grpo pairs alone; SHAPES (default
-# "small real") the bench grpo shapes, SEQS (default "256 8") the bench generate sizes.
+# "small real") the bench grpo shapes, SEQS (default "256 8") the bench generate sizes; part
+# "options" runs the small FP8-row shape once more with each developer control named in OPTIONS
+# off (e.g. OPTIONS="streaming_lora_down"), part "kv" FP8-row with FP8 KV (after "grpo" and
+# "gen", whose bf16-KV runs it is compared with). REAL_GAS (default 1) trains the realistic
+# shape's 128 completions in that many micro-batches (4 fits an 80 GB card).
 set -u
 PARTS=${PARTS:-grpo gen hf}
 SHAPES=${SHAPES:-small real}
@@ -32,7 +36,7 @@ DEADLINE=${DEADLINE:-570}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 
 # table row NAME RC SECONDS | table ratio NAME_FP8 NAME_BF16 | table adapter NAME_LORA NAME_BASE |
-# table anchor NAME_FP8RL NAME_HF
+# table anchor NAME_FP8RL NAME_HF | table gain NAME NAME_WITHOUT_AN_OPTION
 table() {
   python3 - "$OUT_DIR" "$@" <<'PY'
 import json, os, sys
@@ -80,6 +84,7 @@ else:
     if x is None or y is None:
         sys.exit(0)
     label = {"ratio": f"FP8-row / bf16 speed", "adapter": "tok/s with / without the adapter",
+             "gain": f"speed of {a} / {b}",
              "anchor": f"tok/s {a} / {b}"}[what]
     if x.get("command") == "bench grpo":
         t = lambda j, k: m(j, "timing/" + k) or float("nan")
@@ -113,13 +118,22 @@ part grpo && for shape in $SHAPES; do
     small) dims="--prompts 1 --generations 8 --prompt-tokens 128 --completion-tokens 512 \
              --steps 3 --kv-memory 1" ;;
     real) dims="--prompts 16 --generations 8 --prompt-tokens 256 --completion-tokens 768 \
-            --steps 2 --kv-memory 24" ;;
+            --steps 2 --kv-memory 24 --gradient-accumulation-steps ${REAL_GAS:-1}" ;;
   esac
   for fp8 in row off; do
     run "grpo_${shape}_$fp8" 150 "$FP8RL" $grpo $dims --fp8 $fp8 \
       --out "$OUT_DIR/grpo_${shape}_$fp8.json"
   done
   table ratio "grpo_${shape}_row" "grpo_${shape}_off"
+done
+
+# Each developer control of OPTIONS switched off in turn at the small shape, FP8-row: its
+# gain is grpo_small_row's speed over grpo_small_row_no_KEY's.
+part options && for key in ${OPTIONS:-}; do
+  run "grpo_small_row_no_$key" 150 "$FP8RL" $grpo --prompts 1 --generations 8 --prompt-tokens 128 \
+    --completion-tokens 512 --steps 3 --kv-memory 1 --fp8 row --device-option "$key=false" \
+    --out "$OUT_DIR/grpo_small_row_no_$key.json"
+  table gain "grpo_small_row" "grpo_small_row_no_$key"
 done
 
 gen="bench generate --model $CONFIG --prompt-tokens 128 --max-tokens 512 --kv-memory 40 \
@@ -134,6 +148,26 @@ part gen && for seqs in $SEQS; do
     table adapter "gen${seqs}_${fp8}_r32" "gen${seqs}_${fp8}_r0"
   done
   table ratio "gen${seqs}_row_r32" "gen${seqs}_off_r32"
+done
+
+# FP8 KV (--kv-dtype fp8) beside bf16 KV, FP8-row weights: bench grpo at SHAPES (its rollout,
+# and the mismatch against the trainer, which reads no cache) and bench generate at SEQS, r 32.
+part kv && for shape in $SHAPES; do
+  case $shape in
+    small) dims="--prompts 1 --generations 8 --prompt-tokens 128 --completion-tokens 512 \
+             --steps 3 --kv-memory 1" ;;
+    real) dims="--prompts 16 --generations 8 --prompt-tokens 256 --completion-tokens 768 \
+            --steps 2 --kv-memory 24 --gradient-accumulation-steps ${REAL_GAS:-1}" ;;
+  esac
+  run "grpo_${shape}_row_fp8kv" 150 "$FP8RL" $grpo $dims --fp8 row --kv-dtype fp8 \
+    --out "$OUT_DIR/grpo_${shape}_row_fp8kv.json"
+  table gain "grpo_${shape}_row_fp8kv" "grpo_${shape}_row"
+done
+part kv && for seqs in $SEQS; do
+  run "gen${seqs}_row_r32_fp8kv" 90 "$FP8RL" bench generate --model $CONFIG --prompt-tokens 128 \
+    --max-tokens 512 --kv-memory 40 --device cuda --prompts $(( seqs / 8 )) --n 8 --fp8 row \
+    --lora-r 32 --kv-dtype fp8 --out "$OUT_DIR/gen${seqs}_row_r32_fp8kv.json"
+  table gain "gen${seqs}_row_r32_fp8kv" "gen${seqs}_row_r32"
 done
 
 part hf && for rows in 8 128; do

@@ -585,8 +585,11 @@ void streaming_case(Harness& h, Outcome& o, Fp8Scheme scheme, ActScaling act, in
 // ops::linear_group with adapters against the CPU's group of the same (bf16-valued) adapters:
 // the outputs within kCudaLoraGroup; the control, the same group without adapters, must miss
 // the reference by more than that (so the adapters' term is really checked); the path that ran
-// (at a streaming kernel's rows: the up products in its epilogue); a graph replay equal to
-// the eager call.
+// (at a streaming kernel's rows: the up products in its epilogue, and the down products in the
+// same launch where the A matrices lie side by side without dropout, else, and on a device with
+// streaming_lora_down off, before it); a graph replay equal to the eager call; the group of -x
+// equal to -(the group of x) bit for bit (an odd function, so a down product read before this
+// call's was written would show).
 void linear_group_case(Harness& h, Outcome& o, Fp8Scheme scheme, int64_t m, std::vector<int64_t> ns,
                        int64_t k, int64_t r, bool adjacent, float p) {
   const ActScaling act = scheme == Fp8Scheme::off ? ActScaling::none : ActScaling::token;
@@ -651,9 +654,35 @@ void linear_group_case(Harness& h, Outcome& o, Fp8Scheme scheme, int64_t m, std:
     o.checks.push_back(expect_le(fmt::format("control: out {} without adapter matches", i),
                                  control.ok ? 1.0 : 0.0, 0.0));
   }
-  if (scheme != Fp8Scheme::off && m <= 16) {
-    const bool fused = path.find("adapters in its epilogue") != std::string::npos;
-    o.checks.push_back({"up products in the streaming epilogue", fused ? 0.0 : 1.0, 0.0, fused});
+  const bool streaming = scheme != Fp8Scheme::off && m <= 16;
+  if (streaming) {
+    const bool one_launch = adjacent && p == 0.0f;
+    const bool taken = path.find(one_launch ? "down and up products in the same launch"
+                                            : "adapters in its epilogue") != std::string::npos;
+    o.checks.push_back({one_launch ? "down and up products in the streaming launch"
+                                   : "up products in the streaming epilogue",
+                        taken ? 0.0 : 1.0, 0.0, taken});
+    // The control: the down products as a GEMM before the launch, on a device without them.
+    h.dev->synchronize();
+    CudaDeviceOptions off_opt;
+    off_opt.streaming_lora_down = false;
+    CudaDevice off_dev(off_opt);
+    Context off = off_dev.context();
+    std::vector<ops::Projection> off_group = gpu_group;
+    std::vector<TensorView> off_outs;
+    for (size_t i = 0; i < count; ++i) {
+      off_outs.push_back(ops::scratch_alloc(off, {m, ns[i]}, DType::bf16));
+      off_group[i].out = off_outs[i];
+    }
+    ops::linear_group(off, gpu_in, off_group);
+    const std::string off_path = off_dev.last_linear_path();
+    off_dev.synchronize();
+    const bool before = off_path.find("adapters in its epilogue") != std::string::npos;
+    o.checks.push_back(
+        {"option off: down products before the launch", before ? 0.0 : 1.0, 0.0, before});
+    for (size_t i = 0; i < count; ++i)
+      o.checks.push_back(compare(fmt::format("option off: out {} vs CPU", i),
+                                 as_f32(h, off_outs[i]), ref[i], kCudaLoraGroup));
   }
   const Tensor eager = to_host(h, outs[0]);
   h.dev->begin_capture();
@@ -664,6 +693,24 @@ void linear_group_case(Harness& h, Outcome& o, Fp8Scheme scheme, int64_t m, std:
   const bool replay_same =
       std::memcmp(to_host(h, outs[0]).view().data, eager.view().data, eager.nbytes()) == 0;
   o.checks.push_back({"graph replay == eager", replay_same ? 0.0 : 1.0, 0.0, replay_same});
+  if (streaming) {  // -x: every output negated exactly, LoRA's term included
+    Tensor neg = Tensor::empty({m, k}, DType::f32);
+    for (int64_t i = 0; i < m * k; ++i) neg.ptr<float>()[i] = -x_r.ptr<float>()[i];
+    ops::LinearInput neg_in{to_device(h, neg, DType::bf16), {}};
+    neg_in.q = ops::alloc_quantized(h.gpu, act, m, k);
+    ops::quantize(h.gpu, neg_in.x, neg_in.q);
+    std::vector<Tensor> pos;
+    for (size_t i = 0; i < count; ++i) pos.push_back(to_host(h, outs[i]));
+    ops::linear_group(h.gpu, neg_in, gpu_group);
+    int64_t differing = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const Tensor got = to_host(h, outs[i]);
+      const auto* a = static_cast<const uint16_t*>(got.view().data);
+      const auto* b = static_cast<const uint16_t*>(pos[i].view().data);
+      for (int64_t j = 0; j < m * ns[i]; ++j) differing += a[j] != uint16_t(b[j] ^ 0x8000u);
+    }
+    o.checks.push_back(expect_le("group(-x) != -group(x): values", double(differing), 0.0));
+  }
   std::vector<TensorView> all = outs;
   all.insert(all.end(), base_outs.begin(), base_outs.end());
   o.checks.push_back(g.verify(all));

@@ -456,7 +456,8 @@ std::vector<OpCase> perf_cases() {
     }
   // A decode step's projection groups of Qwen3-8B at a GRPO group's 8 rows with LoRA r = 32 on
   // every projection (the A matrices side by side, as LoraAdapter lays them out) against the
-  // same group without the adapter, and the adapters' down product alone (the stacked A as a
+  // same group without the adapter, with the down products as a GEMM before the streaming
+  // launch (streaming_lora_down off), and the adapters' down product alone (the stacked A as a
   // bf16 linear): what an adapter costs each group, replayed from a CUDA graph.
   struct LoraGroup {
     const char* name;
@@ -466,7 +467,7 @@ std::vector<OpCase> perf_cases() {
   for (const LoraGroup& g :
        {LoraGroup{"qkv", {4096, 1024, 1024}, 4096}, LoraGroup{"o", {4096}, 4096},
         LoraGroup{"gate_up", {12288, 12288}, 4096}, LoraGroup{"down", {4096}, 12288}})
-    for (const char* variant : {"base", "lora", "down_product"})
+    for (const char* variant : {"base", "lora", "lora_down_apart", "down_product"})
       c.push_back({fmt::format("decode_lora row M=8 {} r=32 {}", g.name, variant),
                    [=](Harness& h, Outcome& o) {
                      constexpr int64_t M = 8, R = 32;
@@ -482,9 +483,18 @@ std::vector<OpCase> perf_cases() {
                      ops::quantize(h.gpu, x, xq);
                      const TensorView a_all = bf(h, {R * count, g.k}, 9, 0.02f);
                      std::vector<ops::Projection> group;
+                     std::unique_ptr<CudaDevice> own;
+                     CudaDevice* dev = h.dev.get();
+                     if (v == "lora_down_apart") {
+                       CudaDeviceOptions opt;
+                       opt.streaming_lora_down = false;
+                       own = std::make_unique<CudaDevice>(opt);
+                       dev = own.get();
+                     }
+                     Context ctx = own ? dev->context() : h.gpu;
                      for (int64_t i = 0; i < count; ++i) {
                        LoraWeights l;
-                       if (v == "lora") {
+                       if (v == "lora" || v == "lora_down_apart") {
                          l.a = a_all.slice_rows(R * i, R * (i + 1));
                          l.b = bf(h, {g.ns[size_t(i)], R}, 10 + uint64_t(i), 0.02f);
                          l.scale = 2.0f;
@@ -496,22 +506,22 @@ std::vector<OpCase> perf_cases() {
                      const TensorView xa = bf(h, {M, R * count}, 30, 1);
                      auto call = [&] {
                        if (v == "down_product")
-                         ops::linear(h.gpu, x, a, xa);
+                         ops::linear(ctx, x, a, xa);
                        else
-                         ops::linear_group(h.gpu, ops::LinearInput{x, xq}, group);
+                         ops::linear_group(ctx, ops::LinearInput{x, xq}, group);
                      };
                      call();
-                     h.dev->synchronize();
-                     o.info = h.dev->last_linear_path();
+                     dev->synchronize();
+                     o.info = dev->last_linear_path();
                      constexpr int kCalls = 20, kReplays = 5;
-                     h.dev->begin_capture();
+                     dev->begin_capture();
                      for (int i = 0; i < kCalls; ++i) call();
-                     CudaGraph graph = h.dev->end_capture();
+                     CudaGraph graph = dev->end_capture();
                      graph.replay();
-                     h.dev->synchronize();
+                     dev->synchronize();
                      const auto t0 = std::chrono::steady_clock::now();
                      for (int i = 0; i < kReplays; ++i) graph.replay();
-                     h.dev->synchronize();
+                     dev->synchronize();
                      const auto t1 = std::chrono::steady_clock::now();
                      o.seconds =
                          std::chrono::duration<double>(t1 - t0).count() / (kCalls * kReplays);

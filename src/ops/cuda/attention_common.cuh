@@ -19,6 +19,12 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
   const int n = valid ? 16 : 0;  // 0: zero-fill, the source is not read
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
 }
+// 4 bytes (a float), zero-filled when !valid.
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
+  const uint32_t s = uint32_t(__cvta_generic_to_shared(smem));
+  const int n = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
 }
@@ -27,27 +33,29 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// 8 consecutive elements of an FP8 pool's row into shared memory as bf16(code * scale), the
-// product in fp32 (ops.h paged_attention); zeros when !valid (codes not read). Synchronous:
-// the caller's __syncthreads publishes it like a completed cp.async.
+// 8 consecutive codes of an FP8 pool's row (two words, in element order) as bf16(code * scale),
+// the product in fp32 (ops.h paged_attention).
+__device__ __forceinline__ uint4 fp8_chunk_bf16(uint2 c, float sc) {
+  uint4 out;
+  const uint32_t w[2] = {c.x, c.y};
+  uint32_t* o = &out.x;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t word = w[i / 2] >> (16 * (i % 2));
+    const __nv_bfloat162 h =
+        __floats2bfloat162_rn(__fmul_rn(fp8_value(uint8_t(word & 0xff)), sc),
+                              __fmul_rn(fp8_value(uint8_t((word >> 8) & 0xff)), sc));
+    o[i] = *reinterpret_cast<const uint32_t*>(&h);
+  }
+  return out;
+}
+// The same into shared memory, read from the pool; zeros when !valid (codes not read).
+// Synchronous: the caller's __syncthreads publishes it like a completed cp.async.
 __device__ __forceinline__ void load_fp8_chunk(bf16* smem, const uint8_t* codes, const float* scale,
                                                bool valid) {
-  uint4 out = make_uint4(0, 0, 0, 0);
-  if (valid) {
-    const uint2 c = *reinterpret_cast<const uint2*>(codes);
-    const float sc = *scale;
-    uint32_t w[2] = {c.x, c.y};
-    uint32_t* o = &out.x;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t word = w[i / 2] >> (16 * (i % 2));
-      const __nv_bfloat162 h =
-          __floats2bfloat162_rn(__fmul_rn(fp8_value(uint8_t(word & 0xff)), sc),
-                                __fmul_rn(fp8_value(uint8_t((word >> 8) & 0xff)), sc));
-      o[i] = *reinterpret_cast<const uint32_t*>(&h);
-    }
-  }
-  *reinterpret_cast<uint4*>(smem) = out;
+  *reinterpret_cast<uint4*>(smem) =
+      valid ? fp8_chunk_bf16(*reinterpret_cast<const uint2*>(codes), *scale)
+            : make_uint4(0, 0, 0, 0);
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
@@ -79,14 +87,14 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 // rows of sequence blockIdx.z, keys through its block table; the key tiles still run over
 // logical positions, so a row's result is the contiguous cache's bit for bit.
 struct QueryBlock {
-  int q0;             // first query row, counted from row0
-  int t;              // the rows of this sequence (a.t unless paged)
-  int row0;           // row of q / out of the sequence's first query
-  int64_t h, kvh;     // query head, its kv head
-  int kv_hi, kv_lo;   // last / first cache slot any row of the block sees
-  int tile0, tile1;   // key tiles [tile0, tile1]
-  int slot[2];        // this thread's two rows' cache slots (rows q0 + 16 warp + g, + 8)
-  int warp_slot_min;  // the warp's first row's slot
+  int q0;                // first query row, counted from row0
+  int t;                 // the rows of this sequence (a.t unless paged)
+  int row0;              // row of q / out of the sequence's first query
+  int64_t h, kvh;        // query head, its kv head
+  int kv_hi, kv_lo;      // last / first cache slot any row of the block sees
+  int tile0, tile1;      // key tiles [tile0, tile1]
+  int slot[2];           // this thread's two rows' cache slots (rows q0 + 16 warp + g, + 8)
+  int warp_slot_min;     // the warp's first row's slot
   const int32_t* table;  // paged: the sequence's block table; null: contiguous cache
 
   // Rows of query head h; warp (0..3) of the 4 that own them, lane group g. A block with

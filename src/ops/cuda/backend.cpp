@@ -69,6 +69,8 @@ Backend::Backend(const CudaDeviceOptions& o) {
   workspace_bytes_ = o.workspace_bytes;
   workspace_ = malloc(workspace_bytes_);
   gemm_ = std::make_unique<Gemm>(lt_, workspace_, workspace_bytes_);
+  streaming_sync_ = static_cast<unsigned*>(malloc(kStreamingSyncWords * sizeof(unsigned)));
+  CUDA_CHECK(cudaMemset(streaming_sync_, 0, kStreamingSyncWords * sizeof(unsigned)));
   probe_fp8(caps_, *gemm_);
   CUDA_CHECK(attention_init());
   CUDA_CHECK(gated_init());
@@ -83,6 +85,7 @@ Backend::Backend(const CudaDeviceOptions& o) {
   caps_.fp8_input_gradient = o.fp8_input_gradient;
   caps_.concurrent_linears = o.concurrent_linears;
   caps_.streaming_linears = o.streaming_linears && caps_.major * 10 + caps_.minor >= 89;
+  caps_.streaming_lora_down = o.streaming_lora_down;
   caps_.attention_backward_dims = attention_backward_mma_init();
   caps_.attention_backward_tiled = o.tiled_attention_backward;
   reserve_arena(o.arena_bytes);
@@ -99,6 +102,7 @@ Backend::~Backend() {
   } else {
     if (arena_.base()) cudaFree(arena_.base());
     if (workspace_) cudaFree(workspace_);
+    if (streaming_sync_) cudaFree(streaming_sync_);
   }
   if (lt_) cublasLtDestroy(lt_);
   if (fork_event_) cudaEventDestroy(fork_event_);

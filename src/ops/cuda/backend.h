@@ -80,6 +80,9 @@ struct Capabilities {
   // FP8 GEMMs of few rows on the weight-streaming kernel (CudaDeviceOptions::
   // streaming_linears; mma.sync on e4m3, sm_89 and later).
   bool streaming_linears = true;
+  // A group's LoRA down products inside its streaming launch (CudaDeviceOptions::
+  // streaming_lora_down); else one GEMM before it.
+  bool streaming_lora_down = true;
   // All device memory is carved from one region (CudaDeviceOptions::device_region, where the
   // driver supports virtual memory management); else one cudaMalloc per buffer.
   bool device_region = false;
@@ -113,6 +116,10 @@ class Backend {
   // attention always on the prefill kernel (a decode step's rows too).
   void set_batch_invariant(bool on);
   bool batch_invariant() const { return batch_invariant_; }
+
+  // The counters of the streaming kernel's down products (StreamingDown::sync), zero between
+  // launches. Launches that use them run on stream() only, one after another.
+  unsigned* streaming_sync() const { return streaming_sync_; }
 
   // The GEMM the last linear() ran ("fp8 outer", "bf16", "fp8 dequantized to bf16", ...): for
   // tests and benchmarks that report which path a shape took on this device.
@@ -150,6 +157,7 @@ class Backend {
   std::unique_ptr<DeviceRegion> region_;  // declared before what is carved from it
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  unsigned* streaming_sync_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
   Arena arena_{Device::cuda, 256};  // 256-byte aligned views into one cudaMalloc
   size_t allocated_ = 0, peak_allocated_ = 0;

@@ -172,9 +172,8 @@ constexpr int kPagedDecodeMaxGroup = 16;  // query heads per kv head the kernel 
 int paged_decode_max_splits(int64_t max_context_len);
 bool paged_decode_supports(int64_t d, int64_t group);
 cudaError_t paged_decode_init();
-// decode_mma: bf16 pools with head dims up to 128 on the tensor-core kernel (P split into bf16
-// hi + lo, the CUDA-core kernel's bound); else, for FP8 pools and for D = 256, on the CUDA
-// cores.
+// decode_mma: head dims up to 128 (bf16 or FP8 pools) on the tensor-core kernel (P split into
+// bf16 hi + lo, the CUDA-core kernel's bound); else, and for D = 256, on the CUDA cores.
 DecodeGrid launch_paged_decode(const AttentionArgs& a, int max_splits, bool decode_mma,
                                float* part_o, float* part_ml, cudaStream_t s);
 // With shared prefixes (a.prefix_len_of_seq set) a sequence in a group has its prefix cut into
@@ -224,6 +223,24 @@ struct StreamingSegment {
 // cost more than cuBLASLt's tiles lose (measured on an H200: at 32 rows the two are even).
 inline constexpr int kStreamingMaxRows = 16;
 inline constexpr int kStreamingMaxSegments = 4;
+// The group's LoRA down products in the same launch: xa [m, rows] = bf16(x a^T), fp32 sums,
+// over the A matrices of the group stacked by rows (at most kStreamingDownMaxRows). The grid's
+// first blocks compute it as (16 rows of A) x (a K slice) tiles; the last slice of a row tile
+// to finish sums the slices' fp32 partials in slice order (deterministic) and writes xa; the
+// segments' epilogues, which read xa through lora_xa, wait until every row tile is written.
+inline constexpr int kStreamingDownMaxRows = 256;
+inline constexpr int kStreamingSyncWords = 32;  // kStreamingDownMaxRows / 16 counters + 2
+struct StreamingDown {
+  const bf16* x = nullptr;  // [m, k] the unquantized input; null: no down products here
+  const bf16* a = nullptr;  // [rows, k]
+  int rows = 0;
+  bf16* xa = nullptr;        // [m, rows]
+  float* partial = nullptr;  // [ceil(k / kStreamingDownSlice), m, rows] fp32 scratch
+  // kStreamingSyncWords words, zero before the launch and zero again after it (the kernel's
+  // last block resets them), so one buffer serves every launch of a stream.
+  unsigned* sync = nullptr;
+};
+inline constexpr int64_t kStreamingDownSlice = 1024;  // K of a down-product block
 struct StreamingArgs {
   const uint8_t* x = nullptr;      // [m, k] e4m3 codes
   const float* x_scale = nullptr;  // [m] when x_scale_per_row, else [1]
@@ -232,6 +249,7 @@ struct StreamingArgs {
   int64_t k = 0;
   StreamingSegment seg[kStreamingMaxSegments];
   int num_segments = 0;
+  StreamingDown down;
   int multiprocessors = 132;  // the device's, for the launch shape
 };
 void launch_linear_streaming(const StreamingArgs& a, cudaStream_t s);

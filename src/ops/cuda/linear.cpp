@@ -216,8 +216,10 @@ struct LoraXa {
 // one launch; false (nothing queued) where the kernel does not apply to every one.
 bool run_streaming(Backend& b, const ops::QuantizedActivation& x,
                    std::span<const LinearWeight* const> weights, std::span<const TensorView> outs,
-                   std::span<const LoraWeights> loras = {}, std::span<const LoraXa> xa = {}) {
+                   std::span<const LoraWeights> loras = {}, std::span<const LoraXa> xa = {},
+                   const StreamingDown& down = {}) {
   StreamingArgs a;
+  a.down = down;
   a.x = static_cast<const uint8_t*>(x.codes.data);
   a.x_scale = static_cast<const float*>(x.scales.data);
   a.x_scale_per_row = x.act == ActScaling::token;
@@ -557,6 +559,43 @@ void lora_up(Backend& b, int64_t m, std::span<const ops::Projection> group,
   if (e.num_segments > 0) launch_lora_expand(e, b.stream());
 }
 
+// The group on one streaming launch that also computes its adapters' down products
+// (StreamingDown); false, with nothing queued, where that does not apply.
+bool run_streaming_with_down(Backend& b, const ops::LinearInput& in,
+                             std::span<const ops::Projection> group,
+                             std::span<const LinearWeight* const> ws,
+                             std::span<const TensorView> outs, std::span<const LoraWeights> loras) {
+  const LinearWeight stacked_a = stacked_lora_a(group);
+  const int64_t m = in.rows(), k = in.cols(), rows = stacked_a.out_features();
+  if (!b.caps().streaming_lora_down || stacked_a.weight.empty() || rows > kStreamingDownMaxRows ||
+      in.x.dtype != DType::bf16 || in.x.dim(0) != m || in.x.dim(1) != k || in.x.strides[0] != k ||
+      !aligned16(in.x.data) || !aligned16(stacked_a.weight.data))
+    return false;
+  const size_t mark = b.arena().mark();
+  const TensorView xa_all = b.arena().alloc({m, rows}, DType::bf16);  // [M, sum r_i]
+  const int64_t splits = (k + kStreamingDownSlice - 1) / kStreamingDownSlice;
+  const TensorView partial = b.arena().alloc({splits, m, rows}, DType::f32);
+  StreamingDown down;
+  down.x = static_cast<const bf16*>(in.x.data);
+  down.a = static_cast<const bf16*>(stacked_a.weight.data);
+  down.rows = int(rows);
+  down.xa = static_cast<bf16*>(xa_all.data);
+  down.partial = static_cast<float*>(partial.data);
+  down.sync = b.streaming_sync();
+  LoraXa xa[kStreamingMaxSegments];
+  int64_t col = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    xa[i] = {static_cast<const bf16*>(xa_all.data) + col, rows};
+    col += group[i].lora.rank();
+  }
+  if (!run_streaming(b, in.q, ws, outs, loras, {xa, group.size()}, down)) {
+    b.arena().rewind(mark);
+    return false;
+  }
+  b.last_linear_path = "fp8 weight streaming, adapters' down and up products in the same launch";
+  return true;  // the caller rewinds the arena after the launch is queued
+}
+
 }  // namespace
 
 void linear_group(Backend& b, const ops::LinearInput& in, std::span<const ops::Projection> group,
@@ -568,7 +607,6 @@ void linear_group(Backend& b, const ops::LinearInput& in, std::span<const ops::P
   LoraXa xa[kStreamingMaxSegments];
   bool adapters = false;
   for (const ops::Projection& p : group) adapters = adapters || p.lora.active();
-  if (adapters) lora_down(b, in.x, group, {xa, count});
   const LinearWeight* ws[kStreamingMaxSegments];
   TensorView outs[kStreamingMaxSegments];
   LoraWeights loras[kStreamingMaxSegments];
@@ -581,6 +619,12 @@ void linear_group(Backend& b, const ops::LinearInput& in, std::span<const ops::P
   // (linear.cu, kLoraPerThread); larger ranks add their up products after it.
   bool fusable = true;
   for (const ops::Projection& p : group) fusable = fusable && p.lora.rank() <= 64;
+  if (adapters && fusable && quantized &&
+      run_streaming_with_down(b, in, group, {ws, count}, {outs, count}, {loras, count})) {
+    b.arena().rewind(mark);
+    return;
+  }
+  if (adapters) lora_down(b, in.x, group, {xa, count});
   if (quantized &&
       run_streaming(b, in.q, {ws, count}, {outs, count}, {loras, count},
                     fusable ? std::span<const LoraXa>(xa, count) : std::span<const LoraXa>())) {

@@ -19,6 +19,12 @@
 // (deterministic: a row's result is independent of M and of the other rows), then the
 // epilogue applies the scales (s_x[m] s_w[n], or the per-tensor ones), the bias, and an
 // optional LoRA up-projection sum, and rounds once to bf16 as the CPU reference rounds.
+//
+// An adapter's down product xa = x A^T must be complete before any tile's up product; as a
+// GEMM of its own it costs a launch (two, split-K and its reduction, on cuBLASLt) per group,
+// about as long as the group's base weight at 8 rows. So the launch computes it too, in
+// blocks ahead of the weight tiles (StreamingDown), and a tile waits for it only in its
+// epilogue, by when it is long written.
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/kernels.h"
 
@@ -50,6 +56,20 @@ __device__ __forceinline__ uint4 load_cached(const uint8_t* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));  // every block reads the tokens' codes
 }
 
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+  (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)b0, (void)b1;
+  __trap();  // only in the streaming kernel, which the host launches on sm_89 and later
+#endif
+}
+
 // The segment of a grouped launch that output tile `tile` belongs to.
 __device__ __forceinline__ int segment_of(const StreamingArgs& a, int tile) {
   int s = 0;
@@ -57,37 +77,166 @@ __device__ __forceinline__ int segment_of(const StreamingArgs& a, int tile) {
   return s;
 }
 
-// MT token tiles of 8 rows: M <= 8 MT. U chunks of each weight row in flight per thread.
+// StreamingDown::sync: a counter per row tile of A (the slices that have written their
+// partials), then the row tiles whose xa is written, then the blocks that have finished.
+constexpr int kSyncReady = kStreamingDownMaxRows / 16;
+constexpr int kSyncDone = kSyncReady + 1;
+static_assert(kSyncDone < kStreamingSyncWords, "StreamingDown::sync too small");
+// A warp's K per down-product block: chunks of 32 bf16 (4 threads x 16 bytes).
+constexpr int kDownChunks = int(kStreamingDownSlice) / (kStreamWarps * 32);
+static_assert(kDownChunks * kStreamWarps * 32 == kStreamingDownSlice, "slice of whole chunks");
+
+template <int MT>
+using Partials = float[kStreamWarps][16][8 * MT];  // [warp][row of the tile][token]
+
+// The warps' partial sums of the tile's 16 rows x 8 MT tokens (C fragments in acc) into
+// `partial`, then their sum in warp order for (token m, row r) = (o / 16, o % 16).
+template <int MT>
+__device__ __forceinline__ void store_partials(Partials<MT>& partial, const float (&acc)[MT][4]) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    partial[warp][g][mt * 8 + 2 * t] = acc[mt][0];
+    partial[warp][g][mt * 8 + 2 * t + 1] = acc[mt][1];
+    partial[warp][g + 8][mt * 8 + 2 * t] = acc[mt][2];
+    partial[warp][g + 8][mt * 8 + 2 * t + 1] = acc[mt][3];
+  }
+}
+template <int MT>
+__device__ __forceinline__ float warp_order_sum(const Partials<MT>& partial, int r, int m) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kStreamWarps; ++w) sum += partial[w][r][m];
+  return sum;
+}
+
+// A down-product block: rows [16 t, 16 t + 16) of the stacked A against K slice `split`, on
+// bf16 mma.sync with A as the row operand and the tokens as the columns (the same 16-byte
+// loads and K permutation as the FP8 kernel, two k16 products per chunk). Its fp32 partials
+// go to StreamingDown::partial; the row tile's last slice to arrive writes xa.
+template <int MT>
+__device__ __forceinline__ void down_product_block(const StreamingArgs& a, int block,
+                                                   Partials<MT>& partial, bool& last) {
+  const StreamingDown& d = a.down;
+  const int splits = int(ceil_div(a.k, kStreamingDownSlice));
+  const int row_tile = block / splits, split = block % splits;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t k = a.k;
+  const int lo_row = row_tile * 16 + g, hi_row = lo_row + 8;
+  const int64_t k_warp = split * kStreamingDownSlice + warp * kDownChunks * 32 + t * 8;
+  const uint8_t* a_lo = reinterpret_cast<const uint8_t*>(d.a + int64_t(lo_row) * k);
+  const uint8_t* a_hi = reinterpret_cast<const uint8_t*>(d.a + int64_t(hi_row) * k);
+  uint4 lo[kDownChunks], hi[kDownChunks];
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int u = 0; u < kDownChunks; ++u) {
+    const int64_t kk = k_warp + u * 32;
+    lo[u] = kk < k && lo_row < d.rows ? load_stream(a_lo + kk * 2) : zero;
+    hi[u] = kk < k && hi_row < d.rows ? load_stream(a_hi + kk * 2) : zero;
+  }
+  float acc[MT][4] = {};
+#pragma unroll
+  for (int u = 0; u < kDownChunks; ++u) {
+    const int64_t kk = k_warp + u * 32;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int m = mt * 8 + g;
+      const uint4 x = kk < k && m < a.m
+                          ? load_cached(reinterpret_cast<const uint8_t*>(d.x + int64_t(m) * k + kk))
+                          : zero;
+      mma_bf16(acc[mt], lo[u].x, hi[u].x, lo[u].y, hi[u].y, x.x, x.y);
+      mma_bf16(acc[mt], lo[u].z, hi[u].z, lo[u].w, hi[u].w, x.z, x.w);
+    }
+  }
+  store_partials<MT>(partial, acc);
+  __syncthreads();
+  for (int o = threadIdx.x; o < 16 * 8 * MT; o += blockDim.x) {
+    const int r = o % 16, m = o / 16, row = row_tile * 16 + r;
+    if (m < a.m && row < d.rows)
+      d.partial[(int64_t(split) * a.m + m) * d.rows + row] = warp_order_sum<MT>(partial, r, m);
+  }
+  // Publish the partials, then count this slice in; the last of the row tile sees all of them.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(d.sync + row_tile, 1u) == unsigned(splits - 1);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int o = threadIdx.x; o < 16 * a.m; o += blockDim.x) {
+    const int r = o % 16, m = o / 16, row = row_tile * 16 + r;
+    if (row >= d.rows) continue;
+    float sum = 0.0f;
+    for (int sp = 0; sp < splits; ++sp)
+      sum += __ldcg(d.partial + (int64_t(sp) * a.m + m) * d.rows + row);
+    d.xa[int64_t(m) * d.rows + row] = __float2bfloat16_rn(sum);
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    d.sync[row_tile] = 0;
+    atomicAdd(d.sync + kSyncReady, 1u);
+  }
+}
+
+// Whether every row tile of the launch's down products is written; true orders the caller's
+// later loads of xa after that (an acquire at GPU scope, the writers' release being their
+// fence before counting in).
+__device__ __forceinline__ bool down_products_written(const StreamingDown& d) {
+  unsigned ready;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(ready) : "l"(d.sync + kSyncReady));
+  return ready >= unsigned(ceil_div(d.rows, 16));
+}
+// Blocks until every row tile of the launch's down products is written (thread 0 polls, the
+// block follows), so that xa may be read.
+__device__ __forceinline__ void wait_down_products(const StreamingDown& d) {
+  if (threadIdx.x == 0)
+    while (!down_products_written(d)) __nanosleep(32);
+  __syncthreads();
+}
+
+// A weight tile: 16 rows of a segment's weight against every token.
 template <int MT, int U>
-__global__ void __launch_bounds__(kStreamWarps* kWarp)
-    linear_streaming_kernel(const StreamingArgs a) {
+__device__ __forceinline__ void weight_tile_block(const StreamingArgs& a, int tile,
+                                                  Partials<MT>& partial, float* lora) {
   constexpr int kUnroll = U;
-  __shared__ float partial[kStreamWarps][16][8 * MT];  // [warp][weight row][token]
-  // The adapter's operands of this tile, B [16, r] and xa [8 MT, r] as floats (r <= 64): loaded
-  // into registers before the weight's first loads, so they travel beside them, and stored to
-  // shared memory after the K loop. B's rows are r + 1 floats apart: the epilogue's threads
-  // read 16 rows at one j, which would otherwise share a bank.
-  extern __shared__ float lora[];
-  const int tile = blockIdx.x;
   const StreamingSegment& sg = a.seg[segment_of(a, tile)];
   const int64_t n0 = int64_t(tile - sg.first_tile) * 16;
   const int rank = sg.lora_b != nullptr ? sg.lora_rank : 0;
+  // The adapter's operands of this tile, B [16, r] and xa [8 MT, r] as floats (r <= 64), in
+  // shared memory for the epilogue. B's rows are r + 1 floats apart: the epilogue's threads
+  // read 16 rows at one j, which would otherwise share a bank. Both are loaded into registers
+  // before the weight's loads, so that they travel beside them: B at once, xa once it is
+  // written (by the kernel before, or by this launch's down-product blocks, which a block of
+  // the first wave may have to wait for after its K loop; later waves find it written).
   const int ldb = rank + 1;
   float* lora_b = lora;              // [16][ldb]
   float* lora_xa = lora + 16 * ldb;  // [8 MT][rank]
   constexpr int kLoraPerThread = 16 * 64 / (kStreamWarps * kWarp);
+  static_assert(kLoraPerThread * kStreamWarps * kWarp >= kStreamingMaxRows * 64, "xa in registers");
   bf16 pre_b[kLoraPerThread], pre_x[kLoraPerThread];
 #pragma unroll
   for (int q = 0; q < kLoraPerThread; ++q) {
     const int i = int(threadIdx.x) + q * kStreamWarps * kWarp;
     if (i < 16 * rank) pre_b[q] = sg.lora_b[(n0 + i / rank) * rank + i % rank];
-    if (i < a.m * rank) pre_x[q] = sg.lora_xa[int64_t(i / rank) * sg.lora_ld + i % rank];
   }
+  const auto load_xa = [&] {
+#pragma unroll
+    for (int q = 0; q < kLoraPerThread; ++q) {
+      const int i = int(threadIdx.x) + q * kStreamWarps * kWarp;
+      if (i < a.m * rank) pre_x[q] = __ldcg(sg.lora_xa + int64_t(i / rank) * sg.lora_ld + i % rank);
+    }
+  };
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t = lane % 4;
   const int64_t k = a.k;
   const uint8_t* w_lo = sg.w + (n0 + g) * k;  // weight rows g and g + 8 of the tile
   const uint8_t* w_hi = w_lo + 8 * k;
+  const int64_t span = int64_t(kChunk) * kUnroll, stride = int64_t(kStreamWarps) * span;
+  const bool down = a.down.x != nullptr;
+  const bool xa_early = rank > 0 && (!down || down_products_written(a.down));
+  if (xa_early) load_xa();
   float acc[MT][4] = {};
   // U chunks of both rows and of each token tile, all loads issued before the first mma.
   // Chunks past K (the last step's, when K is not a multiple of the step) load zeros.
@@ -115,33 +264,27 @@ __global__ void __launch_bounds__(kStreamWarps* kWarp)
       }
     }
   };
-  const int64_t span = int64_t(kChunk) * kUnroll, stride = int64_t(kStreamWarps) * span;
   int64_t k0 = int64_t(warp) * span;
   for (; k0 + span <= k; k0 += stride) step(k0, true);
   if (k0 < k) step(k0, false);
+  if (rank > 0 && down) {  // block-wide: every thread takes part in the wait's barrier
+    wait_down_products(a.down);
+    if (!xa_early) load_xa();
+  }
 #pragma unroll
   for (int q = 0; q < kLoraPerThread; ++q) {
     const int i = int(threadIdx.x) + q * kStreamWarps * kWarp;
     if (i < 16 * rank) lora_b[(i / rank) * ldb + i % rank] = __bfloat162float(pre_b[q]);
     if (i < a.m * rank) lora_xa[i] = __bfloat162float(pre_x[q]);
   }
-  // C fragment: rows g and g + 8 of the tile, tokens mt * 8 + 2 t and + 1.
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    partial[warp][g][mt * 8 + 2 * t] = acc[mt][0];
-    partial[warp][g][mt * 8 + 2 * t + 1] = acc[mt][1];
-    partial[warp][g + 8][mt * 8 + 2 * t] = acc[mt][2];
-    partial[warp][g + 8][mt * 8 + 2 * t + 1] = acc[mt][3];
-  }
+  store_partials<MT>(partial, acc);
   __syncthreads();
   // Output (token m, row r): consecutive threads take consecutive rows of one token, so a
   // token's 16 outputs are one 32-byte store.
   for (int o = threadIdx.x; o < 16 * 8 * MT; o += blockDim.x) {
     const int r = o % 16, m = o / 16;
     if (m >= a.m) continue;
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kStreamWarps; ++w) sum += partial[w][r][m];
+    const float sum = warp_order_sum<MT>(partial, r, m);
     const int64_t n = n0 + r;
     const float xs = a.x_scale[a.x_scale_per_row ? m : 0];
     const float ws = sg.w_scale[sg.w_scale_per_row ? n : 0];
@@ -153,6 +296,31 @@ __global__ void __launch_bounds__(kStreamWarps* kWarp)
       v += sg.lora_scale * l;
     }
     sg.y[int64_t(m) * sg.ldy + n] = __float2bfloat16_rn(v);
+  }
+}
+
+// MT token tiles of 8 rows: M <= 8 MT. U chunks of each weight row in flight per thread. The
+// grid: the down-product blocks (StreamingArgs::down), lowest indices first so that they are
+// resident before any weight tile waits for them, then the weight tiles.
+template <int MT, int U>
+__global__ void __launch_bounds__(kStreamWarps* kWarp)
+    linear_streaming_kernel(const StreamingArgs a) {
+  __shared__ Partials<MT> partial;
+  __shared__ bool last;
+  extern __shared__ float lora[];
+  const bool down = a.down.x != nullptr;
+  const int down_blocks =
+      down ? int(ceil_div(a.down.rows, 16) * ceil_div(a.k, kStreamingDownSlice)) : 0;
+  if (int(blockIdx.x) < down_blocks)
+    down_product_block<MT>(a, int(blockIdx.x), partial, last);
+  else
+    weight_tile_block<MT, U>(a, int(blockIdx.x) - down_blocks, partial, lora);
+  if (!down) return;
+  // Every block has passed its wait: the last one to finish leaves the counters at zero.
+  __syncthreads();
+  if (threadIdx.x == 0 && atomicAdd(a.down.sync + kSyncDone, 1u) == gridDim.x - 1) {
+    a.down.sync[kSyncReady] = 0;
+    a.down.sync[kSyncDone] = 0;
   }
 }
 
@@ -205,7 +373,8 @@ __global__ void __launch_bounds__(kExpandColumns) lora_expand_kernel(const LoraE
 void launch_linear_streaming(const StreamingArgs& a, cudaStream_t s) {
   const StreamingSegment& last = a.seg[a.num_segments - 1];
   const int tiles = last.first_tile + int(last.n / 16);
-  const dim3 grid{unsigned(tiles)}, block{unsigned(kStreamWarps * kWarp)};
+  const int down_blocks =
+      a.down.x != nullptr ? int(ceil_div(a.down.rows, 16) * ceil_div(a.k, kStreamingDownSlice)) : 0;
   static_assert(kStreamingMaxRows == 16, "token tiles of 8 rows: one or two");
   // A grid of few tiles (o_proj, down_proj: 256 at N = 4,096) leaves the SMs with few warps:
   // each then keeps twice the bytes in flight.
@@ -215,6 +384,7 @@ void launch_linear_streaming(const StreamingArgs& a, cudaStream_t s) {
     if (a.seg[i].lora_b != nullptr) rank = max(rank, a.seg[i].lora_rank);
   const size_t shm =
       rank == 0 ? 0 : size_t(16 * (rank + 1) + 8 * ((a.m + 7) / 8) * rank) * sizeof(float);
+  const dim3 grid{unsigned(down_blocks + tiles)}, block{unsigned(kStreamWarps * kWarp)};
   if (a.m <= 8 && deep)
     linear_streaming_kernel<1, 8><<<grid, block, shm, s>>>(a);
   else if (a.m <= 8)

@@ -1,7 +1,7 @@
 // The paged KV cache: new keys/values scattered into their slots, the zeroed padding rows of a
 // captured batch, and the split-K decode kernels on the CUDA cores (steps where every sequence
-// has one new query; bf16 pools with head dims up to 128 take the tensor-core form of the same
-// blocks instead, paged_decode_mma.cu, unless CudaDeviceOptions::decode_mma is off;
+// has one new query; head dims up to 128, bf16 or FP8 pools, take the tensor-core form of the
+// same blocks instead, paged_decode_mma.cu, unless CudaDeviceOptions::decode_mma is off;
 // steps with longer queries run the prefill kernels of attention.cu / attention_wgmma.cu with
 // paged AttentionArgs).
 //
@@ -642,7 +642,7 @@ DecodeGrid launch_rows(const AttentionArgs& a, int max_splits, int slots, bool d
                        float* part_o, float* part_ml, cudaStream_t s) {
   static_assert(kPagedDecodeMaxGroup == 16, "the group buckets below");
   const int64_t group = a.hq / a.hkv;
-  if (decode_mma && D <= kMmaDecodeMaxD && a.k8 == nullptr)
+  if (decode_mma && D <= kMmaDecodeMaxD)
     return launch_paged_decode_mma(a, max_splits, slots, part_o, part_ml, s);
   if (group <= 1)
     launch_decode_g<D, 1>(a, max_splits, slots, part_o, part_ml, s);

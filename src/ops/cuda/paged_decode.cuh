@@ -54,7 +54,7 @@ __device__ __forceinline__ bool decode_row(const AttentionArgs& a, int seq, Deco
   return true;
 }
 
-// The tensor-core decode kernel (paged_decode_mma.cu) takes bf16 pools with head dims up to
+// The tensor-core decode kernel (paged_decode_mma.cu) takes bf16 and FP8 pools with head dims up to
 // this (D = 256's O and Q fragments would not fit the registers of 3 blocks an SM); it computes
 // the CUDA-core kernel's items (chunk, KV head, sequence) and partials, several items a block
 // when a.decode_sms is set.

@@ -7,10 +7,8 @@ namespace fp8rl::cuda {
 
 namespace {
 
-// The decode kernel on the tensor cores (Capabilities::decode_mma, bf16 pools, head dims up to
-// 128; FP8 pools keep the CUDA-core kernel, whose more resident warps hide the synchronous
-// dequantizing loads better: 16.1k against 14.2k tok/s in bench generate): the same items
-// (sequence, KV head, chunk), chunks and partials as paged_decode_kernel, with the K/V tiles
+// The decode kernel on the tensor cores (Capabilities::decode_mma, head dims up to 128): the same
+// items (sequence, KV head, chunk), chunks and partials as paged_decode_kernel, with the K/V tiles
 // streamed through a two-stage cp.async ring and each of the 4 warps taking 16 keys of every
 // 64-key tile with an online softmax of its own (one __syncthreads a tile). A block takes up to
 // kMaxDecodeSegs items (AttentionArgs::decode_sms: a grid about as large as the SMs hold at
@@ -26,6 +24,11 @@ namespace {
 // rarely rescaled. The warps' states are merged through shared memory at the end, in warp order.
 // Tiles start on a 16-key boundary (keys before the chunk are masked), so a warp's 16 keys are the
 // slots of one block-table entry.
+//
+// FP8 pools (kFp8): the ring holds the tiles' codes and per-slot scales, half the bytes of bf16
+// K/V, copied asynchronously like bf16 tiles; after a tile lands, the block turns it into one bf16
+// K/V tile, bf16(code * scale) as every attention kernel reads an FP8 pool (load_fp8_chunk), and
+// the tensor-core steps read that.
 constexpr int kMmaDecodeStages = 2;
 constexpr float kRescaleSlack = 8.0f;                                       // log2 domain
 constexpr int kMmaDecodeWarpKeys = kDecodeTile / (kDecodeThreads / kWarp);  // 16
@@ -43,32 +46,40 @@ struct DecodeSeg {
 constexpr int kMaxDecodeSegs = 16;
 static_assert(kMaxDecodeSegs <= kWarp, "a lane finds each item");
 
-template <int D, bool kTall>
+template <int D, bool kTall, bool kFp8>
 struct MmaDecodeCfg {
   static constexpr int kLd = D + 8;  // smem row stride (bf16): conflict-free ldmatrix
   static constexpr int kQRows = kTall ? 16 : 8;
   static constexpr int kStageElems = 2 * kDecodeTile * kLd;  // a stage: K tile, then V tile
+  // bf16 pools: the ring of bf16 stages; FP8 pools: one bf16 tile, and the ring of codes
+  // (rows of D bytes, K then V) with their scales (K then V), bytes.
+  static constexpr int kBf16Stages = kFp8 ? 1 : kMmaDecodeStages;
+  static constexpr int kCodeStageBytes = kFp8 ? 2 * kDecodeTile * (D + 4) : 0;
+  static constexpr int kCodesOffset = kBf16Stages * kStageElems * 2;
+  static constexpr int kQOffset = kCodesOffset + kMmaDecodeStages * kCodeStageBytes;
   static constexpr int kQElems = kMmaDecodeStages * kQRows * kLd;
-  static constexpr int kSegsOffset = (kMmaDecodeStages * kStageElems + kQElems) * 2;  // bytes
+  static constexpr int kSegsOffset = kQOffset + kQElems * 2;  // bytes
   static constexpr int kSmemBytes = kSegsOffset + kMaxDecodeSegs * int(sizeof(DecodeSeg)) + 16;
   // The merge reuses the stage just consumed: per warp, O [16][D] and m, l [16] in f32.
   static_assert((kDecodeThreads / kWarp) * 16 * (D + 2) * 4 <= kStageElems * 2, "merge layout");
 };
 
-template <int D, bool kTall>
+template <int D, bool kTall, bool kFp8>
 __global__ void __launch_bounds__(kDecodeThreads, 3)
     paged_decode_mma_kernel(const AttentionArgs a, int items, int per, int slots, float* part_o,
                             float* part_ml) {
-  using Cfg = MmaDecodeCfg<D, kTall>;
+  using Cfg = MmaDecodeCfg<D, kTall, kFp8>;
   constexpr int kLd = Cfg::kLd, kChunks = D / 8, BK = kDecodeTile;
   constexpr int kWarps = kDecodeThreads / kWarp;
-  constexpr int kRowsPerPass = kDecodeThreads / kChunks;  // key rows one pass of threads copies
+  constexpr int kRowsPerPass = kDecodeThreads / kChunks;      // key rows one pass of threads copies
+  constexpr int kFp8RowsPerPass = kDecodeThreads / (D / 16);  // the same for 16-code chunks
   constexpr float kLog2e = 1.4426950408889634f;
   const int group = int(a.hq / a.hkv);
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16* ring = reinterpret_cast<bf16*>(smem_raw);           // [S][K, V][BK][kLd]
-  bf16* qbuf = ring + kMmaDecodeStages * Cfg::kStageElems;  // [S][kQRows][kLd]
+  bf16* ring = reinterpret_cast<bf16*>(smem_raw);  // [S or 1][K, V][BK][kLd]
+  uint8_t* codes = smem_raw + Cfg::kCodesOffset;   // FP8: [S][K, V][BK][D], then [K, V][BK] f32
+  bf16* qbuf = reinterpret_cast<bf16*>(smem_raw + Cfg::kQOffset);  // [S][kQRows][kLd]
   DecodeSeg* segs = reinterpret_cast<DecodeSeg*>(smem_raw + Cfg::kSegsOffset);
   int* seg_count = reinterpret_cast<int*>(segs + kMaxDecodeSegs);
   const int tid = int(threadIdx.x), warp = tid / kWarp, lane = tid % kWarp;
@@ -111,20 +122,42 @@ __global__ void __launch_bounds__(kDecodeThreads, 3)
   // the item's first tile its group's query rows.
   auto load_tile = [&](const DecodeSeg& sg, int kt, int stage, bool with_q) {
     const int32_t* table = a.block_tables + int64_t(sg.seq) * a.table_stride;
-    const int64_t head_off = int64_t(sg.kvh) * D + cc;
-    bf16* kd = ring + stage * Cfg::kStageElems + j0 * kLd + cc;
-    bf16* vd = kd + BK * kLd;
+    // The pool slot of key `key`'s row (0 past the chunk, where the source is not read).
+    auto slot_of = [&](int key) {
+      return int64_t(table[key >> kPagedBlockShift]) * kPagedBlockSize +
+             (key & (kPagedBlockSize - 1));
+    };
+    if constexpr (kFp8) {
+      // 16-code chunks: D / 16 a row, key rows j0f + kFp8RowsPerPass i; a scale a thread.
+      uint8_t* kd = codes + stage * Cfg::kCodeStageBytes;
+      uint8_t* vd = kd + BK * D;
+      float* sd = reinterpret_cast<float*>(vd + BK * D);
+      const int j0f = tid / (D / 16), cf = (tid % (D / 16)) * 16;
 #pragma unroll
-    for (int i = 0; i < BK / kRowsPerPass; ++i) {
-      const int key = kt + j0 + kRowsPerPass * i;
-      const bool ok = key < sg.k1;  // past the chunk: zeros, the source is not read
-      const int64_t off = ok ? (int64_t(table[key >> kPagedBlockShift]) * kPagedBlockSize +
-                                (key & (kPagedBlockSize - 1))) *
-                                       slot_stride +
-                                   head_off
-                             : 0;
-      cp_async16(kd + i * kRowsPerPass * kLd, a.k + off, ok);
-      cp_async16(vd + i * kRowsPerPass * kLd, a.v + off, ok);
+      for (int i = 0; i < BK / kFp8RowsPerPass; ++i) {
+        const int j = j0f + kFp8RowsPerPass * i, key = kt + j;
+        const bool ok = key < sg.k1;
+        const int64_t off = ok ? slot_of(key) * slot_stride + int64_t(sg.kvh) * D + cf : 0;
+        cp_async16(kd + j * D + cf, a.k8 + off, ok);
+        cp_async16(vd + j * D + cf, a.v8 + off, ok);
+      }
+      static_assert(2 * BK == kDecodeThreads, "a scale a thread");
+      const int j = tid % BK, key = kt + j;
+      const bool ok = key < sg.k1;
+      const int64_t head_row = ok ? slot_of(key) * a.hkv + sg.kvh : 0;
+      cp_async4(sd + tid, (tid < BK ? a.k_scale : a.v_scale) + head_row, ok);
+    } else {
+      const int64_t head_off = int64_t(sg.kvh) * D + cc;
+      bf16* kd = ring + stage * Cfg::kStageElems + j0 * kLd + cc;
+      bf16* vd = kd + BK * kLd;
+#pragma unroll
+      for (int i = 0; i < BK / kRowsPerPass; ++i) {
+        const int key = kt + j0 + kRowsPerPass * i;
+        const bool ok = key < sg.k1;  // past the chunk: zeros, the source is not read
+        const int64_t off = ok ? slot_of(key) * slot_stride + head_off : 0;
+        cp_async16(kd + i * kRowsPerPass * kLd, a.k + off, ok);
+        cp_async16(vd + i * kRowsPerPass * kLd, a.v + off, ok);
+      }
     }
     if (with_q) {
       const int64_t head0 = int64_t(sg.row) * a.hq + int64_t(sg.kvh) * group;
@@ -161,6 +194,16 @@ __global__ void __launch_bounds__(kDecodeThreads, 3)
     else if (si + 1 < nseg)
       load_tile(segs[si + 1], first_key(segs[si + 1]), stage ^ 1, true);
     cp_async_commit();
+    if constexpr (kFp8) {  // this stage's codes into the bf16 tile, which every warp is done with
+      const uint8_t* kc = codes + stage * Cfg::kCodeStageBytes;
+      const float* sc = reinterpret_cast<const float*>(kc + 2 * BK * D);
+      for (int e = tid; e < 2 * BK * (D / 8); e += kDecodeThreads) {
+        const int row = e / (D / 8), c8 = (e % (D / 8)) * 8;  // row: K rows, then V rows
+        *reinterpret_cast<uint4*>(ring + row * kLd + c8) =
+            fp8_chunk_bf16(*reinterpret_cast<const uint2*>(kc + row * D + c8), sc[row]);
+      }
+      __syncthreads();
+    }
     if (t == 0) {  // the item's query rows (rows past the group zeros; 8-15 zeros unless kTall)
       const bf16* qs = qbuf + stage * Cfg::kQRows * kLd;
       const bool ok0 = g < group, ok1 = kTall && g + 8 < group;
@@ -185,7 +228,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 3)
     // Warp-uniform: keys past the chunk. Otherwise the warp sees a visible key (k0 lies in
     // the first tile's first 16), so each row's max below is finite.
     if (kw < k1) {
-      const bf16* kst = ring + stage * Cfg::kStageElems + warp * kMmaDecodeWarpKeys * kLd;
+      const bf16* kst =
+          ring + (kFp8 ? 0 : stage) * Cfg::kStageElems + warp * kMmaDecodeWarpKeys * kLd;
       const bf16* vst = kst + BK * kLd;
       float sa[2][4] = {}, sb[2][4] = {};  // two accumulation chains, summed below
 #pragma unroll
@@ -282,9 +326,10 @@ __global__ void __launch_bounds__(kDecodeThreads, 3)
     // K/V after the barrier; the next item's first tile is landing in the other), then the
     // warps merged in warp order.
     __syncthreads();
-    float* wo = reinterpret_cast<float*>(ring + stage * Cfg::kStageElems);  // [kWarps][16][D]
-    float* wm = wo + kWarps * 16 * D;                                       // [kWarps][16]
-    float* wl = wm + kWarps * 16;                                           // [kWarps][16]
+    float* wo =
+        reinterpret_cast<float*>(ring + (kFp8 ? 0 : stage) * Cfg::kStageElems);  // [kWarps][16][D]
+    float* wm = wo + kWarps * 16 * D;                                            // [kWarps][16]
+    float* wl = wm + kWarps * 16;                                                // [kWarps][16]
 #pragma unroll
     for (int rr = 0; rr < kRowSets; ++rr) {
       float sum = l[rr];
@@ -343,17 +388,17 @@ __global__ void __launch_bounds__(kDecodeThreads, 3)
   }
 }
 
-template <int D, bool kTall>
+template <int D, bool kTall, bool kFp8>
 cudaError_t set_smem_limit() {
-  return cudaFuncSetAttribute(paged_decode_mma_kernel<D, kTall>,
+  return cudaFuncSetAttribute(paged_decode_mma_kernel<D, kTall, kFp8>,
                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              MmaDecodeCfg<D, kTall>::kSmemBytes);
+                              MmaDecodeCfg<D, kTall, kFp8>::kSmemBytes);
 }
 
-template <int D, bool kTall>
+template <int D, bool kTall, bool kFp8>
 DecodeGrid launch_kernel(const AttentionArgs& a, int max_splits, int slots, float* part_o,
                          float* part_ml, cudaStream_t s) {
-  using Cfg = MmaDecodeCfg<D, kTall>;
+  using Cfg = MmaDecodeCfg<D, kTall, kFp8>;
   const int64_t items = int64_t(max_splits) * a.hkv * a.num_seqs;
   // Persistent: the items spread evenly over about as many blocks as the SMs hold at once
   // (a block's items are then a few, each one's first tile copied while the last finishes).
@@ -364,9 +409,9 @@ DecodeGrid launch_kernel(const AttentionArgs& a, int max_splits, int slots, floa
   if (a.decode_sms > 0) {
     // A failed query only sizes the grid for one block an SM: the results do not depend on it.
     int resident = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, paged_decode_mma_kernel<D, kTall>,
-                                                      kDecodeThreads,
-                                                      Cfg::kSmemBytes) != cudaSuccess ||
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &resident, paged_decode_mma_kernel<D, kTall, kFp8>, kDecodeThreads, Cfg::kSmemBytes) !=
+            cudaSuccess ||
         resident < 1)
       resident = 1;
     const int64_t blocks = int64_t(resident) * a.decode_sms;
@@ -374,7 +419,7 @@ DecodeGrid launch_kernel(const AttentionArgs& a, int max_splits, int slots, floa
     per = ceil_div(items, blocks * waves);
   }
   const int64_t grid = ceil_div(items, per);
-  paged_decode_mma_kernel<D, kTall><<<unsigned(grid), kDecodeThreads, Cfg::kSmemBytes, s>>>(
+  paged_decode_mma_kernel<D, kTall, kFp8><<<unsigned(grid), kDecodeThreads, Cfg::kSmemBytes, s>>>(
       a, int(items), int(per), slots, part_o, part_ml);
   return {items, grid};
 }
@@ -382,28 +427,36 @@ DecodeGrid launch_kernel(const AttentionArgs& a, int max_splits, int slots, floa
 template <int D>
 DecodeGrid launch(const AttentionArgs& a, int max_splits, int slots, float* part_o, float* part_ml,
                   cudaStream_t s) {
-  return a.hq / a.hkv <= 8 ? launch_kernel<D, false>(a, max_splits, slots, part_o, part_ml, s)
-                           : launch_kernel<D, true>(a, max_splits, slots, part_o, part_ml, s);
+  const bool tall = a.hq / a.hkv > 8, fp8 = a.k8 != nullptr;
+  if (fp8)
+    return tall ? launch_kernel<D, true, true>(a, max_splits, slots, part_o, part_ml, s)
+                : launch_kernel<D, false, true>(a, max_splits, slots, part_o, part_ml, s);
+  return tall ? launch_kernel<D, true, false>(a, max_splits, slots, part_o, part_ml, s)
+              : launch_kernel<D, false, false>(a, max_splits, slots, part_o, part_ml, s);
+}
+
+template <int D>
+cudaError_t set_smem_limits() {
+  const cudaError_t e[4] = {set_smem_limit<D, false, false>(), set_smem_limit<D, true, false>(),
+                            set_smem_limit<D, false, true>(), set_smem_limit<D, true, true>()};
+  for (cudaError_t x : e)
+    if (x != cudaSuccess) return x;
+  return cudaSuccess;
 }
 
 }  // namespace
 
 cudaError_t paged_decode_mma_init(int d) {
-  cudaError_t e[2] = {cudaSuccess, cudaSuccess};
   switch (d) {
     case 32:
-      e[0] = set_smem_limit<32, false>(), e[1] = set_smem_limit<32, true>();
-      break;
+      return set_smem_limits<32>();
     case 64:
-      e[0] = set_smem_limit<64, false>(), e[1] = set_smem_limit<64, true>();
-      break;
+      return set_smem_limits<64>();
     case 128:
-      e[0] = set_smem_limit<128, false>(), e[1] = set_smem_limit<128, true>();
-      break;
+      return set_smem_limits<128>();
     default:
-      break;
+      return cudaSuccess;
   }
-  return e[0] != cudaSuccess ? e[0] : e[1];
 }
 
 DecodeGrid launch_paged_decode_mma(const AttentionArgs& a, int max_splits, int slots, float* part_o,
