@@ -113,13 +113,17 @@ run() {
 }
 
 grpo="bench grpo --model $CONFIG --lora-r 32 --checkpointing --device cuda"
-part grpo && for shape in $SHAPES; do
-  case $shape in
-    small) dims="--prompts 1 --generations 8 --prompt-tokens 128 --completion-tokens 512 \
+# The bench grpo flags of a shape.
+dims_of() {
+  case $1 in
+    small) echo "--prompts 1 --generations 8 --prompt-tokens 128 --completion-tokens 512 \
              --steps 3 --kv-memory 1" ;;
-    real) dims="--prompts 16 --generations 8 --prompt-tokens 256 --completion-tokens 768 \
+    real) echo "--prompts 16 --generations 8 --prompt-tokens 256 --completion-tokens 768 \
             --steps 2 --kv-memory 24 --gradient-accumulation-steps ${REAL_GAS:-1}" ;;
   esac
+}
+part grpo && for shape in $SHAPES; do
+  dims=$(dims_of $shape)
   for fp8 in row off; do
     run "grpo_${shape}_$fp8" 150 "$FP8RL" $grpo $dims --fp8 $fp8 \
       --out "$OUT_DIR/grpo_${shape}_$fp8.json"
@@ -130,9 +134,8 @@ done
 # Each developer control of OPTIONS switched off in turn at the small shape, FP8-row: its
 # gain is grpo_small_row's speed over grpo_small_row_no_KEY's.
 part options && for key in ${OPTIONS:-}; do
-  run "grpo_small_row_no_$key" 150 "$FP8RL" $grpo --prompts 1 --generations 8 --prompt-tokens 128 \
-    --completion-tokens 512 --steps 3 --kv-memory 1 --fp8 row --device-option "$key=false" \
-    --out "$OUT_DIR/grpo_small_row_no_$key.json"
+  run "grpo_small_row_no_$key" 150 "$FP8RL" $grpo $(dims_of small) --fp8 row \
+    --device-option "$key=false" --out "$OUT_DIR/grpo_small_row_no_$key.json"
   table gain "grpo_small_row" "grpo_small_row_no_$key"
 done
 
@@ -153,12 +156,7 @@ done
 # FP8 KV (--kv-dtype fp8) beside bf16 KV, FP8-row weights: bench grpo at SHAPES (its rollout,
 # and the mismatch against the trainer, which reads no cache) and bench generate at SEQS, r 32.
 part kv && for shape in $SHAPES; do
-  case $shape in
-    small) dims="--prompts 1 --generations 8 --prompt-tokens 128 --completion-tokens 512 \
-             --steps 3 --kv-memory 1" ;;
-    real) dims="--prompts 16 --generations 8 --prompt-tokens 256 --completion-tokens 768 \
-            --steps 2 --kv-memory 24 --gradient-accumulation-steps ${REAL_GAS:-1}" ;;
-  esac
+  dims=$(dims_of $shape)
   run "grpo_${shape}_row_fp8kv" 150 "$FP8RL" $grpo $dims --fp8 row --kv-dtype fp8 \
     --out "$OUT_DIR/grpo_${shape}_row_fp8kv.json"
   table gain "grpo_${shape}_row_fp8kv" "grpo_${shape}_row"

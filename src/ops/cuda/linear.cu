@@ -56,20 +56,6 @@ __device__ __forceinline__ uint4 load_cached(const uint8_t* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));  // every block reads the tokens' codes
 }
 
-__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-  (void)d, (void)a0, (void)a1, (void)a2, (void)a3, (void)b0, (void)b1;
-  __trap();  // only in the streaming kernel, which the host launches on sm_89 and later
-#endif
-}
-
 // The segment of a grouped launch that output tile `tile` belongs to.
 __device__ __forceinline__ int segment_of(const StreamingArgs& a, int tile) {
   int s = 0;
@@ -146,8 +132,10 @@ __device__ __forceinline__ void down_product_block(const StreamingArgs& a, int b
       const uint4 x = kk < k && m < a.m
                           ? load_cached(reinterpret_cast<const uint8_t*>(d.x + int64_t(m) * k + kk))
                           : zero;
-      mma_bf16(acc[mt], lo[u].x, hi[u].x, lo[u].y, hi[u].y, x.x, x.y);
-      mma_bf16(acc[mt], lo[u].z, hi[u].z, lo[u].w, hi[u].w, x.z, x.w);
+      const uint32_t a0[4] = {lo[u].x, hi[u].x, lo[u].y, hi[u].y};
+      const uint32_t a1[4] = {lo[u].z, hi[u].z, lo[u].w, hi[u].w};
+      mma_bf16(acc[mt], a0, x.x, x.y);
+      mma_bf16(acc[mt], a1, x.z, x.w);
     }
   }
   store_partials<MT>(partial, acc);
