@@ -10,6 +10,12 @@
 
 namespace fp8rl::test {
 
+// A chat template prefix in the way of Qwen3's thinking switch: "<x>nothink\n" when the
+// template variable enable_thinking is given and false, nothing otherwise.
+inline const std::string kThinkingSwitch =
+    "{% if enable_thinking is defined and not enable_thinking %}{{ '<x>nothink\\n' }}"
+    "{% endif %}";
+
 inline std::string golden_dir(const std::string& arch) {
   return std::string(FP8RL_TEST_DATA) + "/goldens/" + arch;
 }

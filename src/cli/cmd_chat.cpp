@@ -139,6 +139,7 @@ void add_chat_command(CLI::App& app) {
       ->required();
   c->add_option("--adapter", o->session.adapter, kAdapterHelp);
   c->add_option("--system", o->system, "System message that starts the conversation");
+  add_chat_template_kwargs_option(*c, o->session);
   SamplingParams& s = o->sampling;
   c->add_option("--max-tokens", s.max_tokens,
                 "New tokens per reply at most (and what the context leaves)")

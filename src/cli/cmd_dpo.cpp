@@ -24,6 +24,7 @@ void run_dpo(const DpoConfig& cfg, const std::string& yaml) {
   d.max_length = cfg.max_length;
   d.max_prompt_length = cfg.max_prompt_length;
   d.truncation = cfg.truncation;
+  d.chat_template_kwargs = cfg.chat_template_kwargs;
   d.eos_token_id = ts.tokenizer_setup().eos_token_id;
   const auto& chat = ts.tokenizer_setup().chat;
   std::vector<PreferencePair> pairs =

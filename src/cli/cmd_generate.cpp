@@ -2,11 +2,13 @@
 //                [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P]
 //                [--repetition-penalty R] [--stop S ...] [--seed S] [--ignore-eos]
 //                [--logprobs K] [--fp8 ...] [--kv-dtype bf16|fp8] [--kv-memory GIB] [--device ...]
+//                [--chat-template-kwargs JSON]
 //
 // Input: one JSON object per line with `prompt_ids` (list of ints), `prompt` (text, tokenized
 // with the model's tokenizer, special tokens added as vLLM does) or `messages` (the chat
-// template applied with the generation prompt), and optionally any sampling key of
-// SamplingParams (engine/sampling_params.h) to override the command line for that line.
+// template applied with the generation prompt; `chat_template_kwargs`, as vLLM's requests take
+// it, over the command line's), and optionally any sampling key of SamplingParams
+// (engine/sampling_params.h) to override the command line for that line.
 // Output: one line per input line, in input order:
 //   {"completions": [{"completion_ids": [...], "text": "...", "logprobs": [...],
 //                     "finish_reason": "stop"|"length"}, ...n]}
@@ -94,13 +96,17 @@ GenerationRequest make_request(const ModelSession& session, const nlohmann::orde
     CHECK(line["prompt"].is_string(), "prompt must be a string");
     r.prompt_ids = session.encode_text(line["prompt"].get<std::string>());
   } else {
-    r.prompt_ids = session.encode_chat(line["messages"]);
+    r.prompt_ids = session.encode_chat(
+        line["messages"], line.value("chat_template_kwargs", nlohmann::ordered_json()));
   }
+  CHECK(!line.contains("chat_template_kwargs") || line.contains("messages"),
+        "chat_template_kwargs applies to a messages line only");
   CHECK(!r.prompt_ids.empty(), "the prompt is empty after tokenization");
   nlohmann::json overrides = nlohmann::json(line);
   overrides.erase("prompt_ids");
   overrides.erase("prompt");
   overrides.erase("messages");
+  overrides.erase("chat_template_kwargs");
   r.params = sampling_params_from_json(overrides, defaults);
   return r;
 }
@@ -198,6 +204,7 @@ void add_generate_command(CLI::App& app) {
       ->required();
   c->add_option("--out", o->out, "Output JSONL, one line per prompt")->required();
   c->add_option("--adapter", o->session.adapter, kAdapterHelp);
+  add_chat_template_kwargs_option(*c, o->session);
   SamplingParams& s = o->sampling;
   c->add_option("--n", s.n, "Completions per prompt")->capture_default_str();
   c->add_option("--max-tokens", s.max_tokens, "New tokens at most")->capture_default_str();

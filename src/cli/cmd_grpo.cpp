@@ -29,6 +29,7 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   PromptDataOptions d;
   d.max_prompt_length = cfg.max_prompt_length;
   d.truncation = cfg.truncation;
+  d.chat_template_kwargs = cfg.chat_template_kwargs;
   const auto& chat = ts.tokenizer_setup().chat;
   std::vector<PromptExample> prompts =
       read_prompt_dataset(cfg.data, ts.tokenizer(), chat ? &*chat : nullptr, d);

@@ -23,6 +23,7 @@ void run_sft(const SftConfig& cfg, const std::string& yaml) {
   SftDataOptions d;
   d.max_length = cfg.max_length;
   d.truncation = cfg.truncation;
+  d.chat_template_kwargs = cfg.chat_template_kwargs;
   d.dataset_text_field = cfg.dataset_text_field;
   d.completion_only_loss = cfg.completion_only_loss;
   d.assistant_only_loss = cfg.assistant_only_loss;

@@ -36,6 +36,9 @@ void add_reference_key(KeyTable<C>& t) {
 template <class C>
 void add_training_keys(KeyTable<C>& t) {
   t.add("data", &C::data, "Training dataset (JSONL)");
+  t.add("chat_template_kwargs", &C::chat_template_kwargs,
+        "Extra chat template variables for chat rows (a mapping; JSON text as a flag), e.g. "
+        "{enable_thinking: false}");
   t.add("output_dir", &C::output_dir, "Run directory (metrics, checkpoints, adapter)").alias("out");
   t.add("resume_from_checkpoint", &C::resume_from_checkpoint,
         "Resume: a checkpoint directory, or true (bare --resume) for the newest in output_dir")

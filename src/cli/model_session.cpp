@@ -4,13 +4,36 @@
 
 #include "cli/common.h"
 #include "core/check.h"
+#include "formats/json_read.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_config.h"
 
 namespace fp8rl::cli {
 
-ModelSession::ModelSession(const SessionOptions& options) : dir_(options.model) {
+namespace {
+
+// --chat-template-kwargs: a JSON mapping, read before anything loads.
+nlohmann::ordered_json parse_chat_template_kwargs(const std::string& text) {
+  if (text.empty()) return nlohmann::ordered_json::object();
+  nlohmann::ordered_json kwargs;
+  try {
+    kwargs = parse_ordered_json_text(text, "--chat-template-kwargs");
+  } catch (const Error& e) {
+    RAISE("--chat-template-kwargs: not JSON ({})", e.what());
+  }
+  CHECK(kwargs.is_object(),
+        "--chat-template-kwargs {} is not a mapping of template variables (e.g. "
+        "'{{\"enable_thinking\": false}}')",
+        json_excerpt(kwargs));
+  return kwargs;
+}
+
+}  // namespace
+
+ModelSession::ModelSession(const SessionOptions& options)
+    : dir_(options.model),
+      chat_template_kwargs_(parse_chat_template_kwargs(options.chat_template_kwargs)) {
   LoadOptions load;
   load.fp8 = parse_fp8_option(options.fp8);
   open_device(options);
@@ -21,7 +44,8 @@ ModelSession::ModelSession(const SessionOptions& options) : dir_(options.model) 
 
 ModelSession::ModelSession(const SessionOptions& options,
                            const std::function<Model(Context&)>& make)
-    : dir_(options.model) {
+    : dir_(options.model),
+      chat_template_kwargs_(parse_chat_template_kwargs(options.chat_template_kwargs)) {
   open_device(options);
   model_.emplace(make(ctx_));
   model_->to_device(ctx_);
@@ -72,19 +96,27 @@ std::vector<int32_t> ModelSession::encode_text(const std::string& text) const {
   return require_tokenizer("a text prompt").encode(text, /*add_special=*/true);
 }
 
-std::string ModelSession::render_chat(const nlohmann::ordered_json& messages) const {
+std::string ModelSession::render_chat(const nlohmann::ordered_json& messages,
+                                      const nlohmann::ordered_json& kwargs) const {
   require_tokenizer("a chat (messages)");
   CHECK(messages.is_array(), "messages must be a list of {{role, content}} objects");
+  CHECK(kwargs.is_null() || kwargs.is_object(),
+        "chat_template_kwargs must be a mapping of template variables, got {}",
+        json_excerpt(kwargs));
   if (!chat_) chat_ = std::make_unique<ChatTemplateConfig>(load_chat_template_config(dir_));
   ChatRequest req;
   req.messages = messages;
   req.add_generation_prompt = true;
+  req.variables = chat_template_kwargs_;
+  if (kwargs.is_object())
+    for (const auto& [key, value] : kwargs.items()) req.variables[key] = value;
   return ChatTemplate(chat_->source).render(build_chat_context(*chat_, req));
 }
 
-std::vector<int32_t> ModelSession::encode_chat(const nlohmann::ordered_json& messages) const {
+std::vector<int32_t> ModelSession::encode_chat(const nlohmann::ordered_json& messages,
+                                               const nlohmann::ordered_json& kwargs) const {
   // The template wrote the special tokens itself.
-  return tokenizer_->encode(render_chat(messages), /*add_special=*/false);
+  return tokenizer_->encode(render_chat(messages, kwargs), /*add_special=*/false);
 }
 
 std::unique_ptr<Engine> ModelSession::make_engine(const EngineOptions& options) {
@@ -92,6 +124,12 @@ std::unique_ptr<Engine> ModelSession::make_engine(const EngineOptions& options) 
       std::make_unique<Engine>(ctx_, *model_, adapter_.get(), tokenizer_.get(), eos_ids(), options);
   if (adapter_) engine->set_adapter_version(adapter_->version());
   return engine;
+}
+
+void add_chat_template_kwargs_option(CLI::App& c, SessionOptions& options) {
+  c.add_option("--chat-template-kwargs", options.chat_template_kwargs,
+               "Extra chat template variables, a JSON mapping (e.g. '{\"enable_thinking\": "
+               "false}' for Qwen3)");
 }
 
 void add_sampling_filter_options(CLI::App& c, SamplingParams& s) {

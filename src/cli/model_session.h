@@ -34,7 +34,13 @@ struct SessionOptions {
   std::string device = "cpu";
   bool bf16_activations = false;  // CPU only (parse_activations)
   CudaDeviceOptions cuda;         // --device cuda: the device's options (bench --device-option)
+  // --chat-template-kwargs: extra chat template variables for every chat render (JSON text of
+  // a mapping, TRL's / vLLM's chat_template_kwargs); empty: none.
+  std::string chat_template_kwargs;
 };
+
+// --chat-template-kwargs into options.chat_template_kwargs.
+void add_chat_template_kwargs_option(CLI::App& c, SessionOptions& options);
 
 // Also the spelling of --adapter's help on every command.
 inline const char* kAdapterHelp =
@@ -73,9 +79,12 @@ class ModelSession {
   std::vector<int32_t> encode_text(const std::string& text) const;
   // The model's chat template applied to `messages` (a JSON list of {role, content}) with
   // the generation prompt -> the rendered text, then its ids (the template wrote the special
-  // tokens itself, so none are added).
-  std::string render_chat(const nlohmann::ordered_json& messages) const;
-  std::vector<int32_t> encode_chat(const nlohmann::ordered_json& messages) const;
+  // tokens itself, so none are added). The template's extra variables: the session's
+  // --chat-template-kwargs, then `kwargs` (a request's own; null: none) over them.
+  std::string render_chat(const nlohmann::ordered_json& messages,
+                          const nlohmann::ordered_json& kwargs = nullptr) const;
+  std::vector<int32_t> encode_chat(const nlohmann::ordered_json& messages,
+                                   const nlohmann::ordered_json& kwargs = nullptr) const;
 
   // An engine over the session's model, keyed by the adapter's version.
   std::unique_ptr<Engine> make_engine(const EngineOptions& options);
@@ -85,6 +94,7 @@ class ModelSession {
   void finish_setup(const SessionOptions& options);
 
   std::string dir_;
+  nlohmann::ordered_json chat_template_kwargs_;  // --chat-template-kwargs, parsed
   // The device outlives everything that holds its memory (declared first, destroyed last).
   std::unique_ptr<CudaDevice> cuda_;
   Arena arena_;

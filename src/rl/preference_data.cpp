@@ -43,6 +43,7 @@ struct Reader {
       request.messages.push_back(m);
     }
     request.add_generation_prompt = generation_prompt;
+    request.variables = chat_template_variables(opt.chat_template_kwargs);
     return tokenizer.encode(tmpl->render(build_chat_context(*chat, request), render_options),
                             false);
   }

@@ -35,6 +35,8 @@ struct PreferenceDataOptions {
   // max_prompt_length tokens, prompt + completion its first max_length tokens.
   bool truncation = false;
   int32_t eos_token_id = -1;  // appended to standard completions; -1: none (error)
+  // TRL's chat_template_kwargs: extra variables of the chat template (null: none).
+  nlohmann::json chat_template_kwargs = nlohmann::json::object();
 };
 
 // One row at a time, as read_preference_dataset reads each line (and as the fuzzer drives it).

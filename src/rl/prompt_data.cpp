@@ -65,6 +65,7 @@ PromptExample PromptRowReader::Impl::row(const Json& row) const {
     ChatRequest request;
     for (const Json& m : *messages) request.messages.push_back(m);
     request.add_generation_prompt = true;
+    request.variables = chat_template_variables(options.chat_template_kwargs);
     ex.text = chat_template->render(build_chat_context(*chat, request), render_options);
     ex.ids = tokenizer.encode(ex.text, false);
   }

@@ -33,6 +33,8 @@ struct PromptDataOptions {
   // max_prompt_length tokens (TRL's old left truncation). nullopt: no limit.
   std::optional<int64_t> max_prompt_length = 512;
   bool truncation = false;
+  // TRL's chat_template_kwargs: extra variables of the chat template (null: none).
+  nlohmann::json chat_template_kwargs = nlohmann::json::object();
 };
 
 // One row at a time, as read_prompt_dataset reads each line (and as the fuzzer drives it).

@@ -166,6 +166,7 @@ std::vector<int32_t> RowReader::render_tokens(const Json& messages, size_t count
   for (size_t i = 0; i < count; ++i) request.messages.push_back(messages[i]);
   request.add_generation_prompt = generation_prompt;
   request.tools = tools;
+  request.variables = chat_template_variables(options.chat_template_kwargs);
   // The template writes the special tokens itself (apply_chat_template's tokenize=True).
   return tokenizer().encode(
       chat_template->render(build_chat_context(*chat, request), render_options), false);

@@ -77,6 +77,8 @@ struct SftDataOptions {
   int32_t eos_token_id = -1;
   // input_ids must lie in [0, vocab_size); 0: the tokenizer's vocab_size().
   int64_t vocab_size = 0;
+  // TRL's chat_template_kwargs: extra variables of the chat template (null: none).
+  nlohmann::json chat_template_kwargs = nlohmann::json::object();
 };
 
 // One row at a time, as read_sft_dataset reads each line (and as the fuzzer drives it).

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "formats/json_read.h"
 #include "train/config_checks.h"
 
 namespace fp8rl {
@@ -39,6 +40,10 @@ void TrainingArguments::validate() const {
   c::at_least<int64_t>("seed", seed, 0);
   c::at_least<int64_t>("save_steps", save_steps, 0);
   c::at_least<int64_t>("logging_steps", logging_steps, 1);
+  CHECK(chat_template_kwargs.is_object() || chat_template_kwargs.is_null(),
+        "chat_template_kwargs = {} is not a mapping of template variables (e.g. "
+        "{{\"enable_thinking\": false}})",
+        json_excerpt(chat_template_kwargs));
 }
 
 int64_t TrainingArguments::num_warmup_steps(int64_t total_steps) const {

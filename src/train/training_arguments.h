@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
@@ -23,6 +24,10 @@ std::string_view optimizer_name(OptimizerKind kind);  // "adamw" | "sgd"
 struct TrainingArguments {
   // fp8rl's run keys.
   std::string data;  // the training dataset, a JSONL file
+  // TRL's chat_template_kwargs: extra variables of the chat template when chat rows are
+  // rendered (apply_chat_template's keyword arguments), e.g. {"enable_thinking": false} for
+  // Qwen3. A mapping (null: none); they override the template's other variables.
+  nlohmann::json chat_template_kwargs = nlohmann::json::object();
   // The run directory. transformers' default since 4.50 ("trainer_output" in the working
   // directory), kept so that a TRL config means the same here.
   std::string output_dir = "trainer_output";

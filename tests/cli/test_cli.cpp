@@ -539,6 +539,12 @@ TEST(CliGenerate, BadInputIsAClearErrorAndLeavesNoOutput) {
   expect_failure(ok + R"({"prompt_ids": [1], "temperature": "hot"})"
                       "\n",
                  "", "line 2: sampling: 'temperature'");
+  // chat_template_kwargs: a mapping, and for chat lines only.
+  expect_failure(ok, "--chat-template-kwargs '[1]'", "--chat-template-kwargs [1] is not a mapping");
+  expect_failure(ok, "--chat-template-kwargs '{oops'", "--chat-template-kwargs: not JSON");
+  expect_failure(R"({"prompt_ids": [1], "chat_template_kwargs": {"enable_thinking": false}})"
+                 "\n",
+                 "", "line 1: chat_template_kwargs applies to a messages line only");
   // An adapter made for another architecture's shapes (qwen3: 4 heads of 64; llama: 6 of 32).
   expect_failure(ok, "--adapter " + kQwen3 + "/adapter", "q_proj",
                  fp8rl::test::golden_dir("llama"));
@@ -859,6 +865,51 @@ TEST(Cli, InfoRejectsACheckpointWithTensorsMissing) {
 namespace {
 
 const std::string kDemoModel = FP8RL_SOURCE_DIR "/examples/demo/model";
+
+// chat_template_kwargs reach the chat template of generate (the flag, a line's own over it) and
+// of grpo's prompts: a copy of the demo model whose template raises when enable_thinking is
+// false renders without them (the control) and raises with them.
+TEST(CliChatTemplateKwargs, ReachTheTemplate) {
+  const std::string model = temp("thinking_model");
+  fs::create_directories(model);
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors",
+                        "special_tokens_map.json", "tokenizer.json"})
+    fs::copy_file(kDemoModel + "/" + f, model + "/" + f);
+  nlohmann::json tc = read_json(kDemoModel + "/tokenizer_config.json");
+  tc["chat_template"] =
+      "{% if enable_thinking is defined and not enable_thinking %}{{ raise_exception('thinking "
+      "is off') }}{% endif %}" +
+      tc["chat_template"].get<std::string>();
+  write_file(model + "/tokenizer_config.json", tc.dump());
+  const std::string in = temp("thinking_in") + ".jsonl", out = temp("thinking_out") + ".jsonl";
+  const std::string chat = R"({"messages": [{"role": "user", "content": "What is 1+2?"}])";
+  const std::string base = "generate " + model + " --prompts " + in + " --out " + out +
+                           " --max-tokens 2 --temperature 0";
+  write_file(in, chat + "}\n");
+  const Result plain = run(base);
+  EXPECT_EQ(plain.exit_code, 0) << plain.output;
+  const Result flag = run(base + R"( --chat-template-kwargs '{"enable_thinking": false}')");
+  EXPECT_NE(flag.output.find("thinking is off"), std::string::npos) << flag.output;
+  write_file(in, chat + R"(, "chat_template_kwargs": {"enable_thinking": false}})" + "\n");
+  const Result line = run(base);
+  EXPECT_NE(line.output.find("line 1:"), std::string::npos) << line.output;
+  EXPECT_NE(line.output.find("thinking is off"), std::string::npos) << line.output;
+  // The line's own value wins over the flag's.
+  write_file(in, chat + R"(, "chat_template_kwargs": {"enable_thinking": true}})" + "\n");
+  const Result over = run(base + R"( --chat-template-kwargs '{"enable_thinking": false}')");
+  EXPECT_EQ(over.exit_code, 0) << over.output;
+  // grpo renders its chat prompts with the config's chat_template_kwargs.
+  const std::string data = temp("thinking_prompts") + ".jsonl";
+  write_file(data, chat + R"(, "answer": "3"})" + "\n");
+  const std::string grpo =
+      "grpo " + model + " --data " + data + " --output-dir " + temp("thinking_grpo") +
+      " --dry-run --num-generations 2 " +
+      "--per-device-train-batch-size 2 --rewards '[{\"type\": \"answer_match\"}]'";
+  EXPECT_EQ(run(grpo).exit_code, 0);
+  const Result off = run(grpo + R"( --chat-template-kwargs '{"enable_thinking": false}')");
+  EXPECT_NE(off.output.find("thinking is off"), std::string::npos) << off.output;
+  fs::remove_all(model);
+}
 
 // The training commands: a short SFT run writes PEFT's files, metrics and a config record;
 // bad configs, datasets and values are one-line errors naming the problem.

@@ -126,6 +126,7 @@ lora_target_modules: [q_proj, v_proj]
 reward_weights: [1.0, 0.5]
 epsilon_high: 0.28
 min_p: ~
+chat_template_kwargs: {enable_thinking: false}
 rewards:
   - type: answer_match
     normalize: true
@@ -145,6 +146,7 @@ rewards:
   EXPECT_EQ(c.rewards[0]["type"], "answer_match");
   EXPECT_EQ(c.rewards[0]["normalize"], true);
   EXPECT_EQ(c.rewards[1]["reward_process"], "python3 -m my.reward");
+  EXPECT_EQ(c.chat_template_kwargs, nlohmann::json({{"enable_thinking", false}}));
   // Keys the file does not name keep their defaults.
   EXPECT_EQ(c.num_generations, 8);
   EXPECT_EQ(c.seed, 42);
@@ -398,6 +400,8 @@ TEST(RunConfig, OutOfRangeValuesAreNamed) {
       {"max_grad_norm: -0.5", "max_grad_norm = -0.5 is out of range (must be >= 0)"},
       {"max_tokens_per_batch: 100", "max_tokens_per_batch = 100 is out of range"},
       {"lora_target_modules: []", "lora_target_modules is empty"},
+      {"chat_template_kwargs: [enable_thinking]",
+       "chat_template_kwargs = [\"enable_thinking\"] is not a mapping of template variables"},
   };
   for (const Case& c : sft_cases) {
     const SftConfig config = load_text(sft_keys(), c.yaml);
@@ -426,7 +430,8 @@ TEST(RunConfig, OutOfRangeValuesAreNamed) {
   const std::vector<Case> dpo_cases = {
       {"beta: 0", "beta = 0 is out of range (must be > 0)"},
       {"label_smoothing: 0.5", "label_smoothing = 0.5 is out of range (must be in [0, 0.5))"},
-      {"{loss_type: ipo, label_smoothing: 0.1}", "applies to loss_type sigmoid and robust only, not ipo"},
+      {"{loss_type: ipo, label_smoothing: 0.1}",
+       "applies to loss_type sigmoid and robust only, not ipo"},
       {"max_prompt_length: 1024",
        "max_prompt_length = 1024 is out of range (must be < "
        "max_length = 1024"},

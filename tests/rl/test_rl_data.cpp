@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "rl/preference_data.h"
 #include "rl/prompt_data.h"
+#include "test_util.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -68,6 +69,37 @@ TEST(PromptRowReader, ReadsOneRowAsTheFileReaderDoes) {
   }
   EXPECT_EQ(error_of([&] { reader.read(Json::parse(R"({"answer": 1})")); }),
             "the row has neither \"prompt\" nor \"messages\"");
+}
+
+// TRL's chat_template_kwargs reach the template as variables for prompts and preference rows;
+// without them the template's default renders, which the kwargs must change.
+TEST(PromptRowReader, ChatTemplateKwargsAreTemplateVariables) {
+  ChatTemplateConfig chat = toy_chat();
+  chat.source = test::kThinkingSwitch + chat.source;
+  const Json row = Json::parse(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  PromptDataOptions off;
+  off.chat_template_kwargs = {{"enable_thinking", false}};
+  EXPECT_EQ(PromptRowReader(tokenizer(), &chat, off).read(row).text,
+            "<x>nothink\n<x>user\nhi<|end|>\n<x>assistant\n");
+  EXPECT_EQ(PromptRowReader(tokenizer(), &chat, {}).read(row).text,
+            "<x>user\nhi<|end|>\n<x>assistant\n");
+  PreferenceDataOptions p;
+  p.eos_token_id = 300;
+  const Json pair = Json::parse(
+      R"({"prompt": [{"role": "user", "content": "hi"}], "chosen": [{"role": "assistant", "content": "a"}],)"
+      R"( "rejected": [{"role": "assistant", "content": "b"}]})");
+  const PreferencePair plain = PreferenceRowReader(tokenizer(), &chat, p).read(pair);
+  p.chat_template_kwargs = {{"enable_thinking", false}};
+  const PreferencePair thinking_off = PreferenceRowReader(tokenizer(), &chat, p).read(pair);
+  EXPECT_EQ(thinking_off.prompt,
+            tokenizer().encode("<x>nothink\n<x>user\nhi<|end|>\n<x>assistant\n"));
+  EXPECT_EQ(plain.prompt, tokenizer().encode("<x>user\nhi<|end|>\n<x>assistant\n"));
+  EXPECT_EQ(thinking_off.chosen, plain.chosen);  // the completions are the same
+  off.chat_template_kwargs = "no";
+  EXPECT_NE(error_of([&] {
+              PromptRowReader(tokenizer(), &chat, off).read(row);
+            }).find("chat_template_kwargs must be a mapping"),
+            std::string::npos);
 }
 
 TEST(PreferenceRowReader, ReadsOneRowAsTheFileReaderDoes) {

@@ -12,6 +12,7 @@
 
 #include "core/check.h"
 #include "formats/json_read.h"
+#include "test_util.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "train/sft_batch.h"
@@ -204,6 +205,26 @@ TEST_F(SftDataTest, MessagesTrainOnAssistantTurnsWithoutHeaders) {
   SftDataOptions all = default_options();
   all.assistant_only_loss = false;
   EXPECT_EQ(read(row, all, &chat)[0].loss_mask, Mask(ex[0].input_ids.size(), 1));
+}
+
+// TRL's chat_template_kwargs reach the template as variables (a Qwen3-style thinking switch);
+// without them the template's default renders, which the kwargs must change.
+TEST_F(SftDataTest, ChatTemplateKwargsAreTemplateVariables) {
+  ChatTemplateConfig chat = toy_chat();
+  chat.source = test::kThinkingSwitch + chat.source;
+  const std::string row =
+      R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})";
+  SftDataOptions off = default_options();
+  off.chat_template_kwargs = {{"enable_thinking", false}};
+  const auto with = read(row, off, &chat), without = read(row, default_options(), &chat);
+  EXPECT_EQ(with[0].input_ids,
+            tokenizer().encode("<x>nothink\n<x>user\nhi<|end|>\n<x>assistant\nyo<|end|>\n"));
+  EXPECT_EQ(without[0].input_ids,
+            tokenizer().encode("<x>user\nhi<|end|>\n<x>assistant\nyo<|end|>\n"));
+  EXPECT_EQ(target_text(with[0]), "yo<|end|>\n");  // the assistant mask still finds the turn
+  SftDataOptions bad = default_options();
+  bad.chat_template_kwargs = nlohmann::json::array({1});
+  expect_error(row, 1, "chat_template_kwargs must be a mapping", bad, &chat);
 }
 
 TEST_F(SftDataTest, MessagesWithARealTemplate) {

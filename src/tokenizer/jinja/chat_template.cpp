@@ -111,6 +111,12 @@ ChatTemplateConfig load_chat_template_config(const std::string& path,
   return out;
 }
 
+nlohmann::ordered_json chat_template_variables(const nlohmann::json& kwargs) {
+  CHECK(kwargs.is_object() || kwargs.is_null(),
+        "chat_template_kwargs must be a mapping of template variables, got {}", kwargs.type_name());
+  return kwargs.is_null() ? nlohmann::ordered_json::object() : nlohmann::ordered_json(kwargs);
+}
+
 nlohmann::ordered_json build_chat_context(const ChatTemplateConfig& config,
                                           const ChatRequest& request) {
   CHECK(request.messages.is_array(), "messages must be a JSON array, got {}",

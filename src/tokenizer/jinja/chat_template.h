@@ -81,6 +81,10 @@ struct ChatRequest {
   nlohmann::ordered_json variables = nlohmann::ordered_json::object();
 };
 
+// apply_chat_template's extra keyword arguments (TRL's chat_template_kwargs, a JSON object;
+// null: none) as ChatRequest::variables.
+nlohmann::ordered_json chat_template_variables(const nlohmann::json& kwargs);
+
 // HF's template context: special tokens, messages, tools, documents, add_generation_prompt,
 // then the extra variables.
 nlohmann::ordered_json build_chat_context(const ChatTemplateConfig& config,
