@@ -195,13 +195,13 @@ KeyTable<DpoConfig> dpo_keys() {
   add_model_keys(t);
   t.add("beta", &C::beta, "DPO beta (IPO's tau)");
   add_reference_key(t);
-  t.add_enum("loss_type", &C::loss_type,
-             {{"sigmoid", DpoLossType::sigmoid},
-              {"ipo", DpoLossType::ipo},
-              {"hinge", DpoLossType::hinge},
-              {"robust", DpoLossType::robust}},
-             "DPO loss");
-  t.add("label_smoothing", &C::label_smoothing, "cDPO label noise, in [0, 0.5); sigmoid only");
+  std::vector<std::pair<std::string, DpoLossType>> losses;
+  for (DpoLossType l : dpo_loss_types()) losses.emplace_back(std::string(dpo_loss_type_name(l)), l);
+  losses.emplace_back("aot_pair", DpoLossType::aot_unpaired);  // TRL's earlier name
+  t.add_enum("loss_type", &C::loss_type, losses, "DPO loss (TRL's loss types, rl/dpo_loss.h)");
+  t.add("label_smoothing", &C::label_smoothing,
+        "Label noise ε in [0, 0.5): sigmoid (cDPO), robust, aot, aot_unpaired; exo_pair's ε (> 0)");
+  t.add("discopop_tau", &C::discopop_tau, "DiscoPOP's τ (loss_type discopop)");
   t.add("max_length", &C::max_length, "Tokens of prompt + completion at most");
   t.add("max_prompt_length", &C::max_prompt_length, "Prompt tokens at most (null: no limit)");
   t.add("truncation", &C::truncation, "Cut rows over the limits (default: an error)");

@@ -12,10 +12,16 @@ void DpoConfig::validate() const {
   c::positive("beta", beta);
   // ε = 0.5 makes the loss symmetric in chosen/rejected: nothing left to learn.
   c::in_half_open("label_smoothing", label_smoothing, 0.0, 0.5);
-  CHECK(label_smoothing == 0.0 || loss_type == DpoLossType::sigmoid ||
-            loss_type == DpoLossType::robust,
-        "label_smoothing = {} applies to loss_type sigmoid and robust only, not {}",
+  const bool smoothed = loss_type == DpoLossType::sigmoid || loss_type == DpoLossType::robust ||
+                        loss_type == DpoLossType::exo_pair || loss_type == DpoLossType::aot ||
+                        loss_type == DpoLossType::aot_unpaired;
+  CHECK(label_smoothing == 0.0 || smoothed,
+        "label_smoothing = {} applies to loss_type sigmoid, robust, exo_pair, aot and "
+        "aot_unpaired only, not {}",
         label_smoothing, dpo_loss_type_name(loss_type));
+  CHECK(loss_type != DpoLossType::exo_pair || label_smoothing > 0.0,
+        "loss_type exo_pair needs label_smoothing > 0 (the EXO paper's ε, e.g. 0.001)");
+  c::positive("discopop_tau", discopop_tau);
   c::at_least<int64_t>("max_length", max_length, 2);
   if (max_prompt_length) {
     c::at_least<int64_t>("max_prompt_length", *max_prompt_length, 1);

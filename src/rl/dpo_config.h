@@ -16,7 +16,8 @@ namespace fp8rl {
 
 // With Δ = (logπ(y_c) − logπ_ref(y_c)) − (logπ(y_r) − logπ_ref(y_r)):
 // sigmoid −log σ(βΔ) (with label_smoothing ε: cDPO, −(1−ε) log σ(βΔ) − ε log σ(−βΔ)),
-// ipo (Δ̄ − 1/(2β))² on length-normalised log-ratios, hinge relu(1 − βΔ).
+// ipo (Δ̄ − 1/(2β))² on length-normalised log-ratios, hinge relu(1 − βΔ), and TRL's other
+// loss types (rl/dpo_loss.h).
 
 struct DpoConfig : TrainingArguments, ModelArguments {
   DpoConfig() { learning_rate = 1e-6; }  // DPOConfig's override of transformers' 5e-5
@@ -24,10 +25,11 @@ struct DpoConfig : TrainingArguments, ModelArguments {
   double beta = 0.1;
   ReferenceModel reference_model = ReferenceModel::start;  // the reference's log-probs
   DpoLossType loss_type = DpoLossType::sigmoid;
-  // cDPO's ε, the probability that a preference label is flipped; sigmoid only (as in TRL
-  // before the `robust` loss took it over).
+  // cDPO's ε, the probability that a preference label is flipped: sigmoid (as in TRL before
+  // the `robust` loss took it over), robust, aot, aot_unpaired; exo_pair's ε (must be > 0).
   double label_smoothing = 0.0;
-  int64_t max_length = 1024;  // tokens of prompt + completion
+  double discopop_tau = 0.05;  // DiscoPOP's τ (loss_type discopop), TRL's default
+  int64_t max_length = 1024;   // tokens of prompt + completion
   // TRL up to 0.2x (keeping the prompt's last tokens); removed since. fp8rl keeps it as a
   // limit: null: none.
   std::optional<int64_t> max_prompt_length = 512;

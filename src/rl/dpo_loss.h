@@ -11,8 +11,25 @@
 namespace fp8rl {
 
 // DPOConfig.loss_type (one type; TRL's lists with loss_weights are not supported).
-enum class DpoLossType { sigmoid, hinge, ipo, robust };
+enum class DpoLossType {
+  sigmoid,
+  hinge,
+  ipo,
+  robust,
+  exo_pair,
+  nca_pair,
+  bco_pair,
+  sppo_hard,
+  aot,
+  aot_unpaired,  // TRL's earlier name: aot_pair
+  apo_zero,
+  apo_down,
+  discopop,
+  sft,
+};
 
+// Every loss type, in TRL's order.
+std::vector<DpoLossType> dpo_loss_types();
 DpoLossType parse_dpo_loss_type(std::string_view name);
 std::string_view dpo_loss_type_name(DpoLossType type);
 
@@ -21,14 +38,16 @@ struct DpoLossConfig {
   double beta = 0.1;
   // sigmoid: conservative DPO, -(1 - ε) log σ(βΔ) - ε log σ(-βΔ), as TRL up to 0.28 applied it
   // (TRL >= 0.29 ignores it for sigmoid and uses it in "robust"; the default 0 is the same in
-  // both). robust: the flip probability, in [0, 0.5). Rejected (when non-zero) for hinge and
-  // ipo, which TRL ignores it for.
+  // both). robust: the flip probability, in [0, 0.5); aot, aot_unpaired: as sigmoid's; exo_pair:
+  // the EXO paper's ε, which must be > 0 (TRL's loss is infinite at 0). Rejected (when non-zero)
+  // for the other types, which TRL ignores it for.
   double label_smoothing = 0.0;
+  double discopop_tau = 0.05;  // DiscoPOP's τ (TRL's default)
 };
 
 // One value per pair [P]: log π(y|x) summed over the completion's tokens (no length averaging),
 // for the policy and the reference (ReferenceModel). The lengths (completion
-// token counts) are read by ipo only.
+// token counts) are read by ipo and sft only.
 struct DpoPairs {
   std::span<const double> policy_chosen_logp;
   std::span<const double> policy_rejected_logp;
@@ -64,7 +83,19 @@ struct DpoLossResult {
 //            of label_smoothing)
 //   ipo:     (h_c / |y_c| - h_r / |y_r| - 1 / (2β))^2, lengths clamped to >= 1 (TRL
 //            normalises IPO by the completion lengths; the metrics still use the summed h)
-// loss = mean over pairs. The reward metrics are β h_c and β h_r for every loss type.
+//   exo_pair:  σ(βΔ) (log σ(βΔ) - log(1 - ε)) + σ(-βΔ) (log σ(-βΔ) - log ε)   (EXO)
+//   nca_pair:  -log σ(β h_c) - log σ(-β h_c) / 2 - log σ(-β h_r) / 2
+//   bco_pair:  -log σ(β h_c) - log σ(-β h_r)
+//   sppo_hard: (h_c - 1 / (2β))^2 + (h_r + 1 / (2β))^2
+//   aot:       sigmoid's loss (with ε) of δ_k = sort(π_c - π_r)_k - sort(ref_c - ref_r)_k, the
+//              policy's and the reference's log-ratio differences each sorted over the batch
+//   aot_unpaired: the same with δ_k = sort(h_c)_k - sort(h_r)_k
+//   apo_zero:  1 - σ(β h_c) + σ(β h_r);   apo_down: σ(β h_c) + 1 - σ(βΔ)
+//   discopop:  -log σ(βΔ) (1 - m) + exp(-βΔ) m with m = σ(βΔ / τ)
+//   sft:       the chosen completions' token-mean negative log-likelihood, -Σ π_c / Σ |y_c|
+// (TRL main's DPOTrainer._compute_loss with f_divergence_type reverse_kl). loss = mean over
+// pairs. The sorts of aot are stable, so tied values keep their pairs' order. The reward
+// metrics are β h_c and β h_r for every loss type.
 DpoLossResult dpo_loss(const DpoPairs& pairs, const DpoLossConfig& config);
 
 }  // namespace fp8rl

@@ -169,6 +169,7 @@ struct DpoTrainer::Impl {
     lc.loss_type = cfg.loss_type;
     lc.beta = cfg.beta;
     lc.label_smoothing = cfg.label_smoothing;
+    lc.discopop_tau = cfg.discopop_tau;
     while (train_step->global_step() < total_steps) {
       const auto t0 = Clock::now();
       ops::fill_zero(ctx, grads);

@@ -431,7 +431,9 @@ TEST(RunConfig, OutOfRangeValuesAreNamed) {
       {"beta: 0", "beta = 0 is out of range (must be > 0)"},
       {"label_smoothing: 0.5", "label_smoothing = 0.5 is out of range (must be in [0, 0.5))"},
       {"{loss_type: ipo, label_smoothing: 0.1}",
-       "applies to loss_type sigmoid and robust only, not ipo"},
+       "applies to loss_type sigmoid, robust, exo_pair, aot and aot_unpaired only, not ipo"},
+      {"loss_type: exo_pair", "loss_type exo_pair needs label_smoothing > 0"},
+      {"{loss_type: discopop, discopop_tau: 0}", "discopop_tau = 0 is out of range (must be > 0)"},
       {"max_prompt_length: 1024",
        "max_prompt_length = 1024 is out of range (must be < "
        "max_length = 1024"},

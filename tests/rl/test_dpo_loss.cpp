@@ -134,13 +134,100 @@ TEST(DpoLoss, IpoNormalisesByCompletionLength) {
   EXPECT_GT(std::fabs(r.loss - (4 + 30.25) / 2), 1.0);
 }
 
+// TRL main's other loss types on the two pairs (β = 0.1: βΔ = 0.3 and -0.05; β h_c = 0.2 and
+// 0.05; β h_r = -0.1 and 0.1), each against its formula written out here, with a control.
+TEST(DpoLoss, TrlsPairLossesOnHandComputedPairs) {
+  const Pairs pairs = two_pairs();
+  auto loss_of = [&](DpoLossType t, double eps = 0.0) {
+    DpoLossConfig c;
+    c.loss_type = t;
+    c.label_smoothing = eps;
+    return dpo_loss(pairs.view(), c);
+  };
+  const double sigmoid_loss = (nls(0.3) + nls(-0.05)) / 2;
+  // exo_pair, ε = 0.1: σ(x)(log σ(x) - log 0.9) + σ(-x)(log σ(-x) - log 0.1).
+  const auto exo = [](double x) {
+    return sig(x) * (-nls(x) - std::log(0.9)) + sig(-x) * (-nls(-x) - std::log(0.1));
+  };
+  const DpoLossResult e = loss_of(DpoLossType::exo_pair, 0.1);
+  expect_near(e.loss, (exo(0.3) + exo(-0.05)) / 2, "exo_pair");
+  // d/dh_c = β σ(x) σ(-x) (x - log 0.9 + log 0.1), / 2 pairs.
+  expect_near(e.dloss_dchosen_logp[0],
+              0.1 * sig(0.3) * sig(-0.3) * (0.3 - std::log(0.9) + std::log(0.1)) / 2, "exo d");
+  // nca_pair: -log σ(a) - log σ(-a)/2 - log σ(-b)/2 with a = β h_c, b = β h_r.
+  const auto nca = [](double a, double b) { return nls(a) + 0.5 * nls(-a) + 0.5 * nls(-b); };
+  const DpoLossResult nc = loss_of(DpoLossType::nca_pair);
+  expect_near(nc.loss, (nca(0.2, -0.1) + nca(0.05, 0.1)) / 2, "nca_pair");
+  expect_near(nc.dloss_drejected_logp[1], 0.5 * 0.1 * sig(0.1) / 2, "nca d rejected");
+  // bco_pair: -log σ(a) - log σ(-b).
+  const DpoLossResult bc = loss_of(DpoLossType::bco_pair);
+  expect_near(bc.loss, (nls(0.2) + nls(0.1) + nls(0.05) + nls(-0.1)) / 2, "bco_pair");
+  expect_near(bc.dloss_dchosen_logp[0], -0.1 * sig(-0.2) / 2, "bco d chosen");
+  // sppo_hard: (h_c - 5)^2 + (h_r + 5)^2: pair 0 9 + 16, pair 1 20.25 + 36.
+  const DpoLossResult sp = loss_of(DpoLossType::sppo_hard);
+  expect_near(sp.loss, (25 + 56.25) / 2, "sppo_hard");
+  expect_near(sp.dloss_dchosen_logp[0], 2 * (2 - 5.0) / 2, "sppo d chosen");
+  expect_near(sp.dloss_drejected_logp[1], 2 * (1 + 5.0) / 2, "sppo d rejected");
+  // apo_zero: 1 - σ(a) + σ(b); apo_down: σ(a) + 1 - σ(βΔ).
+  expect_near(loss_of(DpoLossType::apo_zero).loss,
+              (1 - sig(0.2) + sig(-0.1) + 1 - sig(0.05) + sig(0.1)) / 2, "apo_zero");
+  expect_near(loss_of(DpoLossType::apo_down).loss,
+              (sig(0.2) + 1 - sig(0.3) + sig(0.05) + 1 - sig(-0.05)) / 2, "apo_down");
+  // discopop, τ = 0.05: -log σ(x)(1 - σ(x/τ)) + e^-x σ(x/τ).
+  const auto disco = [](double x) {
+    const double m = sig(x / 0.05);
+    return nls(x) * (1 - m) + std::exp(-x) * m;
+  };
+  expect_near(loss_of(DpoLossType::discopop).loss, (disco(0.3) + disco(-0.05)) / 2, "discopop");
+  // sft: the chosen completions' token-mean NLL, 30 / 9, the same gradient for every pair.
+  const DpoLossResult sf = loss_of(DpoLossType::sft);
+  expect_near(sf.loss, 30.0 / 9.0, "sft");
+  expect_near(sf.dloss_dchosen_logp[1], -1.0 / 9.0, "sft d chosen");
+  EXPECT_EQ(sf.dloss_drejected_logp[0], 0.0);
+  // Controls: none of them is sigmoid DPO.
+  for (DpoLossType t : {DpoLossType::nca_pair, DpoLossType::bco_pair, DpoLossType::apo_zero,
+                        DpoLossType::apo_down, DpoLossType::discopop})
+    EXPECT_GT(std::fabs(loss_of(t).loss - sigmoid_loss), 1e-3) << dpo_loss_type_name(t);
+  EXPECT_GT(std::fabs(e.loss - sigmoid_loss), 1e-3);
+}
+
+// aot sorts the policy's and the reference's log-ratio gaps over the batch before pairing them;
+// aot_unpaired sorts h_c and h_r. Pair A: π_c 0, π_r 0, ref 0 and -5; pair B: π_c 0, π_r -2,
+// ref 0 and 1 (β = 0.1).
+TEST(DpoLoss, AotPairsTheSortedGaps) {
+  const Pairs p = {{0, 0}, {0, -2}, {0, 0}, {-5, 1}, {1, 1}, {1, 1}};
+  DpoLossConfig c;
+  c.loss_type = DpoLossType::aot;
+  const DpoLossResult r = dpo_loss(p.view(), c);
+  // Policy gaps A 0, B 2 (sorted A, B); reference gaps A 5, B -1 (sorted B, A): δ = 0 - (-1) = 1
+  // and 2 - 5 = -3, each through pair A's then pair B's policy.
+  expect_near(r.loss, (nls(0.1) + nls(-0.3)) / 2, "aot");
+  expect_near(r.dloss_dchosen_logp[0], -0.1 * sig(-0.1) / 2, "aot d chosen A");
+  expect_near(r.dloss_drejected_logp[0], 0.1 * sig(-0.1) / 2, "aot d rejected A");
+  expect_near(r.dloss_dchosen_logp[1], -0.1 * sig(0.3) / 2, "aot d chosen B");
+  // Control: unsorted, the gaps would pair as A: 0 - 5, B: 2 + 1 (sigmoid DPO).
+  EXPECT_GT(std::fabs(r.loss - (nls(-0.5) + nls(0.3)) / 2), 1e-2);
+  // aot_unpaired: h_c A 0, B 0 (stable: A, B); h_r A 5, B -3 (sorted B, A): δ = 3 and -5;
+  // δ_0 is chosen A against rejected B, δ_1 chosen B against rejected A.
+  c.loss_type = parse_dpo_loss_type("aot_pair");  // TRL's earlier name
+  ASSERT_EQ(c.loss_type, DpoLossType::aot_unpaired);
+  const DpoLossResult u = dpo_loss(p.view(), c);
+  expect_near(u.loss, (nls(0.3) + nls(-0.5)) / 2, "aot_unpaired");
+  expect_near(u.dloss_dchosen_logp[0], -0.1 * sig(-0.3) / 2, "unpaired d chosen A");
+  expect_near(u.dloss_drejected_logp[1], 0.1 * sig(-0.3) / 2, "unpaired d rejected B");
+  expect_near(u.dloss_drejected_logp[0], 0.1 * sig(0.5) / 2, "unpaired d rejected A");
+}
+
 TEST(DpoLoss, GradientMatchesFiniteDifferences) {
   const Pairs base = two_pairs();
   const double h = kFiniteDifferenceStep;
-  for (DpoLossType type :
-       {DpoLossType::sigmoid, DpoLossType::hinge, DpoLossType::ipo, DpoLossType::robust}) {
+  for (DpoLossType type : dpo_loss_types()) {
+    const bool smoothed = type == DpoLossType::sigmoid || type == DpoLossType::robust ||
+                          type == DpoLossType::exo_pair || type == DpoLossType::aot ||
+                          type == DpoLossType::aot_unpaired;
     for (double smoothing : {0.0, 0.2}) {
-      if (smoothing != 0.0 && (type == DpoLossType::hinge || type == DpoLossType::ipo)) continue;
+      if (smoothing != 0.0 && !smoothed) continue;
+      if (smoothing == 0.0 && type == DpoLossType::exo_pair) continue;
       DpoLossConfig c;
       c.loss_type = type;
       c.label_smoothing = smoothing;
@@ -188,10 +275,21 @@ TEST(DpoLoss, RejectsBadInput) {
   c.loss_type = DpoLossType::robust;
   c.label_smoothing = 0.5;
   EXPECT_THROW(dpo_loss(two_pairs().view(), c), Error);
-  for (DpoLossType t :
-       {DpoLossType::sigmoid, DpoLossType::hinge, DpoLossType::ipo, DpoLossType::robust}) {
+  EXPECT_EQ(dpo_loss_types().size(), 14u);
+  for (DpoLossType t : dpo_loss_types()) {
     EXPECT_EQ(parse_dpo_loss_type(dpo_loss_type_name(t)), t);
   }
+  c = {};
+  c.loss_type = DpoLossType::exo_pair;  // ε = 0 would make TRL's loss infinite
+  EXPECT_THROW(dpo_loss(two_pairs().view(), c), Error);
+  c.loss_type = DpoLossType::discopop;
+  c.discopop_tau = 0.0;
+  EXPECT_THROW(dpo_loss(two_pairs().view(), c), Error);
+  c = {};
+  c.loss_type = DpoLossType::sft;
+  p = two_pairs();
+  p.chosen_length.clear();
+  EXPECT_THROW(dpo_loss(p.view(), c), Error);
   const DpoLossConfig defaults;
   EXPECT_EQ(defaults.beta, 0.1);
   EXPECT_EQ(defaults.loss_type, DpoLossType::sigmoid);
