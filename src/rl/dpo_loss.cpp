@@ -236,10 +236,14 @@ DpoLossResult dpo_loss(const DpoPairs& p, const DpoLossConfig& c) {
         break;
       }
       case DpoLossType::discopop: {
-        const double tau = c.discopop_tau, m = sigmoid(x / tau), e = std::exp(-x);
+        const double tau = c.discopop_tau, m = sigmoid(x / tau);
         const double dm = m * (1.0 - m) / tau;  // dm/dx
-        value = -log_sigmoid(x) * (1.0 - m) + e * m;
-        const double dx = -sigmoid(-x) * (1.0 - m) + log_sigmoid(x) * dm - e * m + e * dm;
+        // e^-x m and e^-x dm/dx as exponentials of sums: at very negative x, e^-x overflows
+        // while m vanishes faster (TRL's product is then inf * 0 = NaN; the limit is 0).
+        const double em = std::exp(-x + log_sigmoid(x / tau));
+        const double edm = std::exp(-x + log_sigmoid(x / tau) + log_sigmoid(-x / tau)) / tau;
+        value = -log_sigmoid(x) * (1.0 - m) + em;
+        const double dx = -sigmoid(-x) * (1.0 - m) + log_sigmoid(x) * dm - em + edm;
         d_chosen = beta * dx;
         d_rejected = -d_chosen;
         break;

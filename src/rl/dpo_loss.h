@@ -91,7 +91,8 @@ struct DpoLossResult {
 //              policy's and the reference's log-ratio differences each sorted over the batch
 //   aot_unpaired: the same with δ_k = sort(h_c)_k - sort(h_r)_k
 //   apo_zero:  1 - σ(β h_c) + σ(β h_r);   apo_down: σ(β h_c) + 1 - σ(βΔ)
-//   discopop:  -log σ(βΔ) (1 - m) + exp(-βΔ) m with m = σ(βΔ / τ)
+//   discopop:  -log σ(βΔ) (1 - m) + exp(-βΔ) m with m = σ(βΔ / τ) (exp(-βΔ) m as one
+//              exponential: finite far below the margin, where TRL's product is inf * 0)
 //   sft:       the chosen completions' token-mean negative log-likelihood, -Σ π_c / Σ |y_c|
 // (TRL main's DPOTrainer._compute_loss with f_divergence_type reverse_kl). loss = mean over
 // pairs. The sorts of aot are stable, so tied values keep their pairs' order. The reward

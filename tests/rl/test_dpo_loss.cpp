@@ -258,6 +258,17 @@ TEST(DpoLoss, LargeMarginsStayFinite) {
   expect_near(r.dloss_dchosen_logp[1], -0.1 / 2, "dchosen 1");
 }
 
+// discopop far below the margin: e^-βΔ overflows while σ(βΔ/τ) vanishes faster; the loss is
+// then -log σ(βΔ), finite, where TRL's product would be inf * 0 = NaN.
+TEST(DpoLoss, DiscopopStaysFiniteFarBelowTheMargin) {
+  Pairs p = {{0}, {0}, {0}, {-10000}, {1}, {1}};  // βΔ = 0.1 * -10000 = -1000
+  DpoLossConfig c;
+  c.loss_type = DpoLossType::discopop;
+  const DpoLossResult r = dpo_loss(p.view(), c);
+  expect_near(r.loss, 1000.0, "loss");
+  expect_near(r.dloss_dchosen_logp[0], -0.1, "dchosen");
+}
+
 TEST(DpoLoss, RejectsBadInput) {
   Pairs p = two_pairs();
   DpoLossConfig c;
