@@ -35,8 +35,7 @@ struct CudaDeviceOptions {
   bool shared_prefix_mma = true;
   // The paged decode kernel (each sequence's own keys) on the tensor cores, with a cp.async
   // ring of K/V tiles (FP8 pools: of codes and scales), for head dims up to 128; false: the
-  // CUDA-core kernel,
-  // for tests and timing. Both keep P to ~fp32 accuracy (kCudaPagedDecode).
+  // CUDA-core kernel, for tests and timing. Both keep P to ~fp32 accuracy (kCudaPagedDecode).
   bool decode_mma = true;
   // The tensor-core decode kernel's blocks each take several (sequence, KV head, chunk) items,
   // copying an item's first K/V tile while the one before finishes, over a grid sized to what

@@ -786,11 +786,13 @@ void linear_group(Context& ctx, const LinearInput& in, std::span<const Projectio
     return;
   }
   // The CUDA backend's scratch at most: the adapters' xa, a dropped-out input, a stacked
-  // output, the fp32 K-slice partials of down products in a streaming launch (a slice per
-  // 1,024 of K), and the largest GEMM's own.
+  // output, the partials of down products in a streaming launch, and the largest GEMM's own.
   const size_t count = group.size();
   size_t bytes = (3 * count + 2) * 256 + size_t(m * rank_total) * 4 + count * size_t(m * k) * 2 +
-                 size_t(m * n_total) * 2 + size_t((k + 1023) / 1024 * m * rank_total) * 4;
+                 size_t(m * n_total) * 2;
+#if FP8RL_HAVE_CUDA
+  bytes += cuda::streaming_down_scratch_bytes(m, k, rank_total);
+#endif
   size_t gemm = stacked != nullptr ? linear_scratch_bytes(ctx, *stacked, m) : 0;
   for (const Projection& p : group) gemm = std::max(gemm, linear_scratch_bytes(ctx, *p.weight, m));
   dry_run_scratch(ctx, bytes + gemm);

@@ -12,10 +12,7 @@ void DpoConfig::validate() const {
   c::positive("beta", beta);
   // ε = 0.5 makes the loss symmetric in chosen/rejected: nothing left to learn.
   c::in_half_open("label_smoothing", label_smoothing, 0.0, 0.5);
-  const bool smoothed = loss_type == DpoLossType::sigmoid || loss_type == DpoLossType::robust ||
-                        loss_type == DpoLossType::exo_pair || loss_type == DpoLossType::aot ||
-                        loss_type == DpoLossType::aot_unpaired;
-  CHECK(label_smoothing == 0.0 || smoothed,
+  CHECK(label_smoothing == 0.0 || dpo_loss_takes_label_smoothing(loss_type),
         "label_smoothing = {} applies to loss_type sigmoid, robust, exo_pair, aot and "
         "aot_unpaired only, not {}",
         label_smoothing, dpo_loss_type_name(loss_type));

@@ -41,11 +41,6 @@ constexpr LossName kLossNames[] = {
     {DpoLossType::discopop, "discopop"}, {DpoLossType::sft, "sft"},
 };
 
-bool takes_label_smoothing(DpoLossType t) {
-  return t == DpoLossType::sigmoid || t == DpoLossType::robust || t == DpoLossType::exo_pair ||
-         t == DpoLossType::aot || t == DpoLossType::aot_unpaired;
-}
-
 // The conservative sigmoid loss of x = βδ and its derivative in δ (sigmoid, aot).
 void smoothed_sigmoid(double beta, double eps, double delta, double& value, double& d_delta) {
   const double x = beta * delta;
@@ -63,6 +58,11 @@ std::vector<size_t> sorting_order(const std::vector<double>& v) {
 }
 
 }  // namespace
+
+bool dpo_loss_takes_label_smoothing(DpoLossType t) {
+  return t == DpoLossType::sigmoid || t == DpoLossType::robust || t == DpoLossType::exo_pair ||
+         t == DpoLossType::aot || t == DpoLossType::aot_unpaired;
+}
 
 std::vector<DpoLossType> dpo_loss_types() {
   std::vector<DpoLossType> types;
@@ -95,7 +95,7 @@ DpoLossResult dpo_loss(const DpoPairs& p, const DpoLossConfig& c) {
   CHECK(std::isfinite(c.beta) && c.beta > 0.0, "dpo loss: beta must be > 0, got {}", c.beta);
   CHECK(c.label_smoothing >= 0.0 && c.label_smoothing <= 0.5,
         "dpo loss: label_smoothing must lie in [0, 0.5], got {}", c.label_smoothing);
-  CHECK(c.label_smoothing == 0.0 || takes_label_smoothing(c.loss_type),
+  CHECK(c.label_smoothing == 0.0 || dpo_loss_takes_label_smoothing(c.loss_type),
         "dpo loss: label_smoothing applies to the sigmoid, robust, exo_pair, aot and aot_unpaired "
         "losses, not '{}'",
         dpo_loss_type_name(c.loss_type));

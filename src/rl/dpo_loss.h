@@ -1,6 +1,7 @@
 // DPO's loss over a batch of preference pairs from their summed completion log-probabilities,
 // with its derivative with respect to the policy's, and TRL's metrics: DPOTrainer's
-// _compute_loss (TRL main 1.10.dev, f2cd5771).
+// _compute_loss (TRL main 1.10.dev, f2cd5771; the loss types beyond sigmoid, hinge, ipo and
+// robust as TRL main writes them with f_divergence_type, aot_unpaired and discopop_tau).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,8 @@ enum class DpoLossType {
 
 // Every loss type, in TRL's order.
 std::vector<DpoLossType> dpo_loss_types();
+// Whether the type reads label_smoothing (DpoLossConfig::label_smoothing says how).
+bool dpo_loss_takes_label_smoothing(DpoLossType type);
 DpoLossType parse_dpo_loss_type(std::string_view name);
 std::string_view dpo_loss_type_name(DpoLossType type);
 

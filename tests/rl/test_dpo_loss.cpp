@@ -222,11 +222,8 @@ TEST(DpoLoss, GradientMatchesFiniteDifferences) {
   const Pairs base = two_pairs();
   const double h = kFiniteDifferenceStep;
   for (DpoLossType type : dpo_loss_types()) {
-    const bool smoothed = type == DpoLossType::sigmoid || type == DpoLossType::robust ||
-                          type == DpoLossType::exo_pair || type == DpoLossType::aot ||
-                          type == DpoLossType::aot_unpaired;
     for (double smoothing : {0.0, 0.2}) {
-      if (smoothing != 0.0 && !smoothed) continue;
+      if (smoothing != 0.0 && !dpo_loss_takes_label_smoothing(type)) continue;
       if (smoothing == 0.0 && type == DpoLossType::exo_pair) continue;
       DpoLossConfig c;
       c.loss_type = type;

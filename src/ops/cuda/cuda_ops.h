@@ -135,6 +135,9 @@ void linear_group(Backend& b, const ops::LinearInput& in, std::span<const ops::P
 void linear_accumulate(Backend& b, const TensorView& x, const LinearWeight& w, float alpha,
                        const TensorView& out);
 size_t linear_scratch_bytes(const LinearWeight& w, int64_t m);
+// The fp32 K-slice partials of a group's down products in its streaming launch (StreamingDown):
+// M rows, K inputs, `rows` stacked A rows.
+size_t streaming_down_scratch_bytes(int64_t m, int64_t k, int64_t rows);
 void quantize_weight(Backend& b, const TensorView& w, Fp8Scheme scheme, const TensorView& q,
                      const TensorView& scales);
 void prepare_linear(Context& ctx, LinearWeight& w, std::vector<DeviceBuffer>& storage);

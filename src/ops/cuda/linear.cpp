@@ -573,7 +573,7 @@ bool run_streaming_with_down(Backend& b, const ops::LinearInput& in,
     return false;
   const size_t mark = b.arena().mark();
   const TensorView xa_all = b.arena().alloc({m, rows}, DType::bf16);  // [M, sum r_i]
-  const int64_t splits = (k + kStreamingDownSlice - 1) / kStreamingDownSlice;
+  const int64_t splits = round_up(k, kStreamingDownSlice) / kStreamingDownSlice;
   const TensorView partial = b.arena().alloc({splits, m, rows}, DType::f32);
   StreamingDown down;
   down.x = static_cast<const bf16*>(in.x.data);
@@ -661,6 +661,11 @@ void linear_group(Backend& b, const ops::LinearInput& in, std::span<const ops::P
   }
   if (adapters) lora_up(b, m, group, {xa, count});
   b.arena().rewind(mark);
+}
+
+size_t streaming_down_scratch_bytes(int64_t m, int64_t k, int64_t rows) {
+  return arena_aligned(size_t(round_up(k, kStreamingDownSlice) / kStreamingDownSlice * m * rows) *
+                       4);
 }
 
 size_t linear_scratch_bytes(const LinearWeight& w, int64_t m) {

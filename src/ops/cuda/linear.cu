@@ -72,6 +72,12 @@ static_assert(kSyncDone < kStreamingSyncWords, "StreamingDown::sync too small");
 constexpr int kDownChunks = int(kStreamingDownSlice) / (kStreamWarps * 32);
 static_assert(kDownChunks * kStreamWarps * 32 == kStreamingDownSlice, "slice of whole chunks");
 
+// The down-product blocks ahead of the weight tiles: a row tile of A by a K slice each.
+__host__ __device__ inline int down_product_blocks(const StreamingArgs& a) {
+  return a.down.x == nullptr ? 0
+                             : int(ceil_div(a.down.rows, 16) * ceil_div(a.k, kStreamingDownSlice));
+}
+
 template <int MT>
 using Partials = float[kStreamWarps][16][8 * MT];  // [warp][row of the tile][token]
 
@@ -297,8 +303,7 @@ __global__ void __launch_bounds__(kStreamWarps* kWarp)
   __shared__ bool last;
   extern __shared__ float lora[];
   const bool down = a.down.x != nullptr;
-  const int down_blocks =
-      down ? int(ceil_div(a.down.rows, 16) * ceil_div(a.k, kStreamingDownSlice)) : 0;
+  const int down_blocks = down_product_blocks(a);
   if (int(blockIdx.x) < down_blocks)
     down_product_block<MT>(a, int(blockIdx.x), partial, last);
   else
@@ -361,8 +366,7 @@ __global__ void __launch_bounds__(kExpandColumns) lora_expand_kernel(const LoraE
 void launch_linear_streaming(const StreamingArgs& a, cudaStream_t s) {
   const StreamingSegment& last = a.seg[a.num_segments - 1];
   const int tiles = last.first_tile + int(last.n / 16);
-  const int down_blocks =
-      a.down.x != nullptr ? int(ceil_div(a.down.rows, 16) * ceil_div(a.k, kStreamingDownSlice)) : 0;
+  const int down_blocks = down_product_blocks(a);
   static_assert(kStreamingMaxRows == 16, "token tiles of 8 rows: one or two");
   // A grid of few tiles (o_proj, down_proj: 256 at N = 4,096) leaves the SMs with few warps:
   // each then keeps twice the bytes in flight.
