@@ -11,7 +11,9 @@ function per process, e.g. in a run config:
         name: boxed_format
         weight: 0.2
 
-The dataset needs an "answer" column (the gold answer as a number or string).
+The dataset needs an "answer" column (the gold answer as a number or string). Completions are
+strings for text datasets and [{"role": "assistant", "content": ...}] for conversational ones
+(as TRL passes them); the functions take either.
 """
 
 import re
@@ -47,6 +49,11 @@ def _value(text):
         return None
 
 
+def _text(completion):
+    """The completion's text, from a string or a conversational [{"content": ...}]."""
+    return completion if isinstance(completion, str) else completion[0]["content"]
+
+
 def _final_answer(completion):
     boxed = _last_boxed(completion)
     if boxed is not None:
@@ -63,7 +70,7 @@ def correctness(prompts, completions, answer, **kwargs):
         if gold is None:
             rewards.append(None)
             continue
-        final = _final_answer(completion)
+        final = _final_answer(_text(completion))
         got = _value(final) if final is not None else None
         want = _value(str(gold))
         if got is not None and want is not None:
@@ -75,4 +82,4 @@ def correctness(prompts, completions, answer, **kwargs):
 
 def boxed_format(completions, **kwargs):
     """0.5 when the completion puts its answer in \\boxed{}, else 0.0."""
-    return [0.5 if _last_boxed(c) is not None else 0.0 for c in completions]
+    return [0.5 if _last_boxed(_text(c)) is not None else 0.0 for c in completions]

@@ -1,4 +1,4 @@
-"""python3 -m fp8rl_reward MODULE:FUNCTION [--chat]: see the package docstring."""
+"""python3 -m fp8rl_reward MODULE:FUNCTION [--chat | --text]: see the package docstring."""
 
 import argparse
 import sys
@@ -10,14 +10,19 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python3 -m fp8rl_reward",
         description="Serve fp8rl's reward-process protocol (one JSON line in, one out, per "
-        "batch) for one TRL-style reward function f(prompts, completions, **kwargs).")
+        "batch) for one TRL-style reward function f(prompts, completions, **kwargs). As TRL, "
+        "a conversational dataset gives prompts as message lists and completions as "
+        "[{'role': 'assistant', 'content': text}]; a text dataset gives strings.")
     parser.add_argument("function", help="MODULE:FUNCTION, imported from PYTHONPATH")
-    parser.add_argument("--chat", action="store_true",
-                        help="pass completions as [{'role': 'assistant', 'content': text}] and "
-                        "the 'messages' column (if any) as prompts, as TRL does for "
-                        "conversational datasets")
+    shape = parser.add_mutually_exclusive_group()
+    shape.add_argument("--chat", action="store_true",
+                       help="always pass completions as [{'role': 'assistant', 'content': text}], "
+                       "also for text datasets")
+    shape.add_argument("--text", action="store_true",
+                       help="always pass prompts (the rendered prompt text) and completions as "
+                       "strings, also for conversational datasets")
     args = parser.parse_args(argv)
-    serve(args.function, chat=args.chat)
+    serve(args.function, fmt="chat" if args.chat else "text" if args.text else "auto")
     return 0
 
 

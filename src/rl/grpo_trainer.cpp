@@ -44,7 +44,9 @@ struct Round {
   std::vector<double> advantages;                     // [C]
   int64_t num_items = 0;                              // active tokens of the round
   nlohmann::json metrics = nlohmann::json::object();  // the round's TRL metrics
-  int64_t micro_used = 0;                             // micro-steps taken from it
+  // What the reward functions logged with log_metric: name -> the round's mean.
+  nlohmann::json logged_metrics = nlohmann::json::object();
+  int64_t micro_used = 0;  // micro-steps taken from it
 
   nlohmann::json to_json() const {
     return {{"prompt", prompt},
@@ -57,6 +59,7 @@ struct Round {
             {"advantages", advantages},
             {"num_items", num_items},
             {"metrics", metrics},
+            {"logged_metrics", logged_metrics},
             {"micro_used", micro_used}};
   }
   static Round from_json(const nlohmann::json& j) {
@@ -71,6 +74,7 @@ struct Round {
     j.at("advantages").get_to(r.advantages);
     j.at("num_items").get_to(r.num_items);
     r.metrics = j.at("metrics");
+    r.logged_metrics = j.value("logged_metrics", nlohmann::json::object());
     j.at("micro_used").get_to(r.micro_used);
     return r;
   }
@@ -127,6 +131,12 @@ struct MetricMeans {
   }
 };
 
+// The fields samples.jsonl writes itself; log_extra columns may not take them.
+bool is_sample_field(const std::string& key) {
+  return key == "step" || key == "prompt" || key == "completion" || key == "reward" ||
+         key == "advantage";
+}
+
 }  // namespace
 
 struct GrpoTrainer::Impl {
@@ -141,7 +151,7 @@ struct GrpoTrainer::Impl {
   std::string base_model_name;
 
   int64_t steps_per_generation = 1, prompts_per_round = 1, micro_batch = 1;
-  int64_t total_steps = 0;
+  int64_t steps_per_epoch = 1, total_steps = 0;
   std::unique_ptr<TrainStep> train_step;
   // Standby memory: the engine's KV pool while it generates, the pass's saved activations and
   // KV while the trainer runs (declared first: it outlives both).
@@ -193,7 +203,7 @@ struct GrpoTrainer::Impl {
     const int64_t micro_per_round = steps_per_generation * cfg.num_iterations;
     const int64_t rounds_per_epoch =
         (int64_t(data.size()) + prompts_per_round - 1) / prompts_per_round;
-    const int64_t steps_per_epoch =
+    steps_per_epoch =
         std::max<int64_t>(1, rounds_per_epoch * micro_per_round / cfg.gradient_accumulation_steps);
     total_steps = cfg.max_steps > 0
                       ? cfg.max_steps
@@ -302,9 +312,27 @@ struct GrpoTrainer::Impl {
     return out;
   }
 
+  // TRL passes reward functions the trainer's state (transformers' TrainerState) as it is
+  // before optimizer step `step`: the steps taken, and the epoch as a fraction of the data
+  // drawn so far.
+  nlohmann::json trainer_state(int64_t step) const {
+    // transformers' count of epochs: the configured one, or max_steps' worth of epochs.
+    const int64_t epochs = cfg.max_steps > 0 ? (total_steps + steps_per_epoch - 1) / steps_per_epoch
+                                             : int64_t(std::ceil(cfg.num_train_epochs));
+    return {{"global_step", step - 1},
+            {"max_steps", total_steps},
+            {"epoch", double(epoch) + double(next_prompt) / double(data.size())},
+            {"num_train_epochs", epochs},
+            {"logging_steps", cfg.logging_steps},
+            {"save_steps", cfg.save_steps},
+            {"train_batch_size", cfg.per_device_train_batch_size}};
+  }
+
   Round generate(MetricsLog& samples, int64_t step) {
     Round r;
     const auto t0 = Clock::now();
+    RewardBatch batch;
+    batch.trainer_state = trainer_state(step);
     const std::vector<size_t> prompts = next_prompts();
     std::vector<GenerationRequest> requests;
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -330,8 +358,11 @@ struct GrpoTrainer::Impl {
     reset_peak_memory(ctx);  // the training phase starts with the logprob recomputation
     ++rounds;
 
-    RewardBatch batch;
     batch.columns = nlohmann::json::object();
+    // The dataset is all chat or all text (read_prompt_dataset): conversational rows give the
+    // functions their message lists, as TRL's is_conversational does.
+    const bool conversational = !data[prompts[0]].messages.is_null();
+    if (conversational) batch.prompt_messages = nlohmann::json::array();
     std::vector<uint8_t> truncated;
     int64_t completion_tokens = 0;
     for (size_t i = 0; i < prompts.size(); ++i)
@@ -342,6 +373,7 @@ struct GrpoTrainer::Impl {
         truncated.push_back(c.finish == FinishReason::length);
         completion_tokens += int64_t(c.ids.size());
         batch.prompts.push_back(data[prompts[i]].text);
+        if (conversational) batch.prompt_messages.push_back(data[prompts[i]].messages);
         batch.completions.push_back(
             tokenizer != nullptr ? tokenizer->decode(c.ids, /*skip_special=*/true) : std::string());
         batch.completion_ids.push_back(c.ids);
@@ -416,6 +448,8 @@ struct GrpoTrainer::Impl {
     m["reward_std"] = adv.stats.reward_std;
     m["frac_reward_zero_std"] = adv.stats.frac_reward_zero_std;
     for (const auto& [k, v] : scored.metrics()) m[k] = v;
+    for (const auto& [k, v] : scored.logged_metrics)
+      r.logged_metrics[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
     std::vector<double> lens, term;
     int64_t clipped = 0;
     for (size_t c = 0; c < n; ++c) {
@@ -446,8 +480,14 @@ struct GrpoTrainer::Impl {
     m["memory/standby_region_bytes"] = region.size();
     if (const ops::DeviceRegionInfo dr = ops::device_region_info(ctx); dr.on)
       m["memory/device_region_bytes"] = dr.committed;
-    // samples.jsonl: the first few completions of the round.
+    // samples.jsonl: the first few completions of the round, with the columns the reward
+    // functions logged (TRL's completions table).
     const int64_t keep = std::min<int64_t>(int64_t(n), cfg.num_completions_to_print.value_or(4));
+    for (auto it = scored.logged_extra.begin(); it != scored.logged_extra.end(); ++it)
+      CHECK(!is_sample_field(it.key()),
+            "grpo: a reward function logged the extra column '{}', a field samples.jsonl uses "
+            "itself; log it under another name",
+            it.key());
     for (int64_t c = 0; c < keep; ++c) {
       nlohmann::json s = {
           {"step", step},
@@ -456,6 +496,8 @@ struct GrpoTrainer::Impl {
           {"reward", std::isfinite(totals[size_t(c)]) ? nlohmann::json(totals[size_t(c)])
                                                       : nlohmann::json(nullptr)},
           {"advantage", r.advantages[size_t(c)]}};
+      for (auto it = scored.logged_extra.begin(); it != scored.logged_extra.end(); ++it)
+        s[it.key()] = (*it)[size_t(c)];
       samples.write(s);
       if (cfg.log_completions)
         fmt::print(stderr, "  [{}] reward {} | {} -> {}\n", step, s["reward"].dump(),
@@ -561,12 +603,14 @@ struct GrpoTrainer::Impl {
       ops::fill_zero(ctx, grads);
       MetricMeans means;
       nlohmann::json line = nlohmann::json::object();
+      nlohmann::json logged = nlohmann::json::object();  // by the reward functions
       double loss = 0, train_seconds = 0;
       int64_t train_tokens = 0;
       for (int64_t micro = 0; micro < cfg.gradient_accumulation_steps; ++micro) {
         if (!round || round->micro_used >= micro_per_round) {
           round = generate(samples, step);
           for (const auto& [k, v] : round->metrics.items()) line[k] = v;
+          for (const auto& [k, v] : round->logged_metrics.items()) logged[k] = v;
         }
         const auto tt = Clock::now();
         const size_t slice = size_t(round->micro_used % steps_per_generation);
@@ -607,6 +651,14 @@ struct GrpoTrainer::Impl {
       line["timing/step_seconds"] = seconds;
       line["train_tokens_per_second"] = double(train_tokens) / std::max(train_seconds, 1e-9);
       line["peak_memory_bytes/train"] = peak_memory_bytes(ctx);
+      // TRL would average a logged "reward" into its own; a clash is more likely a mistake.
+      for (const auto& [k, v] : logged.items()) {
+        CHECK(!line.contains(k),
+              "grpo: a reward function logged the metric '{}', a name fp8rl's own metrics use; "
+              "log it under another name",
+              k);
+        line[k] = v;
+      }
       metrics.write(line);
       if (on_step) {
         GrpoStepInfo info;

@@ -68,6 +68,7 @@ PromptExample PromptRowReader::Impl::row(const Json& row) const {
     request.variables = chat_template_variables(options.chat_template_kwargs);
     ex.text = chat_template->render(build_chat_context(*chat, request), render_options);
     ex.ids = tokenizer.encode(ex.text, false);
+    ex.messages = nlohmann::json(*messages);
   }
   CHECK(!ex.ids.empty(), "the prompt has no tokens");
   const int64_t n = int64_t(ex.ids.size());
@@ -110,6 +111,14 @@ std::vector<PromptExample> read_prompt_dataset(const std::string& path,
   for_each_jsonl_row(path, [&](const Json& row, int64_t number) {
     PromptExample ex = reader.read(row);
     ex.line = number;
+    if (!out.empty()) {
+      const PromptExample& first = out.front();
+      CHECK(first.messages.is_null() == ex.messages.is_null(),
+            "a {} prompt, but line {} holds a {} prompt; a dataset is all chat messages or all "
+            "text (reward functions get one format, as in TRL)",
+            ex.messages.is_null() ? "text" : "chat", first.line,
+            first.messages.is_null() ? "text" : "chat");
+    }
     out.push_back(std::move(ex));
   });
   CHECK(!out.empty(), "{}: no prompts (the file has no non-blank line)", path);

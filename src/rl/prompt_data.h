@@ -24,8 +24,11 @@ struct ChatTemplateConfig;
 struct PromptExample {
   std::vector<int32_t> ids;  // the prompt's tokens
   std::string text;          // the prompt text (the rendered template for chat prompts)
-  nlohmann::json columns;    // every other column of the row (an object)
-  int64_t line = 0;          // 1-based line in the JSONL file
+  // Chat prompts: the message list as the row holds it (what TRL passes reward functions as the
+  // prompt); null for text prompts.
+  nlohmann::json messages;
+  nlohmann::json columns;  // every other column of the row (an object)
+  int64_t line = 0;        // 1-based line in the JSONL file
 };
 
 struct PromptDataOptions {
@@ -55,7 +58,9 @@ class PromptRowReader {
   std::unique_ptr<Impl> impl_;
 };
 
-// `chat` may be null when the model has no chat template (chat rows are then an error).
+// `chat` may be null when the model has no chat template (chat rows are then an error). The
+// rows are all chat prompts or all text prompts: TRL tells reward functions one format for the
+// whole dataset (a mixed file is an error naming the first row of the other kind).
 std::vector<PromptExample> read_prompt_dataset(const std::string& path,
                                                const tok::Tokenizer& tokenizer,
                                                const ChatTemplateConfig* chat,

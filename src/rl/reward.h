@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fp8rl {
@@ -20,11 +21,18 @@ struct RewardBatch {
   std::vector<std::vector<int32_t>> completion_ids;  // [B][len] without padding
   // Every other dataset column -> an array of B values (an object; may be empty or null).
   nlohmann::json columns;
+  // A conversational dataset (TRL's is_conversational): [B] each prompt's message list as the
+  // dataset holds it, which TRL passes as `prompts`. Null for a text dataset.
+  nlohmann::json prompt_messages;
+  // TRL's trainer_state as an object (global_step, max_steps, epoch, ...); null outside a run.
+  nlohmann::json trainer_state;
 
   int64_t size() const { return int64_t(completions.size()); }
-  // Throws fp8rl::Error unless prompts, completions, completion_ids and every column hold the
-  // same number of rows and no column is named prompts, completions or completion_ids.
+  // Throws fp8rl::Error unless prompts, completions, completion_ids, prompt_messages (when
+  // set) and every column hold the same number of rows, trainer_state is null or an object,
+  // and no column takes a name of the reward protocol (RewardBatch::reserved_names).
   void validate() const;
+  static const std::vector<std::string>& reserved_names();
   // The column's array; an fp8rl::Error naming `who` and the columns present when it is absent.
   const nlohmann::json& column(const std::string& name, const std::string& who) const;
 };
@@ -34,6 +42,15 @@ struct RewardBatch {
 // on.
 using RewardValues = std::vector<std::optional<double>>;
 
+// What a reward function logged while scoring one batch: TRL's log_metric and log_extra.
+struct RewardLogs {
+  // name -> every value logged under it (TRL reports their mean for the batch).
+  std::vector<std::pair<std::string, std::vector<double>>> metrics;
+  // column -> one value per completion (TRL's completions table; samples.jsonl here). An
+  // object.
+  nlohmann::json extra = nlohmann::json::object();
+};
+
 class RewardFunction {
  public:
   virtual ~RewardFunction();
@@ -41,6 +58,8 @@ class RewardFunction {
   virtual const std::string& name() const = 0;
   // Exactly batch.size() values.
   virtual RewardValues score(const RewardBatch& batch) = 0;
+  // What the last score() logged, moved out (nothing for functions that do not log).
+  virtual RewardLogs take_logs() { return {}; }
 };
 
 }  // namespace fp8rl

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <utility>
 
 #include "core/check.h"
 #include "formats/json_read.h"
@@ -15,6 +17,56 @@ using Json = nlohmann::json;
 
 std::string dump(const Json& j) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+// A number or one of the strings JSON lacks numbers for; nullopt for anything else.
+std::optional<double> protocol_number(const Json& r) {
+  if (r.is_number()) return r.get<double>();
+  if (!r.is_string()) return std::nullopt;
+  const std::string& s = r.get_ref<const std::string&>();
+  if (s == "NaN") return std::numeric_limits<double>::quiet_NaN();
+  if (s == "Infinity") return std::numeric_limits<double>::infinity();
+  if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
+  return std::nullopt;
+}
+
+// The reply's optional "metrics" and "extra" (TRL's log_metric and log_extra).
+RewardLogs parse_logs(const Json& reply, int64_t expected, const std::string& who) {
+  RewardLogs logs;
+  if (reply.contains("metrics")) {
+    const Json& m = reply.at("metrics");
+    CHECK(m.is_object(), "{}: 'metrics' must be an object {{name: value}}, got {}", who,
+          json_excerpt(m, 200));
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      CHECK(!it.key().empty(), "{}: a metric has an empty name", who);
+      std::vector<double> values;
+      const Json items = it->is_array() ? *it : Json::array({*it});
+      for (const Json& v : items) {
+        const std::optional<double> x = protocol_number(v);
+        CHECK(x.has_value(),
+              "{}: metric '{}' must be a number (or \"NaN\", \"Infinity\", \"-Infinity\") or "
+              "a list of them, got {}",
+              who, it.key(), json_excerpt(*it, 80));
+        values.push_back(*x);
+      }
+      if (!values.empty()) logs.metrics.emplace_back(it.key(), std::move(values));
+    }
+  }
+  if (reply.contains("extra")) {
+    const Json& e = reply.at("extra");
+    CHECK(e.is_object(),
+          "{}: 'extra' must be an object {{column: [one value per completion]}}, got {}", who,
+          json_excerpt(e, 200));
+    for (auto it = e.begin(); it != e.end(); ++it) {
+      CHECK(!it.key().empty(), "{}: an extra column has an empty name", who);
+      CHECK(it->is_array() && int64_t(it->size()) == expected,
+            "{}: extra column '{}' must be a list of {} values (one per completion), got {}", who,
+            it.key(), expected,
+            it->is_array() ? fmt::format("{} values", it->size()) : json_excerpt(*it, 80));
+    }
+    logs.extra = e;
+  }
+  return logs;
 }
 
 }  // namespace
@@ -44,12 +96,21 @@ std::string RewardProcess::request_line(const RewardBatch& batch) {
       line += dump(*it);
     }
   }
+  // Only when set, so a text batch outside a run is the line it always was.
+  if (!batch.prompt_messages.is_null()) {
+    line += ",\"prompt_messages\":";
+    line += dump(batch.prompt_messages);
+  }
+  if (!batch.trainer_state.is_null()) {
+    line += ",\"trainer_state\":";
+    line += dump(batch.trainer_state);
+  }
   line += "}\n";
   return line;
 }
 
-RewardValues RewardProcess::parse_reply(std::string_view line, int64_t expected,
-                                        const std::string& who) {
+RewardReply RewardProcess::parse_reply(std::string_view line, int64_t expected,
+                                       const std::string& who) {
   const std::string what = fmt::format("the answer of {}", who);
   Json reply;
   try {
@@ -60,46 +121,48 @@ RewardValues RewardProcess::parse_reply(std::string_view line, int64_t expected,
   }
   CHECK(reply.is_object() && reply.contains("rewards"),
         "{}: expected one line {{\"rewards\": [...]}}, got {}", who, json_excerpt(reply, 200));
-  CHECK(reply.size() == 1, "{}: the answer may hold only the key 'rewards', got {}", who,
-        json_excerpt(reply, 200));
+  for (auto it = reply.begin(); it != reply.end(); ++it)
+    CHECK(it.key() == "rewards" || it.key() == "metrics" || it.key() == "extra",
+          "{}: the answer may hold only the keys 'rewards', 'metrics' and 'extra', got '{}' in {}",
+          who, it.key(), json_excerpt(reply, 200));
   const Json& rewards = reply.at("rewards");
   CHECK(rewards.is_array(), "{}: 'rewards' must be an array, got {}", who,
         json_excerpt(rewards, 200));
   CHECK(int64_t(rewards.size()) == expected,
         "{}: answered {} rewards for a batch of {} completions", who, rewards.size(), expected);
-  RewardValues out(rewards.size());
+  RewardReply out;
+  out.rewards.resize(rewards.size());
   for (size_t i = 0; i < rewards.size(); ++i) {
     const Json& r = rewards[i];
     if (r.is_null()) continue;
-    if (r.is_number()) {
-      out[i] = r.get<double>();
-    } else if (r.is_string() && r.get<std::string>() == "NaN") {
-      out[i] = std::numeric_limits<double>::quiet_NaN();
-    } else if (r.is_string() && r.get<std::string>() == "Infinity") {
-      out[i] = std::numeric_limits<double>::infinity();
-    } else if (r.is_string() && r.get<std::string>() == "-Infinity") {
-      out[i] = -std::numeric_limits<double>::infinity();
-    } else {
-      RAISE(
+    out.rewards[i] = protocol_number(r);
+    CHECK(out.rewards[i].has_value(),
           "{}: rewards[{}] is {}; expected a number, null, \"NaN\", \"Infinity\" or "
           "\"-Infinity\"",
           who, i, json_excerpt(r, 80));
-    }
   }
+  out.logs = parse_logs(reply, expected, who);
   return out;
 }
 
 RewardValues RewardProcess::score(const RewardBatch& batch) {
+  logs_ = RewardLogs{};
   batch.validate();
   const auto timeout = std::chrono::milliseconds(int64_t(std::ceil(options_.timeout_s * 1000.0)));
   const std::string line = child_->exchange(request_line(batch), timeout, options_.max_reply_bytes);
   try {
-    return parse_reply(line, batch.size(), who_);
+    RewardReply reply = parse_reply(line, batch.size(), who_);
+    logs_ = std::move(reply.logs);
+    return std::move(reply.rewards);
   } catch (const Error&) {
     // A process that answered wrongly once cannot be trusted to stay in step.
     child_->kill();
     throw;
   }
+}
+
+RewardLogs RewardProcess::take_logs() {
+  return std::exchange(logs_, RewardLogs{});
 }
 
 }  // namespace fp8rl

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "core/check.h"
 
@@ -121,14 +122,43 @@ CombinedRewards RewardSet::score(const RewardBatch& batch) {
   CHECK(!functions_.empty(), "rewards: no reward function is configured");
   batch.validate();
   std::vector<RewardValues> per_function;
+  // TRL collects log_metric values of every function under one name and reports their mean.
+  std::map<std::string, std::pair<double, int64_t>> metric_sums;
+  std::vector<std::string> metric_order;
+  nlohmann::json extra = nlohmann::json::object();
+  std::map<std::string, std::string> extra_owner;
   for (const auto& f : functions_) {
     RewardValues values = f->score(batch);
     CHECK(int64_t(values.size()) == batch.size(),
           "rewards: reward function '{}' returned {} values for a batch of {} completions",
           f->name(), values.size(), batch.size());
     per_function.push_back(std::move(values));
+    RewardLogs logs = f->take_logs();
+    for (auto& [name, logged] : logs.metrics) {
+      auto [it, fresh] = metric_sums.try_emplace(name, 0.0, 0);
+      if (fresh) metric_order.push_back(name);
+      for (double v : logged) it->second.first += v;
+      it->second.second += int64_t(logged.size());
+    }
+    for (auto it = logs.extra.begin(); it != logs.extra.end(); ++it) {
+      CHECK(int64_t(it->size()) == batch.size(),
+            "rewards: reward function '{}' logged {} values of the extra column '{}' for a batch "
+            "of {} completions",
+            f->name(), it->size(), it.key(), batch.size());
+      // One column per name: TRL would append both, misaligning its completions table.
+      const auto [owner, fresh] = extra_owner.try_emplace(it.key(), f->name());
+      CHECK(fresh, "rewards: reward functions '{}' and '{}' both logged the extra column '{}'",
+            owner->second, f->name(), it.key());
+      extra[it.key()] = std::move(*it);
+    }
   }
-  return combine_rewards(names(), weights_, std::move(per_function));
+  CombinedRewards c = combine_rewards(names(), weights_, std::move(per_function));
+  for (const std::string& name : metric_order) {
+    const auto& [sum, count] = metric_sums.at(name);
+    c.logged_metrics.emplace_back(name, sum / double(count));
+  }
+  c.logged_extra = std::move(extra);
+  return c;
 }
 
 }  // namespace fp8rl

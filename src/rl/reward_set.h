@@ -41,6 +41,10 @@ struct CombinedRewards {
   int64_t num_non_finite = 0;
   std::vector<RewardStats> function_stats;  // [F] over the finite values of each function
   RewardStats total_stats{};                // over the scored rows' totals
+  // What the functions logged (TRL's log_metric, log_extra): each metric's mean over every value
+  // logged under its name by any function, and the extra columns, [B] values each.
+  std::vector<std::pair<std::string, double>> logged_metrics;
+  nlohmann::json logged_extra = nlohmann::json::object();
 
   // Metrics under TRL's names: rewards/<name>/mean, rewards/<name>/std, reward, reward_std;
   // and rewards/unscorable_count, rewards/non_finite_count. A NaN statistic is left out.
@@ -59,9 +63,10 @@ class RewardSet {
   std::vector<std::string> names() const;
   RewardFunction& function(size_t i) { return *functions_.at(i); }
 
-  // Runs every function on the batch (in order) and combines them. Errors of a function (a
-  // reward process that failed, a missing column) pass through; a function returning the wrong
-  // number of values is an fp8rl::Error naming it.
+  // Runs every function on the batch (in order) and combines them, with what they logged.
+  // Errors of a function (a reward process that failed, a missing column) pass through; a
+  // function returning the wrong number of values, or two functions logging one extra column,
+  // is an fp8rl::Error naming them.
   CombinedRewards score(const RewardBatch& batch);
 
  private:

@@ -199,6 +199,89 @@ TEST(GrpoTrainer, AFailingRewardProcessStopsTheRunWithTheCheckpointIntact) {
   EXPECT_TRUE(latest_checkpoint(a.string()).ends_with("checkpoint-2"));
 }
 
+// A TRL-style Python reward function in `dir`/`name`.py run by the helper, with its stderr
+// appended to `dir`/stderr.txt.
+std::string python_reward(const fs::path& dir, const std::string& name, const std::string& code,
+                          const std::string& function) {
+  fs::create_directories(dir);
+  std::ofstream(dir / (name + ".py")) << code;
+  return fmt::format(
+      "PYTHONPATH='{}/python:{}' PYTHONDONTWRITEBYTECODE=1 exec python3 -m fp8rl_reward {}:{} "
+      "2>>'{}'",
+      FP8RL_SOURCE_DIR, dir.string(), name, function, (dir / "stderr.txt").string());
+}
+
+// In a run on a conversational dataset (the demo's messages rows), a reward function gets what
+// TRL passes: message lists, one assistant message per completion, the answer column and the
+// trainer's state; what it logs reaches metrics.jsonl and samples.jsonl.
+TEST(GrpoTrainer, PythonRewardsGetTrlArgumentsAndTheirLogsReachTheRunFiles) {
+  if (std::system("command -v python3 >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3";
+  const fs::path out = temp_dir("trl_args"), code = temp_dir("trl_args_code");
+  GrpoConfig c = small_config(out);
+  c.max_steps = 2;
+  const std::string cmd = python_reward(code, "run_reward", R"(
+def correct(prompts, completions, answer, trainer_state, completion_ids, log_metric, log_extra,
+            **kwargs):
+    assert prompts[0][-1]["role"] == "user", prompts[0]
+    assert [len(c) for c in completions] == [1] * len(completions)
+    assert completions[0][0]["role"] == "assistant"
+    assert all(len(ids) > 0 for ids in completion_ids)
+    log_metric("custom/global_step", trainer_state.global_step)
+    log_metric("custom/max_steps", trainer_state.max_steps)
+    log_extra("question", [p[-1]["content"] for p in prompts])
+    return [float(c[0]["content"].strip() == a) for c, a in zip(completions, answer)]
+)",
+                                        "correct");
+  const GrpoRun run = run_grpo(c, make_reward_process_set(cmd, 60));
+  ASSERT_EQ(run.metrics.size(), 2u);
+  for (int step = 0; step < 2; ++step) {
+    EXPECT_EQ(run.metrics[size_t(step)]["custom/global_step"], double(step));
+    EXPECT_EQ(run.metrics[size_t(step)]["custom/max_steps"], 2.0);
+  }
+  std::ifstream samples(out / "samples.jsonl");
+  int64_t rows = 0;
+  for (std::string l; std::getline(samples, l); ++rows) {
+    const nlohmann::json s = nlohmann::json::parse(l);
+    ASSERT_TRUE(s.contains("question")) << l;
+    const std::string question = s["question"];
+    EXPECT_TRUE(question.starts_with("What is ")) << l;
+    // The rendered prompt holds the question it was logged for.
+    EXPECT_NE(s["prompt"].get<std::string>().find(question), std::string::npos) << l;
+  }
+  EXPECT_GT(rows, 0);
+}
+
+// A logged metric or extra column named like fp8rl's own stops the run, naming it (the
+// control, names of its own, is PythonRewardsGetTrlArgumentsAndTheirLogsReachTheRunFiles).
+TEST(GrpoTrainer, LoggedNamesThatClashWithTheRunsOwnAreErrors) {
+  if (std::system("command -v python3 >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3";
+  const fs::path code = temp_dir("clash_code");
+  const std::string module = R"(
+def metric(completions, log_metric, **kwargs):
+    log_metric("reward", 1.0)
+    return [0.0] * len(completions)
+
+def extra(completions, log_extra, **kwargs):
+    log_extra("prompt", ["x"] * len(completions))
+    return [0.0] * len(completions)
+
+)";
+  const auto error_of = [&](const std::string& function) -> std::string {
+    GrpoConfig c = small_config(temp_dir("clash_" + function));
+    c.max_steps = 1;
+    try {
+      run_grpo(c, make_reward_process_set(python_reward(code, "clash", module, function), 60));
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error_of("metric").find("logged the metric 'reward', a name fp8rl's own metrics use"),
+            std::string::npos);
+  EXPECT_NE(error_of("extra").find("logged the extra column 'prompt', a field samples.jsonl uses"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace fp8rl
 

@@ -4,12 +4,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/check.h"
 #include "rl/child_process.h"
@@ -27,6 +32,19 @@ RewardBatch batch3() {
   b.completions = {"c0", "c1 \"quoted\"", "c2"};
   b.completion_ids = {{1, 2}, {3}, {}};
   b.columns = {{"answer", {"a0", "a1", nullptr}}, {"level", {1, 2, 3}}};
+  return b;
+}
+
+// batch3() as a conversational dataset gives it inside a run: each prompt's message list and
+// the trainer's state.
+RewardBatch chat_batch3() {
+  RewardBatch b = batch3();
+  b.prompt_messages = nlohmann::json::array();
+  for (const char* question : {"q0", "q11", "q222"})
+    b.prompt_messages.push_back(
+        nlohmann::json::array({{{"role", "system"}, {"content", "be brief"}},
+                               {{"role", "user"}, {"content", question}}}));
+  b.trainer_state = {{"global_step", 7}, {"max_steps", 10}, {"epoch", 1.5}};
   return b;
 }
 
@@ -81,6 +99,35 @@ TEST(RewardProcess, RequestLineHoldsEveryColumn) {
   b.completions[0] = "\xff";
   EXPECT_EQ(nlohmann::json::parse(RewardProcess::request_line(b))["completions"][0],
             "\xEF\xBF\xBD");
+}
+
+TEST(RewardProcess, RequestLineCarriesMessagesAndTrainerStateWhenSet) {
+  const RewardBatch b = chat_batch3();
+  const nlohmann::json request = nlohmann::json::parse(RewardProcess::request_line(b));
+  EXPECT_EQ(request["prompt_messages"], b.prompt_messages);
+  EXPECT_EQ(request["trainer_state"], b.trainer_state);
+  EXPECT_EQ(request["prompts"], nlohmann::json({"p0", "p1", "p2"}));  // still the text
+  EXPECT_EQ(request.size(), 7u);
+  // The control: batch3() (text, outside a run) has neither key (RequestLineHoldsEveryColumn).
+  EXPECT_FALSE(
+      nlohmann::json::parse(RewardProcess::request_line(batch3())).contains("prompt_messages"));
+}
+
+TEST(RewardProcess, AnswerCarriesLoggedMetricsAndExtraColumns) {
+  RewardProcess p(
+      {.command = replier(R"({"rewards": [1, 2, 3], "metrics": {"m": [1, "NaN"], "one": 4}, )"
+                          R"("extra": {"gold": ["a", null, {"k": 1}]}})")});
+  EXPECT_EQ(p.score(batch3()), (RewardValues{1.0, 2.0, 3.0}));
+  const RewardLogs logs = p.take_logs();
+  ASSERT_EQ(logs.metrics.size(), 2u);
+  EXPECT_EQ(logs.metrics[0].first, "m");
+  ASSERT_EQ(logs.metrics[0].second.size(), 2u);
+  EXPECT_EQ(logs.metrics[0].second[0], 1.0);
+  EXPECT_TRUE(std::isnan(logs.metrics[0].second[1]));
+  EXPECT_EQ(logs.metrics[1], (std::pair<std::string, std::vector<double>>{"one", {4.0}}));
+  EXPECT_EQ(logs.extra, nlohmann::json::parse(R"({"gold": ["a", null, {"k": 1}]})"));
+  // Taken once: the logs belong to one batch.
+  EXPECT_TRUE(p.take_logs().metrics.empty());
 }
 
 TEST(RewardProcess, GoodProcessAnswersEveryBatchAndNullIsNone) {
@@ -163,8 +210,18 @@ TEST(RewardProcess, MalformedAnswers) {
       << count;
   const std::string type = error_of(replier(R"({"rewards": [1, true, 2]})"));
   EXPECT_NE(type.find("rewards[1] is true"), std::string::npos) << type;
-  const std::string key = error_of(replier(R"({"rewards": [1, 2, 3], "extra": 1})"));
-  EXPECT_NE(key.find("only the key 'rewards'"), std::string::npos) << key;
+  const std::string key = error_of(replier(R"({"rewards": [1, 2, 3], "other": 1})"));
+  EXPECT_NE(key.find("only the keys 'rewards', 'metrics' and 'extra', got 'other'"),
+            std::string::npos)
+      << key;
+  const std::string metric = error_of(replier(R"({"rewards": [1, 2, 3], "metrics": {"m": "x"}})"));
+  EXPECT_NE(metric.find("metric 'm' must be a number"), std::string::npos) << metric;
+  const std::string metrics = error_of(replier(R"({"rewards": [1, 2, 3], "metrics": [1]})"));
+  EXPECT_NE(metrics.find("'metrics' must be an object"), std::string::npos) << metrics;
+  const std::string extra = error_of(replier(R"({"rewards": [1, 2, 3], "extra": {"e": [1]}})"));
+  EXPECT_NE(extra.find("extra column 'e' must be a list of 3 values (one per completion), got 1"),
+            std::string::npos)
+      << extra;
   const std::string array = error_of(replier(R"([1, 2, 3])"));
   EXPECT_NE(array.find("expected one line"), std::string::npos) << array;
   const std::string two =
@@ -172,6 +229,8 @@ TEST(RewardProcess, MalformedAnswers) {
   EXPECT_NE(two.find("more than one line"), std::string::npos) << two;
   // The control: the same replier with a valid answer gives no error.
   EXPECT_EQ(error_of(replier(R"({"rewards": [1, 2, 3]})")), "");
+  EXPECT_EQ(
+      error_of(replier(R"({"rewards": [1, 2, 3], "metrics": {}, "extra": {"e": [1, 2, 3]}})")), "");
 }
 
 TEST(RewardProcess, AfterAnErrorTheProcessIsStopped) {
@@ -308,6 +367,321 @@ def broken(prompts, completions, **kwargs):
   }
   const std::string e = error_of(command(dir, "user_rewards:broken"));
   EXPECT_NE(e.find("exited with status 1"), std::string::npos) << e;
+  std::filesystem::remove_all(dir);
+}
+
+// Whether python3 can import every module of the space-separated list.
+bool python_imports(const std::string& modules) {
+  std::string code;
+  for (size_t start = 0; start < modules.size();) {
+    const size_t end = std::min(modules.find(' ', start), modules.size());
+    code += "import " + modules.substr(start, end - start) + "; ";
+    start = end + 1;
+  }
+  return std::system(fmt::format("python3 -c '{}' >/dev/null 2>&1", code).c_str()) == 0;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// TRL's argument shapes follow the data with no flag: message lists and one assistant message
+// per completion for a conversational batch, strings for a text batch.
+TEST_F(PythonRewardProcess, ConversationalShapesFollowTheData) {
+  const std::string dir = write_module("shapes", R"(
+def shapes(prompts, completions, **kwargs):
+    # 1 for TRL's conversational shapes, 2 for strings, 0 for a mix; plus the lengths of the
+    # last prompt message (or the prompt text) and of the completion's text.
+    out = []
+    for p, c in zip(prompts, completions):
+        if isinstance(p, list) and isinstance(c, list):
+            assert len(c) == 1 and c[0]["role"] == "assistant"
+            out.append(1 + 10 * len(p[-1]["content"]) + 1000 * len(c[0]["content"]))
+        elif isinstance(p, str) and isinstance(c, str):
+            out.append(2 + 10 * len(p) + 1000 * len(c))
+        else:
+            out.append(0)
+    return out
+)");
+  // Completions "c0", "c1 \"quoted\"", "c2"; questions "q0", "q11", "q222"; texts "p0".."p2".
+  const RewardValues chat{1 + 20 + 2000, 1 + 30 + 11000, 1 + 40 + 2000};
+  const RewardValues text{2 + 20 + 2000, 2 + 20 + 11000, 2 + 20 + 2000};
+  {
+    RewardProcess p({.command = command(dir, "shapes:shapes")});
+    EXPECT_EQ(p.score(chat_batch3()), chat);
+    EXPECT_EQ(p.score(batch3()), text);
+  }
+  {
+    // The controls: --text gives strings (the rendered prompt) whatever the data; --chat wraps
+    // the completions of a text batch, whose prompts stay strings.
+    RewardProcess as_text({.command = command(dir, "shapes:shapes --text")});
+    EXPECT_EQ(as_text.score(chat_batch3()), text);
+    RewardProcess as_chat({.command = command(dir, "shapes:shapes --chat")});
+    EXPECT_EQ(as_chat.score(batch3()), (RewardValues{0.0, 0.0, 0.0}));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Every column, completion_ids and trainer_state reach the function as keyword arguments;
+// trainer_state is an object with attributes, as transformers' TrainerState.
+TEST_F(PythonRewardProcess, KwargsHoldColumnsCompletionIdsAndTrainerState) {
+  const std::string dir = write_module("state", R"(
+def state(prompts, completions, completion_ids, trainer_state, level, answer, **kwargs):
+    assert "prompt_messages" not in kwargs and "log_metric" in kwargs
+    assert trainer_state.is_world_process_zero and trainer_state.log_history == []
+    step = trainer_state.global_step * 100 + trainer_state.max_steps + (trainer_state.epoch or 0)
+    return [step + 1000 * len(ids) + 10000 * lv + (a is None) * 0.25
+            for ids, lv, a in zip(completion_ids, level, answer)]
+)");
+  RewardProcess p({.command = command(dir, "state:state")});
+  // completion_ids lengths 2, 1, 0; level 1, 2, 3; answer null in row 2.
+  EXPECT_EQ(p.score(chat_batch3()), (RewardValues{12711.5, 21711.5, 30711.75}));
+  // Outside a run (no trainer_state in the line): transformers' defaults, step 0.
+  EXPECT_EQ(p.score(batch3()), (RewardValues{12000.0, 21000.0, 30000.25}));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(PythonRewardProcess, LogMetricAndLogExtraReachTheAnswer) {
+  const std::string dir = write_module("logs", R"(
+def logs(completions, log_metric, log_extra, **kwargs):
+    log_metric("mine/len", 1.0)
+    log_metric("mine/len", 2)
+    log_metric("mine/nan", float("nan"))
+    log_extra("seen", [c[0]["content"][:2] for c in completions])
+    log_extra("half", [0.5])
+    log_extra("half", [float("inf"), None])  # extends, as TRL's log_extra
+    return [0.0] * len(completions)
+
+def silent(completions, **kwargs):
+    return [0.0] * len(completions)
+)");
+  RewardProcess p({.command = command(dir, "logs:logs")});
+  EXPECT_EQ(p.score(chat_batch3()), (RewardValues{0.0, 0.0, 0.0}));
+  const RewardLogs logs = p.take_logs();
+  ASSERT_EQ(logs.metrics.size(), 2u);
+  EXPECT_EQ(logs.metrics[0], (std::pair<std::string, std::vector<double>>{"mine/len", {1, 2}}));
+  EXPECT_EQ(logs.metrics[1].first, "mine/nan");
+  EXPECT_TRUE(std::isnan(logs.metrics[1].second.at(0)));
+  EXPECT_EQ(logs.extra, nlohmann::json::parse(
+                            R"({"seen": ["c0", "c1", "c2"], "half": [0.5, "Infinity", null]})"));
+  // The control: a function that logs nothing answers no logs.
+  RewardProcess quiet({.command = command(dir, "logs:silent")});
+  quiet.score(chat_batch3());
+  const RewardLogs none = quiet.take_logs();
+  EXPECT_TRUE(none.metrics.empty());
+  EXPECT_TRUE(none.extra.empty());
+  std::filesystem::remove_all(dir);
+}
+
+// A function that fails, answers the wrong shape or logs badly ends its process with status 1
+// and a last stderr line naming it; fp8rl's error names the process. No hang.
+TEST_F(PythonRewardProcess, BadFunctionsFailNamingTheFunction) {
+  const std::string dir = write_module("user_errors", R"(
+def wrong_length(completions, **kwargs):
+    return [1.0, 2.0]
+
+def returns_none(completions, **kwargs):
+    return None
+
+def wrong_value(completions, **kwargs):
+    return [1.0, "high", 0.0]
+
+def bad_metric(completions, log_metric, **kwargs):
+    log_metric("m", "x")
+    return [0.0] * len(completions)
+
+def raises(completions, **kwargs):
+    raise KeyError("solution")
+
+def short_extra(completions, log_extra, **kwargs):
+    log_extra("gold", [1])
+    return [0.0] * len(completions)
+)");
+  const std::string log = dir + "/stderr.txt";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"wrong_length", "ValueError: wrong_length returned 2 rewards for 3 completions"},
+      {"returns_none", "TypeError: returns_none returned NoneType; expected a list of 3 rewards"},
+      {"wrong_value", "wrong_value returned 'high' (str) for completion 1"},
+      {"bad_metric", "log_metric('m', 'x'): the value must be a number"},
+      {"raises", "KeyError: 'solution'"},
+  };
+  for (const auto& [function, message] : cases) {
+    const auto start = Clock::now();
+    const std::string e = error_of(command(dir, "user_errors:" + function) + " 2>" + log);
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 5.0);
+    EXPECT_NE(e.find("exited with status 1"), std::string::npos) << function << ": " << e;
+    EXPECT_NE(e.find("user_errors:" + function), std::string::npos) << e;  // the command
+    const std::string err = read_text(log);
+    EXPECT_NE(err.find("fp8rl_reward: reward function user_errors:" + function + " failed: "),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find(message), std::string::npos) << err;
+  }
+  // An extra column of the wrong length is caught by fp8rl (as for any process).
+  const std::string e = error_of(command(dir, "user_errors:short_extra"));
+  EXPECT_NE(e.find("extra column 'gold' must be a list of 3 values"), std::string::npos) << e;
+  std::filesystem::remove_all(dir);
+}
+
+// TRL's think_format_reward (trl/rewards/format_rewards.py), restated: 1.0 when the
+// completion's text starts with <think>, has no second <think>, and closes it; it reads
+// completion[0]["content"], so it needs the conversational shape.
+constexpr const char* kThinkFormatModule = R"py(
+import re
+
+_pattern = re.compile(r"^<think>(?!.*<think>)(.*?)</think>.*$", re.DOTALL | re.MULTILINE)
+
+def think_format_reward(completions, **kwargs):
+    return [1.0 if _pattern.match(completion[0]["content"]) else 0.0 for completion in completions]
+)py";
+
+RewardBatch think_batch() {
+  RewardBatch b = chat_batch3();
+  // Good; a <think> not at the start (re.search would accept it); a second <think>.
+  b.completions = {"<think>\nwhy\n</think>\n42", "so <think>why</think> 42",
+                   "<think>a</think><think>b</think>"};
+  return b;
+}
+
+TEST_F(PythonRewardProcess, TrlThinkFormatRewardRunsUnchanged) {
+  const std::string dir = write_module("trl_format", kThinkFormatModule);
+  RewardProcess p({.command = command(dir, "trl_format:think_format_reward")});
+  EXPECT_EQ(p.score(think_batch()), (RewardValues{1.0, 0.0, 0.0}));
+  // The control: a text batch gives strings, on which TRL's function fails (as it does in TRL).
+  RewardBatch text = think_batch();
+  text.prompt_messages = nullptr;
+  const std::string log = dir + "/stderr.txt";
+  RewardProcess q({.command = command(dir, "trl_format:think_format_reward") + " 2>" + log});
+  EXPECT_THROW(q.score(text), Error);
+  EXPECT_NE(read_text(log).find("TypeError"), std::string::npos) << read_text(log);
+  std::filesystem::remove_all(dir);
+}
+
+// TRL's own files, when this machine has them: trl importable, or FP8RL_TRL_REWARDS naming a
+// folder with TRL's format_rewards.py (e.g. a checkout's trl/rewards).
+TEST_F(PythonRewardProcess, TrlsOwnThinkFormatRewardWhenAvailable) {
+  std::string path, function;
+  if (const char* dir = std::getenv("FP8RL_TRL_REWARDS");
+      dir != nullptr && std::filesystem::exists(std::string(dir) + "/format_rewards.py")) {
+    path = dir;
+    function = "format_rewards:think_format_reward";
+  } else if (python_imports("trl.rewards")) {
+    function = "trl.rewards:think_format_reward";
+  } else {
+    GTEST_SKIP() << "TRL is not installed and FP8RL_TRL_REWARDS is unset (TrlThinkFormatRewardRuns"
+                    "Unchanged runs a restatement of it)";
+  }
+  RewardProcess p({.command = command(path, function)});
+  EXPECT_EQ(p.score(think_batch()), (RewardValues{1.0, 0.0, 0.0}));
+}
+
+// TRL's accuracy_reward needs trl, math_verify and latex2sympy2_extended; skipped without them.
+TEST_F(PythonRewardProcess, TrlAccuracyRewardWhenItsImportsExist) {
+  if (!python_imports("trl.rewards.accuracy_rewards math_verify latex2sympy2_extended"))
+    GTEST_SKIP() << "accuracy_reward needs trl, math_verify and latex2sympy2_extended (not "
+                    "importable here)";
+  RewardProcess p({.command = command("", "trl.rewards:accuracy_reward")});
+  RewardBatch b = chat_batch3();
+  b.completions = {"so \\boxed{\\frac{1}{3}}", "so \\boxed{\\frac{1}{2}}", "anything"};
+  b.columns["solution"] = {"$\\frac{1}{3}$", "$\\frac{1}{3}$", "no math here"};
+  EXPECT_EQ(p.score(b), (RewardValues{1.0, 0.0, None}));
+  const RewardLogs logs = p.take_logs();
+  EXPECT_TRUE(logs.extra.contains("gold_parsed")) << logs.extra.dump();
+}
+
+// Reward functions in the style of Unsloth's GSM8K GRPO notebook (written here, not copied):
+// they read completion[0]["content"] and the question as prompts[0][-1]["content"], take the
+// answer column, print, and keep a global counter.
+constexpr const char* kNotebookModule = R"py(
+import re
+
+reasoning_end = "<end_working_out>"
+solution_start = "<SOLUTION>"
+solution_end = "</SOLUTION>"
+
+match_format = re.compile(
+    rf"{reasoning_end}.*?{solution_start}(.+?){solution_end}\s*$", flags=re.MULTILINE | re.DOTALL)
+match_numbers = re.compile(
+    solution_start + r".*?\s*([-]?[\d\.\,]{1,})", flags=re.MULTILINE | re.DOTALL)
+CALLS = 0
+
+def match_format_exactly(completions, **kwargs):
+    return [3.0 if match_format.search(c[0]["content"]) is not None else 0.0 for c in completions]
+
+def match_format_approximately(completions, **kwargs):
+    scores = []
+    for completion in completions:
+        response = completion[0]["content"]
+        score = 0.0
+        for tag in (reasoning_end, solution_start, solution_end):
+            score += 0.5 if response.count(tag) == 1 else -1.0
+        scores.append(score)
+    return scores
+
+def check_answer(prompts, completions, answer, **kwargs):
+    question = prompts[0][-1]["content"]
+    guesses = [m.group(1) if (m := match_format.search(c[0]["content"])) else None
+               for c in completions]
+    scores = []
+    for guess, truth in zip(guesses, answer):
+        if guess is None:
+            scores.append(-2.0)
+        elif guess == truth:
+            scores.append(5.0)
+        elif guess.strip() == truth.strip():
+            scores.append(3.5)
+        else:
+            try:
+                ratio = float(guess) / float(truth)
+            except (ValueError, ZeroDivisionError):
+                scores.append(-4.5)
+                continue
+            scores.append(2.0 if 0.9 <= ratio <= 1.1 else 1.5 if 0.8 <= ratio <= 1.2 else -2.5)
+    return scores
+
+def check_numbers(prompts, completions, answer, **kwargs):
+    global CALLS
+    question = prompts[0][-1]["content"]
+    responses = [c[0]["content"] for c in completions]
+    guesses = [m.group(1) if (m := match_numbers.search(r)) else None for r in responses]
+    if CALLS % 5 == 0:
+        print("*" * 20, f"Question:\n{question}", f"\nAnswer:\n{answer[0]}",
+              f"\nResponse:\n{responses[0]}", f"\nExtracted:\n{guesses[0]}")
+    CALLS += 1
+    scores = []
+    for guess, truth in zip(guesses, answer):
+        if guess is None:
+            scores.append(-2.5)
+            continue
+        try:
+            scores.append(3.5 if float(guess.strip().replace(",", "")) == float(truth.strip())
+                          else -1.5)
+        except ValueError:
+            scores.append(0.0)
+    return scores
+)py";
+
+TEST_F(PythonRewardProcess, NotebookStyleGsm8kRewardsRunUnchanged) {
+  const std::string dir = write_module("gsm8k_notebook", kNotebookModule);
+  RewardBatch b = chat_batch3();
+  b.completions = {"steps<end_working_out><SOLUTION>72</SOLUTION>",
+                   "<end_working_out><SOLUTION> 9 </SOLUTION>\n", "no format at all"};
+  b.columns["answer"] = {"72", "10", "5"};
+  const std::vector<std::pair<std::string, RewardValues>> expected = {
+      {"match_format_exactly", {3.0, 3.0, 0.0}},
+      {"match_format_approximately", {1.5, 1.5, -3.0}},
+      {"check_answer", {5.0, 2.0, -2.0}},  // exact; 9 / 10 within 10%; no format
+      {"check_numbers", {3.5, -1.5, -2.5}},
+  };
+  for (const auto& [function, values] : expected) {
+    RewardProcess p({.command = command(dir, "gsm8k_notebook:" + function)});
+    for (int round = 0; round < 2; ++round) EXPECT_EQ(p.score(b), values) << function;
+  }
+  // The control: with strings (as before the conversational shapes), prompts[0][-1]["content"]
+  // fails.
+  RewardProcess text({.command = command(dir, "gsm8k_notebook:check_answer --text")});
+  EXPECT_THROW(text.score(b), Error);
   std::filesystem::remove_all(dir);
 }
 

@@ -100,6 +100,72 @@ TEST(RewardSet, WeightsOverrideAndValidation) {
   EXPECT_THROW(set.score(empty_batch(2)), Error);  // functions return 1 value for 2 rows
 }
 
+// A reward function that logs fixed metrics and extra columns, as a Python function's
+// log_metric / log_extra reach fp8rl through its reward process.
+class Logging final : public RewardFunction {
+ public:
+  Logging(std::string name, RewardLogs logs) : name_(std::move(name)), logs_(std::move(logs)) {}
+  const std::string& name() const override { return name_; }
+  RewardValues score(const RewardBatch& b) override { return RewardValues(size_t(b.size()), 1.0); }
+  RewardLogs take_logs() override { return logs_; }
+
+ private:
+  std::string name_;
+  RewardLogs logs_;
+};
+
+TEST(RewardSet, LoggedMetricsAreMeansOverEveryFunctionAndExtraColumnsPassThrough) {
+  // As TRL's _pending_metrics: one list per name across functions, its mean per batch.
+  // "x": {1, 2} from f and {6} from g -> 3, not the mean of the means (1.5 + 6) / 2 = 3.75.
+  RewardLogs f_logs;
+  f_logs.metrics = {{"x", {1.0, 2.0}}, {"only_f", {5.0}}};
+  f_logs.extra = {{"gold", {"a", "b"}}};
+  RewardLogs g_logs;
+  g_logs.metrics = {{"x", {6.0}}};
+  g_logs.extra = {{"parsed", {1, nullptr}}};
+  RewardSet set;
+  set.add(std::make_unique<Logging>("f", f_logs));
+  set.add(std::make_unique<Logging>("g", g_logs));
+  set.add(std::make_unique<Fixed>("silent", RewardValues{0.0, 0.0}));
+  const CombinedRewards c = set.score(empty_batch(2));
+  using Metrics = std::vector<std::pair<std::string, double>>;
+  EXPECT_EQ(c.logged_metrics, (Metrics{{"x", 3.0}, {"only_f", 5.0}}));
+  EXPECT_NE(c.logged_metrics[0].second, 3.75);  // the control: not the mean of means
+  EXPECT_EQ(c.logged_extra, nlohmann::json({{"gold", {"a", "b"}}, {"parsed", {1, nullptr}}}));
+  // The logs are not the rewards' metrics.
+  for (const auto& [k, v] : c.metrics()) EXPECT_NE(k, "x");
+}
+
+TEST(RewardSet, TwoFunctionsLoggingOneExtraColumnIsAnErrorNamingBoth) {
+  RewardLogs logs;
+  logs.extra = {{"gold", {"a", "b"}}};
+  RewardSet set;
+  set.add(std::make_unique<Logging>("first", logs));
+  set.add(std::make_unique<Logging>("second", logs));
+  try {
+    set.score(empty_batch(2));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "reward functions 'first' and 'second' both logged the extra column 'gold'"),
+              std::string::npos)
+        << e.what();
+  }
+  RewardLogs short_column;
+  short_column.extra = {{"gold", {"a"}}};
+  RewardSet one;
+  one.add(std::make_unique<Logging>("short", short_column));
+  try {
+    one.score(empty_batch(2));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'short' logged 1 values of the extra column 'gold' for "
+                                         "a batch of 2"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(RewardSet, BatchValidation) {
   RewardSet set;
   set.add(std::make_unique<Fixed>("a", RewardValues{1.0}), 1.0);
@@ -108,6 +174,16 @@ TEST(RewardSet, BatchValidation) {
   EXPECT_THROW(set.score(b), Error);  // a column of 2 values for 1 row
   b.columns = {{"completions", {"x"}}};
   EXPECT_THROW(set.score(b), Error);  // a reserved name
+  b.columns = {{"trainer_state", {"x"}}};
+  EXPECT_THROW(set.score(b), Error);  // a reserved name
+  b.columns = nullptr;
+  b.prompt_messages = nlohmann::json::array();
+  EXPECT_THROW(set.score(b), Error);  // no message list for the row
+  b.prompt_messages = {nlohmann::json::array({{{"role", "user"}, {"content", "q"}}})};
+  b.trainer_state = 3;
+  EXPECT_THROW(set.score(b), Error);  // not an object
+  b.trainer_state = {{"global_step", 3}};
+  EXPECT_NO_THROW(set.score(b));
   b.columns = {{"answer", {"x"}}};
   EXPECT_NO_THROW(set.score(b));
   EXPECT_THROW(RewardSet().score(b), Error);  // no function

@@ -71,6 +71,28 @@ TEST(PromptRowReader, ReadsOneRowAsTheFileReaderDoes) {
             "the row has neither \"prompt\" nor \"messages\"");
 }
 
+// The message list of a chat row is kept for the rewards (TRL passes it as the prompt); a text
+// row has none. A file mixing the two is an error naming the line.
+TEST(PromptRowReader, ChatRowsKeepTheirMessagesAndAFileIsOneKind) {
+  const ChatTemplateConfig chat = toy_chat();
+  const PromptRowReader reader(tokenizer(), &chat, {});
+  const Json messages = Json::parse(R"([{"role": "user", "content": "hi"}])");
+  EXPECT_EQ(reader.read(Json{{"messages", messages}}).messages, nlohmann::json(messages));
+  EXPECT_EQ(reader.read(Json{{"prompt", messages}}).messages, nlohmann::json(messages));
+  EXPECT_TRUE(reader.read(Json::parse(R"({"prompt": "hi"})")).messages.is_null());
+  const std::string path = dataset_file(
+      std::string(R"({"messages": [{"role": "user", "content": "hi"}]})") + "\n" +
+      R"({"messages": [{"role": "user", "content": "yo"}]})" + "\n" + R"({"prompt": "text"})");
+  const std::string e = error_of([&] { read_prompt_dataset(path, tokenizer(), &chat, {}); });
+  EXPECT_NE(e.find(":3: a text prompt, but line 1 holds a chat prompt"), std::string::npos) << e;
+  // The control: the first two rows alone are one kind.
+  std::ofstream(path) << R"({"messages": [{"role": "user", "content": "hi"}]})"
+                      << "\n"
+                      << R"({"prompt": [{"role": "user", "content": "yo"}]})"
+                      << "\n";
+  EXPECT_EQ(read_prompt_dataset(path, tokenizer(), &chat, {}).size(), 2u);
+}
+
 // TRL's chat_template_kwargs reach the template as variables for prompts and preference rows;
 // without them the template's default renders, which the kwargs must change.
 TEST(PromptRowReader, ChatTemplateKwargsAreTemplateVariables) {
