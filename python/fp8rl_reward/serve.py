@@ -218,6 +218,8 @@ def serve(spec, chat=False, stdin=None, fmt=None):
         if logs.metrics:
             answer["metrics"] = logs.metrics
         if logs.extra:
-            answer["extra"] = logs.extra
+            # TRL's table keeps the last batch's worth of a column logged more than once.
+            answer["extra"] = {k: v[-count:] if 0 < count < len(v) else v
+                               for k, v in logs.extra.items()}
         protocol.write(json.dumps(answer, allow_nan=False) + "\n")
         protocol.flush()

@@ -65,8 +65,9 @@ class RewardSet {
 
   // Runs every function on the batch (in order) and combines them, with what they logged.
   // Errors of a function (a reward process that failed, a missing column) pass through; a
-  // function returning the wrong number of values, or two functions logging one extra column,
-  // is an fp8rl::Error naming them.
+  // function returning the wrong number of values or logging an extra column of the wrong
+  // length is an fp8rl::Error naming it. An extra column several functions log holds the last
+  // one's values.
   CombinedRewards score(const RewardBatch& batch);
 
  private:

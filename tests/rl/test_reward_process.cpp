@@ -451,6 +451,8 @@ def logs(completions, log_metric, log_extra, **kwargs):
     log_extra("seen", [c[0]["content"][:2] for c in completions])
     log_extra("half", [0.5])
     log_extra("half", [float("inf"), None])  # extends, as TRL's log_extra
+    log_extra("twice", [1, 2, 3])
+    log_extra("twice", [4, 5, 6])  # TRL's table keeps the last batch's worth
     return [0.0] * len(completions)
 
 def silent(completions, **kwargs):
@@ -463,8 +465,10 @@ def silent(completions, **kwargs):
   EXPECT_EQ(logs.metrics[0], (std::pair<std::string, std::vector<double>>{"mine/len", {1, 2}}));
   EXPECT_EQ(logs.metrics[1].first, "mine/nan");
   EXPECT_TRUE(std::isnan(logs.metrics[1].second.at(0)));
-  EXPECT_EQ(logs.extra, nlohmann::json::parse(
-                            R"({"seen": ["c0", "c1", "c2"], "half": [0.5, "Infinity", null]})"));
+  EXPECT_EQ(
+      logs.extra,
+      nlohmann::json::parse(
+          R"({"seen": ["c0", "c1", "c2"], "half": [0.5, "Infinity", null], "twice": [4, 5, 6]})"));
   // The control: a function that logs nothing answers no logs.
   RewardProcess quiet({.command = command(dir, "logs:silent")});
   quiet.score(chat_batch3());

@@ -136,21 +136,19 @@ TEST(RewardSet, LoggedMetricsAreMeansOverEveryFunctionAndExtraColumnsPassThrough
   for (const auto& [k, v] : c.metrics()) EXPECT_NE(k, "x");
 }
 
-TEST(RewardSet, TwoFunctionsLoggingOneExtraColumnIsAnErrorNamingBoth) {
-  RewardLogs logs;
-  logs.extra = {{"gold", {"a", "b"}}};
+TEST(RewardSet, AnExtraColumnTwoFunctionsLogHoldsTheLaterOnesValues) {
+  // As TRL's completions table, which keeps the last batch's worth of each column.
+  RewardLogs first, second;
+  first.extra = {{"gold", {"a", "b"}}, {"first_only", {1, 2}}};
+  second.extra = {{"gold", {"c", "d"}}};
   RewardSet set;
-  set.add(std::make_unique<Logging>("first", logs));
-  set.add(std::make_unique<Logging>("second", logs));
-  try {
-    set.score(empty_batch(2));
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "reward functions 'first' and 'second' both logged the extra column 'gold'"),
-              std::string::npos)
-        << e.what();
-  }
+  set.add(std::make_unique<Logging>("first", first));
+  set.add(std::make_unique<Logging>("second", second));
+  EXPECT_EQ(set.score(empty_batch(2)).logged_extra,
+            nlohmann::json({{"gold", {"c", "d"}}, {"first_only", {1, 2}}}));
+}
+
+TEST(RewardSet, AnExtraColumnOfTheWrongLengthIsAnErrorNamingTheFunction) {
   RewardLogs short_column;
   short_column.extra = {{"gold", {"a"}}};
   RewardSet one;
