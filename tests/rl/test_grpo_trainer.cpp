@@ -228,6 +228,7 @@ def correct(prompts, completions, answer, trainer_state, completion_ids, log_met
     assert all(len(ids) > 0 for ids in completion_ids)
     log_metric("custom/global_step", trainer_state.global_step)
     log_metric("custom/max_steps", trainer_state.max_steps)
+    log_metric("custom/epoch", trainer_state.epoch)
     log_extra("question", [p[-1]["content"] for p in prompts])
     return [float(c[0]["content"].strip() == a) for c, a in zip(completions, answer)]
 )",
@@ -237,6 +238,8 @@ def correct(prompts, completions, answer, trainer_state, completion_ids, log_met
   for (int step = 0; step < 2; ++step) {
     EXPECT_EQ(run.metrics[size_t(step)]["custom/global_step"], double(step));
     EXPECT_EQ(run.metrics[size_t(step)]["custom/max_steps"], 2.0);
+    // The data drawn before the round: 2 of the 64 prompts per round.
+    EXPECT_EQ(run.metrics[size_t(step)]["custom/epoch"], step * 2.0 / 64.0);
   }
   std::ifstream samples(out / "samples.jsonl");
   int64_t rows = 0;
