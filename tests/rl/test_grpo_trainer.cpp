@@ -164,8 +164,8 @@ TEST(GrpoTrainer, OnPolicyExactEqualsTheCorrectedRunOnTheCpu) {
       std::any_of(exact.params.begin(), exact.params.end(), [](float v) { return v != 0.0f; }));
 }
 
-// TRL's loss knobs reach the micro-steps: each trains another adapter than the default run
-// (the negative control for every one of them), and sapo logs no clip ratios.
+// TRL's loss knobs reach the micro-steps: each trains another adapter than the same run
+// without it (the negative control for every one of them), and sapo logs no clip ratios.
 TEST(GrpoTrainer, LossKnobsReachTheLoop) {
   const auto config = [](const std::string& name) {
     GrpoConfig c = small_config(temp_dir(name));
@@ -174,27 +174,29 @@ TEST(GrpoTrainer, LossKnobsReachTheLoop) {
     c.num_iterations = 2;  // the second pass is off-policy: ratios away from 1 for delta
     return c;
   };
-  const GrpoRun base = run_grpo(config("knobs_base"), make_reward_set(config("x").rewards));
-  const auto differs = [&](GrpoConfig c) {
-    const GrpoRun r = run_grpo(c, make_reward_set(c.rewards));
-    EXPECT_NE(r.params, base.params);
-    return r;
-  };
+  const auto train = [](const GrpoConfig& c) { return run_grpo(c, make_reward_set(c.rewards)); };
+  const GrpoRun base = train(config("knobs_base"));
   GrpoConfig c = config("knobs_delta");
   c.delta = 1.0;  // caps every ratio above 1
-  differs(c);
+  EXPECT_NE(train(c).params, base.params);
   c = config("knobs_entropy");
   c.top_entropy_quantile = 0.2;
-  differs(c);
+  EXPECT_NE(train(c).params, base.params);
   c = config("knobs_sapo");
   c.loss_type = GrpoLossType::sapo;
-  const GrpoRun sapo = differs(c);
+  const GrpoRun sapo = train(c);
   EXPECT_FALSE(sapo.metrics[0].contains("clip_ratio/region_mean"));
   EXPECT_TRUE(base.metrics[0].contains("clip_ratio/region_mean"));
-  c = config("knobs_luspo");
-  c.loss_type = GrpoLossType::luspo;
+  c.sapo_temperature_neg = c.sapo_temperature_pos = 3.0;
+  c.output_dir = temp_dir("knobs_sapo_tau").string();
+  EXPECT_NE(train(c).params, sapo.params);
+  c = config("knobs_gspo");
+  c.loss_type = GrpoLossType::grpo;
   c.importance_sampling_level = ImportanceSamplingLevel::sequence;
-  differs(c);
+  const GrpoRun gspo = train(c);
+  c.loss_type = GrpoLossType::luspo;
+  c.output_dir = temp_dir("knobs_luspo").string();
+  EXPECT_NE(train(c).params, gspo.params);
 }
 
 // generation_kwargs reach the engine: min_tokens = max_completion_length makes every
