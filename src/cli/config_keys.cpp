@@ -138,7 +138,8 @@ KeyTable<GrpoConfig> grpo_keys() {
   t.add("epsilon_high", &C::epsilon_high,
         "Upper clip: 1 + epsilon_high (null: epsilon); cispo: the absolute ratio cap");
   t.add("delta", &C::delta,
-        "Two-sided clipping: cap the unclipped ratio at delta too (null: off; > 1 + epsilon)");
+        "Two-sided clipping: cap the unclipped ratio at delta too (null: off; TRL advises > 1 + "
+        "epsilon)");
   t.add_enum("loss_type", &C::loss_type,
              {{"dapo", GrpoLossType::dapo},
               {"grpo", GrpoLossType::grpo},

@@ -111,6 +111,7 @@ SamplingParams GrpoConfig::sampling_params() const {
   static constexpr std::pair<const char*, const char*> kOwned[] = {
       {"n", "num_generations"},
       {"max_tokens", "max_completion_length"},
+      {"max_new_tokens", "max_completion_length"},  // TRL's transformers-path name
       {"seed", "seed"},
       {"logprobs", "nothing: the trainer reads the sampled tokens' logprobs itself"},
       {"processed_logprobs", "nothing: the trainer reads the sampled tokens' logprobs itself"}};

@@ -443,6 +443,7 @@ TEST(RunConfig, OutOfRangeValuesAreNamed) {
       {"generation_kwargs: {n: 4}",
        "generation_kwargs.n = 4 is set by the trainer; use num_generations"},
       {"generation_kwargs: {max_tokens: 64}", "use max_completion_length"},
+      {"generation_kwargs: {max_new_tokens: 64}", "use max_completion_length"},
       {"generation_kwargs: {seed: 1}",
        "generation_kwargs.seed = 1 is set by the trainer; use seed"},
       {"generation_kwargs: {top_p: 2}", "generation_kwargs: top_p must be in (0, 1], got 2"},
