@@ -59,7 +59,10 @@ int64_t shared_length(Span chosen, Span rejected) {
 double completion_logp(std::span<const float> v, Span s, int64_t shared,
                        std::optional<double> ld_alpha) {
   const std::vector<double> logp(v.begin() + s.first, v.begin() + s.second);
-  return ld_logp(logp, shared, ld_alpha.value_or(1.0));
+  if (ld_alpha) return ld_logp(logp, shared, *ld_alpha);
+  double sum = 0;  // the plain sum, in token order
+  for (double x : logp) sum += x;
+  return sum;
 }
 
 }  // namespace
