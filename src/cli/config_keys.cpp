@@ -128,19 +128,31 @@ KeyTable<GrpoConfig> grpo_keys() {
   t.add("top_k", &C::top_k, "Top-k sampling; 0: off");
   t.add("min_p", &C::min_p, "Min-p sampling (null: off)");
   t.add("repetition_penalty", &C::repetition_penalty, "Repetition penalty; 1: off");
+  t.add("generation_kwargs", &C::generation_kwargs,
+        "Sampling fields over the keys above (a mapping, vLLM's names: temperature, top_p, "
+        "top_k, min_p, repetition_penalty, min_tokens, stop, stop_token_ids, ignore_eos)");
   // Loss.
   t.add("beta", &C::beta, "KL coefficient (k3, to the reference_model)");
   add_reference_key(t);
   t.add("epsilon", &C::epsilon, "Lower clip of the ratio: 1 - epsilon");
   t.add("epsilon_high", &C::epsilon_high,
         "Upper clip: 1 + epsilon_high (null: epsilon); cispo: the absolute ratio cap");
+  t.add("delta", &C::delta,
+        "Two-sided clipping: cap the unclipped ratio at delta too (null: off; TRL advises > 1 + "
+        "epsilon)");
   t.add_enum("loss_type", &C::loss_type,
              {{"dapo", GrpoLossType::dapo},
               {"grpo", GrpoLossType::grpo},
               {"bnpo", GrpoLossType::bnpo},
               {"dr_grpo", GrpoLossType::dr_grpo},
-              {"cispo", GrpoLossType::cispo}},
+              {"cispo", GrpoLossType::cispo},
+              {"sapo", GrpoLossType::sapo},
+              {"luspo", GrpoLossType::luspo}},
              "Loss aggregation");
+  t.add("sapo_temperature_neg", &C::sapo_temperature_neg,
+        "sapo: the soft gate's temperature where the advantage is <= 0");
+  t.add("sapo_temperature_pos", &C::sapo_temperature_pos,
+        "sapo: the soft gate's temperature where the advantage is > 0");
   t.add_enum(
       "importance_sampling_level", &C::importance_sampling_level,
       {{"token", ImportanceSamplingLevel::token}, {"sequence", ImportanceSamplingLevel::sequence}},
@@ -155,6 +167,8 @@ KeyTable<GrpoConfig> grpo_keys() {
              "false = none)");
   t.add("mask_truncated_completions", &C::mask_truncated_completions,
         "Leave completions cut at max_completion_length out of the loss");
+  t.add("top_entropy_quantile", &C::top_entropy_quantile,
+        "Policy loss on the top quantile of tokens by entropy only, in [0, 1]; 1: all");
   t.add("reward_weights", &C::reward_weights, "One weight per reward (default: all 1)");
   // Rewards.
   t.add("rewards", &C::rewards, "Reward specs (a list; in YAML, or JSON text as a flag)");
@@ -202,6 +216,8 @@ KeyTable<DpoConfig> dpo_keys() {
   t.add("label_smoothing", &C::label_smoothing,
         "Label noise ε in [0, 0.5): sigmoid (cDPO), robust, aot, aot_unpaired; exo_pair's ε (> 0)");
   t.add("discopop_tau", &C::discopop_tau, "DiscoPOP's τ (loss_type discopop)");
+  t.add("ld_alpha", &C::ld_alpha,
+        "LD-DPO: weight of the tokens beyond the shorter completion, in [0, 1] (null: off)");
   t.add("max_length", &C::max_length, "Tokens of prompt + completion at most");
   t.add("max_prompt_length", &C::max_prompt_length, "Prompt tokens at most (null: no limit)");
   t.add("truncation", &C::truncation, "Cut rows over the limits (default: an error)");

@@ -19,6 +19,13 @@ void DpoConfig::validate() const {
   CHECK(loss_type != DpoLossType::exo_pair || label_smoothing > 0.0,
         "loss_type exo_pair needs label_smoothing > 0 (the EXO paper's ε, e.g. 0.001)");
   c::positive("discopop_tau", discopop_tau);
+  if (ld_alpha) {
+    c::in_closed("ld_alpha", *ld_alpha, 0.0, 1.0);
+    // TRL's sft loss is the chosen tokens' plain cross-entropy: ld_alpha would change nothing.
+    CHECK(loss_type != DpoLossType::sft,
+          "ld_alpha = {} has no effect on loss_type sft (its NLL reads every token unweighted)",
+          *ld_alpha);
+  }
   c::at_least<int64_t>("max_length", max_length, 2);
   if (max_prompt_length) {
     c::at_least<int64_t>("max_prompt_length", *max_prompt_length, 1);

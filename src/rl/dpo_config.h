@@ -29,7 +29,11 @@ struct DpoConfig : TrainingArguments, ModelArguments {
   // the `robust` loss took it over), robust, aot, aot_unpaired; exo_pair's ε (must be > 0).
   double label_smoothing = 0.0;
   double discopop_tau = 0.05;  // DiscoPOP's τ (loss_type discopop), TRL's default
-  int64_t max_length = 1024;   // tokens of prompt + completion
+  // LD-DPO: tokens beyond the shorter completion's length count ld_alpha times in both
+  // completions' log-probabilities, the policy's and the reference's (dpo_loss.h ld_logp);
+  // null: off (the plain sums). In [0, 1].
+  std::optional<double> ld_alpha;
+  int64_t max_length = 1024;  // tokens of prompt + completion
   // TRL up to 0.2x (keeping the prompt's last tokens); removed since. fp8rl keeps it as a
   // limit: null: none.
   std::optional<int64_t> max_prompt_length = 512;

@@ -86,6 +86,13 @@ std::string_view dpo_loss_type_name(DpoLossType type) {
   RAISE("unknown DpoLossType {}", int(type));
 }
 
+double ld_logp(std::span<const double> token_logp, int64_t shared, double ld_alpha) {
+  double shared_sum = 0.0, tail_sum = 0.0;
+  for (size_t t = 0; t < token_logp.size(); ++t)
+    (int64_t(t) < shared ? shared_sum : tail_sum) += token_logp[t];
+  return shared_sum + ld_alpha * tail_sum;
+}
+
 DpoLossResult dpo_loss(const DpoPairs& p, const DpoLossConfig& c) {
   const size_t n = p.policy_chosen_logp.size();
   CHECK(n >= 1, "dpo loss: no pairs");

@@ -60,6 +60,15 @@ struct DpoPairs {
   std::span<const int64_t> rejected_length;
 };
 
+// LD-DPO (DPOConfig.ld_alpha): one completion's log-probability with the tokens beyond the
+// pair's shared length (the shorter completion's token count) weighted by ld_alpha, the same
+// for the policy and the reference: sum_{t < shared} logp_t + ld_alpha sum_{t >= shared} logp_t.
+// Its derivative in logp_t is ld_token_weight(t, ...). ld_alpha 1 is the plain sum.
+double ld_logp(std::span<const double> token_logp, int64_t shared, double ld_alpha);
+inline double ld_token_weight(int64_t t, int64_t shared, double ld_alpha) {
+  return t < shared ? 1.0 : ld_alpha;
+}
+
 // TRL's logged values (keys "rewards/chosen" etc.): means over the pairs of
 // β (policy - ref) for chosen and rejected, of [chosen reward > rejected reward] and of their
 // difference; "logps/chosen" and "logps/rejected" are the policy's mean summed logps.

@@ -4,6 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <optional>
+#include <span>
+#include <vector>
 
 #include "core/check.h"
 #include "core/rng.h"
@@ -45,9 +48,20 @@ Packed pack(const std::vector<PreferencePair>& pairs, std::span<const size_t> id
   return p;
 }
 
-double span_sum(std::span<const float> v, std::pair<int64_t, int64_t> s) {
-  double sum = 0;
-  for (int64_t t = s.first; t < s.second; ++t) sum += v[size_t(t)];
+using Span = std::pair<int64_t, int64_t>;
+
+// The pair's shared length: LD-DPO weights the tokens beyond it (ld_logp).
+int64_t shared_length(Span chosen, Span rejected) {
+  return std::min(chosen.second - chosen.first, rejected.second - rejected.first);
+}
+
+// A completion's log-probability: its tokens' sum, LD-DPO-weighted when ld_alpha is set.
+double completion_logp(std::span<const float> v, Span s, int64_t shared,
+                       std::optional<double> ld_alpha) {
+  const std::vector<double> logp(v.begin() + s.first, v.begin() + s.second);
+  if (ld_alpha) return ld_logp(logp, shared, *ld_alpha);
+  double sum = 0;  // the plain sum, in token order
+  for (double x : logp) sum += x;
   return sum;
 }
 
@@ -139,8 +153,11 @@ struct DpoTrainer::Impl {
     o.reference = true;
     pass->forward({p.ids, p.targets, p.cu}, o);
     for (size_t k = 0; k < missing.size(); ++k) {
-      ref_chosen[missing[k]] = span_sum(pass->logprobs(), p.span[2 * k]);
-      ref_rejected[missing[k]] = span_sum(pass->logprobs(), p.span[2 * k + 1]);
+      const int64_t shared = shared_length(p.span[2 * k], p.span[2 * k + 1]);
+      ref_chosen[missing[k]] =
+          completion_logp(pass->logprobs(), p.span[2 * k], shared, cfg.ld_alpha);
+      ref_rejected[missing[k]] =
+          completion_logp(pass->logprobs(), p.span[2 * k + 1], shared, cfg.ld_alpha);
     }
   }
 
@@ -192,8 +209,9 @@ struct DpoTrainer::Impl {
         std::vector<double> pc, pr, rc, rr;
         std::vector<int64_t> lcn, lrn;
         for (size_t k = 0; k < idx.size(); ++k) {
-          pc.push_back(span_sum(pass->logprobs(), p.span[2 * k]));
-          pr.push_back(span_sum(pass->logprobs(), p.span[2 * k + 1]));
+          const int64_t shared = shared_length(p.span[2 * k], p.span[2 * k + 1]);
+          pc.push_back(completion_logp(pass->logprobs(), p.span[2 * k], shared, cfg.ld_alpha));
+          pr.push_back(completion_logp(pass->logprobs(), p.span[2 * k + 1], shared, cfg.ld_alpha));
           rc.push_back(ref_chosen[idx[k]]);
           rr.push_back(ref_rejected[idx[k]]);
           lcn.push_back(p.span[2 * k].second - p.span[2 * k].first);
@@ -203,11 +221,16 @@ struct DpoTrainer::Impl {
         const double ga = double(cfg.gradient_accumulation_steps);
         loss += res.loss / ga;
         std::vector<float> dlogprob(p.ids.size(), 0.0f);
+        const double alpha = cfg.ld_alpha.value_or(1.0);
         for (size_t k = 0; k < idx.size(); ++k) {
-          for (int64_t t = p.span[2 * k].first; t < p.span[2 * k].second; ++t)
-            dlogprob[size_t(t)] = float(res.dloss_dchosen_logp[k] / ga);
-          for (int64_t t = p.span[2 * k + 1].first; t < p.span[2 * k + 1].second; ++t)
-            dlogprob[size_t(t)] = float(res.dloss_drejected_logp[k] / ga);
+          const Span c = p.span[2 * k], rj = p.span[2 * k + 1];
+          const int64_t shared = shared_length(c, rj);
+          for (int64_t t = c.first; t < c.second; ++t)
+            dlogprob[size_t(t)] =
+                float(res.dloss_dchosen_logp[k] / ga * ld_token_weight(t - c.first, shared, alpha));
+          for (int64_t t = rj.first; t < rj.second; ++t)
+            dlogprob[size_t(t)] = float(res.dloss_drejected_logp[k] / ga *
+                                        ld_token_weight(t - rj.first, shared, alpha));
         }
         pass->backward(dlogprob, grads);
         mean.rewards_chosen += res.stats.rewards_chosen;

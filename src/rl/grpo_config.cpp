@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "formats/json_read.h"
 #include "train/config_checks.h"
 
 namespace fp8rl {
@@ -29,6 +30,29 @@ void GrpoConfig::validate() const {
   // 1 - epsilon is the lower clip bound of the ratio, so epsilon < 1 keeps it positive.
   c::in_open("epsilon", epsilon, 0.0, 1.0);
   if (epsilon_high) c::positive("epsilon_high", *epsilon_high);
+  if (delta) c::positive("delta", *delta);
+  c::positive("sapo_temperature_neg", sapo_temperature_neg);
+  c::positive("sapo_temperature_pos", sapo_temperature_pos);
+  c::in_closed("top_entropy_quantile", top_entropy_quantile, 0.0, 1.0);
+  if (loss_type == GrpoLossType::luspo) {
+    // LUSPO weights each completion's sequence-level loss by its length; once a per-token factor
+    // enters, TRL's mean runs over the padded (completion x longest length) grid, padding
+    // included, which has no counterpart here.
+    CHECK(importance_sampling_level == ImportanceSamplingLevel::sequence,
+          "loss_type luspo needs importance_sampling_level: sequence, got {}",
+          importance_sampling_level_name(importance_sampling_level));
+    CHECK(beta == 0.0, "loss_type luspo needs beta: 0 (a per-token KL term), got {}", beta);
+    CHECK(top_entropy_quantile == 1.0,
+          "loss_type luspo needs top_entropy_quantile: 1 (a per-token mask), got {}",
+          top_entropy_quantile);
+    CHECK(!vllm_importance_sampling_correction || on_policy_exact ||
+              vllm_importance_sampling_mode == RolloutCorrectionMode::sequence_mask ||
+              vllm_importance_sampling_mode == RolloutCorrectionMode::sequence_truncate,
+          "loss_type luspo needs a sequence_* vllm_importance_sampling_mode (per-token weights), "
+          "got {}",
+          rollout_correction_mode_name(vllm_importance_sampling_mode));
+  }
+  (void)sampling_params();  // generation_kwargs' fields and the merged ranges
   for (double w : reward_weights)
     CHECK(std::isfinite(w), "reward_weights holds {}, not a finite number", w);
 
@@ -66,6 +90,48 @@ void GrpoConfig::validate() const {
         "round holds whole groups",
         gbs, generation_batch_size ? "" : " = per_device_train_batch_size * steps_per_generation",
         num_generations);
+}
+
+SamplingParams GrpoConfig::sampling_params() const {
+  SamplingParams s;
+  s.n = int(num_generations);
+  s.temperature = temperature;
+  s.top_p = top_p;
+  s.top_k = int(top_k);
+  s.min_p = min_p.value_or(0.0);
+  s.repetition_penalty = repetition_penalty;
+  s.max_tokens = int(max_completion_length);
+  s.processed_logprobs = true;
+  if (generation_kwargs.is_null()) return s;
+  CHECK(generation_kwargs.is_object(),
+        "generation_kwargs = {} is not a mapping of sampling fields (e.g. {{min_tokens: 4}})",
+        json_excerpt(generation_kwargs));
+  // The trainer's own: the group size, the memory plan and dr_grpo's L_max, the per-prompt
+  // streams of a resumable run, the logprobs the loss reads.
+  static constexpr std::pair<const char*, const char*> kOwned[] = {
+      {"n", "num_generations"},
+      {"max_tokens", "max_completion_length"},
+      {"max_new_tokens", "max_completion_length"},  // TRL's transformers-path name
+      {"seed", "seed"},
+      {"logprobs", "nothing: the trainer reads the sampled tokens' logprobs itself"},
+      {"processed_logprobs", "nothing: the trainer reads the sampled tokens' logprobs itself"}};
+  for (const auto& [field, owner] : kOwned)
+    CHECK(!generation_kwargs.contains(field),
+          "generation_kwargs.{} = {} is set by the trainer; use {}", field,
+          json_excerpt(generation_kwargs.at(field)), owner);
+  try {
+    s = sampling_params_from_json(generation_kwargs, s);
+    s.validate();
+  } catch (const Error& e) {
+    std::string_view what = e.what();
+    if (what.starts_with("sampling: ")) what.remove_prefix(10);
+    RAISE("generation_kwargs: {}", what);
+  }
+  CHECK(s.temperature > 0.0,
+        "generation_kwargs.temperature must be > 0, got {}: the trainer's logprobs divide the "
+        "logits by it",
+        s.temperature);
+  return s;
 }
 
 int64_t GrpoConfig::resolved_steps_per_generation() const {

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/sampling_params.h"
 #include "rl/advantages.h"
 #include "rl/grpo_loss.h"
 #include "rl/reference_model.h"
@@ -49,12 +50,27 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
   int64_t top_k = 0;            // 0: off
   std::optional<double> min_p;  // null: off
   double repetition_penalty = 1.0;
+  // TRL's generation_kwargs: fields of the engine's SamplingParams (vLLM's names: temperature,
+  // top_p, top_k, min_p, repetition_penalty, min_tokens, stop, stop_token_ids, ignore_eos) that
+  // override the keys above; null: none. Fields the trainer sets (n, max_tokens, seed,
+  // logprobs) are errors naming the key that owns them. Unlike TRL, whose training logprobs
+  // keep `temperature`, an overriding temperature applies to the trainer's logprobs too: the
+  // loss is then about the distribution that sampled.
+  nlohmann::json generation_kwargs = nullptr;
 
   // Loss.
   double beta = 0.0;  // k3 KL coefficient to the reference_model
   ReferenceModel reference_model = ReferenceModel::start;
   double epsilon = 0.2;
   std::optional<double> epsilon_high;  // null: epsilon. cispo: the absolute cap on the ratio
+  // Two-sided clipping: the unclipped ratio is capped at delta as well (null: off), for every
+  // advantage sign, in the clipped loss types; TRL recommends delta > 1 + epsilon.
+  std::optional<double> delta;
+  double sapo_temperature_neg = 1.05;  // sapo's gate temperature where A <= 0
+  double sapo_temperature_pos = 1.0;   // and where A > 0
+  // Only the top quantile of active tokens by the policy's entropy enter the policy term (per
+  // micro-batch, as TRL on one process); 1: every token.
+  double top_entropy_quantile = 1.0;
   GrpoLossType loss_type = GrpoLossType::dapo;
   ImportanceSamplingLevel importance_sampling_level = ImportanceSamplingLevel::token;
   ScaleRewards scale_rewards = ScaleRewards::group;
@@ -98,6 +114,9 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
     return resolved_generation_batch_size() / num_generations;
   }
   double resolved_epsilon_high() const { return epsilon_high.value_or(epsilon); }
+  // The engine's sampling of a round's completions (but the per-prompt seed): the keys above,
+  // then generation_kwargs over them. Throws fp8rl::Error naming a bad field.
+  SamplingParams sampling_params() const;
   // 1 with reward_process, else the length of `rewards`.
   int64_t num_reward_functions() const;
 };

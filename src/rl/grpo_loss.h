@@ -12,8 +12,8 @@
 
 namespace fp8rl {
 
-// GRPOConfig.loss_type (TRL's default is dapo). sapo, luspo and vespo are not implemented.
-enum class GrpoLossType { grpo, bnpo, dr_grpo, dapo, cispo };
+// GRPOConfig.loss_type (TRL's default is dapo). vespo is not implemented.
+enum class GrpoLossType { grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo };
 // GRPOConfig.importance_sampling_level: token (default) or sequence (GSPO).
 enum class ImportanceSamplingLevel { token, sequence };
 
@@ -31,6 +31,8 @@ struct GrpoLossConfig {
   std::optional<double> epsilon_high;   // None = epsilon; for cispo an absolute cap (TRL: 5.0)
   double beta = 0.0;                    // k3 KL coefficient; 0 = no reference logprobs
   std::optional<double> delta;          // two-sided clip: caps the unclipped ratio (INTELLECT-2)
+  double sapo_temperature_neg = 1.05;   // sapo's gate temperature where A <= 0
+  double sapo_temperature_pos = 1.0;    // and where A > 0
   int64_t max_completion_length = 512;  // dr_grpo's constant L_max
   // grpo, bnpo, dr_grpo divide by the micro-batches of the current optimizer step (TRL's
   // current_gradient_accumulation_steps; 1 in evaluation).
@@ -63,7 +65,18 @@ struct GrpoBatch {
   // generation time (the completion still counts in its group's reward statistics and, for
   // grpo and dr_grpo, in the micro-batch's B).
   std::span<const uint8_t> mask;
+  // [N] top_entropy_quantile's high-entropy tokens (top_entropy_mask), 1 = in the policy term;
+  // empty = every token. It gates the policy term only: the KL term, the normalisers and the
+  // metrics still read `mask`, as in TRL.
+  std::span<const uint8_t> entropy_mask = {};
 };
+
+// TRL's get_high_entropy_mask over one micro-batch: the active tokens whose entropy is at
+// least the (1 - quantile) quantile of the active tokens' entropies (torch.quantile's linear
+// interpolation). quantile 1 keeps every active token, 0 only those at the maximum; no
+// active token gives an all-zero mask.
+std::vector<uint8_t> top_entropy_mask(std::span<const double> entropies,
+                                      std::span<const uint8_t> mask, double quantile);
 
 // TRL's logged values for this micro-batch under their keys (TRL appends one value per
 // micro-batch and averages them over the logging window). Token-level ratios are means over
@@ -72,7 +85,8 @@ struct GrpoBatch {
 struct GrpoLossStats {
   double policy_loss = 0.0;  // "policy_loss": the loss before the gradient-accumulation division
   std::optional<double> kl;  // "kl": masked mean of the per-token k3; only when beta != 0
-  // grpo, bnpo, dr_grpo, dapo ("clip_ratio/..."); NaN for cispo. r is the ratio after delta.
+  // grpo, bnpo, dr_grpo, dapo, luspo ("clip_ratio/..."); NaN for cispo and sapo (TRL logs
+  // none for them). r is the ratio after delta.
   // low_min / high_max skip completions without active tokens (NaN if none has any).
   double clip_ratio_low_mean = 0.0;     // r < 1 - ε_low and A < 0
   double clip_ratio_high_mean = 0.0;    // r > 1 + ε_high and A > 0
@@ -95,12 +109,18 @@ struct GrpoLossResult {
 //
 //   grpo/bnpo/dr_grpo/dapo: L = -min(r' A, clamp(r, 1 - ε_low, 1 + ε_high) A),
 //                           r' = delta ? min(r, delta) : r
+//   luspo: as grpo's L (GSPO's sequence ratio required)
 //   cispo:                  L = -sg[min(r, ε_high)] A logp_t
-//   then L *= rho;  L += beta (exp(ref - logp) - (ref - logp) - 1)
-//   grpo:    loss = mean_i(sum_t m L / max(1, M_i)) / GA
+//   sapo:                   L = -(4 / τ) σ(τ (r - 1)) A, τ = sapo_temperature_pos if A > 0
+//                           else sapo_temperature_neg (a soft gate instead of the clip)
+//   then L *= entropy_mask;  L *= rho;  L += beta (exp(ref - logp) - (ref - logp) - 1)
+//   grpo, sapo: loss = mean_i(sum_t m L / max(1, M_i)) / GA
 //   bnpo:    loss = sum m L / max(1, sum m) / GA
 //   dr_grpo: loss = sum m L / (B max_completion_length) / GA
 //   dapo, cispo: loss = sum m L / (max(1, num_items_in_batch) / num_processes)
+//   luspo:   loss = mean_i(M_i L_i) / GA: each completion weighted by its length. TRL's mean
+//            runs over the padded (B, T) grid once any per-token factor enters, so luspo takes
+//            no beta, no entropy_mask and only rollout weights constant over a completion.
 //
 // The derivative follows PyTorch's autograd of the same expression: clamp passes the gradient
 // on its closed interval and blocks it outside (the clip's zero-gradient regions), minimum

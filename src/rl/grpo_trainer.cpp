@@ -147,6 +147,7 @@ struct GrpoTrainer::Impl {
   std::vector<int32_t> eos_ids;
   std::vector<PromptExample> data;
   GrpoConfig cfg;
+  SamplingParams sampling;  // the rounds' sampling (cfg.sampling_params()), but the seed
   RewardSet rewards;
   std::string base_model_name;
 
@@ -184,6 +185,7 @@ struct GrpoTrainer::Impl {
         base_model_name(std::move(base)),
         region(c) {
     cfg.validate();
+    sampling = cfg.sampling_params();
     // A token's logprob is computed the same way in the engine's steps and the trainer's pass
     // when the kernels are batch-invariant: always on the CPU (ops/cpu/log_softmax.h), in a
     // mode of the device on CUDA (ops/exactness.h: pinned GEMM algorithms, the prefill
@@ -278,7 +280,7 @@ struct GrpoTrainer::Impl {
 
   PassOptions pass_options() const {
     PassOptions o;
-    o.temperature = float(cfg.temperature);
+    o.temperature = float(sampling.temperature);  // generation_kwargs may override it
     o.checkpointing = cfg.gradient_checkpointing;
     o.offload = cfg.activation_offloading;
     return o;
@@ -338,16 +340,8 @@ struct GrpoTrainer::Impl {
     for (size_t i = 0; i < prompts.size(); ++i) {
       GenerationRequest q;
       q.prompt_ids = data[prompts[i]].ids;
-      SamplingParams& s = q.params;
-      s.n = int(cfg.num_generations);
-      s.temperature = cfg.temperature;
-      s.top_p = cfg.top_p;
-      s.top_k = int(cfg.top_k);
-      s.min_p = cfg.min_p.value_or(0.0);
-      s.repetition_penalty = cfg.repetition_penalty;
-      s.max_tokens = int(cfg.max_completion_length);
-      s.seed = rng_key(uint64_t(cfg.seed), uint64_t(rounds) * 1000003u + i);
-      s.processed_logprobs = true;
+      q.params = sampling;
+      q.params.seed = rng_key(uint64_t(cfg.seed), uint64_t(rounds) * 1000003u + i);
       requests.push_back(std::move(q));
     }
     engine->set_adapter_version(adapter.version());
@@ -528,6 +522,10 @@ struct GrpoTrainer::Impl {
     const std::vector<double> isw = flatten(r.is_weight, first, count);
     const std::vector<double> adv(r.advantages.begin() + ptrdiff_t(first),
                                   r.advantages.begin() + ptrdiff_t(first + count));
+    // TRL's get_high_entropy_mask over the micro-batch's active tokens (one process).
+    const std::vector<uint8_t> entropy_mask =
+        cfg.top_entropy_quantile < 1.0 ? top_entropy_mask(ent, mask, cfg.top_entropy_quantile)
+                                       : std::vector<uint8_t>();
     GrpoBatch b;
     b.offsets = p.offsets;
     b.logp = logp;
@@ -536,11 +534,15 @@ struct GrpoTrainer::Impl {
     b.is_weight = isw;
     b.advantages = adv;
     b.mask = mask;
+    b.entropy_mask = entropy_mask;
     GrpoLossConfig lc;
     lc.loss_type = cfg.loss_type;
     lc.importance_sampling_level = cfg.importance_sampling_level;
     lc.epsilon = cfg.epsilon;
     lc.epsilon_high = cfg.epsilon_high;
+    lc.delta = cfg.delta;
+    lc.sapo_temperature_neg = cfg.sapo_temperature_neg;
+    lc.sapo_temperature_pos = cfg.sapo_temperature_pos;
     lc.beta = cfg.beta;
     lc.max_completion_length = cfg.max_completion_length;
     lc.gradient_accumulation_steps = cfg.gradient_accumulation_steps;

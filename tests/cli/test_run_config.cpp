@@ -105,12 +105,18 @@ TEST(RunConfig, DefaultsAreTrls) {
   EXPECT_TRUE(g.vllm_importance_sampling_correction);
   EXPECT_EQ(g.vllm_importance_sampling_mode, RolloutCorrectionMode::sequence_mask);
   EXPECT_EQ(g.vllm_importance_sampling_cap, 3.0);
+  EXPECT_FALSE(g.delta.has_value());
+  EXPECT_EQ(g.top_entropy_quantile, 1.0);
+  EXPECT_EQ(g.sapo_temperature_neg, 1.05);
+  EXPECT_EQ(g.sapo_temperature_pos, 1.0);
+  EXPECT_TRUE(g.generation_kwargs.is_null());
 
   const DpoConfig d;
   EXPECT_EQ(d.learning_rate, 1e-6);
   EXPECT_EQ(d.beta, 0.1);
   EXPECT_EQ(d.loss_type, DpoLossType::sigmoid);
   EXPECT_EQ(d.max_length, 1024);
+  EXPECT_FALSE(d.ld_alpha.has_value());
   EXPECT_NO_THROW(d.validate());
 }
 
@@ -344,7 +350,7 @@ TEST(RunConfig, WrongTypesAreNamed) {
             std::string::npos);
   EXPECT_NE(yaml_error("dry_run: 2\n").find("expected true or false, got '2'"), std::string::npos);
   EXPECT_NE(yaml_error("loss_type: ppo\n")
-                .find("expected one of dapo, grpo, bnpo, dr_grpo, cispo, got 'ppo'"),
+                .find("expected one of dapo, grpo, bnpo, dr_grpo, cispo, sapo, luspo, got 'ppo'"),
             std::string::npos);
   EXPECT_NE(yaml_error("seed: [1, 2]\n")
                 .find("key 'seed' in run.yaml:1: expected an integer, got a list"),
@@ -420,6 +426,29 @@ TEST(RunConfig, OutOfRangeValuesAreNamed) {
       {"num_iterations: 0", "num_iterations = 0 is out of range (must be >= 1)"},
       {"reward_weights: [1, 2]", "reward_weights has 2 values, but there are 1 reward functions"},
       {"rewards: []", "no reward"},
+      {"delta: 0", "delta = 0 is out of range (must be > 0)"},
+      {"top_entropy_quantile: 1.5",
+       "top_entropy_quantile = 1.5 is out of range (must be in [0, 1])"},
+      {"sapo_temperature_neg: 0", "sapo_temperature_neg = 0 is out of range (must be > 0)"},
+      {"loss_type: luspo", "loss_type luspo needs importance_sampling_level: sequence, got token"},
+      {"{loss_type: luspo, importance_sampling_level: sequence, beta: 0.1}",
+       "loss_type luspo needs beta: 0"},
+      {"{loss_type: luspo, importance_sampling_level: sequence, top_entropy_quantile: 0.2}",
+       "loss_type luspo needs top_entropy_quantile: 1"},
+      {"{loss_type: luspo, importance_sampling_level: sequence, "
+       "vllm_importance_sampling_mode: token_mask}",
+       "loss_type luspo needs a sequence_* vllm_importance_sampling_mode"},
+      {"generation_kwargs: [1]", "generation_kwargs = [1] is not a mapping of sampling fields"},
+      {"generation_kwargs: {num_beams: 4}", "generation_kwargs: unknown key 'num_beams'"},
+      {"generation_kwargs: {n: 4}",
+       "generation_kwargs.n = 4 is set by the trainer; use num_generations"},
+      {"generation_kwargs: {max_tokens: 64}", "use max_completion_length"},
+      {"generation_kwargs: {max_new_tokens: 64}", "use max_completion_length"},
+      {"generation_kwargs: {seed: 1}",
+       "generation_kwargs.seed = 1 is set by the trainer; use seed"},
+      {"generation_kwargs: {top_p: 2}", "generation_kwargs: top_p must be in (0, 1], got 2"},
+      {"generation_kwargs: {temperature: 0}", "generation_kwargs.temperature must be > 0, got 0"},
+      {"generation_kwargs: {min_tokens: 300}", "generation_kwargs: min_tokens must be in [0"},
   };
   for (const Case& c : grpo_cases) {
     GrpoConfig config = valid_grpo();
@@ -434,6 +463,8 @@ TEST(RunConfig, OutOfRangeValuesAreNamed) {
        "applies to loss_type sigmoid, robust, exo_pair, aot and aot_unpaired only, not ipo"},
       {"loss_type: exo_pair", "loss_type exo_pair needs label_smoothing > 0"},
       {"{loss_type: discopop, discopop_tau: 0}", "discopop_tau = 0 is out of range (must be > 0)"},
+      {"ld_alpha: 1.5", "ld_alpha = 1.5 is out of range (must be in [0, 1])"},
+      {"{loss_type: sft, ld_alpha: 0.5}", "ld_alpha = 0.5 has no effect on loss_type sft"},
       {"max_prompt_length: 1024",
        "max_prompt_length = 1024 is out of range (must be < "
        "max_length = 1024"},
@@ -462,6 +493,36 @@ TEST(RunConfig, OutOfRangeValuesAreNamed) {
   grpo_keys().load_yaml_text("{rewards: [], reward_process: ./score.sh}", "run.yaml", g);
   EXPECT_NO_THROW(g.validate());
   EXPECT_EQ(g.num_reward_functions(), 1);
+}
+
+TEST(RunConfig, GrpoGenerationKwargsOverrideTheSamplingKeys) {
+  GrpoConfig c = valid_grpo();
+  grpo_keys().load_yaml_text(R"(
+temperature: 0.9
+top_p: 0.95
+max_completion_length: 64
+generation_kwargs: {temperature: 0.7, top_k: 20, min_tokens: 2, stop: ["</answer>"],
+                    stop_token_ids: [7], repetition_penalty: 1.1, min_p: 0.05}
+)",
+                             "run.yaml", c);
+  EXPECT_NO_THROW(c.validate());
+  const SamplingParams s = c.sampling_params();
+  EXPECT_EQ(s.temperature, 0.7);  // the override wins (TRL: they override the keys)
+  EXPECT_EQ(s.top_k, 20);
+  EXPECT_EQ(s.min_tokens, 2);
+  EXPECT_EQ(s.stop, std::vector<std::string>{"</answer>"});
+  EXPECT_EQ(s.stop_token_ids, std::vector<int32_t>{7});
+  EXPECT_EQ(s.repetition_penalty, 1.1);
+  EXPECT_EQ(s.min_p, 0.05);
+  // The keys it leaves alone, and the trainer's own fields.
+  EXPECT_EQ(s.top_p, 0.95);
+  EXPECT_EQ(s.max_tokens, 64);
+  EXPECT_EQ(s.n, 8);
+  EXPECT_TRUE(s.processed_logprobs);
+  // Control: without it, the keys.
+  c.generation_kwargs = nullptr;
+  EXPECT_EQ(c.sampling_params().temperature, 0.9);
+  EXPECT_EQ(c.sampling_params().top_k, 0);
 }
 
 TEST(RunConfig, GrpoBatchRelationsAsTrl) {
@@ -574,6 +635,10 @@ TEST(RunConfig, DumpLoadRoundTrip) {
   g.kv_dtype = "fp8";
   g.vllm_importance_sampling_mode = RolloutCorrectionMode::token_truncate;
   g.fp8 = "row";
+  g.delta = 1.5;
+  g.top_entropy_quantile = 0.2;
+  g.sapo_temperature_neg = 2.0;
+  g.generation_kwargs = {{"min_tokens", 3}, {"stop", {"\n\n"}}};
   expect_round_trip(grpo_keys(), g);
   // An empty list and a null optional survive too.
   GrpoConfig empty = valid_grpo();
@@ -585,6 +650,7 @@ TEST(RunConfig, DumpLoadRoundTrip) {
   d.loss_type = DpoLossType::hinge;
   d.beta = 0.05;
   d.max_prompt_length.reset();
+  d.ld_alpha = 0.5;
   expect_round_trip(dpo_keys(), d);
 }
 

@@ -64,6 +64,38 @@ TEST(DpoLoss, SigmoidAndTheRewardMetrics) {
   expect_near(r.stats.logps_rejected, -9.0, "logps/rejected");
 }
 
+TEST(DpoLoss, LdAlphaWeighsTheTokensBeyondTheSharedLength) {
+  // A pair of 3 chosen and 2 rejected tokens: shared length 2, so only the chosen completion's
+  // third token is beyond it. ld_alpha 0.5:
+  //   policy chosen [-1, -2, -3]:    -1 - 2 + 0.5 (-3) = -4.5 (plain sum -6)
+  //   policy rejected [-0.5, -1.5]:  -2 (no tail)
+  //   ref chosen [-1.5, -2, -2]:     -3.5 + 0.5 (-2) = -4.5 (plain -5.5)
+  //   ref rejected [-0.25, -1.25]:   -1.5
+  // Δ = (-4.5 + 4.5) - (-2 + 1.5) = 0.5; sigmoid, β 0.1: -log σ(0.05) = 0.668460.
+  // Plain sums: Δ = (-6 + 5.5) - (-0.5) = 0, loss log 2 = 0.693147 (the negative control).
+  const std::vector<double> pc = {-1, -2, -3}, pr = {-0.5, -1.5}, rc = {-1.5, -2, -2},
+                            rr = {-0.25, -1.25};
+  const int64_t shared = 2;
+  EXPECT_EQ(ld_logp(pc, shared, 0.5), -4.5);
+  EXPECT_EQ(ld_logp(pr, shared, 0.5), -2.0);
+  EXPECT_EQ(ld_logp(pc, shared, 1.0), -6.0);  // ld_alpha 1: the plain sum
+  EXPECT_EQ(ld_logp(pc, shared, 0.0), -3.0);  // 0: the tail masked
+  const auto loss_at = [&](double alpha) {
+    const std::vector<double> c = {ld_logp(pc, shared, alpha)}, r = {ld_logp(pr, shared, alpha)},
+                              c0 = {ld_logp(rc, shared, alpha)}, r0 = {ld_logp(rr, shared, alpha)};
+    const std::vector<int64_t> lc = {3}, lr = {2};
+    return dpo_loss({c, r, c0, r0, lc, lr}, {});
+  };
+  const DpoLossResult ld = loss_at(0.5);
+  EXPECT_NEAR(ld.loss, 0.668460, 1e-6);
+  EXPECT_NEAR(loss_at(1.0).loss, std::log(2.0), 1e-12);
+  // d loss / d logp_t = d loss / d chosen · w_t: -β σ(-0.05) = -0.048750 on the shared tokens,
+  // half that on the third.
+  EXPECT_NEAR(ld.dloss_dchosen_logp[0] * ld_token_weight(0, shared, 0.5), -0.048750, 1e-6);
+  EXPECT_NEAR(ld.dloss_dchosen_logp[0] * ld_token_weight(2, shared, 0.5), -0.024375, 1e-6);
+  EXPECT_EQ(ld_token_weight(1, shared, 0.5), 1.0);
+}
+
 TEST(DpoLoss, SigmoidLabelSmoothingIsConservativeDpo) {
   DpoLossConfig c;
   c.label_smoothing = 0.1;

@@ -23,10 +23,10 @@ using test::kFiniteDifferenceStep;
 struct Batch {
   std::vector<int64_t> offsets;
   std::vector<double> logp, old_logp, ref_logp, is_weight, advantages;
-  std::vector<uint8_t> mask;
+  std::vector<uint8_t> mask, entropy_mask;
 
   GrpoBatch view() const {
-    return {offsets, logp, old_logp, ref_logp, is_weight, advantages, mask};
+    return {offsets, logp, old_logp, ref_logp, is_weight, advantages, mask, entropy_mask};
   }
 };
 
@@ -230,6 +230,130 @@ TEST(GrpoLoss, DeltaCapsTheUnclippedBranch) {
   const GrpoLossResult uncapped = grpo_loss(b.view(), c);
   expect_near(uncapped.loss, (1.5 + 1.1) / 2, "no delta");
   expect_values(uncapped.dloss_dlogp, {1.5 / 2, 1.1 / 2});
+}
+
+// ---- sapo and luspo ------------------------------------------------------------------------
+
+TEST(GrpoLoss, SapoIsASoftGateWithTheAdvantageSignsTemperature) {
+  // grpo's aggregation over two one-token completions: (L1 + L2) / 2.
+  //   (r 1.5, A 1, τ_pos 1):     σ(0.5) = 0.622459; L1 = -(4/1) 0.622459 = -2.489837;
+  //     dL1/dr = -4 σ (1 - σ) A = -0.940015; dL1/dlogp = dL1/dr · r = -1.410022
+  //   (r 0.8, A -1, τ_neg 1.05): σ(1.05 · -0.2) = σ(-0.21) = 0.447692;
+  //     L2 = -(4/1.05) 0.447692 · (-1) = 1.705494; dL2/dr = 4 σ (1 - σ) = 0.989056;
+  //     dL2/dlogp = 0.791244
+  //   loss = (-2.489837 + 1.705494) / 2 = -0.392172; d/dlogp = -0.705011, 0.395622
+  const Batch b = single_tokens({1.5, 0.8}, {1, -1});
+  GrpoLossConfig c = config_of(GrpoLossType::sapo);
+  const GrpoLossResult r = grpo_loss(b.view(), c);
+  EXPECT_NEAR(r.loss, -0.392172, 1e-6);
+  EXPECT_NEAR(r.dloss_dlogp[0], -0.705011, 1e-6);
+  EXPECT_NEAR(r.dloss_dlogp[1], 0.395622, 1e-6);
+  EXPECT_NEAR(r.stats.policy_loss, -0.392172, 1e-6);
+  // TRL logs no clip ratios for sapo.
+  EXPECT_TRUE(std::isnan(r.stats.clip_ratio_region_mean));
+  EXPECT_TRUE(std::isnan(r.stats.cispo_clip_ratio));
+  // Negative controls: the clipped surrogate (grpo) gives -min(1.5, 1.2) = -1.2 and
+  // -min(-0.8, -0.8) = 0.8: (-1.2 + 0.8) / 2 = -0.2. τ_neg 2 moves only L2:
+  // -(4/2) σ(-0.4) · (-1) = 2 · 0.401312 = 0.802625, loss (-2.489837 + 0.802625) / 2.
+  EXPECT_NEAR(grpo_loss(b.view(), config_of(GrpoLossType::grpo)).loss, -0.2, 1e-12);
+  c.sapo_temperature_neg = 2.0;
+  EXPECT_NEAR(grpo_loss(b.view(), c).loss, (-2.489837 + 0.802625) / 2, 1e-6);
+}
+
+// Two completions, epsilon 0.2: (2 tokens, log-ratios 0.1 and 0.1, A 1) and (1 token, ratio
+// 0.5, A -1).
+Batch luspo_batch() {
+  Batch b;
+  b.offsets = {0, 2, 3};
+  b.old_logp = {-1.0, -2.0, -1.5};
+  b.logp = {-0.9, -1.9, -1.5 + std::log(0.5)};
+  b.advantages = {1.0, -1.0};
+  b.mask = {1, 1, 1};
+  return b;
+}
+
+TEST(GrpoLoss, LuspoWeighsEachCompletionsSequenceLossByItsLength) {
+  // Sequence level: s_0 = e^0.1 = 1.105171 inside [0.8, 1.2]: L_0 = -1.105171, M_0 = 2;
+  // s_1 = 0.5 < 0.8 with A < 0: L_1 = -min(-0.5, -0.8) = 0.8 (clipped, no gradient), M_1 = 1.
+  // loss = (2 · -1.105171 + 1 · 0.8) / B 2 = -0.705171. d/dlogp_u on completion 0:
+  // (M_0 / B) · (-A) · s_0 / M_0 = -1.105171 / 2 = -0.552585 for both tokens; 0 on the last.
+  GrpoLossConfig c = config_of(GrpoLossType::luspo);
+  c.importance_sampling_level = ImportanceSamplingLevel::sequence;
+  const GrpoLossResult r = grpo_loss(luspo_batch().view(), c);
+  EXPECT_NEAR(r.loss, -0.705171, 1e-6);
+  EXPECT_NEAR(r.dloss_dlogp[0], -0.552585, 1e-6);
+  EXPECT_NEAR(r.dloss_dlogp[1], -0.552585, 1e-6);
+  EXPECT_EQ(r.dloss_dlogp[2], 0.0);
+  // Clip metrics as grpo's, over completions: the second is low-clipped.
+  EXPECT_EQ(r.stats.clip_ratio_low_mean, 0.5);
+  // Negative control: grpo's per-completion mean, (-1.105171 + 0.8) / 2 = -0.152585.
+  c.loss_type = GrpoLossType::grpo;
+  EXPECT_NEAR(grpo_loss(luspo_batch().view(), c).loss, -0.152585, 1e-6);
+  // GA divides luspo's loss as grpo's.
+  c.loss_type = GrpoLossType::luspo;
+  c.gradient_accumulation_steps = 2;
+  EXPECT_NEAR(grpo_loss(luspo_batch().view(), c).loss, -0.705171 / 2, 1e-6);
+}
+
+TEST(GrpoLoss, LuspoRejectsPerTokenFactors) {
+  GrpoLossConfig c = config_of(GrpoLossType::luspo);
+  EXPECT_THROW(grpo_loss(luspo_batch().view(), c), Error);  // token level
+  c.importance_sampling_level = ImportanceSamplingLevel::sequence;
+  Batch b = luspo_batch();
+  b.is_weight = {1.0, 0.5, 1.0};  // two weights within completion 0
+  EXPECT_THROW(grpo_loss(b.view(), c), Error);
+  b.is_weight = {0.5, 0.5, 1.0};  // one per completion: fine
+  EXPECT_NO_THROW(grpo_loss(b.view(), c));
+  b.entropy_mask = {1, 0, 1};
+  EXPECT_THROW(grpo_loss(b.view(), c), Error);
+}
+
+// ---- top_entropy_quantile --------------------------------------------------------------------
+
+TEST(TopEntropyMask, KeepsTokensAtOrAboveTorchsInterpolatedQuantile) {
+  // Active entropies 0.5, 2, 1, 3 (sorted 0.5, 1, 2, 3); the fifth token is inactive.
+  const std::vector<double> h = {0.5, 2.0, 1.0, 3.0, 9.0};
+  const std::vector<uint8_t> m = {1, 1, 1, 1, 0};
+  using V = std::vector<uint8_t>;
+  // quantile 0.5: q = 0.5 at rank 0.5 · 3 = 1.5, between 1 and 2: threshold 1.5.
+  EXPECT_EQ(top_entropy_mask(h, m, 0.5), (V{0, 1, 0, 1, 0}));
+  // quantile 0.2 (the paper's): q = 0.8 at rank 2.4: 2 + 0.4 (3 - 2) = 2.4.
+  EXPECT_EQ(top_entropy_mask(h, m, 0.2), (V{0, 0, 0, 1, 0}));
+  // quantile 0.75: q = 0.25 at rank 0.75: 0.5 + 0.75 (1 - 0.5) = 0.875: three tokens.
+  EXPECT_EQ(top_entropy_mask(h, m, 0.75), (V{0, 1, 1, 1, 0}));
+  // 1 keeps every active token (the minimum), 0 only the maximum; inactive never.
+  EXPECT_EQ(top_entropy_mask(h, m, 1.0), (V{1, 1, 1, 1, 0}));
+  EXPECT_EQ(top_entropy_mask(h, m, 0.0), (V{0, 0, 0, 1, 0}));
+  EXPECT_EQ(top_entropy_mask(h, V(5, 0), 0.5), V(5, 0));
+  EXPECT_THROW(top_entropy_mask(h, m, 1.5), Error);
+}
+
+TEST(GrpoLoss, EntropyMaskGatesThePolicyTermOnly) {
+  // on_policy_batch, bnpo: L = -A per active token: -0.5 (x3), 1; 4 active tokens. The mask
+  // keeps tokens 0 and 2: loss = (-0.5 - 0.5) / 4 = -0.25, d/dlogp = -0.125 on those two, 0 on
+  // the others; the normaliser still counts 4 tokens.
+  Batch b = on_policy_batch();
+  b.entropy_mask = {1, 0, 1, 0, 0};
+  GrpoLossConfig c = config_of(GrpoLossType::bnpo);
+  const GrpoLossResult r = grpo_loss(b.view(), c);
+  expect_near(r.loss, -0.25, "loss");
+  expect_values(r.dloss_dlogp, {-0.125, 0.0, -0.125, 0.0, 0.0});
+  // Negative control: no mask, (-1.5 + 1) / 4.
+  b.entropy_mask.clear();
+  expect_near(grpo_loss(b.view(), c).loss, -0.125, "no mask");
+  // The KL term is not gated: token 1 (masked out) keeps beta dk3/dlogp / 4, with ref - logp
+  // = 0.5: 0.04 (1 - e^0.5) / 4.
+  b.entropy_mask = {1, 0, 1, 0, 0};
+  b.ref_logp = {-0.5, -0.5, -2.0, -0.25, -3.0};
+  c.beta = 0.04;
+  expect_near(grpo_loss(b.view(), c).dloss_dlogp[1], 0.04 * (1 - std::exp(0.5)) / 4, "kl");
+  // Sequence level: the gate removes token 1's policy term from completion 0's sum, so its
+  // completion sum is 2 L_0 (tokens 0 and 2) and the gradient through s reaches all three.
+  c.beta = 0.0;
+  c.importance_sampling_level = ImportanceSamplingLevel::sequence;
+  const GrpoLossResult seq = grpo_loss(b.view(), c);
+  expect_near(seq.loss, -0.25, "sequence loss");
+  expect_values(seq.dloss_dlogp, {-1.0 / 12, -1.0 / 12, -1.0 / 12, 0.0, 0.0});
 }
 
 // ---- GSPO -----------------------------------------------------------------------------------
@@ -461,11 +585,18 @@ void expect_gradient_matches_finite_differences(const Batch& base, const GrpoLos
 TEST(GrpoLoss, GradientMatchesFiniteDifferencesForEveryConfiguration) {
   const Batch b = off_policy_batch();
   int64_t nonzero = 0;
-  for (GrpoLossType type : {GrpoLossType::grpo, GrpoLossType::bnpo, GrpoLossType::dr_grpo,
-                            GrpoLossType::dapo, GrpoLossType::cispo}) {
+  Batch gated = b;
+  gated.entropy_mask = {1, 0, 1, 1, 0, 1, 1, 1, 1};
+  int64_t configurations = 0;
+  for (GrpoLossType type :
+       {GrpoLossType::grpo, GrpoLossType::bnpo, GrpoLossType::dr_grpo, GrpoLossType::dapo,
+        GrpoLossType::cispo, GrpoLossType::sapo, GrpoLossType::luspo}) {
     for (ImportanceSamplingLevel level :
          {ImportanceSamplingLevel::token, ImportanceSamplingLevel::sequence}) {
-      for (int variant = 0; variant < 4; ++variant) {
+      for (int variant = 0; variant < 8; ++variant) {
+        const bool luspo = type == GrpoLossType::luspo;
+        // luspo: sequence level, no KL, no gate, one rollout weight per completion.
+        if (luspo && (level == ImportanceSamplingLevel::token || (variant & 5))) continue;
         GrpoLossConfig c = config_of(type);
         c.importance_sampling_level = level;
         c.num_items_in_batch = 17;
@@ -475,14 +606,19 @@ TEST(GrpoLoss, GradientMatchesFiniteDifferencesForEveryConfiguration) {
         if (variant & 2) {
           c.epsilon_high = type == GrpoLossType::cispo ? 1.2 : 0.28;
           c.delta = 1.5;
+          c.sapo_temperature_neg = 2.0;
         }
-        expect_gradient_matches_finite_differences(b, c);
-        for (double g : grpo_loss(b.view(), c).dloss_dlogp) nonzero += g != 0.0;
+        Batch x = (variant & 4) ? gated : b;
+        if (luspo) x.is_weight.clear();
+        expect_gradient_matches_finite_differences(x, c);
+        for (double g : grpo_loss(x.view(), c).dloss_dlogp) nonzero += g != 0.0;
+        ++configurations;
       }
     }
   }
   // The check is not vacuous: most active tokens get gradient.
-  EXPECT_GT(nonzero, 5 * 2 * 4 * 4);
+  EXPECT_EQ(configurations, 6 * 2 * 8 + 2);
+  EXPECT_GT(nonzero, configurations * 4);
 }
 
 TEST(GrpoLoss, MaskedTokensGetNoGradientAndAreNotRead) {
@@ -507,10 +643,11 @@ TEST(GrpoLoss, RejectsInconsistentInput) {
   b = on_policy_batch();
   b.offsets = {0, 3, 6};
   EXPECT_THROW(grpo_loss(b.view(), c), Error);
-  EXPECT_THROW(parse_grpo_loss_type("sapo"), Error);
+  EXPECT_THROW(parse_grpo_loss_type("vespo"), Error);
   EXPECT_EQ(parse_importance_sampling_level("sequence"), ImportanceSamplingLevel::sequence);
-  for (GrpoLossType t : {GrpoLossType::grpo, GrpoLossType::bnpo, GrpoLossType::dr_grpo,
-                         GrpoLossType::dapo, GrpoLossType::cispo}) {
+  for (GrpoLossType t :
+       {GrpoLossType::grpo, GrpoLossType::bnpo, GrpoLossType::dr_grpo, GrpoLossType::dapo,
+        GrpoLossType::cispo, GrpoLossType::sapo, GrpoLossType::luspo}) {
     EXPECT_EQ(parse_grpo_loss_type(grpo_loss_type_name(t)), t);
   }
 }
@@ -523,6 +660,8 @@ TEST(GrpoLoss, DefaultsAreTrls) {
   EXPECT_EQ(c.epsilon_high_value(), 0.2);
   EXPECT_EQ(c.beta, 0.0);
   EXPECT_FALSE(c.delta.has_value());
+  EXPECT_EQ(c.sapo_temperature_neg, 1.05);
+  EXPECT_EQ(c.sapo_temperature_pos, 1.0);
   EXPECT_EQ(c.max_completion_length, 512);
 }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 
 #include "cli/train_session.h"
 #include "core/check.h"
@@ -163,6 +164,58 @@ TEST(GrpoTrainer, OnPolicyExactEqualsTheCorrectedRunOnTheCpu) {
       std::any_of(exact.params.begin(), exact.params.end(), [](float v) { return v != 0.0f; }));
 }
 
+// TRL's loss knobs reach the micro-steps: each trains another adapter than the same run
+// without it (the negative control for every one of them), and sapo logs no clip ratios.
+TEST(GrpoTrainer, LossKnobsReachTheLoop) {
+  const auto config = [](const std::string& name) {
+    GrpoConfig c = small_config(temp_dir(name));
+    c.max_steps = 2;
+    c.save_steps = 0;
+    c.num_iterations = 2;  // the second pass is off-policy: ratios away from 1 for delta
+    return c;
+  };
+  const auto train = [](const GrpoConfig& c) { return run_grpo(c, make_reward_set(c.rewards)); };
+  const GrpoRun base = train(config("knobs_base"));
+  GrpoConfig c = config("knobs_delta");
+  c.delta = 1.0;  // caps every ratio above 1
+  EXPECT_NE(train(c).params, base.params);
+  c = config("knobs_entropy");
+  c.top_entropy_quantile = 0.2;
+  EXPECT_NE(train(c).params, base.params);
+  c = config("knobs_sapo");
+  c.loss_type = GrpoLossType::sapo;
+  const GrpoRun sapo = train(c);
+  EXPECT_FALSE(sapo.metrics[0].contains("clip_ratio/region_mean"));
+  EXPECT_TRUE(base.metrics[0].contains("clip_ratio/region_mean"));
+  c.sapo_temperature_neg = c.sapo_temperature_pos = 3.0;
+  c.output_dir = temp_dir("knobs_sapo_tau").string();
+  EXPECT_NE(train(c).params, sapo.params);
+  c = config("knobs_gspo");
+  c.loss_type = GrpoLossType::grpo;
+  c.importance_sampling_level = ImportanceSamplingLevel::sequence;
+  const GrpoRun gspo = train(c);
+  c.loss_type = GrpoLossType::luspo;
+  c.output_dir = temp_dir("knobs_luspo").string();
+  EXPECT_NE(train(c).params, gspo.params);
+}
+
+// generation_kwargs reach the engine: min_tokens = max_completion_length makes every
+// completion run to the limit.
+TEST(GrpoTrainer, GenerationKwargsReachTheEngine) {
+  GrpoConfig c = small_config(temp_dir("gen_kwargs"));
+  c.max_steps = 1;
+  c.save_steps = 0;
+  c.generation_kwargs = {{"min_tokens", 4}};
+  const GrpoRun r = run_grpo(c, make_reward_set(c.rewards));
+  EXPECT_EQ(r.metrics[0]["completions/min_length"].get<double>(), 4.0);
+  EXPECT_EQ(r.metrics[0]["completions/clipped_ratio"].get<double>(), 1.0);
+  // Control: the demo model ends some completions early without it.
+  c.generation_kwargs = nullptr;
+  c.output_dir = temp_dir("gen_kwargs_control").string();
+  const GrpoRun control = run_grpo(c, make_reward_set(c.rewards));
+  EXPECT_LT(control.metrics[0]["completions/min_length"].get<double>(), 4.0);
+}
+
 TEST(GrpoTrainer, NonFiniteRewardsAreSkippedAndCounted) {
   GrpoConfig c = small_config(temp_dir("nan"));
   c.max_steps = 1;
@@ -293,7 +346,7 @@ namespace {
 
 // Preference pairs of the demo task in `dir`/pairs.jsonl: chosen = the right sum, rejected = a
 // wrong one.
-std::string write_pairs(const fs::path& dir) {
+std::string write_pairs(const fs::path& dir, const std::string& rejected_tail = "") {
   fs::create_directories(dir);
   const std::string data = (dir / "pairs.jsonl").string();
   std::ifstream in(kDemo + "/train.jsonl");
@@ -305,7 +358,8 @@ std::string write_pairs(const fs::path& dir) {
     nlohmann::json row;
     row["prompt"] = r["messages"];
     row["chosen"] = {{{"role", "assistant"}, {"content", std::to_string(answer)}}};
-    row["rejected"] = {{{"role", "assistant"}, {"content", std::to_string(answer + 10)}}};
+    row["rejected"] = {
+        {{"role", "assistant"}, {"content", std::to_string(answer + 10) + rejected_tail}}};
     out << row.dump() << '\n';
   }
   return data;
@@ -359,6 +413,26 @@ TEST(DpoTrainer, PrefersTheChosenAnswers) {
   EXPECT_LT(loss.back(), 0.6);
   EXPECT_GT(r.accuracy.back(), 0.6);
   std::printf("dpo loss %.4f -> %.4f, accuracy -> %.3f\n", loss[0], loss.back(), r.accuracy.back());
+  fs::remove_all(dir);
+}
+
+// LD-DPO: with rejected answers longer than the chosen ones, ld_alpha changes the second
+// step's loss (the first is ln 2 either way: policy == reference); ld_alpha 1 is plain DPO.
+TEST(DpoTrainer, LdAlphaWeighsTheLongerCompletionsTail) {
+  const fs::path dir = temp_dir("dpo_ld");
+  const std::string data = write_pairs(dir, ", I am quite sure of it");
+  const auto run = [&](std::optional<double> ld_alpha) {
+    DpoConfig c = small_dpo_config(data, dir / "run", 2);
+    c.ld_alpha = ld_alpha;
+    const DpoRun r = run_dpo(c);
+    fs::remove_all(dir / "run");
+    return r;
+  };
+  const DpoRun plain = run(std::nullopt), ld = run(0.5), one = run(1.0);
+  ASSERT_EQ(ld.loss.size(), 2u);
+  EXPECT_NEAR(ld.loss[0], std::log(2.0), 1e-6);
+  EXPECT_GT(std::fabs(ld.loss[1] - plain.loss[1]), 1e-4);
+  EXPECT_NEAR(one.loss[1], plain.loss[1], 1e-6);
   fs::remove_all(dir);
 }
 
