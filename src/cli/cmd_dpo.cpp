@@ -67,6 +67,7 @@ void add_dpo_command(CLI::App& app) {
   c->callback([flags] {
     DpoConfig cfg = flags->resolve();
     cfg.adopt_adapter_config(flags->given_keys());
+    cfg.resolve_target_modules();
     run_dpo(cfg, flags->table().dump_yaml(cfg));
   });
 }

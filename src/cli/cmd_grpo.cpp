@@ -83,6 +83,7 @@ void add_grpo_command(CLI::App& app) {
   c->callback([flags] {
     GrpoConfig cfg = flags->resolve();
     cfg.adopt_adapter_config(flags->given_keys());
+    cfg.resolve_target_modules();
     run_grpo(cfg, flags->table().dump_yaml(cfg));
   });
 }

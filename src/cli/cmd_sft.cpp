@@ -69,6 +69,7 @@ void add_sft_command(CLI::App& app) {
   c->callback([flags] {
     SftConfig cfg = flags->resolve();
     cfg.adopt_adapter_config(flags->given_keys());
+    cfg.resolve_target_modules();
     run_sft(cfg, flags->table().dump_yaml(cfg));
   });
 }

@@ -6,22 +6,41 @@ namespace {
 
 template <class C>
 void add_model_keys(KeyTable<C>& t) {
-  t.add("model", &C::model, "Hugging Face model directory");
+  t.add("model", &C::model, "Hugging Face model directory").alias("model_name_or_path");
   t.add("adapter", &C::adapter, "PEFT adapter directory to start from (default: a fresh one)");
-  t.add_choice("fp8", &C::fp8, {"auto", "off", "row", "block", "tensor"},
-               "FP8 scheme of the frozen base: auto (as stored), off, or quantize on load");
+  // Unsloth's load_in_fp8: true is row scaling, false no FP8.
+  t.add_enum("fp8", &C::fp8,
+             {{"auto", "auto"},
+              {"off", "off"},
+              {"row", "row"},
+              {"block", "block"},
+              {"tensor", "tensor"},
+              {"true", "row"},
+              {"True", "row"},
+              {"false", "off"},
+              {"False", "off"}},
+             "FP8 scheme of the frozen base: auto (as stored), off, or quantize on load; "
+             "load_in_fp8 (Unsloth): true = row, false = off")
+      .alias("load_in_fp8");
   t.add_choice("device", &C::device, {"cpu", "cuda"}, "Device to run on");
   t.add("lora_r", &C::lora_r, "LoRA rank");
   t.add("lora_alpha", &C::lora_alpha, "LoRA alpha (scaling alpha / r, or / sqrt(r) with rsLoRA)");
   t.add("lora_dropout", &C::lora_dropout, "Dropout on the LoRA input, in [0, 1)");
+  t.add("disable_dropout", &C::disable_dropout,
+        "Train without lora_dropout (it stays in the adapter's config)");
   t.add("lora_target_modules", &C::lora_target_modules,
         "Projections with an adapter: names (q_proj, k_proj, v_proj, o_proj, gate_proj, "
-        "up_proj, down_proj) or all-linear")
+        "up_proj, down_proj) or all-linear; null: PEFT's default for the architecture (q_proj, "
+        "v_proj)")
       .alias("target_modules");
   t.add("use_rslora", &C::use_rslora, "rsLoRA scaling alpha / sqrt(r)");
   t.add_enum("init_lora_weights", &C::init_lora_weights,
              {{"true", "default"}, {"gaussian", "gaussian"}, {"default", "default"}},
              "LoRA A init: true (PEFT's Kaiming-uniform) or gaussian; B starts at zero");
+  t.add("random_state", &C::random_state,
+        "Seed of the adapter's initialization (Unsloth's name; null: seed)");
+  t.add("max_lora_rank", &C::max_lora_rank,
+        "Largest lora_r allowed (Unsloth's from_pretrained key; null: no limit)");
 }
 
 // GRPO's and DPO's reference policy (rl/reference_model.h).
@@ -35,7 +54,7 @@ void add_reference_key(KeyTable<C>& t) {
 
 template <class C>
 void add_training_keys(KeyTable<C>& t) {
-  t.add("data", &C::data, "Training dataset (JSONL)");
+  t.add("data", &C::data, "Training dataset (JSONL)").alias("dataset_name");
   t.add("chat_template_kwargs", &C::chat_template_kwargs,
         "Extra chat template variables for chat rows (a mapping; JSON text as a flag), e.g. "
         "{enable_thinking: false}");
@@ -67,8 +86,10 @@ void add_training_keys(KeyTable<C>& t) {
               {"constant", LrSchedulerType::constant},
               {"constant_with_warmup", LrSchedulerType::constant_with_warmup}},
              "Learning-rate schedule (constant ignores warmup, as in transformers)");
-  t.add("warmup_steps", &C::warmup_steps, "Linear warmup steps (overrides warmup_ratio)");
-  t.add("warmup_ratio", &C::warmup_ratio, "Warmup as a fraction of the total steps");
+  t.add("warmup_steps", &C::warmup_steps,
+        "Linear warmup: steps, or a fraction in [0, 1) of the total steps");
+  t.add("warmup_ratio", &C::warmup_ratio,
+        "Warmup as a fraction of the total steps; replaces warmup_steps when given (null: off)");
   t.add("weight_decay", &C::weight_decay, "Weight decay (decoupled for AdamW)");
   t.add_enum("optim", &C::optim,
              {{"adamw", OptimizerKind::adamw},
@@ -85,6 +106,132 @@ void add_training_keys(KeyTable<C>& t) {
   t.add("logging_steps", &C::logging_steps, "Print a progress line every this many steps");
 }
 
+// Why the keys copied from TRL, transformers, accelerate and Unsloth configs that fp8rl
+// accepts and ignores change nothing here (printed once per key given).
+constexpr const char* kOwnEngine = "fp8rl has its own engine (no vLLM)";
+constexpr const char* kOneProcess =
+    "fp8rl runs one process with its own data loading (no accelerate, DDP or DeepSpeed)";
+constexpr const char* kPrecision =
+    "fp8rl's precision is fp8 / load_in_fp8's (an FP8 or BF16 base, fp32 adapter masters)";
+constexpr const char* kLocalOnly = "fp8rl writes the run to output_dir only (no Hub)";
+constexpr const char* kOwnLogging = "fp8rl logs to metrics.jsonl and the console";
+constexpr const char* kNativeLoading = "fp8rl loads the model directory natively";
+constexpr const char* kNoPadding = "fp8rl batches without padding";
+
+// A check for an ignored key that only its harmless values may take: any other value would
+// change the run in a way fp8rl cannot, so it is an error naming the value.
+std::function<void(const nlohmann::json&)> only(std::vector<nlohmann::json> allowed,
+                                                std::string why) {
+  return [allowed = std::move(allowed), why = std::move(why)](const nlohmann::json& v) {
+    for (const nlohmann::json& a : allowed)
+      if (v == a) return;
+    RAISE("{} is not supported: {}", v.dump(), why);
+  };
+}
+
+// report_to: only none (or an empty list) here; the integrations are a key of their own.
+template <class C>
+void add_report_to_key(KeyTable<C>& t) {
+  t.ignore("report_to", kOwnLogging,
+           only({"none", nlohmann::json::array(), nlohmann::json::array({"none"})},
+                "only none (or []); fp8rl logs to metrics.jsonl"));
+}
+
+// Keys of TRL's, transformers' and Unsloth's configs that name fp8rl keys another way, and
+// plumbing keys with no meaning here (any value, or their harmless values only).
+template <class C>
+void add_compat_keys(KeyTable<C>& t) {
+  // Unsloth's get_peft_model(use_gradient_checkpointing=True | False | "unsloth"): "unsloth"
+  // is checkpointing with the checkpointed layer inputs offloaded to host memory.
+  KeySpec& ugc = t.translate(
+      "use_gradient_checkpointing", KeyType::choice,
+      {"gradient_checkpointing", "activation_offloading"},
+      [](C& c, const nlohmann::json& v) {
+        const std::string s = v.get<std::string>();
+        c.gradient_checkpointing = s != "false";
+        c.activation_offloading = s == "unsloth";
+      },
+      "Unsloth's name: true (gradient_checkpointing), false, or unsloth (with "
+      "activation_offloading)");
+  ugc.choices = {"true", "false", "unsloth"};
+  ugc.choice_aliases = {{"True", "true"}, {"False", "false"}};
+
+  t.ignore("use_peft", "fp8rl always trains a LoRA adapter",
+           only({true}, "fp8rl trains LoRA adapters only (no full fine-tuning)"));
+  t.ignore("load_in_4bit", "fp8rl has no 4-bit path (the base is FP8 or BF16)",
+           only({false}, "fp8rl has no 4-bit path; use load_in_fp8 (true = row, or block)"));
+  t.ignore("load_in_8bit", "fp8rl's 8-bit path is FP8 (load_in_fp8)",
+           only({false}, "bitsandbytes 8-bit is not fp8rl's; use load_in_fp8"));
+  t.ignore("fast_inference", "fp8rl always generates with its own engine, on the same weights");
+  for (const char* k :
+       {"bf16", "fp16", "tf32", "bf16_full_eval", "fp16_full_eval", "torch_dtype", "dtype"})
+    t.ignore(k, kPrecision);
+  t.ignore("gradient_checkpointing_kwargs", "fp8rl checkpoints whole decoder layers");
+  for (const char* k : {"ddp_find_unused_parameters", "ddp_bucket_cap_mb", "ddp_broadcast_buffers",
+                        "ddp_backend", "ddp_timeout", "dataloader_num_workers",
+                        "dataloader_pin_memory", "dataloader_persistent_workers",
+                        "dataloader_prefetch_factor", "dataset_num_proc", "local_rank"})
+    t.ignore(k, kOneProcess);
+  t.ignore("dataloader_drop_last", kOneProcess,
+           only({false}, "fp8rl trains the last short batch, never drops it"));
+  t.ignore("push_to_hub", kLocalOnly, only({false}, "fp8rl has no Hub upload"));
+  for (const char* k : {"hub_model_id", "hub_strategy", "hub_private_repo", "hub_token"})
+    t.ignore(k, kLocalOnly);
+  add_report_to_key(t);
+  for (const char* k :
+       {"logging_dir", "logging_first_step", "log_level", "disable_tqdm", "run_name",
+        "overwrite_output_dir", "save_total_limit", "save_safetensors", "save_only_model"})
+    t.ignore(k, kOwnLogging);
+  t.ignore("logging_strategy", kOwnLogging,
+           only({"steps"}, "fp8rl logs every logging_steps steps"));
+  t.ignore("save_strategy", kOwnLogging,
+           only({"steps"}, "fp8rl checkpoints every save_steps steps"));
+  for (const char* k : {"model_init_kwargs", "trust_remote_code", "attn_implementation",
+                        "torch_compile", "use_liger_kernel", "remove_unused_columns"})
+    t.ignore(k, kNativeLoading);
+  for (const char* k : {"padding_free", "pad_to_multiple_of"}) t.ignore(k, kNoPadding);
+}
+
+// TRL's GRPO CLI reward_funcs: the names of trl/scripts/grpo.py's registry that fp8rl has
+// as built-ins, as the script builds them; other names are errors that say what to do.
+nlohmann::json reward_funcs_to_rewards(const nlohmann::json& v) {
+  const nlohmann::json names = v.is_array() ? v : nlohmann::json::array({v});
+  nlohmann::json out = nlohmann::json::array();
+  for (const nlohmann::json& n : names) {
+    CHECK(n.is_string(), "expected reward function names, got {}", n.dump());
+    const std::string name = n.get<std::string>();
+    if (name == "think_format_reward") {
+      out.push_back({{"type", "regex"},
+                     {"pattern", "^<think>(?!.*<think>)(.*?)</think>.*$"},
+                     {"match", "start"},
+                     {"dotall", true},
+                     {"multiline", true},
+                     {"name", name}});
+    } else if (name == "get_soft_overlong_punishment") {
+      // The script's instance: max_completion_len 1280, soft_punish_cache 256.
+      out.push_back({{"type", "length_penalty"},
+                     {"mode", "soft_overlong"},
+                     {"max_length", 1280},
+                     {"cache_length", 256},
+                     {"name", name}});
+    } else if (name == "accuracy_reward" || name == "reasoning_accuracy_reward") {
+      RAISE(
+          "'{}' is TRL's math_verify reward, not a built-in here: run it through the reward "
+          "helper, rewards: [{{reward_process: \"python3 -m fp8rl_reward trl.rewards:{} "
+          "--chat\"}}] (docs/REWARDS.md)",
+          name, name);
+    } else {
+      RAISE(
+          "'{}' is not a built-in reward (reward_funcs takes think_format_reward, "
+          "get_soft_overlong_punishment); a Python function runs through the reward helper, "
+          "rewards: [{{reward_process: \"python3 -m fp8rl_reward MODULE:FUNCTION\"}}] "
+          "(docs/REWARDS.md)",
+          name);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 KeyTable<SftConfig> sft_keys() {
@@ -92,7 +239,7 @@ KeyTable<SftConfig> sft_keys() {
   KeyTable<C> t;
   add_training_keys(t);
   add_model_keys(t);
-  t.add("max_length", &C::max_length, "Tokens per sequence at most");
+  t.add("max_length", &C::max_length, "Tokens per sequence at most").alias("max_seq_length");
   t.add("truncation", &C::truncation,
         "Cut sequences over max_length to their first tokens (default: an error)");
   t.add("packing", &C::packing, "Fill batches by max_tokens_per_batch, not by sequence count");
@@ -103,6 +250,11 @@ KeyTable<SftConfig> sft_keys() {
         "Loss on completions only (null: for prompt/completion rows)");
   t.add("assistant_only_loss", &C::assistant_only_loss,
         "Loss on assistant turns only for messages rows");
+  add_compat_keys(t);
+  t.ignore("gpu_memory_utilization", "sft runs no generation engine");
+  // TRL's SFT default is false, but the Trainer's sampler draws batches at random anyway, as
+  // fp8rl does with its (seed, epoch) order.
+  t.ignore("shuffle_dataset", "fp8rl draws batches in a (seed, epoch) order either way");
   return t;
 }
 
@@ -199,6 +351,27 @@ KeyTable<GrpoConfig> grpo_keys() {
   t.add("log_completions", &C::log_completions, "Print sample completions every logging step");
   t.add("num_completions_to_print", &C::num_completions_to_print,
         "Completions printed per logging step (null: all)");
+  // Unsloth's from_pretrained keys of the engine.
+  t.add("gpu_memory_utilization", &C::gpu_memory_utilization,
+        "KV pool's share of the device memory left after the weights (null: 0.9); exclusive "
+        "with kv_memory");
+  t.add("max_seq_length", &C::max_seq_length,
+        "Limit on max_prompt_length + max_completion_length (Unsloth's name; null: none)");
+  add_compat_keys(t);
+  KeySpec& funcs = t.translate(
+      "reward_funcs", KeyType::json, {"rewards"},
+      [](C& c, const nlohmann::json& v) { c.rewards = reward_funcs_to_rewards(v); },
+      "TRL's CLI names of built-in rewards: think_format_reward, get_soft_overlong_punishment");
+  funcs.check = [](const nlohmann::json& v) { reward_funcs_to_rewards(v); };
+  // TRL's vLLM and generation plumbing: fp8rl's engine plays vLLM's colocated role.
+  for (const char* k :
+       {"use_vllm", "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode",
+        "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
+        "vllm_group_port", "vllm_gpu_memory_utilization", "vllm_max_model_length",
+        "vllm_tensor_parallel_size", "ds3_gather_for_generation", "cache_implementation"})
+    t.ignore(k, kOwnEngine);
+  t.ignore("shuffle_dataset", "fp8rl always shuffles the prompts per (seed, epoch)",
+           only({true}, "fp8rl always shuffles the prompts"));
   return t;
 }
 
@@ -218,9 +391,12 @@ KeyTable<DpoConfig> dpo_keys() {
   t.add("discopop_tau", &C::discopop_tau, "DiscoPOP's τ (loss_type discopop)");
   t.add("ld_alpha", &C::ld_alpha,
         "LD-DPO: weight of the tokens beyond the shorter completion, in [0, 1] (null: off)");
-  t.add("max_length", &C::max_length, "Tokens of prompt + completion at most");
+  t.add("max_length", &C::max_length, "Tokens of prompt + completion at most")
+      .alias("max_seq_length");
   t.add("max_prompt_length", &C::max_prompt_length, "Prompt tokens at most (null: no limit)");
   t.add("truncation", &C::truncation, "Cut rows over the limits (default: an error)");
+  add_compat_keys(t);
+  t.ignore("gpu_memory_utilization", "dpo runs no generation engine");
   return t;
 }
 

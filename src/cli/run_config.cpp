@@ -271,6 +271,8 @@ const KeySpec* find_key(const std::vector<KeySpec>& keys, std::string_view name)
 std::optional<std::string> nearest_key(const std::vector<KeySpec>& keys, std::string_view name) {
   std::vector<std::string> names;
   for (const KeySpec& k : keys) {
+    // A key accepted only to be ignored is never what a typo meant.
+    if (!k.note.empty() && !k.recorded) continue;
     names.push_back(k.name);
     names.insert(names.end(), k.aliases.begin(), k.aliases.end());
   }
@@ -324,11 +326,17 @@ nlohmann::json read_yaml(const std::vector<KeySpec>& keys, const std::string& te
       RAISE("unknown key '{}' in {}:{}{}", name, file, line,
             near ? fmt::format(" (did you mean '{}'?)", *near) : std::string());
     }
-    const auto [seen, fresh] = line_of.emplace(k->name, line);
-    CHECK(fresh, "key '{}' in {}:{} sets {} again (already set on line {})", name, file, line,
-          k->name, seen->second);
+    // A translated key (use_gradient_checkpointing) counts as setting the keys it writes.
+    const std::vector<std::string> sets =
+        k->writes.empty() ? std::vector<std::string>{k->name} : k->writes;
+    for (const std::string& target : sets) {
+      const auto [seen, fresh] = line_of.emplace(target, line);
+      CHECK(fresh, "key '{}' in {}:{} sets {} again (already set on line {})", name, file, line,
+            target, seen->second);
+    }
     try {
       values[k->name] = yaml_value(*k, kv.second);
+      if (k->check) k->check(values[k->name]);
     } catch (const Error& e) {
       RAISE("key '{}' in {}:{}: {}", name, file, line, e.what());
     } catch (const YAML::Exception& e) {  // e.g. a mapping key that is not a name
@@ -350,7 +358,10 @@ nlohmann::json parse_flag_value(const KeySpec& k, const std::string& flag,
   try {
     if (k.type == KeyType::json) {
       nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+      // An ignored key's flag value is free text (--report-to none) unless it reads as JSON.
+      if (j.is_discarded() && !k.recorded) j = text;
       CHECK(!j.is_discarded(), "expected JSON text, got '{}'", text);
+      if (k.check) k.check(j);
       return j;
     }
     if (k.nullable && (text == "none" || text == "null")) return nullptr;
@@ -363,7 +374,9 @@ nlohmann::json parse_flag_value(const KeySpec& k, const std::string& flag,
         a.push_back(scalar_value(k, element_type(k.type), trim(item)));
       return a;
     }
-    return scalar_value(k, k.type, text);
+    nlohmann::json v = scalar_value(k, k.type, text);
+    if (k.check) k.check(v);
+    return v;
   } catch (const Error& e) {
     RAISE("{}: {}", flag, e.what());
   }
@@ -379,7 +392,8 @@ void apply_values(const std::vector<KeySpec>& keys, const nlohmann::json& values
 
 nlohmann::ordered_json config_to_json(const std::vector<KeySpec>& keys, const void* config) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  for (const KeySpec& k : keys) j[k.name] = nlohmann::ordered_json(k.get(config));
+  for (const KeySpec& k : keys)
+    if (k.recorded) j[k.name] = nlohmann::ordered_json(k.get(config));
   return j;
 }
 
@@ -387,12 +401,23 @@ std::string config_to_yaml(const std::vector<KeySpec>& keys, const void* config)
   YAML::Emitter out;
   out << YAML::BeginMap;
   for (const KeySpec& k : keys) {
+    if (!k.recorded) continue;
     out << YAML::Key << k.name << YAML::Value;
     emit(out, k.get(config), k.type == KeyType::choice);
   }
   out << YAML::EndMap;
   CHECK(out.good(), "writing the config as YAML failed: {}", out.GetLastError());
   return std::string(out.c_str()) + "\n";
+}
+
+std::vector<std::string> config_notes(const std::vector<KeySpec>& keys,
+                                      const nlohmann::json& values) {
+  std::vector<std::string> lines;
+  for (const KeySpec& k : keys)
+    if (!k.note.empty() && values.contains(k.name))
+      lines.push_back(
+          fmt::format("note: {} = {} ignored: {}", k.name, values[k.name].dump(), k.note));
+  return lines;
 }
 
 void FlagValues::record(const std::string& key, const std::string& option,
@@ -438,6 +463,9 @@ void FlagValues::add_to(CLI::App& app, const std::vector<KeySpec>& keys, const v
     } else {
       shown = d.dump();
     }
+    if (!k.recorded) shown.clear();  // their values live in the keys they write
+    // Keys ignored for TRL / accelerate compatibility stay out of --help.
+    if (!k.note.empty() && k.type == KeyType::json) o->group("");
     o->default_str(shown);
     o->type_name(k.bare && k.type != KeyType::boolean ? "[" + std::string(type_label(k.type)) + "]"
                                                       : std::string(type_label(k.type)));

@@ -13,6 +13,7 @@
 // Between these, a key's value travels as JSON of its type (see KeyType).
 #pragma once
 
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <map>
@@ -49,6 +50,15 @@ struct KeySpec {
   // Store a value (JSON of `type`, already checked) into a config / read it from one.
   std::function<void(void*, const nlohmann::json&)> set;
   std::function<nlohmann::json(const void*)> get;
+  // Keys copied from TRL, accelerate or Unsloth configs that are not fp8rl's own: `recorded`
+  // false keeps the key out of dumps and the run's config.yaml (the keys it sets are there);
+  // `note`, when not empty, is printed once at start when the key is given; `writes` names the
+  // recorded keys it sets (a file may set each once); `check` rejects values that would change
+  // the run (it throws naming the value).
+  bool recorded = true;
+  std::string note;
+  std::vector<std::string> writes;
+  std::function<void(const nlohmann::json&)> check;
 
   KeySpec& alias(std::string other) {
     aliases.push_back(std::move(other));
@@ -95,6 +105,10 @@ void apply_values(const std::vector<KeySpec>& keys, const nlohmann::json& values
 nlohmann::ordered_json config_to_json(const std::vector<KeySpec>& keys, const void* config);
 // The same as a YAML document that read_yaml reads back to the same values.
 std::string config_to_yaml(const std::vector<KeySpec>& keys, const void* config);
+// One line per key of `values` that has a note, in table order: "note: use_vllm = true
+// ignored: fp8rl has its own engine (no vLLM)".
+std::vector<std::string> config_notes(const std::vector<KeySpec>& keys,
+                                      const nlohmann::json& values);
 
 namespace detail {
 
@@ -231,6 +245,36 @@ class KeyTable {
     return add_enum(std::move(name), member, std::move(pairs), std::move(help));
   }
 
+  // A key of TRL's, accelerate's or Unsloth's configs with no meaning here: any value is
+  // accepted (unless `check` throws for it) and changes nothing; `note` says why, once.
+  KeySpec& ignore(std::string name, std::string note,
+                  std::function<void(const nlohmann::json&)> check = {}) {
+    KeySpec k = make(std::move(name), KeyType::json, "Accepted and ignored: " + note);
+    k.nullable = true;
+    k.bare = true;
+    k.recorded = false;
+    k.note = std::move(note);
+    k.check = std::move(check);
+    k.set = [](void*, const nlohmann::json&) {};
+    k.get = [](const void*) { return nlohmann::json(); };
+    keys_.push_back(std::move(k));
+    return keys_.back();
+  }
+
+  // Another program's spelling of fp8rl keys: `set` translates a value of `type` into the
+  // keys named by `writes`, which the dumps record instead of this one.
+  KeySpec& translate(std::string name, KeyType type, std::vector<std::string> writes,
+                     std::function<void(C&, const nlohmann::json&)> set, std::string help) {
+    KeySpec k = make(std::move(name), type, std::move(help));
+    k.recorded = false;
+    k.bare = type == KeyType::boolean;
+    k.writes = std::move(writes);
+    k.set = [set](void* c, const nlohmann::json& v) { set(*static_cast<C*>(c), v); };
+    k.get = [](const void*) { return nlohmann::json(); };
+    keys_.push_back(std::move(k));
+    return keys_.back();
+  }
+
   const std::vector<KeySpec>& keys() const { return keys_; }
   const KeySpec* find(std::string_view name) const { return find_key(keys_, name); }
 
@@ -309,11 +353,19 @@ class ConfigFlags {
     return values_.add_positional(app, table_.keys(), key, help);
   }
   // C's defaults, then the --config file's keys, then the flags; not validated.
+  // The notes of the keys given that fp8rl ignores go to stderr, one line each.
   C merge() const {
     reject_unknown_arguments(table_.keys(), app_->remaining());
     C config{};
-    if (!values_.config_path().empty()) table_.load_yaml(values_.config_path(), config);
-    apply_values(table_.keys(), values_.values(table_.keys()), &config);
+    nlohmann::json file = nlohmann::json::object();
+    if (!values_.config_path().empty()) file = read_yaml_file(table_.keys(), values_.config_path());
+    const nlohmann::json flags = values_.values(table_.keys());
+    apply_values(table_.keys(), file, &config);
+    apply_values(table_.keys(), flags, &config);
+    nlohmann::json given = file;
+    given.update(flags);
+    for (const std::string& line : config_notes(table_.keys(), given))
+      fmt::print(stderr, "{}\n", line);
     return config;
   }
   // The keys the --config file or the flags set (by key name), whatever their values.

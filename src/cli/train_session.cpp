@@ -19,10 +19,14 @@ TrainSession::TrainSession(const ModelArguments& args, uint64_t seed) {
   so.device = args.device;
   session_ = std::make_unique<ModelSession>(so);
   Model& m = session_->model();
-  if (!args.adapter.empty())
+  if (!args.adapter.empty()) {
     adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::load_peft(args.adapter, m));
-  else
-    adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::init(args.lora_config(), m, seed));
+  } else {
+    ModelArguments resolved = args;  // the commands resolve first; callers that did not, here
+    resolved.resolve_target_modules();
+    adapter_ = std::make_unique<LoraAdapter>(
+        LoraAdapter::init(resolved.lora_config(), m, args.adapter_init_seed(int64_t(seed))));
+  }
   adapter_->to_device(session_->ctx());
   // Without tokenizer.json only rows of token ids can train (SFT); the commands that need text
   // ask for the tokenizer themselves.

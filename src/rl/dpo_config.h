@@ -20,7 +20,10 @@ namespace fp8rl {
 // loss types (rl/dpo_loss.h).
 
 struct DpoConfig : TrainingArguments, ModelArguments {
-  DpoConfig() { learning_rate = 1e-6; }  // DPOConfig's override of transformers' 5e-5
+  DpoConfig() {  // DPOConfig's overrides
+    learning_rate = 1e-6;
+    disable_dropout = true;
+  }
 
   double beta = 0.1;
   ReferenceModel reference_model = ReferenceModel::start;  // the reference's log-probs

@@ -113,7 +113,7 @@ struct DpoTrainer::Impl {
     PassOptions o;
     o.checkpointing = cfg.gradient_checkpointing;
     o.offload = cfg.activation_offloading;
-    o.lora_dropout = float(cfg.lora_dropout);
+    o.lora_dropout = float(cfg.training_lora_dropout());
     return o;
   }
 

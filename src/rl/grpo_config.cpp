@@ -72,6 +72,20 @@ void GrpoConfig::validate() const {
         kv_dtype);
   c::at_least<int64_t>("max_num_seqs", max_num_seqs, 1);
   c::at_least<int64_t>("max_num_batched_tokens", max_num_batched_tokens, 1);
+  if (gpu_memory_utilization) {
+    c::in_left_open("gpu_memory_utilization", *gpu_memory_utilization, 0.0, 1.0);
+    CHECK(kv_memory == 0,
+          "gpu_memory_utilization = {} and kv_memory = {} GiB both size the KV "
+          "pool: give one",
+          *gpu_memory_utilization, kv_memory);
+  }
+  if (max_seq_length) {
+    const int64_t prompt = max_prompt_length.value_or(0);
+    CHECK(prompt + max_completion_length <= *max_seq_length,
+          "max_prompt_length ({}) + max_completion_length ({}) exceed max_seq_length ({})",
+          max_prompt_length ? std::to_string(prompt) : std::string("null"), max_completion_length,
+          *max_seq_length);
+  }
   if (num_completions_to_print)
     c::at_least<int64_t>("num_completions_to_print", *num_completions_to_print, 0);
 

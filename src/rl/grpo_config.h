@@ -42,9 +42,8 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
   // `truncation` is set (a silent cut would train on prompts the user never wrote); null: no
   // limit.
   std::optional<int64_t> max_prompt_length = 512;
-  bool truncation = false;  // cut prompts over max_prompt_length to their last tokens
-  // TRL 0.2x's default (256); TRL main moved to 512 in 2026-07.
-  int64_t max_completion_length = 256;
+  bool truncation = false;              // cut prompts over max_prompt_length to their last tokens
+  int64_t max_completion_length = 512;  // TRL main's default (256 up to TRL 1.9)
   double temperature = 1.0;
   double top_p = 1.0;
   int64_t top_k = 0;            // 0: off
@@ -96,6 +95,13 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
   std::string kv_dtype = "bf16";          // "bf16" | "fp8"
   int64_t max_num_seqs = 256;             // sequences per engine step
   int64_t max_num_batched_tokens = 2048;  // tokens per engine step (chunked prefill)
+  // Unsloth's from_pretrained(gpu_memory_utilization=...): the KV pool's share of the device
+  // memory left after the weights and the step plan (EngineOptions::kv_memory_fraction);
+  // null: the engine's 0.9. Exclusive with kv_memory.
+  std::optional<double> gpu_memory_utilization;
+  // Unsloth's from_pretrained(max_seq_length=...), vLLM's max_model_len: a limit that
+  // max_prompt_length + max_completion_length must fit; null: none.
+  std::optional<int64_t> max_seq_length;
 
   // Logging (TRL's names).
   bool log_completions = false;

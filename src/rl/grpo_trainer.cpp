@@ -139,6 +139,18 @@ bool is_sample_field(const std::string& key) {
 
 }  // namespace
 
+std::vector<size_t> generation_batch_order(uint64_t seed, int64_t round, size_t n) {
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t(0));
+  // A stream of its own (the 0x5e1f tag), apart from the data order's and the sampling's.
+  const uint64_t stream = rng_key(seed ^ 0x5e1fu, uint64_t(round));
+  for (size_t i = n; i > 1; --i) {
+    const size_t j = size_t(uniform01(stream, i) * float(i)) % i;
+    std::swap(order[i - 1], order[j]);
+  }
+  return order;
+}
+
 struct GrpoTrainer::Impl {
   Context& ctx;
   const Model& model;
@@ -215,6 +227,7 @@ struct GrpoTrainer::Impl {
                                     train_step_config(cfg, total_steps));
     EngineOptions eo;
     eo.kv_memory_bytes = size_t(cfg.kv_memory * double(1ull << 30));
+    if (cfg.gpu_memory_utilization) eo.kv_memory_fraction = *cfg.gpu_memory_utilization;
     eo.kv_dtype = parse_kv_dtype(cfg.kv_dtype);
     eo.max_num_seqs = cfg.max_num_seqs;
     eo.max_num_batched_tokens = cfg.max_num_batched_tokens;
@@ -497,7 +510,29 @@ struct GrpoTrainer::Impl {
         fmt::print(stderr, "  [{}] reward {} | {} -> {}\n", step, s["reward"].dump(),
                    batch.prompts[size_t(c)], batch.completions[size_t(c)]);
     }
+    shuffle(r, rounds - 1);
     return r;
+  }
+
+  // Reorders the round's completions by generation_batch_order (every per-completion field).
+  void shuffle(Round& r, int64_t round) const {
+    const std::vector<size_t> order =
+        generation_batch_order(uint64_t(cfg.seed), round, r.ids.size());
+    auto permute = [&](auto& v) {
+      if (v.empty()) return;  // old_logp, ref_logp, is_weight when not computed
+      std::remove_reference_t<decltype(v)> out;
+      out.reserve(v.size());
+      for (size_t i : order) out.push_back(std::move(v[i]));
+      v = std::move(out);
+    };
+    permute(r.prompt);
+    permute(r.ids);
+    permute(r.engine_logp);
+    permute(r.old_logp);
+    permute(r.ref_logp);
+    permute(r.is_weight);
+    permute(r.mask);
+    permute(r.advantages);
   }
 
   // One micro-step on completions [first, first + count) of the round: grads += d loss.
@@ -506,7 +541,7 @@ struct GrpoTrainer::Impl {
     const Packed p = pack(r, data, first, count);
     PassOptions o = pass_options();
     o.entropy = true;
-    o.lora_dropout = float(cfg.lora_dropout);
+    o.lora_dropout = float(cfg.training_lora_dropout());
     o.dropout_seed = rng_key(uint64_t(cfg.seed) ^ 0xd209u, uint64_t(rounds) * 4096 + first);
     pass->forward(p.view(), o);
     std::vector<double> logp, ent;

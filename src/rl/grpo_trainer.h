@@ -54,6 +54,12 @@ struct GrpoMemoryPlan {
   size_t reference_adapter_bytes = 0;  // the frozen starting adapter (ReferenceModel::start)
 };
 
+// The order of a generation round's `n` completions before it is cut into
+// steps_per_generation micro-batches: TRL shuffles the generation batch (whole, across groups)
+// so that a micro-batch mixes prompts. A Fisher-Yates permutation drawn from the counter-based
+// stream of (seed, round): the same seed replays it, a resumed run included.
+std::vector<size_t> generation_batch_order(uint64_t seed, int64_t round, size_t n);
+
 class GrpoTrainer {
  public:
   // The adapter must fit the model (LoraAdapter::check_fits): the rollouts and the policy's

@@ -20,24 +20,69 @@ void ModelArguments::validate() const {
   c::at_least<int64_t>("lora_r", lora_r, 1);
   c::positive("lora_alpha", lora_alpha);
   c::in_half_open("lora_dropout", lora_dropout, 0.0, 1.0);
-  CHECK(!lora_target_modules.empty(),
-        "lora_target_modules is empty (name projections, e.g. "
-        "q_proj, v_proj, or all-linear)");
-  for (const std::string& m : lora_target_modules)
-    CHECK(!m.empty(), "lora_target_modules holds an empty name");
+  if (lora_target_modules) {
+    CHECK(!lora_target_modules->empty(),
+          "lora_target_modules is empty (name projections, e.g. "
+          "q_proj, v_proj, or all-linear; null: PEFT's default for the architecture)");
+    for (const std::string& m : *lora_target_modules)
+      CHECK(!m.empty(), "lora_target_modules holds an empty name");
+  }
   CHECK(init_lora_weights == "default" || init_lora_weights == "gaussian",
         "init_lora_weights = '{}' is not one of true (PEFT's default), gaussian",
         init_lora_weights);
-  lora_config().validate();
+  if (random_state) c::at_least<int64_t>("random_state", *random_state, 0);
+  if (max_lora_rank) {
+    c::at_least<int64_t>("max_lora_rank", *max_lora_rank, 1);
+    CHECK(lora_r <= *max_lora_rank, "lora_r = {} is above max_lora_rank = {}", lora_r,
+          *max_lora_rank);
+  }
+  LoraConfig l = lora_config_unchecked();
+  if (l.target_modules.empty()) l.target_modules = {"q_proj"};  // unresolved yet: ranges only
+  l.validate();
+}
+
+std::optional<std::vector<std::string>> peft_default_target_modules(const std::string& model_type) {
+  // PEFT main's mapping has the same two projections for each of these; gemma3_text is what
+  // Gemma3ForCausalLM's config.json says ("gemma3", the multimodal wrapper, has no entry).
+  static const char* const kQv[] = {"llama", "qwen2", "qwen3", "mistral", "gemma3_text"};
+  for (const char* t : kQv)
+    if (model_type == t) return std::vector<std::string>{"q_proj", "v_proj"};
+  return std::nullopt;
+}
+
+void ModelArguments::resolve_target_modules() {
+  if (lora_target_modules || !adapter.empty()) return;
+  const std::filesystem::path path = std::filesystem::path(model) / "config.json";
+  if (model.empty() || !std::filesystem::is_regular_file(path)) return;
+  nlohmann::json j;
+  try {
+    j = read_json_file(path);
+  } catch (const Error&) {
+    return;  // loading the model names what is wrong with it
+  }
+  const std::string type = j.is_object() && j.contains("model_type") && j["model_type"].is_string()
+                               ? j["model_type"].get<std::string>()
+                               : std::string();
+  lora_target_modules = peft_default_target_modules(type);
+  CHECK(lora_target_modules.has_value(),
+        "lora_target_modules is unset and PEFT has no default for model_type '{}' ({}): set it, "
+        "e.g. lora_target_modules: all-linear",
+        type, path.string());
 }
 
 LoraConfig ModelArguments::lora_config() const {
+  CHECK(lora_target_modules.has_value(),
+        "lora_target_modules is unset (null) and was not resolved from the model's config.json");
+  return lora_config_unchecked();
+}
+
+LoraConfig ModelArguments::lora_config_unchecked() const {
   LoraConfig l;
   l.r = lora_r;
   l.lora_alpha = lora_alpha;
   l.use_rslora = use_rslora;
   l.lora_dropout = lora_dropout;
-  l.target_modules = lora_target_modules;
+  if (lora_target_modules) l.target_modules = *lora_target_modules;
   l.init_lora_weights = init_lora_weights;
   return l;
 }
@@ -72,22 +117,26 @@ void ModelArguments::adopt_adapter_config(const std::set<std::string>& given) {
   adopt("lora_alpha", lora_alpha, a.lora_alpha, "lora_alpha");
   adopt("lora_dropout", lora_dropout, a.lora_dropout, "lora_dropout");
   adopt("use_rslora", use_rslora, a.use_rslora, "use_rslora");
+  // null given means "PEFT's default", which a continued adapter's own list replaces.
+  const bool targets_given = given.contains("lora_target_modules") && lora_target_modules;
+  const std::vector<std::string> mine_given =
+      lora_target_modules.value_or(std::vector<std::string>{});
   if (!a.target_regex.empty()) {
-    CHECK(!given.contains("lora_target_modules"),
+    CHECK(!targets_given,
           "lora_target_modules = {} contradicts the adapter's target_modules, the regex '{}' "
           "({}): leave the key out to continue with the adapter's settings",
-          shown(lora_target_modules), a.target_regex, path.string());
+          shown(mine_given), a.target_regex, path.string());
     return;
   }
   // The same projections in any order are the same adapter.
-  std::vector<std::string> mine = lora_target_modules, theirs = a.target_modules;
+  std::vector<std::string> mine = mine_given, theirs = a.target_modules;
   std::sort(mine.begin(), mine.end());
   std::sort(theirs.begin(), theirs.end());
   if (mine == theirs) return;
-  CHECK(!given.contains("lora_target_modules"),
+  CHECK(!targets_given,
         "lora_target_modules = {} contradicts the adapter's target_modules = {} ({}): leave the "
         "key out to continue with the adapter's settings",
-        shown(lora_target_modules), shown(a.target_modules), path.string());
+        shown(mine_given), shown(a.target_modules), path.string());
   lora_target_modules = a.target_modules;
 }
 

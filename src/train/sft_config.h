@@ -34,10 +34,10 @@ struct SftConfig : TrainingArguments, ModelArguments {
   // null (TRL's None): loss on the completion only for prompt/completion rows, on everything
   // for text rows; true/false force either.
   std::optional<bool> completion_only_loss;
-  // Loss on assistant turns only for `messages` rows. TRL's default is false because it needs
-  // {% generation %} markers in the chat template; fp8rl finds the assistant turns itself, and
-  // training a chat model on its users' turns is rarely wanted, so the default is true here.
-  bool assistant_only_loss = true;
+  // Loss on assistant turns only for `messages` rows (default: every token, as TRL). TRL needs
+  // {% generation %} markers in the chat template for it; fp8rl finds the assistant turns
+  // itself.
+  bool assistant_only_loss = false;
 
   // TrainingArguments', ModelArguments' and these keys' ranges; throws fp8rl::Error naming the
   // key, its value and the allowed range.

@@ -25,7 +25,7 @@ SftTrainer::SftTrainer(Context& ctx, const Model& model, LoraAdapter& adapter,
   CHECK(!examples_.empty(), "sft: the dataset has no examples");
   pass_.checkpointing = cfg_.gradient_checkpointing;
   pass_.offload = cfg_.activation_offloading;
-  pass_.lora_dropout = float(cfg_.lora_dropout);
+  pass_.lora_dropout = float(cfg_.training_lora_dropout());
   batches_per_epoch_ = int64_t(epoch_plan(0).size());
   const int64_t ga = cfg_.gradient_accumulation_steps;
   steps_per_epoch_ = (batches_per_epoch_ + ga - 1) / ga;

@@ -27,8 +27,11 @@ void TrainingArguments::validate() const {
   c::at_least<int64_t>("per_device_train_batch_size", per_device_train_batch_size, 1);
   c::at_least<int64_t>("gradient_accumulation_steps", gradient_accumulation_steps, 1);
   c::at_least("max_grad_norm", max_grad_norm, 0.0);
-  c::at_least<int64_t>("warmup_steps", warmup_steps, 0);
-  c::in_closed("warmup_ratio", warmup_ratio, 0.0, 1.0);
+  c::at_least("warmup_steps", warmup_steps, 0.0);
+  CHECK(warmup_steps < 1 || warmup_steps == std::floor(warmup_steps),
+        "warmup_steps = {} is neither a whole number of steps nor a fraction in [0, 1) of them",
+        warmup_steps);
+  if (warmup_ratio) c::in_closed("warmup_ratio", *warmup_ratio, 0.0, 1.0);
   c::at_least("weight_decay", weight_decay, 0.0);
   CHECK(!activation_offloading || gradient_checkpointing,
         "activation_offloading needs gradient_checkpointing (the checkpointed layer inputs are "
@@ -47,8 +50,9 @@ void TrainingArguments::validate() const {
 }
 
 int64_t TrainingArguments::num_warmup_steps(int64_t total_steps) const {
-  if (warmup_steps > 0) return warmup_steps;
-  return int64_t(std::ceil(double(total_steps) * warmup_ratio));
+  if (warmup_ratio) return int64_t(std::ceil(double(total_steps) * *warmup_ratio));
+  if (warmup_steps < 1) return int64_t(std::ceil(double(total_steps) * warmup_steps));
+  return int64_t(warmup_steps);
 }
 
 }  // namespace fp8rl

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -49,9 +50,11 @@ struct TrainingArguments {
   int64_t gradient_accumulation_steps = 1;
   double max_grad_norm = 1.0;  // global-norm clipping; 0: off
   LrSchedulerType lr_scheduler_type = LrSchedulerType::linear;
-  int64_t warmup_steps = 0;   // > 0 overrides warmup_ratio, as in transformers
-  double warmup_ratio = 0.0;  // of the total optimizer steps, rounded up
-  double weight_decay = 0.0;  // decoupled (AdamW) / L2 (SGD), as torch.optim
+  // transformers 5: warmup_steps is a whole number of steps, or a fraction in [0, 1) of the
+  // total optimizer steps (rounded up); warmup_ratio (deprecated there) replaces it when given.
+  double warmup_steps = 0;
+  std::optional<double> warmup_ratio;  // in [0, 1]; null: warmup_steps decides
+  double weight_decay = 0.0;           // decoupled (AdamW) / L2 (SGD), as torch.optim
   OptimizerKind optim = OptimizerKind::adamw;
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
@@ -62,8 +65,10 @@ struct TrainingArguments {
 
   // Throws fp8rl::Error naming the key, its value and the allowed range.
   void validate() const;
-  // transformers' TrainingArguments.get_warmup_steps: warmup_steps if > 0, else
-  // ceil(warmup_ratio * total_steps).
+  // transformers 5's TrainingArguments.get_warmup_steps, after __post_init__ has copied a
+  // given warmup_ratio into warmup_steps: w = warmup_ratio or warmup_steps, then
+  // ceil(w * total_steps) for w < 1, else w steps. (A warmup_ratio of 1 is the whole run here;
+  // transformers would read the copied 1.0 as one step.)
   int64_t num_warmup_steps(int64_t total_steps) const;
 };
 

@@ -978,6 +978,45 @@ TEST(CliTrain, SftRunAndBadInput) {
                         "lora_r = 8 contradicts the adapter's r = 4");
 }
 
+// A config as TRL and Unsloth write them: the plumbing keys print one note line each on stderr
+// and the run goes on; config.yaml records the resolved fp8rl keys (lora_target_modules from
+// PEFT's default for the demo's qwen3) and none of the ignored ones.
+TEST(CliTrain, CopiedTrlConfigRuns) {
+  const std::string out = temp("trl_cfg_run"), cfg = temp("trl_cfg") + ".yaml";
+  write_file(
+      cfg, "model_name_or_path: " + kDemoModel +
+               "\ndataset_name: " FP8RL_SOURCE_DIR "/examples/demo/sft.jsonl\noutput_dir: " + out +
+               "\nmax_steps: 1\nper_device_train_batch_size: 2\nuse_peft: true\n"
+               "bf16: true\nreport_to: none\npush_to_hub: false\n"
+               "gradient_checkpointing_kwargs: {use_reentrant: false}\n"
+               "use_gradient_checkpointing: unsloth\nload_in_fp8: true\n");
+  const Result r = run("sft --config " + cfg, "2>&1 >/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* key :
+       {"use_peft", "bf16", "report_to", "push_to_hub", "gradient_checkpointing_kwargs"}) {
+    const std::string line = std::string("note: ") + key + " = ";
+    int count = 0;
+    for (size_t at = r.output.find(line); at != std::string::npos; at = r.output.find(line, at + 1))
+      ++count;
+    EXPECT_EQ(count, 1) << key << "\n" << r.output;
+  }
+  const std::string yaml = file_bytes(out + "/config.yaml");
+  EXPECT_NE(yaml.find("\nlora_target_modules: [\"q_proj\", \"v_proj\"]\n"), std::string::npos)
+      << yaml;
+  EXPECT_NE(yaml.find("\nactivation_offloading: true\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("\nfp8: row\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("\nassistant_only_loss: false\n"), std::string::npos) << yaml;
+  for (const char* ignored :
+       {"bf16", "report_to", "use_peft", "model_name_or_path", "use_gradient_checkpointing"})
+    EXPECT_EQ(yaml.find(std::string("\n") + ignored + ":"), std::string::npos) << ignored;
+  const nlohmann::json adapter = read_json(out + "/adapter_config.json");
+  EXPECT_EQ(adapter["target_modules"].size(), 2u) << adapter.dump();
+  // A value that would change the run fails before anything runs.
+  write_file(cfg, "model: " + kDemoModel + "\nload_in_4bit: true\n");
+  expect_one_line_error("sft --config " + cfg + " --out " + temp("trl_4bit"),
+                        "key 'load_in_4bit' in " + cfg + ":2: true is not supported");
+}
+
 TEST(CliTrain, GrpoConfigErrors) {
   const std::string cfg = temp("grpo_cfg") + ".yaml";
   write_file(cfg, "model: " + kDemoModel + "\nmax_step: 3\n");
@@ -1104,7 +1143,8 @@ std::string train_args(const std::string& command, const std::string& out) {
                       "\nrewards:\n  - {type: answer_match, mode: numeric}\n");
   return "grpo --config " + cfg + " --output-dir " + out +
          " --num-generations 4 --per-device-train-batch-size 8 --max-completion-length 4"
-         " --lora-r 4 --learning-rate 1e-3 --lr-scheduler-type constant --device cpu";
+         " --lora-r 4 --lora-target-modules all-linear --learning-rate 1e-3"
+         " --lr-scheduler-type constant --device cpu";
 }
 
 // One line, "fp8rl: error: ..." with `fragment`, a non-zero exit.

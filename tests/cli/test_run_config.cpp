@@ -13,6 +13,7 @@
 
 #include "cli/config_keys.h"
 #include "core/check.h"
+#include "rl/reward_config.h"
 
 namespace fs = std::filesystem;
 using namespace fp8rl;
@@ -87,13 +88,19 @@ TEST(RunConfig, DefaultsAreTrls) {
   EXPECT_EQ(s.lora_dropout, 0.05);
   EXPECT_EQ(s.dataset_text_field, "text");
   EXPECT_FALSE(s.completion_only_loss.has_value());
+  EXPECT_FALSE(s.assistant_only_loss);  // TRL's: loss on every token of messages rows
+  EXPECT_FALSE(s.disable_dropout);
+  EXPECT_FALSE(s.lora_target_modules.has_value());  // PEFT's default for the architecture
+  EXPECT_EQ(s.warmup_steps, 0.0);
+  EXPECT_FALSE(s.warmup_ratio.has_value());
   EXPECT_NO_THROW(s.validate());
 
   const GrpoConfig g;
   EXPECT_EQ(g.learning_rate, 1e-6);
   EXPECT_EQ(g.num_generations, 8);
   EXPECT_EQ(g.num_iterations, 1);
-  EXPECT_EQ(g.max_completion_length, 256);
+  EXPECT_EQ(g.max_completion_length, 512);  // TRL main (256 up to 1.9)
+  EXPECT_FALSE(g.disable_dropout);
   EXPECT_EQ(g.beta, 0.0);
   EXPECT_EQ(g.epsilon, 0.2);
   EXPECT_FALSE(g.epsilon_high.has_value());
@@ -117,6 +124,9 @@ TEST(RunConfig, DefaultsAreTrls) {
   EXPECT_EQ(d.loss_type, DpoLossType::sigmoid);
   EXPECT_EQ(d.max_length, 1024);
   EXPECT_FALSE(d.ld_alpha.has_value());
+  EXPECT_TRUE(d.disable_dropout);  // DPOConfig's default
+  EXPECT_EQ(d.training_lora_dropout(), 0.0);
+  EXPECT_EQ(d.lora_dropout, 0.05);  // still what the adapter's config records
   EXPECT_NO_THROW(d.validate());
 }
 
@@ -448,7 +458,7 @@ TEST(RunConfig, OutOfRangeValuesAreNamed) {
        "generation_kwargs.seed = 1 is set by the trainer; use seed"},
       {"generation_kwargs: {top_p: 2}", "generation_kwargs: top_p must be in (0, 1], got 2"},
       {"generation_kwargs: {temperature: 0}", "generation_kwargs.temperature must be > 0, got 0"},
-      {"generation_kwargs: {min_tokens: 300}", "generation_kwargs: min_tokens must be in [0"},
+      {"generation_kwargs: {min_tokens: 600}", "generation_kwargs: min_tokens must be in [0"},
   };
   for (const Case& c : grpo_cases) {
     GrpoConfig config = valid_grpo();
@@ -579,12 +589,30 @@ TEST(RunConfig, GrpoBatchRelationsAsTrl) {
   EXPECT_EQ(c.resolved_epsilon_high(), 0.28);
 }
 
-TEST(RunConfig, WarmupStepsAsTransformers) {
+// transformers 5: warmup_steps is steps, or a fraction below 1; a given warmup_ratio replaces
+// it (transformers 4 let warmup_steps > 0 win, which would give 3 below).
+TEST(RunConfig, WarmupStepsAsTransformers5) {
   SftConfig c;
-  c.warmup_ratio = 0.1;
-  EXPECT_EQ(c.num_warmup_steps(95), 10);  // ceil(9.5)
-  c.warmup_steps = 3;                     // overrides the ratio
+  EXPECT_EQ(c.num_warmup_steps(95), 0);
+  c.warmup_steps = 3;
   EXPECT_EQ(c.num_warmup_steps(95), 3);
+  c.warmup_ratio = 0.1;
+  EXPECT_EQ(c.num_warmup_steps(95), 10);  // ceil(9.5): the ratio wins
+  c.warmup_ratio = 0.0;                   // given, even as 0
+  EXPECT_EQ(c.num_warmup_steps(95), 0);
+  c.warmup_ratio.reset();
+  c.warmup_steps = 0.1;  // a fraction
+  EXPECT_EQ(c.num_warmup_steps(95), 10);
+  const SftConfig y = load_text(sft_keys(), "warmup_steps: 0.05\nwarmup_ratio: null\n");
+  EXPECT_EQ(y.num_warmup_steps(100), 5);
+  EXPECT_NO_THROW(y.validate());
+  // Through train_step_config, as the trainers build the schedule.
+  SftConfig both = load_text(sft_keys(), "warmup_steps: 7\nwarmup_ratio: 0.5\n");
+  EXPECT_EQ(train_step_config(both, 10).schedule.num_warmup_steps, 5);
+  EXPECT_NE(error_of([] {
+              load_text(sft_keys(), "warmup_steps: 2.5\n").validate();
+            }).find("warmup_steps = 2.5 is neither a whole number"),
+            std::string::npos);
 }
 
 // dump -> load gives the same values, for configs far from the defaults.
@@ -596,9 +624,9 @@ void expect_round_trip(const KeyTable<C>& table, const C& config) {
   EXPECT_EQ(table.to_json(back), table.to_json(config)) << yaml;
   // Control: the dump is not the defaults' (the round trip moved real values).
   EXPECT_NE(table.to_json(C{}), table.to_json(config));
-  // Every key is in the dump.
+  // Every recorded key is in the dump; keys fp8rl ignores or translates are not.
   for (const KeySpec& k : table.keys())
-    EXPECT_NE(("\n" + yaml).find("\n" + k.name + ":"), std::string::npos) << k.name;
+    EXPECT_EQ(("\n" + yaml).find("\n" + k.name + ":") != std::string::npos, k.recorded) << k.name;
 }
 
 TEST(RunConfig, DumpLoadRoundTrip) {
@@ -612,7 +640,11 @@ TEST(RunConfig, DumpLoadRoundTrip) {
   s.max_steps = 123456789012;
   s.lr_scheduler_type = LrSchedulerType::constant_with_warmup;
   s.optim = OptimizerKind::sgd;
-  s.lora_target_modules = {"q_proj", "down_proj"};
+  s.lora_target_modules = std::vector<std::string>{"q_proj", "down_proj"};
+  s.warmup_ratio = 0.25;
+  s.warmup_steps = 0.5;
+  s.random_state = 3407;
+  s.disable_dropout = true;
   s.completion_only_loss = true;
   s.assistant_only_loss = false;
   s.dry_run = true;
@@ -639,10 +671,13 @@ TEST(RunConfig, DumpLoadRoundTrip) {
   g.top_entropy_quantile = 0.2;
   g.sapo_temperature_neg = 2.0;
   g.generation_kwargs = {{"min_tokens", 3}, {"stop", {"\n\n"}}};
+  g.gpu_memory_utilization = 0.6;
+  g.max_seq_length = 2048;
+  g.max_lora_rank = 64;
   expect_round_trip(grpo_keys(), g);
   // An empty list and a null optional survive too.
   GrpoConfig empty = valid_grpo();
-  empty.lora_target_modules.clear();
+  empty.lora_target_modules = std::vector<std::string>{};
   empty.reward_weights.clear();
   expect_round_trip(grpo_keys(), empty);
 
@@ -656,12 +691,17 @@ TEST(RunConfig, DumpLoadRoundTrip) {
 
 TEST(RunConfig, JsonRecordNamesEveryKey) {
   const nlohmann::ordered_json j = grpo_keys().to_json(valid_grpo());
-  EXPECT_EQ(j.size(), grpo_keys().keys().size());
+  const KeyTable<GrpoConfig> table = grpo_keys();
+  const auto& keys = table.keys();
+  EXPECT_EQ(j.size(), size_t(std::count_if(keys.begin(), keys.end(),
+                                           [](const KeySpec& k) { return k.recorded; })));
+  EXPECT_FALSE(j.contains("use_vllm"));
+  EXPECT_FALSE(j.contains("use_gradient_checkpointing"));
   EXPECT_EQ(j.begin().key(), "data");  // table order
   EXPECT_EQ(j["loss_type"], "dapo");
   EXPECT_EQ(j["learning_rate"], 1e-6);
   EXPECT_TRUE(j["generation_batch_size"].is_null());
-  EXPECT_EQ(j["lora_target_modules"], nlohmann::json::array({"all-linear"}));
+  EXPECT_TRUE(j["lora_target_modules"].is_null());  // resolved by the command before the run
 }
 
 TEST(RunConfig, NamesAreUniqueSnakeCase) {
@@ -692,9 +732,234 @@ TEST(RunConfig, FlagsInHelp) {
   for (const char* flag :
        {"--config", "--learning-rate", "--lr", "--max-steps", "--steps", "--num-generations",
         "--loss-type", "--reward-process", "--vllm-importance-sampling-cap",
-        "--lora-target-modules", "--target-modules", "--kv-memory"})
+        "--lora-target-modules", "--target-modules", "--kv-memory", "--load-in-fp8",
+        "--use-gradient-checkpointing", "--disable-dropout"})
     EXPECT_NE(help.find(flag), std::string::npos) << flag;
+  // Keys accepted only to be ignored stay out of the help.
+  for (const char* flag : {"--use-vllm", "--bf16", "--report-to", "--push-to-hub"})
+    EXPECT_EQ(help.find(flag), std::string::npos) << flag;
   EXPECT_NE(help.find("dapo|grpo|bnpo|dr_grpo|cispo"), std::string::npos);
+}
+
+// A TRL GRPO config as the TRL docs and Unsloth notebooks write it: its plumbing keys load,
+// print one note each and leave the run as the same file without them.
+TEST(RunConfig, TrlPlumbingKeysAreIgnoredWithANote) {
+  const std::string core = R"(learning_rate: 1.0e-5
+num_generations: 4
+max_steps: 10
+)";
+  const std::string plumbing = R"(use_vllm: true
+vllm_mode: colocate
+vllm_gpu_memory_utilization: 0.3
+bf16: true
+fp16: false
+report_to: none
+gradient_checkpointing_kwargs: {use_reentrant: false}
+ddp_find_unused_parameters: false
+dataloader_num_workers: 4
+push_to_hub: false
+logging_dir: logs
+)";
+  const GrpoConfig with = load_text(grpo_keys(), core + plumbing);
+  const GrpoConfig without = load_text(grpo_keys(), core);
+  EXPECT_EQ(grpo_keys().to_json(with), grpo_keys().to_json(without));
+  // Control: the core keys did move the config off its defaults.
+  EXPECT_NE(grpo_keys().to_json(without), grpo_keys().to_json(GrpoConfig{}));
+  // One note per key given, in table order, each naming its key and value.
+  const nlohmann::json given = read_yaml(grpo_keys().keys(), core + plumbing, "run.yaml");
+  const std::vector<std::string> notes = config_notes(grpo_keys().keys(), given);
+  EXPECT_EQ(notes.size(), 11u);
+  for (const std::string key :
+       {"use_vllm", "vllm_mode", "bf16", "report_to", "push_to_hub", "logging_dir"}) {
+    const auto it = std::find_if(notes.begin(), notes.end(), [&](const std::string& n) {
+      return n.rfind("note: " + key + " = ", 0) == 0;
+    });
+    ASSERT_NE(it, notes.end()) << key;
+    EXPECT_NE(it->find("ignored: fp8rl"), std::string::npos) << *it;
+    EXPECT_EQ(it->find('\n'), std::string::npos) << *it;
+  }
+  EXPECT_TRUE(config_notes(grpo_keys().keys(), read_yaml(grpo_keys().keys(), core, "r")).empty());
+  // The same keys as flags (a bare flag is true; a non-JSON value is text).
+  const GrpoConfig flags = parse_args(
+      grpo_keys(), {"--use-vllm", "--report-to", "none", "--bf16", "true"}, false, false);
+  EXPECT_EQ(grpo_keys().to_json(flags), grpo_keys().to_json(GrpoConfig{}));
+  // Every command takes the accelerate / transformers ones.
+  EXPECT_NO_THROW(load_text(sft_keys(), plumbing.substr(plumbing.find("bf16"))));
+  EXPECT_NO_THROW(load_text(dpo_keys(), plumbing.substr(plumbing.find("bf16"))));
+}
+
+// Values of plumbing keys that would change the run are errors naming key and value; keys that
+// change the result and are not implemented stay unknown keys.
+TEST(RunConfig, PlumbingValuesThatWouldChangeTheRunAreErrors) {
+  struct Case {
+    std::string yaml, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"push_to_hub: true", "key 'push_to_hub' in run.yaml:1: true is not supported"},
+           {"report_to: wandb", "key 'report_to' in run.yaml:1: \"wandb\" is not supported"},
+           {"report_to: [tensorboard]", "key 'report_to'"},
+           {"load_in_4bit: true",
+            "key 'load_in_4bit' in run.yaml:1: true is not supported: "
+            "fp8rl has no 4-bit path"},
+           {"use_peft: false", "key 'use_peft' in run.yaml:1: false is not supported"},
+           {"shuffle_dataset: false", "key 'shuffle_dataset'"},
+           {"save_strategy: epoch", "key 'save_strategy'"},
+           {"dataloader_drop_last: true", "key 'dataloader_drop_last'"},
+           {"eval_strategy: steps", "unknown key 'eval_strategy'"},
+           {"num_generations_eval: 4", "unknown key 'num_generations_eval'"},
+       }) {
+    const std::string e = error_of([&] { load_text(grpo_keys(), c.yaml + "\n"); });
+    EXPECT_NE(e.find(c.message), std::string::npos) << c.yaml << " -> " << e;
+  }
+  EXPECT_NE(error_of([] {
+              parse_args(grpo_keys(), {"--push-to-hub"});
+            }).find("--push-to-hub: true is not supported"),
+            std::string::npos);
+  // Controls: the harmless values load.
+  for (const char* ok : {"push_to_hub: false", "report_to: []", "report_to: [none]",
+                         "load_in_4bit: false", "use_peft: true", "shuffle_dataset: true"})
+    EXPECT_NO_THROW(load_text(grpo_keys(), std::string(ok) + "\n")) << ok;
+}
+
+// TRL's CLI names and Unsloth's from_pretrained / get_peft_model names.
+TEST(RunConfig, TrlCliAndUnslothNames) {
+  const GrpoConfig g = load_text(grpo_keys(), R"(model_name_or_path: /models/qwen3
+dataset_name: data/prompts.jsonl
+use_peft: true
+load_in_fp8: true
+max_seq_length: 1024
+max_lora_rank: 32
+lora_r: 32
+gpu_memory_utilization: 0.6
+use_gradient_checkpointing: unsloth
+random_state: 3407
+fast_inference: true
+load_in_4bit: false
+reward_funcs: [think_format_reward, get_soft_overlong_punishment]
+)");
+  EXPECT_EQ(g.model, "/models/qwen3");
+  EXPECT_EQ(g.data, "data/prompts.jsonl");
+  EXPECT_EQ(g.fp8, "row");
+  EXPECT_EQ(g.max_seq_length, std::optional<int64_t>(1024));
+  EXPECT_EQ(g.max_lora_rank, std::optional<int64_t>(32));
+  EXPECT_EQ(g.gpu_memory_utilization, std::optional<double>(0.6));
+  EXPECT_TRUE(g.gradient_checkpointing);
+  EXPECT_TRUE(g.activation_offloading);
+  EXPECT_EQ(g.random_state, std::optional<int64_t>(3407));
+  EXPECT_EQ(g.adapter_init_seed(g.seed), 3407u);
+  EXPECT_EQ(GrpoConfig{}.adapter_init_seed(42), 42u);  // control: seed without random_state
+  ASSERT_EQ(g.rewards.size(), 2u);
+  EXPECT_EQ(g.rewards[0]["type"], "regex");
+  EXPECT_EQ(g.rewards[0]["name"], "think_format_reward");
+  EXPECT_EQ(g.rewards[1]["mode"], "soft_overlong");
+  EXPECT_EQ(g.rewards[1]["max_length"], 1280);
+  GrpoConfig v = g;
+  v.reward_weights.clear();
+  EXPECT_NO_THROW(v.validate());
+  // The dump records what they set, under fp8rl's names.
+  const std::string yaml = grpo_keys().dump_yaml(g);
+  EXPECT_NE(yaml.find("\nactivation_offloading: true\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("\nfp8: row\n"), std::string::npos) << yaml;
+  EXPECT_EQ(yaml.find("use_gradient_checkpointing"), std::string::npos) << yaml;
+  EXPECT_EQ(yaml.find("reward_funcs"), std::string::npos) << yaml;
+
+  EXPECT_EQ(load_text(sft_keys(), "load_in_fp8: block\n").fp8, "block");
+  EXPECT_EQ(load_text(sft_keys(), "load_in_fp8: false\n").fp8, "off");
+  const SftConfig plain = load_text(sft_keys(), "use_gradient_checkpointing: true\n");
+  EXPECT_TRUE(plain.gradient_checkpointing);
+  EXPECT_FALSE(plain.activation_offloading);
+  EXPECT_FALSE(load_text(sft_keys(), "use_gradient_checkpointing: false\n").gradient_checkpointing);
+  EXPECT_EQ(load_text(sft_keys(), "max_seq_length: 2048\n").max_length, 2048);
+  EXPECT_EQ(load_text(dpo_keys(), "max_seq_length: 2048\n").max_length, 2048);
+  EXPECT_EQ(load_text(dpo_keys(), "disable_dropout: false\n").training_lora_dropout(), 0.05);
+  EXPECT_EQ(load_text(grpo_keys(), "disable_dropout: true\n").training_lora_dropout(), 0.0);
+
+  // Errors name key and value.
+  struct Case {
+    std::string yaml, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"reward_funcs: [accuracy_reward]", "'accuracy_reward' is TRL's math_verify reward"},
+           {"reward_funcs: my_lib.rewards.fn", "'my_lib.rewards.fn' is not a built-in reward"},
+           {"use_gradient_checkpointing: always", "expected one of true, false, unsloth"},
+           {"use_gradient_checkpointing: unsloth\ngradient_checkpointing: true",
+            "sets gradient_checkpointing again"},
+           {"reward_funcs: [think_format_reward]\nrewards: []", "sets rewards again"},
+           {"load_in_fp8: int4", "key 'load_in_fp8' in run.yaml:1: expected one of auto, off"},
+       }) {
+    const std::string e = error_of([&] { load_text(grpo_keys(), c.yaml + "\n"); });
+    EXPECT_NE(e.find(c.message), std::string::npos) << c.yaml << " -> " << e;
+  }
+  for (const Case& c : std::vector<Case>{
+           {"max_lora_rank: 8", "lora_r = 16 is above max_lora_rank = 8"},
+           {"max_seq_length: 600",
+            "max_prompt_length (512) + max_completion_length (512) exceed "
+            "max_seq_length (600)"},
+           {"gpu_memory_utilization: 1.5", "gpu_memory_utilization = 1.5 is out of range"},
+           {"gpu_memory_utilization: 0.5\nkv_memory: 4", "give one"},
+           {"random_state: -1", "random_state = -1 is out of range"},
+       }) {
+    GrpoConfig config = valid_grpo();
+    grpo_keys().load_yaml_text(c.yaml + "\n", "run.yaml", config);
+    const std::string e = error_of([&] { config.validate(); });
+    EXPECT_NE(e.find(c.message), std::string::npos) << c.yaml << " -> " << e;
+  }
+}
+
+// PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING for the architectures fp8rl runs:
+// q_proj and v_proj for each; model types it lacks have no default.
+TEST(RunConfig, UnsetTargetModulesArePeftsDefault) {
+  for (const char* type : {"llama", "qwen2", "qwen3", "mistral", "gemma3_text"})
+    EXPECT_EQ(peft_default_target_modules(type), (std::vector<std::string>{"q_proj", "v_proj"}))
+        << type;
+  // Controls: PEFT has no entry for "gemma3" (the multimodal wrapper) nor for unknown types.
+  EXPECT_FALSE(peft_default_target_modules("gemma3").has_value());
+  EXPECT_FALSE(peft_default_target_modules("").has_value());
+
+  const fs::path dir = fs::path(::testing::TempDir()) / "run_config_models";
+  auto model = [&](const std::string& type) {
+    const fs::path m = dir / (type.empty() ? "none" : type);
+    fs::create_directories(m);
+    std::ofstream(m / "config.json") << nlohmann::json{{"model_type", type}}.dump();
+    return m.string();
+  };
+  SftConfig llama;
+  llama.model = model("llama");
+  llama.resolve_target_modules();
+  EXPECT_EQ(llama.lora_target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_EQ(llama.lora_config().target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
+  // Control: a value given stays.
+  SftConfig given = load_text(sft_keys(), "lora_target_modules: all-linear\n");
+  given.model = model("qwen3");
+  given.resolve_target_modules();
+  EXPECT_EQ(given.lora_target_modules, std::vector<std::string>{"all-linear"});
+  // No default for the model type: an error naming the key and the type.
+  SftConfig other;
+  other.model = model("gpt2");
+  const std::string e = error_of([&] { other.resolve_target_modules(); });
+  EXPECT_NE(e.find("lora_target_modules is unset and PEFT has no default for model_type 'gpt2'"),
+            std::string::npos)
+      << e;
+  // Unresolved, the adapter cannot be made.
+  EXPECT_NE(error_of([] { SftConfig{}.lora_config(); }).find("lora_target_modules is unset"),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
+// reward_funcs' think_format_reward scores TRL's docstring examples as TRL does.
+TEST(RunConfig, RewardFuncsThinkFormatAsTrl) {
+  const GrpoConfig g = load_text(grpo_keys(), "reward_funcs: think_format_reward\n");
+  RewardSet set = make_reward_set(g.rewards);
+  RewardBatch b;
+  b.completions = {"<think>\nThis is my reasoning.\n</think>\nThis is my answer.",
+                   "<think>\nThis is my reasoning.\nThis is my answer.",
+                   "<think>a</think><think>b</think>", "x <think>a</think>"};
+  b.prompts.assign(b.completions.size(), "p");
+  b.completion_ids.assign(b.completions.size(), {1});
+  b.columns = nlohmann::json::object();
+  const CombinedRewards r = set.score(b);
+  EXPECT_EQ(r.names, std::vector<std::string>{"think_format_reward"});
+  EXPECT_EQ(r.total, (std::vector<double>{1.0, 0.0, 0.0, 0.0}));
 }
 
 }  // namespace

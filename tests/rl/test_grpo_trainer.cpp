@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <numeric>
 #include <optional>
 
 #include "cli/train_session.h"
@@ -39,6 +40,7 @@ GrpoConfig small_config(const fs::path& out) {
   c.lora_r = 8;
   c.lora_alpha = 16;
   c.lora_dropout = 0.0;
+  c.lora_target_modules = std::vector<std::string>{"all-linear"};
   c.num_generations = 4;
   c.per_device_train_batch_size = 8;  // 2 prompts x 4 completions per step
   c.max_completion_length = 4;
@@ -140,6 +142,44 @@ TEST(GrpoTrainer, LogsTrlMetricsAndResumesExactly) {
   GrpoConfig other = small_config(temp_dir("c"));
   other.seed = 8;
   EXPECT_NE(run_grpo(other, make_reward_set(other.rewards)).params, full.params);
+}
+
+// TRL shuffles the generation batch before cutting it into micro-batches; the order is a
+// permutation fixed by (seed, round).
+TEST(GrpoTrainer, GenerationBatchOrderIsASeededPermutation) {
+  const std::vector<size_t> o = generation_batch_order(42, 3, 64);
+  std::vector<size_t> sorted = o;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<size_t> identity(64);
+  std::iota(identity.begin(), identity.end(), size_t(0));
+  EXPECT_EQ(sorted, identity);
+  EXPECT_NE(o, identity);                           // shuffled (1/64! to be the identity by chance)
+  EXPECT_EQ(generation_batch_order(42, 3, 64), o);  // reproducible
+  // Controls: another round or another seed orders differently.
+  EXPECT_NE(generation_batch_order(42, 4, 64), o);
+  EXPECT_NE(generation_batch_order(43, 3, 64), o);
+  EXPECT_TRUE(generation_batch_order(42, 0, 0).empty());
+  EXPECT_EQ(generation_batch_order(42, 0, 1), std::vector<size_t>{0});
+}
+
+// A round cut into two micro-batches (steps_per_generation 2) after the shuffle, one optimizer
+// step each: the same seed trains the same adapter, bit for bit, and a resume from the
+// checkpoint between the two steps (inside the round, which it stores) replays it.
+TEST(GrpoTrainer, ShuffledRoundsAreReproducible) {
+  GrpoConfig c = small_config(temp_dir("split_a"));
+  c.per_device_train_batch_size = 4;  // half a round: 2 prompts x 4 completions per round
+  c.gradient_accumulation_steps = 1;
+  c.steps_per_generation = 2;
+  c.max_steps = 2;
+  c.save_steps = 1;
+  const GrpoRun a = run_grpo(c, make_reward_set(c.rewards));
+  GrpoConfig again = c;
+  again.output_dir = temp_dir("split_b").string();
+  EXPECT_EQ(run_grpo(again, make_reward_set(again.rewards)).params, a.params);
+  GrpoConfig resumed = c;
+  resumed.output_dir = temp_dir("split_c").string();
+  resumed.resume_from_checkpoint = (fs::path(c.output_dir) / "checkpoint-1").string();
+  EXPECT_EQ(run_grpo(resumed, make_reward_set(resumed.rewards)).params, a.params);
 }
 
 // on_policy_exact: the mismatch is checked to be exactly zero every round and no correction is
@@ -374,6 +414,7 @@ DpoConfig small_dpo_config(const std::string& data, const fs::path& out, int64_t
   c.lora_r = 8;
   c.lora_alpha = 16;
   c.lora_dropout = 0.0;
+  c.lora_target_modules = std::vector<std::string>{"all-linear"};
   c.per_device_train_batch_size = 8;
   c.learning_rate = 2e-3;
   c.lr_scheduler_type = LrSchedulerType::constant;
@@ -404,6 +445,25 @@ DpoRun run_dpo(const DpoConfig& c) {
 
 // DPO on the demo task. The loss starts at ln 2 (the adapter starts at B = 0: policy =
 // reference) and falls; the implicit-reward accuracy rises above chance.
+// DPO's disable_dropout (TRL's default true): lora_dropout stays in the config but training runs
+// without it, exactly as with lora_dropout 0; with it false the dropout masks change the run.
+TEST(DpoTrainer, DisableDropoutTrainsWithoutLoraDropout) {
+  const fs::path dir = temp_dir("dpo_dropout");
+  const std::string data = write_pairs(dir);
+  DpoConfig off = small_dpo_config(data, dir / "off", 3);
+  off.lora_dropout = 0.05;
+  ASSERT_TRUE(off.disable_dropout);  // DPOConfig's default
+  DpoConfig zero = small_dpo_config(data, dir / "zero", 3);
+  zero.lora_dropout = 0.0;
+  DpoConfig on = off;
+  on.output_dir = (dir / "on").string();
+  on.disable_dropout = false;
+  const DpoRun a = run_dpo(off), b = run_dpo(zero), c = run_dpo(on);
+  EXPECT_EQ(a.loss, b.loss);
+  EXPECT_NE(a.loss, c.loss);  // control: the dropout is really there without the key
+  fs::remove_all(dir);
+}
+
 TEST(DpoTrainer, PrefersTheChosenAnswers) {
   const fs::path dir = temp_dir("dpo");
   const DpoRun r = run_dpo(small_dpo_config(write_pairs(dir), dir / "run", 32));

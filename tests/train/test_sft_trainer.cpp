@@ -114,7 +114,8 @@ TEST(ModelArguments, AnAdapterKeepsItsOwnSettings) {
   ModelArguments agree;
   agree.adapter = dir.string();
   agree.lora_r = 4;
-  agree.lora_target_modules = {"q_proj", "v_proj"};  // the same projections, another order
+  // The same projections, another order.
+  agree.lora_target_modules = std::vector<std::string>{"q_proj", "v_proj"};
   EXPECT_NO_THROW(agree.adopt_adapter_config({"lora_r", "lora_target_modules"}));
 
   ModelArguments dropout;
@@ -130,7 +131,13 @@ TEST(ModelArguments, AnAdapterKeepsItsOwnSettings) {
   }
   ModelArguments targets;
   targets.adapter = dir.string();
-  EXPECT_THROW(targets.adopt_adapter_config({"lora_target_modules"}), Error);  // all-linear
+  targets.lora_target_modules = std::vector<std::string>{"all-linear"};
+  EXPECT_THROW(targets.adopt_adapter_config({"lora_target_modules"}), Error);
+  // null given (PEFT's default) takes the adapter's list, as PEFT continues an adapter.
+  ModelArguments unset;
+  unset.adapter = dir.string();
+  EXPECT_NO_THROW(unset.adopt_adapter_config({"lora_target_modules"}));
+  EXPECT_EQ(unset.lora_target_modules, (std::vector<std::string>{"v_proj", "q_proj"}));
   fs::remove_all(dir);
 }
 
