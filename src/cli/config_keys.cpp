@@ -83,6 +83,11 @@ void add_training_keys(KeyTable<C>& t) {
   t.add("seed", &C::seed, "Random seed (data order, adapter init, sampling)");
   t.add("save_steps", &C::save_steps, "Checkpoint every this many steps; 0: only at the end");
   t.add("logging_steps", &C::logging_steps, "Print a progress line every this many steps");
+  t.add("report_to", &C::report_to,
+        "Trackers of the step metrics besides metrics.jsonl: tensorboard (all means it), or none "
+        "/ an empty list");
+  t.add("logging_dir", &C::logging_dir,
+        "TensorBoard's directory (default: output_dir/runs/<date>_<host>, new per run)");
 }
 
 }  // namespace

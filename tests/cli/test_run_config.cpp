@@ -631,4 +631,31 @@ TEST(RunConfig, FlagsInHelp) {
   EXPECT_NE(help.find("dapo|grpo|bnpo|dr_grpo|cispo"), std::string::npos);
 }
 
+// report_to as transformers takes it: a name or a list, none and [] for no tracker; a tracker
+// fp8rl does not have is an error naming it. logging_dir is a path.
+TEST(RunConfig, ReportToAsTransformers) {
+  using List = std::vector<std::string>;
+  EXPECT_EQ(SftConfig().report_to, List{});  // transformers >= 5: none
+  EXPECT_EQ(load_text(sft_keys(), "report_to: tensorboard").report_to, List{"tensorboard"});
+  EXPECT_EQ(load_text(dpo_keys(), "report_to: [tensorboard]").report_to, List{"tensorboard"});
+  EXPECT_EQ(load_text(sft_keys(), "report_to: none").report_to, List{"none"});
+  EXPECT_EQ(load_text(sft_keys(), "report_to: []").report_to, List{});
+  EXPECT_EQ(load_text(sft_keys(), "logging_dir: /tmp/tb").logging_dir, "/tmp/tb");
+  EXPECT_EQ(load_text(sft_keys(), "logging_dir: null").logging_dir, "");
+  for (const char* yaml :
+       {"report_to: tensorboard", "report_to: all", "report_to: none", "report_to: []"})
+    EXPECT_NO_THROW(load_text(sft_keys(), yaml).validate()) << yaml;
+  const SftConfig flags =
+      parse_args(sft_keys(), {"--report-to", "tensorboard", "--logging-dir", "tb"});
+  EXPECT_EQ(flags.report_to, List{"tensorboard"});
+  EXPECT_EQ(flags.logging_dir, "tb");
+  EXPECT_NE(error_of([] {
+              parse_args(sft_keys(), {"--report-to", "wandb"});
+            }).find("report_to: 'wandb' is a tracker fp8rl does not have"),
+            std::string::npos);
+  GrpoConfig g = valid_grpo();
+  grpo_keys().load_yaml_text("report_to: [tensorboard, mlflow]", "run.yaml", g);
+  EXPECT_NE(error_of([&] { g.validate(); }).find("'mlflow'"), std::string::npos);
+}
+
 }  // namespace
