@@ -1155,8 +1155,9 @@ TEST(CliTrain, UnwritableRunDirIsAClearError) {
   fs::remove_all(base);
 }
 
-// report_to: tensorboard. An sft run (default directory output_dir/runs/<date>_<host>) and a
-// grpo run (report_to as a YAML list, logging_dir) each write one event file that holds every
+// report_to: tensorboard. An sft run (default directory output_dir/runs/<date>_<host>), a grpo
+// run (report_to as a YAML list, logging_dir) and a dpo run (report_to: all) each write one
+// event file that holds every
 // number of every metrics.jsonl line at its step, tagged train/<key> (transformers' tags), read
 // back with the generated Event classes after the framing CRCs are checked. Other trackers, and
 // an unwritable logging_dir, are one-line errors before any training; report_to: none writes
@@ -1199,6 +1200,7 @@ void expect_metrics_in_events(const std::string& metrics, const std::string& eve
       EXPECT_EQ(it->second, want) << "step " << step << " " << key;
     }
   }
+  EXPECT_GT(numbers, 10u);
   EXPECT_EQ(numbers, scalars.size()) << "scalars that metrics.jsonl does not hold";
 }
 
@@ -1227,6 +1229,21 @@ TEST(CliTrain, ReportToTensorBoard) {
   EXPECT_EQ(fs::path(files[0]).parent_path(), fs::path(tb));
   expect_metrics_in_events(grpo_out + "/metrics.jsonl", files[0]);
   EXPECT_TRUE(event_files(grpo_out).empty());
+
+  // dpo: report_to all (tensorboard here).
+  const std::string dpo_data = base + "/dpo.jsonl", dpo_out = base + "/dpo", dpo_tb = base + "/tb2";
+  write_file(dpo_data,
+             "{\"prompt\": \"What is 2+2? \", \"chosen\": \"4\", \"rejected\": \"5\"}\n"
+             "{\"prompt\": \"What is 3+3? \", \"chosen\": \"6\", \"rejected\": \"7\"}\n");
+  r = run_limited("dpo " + kDemoModel + " --data " + dpo_data + " --output-dir " + dpo_out +
+                      " --max-steps 2 --per-device-train-batch-size 1 --device cpu --report-to all"
+                      " --logging-dir " +
+                      dpo_tb,
+                  0);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  files = event_files(dpo_tb);
+  ASSERT_EQ(files.size(), 1u);
+  expect_metrics_in_events(dpo_out + "/metrics.jsonl", files[0]);
 
   // report_to: none writes no event file.
   const std::string none_out = base + "/none";
