@@ -10,6 +10,7 @@ minimal=0
 packages=(
   build-essential cmake pkg-config
   nlohmann-json3-dev libcli11-dev libpcre2-dev libfmt-dev libyaml-cpp-dev
+  libprotobuf-dev protobuf-compiler libisal-dev  # TensorBoard event files (report_to)
   python3  # the demo's summary and its held-out evaluation (tools/demo/eval_demo_model.py)
 )
 if [ $minimal -eq 0 ]; then

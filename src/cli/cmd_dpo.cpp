@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "rl/dpo_trainer.h"
 #include "train/run_dir.h"
+#include "train/step_metrics.h"
 
 namespace fp8rl::cli {
 
@@ -18,7 +19,10 @@ void run_dpo(const DpoConfig& cfg, const std::string& yaml) {
   CHECK(!cfg.data.empty(), "no dataset: give --data PAIRS.jsonl (or `data:` in the config)");
   // A RUN_DIR that is (or holds) an input, or cannot be written, fails before the model loads.
   check_run_dir(cfg.output_dir, {cfg.model, cfg.data, cfg.adapter});
-  if (!cfg.dry_run) check_run_dir_writable(cfg.output_dir);
+  if (!cfg.dry_run) {
+    check_run_dir_writable(cfg.output_dir);
+    check_logging_dir_writable(cfg);
+  }
   TrainSession ts(cfg, uint64_t(cfg.seed));
   PreferenceDataOptions d;
   d.max_length = cfg.max_length;

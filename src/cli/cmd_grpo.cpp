@@ -11,6 +11,7 @@
 #include "rl/grpo_trainer.h"
 #include "rl/reward_config.h"
 #include "train/run_dir.h"
+#include "train/step_metrics.h"
 
 namespace fp8rl::cli {
 
@@ -20,7 +21,10 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   CHECK(!cfg.data.empty(), "no dataset: give --data PROMPTS.jsonl (or `data:` in the config)");
   // A RUN_DIR that is (or holds) an input, or cannot be written, fails before the model loads.
   check_run_dir(cfg.output_dir, {cfg.model, cfg.data, cfg.adapter});
-  if (!cfg.dry_run) check_run_dir_writable(cfg.output_dir);
+  if (!cfg.dry_run) {
+    check_run_dir_writable(cfg.output_dir);
+    check_logging_dir_writable(cfg);
+  }
   // The rewards first: a malformed reward spec or a process that cannot start fails before
   // the model loads.
   RewardSet rewards = cfg.reward_process.empty() ? make_reward_set(cfg.rewards)

@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "train/run_dir.h"
 #include "train/sft_trainer.h"
+#include "train/step_metrics.h"
 #include "train/training_arguments.h"
 
 namespace fp8rl::cli {
@@ -18,7 +19,10 @@ void run_sft(const SftConfig& cfg, const std::string& yaml) {
   CHECK(!cfg.data.empty(), "no dataset: give --data TRAIN.jsonl (or `data:` in the config)");
   // A RUN_DIR that is (or holds) an input, or cannot be written, fails before the model loads.
   check_run_dir(cfg.output_dir, {cfg.model, cfg.data, cfg.adapter});
-  if (!cfg.dry_run) check_run_dir_writable(cfg.output_dir);
+  if (!cfg.dry_run) {
+    check_run_dir_writable(cfg.output_dir);
+    check_logging_dir_writable(cfg);
+  }
   TrainSession ts(cfg, uint64_t(cfg.seed));
   SftDataOptions d;
   d.max_length = cfg.max_length;

@@ -104,6 +104,11 @@ void add_training_keys(KeyTable<C>& t) {
   t.add("seed", &C::seed, "Random seed (data order, adapter init, sampling)");
   t.add("save_steps", &C::save_steps, "Checkpoint every this many steps; 0: only at the end");
   t.add("logging_steps", &C::logging_steps, "Print a progress line every this many steps");
+  t.add("report_to", &C::report_to,
+        "Trackers of the step metrics besides metrics.jsonl: tensorboard (all means it), or none "
+        "/ an empty list");
+  t.add("logging_dir", &C::logging_dir,
+        "TensorBoard's directory (default: output_dir/runs/<date>_<host>, new per run)");
 }
 
 // Why the keys copied from TRL, transformers, accelerate and Unsloth configs that fp8rl
@@ -127,14 +132,6 @@ std::function<void(const nlohmann::json&)> only(std::vector<nlohmann::json> allo
       if (v == a) return;
     RAISE("{} is not supported: {}", v.dump(), why);
   };
-}
-
-// report_to: only none (or an empty list) here; the integrations are a key of their own.
-template <class C>
-void add_report_to_key(KeyTable<C>& t) {
-  t.ignore("report_to", kOwnLogging,
-           only({"none", nlohmann::json::array(), nlohmann::json::array({"none"})},
-                "only none (or []); fp8rl logs to metrics.jsonl"));
 }
 
 // Keys of TRL's, transformers' and Unsloth's configs that name fp8rl keys another way, and
@@ -177,10 +174,9 @@ void add_compat_keys(KeyTable<C>& t) {
   t.ignore("push_to_hub", kLocalOnly, only({false}, "fp8rl has no Hub upload"));
   for (const char* k : {"hub_model_id", "hub_strategy", "hub_private_repo", "hub_token"})
     t.ignore(k, kLocalOnly);
-  add_report_to_key(t);
   for (const char* k :
-       {"logging_dir", "logging_first_step", "log_level", "disable_tqdm", "run_name",
-        "overwrite_output_dir", "save_total_limit", "save_safetensors", "save_only_model"})
+       {"logging_first_step", "log_level", "disable_tqdm", "run_name", "overwrite_output_dir",
+        "save_total_limit", "save_safetensors", "save_only_model"})
     t.ignore(k, kOwnLogging);
   t.ignore("logging_strategy", kOwnLogging,
            only({"steps"}, "fp8rl logs every logging_steps steps"));

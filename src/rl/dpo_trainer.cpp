@@ -15,6 +15,7 @@
 #include "rl/dpo_loss.h"
 #include "train/logprob_pass.h"
 #include "train/run_dir.h"
+#include "train/step_metrics.h"
 #include "train/train_step.h"
 #include "train/training_arguments.h"
 
@@ -177,7 +178,7 @@ struct DpoTrainer::Impl {
         RAISE("checkpoint '{}': its data position is malformed: {}", resume, e.what());
       }
     }
-    MetricsLog metrics(cfg.output_dir, train_step->global_step());
+    StepMetrics metrics(cfg, train_step->global_step());
     // The gradients on the run's device, beside the masters: the optimizer steps them there.
     const int64_t num_params = adapter.master_params().numel();
     const DeviceBuffer grad_storage(ctx, size_t(num_params) * sizeof(float));

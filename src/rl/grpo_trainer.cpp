@@ -18,6 +18,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/logprob_pass.h"
 #include "train/run_dir.h"
+#include "train/step_metrics.h"
 #include "train/train_step.h"
 #include "train/training_arguments.h"
 
@@ -625,7 +626,7 @@ struct GrpoTrainer::Impl {
     }
     if (!resume.empty() && resume != "false")
       load_state(load_checkpoint(resume, ctx, model, adapter, *train_step));
-    MetricsLog metrics(cfg.output_dir, train_step->global_step());
+    StepMetrics metrics(cfg, train_step->global_step());
     MetricsLog samples(cfg.output_dir, train_step->global_step(), "samples.jsonl");
     // The gradients on the run's device, beside the masters: the optimizer steps them there.
     const int64_t num_params = adapter.master_params().numel();

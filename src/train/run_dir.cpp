@@ -72,15 +72,15 @@ void prepare_run_dir(const std::string& dir) {
   for (const fs::path& p : stale) fs::remove_all(p, ec);
 }
 
-void check_run_dir_writable(const std::string& dir) {
+void check_run_dir_writable(const std::string& dir, const char* what) {
   CHECK(!dir.empty(), "the run directory (output_dir / --out) is not set");
   fs::path p = fs::absolute(dir);
   std::error_code ec;
   while (!fs::exists(p, ec) && p.has_relative_path()) p = p.parent_path();
-  CHECK(fs::is_directory(p, ec), "cannot create the run directory '{}': '{}' is not a directory",
-        dir, p.string());
-  CHECK(::access(p.c_str(), W_OK | X_OK) == 0, "the run directory '{}' is not writable: '{}': {}",
-        dir, p.string(), std::strerror(errno));
+  CHECK(fs::is_directory(p, ec), "cannot create {} '{}': '{}' is not a directory", what, dir,
+        p.string());
+  CHECK(::access(p.c_str(), W_OK | X_OK) == 0, "{} '{}' is not writable: '{}': {}", what, dir,
+        p.string(), std::strerror(errno));
 }
 
 void save_checkpoint(const std::string& dir, int64_t step, const LoraAdapter& adapter,

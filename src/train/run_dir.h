@@ -26,8 +26,9 @@ void prepare_run_dir(const std::string& dir);
 
 // What prepare_run_dir would reject, found without creating anything (the directory, or its
 // nearest existing ancestor, is not a writable directory): the training commands call it
-// before loading a model so that a bad RUN_DIR fails at once.
-void check_run_dir_writable(const std::string& dir);
+// before loading a model so that a bad RUN_DIR fails at once. `what` names the directory in
+// errors (logging_dir for TensorBoard's).
+void check_run_dir_writable(const std::string& dir, const char* what = "the run directory");
 
 // Writes checkpoint-<step> of `dir`. `state` is the trainer's resume state (data position,
 // random streams, ...), stored as metadata "train.run_state". Built under a temporary name,

@@ -8,6 +8,7 @@
 #include "ops/memory.h"
 #include "train/run_dir.h"
 #include "train/sft_batch.h"
+#include "train/step_metrics.h"
 #include "train/training_arguments.h"
 
 namespace fp8rl {
@@ -93,7 +94,7 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
       RAISE("checkpoint '{}': its data position is malformed: {}", resume, e.what());
     }
   }
-  MetricsLog metrics(cfg_.output_dir, train_step_->global_step());
+  StepMetrics metrics(cfg_, train_step_->global_step());
   LogprobPass pass(ctx_, model_, &adapter_);
   // The gradients on the run's device, beside the masters: the optimizer steps them there.
   const int64_t num_params = adapter_.master_params().numel();

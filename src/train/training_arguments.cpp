@@ -5,6 +5,7 @@
 #include "core/check.h"
 #include "formats/json_read.h"
 #include "train/config_checks.h"
+#include "train/step_metrics.h"
 
 namespace fp8rl {
 
@@ -43,6 +44,7 @@ void TrainingArguments::validate() const {
   c::at_least<int64_t>("seed", seed, 0);
   c::at_least<int64_t>("save_steps", save_steps, 0);
   c::at_least<int64_t>("logging_steps", logging_steps, 1);
+  check_report_to(report_to);
   CHECK(chat_template_kwargs.is_object() || chat_template_kwargs.is_null(),
         "chat_template_kwargs = {} is not a mapping of template variables (e.g. "
         "{{\"enable_thinking\": false}})",

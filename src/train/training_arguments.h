@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
@@ -62,6 +63,14 @@ struct TrainingArguments {
   int64_t seed = 42;
   int64_t save_steps = 500;    // a checkpoint every this many optimizer steps; 0: only at the end
   int64_t logging_steps = 10;  // TRL's override of transformers' 500
+  // transformers' report_to: the trackers the per-step metrics also go to, besides
+  // metrics.jsonl. fp8rl has one, "tensorboard"; "all" (every installed integration in
+  // transformers) means it here; "none" or an empty list: none (the default, as in
+  // transformers >= 5). Other trackers (wandb, mlflow, ...) are an error.
+  std::vector<std::string> report_to;
+  // transformers' logging_dir: where TensorBoard's event files go; "" (None): a new
+  // output_dir/runs/<Mon DD_HH-MM-SS>_<hostname> per run, transformers' default.
+  std::string logging_dir;
 
   // Throws fp8rl::Error naming the key, its value and the allowed range.
   void validate() const;

@@ -22,6 +22,8 @@
 
 #include "formats/npy.h"
 #include "formats/safetensors.h"
+#include "formats/tensorboard_event.pb.h"
+#include "formats/tensorboard_events.h"
 #include "process_run.h"
 #include "test_util.h"
 #include "tolerances.h"
@@ -992,8 +994,7 @@ TEST(CliTrain, CopiedTrlConfigRuns) {
                "use_gradient_checkpointing: unsloth\nload_in_fp8: true\n");
   const Result r = run("sft --config " + cfg, "2>&1 >/dev/null");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* key :
-       {"use_peft", "bf16", "report_to", "push_to_hub", "gradient_checkpointing_kwargs"}) {
+  for (const char* key : {"use_peft", "bf16", "push_to_hub", "gradient_checkpointing_kwargs"}) {
     const std::string line = std::string("note: ") + key + " = ";
     int count = 0;
     for (size_t at = r.output.find(line); at != std::string::npos; at = r.output.find(line, at + 1))
@@ -1007,7 +1008,7 @@ TEST(CliTrain, CopiedTrlConfigRuns) {
   EXPECT_NE(yaml.find("\nfp8: row\n"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("\nassistant_only_loss: false\n"), std::string::npos) << yaml;
   for (const char* ignored :
-       {"bf16", "report_to", "use_peft", "model_name_or_path", "use_gradient_checkpointing"})
+       {"bf16", "use_peft", "model_name_or_path", "use_gradient_checkpointing"})
     EXPECT_EQ(yaml.find(std::string("\n") + ignored + ":"), std::string::npos) << ignored;
   const nlohmann::json adapter = read_json(out + "/adapter_config.json");
   EXPECT_EQ(adapter["target_modules"].size(), 2u) << adapter.dump();
@@ -1190,6 +1191,114 @@ TEST(CliTrain, UnwritableRunDirIsAClearError) {
     EXPECT_EQ(r.exit_code, 0) << command << "\n" << r.output;
     EXPECT_TRUE(fs::exists(out + "/adapter_model.safetensors")) << command;
   }
+  fs::remove_all(base);
+}
+
+// report_to: tensorboard. An sft run (default directory output_dir/runs/<date>_<host>), a grpo
+// run (report_to as a YAML list, logging_dir) and a dpo run (report_to: all) each write one
+// event file that holds every
+// number of every metrics.jsonl line at its step, tagged train/<key> (transformers' tags), read
+// back with the generated Event classes after the framing CRCs are checked. Other trackers, and
+// an unwritable logging_dir, are one-line errors before any training; report_to: none writes
+// no event file.
+std::vector<std::string> event_files(const std::string& dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec))
+    if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0)
+      files.push_back(e.path().string());
+  return files;
+}
+
+void expect_metrics_in_events(const std::string& metrics, const std::string& events) {
+  std::map<std::pair<int64_t, std::string>, float> scalars;
+  const std::vector<std::string> records = read_tfrecords(events);
+  ASSERT_FALSE(records.empty());
+  for (size_t i = 0; i < records.size(); ++i) {
+    fp8rl::tensorboard::Event e;
+    ASSERT_TRUE(e.ParseFromString(records[i])) << i;
+    if (i == 0) {
+      EXPECT_EQ(e.file_version(), "brain.Event:2");
+      continue;
+    }
+    ASSERT_TRUE(e.has_summary()) << i;
+    for (const auto& v : e.summary().value()) {
+      const auto [it, fresh] = scalars.emplace(std::make_pair(e.step(), v.tag()), v.simple_value());
+      EXPECT_TRUE(fresh) << "step " << e.step() << " " << v.tag() << " twice";
+    }
+  }
+  size_t numbers = 0;
+  for (const nlohmann::json& line : read_jsonl(metrics)) {
+    const int64_t step = line.at("step").get<int64_t>();
+    for (const auto& [key, value] : line.items()) {
+      if (key == "step" || !(value.is_number() || value.is_boolean())) continue;
+      ++numbers;
+      const auto it = scalars.find({step, "train/" + key});
+      ASSERT_NE(it, scalars.end()) << "step " << step << " train/" << key;
+      const float want = value.is_boolean() ? float(value.get<bool>()) : float(value.get<double>());
+      EXPECT_EQ(it->second, want) << "step " << step << " " << key;
+    }
+  }
+  EXPECT_GT(numbers, 10u);
+  EXPECT_EQ(numbers, scalars.size()) << "scalars that metrics.jsonl does not hold";
+}
+
+TEST(CliTrain, ReportToTensorBoard) {
+  const std::string base = temp("tensorboard");
+  fs::create_directories(base);
+  const std::string sft_out = base + "/sft";
+  Result r = run_limited(train_args("sft", sft_out) + " --max-steps 2 --report-to tensorboard", 0);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> files = event_files(sft_out + "/runs");
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(fs::path(files[0]).parent_path().parent_path(), fs::path(sft_out) / "runs");
+  EXPECT_EQ(read_jsonl(sft_out + "/metrics.jsonl").size(), 2u);
+  expect_metrics_in_events(sft_out + "/metrics.jsonl", files[0]);
+
+  // grpo: report_to as a YAML list and logging_dir, added to the run's config file.
+  const std::string grpo_out = base + "/grpo", tb = base + "/tb";
+  const std::string grpo_args = train_args("grpo", grpo_out);
+  const size_t at = grpo_args.find("--config ") + 9;
+  const std::string cfg = grpo_args.substr(at, grpo_args.find(' ', at) - at);
+  std::ofstream(cfg, std::ios::app) << "report_to: [tensorboard]\nlogging_dir: " << tb << "\n";
+  r = run_limited(grpo_args + " --max-steps 2", 0);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  files = event_files(tb);
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(fs::path(files[0]).parent_path(), fs::path(tb));
+  expect_metrics_in_events(grpo_out + "/metrics.jsonl", files[0]);
+  EXPECT_TRUE(event_files(grpo_out).empty());
+
+  // dpo: report_to all (tensorboard here).
+  const std::string dpo_data = base + "/dpo.jsonl", dpo_out = base + "/dpo", dpo_tb = base + "/tb2";
+  write_file(dpo_data,
+             "{\"prompt\": \"What is 2+2? \", \"chosen\": \"4\", \"rejected\": \"5\"}\n"
+             "{\"prompt\": \"What is 3+3? \", \"chosen\": \"6\", \"rejected\": \"7\"}\n");
+  r = run_limited("dpo " + kDemoModel + " --data " + dpo_data + " --output-dir " + dpo_out +
+                      " --max-steps 2 --per-device-train-batch-size 1 --device cpu --report-to all"
+                      " --logging-dir " +
+                      dpo_tb,
+                  0);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  files = event_files(dpo_tb);
+  ASSERT_EQ(files.size(), 1u);
+  expect_metrics_in_events(dpo_out + "/metrics.jsonl", files[0]);
+
+  // report_to: none writes no event file.
+  const std::string none_out = base + "/none";
+  r = run_limited(train_args("sft", none_out) + " --max-steps 1 --report-to none", 0);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(none_out + "/metrics.jsonl"));
+  EXPECT_TRUE(event_files(none_out).empty());
+
+  // Errors before the model loads: another tracker, and a logging_dir under a regular file.
+  expect_one_line_error(run_limited(train_args("sft", base + "/x") + " --report-to wandb", 0),
+                        "wandb", "report_to: 'wandb' is a tracker fp8rl does not have");
+  expect_one_line_error(run_limited(train_args("sft", base + "/x") +
+                                        " --report-to tensorboard --logging-dir " + cfg + "/tb",
+                                    0),
+                        "logging_dir", "logging_dir '" + cfg + "/tb'");
+  EXPECT_FALSE(fs::exists(base + "/x"));
   fs::remove_all(base);
 }
 

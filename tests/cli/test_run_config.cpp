@@ -736,7 +736,7 @@ TEST(RunConfig, FlagsInHelp) {
         "--use-gradient-checkpointing", "--disable-dropout"})
     EXPECT_NE(help.find(flag), std::string::npos) << flag;
   // Keys accepted only to be ignored stay out of the help.
-  for (const char* flag : {"--use-vllm", "--bf16", "--report-to", "--push-to-hub"})
+  for (const char* flag : {"--use-vllm", "--bf16", "--push-to-hub"})
     EXPECT_EQ(help.find(flag), std::string::npos) << flag;
   EXPECT_NE(help.find("dapo|grpo|bnpo|dr_grpo|cispo"), std::string::npos);
 }
@@ -753,12 +753,10 @@ vllm_mode: colocate
 vllm_gpu_memory_utilization: 0.3
 bf16: true
 fp16: false
-report_to: none
 gradient_checkpointing_kwargs: {use_reentrant: false}
 ddp_find_unused_parameters: false
 dataloader_num_workers: 4
 push_to_hub: false
-logging_dir: logs
 )";
   const GrpoConfig with = load_text(grpo_keys(), core + plumbing);
   const GrpoConfig without = load_text(grpo_keys(), core);
@@ -768,9 +766,8 @@ logging_dir: logs
   // One note per key given, in table order, each naming its key and value.
   const nlohmann::json given = read_yaml(grpo_keys().keys(), core + plumbing, "run.yaml");
   const std::vector<std::string> notes = config_notes(grpo_keys().keys(), given);
-  EXPECT_EQ(notes.size(), 11u);
-  for (const std::string key :
-       {"use_vllm", "vllm_mode", "bf16", "report_to", "push_to_hub", "logging_dir"}) {
+  EXPECT_EQ(notes.size(), 9u);
+  for (const std::string key : {"use_vllm", "vllm_mode", "bf16", "push_to_hub"}) {
     const auto it = std::find_if(notes.begin(), notes.end(), [&](const std::string& n) {
       return n.rfind("note: " + key + " = ", 0) == 0;
     });
@@ -780,8 +777,7 @@ logging_dir: logs
   }
   EXPECT_TRUE(config_notes(grpo_keys().keys(), read_yaml(grpo_keys().keys(), core, "r")).empty());
   // The same keys as flags (a bare flag is true; a non-JSON value is text).
-  const GrpoConfig flags = parse_args(
-      grpo_keys(), {"--use-vllm", "--report-to", "none", "--bf16", "true"}, false, false);
+  const GrpoConfig flags = parse_args(grpo_keys(), {"--use-vllm", "--bf16", "true"}, false, false);
   EXPECT_EQ(grpo_keys().to_json(flags), grpo_keys().to_json(GrpoConfig{}));
   // Every command takes the accelerate / transformers ones.
   EXPECT_NO_THROW(load_text(sft_keys(), plumbing.substr(plumbing.find("bf16"))));
@@ -796,8 +792,6 @@ TEST(RunConfig, PlumbingValuesThatWouldChangeTheRunAreErrors) {
   };
   for (const Case& c : std::vector<Case>{
            {"push_to_hub: true", "key 'push_to_hub' in run.yaml:1: true is not supported"},
-           {"report_to: wandb", "key 'report_to' in run.yaml:1: \"wandb\" is not supported"},
-           {"report_to: [tensorboard]", "key 'report_to'"},
            {"load_in_4bit: true",
             "key 'load_in_4bit' in run.yaml:1: true is not supported: "
             "fp8rl has no 4-bit path"},
@@ -960,6 +954,33 @@ TEST(RunConfig, RewardFuncsThinkFormatAsTrl) {
   const CombinedRewards r = set.score(b);
   EXPECT_EQ(r.names, std::vector<std::string>{"think_format_reward"});
   EXPECT_EQ(r.total, (std::vector<double>{1.0, 0.0, 0.0, 0.0}));
+}
+
+// report_to as transformers takes it: a name or a list, none and [] for no tracker; a tracker
+// fp8rl does not have is an error naming it. logging_dir is a path.
+TEST(RunConfig, ReportToAsTransformers) {
+  using List = std::vector<std::string>;
+  EXPECT_EQ(SftConfig().report_to, List{});  // transformers >= 5: none
+  EXPECT_EQ(load_text(sft_keys(), "report_to: tensorboard").report_to, List{"tensorboard"});
+  EXPECT_EQ(load_text(dpo_keys(), "report_to: [tensorboard]").report_to, List{"tensorboard"});
+  EXPECT_EQ(load_text(sft_keys(), "report_to: none").report_to, List{"none"});
+  EXPECT_EQ(load_text(sft_keys(), "report_to: []").report_to, List{});
+  EXPECT_EQ(load_text(sft_keys(), "logging_dir: /tmp/tb").logging_dir, "/tmp/tb");
+  EXPECT_EQ(load_text(sft_keys(), "logging_dir: null").logging_dir, "");
+  for (const char* yaml :
+       {"report_to: tensorboard", "report_to: all", "report_to: none", "report_to: []"})
+    EXPECT_NO_THROW(load_text(sft_keys(), yaml).validate()) << yaml;
+  const SftConfig flags =
+      parse_args(sft_keys(), {"--report-to", "tensorboard", "--logging-dir", "tb"});
+  EXPECT_EQ(flags.report_to, List{"tensorboard"});
+  EXPECT_EQ(flags.logging_dir, "tb");
+  EXPECT_NE(error_of([] {
+              parse_args(sft_keys(), {"--report-to", "wandb"});
+            }).find("report_to: 'wandb' is a tracker fp8rl does not have"),
+            std::string::npos);
+  GrpoConfig g = valid_grpo();
+  grpo_keys().load_yaml_text("report_to: [tensorboard, mlflow]", "run.yaml", g);
+  EXPECT_NE(error_of([&] { g.validate(); }).find("'mlflow'"), std::string::npos);
 }
 
 }  // namespace
