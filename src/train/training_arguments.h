@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -20,6 +21,10 @@ namespace fp8rl {
 // accepts transformers' spellings adamw_torch and adamw_torch_fused for adamw.
 enum class OptimizerKind { adamw, sgd };
 std::string_view optimizer_name(OptimizerKind kind);  // "adamw" | "sgd"
+
+// TrainingArguments.eval_strategy: when a run evaluates on eval_dataset.
+enum class EvalStrategy { no, steps, epoch };
+std::string_view eval_strategy_name(EvalStrategy strategy);  // "no" | "steps" | "epoch"
 
 struct TrainingArguments {
   // fp8rl's run keys.
@@ -60,11 +65,31 @@ struct TrainingArguments {
   int64_t save_steps = 500;    // a checkpoint every this many optimizer steps; 0: only at the end
   int64_t logging_steps = 10;  // TRL's override of transformers' 500
 
+  // Evaluation during training, as transformers' Trainer schedules it: after optimizer step s
+  // when eval_strategy is steps and s is a multiple of the interval, or when it is epoch and
+  // step s ended an epoch of the training data (or the run: transformers evaluates at the end
+  // of a last epoch cut short by max_steps). No evaluation at the end otherwise. The eval_
+  // metrics go on step s's line of metrics.jsonl; eval_on_start writes a line of step 0.
+  std::string eval_dataset;  // held-out rows in the training data's format, a JSONL file
+  EvalStrategy eval_strategy = EvalStrategy::no;
+  // The interval in optimizer steps; below 1, a fraction of the run's steps (rounded up);
+  // null: logging_steps (transformers).
+  std::optional<double> eval_steps;
+  int64_t per_device_eval_batch_size = 8;
+  bool eval_on_start = false;  // also evaluate before the first step (transformers' key)
+
   // Throws fp8rl::Error naming the key, its value and the allowed range.
   void validate() const;
   // transformers' TrainingArguments.get_warmup_steps: warmup_steps if > 0, else
   // ceil(warmup_ratio * total_steps).
   int64_t num_warmup_steps(int64_t total_steps) const;
+  // Whether the run evaluates at all (eval_strategy or eval_on_start).
+  bool evaluates() const { return eval_strategy != EvalStrategy::no || eval_on_start; }
+  // The steps between evaluations of a run of total_steps (eval_strategy steps).
+  int64_t eval_interval(int64_t total_steps) const;
+  // Whether to evaluate after optimizer step `step` of total_steps; epoch_ended: the step
+  // finished an epoch of the training data.
+  bool should_evaluate(int64_t step, int64_t total_steps, bool epoch_ended) const;
 };
 
 // The optimizer these arguments name, over `num_params` fp32 values: AdamW(adam_beta1,
