@@ -73,7 +73,9 @@ class GrpoTrainer {
   // them with the run's reward functions and logs TRL's generation metrics under eval_ names
   // (eval_reward, eval_rewards/<name>/mean, eval_completions/mean_length, ...) on the step's
   // line. It trains on none of them and leaves the run's sampling streams and data order
-  // alone: a run trains the same adapter with or without evaluations.
+  // alone: a run trains the same adapter with or without evaluations. Unlike TRL's, it logs no
+  // eval_loss, eval_entropy, eval_kl or eval_clip_ratio: those take a trainer forward over the
+  // eval completions, which the reward metrics do not need.
   void set_eval_data(std::vector<PromptExample> eval_prompts);
   // Trains max_steps optimizer steps (from the checkpoint in config.resume_from_checkpoint, if
   // set); writes metrics.jsonl, samples.jsonl, checkpoints and the final adapter into

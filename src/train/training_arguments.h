@@ -69,7 +69,8 @@ struct TrainingArguments {
   // when eval_strategy is steps and s is a multiple of the interval, or when it is epoch and
   // step s ended an epoch of the training data (or the run: transformers evaluates at the end
   // of a last epoch cut short by max_steps). No evaluation at the end otherwise. The eval_
-  // metrics go on step s's line of metrics.jsonl; eval_on_start writes a line of step 0.
+  // metrics go on step s's line of metrics.jsonl; eval_on_start writes a line of step 0 (a
+  // resumed run has it already).
   std::string eval_dataset;  // held-out rows in the training data's format, a JSONL file
   EvalStrategy eval_strategy = EvalStrategy::no;
   // The interval in optimizer steps; below 1, a fraction of the run's steps (rounded up);
