@@ -18,7 +18,7 @@ namespace {
 void run_dpo(const DpoConfig& cfg, const std::string& yaml) {
   CHECK(!cfg.data.empty(), "no dataset: give --data PAIRS.jsonl (or `data:` in the config)");
   // A RUN_DIR that is (or holds) an input, or cannot be written, fails before the model loads.
-  check_run_dir(cfg.output_dir, {cfg.model, cfg.data, cfg.adapter});
+  check_run_dir(cfg.output_dir, {cfg.model, cfg.data, cfg.adapter, cfg.eval_dataset});
   if (!cfg.dry_run) {
     check_run_dir_writable(cfg.output_dir);
     check_logging_dir_writable(cfg);
@@ -33,9 +33,15 @@ void run_dpo(const DpoConfig& cfg, const std::string& yaml) {
   const auto& chat = ts.tokenizer_setup().chat;
   std::vector<PreferencePair> pairs =
       read_preference_dataset(cfg.data, ts.tokenizer(), chat ? &*chat : nullptr, d);
+  // The eval pairs as the training ones (the same limits), before any step.
+  std::vector<PreferencePair> eval_pairs;
+  if (cfg.evaluates())
+    eval_pairs =
+        read_preference_dataset(cfg.eval_dataset, ts.tokenizer(), chat ? &*chat : nullptr, d);
   const size_t num_pairs = pairs.size();
   DpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), std::move(pairs), cfg,
                      ts.base_model_name());
+  if (cfg.evaluates()) trainer.set_eval_data(std::move(eval_pairs));
   if (cfg.dry_run) {
     std::vector<PlanPart> extra;
     if (trainer.reference_adapter_bytes() > 0)
@@ -50,12 +56,20 @@ void run_dpo(const DpoConfig& cfg, const std::string& yaml) {
   write_run_config(cfg.output_dir, yaml);
   const auto t0 = std::chrono::steady_clock::now();
   trainer.run([&](const DpoStepInfo& i) {
-    if (i.step % std::max<int64_t>(cfg.logging_steps, 1) != 0 && i.step != i.total_steps) return;
+    const auto print_eval = [&] {
+      if (i.evaluated)
+        fmt::print(stderr,
+                   "dpo eval at step {} | eval_loss {:.4f} | eval_rewards/accuracies {:.3f}\n",
+                   i.step, i.eval_loss, i.eval_accuracy);
+    };
+    if (i.step % std::max<int64_t>(cfg.logging_steps, 1) != 0 && i.step != i.total_steps)
+      return print_eval();
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double eta = elapsed / double(i.step) * double(i.total_steps - i.step);
     fmt::print(stderr, "dpo step {}/{} | loss {:.4f} | accuracy {:.3f} | margin {:.4f} | ETA {}\n",
                i.step, i.total_steps, i.loss, i.accuracy, i.margin, format_duration(eta));
+    print_eval();
   });
   fmt::print("trained {} steps; adapter and metrics in {}\n", trainer.total_steps(),
              cfg.output_dir);

@@ -20,7 +20,7 @@ namespace {
 void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   CHECK(!cfg.data.empty(), "no dataset: give --data PROMPTS.jsonl (or `data:` in the config)");
   // A RUN_DIR that is (or holds) an input, or cannot be written, fails before the model loads.
-  check_run_dir(cfg.output_dir, {cfg.model, cfg.data, cfg.adapter});
+  check_run_dir(cfg.output_dir, {cfg.model, cfg.data, cfg.adapter, cfg.eval_dataset});
   if (!cfg.dry_run) {
     check_run_dir_writable(cfg.output_dir);
     check_logging_dir_writable(cfg);
@@ -37,9 +37,15 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   const auto& chat = ts.tokenizer_setup().chat;
   std::vector<PromptExample> prompts =
       read_prompt_dataset(cfg.data, ts.tokenizer(), chat ? &*chat : nullptr, d);
+  // The eval prompts as the training ones (the same limits), before any step.
+  std::vector<PromptExample> eval_prompts;
+  if (cfg.evaluates())
+    eval_prompts =
+        read_prompt_dataset(cfg.eval_dataset, ts.tokenizer(), chat ? &*chat : nullptr, d);
   const size_t num_prompts = prompts.size();
   GrpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), &ts.tokenizer(), ts.session().eos_ids(),
                       std::move(prompts), cfg, std::move(rewards), ts.base_model_name());
+  if (cfg.evaluates()) trainer.set_eval_data(std::move(eval_prompts));
   if (cfg.dry_run) {
     const GrpoMemoryPlan p = trainer.memory_plan();
     std::vector<PlanPart> parts = {
@@ -62,7 +68,13 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   write_run_config(cfg.output_dir, yaml);
   const auto t0 = std::chrono::steady_clock::now();
   trainer.run([&](const GrpoStepInfo& i) {
-    if (i.step % std::max<int64_t>(cfg.logging_steps, 1) != 0 && i.step != i.total_steps) return;
+    const auto print_eval = [&] {
+      if (i.evaluated)
+        fmt::print(stderr, "grpo eval at step {} | eval_reward {:.3f} | {:.1f} s\n", i.step,
+                   i.eval_reward, i.eval_seconds);
+    };
+    if (i.step % std::max<int64_t>(cfg.logging_steps, 1) != 0 && i.step != i.total_steps)
+      return print_eval();
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double eta = elapsed / double(i.step) * double(i.total_steps - i.step);
@@ -72,6 +84,7 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
                "ETA {}\n",
                i.step, i.total_steps, i.reward, i.reward_std, kl, i.loss, i.seconds,
                format_duration(eta));
+    print_eval();
   });
   fmt::print("trained {} steps; adapter and metrics in {}\n", trainer.total_steps(),
              cfg.output_dir);

@@ -18,7 +18,7 @@ namespace {
 void run_sft(const SftConfig& cfg, const std::string& yaml) {
   CHECK(!cfg.data.empty(), "no dataset: give --data TRAIN.jsonl (or `data:` in the config)");
   // A RUN_DIR that is (or holds) an input, or cannot be written, fails before the model loads.
-  check_run_dir(cfg.output_dir, {cfg.model, cfg.data, cfg.adapter});
+  check_run_dir(cfg.output_dir, {cfg.model, cfg.data, cfg.adapter, cfg.eval_dataset});
   if (!cfg.dry_run) {
     check_run_dir_writable(cfg.output_dir);
     check_logging_dir_writable(cfg);
@@ -36,9 +36,15 @@ void run_sft(const SftConfig& cfg, const std::string& yaml) {
   const auto& chat = ts.tokenizer_setup().chat;
   std::vector<SftExample> examples =
       read_sft_dataset(cfg.data, ts.tokenizer_if_any(), chat ? &*chat : nullptr, d);
+  // The eval rows as the training ones (the same limits and loss masks), before any step.
+  std::vector<SftExample> eval_examples;
+  if (cfg.evaluates())
+    eval_examples =
+        read_sft_dataset(cfg.eval_dataset, ts.tokenizer_if_any(), chat ? &*chat : nullptr, d);
   const size_t num_examples = examples.size();
   SftTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), std::move(examples), cfg,
                      ts.base_model_name());
+  if (cfg.evaluates()) trainer.set_eval_data(std::move(eval_examples));
   if (cfg.dry_run) {
     print_pass_memory_plan(
         ts,
@@ -50,7 +56,13 @@ void run_sft(const SftConfig& cfg, const std::string& yaml) {
   write_run_config(cfg.output_dir, yaml);
   const auto t0 = std::chrono::steady_clock::now();
   trainer.run([&](const SftStepInfo& i) {
-    if (i.step % std::max<int64_t>(cfg.logging_steps, 1) != 0 && i.step != i.total_steps) return;
+    const auto print_eval = [&] {
+      if (i.evaluated)
+        fmt::print(stderr, "sft eval at step {} | eval_loss {:.4f} | {:.1f} s\n", i.step,
+                   i.eval_loss, i.eval_seconds);
+    };
+    if (i.step % std::max<int64_t>(cfg.logging_steps, 1) != 0 && i.step != i.total_steps)
+      return print_eval();
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double eta = elapsed / double(i.step) * double(i.total_steps - i.step);
@@ -59,6 +71,7 @@ void run_sft(const SftConfig& cfg, const std::string& yaml) {
         "sft step {}/{} | loss {:.4f} | grad_norm {:.3f} | lr {:.3g} | {:.0f} tok/s | ETA {}{}\n",
         i.step, i.total_steps, i.loss, i.grad_norm, i.lr, i.tokens_per_second, format_duration(eta),
         i.skipped ? " | step skipped (non-finite)" : "");
+    print_eval();
   });
   fmt::print("trained {} steps; adapter in {}\n", trainer.total_steps(), cfg.output_dir);
 }

@@ -104,6 +104,17 @@ void add_training_keys(KeyTable<C>& t) {
   t.add("seed", &C::seed, "Random seed (data order, adapter init, sampling)");
   t.add("save_steps", &C::save_steps, "Checkpoint every this many steps; 0: only at the end");
   t.add("logging_steps", &C::logging_steps, "Print a progress line every this many steps");
+  t.add("eval_dataset", &C::eval_dataset,
+        "Held-out dataset (JSONL, the training data's format) evaluated during training");
+  t.add_enum(
+      "eval_strategy", &C::eval_strategy,
+      {{"no", EvalStrategy::no}, {"steps", EvalStrategy::steps}, {"epoch", EvalStrategy::epoch}},
+      "When to evaluate: no, every eval_steps steps, or at each epoch's end");
+  t.add("eval_steps", &C::eval_steps,
+        "Steps between evaluations; below 1 a fraction of the run's steps (null: logging_steps)");
+  t.add("per_device_eval_batch_size", &C::per_device_eval_batch_size,
+        "Sequences (sft), pairs (dpo) or completions (grpo) per evaluation batch");
+  t.add("eval_on_start", &C::eval_on_start, "Also evaluate before the first step (step 0)");
   t.add("report_to", &C::report_to,
         "Trackers of the step metrics besides metrics.jsonl: tensorboard (all means it), or none "
         "/ an empty list");
@@ -261,6 +272,8 @@ KeyTable<GrpoConfig> grpo_keys() {
   add_model_keys(t);
   // Generation.
   t.add("num_generations", &C::num_generations, "Completions per prompt (G >= 2)");
+  t.add("num_generations_eval", &C::num_generations_eval,
+        "Completions per eval prompt (null: num_generations)");
   t.add("generation_batch_size", &C::generation_batch_size,
         "Completions per generation round (null: per_device_train_batch_size * "
         "steps_per_generation)");
@@ -279,6 +292,9 @@ KeyTable<GrpoConfig> grpo_keys() {
   t.add("generation_kwargs", &C::generation_kwargs,
         "Sampling fields over the keys above (a mapping, vLLM's names: temperature, top_p, "
         "top_k, min_p, repetition_penalty, min_tokens, stop, stop_token_ids, ignore_eos)");
+  t.add("eval_generation_kwargs", &C::eval_generation_kwargs,
+        "fp8rl's: sampling fields over the training ones for evaluation only, e.g. "
+        "{temperature: 0} for greedy (a mapping, generation_kwargs' names)");
   // Loss.
   t.add("beta", &C::beta, "KL coefficient (k3, to the reference_model)");
   add_reference_key(t);

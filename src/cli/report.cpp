@@ -50,6 +50,8 @@ struct Family {
   const char* unit;
   std::vector<std::string> keys;
   double scale = 1.0;  // values are divided by it (bytes -> GiB)
+  // Logged on some steps only (the evaluations): drawn over those steps, one line through them.
+  bool sparse = false;
 };
 
 bool starts_with(const std::string& s, std::string_view prefix) {
@@ -87,20 +89,39 @@ std::vector<Family> families(const RunMetrics& m) {
          return starts_with(k, "rewards/") && ends_with(k, "/mean");
        }))
     reward.push_back(k);
+  // The evaluations' (eval_strategy): TRL's names with the eval_ prefix.
+  std::vector<std::string> eval_reward = {"eval_reward"};
+  for (const std::string& k : keys_where(m, [](const std::string& k) {
+         return starts_with(k, "eval_rewards/") && ends_with(k, "/mean");
+       }))
+    eval_reward.push_back(k);
   std::vector<std::string> timing =
       keys_where(m, [](const std::string& k) { return starts_with(k, "timing/"); });
   timing.push_back("step_seconds");  // sft
   return {
       {"Reward", "", reward},
+      {"Eval reward (held-out prompts)", "", eval_reward, 1.0, true},
       {"KL to the reference", "nats", {"kl"}},
       // DPO (TRL's keys): the implicit rewards β (policy - ref) of the pairs.
       {"DPO implicit rewards", "", {"rewards/chosen", "rewards/rejected", "rewards/margins"}},
       {"DPO preference accuracy", "fraction", {"rewards/accuracies"}},
       {"DPO policy log-probs", "nats", {"logps/chosen", "logps/rejected"}},
+      {"DPO eval implicit rewards",
+       "",
+       {"eval_rewards/chosen", "eval_rewards/rejected", "eval_rewards/margins"},
+       1.0,
+       true},
+      {"DPO eval preference accuracy", "fraction", {"eval_rewards/accuracies"}, 1.0, true},
       {"Completion length",
        "tokens",
        {"completions/mean_length", "completions/min_length", "completions/max_length",
         "completions/mean_terminated_length"}},
+      {"Eval completion length",
+       "tokens",
+       {"eval_completions/mean_length", "eval_completions/min_length",
+        "eval_completions/max_length", "eval_completions/mean_terminated_length"},
+       1.0,
+       true},
       {"Engine-trainer mismatch: logprob difference",
        "nats",
        {"sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max"}},
@@ -116,6 +137,7 @@ std::vector<Family> families(const RunMetrics& m) {
         "completions/clipped_ratio"}},
       {"Entropy", "nats", {"entropy"}},
       {"Loss", "", {"loss"}},
+      {"Eval loss", "", {"eval_loss"}, 1.0, true},
       {"Advantages", "", {"advantages/mean", "advantages/min", "advantages/max"}},
       {"Gradient norm", "", {"grad_norm"}},
       {"Learning rate", "", {"learning_rate"}},
@@ -142,10 +164,11 @@ std::string step_text(double step) {
 
 // Which way is better, where a metric has an obvious one: +1 higher, -1 lower, 0 neither.
 int better(const std::string& key) {
-  if (key == "reward" || key == "rewards/accuracies" || key == "rewards/margins" ||
-      (starts_with(key, "rewards/") && ends_with(key, "/mean")))
+  const std::string k = starts_with(key, "eval_") ? key.substr(5) : key;  // the same metric
+  if (k == "reward" || k == "rewards/accuracies" || k == "rewards/margins" ||
+      (starts_with(k, "rewards/") && ends_with(k, "/mean")))
     return +1;
-  if (key == "loss") return -1;
+  if (k == "loss") return -1;
   return 0;
 }
 
@@ -213,11 +236,20 @@ std::string charts_section(const RunMetrics& m, const ReportOptions& options) {
   layout.max_points = options.max_chart_points;
   std::string html = "<h2>Curves</h2><div class=\"charts\">";
   for (const Family& family : families(m)) {
-    Chart chart{family.title, family.unit, m.steps, {}};
+    // The rows drawn: every step, or for a sparse family the steps where it has a value.
+    std::vector<size_t> rows;
+    for (size_t i = 0; i < m.steps.size(); ++i) {
+      bool logged = !family.sparse;
+      for (size_t k = 0; k < family.keys.size() && !logged; ++k)
+        logged = m.has(family.keys[k]) && std::isfinite(m.values.at(family.keys[k])[i]);
+      if (logged) rows.push_back(i);
+    }
+    Chart chart{family.title, family.unit, {}, {}};
+    for (size_t i : rows) chart.x.push_back(m.steps[i]);
     for (const std::string& key : family.keys) {
       if (!m.has(key)) continue;
-      std::vector<double> y = m.values.at(key);
-      for (double& v : y) v /= family.scale;
+      std::vector<double> y;
+      for (size_t i : rows) y.push_back(m.values.at(key)[i] / family.scale);
       chart.series.push_back({key, std::move(y)});
       // Step-to-step reward is noisy; its trend is what a run is judged by.
       if (key == "reward" && m.steps.size() >= 10)

@@ -51,6 +51,11 @@ Packed pack(const std::vector<PreferencePair>& pairs, std::span<const size_t> id
 
 using Span = std::pair<int64_t, int64_t>;
 
+double number_or_nan(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : std::nan("");
+}
+
 // The pair's shared length: LD-DPO weights the tokens beyond it (ld_logp).
 int64_t shared_length(Span chosen, Span rejected) {
   return std::min(chosen.second - chosen.first, rejected.second - rejected.first);
@@ -80,6 +85,8 @@ struct DpoTrainer::Impl {
   std::unique_ptr<LogprobPass> pass;
   int64_t total_steps = 0, batches_per_epoch = 0;
   std::vector<double> ref_chosen, ref_rejected;  // [pairs] reference summed logps (NaN: not yet)
+  std::vector<PreferencePair> eval_pairs;
+  std::vector<double> eval_ref_chosen, eval_ref_rejected;  // [eval_pairs], as ref_chosen
   int64_t epoch = 0, batch = 0;
 
   Impl(Context& c, const Model& m, LoraAdapter& a, std::vector<PreferencePair> p,
@@ -145,24 +152,89 @@ struct DpoTrainer::Impl {
   // The reference's summed logps of these pairs (reference_model: the frozen start or the base),
   // once each.
   void reference(std::span<const size_t> idx) {
+    reference_of(pairs, idx, ref_chosen, ref_rejected);
+  }
+  void reference_of(const std::vector<PreferencePair>& of, std::span<const size_t> idx,
+                    std::vector<double>& chosen, std::vector<double>& rejected) {
     std::vector<size_t> missing;
     for (size_t i : idx)
-      if (std::isnan(ref_chosen[i])) missing.push_back(i);
+      if (std::isnan(chosen[i])) missing.push_back(i);
     if (missing.empty()) return;
-    const Packed p = pack(pairs, missing);
+    const Packed p = pack(of, missing);
     PassOptions o;
     o.reference = true;
     pass->forward({p.ids, p.targets, p.cu}, o);
     for (size_t k = 0; k < missing.size(); ++k) {
       const int64_t shared = shared_length(p.span[2 * k], p.span[2 * k + 1]);
-      ref_chosen[missing[k]] =
-          completion_logp(pass->logprobs(), p.span[2 * k], shared, cfg.ld_alpha);
-      ref_rejected[missing[k]] =
+      chosen[missing[k]] = completion_logp(pass->logprobs(), p.span[2 * k], shared, cfg.ld_alpha);
+      rejected[missing[k]] =
           completion_logp(pass->logprobs(), p.span[2 * k + 1], shared, cfg.ld_alpha);
     }
   }
 
+  DpoLossConfig loss_config() const {
+    DpoLossConfig lc;
+    lc.loss_type = cfg.loss_type;
+    lc.beta = cfg.beta;
+    lc.label_smoothing = cfg.label_smoothing;
+    lc.discopop_tau = cfg.discopop_tau;
+    return lc;
+  }
+
+  nlohmann::json evaluate() {
+    const auto t0 = Clock::now();
+    const DpoLossConfig lc = loss_config();
+    PassOptions o = pass_options();
+    o.lora_dropout = 0.0f;  // evaluation mode
+    double loss = 0;
+    DpoStats sum{};
+    int64_t batches = 0;
+    const size_t per_batch = size_t(cfg.per_device_eval_batch_size);
+    for (size_t first = 0; first < eval_pairs.size(); first += per_batch) {
+      std::vector<size_t> idx(std::min(per_batch, eval_pairs.size() - first));
+      std::iota(idx.begin(), idx.end(), first);
+      reference_of(eval_pairs, idx, eval_ref_chosen, eval_ref_rejected);
+      const Packed p = pack(eval_pairs, idx);
+      pass->forward({p.ids, p.targets, p.cu}, o);
+      std::vector<double> pc, pr, rc, rr;
+      std::vector<int64_t> lcn, lrn;
+      for (size_t k = 0; k < idx.size(); ++k) {
+        const int64_t shared = shared_length(p.span[2 * k], p.span[2 * k + 1]);
+        pc.push_back(completion_logp(pass->logprobs(), p.span[2 * k], shared, cfg.ld_alpha));
+        pr.push_back(completion_logp(pass->logprobs(), p.span[2 * k + 1], shared, cfg.ld_alpha));
+        rc.push_back(eval_ref_chosen[idx[k]]);
+        rr.push_back(eval_ref_rejected[idx[k]]);
+        lcn.push_back(p.span[2 * k].second - p.span[2 * k].first);
+        lrn.push_back(p.span[2 * k + 1].second - p.span[2 * k + 1].first);
+      }
+      const DpoLossResult res = dpo_loss({pc, pr, rc, rr, lcn, lrn}, lc);
+      loss += res.loss * double(idx.size());
+      sum.rewards_chosen += res.stats.rewards_chosen;
+      sum.rewards_rejected += res.stats.rewards_rejected;
+      sum.rewards_accuracies += res.stats.rewards_accuracies;
+      sum.rewards_margins += res.stats.rewards_margins;
+      sum.logps_chosen += res.stats.logps_chosen;
+      sum.logps_rejected += res.stats.logps_rejected;
+      ++batches;
+    }
+    const double n = double(batches);
+    const auto num = [](double v) {
+      return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+    };
+    return {{"eval_loss", num(loss / double(eval_pairs.size()))},
+            {"eval_rewards/chosen", num(sum.rewards_chosen / n)},
+            {"eval_rewards/rejected", num(sum.rewards_rejected / n)},
+            {"eval_rewards/accuracies", num(sum.rewards_accuracies / n)},
+            {"eval_rewards/margins", num(sum.rewards_margins / n)},
+            {"eval_logps/chosen", num(sum.logps_chosen / n)},
+            {"eval_logps/rejected", num(sum.logps_rejected / n)},
+            {"eval_runtime", std::chrono::duration<double>(Clock::now() - t0).count()}};
+  }
+
   void run(const std::function<void(const DpoStepInfo&)>& on_step) {
+    CHECK(!cfg.evaluates() || !eval_pairs.empty(),
+          "dpo: eval_strategy = {}{} but no eval pairs were given",
+          eval_strategy_name(cfg.eval_strategy), cfg.eval_on_start ? " with eval_on_start" : "");
     prepare_run_dir(cfg.output_dir);
     std::string resume = cfg.resume_from_checkpoint;
     if (resume == "true") {
@@ -183,11 +255,12 @@ struct DpoTrainer::Impl {
     const int64_t num_params = adapter.master_params().numel();
     const DeviceBuffer grad_storage(ctx, size_t(num_params) * sizeof(float));
     const TensorView grads = grad_storage.view({num_params}, DType::f32);  // [P] f32
-    DpoLossConfig lc;
-    lc.loss_type = cfg.loss_type;
-    lc.beta = cfg.beta;
-    lc.label_smoothing = cfg.label_smoothing;
-    lc.discopop_tau = cfg.discopop_tau;
+    const DpoLossConfig lc = loss_config();
+    if (cfg.eval_on_start && train_step->global_step() == 0) {
+      nlohmann::json line = evaluate();
+      line["step"] = 0;
+      metrics.write(line);
+    }
     while (train_step->global_step() < total_steps) {
       const auto t0 = Clock::now();
       ops::fill_zero(ctx, grads);
@@ -263,10 +336,14 @@ struct DpoTrainer::Impl {
           {"tokens_per_second", double(tokens) / seconds},
           {"peak_memory_bytes", peak_memory_bytes(ctx)},
           {"skipped_steps", train_step->skipped_steps()}};
+      // The step ended an epoch when it took the epoch's last batch.
+      const bool evaluated = cfg.should_evaluate(step, total_steps, batch >= batches_per_epoch);
+      if (evaluated) line.update(evaluate());
       metrics.write(line);
       if (on_step)
         on_step({step, total_steps, loss, mean.rewards_accuracies / n, mean.rewards_margins / n,
-                 seconds});
+                 seconds, evaluated, number_or_nan(line, "eval_loss"),
+                 number_or_nan(line, "eval_rewards/accuracies")});
       if ((cfg.save_steps > 0 && step % cfg.save_steps == 0) || step == total_steps)
         save_checkpoint(cfg.output_dir, step, adapter, *train_step,
                         {{"epoch", epoch}, {"batch", batch}}, base_model_name);
@@ -296,6 +373,18 @@ size_t DpoTrainer::reference_adapter_bytes() const {
 int64_t DpoTrainer::total_steps() const {
   return impl_->total_steps;
 }
+void DpoTrainer::set_eval_data(std::vector<PreferencePair> eval_pairs) {
+  CHECK(!eval_pairs.empty(), "dpo: the eval dataset has no pairs");
+  impl_->eval_ref_chosen.assign(eval_pairs.size(), std::nan(""));
+  impl_->eval_ref_rejected.assign(eval_pairs.size(), std::nan(""));
+  impl_->eval_pairs = std::move(eval_pairs);
+}
+
+nlohmann::json DpoTrainer::evaluate() {
+  CHECK(!impl_->eval_pairs.empty(), "dpo: no eval pairs to evaluate on");
+  return impl_->evaluate();
+}
+
 void DpoTrainer::run(const std::function<void(const DpoStepInfo&)>& on_step) {
   impl_->run(on_step);
 }

@@ -7,6 +7,8 @@
 // Checkpoints, metrics and resume as the SFT loop.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -24,6 +26,8 @@ namespace fp8rl {
 struct DpoStepInfo {
   int64_t step = 0, total_steps = 0;
   double loss = 0, accuracy = 0, margin = 0, seconds = 0;
+  bool evaluated = false;  // the step ended with an evaluation (eval_strategy)
+  double eval_loss = 0, eval_accuracy = 0;
 };
 
 class DpoTrainer {
@@ -40,6 +44,14 @@ class DpoTrainer {
   size_t optimizer_state_bytes() const;
   // Device bytes of the frozen starting adapter the reference runs with (0: the base model).
   size_t reference_adapter_bytes() const;
+  // The held-out pairs of the evaluations (eval_strategy, eval_on_start). An evaluation runs
+  // the loss over them with the adapter as it is, without dropout or gradient, per batch of
+  // per_device_eval_batch_size pairs in file order, and returns TRL's metrics under eval_
+  // names: eval_loss (the batches' losses weighted by their pair counts, transformers'
+  // evaluation loop), eval_rewards/chosen, /rejected, /accuracies, /margins, eval_logps/chosen,
+  // /rejected (each the mean of its batches' values, TRL's log), and eval_runtime (seconds).
+  void set_eval_data(std::vector<PreferencePair> eval_pairs);
+  nlohmann::json evaluate();
   void run(const std::function<void(const DpoStepInfo&)>& on_step = {});
 
  private:

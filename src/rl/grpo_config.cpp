@@ -53,6 +53,15 @@ void GrpoConfig::validate() const {
           rollout_correction_mode_name(vllm_importance_sampling_mode));
   }
   (void)sampling_params();  // generation_kwargs' fields and the merged ranges
+  if (num_generations_eval) c::at_least<int64_t>("num_generations_eval", *num_generations_eval, 1);
+  if (evaluates()) {
+    (void)eval_sampling_params();
+    CHECK(per_device_eval_batch_size % resolved_num_generations_eval() == 0,
+          "per_device_eval_batch_size ({}) must be divisible by the number of generations used "
+          "for evaluation ({}{}): an eval batch holds whole groups",
+          per_device_eval_batch_size, resolved_num_generations_eval(),
+          num_generations_eval ? "" : " = num_generations");
+  }
   for (double w : reward_weights)
     CHECK(std::isfinite(w), "reward_weights holds {}, not a finite number", w);
 
@@ -106,6 +115,47 @@ void GrpoConfig::validate() const {
         num_generations);
 }
 
+namespace {
+
+// generation_kwargs' (or eval_generation_kwargs') fields over `s`; `key` names the key in errors.
+SamplingParams apply_generation_kwargs(const nlohmann::json& kwargs, std::string_view key,
+                                       std::string_view n_owner, SamplingParams s) {
+  CHECK(kwargs.is_object(), "{} = {} is not a mapping of sampling fields (e.g. {{min_tokens: 4}})",
+        key, json_excerpt(kwargs));
+  // The trainer's own: the group size, the memory plan and dr_grpo's L_max, the per-prompt
+  // streams of a resumable run, the logprobs the loss reads.
+  const std::pair<const char*, const char*> owned[] = {
+      {"n", n_owner.data()},
+      {"max_tokens", "max_completion_length"},
+      {"max_new_tokens", "max_completion_length"},  // TRL's transformers-path name
+      {"seed", "seed"},
+      {"logprobs", "nothing: the trainer reads the sampled tokens' logprobs itself"},
+      {"processed_logprobs", "nothing: the trainer reads the sampled tokens' logprobs itself"}};
+  for (const auto& [field, owner] : owned)
+    CHECK(!kwargs.contains(field), "{}.{} = {} is set by the trainer; use {}", key, field,
+          json_excerpt(kwargs.at(field)), owner);
+  try {
+    s = sampling_params_from_json(kwargs, s);
+    s.validate();
+  } catch (const Error& e) {
+    std::string_view what = e.what();
+    if (what.starts_with("sampling: ")) what.remove_prefix(10);
+    RAISE("{}: {}", key, what);
+  }
+  return s;
+}
+
+}  // namespace
+
+SamplingParams GrpoConfig::eval_sampling_params() const {
+  SamplingParams s = sampling_params();
+  s.n = int(resolved_num_generations_eval());
+  s.processed_logprobs = false;  // nothing reads them
+  if (eval_generation_kwargs.is_null()) return s;
+  return apply_generation_kwargs(eval_generation_kwargs, "eval_generation_kwargs",
+                                 "num_generations_eval", s);
+}
+
 SamplingParams GrpoConfig::sampling_params() const {
   SamplingParams s;
   s.n = int(num_generations);
@@ -117,30 +167,7 @@ SamplingParams GrpoConfig::sampling_params() const {
   s.max_tokens = int(max_completion_length);
   s.processed_logprobs = true;
   if (generation_kwargs.is_null()) return s;
-  CHECK(generation_kwargs.is_object(),
-        "generation_kwargs = {} is not a mapping of sampling fields (e.g. {{min_tokens: 4}})",
-        json_excerpt(generation_kwargs));
-  // The trainer's own: the group size, the memory plan and dr_grpo's L_max, the per-prompt
-  // streams of a resumable run, the logprobs the loss reads.
-  static constexpr std::pair<const char*, const char*> kOwned[] = {
-      {"n", "num_generations"},
-      {"max_tokens", "max_completion_length"},
-      {"max_new_tokens", "max_completion_length"},  // TRL's transformers-path name
-      {"seed", "seed"},
-      {"logprobs", "nothing: the trainer reads the sampled tokens' logprobs itself"},
-      {"processed_logprobs", "nothing: the trainer reads the sampled tokens' logprobs itself"}};
-  for (const auto& [field, owner] : kOwned)
-    CHECK(!generation_kwargs.contains(field),
-          "generation_kwargs.{} = {} is set by the trainer; use {}", field,
-          json_excerpt(generation_kwargs.at(field)), owner);
-  try {
-    s = sampling_params_from_json(generation_kwargs, s);
-    s.validate();
-  } catch (const Error& e) {
-    std::string_view what = e.what();
-    if (what.starts_with("sampling: ")) what.remove_prefix(10);
-    RAISE("generation_kwargs: {}", what);
-  }
+  s = apply_generation_kwargs(generation_kwargs, "generation_kwargs", "num_generations", s);
   CHECK(s.temperature > 0.0,
         "generation_kwargs.temperature must be > 0, got {}: the trainer's logprobs divide the "
         "logits by it",

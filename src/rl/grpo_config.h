@@ -30,6 +30,9 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
 
   // Generation. per_device_train_batch_size counts completions, not prompts (as TRL).
   int64_t num_generations = 8;  // G, completions per prompt (>= 2)
+  // Completions per eval prompt (null: num_generations). per_device_eval_batch_size counts
+  // completions and must hold whole groups of these, as in TRL.
+  std::optional<int64_t> num_generations_eval;
   // Completions per generation round; null: per_device_train_batch_size * steps_per_generation.
   // Exclusive with steps_per_generation.
   std::optional<int64_t> generation_batch_size;
@@ -56,6 +59,10 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
   // keep `temperature`, an overriding temperature applies to the trainer's logprobs too: the
   // loss is then about the distribution that sampled.
   nlohmann::json generation_kwargs = nullptr;
+  // fp8rl's, not TRL's (whose evaluation samples as training does): sampling fields over the
+  // training sampling for evaluation only, generation_kwargs' names, e.g. {temperature: 0} for
+  // greedy decoding (allowed here: no trainer logprobs are taken of eval completions).
+  nlohmann::json eval_generation_kwargs = nullptr;
 
   // Loss.
   double beta = 0.0;  // k3 KL coefficient to the reference_model
@@ -123,6 +130,12 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
   // The engine's sampling of a round's completions (but the per-prompt seed): the keys above,
   // then generation_kwargs over them. Throws fp8rl::Error naming a bad field.
   SamplingParams sampling_params() const;
+  // The engine's sampling of eval completions: sampling_params() with n =
+  // resolved_num_generations_eval(), then eval_generation_kwargs over it.
+  SamplingParams eval_sampling_params() const;
+  int64_t resolved_num_generations_eval() const {
+    return num_generations_eval.value_or(num_generations);
+  }
   // 1 with reward_process, else the length of `rewards`.
   int64_t num_reward_functions() const;
 };

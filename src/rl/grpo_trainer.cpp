@@ -132,6 +132,58 @@ struct MetricMeans {
   }
 };
 
+// The reward functions' batch of the completions `outs` (outs[i]: those of data[prompts[i]]), in
+// order, with the dataset's columns; truncated[c]: completion c was cut at max_tokens.
+RewardBatch reward_batch(const std::vector<PromptExample>& data, const std::vector<size_t>& prompts,
+                         const std::vector<RequestOutput>& outs, const tok::Tokenizer* tokenizer,
+                         std::vector<uint8_t>& truncated) {
+  RewardBatch batch;
+  batch.columns = nlohmann::json::object();
+  // The dataset is all chat or all text (read_prompt_dataset): conversational rows give the
+  // functions their message lists, as TRL's is_conversational does.
+  const bool conversational = !data[prompts[0]].messages.is_null();
+  if (conversational) batch.prompt_messages = nlohmann::json::array();
+  for (size_t i = 0; i < prompts.size(); ++i)
+    for (const CompletionOutput& c : outs[i].completions) {
+      truncated.push_back(c.finish == FinishReason::length);
+      batch.prompts.push_back(data[prompts[i]].text);
+      if (conversational) batch.prompt_messages.push_back(data[prompts[i]].messages);
+      batch.completions.push_back(
+          tokenizer != nullptr ? tokenizer->decode(c.ids, /*skip_special=*/true) : std::string());
+      batch.completion_ids.push_back(c.ids);
+      for (const auto& [key, value] : data[prompts[i]].columns.items())
+        batch.columns[key].push_back(value);
+    }
+  // Columns some rows lack: null for those rows, so every column has one value per sample.
+  for (auto& [key, col] : batch.columns.items())
+    CHECK(col.size() == batch.completions.size(),
+          "grpo: dataset column '{}' is missing in some rows", key);
+  return batch;
+}
+
+double mean_of(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+}
+
+// TRL's completion-length metrics of a batch: completions/mean_length, ... clipped_ratio.
+void completion_metrics(const std::vector<std::vector<int32_t>>& ids,
+                        const std::vector<uint8_t>& truncated, nlohmann::json& m) {
+  std::vector<double> lens, term;
+  int64_t clipped = 0;
+  for (size_t c = 0; c < ids.size(); ++c) {
+    lens.push_back(double(ids[c].size()));
+    if (truncated[c])
+      ++clipped;
+    else
+      term.push_back(double(ids[c].size()));
+  }
+  m["completions/mean_length"] = mean_of(lens);
+  m["completions/min_length"] = *std::min_element(lens.begin(), lens.end());
+  m["completions/max_length"] = *std::max_element(lens.begin(), lens.end());
+  m["completions/clipped_ratio"] = double(clipped) / double(ids.size());
+  m["completions/mean_terminated_length"] = mean_of(term);
+}
+
 // The fields samples.jsonl writes itself; log_extra columns may not take them.
 bool is_sample_field(const std::string& key) {
   return key == "step" || key == "prompt" || key == "completion" || key == "reward" ||
@@ -159,6 +211,7 @@ struct GrpoTrainer::Impl {
   const tok::Tokenizer* tokenizer;  // null: completions are not decoded (text "")
   std::vector<int32_t> eos_ids;
   std::vector<PromptExample> data;
+  std::vector<PromptExample> eval_data;  // the evaluations' prompts
   GrpoConfig cfg;
   SamplingParams sampling;  // the rounds' sampling (cfg.sampling_params()), but the seed
   RewardSet rewards;
@@ -347,8 +400,7 @@ struct GrpoTrainer::Impl {
   Round generate(MetricsLog& samples, int64_t step) {
     Round r;
     const auto t0 = Clock::now();
-    RewardBatch batch;
-    batch.trainer_state = trainer_state(step);
+    nlohmann::json state = trainer_state(step);  // before this round draws its prompts
     const std::vector<size_t> prompts = next_prompts();
     std::vector<GenerationRequest> requests;
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -366,32 +418,18 @@ struct GrpoTrainer::Impl {
     reset_peak_memory(ctx);  // the training phase starts with the logprob recomputation
     ++rounds;
 
-    batch.columns = nlohmann::json::object();
-    // The dataset is all chat or all text (read_prompt_dataset): conversational rows give the
-    // functions their message lists, as TRL's is_conversational does.
-    const bool conversational = !data[prompts[0]].messages.is_null();
-    if (conversational) batch.prompt_messages = nlohmann::json::array();
     std::vector<uint8_t> truncated;
+    RewardBatch batch = reward_batch(data, prompts, outs, tokenizer, truncated);
+    batch.trainer_state = std::move(state);
     int64_t completion_tokens = 0;
     for (size_t i = 0; i < prompts.size(); ++i)
       for (const CompletionOutput& c : outs[i].completions) {
         r.prompt.push_back(prompts[i]);
         r.ids.push_back(c.ids);
         r.engine_logp.emplace_back(c.processed_logprobs.begin(), c.processed_logprobs.end());
-        truncated.push_back(c.finish == FinishReason::length);
         completion_tokens += int64_t(c.ids.size());
-        batch.prompts.push_back(data[prompts[i]].text);
-        if (conversational) batch.prompt_messages.push_back(data[prompts[i]].messages);
-        batch.completions.push_back(
-            tokenizer != nullptr ? tokenizer->decode(c.ids, /*skip_special=*/true) : std::string());
-        batch.completion_ids.push_back(c.ids);
-        for (const auto& [key, value] : data[prompts[i]].columns.items())
-          batch.columns[key].push_back(value);
       }
     const size_t n = r.ids.size();
-    // Columns some rows lack: null for those rows, so every column has one value per sample.
-    for (auto& [key, col] : batch.columns.items())
-      CHECK(col.size() == n, "grpo: dataset column '{}' is missing in some rows", key);
     const auto tr = Clock::now();
     const CombinedRewards scored = rewards.score(batch);
     const double reward_seconds = seconds_since(tr);
@@ -458,25 +496,9 @@ struct GrpoTrainer::Impl {
     for (const auto& [k, v] : scored.metrics()) m[k] = v;
     for (const auto& [k, v] : scored.logged_metrics)
       r.logged_metrics[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
-    std::vector<double> lens, term;
-    int64_t clipped = 0;
-    for (size_t c = 0; c < n; ++c) {
-      lens.push_back(double(r.ids[c].size()));
-      if (truncated[c])
-        ++clipped;
-      else
-        term.push_back(double(r.ids[c].size()));
-    }
-    const auto mean = [](const std::vector<double>& v) {
-      return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
-    };
-    m["completions/mean_length"] = mean(lens);
-    m["completions/min_length"] = *std::min_element(lens.begin(), lens.end());
-    m["completions/max_length"] = *std::max_element(lens.begin(), lens.end());
-    m["completions/clipped_ratio"] = double(clipped) / double(n);
-    m["completions/mean_terminated_length"] = mean(term);
+    completion_metrics(r.ids, truncated, m);
     const auto [amin, amax] = std::minmax_element(r.advantages.begin(), r.advantages.end());
-    m["advantages/mean"] = mean(r.advantages);
+    m["advantages/mean"] = mean_of(r.advantages);
     m["advantages/min"] = *amin;
     m["advantages/max"] = *amax;
     m["rewards/non_finite_total"] = non_finite_total;
@@ -534,6 +556,52 @@ struct GrpoTrainer::Impl {
     permute(r.is_weight);
     permute(r.mask);
     permute(r.advantages);
+  }
+
+  // One evaluation after optimizer step `step` (0: before the first): every eval prompt's
+  // num_generations_eval completions, in batches of per_device_eval_batch_size completions,
+  // scored by the run's reward functions; TRL's generation metrics, each the mean of its
+  // batches' values (TRL's log of its eval mode), as eval_<name>, and eval_runtime (seconds).
+  // Its sampling streams are its own, keyed by the step; the round, the data position and the
+  // round count that key training's streams are left as they are.
+  nlohmann::json evaluate(int64_t step) {
+    const auto t0 = Clock::now();
+    const SamplingParams params = cfg.eval_sampling_params();
+    const int64_t g = cfg.resolved_num_generations_eval();
+    const size_t per_batch = size_t(cfg.per_device_eval_batch_size / g);
+    MetricMeans means;
+    engine->set_adapter_version(adapter.version());
+    for (size_t first = 0; first < eval_data.size(); first += per_batch) {
+      std::vector<size_t> prompts(std::min(per_batch, eval_data.size() - first));
+      std::iota(prompts.begin(), prompts.end(), first);
+      std::vector<GenerationRequest> requests;
+      for (size_t i : prompts) {
+        GenerationRequest q;
+        q.prompt_ids = eval_data[i].ids;
+        q.params = params;
+        q.params.seed = rng_key(uint64_t(cfg.seed) ^ 0xe7a1u, uint64_t(step) * 1000003u + i);
+        requests.push_back(std::move(q));
+      }
+      const std::vector<RequestOutput> outs = engine->generate(requests);
+      std::vector<uint8_t> truncated;
+      RewardBatch batch = reward_batch(eval_data, prompts, outs, tokenizer, truncated);
+      batch.trainer_state = trainer_state(step + 1);
+      const CombinedRewards scored = rewards.score(batch);
+      const std::vector<double> totals(scored.total.begin(), scored.total.end());
+      const Advantages adv = compute_advantages(totals, g, cfg.scale_rewards);
+      nlohmann::json m = {{"reward", adv.stats.reward},
+                          {"reward_std", adv.stats.reward_std},
+                          {"frac_reward_zero_std", adv.stats.frac_reward_zero_std}};
+      for (const auto& [k, v] : scored.metrics()) m[k] = v;
+      for (const auto& [k, v] : scored.logged_metrics) m[k] = v;
+      completion_metrics(batch.completion_ids, truncated, m);
+      for (const auto& [k, v] : m.items()) means.add(k, v.get<double>());
+    }
+    nlohmann::json batch_means = nlohmann::json::object(), out = nlohmann::json::object();
+    means.into(batch_means);
+    for (const auto& [k, v] : batch_means.items()) out["eval_" + k] = v;
+    out["eval_runtime"] = seconds_since(t0);
+    return out;
   }
 
   // One micro-step on completions [first, first + count) of the round: grads += d loss.
@@ -633,10 +701,19 @@ struct GrpoTrainer::Impl {
     const DeviceBuffer grad_storage(ctx, size_t(num_params) * sizeof(float));
     const TensorView grads = grad_storage.view({num_params}, DType::f32);  // [P] f32
     const int64_t micro_per_round = steps_per_generation * cfg.num_iterations;
+    const auto epoch_now = [&] {
+      return double(epoch) + double(next_prompt) / double(data.size());
+    };
+    if (cfg.eval_on_start && train_step->global_step() == 0) {
+      nlohmann::json line = evaluate(0);
+      line["step"] = 0;
+      metrics.write(line);
+    }
 
     while (train_step->global_step() < total_steps) {
       const auto t0 = Clock::now();
       const int64_t step = train_step->global_step() + 1;
+      const double epoch_before = epoch_now();
       reset_peak_memory(ctx);
       ops::fill_zero(ctx, grads);
       MetricMeans means;
@@ -684,7 +761,7 @@ struct GrpoTrainer::Impl {
           std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json(nullptr);
       line["learning_rate"] = r.lr;
       line["skipped_steps"] = train_step->skipped_steps();
-      line["epoch"] = double(epoch) + double(next_prompt) / double(data.size());
+      line["epoch"] = epoch_now();
       line["timing/train_seconds"] = train_seconds;
       line["timing/step_seconds"] = seconds;
       line["train_tokens_per_second"] = double(train_tokens) / std::max(train_seconds, 1e-9);
@@ -697,6 +774,9 @@ struct GrpoTrainer::Impl {
               k);
         line[k] = v;
       }
+      const bool evaluated = cfg.should_evaluate(
+          step, total_steps, std::floor(epoch_now()) > std::floor(epoch_before));
+      if (evaluated) line.update(evaluate(step));
       metrics.write(line);
       if (on_step) {
         GrpoStepInfo info;
@@ -709,6 +789,11 @@ struct GrpoTrainer::Impl {
         info.loss = loss;
         info.seconds = seconds;
         info.tokens_per_second = double(train_tokens) / std::max(seconds, 1e-9);
+        info.evaluated = evaluated;
+        info.eval_reward = line.contains("eval_reward") && line["eval_reward"].is_number()
+                               ? line["eval_reward"].get<double>()
+                               : std::nan("");
+        info.eval_seconds = line.value("eval_runtime", 0.0);
         on_step(info);
       }
       if ((cfg.save_steps > 0 && step % cfg.save_steps == 0) || step == total_steps)
@@ -742,7 +827,16 @@ GrpoMemoryPlan GrpoTrainer::memory_plan() const {
   return p;
 }
 
+void GrpoTrainer::set_eval_data(std::vector<PromptExample> eval_prompts) {
+  CHECK(!eval_prompts.empty(), "grpo: the eval dataset has no prompts");
+  impl_->eval_data = std::move(eval_prompts);
+}
+
 void GrpoTrainer::run(const std::function<void(const GrpoStepInfo&)>& on_step) {
+  CHECK(!impl_->cfg.evaluates() || !impl_->eval_data.empty(),
+        "grpo: eval_strategy = {}{} but no eval prompts were given",
+        eval_strategy_name(impl_->cfg.eval_strategy),
+        impl_->cfg.eval_on_start ? " with eval_on_start" : "");
   impl_->run(on_step);
 }
 

@@ -41,6 +41,8 @@ struct GrpoStepInfo {
   double reward = 0, reward_std = 0, kl = 0, loss = 0;
   double seconds = 0, tokens_per_second = 0;
   bool has_kl = false;
+  bool evaluated = false;  // the step ended with an evaluation (eval_strategy)
+  double eval_reward = 0, eval_seconds = 0;
 };
 
 // Where a GRPO run's step memory goes, planned when the trainer is made (fp8rl grpo
@@ -72,6 +74,15 @@ class GrpoTrainer {
   ~GrpoTrainer();
   int64_t total_steps() const;
   GrpoMemoryPlan memory_plan() const;
+  // The held-out prompts of the evaluations (eval_strategy, eval_on_start): each evaluation
+  // samples num_generations_eval completions of every one with the adapter as it is, scores
+  // them with the run's reward functions and logs TRL's generation metrics under eval_ names
+  // (eval_reward, eval_rewards/<name>/mean, eval_completions/mean_length, ...) on the step's
+  // line. It trains on none of them and leaves the run's sampling streams and data order
+  // alone: a run trains the same adapter with or without evaluations. Unlike TRL's, it logs no
+  // eval_loss, eval_entropy, eval_kl or eval_clip_ratio: those take a trainer forward over the
+  // eval completions, which the reward metrics do not need.
+  void set_eval_data(std::vector<PromptExample> eval_prompts);
   // Trains max_steps optimizer steps (from the checkpoint in config.resume_from_checkpoint, if
   // set); writes metrics.jsonl, samples.jsonl, checkpoints and the final adapter into
   // output_dir.

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <numeric>
 
 #include "core/rng.h"
 #include "ops/backward.h"
@@ -71,6 +72,34 @@ PassPlan SftTrainer::plan() {
   return pass.plan({batch.input_ids, batch.targets, batch.cu_seqlens}, pass_);
 }
 
+void SftTrainer::set_eval_data(std::vector<SftExample> eval_examples) {
+  CHECK(!eval_examples.empty(), "sft: the eval dataset has no examples");
+  eval_examples_ = std::move(eval_examples);
+}
+
+double SftTrainer::evaluate_loss() {
+  CHECK(!eval_examples_.empty(), "sft: no eval examples to evaluate on");
+  if (!pass_object_) pass_object_ = std::make_unique<LogprobPass>(ctx_, model_, &adapter_);
+  PassOptions o = pass_;
+  o.lora_dropout = 0.0f;  // evaluation mode
+  double weighted = 0;
+  int64_t counted = 0;
+  const size_t per_batch = size_t(cfg_.per_device_eval_batch_size);
+  for (size_t first = 0; first < eval_examples_.size(); first += per_batch) {
+    std::vector<size_t> idx(std::min(per_batch, eval_examples_.size() - first));
+    std::iota(idx.begin(), idx.end(), first);
+    const SftBatch b = make_batch(eval_examples_, idx);
+    if (b.num_targets == 0) continue;  // nothing to score (transformers: a NaN batch)
+    pass_object_->forward({b.input_ids, b.targets, b.cu_seqlens}, o);
+    double sum = 0;
+    for (size_t t = 0; t < b.targets.size(); ++t)
+      if (b.targets[t] != ops::kIgnoreIndex) sum -= pass_object_->logprobs()[t];
+    weighted += sum / double(b.num_targets) * double(idx.size());
+    counted += int64_t(idx.size());
+  }
+  return counted > 0 ? weighted / double(counted) : std::nan("");
+}
+
 nlohmann::json SftTrainer::position_json() const {
   return {
       {"epoch", pos_.epoch}, {"batch", pos_.batch}, {"micro", pos_.micro}, {"tokens", pos_.tokens}};
@@ -94,8 +123,26 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
       RAISE("checkpoint '{}': its data position is malformed: {}", resume, e.what());
     }
   }
+  CHECK(!cfg_.evaluates() || !eval_examples_.empty(),
+        "sft: eval_strategy = {}{} but no eval examples were given",
+        eval_strategy_name(cfg_.eval_strategy), cfg_.eval_on_start ? " with eval_on_start" : "");
   StepMetrics metrics(cfg_, train_step_->global_step());
-  LogprobPass pass(ctx_, model_, &adapter_);
+  if (!pass_object_) pass_object_ = std::make_unique<LogprobPass>(ctx_, model_, &adapter_);
+  LogprobPass& pass = *pass_object_;
+  // transformers' evaluation: eval_loss and eval_runtime (seconds).
+  const auto evaluate = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double loss = evaluate_loss();
+    return nlohmann::json{
+        {"eval_loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)},
+        {"eval_runtime",
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
+  };
+  if (cfg_.eval_on_start && train_step_->global_step() == 0) {
+    nlohmann::json line = evaluate();
+    line["step"] = 0;
+    metrics.write(line);
+  }
   // The gradients on the run's device, beside the masters: the optimizer steps them there.
   const int64_t num_params = adapter_.master_params().numel();
   const DeviceBuffer grad_storage(ctx_, size_t(num_params) * sizeof(float));
@@ -157,10 +204,16 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
       line["memory/device_region_bytes"] = dr.committed;
     if (!std::isfinite(loss)) line["loss"] = nullptr;
     if (!std::isfinite(r.grad_norm)) line["grad_norm"] = nullptr;
+    // The step ended an epoch when it took the epoch's last batch (a step never crosses one).
+    const bool evaluated = cfg_.should_evaluate(step, total_steps_, last == int64_t(p.size()));
+    if (evaluated) line.update(evaluate());
     metrics.write(line);
     if (on_step)
       on_step({step, total_steps_, loss, r.grad_norm, r.lr, seconds, double(tokens) / seconds,
-               r.skipped});
+               r.skipped, evaluated,
+               evaluated && line.at("eval_loss").is_number() ? line.at("eval_loss").get<double>()
+                                                             : std::nan(""),
+               line.value("eval_runtime", 0.0)});
     if ((cfg_.save_steps > 0 && step % cfg_.save_steps == 0) || step == total_steps_)
       save_checkpoint(cfg_.output_dir, step, adapter_, *train_step_, position_json(),
                       base_model_name_);

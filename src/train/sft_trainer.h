@@ -29,6 +29,8 @@ struct SftStepInfo {
   int64_t step = 0, total_steps = 0;
   double loss = 0, grad_norm = 0, lr = 0, seconds = 0, tokens_per_second = 0;
   bool skipped = false;
+  bool evaluated = false;  // the step ended with an evaluation (eval_strategy)
+  double eval_loss = 0, eval_seconds = 0;
 };
 
 class SftTrainer {
@@ -44,6 +46,13 @@ class SftTrainer {
   PassPlan plan();
   // Device bytes of the optimizer's state (allocated with the trainer, before any step).
   size_t optimizer_state_bytes() const;
+  // The held-out examples of the evaluations (eval_strategy, eval_on_start).
+  void set_eval_data(std::vector<SftExample> eval_examples);
+  // transformers' evaluation loss over the eval examples with the adapter as it is: the
+  // training loss (the same masks: completion_only_loss, assistant_only_loss) without dropout
+  // or gradient, per batch of per_device_eval_batch_size examples in file order, the batches'
+  // means weighted by their example counts (transformers' evaluation loop).
+  double evaluate_loss();
   // Trains to the end (or from the resumed checkpoint to the end); writes metrics.jsonl,
   // checkpoints and the final adapter into output_dir.
   void run(const std::function<void(const SftStepInfo&)>& on_step = {});
@@ -60,6 +69,8 @@ class SftTrainer {
   const Model& model_;
   LoraAdapter& adapter_;
   std::vector<SftExample> examples_;
+  std::vector<SftExample> eval_examples_;
+  std::unique_ptr<LogprobPass> pass_object_;  // the run's pass (training and evaluation)
   SftConfig cfg_;
   std::string base_model_name_;
   PassOptions pass_;

@@ -1,5 +1,6 @@
 #include "train/training_arguments.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
@@ -17,6 +18,18 @@ std::string_view optimizer_name(OptimizerKind kind) {
       return "sgd";
   }
   RAISE("unknown OptimizerKind {}", int(kind));
+}
+
+std::string_view eval_strategy_name(EvalStrategy strategy) {
+  switch (strategy) {
+    case EvalStrategy::no:
+      return "no";
+    case EvalStrategy::steps:
+      return "steps";
+    case EvalStrategy::epoch:
+      return "epoch";
+  }
+  RAISE("unknown EvalStrategy {}", int(strategy));
 }
 
 void TrainingArguments::validate() const {
@@ -49,12 +62,52 @@ void TrainingArguments::validate() const {
         "chat_template_kwargs = {} is not a mapping of template variables (e.g. "
         "{{\"enable_thinking\": false}})",
         json_excerpt(chat_template_kwargs));
+  // transformers' own checks, plus a clear error for eval keys with nothing to evaluate on
+  // (transformers raises for eval_strategy only; an eval_steps or eval_on_start with no
+  // dataset is as surely a mistake).
+  if (eval_steps) {
+    CHECK(*eval_steps > 0,
+          "eval_steps = {} is out of range (must be > 0: a number of steps, or below 1 a "
+          "fraction of the run's steps)",
+          *eval_steps);
+    CHECK(*eval_steps < 1 || *eval_steps == std::floor(*eval_steps),
+          "eval_steps = {} must be an integer if bigger than 1", *eval_steps);
+  }
+  c::at_least<int64_t>("per_device_eval_batch_size", per_device_eval_batch_size, 1);
+  if (eval_dataset.empty()) {
+    CHECK(eval_strategy == EvalStrategy::no,
+          "eval_strategy = {} needs an eval_dataset (a JSONL file of held-out rows); set "
+          "eval_dataset, or eval_strategy: no",
+          eval_strategy_name(eval_strategy));
+    CHECK(!eval_on_start, "eval_on_start needs an eval_dataset (a JSONL file of held-out rows)");
+    CHECK(!eval_steps, "eval_steps = {} needs an eval_dataset (a JSONL file of held-out rows)",
+          *eval_steps);
+  }
 }
 
 int64_t TrainingArguments::num_warmup_steps(int64_t total_steps) const {
   if (warmup_ratio) return int64_t(std::ceil(double(total_steps) * *warmup_ratio));
   if (warmup_steps < 1) return int64_t(std::ceil(double(total_steps) * warmup_steps));
   return int64_t(warmup_steps);
+}
+
+int64_t TrainingArguments::eval_interval(int64_t total_steps) const {
+  if (!eval_steps) return logging_steps;
+  if (*eval_steps < 1)
+    return std::max<int64_t>(1, int64_t(std::ceil(double(total_steps) * *eval_steps)));
+  return int64_t(*eval_steps);
+}
+
+bool TrainingArguments::should_evaluate(int64_t step, int64_t total_steps, bool epoch_ended) const {
+  switch (eval_strategy) {
+    case EvalStrategy::no:
+      return false;
+    case EvalStrategy::steps:
+      return step % eval_interval(total_steps) == 0;
+    case EvalStrategy::epoch:
+      return epoch_ended || step == total_steps;
+  }
+  return false;
 }
 
 }  // namespace fp8rl

@@ -23,6 +23,10 @@ namespace fp8rl {
 enum class OptimizerKind { adamw, sgd };
 std::string_view optimizer_name(OptimizerKind kind);  // "adamw" | "sgd"
 
+// TrainingArguments.eval_strategy: when a run evaluates on eval_dataset.
+enum class EvalStrategy { no, steps, epoch };
+std::string_view eval_strategy_name(EvalStrategy strategy);  // "no" | "steps" | "epoch"
+
 struct TrainingArguments {
   // fp8rl's run keys.
   std::string data;  // the training dataset, a JSONL file
@@ -72,6 +76,20 @@ struct TrainingArguments {
   // output_dir/runs/<Mon DD_HH-MM-SS>_<hostname> per run, transformers' default.
   std::string logging_dir;
 
+  // Evaluation during training, as transformers' Trainer schedules it: after optimizer step s
+  // when eval_strategy is steps and s is a multiple of the interval, or when it is epoch and
+  // step s ended an epoch of the training data (or the run: transformers evaluates at the end
+  // of a last epoch cut short by max_steps). No evaluation at the end otherwise. The eval_
+  // metrics go on step s's line of metrics.jsonl; eval_on_start writes a line of step 0 (a
+  // resumed run has it already).
+  std::string eval_dataset;  // held-out rows in the training data's format, a JSONL file
+  EvalStrategy eval_strategy = EvalStrategy::no;
+  // The interval in optimizer steps; below 1, a fraction of the run's steps (rounded up);
+  // null: logging_steps (transformers).
+  std::optional<double> eval_steps;
+  int64_t per_device_eval_batch_size = 8;
+  bool eval_on_start = false;  // also evaluate before the first step (transformers' key)
+
   // Throws fp8rl::Error naming the key, its value and the allowed range.
   void validate() const;
   // transformers 5's TrainingArguments.get_warmup_steps, after __post_init__ has copied a
@@ -79,6 +97,13 @@ struct TrainingArguments {
   // ceil(w * total_steps) for w < 1, else w steps. (A warmup_ratio of 1 is the whole run here;
   // transformers would read the copied 1.0 as one step.)
   int64_t num_warmup_steps(int64_t total_steps) const;
+  // Whether the run evaluates at all (eval_strategy or eval_on_start).
+  bool evaluates() const { return eval_strategy != EvalStrategy::no || eval_on_start; }
+  // The steps between evaluations of a run of total_steps (eval_strategy steps).
+  int64_t eval_interval(int64_t total_steps) const;
+  // Whether to evaluate after optimizer step `step` of total_steps; epoch_ended: the step
+  // finished an epoch of the training data.
+  bool should_evaluate(int64_t step, int64_t total_steps, bool epoch_ended) const;
 };
 
 // The optimizer these arguments name, over `num_params` fp32 values: AdamW(adam_beta1,

@@ -1043,6 +1043,23 @@ TEST(CliTrain, GrpoConfigErrors) {
                        " --truncation --max-steps 1 --num-generations 2 "
                        "--per-device-train-batch-size 2 --max-completion-length 2");
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  // The eval dataset is read and checked before the first step: a missing file or a bad row
+  // names the file (and the line); eval keys without one, or eval_steps <= 0, name the key.
+  const std::string eval = temp("grpo_eval") + ".jsonl";
+  write_file(eval, "{\"prompt\": \"What is 1+1?\", \"answer\": \"2\"}\n{\"prompt\": 7}\n");
+  const std::string trains = " --truncation --num-generations 2 --per-device-train-batch-size 2 ";
+  expect_one_line_error("grpo --config " + cfg + " --output-dir " + temp("g6") + trains +
+                            "--eval-strategy steps --eval-dataset " + eval,
+                        eval + ":2:");
+  expect_one_line_error("grpo --config " + cfg + " --output-dir " + temp("g7") + trains +
+                            "--eval-on-start --eval-dataset " + eval + ".missing",
+                        eval + ".missing");
+  expect_one_line_error(
+      "grpo --config " + cfg + " --output-dir " + temp("g8") + trains + "--eval-strategy epoch",
+      "eval_strategy = epoch needs an eval_dataset");
+  expect_one_line_error("grpo --config " + cfg + " --output-dir " + temp("g9") + trains +
+                            "--eval-strategy steps --eval-steps -1 --eval-dataset " + eval,
+                        "eval_steps = -1 is out of range");
 }
 
 // --dry-run (sft, grpo, dpo) prints the memory plan and trains nothing: the parts (GRPO's

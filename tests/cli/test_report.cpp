@@ -172,6 +172,46 @@ TEST(Report, DpoAndSftRunsGetTheirCharts) {
   EXPECT_NE(html.find("wall time 0h 00m 02s"), std::string::npos);
 }
 
+// The evaluations' metrics (eval_ names, on some steps only; eval_on_start's on a step 0 of
+// their own) get charts of their own drawn through the evaluated steps: one line, no gaps
+// between evaluations. The training charts keep every step.
+TEST(Report, EvalMetricsAreLinesThroughTheEvaluatedSteps) {
+  const RunDir dir("eval");
+  std::string text =
+      "{\"step\": 0, \"eval_reward\": 0.3, \"eval_rewards/accuracy/mean\": 0.3, "
+      "\"eval_completions/mean_length\": 4, \"eval_runtime\": 2}\n";
+  for (int s = 1; s <= 20; ++s) {
+    text += "{\"step\": " + std::to_string(s) + ", \"reward\": " + std::to_string(0.01 * s);
+    if (s % 5 == 0)
+      text += ", \"eval_reward\": " + std::to_string(0.3 + 0.02 * s) +
+              ", \"eval_rewards/accuracy/mean\": 0.5, \"eval_completions/mean_length\": 4, "
+              "\"eval_runtime\": 2";
+    text += "}\n";
+  }
+  dir.write("metrics.jsonl", text);
+  const std::string html = render_report(dir.str());
+  const std::string eval = figure(html, "Eval reward");
+  ASSERT_FALSE(eval.empty());
+  EXPECT_NE(eval.find("eval_rewards/accuracy/mean"), std::string::npos);
+  const std::vector<std::string> paths = path_data(eval);
+  ASSERT_EQ(paths.size(), 2u);  // eval_reward and the function's mean
+  EXPECT_EQ(count(paths[0], "M"), 1u) << paths[0];
+  EXPECT_EQ(count(paths[0], "L"), 4u) << paths[0];  // steps 0, 5, 10, 15, 20
+  EXPECT_EQ(count(eval, "<circle"), 0u);
+  EXPECT_EQ(count(html, "<figcaption>Eval completion length"), 1u);
+  EXPECT_EQ(count(html, "<figcaption>Reward"), 1u);
+  // The best eval_reward is the highest, as for reward.
+  EXPECT_NE(html.find("0.7 (step 20)"), std::string::npos);
+  // SFT and DPO: eval_loss, and DPO's eval accuracy.
+  dir.write("metrics.jsonl",
+            "{\"step\": 1, \"loss\": 0.69}\n{\"step\": 2, \"loss\": 0.6, \"eval_loss\": 0.65, "
+            "\"eval_rewards/accuracies\": 0.7, \"eval_rewards/margins\": 0.1}\n");
+  const std::string dpo = render_report(dir.str());
+  for (const char* title :
+       {"Eval loss", "DPO eval preference accuracy", "DPO eval implicit rewards"})
+    EXPECT_EQ(count(dpo, std::string("<figcaption>") + title), 1u) << title;
+}
+
 // Values at the edges of double: a chart or a note, never a hang or an error.
 TEST(Report, ExtremeValuesGiveAChartOrANote) {
   const RunDir dir("extreme");

@@ -70,6 +70,12 @@ GrpoRun run_grpo(const GrpoConfig& c, RewardSet rewards) {
   prompts.resize(64);
   GrpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), &ts.tokenizer(), ts.session().eos_ids(),
                       std::move(prompts), c, std::move(rewards), "demo");
+  if (c.evaluates()) {
+    std::vector<PromptExample> eval =
+        read_prompt_dataset(c.eval_dataset, ts.tokenizer(), chat ? &*chat : nullptr, d);
+    eval.resize(16);
+    trainer.set_eval_data(std::move(eval));
+  }
   trainer.run();
   GrpoRun r;
   const TensorView p = ts.adapter().master_params();
@@ -185,6 +191,61 @@ TEST(GrpoTrainer, ShuffledRoundsAreReproducible) {
 // on_policy_exact: the mismatch is checked to be exactly zero every round and no correction is
 // applied. With a zero mismatch TRL's correction weights are all exactly 1, so the run trains
 // the very adapter the default (corrected) run does: the mode costs nothing on the CPU.
+// Evaluations (eval_strategy steps, every 2 steps of 3, and eval_on_start) log TRL's generation
+// metrics with the eval_ prefix on steps 0 and 2 only, and leave training as it is: the same
+// metrics and, bit for bit, the same adapter as the run without them. Greedy eval decoding
+// (eval_generation_kwargs) makes the 2 completions of an eval prompt the same: every group's
+// reward std is 0. Control: a learning rate 1e-6 larger gives another adapter, so the
+// comparison sees a change that small.
+TEST(GrpoTrainer, EvaluationsLogTheirStepsOnlyAndLeaveTrainingAsItIs) {
+  GrpoConfig plain = small_config(temp_dir("plain"));
+  plain.max_steps = 3;
+  const GrpoRun base = run_grpo(plain, make_reward_set(plain.rewards));
+  GrpoConfig c = small_config(temp_dir("eval"));
+  c.max_steps = 3;
+  c.eval_dataset = kDemo + "/eval.jsonl";
+  c.eval_strategy = EvalStrategy::steps;
+  c.eval_steps = 2;
+  c.eval_on_start = true;
+  c.num_generations_eval = 2;
+  c.per_device_eval_batch_size = 8;  // 4 prompts x 2 completions; 16 prompts in 4 batches
+  c.eval_generation_kwargs = {{"temperature", 0.0}};
+  const GrpoRun run = run_grpo(c, make_reward_set(c.rewards));
+  ASSERT_EQ(run.metrics.size(), 4u);  // step 0 (eval_on_start), then 1..3
+  for (size_t i = 0; i < run.metrics.size(); ++i) {
+    const nlohmann::json& m = run.metrics[i];
+    EXPECT_EQ(m["step"], int64_t(i));
+    const bool eval_step = i % 2 == 0;
+    for (const char* key : {"eval_reward", "eval_reward_std", "eval_rewards/answer_match/mean",
+                            "eval_completions/mean_length", "eval_completions/clipped_ratio",
+                            "eval_frac_reward_zero_std", "eval_runtime"})
+      EXPECT_EQ(m.contains(key), eval_step) << key << " at step " << i;
+    if (eval_step) {
+      EXPECT_EQ(m["eval_frac_reward_zero_std"].get<double>(), 1.0) << "greedy: equal completions";
+      EXPECT_GE(m["eval_reward"].get<double>(), 0.0);
+      EXPECT_LE(m["eval_reward"].get<double>(), 1.0);
+    }
+    if (i == 0) {
+      EXPECT_FALSE(m.contains("loss"));  // the evaluation alone
+      continue;
+    }
+    nlohmann::json train = m, expected = base.metrics[i - 1];
+    for (nlohmann::json* j : {&train, &expected})
+      for (auto it = j->begin(); it != j->end();)
+        it = (it.key().starts_with("eval_") || it.key().find("seconds") != std::string::npos ||
+              it.key().find("per_second") != std::string::npos ||
+              it.key().starts_with("peak_memory") || it.key().starts_with("memory/"))
+                 ? j->erase(it)
+                 : std::next(it);
+    EXPECT_EQ(train, expected) << "step " << i;
+  }
+  EXPECT_EQ(run.params, base.params);
+  GrpoConfig nudged = small_config(temp_dir("nudged"));
+  nudged.max_steps = 3;
+  nudged.learning_rate *= 1 + 1e-6;
+  EXPECT_NE(run_grpo(nudged, make_reward_set(nudged.rewards)).params, base.params);
+}
+
 TEST(GrpoTrainer, OnPolicyExactEqualsTheCorrectedRunOnTheCpu) {
   GrpoConfig c = small_config(temp_dir("exact_default"));
   c.max_steps = 2;
@@ -473,6 +534,49 @@ TEST(DpoTrainer, PrefersTheChosenAnswers) {
   EXPECT_LT(loss.back(), 0.6);
   EXPECT_GT(r.accuracy.back(), 0.6);
   std::printf("dpo loss %.4f -> %.4f, accuracy -> %.3f\n", loss[0], loss.back(), r.accuracy.back());
+  fs::remove_all(dir);
+}
+
+// Evaluation (eval_strategy steps every 2 steps, eval_on_start) logs TRL's DPO metrics with the
+// eval_ prefix on steps 0 and 2 only (not on the last, 3: transformers evaluates at the end
+// only where the schedule lands). At step 0 the policy is the reference: the sigmoid loss is
+// ln 2 and the implicit rewards 0.
+TEST(DpoTrainer, EvaluationLogsTrlsEvalMetricsOnItsSteps) {
+  const fs::path dir = temp_dir("dpo_eval");
+  const std::string data = write_pairs(dir);
+  DpoConfig c = small_dpo_config(data, dir / "run", 3);
+  c.eval_dataset = data;
+  c.eval_strategy = EvalStrategy::steps;
+  c.eval_steps = 2;
+  c.eval_on_start = true;
+  c.per_device_eval_batch_size = 8;
+  cli::TrainSession ts(c, uint64_t(c.seed));
+  const auto& chat = ts.tokenizer_setup().chat;
+  PreferenceDataOptions d;
+  d.eos_token_id = ts.tokenizer_setup().eos_token_id;
+  DpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(),
+                     read_preference_dataset(c.data, ts.tokenizer(), chat ? &*chat : nullptr, d), c,
+                     "demo");
+  std::vector<PreferencePair> eval =
+      read_preference_dataset(data, ts.tokenizer(), chat ? &*chat : nullptr, d);
+  eval.resize(16);
+  trainer.set_eval_data(std::move(eval));
+  trainer.run();
+  std::ifstream f(c.output_dir + "/metrics.jsonl");
+  std::vector<nlohmann::json> lines;
+  for (std::string l; std::getline(f, l);) lines.push_back(nlohmann::json::parse(l));
+  ASSERT_EQ(lines.size(), 4u);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["step"], int64_t(i));
+    const bool eval_step = i == 0 || i == 2;
+    for (const char* key :
+         {"eval_loss", "eval_rewards/chosen", "eval_rewards/rejected", "eval_rewards/accuracies",
+          "eval_rewards/margins", "eval_logps/chosen", "eval_logps/rejected", "eval_runtime"})
+      EXPECT_EQ(lines[i].contains(key), eval_step) << key << " at step " << i;
+  }
+  EXPECT_NEAR(lines[0]["eval_loss"].get<double>(), std::log(2.0), 1e-6);
+  EXPECT_EQ(lines[0]["eval_rewards/margins"].get<double>(), 0.0);
+  EXPECT_LT(lines[2]["eval_loss"].get<double>(), lines[0]["eval_loss"].get<double>());
   fs::remove_all(dir);
 }
 

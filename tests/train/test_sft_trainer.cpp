@@ -200,5 +200,68 @@ TEST(SftTrainer, ResumeContinuesBitForBit) {
   }
 }
 
+// eval_loss is the training loss without the update: with one batch of all 8 examples and no
+// dropout, the loss before step 0 (eval_on_start) is step 1's training loss on the same
+// examples, and the evaluation after step 1 is step 2's (the adapter step 1 left). Control:
+// the two evaluations differ (another adapter, another value). Training with evaluations
+// trains the same adapter as without. By epoch: after each epoch's last step and the run's.
+TEST(SftTrainer, EvalLossIsTheTrainingLossOfTheSameBatchWithoutTheUpdate) {
+  const auto run = [](const fs::path& dir, bool eval, bool by_epoch = false) {
+    Model m = load_model(golden_dir("llama"), Fp8Scheme::row);
+    LoraConfig lc;
+    lc.r = 8;
+    lc.lora_alpha = 16;
+    lc.target_modules = {"all-linear"};
+    LoraAdapter adapter = LoraAdapter::init(lc, m, 3);
+    Arena arena;
+    Context ctx{Device::cpu, &arena};
+    SftConfig c;
+    c.output_dir = dir.string();
+    c.per_device_train_batch_size = 8;
+    c.max_tokens_per_batch = 4096;
+    c.max_steps = 2;
+    c.save_steps = 0;
+    c.lora_dropout = 0.0;
+    c.learning_rate = 5e-3;
+    c.lr_scheduler_type = LrSchedulerType::constant;
+    if (eval) {
+      c.eval_dataset = "the training examples";  // given below, not read from a file
+      c.eval_strategy = EvalStrategy::steps;
+      c.eval_steps = 1;
+      c.eval_on_start = true;
+      c.per_device_eval_batch_size = 8;
+    }
+    if (by_epoch) {  // 2 steps an epoch, 3 steps
+      c.per_device_train_batch_size = 4;
+      c.max_steps = 3;
+      c.eval_strategy = EvalStrategy::epoch;
+      c.eval_on_start = false;
+    }
+    SftTrainer trainer(ctx, m, adapter, stepping_task(8, 12), c, "tiny-llama");
+    if (eval) trainer.set_eval_data(stepping_task(8, 12));
+    trainer.run();
+    std::ifstream f(dir / "metrics.jsonl");
+    std::vector<nlohmann::json> lines;
+    for (std::string l; std::getline(f, l);) lines.push_back(nlohmann::json::parse(l));
+    const TensorView p = adapter.master_params();
+    return std::make_pair(lines, std::vector<float>(p.ptr<float>(), p.ptr<float>() + p.numel()));
+  };
+  const auto [lines, params] = run(temp_dir("eval"), true);
+  ASSERT_EQ(lines.size(), 3u);  // step 0 (eval_on_start), 1, 2
+  const double at_start = lines[0]["eval_loss"].get<double>();
+  const double after_1 = lines[1]["eval_loss"].get<double>();
+  EXPECT_FALSE(lines[0].contains("loss"));
+  // The same sums of the same logprobs in another order (the epoch's shuffle).
+  EXPECT_NEAR(at_start, lines[1]["loss"].get<double>(), 1e-12 * at_start);
+  EXPECT_NEAR(after_1, lines[2]["loss"].get<double>(), 1e-12 * after_1);
+  EXPECT_GT(std::fabs(at_start - after_1), 1e-6 * at_start);
+  EXPECT_TRUE(lines[2].contains("eval_loss"));
+  EXPECT_EQ(run(temp_dir("plain"), false).second, params);
+  // eval_strategy epoch: after the epoch's last step and the run's last (a cut-short epoch).
+  const auto by_epoch = run(temp_dir("epoch"), true, true).first;
+  ASSERT_EQ(by_epoch.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(by_epoch[i].contains("eval_loss"), i > 0) << i;
+}
+
 }  // namespace
 }  // namespace fp8rl
