@@ -161,14 +161,10 @@ struct DpoTrainer::Impl {
     }
   }
 
-  void run(const std::function<void(const DpoStepInfo&)>& on_step) {
+  void run(const std::function<void(const DpoStepInfo&)>& on_step, const StopRequest& stop) {
     prepare_run_dir(cfg.output_dir);
-    std::string resume = cfg.resume_from_checkpoint;
-    if (resume == "true") {
-      resume = latest_checkpoint(cfg.output_dir);
-      CHECK(!resume.empty(), "resume_from_checkpoint: no checkpoint in '{}'", cfg.output_dir);
-    }
-    if (!resume.empty() && resume != "false") {
+    const std::string resume = resume_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir);
+    if (!resume.empty()) {
       const nlohmann::json s = load_checkpoint(resume, ctx, model, adapter, *train_step);
       try {
         epoch = s.at("epoch").get<int64_t>();
@@ -187,7 +183,8 @@ struct DpoTrainer::Impl {
     lc.beta = cfg.beta;
     lc.label_smoothing = cfg.label_smoothing;
     lc.discopop_tau = cfg.discopop_tau;
-    while (train_step->global_step() < total_steps) {
+    std::string saved = resume;  // the checkpoint of the last completed step, if any
+    while (train_step->global_step() < total_steps && !stop.requested()) {
       const auto t0 = Clock::now();
       ops::fill_zero(ctx, grads);
       double loss = 0;
@@ -266,10 +263,17 @@ struct DpoTrainer::Impl {
       if (on_step)
         on_step({step, total_steps, loss, mean.rewards_accuracies / n, mean.rewards_margins / n,
                  seconds});
-      if ((cfg.save_steps > 0 && step % cfg.save_steps == 0) || step == total_steps)
+      if ((cfg.save_steps > 0 && step % cfg.save_steps == 0) || step == total_steps) {
         save_checkpoint(cfg.output_dir, step, adapter, *train_step,
                         {{"epoch", epoch}, {"batch", batch}}, base_model_name);
+        saved = checkpoint_path(cfg.output_dir, step);
+      }
     }
+    if (train_step->global_step() < total_steps)
+      end_stopped_run(stop, train_step->global_step(), total_steps, cfg.output_dir, saved, [&] {
+        save_checkpoint(cfg.output_dir, train_step->global_step(), adapter, *train_step,
+                        {{"epoch", epoch}, {"batch", batch}}, base_model_name);
+      });
     adapter.save_peft(cfg.output_dir, base_model_name);
   }
 };
@@ -295,8 +299,9 @@ size_t DpoTrainer::reference_adapter_bytes() const {
 int64_t DpoTrainer::total_steps() const {
   return impl_->total_steps;
 }
-void DpoTrainer::run(const std::function<void(const DpoStepInfo&)>& on_step) {
-  impl_->run(on_step);
+void DpoTrainer::run(const std::function<void(const DpoStepInfo&)>& on_step,
+                     const StopRequest& stop) {
+  impl_->run(on_step, stop);
 }
 
 }  // namespace fp8rl

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/interrupt.h"
 #include "model/adapter.h"
 #include "model/model.h"
 #include "ops/context.h"
@@ -40,7 +41,10 @@ class DpoTrainer {
   size_t optimizer_state_bytes() const;
   // Device bytes of the frozen starting adapter the reference runs with (0: the base model).
   size_t reference_adapter_bytes() const;
-  void run(const std::function<void(const DpoStepInfo&)>& on_step = {});
+  // Trains to the end; `stop` is polled between steps: once it is requested, the last completed
+  // step is checkpointed and RunInterrupted thrown.
+  void run(const std::function<void(const DpoStepInfo&)>& on_step = {},
+           const StopRequest& stop = {});
 
  private:
   struct Impl;

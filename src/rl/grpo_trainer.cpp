@@ -581,15 +581,10 @@ struct GrpoTrainer::Impl {
     }
   }
 
-  void run(const std::function<void(const GrpoStepInfo&)>& on_step) {
+  void run(const std::function<void(const GrpoStepInfo&)>& on_step, const StopRequest& stop) {
     prepare_run_dir(cfg.output_dir);
-    std::string resume = cfg.resume_from_checkpoint;
-    if (resume == "true") {
-      resume = latest_checkpoint(cfg.output_dir);
-      CHECK(!resume.empty(), "resume_from_checkpoint: no checkpoint in '{}'", cfg.output_dir);
-    }
-    if (!resume.empty() && resume != "false")
-      load_state(load_checkpoint(resume, ctx, model, adapter, *train_step));
+    const std::string resume = resume_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir);
+    if (!resume.empty()) load_state(load_checkpoint(resume, ctx, model, adapter, *train_step));
     MetricsLog metrics(cfg.output_dir, train_step->global_step());
     MetricsLog samples(cfg.output_dir, train_step->global_step(), "samples.jsonl");
     // The gradients on the run's device, beside the masters: the optimizer steps them there.
@@ -598,7 +593,9 @@ struct GrpoTrainer::Impl {
     const TensorView grads = grad_storage.view({num_params}, DType::f32);  // [P] f32
     const int64_t micro_per_round = steps_per_generation * cfg.num_iterations;
 
-    while (train_step->global_step() < total_steps) {
+    std::string saved = resume;  // the checkpoint of the last completed step, if any
+
+    while (train_step->global_step() < total_steps && !stop.requested()) {
       const auto t0 = Clock::now();
       const int64_t step = train_step->global_step() + 1;
       reset_peak_memory(ctx);
@@ -675,9 +672,16 @@ struct GrpoTrainer::Impl {
         info.tokens_per_second = double(train_tokens) / std::max(seconds, 1e-9);
         on_step(info);
       }
-      if ((cfg.save_steps > 0 && step % cfg.save_steps == 0) || step == total_steps)
+      if ((cfg.save_steps > 0 && step % cfg.save_steps == 0) || step == total_steps) {
         save_checkpoint(cfg.output_dir, step, adapter, *train_step, run_state(), base_model_name);
+        saved = checkpoint_path(cfg.output_dir, step);
+      }
     }
+    if (train_step->global_step() < total_steps)
+      end_stopped_run(stop, train_step->global_step(), total_steps, cfg.output_dir, saved, [&] {
+        save_checkpoint(cfg.output_dir, train_step->global_step(), adapter, *train_step,
+                        run_state(), base_model_name);
+      });
     adapter.save_peft(cfg.output_dir, base_model_name);
   }
 };
@@ -706,8 +710,9 @@ GrpoMemoryPlan GrpoTrainer::memory_plan() const {
   return p;
 }
 
-void GrpoTrainer::run(const std::function<void(const GrpoStepInfo&)>& on_step) {
-  impl_->run(on_step);
+void GrpoTrainer::run(const std::function<void(const GrpoStepInfo&)>& on_step,
+                      const StopRequest& stop) {
+  impl_->run(on_step, stop);
 }
 
 }  // namespace fp8rl

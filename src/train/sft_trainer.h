@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/interrupt.h"
 #include "model/adapter.h"
 #include "model/model.h"
 #include "ops/context.h"
@@ -45,8 +46,10 @@ class SftTrainer {
   // Device bytes of the optimizer's state (allocated with the trainer, before any step).
   size_t optimizer_state_bytes() const;
   // Trains to the end (or from the resumed checkpoint to the end); writes metrics.jsonl,
-  // checkpoints and the final adapter into output_dir.
-  void run(const std::function<void(const SftStepInfo&)>& on_step = {});
+  // checkpoints and the final adapter into output_dir. `stop` is polled between steps: once it
+  // is requested, the last completed step is checkpointed and RunInterrupted thrown.
+  void run(const std::function<void(const SftStepInfo&)>& on_step = {},
+           const StopRequest& stop = {});
 
  private:
   struct Position {
