@@ -44,6 +44,8 @@ void add_training_keys(KeyTable<C>& t) {
         "Resume: a checkpoint directory, or true (bare --resume) for the newest in output_dir")
       .alias("resume")
       .bare_flag();
+  t.add("overwrite_output_dir", &C::overwrite_output_dir,
+        "Replace the run in output_dir (fp8rl's files only; without it, a run there is an error)");
   t.add("dry_run", &C::dry_run, "Plan the memory and print it; train nothing");
   t.add("gradient_checkpointing", &C::gradient_checkpointing,
         "Recompute each decoder layer in the backward instead of keeping its activations")

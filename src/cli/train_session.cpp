@@ -43,6 +43,9 @@ const tok::Tokenizer& TrainSession::tokenizer() const {
 void check_output_dir(const TrainingArguments& args) {
   if (args.dry_run) return;
   check_run_dir_writable(args.output_dir);
+  const bool resuming =
+      !args.resume_from_checkpoint.empty() && args.resume_from_checkpoint != "false";
+  claim_run_dir(args.output_dir, resuming, args.overwrite_output_dir);
 }
 
 RunControl::RunControl(const TrainingArguments& args) {

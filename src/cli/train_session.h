@@ -42,7 +42,8 @@ class TrainSession {
 };
 
 // The run directory's part of a training command, before the model loads: checks that
-// output_dir can be written. Nothing for a dry run, which writes nothing.
+// output_dir can be written and is not taken by another run (claim_run_dir: --resume or
+// --overwrite-output-dir). Nothing for a dry run, which writes nothing.
 void check_output_dir(const TrainingArguments& args);
 
 // What a training command does around its trainer's run(): says which checkpoint it resumes

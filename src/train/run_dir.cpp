@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -71,6 +72,45 @@ void prepare_run_dir(const std::string& dir) {
     if (is_stale) stale.push_back(e.path());
   }
   for (const fs::path& p : stale) fs::remove_all(p, ec);
+}
+
+std::vector<std::string> run_files(const std::string& dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return found;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    bool ours = step_of(e.path()) >= 0 && e.is_directory(ec);
+    for (const char* f : kRunFiles) ours = ours || name == f;
+    ours = ours || name == "report.html";
+    if (ours) found.push_back(name);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+void claim_run_dir(const std::string& dir, bool resuming, bool overwrite) {
+  CHECK(!(resuming && overwrite),
+        "--overwrite-output-dir and --resume contradict each other: resuming continues the run "
+        "in '{}', overwriting removes it",
+        dir);
+  if (resuming) return;
+  const std::vector<std::string> found = run_files(dir);
+  if (found.empty()) return;
+  std::string names;
+  for (size_t i = 0; i < found.size() && i < 4; ++i) names += (i ? ", " : "") + found[i];
+  if (found.size() > 4) names += fmt::format(" and {} more", found.size() - 4);
+  CHECK(overwrite,
+        "output_dir '{}' holds a run ({}): continue it with --resume, replace it with "
+        "--overwrite-output-dir, or choose another output_dir",
+        dir, names);
+  // Only what fp8rl writes: a user's own files in the directory stay.
+  for (const std::string& f : found) {
+    std::error_code ec;
+    fs::remove_all(fs::path(dir) / f, ec);
+    CHECK(!ec, "--overwrite-output-dir: cannot remove '{}': {}", (fs::path(dir) / f).string(),
+          ec.message());
+  }
 }
 
 std::string resume_checkpoint(const std::string& resume_from_checkpoint,

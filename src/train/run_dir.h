@@ -33,6 +33,17 @@ void prepare_run_dir(const std::string& dir);
 // before loading a model so that a bad RUN_DIR fails at once.
 void check_run_dir_writable(const std::string& dir);
 
+// What of fp8rl's run files `dir` holds (metrics.jsonl, config.yaml, samples.jsonl, report.html,
+// checkpoint-<step>/, the adapter's files), by name; empty for an empty or missing directory
+// or one with only other files.
+std::vector<std::string> run_files(const std::string& dir);
+
+// Before a training run writes into `dir` (the commands call it before loading the model):
+// resuming, `dir` may hold anything; otherwise a `dir` that holds a run is an error that says so,
+// unless `overwrite` (--overwrite-output-dir), which removes fp8rl's run files from it first.
+// Other files are left where they are, as transformers writes into a directory that holds them.
+void claim_run_dir(const std::string& dir, bool resuming, bool overwrite);
+
 // The checkpoint a run resumes from, given resume_from_checkpoint: "" or "false" none, "true" the
 // newest in output_dir (an error when there is none), else that directory.
 std::string resume_checkpoint(const std::string& resume_from_checkpoint,

@@ -1,6 +1,7 @@
 // Run management of the training commands, end to end on the demo model: SIGINT/SIGTERM stop a
 // run with a checkpoint of its last completed step (a second SIGINT ends it at once), --resume
-// continues it exactly and may extend it.
+// continues it exactly and may extend it, and a run directory that holds a run is never
+// silently mixed with a new one.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -337,6 +338,29 @@ TEST(RunControl, ResumeWithLargerMaxStepsFollowsTheLongerSchedule) {
       << beta.output;
   fs::remove_all(dir);
   fs::remove_all(fresh);
+}
+
+// An output_dir that holds a run: an error without --resume, replaced with
+// --overwrite-output-dir (fp8rl's files only: a user's file stays).
+TEST(RunControl, OutputDirWithARunNeedsResumeOrOverwrite) {
+  const std::string dir = temp("taken");
+  fs::create_directories(dir);
+  write_file(dir + "/notes.txt", "mine");
+  ASSERT_EQ(run(sft_args(dir) + " --max-steps 2").exit_code, 0);  // other files are no run
+  const Result taken = run(sft_args(dir) + " --max-steps 1");
+  EXPECT_EQ(taken.exit_code, 1) << taken.output;
+  for (const char* fragment : {"holds a run", "checkpoint-2", "--resume", "--overwrite-output-dir"})
+    EXPECT_TRUE(contains(taken.output, fragment)) << fragment << "\n" << taken.output;
+  EXPECT_EQ(read_jsonl(dir + "/metrics.jsonl").size(), 2u);  // untouched
+  const Result both = run(sft_args(dir) + " --max-steps 1 --resume --overwrite-output-dir");
+  EXPECT_EQ(both.exit_code, 1) << both.output;
+  const Result over = run(sft_args(dir) + " --max-steps 1 --overwrite-output-dir");
+  ASSERT_EQ(over.exit_code, 0) << over.output;
+  EXPECT_EQ(read_jsonl(dir + "/metrics.jsonl").size(), 1u);
+  EXPECT_FALSE(fs::exists(dir + "/checkpoint-2"));
+  EXPECT_TRUE(fs::exists(dir + "/checkpoint-1"));
+  EXPECT_EQ(file_bytes(dir + "/notes.txt"), "mine");
+  fs::remove_all(dir);
 }
 
 }  // namespace
