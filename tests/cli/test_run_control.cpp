@@ -304,6 +304,37 @@ TEST(RunControl, SecondSigintExitsAtOnceAndKillsTheRewardProcess) {
   fs::remove_all(dir);
 }
 
+// The first signal's path ends the reward process too (its owner's destructor, as the run
+// unwinds), not only the second signal's.
+TEST(RunControl, InterruptedGrpoRunEndsItsRewardProcess) {
+  const std::string dir = temp("reward_run"), data = temp("reward_data") + ".jsonl",
+                    pid_file = temp("reward_pid1"), cfg = temp("reward_cfg") + ".yaml";
+  std::ifstream demo(FP8RL_SOURCE_DIR "/examples/demo/train.jsonl");
+  std::string rows, line;
+  for (int i = 0; i < 8 && std::getline(demo, line); ++i) rows += line + "\n";
+  write_file(data, rows);
+  // Answers every batch of 8 completions with rewards that vary, so that steps train.
+  write_file(cfg, "model: " + kDemoModel + "\ndata: " + data + "\noutput_dir: " + dir +
+                      "\nreward_process: 'echo $$ > " + pid_file +
+                      "; while read l; do echo \"{\\\"rewards\\\": [0,1,0,1,1,0,1,0]}\"; "
+                      "done'\n");
+  Background b("grpo --config " + cfg +
+               " --num-generations 4 --per-device-train-batch-size 8 --max-completion-length 4"
+               " --lora-r 4 --max-steps 100000 --device cpu");
+  ASSERT_TRUE(b.wait_for([&] { return metrics_lines(dir) >= 1; })) << b.output();
+  pid_t reward = 0;
+  std::ifstream(pid_file) >> reward;
+  ASSERT_GT(reward, 0);
+  EXPECT_FALSE(gone(reward));
+  b.signal(SIGINT);
+  const Result r = b.wait();
+  EXPECT_EQ(r.exit_code, 130) << r.output;
+  EXPECT_TRUE(fs::exists(dir + "/checkpoint-" + std::to_string(metrics_lines(dir)))) << r.output;
+  EXPECT_TRUE(gone(reward)) << "the reward process " << reward << " outlived the run";
+  if (!gone(reward)) ::kill(-reward, SIGKILL);
+  fs::remove_all(dir);
+}
+
 // Resumed with a larger max_steps, the run goes on, and its learning rate follows the
 // schedule of the larger run (recomputed, as transformers does) from the resumed step on.
 TEST(RunControl, ResumeWithLargerMaxStepsFollowsTheLongerSchedule) {
