@@ -19,10 +19,8 @@ void run_dpo(const DpoConfig& cfg, const std::string& yaml) {
   CHECK(!cfg.data.empty(), "no dataset: give --data PAIRS.jsonl (or `data:` in the config)");
   // A RUN_DIR that is (or holds) an input, or cannot be written, fails before the model loads.
   check_run_dir(cfg.output_dir, {cfg.model, cfg.data, cfg.adapter, cfg.eval_dataset});
-  if (!cfg.dry_run) {
-    check_run_dir_writable(cfg.output_dir);
-    check_logging_dir_writable(cfg);
-  }
+  check_output_dir(cfg);
+  if (!cfg.dry_run) check_logging_dir_writable(cfg);
   TrainSession ts(cfg, uint64_t(cfg.seed));
   PreferenceDataOptions d;
   d.max_length = cfg.max_length;
@@ -54,25 +52,25 @@ void run_dpo(const DpoConfig& cfg, const std::string& yaml) {
     return;
   }
   write_run_config(cfg.output_dir, yaml);
-  const auto t0 = std::chrono::steady_clock::now();
-  trainer.run([&](const DpoStepInfo& i) {
-    const auto print_eval = [&] {
-      if (i.evaluated)
+  RunControl control(cfg);
+  trainer.run(
+      [&](const DpoStepInfo& i) {
+        const auto print_eval = [&] {
+          if (i.evaluated)
+            fmt::print(stderr,
+                       "dpo eval at step {} | eval_loss {:.4f} | eval_rewards/accuracies {:.3f}\n",
+                       i.step, i.eval_loss, i.eval_accuracy);
+        };
+        if (i.step % std::max<int64_t>(cfg.logging_steps, 1) != 0 && i.step != i.total_steps)
+          return print_eval();
         fmt::print(stderr,
-                   "dpo eval at step {} | eval_loss {:.4f} | eval_rewards/accuracies {:.3f}\n",
-                   i.step, i.eval_loss, i.eval_accuracy);
-    };
-    if (i.step % std::max<int64_t>(cfg.logging_steps, 1) != 0 && i.step != i.total_steps)
-      return print_eval();
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double eta = elapsed / double(i.step) * double(i.total_steps - i.step);
-    fmt::print(stderr, "dpo step {}/{} | loss {:.4f} | accuracy {:.3f} | margin {:.4f} | ETA {}\n",
-               i.step, i.total_steps, i.loss, i.accuracy, i.margin, format_duration(eta));
-    print_eval();
-  });
-  fmt::print("trained {} steps; adapter and metrics in {}\n", trainer.total_steps(),
-             cfg.output_dir);
+                   "dpo step {}/{} | loss {:.4f} | accuracy {:.3f} | margin {:.4f} | ETA {}\n",
+                   i.step, i.total_steps, i.loss, i.accuracy, i.margin,
+                   control.eta(i.step, i.total_steps));
+        print_eval();
+      },
+      control.stop());
+  control.print_done(trainer.total_steps(), cfg.output_dir, "adapter and metrics");
 }
 
 }  // namespace

@@ -21,10 +21,8 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   CHECK(!cfg.data.empty(), "no dataset: give --data PROMPTS.jsonl (or `data:` in the config)");
   // A RUN_DIR that is (or holds) an input, or cannot be written, fails before the model loads.
   check_run_dir(cfg.output_dir, {cfg.model, cfg.data, cfg.adapter, cfg.eval_dataset});
-  if (!cfg.dry_run) {
-    check_run_dir_writable(cfg.output_dir);
-    check_logging_dir_writable(cfg);
-  }
+  check_output_dir(cfg);
+  if (!cfg.dry_run) check_logging_dir_writable(cfg);
   // The rewards first: a malformed reward spec or a process that cannot start fails before
   // the model loads.
   RewardSet rewards = cfg.reward_process.empty() ? make_reward_set(cfg.rewards)
@@ -66,28 +64,27 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
     return;
   }
   write_run_config(cfg.output_dir, yaml);
-  const auto t0 = std::chrono::steady_clock::now();
-  trainer.run([&](const GrpoStepInfo& i) {
-    const auto print_eval = [&] {
-      if (i.evaluated)
-        fmt::print(stderr, "grpo eval at step {} | eval_reward {:.3f} | {:.1f} s\n", i.step,
-                   i.eval_reward, i.eval_seconds);
-    };
-    if (i.step % std::max<int64_t>(cfg.logging_steps, 1) != 0 && i.step != i.total_steps)
-      return print_eval();
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double eta = elapsed / double(i.step) * double(i.total_steps - i.step);
-    const std::string kl = i.has_kl ? fmt::format("{:.4f}", i.kl) : std::string("-");
-    fmt::print(stderr,
-               "grpo step {}/{} | reward {:.3f} ± {:.3f} | kl {} | loss {:.4f} | {:.1f} s/step | "
-               "ETA {}\n",
-               i.step, i.total_steps, i.reward, i.reward_std, kl, i.loss, i.seconds,
-               format_duration(eta));
-    print_eval();
-  });
-  fmt::print("trained {} steps; adapter and metrics in {}\n", trainer.total_steps(),
-             cfg.output_dir);
+  RunControl control(cfg);
+  trainer.run(
+      [&](const GrpoStepInfo& i) {
+        const auto print_eval = [&] {
+          if (i.evaluated)
+            fmt::print(stderr, "grpo eval at step {} | eval_reward {:.3f} | {:.1f} s\n", i.step,
+                       i.eval_reward, i.eval_seconds);
+        };
+        if (i.step % std::max<int64_t>(cfg.logging_steps, 1) != 0 && i.step != i.total_steps)
+          return print_eval();
+        const std::string kl = i.has_kl ? fmt::format("{:.4f}", i.kl) : std::string("-");
+        fmt::print(
+            stderr,
+            "grpo step {}/{} | reward {:.3f} ± {:.3f} | kl {} | loss {:.4f} | {:.1f} s/step | "
+            "ETA {}\n",
+            i.step, i.total_steps, i.reward, i.reward_std, kl, i.loss, i.seconds,
+            control.eta(i.step, i.total_steps));
+        print_eval();
+      },
+      control.stop());
+  control.print_done(trainer.total_steps(), cfg.output_dir, "adapter and metrics");
 }
 
 }  // namespace

@@ -19,10 +19,8 @@ void run_sft(const SftConfig& cfg, const std::string& yaml) {
   CHECK(!cfg.data.empty(), "no dataset: give --data TRAIN.jsonl (or `data:` in the config)");
   // A RUN_DIR that is (or holds) an input, or cannot be written, fails before the model loads.
   check_run_dir(cfg.output_dir, {cfg.model, cfg.data, cfg.adapter, cfg.eval_dataset});
-  if (!cfg.dry_run) {
-    check_run_dir_writable(cfg.output_dir);
-    check_logging_dir_writable(cfg);
-  }
+  check_output_dir(cfg);
+  if (!cfg.dry_run) check_logging_dir_writable(cfg);
   TrainSession ts(cfg, uint64_t(cfg.seed));
   SftDataOptions d;
   d.max_length = cfg.max_length;
@@ -54,26 +52,26 @@ void run_sft(const SftConfig& cfg, const std::string& yaml) {
     return;
   }
   write_run_config(cfg.output_dir, yaml);
-  const auto t0 = std::chrono::steady_clock::now();
-  trainer.run([&](const SftStepInfo& i) {
-    const auto print_eval = [&] {
-      if (i.evaluated)
-        fmt::print(stderr, "sft eval at step {} | eval_loss {:.4f} | {:.1f} s\n", i.step,
-                   i.eval_loss, i.eval_seconds);
-    };
-    if (i.step % std::max<int64_t>(cfg.logging_steps, 1) != 0 && i.step != i.total_steps)
-      return print_eval();
-    const double elapsed =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double eta = elapsed / double(i.step) * double(i.total_steps - i.step);
-    fmt::print(
-        stderr,
-        "sft step {}/{} | loss {:.4f} | grad_norm {:.3f} | lr {:.3g} | {:.0f} tok/s | ETA {}{}\n",
-        i.step, i.total_steps, i.loss, i.grad_norm, i.lr, i.tokens_per_second, format_duration(eta),
-        i.skipped ? " | step skipped (non-finite)" : "");
-    print_eval();
-  });
-  fmt::print("trained {} steps; adapter in {}\n", trainer.total_steps(), cfg.output_dir);
+  RunControl control(cfg);
+  trainer.run(
+      [&](const SftStepInfo& i) {
+        const auto print_eval = [&] {
+          if (i.evaluated)
+            fmt::print(stderr, "sft eval at step {} | eval_loss {:.4f} | {:.1f} s\n", i.step,
+                       i.eval_loss, i.eval_seconds);
+        };
+        if (i.step % std::max<int64_t>(cfg.logging_steps, 1) != 0 && i.step != i.total_steps)
+          return print_eval();
+        fmt::print(stderr,
+                   "sft step {}/{} | loss {:.4f} | grad_norm {:.3f} | lr {:.3g} | {:.0f} tok/s | "
+                   "ETA {}{}\n",
+                   i.step, i.total_steps, i.loss, i.grad_norm, i.lr, i.tokens_per_second,
+                   control.eta(i.step, i.total_steps),
+                   i.skipped ? " | step skipped (non-finite)" : "");
+        print_eval();
+      },
+      control.stop());
+  control.print_done(trainer.total_steps(), cfg.output_dir, "adapter");
 }
 
 }  // namespace

@@ -63,6 +63,8 @@ void add_training_keys(KeyTable<C>& t) {
         "Resume: a checkpoint directory, or true (bare --resume) for the newest in output_dir")
       .alias("resume")
       .bare_flag();
+  t.add("overwrite_output_dir", &C::overwrite_output_dir,
+        "Replace the run in output_dir (fp8rl's files only; without it, a run there is an error)");
   t.add("dry_run", &C::dry_run, "Plan the memory and print it; train nothing");
   t.add("gradient_checkpointing", &C::gradient_checkpointing,
         "Recompute each decoder layer in the backward instead of keeping its activations")
@@ -185,9 +187,8 @@ void add_compat_keys(KeyTable<C>& t) {
   t.ignore("push_to_hub", kLocalOnly, only({false}, "fp8rl has no Hub upload"));
   for (const char* k : {"hub_model_id", "hub_strategy", "hub_private_repo", "hub_token"})
     t.ignore(k, kLocalOnly);
-  for (const char* k :
-       {"logging_first_step", "log_level", "disable_tqdm", "run_name", "overwrite_output_dir",
-        "save_total_limit", "save_safetensors", "save_only_model"})
+  for (const char* k : {"logging_first_step", "log_level", "disable_tqdm", "run_name",
+                        "save_total_limit", "save_safetensors", "save_only_model"})
     t.ignore(k, kOwnLogging);
   t.ignore("logging_strategy", kOwnLogging,
            only({"steps"}, "fp8rl logs every logging_steps steps"));

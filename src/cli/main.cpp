@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/check.h"
+#include "train/run_dir.h"
 
 namespace {
 
@@ -27,6 +28,29 @@ void use_passive_openmp_waiting(char** argv) {
   if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
   execv("/proc/self/exe", argv);  // returns only on failure
   unsetenv("OMP_WAIT_POLICY");
+}
+
+// The command line that continues an interrupted run: this one with --resume (the newest
+// checkpoint of output_dir) in place of any resume option it had.
+std::string resume_command(int argc, char** argv) {
+  std::string cmd = "fp8rl";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--resume" || a == "--resume-from-checkpoint" || a == "--resume_from_checkpoint") {
+      if (i + 1 < argc && argv[i + 1][0] != '-') ++i;  // its value
+      continue;
+    }
+    if (a.rfind("--resume=", 0) == 0 || a.rfind("--resume-from-checkpoint=", 0) == 0 ||
+        a.rfind("--resume_from_checkpoint=", 0) == 0)
+      continue;
+    const bool plain = a.find_first_not_of(
+                           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                           "0123456789-_=./:,+@%") == std::string::npos;
+    std::string quoted = "'";
+    for (char c : a) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    cmd += " " + (plain && !a.empty() ? a : quoted + "'");
+  }
+  return cmd + " --resume";
 }
 
 }  // namespace
@@ -82,6 +106,18 @@ int main(int argc, char** argv) {
                                  : std::string("fp8rl --help");
     std::fprintf(stderr, "fp8rl: error: %s (see %s)\n", message.c_str(), help.c_str());
     return 1;
+  } catch (const fp8rl::RunInterrupted& e) {
+    // Exit status 128 + the signal, as a shell reports a process the signal ended.
+    const char* name = e.signal == SIGTERM ? "SIGTERM" : e.signal == SIGINT ? "SIGINT" : "a signal";
+    if (e.checkpoint.empty())
+      std::fprintf(stderr, "fp8rl: interrupted by %s before the first step; nothing saved\n", name);
+    else
+      std::fprintf(stderr,
+                   "fp8rl: interrupted by %s at step %lld of %lld; the run is saved in %s\n"
+                   "fp8rl: to continue it: %s\n",
+                   name, static_cast<long long>(e.step), static_cast<long long>(e.total_steps),
+                   e.checkpoint.c_str(), resume_command(argc, argv).c_str());
+    return 128 + e.signal;
   } catch (const fp8rl::Error& e) {
     std::fprintf(stderr, "fp8rl: error: %s\n", fp8rl::cli::error_message(e).c_str());
     return 1;

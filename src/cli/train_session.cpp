@@ -44,6 +44,50 @@ const tok::Tokenizer& TrainSession::tokenizer() const {
   return session_->require_tokenizer("training");
 }
 
+void check_output_dir(const TrainingArguments& args) {
+  if (args.dry_run) return;
+  check_run_dir_writable(args.output_dir);
+  const bool resuming =
+      !args.resume_from_checkpoint.empty() && args.resume_from_checkpoint != "false";
+  claim_run_dir(args.output_dir, resuming, args.overwrite_output_dir);
+}
+
+RunControl::RunControl(const TrainingArguments& args) {
+  const std::string from = resume_checkpoint(args.resume_from_checkpoint, args.output_dir);
+  if (!from.empty()) {
+    resumed_step_ = std::max<int64_t>(checkpoint_step(from), 0);
+    std::filesystem::path p = std::filesystem::path(from).lexically_normal();
+    if (!p.has_filename()) p = p.parent_path();
+    std::error_code ec;
+    const bool in_run_dir = std::filesystem::equivalent(
+        p.has_parent_path() ? p.parent_path() : std::filesystem::path("."), args.output_dir, ec);
+    fmt::print(stderr, "resuming from {}{}\n", p.filename().string(),
+               in_run_dir ? "" : fmt::format(" ({})", from));
+  }
+  start_ = std::chrono::steady_clock::now();
+}
+
+std::string RunControl::eta(int64_t step, int64_t total_steps) {
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const int64_t done = step - resumed_step_;
+  return format_duration(elapsed / double(std::max<int64_t>(done, 1)) * double(total_steps - step));
+}
+
+void RunControl::print_done(int64_t total_steps, const std::string& dir,
+                            const std::string& what) const {
+  if (resumed_step_ >= total_steps) {
+    fmt::print(
+        "nothing to train: the run is at step {} of {}; give a larger max_steps (or "
+        "num_train_epochs) to continue it\n",
+        resumed_step_, total_steps);
+    return;
+  }
+  fmt::print("trained {} steps{}; {} in {}\n", total_steps - resumed_step_,
+             resumed_step_ > 0 ? fmt::format(" ({} to {})", resumed_step_ + 1, total_steps) : "",
+             what, dir);
+}
+
 void write_run_config(const std::string& dir, const std::string& yaml) {
   prepare_run_dir(dir);
   write_file_replacing((std::filesystem::path(dir) / "config.yaml").string(), yaml);

@@ -3,15 +3,18 @@
 // and chat template, the run directory's config record, and the per-step log line.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cli/model_session.h"
+#include "core/interrupt.h"
 #include "model/adapter.h"
 #include "train/logprob_pass.h"
 #include "train/model_arguments.h"
 #include "train/sft_data.h"
+#include "train/training_arguments.h"
 
 namespace fp8rl::cli {
 
@@ -36,6 +39,30 @@ class TrainSession {
   std::unique_ptr<LoraAdapter> adapter_;
   SftTokenizerSetup tok_setup_;
   std::string base_model_name_;
+};
+
+// The run directory's part of a training command, before the model loads: checks that
+// output_dir can be written and is not taken by another run (claim_run_dir: --resume or
+// --overwrite-output-dir). Nothing for a dry run, which writes nothing.
+void check_output_dir(const TrainingArguments& args);
+
+// What a training command does around its trainer's run(): says which checkpoint it resumes
+// from, lets SIGINT and SIGTERM stop the run between steps (stop(), for the trainer) for its
+// lifetime, and times the steps of this process alone (a resumed run's earlier steps took no
+// time here, so counting them would make the ETA too short).
+class RunControl {
+ public:
+  explicit RunControl(const TrainingArguments& args);
+  StopRequest stop() const { return interrupt_.stop_request(); }
+  // The time left after `step` of `total_steps`, from the steps this process has run.
+  std::string eta(int64_t step, int64_t total_steps);
+  // The closing line: the steps trained here, or why none were.
+  void print_done(int64_t total_steps, const std::string& dir, const std::string& what) const;
+
+ private:
+  InterruptHandler interrupt_;
+  int64_t resumed_step_ = 0;  // the step of the checkpoint resumed from (0: a fresh run)
+  std::chrono::steady_clock::time_point start_;
 };
 
 // Writes the resolved configuration into the run directory as config.yaml (created first).

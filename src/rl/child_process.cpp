@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/interrupt.h"
 
 extern char** environ;
 
@@ -151,6 +152,8 @@ ChildProcess::ChildProcess(std::string command, std::string who)
     close_fd(stdout_fd_);
     RAISE("{}: could not start /bin/sh -c '{}': {}", who_, command_, errno_text(rc));
   }
+  // A second Ctrl-C ends fp8rl without this destructor: the group is killed from the handler.
+  register_child_group(pid_);
 }
 
 ChildProcess::~ChildProcess() {
@@ -172,6 +175,7 @@ void ChildProcess::kill_and_reap() {
   // The leader is not reaped yet, so its pid (= the group id) cannot have been reused: the
   // SIGKILL reaches only its group (what the shell started, even after the shell exited).
   ::kill(-pid_, SIGKILL);
+  unregister_child_group(pid_);  // before the reap frees the group id for reuse
   while (::waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
   }
   pid_ = -1;

@@ -231,17 +231,13 @@ struct DpoTrainer::Impl {
             {"eval_runtime", std::chrono::duration<double>(Clock::now() - t0).count()}};
   }
 
-  void run(const std::function<void(const DpoStepInfo&)>& on_step) {
+  void run(const std::function<void(const DpoStepInfo&)>& on_step, const StopRequest& stop) {
     CHECK(!cfg.evaluates() || !eval_pairs.empty(),
           "dpo: eval_strategy = {}{} but no eval pairs were given",
           eval_strategy_name(cfg.eval_strategy), cfg.eval_on_start ? " with eval_on_start" : "");
     prepare_run_dir(cfg.output_dir);
-    std::string resume = cfg.resume_from_checkpoint;
-    if (resume == "true") {
-      resume = latest_checkpoint(cfg.output_dir);
-      CHECK(!resume.empty(), "resume_from_checkpoint: no checkpoint in '{}'", cfg.output_dir);
-    }
-    if (!resume.empty() && resume != "false") {
+    const std::string resume = resume_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir);
+    if (!resume.empty()) {
       const nlohmann::json s = load_checkpoint(resume, ctx, model, adapter, *train_step);
       try {
         epoch = s.at("epoch").get<int64_t>();
@@ -261,7 +257,8 @@ struct DpoTrainer::Impl {
       line["step"] = 0;
       metrics.write(line);
     }
-    while (train_step->global_step() < total_steps) {
+    std::string saved = resume;  // the checkpoint of the last completed step, if any
+    while (train_step->global_step() < total_steps && !stop.requested()) {
       const auto t0 = Clock::now();
       ops::fill_zero(ctx, grads);
       double loss = 0;
@@ -344,10 +341,17 @@ struct DpoTrainer::Impl {
         on_step({step, total_steps, loss, mean.rewards_accuracies / n, mean.rewards_margins / n,
                  seconds, evaluated, number_or_nan(line, "eval_loss"),
                  number_or_nan(line, "eval_rewards/accuracies")});
-      if ((cfg.save_steps > 0 && step % cfg.save_steps == 0) || step == total_steps)
+      if ((cfg.save_steps > 0 && step % cfg.save_steps == 0) || step == total_steps) {
         save_checkpoint(cfg.output_dir, step, adapter, *train_step,
                         {{"epoch", epoch}, {"batch", batch}}, base_model_name);
+        saved = checkpoint_path(cfg.output_dir, step);
+      }
     }
+    if (train_step->global_step() < total_steps)
+      end_stopped_run(stop, train_step->global_step(), total_steps, cfg.output_dir, saved, [&] {
+        save_checkpoint(cfg.output_dir, train_step->global_step(), adapter, *train_step,
+                        {{"epoch", epoch}, {"batch", batch}}, base_model_name);
+      });
     adapter.save_peft(cfg.output_dir, base_model_name);
   }
 };
@@ -385,8 +389,9 @@ nlohmann::json DpoTrainer::evaluate() {
   return impl_->evaluate();
 }
 
-void DpoTrainer::run(const std::function<void(const DpoStepInfo&)>& on_step) {
-  impl_->run(on_step);
+void DpoTrainer::run(const std::function<void(const DpoStepInfo&)>& on_step,
+                     const StopRequest& stop) {
+  impl_->run(on_step, stop);
 }
 
 }  // namespace fp8rl

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/interrupt.h"
 #include "model/adapter.h"
 #include "model/model.h"
 #include "ops/context.h"
@@ -52,7 +53,10 @@ class DpoTrainer {
   // /rejected (each the mean of its batches' values, TRL's log), and eval_runtime (seconds).
   void set_eval_data(std::vector<PreferencePair> eval_pairs);
   nlohmann::json evaluate();
-  void run(const std::function<void(const DpoStepInfo&)>& on_step = {});
+  // Trains to the end; `stop` is polled between steps: once it is requested, the last completed
+  // step is checkpointed and RunInterrupted thrown.
+  void run(const std::function<void(const DpoStepInfo&)>& on_step = {},
+           const StopRequest& stop = {});
 
  private:
   struct Impl;

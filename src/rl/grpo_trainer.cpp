@@ -685,15 +685,10 @@ struct GrpoTrainer::Impl {
     }
   }
 
-  void run(const std::function<void(const GrpoStepInfo&)>& on_step) {
+  void run(const std::function<void(const GrpoStepInfo&)>& on_step, const StopRequest& stop) {
     prepare_run_dir(cfg.output_dir);
-    std::string resume = cfg.resume_from_checkpoint;
-    if (resume == "true") {
-      resume = latest_checkpoint(cfg.output_dir);
-      CHECK(!resume.empty(), "resume_from_checkpoint: no checkpoint in '{}'", cfg.output_dir);
-    }
-    if (!resume.empty() && resume != "false")
-      load_state(load_checkpoint(resume, ctx, model, adapter, *train_step));
+    const std::string resume = resume_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir);
+    if (!resume.empty()) load_state(load_checkpoint(resume, ctx, model, adapter, *train_step));
     StepMetrics metrics(cfg, train_step->global_step());
     MetricsLog samples(cfg.output_dir, train_step->global_step(), "samples.jsonl");
     // The gradients on the run's device, beside the masters: the optimizer steps them there.
@@ -710,7 +705,9 @@ struct GrpoTrainer::Impl {
       metrics.write(line);
     }
 
-    while (train_step->global_step() < total_steps) {
+    std::string saved = resume;  // the checkpoint of the last completed step, if any
+
+    while (train_step->global_step() < total_steps && !stop.requested()) {
       const auto t0 = Clock::now();
       const int64_t step = train_step->global_step() + 1;
       const double epoch_before = epoch_now();
@@ -796,9 +793,16 @@ struct GrpoTrainer::Impl {
         info.eval_seconds = line.value("eval_runtime", 0.0);
         on_step(info);
       }
-      if ((cfg.save_steps > 0 && step % cfg.save_steps == 0) || step == total_steps)
+      if ((cfg.save_steps > 0 && step % cfg.save_steps == 0) || step == total_steps) {
         save_checkpoint(cfg.output_dir, step, adapter, *train_step, run_state(), base_model_name);
+        saved = checkpoint_path(cfg.output_dir, step);
+      }
     }
+    if (train_step->global_step() < total_steps)
+      end_stopped_run(stop, train_step->global_step(), total_steps, cfg.output_dir, saved, [&] {
+        save_checkpoint(cfg.output_dir, train_step->global_step(), adapter, *train_step,
+                        run_state(), base_model_name);
+      });
     adapter.save_peft(cfg.output_dir, base_model_name);
   }
 };
@@ -832,12 +836,13 @@ void GrpoTrainer::set_eval_data(std::vector<PromptExample> eval_prompts) {
   impl_->eval_data = std::move(eval_prompts);
 }
 
-void GrpoTrainer::run(const std::function<void(const GrpoStepInfo&)>& on_step) {
+void GrpoTrainer::run(const std::function<void(const GrpoStepInfo&)>& on_step,
+                      const StopRequest& stop) {
   CHECK(!impl_->cfg.evaluates() || !impl_->eval_data.empty(),
         "grpo: eval_strategy = {}{} but no eval prompts were given",
         eval_strategy_name(impl_->cfg.eval_strategy),
         impl_->cfg.eval_on_start ? " with eval_on_start" : "");
-  impl_->run(on_step);
+  impl_->run(on_step, stop);
 }
 
 }  // namespace fp8rl

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/interrupt.h"
 #include "model/adapter.h"
 #include "model/model.h"
 #include "ops/context.h"
@@ -85,8 +86,10 @@ class GrpoTrainer {
   void set_eval_data(std::vector<PromptExample> eval_prompts);
   // Trains max_steps optimizer steps (from the checkpoint in config.resume_from_checkpoint, if
   // set); writes metrics.jsonl, samples.jsonl, checkpoints and the final adapter into
-  // output_dir.
-  void run(const std::function<void(const GrpoStepInfo&)>& on_step = {});
+  // output_dir. `stop` is polled between steps: once it is requested, the last completed step
+  // is checkpointed (its round with it) and RunInterrupted thrown.
+  void run(const std::function<void(const GrpoStepInfo&)>& on_step = {},
+           const StopRequest& stop = {});
 
  private:
   struct Impl;

@@ -1,5 +1,6 @@
 #include "train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -122,17 +123,56 @@ void Optimizer::add_state(SafetensorsWriter& writer) const {
   }
 }
 
+std::string settings_mismatch(const std::string& saved, const std::string& now,
+                              const std::vector<std::string>& may_change) {
+  const auto parse = [](const std::string& text) {
+    std::vector<std::pair<std::string, std::string>> kv;
+    size_t at = 0;
+    while (at < text.size()) {
+      size_t end = text.find(';', at);
+      if (end == std::string::npos) end = text.size();
+      const std::string item = text.substr(at, end - at);
+      const size_t eq = item.find('=');
+      kv.emplace_back(item.substr(0, eq), eq == std::string::npos ? "" : item.substr(eq + 1));
+      at = end + 1;
+    }
+    return kv;
+  };
+  // The user's names of the optimizer's settings (TrainingArguments' keys).
+  const auto user_name = [](const std::string& key) -> std::string {
+    if (key == "beta1" || key == "beta2") return "adam_" + key;
+    if (key == "eps") return "adam_epsilon";
+    return key;
+  };
+  const auto a = parse(saved), b = parse(now);
+  for (const auto& [key, value] : b) {
+    if (std::find(may_change.begin(), may_change.end(), key) != may_change.end()) continue;
+    const auto it = std::find_if(a.begin(), a.end(), [&](const auto& p) { return p.first == key; });
+    const std::string old = it == a.end() ? "(not set)" : it->second;
+    if (old != value)
+      return fmt::format("{} was {} in the checkpoint, this run has {}", user_name(key), old,
+                         value);
+  }
+  return a.size() == b.size()
+             ? ""
+             : fmt::format("its settings '{}' differ from this run's '{}'", saved, now);
+}
+
 void Optimizer::load_state(const SafetensorsFile& file) {
   const std::string& kind = metadata_value(file, kKindKey);
-  CHECK(kind == name(), "optimizer state '{}' is of optimizer '{}', not '{}'", file.path(), kind,
-        name());
+  CHECK(kind == name(),
+        "cannot resume from '{}': optim was {} in the checkpoint, this run has {}; it cannot "
+        "change on resume",
+        file.path(), kind, name());
   const int64_t n = parse_count(file, kParamsKey);
   CHECK(n == num_params_, "optimizer state '{}' is over {} parameters, this optimizer over {}",
         file.path(), n, num_params_);
   const std::string& hyper = metadata_value(file, kHyperKey);
-  CHECK(hyper == hyperparameters(),
-        "optimizer state '{}' was saved with hyperparameters '{}', this optimizer has '{}'",
-        file.path(), hyper, hyperparameters());
+  const std::string mismatch = settings_mismatch(hyper, hyperparameters());
+  CHECK(mismatch.empty(),
+        "cannot resume from '{}': {}; the optimizer's state was built with it, so it cannot "
+        "change on resume",
+        file.path(), mismatch);
   const int64_t steps = parse_count(file, kStepKey);
   load_tensors(file);
   steps_ = steps;

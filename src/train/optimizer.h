@@ -47,6 +47,13 @@ struct SgdConfig {
   void validate() const;
 };
 
+// Where two settings texts "key=value;key=value" (a checkpoint's and this run's) differ, for the
+// error of a resume that changed one: "<key> was <saved> in the checkpoint, this run has <now>"
+// for the first differing key not in `may_change` (keys named by `config_name`, its config
+// key's name), or "" when they agree.
+std::string settings_mismatch(const std::string& saved, const std::string& now,
+                              const std::vector<std::string>& may_change = {});
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;

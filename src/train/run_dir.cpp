@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/interrupt.h"
 #include "core/output_file.h"
 #include "formats/safetensors.h"
 #include "model/adapter.h"
@@ -38,7 +40,7 @@ constexpr const char* kCheckpointTemp = ".tmp-checkpoint-";
 constexpr const char* kRunFiles[] = {"config.yaml", "metrics.jsonl", "samples.jsonl",
                                      "adapter_config.json", "adapter_model.safetensors"};
 
-int64_t checkpoint_step(const fs::path& p) {
+int64_t step_of(const fs::path& p) {
   const std::string name = p.filename().string();
   const std::string prefix = "checkpoint-";
   if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) return -1;
@@ -70,6 +72,87 @@ void prepare_run_dir(const std::string& dir) {
     if (is_stale) stale.push_back(e.path());
   }
   for (const fs::path& p : stale) fs::remove_all(p, ec);
+}
+
+std::vector<std::string> run_files(const std::string& dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return found;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    bool ours = step_of(e.path()) >= 0 && e.is_directory(ec);
+    for (const char* f : kRunFiles) ours = ours || name == f;
+    ours = ours || name == "report.html";
+    if (ours) found.push_back(name);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+void claim_run_dir(const std::string& dir, bool resuming, bool overwrite) {
+  CHECK(!(resuming && overwrite),
+        "--overwrite-output-dir and --resume contradict each other: resuming continues the run "
+        "in '{}', overwriting removes it",
+        dir);
+  if (resuming) return;
+  const std::vector<std::string> found = run_files(dir);
+  if (found.empty()) return;
+  std::string names;
+  for (size_t i = 0; i < found.size() && i < 4; ++i) names += (i ? ", " : "") + found[i];
+  if (found.size() > 4) names += fmt::format(" and {} more", found.size() - 4);
+  CHECK(overwrite,
+        "output_dir '{}' holds a run ({}): continue it with --resume, replace it with "
+        "--overwrite-output-dir, or choose another output_dir",
+        dir, names);
+  // Only what fp8rl writes: a user's own files in the directory stay.
+  for (const std::string& f : found) {
+    std::error_code ec;
+    fs::remove_all(fs::path(dir) / f, ec);
+    CHECK(!ec, "--overwrite-output-dir: cannot remove '{}': {}", (fs::path(dir) / f).string(),
+          ec.message());
+  }
+}
+
+std::string resume_checkpoint(const std::string& resume_from_checkpoint,
+                              const std::string& output_dir) {
+  if (resume_from_checkpoint.empty() || resume_from_checkpoint == "false") return "";
+  if (resume_from_checkpoint != "true") return resume_from_checkpoint;
+  const std::string latest = latest_checkpoint(output_dir);
+  CHECK(!latest.empty(), "resume_from_checkpoint: no checkpoint in '{}'", output_dir);
+  return latest;
+}
+
+int64_t checkpoint_step(const std::string& checkpoint) {
+  return step_of(fs::path(checkpoint).lexically_normal().filename().empty()
+                     ? fs::path(checkpoint).parent_path()
+                     : fs::path(checkpoint));
+}
+
+RunInterrupted::RunInterrupted(int signal_number, int64_t step_done, int64_t total,
+                               std::string checkpoint_dir)
+    : std::runtime_error(
+          checkpoint_dir.empty()
+              ? fmt::format("interrupted by signal {} before the first step", signal_number)
+              : fmt::format("interrupted by signal {} after step {} of {}; the run stands in '{}'",
+                            signal_number, step_done, total, checkpoint_dir)),
+      signal(signal_number),
+      step(step_done),
+      total_steps(total),
+      checkpoint(std::move(checkpoint_dir)) {}
+
+std::string checkpoint_path(const std::string& dir, int64_t step) {
+  return (fs::path(dir) / ("checkpoint-" + std::to_string(step))).string();
+}
+
+void end_stopped_run(const StopRequest& stop, int64_t step, int64_t total_steps,
+                     const std::string& dir, const std::string& saved,
+                     const std::function<void()>& save) {
+  std::string at = saved;
+  if (step > 0 && checkpoint_step(saved) != step) {
+    save();
+    at = checkpoint_path(dir, step);
+  }
+  throw RunInterrupted(stop.signal(), step, total_steps, at);
 }
 
 void check_run_dir_writable(const std::string& dir, const char* what) {
@@ -115,7 +198,7 @@ std::string latest_checkpoint(const std::string& dir) {
   int64_t best = -1;
   fs::path best_path;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const int64_t s = checkpoint_step(e.path());
+    const int64_t s = step_of(e.path());
     if (s > best && fs::exists(e.path() / kStateFile)) best = s, best_path = e.path();
   }
   return best < 0 ? "" : best_path.string();

@@ -11,11 +11,15 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace fp8rl {
 
 class LoraAdapter;
+class StopRequest;
 struct Context;
 class Model;
 class TrainStep;
@@ -29,6 +33,47 @@ void prepare_run_dir(const std::string& dir);
 // before loading a model so that a bad RUN_DIR fails at once. `what` names the directory in
 // errors (logging_dir for TensorBoard's).
 void check_run_dir_writable(const std::string& dir, const char* what = "the run directory");
+
+// What of fp8rl's run files `dir` holds (metrics.jsonl, config.yaml, samples.jsonl, report.html,
+// checkpoint-<step>/, the adapter's files), by name; empty for an empty or missing directory
+// or one with only other files.
+std::vector<std::string> run_files(const std::string& dir);
+
+// Before a training run writes into `dir` (the commands call it before loading the model):
+// resuming, `dir` may hold anything; otherwise a `dir` that holds a run is an error that says so,
+// unless `overwrite` (--overwrite-output-dir), which removes fp8rl's run files from it first.
+// Other files are left where they are, as transformers writes into a directory that holds them.
+void claim_run_dir(const std::string& dir, bool resuming, bool overwrite);
+
+// The checkpoint a run resumes from, given resume_from_checkpoint: "" or "false" none, "true" the
+// newest in output_dir (an error when there is none), else that directory.
+std::string resume_checkpoint(const std::string& resume_from_checkpoint,
+                              const std::string& output_dir);
+
+// The step of a checkpoint directory named checkpoint-<step>, or -1.
+int64_t checkpoint_step(const std::string& checkpoint);
+
+// Thrown by a trainer's run() that a StopRequest (core/interrupt.h) stopped between steps, once
+// the checkpoint of the last completed step is on disk.
+class RunInterrupted : public std::runtime_error {
+ public:
+  // `checkpoint`: where the run stands ("" when it has none: no step completed).
+  RunInterrupted(int signal, int64_t step, int64_t total_steps, std::string checkpoint);
+  int signal = 0;
+  int64_t step = 0, total_steps = 0;
+  std::string checkpoint;
+};
+
+// The path of checkpoint-<step> in `dir`.
+std::string checkpoint_path(const std::string& dir, int64_t step);
+
+// The end of a training loop that `stop` ended after `step` of `total_steps`: calls `save`
+// (which writes checkpoint-<step> as save_steps does) unless `saved`, the run's newest
+// checkpoint ("" none), is already of that step, or no step was taken; then throws
+// RunInterrupted.
+[[noreturn]] void end_stopped_run(const StopRequest& stop, int64_t step, int64_t total_steps,
+                                  const std::string& dir, const std::string& saved,
+                                  const std::function<void()>& save);
 
 // Writes checkpoint-<step> of `dir`. `state` is the trainer's resume state (data position,
 // random streams, ...), stored as metadata "train.run_state". Built under a temporary name,

@@ -105,14 +105,11 @@ nlohmann::json SftTrainer::position_json() const {
       {"epoch", pos_.epoch}, {"batch", pos_.batch}, {"micro", pos_.micro}, {"tokens", pos_.tokens}};
 }
 
-void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
+void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step,
+                     const StopRequest& stop) {
   prepare_run_dir(cfg_.output_dir);
-  std::string resume = cfg_.resume_from_checkpoint;
-  if (resume == "true") {
-    resume = latest_checkpoint(cfg_.output_dir);
-    CHECK(!resume.empty(), "resume_from_checkpoint: no checkpoint in '{}'", cfg_.output_dir);
-  }
-  if (!resume.empty() && resume != "false") {
+  const std::string resume = resume_checkpoint(cfg_.resume_from_checkpoint, cfg_.output_dir);
+  if (!resume.empty()) {
     const nlohmann::json st = load_checkpoint(resume, ctx_, model_, adapter_, *train_step_);
     try {
       pos_.epoch = st.at("epoch").get<int64_t>();
@@ -148,7 +145,9 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
   const DeviceBuffer grad_storage(ctx_, size_t(num_params) * sizeof(float));
   const TensorView grads = grad_storage.view({num_params}, DType::f32);  // [P] f32
 
-  while (train_step_->global_step() < total_steps_) {
+  std::string saved = resume;  // the checkpoint of the last completed step, if any
+
+  while (train_step_->global_step() < total_steps_ && !stop.requested()) {
     const auto t0 = std::chrono::steady_clock::now();
     // The micro-batches of this step: up to grad_accum, not crossing an epoch's end.
     if (pos_.batch >= int64_t(epoch_plan(pos_.epoch).size())) ++pos_.epoch, pos_.batch = 0;
@@ -214,10 +213,17 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step) {
                evaluated && line.at("eval_loss").is_number() ? line.at("eval_loss").get<double>()
                                                              : std::nan(""),
                line.value("eval_runtime", 0.0)});
-    if ((cfg_.save_steps > 0 && step % cfg_.save_steps == 0) || step == total_steps_)
+    if ((cfg_.save_steps > 0 && step % cfg_.save_steps == 0) || step == total_steps_) {
       save_checkpoint(cfg_.output_dir, step, adapter_, *train_step_, position_json(),
                       base_model_name_);
+      saved = checkpoint_path(cfg_.output_dir, step);
+    }
   }
+  if (train_step_->global_step() < total_steps_)
+    end_stopped_run(stop, train_step_->global_step(), total_steps_, cfg_.output_dir, saved, [&] {
+      save_checkpoint(cfg_.output_dir, train_step_->global_step(), adapter_, *train_step_,
+                      position_json(), base_model_name_);
+    });
   adapter_.save_peft(cfg_.output_dir, base_model_name_);
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/interrupt.h"
 #include "model/adapter.h"
 #include "model/model.h"
 #include "ops/context.h"
@@ -54,8 +55,10 @@ class SftTrainer {
   // means weighted by their example counts (transformers' evaluation loop).
   double evaluate_loss();
   // Trains to the end (or from the resumed checkpoint to the end); writes metrics.jsonl,
-  // checkpoints and the final adapter into output_dir.
-  void run(const std::function<void(const SftStepInfo&)>& on_step = {});
+  // checkpoints and the final adapter into output_dir. `stop` is polled between steps: once it
+  // is requested, the last completed step is checkpointed and RunInterrupted thrown.
+  void run(const std::function<void(const SftStepInfo&)>& on_step = {},
+           const StopRequest& stop = {});
 
  private:
   struct Position {

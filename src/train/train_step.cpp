@@ -96,9 +96,16 @@ void TrainStep::load_state(const SafetensorsFile& file) {
   auto it = file.metadata().find(kSettingsKey);
   CHECK(it != file.metadata().end(), "training state '{}': metadata '{}' is missing", file.path(),
         kSettingsKey);
-  CHECK(it->second == settings(),
-        "training state '{}' was saved with settings '{}', this run has '{}'", file.path(),
-        it->second, settings());
+  // The schedule's length and warmup come from this run's max_steps (or num_train_epochs) and
+  // warmup, as transformers builds its scheduler from the new arguments on resume, and the
+  // clipping is read each step: a resume may change them (a larger max_steps extends the run).
+  // The base rate transformers restores from the checkpoint (the scheduler's base_lrs), so a
+  // changed learning_rate would silently not apply; the schedule's type and cycles shaped the
+  // steps already taken. A change of those is an error naming the key.
+  const std::string mismatch = settings_mismatch(
+      it->second, settings(), {"num_training_steps", "num_warmup_steps", "max_grad_norm"});
+  CHECK(mismatch.empty(), "cannot resume from '{}': {}; it cannot change on resume", file.path(),
+        mismatch);
   const int64_t global_step = parse_count(file, kGlobalStepKey);
   const int64_t skipped = parse_count(file, kSkippedKey);
   CHECK(skipped <= global_step, "training state '{}': {} skipped of {} steps", file.path(), skipped,

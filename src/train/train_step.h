@@ -61,7 +61,8 @@ class TrainStep {
   const TrainStepConfig& config() const { return config_; }
 
   // The optimizer's state plus the step counters and the schedule ("train." metadata); a load
-  // requires the same base rate, schedule and clipping as saved.
+  // requires the same base rate and schedule type as saved (an error names the key, the saved
+  // and this run's value) and takes the schedule's length, warmup and clipping from this run.
   void add_state(SafetensorsWriter& writer) const;
   void load_state(const SafetensorsFile& file);
   void save(const std::string& path) const;  // written as path.tmp, then renamed

@@ -40,6 +40,10 @@ struct TrainingArguments {
   // "" or "false": start fresh; "true": the newest checkpoint in output_dir (transformers'
   // resume_from_checkpoint=True); anything else: a checkpoint directory.
   std::string resume_from_checkpoint;
+  // transformers' overwrite_output_dir (removed in transformers 5, whose runs write into any
+  // directory): here a run into an output_dir that holds a run (run_dir.h) is an error without
+  // it; with it, the old run's files are removed first (the user's other files stay).
+  bool overwrite_output_dir = false;
   bool dry_run = false;  // plan and print the memory, train nothing
   // Activation checkpointing per decoder layer (model/tape.h). transformers' default is off;
   // SFTConfig turns it on (TRL >= 0.20), and so does SftConfig here.

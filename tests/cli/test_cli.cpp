@@ -1349,8 +1349,7 @@ TEST_P(CliFullDisk, CheckpointFailureKeepsThePreviousCheckpoint) {
       {adapter_bytes / 2, "adapter_model.safetensors"},
       {(adapter_bytes + state_bytes) / 2, "trainer_state.safetensors"}};
   // The run to interrupt: the uninterrupted run's directory as it was after step 2 (its
-  // checkpoint-2 and logs; the logs' later lines are dropped by the resume). The trainer
-  // state pins max_steps, so a 2-step run could not be resumed to 4 steps.
+  // checkpoint-2 and logs; the logs' later lines are dropped by the resume).
   fs::copy(full, run_dir, fs::copy_options::recursive);
   for (const char* f : {"checkpoint-4", "adapter_model.safetensors", "adapter_config.json"})
     fs::remove_all(run_dir + "/" + f);

@@ -26,7 +26,7 @@ step "hf_train peft bf16" "$OUT/bench.log" 200 sh -c "cd tools/bench && python3 
   --preset qwen3-8b --batch 8 --seq 1024 --lora-r 32 --steps 3 --warmup 1 > $OUT/train_hf.json"
 step "test_train_gpu" "$OUT/train.log" 120 "$BIN/test_train_gpu"
 step "grpo demo cuda" "$OUT/grpo.log" 120 "$FP8RL" grpo --config examples/demo.yaml \
-  --device cuda --max-steps 20 --output-dir "$OUT/grpo-demo" --save-steps 0
+  --device cuda --max-steps 20 --output-dir "$OUT/grpo-demo" --save-steps 0 --overwrite-output-dir
 python3 - "$OUT/grpo-demo/metrics.jsonl" >> "$SUMMARY" <<'PY'
 import json, sys
 L = [json.loads(l) for l in open(sys.argv[1])]

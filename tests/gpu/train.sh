@@ -26,9 +26,9 @@ step "perf attention backward" "$OUT/ops.log" 120 "$BIN/test_ops" --perf \
   --op paged_attention_backward
 step "test_train_gpu" "$OUT/train.log" 240 "$BIN/test_train_gpu"
 step "grpo demo cuda" "$OUT/grpo.log" 150 "$FP8RL" grpo --config examples/demo.yaml \
-  --device cuda --max-steps 20 --output-dir "$OUT/grpo-demo" --save-steps 0
+  --device cuda --max-steps 20 --output-dir "$OUT/grpo-demo" --save-steps 0 --overwrite-output-dir
 step "sft cuda" "$OUT/sft.log" 120 "$FP8RL" sft examples/demo/model --data examples/demo/sft.jsonl \
-  --device cuda --max-steps 10 --out "$OUT/sft-demo" --save-steps 0
+  --device cuda --max-steps 10 --out "$OUT/sft-demo" --save-steps 0 --overwrite-output-dir
 # The memory plan: the dry run's total (all of it in the one device region) against the
 # peak the run measured, within 10%.
 step "sft cuda dry-run" "$OUT/sft.log" 60 "$FP8RL" sft examples/demo/model \
