@@ -239,12 +239,8 @@ struct DpoTrainer::Impl {
     const std::string resume = resume_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir);
     if (!resume.empty()) {
       const nlohmann::json s = load_checkpoint(resume, ctx, model, adapter, *train_step);
-      try {
-        epoch = s.at("epoch").get<int64_t>();
-        batch = s.at("batch").get<int64_t>();
-      } catch (const std::exception& e) {
-        RAISE("checkpoint '{}': its data position is malformed: {}", resume, e.what());
-      }
+      epoch = checkpoint_position(s, "epoch", resume);
+      batch = checkpoint_position(s, "batch", resume);
     }
     StepMetrics metrics(cfg, train_step->global_step());
     // The gradients on the run's device, beside the masters: the optimizer steps them there.

@@ -673,22 +673,23 @@ struct GrpoTrainer::Impl {
     return s;
   }
 
-  void load_state(const nlohmann::json& s) {
+  void load_state(const nlohmann::json& s, const std::string& checkpoint) {
+    epoch = checkpoint_position(s, "epoch", checkpoint);
+    next_prompt = checkpoint_position(s, "next_prompt", checkpoint);
+    rounds = checkpoint_position(s, "rounds", checkpoint);
+    non_finite_total = checkpoint_position(s, "non_finite_total", checkpoint);
     try {
-      epoch = s.at("epoch").get<int64_t>();
-      next_prompt = s.at("next_prompt").get<int64_t>();
-      rounds = s.at("rounds").get<int64_t>();
-      non_finite_total = s.at("non_finite_total").get<int64_t>();
       if (s.contains("round")) round = Round::from_json(s.at("round"));
     } catch (const std::exception& e) {
-      RAISE("the checkpoint's run state is malformed: {}", e.what());
+      RAISE("checkpoint '{}': its run state's round is malformed: {}", checkpoint, e.what());
     }
   }
 
   void run(const std::function<void(const GrpoStepInfo&)>& on_step, const StopRequest& stop) {
     prepare_run_dir(cfg.output_dir);
     const std::string resume = resume_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir);
-    if (!resume.empty()) load_state(load_checkpoint(resume, ctx, model, adapter, *train_step));
+    if (!resume.empty())
+      load_state(load_checkpoint(resume, ctx, model, adapter, *train_step), resume);
     StepMetrics metrics(cfg, train_step->global_step());
     MetricsLog samples(cfg.output_dir, train_step->global_step(), "samples.jsonl");
     // The gradients on the run's device, beside the masters: the optimizer steps them there.

@@ -15,6 +15,7 @@
 #include "core/check.h"
 #include "core/interrupt.h"
 #include "core/output_file.h"
+#include "formats/json_read.h"
 #include "formats/safetensors.h"
 #include "model/adapter.h"
 #include "model/model.h"
@@ -234,6 +235,16 @@ nlohmann::json load_checkpoint(const std::string& checkpoint, Context& ctx, cons
         checkpoint, device_name(ctx.device), device_name(adapter.device()));
   adapter.set_masters(loaded.master_params());
   return state;
+}
+
+int64_t checkpoint_position(const nlohmann::json& state, const char* key,
+                            const std::string& checkpoint) {
+  const auto it = state.is_object() ? state.find(key) : state.end();
+  CHECK(it != state.end(), "checkpoint '{}': its run state has no '{}'", checkpoint, key);
+  CHECK(it->is_number_integer() && it->get<int64_t>() >= 0,
+        "checkpoint '{}': its run state's '{}' is {}, expected an integer >= 0", checkpoint, key,
+        json_excerpt(*it));
+  return it->get<int64_t>();
 }
 
 MetricsLog::MetricsLog(const std::string& dir, int64_t resumed_step, const std::string& file)

@@ -92,6 +92,12 @@ std::string latest_checkpoint(const std::string& dir);
 nlohmann::json load_checkpoint(const std::string& checkpoint, Context& ctx, const Model& model,
                                LoraAdapter& adapter, TrainStep& train_step);
 
+// Field `key` of a checkpoint's run state `state` as a data position: an integer >= 0, else
+// an error naming the checkpoint and the field (a negative position would index before the
+// data).
+int64_t checkpoint_position(const nlohmann::json& state, const char* key,
+                            const std::string& checkpoint);
+
 // A JSON-lines log of the run keyed by "step" (metrics.jsonl, samples.jsonl), one write(2)
 // per line. Opening for a resumed run keeps the lines of steps <= resumed_step and drops later
 // ones (written after that checkpoint by the interrupted run), so the file reads as one

@@ -271,8 +271,73 @@ std::vector<Case> message_cases() {
 
 // ---- checkpoints that must not be accepted silently ----
 
+namespace {
+
+// `args` with its --max-steps set to `steps`.
+std::vector<std::string> with_max_steps(std::vector<std::string> args, const std::string& steps) {
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "--max-steps") args[i + 1] = steps;
+  return args;
+}
+
+// A finished one-step run of `args` (writing `run`/checkpoint-1), that checkpoint's files
+// spoilt by `spoil`, then a resume to step 2, expected to fail naming `fragment`.
+HostileRun resume_case(const std::vector<std::string>& args, const fs::path& run,
+                       std::vector<fs::path> inputs,
+                       const std::function<void(const fs::path&)>& spoil,
+                       const std::string& fragment) {
+  const ProcessResult first = fp8rl(args);
+  if (first.exit_code != 0) throw std::runtime_error("the run to resume: " + first.err);
+  spoil(run / "checkpoint-1");
+  std::vector<std::string> resume = with_max_steps(args, "2");
+  resume.push_back("--resume");
+  inputs.push_back(run / "checkpoint-1");
+  return HostileRun{resume, error(fragment), inputs};
+}
+
+// Replaces the run state (JSON metadata) of a checkpoint's trainer_state.safetensors.
+void edit_run_state(const fs::path& checkpoint, const std::function<void(ojson&)>& edit) {
+  RawSafetensors raw = RawSafetensors::read(checkpoint / "trainer_state.safetensors");
+  ojson state = ojson::parse(raw.header["__metadata__"]["train.run_state"].get<std::string>());
+  edit(state);
+  raw.header["__metadata__"]["train.run_state"] = state.dump();
+  raw.write(checkpoint / "trainer_state.safetensors");
+}
+
+HostileRun dpo_resume_case(const fs::path& d, const std::function<void(const fs::path&)>& spoil,
+                           const std::string& fragment) {
+  const fs::path m = copy_demo_model(d / "model");
+  write_bytes(d / "data.jsonl", kDpoRow + "\n");
+  return resume_case(dpo(m, d / "data.jsonl", d / "out"), d / "out", {m, d / "data.jsonl"}, spoil,
+                     fragment);
+}
+
+}  // namespace
+
 std::vector<Case> silent_cases() {
   return {
+      {"Silent_GrpoResumeNegativeNextPrompt",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", kGrpoRow + "\n");
+         const fs::path cfg = grpo_config(d, m, d / "data.jsonl");
+         return resume_case(
+             grpo(cfg), d / "run", {m, d / "data.jsonl", cfg},
+             [](const fs::path& c) { edit_run_state(c, [](ojson& s) { s["next_prompt"] = -7; }); },
+             "'next_prompt' is -7");
+       }},
+      {"Silent_DpoResumeNegativeBatch",
+       [](const fs::path& d) {
+         return dpo_resume_case(
+             d, [](const fs::path& c) { edit_run_state(c, [](ojson& s) { s["batch"] = -3; }); },
+             "'batch' is -3");
+       }},
+      {"Silent_DpoResumeNegativeEpoch",
+       [](const fs::path& d) {
+         return dpo_resume_case(
+             d, [](const fs::path& c) { edit_run_state(c, [](ojson& s) { s["epoch"] = -1; }); },
+             "'epoch' is -1");
+       }},
       {"Silent_Qwen3LabelledLlama",
        [](const fs::path& d) {
          return config_case(
