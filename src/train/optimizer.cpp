@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string_view>
 
 #include "core/check.h"
 #include "formats/safetensors.h"
@@ -98,8 +99,19 @@ DeviceBuffer Optimizer::load_vector(const SafetensorsFile& file, const char* nam
   CHECK(info->supported && info->dtype == DType::f32 && info->shape == Shape{num_params_},
         "optimizer state '{}': tensor '{}' is {} {}, expected F32 [{}]", file.path(), name,
         info->dtype_str, info->shape.str(), num_params_);
-  DeviceBuffer b(ctx_, size_t(num_params_) * sizeof(float));
   const TensorView from(const_cast<void*>(file.view(*info).data), DType::f32, {num_params_});
+  // A moment that is not finite (or a negative second moment, whose square root is NaN) would
+  // turn every parameter it touches into NaN on the first step: the resumed run would write a
+  // NaN adapter without an error.
+  const bool second_moment = std::string_view(name) == "exp_avg_sq";
+  const float* values = static_cast<const float*>(from.data);
+  for (int64_t i = 0; i < num_params_; ++i) {
+    const float x = values[i];
+    CHECK(std::isfinite(x) && (!second_moment || x >= 0.0f),
+          "optimizer state '{}': tensor '{}' has {} at index {}{}", file.path(), name, x, i,
+          second_moment ? " (expected finite and >= 0)" : " (expected finite)");
+  }
+  DeviceBuffer b(ctx_, size_t(num_params_) * sizeof(float));
   Context ctx = ctx_;
   ops::copy(ctx, from, vector(b));
   ops::synchronize(ctx);  // the file's mapping may go once this returns

@@ -304,6 +304,13 @@ void edit_run_state(const fs::path& checkpoint, const std::function<void(ojson&)
   raw.write(checkpoint / "trainer_state.safetensors");
 }
 
+// Sets float `index` of tensor `name` in the safetensors file `file` to `value`.
+void set_float(const fs::path& file, const std::string& name, size_t index, float value) {
+  RawSafetensors raw = RawSafetensors::read(file);
+  std::memcpy(raw.data.at(name).data() + 4 * index, &value, 4);
+  raw.write(file);
+}
+
 HostileRun dpo_resume_case(const fs::path& d, const std::function<void(const fs::path&)>& spoil,
                            const std::string& fragment) {
   const fs::path m = copy_demo_model(d / "model");
@@ -337,6 +344,36 @@ std::vector<Case> silent_cases() {
          return dpo_resume_case(
              d, [](const fs::path& c) { edit_run_state(c, [](ojson& s) { s["epoch"] = -1; }); },
              "'epoch' is -1");
+       }},
+      {"Silent_ResumeNanMoment",
+       [](const fs::path& d) {
+         return dpo_resume_case(
+             d,
+             [](const fs::path& c) {
+               set_float(c / "trainer_state.safetensors", "exp_avg", 3, std::nanf(""));
+             },
+             "tensor 'exp_avg' has nan");
+       }},
+      {"Silent_ResumeNegativeSecondMoment",
+       [](const fs::path& d) {
+         return dpo_resume_case(
+             d,
+             [](const fs::path& c) {
+               set_float(c / "trainer_state.safetensors", "exp_avg_sq", 0, -1.0f);
+             },
+             "tensor 'exp_avg_sq' has -1");
+       }},
+      {"Silent_ResumeNanAdapterWeight",
+       [](const fs::path& d) {
+         return dpo_resume_case(
+             d,
+             [](const fs::path& c) {
+               // All-ones bytes are NaN in F32 and in BF16.
+               RawSafetensors raw = RawSafetensors::read(c / "adapter_model.safetensors");
+               raw.data.begin()->second.replace(0, 4, 4, '\xff');
+               raw.write(c / "adapter_model.safetensors");
+             },
+             "lora_A.weight' element 0 is");
        }},
       {"Silent_Qwen3LabelledLlama",
        [](const fs::path& d) {
