@@ -24,6 +24,12 @@ void run_report(const ReportCommandOptions& o) {
   // a second report replaces the first.
   check_output_file(out, {(dir / "metrics.jsonl").string(), (dir / "samples.jsonl").string(),
                           (dir / "config.yaml").string(), (dir / "config.json").string()});
+  // Like init --out over a model: a file that exists and is not an earlier report (a model's
+  // config.json, a notebook) is not ours to replace.
+  std::error_code ec;
+  CHECK(!fs::exists(out, ec) || is_report_file(out),
+        "output '{}' exists and is not a report written by fp8rl report: refusing to overwrite it",
+        out);
   const std::string html = render_report(o.run_dir, o.report);
   write_file_replacing(out, html);
   fmt::print("wrote {} ({} kB)\n", out, (html.size() + 1023) / 1024);

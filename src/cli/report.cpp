@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <optional>
+#include <string_view>
 
 #include "cli/run_log.h"
 #include "cli/svg_chart.h"
@@ -20,6 +22,10 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr uint64_t kMaxConfigBytes = 4 << 20;
+
+// How every report begins: an existing file that does not is not replaced.
+constexpr std::string_view kReportStart =
+    "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">";
 
 constexpr const char* kStyle = R"(
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#222}
@@ -312,6 +318,14 @@ std::string config_section(const fs::path& dir) {
 
 }  // namespace
 
+bool is_report_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(kReportStart.size() + 256, '\0');
+  in.read(head.data(), std::streamsize(head.size()));
+  head.resize(size_t(in.gcount()));
+  return head.starts_with(kReportStart) && head.find("<title>fp8rl report: ") != std::string::npos;
+}
+
 std::string render_report(const std::string& run_dir, const ReportOptions& options) {
   const fs::path dir(run_dir);
   std::error_code ec;
@@ -329,11 +343,10 @@ std::string render_report(const std::string& run_dir, const ReportOptions& optio
         read_last_samples(samples_path.string(), options.sample_steps, options.max_text_bytes);
 
   std::string html = fmt::format(
-      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-      "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
+      "{2}<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
       "<title>fp8rl report: {0}</title><style>{1}</style></head><body>"
       "<h1>fp8rl run report</h1><p class=\"meta\">{0}</p>",
-      html_escape(run_dir), kStyle);
+      html_escape(run_dir), kStyle, kReportStart);
   if (metrics.steps.empty()) {
     html += "<p class=\"note\">metrics.jsonl holds no steps yet</p>";
   } else {

@@ -19,4 +19,8 @@ struct ReportOptions {
 // malformed line is an error naming file:line.
 std::string render_report(const std::string& run_dir, const ReportOptions& options = {});
 
+// Whether the regular file `path` begins as render_report's pages do: an earlier report,
+// which `fp8rl report --out` may replace (any other existing file it refuses).
+bool is_report_file(const std::string& path);
+
 }  // namespace fp8rl::cli

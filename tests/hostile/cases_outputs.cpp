@@ -209,6 +209,37 @@ std::vector<Case> destroyed_data_cases() {
                      r.must_load = {m};
                      return r;
                    }});
+  cases.push_back({"Destroy_ReportOutOntoModelConfig", [](const fs::path& d) {
+                     const fs::path m = copy_demo_model(d / "model");
+                     fs::create_directories(d / "run");
+                     write_bytes(d / "run/metrics.jsonl", R"({"step": 1, "loss": 0.5})"
+                                                          "\n");
+                     HostileRun r{{"report", d / "run", "--out", m / "config.json"},
+                                  error("refusing to overwrite"),
+                                  {d}};
+                     r.must_load = {m};
+                     return r;
+                   }});
+  cases.push_back({"Destroy_ReportOverItsEarlierReport", [](const fs::path& d) {
+                     // The run's own report.html, written by an earlier report, is replaced.
+                     fs::create_directories(d / "run");
+                     write_bytes(d / "run/metrics.jsonl", R"({"step": 1, "loss": 0.5})"
+                                                          "\n");
+                     const ProcessResult first = fp8rl({"report", d / "run"});
+                     if (first.exit_code != 0) throw std::runtime_error("report: " + first.err);
+                     write_bytes(d / "run/metrics.jsonl", R"({"step": 1, "loss": 0.5})"
+                                                          "\n"
+                                                          R"({"step": 2, "loss": 0.25})"
+                                                          "\n");
+                     return HostileRun{{"report", d / "run"},
+                                       success([d](const ProcessResult&) {
+                                         return read_bytes(d / "run/report.html").find("0.25") !=
+                                                        std::string::npos
+                                                    ? ""
+                                                    : "report.html not replaced";
+                                       }),
+                                       {d / "run/metrics.jsonl"}};
+                   }});
   cases.push_back({"Destroy_InitOverModelWithoutForce", [](const fs::path& d) {
                      const fs::path m = copy_demo_model(d / "model");
                      HostileRun r{{"init", "--arch", "qwen3", "--preset", "tiny", "--out", m},
