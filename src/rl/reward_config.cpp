@@ -152,6 +152,8 @@ std::unique_ptr<RewardFunction> make_process(Entry& e, const std::string& name) 
   CHECK(!o.command.empty(), "{}: 'reward_process' must be a non-empty command line", e.where());
   o.timeout_s = e.finite("timeout_s", o.timeout_s);
   CHECK(o.timeout_s > 0, "{}: 'timeout_s' must be > 0, got {}", e.where(), o.timeout_s);
+  CHECK(o.timeout_s <= kMaxRewardTimeoutS, "{}: 'timeout_s' must be <= {}, got {}", e.where(),
+        kMaxRewardTimeoutS, o.timeout_s);
   e.reject_unknown();
   return std::make_unique<RewardProcess>(std::move(o));
 }

@@ -74,8 +74,9 @@ RewardLogs parse_logs(const Json& reply, int64_t expected, const std::string& wh
 RewardProcess::RewardProcess(RewardProcessOptions options)
     : options_(std::move(options)),
       who_(fmt::format("reward process '{}' (`{}`)", options_.name, options_.command)) {
-  CHECK(options_.timeout_s > 0 && std::isfinite(options_.timeout_s),
-        "{}: timeout_s must be a positive number of seconds, got {}", who_, options_.timeout_s);
+  CHECK(options_.timeout_s > 0 && options_.timeout_s <= kMaxRewardTimeoutS,
+        "{}: timeout_s must be a positive number of seconds up to {}, got {}", who_,
+        kMaxRewardTimeoutS, options_.timeout_s);
   child_ = std::make_unique<ChildProcess>(options_.command, who_);
 }
 

@@ -24,6 +24,10 @@ namespace fp8rl {
 
 class ChildProcess;
 
+// The longest timeout_s accepted (about 31 years: "no timeout" in practice). Larger values
+// would overflow the milliseconds the wait is counted in.
+inline constexpr double kMaxRewardTimeoutS = 1e9;
+
 struct RewardProcessOptions {
   std::string name = "reward_process";
   std::string command;     // run as /bin/sh -c COMMAND

@@ -285,6 +285,21 @@ std::vector<Case> message_cases() {
          args.insert(args.end(), {"--temperature", "nan"});
          return HostileRun{args, error("temperature"), {m, d / "prompts.jsonl"}};
        }},
+      {"Message_RewardTimeoutOverflows",
+       [](const fs::path& d) {
+         // 1e19 s overflowed the wait's milliseconds into a negative timeout.
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", kGrpoRow + "\n");
+         const fs::path cfg = grpo_config(d, m, d / "data.jsonl");
+         std::string yaml = read_bytes(cfg);
+         const std::string rewards = "  - {type: answer_match, mode: numeric}";
+         yaml.replace(yaml.find(rewards), rewards.size(),
+                      "  - {reward_process: cat, timeout_s: 1e19}");
+         write_bytes(cfg, yaml);
+         return HostileRun{grpo(cfg),
+                           error("'timeout_s' must be <= 1000000000, got 1e+19"),
+                           {m, d / "data.jsonl", cfg}};
+       }},
       {"Message_UnknownFlag",
        [](const fs::path& d) {
          const fs::path m = copy_demo_model(d / "model");

@@ -76,6 +76,10 @@ TEST(RewardConfig, RejectsUnknownTypesAndFields) {
   EXPECT_NE(error_of(Json::parse(R"([{"reward_process": "cat", "timeout_s": 0}])"))
                 .find("'timeout_s' must be > 0"),
             std::string::npos);
+  // 1e19 s would overflow the milliseconds of the wait into a negative timeout.
+  EXPECT_NE(error_of(Json::parse(R"([{"reward_process": "cat", "timeout_s": 1e19}])"))
+                .find("'timeout_s' must be <= 1000000000, got 1e+19"),
+            std::string::npos);
   EXPECT_NE(error_of(Json::parse(R"([{"reward_process": "cat", "timeout": 5}])"))
                 .find("did you mean 'timeout_s'?"),
             std::string::npos);
