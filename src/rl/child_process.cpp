@@ -199,6 +199,26 @@ bool ChildProcess::wait_exit(milliseconds wait) {
   }
 }
 
+std::string printable_excerpt(std::string_view text, size_t max_bytes) {
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < max_bytes; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += char(c);
+    }
+  }
+  if (text.size() > max_bytes) out += "...";
+  return out;
+}
+
 void ChildProcess::fail(const std::string& what) {
   failure_ = what;
   kill_and_reap();
@@ -251,13 +271,13 @@ std::string ChildProcess::exchange(std::string_view request, milliseconds timeou
           if (written < request.size()) {
             fail(fmt::format("answered before reading the whole request ({} of {} bytes): '{}'",
                              written, request.size(),
-                             pending_.substr(0, std::min<size_t>(newline, 200))));
+                             printable_excerpt(std::string_view(pending_).substr(0, newline))));
           }
           std::string line = pending_.substr(0, newline);
           pending_.erase(0, newline + 1);
           if (!pending_.empty()) {
             fail(fmt::format("answered more than one line: '{}' after '{}'",
-                             pending_.substr(0, 200), line.substr(0, 200)));
+                             printable_excerpt(pending_), printable_excerpt(line)));
           }
           return line;
         }

@@ -13,6 +13,11 @@
 
 namespace fp8rl {
 
+// Up to `max_bytes` of a child's output as an error message may quote it: control characters
+// and DEL escaped (\n, \r, \t, \xNN), so that the message stays one line and no terminal
+// escape sequence reaches the terminal; "..." marks a cut.
+std::string printable_excerpt(std::string_view text, size_t max_bytes = 200);
+
 class ChildProcess {
  public:
   // Starts `command` in its own process group (so that a kill reaches the programs the shell

@@ -118,7 +118,7 @@ RewardReply RewardProcess::parse_reply(std::string_view line, int64_t expected,
     reply = parse_json_text(line, what);
   } catch (const Error& e) {
     RAISE("{}: not a JSON object {{\"rewards\": [...]}}: {} (the line: '{}')", who, e.what(),
-          std::string(line.substr(0, 200)));
+          printable_excerpt(line));
   }
   CHECK(reply.is_object() && reply.contains("rewards"),
         "{}: expected one line {{\"rewards\": [...]}}, got {}", who, json_excerpt(reply, 200));

@@ -202,6 +202,18 @@ TEST(RewardProcess, ProcessThatNeverReadsDoesNotRaiseSigpipe) {
   ::sigaction(SIGPIPE, &previous, nullptr);
 }
 
+// Control characters of an answer are escaped where an error quotes it: an escape sequence
+// would reach the terminal, a carriage return would split the error line.
+TEST(RewardProcess, ErrorsEscapeTheAnswersControlCharacters) {
+  const std::string garbage = error_of(R"(while read -r l; do printf '\033[2Jred\rX\tY\n'; done)");
+  EXPECT_NE(garbage.find(R"('\x1b[2Jred\rX\tY')"), std::string::npos) << garbage;
+  const std::string two =
+      error_of(R"(while read -r l; do printf '{"rewards":[1,2,3]}\n\033]0;t\a\n'; done)");
+  EXPECT_NE(two.find(R"('\x1b]0;t\x07\n')"), std::string::npos) << two;
+  for (const std::string& e : {garbage, two})
+    for (char c : e) EXPECT_FALSE(static_cast<unsigned char>(c) < 0x20) << e;
+}
+
 TEST(RewardProcess, MalformedAnswers) {
   const std::string garbage = error_of(replier("hello"));
   EXPECT_NE(garbage.find("not a JSON object"), std::string::npos) << garbage;
