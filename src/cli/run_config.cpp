@@ -12,6 +12,7 @@
 
 #include "core/input_file.h"
 #include "core/spelling.h"
+#include "formats/json_read.h"
 
 namespace fp8rl::cli {
 
@@ -357,10 +358,16 @@ nlohmann::json parse_flag_value(const KeySpec& k, const std::string& flag,
                                 const std::string& text) {
   try {
     if (k.type == KeyType::json) {
-      nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-      // An ignored key's flag value is free text (--report-to none) unless it reads as JSON.
-      if (j.is_discarded() && !k.recorded) j = text;
-      CHECK(!j.is_discarded(), "expected JSON text, got '{}'", text);
+      // The one JSON policy (formats/json_read.h), with its depth limit, as for the YAML path:
+      // a flag value nested 30k deep overflowed the stack.
+      nlohmann::json j;
+      try {
+        j = parse_json_text(text, "the value");
+      } catch (const Error& e) {
+        // An ignored key's flag value is free text (--report-to none) unless it reads as JSON.
+        CHECK(!k.recorded, "expected JSON text, got '{}' ({})", text.substr(0, 200), e.what());
+        j = text;
+      }
       if (k.check) k.check(j);
       return j;
     }

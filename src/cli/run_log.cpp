@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/input_file.h"
+#include "formats/json_read.h"
 
 namespace fp8rl::cli {
 
@@ -48,13 +49,17 @@ std::string null_python_nonfinite(const std::string& line) {
 }
 
 nlohmann::json parse_line(const std::string& line, const std::string& path, uint64_t number) {
+  // The one JSON policy (formats/json_read.h): a line nested deeper than its limit is an error,
+  // not a stack overflow. Duplicate keys are left to the last one, as the logs were read before.
+  JsonLimits limits;
+  limits.reject_duplicate_keys = false;
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& first) {
+    j = parse_json_text(line, "the line", limits);
+  } catch (const Error& first) {
     try {
-      j = nlohmann::json::parse(null_python_nonfinite(line));
-    } catch (const nlohmann::json::parse_error&) {
+      j = parse_json_text(null_python_nonfinite(line), "the line", limits);
+    } catch (const Error&) {
       RAISE("{}:{}: not valid JSON: {}", path, number, first.what());
     }
   }

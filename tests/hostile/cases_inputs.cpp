@@ -112,6 +112,26 @@ std::vector<Case> deep_json_cases() {
              error("run.json:1: not valid YAML: nested deeper than the parser's limit"),
              {m, d / "data.jsonl", d / "run.json"}};
        }},
+      {"DeepJson_RewardsFlag",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", kGrpoRow + "\n");
+         const fs::path cfg = grpo_config(d, m, d / "data.jsonl");
+         std::vector<std::string> args = grpo(cfg);
+         // 30k levels: a command-line argument holds at most 128 KiB.
+         args.insert(args.end(), {"--rewards", deep_array(30000)});
+         return HostileRun{args, error("limit of 256"), {m, d / "data.jsonl", cfg}};
+       }},
+      {"DeepJson_ReportSamplesLine",
+       [deep](const fs::path& d) {
+         fs::create_directories(d / "run");
+         write_bytes(d / "run/metrics.jsonl", R"({"step": 1, "loss": 0.5})"
+                                              "\n");
+         write_bytes(d / "run/samples.jsonl", R"({"step": 1, "x": )" + deep + "}\n");
+         return HostileRun{{"report", d / "run", "--out", d / "report.html"},
+                           error("samples.jsonl:1:"),
+                           {d / "run"}};
+       }},
   };
 }
 
