@@ -223,9 +223,11 @@ nlohmann::json load_checkpoint(const std::string& checkpoint, Context& ctx, cons
   train_step.load_state(*file);
   auto it = file->metadata().find(kRunStateKey);
   CHECK(it != file->metadata().end(), "checkpoint '{}': no run state", checkpoint);
+  // Through the one JSON policy (its depth limit): the header's limits do not reach the JSON
+  // text inside a metadata string.
   nlohmann::json state;
   try {
-    state = nlohmann::json::parse(it->second);
+    state = parse_json_text(it->second, "the run state");
   } catch (const std::exception& e) {
     RAISE("checkpoint '{}': the run state is not JSON: {}", checkpoint, e.what());
   }
@@ -255,7 +257,9 @@ MetricsLog::MetricsLog(const std::string& dir, int64_t resumed_step, const std::
     std::string line;
     while (std::getline(in, line)) {
       try {
-        const nlohmann::json j = nlohmann::json::parse(line);
+        JsonLimits limits;
+        limits.reject_duplicate_keys = false;  // the last one wins, as before
+        const nlohmann::json j = parse_json_text(line, "a line of the log", limits);
         if (j.value("step", int64_t(0)) <= resumed_step) kept += line + '\n';
       } catch (const std::exception&) {
         break;  // a line cut by the interruption ends what is kept

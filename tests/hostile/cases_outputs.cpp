@@ -385,6 +385,18 @@ std::vector<Case> silent_cases() {
              d, [](const fs::path& c) { edit_run_state(c, [](ojson& s) { s["batch"] = -3; }); },
              "'batch' is -3");
        }},
+      {"Silent_ResumeRunStateNestedDeep",
+       [](const fs::path& d) {
+         // JSON text inside a metadata string: the header's depth limit does not reach it.
+         return dpo_resume_case(
+             d,
+             [](const fs::path& c) {
+               RawSafetensors raw = RawSafetensors::read(c / "trainer_state.safetensors");
+               raw.header["__metadata__"]["train.run_state"] = deep_array(100000);
+               raw.write(c / "trainer_state.safetensors");
+             },
+             "limit of 256");
+       }},
       {"Silent_DpoResumeNegativeEpoch",
        [](const fs::path& d) {
          return dpo_resume_case(
