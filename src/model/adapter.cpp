@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <set>
 
 #include "core/check.h"
 #include "core/output_file.h"
 #include "core/rng.h"
+#include "formats/json_read.h"
 #include "formats/safetensors.h"
 #include "model/model.h"
 
@@ -71,14 +71,12 @@ T get_or(const json& j, const std::string& key, T fallback, const std::string& w
   }
 }
 
-json read_json_file(const std::string& path) {
-  std::ifstream f(path);
-  CHECK(f.good(), "cannot open '{}'", path);
-  try {
-    return json::parse(f);
-  } catch (const json::exception& e) {
-    RAISE("{}: malformed JSON: {}", path, e.what());
-  }
+// adapter_config.json through the checked input path (regular files only, never blocking, depth
+// bounded); PEFT writes about a kilobyte, so a megabyte is a generous cap.
+json read_adapter_config(const std::string& path) {
+  JsonLimits limits;
+  limits.max_bytes = uint64_t{1} << 20;
+  return read_json_file(path, limits);
 }
 
 }  // namespace
@@ -103,7 +101,9 @@ double LoraConfig::scale() const {
 
 void LoraConfig::validate() const {
   CHECK(r > 0, "LoRA rank r = {} must be positive", r);
-  CHECK(std::isfinite(lora_alpha), "lora_alpha = {} must be finite", lora_alpha);
+  // A non-positive alpha makes no sense as a scale (PEFT does not check; training refuses it).
+  CHECK(std::isfinite(lora_alpha) && lora_alpha > 0, "lora_alpha = {} must be positive and finite",
+        lora_alpha);
   CHECK(lora_dropout >= 0.0 && lora_dropout < 1.0, "lora_dropout = {} must be in [0, 1)",
         lora_dropout);
   CHECK(init_lora_weights == "default" || init_lora_weights == "gaussian",
@@ -396,7 +396,8 @@ LoraAdapter LoraAdapter::load_peft(const std::string& dir, const Model& model) {
           dir);
     RAISE("'{}' has no adapter_model.safetensors", dir);
   }
-  const LoraConfig config = LoraConfig::from_peft_json(read_json_file(config_path), config_path);
+  const LoraConfig config =
+      LoraConfig::from_peft_json(read_adapter_config(config_path), config_path);
   LoraAdapter a;
   try {
     a = allocate(config, model);

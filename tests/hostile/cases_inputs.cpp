@@ -279,6 +279,19 @@ std::vector<SpecialTarget> special_targets() {
          victim = d / "messages.json";
          return HostileRun{chat_template(m, victim), error("messages.json"), {m, victim}};
        }},
+      {"AdapterConfig",
+       [](const fs::path& d, fs::path& victim) {
+         // It hung as a FIFO (read with a plain stream, not the checked input path).
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "prompts.jsonl", R"({"prompt_ids": [1]})"
+                                          "\n");
+         fs::create_directories(d / "adapter");
+         write_bytes(d / "adapter" / "adapter_model.safetensors", "");
+         victim = d / "adapter" / "adapter_config.json";
+         std::vector<std::string> args = generate(m, d / "prompts.jsonl", d / "out.jsonl");
+         args.insert(args.end(), {"--adapter", (d / "adapter").string()});
+         return HostileRun{args, error("adapter_config.json"), {m, d / "prompts.jsonl"}};
+       }},
       {"RunConfig",
        [](const fs::path& d, fs::path& victim) {
          const fs::path m = copy_demo_model(d / "model");

@@ -285,6 +285,23 @@ std::vector<Case> message_cases() {
          args.insert(args.end(), {"--temperature", "nan"});
          return HostileRun{args, error("temperature"), {m, d / "prompts.jsonl"}};
        }},
+      {"Message_AdapterAlphaNegative",
+       [](const fs::path& d) {
+         // adapter_config.json's lora_alpha scales every update: -1e308 gave garbage logits.
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "prompts.jsonl", R"({"prompt_ids": [1]})"
+                                          "\n");
+         fs::create_directories(d / "adapter");
+         write_bytes(d / "adapter" / "adapter_config.json",
+                     R"({"peft_type": "LORA", "r": 4, "lora_alpha": -1e308, )"
+                     R"("target_modules": ["q_proj"]})");
+         write_bytes(d / "adapter" / "adapter_model.safetensors", "");
+         std::vector<std::string> args = generate(m, d / "prompts.jsonl", d / "out.jsonl");
+         args.insert(args.end(), {"--adapter", (d / "adapter").string()});
+         return HostileRun{args,
+                           error("lora_alpha = -1e+308 must be positive and finite"),
+                           {m, d / "prompts.jsonl", d / "adapter"}};
+       }},
       {"Message_RewardTimeoutOverflows",
        [](const fs::path& d) {
          // 1e19 s overflowed the wait's milliseconds into a negative timeout.
