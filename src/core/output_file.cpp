@@ -105,4 +105,19 @@ void fsync_directory(const std::filesystem::path& dir) {
         std::strerror(err));
 }
 
+int64_t append_whole(int fd, int64_t size, std::string_view bytes, const std::string& path) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      [[maybe_unused]] const int rc = ::ftruncate(fd, size);
+      RAISE("cannot write '{}': {}", path, std::strerror(err));
+    }
+    done += size_t(n);
+  }
+  return size + int64_t(bytes.size());
+}
+
 }  // namespace fp8rl

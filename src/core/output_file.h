@@ -39,6 +39,11 @@ class ReplacingFile {
 // bytes -> path through a ReplacingFile.
 void write_file_replacing(const std::filesystem::path& path, std::string_view bytes);
 
+// Appends `bytes` to the file open as `fd` (of `size` bytes so far; `path` names it in errors)
+// as a whole: a write that fails part way is cut back to `size`, so a log stays whole records.
+// Returns the new size.
+int64_t append_whole(int fd, int64_t size, std::string_view bytes, const std::string& path);
+
 // Makes the entries of directory `dir` (files created or renamed in it) durable.
 void fsync_directory(const std::filesystem::path& dir);
 

@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/input_file.h"
+#include "core/output_file.h"
 #include "formats/tensorboard_event.pb.h"
 
 namespace fp8rl {
@@ -160,19 +161,7 @@ void TensorBoardWriter::add_session_start(int64_t step) {
 }
 
 void TensorBoardWriter::write_records(const std::string& bytes) {
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : ENOSPC;
-      // Drop the records of this call that were written in part: the file stays whole records.
-      [[maybe_unused]] const int rc = ::ftruncate(fd_, size_);
-      RAISE("cannot write '{}': {}", path_, std::strerror(err));
-    }
-    done += size_t(n);
-  }
-  size_ += int64_t(bytes.size());
+  size_ = append_whole(fd_, size_, bytes, path_);
 }
 
 }  // namespace fp8rl

@@ -71,6 +71,34 @@ double completion_logp(std::span<const float> v, Span s, int64_t shared,
   return sum;
 }
 
+// The loss's inputs for the packed pairs `idx` after a pass whose per-token logprobs are
+// `logprobs`: the policy's completion logprobs, the cached reference ones, the lengths.
+struct PairValues {
+  std::vector<double> policy_chosen, policy_rejected, ref_chosen, ref_rejected;
+  std::vector<int64_t> chosen_length, rejected_length;
+  DpoPairs view() const {
+    return {policy_chosen, policy_rejected, ref_chosen,
+            ref_rejected,  chosen_length,   rejected_length};
+  }
+};
+
+PairValues pair_values(std::span<const float> logprobs, const Packed& p,
+                       std::span<const size_t> idx, const std::vector<double>& ref_chosen,
+                       const std::vector<double>& ref_rejected, std::optional<double> ld_alpha) {
+  PairValues v;
+  for (size_t k = 0; k < idx.size(); ++k) {
+    const Span c = p.span[2 * k], r = p.span[2 * k + 1];
+    const int64_t shared = shared_length(c, r);
+    v.policy_chosen.push_back(completion_logp(logprobs, c, shared, ld_alpha));
+    v.policy_rejected.push_back(completion_logp(logprobs, r, shared, ld_alpha));
+    v.ref_chosen.push_back(ref_chosen[idx[k]]);
+    v.ref_rejected.push_back(ref_rejected[idx[k]]);
+    v.chosen_length.push_back(c.second - c.first);
+    v.rejected_length.push_back(r.second - r.first);
+  }
+  return v;
+}
+
 }  // namespace
 
 struct DpoTrainer::Impl {
@@ -196,18 +224,9 @@ struct DpoTrainer::Impl {
       reference_of(eval_pairs, idx, eval_ref_chosen, eval_ref_rejected);
       const Packed p = pack(eval_pairs, idx);
       pass->forward({p.ids, p.targets, p.cu}, o);
-      std::vector<double> pc, pr, rc, rr;
-      std::vector<int64_t> lcn, lrn;
-      for (size_t k = 0; k < idx.size(); ++k) {
-        const int64_t shared = shared_length(p.span[2 * k], p.span[2 * k + 1]);
-        pc.push_back(completion_logp(pass->logprobs(), p.span[2 * k], shared, cfg.ld_alpha));
-        pr.push_back(completion_logp(pass->logprobs(), p.span[2 * k + 1], shared, cfg.ld_alpha));
-        rc.push_back(eval_ref_chosen[idx[k]]);
-        rr.push_back(eval_ref_rejected[idx[k]]);
-        lcn.push_back(p.span[2 * k].second - p.span[2 * k].first);
-        lrn.push_back(p.span[2 * k + 1].second - p.span[2 * k + 1].first);
-      }
-      const DpoLossResult res = dpo_loss({pc, pr, rc, rr, lcn, lrn}, lc);
+      const PairValues values =
+          pair_values(pass->logprobs(), p, idx, eval_ref_chosen, eval_ref_rejected, cfg.ld_alpha);
+      const DpoLossResult res = dpo_loss(values.view(), lc);
       loss += res.loss * double(idx.size());
       sum.rewards_chosen += res.stats.rewards_chosen;
       sum.rewards_rejected += res.stats.rewards_rejected;
@@ -273,18 +292,9 @@ struct DpoTrainer::Impl {
         o.dropout_seed = rng_key(uint64_t(cfg.seed), uint64_t(epoch) * 1000003u + uint64_t(batch));
         pass->forward({p.ids, p.targets, p.cu}, o);
         tokens += int64_t(p.ids.size());
-        std::vector<double> pc, pr, rc, rr;
-        std::vector<int64_t> lcn, lrn;
-        for (size_t k = 0; k < idx.size(); ++k) {
-          const int64_t shared = shared_length(p.span[2 * k], p.span[2 * k + 1]);
-          pc.push_back(completion_logp(pass->logprobs(), p.span[2 * k], shared, cfg.ld_alpha));
-          pr.push_back(completion_logp(pass->logprobs(), p.span[2 * k + 1], shared, cfg.ld_alpha));
-          rc.push_back(ref_chosen[idx[k]]);
-          rr.push_back(ref_rejected[idx[k]]);
-          lcn.push_back(p.span[2 * k].second - p.span[2 * k].first);
-          lrn.push_back(p.span[2 * k + 1].second - p.span[2 * k + 1].first);
-        }
-        const DpoLossResult res = dpo_loss({pc, pr, rc, rr, lcn, lrn}, lc);
+        const PairValues values =
+            pair_values(pass->logprobs(), p, idx, ref_chosen, ref_rejected, cfg.ld_alpha);
+        const DpoLossResult res = dpo_loss(values.view(), lc);
         const double ga = double(cfg.gradient_accumulation_steps);
         loss += res.loss / ga;
         std::vector<float> dlogprob(p.ids.size(), 0.0f);

@@ -278,20 +278,7 @@ MetricsLog::~MetricsLog() {
 }
 
 void MetricsLog::write(const nlohmann::json& line) {
-  const std::string text = line.dump() + '\n';
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : ENOSPC;
-      // Drop the part of the line that was written: the log stays whole lines.
-      [[maybe_unused]] const int rc = ::ftruncate(fd_, size_);
-      RAISE("cannot write '{}': {}", path_, std::strerror(err));
-    }
-    done += size_t(n);
-  }
-  size_ += int64_t(text.size());
+  size_ = append_whole(fd_, size_, line.dump() + '\n', path_);
 }
 
 size_t peak_memory_bytes(const Context& ctx) {
