@@ -14,7 +14,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
                          const int32_t* rows_end, bf16* zero_padding) {
   __shared__ float shm[kWarp];
   const RowThreads<WARP> g;
-  if (zero_padding != nullptr && g.row < rows && g.row >= *rows_end)
+  if (zero_padding != nullptr && rows_end != nullptr && g.row < rows && g.row >= *rows_end)
     for (int64_t j = g.lane; j < cols; j += g.n) zero_padding[g.row * cols + j] = bf16(0.0f);
   if (!quantized_data_row(g, rows, cols, q, rows_end)) return;
   const T* xr = x + g.row * cols;
