@@ -227,16 +227,17 @@ void decoder_layer(Context& ctx, const Model& m, const LoraAdapter* adapter, int
     }
     const ops::AttentionParams p = attention_params(c, l);
     const TensorView attn = set.attn.reshape({t, hq, d});
-    // A dynamically scaled FP8 o_proj without adapter reads the attention's output as the
-    // attention op quantizes it (which defines the padding rows of a captured batch there only).
+    // A dynamically scaled FP8 o_proj reads the attention's output as the attention op
+    // quantizes it (its adapter the output itself).
     const ActScaling o_act = shared_dynamic_act({&l.o});
     LinearInput o_in;
     if (saving) {
       ops::paged_attention_lse(ctx, q, kv.k(li), kv.v(li), step.attn, p, attn,
                                set.lse.reshape({t, hq}));
       o_in = quantized_input(ctx, set.attn, {&l.o});
-    } else if ((o_act == ActScaling::token || o_act == ActScaling::group) && !lora[3].active()) {
+    } else if (o_act == ActScaling::token || o_act == ActScaling::group) {
       o_in.q = ops::alloc_quantized(ctx, o_act, t, hq * d);
+      if (lora[3].active()) o_in.x = set.attn;
       ops::paged_attention(ctx, q, kv.k(li), kv.v(li), step.attn, p, attn, {}, kv_scales, &o_in.q);
     } else {
       ops::paged_attention(ctx, q, kv.k(li), kv.v(li), step.attn, p, attn, {}, kv_scales);

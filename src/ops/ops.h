@@ -168,10 +168,10 @@ void rope_store_kv(Context& ctx, const TensorView& q, const TensorView& k, const
 // With scales (an FP8 pool) every key/value element is read as code * scale in fp32, then,
 // where the activations are bf16 (CUDA, and the CPU's bf16 rounding), rounded to bf16 like the
 // values of a bf16 pool; the result equals paged_attention over a pool holding those values.
-// Rows of out after the last sequence's (a captured batch's padding) are zeros, unless out_q
-// is given (token or group scaling, [T, Hq*D]): out is then also quantized into it for the FP8
-// linear that reads it, as quantize(out) would with those rows zero, and on CUDA out's padding
-// rows are left as they were (only out_q's are written: one kernel fewer a layer).
+// Rows of out after the last sequence's (a captured batch's padding) are zeros. With out_q
+// (token or group scaling, [T, Hq*D]) out is also quantized into it for the FP8 linear that
+// reads it, as quantize(out) would (on CUDA the quantizing kernel writes the zero rows of both:
+// one kernel fewer a layer).
 struct QuantizedActivation;
 void paged_attention(Context& ctx, const TensorView& q, const TensorView& k_pool,
                      const TensorView& v_pool, const PagedBatch& batch, const AttentionParams& p,

@@ -454,83 +454,86 @@ std::vector<OpCase> perf_cases() {
                                    bytes / o.seconds * 1e-12);
            }});
     }
-  // A decode step's projection groups of Qwen3-8B at a GRPO group's 8 rows with LoRA r = 32 on
-  // every projection (the A matrices side by side, as LoraAdapter lays them out) against the
-  // same group without the adapter, with the down products as a GEMM before the streaming
-  // launch (streaming_lora_down off), and the adapters' down product alone (the stacked A as a
-  // bf16 linear): what an adapter costs each group, replayed from a CUDA graph.
+  // A decode step's projection groups of Qwen3-8B at a GRPO group's 8 rows and at bench
+  // generate's 256 with LoRA r = 32 on every projection (the A matrices side by side, as
+  // LoraAdapter lays them out) against the same group without the adapter, with the down
+  // products as a GEMM before the streaming launch (streaming_lora_down off; 8 rows), and the
+  // adapters' down product alone (the stacked A as a bf16 linear): what an adapter costs each
+  // group, replayed from a CUDA graph.
   struct LoraGroup {
     const char* name;
     std::vector<int64_t> ns;
     int64_t k;
   };
-  for (const LoraGroup& g :
-       {LoraGroup{"qkv", {4096, 1024, 1024}, 4096}, LoraGroup{"o", {4096}, 4096},
-        LoraGroup{"gate_up", {12288, 12288}, 4096}, LoraGroup{"down", {4096}, 12288}})
-    for (const char* variant : {"base", "lora", "lora_down_apart", "down_product"})
-      c.push_back({fmt::format("decode_lora row M=8 {} r=32 {}", g.name, variant),
-                   [=](Harness& h, Outcome& o) {
-                     constexpr int64_t M = 8, R = 32;
-                     const std::string v = variant;
-                     const int64_t count = int64_t(g.ns.size());
-                     std::vector<DeviceBuffer> store;
-                     std::vector<LinearWeight> ws;
-                     for (int64_t n : g.ns)
-                       ws.push_back(random_linear(h, Fp8Scheme::row, n, g.k, store));
-                     const TensorView x = bf(h, {M, g.k}, 6, 2);
-                     const ops::QuantizedActivation xq =
-                         ops::alloc_quantized(h.gpu, ActScaling::token, M, g.k);
-                     ops::quantize(h.gpu, x, xq);
-                     const TensorView a_all = bf(h, {R * count, g.k}, 9, 0.02f);
-                     std::vector<ops::Projection> group;
-                     std::unique_ptr<CudaDevice> own;
-                     CudaDevice* dev = h.dev.get();
-                     if (v == "lora_down_apart") {
-                       CudaDeviceOptions opt;
-                       opt.streaming_lora_down = false;
-                       own = std::make_unique<CudaDevice>(opt);
-                       dev = own.get();
-                     }
-                     Context ctx = own ? dev->context() : h.gpu;
-                     for (int64_t i = 0; i < count; ++i) {
-                       LoraWeights l;
-                       if (v == "lora" || v == "lora_down_apart") {
-                         l.a = a_all.slice_rows(R * i, R * (i + 1));
-                         l.b = bf(h, {g.ns[size_t(i)], R}, 10 + uint64_t(i), 0.02f);
-                         l.scale = 2.0f;
-                       }
-                       group.push_back({&ws[size_t(i)], l, bf(h, {M, g.ns[size_t(i)]}, 20, 1), {}});
-                     }
-                     LinearWeight a;
-                     a.weight = a_all;
-                     const TensorView xa = bf(h, {M, R * count}, 30, 1);
-                     auto call = [&] {
-                       if (v == "down_product")
-                         ops::linear(ctx, x, a, xa);
-                       else
-                         ops::linear_group(ctx, ops::LinearInput{x, xq}, group);
-                     };
-                     call();
-                     dev->synchronize();
-                     o.info = dev->last_linear_path();
-                     constexpr int kCalls = 20, kReplays = 5;
-                     dev->begin_capture();
-                     for (int i = 0; i < kCalls; ++i) call();
-                     CudaGraph graph = dev->end_capture();
-                     graph.replay();
-                     dev->synchronize();
-                     const auto t0 = std::chrono::steady_clock::now();
-                     for (int i = 0; i < kReplays; ++i) graph.replay();
-                     dev->synchronize();
-                     const auto t1 = std::chrono::steady_clock::now();
-                     o.seconds =
-                         std::chrono::duration<double>(t1 - t0).count() / (kCalls * kReplays);
-                     double bytes = double(R * count * g.k) * 2;
-                     if (v != "down_product")
-                       for (int64_t n : g.ns) bytes += double(n) * double(g.k);
-                     o.info += fmt::format("; {:.1f} us, weights {:.1f} MB at {:.2f} TB/s",
-                                           o.seconds * 1e6, bytes / 1e6, bytes / o.seconds * 1e-12);
-                   }});
+  for (const int64_t M : {8, 256})
+    for (const LoraGroup& g :
+         {LoraGroup{"qkv", {4096, 1024, 1024}, 4096}, LoraGroup{"o", {4096}, 4096},
+          LoraGroup{"gate_up", {12288, 12288}, 4096}, LoraGroup{"down", {4096}, 12288}})
+      for (const char* variant : {"base", "lora", "lora_down_apart", "down_product"}) {
+        if (M != 8 && std::string(variant) == "lora_down_apart") continue;  // streaming only
+        c.push_back(
+            {fmt::format("decode_lora row M={} {} r=32 {}", M, g.name, variant),
+             [=](Harness& h, Outcome& o) {
+               constexpr int64_t R = 32;
+               const std::string v = variant;
+               const int64_t count = int64_t(g.ns.size());
+               std::vector<DeviceBuffer> store;
+               std::vector<LinearWeight> ws;
+               for (int64_t n : g.ns) ws.push_back(random_linear(h, Fp8Scheme::row, n, g.k, store));
+               const TensorView x = bf(h, {M, g.k}, 6, 2);
+               const ops::QuantizedActivation xq =
+                   ops::alloc_quantized(h.gpu, ActScaling::token, M, g.k);
+               ops::quantize(h.gpu, x, xq);
+               const TensorView a_all = bf(h, {R * count, g.k}, 9, 0.02f);
+               std::vector<ops::Projection> group;
+               std::unique_ptr<CudaDevice> own;
+               CudaDevice* dev = h.dev.get();
+               if (v == "lora_down_apart") {
+                 CudaDeviceOptions opt;
+                 opt.streaming_lora_down = false;
+                 own = std::make_unique<CudaDevice>(opt);
+                 dev = own.get();
+               }
+               Context ctx = own ? dev->context() : h.gpu;
+               for (int64_t i = 0; i < count; ++i) {
+                 LoraWeights l;
+                 if (v == "lora" || v == "lora_down_apart") {
+                   l.a = a_all.slice_rows(R * i, R * (i + 1));
+                   l.b = bf(h, {g.ns[size_t(i)], R}, 10 + uint64_t(i), 0.02f);
+                   l.scale = 2.0f;
+                 }
+                 group.push_back({&ws[size_t(i)], l, bf(h, {M, g.ns[size_t(i)]}, 20, 1), {}});
+               }
+               LinearWeight a;
+               a.weight = a_all;
+               const TensorView xa = bf(h, {M, R * count}, 30, 1);
+               auto call = [&] {
+                 if (v == "down_product")
+                   ops::linear(ctx, x, a, xa);
+                 else
+                   ops::linear_group(ctx, ops::LinearInput{x, xq}, group);
+               };
+               call();
+               dev->synchronize();
+               o.info = dev->last_linear_path();
+               constexpr int kCalls = 20, kReplays = 5;
+               dev->begin_capture();
+               for (int i = 0; i < kCalls; ++i) call();
+               CudaGraph graph = dev->end_capture();
+               graph.replay();
+               dev->synchronize();
+               const auto t0 = std::chrono::steady_clock::now();
+               for (int i = 0; i < kReplays; ++i) graph.replay();
+               dev->synchronize();
+               const auto t1 = std::chrono::steady_clock::now();
+               o.seconds = std::chrono::duration<double>(t1 - t0).count() / (kCalls * kReplays);
+               double bytes = double(R * count * g.k) * 2;
+               if (v != "down_product")
+                 for (int64_t n : g.ns) bytes += double(n) * double(g.k);
+               o.info += fmt::format("; {:.1f} us, weights {:.1f} MB at {:.2f} TB/s",
+                                     o.seconds * 1e6, bytes / 1e6, bytes / o.seconds * 1e-12);
+             }});
+      }
   // Batch invariance (what on_policy_exact needs of the GEMMs): the first m rows of
   // a linear over 8,192 rows (a training pass) against the same m rows alone (a decode step
   // of m sequences), bytes compared. A measurement, not a check: it reports the equal rows.

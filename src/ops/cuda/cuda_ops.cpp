@@ -383,8 +383,8 @@ void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
     a.k_scale = scales.k.ptr<const float>();
     a.v_scale = scales.v.ptr<const float>();
   }
-  // Rows after the last sequence's (a captured batch's padding) are zeros: in out, or only in
-  // its quantization when the linear after the attention reads that alone.
+  // Rows after the last sequence's (a captured batch's padding) are zeros, in out and in its
+  // quantization: written by the quantizing kernel when there is one.
   const int32_t* rows_end = a.cu_q + batch.num_seqs;
   if (out_q == nullptr) launch_zero_padding_rows(a.out, t, hq * d, rows_end, b.stream());
   b.last_decode_grid = {};
@@ -421,7 +421,8 @@ void paged_attention(Backend& b, const TensorView& q, const TensorView& k_pool,
     launch_attention(a, b.stream());
   }
   if (out_q != nullptr)
-    launch_quantize_rows(out.data, false, t, hq * d, quant_out(*out_q), b.stream(), rows_end);
+    launch_quantize_rows(out.data, false, t, hq * d, quant_out(*out_q), b.stream(), rows_end,
+                         a.out);
 }
 
 void gated(Backend& b, const TensorView& gate, const TensorView& up, int act,

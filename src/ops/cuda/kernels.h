@@ -265,6 +265,10 @@ struct LoraExpandSegment {
   float scale = 0.0f;
   bf16* y = nullptr;  // [m, ldy]
   int64_t ldy = 0, n = 0;
+  // The base product y0 the up product is added to, [m, ld_base] (a column slice of a stacked
+  // GEMM's output, which the kernel so also copies into y); null: y itself.
+  const bf16* base = nullptr;
+  int64_t ld_base = 0;
   int first_tile = 0;
 };
 struct LoraExpandArgs {
@@ -298,9 +302,11 @@ void launch_broadcast(const float* in, float* out, int64_t n, cudaStream_t s);
 // ---- quantize.cu (x is bf16, or f32 when x_f32)
 // Per token / per 1x128 group: rows [0, padded_rows) of q (pad rows: code 0, scale 1). With
 // rows_end (device), rows from *rows_end on are taken as zeros without reading x (code 0,
-// scale 1): a captured batch's padding rows, which x need not hold.
+// scale 1): a captured batch's padding rows, which x need not hold; with zero_padding (a bf16
+// [rows, cols] buffer, x itself included) those rows of it are also written with zeros.
 void launch_quantize_rows(const void* x, bool x_f32, int64_t rows, int64_t cols, const QuantOut& q,
-                          cudaStream_t s, const int32_t* rows_end = nullptr);
+                          cudaStream_t s, const int32_t* rows_end = nullptr,
+                          bf16* zero_padding = nullptr);
 // *amax = max(*amax, max |x|) (pre-zero *amax).
 void launch_amax(const void* x, bool x_f32, int64_t n, float* amax, cudaStream_t s);
 // Per tensor: scale = amax ? fp8_scale(*amax) : static_scale; codes = e4m3(x / scale);

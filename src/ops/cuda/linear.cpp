@@ -211,6 +211,11 @@ struct LoraXa {
   const bf16* data = nullptr;
   int64_t ld = 0;
 };
+// A column slice [m, n] of a wider row-major bf16 matrix (row stride ld).
+struct ColumnSlice {
+  const bf16* data = nullptr;
+  int64_t ld = 0;
+};
 
 // out_i = x W_i^T (+ the adapter's up product where xa[i] is set) for the weights given, in
 // one launch; false (nothing queued) where the kernel does not apply to every one.
@@ -283,10 +288,13 @@ int64_t gemm_tiles(int64_t m, int64_t n) {  // the 128x128 output tiles of OUTER
   return ((m + 127) / 128) * ((n + 127) / 128);
 }
 
-// Plans that cuBLASLt supports and that never touch the shared workspace.
+// A plan that cuBLASLt supports and that never touches the shared workspace.
+bool concurrent_plan(Backend& b, const GemmArgs& g) {
+  return b.gemm().supported(g) && b.gemm().workspace_used(g) == 0;
+}
 bool concurrent_plans(Backend& b, std::initializer_list<GemmArgs> gs) {
   for (const GemmArgs& g : gs)
-    if (!b.gemm().supported(g) || b.gemm().workspace_used(g) != 0) return false;
+    if (!concurrent_plan(b, g)) return false;
   return true;
 }
 
@@ -500,11 +508,8 @@ void lora_down(Backend& b, const TensorView& x, std::span<const ops::Projection>
   }
 }
 
-// out_i += scale_i xa_i B_i^T for the projections with an adapter.
-void lora_up(Backend& b, int64_t m, std::span<const ops::Projection> group,
-             std::span<const LoraXa> xa) {
-  LoraExpandArgs e;
-  e.m = int(m);
+// Whether lora_up runs the group's up products as one grouped launch.
+bool up_products_grouped(const Backend& b, int64_t m, std::span<const ops::Projection> group) {
   // The grouped kernel takes one rank for the group (a template of the kernel).
   int64_t rank = 0;
   for (const ops::Projection& p : group)
@@ -514,6 +519,18 @@ void lora_up(Backend& b, int64_t m, std::span<const ops::Projection> group,
   bool grouped = m <= kExpandMaxRows && lora_expand_supported(int(rank)) && !b.batch_invariant();
   for (const ops::Projection& p : group)
     grouped = grouped && (!p.lora.active() || p.lora.rank() == rank);
+  return grouped;
+}
+
+// out_i = base_i + scale_i xa_i B_i^T for the projections with an adapter, base_i out_i itself
+// unless `bases` gives it (grouped launches only: a stacked GEMM's column slice, which then
+// needs no copy into out_i first).
+void lora_up(Backend& b, int64_t m, std::span<const ops::Projection> group,
+             std::span<const LoraXa> xa, std::span<const ColumnSlice> bases = {}) {
+  LoraExpandArgs e;
+  e.m = int(m);
+  const bool grouped = up_products_grouped(b, m, group);
+  CHECK(grouped || bases.empty(), "lora_up: separate bases need the grouped launch");
   int tiles = 0;
   for (size_t i = 0; i < group.size(); ++i) {
     const ops::Projection& p = group[i];
@@ -553,6 +570,10 @@ void lora_up(Backend& b, int64_t m, std::span<const ops::Projection> group,
     sg.y = static_cast<bf16*>(p.out.data);
     sg.ldy = p.out.dim(1);
     sg.n = p.out.dim(1);
+    if (!bases.empty()) {
+      sg.base = bases[i].data;
+      sg.ld_base = bases[i].ld;
+    }
     sg.first_tile = tiles;
     tiles += int((sg.n + 127) / 128);
   }
@@ -596,6 +617,42 @@ bool run_streaming_with_down(Backend& b, const ops::LinearInput& in,
   return true;  // the caller rewinds the arena after the launch is queued
 }
 
+// Past the streaming kernel's rows, up to a decode step's kExpandMaxRows, the adapters' down
+// products (one GEMM over their stacked A) run on the side stream beside the group's base
+// GEMMs `bases`, which at those rows leave SMs idle or a last wave part empty: the small GEMM's
+// few microseconds hide there. Only where every plan involved leaves the shared workspace
+// alone; false, with nothing queued, otherwise. The caller joins after queueing the bases.
+bool fork_down_products(Backend& b, const ops::LinearInput& in,
+                        std::span<const ops::Projection> group,
+                        std::span<const LinearWeight* const> bases, std::span<LoraXa> xa) {
+  const int64_t m = in.rows(), k = in.cols();
+  const LinearWeight stacked_a = stacked_lora_a(group);
+  if (!concurrency_on(b) || m <= kStreamingMaxRows || m > kExpandMaxRows ||
+      in.q.act == ActScaling::none || stacked_a.weight.empty() || in.x.dim(0) != m ||
+      in.x.dim(1) != k || in.x.strides[0] != k)
+    return false;
+  for (const LinearWeight* w : bases)
+    if (choose_path(b, *w, in.q.act) != Path::outer || !w->bias.empty() ||
+        !concurrent_plan(b, fp8_args(b, Path::outer, in.q, *w, nullptr, false)))
+      return false;
+  const int64_t r = stacked_a.out_features();
+  const size_t mark = b.arena().mark();
+  const TensorView all = b.arena().alloc({m, r}, DType::bf16);  // [M, sum r_i]
+  const GemmArgs down = bf16_args(in.x, stacked_a.weight.data, all, r);
+  if (!concurrent_plan(b, down)) {
+    b.arena().rewind(mark);
+    return false;
+  }
+  b.fork();
+  b.gemm().run(down, b.side_stream());
+  int64_t col = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    xa[i] = {static_cast<const bf16*>(all.data) + col, r};
+    col += group[i].lora.rank();
+  }
+  return true;  // the caller rewinds the arena after the join
+}
+
 }  // namespace
 
 void linear_group(Backend& b, const ops::LinearInput& in, std::span<const ops::Projection> group,
@@ -624,7 +681,16 @@ void linear_group(Backend& b, const ops::LinearInput& in, std::span<const ops::P
     b.arena().rewind(mark);
     return;
   }
-  if (adapters) lora_down(b, in.x, group, {xa, count});
+  // The stacked weight only below kStackedMaxRows: not in batch-invariant mode, where a token's
+  // GEMM must not depend on the step's row count.
+  const bool stack =
+      stacked != nullptr && count > 1 && m <= kStackedMaxRows && !b.batch_invariant();
+  const bool beside =
+      adapters && fork_down_products(b, in, group,
+                                     stack ? std::span<const LinearWeight* const>(&stacked, 1)
+                                           : std::span<const LinearWeight* const>(ws, count),
+                                     {xa, count});
+  if (adapters && !beside) lora_down(b, in.x, group, {xa, count});
   if (quantized &&
       run_streaming(b, in.q, {ws, count}, {outs, count}, {loras, count},
                     fusable ? std::span<const LoraXa>(xa, count) : std::span<const LoraXa>())) {
@@ -633,22 +699,32 @@ void linear_group(Backend& b, const ops::LinearInput& in, std::span<const ops::P
     b.arena().rewind(mark);
     return;
   }
-  // The stacked weight only below kStackedMaxRows: not in batch-invariant mode, where a token's
-  // GEMM must not depend on the step's row count.
-  if (stacked != nullptr && count > 1 && m <= kStackedMaxRows && !b.batch_invariant()) {
+  if (stack) {
     const TensorView y = b.arena().alloc({m, stacked->out_features()}, DType::bf16);
     if (quantized)
       run_quantized(b, in.q, *stacked, y);
     else
       linear(b, in.x, *stacked, y);
-    const char* from = static_cast<const char*>(y.data);
-    const size_t pitch = size_t(y.dim(1)) * 2;
+    // Each output is its column slice of y; a grouped up-product launch reads the slices of
+    // the projections with an adapter and writes their outputs (one pass over them, not a
+    // copy and then an update).
+    const bool expand = adapters && up_products_grouped(b, m, group);
+    ColumnSlice bases[kStreamingMaxSegments];
+    const bf16* from = static_cast<const bf16*>(y.data);
     for (size_t i = 0; i < count; ++i) {
+      bases[i] = {from, y.dim(1)};
       const size_t width = size_t(outs[i].dim(1)) * 2;
-      CUDA_CHECK(cudaMemcpy2DAsync(outs[i].data, width, from, pitch, width, size_t(m),
-                                   cudaMemcpyDeviceToDevice, b.stream()));
-      from += width;
+      if (!expand || !group[i].lora.active())
+        CUDA_CHECK(cudaMemcpy2DAsync(outs[i].data, width, from, size_t(y.dim(1)) * 2, width,
+                                     size_t(m), cudaMemcpyDeviceToDevice, b.stream()));
+      from += outs[i].dim(1);
     }
+    if (beside) b.join();
+    if (adapters)
+      lora_up(b, m, group, {xa, count},
+              expand ? std::span<const ColumnSlice>(bases, count) : std::span<const ColumnSlice>());
+    b.arena().rewind(mark);
+    return;
   } else if (quantized && count == 2) {
     linear_pair(b, in.q, *ws[0], outs[0], *ws[1], outs[1]);
   } else {
@@ -659,6 +735,7 @@ void linear_group(Backend& b, const ops::LinearInput& in, std::span<const ops::P
         linear(b, in.x, *ws[i], outs[i]);
     }
   }
+  if (beside) b.join();
   if (adapters) lora_up(b, m, group, {xa, count});
   b.arena().rewind(mark);
 }

@@ -17,8 +17,11 @@
 //
 // The warps of a block split K; their fp32 partial sums meet in shared memory in warp order
 // (deterministic: a row's result is independent of M and of the other rows), then the
-// epilogue applies the scales (s_x[m] s_w[n], or the per-tensor ones), the bias, and an
-// optional LoRA up-projection sum, and rounds once to bf16 as the CPU reference rounds.
+// epilogue applies the scales (s_x[m] s_w[n], or the per-tensor ones) and the bias and rounds
+// to bf16; with an adapter it then adds the up product in fp32 and rounds again: the CPU
+// reference's linear then linear_accumulate, and what the trainer's GEMMs compute, so that the
+// engine's activations are the trainer's wherever the sums agree (a one-ulp difference in a
+// token's largest value moves every FP8 code of the next quantized input).
 //
 // An adapter's down product xa = x A^T must be complete before any tile's up product; as a
 // GEMM of its own it costs a launch (two, split-K and its reduction, on cuBLASLt) per group,
@@ -201,9 +204,11 @@ __device__ __forceinline__ void weight_tile_block(const StreamingArgs& a, int ti
   // The adapter's operands of this tile, B [16, r] and xa [8 MT, r] as floats (r <= 64), in
   // shared memory for the epilogue. B's rows are r + 1 floats apart: the epilogue's threads
   // read 16 rows at one j, which would otherwise share a bank. Both are loaded into registers
-  // before the weight's loads, so that they travel beside them: B at once, xa once it is
-  // written (by the kernel before, or by this launch's down-product blocks, which a block of
-  // the first wave may have to wait for after its K loop; later waves find it written).
+  // so that they travel beside the weight's loads: B at once; xa at once when the kernel
+  // before wrote it, else (this launch's down-product blocks write it) once the warp's last
+  // weight loads are in flight: the check's acquire holds back only the loads after it, and
+  // by then the short down products have usually finished. A block that finds them unwritten
+  // waits after its K loop.
   const int ldb = rank + 1;
   float* lora_b = lora;              // [16][ldb]
   float* lora_xa = lora + 16 * ldb;  // [8 MT][rank]
@@ -229,12 +234,12 @@ __device__ __forceinline__ void weight_tile_block(const StreamingArgs& a, int ti
   const uint8_t* w_hi = w_lo + 8 * k;
   const int64_t span = int64_t(kChunk) * kUnroll, stride = int64_t(kStreamWarps) * span;
   const bool down = a.down.x != nullptr;
-  const bool xa_early = rank > 0 && (!down || down_products_written(a.down));
-  if (xa_early) load_xa();
+  bool xa_loaded = rank > 0 && !down;
+  if (xa_loaded) load_xa();
   float acc[MT][4] = {};
   // U chunks of both rows and of each token tile, all loads issued before the first mma.
   // Chunks past K (the last step's, when K is not a multiple of the step) load zeros.
-  const auto step = [&](int64_t k0, bool full) {
+  const auto step = [&](int64_t k0, bool full, bool last) {
     uint4 lo[kUnroll], hi[kUnroll], xs[kUnroll][MT];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -248,6 +253,10 @@ __device__ __forceinline__ void weight_tile_block(const StreamingArgs& a, int ti
         xs[u][mt] = in && m < a.m ? load_cached(a.x + int64_t(m) * k + kk) : make_uint4(0, 0, 0, 0);
       }
     }
+    if (last && rank > 0 && !xa_loaded && down_products_written(a.down)) {
+      load_xa();
+      xa_loaded = true;
+    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
@@ -259,11 +268,12 @@ __device__ __forceinline__ void weight_tile_block(const StreamingArgs& a, int ti
     }
   };
   int64_t k0 = int64_t(warp) * span;
-  for (; k0 + span <= k; k0 += stride) step(k0, true);
-  if (k0 < k) step(k0, false);
-  if (rank > 0 && down) {  // block-wide: every thread takes part in the wait's barrier
+  for (; k0 + span <= k; k0 += stride) step(k0, true, k0 + stride >= k);
+  if (k0 < k) step(k0, false, true);
+  // Block-wide (rank and down are uniform): every thread takes part in the barriers.
+  if (rank > 0 && down && !__syncthreads_and(xa_loaded)) {
     wait_down_products(a.down);
-    if (!xa_early) load_xa();
+    if (!xa_loaded) load_xa();
   }
 #pragma unroll
   for (int q = 0; q < kLoraPerThread; ++q) {
@@ -284,10 +294,10 @@ __device__ __forceinline__ void weight_tile_block(const StreamingArgs& a, int ti
     const float ws = sg.w_scale[sg.w_scale_per_row ? n : 0];
     float v = sum * (xs * ws);
     if (sg.bias != nullptr) v += sg.bias[n];
-    if (rank > 0) {  // + scale * sum_j xa[m, j] B[n, j]
+    if (rank > 0) {  // bf16(base) + scale * sum_j xa[m, j] B[n, j], rounded again below
       float l = 0.0f;
       for (int j = 0; j < rank; ++j) l += lora_xa[m * rank + j] * lora_b[r * ldb + j];
-      v += sg.lora_scale * l;
+      v = __bfloat162float(__float2bfloat16_rn(v)) + sg.lora_scale * l;
     }
     sg.y[int64_t(m) * sg.ldy + n] = __float2bfloat16_rn(v);
   }
@@ -357,7 +367,8 @@ __global__ void __launch_bounds__(kExpandColumns) lora_expand_kernel(const LoraE
 #pragma unroll
     for (int j = 0; j < R; ++j) l += xs[r][j] * b[j];
     bf16* y = sg.y + int64_t(m0 + r) * sg.ldy + n;
-    *y = __float2bfloat16_rn(__bfloat162float(*y) + sg.scale * l);
+    const bf16* y0 = sg.base != nullptr ? sg.base + int64_t(m0 + r) * sg.ld_base + n : y;
+    *y = __float2bfloat16_rn(__bfloat162float(*y0) + sg.scale * l);
   }
 }
 

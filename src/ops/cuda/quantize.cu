@@ -11,9 +11,11 @@ namespace {
 template <typename T, int NCH, bool WARP, bool MULTI, bool VEC>
 __global__ void __launch_bounds__(kMaxRowThreads)
     quantize_rows_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, QuantOut q,
-                         const int32_t* rows_end) {
+                         const int32_t* rows_end, bf16* zero_padding) {
   __shared__ float shm[kWarp];
   const RowThreads<WARP> g;
+  if (zero_padding != nullptr && rows_end != nullptr && g.row < rows && g.row >= *rows_end)
+    for (int64_t j = g.lane; j < cols; j += g.n) zero_padding[g.row * cols + j] = bf16(0.0f);
   if (!quantized_data_row(g, rows, cols, q, rows_end)) return;
   const T* xr = x + g.row * cols;
   float v[NCH][8];
@@ -166,25 +168,25 @@ __global__ void repack_kernel(const float* __restrict__ in, int64_t nb, int64_t 
 
 template <typename T>
 void quantize_rows_t(const T* x, int64_t rows, int64_t cols, const QuantOut& q,
-                     const int32_t* rows_end, cudaStream_t s) {
+                     const int32_t* rows_end, bf16* zero_padding, cudaStream_t s) {
   const bool vec = cols % 8 == 0 && aligned16(x) && aligned16(q.codes);
   const RowPlan p = plan_rows(q.padded_rows, cols);
   dispatch_rows(p, vec, [&](auto nch, auto warp, auto multi, auto v) {
     quantize_rows_kernel<T, decltype(nch)::value, decltype(warp)::value, decltype(multi)::value,
                          decltype(v)::value>
-        <<<p.grid, p.threads, 0, s>>>(x, rows, cols, q, rows_end);
+        <<<p.grid, p.threads, 0, s>>>(x, rows, cols, q, rows_end, zero_padding);
   });
 }
 
 }  // namespace
 
 void launch_quantize_rows(const void* x, bool x_f32, int64_t rows, int64_t cols, const QuantOut& q,
-                          cudaStream_t s, const int32_t* rows_end) {
+                          cudaStream_t s, const int32_t* rows_end, bf16* zero_padding) {
   if (q.padded_rows == 0) return;
   if (x_f32)
-    quantize_rows_t(static_cast<const float*>(x), rows, cols, q, rows_end, s);
+    quantize_rows_t(static_cast<const float*>(x), rows, cols, q, rows_end, zero_padding, s);
   else
-    quantize_rows_t(static_cast<const bf16*>(x), rows, cols, q, rows_end, s);
+    quantize_rows_t(static_cast<const bf16*>(x), rows, cols, q, rows_end, zero_padding, s);
   FP8RL_LAUNCH_CHECK("quantize_rows");
 }
 
@@ -228,7 +230,7 @@ void launch_quantize_weight(const bf16* w, int64_t n, int64_t k, int scheme, uin
     out.scales = scales;
     out.padded_rows = n;
     out.group = false;
-    quantize_rows_t(w, n, k, out, nullptr, s);
+    quantize_rows_t(w, n, k, out, nullptr, nullptr, s);
   } else {
     const unsigned blocks = unsigned(ceil_div(n, 128) * ceil_div(k, 128));
     quantize_weight_block_kernel<<<blocks, 256, 0, s>>>(w, n, k, q, scales);
