@@ -201,21 +201,42 @@ std::vector<OpCase> perf_cases() {
                      h, [&] { ops::paged_attention(h.gpu, q, kp, vp, b, p, out); }, 5);
                  o.flops = 4.0 * double(D) * HQ * double(T) * double(T + 1) / 2;
                }});
-  for (auto [seqs, ctx] : {std::pair<int64_t, int64_t>{64, 2048}, {256, 1024}, {8, 16384}})
-    c.push_back({fmt::format("paged_attention decode S={} ctx={} Hq=32 Hkv=8 D=128", seqs, ctx),
-                 [=](Harness& h, Outcome& o) {
-                   const ops::PagedBatch b = paged_batch(h, seqs, 1, ctx);
-                   const int64_t blocks = seqs * ((ctx + 15) / 16);
-                   const TensorView q = bf(h, {seqs, HQ, D}, 1, 1),
-                                    out = bf(h, {seqs, HQ, D}, 4, 1),
-                                    kp = bf(h, {blocks, 16, HKV, D}, 2, 1),
-                                    vp = bf(h, {blocks, 16, HKV, D}, 3, 1);
-                   ops::AttentionParams p;
-                   p.scale = 1.0f / std::sqrt(float(D));
-                   o.seconds =
-                       time_op(h, [&] { ops::paged_attention(h.gpu, q, kp, vp, b, p, out); });
-                   o.bytes = 2.0 * double(seqs) * double(ctx) * HKV * D * 2;
-                 }});
+  // Decode steps without shared prefixes, over a bf16 pool and an FP8 one (codes and a scale a
+  // key row: the bytes of the K/V read; bench grpo's 1 x 8 and 16 x 8 shapes at their mean
+  // context among them).
+  for (auto [seqs, ctx] : {std::pair<int64_t, int64_t>{64, 2048},
+                           {256, 1024},
+                           {8, 16384},
+                           {8, 384},
+                           {128, 640}})
+    for (bool fp8_kv : {false, true})
+      c.push_back(
+          {fmt::format("paged_attention decode{} S={} ctx={} Hq=32 Hkv=8 D=128",
+                       fp8_kv ? " fp8_kv" : "", seqs, ctx),
+           [=](Harness& h, Outcome& o) {
+             const ops::PagedBatch b = paged_batch(h, seqs, 1, ctx);
+             const int64_t blocks = seqs * ((ctx + 15) / 16);
+             const TensorView q = bf(h, {seqs, HQ, D}, 1, 1), out = bf(h, {seqs, HQ, D}, 4, 1);
+             TensorView kp, vp;
+             ops::KvScales sc;
+             if (fp8_kv) {
+               Tensor codes = Tensor::empty({blocks, 16, HKV, D}, DType::f8e4m3),
+                      scales = Tensor::empty({blocks, 16, HKV}, DType::f32);
+               std::memset(codes.view().data, 0x38, codes.nbytes());  // e4m3 1.0
+               std::fill(scales.ptr<float>(), scales.ptr<float>() + scales.numel(), 0.01f);
+               kp = to_device(h, codes, DType::f8e4m3);
+               vp = to_device(h, codes, DType::f8e4m3);
+               sc = {to_device(h, scales, DType::f32), to_device(h, scales, DType::f32)};
+             } else {
+               kp = bf(h, {blocks, 16, HKV, D}, 2, 1);
+               vp = bf(h, {blocks, 16, HKV, D}, 3, 1);
+             }
+             ops::AttentionParams p;
+             p.scale = 1.0f / std::sqrt(float(D));
+             o.seconds =
+                 time_op(h, [&] { ops::paged_attention(h.gpu, q, kp, vp, b, p, out, {}, sc); });
+             o.bytes = 2.0 * double(seqs) * double(ctx) * HKV * (fp8_kv ? D + 4 : D * 2);
+           }});
   // Decode steps of 256 sequences, 32 prompts x 8 samples (the GRPO shape) of ctx tokens:
   // each prompt's first ctx - own tokens in blocks its samples share, own of their own (128;
   // and bench generate's shape, a 128-token prompt, at 32, 128, 256 and 512 new tokens;

@@ -26,9 +26,9 @@ namespace {
 // slots of one block-table entry.
 //
 // FP8 pools (kFp8): the ring holds the tiles' codes and per-slot scales, half the bytes of bf16
-// K/V, copied asynchronously like bf16 tiles; after a tile lands, the block turns it into one bf16
-// K/V tile, bf16(code * scale) as every attention kernel reads an FP8 pool (load_fp8_chunk), and
-// the tensor-core steps read that.
+// K/V, copied asynchronously like bf16 tiles; after a tile lands, each warp turns its own 16 keys
+// into rows of one bf16 K/V tile, bf16(code * scale) as every attention kernel reads an FP8 pool
+// (load_fp8_chunk), and its tensor-core steps read those.
 constexpr int kMmaDecodeStages = 2;
 constexpr float kRescaleSlack = 8.0f;                                       // log2 domain
 constexpr int kMmaDecodeWarpKeys = kDecodeTile / (kDecodeThreads / kWarp);  // 16
@@ -194,15 +194,20 @@ __global__ void __launch_bounds__(kDecodeThreads, 3)
     else if (si + 1 < nseg)
       load_tile(segs[si + 1], first_key(segs[si + 1]), stage ^ 1, true);
     cp_async_commit();
-    if constexpr (kFp8) {  // this stage's codes into the bf16 tile, which every warp is done with
+    if constexpr (kFp8) {
+      // This stage's codes into the bf16 tile, which every warp is done with. A warp reads
+      // only its own 16 K and 16 V rows below, so it converts those itself and needs no
+      // barrier with the other warps.
       const uint8_t* kc = codes + stage * Cfg::kCodeStageBytes;
       const float* sc = reinterpret_cast<const float*>(kc + 2 * BK * D);
-      for (int e = tid; e < 2 * BK * (D / 8); e += kDecodeThreads) {
-        const int row = e / (D / 8), c8 = (e % (D / 8)) * 8;  // row: K rows, then V rows
+      for (int e = lane; e < 2 * kMmaDecodeWarpKeys * (D / 8); e += kWarp) {
+        const int r = e / (D / 8), c8 = (e % (D / 8)) * 8;  // r: the warp's K rows, then V rows
+        const int row = (r / kMmaDecodeWarpKeys) * BK + warp * kMmaDecodeWarpKeys +
+                        r % kMmaDecodeWarpKeys;
         *reinterpret_cast<uint4*>(ring + row * kLd + c8) =
             fp8_chunk_bf16(*reinterpret_cast<const uint2*>(kc + row * D + c8), sc[row]);
       }
-      __syncthreads();
+      __syncwarp();
     }
     if (t == 0) {  // the item's query rows (rows past the group zeros; 8-15 zeros unless kTall)
       const bf16* qs = qbuf + stage * Cfg::kQRows * kLd;
