@@ -7,6 +7,7 @@
 #include "cli/output_path.h"
 #include "cli/train_session.h"
 #include "core/check.h"
+#include "core/spelling.h"
 #include "rl/dpo_trainer.h"
 #include "train/run_dir.h"
 #include "train/step_metrics.h"
@@ -45,10 +46,11 @@ void run_dpo(const DpoConfig& cfg, const std::string& yaml) {
     if (trainer.reference_adapter_bytes() > 0)
       extra.push_back({"reference adapter", trainer.reference_adapter_bytes(),
                        "the adapter the run continues from, frozen", true});
-    print_pass_memory_plan(ts,
-                           fmt::format("memory plan of the largest batch ({} pairs, {} steps)",
-                                       num_pairs, trainer.total_steps()),
-                           trainer.optimizer_state_bytes(), trainer.plan(), std::move(extra));
+    print_pass_memory_plan(
+        ts,
+        fmt::format("memory plan of the largest batch ({}, {})",
+                    counted(int64_t(num_pairs), "pair"), counted(trainer.total_steps(), "step")),
+        trainer.optimizer_state_bytes(), trainer.plan(), std::move(extra));
     return;
   }
   write_run_config(cfg.output_dir, yaml);

@@ -8,7 +8,9 @@
 #include "cli/output_path.h"
 #include "cli/train_session.h"
 #include "core/check.h"
+#include "core/spelling.h"
 #include "rl/grpo_trainer.h"
+#include "rl/prompt_data.h"
 #include "rl/reward_config.h"
 #include "train/run_dir.h"
 #include "train/step_metrics.h"
@@ -27,20 +29,26 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   // the model loads.
   RewardSet rewards = cfg.reward_process.empty() ? make_reward_set(cfg.rewards)
                                                  : make_reward_process_set(cfg.reward_process);
-  TrainSession ts(cfg, uint64_t(cfg.seed));
+  // The prompts next, tokenized before the weights load: a row that cannot run (too long for
+  // the model's context with a whole completion) fails at once, not in the round that draws it.
+  ModelFiles files = load_model_files(cfg);
+  const tok::Tokenizer& tokenizer = files.text.require_tokenizer("training");
+  const SftTokenizerSetup setup = load_sft_tokenizer_setup(cfg.model, tokenizer);
   PromptDataOptions d;
   d.max_prompt_length = cfg.max_prompt_length;
   d.truncation = cfg.truncation;
   d.chat_template_kwargs = cfg.chat_template_kwargs;
-  const auto& chat = ts.tokenizer_setup().chat;
-  std::vector<PromptExample> prompts =
-      read_prompt_dataset(cfg.data, ts.tokenizer(), chat ? &*chat : nullptr, d);
+  const ChatTemplateConfig* chat = setup.chat ? &*setup.chat : nullptr;
+  std::vector<PromptExample> prompts = read_prompt_dataset(cfg.data, tokenizer, chat, d);
   // The eval prompts as the training ones (the same limits), before any step.
   std::vector<PromptExample> eval_prompts;
+  if (cfg.evaluates()) eval_prompts = read_prompt_dataset(cfg.eval_dataset, tokenizer, chat, d);
+  const int64_t context = files.config.max_position_embeddings;
+  check_prompt_room(prompts, cfg.data, cfg.max_completion_length, context);
   if (cfg.evaluates())
-    eval_prompts =
-        read_prompt_dataset(cfg.eval_dataset, ts.tokenizer(), chat ? &*chat : nullptr, d);
+    check_prompt_room(eval_prompts, cfg.eval_dataset, cfg.max_completion_length, context);
   const size_t num_prompts = prompts.size();
+  TrainSession ts(cfg, uint64_t(cfg.seed), std::move(files.text));
   GrpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), &ts.tokenizer(), ts.session().eos_ids(),
                       std::move(prompts), cfg, std::move(rewards), ts.base_model_name());
   if (cfg.evaluates()) trainer.set_eval_data(std::move(eval_prompts));
@@ -57,9 +65,10 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
       parts.push_back({"reference adapter", p.reference_adapter_bytes,
                        "the adapter the run continues from, frozen", true});
     print_memory_plan(ts,
-                      fmt::format("memory plan of the run ({} prompts, {} steps; the pass over the "
+                      fmt::format("memory plan of the run ({}, {}; the pass over the "
                                   "longest micro-batch)",
-                                  num_prompts, trainer.total_steps()),
+                                  counted(int64_t(num_prompts), "prompt"),
+                                  counted(trainer.total_steps(), "step")),
                       p.optimizer_state_bytes, parts, p.pass.scratch_bytes);
     return;
   }

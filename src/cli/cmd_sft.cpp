@@ -6,6 +6,7 @@
 #include "cli/output_path.h"
 #include "cli/train_session.h"
 #include "core/check.h"
+#include "core/spelling.h"
 #include "train/run_dir.h"
 #include "train/sft_trainer.h"
 #include "train/step_metrics.h"
@@ -44,11 +45,11 @@ void run_sft(const SftConfig& cfg, const std::string& yaml) {
                      ts.base_model_name());
   if (cfg.evaluates()) trainer.set_eval_data(std::move(eval_examples));
   if (cfg.dry_run) {
-    print_pass_memory_plan(
-        ts,
-        fmt::format("memory plan of the largest micro-batch ({} examples, {} steps)", num_examples,
-                    trainer.total_steps()),
-        trainer.optimizer_state_bytes(), trainer.plan());
+    print_pass_memory_plan(ts,
+                           fmt::format("memory plan of the largest micro-batch ({}, {})",
+                                       counted(int64_t(num_examples), "example"),
+                                       counted(trainer.total_steps(), "step")),
+                           trainer.optimizer_state_bytes(), trainer.plan());
     return;
   }
   write_run_config(cfg.output_dir, yaml);

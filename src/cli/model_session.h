@@ -49,23 +49,18 @@ inline const char* kAdapterHelp =
 // --temperature, --top-k, --top-p, --min-p, --repetition-penalty into `s` (vLLM's meanings).
 void add_sampling_filter_options(CLI::App& c, SamplingParams& s);
 
-class ModelSession {
+// The text side of a model directory, which needs none of the weights: tokenizer.json (when
+// the directory has one), the chat template (on first use) and the stop ids. A command loads it
+// first to tokenize and check its prompts before the (slow) weight load, then hands it to its
+// ModelSession.
+class ModelText {
  public:
-  // Loads the checkpoint of options.model onto the device, then the adapter (checked against
-  // the model, every mismatch named) and tokenizer.json when the directory has one.
-  explicit ModelSession(const SessionOptions& options);
-  // The model made by `make` on the session's context (bench: random weights of a preset);
-  // options.model may be empty (no tokenizer then).
-  ModelSession(const SessionOptions& options, const std::function<Model(Context&)>& make);
-  ~ModelSession();
-  ModelSession(const ModelSession&) = delete;
-  ModelSession& operator=(const ModelSession&) = delete;
-
-  Context& ctx() { return ctx_; }
-  Device device() const { return ctx_.device; }
-  CudaDevice* cuda() { return cuda_.get(); }  // null on the CPU
-  Model& model() { return *model_; }
-  const LoraAdapter* adapter() const { return adapter_.get(); }
+  // `dir` may be empty (no tokenizer); `chat_template_kwargs` is --chat-template-kwargs' JSON
+  // text (empty: none), checked here.
+  ModelText(std::string dir, const std::string& chat_template_kwargs);
+  ~ModelText();
+  ModelText(ModelText&&) noexcept;
+  ModelText& operator=(ModelText&&) noexcept;
 
   // The model's tokenizer, or null when its directory has no tokenizer.json.
   const tok::Tokenizer* tokenizer() const { return tokenizer_.get(); }
@@ -86,23 +81,66 @@ class ModelSession {
   std::vector<int32_t> encode_chat(const nlohmann::ordered_json& messages,
                                    const nlohmann::ordered_json& kwargs = nullptr) const;
 
+ private:
+  std::string dir_;
+  nlohmann::ordered_json chat_template_kwargs_;  // --chat-template-kwargs, parsed
+  std::unique_ptr<tok::Tokenizer> tokenizer_;
+  mutable std::unique_ptr<ChatTemplateConfig> chat_;  // loaded on first use
+};
+
+class ModelSession {
+ public:
+  // Loads the model directory's text side (ModelText), the checkpoint of options.model onto the
+  // device, then the adapter (checked against the model, every mismatch named).
+  explicit ModelSession(const SessionOptions& options);
+  // The same with the text side loaded already (from options.model).
+  ModelSession(const SessionOptions& options, ModelText text);
+  // The model made by `make` on the session's context (bench: random weights of a preset);
+  // options.model may be empty (no tokenizer then).
+  ModelSession(const SessionOptions& options, const std::function<Model(Context&)>& make);
+  ~ModelSession();
+  ModelSession(const ModelSession&) = delete;
+  ModelSession& operator=(const ModelSession&) = delete;
+
+  Context& ctx() { return ctx_; }
+  Device device() const { return ctx_.device; }
+  CudaDevice* cuda() { return cuda_.get(); }  // null on the CPU
+  Model& model() { return *model_; }
+  const LoraAdapter* adapter() const { return adapter_.get(); }
+
+  // The text side's (ModelText).
+  const ModelText& text() const { return text_; }
+  const tok::Tokenizer* tokenizer() const { return text_.tokenizer(); }
+  const tok::Tokenizer& require_tokenizer(const std::string& what) const {
+    return text_.require_tokenizer(what);
+  }
+  std::vector<int32_t> eos_ids() const { return text_.eos_ids(); }
+  std::vector<int32_t> encode_text(const std::string& text) const {
+    return text_.encode_text(text);
+  }
+  std::string render_chat(const nlohmann::ordered_json& messages,
+                          const nlohmann::ordered_json& kwargs = nullptr) const {
+    return text_.render_chat(messages, kwargs);
+  }
+  std::vector<int32_t> encode_chat(const nlohmann::ordered_json& messages,
+                                   const nlohmann::ordered_json& kwargs = nullptr) const {
+    return text_.encode_chat(messages, kwargs);
+  }
+
   // An engine over the session's model, keyed by the adapter's version.
   std::unique_ptr<Engine> make_engine(const EngineOptions& options);
 
  private:
   void open_device(const SessionOptions& options);
-  void finish_setup(const SessionOptions& options);
+  void load_adapter(const SessionOptions& options);
 
-  std::string dir_;
-  nlohmann::ordered_json chat_template_kwargs_;  // --chat-template-kwargs, parsed
+  ModelText text_;
   // The device outlives everything that holds its memory (declared first, destroyed last).
   std::unique_ptr<CudaDevice> cuda_;
   Arena arena_;
   Context ctx_{Device::cpu, &arena_};
   std::optional<Model> model_;
   std::unique_ptr<LoraAdapter> adapter_;
-  std::unique_ptr<tok::Tokenizer> tokenizer_;
-  mutable std::unique_ptr<ChatTemplateConfig> chat_;  // loaded on first use
 };
 
 }  // namespace fp8rl::cli

@@ -13,6 +13,7 @@
 #include "cli/svg_chart.h"
 #include "core/check.h"
 #include "core/input_file.h"
+#include "core/spelling.h"
 
 namespace fp8rl::cli {
 
@@ -200,7 +201,7 @@ std::string summary_section(const RunMetrics& m) {
     for (double v : m.values.at(key))
       if (std::isfinite(v)) wall += v, has_wall = true;
   }
-  html += fmt::format("<p class=\"meta\">{} steps", m.steps.size());
+  html += fmt::format("<p class=\"meta\">{}", counted(int64_t(m.steps.size()), "step"));
   if (!m.steps.empty())
     html += fmt::format(" (step {} to {})", step_text(m.steps.front()), step_text(m.steps.back()));
   if (has_wall && wall < 1e12)  // a corrupt time must not overflow the int64 split

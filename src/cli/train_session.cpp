@@ -6,18 +6,38 @@
 
 #include "core/check.h"
 #include "core/output_file.h"
+#include "core/spelling.h"
 #include "ops/memory.h"
 #include "train/run_dir.h"
 
 namespace fp8rl::cli {
 
-TrainSession::TrainSession(const ModelArguments& args, uint64_t seed) {
+namespace {
+
+void check_model_given(const ModelArguments& args) {
   CHECK(!args.model.empty(), "no model: give MODEL (or `model:` in the config)");
+}
+
+}  // namespace
+
+ModelFiles load_model_files(const ModelArguments& args) {
+  check_model_given(args);
+  // config.json first: a directory that is not a model is named as such, not as one without a
+  // tokenizer.
+  ModelConfig config = ModelConfig::load(args.model);
+  return {std::move(config), ModelText(args.model, "")};
+}
+
+TrainSession::TrainSession(const ModelArguments& args, uint64_t seed)
+    : TrainSession(args, seed, ModelText(args.model, "")) {}
+
+TrainSession::TrainSession(const ModelArguments& args, uint64_t seed, ModelText text) {
+  check_model_given(args);
   SessionOptions so;
   so.model = args.model;
   so.fp8 = args.fp8;
   so.device = args.device;
-  session_ = std::make_unique<ModelSession>(so);
+  session_ = std::make_unique<ModelSession>(so, std::move(text));
   Model& m = session_->model();
   if (!args.adapter.empty()) {
     adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::load_peft(args.adapter, m));
@@ -83,7 +103,7 @@ void RunControl::print_done(int64_t total_steps, const std::string& dir,
         resumed_step_, total_steps);
     return;
   }
-  fmt::print("trained {} steps{}; {} in {}\n", total_steps - resumed_step_,
+  fmt::print("trained {}{}; {} in {}\n", counted(total_steps - resumed_step_, "step"),
              resumed_step_ > 0 ? fmt::format(" ({} to {})", resumed_step_ + 1, total_steps) : "",
              what, dir);
 }

@@ -23,6 +23,8 @@ class TrainSession {
   // Loads the model (ModelSession) and the adapter to train: args.adapter's PEFT adapter, or a
   // fresh one of args.lora_config() initialized from `seed`, on the session's device.
   TrainSession(const ModelArguments& args, uint64_t seed);
+  // The same with the model directory's text side loaded already (load_model_text).
+  TrainSession(const ModelArguments& args, uint64_t seed, ModelText text);
   ~TrainSession();
   ModelSession& session() { return *session_; }
   Context& ctx() { return session_->ctx(); }
@@ -40,6 +42,14 @@ class TrainSession {
   SftTokenizerSetup tok_setup_;
   std::string base_model_name_;
 };
+
+// The model directory's config.json and text side (tokenizer, chat template) without the
+// weights: a training command reads and checks its dataset with them before the weights load.
+struct ModelFiles {
+  ModelConfig config;
+  ModelText text;
+};
+ModelFiles load_model_files(const ModelArguments& args);
 
 // The run directory's part of a training command, before the model loads: checks that
 // output_dir can be written and is not taken by another run (claim_run_dir: --resume or

@@ -125,4 +125,21 @@ std::vector<PromptExample> read_prompt_dataset(const std::string& path,
   return out;
 }
 
+void check_prompt_room(const std::vector<PromptExample>& prompts, const std::string& path,
+                       int64_t max_completion_length, int64_t context) {
+  for (const PromptExample& ex : prompts) {
+    const int64_t length = int64_t(ex.ids.size());
+    if (length + max_completion_length <= context) continue;
+    const int64_t room = context - max_completion_length;
+    RAISE(
+        "{}:{}: a prompt of {} tokens plus max_completion_length {} exceeds the model's context "
+        "of {} tokens (max_position_embeddings); {}",
+        path, ex.line, length, max_completion_length, context,
+        room >= 1 ? fmt::format("lower max_completion_length, or cut the prompts with "
+                                "max_prompt_length: {} and truncation: true",
+                                room)
+                  : fmt::format("max_completion_length must be below {}", context));
+  }
+}
+
 }  // namespace fp8rl

@@ -66,4 +66,11 @@ std::vector<PromptExample> read_prompt_dataset(const std::string& path,
                                                const ChatTemplateConfig* chat,
                                                const PromptDataOptions& options);
 
+// Every prompt of `prompts` (read from `path`) must leave a whole completion room in the
+// model's context of `context` tokens (max_position_embeddings): the first row whose prompt
+// plus max_completion_length exceeds it is an error naming both lengths. Cheap, so a run checks
+// it before the weights load rather than failing in the round that draws the row.
+void check_prompt_room(const std::vector<PromptExample>& prompts, const std::string& path,
+                       int64_t max_completion_length, int64_t context);
+
 }  // namespace fp8rl

@@ -174,6 +174,29 @@ rewards:
   EXPECT_EQ(load_text(sft_keys(), "").learning_rate, 2e-5);
 }
 
+// A list key's YAML scalar splits at commas as its flag does (TRL configs copied from a command
+// line write `lora_target_modules: q_proj,v_proj`); a YAML list keeps its items whole.
+TEST(RunConfig, CommaStringInYamlIsAList) {
+  using List = std::vector<std::string>;
+  const List qv = {"q_proj", "v_proj"};
+  EXPECT_EQ(load_text(sft_keys(), "lora_target_modules: q_proj,v_proj\n").lora_target_modules, qv);
+  EXPECT_EQ(load_text(grpo_keys(), "target_modules: \"q_proj, v_proj\"\n").lora_target_modules, qv);
+  EXPECT_EQ(load_text(dpo_keys(), "lora_target_modules: [q_proj, v_proj]\n").lora_target_modules,
+            qv);
+  EXPECT_EQ(parse_args(sft_keys(), {"--lora-target-modules", "q_proj,v_proj"}).lora_target_modules,
+            qv);
+  EXPECT_EQ(load_text(sft_keys(), "report_to: tensorboard,none\n").report_to,
+            (List{"tensorboard", "none"}));
+  EXPECT_EQ(load_text(grpo_keys(), "reward_weights: 1.0, 0.5\n").reward_weights,
+            (std::vector<double>{1.0, 0.5}));
+  EXPECT_NE(error_of([] {
+              load_text(grpo_keys(), "reward_weights: 1.0,x\n");
+            }).find("key 'reward_weights' in run.yaml:1: expected a list of numbers, got 'x'"),
+            std::string::npos);
+  // The empty string is the empty list, as --lora-target-modules "" is.
+  EXPECT_EQ(load_text(sft_keys(), "lora_target_modules: \"\"\n").lora_target_modules, List{});
+}
+
 TEST(RunConfig, LoadsAFileAndFlagsOverrideIt) {
   const std::string path =
       write_file("override.yaml", "learning_rate: 0.001\nmax_steps: 50\nseed: 7\n");
