@@ -7,6 +7,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -117,6 +118,7 @@ TEST(RunConfig, DefaultsAreTrls) {
   EXPECT_EQ(g.sapo_temperature_neg, 1.05);
   EXPECT_EQ(g.sapo_temperature_pos, 1.0);
   EXPECT_TRUE(g.generation_kwargs.is_null());
+  EXPECT_FALSE(g.num_completions_to_print.has_value());  // all completions
 
   const DpoConfig d;
   EXPECT_EQ(d.learning_rate, 1e-6);
@@ -610,6 +612,25 @@ TEST(RunConfig, GrpoBatchRelationsAsTrl) {
   EXPECT_EQ(c.resolved_epsilon_high(), 0.2);
   c.epsilon_high = 0.28;
   EXPECT_EQ(c.resolved_epsilon_high(), 0.28);
+}
+
+// samples.jsonl: all of a round (null), or the first N completions rounded up to whole groups.
+TEST(RunConfig, SamplesPerRoundAreWholeGroups) {
+  GrpoConfig c = valid_grpo();
+  c.num_generations = 4;
+  EXPECT_EQ(c.samples_per_round(32), 32);
+  c.num_completions_to_print = 0;
+  EXPECT_EQ(c.samples_per_round(32), 0);
+  c.num_completions_to_print = 1;
+  EXPECT_EQ(c.samples_per_round(32), 4);
+  c.num_completions_to_print = 4;
+  EXPECT_EQ(c.samples_per_round(32), 4);
+  c.num_completions_to_print = 5;
+  EXPECT_EQ(c.samples_per_round(32), 8);
+  c.num_completions_to_print = 40;
+  EXPECT_EQ(c.samples_per_round(32), 32);
+  c.num_completions_to_print = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(c.samples_per_round(32), 32);
 }
 
 // transformers 5: warmup_steps is steps, or a fraction below 1; a given warmup_ratio replaces
