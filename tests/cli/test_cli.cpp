@@ -905,7 +905,7 @@ TEST(CliChatTemplateKwargs, ReachTheTemplate) {
   write_file(data, chat + R"(, "answer": "3"})" + "\n");
   const std::string grpo =
       "grpo " + model + " --data " + data + " --output-dir " + temp("thinking_grpo") +
-      " --dry-run --num-generations 2 " +
+      " --dry-run --num-generations 2 --max-completion-length 64 " +
       "--per-device-train-batch-size 2 --rewards '[{\"type\": \"answer_match\"}]'";
   EXPECT_EQ(run(grpo).exit_code, 0);
   const Result off = run(grpo + R"( --chat-template-kwargs '{"enable_thinking": false}')");
@@ -1080,8 +1080,11 @@ TEST(CliTrain, DryRunPrintsThePlanAndTrainsNothing) {
                     dpo_out = temp("dry_dpo_out");
   const std::vector<std::pair<std::string, std::string>> runs = {
       {"sft " + kDemoModel + " --data " + data + " --out " + sft_out + " --dry-run", sft_out},
+      // The prompt and its completions within the demo model's context of 256 (the default
+      // max_completion_length, 512, is an error at once).
       {"grpo --config " + cfg + " --output-dir " + grpo_out +
-           " --num-generations 2 --per-device-train-batch-size 2 --dry-run",
+           " --num-generations 2 --per-device-train-batch-size 2 --max-completion-length 64 "
+           "--dry-run",
        grpo_out},
       {"dpo " + kDemoModel + " --data " + dpo_data + " --output-dir " + dpo_out + " --dry-run",
        dpo_out}};
