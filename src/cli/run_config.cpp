@@ -83,6 +83,33 @@ KeyType element_type(KeyType t) {
   return t == KeyType::real_list ? KeyType::real : KeyType::string;
 }
 
+// A scalar's text. yaml-cpp decodes the escapes \N and \_ of double-quoted scalars to the
+// single bytes 0x85 and 0xA0, which are not UTF-8; they are U+0085 and U+00A0 (as PyYAML reads
+// them). The document itself is checked to be UTF-8 (read_yaml), so no other ill-formed byte
+// can reach a scalar.
+std::string scalar_text(const YAML::Node& n) {
+  const std::string& s = n.Scalar();
+  size_t bad = tok::find_invalid_utf8(s);
+  if (bad == std::string::npos) return s;
+  std::string out;
+  size_t from = 0;
+  while (bad != std::string::npos) {
+    const size_t at = from + bad;
+    const auto byte = static_cast<unsigned char>(s[at]);
+    out.append(s, from, at - from);
+    if (byte == 0x85 || byte == 0xA0) {
+      out += '\xC2';
+      out += char(byte);
+    } else {
+      out += "\xEF\xBF\xBD";  // U+FFFD, as any other decoder would
+    }
+    from = at + 1;
+    bad = tok::find_invalid_utf8(std::string_view(s).substr(from));
+  }
+  out.append(s, from, std::string::npos);
+  return out;
+}
+
 // A key as an error quotes it: as it is when short and printable, else a bounded JSON excerpt
 // (an explicit YAML key may be megabytes long or hold newlines).
 std::string key_text(const std::string& name) {
@@ -177,7 +204,7 @@ class BudgetScope {
 nlohmann::json yaml_to_json(const YAML::Node& n, YamlBudget& budget) {
   if (n.IsNull()) return nullptr;
   if (n.IsScalar()) {
-    const std::string s = n.Scalar();
+    const std::string s = scalar_text(n);
     if (n.Tag() == "?") {
       if (s == "true" || s == "True" || s == "TRUE") return true;
       if (s == "false" || s == "False" || s == "FALSE") return false;
@@ -202,7 +229,7 @@ nlohmann::json yaml_to_json(const YAML::Node& n, YamlBudget& budget) {
       CHECK(kv.first.IsScalar(),
             "{}: a mapping key must be a string, not {} (line {}): JSON's keys are strings",
             budget.where(), node_kind(kv.first), kv.first.Mark().line + 1);
-      key = kv.first.Scalar();
+      key = scalar_text(kv.first);
     }
     budget.charge_key(key);
     const BudgetScope scope(budget, kv.second, "." + key_text(key));
@@ -224,7 +251,7 @@ nlohmann::json yaml_value(const KeySpec& k, const YAML::Node& n, YamlBudget& bud
   if (is_list(k.type)) {
     nlohmann::json a = nlohmann::json::array();
     if (n.IsScalar()) {
-      a.push_back(scalar_value(k, element_type(k.type), n.Scalar()));
+      a.push_back(scalar_value(k, element_type(k.type), scalar_text(n)));
       return a;
     }
     CHECK(n.IsSequence(), "expected {}, got {}", k.describe_type(), node_kind(n));
@@ -232,12 +259,12 @@ nlohmann::json yaml_value(const KeySpec& k, const YAML::Node& n, YamlBudget& bud
     for (const YAML::Node& e : n) {
       const BudgetScope element(budget, e, fmt::format("[{}]", i++));
       CHECK(e.IsScalar(), "expected {}, got {} inside the list", k.describe_type(), node_kind(e));
-      a.push_back(scalar_value(k, element_type(k.type), e.Scalar()));
+      a.push_back(scalar_value(k, element_type(k.type), scalar_text(e)));
     }
     return a;
   }
   CHECK(n.IsScalar(), "expected {}, got {}", k.describe_type(), node_kind(n));
-  return scalar_value(k, k.type, n.Scalar());
+  return scalar_value(k, k.type, scalar_text(n));
 }
 
 // Shortest text that reads back to the same double, always with a '.' or exponent so that a
@@ -431,7 +458,7 @@ nlohmann::json read_yaml(const std::vector<KeySpec>& keys, const std::string& te
     const int line = kv.first.Mark().line + 1;
     CHECK(kv.first.IsScalar(), "{}:{}: a key must be a name, not {}", file, line,
           node_kind(kv.first));
-    const std::string name = kv.first.Scalar();
+    const std::string name = scalar_text(kv.first);
     const KeySpec* k = find_key(keys, name);
     if (k == nullptr) {
       // A typo of a key is about as long as the key (the edit distance is quadratic in it).

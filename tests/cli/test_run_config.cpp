@@ -491,6 +491,12 @@ TEST(RunConfig, YamlMustBeUtf8) {
                    "offset 32)"),
             std::string::npos)
       << e;
+  // yaml-cpp decodes the escapes \N and \_ to the bytes 0x85 and 0xA0, not UTF-8: they read as
+  // U+0085 and U+00A0, as PyYAML reads them (the ill-formed bytes broke JSON's dump).
+  EXPECT_EQ(load_text(grpo_keys(), R"(rewards: [{"\N\_": "a\N\_b\x85\u00e9"}])"
+                                   "\n")
+                .rewards,
+            nlohmann::json::parse(R"([{"\u0085\u00a0": "a\u0085\u00a0b\u0085\u00e9"}])"));
   // The control: the same text in UTF-8 reads.
   EXPECT_EQ(load_text(grpo_keys(), "rewards: [{type: \"answer\xC3\xA9\"}]\n").rewards,
             nlohmann::json::parse("[{\"type\": \"answer\u00e9\"}]"));

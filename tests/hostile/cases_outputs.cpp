@@ -676,6 +676,19 @@ std::vector<Case> fuzz_finding_cases() {
                                            read_bytes(m / "config.json").substr(1));
                            return HostileRun{info(m), error("quantization_config"), {m}};
                          }
+                         if (kind == "run_config") {
+                           // A run config for grpo, with the model and data given as flags: a clean
+                           // error or a run, never a crash.
+                           write_bytes(d / "run.yaml", read_bytes(input));
+                           write_bytes(d / "data.jsonl", kGrpoRow + "\n");
+                           std::vector<std::string> args = grpo(d / "run.yaml");
+                           args.insert(args.end(), {"--model", m.string(), "--data",
+                                                    (d / "data.jsonl").string(), "--output-dir",
+                                                    (d / "run").string()});
+                           Expect e;
+                           e.outcome = Outcome::error_or_success;
+                           return HostileRun{args, e, {m, d / "run.yaml", d / "data.jsonl"}};
+                         }
                          throw std::runtime_error("no command for fuzz findings of " + kind);
                        }});
     }
