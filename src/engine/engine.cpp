@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -11,6 +12,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "core/tensor.h"
 #include "engine/scheduler.h"
 #include "engine/shared_prefix.h"
 #include "model/forward.h"
@@ -183,6 +185,13 @@ void Engine::Impl::setup() {
         opt.max_num_seqs, opt.max_num_batched_tokens);
   CHECK(opt.kv_memory_fraction > 0 && opt.kv_memory_fraction <= 1,
         "engine: kv memory fraction {} outside (0, 1]", opt.kv_memory_fraction);
+  // The scheduler counts sequences in int32; the buffers below hold a row per sequence.
+  CHECK(opt.max_num_seqs <= INT32_MAX, "engine: max_num_seqs = {} is above {}", opt.max_num_seqs,
+        INT32_MAX);
+  if (ctx.device == Device::cpu)
+    check_host_bytes(
+        size_t(opt.max_num_seqs) * (ops::kSampleRowWords + 3 + 2 * ops::kMaxTopLogprobs + 2) * 4,
+        fmt::format("engine: max_num_seqs = {} (a buffer row per sequence)", opt.max_num_seqs));
   max_rows = opt.max_num_seqs;
   rows_buf = DeviceBuffer(ctx, size_t(max_rows * ops::kSampleRowWords) * 4);
   out_buf = DeviceBuffer(ctx, size_t(max_rows) * (3 + 2 * ops::kMaxTopLogprobs) * 4);
@@ -244,6 +253,8 @@ void Engine::Impl::setup() {
       kv_bytes = std::min(size_t(double(free_now - plan) * opt.kv_memory_fraction), usable);
     }
   }
+  if (ctx.device == Device::cpu && opt.kv_memory_bytes != 0)
+    check_host_bytes(kv_bytes, "engine: the KV pool of kv_memory");
   const int64_t blocks = int64_t(kv_bytes / block);
   CHECK(blocks >= 1, "engine: a KV budget of {} bytes holds no block ({} bytes each)", kv_bytes,
         block);
@@ -793,6 +804,10 @@ std::vector<RequestOutput> Engine::generate(std::span<const GenerationRequest> r
     rs.index = i;
     if (!p.ignore_eos) rs.stop_ids = im.eos;
     rs.stop_ids.insert(rs.stop_ids.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
+    // Each sample's state and output are host memory: an absurd n is named, not "out of
+    // memory".
+    check_host_bytes(size_t(p.n) * (sizeof(SampleState) + sizeof(CompletionOutput)),
+                     fmt::format("request {}: n = {} samples", i, p.n));
     rs.samples.resize(size_t(p.n));
     for (SampleState& st : rs.samples)
       if (im.tokenizer) st.decoder = std::make_unique<tok::IncrementalDecoder>(*im.tokenizer, true);

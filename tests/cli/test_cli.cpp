@@ -1087,6 +1087,8 @@ TEST(CliTrain, DryRunPrintsThePlanAndTrainsNothing) {
                     dpo_out = temp("dry_dpo_out");
   const std::vector<std::pair<std::string, std::string>> runs = {
       {"sft " + kDemoModel + " --data " + data + " --out " + sft_out + " --dry-run", sft_out},
+      // The prompt and its completions within the demo model's context of 256 (the default
+      // max_completion_length, 512, is an error at once).
       {"grpo --config " + cfg + " --output-dir " + grpo_out +
            " --num-generations 2 --per-device-train-batch-size 2 --max-completion-length 8"
            " --dry-run",
