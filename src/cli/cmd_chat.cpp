@@ -51,7 +51,7 @@ std::string reply(ModelSession& session, Engine& engine, const nlohmann::ordered
   GenerationRequest request;
   request.prompt_ids = session.encode_chat(messages);
   request.params = defaults;
-  const int64_t context = session.model().config().max_position_embeddings;
+  const int64_t context = session.model().config().max_context;
   const int64_t room = context - int64_t(request.prompt_ids.size());
   CHECK(room >= 1,
         "the conversation ({} tokens) fills the model's context of {} tokens; /reset starts a "

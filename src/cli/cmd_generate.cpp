@@ -155,7 +155,21 @@ void run_generate(const GenerateOptions& o) {
   check_output_file(o.out, {o.session.model, o.prompts, o.session.adapter});
   const std::vector<Line> lines = read_lines(o.prompts);
 
-  ModelSession session(o.session);
+  // The prompts are tokenized and checked against the model's context before the weights load.
+  ModelSession session(o.session, ModelSession::WithoutModel{});
+  std::vector<GenerationRequest> requests;
+  for (const Line& line : lines) {
+    try {
+      requests.push_back(make_request(session, line.json, defaults));
+      const GenerationRequest& r = requests.back();
+      check_context(session.config(), int64_t(r.prompt_ids.size()) + r.params.max_tokens,
+                    fmt::format("a prompt of {} tokens plus max_tokens {}", r.prompt_ids.size(),
+                                r.params.max_tokens));
+    } catch (const Error& e) {
+      RAISE("{} line {}: {}", o.prompts, line.number, e.what());
+    }
+  }
+  session.load_model();
   EngineOptions eo;
   eo.kv_memory_bytes = size_t(o.kv_memory_gib * double(size_t(1) << 30));
   eo.kv_dtype = kv_dtype;
@@ -165,13 +179,11 @@ void run_generate(const GenerateOptions& o) {
   eo.seed = o.seed >= 0 ? uint64_t(o.seed) : 0;
   const std::unique_ptr<Engine> engine = session.make_engine(eo);
 
-  std::vector<GenerationRequest> requests;
-  for (const Line& line : lines) {
+  for (size_t i = 0; i < requests.size(); ++i) {
     try {
-      requests.push_back(make_request(session, line.json, defaults));
-      engine->validate(requests.back());
+      engine->validate(requests[i]);
     } catch (const Error& e) {
-      RAISE("{} line {}: {}", o.prompts, line.number, e.what());
+      RAISE("{} line {}: {}", o.prompts, lines[i].number, e.what());
     }
   }
 

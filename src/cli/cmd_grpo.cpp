@@ -1,4 +1,5 @@
 // fp8rl grpo --config RUN.yaml [MODEL] [every GRPOConfig key as a flag]
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -8,6 +9,7 @@
 #include "cli/output_path.h"
 #include "cli/train_session.h"
 #include "core/check.h"
+#include "ops/memory.h"
 #include "rl/grpo_trainer.h"
 #include "rl/reward_config.h"
 #include "train/run_dir.h"
@@ -16,6 +18,20 @@
 namespace fp8rl::cli {
 
 namespace {
+
+// The longest prompt plus a full completion against the model's context, before the weights
+// load (the engine would refuse that prompt's request mid-run).
+void check_prompts_context(const ModelConfig& c, const std::vector<PromptExample>& prompts,
+                           int64_t max_completion_length, const std::string& data) {
+  const PromptExample* longest = nullptr;
+  for (const PromptExample& p : prompts)
+    if (longest == nullptr || p.ids.size() > longest->ids.size()) longest = &p;
+  if (longest != nullptr)
+    check_context(c, int64_t(longest->ids.size()) + max_completion_length,
+                  fmt::format("the longest prompt ({} line {}, {} tokens) plus "
+                              "max_completion_length {}",
+                              data, longest->line, longest->ids.size(), max_completion_length));
+}
 
 void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   CHECK(!cfg.data.empty(), "no dataset: give --data PROMPTS.jsonl (or `data:` in the config)");
@@ -27,39 +43,78 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   // the model loads.
   RewardSet rewards = cfg.reward_process.empty() ? make_reward_set(cfg.rewards)
                                                  : make_reward_process_set(cfg.reward_process);
-  TrainSession ts(cfg, uint64_t(cfg.seed));
+  TrainSession ts(cfg, TrainSession::WithoutModel{cfg.dry_run});
   PromptDataOptions d;
   d.max_prompt_length = cfg.max_prompt_length;
   d.truncation = cfg.truncation;
   d.chat_template_kwargs = cfg.chat_template_kwargs;
   const auto& chat = ts.tokenizer_setup().chat;
-  std::vector<PromptExample> prompts =
-      read_prompt_dataset(cfg.data, ts.tokenizer(), chat ? &*chat : nullptr, d);
-  // The eval prompts as the training ones (the same limits), before any step.
-  std::vector<PromptExample> eval_prompts;
-  if (cfg.evaluates())
-    eval_prompts =
-        read_prompt_dataset(cfg.eval_dataset, ts.tokenizer(), chat ? &*chat : nullptr, d);
+  // A dry run still plans when the prompts cannot be tokenized: at the configured lengths.
+  const bool untokenized = cfg.dry_run && ts.tokenizer_if_any() == nullptr;
+  std::vector<PromptExample> prompts, eval_prompts;
+  if (untokenized) {
+    CHECK(cfg.max_prompt_length.has_value(),
+          "--dry-run: {} has no tokenizer.json to measure the prompts with and max_prompt_length "
+          "is null: give max_prompt_length for the plan",
+          cfg.model);
+    // A full completion after a prompt of one token must fit; prompts longer than what is left
+    // of the context cannot run, so the configured length stops there.
+    check_context(ts.config(), 1 + cfg.max_completion_length,
+                  fmt::format("a prompt of 1 token plus max_completion_length {}",
+                              cfg.max_completion_length));
+    PromptExample p;
+    p.ids.assign(size_t(std::min(*cfg.max_prompt_length,
+                                 ts.config().max_context - cfg.max_completion_length)),
+                 0);
+    prompts.assign(size_t(cfg.prompts_per_generation()), p);
+  } else {
+    prompts = read_prompt_dataset(cfg.data, ts.tokenizer(), chat ? &*chat : nullptr, d);
+    // The eval prompts as the training ones (the same limits), before any step.
+    if (cfg.evaluates())
+      eval_prompts =
+          read_prompt_dataset(cfg.eval_dataset, ts.tokenizer(), chat ? &*chat : nullptr, d);
+    // The lengths once every input has been read (a malformed row is named first).
+    check_prompts_context(ts.config(), prompts, cfg.max_completion_length, cfg.data);
+    check_prompts_context(ts.config(), eval_prompts, cfg.max_completion_length, cfg.eval_dataset);
+  }
+  ts.load(uint64_t(cfg.seed));
   const size_t num_prompts = prompts.size();
-  GrpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), &ts.tokenizer(), ts.session().eos_ids(),
-                      std::move(prompts), cfg, std::move(rewards), ts.base_model_name());
-  if (cfg.evaluates()) trainer.set_eval_data(std::move(eval_prompts));
+  const int64_t prompt_length = prompts.empty() ? 0 : int64_t(prompts[0].ids.size());
+  GrpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), ts.tokenizer_if_any(),
+                      ts.session().eos_ids(), std::move(prompts), cfg, std::move(rewards),
+                      ts.base_model_name());
+  if (cfg.evaluates() && !untokenized) trainer.set_eval_data(std::move(eval_prompts));
   if (cfg.dry_run) {
     const GrpoMemoryPlan p = trainer.memory_plan();
+    // Without the device its free memory is unknown: the pool is what the engine can use.
+    const std::string kv_bound =
+        ops::device_present(ts.ctx())
+            ? ""
+            : "; the KV pool holds max_num_seqs sequences of the full context, which a device "
+              "with less free memory bounds";
     std::vector<PlanPart> parts = {
         {"standby region", p.standby_region_bytes,
          fmt::format("the larger of the engine's KV pool, {:.1f} MiB, and the training pass: "
-                     "saved activations {:.1f} + KV {:.1f}",
+                     "saved activations {:.1f} + KV {:.1f}{}",
                      double(p.engine_kv_bytes) / (1 << 20), double(p.pass.saved_bytes) / (1 << 20),
-                     double(p.pass.kv_bytes) / (1 << 20)),
+                     double(p.pass.kv_bytes) / (1 << 20), kv_bound),
          true}};
     if (p.reference_adapter_bytes > 0)
       parts.push_back({"reference adapter", p.reference_adapter_bytes,
                        "the adapter the run continues from, frozen", true});
+    const std::string of =
+        untokenized ? fmt::format(
+                          "the prompts not tokenized, {} has no tokenizer.json: {} "
+                          "prompts of {} tokens, max_prompt_length{}",
+                          cfg.model, num_prompts, prompt_length,
+                          prompt_length < cfg.max_prompt_length.value_or(0)
+                              ? " cut to what the context leaves"
+                              : "")
+                    : fmt::format("{} prompts, {} steps", num_prompts, trainer.total_steps());
     print_memory_plan(ts,
-                      fmt::format("memory plan of the run ({} prompts, {} steps; the pass over the "
-                                  "longest micro-batch)",
-                                  num_prompts, trainer.total_steps()),
+                      fmt::format("memory plan of the run ({}; the pass over the longest "
+                                  "micro-batch)",
+                                  of),
                       p.optimizer_state_bytes, parts, p.pass.scratch_bytes);
     return;
   }

@@ -5,6 +5,7 @@
 #include "cli/common.h"
 #include "core/check.h"
 #include "formats/json_read.h"
+#include "formats/quant_config.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_config.h"
@@ -31,25 +32,61 @@ nlohmann::ordered_json parse_chat_template_kwargs(const std::string& text) {
 
 }  // namespace
 
-ModelSession::ModelSession(const SessionOptions& options)
-    : dir_(options.model),
+ModelSession::ModelSession(const SessionOptions& options) : ModelSession(options, WithoutModel{}) {
+  load_model();
+}
+
+ModelSession::ModelSession(const SessionOptions& options, WithoutModel)
+    : options_(options),
+      dir_(options.model),
       chat_template_kwargs_(parse_chat_template_kwargs(options.chat_template_kwargs)) {
-  LoadOptions load;
-  load.fp8 = parse_fp8_option(options.fp8);
-  open_device(options);
-  model_.emplace(Model::load(options.model, load));
-  model_->to_device(ctx_);
-  finish_setup(options);
+  parse_fp8_option(options.fp8);  // a bad --fp8 fails before anything is read
+  config_ = ModelConfig::load(dir_);
+  load_tokenizer();
 }
 
 ModelSession::ModelSession(const SessionOptions& options,
                            const std::function<Model(Context&)>& make)
-    : dir_(options.model),
+    : options_(options),
+      dir_(options.model),
       chat_template_kwargs_(parse_chat_template_kwargs(options.chat_template_kwargs)) {
   open_device(options);
   model_.emplace(make(ctx_));
   model_->to_device(ctx_);
+  config_ = model_->config();
   finish_setup(options);
+  load_tokenizer();
+}
+
+void ModelSession::load_model() {
+  CHECK(!model_, "the session's model is loaded already");
+  const std::optional<Fp8Scheme> fp8 = parse_fp8_option(options_.fp8);
+  open_device(options_);
+  if (options_.plan_only) {
+    // The checkpoint's scheme as stored unless --fp8 names one; random buffers of the right
+    // shapes, planned on the dry-run context (nothing is allocated or filled).
+    const Fp8Scheme stored = parse_quantization_config(config_.quantization).weight;
+    CHECK(!fp8 || stored == Fp8Scheme::off || *fp8 == stored,
+          "--fp8 {}: the checkpoint is quantized with {} scaling already", scheme_name(*fp8),
+          scheme_name(stored));
+    // Model::load keeps a CPU model's unquantized weights in the checkpoint's precision; a
+    // CUDA device holds them in bf16.
+    const DType unquantized =
+        ctx_.device == Device::cpu && config_.dtype == DType::f32 ? DType::f32 : DType::bf16;
+    model_.emplace(Model::random(config_, fp8 ? fp8 : std::optional<Fp8Scheme>(stored), ctx_, 0,
+                                 true, unquantized));
+  } else {
+    LoadOptions load;
+    load.fp8 = fp8;
+    model_.emplace(Model::load(dir_, load));
+  }
+  model_->to_device(ctx_);
+  finish_setup(options_);
+}
+
+Model& ModelSession::model() {
+  CHECK(model_.has_value(), "the session's model is not loaded yet");
+  return *model_;
 }
 
 ModelSession::~ModelSession() {
@@ -62,6 +99,13 @@ void ModelSession::open_device(const SessionOptions& options) {
   const Device device = parse_device(options.device);
   CHECK(!options.bf16_activations || device == Device::cpu,
         "bf16 activations emulation applies to --device cpu only");
+  if (options.plan_only) {
+    plan_arena_ =
+        std::make_unique<Arena>(Arena::measuring(device, device == Device::cuda ? 256 : 64));
+    ctx_ = Context{device, plan_arena_.get()};
+    ctx_.dry_run = true;
+    return;
+  }
   if (device == Device::cuda) {
     CHECK(CudaDevice::built(), "--device cuda: this fp8rl was built without the CUDA backend");
     CHECK(CudaDevice::count() > 0, "--device cuda: no CUDA device is visible");
@@ -76,6 +120,9 @@ void ModelSession::finish_setup(const SessionOptions& options) {
     adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::load_peft(options.adapter, *model_));
     adapter_->to_device(ctx_);
   }
+}
+
+void ModelSession::load_tokenizer() {
   if (!dir_.empty() && std::filesystem::exists(std::filesystem::path(dir_) / "tokenizer.json"))
     tokenizer_ = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_file(dir_));
 }

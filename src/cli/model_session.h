@@ -37,6 +37,11 @@ struct SessionOptions {
   // --chat-template-kwargs: extra chat template variables for every chat render (JSON text of
   // a mapping, TRL's / vLLM's chat_template_kwargs); empty: none.
   std::string chat_template_kwargs;
+  // An estimate (a training command's --dry-run without weights or without the device): the
+  // model is its shapes only, planned buffers on a dry-run context of `device` (ops/memory.h:
+  // DeviceBuffer), no weight read and no device opened; a run's objects built on that context
+  // measure their memory and hold none.
+  bool plan_only = false;
 };
 
 // --chat-template-kwargs into options.chat_template_kwargs.
@@ -51,9 +56,15 @@ void add_sampling_filter_options(CLI::App& c, SamplingParams& s);
 
 class ModelSession {
  public:
-  // Loads the checkpoint of options.model onto the device, then the adapter (checked against
-  // the model, every mismatch named) and tokenizer.json when the directory has one.
+  // Reads the model directory's config.json and tokenizer.json (when it has one), then loads
+  // the checkpoint onto the device and the adapter (checked against the model, every mismatch
+  // named).
   explicit ModelSession(const SessionOptions& options);
+  // The same without the weights: config.json and the tokenizer only, so that a command reads
+  // and checks its inputs (prompt lengths against the context) before the model loads, then
+  // calls load_model().
+  struct WithoutModel {};
+  ModelSession(const SessionOptions& options, WithoutModel);
   // The model made by `make` on the session's context (bench: random weights of a preset);
   // options.model may be empty (no tokenizer then).
   ModelSession(const SessionOptions& options, const std::function<Model(Context&)>& make);
@@ -61,10 +72,14 @@ class ModelSession {
   ModelSession(const ModelSession&) = delete;
   ModelSession& operator=(const ModelSession&) = delete;
 
+  // Opens the device and loads the model and the adapter (once, after WithoutModel).
+  void load_model();
+  const ModelConfig& config() const { return config_; }
+
   Context& ctx() { return ctx_; }
   Device device() const { return ctx_.device; }
   CudaDevice* cuda() { return cuda_.get(); }  // null on the CPU
-  Model& model() { return *model_; }
+  Model& model();
   const LoraAdapter* adapter() const { return adapter_.get(); }
 
   // The model's tokenizer, or null when its directory has no tokenizer.json.
@@ -93,11 +108,16 @@ class ModelSession {
   void open_device(const SessionOptions& options);
   void finish_setup(const SessionOptions& options);
 
+  void load_tokenizer();
+
+  SessionOptions options_;
   std::string dir_;
   nlohmann::ordered_json chat_template_kwargs_;  // --chat-template-kwargs, parsed
+  ModelConfig config_;
   // The device outlives everything that holds its memory (declared first, destroyed last).
   std::unique_ptr<CudaDevice> cuda_;
   Arena arena_;
+  std::unique_ptr<Arena> plan_arena_;  // plan_only: the measuring scratch arena
   Context ctx_{Device::cpu, &arena_};
   std::optional<Model> model_;
   std::unique_ptr<LoraAdapter> adapter_;

@@ -4,35 +4,72 @@
 #include <cmath>
 #include <filesystem>
 
+#include <fmt/ranges.h>
+
+#include "cli/common.h"
 #include "core/check.h"
 #include "core/output_file.h"
+#include "formats/safetensors.h"
+#include "ops/device.h"
 #include "ops/memory.h"
 #include "train/run_dir.h"
 
 namespace fp8rl::cli {
 
-TrainSession::TrainSession(const ModelArguments& args, uint64_t seed) {
+namespace {
+
+// Why a dry run of `args` cannot load as its run would, and plans from the shapes instead;
+// empty: it loads.
+std::string why_estimate(const ModelArguments& args) {
+  std::vector<std::string> why;
+  if (!Checkpoint::present(args.model))
+    why.push_back(fmt::format(
+        "{} holds no weights (no model.safetensors), the shapes come from its config.json",
+        args.model));
+  if (parse_device(args.device) == Device::cuda && !CudaDevice::built())
+    why.push_back(
+        "made without a device: this fp8rl was built without the CUDA backend, so the CUDA "
+        "kernels' scratch is taken as the CPU reference's");
+  else if (parse_device(args.device) == Device::cuda && CudaDevice::count() == 0)
+    why.push_back("made without a device: no CUDA device is visible");
+  return fmt::format("{}", fmt::join(why, "; "));
+}
+
+}  // namespace
+
+TrainSession::TrainSession(const ModelArguments& args, uint64_t seed)
+    : TrainSession(args, WithoutModel{}) {
+  load(seed);
+}
+
+TrainSession::TrainSession(const ModelArguments& args, WithoutModel without) : args_(args) {
   CHECK(!args.model.empty(), "no model: give MODEL (or `model:` in the config)");
+  if (without.dry_run) estimate_reason_ = why_estimate(args);
   SessionOptions so;
   so.model = args.model;
   so.fp8 = args.fp8;
   so.device = args.device;
-  session_ = std::make_unique<ModelSession>(so);
-  Model& m = session_->model();
-  if (!args.adapter.empty()) {
-    adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::load_peft(args.adapter, m));
-  } else {
-    ModelArguments resolved = args;  // the commands resolve first; callers that did not, here
-    resolved.resolve_target_modules();
-    adapter_ = std::make_unique<LoraAdapter>(
-        LoraAdapter::init(resolved.lora_config(), m, args.adapter_init_seed(int64_t(seed))));
-  }
-  adapter_->to_device(session_->ctx());
+  so.plan_only = !estimate_reason_.empty();
+  session_ = std::make_unique<ModelSession>(so, ModelSession::WithoutModel{});
   // Without tokenizer.json only rows of token ids can train (SFT); the commands that need text
   // ask for the tokenizer themselves.
   if (session_->tokenizer() != nullptr)
     tok_setup_ = load_sft_tokenizer_setup(args.model, *session_->tokenizer());
   base_model_name_ = std::filesystem::path(args.model).lexically_normal().string();
+}
+
+void TrainSession::load(uint64_t seed) {
+  session_->load_model();
+  Model& m = session_->model();
+  if (!args_.adapter.empty()) {
+    adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::load_peft(args_.adapter, m));
+  } else {
+    ModelArguments resolved = args_;  // the commands resolve first; callers that did not, here
+    resolved.resolve_target_modules();
+    adapter_ = std::make_unique<LoraAdapter>(
+        LoraAdapter::init(resolved.lora_config(), m, args_.adapter_init_seed(int64_t(seed))));
+  }
+  adapter_->to_device(session_->ctx());
 }
 
 // The adapter's device copy goes before the session's device.
@@ -129,6 +166,9 @@ void print_memory_plan(TrainSession& ts, const std::string& title, size_t optimi
   }
   fmt::print("  {:<18} {:10.1f} MiB{}\n", "total", mib(total),
              ops::device_region_info(ctx).on ? "  (all in the one device region)" : "");
+  if (!ts.estimate_reason().empty())
+    fmt::print("this plan is an estimate for --device {}: {}\n", device_name(ctx.device),
+               ts.estimate_reason());
 }
 
 void print_pass_memory_plan(TrainSession& ts, const std::string& title,

@@ -1,6 +1,12 @@
 // What the training commands (sft, grpo, dpo) share: the model session with a trainable
 // adapter for it (fresh with the run's LoRA keys, or from --adapter), the tokenizer's EOS
 // and chat template, the run directory's config record, and the per-step log line.
+//
+// A session starts from the model directory's files (config.json, the tokenizer) and loads
+// the weights in load(), after the command has read its data and checked the lengths against
+// the model's context. A --dry-run that cannot load (no weights in the directory, or
+// --device cuda without a CUDA device) is an estimate: the model is its shapes on a dry-run
+// context (SessionOptions::plan_only), and the plan says so (estimate_reason()).
 #pragma once
 
 #include <chrono>
@@ -20,10 +26,23 @@ namespace fp8rl::cli {
 
 class TrainSession {
  public:
-  // Loads the model (ModelSession) and the adapter to train: args.adapter's PEFT adapter, or a
-  // fresh one of args.lora_config() initialized from `seed`, on the session's device.
+  // The model directory's config.json and tokenizer (ModelSession without the model), then
+  // load(seed). dry_run: the run only plans (an estimate when it cannot load, see
+  // estimate_reason()).
+  struct WithoutModel {
+    bool dry_run = false;
+  };
+  TrainSession(const ModelArguments& args, WithoutModel without);
+  // The same, loaded at once.
   TrainSession(const ModelArguments& args, uint64_t seed);
   ~TrainSession();
+  // Loads the model and the adapter to train: args.adapter's PEFT adapter, or a fresh one of
+  // args.lora_config() initialized from `seed`, on the session's device.
+  void load(uint64_t seed);
+  const ModelConfig& config() const { return session_->config(); }
+  // Why the plan is an estimate ("MODEL holds no weights", "no CUDA device is visible");
+  // empty when the session loads the model as a run does.
+  const std::string& estimate_reason() const { return estimate_reason_; }
   ModelSession& session() { return *session_; }
   Context& ctx() { return session_->ctx(); }
   Model& model() { return session_->model(); }
@@ -35,10 +54,12 @@ class TrainSession {
   const std::string& base_model_name() const { return base_model_name_; }
 
  private:
+  ModelArguments args_;
   std::unique_ptr<ModelSession> session_;
   std::unique_ptr<LoraAdapter> adapter_;
   SftTokenizerSetup tok_setup_;
   std::string base_model_name_;
+  std::string estimate_reason_;
 };
 
 // The run directory's part of a training command, before the model loads: checks that
@@ -84,6 +105,7 @@ struct PlanPart {
 // copies and gradients), the optimizer's state, `parts` (the step's memory, measured by the
 // trainer's dry run), the workspace (the scratch arena as it will be: the larger of
 // `scratch_bytes` and what it holds, for it only grows; the cuBLASLt workspace) and the total.
+// An estimate (TrainSession::estimate_reason) says so, and why, after the total.
 void print_memory_plan(TrainSession& ts, const std::string& title, size_t optimizer_state_bytes,
                        const std::vector<PlanPart>& parts, size_t scratch_bytes);
 

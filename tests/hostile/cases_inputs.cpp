@@ -200,7 +200,7 @@ std::vector<Case> size_cases() {
          for (int i = 0; i < 300; ++i) ids += ",1";
          const fs::path m = copy_demo_model(d / "model");
          return HostileRun{{"logits", m, "--ids", ids, "--out", d / "x.npy"},
-                           error("more than the model's max_position_embeddings 256"),
+                           error("--ids (301 tokens) exceeds the model's context of 256"),
                            {m}};
        }},
       {"Sizes_GeneratePromptLongerThanContext",
