@@ -1,13 +1,14 @@
 """Example TRL-style reward functions for math answers, standard library only.
 
 Each function runs unchanged under TRL's GRPOTrainer and as an fp8rl reward process, one
-function per process, e.g. in a run config:
+function per process, e.g. in a run config (with the helper installed, `pip install ./python`,
+and fp8rl started from the repository root):
 
     rewards:
-      - reward_process: "PYTHONPATH=python:examples/rewards python3 -m fp8rl_reward math_reward:correctness"
+      - reward_process: "PYTHONPATH=examples/rewards python3 -m fp8rl_reward math_reward:correctness"
         name: correctness
         weight: 1.0
-      - reward_process: "PYTHONPATH=python:examples/rewards python3 -m fp8rl_reward math_reward:boxed_format"
+      - reward_process: "PYTHONPATH=examples/rewards python3 -m fp8rl_reward math_reward:boxed_format"
         name: boxed_format
         weight: 0.2
 

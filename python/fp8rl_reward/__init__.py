@@ -2,8 +2,10 @@
 
     python3 -m fp8rl_reward MODULE:FUNCTION [--chat | --text]
 
-with PYTHONPATH holding this repository's python/ folder and the folder of MODULE. The function
-is written as for TRL's GRPOTrainer::
+once installed (``pip install ./python`` from the repository root; in a checkout without it,
+PYTHONPATH holding the repository's python/ folder). MODULE is imported from the working
+directory, PYTHONPATH or the installed packages. The function is written as for TRL's
+GRPOTrainer::
 
     def reward(prompts, completions, **kwargs) -> list[float | None]: ...
 

@@ -13,7 +13,8 @@ def main(argv=None):
         "batch) for one TRL-style reward function f(prompts, completions, **kwargs). As TRL, "
         "a conversational dataset gives prompts as message lists and completions as "
         "[{'role': 'assistant', 'content': text}]; a text dataset gives strings.")
-    parser.add_argument("function", help="MODULE:FUNCTION, imported from PYTHONPATH")
+    parser.add_argument("function", help="MODULE:FUNCTION, MODULE imported from the working "
+                        "directory, PYTHONPATH or the installed packages")
     shape = parser.add_mutually_exclusive_group()
     shape.add_argument("--chat", action="store_true",
                        help="always pass completions as [{'role': 'assistant', 'content': text}], "

@@ -11,9 +11,17 @@
 //
 // One engine serves the whole session: its prefix cache keeps the KV of the history, so a turn
 // prefills only what is new. max_tokens is clamped to what is left of the model's context.
+//
+// At a terminal the lines are read through libedit: line editing, and the lines entered (this
+// session's and earlier ones') under the arrow keys, kept in $XDG_STATE_HOME/fp8rl/chat_history
+// (~/.local/state/fp8rl/chat_history), best effort.
+#include <editline/readline.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -24,6 +32,7 @@
 #include "cli/common.h"
 #include "cli/model_session.h"
 #include "core/check.h"
+#include "core/spelling.h"
 #include "engine/engine.h"
 #include "tokenizer/incremental_decoder.h"
 
@@ -40,6 +49,71 @@ struct ChatOptions {
   std::string kv_dtype = "bf16";
 };
 
+// The user's lines: at a terminal through libedit, from a pipe or file by plain getline (a
+// script's input wants no echo, no escape sequences and no history file).
+class LineReader {
+ public:
+  explicit LineReader(bool interactive) : interactive_(interactive) {
+    if (!interactive_) return;
+    rl_readline_name = "fp8rl";  // ~/.editrc settings under "fp8rl:"
+    rl_instream = stdin;
+    rl_outstream = stderr;      // the prompt and the echo: stdout carries the replies alone
+    rl_inhibit_completion = 1;  // Tab inserts itself: a conversation has no file names to complete
+    using_history();
+    stifle_history(kHistoryLines);
+    history_file_ = history_path();
+    if (!history_file_.empty()) read_history(history_file_.c_str());  // none the first time
+  }
+
+  // The next line, without its line end; false at the end of the input.
+  bool next(std::string& line) {
+    if (!interactive_) {
+      if (!std::getline(std::cin, line)) return false;
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      return true;
+    }
+    char* text = readline("> ");
+    if (text == nullptr) {  // Ctrl-D: end the prompt's line as the shell does
+      std::fputc('\n', stderr);
+      return false;
+    }
+    line = text;
+    std::free(text);
+    if (line.find_first_not_of(" \t") == std::string::npos) return true;
+    add_history(line.c_str());
+    // Written after each line, so that a session ended by a signal keeps what it read; private,
+    // for it holds the conversations.
+    if (!history_file_.empty() && write_history(history_file_.c_str()) == 0)
+      ::chmod(history_file_.c_str(), S_IRUSR | S_IWUSR);
+    return true;
+  }
+
+ private:
+  static constexpr int kHistoryLines = 1000;
+
+  // $XDG_STATE_HOME/fp8rl/chat_history (XDG's base directories: a relative XDG_STATE_HOME is
+  // ignored, the default is ~/.local/state), its folder created; empty where there is none.
+  static std::string history_path() {
+    namespace fs = std::filesystem;
+    const char* state = std::getenv("XDG_STATE_HOME");
+    const char* home = std::getenv("HOME");
+    fs::path dir;
+    if (state != nullptr && state[0] == '/')
+      dir = state;
+    else if (home != nullptr && home[0] != '\0')
+      dir = fs::path(home) / ".local" / "state";
+    else
+      return "";
+    dir /= "fp8rl";
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    return ec ? "" : (dir / "chat_history").string();
+  }
+
+  bool interactive_;
+  std::string history_file_;
+};
+
 void write_out(const std::string& text) {
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
@@ -51,12 +125,12 @@ std::string reply(ModelSession& session, Engine& engine, const nlohmann::ordered
   GenerationRequest request;
   request.prompt_ids = session.encode_chat(messages);
   request.params = defaults;
-  const int64_t context = session.model().config().max_context;
-  const int64_t room = context - int64_t(request.prompt_ids.size());
-  CHECK(room >= 1,
-        "the conversation ({} tokens) fills the model's context of {} tokens; /reset starts a "
-        "new one",
-        request.prompt_ids.size(), context);
+  const ModelConfig& config = session.model().config();
+  check_context(config, int64_t(request.prompt_ids.size()) + 1,
+                fmt::format("the conversation of {} plus a reply's first token",
+                            counted(int64_t(request.prompt_ids.size()), "token")),
+                "/reset starts a new one");
+  const int64_t room = config.max_context - int64_t(request.prompt_ids.size());
   request.params.max_tokens = int(std::min<int64_t>(request.params.max_tokens, room));
   tok::IncrementalDecoder decoder(session.require_tokenizer("chat"), /*skip_special=*/true);
   std::string text;
@@ -70,7 +144,7 @@ std::string reply(ModelSession& session, Engine& engine, const nlohmann::ordered
   text += rest;
   write_out(rest + "\n");
   if (interactive && out[0].completions[0].finish == FinishReason::length)
-    std::fprintf(stderr, "[stopped at %d tokens]\n", request.params.max_tokens);
+    fmt::print(stderr, "[stopped at {}]\n", counted(request.params.max_tokens, "token"));
   return text;
 }
 
@@ -101,11 +175,9 @@ void run_chat(const ChatOptions& o) {
     std::fprintf(stderr, "fp8rl chat: %s (/reset clears the history, /exit or Ctrl-D ends)\n",
                  o.session.model.c_str());
   nlohmann::ordered_json messages = start;
+  LineReader reader(interactive);
   std::string line;
-  while (true) {
-    if (interactive) std::fputs("> ", stderr);
-    if (!std::getline(std::cin, line)) break;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
+  while (reader.next(line)) {
     if (line == "/exit") break;
     if (line == "/reset") {
       messages = start;

@@ -8,6 +8,7 @@
 #include "cli/output_path.h"
 #include "cli/train_session.h"
 #include "core/check.h"
+#include "core/spelling.h"
 #include "rl/dpo_trainer.h"
 #include "train/run_dir.h"
 #include "train/step_metrics.h"
@@ -37,18 +38,21 @@ void run_dpo(const DpoConfig& cfg, const std::string& yaml) {
   check_run_dir(cfg.output_dir, {cfg.model, cfg.data, cfg.adapter, cfg.eval_dataset});
   check_output_dir(cfg);
   if (!cfg.dry_run) check_logging_dir_writable(cfg);
-  TrainSession ts(cfg, TrainSession::WithoutModel{cfg.dry_run});
+  // The model directory's config and tokenizer first: the pairs are read and their lengths
+  // checked against the model's context before the weights load.
+  ModelFiles files = load_model_files(cfg);
+  const ModelConfig& config = files.text.config();
   PreferenceDataOptions d;
   d.max_length = cfg.max_length;
   d.max_prompt_length = cfg.max_prompt_length;
   d.truncation = cfg.truncation;
   d.chat_template_kwargs = cfg.chat_template_kwargs;
-  d.eos_token_id = ts.tokenizer_setup().eos_token_id;
-  const auto& chat = ts.tokenizer_setup().chat;
+  d.eos_token_id = files.tokenizer_setup.eos_token_id;
+  const auto& chat = files.tokenizer_setup.chat;
   // A dry run still plans when the pairs cannot be tokenized: pairs of max_length sequences.
-  const bool untokenized = cfg.dry_run && ts.tokenizer_if_any() == nullptr;
+  const bool untokenized = cfg.dry_run && files.text.tokenizer() == nullptr;
   // Sequences longer than the context cannot train, so the configured length stops there.
-  const int64_t length = std::min(cfg.max_length, ts.config().max_context);
+  const int64_t length = std::min(cfg.max_length, config.max_context);
   std::vector<PreferencePair> pairs, eval_pairs;
   if (untokenized) {
     PreferencePair p;
@@ -59,16 +63,16 @@ void run_dpo(const DpoConfig& cfg, const std::string& yaml) {
     p.rejected = p.chosen;
     pairs.assign(size_t(cfg.per_device_train_batch_size), p);
   } else {
-    pairs = read_preference_dataset(cfg.data, ts.tokenizer(), chat ? &*chat : nullptr, d);
+    const tok::Tokenizer& tokenizer = files.text.require_tokenizer("training");
+    pairs = read_preference_dataset(cfg.data, tokenizer, chat ? &*chat : nullptr, d);
     // The eval pairs as the training ones (the same limits), before any step.
     if (cfg.evaluates())
-      eval_pairs =
-          read_preference_dataset(cfg.eval_dataset, ts.tokenizer(), chat ? &*chat : nullptr, d);
+      eval_pairs = read_preference_dataset(cfg.eval_dataset, tokenizer, chat ? &*chat : nullptr, d);
     // The lengths once every input has been read (a malformed row is named first).
-    check_pairs_context(ts.config(), pairs, cfg.data);
-    check_pairs_context(ts.config(), eval_pairs, cfg.eval_dataset);
+    check_pairs_context(config, pairs, cfg.data);
+    check_pairs_context(config, eval_pairs, cfg.eval_dataset);
   }
-  ts.load(uint64_t(cfg.seed));
+  TrainSession ts(cfg, uint64_t(cfg.seed), std::move(files), cfg.dry_run);
   const size_t num_pairs = pairs.size();
   DpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), std::move(pairs), cfg,
                      ts.base_model_name());
@@ -80,11 +84,12 @@ void run_dpo(const DpoConfig& cfg, const std::string& yaml) {
                        "the adapter the run continues from, frozen", true});
     const std::string of =
         untokenized ? fmt::format(
-                          "the pairs not tokenized, {} has no tokenizer.json: {} pairs "
-                          "of {} tokens, max_length{}",
-                          cfg.model, num_pairs, length,
+                          "the pairs not tokenized, {} has no tokenizer.json: {} of {}, "
+                          "max_length{}",
+                          cfg.model, counted(int64_t(num_pairs), "pair"), counted(length, "token"),
                           length < cfg.max_length ? " cut to the model's context" : "")
-                    : fmt::format("{} pairs, {} steps", num_pairs, trainer.total_steps());
+                    : fmt::format("{}, {}", counted(int64_t(num_pairs), "pair"),
+                                  counted(trainer.total_steps(), "step"));
     print_pass_memory_plan(ts, fmt::format("memory plan of the largest batch ({})", of),
                            trainer.optimizer_state_bytes(), trainer.plan(), std::move(extra));
     return;

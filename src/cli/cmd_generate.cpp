@@ -8,12 +8,16 @@
 // with the model's tokenizer, special tokens added as vLLM does) or `messages` (the chat
 // template applied with the generation prompt; `chat_template_kwargs`, as vLLM's requests take
 // it, over the command line's), and optionally any sampling key of SamplingParams
-// (engine/sampling_params.h) to override the command line for that line.
+// (engine/sampling_params.h) to override the command line for that line; any other key is an
+// error naming it. Every line is tokenized and checked against the model's config.json before
+// the weights load.
 // Output: one line per input line, in input order:
 //   {"completions": [{"completion_ids": [...], "text": "...", "logprobs": [...],
 //                     "finish_reason": "stop"|"length"}, ...n]}
 // written to a temporary file renamed over OUT at the end, so a failed run leaves no output
 // that looks complete.
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -27,6 +31,7 @@
 #include "core/check.h"
 #include "core/input_file.h"
 #include "core/output_file.h"
+#include "core/spelling.h"
 #include "engine/engine.h"
 #include "formats/json_read.h"
 
@@ -48,6 +53,31 @@ struct Line {
   int64_t number = 0;           // in the file, from 1
   nlohmann::ordered_json json;  // keys in file order: chat templates see messages as written
 };
+
+// The keys a line may hold besides the sampling keys.
+constexpr std::array<const char*, 4> kLineColumns = {"prompt_ids", "prompt", "messages",
+                                                     "chat_template_kwargs"};
+
+// A key that is neither a column nor a sampling key would change nothing (a misspelled
+// "temprature" would sample at the default): an error naming it, as a misspelled config key is.
+void check_line_keys(const nlohmann::ordered_json& line, const std::string& path, int64_t number) {
+  const std::vector<std::string>& sampling = sampling_param_keys();
+  for (const auto& [key, value] : line.items()) {
+    if (std::find(kLineColumns.begin(), kLineColumns.end(), key) != kLineColumns.end() ||
+        std::find(sampling.begin(), sampling.end(), key) != sampling.end())
+      continue;
+    std::vector<std::string> known(kLineColumns.begin(), kLineColumns.end());
+    known.insert(known.end(), sampling.begin(), sampling.end());
+    const std::optional<std::string> near = nearest_spelling(key, known);
+    std::string list;
+    for (const std::string& k : sampling) list += (list.empty() ? "" : ", ") + k;
+    RAISE(
+        "{} line {}: unknown key '{}'{}; a line holds one of prompt_ids, prompt, messages, "
+        "optionally chat_template_kwargs, and sampling keys ({})",
+        path, number, key, near ? fmt::format(" (did you mean '{}'?)", *near) : std::string(),
+        list);
+  }
+}
 
 // The non-blank lines of the prompts file, each a JSON object (read before the model loads,
 // so a bad file fails at once).
@@ -74,6 +104,7 @@ std::vector<Line> read_lines(const std::string& path) {
         int(j.contains("prompt_ids")) + int(j.contains("prompt")) + int(j.contains("messages"));
     CHECK(fields == 1, "{} line {}: needs exactly one of prompt_ids, prompt, messages", path,
           number);
+    check_line_keys(j, path, number);
     lines.push_back({number, std::move(j)});
   }
   CHECK(!lines.empty(), "{} holds no prompts", path);
@@ -81,7 +112,7 @@ std::vector<Line> read_lines(const std::string& path) {
 }
 
 // One line's request: its prompt as ids, the command line's sampling with the line's keys.
-GenerationRequest make_request(const ModelSession& session, const nlohmann::ordered_json& line,
+GenerationRequest make_request(const ModelText& text, const nlohmann::ordered_json& line,
                                const SamplingParams& defaults) {
   GenerationRequest r;
   if (line.contains("prompt_ids")) {
@@ -94,19 +125,16 @@ GenerationRequest make_request(const ModelSession& session, const nlohmann::orde
     }
   } else if (line.contains("prompt")) {
     CHECK(line["prompt"].is_string(), "prompt must be a string");
-    r.prompt_ids = session.encode_text(line["prompt"].get<std::string>());
+    r.prompt_ids = text.encode_text(line["prompt"].get<std::string>());
   } else {
-    r.prompt_ids = session.encode_chat(
-        line["messages"], line.value("chat_template_kwargs", nlohmann::ordered_json()));
+    r.prompt_ids = text.encode_chat(line["messages"],
+                                    line.value("chat_template_kwargs", nlohmann::ordered_json()));
   }
   CHECK(!line.contains("chat_template_kwargs") || line.contains("messages"),
         "chat_template_kwargs applies to a messages line only");
   CHECK(!r.prompt_ids.empty(), "the prompt is empty after tokenization");
   nlohmann::json overrides = nlohmann::json(line);
-  overrides.erase("prompt_ids");
-  overrides.erase("prompt");
-  overrides.erase("messages");
-  overrides.erase("chat_template_kwargs");
+  for (const char* column : kLineColumns) overrides.erase(column);
   r.params = sampling_params_from_json(overrides, defaults);
   return r;
 }
@@ -155,21 +183,20 @@ void run_generate(const GenerateOptions& o) {
   check_output_file(o.out, {o.session.model, o.prompts, o.session.adapter});
   const std::vector<Line> lines = read_lines(o.prompts);
 
-  // The prompts are tokenized and checked against the model's context before the weights load.
-  ModelSession session(o.session, ModelSession::WithoutModel{});
+  // Every line's request before the weights load (config.json and the tokenizer suffice): a
+  // prompt with no room for max_tokens in the model's context fails at once.
+  ModelText text(o.session.model, o.session.chat_template_kwargs);
   std::vector<GenerationRequest> requests;
   for (const Line& line : lines) {
     try {
-      requests.push_back(make_request(session, line.json, defaults));
-      const GenerationRequest& r = requests.back();
-      check_context(session.config(), int64_t(r.prompt_ids.size()) + r.params.max_tokens,
-                    fmt::format("a prompt of {} tokens plus max_tokens {}", r.prompt_ids.size(),
-                                r.params.max_tokens));
+      requests.push_back(make_request(text, line.json, defaults));
+      validate_request(requests.back(), text.config());
     } catch (const Error& e) {
       RAISE("{} line {}: {}", o.prompts, line.number, e.what());
     }
   }
-  session.load_model();
+
+  ModelSession session(o.session, std::move(text));
   EngineOptions eo;
   eo.kv_memory_bytes = size_t(o.kv_memory_gib * double(size_t(1) << 30));
   eo.kv_dtype = kv_dtype;
@@ -179,6 +206,7 @@ void run_generate(const GenerateOptions& o) {
   eo.seed = o.seed >= 0 ? uint64_t(o.seed) : 0;
   const std::unique_ptr<Engine> engine = session.make_engine(eo);
 
+  // What needs the engine: the KV pool's size, stop strings' tokenizer.
   for (size_t i = 0; i < requests.size(); ++i) {
     try {
       engine->validate(requests[i]);
@@ -196,12 +224,10 @@ void run_generate(const GenerateOptions& o) {
   }
   write_outputs(o.out, requests, outputs);
   const EngineStats& s = engine->stats();
-  std::fprintf(stderr,
-               "generate: %zu prompts, %lld output tokens in %lld steps; prefix-cache hits %lld "
-               "tokens, preemptions %lld, KV blocks peak %lld of %lld\n",
-               requests.size(), (long long)s.output_tokens, (long long)s.steps,
-               (long long)s.prefix_hit_tokens, (long long)s.preemptions,
-               (long long)s.kv_blocks_peak_used, (long long)s.kv_blocks);
+  fmt::print(stderr, "generate: {}, {} in {}; prefix-cache hits {}, {}, KV blocks peak {} of {}\n",
+             counted(int64_t(requests.size()), "prompt"), counted(s.output_tokens, "output token"),
+             counted(s.steps, "step"), counted(s.prefix_hit_tokens, "token"),
+             counted(s.preemptions, "preemption"), s.kv_blocks_peak_used, s.kv_blocks);
 }
 
 }  // namespace

@@ -9,8 +9,10 @@
 #include "cli/output_path.h"
 #include "cli/train_session.h"
 #include "core/check.h"
+#include "core/spelling.h"
 #include "ops/memory.h"
 #include "rl/grpo_trainer.h"
+#include "rl/prompt_data.h"
 #include "rl/reward_config.h"
 #include "train/run_dir.h"
 #include "train/step_metrics.h"
@@ -18,20 +20,6 @@
 namespace fp8rl::cli {
 
 namespace {
-
-// The longest prompt plus a full completion against the model's context, before the weights
-// load (the engine would refuse that prompt's request mid-run).
-void check_prompts_context(const ModelConfig& c, const std::vector<PromptExample>& prompts,
-                           int64_t max_completion_length, const std::string& data) {
-  const PromptExample* longest = nullptr;
-  for (const PromptExample& p : prompts)
-    if (longest == nullptr || p.ids.size() > longest->ids.size()) longest = &p;
-  if (longest != nullptr)
-    check_context(c, int64_t(longest->ids.size()) + max_completion_length,
-                  fmt::format("the longest prompt ({} line {}, {} tokens) plus "
-                              "max_completion_length {}",
-                              data, longest->line, longest->ids.size(), max_completion_length));
-}
 
 void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   CHECK(!cfg.data.empty(), "no dataset: give --data PROMPTS.jsonl (or `data:` in the config)");
@@ -43,14 +31,18 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   // the model loads.
   RewardSet rewards = cfg.reward_process.empty() ? make_reward_set(cfg.rewards)
                                                  : make_reward_process_set(cfg.reward_process);
-  TrainSession ts(cfg, TrainSession::WithoutModel{cfg.dry_run});
+  // The prompts next, tokenized before the weights load: a row that cannot run (too long for
+  // the model's context with a whole completion) fails at once, not in the round that draws it.
+  ModelFiles files = load_model_files(cfg);
+  const ModelConfig& config = files.text.config();
   PromptDataOptions d;
   d.max_prompt_length = cfg.max_prompt_length;
   d.truncation = cfg.truncation;
   d.chat_template_kwargs = cfg.chat_template_kwargs;
-  const auto& chat = ts.tokenizer_setup().chat;
+  const ChatTemplateConfig* chat =
+      files.tokenizer_setup.chat ? &*files.tokenizer_setup.chat : nullptr;
   // A dry run still plans when the prompts cannot be tokenized: at the configured lengths.
-  const bool untokenized = cfg.dry_run && ts.tokenizer_if_any() == nullptr;
+  const bool untokenized = cfg.dry_run && files.text.tokenizer() == nullptr;
   std::vector<PromptExample> prompts, eval_prompts;
   if (untokenized) {
     CHECK(cfg.max_prompt_length.has_value(),
@@ -59,27 +51,26 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
           cfg.model);
     // A full completion after a prompt of one token must fit; prompts longer than what is left
     // of the context cannot run, so the configured length stops there.
-    check_context(ts.config(), 1 + cfg.max_completion_length,
+    check_context(config, 1 + cfg.max_completion_length,
                   fmt::format("a prompt of 1 token plus max_completion_length {}",
                               cfg.max_completion_length));
     PromptExample p;
-    p.ids.assign(size_t(std::min(*cfg.max_prompt_length,
-                                 ts.config().max_context - cfg.max_completion_length)),
-                 0);
+    p.ids.assign(
+        size_t(std::min(*cfg.max_prompt_length, config.max_context - cfg.max_completion_length)),
+        0);
     prompts.assign(size_t(cfg.prompts_per_generation()), p);
   } else {
-    prompts = read_prompt_dataset(cfg.data, ts.tokenizer(), chat ? &*chat : nullptr, d);
+    const tok::Tokenizer& tokenizer = files.text.require_tokenizer("training");
+    prompts = read_prompt_dataset(cfg.data, tokenizer, chat, d);
     // The eval prompts as the training ones (the same limits), before any step.
-    if (cfg.evaluates())
-      eval_prompts =
-          read_prompt_dataset(cfg.eval_dataset, ts.tokenizer(), chat ? &*chat : nullptr, d);
+    if (cfg.evaluates()) eval_prompts = read_prompt_dataset(cfg.eval_dataset, tokenizer, chat, d);
     // The lengths once every input has been read (a malformed row is named first).
-    check_prompts_context(ts.config(), prompts, cfg.max_completion_length, cfg.data);
-    check_prompts_context(ts.config(), eval_prompts, cfg.max_completion_length, cfg.eval_dataset);
+    check_prompt_room(prompts, cfg.data, cfg.max_completion_length, config);
+    check_prompt_room(eval_prompts, cfg.eval_dataset, cfg.max_completion_length, config);
   }
-  ts.load(uint64_t(cfg.seed));
   const size_t num_prompts = prompts.size();
   const int64_t prompt_length = prompts.empty() ? 0 : int64_t(prompts[0].ids.size());
+  TrainSession ts(cfg, uint64_t(cfg.seed), std::move(files), cfg.dry_run);
   GrpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), ts.tokenizer_if_any(),
                       ts.session().eos_ids(), std::move(prompts), cfg, std::move(rewards),
                       ts.base_model_name());
@@ -104,13 +95,15 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
                        "the adapter the run continues from, frozen", true});
     const std::string of =
         untokenized ? fmt::format(
-                          "the prompts not tokenized, {} has no tokenizer.json: {} "
-                          "prompts of {} tokens, max_prompt_length{}",
-                          cfg.model, num_prompts, prompt_length,
+                          "the prompts not tokenized, {} has no tokenizer.json: {} of {}, "
+                          "max_prompt_length{}",
+                          cfg.model, counted(int64_t(num_prompts), "prompt"),
+                          counted(prompt_length, "token"),
                           prompt_length < cfg.max_prompt_length.value_or(0)
                               ? " cut to what the context leaves"
                               : "")
-                    : fmt::format("{} prompts, {} steps", num_prompts, trainer.total_steps());
+                    : fmt::format("{}, {}", counted(int64_t(num_prompts), "prompt"),
+                                  counted(trainer.total_steps(), "step"));
     print_memory_plan(ts,
                       fmt::format("memory plan of the run ({}; the pass over the longest "
                                   "micro-batch)",

@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "core/check.h"
+#include "core/spelling.h"
 #include "formats/model_config.h"
 #include "formats/quant_config.h"
 #include "formats/safetensors.h"
@@ -60,13 +61,13 @@ void run_info(const std::string& dir, const std::string& device) {
   fmt::print("layers           {}\n", c.num_layers);
   fmt::print("hidden           {} (intermediate {}, {})\n", c.hidden_size, c.intermediate_size,
              c.activation == MlpActivation::silu ? "SwiGLU" : "GELU-tanh gated");
-  fmt::print("attention        {} query heads, {} kv heads, head_dim {}{}\n", c.num_heads,
-             c.num_kv_heads, c.head_dim, c.qk_norm ? ", q/k RMSNorm" : "");
+  fmt::print("attention        {}, {}, head_dim {}{}\n", counted(c.num_heads, "query head"),
+             counted(c.num_kv_heads, "kv head"), c.head_dim, c.qk_norm ? ", q/k RMSNorm" : "");
   int64_t sliding = 0;
   for (const LayerConfig& l : c.layers) sliding += l.sliding;
   if (sliding > 0)
-    fmt::print("sliding window   {} tokens on {} of {} layers\n", c.sliding_window, sliding,
-               c.num_layers);
+    fmt::print("sliding window   {} on {} of {}\n", counted(c.sliding_window, "token"), sliding,
+               counted(c.num_layers, "layer"));
   // A full-attention layer's rope (Gemma 3's sliding layers keep the plain local one).
   const LayerConfig* full = &c.layers.back();
   for (const LayerConfig& l : c.layers)
@@ -78,11 +79,12 @@ void run_info(const std::string& dir, const std::string& device) {
   fmt::print("rope             {} theta {}", rope_type_name(rope.type), rope.theta);
   if (rope.type == RopeConfig::Type::linear) fmt::print(" factor {}", rope.factor);
   if (rope.type == RopeConfig::Type::llama3 || rope.type == RopeConfig::Type::yarn)
-    fmt::print(" factor {} over {} positions", rope.factor, rope.original_max_position_embeddings);
+    fmt::print(" factor {} over {}", rope.factor,
+               counted(rope.original_max_position_embeddings, "position"));
   if (rope.type == RopeConfig::Type::yarn)
     fmt::print(" (attention factor {:.6g})", rope.attention_factor);
   fmt::print("\n");
-  fmt::print("context          {} positions{}\n", c.max_context,
+  fmt::print("context          {}{}\n", counted(c.max_context, "position"),
              c.max_context != c.max_position_embeddings
                  ? fmt::format(" (max_position_embeddings {})", c.max_position_embeddings)
                  : "");

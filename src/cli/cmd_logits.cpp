@@ -25,8 +25,9 @@ void run_logits(LogitsOptions o) {
   o.session.bf16_activations =
       parse_activations(o.activations, parse_device(o.session.device), o.activations_given);
   // Before the weights load: config.json alone says how many positions the model has.
-  check_context(ModelConfig::load(o.session.model), int64_t(ids.size()), "--ids");
-  ModelSession session(o.session);
+  ModelText text(o.session.model, o.session.chat_template_kwargs);
+  check_context(text.config(), int64_t(ids.size()), "--ids");
+  ModelSession session(o.session, std::move(text));
   Context& ctx = session.ctx();
   const Model& model = session.model();
   KvCache cache(model.config(), int64_t(ids.size()), ctx);

@@ -9,6 +9,7 @@
 #include "cli/common.h"
 #include "core/check.h"
 #include "core/rng.h"
+#include "core/spelling.h"
 #include "model/forward.h"
 
 namespace fp8rl::cli {
@@ -112,8 +113,8 @@ void run_schemes(const SchemesOptions& o) {
     compare(reference, logits, &row.kl, &row.top1);
     rows.push_back(row);
   }
-  fmt::print("model {} ({}), {} tokens, CPU forward best of {}\n", o.model, config.architecture,
-             ids.size(), o.repeat);
+  fmt::print("model {} ({}), {}, CPU forward best of {}\n", o.model, config.architecture,
+             counted(int64_t(ids.size()), "token"), o.repeat);
   fmt::print("{:<8} {:>12} {:>12} {:>15} {:>7} {:>11} {:>11} {:>10}\n", "scheme", "linear MiB",
              "weights MiB", "KL(fp32||fp8)", "top-1", "forward ms", "CPU ms", "tokens/s");
   for (const Row& r : rows) {

@@ -8,6 +8,7 @@
 #include "cli/train_session.h"
 #include "core/check.h"
 #include "core/input_file.h"
+#include "core/spelling.h"
 #include "formats/json_read.h"
 #include "train/run_dir.h"
 #include "train/sft_trainer.h"
@@ -63,7 +64,11 @@ void run_sft(const SftConfig& cfg, const std::string& yaml) {
   check_run_dir(cfg.output_dir, {cfg.model, cfg.data, cfg.adapter, cfg.eval_dataset});
   check_output_dir(cfg);
   if (!cfg.dry_run) check_logging_dir_writable(cfg);
-  TrainSession ts(cfg, TrainSession::WithoutModel{cfg.dry_run});
+  // The model directory's config and tokenizer first: the dataset is read and its lengths
+  // checked against the model's context before the weights load.
+  ModelFiles files = load_model_files(cfg);
+  const ModelConfig& config = files.text.config();
+  const tok::Tokenizer* tokenizer = files.text.tokenizer();
   SftDataOptions d;
   d.max_length = cfg.max_length;
   d.truncation = cfg.truncation;
@@ -71,40 +76,40 @@ void run_sft(const SftConfig& cfg, const std::string& yaml) {
   d.dataset_text_field = cfg.dataset_text_field;
   d.completion_only_loss = cfg.completion_only_loss;
   d.assistant_only_loss = cfg.assistant_only_loss;
-  d.eos_token_id = ts.tokenizer_setup().eos_token_id;
-  d.vocab_size = ts.config().vocab_size;
-  const auto& chat = ts.tokenizer_setup().chat;
+  d.eos_token_id = files.tokenizer_setup.eos_token_id;
+  d.vocab_size = config.vocab_size;
+  const auto& chat = files.tokenizer_setup.chat;
   // A dry run still plans when text rows cannot be tokenized: at the configured lengths.
-  const bool untokenized =
-      cfg.dry_run && ts.tokenizer_if_any() == nullptr && !rows_are_token_ids(cfg.data);
+  const bool untokenized = cfg.dry_run && tokenizer == nullptr && !rows_are_token_ids(cfg.data);
   // Rows longer than the context cannot train, so the configured length stops there.
-  const int64_t length = std::min(cfg.max_length, ts.config().max_context);
+  const int64_t length = std::min(cfg.max_length, config.max_context);
   std::vector<SftExample> examples, eval_examples;
   if (untokenized) {
     examples = configured_examples(cfg, length);
   } else {
-    examples = read_sft_dataset(cfg.data, ts.tokenizer_if_any(), chat ? &*chat : nullptr, d);
+    examples = read_sft_dataset(cfg.data, tokenizer, chat ? &*chat : nullptr, d);
     // The eval rows as the training ones (the same limits and loss masks), before any step.
     if (cfg.evaluates())
-      eval_examples =
-          read_sft_dataset(cfg.eval_dataset, ts.tokenizer_if_any(), chat ? &*chat : nullptr, d);
+      eval_examples = read_sft_dataset(cfg.eval_dataset, tokenizer, chat ? &*chat : nullptr, d);
     // The lengths once every input has been read (a malformed row is named first).
-    check_examples_context(ts.config(), examples, cfg.data);
-    check_examples_context(ts.config(), eval_examples, cfg.eval_dataset);
+    check_examples_context(config, examples, cfg.data);
+    check_examples_context(config, eval_examples, cfg.eval_dataset);
   }
-  ts.load(uint64_t(cfg.seed));
+  TrainSession ts(cfg, uint64_t(cfg.seed), std::move(files), cfg.dry_run);
   const size_t num_examples = examples.size();
   SftTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), std::move(examples), cfg,
                      ts.base_model_name());
   if (cfg.evaluates() && !untokenized) trainer.set_eval_data(std::move(eval_examples));
   if (cfg.dry_run) {
     const std::string of =
-        untokenized ? fmt::format(
-                          "the dataset not tokenized, {} has no tokenizer.json: {} examples of "
-                          "{} tokens, max_length{}",
-                          cfg.model, num_examples, length,
-                          length < cfg.max_length ? " cut to the model's context" : "")
-                    : fmt::format("{} examples, {} steps", num_examples, trainer.total_steps());
+        untokenized
+            ? fmt::format(
+                  "the dataset not tokenized, {} has no tokenizer.json: {} of {}, "
+                  "max_length{}",
+                  cfg.model, counted(int64_t(num_examples), "example"), counted(length, "token"),
+                  length < cfg.max_length ? " cut to the model's context" : "")
+            : fmt::format("{}, {}", counted(int64_t(num_examples), "example"),
+                          counted(trainer.total_steps(), "step"));
     print_pass_memory_plan(ts, fmt::format("memory plan of the largest micro-batch ({})", of),
                            trainer.optimizer_state_bytes(), trainer.plan());
     return;

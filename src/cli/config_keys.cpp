@@ -361,9 +361,11 @@ KeyTable<GrpoConfig> grpo_keys() {
   t.add("max_num_batched_tokens", &C::max_num_batched_tokens,
         "Tokens per engine step (chunked prefill budget)");
   // Logging.
-  t.add("log_completions", &C::log_completions, "Print sample completions every logging step");
+  t.add("log_completions", &C::log_completions,
+        "Print each round's completions kept in samples.jsonl to stderr");
   t.add("num_completions_to_print", &C::num_completions_to_print,
-        "Completions printed per logging step (null: all)");
+        "Completions per round kept in samples.jsonl (and printed with log_completions): the "
+        "first N rounded up to whole groups of num_generations; null (TRL's default): all");
   // Unsloth's from_pretrained keys of the engine.
   t.add("gpu_memory_utilization", &C::gpu_memory_utilization,
         "KV pool's share of the device memory left after the weights (null: 0.9); exclusive "

@@ -1,11 +1,13 @@
 // The fp8rl binary: one subcommand per job.
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -53,6 +55,21 @@ std::string resume_command(int argc, char** argv) {
   return cmd + " --resume";
 }
 
+// TRL's and transformers' command lines spell flags with underscores (--learning_rate), fp8rl's
+// flags have dashes: every long option's name (up to an '=') is read with '-' for '_' before
+// CLI11 parses, so that both spellings work for every flag of every command and --help lists
+// the dashed one. What follows a bare "--" is values, left as written.
+std::vector<std::string> dashed_flags(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string& a = args[i];
+    if (a == "--") break;
+    if (a.size() < 3 || a.compare(0, 2, "--") != 0) continue;
+    std::replace(a.begin(), a.begin() + std::ptrdiff_t(std::min(a.find('='), a.size())), '_', '-');
+  }
+  return args;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -92,8 +109,11 @@ int main(int argc, char** argv) {
                  valid.c_str());
     return 1;
   }
+  const std::vector<std::string> args = dashed_flags(argc, argv);
+  std::vector<const char*> arg_pointers;
+  for (const std::string& a : args) arg_pointers.push_back(a.c_str());
   try {
-    app.parse(argc, argv);
+    app.parse(argc, arg_pointers.data());
   } catch (const CLI::ParseError& e) {
     // --help and --version arrive as "errors" with exit code 0: CLI11 prints them.
     if (e.get_exit_code() == 0) return app.exit(e);

@@ -32,61 +32,102 @@ nlohmann::ordered_json parse_chat_template_kwargs(const std::string& text) {
 
 }  // namespace
 
-ModelSession::ModelSession(const SessionOptions& options) : ModelSession(options, WithoutModel{}) {
-  load_model();
+ModelText::ModelText(std::string dir, const std::string& chat_template_kwargs)
+    : dir_(std::move(dir)),
+      chat_template_kwargs_(parse_chat_template_kwargs(chat_template_kwargs)) {
+  // config.json first: a directory that is not a model is named as such, not as one without a
+  // tokenizer.
+  if (!dir_.empty()) config_ = ModelConfig::load(dir_);
+  if (!dir_.empty() && std::filesystem::exists(std::filesystem::path(dir_) / "tokenizer.json"))
+    tokenizer_ = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_file(dir_));
 }
 
-ModelSession::ModelSession(const SessionOptions& options, WithoutModel)
-    : options_(options),
-      dir_(options.model),
-      chat_template_kwargs_(parse_chat_template_kwargs(options.chat_template_kwargs)) {
-  parse_fp8_option(options.fp8);  // a bad --fp8 fails before anything is read
-  config_ = ModelConfig::load(dir_);
-  load_tokenizer();
+ModelText::~ModelText() = default;
+ModelText::ModelText(ModelText&&) noexcept = default;
+ModelText& ModelText::operator=(ModelText&&) noexcept = default;
+
+const ModelConfig& ModelText::config() const {
+  CHECK(config_.has_value(), "no model directory, so no config.json");
+  return *config_;
 }
 
-ModelSession::ModelSession(const SessionOptions& options,
-                           const std::function<Model(Context&)>& make)
-    : options_(options),
-      dir_(options.model),
-      chat_template_kwargs_(parse_chat_template_kwargs(options.chat_template_kwargs)) {
+const tok::Tokenizer& ModelText::require_tokenizer(const std::string& what) const {
+  CHECK(tokenizer_ != nullptr, "{} needs the model's tokenizer, and {} has no tokenizer.json", what,
+        dir_.empty() ? std::string("the model") : dir_);
+  return *tokenizer_;
+}
+
+std::vector<int32_t> ModelText::eos_ids() const {
+  if (dir_.empty()) return {};
+  const tok::TokenizerConfig tc = tok::TokenizerConfig::load(dir_);
+  return tokenizer_ ? tc.stop_token_ids(*tokenizer_) : tc.generation_eos_token_ids;
+}
+
+std::vector<int32_t> ModelText::encode_text(const std::string& text) const {
+  return require_tokenizer("a text prompt").encode(text, /*add_special=*/true);
+}
+
+std::string ModelText::render_chat(const nlohmann::ordered_json& messages,
+                                   const nlohmann::ordered_json& kwargs) const {
+  require_tokenizer("a chat (messages)");
+  CHECK(messages.is_array(), "messages must be a list of {{role, content}} objects");
+  CHECK(kwargs.is_null() || kwargs.is_object(),
+        "chat_template_kwargs must be a mapping of template variables, got {}",
+        json_excerpt(kwargs));
+  if (!chat_) chat_ = std::make_unique<ChatTemplateConfig>(load_chat_template_config(dir_));
+  ChatRequest req;
+  req.messages = messages;
+  req.add_generation_prompt = true;
+  req.variables = chat_template_kwargs_;
+  if (kwargs.is_object())
+    for (const auto& [key, value] : kwargs.items()) req.variables[key] = value;
+  return ChatTemplate(chat_->source).render(build_chat_context(*chat_, req));
+}
+
+std::vector<int32_t> ModelText::encode_chat(const nlohmann::ordered_json& messages,
+                                            const nlohmann::ordered_json& kwargs) const {
+  // The template wrote the special tokens itself.
+  return tokenizer_->encode(render_chat(messages, kwargs), /*add_special=*/false);
+}
+
+ModelSession::ModelSession(const SessionOptions& options)
+    : ModelSession(options, ModelText(options.model, options.chat_template_kwargs)) {}
+
+ModelSession::ModelSession(const SessionOptions& options, ModelText text) : text_(std::move(text)) {
+  CHECK(text_.dir() == options.model, "the model text of {} given for a session of {}", text_.dir(),
+        options.model);
+  const std::optional<Fp8Scheme> fp8 = parse_fp8_option(options.fp8);
   open_device(options);
-  model_.emplace(make(ctx_));
-  model_->to_device(ctx_);
-  config_ = model_->config();
-  finish_setup(options);
-  load_tokenizer();
-}
-
-void ModelSession::load_model() {
-  CHECK(!model_, "the session's model is loaded already");
-  const std::optional<Fp8Scheme> fp8 = parse_fp8_option(options_.fp8);
-  open_device(options_);
-  if (options_.plan_only) {
+  if (options.plan_only) {
     // The checkpoint's scheme as stored unless --fp8 names one; random buffers of the right
     // shapes, planned on the dry-run context (nothing is allocated or filled).
-    const Fp8Scheme stored = parse_quantization_config(config_.quantization).weight;
+    const ModelConfig& config = text_.config();
+    const Fp8Scheme stored = parse_quantization_config(config.quantization).weight;
     CHECK(!fp8 || stored == Fp8Scheme::off || *fp8 == stored,
           "--fp8 {}: the checkpoint is quantized with {} scaling already", scheme_name(*fp8),
           scheme_name(stored));
     // Model::load keeps a CPU model's unquantized weights in the checkpoint's precision; a
     // CUDA device holds them in bf16.
     const DType unquantized =
-        ctx_.device == Device::cpu && config_.dtype == DType::f32 ? DType::f32 : DType::bf16;
-    model_.emplace(Model::random(config_, fp8 ? fp8 : std::optional<Fp8Scheme>(stored), ctx_, 0,
+        ctx_.device == Device::cpu && config.dtype == DType::f32 ? DType::f32 : DType::bf16;
+    model_.emplace(Model::random(config, fp8 ? fp8 : std::optional<Fp8Scheme>(stored), ctx_, 0,
                                  true, unquantized));
   } else {
     LoadOptions load;
     load.fp8 = fp8;
-    model_.emplace(Model::load(dir_, load));
+    model_.emplace(Model::load(options.model, load));
   }
   model_->to_device(ctx_);
-  finish_setup(options_);
+  load_adapter(options);
 }
 
-Model& ModelSession::model() {
-  CHECK(model_.has_value(), "the session's model is not loaded yet");
-  return *model_;
+ModelSession::ModelSession(const SessionOptions& options,
+                           const std::function<Model(Context&)>& make)
+    : text_(options.model, options.chat_template_kwargs) {
+  open_device(options);
+  model_.emplace(make(ctx_));
+  model_->to_device(ctx_);
+  load_adapter(options);
 }
 
 ModelSession::~ModelSession() {
@@ -115,60 +156,15 @@ void ModelSession::open_device(const SessionOptions& options) {
   ctx_.bf16_activations = options.bf16_activations;
 }
 
-void ModelSession::finish_setup(const SessionOptions& options) {
-  if (!options.adapter.empty()) {
-    adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::load_peft(options.adapter, *model_));
-    adapter_->to_device(ctx_);
-  }
-}
-
-void ModelSession::load_tokenizer() {
-  if (!dir_.empty() && std::filesystem::exists(std::filesystem::path(dir_) / "tokenizer.json"))
-    tokenizer_ = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_file(dir_));
-}
-
-const tok::Tokenizer& ModelSession::require_tokenizer(const std::string& what) const {
-  CHECK(tokenizer_ != nullptr, "{} needs the model's tokenizer, and {} has no tokenizer.json", what,
-        dir_.empty() ? std::string("the model") : dir_);
-  return *tokenizer_;
-}
-
-std::vector<int32_t> ModelSession::eos_ids() const {
-  if (dir_.empty()) return {};
-  const tok::TokenizerConfig tc = tok::TokenizerConfig::load(dir_);
-  return tokenizer_ ? tc.stop_token_ids(*tokenizer_) : tc.generation_eos_token_ids;
-}
-
-std::vector<int32_t> ModelSession::encode_text(const std::string& text) const {
-  return require_tokenizer("a text prompt").encode(text, /*add_special=*/true);
-}
-
-std::string ModelSession::render_chat(const nlohmann::ordered_json& messages,
-                                      const nlohmann::ordered_json& kwargs) const {
-  require_tokenizer("a chat (messages)");
-  CHECK(messages.is_array(), "messages must be a list of {{role, content}} objects");
-  CHECK(kwargs.is_null() || kwargs.is_object(),
-        "chat_template_kwargs must be a mapping of template variables, got {}",
-        json_excerpt(kwargs));
-  if (!chat_) chat_ = std::make_unique<ChatTemplateConfig>(load_chat_template_config(dir_));
-  ChatRequest req;
-  req.messages = messages;
-  req.add_generation_prompt = true;
-  req.variables = chat_template_kwargs_;
-  if (kwargs.is_object())
-    for (const auto& [key, value] : kwargs.items()) req.variables[key] = value;
-  return ChatTemplate(chat_->source).render(build_chat_context(*chat_, req));
-}
-
-std::vector<int32_t> ModelSession::encode_chat(const nlohmann::ordered_json& messages,
-                                               const nlohmann::ordered_json& kwargs) const {
-  // The template wrote the special tokens itself.
-  return tokenizer_->encode(render_chat(messages, kwargs), /*add_special=*/false);
+void ModelSession::load_adapter(const SessionOptions& options) {
+  if (options.adapter.empty()) return;
+  adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::load_peft(options.adapter, *model_));
+  adapter_->to_device(ctx_);
 }
 
 std::unique_ptr<Engine> ModelSession::make_engine(const EngineOptions& options) {
-  auto engine =
-      std::make_unique<Engine>(ctx_, *model_, adapter_.get(), tokenizer_.get(), eos_ids(), options);
+  auto engine = std::make_unique<Engine>(ctx_, *model_, adapter_.get(), text_.tokenizer(),
+                                         eos_ids(), options);
   if (adapter_) engine->set_adapter_version(adapter_->version());
   return engine;
 }

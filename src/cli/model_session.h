@@ -54,33 +54,26 @@ inline const char* kAdapterHelp =
 // --temperature, --top-k, --top-p, --min-p, --repetition-penalty into `s` (vLLM's meanings).
 void add_sampling_filter_options(CLI::App& c, SamplingParams& s);
 
-class ModelSession {
+// What a model directory says without its weights: config.json (the shapes and the context)
+// and the text side, tokenizer.json (when the directory has one), the chat template (on first
+// use) and the stop ids. A command loads it first to tokenize its prompts and check their
+// lengths against the context before the (slow) weight load, then hands it to its
+// ModelSession: the one way to read the text first and the weights after.
+class ModelText {
  public:
-  // Reads the model directory's config.json and tokenizer.json (when it has one), then loads
-  // the checkpoint onto the device and the adapter (checked against the model, every mismatch
-  // named).
-  explicit ModelSession(const SessionOptions& options);
-  // The same without the weights: config.json and the tokenizer only, so that a command reads
-  // and checks its inputs (prompt lengths against the context) before the model loads, then
-  // calls load_model().
-  struct WithoutModel {};
-  ModelSession(const SessionOptions& options, WithoutModel);
-  // The model made by `make` on the session's context (bench: random weights of a preset);
-  // options.model may be empty (no tokenizer then).
-  ModelSession(const SessionOptions& options, const std::function<Model(Context&)>& make);
-  ~ModelSession();
-  ModelSession(const ModelSession&) = delete;
-  ModelSession& operator=(const ModelSession&) = delete;
+  // Reads the model directory's config.json, then its tokenizer.json (when it has one); `dir`
+  // may be empty (no config, no tokenizer). `chat_template_kwargs` is --chat-template-kwargs'
+  // JSON text (empty: none), checked here.
+  ModelText(std::string dir, const std::string& chat_template_kwargs);
+  ~ModelText();
+  ModelText(ModelText&&) noexcept;
+  ModelText& operator=(ModelText&&) noexcept;
 
-  // Opens the device and loads the model and the adapter (once, after WithoutModel).
-  void load_model();
-  const ModelConfig& config() const { return config_; }
-
-  Context& ctx() { return ctx_; }
-  Device device() const { return ctx_.device; }
-  CudaDevice* cuda() { return cuda_.get(); }  // null on the CPU
-  Model& model();
-  const LoraAdapter* adapter() const { return adapter_.get(); }
+  const std::string& dir() const { return dir_; }
+  // config.json, parsed: what a command checks its lengths against before the weights load
+  // (check_context: max_context, which YaRN extends past max_position_embeddings), and the
+  // shapes of a plan_only session's model. An error when `dir` was empty.
+  const ModelConfig& config() const;
 
   // The model's tokenizer, or null when its directory has no tokenizer.json.
   const tok::Tokenizer* tokenizer() const { return tokenizer_.get(); }
@@ -101,19 +94,63 @@ class ModelSession {
   std::vector<int32_t> encode_chat(const nlohmann::ordered_json& messages,
                                    const nlohmann::ordered_json& kwargs = nullptr) const;
 
+ private:
+  std::string dir_;
+  std::optional<ModelConfig> config_;            // none when dir_ is empty
+  nlohmann::ordered_json chat_template_kwargs_;  // --chat-template-kwargs, parsed
+  std::unique_ptr<tok::Tokenizer> tokenizer_;
+  mutable std::unique_ptr<ChatTemplateConfig> chat_;  // loaded on first use
+};
+
+class ModelSession {
+ public:
+  // Loads the model directory's config and text side (ModelText), the checkpoint of
+  // options.model onto the device, then the adapter (checked against the model, every mismatch
+  // named). options.plan_only: no weights and no device, the model is text.config()'s shapes
+  // on a dry-run context.
+  explicit ModelSession(const SessionOptions& options);
+  // The same with the ModelText of options.model loaded already.
+  ModelSession(const SessionOptions& options, ModelText text);
+  // The model made by `make` on the session's context (bench: random weights of a preset);
+  // options.model may be empty (no tokenizer then).
+  ModelSession(const SessionOptions& options, const std::function<Model(Context&)>& make);
+  ~ModelSession();
+  ModelSession(const ModelSession&) = delete;
+  ModelSession& operator=(const ModelSession&) = delete;
+
+  Context& ctx() { return ctx_; }
+  Device device() const { return ctx_.device; }
+  CudaDevice* cuda() { return cuda_.get(); }  // null on the CPU
+  Model& model() { return *model_; }
+  const LoraAdapter* adapter() const { return adapter_.get(); }
+
+  // The text side's (ModelText).
+  const ModelText& text() const { return text_; }
+  const tok::Tokenizer* tokenizer() const { return text_.tokenizer(); }
+  const tok::Tokenizer& require_tokenizer(const std::string& what) const {
+    return text_.require_tokenizer(what);
+  }
+  std::vector<int32_t> eos_ids() const { return text_.eos_ids(); }
+  std::vector<int32_t> encode_text(const std::string& text) const {
+    return text_.encode_text(text);
+  }
+  std::string render_chat(const nlohmann::ordered_json& messages,
+                          const nlohmann::ordered_json& kwargs = nullptr) const {
+    return text_.render_chat(messages, kwargs);
+  }
+  std::vector<int32_t> encode_chat(const nlohmann::ordered_json& messages,
+                                   const nlohmann::ordered_json& kwargs = nullptr) const {
+    return text_.encode_chat(messages, kwargs);
+  }
+
   // An engine over the session's model, keyed by the adapter's version.
   std::unique_ptr<Engine> make_engine(const EngineOptions& options);
 
  private:
   void open_device(const SessionOptions& options);
-  void finish_setup(const SessionOptions& options);
+  void load_adapter(const SessionOptions& options);
 
-  void load_tokenizer();
-
-  SessionOptions options_;
-  std::string dir_;
-  nlohmann::ordered_json chat_template_kwargs_;  // --chat-template-kwargs, parsed
-  ModelConfig config_;
+  ModelText text_;
   // The device outlives everything that holds its memory (declared first, destroyed last).
   std::unique_ptr<CudaDevice> cuda_;
   Arena arena_;
@@ -121,8 +158,6 @@ class ModelSession {
   Context ctx_{Device::cpu, &arena_};
   std::optional<Model> model_;
   std::unique_ptr<LoraAdapter> adapter_;
-  std::unique_ptr<tok::Tokenizer> tokenizer_;
-  mutable std::unique_ptr<ChatTemplateConfig> chat_;  // loaded on first use
 };
 
 }  // namespace fp8rl::cli

@@ -13,6 +13,7 @@
 #include "cli/svg_chart.h"
 #include "core/check.h"
 #include "core/input_file.h"
+#include "core/spelling.h"
 
 namespace fp8rl::cli {
 
@@ -27,37 +28,48 @@ constexpr uint64_t kMaxConfigBytes = 4 << 20;
 constexpr std::string_view kReportStart =
     "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">";
 
+// Charts two to a row across the page, one to a row on a narrow screen; each chart's SVG scales
+// to its column.
 constexpr const char* kStyle = R"(
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#222}
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;padding:20px 24px;
+max-width:1600px;color:#222}
 h1{font-size:20px;margin:0 0 4px} h2{font-size:17px;margin:24px 0 8px}
-.meta{color:#555;font-size:13px}
-.charts{display:flex;flex-wrap:wrap;gap:12px}
-figure.chart{margin:0;border:1px solid #ddd;border-radius:4px;padding:8px}
+.meta{color:#555;font-size:13px;margin:2px 0}
+nav{font-size:13px;margin:6px 0} nav a{margin-right:14px}
+.charts{display:grid;grid-template-columns:repeat(2,minmax(0,1fr));gap:14px}
+@media (max-width:900px){.charts{grid-template-columns:minmax(0,1fr)}}
+figure.chart{margin:0;border:1px solid #ddd;border-radius:4px;padding:8px 10px;min-width:0}
+figure.chart>svg{display:block;width:100%;height:auto}
 figcaption{font-weight:600;font-size:14px}
-.legend{font-size:12px;margin:4px 0}
+.legend{font-size:12px;margin:4px 0;line-height:1.7}
 .legend span{margin-right:14px;white-space:nowrap}
-.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
+.legend svg.key{vertical-align:middle;margin-right:4px}
 svg .plot{fill:#fff;stroke:#999} svg .grid{stroke:#eee}
 svg text{font-size:11px;fill:#555} svg .ytick{text-anchor:end}
 svg .xtick,svg .xlabel{text-anchor:middle}
-svg path.line{fill:none;stroke-width:1.5} svg path.band{fill-opacity:.2;stroke-opacity:.5;stroke-width:.7}
+svg path.line{fill:none} svg path.band{fill-opacity:.2;stroke-opacity:.5;stroke-width:.7}
 .note{color:#777;font-style:italic}
+.table{overflow-x:auto}
 table{border-collapse:collapse;font-size:13px}
-th,td{padding:2px 10px;border-bottom:1px solid #eee;text-align:right}
+th,td{padding:2px 10px;border-bottom:1px solid #eee;text-align:right;white-space:nowrap}
 th:first-child,td:first-child{text-align:left;font-family:ui-monospace,monospace}
 details{margin:6px 0} summary{cursor:pointer}
-.sample{border-left:3px solid #ccc;padding-left:8px;margin:8px 0}
+.group{border-left:3px solid #bbb;padding-left:8px;margin:10px 0}
+.sample{display:flex;gap:10px;align-items:baseline;margin:2px 0 2px 8px}
+.sample .meta{flex:0 0 auto;min-width:230px;white-space:nowrap} .sample pre{flex:1;min-width:0}
 pre{white-space:pre-wrap;word-break:break-word;background:#f6f6f6;padding:6px;margin:4px 0;
 max-height:480px;overflow:auto;font-size:12px}
+pre.prompt{max-height:200px;background:#f0f3f8}
 )";
 
+// A chart: training's series on every step, the evaluations' (eval_strategy; TRL's names with
+// the eval_ prefix) through the evaluated steps, so that the two read against each other.
 struct Family {
-  const char* title;
+  std::string title;
   const char* unit;
   std::vector<std::string> keys;
+  std::vector<std::string> eval = {};
   double scale = 1.0;  // values are divided by it (bytes -> GiB)
-  // Logged on some steps only (the evaluations): drawn over those steps, one line through them.
-  bool sparse = false;
 };
 
 bool starts_with(const std::string& s, std::string_view prefix) {
@@ -89,13 +101,20 @@ std::vector<double> smoothed(const std::vector<double>& y, double decay) {
   return out;
 }
 
+std::vector<std::string> eval_of(const std::vector<std::string>& keys) {
+  std::vector<std::string> out;
+  for (const std::string& k : keys) out.push_back("eval_" + k);
+  return out;
+}
+
+// In reading order: what a run is judged by (reward, KL, lengths, engine-trainer mismatch, loss,
+// memory, time), then the diagnostics.
 std::vector<Family> families(const RunMetrics& m) {
   std::vector<std::string> reward = {"reward"};
   for (const std::string& k : keys_where(m, [](const std::string& k) {
          return starts_with(k, "rewards/") && ends_with(k, "/mean");
        }))
     reward.push_back(k);
-  // The evaluations' (eval_strategy): TRL's names with the eval_ prefix.
   std::vector<std::string> eval_reward = {"eval_reward"};
   for (const std::string& k : keys_where(m, [](const std::string& k) {
          return starts_with(k, "eval_rewards/") && ends_with(k, "/mean");
@@ -104,30 +123,22 @@ std::vector<Family> families(const RunMetrics& m) {
   std::vector<std::string> timing =
       keys_where(m, [](const std::string& k) { return starts_with(k, "timing/"); });
   timing.push_back("step_seconds");  // sft
+  const std::vector<std::string> dpo_rewards = {"rewards/chosen", "rewards/rejected",
+                                                "rewards/margins"};
+  const std::vector<std::string> dpo_logps = {"logps/chosen", "logps/rejected"};
   return {
-      {"Reward", "", reward},
-      {"Eval reward (held-out prompts)", "", eval_reward, 1.0, true},
-      {"KL to the reference", "nats", {"kl"}},
+      {"Reward", "", reward, eval_reward},
       // DPO (TRL's keys): the implicit rewards β (policy - ref) of the pairs.
-      {"DPO implicit rewards", "", {"rewards/chosen", "rewards/rejected", "rewards/margins"}},
-      {"DPO preference accuracy", "fraction", {"rewards/accuracies"}},
-      {"DPO policy log-probs", "nats", {"logps/chosen", "logps/rejected"}},
-      {"DPO eval implicit rewards",
-       "",
-       {"eval_rewards/chosen", "eval_rewards/rejected", "eval_rewards/margins"},
-       1.0,
-       true},
-      {"DPO eval preference accuracy", "fraction", {"eval_rewards/accuracies"}, 1.0, true},
+      {"DPO implicit rewards", "", dpo_rewards, eval_of(dpo_rewards)},
+      {"DPO preference accuracy", "fraction", {"rewards/accuracies"}, {"eval_rewards/accuracies"}},
+      {"DPO policy log-probs", "nats", dpo_logps, eval_of(dpo_logps)},
+      {"KL to the reference", "nats", {"kl"}},
+      // The evaluations' mean only: their min and max would double a crowded chart.
       {"Completion length",
        "tokens",
        {"completions/mean_length", "completions/min_length", "completions/max_length",
-        "completions/mean_terminated_length"}},
-      {"Eval completion length",
-       "tokens",
-       {"eval_completions/mean_length", "eval_completions/min_length",
-        "eval_completions/max_length", "eval_completions/mean_terminated_length"},
-       1.0,
-       true},
+        "completions/mean_terminated_length"},
+       {"eval_completions/mean_length"}},
       {"Engine-trainer mismatch: logprob difference",
        "nats",
        {"sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max"}},
@@ -137,24 +148,27 @@ std::vector<Family> families(const RunMetrics& m) {
        "",
        {"sampling/importance_sampling_ratio/mean", "sampling/importance_sampling_ratio/min",
         "sampling/importance_sampling_ratio/max"}},
+      {"Loss", "", {"loss"}, {"eval_loss"}},
+      {"Peak memory",
+       "GiB",
+       {"peak_memory_bytes/rollout", "peak_memory_bytes/train", "peak_memory_bytes"},
+       {},
+       kGiB},
+      {m.has("eval_runtime") ? "Time per step and per evaluation" : "Time per step",
+       "s",
+       timing,
+       {"eval_runtime"}},
+      {"Throughput",
+       "tokens/s",
+       {"rollout_tokens_per_second", "train_tokens_per_second", "tokens_per_second"}},
       {"Clip ratios",
        "fraction",
        {"clip_ratio/region_mean", "clip_ratio/low_mean", "clip_ratio/high_mean", "cispo_clip_ratio",
         "completions/clipped_ratio"}},
       {"Entropy", "nats", {"entropy"}},
-      {"Loss", "", {"loss"}},
-      {"Eval loss", "", {"eval_loss"}, 1.0, true},
       {"Advantages", "", {"advantages/mean", "advantages/min", "advantages/max"}},
       {"Gradient norm", "", {"grad_norm"}},
       {"Learning rate", "", {"learning_rate"}},
-      {"Throughput",
-       "tokens/s",
-       {"rollout_tokens_per_second", "train_tokens_per_second", "tokens_per_second"}},
-      {"Peak memory",
-       "GiB",
-       {"peak_memory_bytes/rollout", "peak_memory_bytes/train", "peak_memory_bytes"},
-       kGiB},
-      {"Time per step", "s", timing},
   };
 }
 
@@ -185,14 +199,16 @@ std::vector<std::string> summary_order(const RunMetrics& m) {
     if (m.has(key) && std::find(order.begin(), order.end(), key) == order.end())
       order.push_back(key);
   };
-  for (const Family& family : families(m))
+  for (const Family& family : families(m)) {
     for (const std::string& key : family.keys) add(key);
+    for (const std::string& key : family.eval) add(key);
+  }
   for (const std::string& key : m.keys) add(key);
   return order;
 }
 
-std::string summary_section(const RunMetrics& m) {
-  std::string html = "<h2>Summary</h2>";
+// The run at a glance, above the charts: its steps and its wall time.
+std::string overview(const RunMetrics& m) {
   double wall = 0;
   bool has_wall = false;
   for (const char* key : {"timing/step_seconds", "step_seconds"}) {
@@ -200,13 +216,17 @@ std::string summary_section(const RunMetrics& m) {
     for (double v : m.values.at(key))
       if (std::isfinite(v)) wall += v, has_wall = true;
   }
-  html += fmt::format("<p class=\"meta\">{} steps", m.steps.size());
+  std::string html = fmt::format("<p class=\"meta\">{}", counted(int64_t(m.steps.size()), "step"));
   if (!m.steps.empty())
     html += fmt::format(" (step {} to {})", step_text(m.steps.front()), step_text(m.steps.back()));
   if (has_wall && wall < 1e12)  // a corrupt time must not overflow the int64 split
     html += fmt::format("; wall time {}h {:02}m {:02}s (sum of the steps' times)",
                         int64_t(wall) / 3600, int64_t(wall) / 60 % 60, int64_t(wall) % 60);
-  html += "</p>";
+  return html + "</p>";
+}
+
+std::string summary_section(const RunMetrics& m) {
+  std::string html = "<h2 id=\"summary\">First, last and best per metric</h2><div class=\"table\">";
   html +=
       "<table><tr><th>metric</th><th>first</th><th>last</th><th>min</th><th>at step</th>"
       "<th>max</th><th>at step</th><th>best</th></tr>";
@@ -234,33 +254,34 @@ std::string summary_section(const RunMetrics& m) {
         value_text(key, v[*lo]), step_text(m.steps[*lo]), value_text(key, v[*hi]),
         step_text(m.steps[*hi]), best);
   }
-  return html + "</table>";
+  return html + "</table></div>";
 }
 
 std::string charts_section(const RunMetrics& m, const ReportOptions& options) {
   ChartLayout layout;
   layout.max_points = options.max_chart_points;
-  std::string html = "<h2>Curves</h2><div class=\"charts\">";
+  std::string html = "<h2 id=\"curves\">Curves</h2><div class=\"charts\">";
   for (const Family& family : families(m)) {
-    // The rows drawn: every step, or for a sparse family the steps where it has a value.
-    std::vector<size_t> rows;
-    for (size_t i = 0; i < m.steps.size(); ++i) {
-      bool logged = !family.sparse;
-      for (size_t k = 0; k < family.keys.size() && !logged; ++k)
-        logged = m.has(family.keys[k]) && std::isfinite(m.values.at(family.keys[k])[i]);
-      if (logged) rows.push_back(i);
-    }
-    Chart chart{family.title, family.unit, {}, {}};
-    for (size_t i : rows) chart.x.push_back(m.steps[i]);
+    Chart chart{family.title, family.unit, m.steps, {}};
     for (const std::string& key : family.keys) {
       if (!m.has(key)) continue;
       std::vector<double> y;
-      for (size_t i : rows) y.push_back(m.values.at(key)[i] / family.scale);
-      chart.series.push_back({key, std::move(y)});
+      for (double v : m.values.at(key)) y.push_back(v / family.scale);
+      chart.series.push_back({key, std::move(y), {}});
       // Step-to-step reward is noisy; its trend is what a run is judged by.
       if (key == "reward" && m.steps.size() >= 10)
         chart.series.push_back(
-            {"reward (smoothed, EMA 0.9)", smoothed(chart.series.back().y, 0.9), true});
+            {"reward (smoothed, EMA 0.9)", smoothed(chart.series.back().y, 0.9), {}});
+    }
+    // An evaluation's metrics are on its step's line only: one line through the evaluated
+    // steps, not a dot between gaps.
+    for (const std::string& key : family.eval) {
+      if (!m.has(key)) continue;
+      ChartSeries s{key, {}, {}};
+      const std::vector<double>& v = m.values.at(key);
+      for (size_t i = 0; i < v.size(); ++i)
+        if (std::isfinite(v[i])) s.x.push_back(m.steps[i]), s.y.push_back(v[i] / family.scale);
+      if (!s.x.empty()) chart.series.push_back(std::move(s));
     }
     if (!chart.series.empty()) html += render_chart(chart, layout);
   }
@@ -273,31 +294,50 @@ std::string bytes_note(size_t shown, size_t total) {
              : std::string();
 }
 
-std::string samples_section(const std::vector<RunSample>& samples) {
-  std::string html = "<h2>Sample completions</h2>";
+// The value of `key` that metrics.jsonl logged for `step` (NaN where none).
+double logged_at(const RunMetrics& m, const std::string& key, int64_t step) {
+  if (!m.has(key)) return std::nan("");
+  const std::vector<double>& v = m.values.at(key);
+  for (size_t i = m.steps.size(); i-- > 0;)
+    if (m.steps[i] == double(step) && std::isfinite(v[i])) return v[i];
+  return std::nan("");
+}
+
+// Per step, its completions under their prompts: samples.jsonl writes a round's groups whole,
+// one prompt's completions after another, so consecutive rows with one prompt are a group.
+std::string samples_section(const std::vector<RunSample>& samples, const RunMetrics& m) {
+  std::string html = "<h2 id=\"samples\">Sample completions</h2>";
   if (samples.empty()) return html + "<p class=\"note\">no samples to show</p>";
   for (size_t begin = 0; begin < samples.size();) {
-    size_t end = begin;
+    size_t end = begin, groups = 0, finite = 0;
     double sum = 0;
-    size_t finite = 0;
-    for (; end < samples.size() && samples[end].step == samples[begin].step; ++end)
+    for (; end < samples.size() && samples[end].step == samples[begin].step; ++end) {
+      if (end == begin || samples[end].prompt != samples[end - 1].prompt) ++groups;
       if (std::isfinite(samples[end].reward)) sum += samples[end].reward, ++finite;
-    const bool last_step = end == samples.size();
-    html += fmt::format("<details{}><summary>step {}: {} completion{}{}</summary>",
-                        last_step ? " open" : "", samples[begin].step, end - begin,
-                        end - begin == 1 ? "" : "s",
-                        finite ? fmt::format(", mean reward {:.4g}", sum / double(finite)) : "");
+    }
+    const int64_t step = samples[begin].step;
+    const double logged = logged_at(m, "reward", step);
+    html += fmt::format(
+        "<details{}><summary>step {}: {} completion{} of {} prompt{}{}{}</summary>",
+        end == samples.size() ? " open" : "", step, end - begin, end - begin == 1 ? "" : "s",
+        groups, groups == 1 ? "" : "s",
+        finite ? fmt::format(", mean reward {:.4g}", sum / double(finite)) : "",
+        std::isfinite(logged) ? fmt::format(" (the step's logged reward {:.4g})", logged) : "");
     for (size_t i = begin; i < end; ++i) {
       const RunSample& s = samples[i];
+      if (i == begin || s.prompt != samples[i - 1].prompt)
+        html += fmt::format(
+            "{}<div class=\"group\"><details open><summary>prompt{}</summary>"
+            "<pre class=\"prompt\">{}</pre></details>",
+            i == begin ? "" : "</div>", bytes_note(s.prompt.size(), s.prompt_bytes),
+            html_escape(s.prompt));
       html += fmt::format(
-          "<div class=\"sample\"><div class=\"meta\">reward {} &middot; advantage {}</div>"
-          "<details><summary>prompt{}</summary><pre>{}</pre></details>"
-          "<div>completion{}</div><pre>{}</pre></div>",
+          "<div class=\"sample\"><div class=\"meta\">reward {} &middot; advantage {}{}</div>"
+          "<pre>{}</pre></div>",
           value_text("reward", s.reward), value_text("advantage", s.advantage),
-          bytes_note(s.prompt.size(), s.prompt_bytes), html_escape(s.prompt),
           bytes_note(s.completion.size(), s.completion_bytes), html_escape(s.completion));
     }
-    html += "</details>";
+    html += "</div></details>";
     begin = end;
   }
   return html;
@@ -310,8 +350,9 @@ std::string config_section(const fs::path& dir) {
     if (!fs::exists(path, ec)) continue;
     const std::string text = read_input_file(path, "config file", kMaxConfigBytes);
     return fmt::format(
-        "<h2>Configuration</h2><details><summary>{}</summary><pre>{}</pre></details>", name,
-        html_escape(text));
+        "<h2 id=\"config\">Configuration</h2><details><summary>{}</summary><pre>{}</pre>"
+        "</details>",
+        name, html_escape(text));
   }
   return "";
 }
@@ -342,6 +383,7 @@ std::string render_report(const std::string& run_dir, const ReportOptions& optio
     samples =
         read_last_samples(samples_path.string(), options.sample_steps, options.max_text_bytes);
 
+  const std::string config = config_section(dir);
   std::string html = fmt::format(
       "{2}<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
       "<title>fp8rl report: {0}</title><style>{1}</style></head><body>"
@@ -350,11 +392,17 @@ std::string render_report(const std::string& run_dir, const ReportOptions& optio
   if (metrics.steps.empty()) {
     html += "<p class=\"note\">metrics.jsonl holds no steps yet</p>";
   } else {
-    html += summary_section(metrics);
+    html += overview(metrics);
+    html += "<nav><a href=\"#curves\">Curves</a><a href=\"#summary\">Metrics table</a>";
+    if (has_samples) html += "<a href=\"#samples\">Samples</a>";
+    if (!config.empty()) html += "<a href=\"#config\">Configuration</a>";
+    html += "</nav>";
+    // The curves first: they are what a run is read by; the table gives their exact values.
     html += charts_section(metrics, options);
+    html += summary_section(metrics);
   }
-  if (has_samples) html += samples_section(samples);
-  html += config_section(dir);
+  if (has_samples) html += samples_section(samples, metrics);
+  html += config;
   return html + "</body></html>\n";
 }
 

@@ -1,6 +1,8 @@
 // `fp8rl report RUN_DIR`: one self-contained HTML page of a training run (inline CSS and SVG,
-// no script, no external resource): a summary table, a chart per metric family present in
-// metrics.jsonl and the last sample completions of samples.jsonl.
+// no script, no external resource): a chart per metric family present in metrics.jsonl (two to
+// a row, the evaluations' eval_ metrics drawn in their training metric's chart), then a table of
+// every metric's first, last and best value, then the last steps' sample completions of
+// samples.jsonl grouped by prompt.
 #pragma once
 
 #include <cstddef>

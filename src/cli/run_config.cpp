@@ -82,6 +82,18 @@ KeyType element_type(KeyType t) {
   return t == KeyType::real_list ? KeyType::real : KeyType::string;
 }
 
+// A list key's value written as one text, "q_proj,v_proj": its comma-separated items, as a
+// flag and a YAML scalar both give it; blank text is the empty list.
+nlohmann::json split_list(const KeySpec& k, const std::string& text) {
+  nlohmann::json a = nlohmann::json::array();
+  if (trim(text).empty()) return a;
+  std::string item;
+  std::istringstream items(text);
+  while (std::getline(items, item, ','))
+    a.push_back(scalar_value(k, element_type(k.type), trim(item)));
+  return a;
+}
+
 // A YAML node as JSON (json keys): plain scalars become null, bools, integers or numbers
 // when they read as such, quoted ones stay strings.
 nlohmann::json yaml_to_json(const YAML::Node& n) {
@@ -121,11 +133,8 @@ nlohmann::json yaml_value(const KeySpec& k, const YAML::Node& n) {
     RAISE("expected {}, got null", k.describe_type());
   }
   if (is_list(k.type)) {
+    if (n.IsScalar()) return split_list(k, n.Scalar());
     nlohmann::json a = nlohmann::json::array();
-    if (n.IsScalar()) {
-      a.push_back(scalar_value(k, element_type(k.type), n.Scalar()));
-      return a;
-    }
     CHECK(n.IsSequence(), "expected {}, got {}", k.describe_type(), node_kind(n));
     for (const YAML::Node& e : n) {
       CHECK(e.IsScalar(), "expected {}, got {} inside the list", k.describe_type(), node_kind(e));
@@ -372,15 +381,7 @@ nlohmann::json parse_flag_value(const KeySpec& k, const std::string& flag,
       return j;
     }
     if (k.nullable && (text == "none" || text == "null")) return nullptr;
-    if (is_list(k.type)) {
-      nlohmann::json a = nlohmann::json::array();
-      if (trim(text).empty()) return a;  // --lora-target-modules "": an empty list
-      std::string item;
-      std::istringstream items(text);
-      while (std::getline(items, item, ','))
-        a.push_back(scalar_value(k, element_type(k.type), trim(item)));
-      return a;
-    }
+    if (is_list(k.type)) return split_list(k, text);
     nlohmann::json v = scalar_value(k, k.type, text);
     if (k.check) k.check(v);
     return v;

@@ -4,10 +4,14 @@
 // A KeyTable<C> lists C's keys: each binds a member of C (or of a base of C) under its TRL
 // name, with its type (taken from the member), allowed values, aliases and help. From it come
 //   - load_yaml: a YAML mapping of key: value (`--config F.yaml`); every error names the file,
-//     the line and the key, and an unknown key gets the nearest valid name suggested;
+//     the line and the key, and an unknown key gets the nearest valid name suggested; its paths
+//     are taken as written, a relative one from the working directory as in TRL (never from the
+//     file's folder), so a flag and a config key name the same file;
 //   - ConfigFlags: a CLI11 flag per key and per alias, the name with dashes (learning_rate ->
 //     --learning-rate, alias lr -> --lr), applied over the YAML; bool flags take `--flag`,
-//     `--flag true|false`; list flags take comma-separated values; a json key takes JSON text;
+//     `--flag true|false`; list flags take comma-separated values (as a list key's YAML scalar
+//     does: `lora_target_modules: q_proj,v_proj`); a json key takes JSON text; the flags'
+//     underscore spelling (--learning_rate, TRL's) is read as the dashed one (main.cpp);
 //   - to_json / dump_yaml: the record of a run's configuration, which load_yaml reads back to
 //     the same values.
 // Between these, a key's value travels as JSON of its type (see KeyType).

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "core/check.h"
 
@@ -14,7 +15,7 @@ namespace {
 
 constexpr const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                     "#9467bd", "#8c564b", "#e377c2", "#17becf"};
-constexpr int kLeft = 70, kRight = 36, kTop = 10, kBottom = 34;
+constexpr int kLeft = 64, kRight = 22, kTop = 10, kBottom = 34;
 
 struct Bucket {
   double sum_x = 0, sum_y = 0;
@@ -139,6 +140,77 @@ std::string html_escape(std::string_view text) {
   return out;
 }
 
+const char* series_dash(size_t i) {
+  // Solid first, then patterns that differ in dash length, gap or rhythm.
+  static constexpr const char* kDashes[kDashPatterns] = {
+      "", "8,4", "2,4", "12,4,2,4", "5,5", "1,5", "16,5", "8,3,2,3,2,3", "3,8", "12,2,2,2"};
+  return kDashes[i % kDashPatterns];
+}
+
+namespace {
+
+// The marker of a chart's m-th series with its own steps, centred on (x, y). Shapes take turns,
+// and every other one is hollow: two series on the same points show both (a filled circle
+// inside a hollow square).
+std::string marker(size_t m, double x, double y, const char* color) {
+  const std::string paint =
+      m % 2 == 0 ? fmt::format("fill=\"{}\"", color)
+                 : fmt::format("fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"", color);
+  switch (m % 4) {
+    case 0:
+      return fmt::format("<circle class=\"marker\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.2\" {}/>", x,
+                         y, paint);
+    case 1:
+      return fmt::format(
+          "<rect class=\"marker\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"9\" height=\"9\" {}/>", x - 4.5,
+          y - 4.5, paint);
+    case 2:
+      return fmt::format(
+          "<path class=\"marker\" d=\"M{:.1f},{:.1f}L{:.1f},{:.1f}L{:.1f},{:.1f}Z\" {}/>", x, y - 4,
+          x + 3.8, y + 2.4, x - 3.8, y + 2.4, paint);
+    default:
+      return fmt::format(
+          "<path class=\"marker\" d=\"M{:.1f},{:.1f}L{:.1f},{:.1f}L{:.1f},{:.1f}L{:.1f},{:.1f}Z\" "
+          "{}/>",
+          x, y - 6, x + 6, y, x, y + 6, x - 6, y, paint);
+  }
+}
+
+const char* series_color(size_t i) {
+  return kPalette[i % std::size(kPalette)];
+}
+
+// The first series is drawn wider: a dashed series over it leaves it visible in the gaps.
+double series_width(size_t i) {
+  return i == 0 ? 2.8 : 1.6;
+}
+
+std::string dash_attribute(size_t i) {
+  const char* dash = series_dash(i);
+  return *dash ? fmt::format(" stroke-dasharray=\"{}\"", dash) : std::string();
+}
+
+// The legend's sample of series i: a stretch of its line, with its marker (the m-th) where it
+// has one.
+std::string legend_key(size_t i, std::optional<size_t> m) {
+  const char* color = series_color(i);
+  return fmt::format(
+      "<svg class=\"key\" viewBox=\"0 0 34 14\" width=\"34\" height=\"14\" aria-hidden=\"true\">"
+      "<line x1=\"1\" y1=\"7\" x2=\"33\" y2=\"7\" stroke=\"{}\" stroke-width=\"{}\"{}/>{}</svg>",
+      color, series_width(i), dash_attribute(i), m ? marker(*m, 17, 7, color) : "");
+}
+
+// The marker ordinal of each series: its place among the series with their own steps.
+std::vector<std::optional<size_t>> marker_ordinals(const Chart& chart) {
+  std::vector<std::optional<size_t>> out;
+  size_t m = 0;
+  for (const ChartSeries& s : chart.series)
+    out.push_back(s.x.empty() ? std::nullopt : std::optional<size_t>(m++));
+  return out;
+}
+
+}  // namespace
+
 std::string render_chart(const Chart& chart, const ChartLayout& layout) {
   std::string html =
       fmt::format("<figure class=\"chart\"><figcaption>{}{}</figcaption>", html_escape(chart.title),
@@ -147,18 +219,19 @@ std::string render_chart(const Chart& chart, const ChartLayout& layout) {
   double ylo = std::numeric_limits<double>::infinity(), yhi = -ylo;
   double xlo = ylo, xhi = yhi;
   for (const ChartSeries& s : chart.series) {
-    reduced.push_back(reduce_series(chart.x, s.y, layout.max_points));
+    reduced.push_back(reduce_series(s.x.empty() ? chart.x : s.x, s.y, layout.max_points));
     for (const auto& run : reduced.back())
       for (const ChartPoint& p : run) {
         ylo = std::min(ylo, p.min), yhi = std::max(yhi, p.max);
         xlo = std::min(xlo, p.x), xhi = std::max(xhi, p.x);
       }
   }
+  const std::vector<std::optional<size_t>> ordinal = marker_ordinals(chart);
   html += "<div class=\"legend\">";
   for (size_t i = 0; i < chart.series.size(); ++i)
-    html += fmt::format("<span><i style=\"background:{}\"></i>{}{}</span>",
-                        kPalette[i % std::size(kPalette)], html_escape(chart.series[i].label),
-                        reduced[i].empty() ? " (no values)" : "");
+    html +=
+        fmt::format("<span>{}{}{}</span>", legend_key(i, ordinal[i]),
+                    html_escape(chart.series[i].label), reduced[i].empty() ? " (no values)" : "");
   html += "</div>";
   if (!(ylo <= yhi)) return html + "<p class=\"note\">no finite values</p></figure>";
   for (double v : chart.x)
@@ -211,9 +284,9 @@ std::string render_chart(const Chart& chart, const ChartLayout& layout) {
   html += fmt::format("<text class=\"xlabel\" x=\"{:.1f}\" y=\"{}\">step</text>",
                       f.left + f.width / 2, layout.height - 2);
   for (size_t i = 0; i < chart.series.size(); ++i) {
-    const char* color = kPalette[i % std::size(kPalette)];
-    const char* dash = chart.series[i].dashed ? " stroke-dasharray=\"5,3\"" : "";
-    std::string band, line;
+    const char* color = series_color(i);
+    const std::optional<size_t> markers = ordinal[i];
+    std::string band, line, points;
     for (const auto& run : reduced[i]) {
       const bool spread =
           std::any_of(run.begin(), run.end(), [](const ChartPoint& p) { return p.max > p.min; });
@@ -225,12 +298,15 @@ std::string render_chart(const Chart& chart, const ChartLayout& layout) {
           band += fmt::format("L{:.1f},{:.1f}", f.px(run[k].x), f.py(run[k].min));
         band += "Z";
       }
+      if (markers)
+        for (const ChartPoint& p : run) points += marker(*markers, f.px(p.x), f.py(p.mean), color);
       if (run.size() == 1) {  // an isolated step: a path of one point would not show
         const ChartPoint& p = run[0];
-        html += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"{}\"/>",
-                            f.px(p.x), f.py(p.mean), color);
+        if (!markers)
+          points += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"{}\"/>",
+                                f.px(p.x), f.py(p.mean), color);
         if (p.max > p.min)
-          html += fmt::format(
+          points += fmt::format(
               "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" "
               "stroke-opacity=\"0.4\"/>",
               f.px(p.x), f.py(p.max), f.py(p.min), color);
@@ -244,7 +320,9 @@ std::string render_chart(const Chart& chart, const ChartLayout& layout) {
       html += fmt::format("<path class=\"band\" d=\"{}\" fill=\"{}\" stroke=\"{}\"/>", band, color,
                           color);
     if (!line.empty())
-      html += fmt::format("<path class=\"line\" d=\"{}\" stroke=\"{}\"{}/>", line, color, dash);
+      html += fmt::format("<path class=\"line\" d=\"{}\" stroke=\"{}\" stroke-width=\"{}\"{}/>",
+                          line, color, series_width(i), dash_attribute(i));
+    html += points;
   }
   return html + "</svg></figure>";
 }

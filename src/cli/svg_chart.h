@@ -2,6 +2,7 @@
 // opens anywhere (a browser offline, an attachment, a CI artifact).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -10,8 +11,10 @@ namespace fp8rl::cli {
 
 struct ChartSeries {
   std::string label;
-  std::vector<double> y;  // one per x of the chart; NaN (a null or absent value) is a gap
-  bool dashed = false;    // a derived line (a smoothed curve) drawn under the same colour rules
+  std::vector<double> y;  // one per x; NaN (a null or absent value) is a gap
+  // The series' own steps where it has fewer than the chart (the evaluations'); empty: the
+  // chart's x. Such a series is drawn with a marker at each of its points.
+  std::vector<double> x;
 };
 
 struct Chart {
@@ -22,14 +25,22 @@ struct Chart {
 };
 
 struct ChartLayout {
-  int width = 720, height = 260;
+  // The SVG's coordinate box; the page scales it to its column (two charts per row).
+  int width = 600, height = 250;
   // Above this many points a series is drawn as one point per bucket of steps (the bucket's
   // mean) plus a band over the bucket's min..max, so that spikes stay visible in a long run.
   size_t max_points = 600;
 };
 
-// The chart as one <figure> holding a legend and an <svg>.
+// The chart as one <figure> holding a legend and an <svg>. Each series gets its own colour,
+// dash pattern and (on a series with its own steps) marker, the legend showing each, so that
+// series lying on one another, or a page printed in grey, stay apart.
 std::string render_chart(const Chart& chart, const ChartLayout& layout = {});
+
+// The stroke-dasharray of the i-th series of a chart ("" for solid): no two of the first
+// kDashPatterns series share one.
+inline constexpr size_t kDashPatterns = 10;
+const char* series_dash(size_t i);
 
 // One plotted point: a step (or the mean step of a bucket) with the mean, min and max of its
 // finite values.

@@ -9,6 +9,7 @@
 #include "cli/common.h"
 #include "core/check.h"
 #include "core/output_file.h"
+#include "core/spelling.h"
 #include "formats/safetensors.h"
 #include "ops/device.h"
 #include "ops/memory.h"
@@ -37,39 +38,40 @@ std::string why_estimate(const ModelArguments& args) {
 
 }  // namespace
 
-TrainSession::TrainSession(const ModelArguments& args, uint64_t seed)
-    : TrainSession(args, WithoutModel{}) {
-  load(seed);
+ModelFiles load_model_files(const ModelArguments& args) {
+  CHECK(!args.model.empty(), "no model: give MODEL (or `model:` in the config)");
+  ModelFiles files{ModelText(args.model, ""), {}};
+  // Without tokenizer.json only rows of token ids can train (SFT); the commands that need text
+  // ask for the tokenizer themselves.
+  if (files.text.tokenizer() != nullptr)
+    files.tokenizer_setup = load_sft_tokenizer_setup(args.model, *files.text.tokenizer());
+  return files;
 }
 
-TrainSession::TrainSession(const ModelArguments& args, WithoutModel without) : args_(args) {
-  CHECK(!args.model.empty(), "no model: give MODEL (or `model:` in the config)");
-  if (without.dry_run) estimate_reason_ = why_estimate(args);
+TrainSession::TrainSession(const ModelArguments& args, uint64_t seed)
+    : TrainSession(args, seed, load_model_files(args)) {}
+
+TrainSession::TrainSession(const ModelArguments& args, uint64_t seed, ModelFiles files,
+                           bool dry_run)
+    : tok_setup_(std::move(files.tokenizer_setup)) {
+  if (dry_run) estimate_reason_ = why_estimate(args);
   SessionOptions so;
   so.model = args.model;
   so.fp8 = args.fp8;
   so.device = args.device;
   so.plan_only = !estimate_reason_.empty();
-  session_ = std::make_unique<ModelSession>(so, ModelSession::WithoutModel{});
-  // Without tokenizer.json only rows of token ids can train (SFT); the commands that need text
-  // ask for the tokenizer themselves.
-  if (session_->tokenizer() != nullptr)
-    tok_setup_ = load_sft_tokenizer_setup(args.model, *session_->tokenizer());
-  base_model_name_ = std::filesystem::path(args.model).lexically_normal().string();
-}
-
-void TrainSession::load(uint64_t seed) {
-  session_->load_model();
+  session_ = std::make_unique<ModelSession>(so, std::move(files.text));
   Model& m = session_->model();
-  if (!args_.adapter.empty()) {
-    adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::load_peft(args_.adapter, m));
+  if (!args.adapter.empty()) {
+    adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::load_peft(args.adapter, m));
   } else {
-    ModelArguments resolved = args_;  // the commands resolve first; callers that did not, here
+    ModelArguments resolved = args;  // the commands resolve first; callers that did not, here
     resolved.resolve_target_modules();
     adapter_ = std::make_unique<LoraAdapter>(
-        LoraAdapter::init(resolved.lora_config(), m, args_.adapter_init_seed(int64_t(seed))));
+        LoraAdapter::init(resolved.lora_config(), m, args.adapter_init_seed(int64_t(seed))));
   }
   adapter_->to_device(session_->ctx());
+  base_model_name_ = std::filesystem::path(args.model).lexically_normal().string();
 }
 
 // The adapter's device copy goes before the session's device.
@@ -120,7 +122,7 @@ void RunControl::print_done(int64_t total_steps, const std::string& dir,
         resumed_step_, total_steps);
     return;
   }
-  fmt::print("trained {} steps{}; {} in {}\n", total_steps - resumed_step_,
+  fmt::print("trained {}{}; {} in {}\n", counted(total_steps - resumed_step_, "step"),
              resumed_step_ > 0 ? fmt::format(" ({} to {})", resumed_step_ + 1, total_steps) : "",
              what, dir);
 }

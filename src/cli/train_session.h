@@ -2,9 +2,9 @@
 // adapter for it (fresh with the run's LoRA keys, or from --adapter), the tokenizer's EOS
 // and chat template, the run directory's config record, and the per-step log line.
 //
-// A session starts from the model directory's files (config.json, the tokenizer) and loads
-// the weights in load(), after the command has read its data and checked the lengths against
-// the model's context. A --dry-run that cannot load (no weights in the directory, or
+// A command reads the model directory's files first (load_model_files: config.json, the
+// tokenizer), reads its data and checks the lengths against the model's context, then makes its
+// session, which loads the weights. A --dry-run that cannot load (no weights in the directory, or
 // --device cuda without a CUDA device) is an estimate: the model is its shapes on a dry-run
 // context (SessionOptions::plan_only), and the plan says so (estimate_reason()).
 #pragma once
@@ -24,22 +24,28 @@
 
 namespace fp8rl::cli {
 
+// The model directory's files a training command reads before the weights: config.json and the
+// text side (ModelText), and the tokenizer's training setup (EOS, chat template; empty without a
+// tokenizer.json). The command reads its datasets with them and checks their lengths against
+// text.config() (check_context), then hands them to its TrainSession.
+struct ModelFiles {
+  ModelText text;
+  SftTokenizerSetup tokenizer_setup;
+};
+// An error without a model (args.model empty).
+ModelFiles load_model_files(const ModelArguments& args);
+
 class TrainSession {
  public:
-  // The model directory's config.json and tokenizer (ModelSession without the model), then
-  // load(seed). dry_run: the run only plans (an estimate when it cannot load, see
-  // estimate_reason()).
-  struct WithoutModel {
-    bool dry_run = false;
-  };
-  TrainSession(const ModelArguments& args, WithoutModel without);
-  // The same, loaded at once.
+  // Loads the model (ModelSession, from `files`) and the adapter to train: args.adapter's PEFT
+  // adapter, or a fresh one of args.lora_config() initialized from `seed`, on the session's
+  // device. dry_run: a training command's --dry-run, which only plans; when it cannot load as
+  // the run would (no weights in the directory, no CUDA device) the model is its shapes
+  // (SessionOptions::plan_only) and estimate_reason() says why.
+  TrainSession(const ModelArguments& args, uint64_t seed, ModelFiles files, bool dry_run = false);
+  // The same, the files read here (load_model_files).
   TrainSession(const ModelArguments& args, uint64_t seed);
   ~TrainSession();
-  // Loads the model and the adapter to train: args.adapter's PEFT adapter, or a fresh one of
-  // args.lora_config() initialized from `seed`, on the session's device.
-  void load(uint64_t seed);
-  const ModelConfig& config() const { return session_->config(); }
   // Why the plan is an estimate ("MODEL holds no weights", "no CUDA device is visible");
   // empty when the session loads the model as a run does.
   const std::string& estimate_reason() const { return estimate_reason_; }
@@ -54,7 +60,6 @@ class TrainSession {
   const std::string& base_model_name() const { return base_model_name_; }
 
  private:
-  ModelArguments args_;
   std::unique_ptr<ModelSession> session_;
   std::unique_ptr<LoraAdapter> adapter_;
   SftTokenizerSetup tok_setup_;

@@ -33,4 +33,10 @@ std::optional<std::string> nearest_spelling(std::string_view name,
   return *best;
 }
 
+std::string counted(int64_t n, std::string_view singular, std::string_view plural) {
+  std::string noun(singular);
+  if (n != 1 && n != -1) noun = plural.empty() ? noun + "s" : std::string(plural);
+  return std::to_string(n) + " " + noun;
+}
+
 }  // namespace fp8rl

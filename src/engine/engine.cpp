@@ -754,19 +754,23 @@ Engine::Engine(Context& ctx, const Model& model, const LoraAdapter* adapter,
 
 Engine::~Engine() = default;
 
-void Engine::validate(const GenerationRequest& req) const {
-  const Impl& im = *impl_;
-  const ModelConfig& c = im.model.config();
+void validate_request(const GenerationRequest& req, const ModelConfig& c) {
   const SamplingParams& p = req.params;
   p.validate();
   CHECK(!req.prompt_ids.empty(), "empty prompt");
   for (int32_t id : req.prompt_ids)
     CHECK(id >= 0 && id < c.vocab_size, "prompt id {} is outside the vocabulary [0, {})", id,
           c.vocab_size);
-  const int64_t total = int64_t(req.prompt_ids.size()) + p.max_tokens;
   check_context(
-      c, total,
+      c, int64_t(req.prompt_ids.size()) + p.max_tokens,
       fmt::format("a prompt of {} tokens plus max_tokens {}", req.prompt_ids.size(), p.max_tokens));
+}
+
+void Engine::validate(const GenerationRequest& req) const {
+  const Impl& im = *impl_;
+  const SamplingParams& p = req.params;
+  validate_request(req, im.model.config());
+  const int64_t total = int64_t(req.prompt_ids.size()) + p.max_tokens;
   CHECK(im.sched->fits_ever(total),
         "a prompt of {} tokens plus max_tokens {} can never fit the KV pool of {} blocks of {} "
         "tokens; give the engine more KV memory (--kv-memory) or lower max_tokens",

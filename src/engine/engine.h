@@ -158,4 +158,9 @@ class Engine {
   std::unique_ptr<Impl> impl_;
 };
 
+// The checks of Engine::validate that need the model's config.json only (sampling values, the
+// prompt's ids against the vocabulary, prompt + max_tokens against the context: check_context,
+// max_context), so that a front end can check its requests before the weights load.
+void validate_request(const GenerationRequest& request, const ModelConfig& config);
+
 }  // namespace fp8rl

@@ -75,12 +75,8 @@ void read_bool(Fields& f, const char* key, bool& out) {
   out = v->get<bool>();
 }
 
-}  // namespace
-
-SamplingParams sampling_params_from_json(const Json& j, const SamplingParams& defaults) {
-  CHECK(j.is_object(), "sampling: expected a JSON object, got {}", j.dump());
-  Fields f{j, {}};
-  SamplingParams p = defaults;
+// Every key into `p`; the keys asked for are f.asked.
+void read_fields(Fields& f, SamplingParams& p) {
   read_int(f, "n", p.n);
   read_double(f, "temperature", p.temperature);
   read_int(f, "top_k", p.top_k);
@@ -120,8 +116,29 @@ SamplingParams sampling_params_from_json(const Json& j, const SamplingParams& de
           "sampling: 'seed' must be a non-negative integer, got {}", v->dump());
     p.seed = v->get<uint64_t>();
   }
+}
+
+}  // namespace
+
+SamplingParams sampling_params_from_json(const Json& j, const SamplingParams& defaults) {
+  CHECK(j.is_object(), "sampling: expected a JSON object, got {}", j.dump());
+  Fields f{j, {}};
+  SamplingParams p = defaults;
+  read_fields(f, p);
   f.check_all_read();
   return p;
+}
+
+const std::vector<std::string>& sampling_param_keys() {
+  // What the reader asks for of an empty object: the list cannot drift from the reader.
+  static const std::vector<std::string> keys = [] {
+    const Json empty = Json::object();
+    Fields f{empty, {}};
+    SamplingParams p;
+    read_fields(f, p);
+    return f.asked;
+  }();
+  return keys;
 }
 
 }  // namespace fp8rl

@@ -35,5 +35,8 @@ struct SamplingParams {
 // naming it (with the nearest key when it looks like a typo), as does a key of the wrong type;
 // null leaves the default. The result is not validated.
 SamplingParams sampling_params_from_json(const nlohmann::json& j, const SamplingParams& defaults);
+// The keys sampling_params_from_json reads, in its order (for callers that check a JSON object
+// holding other keys too before reading it).
+const std::vector<std::string>& sampling_param_keys();
 
 }  // namespace fp8rl

@@ -248,9 +248,10 @@ std::string context_description(const ModelConfig& c) {
   return fmt::format("{} positions (max_position_embeddings)", c.max_context);
 }
 
-void check_context(const ModelConfig& c, int64_t length, const std::string& what) {
-  CHECK(length <= c.max_context, "{} ({} tokens) exceeds the model's context of {}", what, length,
-        context_description(c));
+void check_context(const ModelConfig& c, int64_t length, const std::string& what,
+                   const std::string& advice) {
+  CHECK(length <= c.max_context, "{} ({} tokens) exceeds the model's context of {}{}", what, length,
+        context_description(c), advice.empty() ? "" : "; " + advice);
 }
 
 std::string_view arch_name(Arch a) {

@@ -89,9 +89,12 @@ struct ModelConfig {
 // for YaRN "131072 positions (yarn factor 4 x original_max_position_embeddings 32768)".
 std::string context_description(const ModelConfig& c);
 // The one check of a sequence length against the model's context (max_context), for every
-// command, before weights load where the length is known by then: `length` tokens, made of
-// `what` (e.g. "the longest prompt, 300 tokens, plus max_completion_length 4096"), must fit.
-void check_context(const ModelConfig& c, int64_t length, const std::string& what);
+// command (and the engine's requests), before the weights load where the length is known by
+// then: `length` tokens, made of `what` (e.g. "a prompt of 300 tokens plus
+// max_completion_length 4096"), must fit. The error names both numbers, the context as
+// context_description says it, and `advice` (what to change; empty: none) after them.
+void check_context(const ModelConfig& c, int64_t length, const std::string& what,
+                   const std::string& advice = "");
 
 std::string_view arch_name(Arch a);
 // "llama" | "qwen2" | "qwen3" | "mistral" | "gemma3" -> architecture class name.

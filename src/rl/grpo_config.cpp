@@ -1,5 +1,6 @@
 #include "rl/grpo_config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
@@ -184,6 +185,13 @@ int64_t GrpoConfig::resolved_steps_per_generation() const {
 int64_t GrpoConfig::resolved_generation_batch_size() const {
   if (generation_batch_size) return *generation_batch_size;
   return per_device_train_batch_size * resolved_steps_per_generation();
+}
+
+int64_t GrpoConfig::samples_per_round(int64_t round_size) const {
+  if (!num_completions_to_print) return round_size;
+  const int64_t n = *num_completions_to_print, g = num_generations;
+  if (n >= round_size) return round_size;  // also keeps the rounding below from overflowing
+  return std::min(round_size, (n / g + (n % g != 0)) * g);
 }
 
 int64_t GrpoConfig::num_reward_functions() const {

@@ -112,7 +112,10 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
 
   // Logging (TRL's names).
   bool log_completions = false;
-  std::optional<int64_t> num_completions_to_print;  // null: all
+  // Completions of each round written to samples.jsonl (and printed with log_completions):
+  // null, TRL's default, all of them; N, the first N rounded up to whole groups of
+  // num_generations (samples_per_round).
+  std::optional<int64_t> num_completions_to_print;
 
   // Every range, then TRL's batch relations (GRPOConfig.__post_init__, one process):
   // generation_batch_size and steps_per_generation not both set; generation_batch_size a
@@ -136,6 +139,11 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
   int64_t resolved_num_generations_eval() const {
     return num_generations_eval.value_or(num_generations);
   }
+  // How many of a round's `round_size` completions (whole groups of num_generations, one
+  // prompt's after another) samples.jsonl keeps: all when num_completions_to_print is null,
+  // else the fewest whole groups holding at least that many. A cut group would show rewards
+  // whose advantages its missing completions explain, and a mean unlike the logged reward.
+  int64_t samples_per_round(int64_t round_size) const;
   // 1 with reward_process, else the length of `rewards`.
   int64_t num_reward_functions() const;
 };

@@ -510,9 +510,9 @@ struct GrpoTrainer::Impl {
     m["memory/standby_region_bytes"] = region.size();
     if (const ops::DeviceRegionInfo dr = ops::device_region_info(ctx); dr.on)
       m["memory/device_region_bytes"] = dr.committed;
-    // samples.jsonl: the first few completions of the round, with the columns the reward
-    // functions logged (TRL's completions table).
-    const int64_t keep = std::min<int64_t>(int64_t(n), cfg.num_completions_to_print.value_or(4));
+    // samples.jsonl: the round's completions, or its first whole groups (num_completions_to_print),
+    // with the columns the reward functions logged (TRL's completions table).
+    const int64_t keep = cfg.samples_per_round(int64_t(n));
     for (auto it = scored.logged_extra.begin(); it != scored.logged_extra.end(); ++it)
       CHECK(!is_sample_field(it.key()),
             "grpo: a reward function logged the extra column '{}', a field samples.jsonl uses "

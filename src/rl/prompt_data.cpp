@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "formats/json_read.h"
+#include "formats/model_config.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -123,6 +124,22 @@ std::vector<PromptExample> read_prompt_dataset(const std::string& path,
   });
   CHECK(!out.empty(), "{}: no prompts (the file has no non-blank line)", path);
   return out;
+}
+
+void check_prompt_room(const std::vector<PromptExample>& prompts, const std::string& path,
+                       int64_t max_completion_length, const ModelConfig& config) {
+  const int64_t room = config.max_context - max_completion_length;
+  const std::string advice =
+      room >= 1 ? fmt::format(
+                      "lower max_completion_length, or cut the prompts with "
+                      "max_prompt_length: {} and truncation: true",
+                      room)
+                : fmt::format("max_completion_length must be below {}", config.max_context);
+  for (const PromptExample& ex : prompts)
+    check_context(config, int64_t(ex.ids.size()) + max_completion_length,
+                  fmt::format("{}:{}: a prompt of {} tokens plus max_completion_length {}", path,
+                              ex.line, ex.ids.size(), max_completion_length),
+                  advice);
 }
 
 }  // namespace fp8rl

@@ -1,7 +1,9 @@
 // The fp8rl binary end to end: the happy paths, and bad input of every kind giving a clear
 // message and a non-zero exit (never a crash).
+#include <fcntl.h>
 #include <grp.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -9,8 +11,10 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -41,8 +45,11 @@ struct Result {
 // `redirects` replaces the default "2>&1" (e.g. "< in.txt 2>/dev/null" for stdout alone). The
 // shell execs fp8rl, so that a death by a signal (a crash, a sanitizer's abort) is exit_code -1,
 // not the shell's exit status 128 + signal, which expect_error would take for an error exit.
-Result run(const std::string& args, const std::string& redirects = "2>&1") {
-  const std::string cmd = "exec " + std::string(FP8RL_BIN) + " " + args + " " + redirects;
+// `dir`: the working directory (empty: the test's).
+Result run(const std::string& args, const std::string& redirects = "2>&1",
+           const std::string& dir = "") {
+  const std::string cmd = (dir.empty() ? "" : "cd '" + dir + "' && ") + "exec " +
+                          std::string(FP8RL_BIN) + " " + args + " " + redirects;
   FILE* p = popen(cmd.c_str(), "r");
   Result r{0, ""};
   std::array<char, 4096> buf;
@@ -667,7 +674,9 @@ TEST(CliChat, BadInputIsAClearError) {
   expect_error("chat " + model + " --adapter " + kQwen3 + "/nope < " + script, "nope");
   // A conversation that outgrows the context (256 tokens): a script stops with the error.
   write_file(script, std::string(300, 'a') + "\n");
-  expect_error("chat " + model + " --seed 1 < " + script, "fills the model's context of 256");
+  expect_error("chat " + model + " --seed 1 < " + script,
+               "plus a reply's first token (319 tokens) exceeds the model's context of 256 "
+               "positions (max_position_embeddings); /reset starts a new one");
   fs::remove(script);
   fs::remove_all(no_template);
   fs::remove_all(model);
@@ -907,7 +916,7 @@ TEST(CliChatTemplateKwargs, ReachTheTemplate) {
   write_file(data, chat + R"(, "answer": "3"})" + "\n");
   const std::string grpo =
       "grpo " + model + " --data " + data + " --output-dir " + temp("thinking_grpo") +
-      " --dry-run --num-generations 2 --max-completion-length 64 " +
+      " --dry-run --num-generations 2 --max-completion-length 8 " +
       "--per-device-train-batch-size 2 --rewards '[{\"type\": \"answer_match\"}]'";
   EXPECT_EQ(run(grpo).exit_code, 0);
   const Result off = run(grpo + R"( --chat-template-kwargs '{"enable_thinking": false}')");
@@ -1084,7 +1093,7 @@ TEST(CliTrain, DryRunPrintsThePlanAndTrainsNothing) {
       {"sft " + kDemoModel + " --data " + data + " --out " + sft_out + " --dry-run", sft_out},
       // (a full completion after the prompt must fit the demo's 256 positions)
       {"grpo --config " + cfg + " --output-dir " + grpo_out +
-           " --num-generations 2 --per-device-train-batch-size 2 --max-completion-length 64"
+           " --num-generations 2 --per-device-train-batch-size 2 --max-completion-length 8"
            " --dry-run",
        grpo_out},
       {"dpo " + kDemoModel + " --data " + dpo_data + " --output-dir " + dpo_out + " --dry-run",
@@ -1628,5 +1637,294 @@ TEST_P(CliFullDisk, CheckpointFailureKeepsThePreviousCheckpoint) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Commands, CliFullDisk, ::testing::Values("sft", "grpo"));
+
+// ---- paths, flag spellings, prompt lengths, the terminal ----
+
+// run() in another working directory.
+Result run_in(const std::string& dir, const std::string& args) {
+  return run(args, "2>&1", dir);
+}
+
+// Paths in a config file are relative to the working directory, as in TRL, never to the file's
+// folder: model, data, eval_dataset, output_dir, logging_dir, adapter, resume_from_checkpoint and
+// a reward process's command, all relative, run from the folder above the config's.
+TEST(CliTrain, ConfigPathsAreRelativeToTheWorkingDirectory) {
+  const std::string work = temp("cwd_paths");
+  fs::create_directories(work + "/configs");
+  fs::create_directory_symlink(kDemoModel, work + "/model");
+  std::ifstream demo(FP8RL_SOURCE_DIR "/examples/demo/sft.jsonl");
+  std::string rows, line;
+  for (int i = 0; i < 4 && std::getline(demo, line); ++i) rows += line + "\n";
+  write_file(work + "/train.jsonl", rows);
+  write_file(work + "/eval.jsonl", rows);
+  const std::string common =
+      "model: model\ndata: train.jsonl\nper_device_train_batch_size: 2\nlora_r: 4\n"
+      "save_steps: 1\n";
+  write_file(work + "/configs/first.yaml",
+             common +
+                 "output_dir: out\nmax_steps: 1\neval_dataset: eval.jsonl\neval_on_start: true\n"
+                 "eval_strategy: steps\nreport_to: tensorboard\nlogging_dir: tb\n");
+  const Result first = run_in(work, "sft --config configs/first.yaml");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_TRUE(fs::exists(work + "/out/adapter_model.safetensors"));
+  EXPECT_TRUE(fs::exists(work + "/out/checkpoint-1"));
+  EXPECT_EQ(event_files(work + "/tb").size(), 1u);
+  EXPECT_FALSE(fs::exists(work + "/configs/out"));
+  EXPECT_NE(file_bytes(work + "/out/metrics.jsonl").find("eval_loss"), std::string::npos);
+  // The run's record keeps the paths as given: resumed from the same folder, it reads the same.
+  const std::string record = "\n" + file_bytes(work + "/out/config.yaml");
+  EXPECT_NE(record.find("\ndata: \"train.jsonl\"\n"), std::string::npos) << record;
+  EXPECT_NE(record.find("\nmodel: \"model\"\n"), std::string::npos) << record;
+  write_file(work + "/configs/resume.yaml",
+             common + "output_dir: out\nmax_steps: 2\nresume_from_checkpoint: out/checkpoint-1\n");
+  const Result resumed = run_in(work, "sft --config configs/resume.yaml");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(fs::exists(work + "/out/checkpoint-2"));
+  write_file(work + "/configs/next.yaml",
+             common + "output_dir: next\nmax_steps: 1\nadapter: out\n");
+  const Result next = run_in(work, "sft --config configs/next.yaml");
+  ASSERT_EQ(next.exit_code, 0) << next.output;
+  EXPECT_TRUE(fs::exists(work + "/next/adapter_model.safetensors"));
+  // A reward process's command runs in the working directory too.
+  write_file(work + "/reward.py",
+             "import json, sys\n"
+             "for line in sys.stdin:\n"
+             "    n = len(json.loads(line)['completions'])\n"
+             "    print(json.dumps({'rewards': [0.5] * n}), flush=True)\n");
+  std::ifstream prompts(FP8RL_SOURCE_DIR "/examples/demo/train.jsonl");
+  rows.clear();
+  for (int i = 0; i < 2 && std::getline(prompts, line); ++i) rows += line + "\n";
+  write_file(work + "/prompts.jsonl", rows);
+  write_file(work + "/configs/grpo.yaml",
+             "model: model\ndata: prompts.jsonl\noutput_dir: grpo\nmax_steps: 1\n"
+             "num_generations: 2\nper_device_train_batch_size: 4\nmax_completion_length: 2\n"
+             "rewards:\n  - reward_process: python3 reward.py\n");
+  const Result grpo = run_in(work, "grpo --config configs/grpo.yaml");
+  ASSERT_EQ(grpo.exit_code, 0) << grpo.output;
+  ASSERT_EQ(read_jsonl(work + "/grpo/metrics.jsonl").size(), 1u);
+  EXPECT_EQ(read_jsonl(work + "/grpo/metrics.jsonl")[0]["reward"], 0.5);
+  // The control: from the config's own folder the same relative paths name nothing.
+  const Result control = run_in(work + "/configs", "sft --config first.yaml");
+  EXPECT_EQ(control.exit_code, 1) << control.output;
+  EXPECT_NE(control.output.find("'model/config.json'"), std::string::npos) << control.output;
+  fs::remove_all(work);
+}
+
+// The flags in TRL's underscore spelling are the dashed flags, for every command (the training
+// commands' config keys and the other commands' own flags); --help shows the dashes.
+TEST(Cli, UnderscoreFlagsAreTheDashedOnes) {
+  const std::string in = temp("underscore_in") + ".jsonl", out = temp("underscore_out") + ".jsonl";
+  write_file(in, "{\"prompt_ids\": [1, 2, 3]}\n");
+  const Result g = run("generate " + kQwen3 + " --prompts " + in + " --out " + out +
+                       " --max_tokens=3 --min_tokens 3 --temperature 0");
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  ASSERT_EQ(read_jsonl(out).size(), 1u);
+  EXPECT_EQ(read_jsonl(out)[0]["completions"][0]["completion_ids"].size(), 3u);
+  // "1 prompt", not "1 prompts".
+  EXPECT_NE(g.output.find("generate: 1 prompt, 3 output tokens in "), std::string::npos)
+      << g.output;
+  const std::string ids = temp("underscore_ids") + ".jsonl", run_dir = temp("underscore_run");
+  write_file(ids, "{\"input_ids\": [1, 5, 9, 12, 7]}\n{\"input_ids\": [3, 4, 5]}\n");
+  const Result sft =
+      run("sft " + fp8rl::test::golden_dir("llama") + " --data " + ids + " --output_dir " +
+          run_dir + " --max_steps 1 --per_device_train_batch_size=2 --learning_rate 0.01");
+  ASSERT_EQ(sft.exit_code, 0) << sft.output;
+  const std::string yaml = file_bytes(run_dir + "/config.yaml");
+  EXPECT_NE(yaml.find("\nlearning_rate: 0.01\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("\nper_device_train_batch_size: 2\n"), std::string::npos) << yaml;
+  // One step is "1 step".
+  EXPECT_NE(sft.output.find("trained 1 step; "), std::string::npos) << sft.output;
+  EXPECT_EQ(sft.output.find("1 steps"), std::string::npos) << sft.output;
+  // A typo in either spelling gets the dashed suggestion.
+  expect_one_line_error("sft " + kDemoModel + " --data " + ids + " --max_stepz 3",
+                        "did you mean '--max-steps'?");
+  const Result help = run("sft --help");
+  EXPECT_NE(help.output.find("--learning-rate"), std::string::npos);
+  EXPECT_EQ(help.output.find("--learning_rate"), std::string::npos);
+  fs::remove(in);
+  fs::remove(out);
+  fs::remove(ids);
+  fs::remove_all(run_dir);
+}
+
+// A generate line's key that is neither a column nor a sampling key is an error naming the key
+// and the line, before the model loads (here there is no model at all).
+TEST(CliGenerate, UnknownLineKeysAreErrors) {
+  const std::string in = temp("line_keys_in") + ".jsonl", out = temp("line_keys_out") + ".jsonl";
+  const std::string args = "generate /nonexistent/model --prompts " + in + " --out " + out;
+  write_file(in,
+             "{\"prompt_ids\": [1, 2, 3], \"temperature\": 0}\n"
+             "{\"prompt_ids\": [1, 2, 3], \"temprature\": 0.5}\n");
+  expect_one_line_error(args, "line 2: unknown key 'temprature' (did you mean 'temperature'?)");
+  write_file(in, "{\"messages\": [], \"max_new_tokens\": 4}\n");
+  expect_one_line_error(args, "line 1: unknown key 'max_new_tokens'");
+  // Known keys pass on to the model's checks (here: there is none).
+  write_file(in, "{\"prompt_ids\": [1], \"n\": 2, \"stop\": \"x\", \"seed\": 3}\n");
+  expect_one_line_error(args, "/nonexistent/model/config.json");
+  EXPECT_FALSE(fs::exists(out));
+  fs::remove(in);
+}
+
+// A prompt that leaves no room for the completion in the model's context (the demo model's
+// 256 positions) is an error naming both lengths before the weights load: the weights here are
+// not even a safetensors file.
+TEST(CliTrain, PromptWithoutRoomForTheCompletionFailsBeforeTheWeightsLoad) {
+  const std::string model = temp("no_weights_model");
+  fs::create_directories(model);
+  for (const char* f : {"config.json", "generation_config.json", "special_tokens_map.json",
+                        "tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(kDemoModel + "/" + f, model + "/" + f);
+  write_file(model + "/model.safetensors", "not weights");
+  const std::string data = temp("room_data") + ".jsonl", eval = temp("room_eval") + ".jsonl";
+  const std::string row = R"({"prompt": "What is 1+1?", "answer": "2"})";
+  write_file(data, row + "\n");
+  write_file(eval,
+             row + "\n" + R"({"prompt": ")" + std::string(60, '9') + R"(", "answer": "9"})" + "\n");
+  const std::string grpo = "grpo " + model + " --data " + data + " --output-dir " +
+                           temp("room_run") + " --rewards '[{\"type\": \"answer_match\"}]'" +
+                           " --num-generations 2 --per-device-train-batch-size 2";
+  Result r = run(grpo + " --max-completion-length 250");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(data + ":1: a prompt of "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tokens plus max_completion_length 250 ("), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("tokens) exceeds the model's context of 256 positions "
+                          "(max_position_embeddings); lower max_completion_length"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("max_prompt_length: 6 and truncation: true"), std::string::npos)
+      << r.output;
+  // The eval prompts too.
+  r = run(grpo + " --max-completion-length 200 --eval-strategy steps --eval-dataset " + eval);
+  EXPECT_NE(r.output.find(eval + ":2: a prompt of "), std::string::npos) << r.output;
+  // A completion that fits: the check passes and the weights fail to load (the control).
+  r = run(grpo + " --max-completion-length 200");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.output.find("a prompt of"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("model.safetensors"), std::string::npos) << r.output;
+  // generate: prompt + max_tokens against the context, also before the weights.
+  const std::string in = temp("room_in") + ".jsonl", out = temp("room_out") + ".jsonl";
+  write_file(in, nlohmann::json{{"prompt_ids", std::vector<int>(250, 5)}}.dump() + "\n");
+  expect_one_line_error(
+      "generate " + model + " --prompts " + in + " --out " + out + " --max-tokens 12",
+      "line 1: a prompt of 250 tokens plus max_tokens 12 (262 tokens) exceeds the model's "
+      "context of 256 positions (max_position_embeddings)");
+  write_file(in, nlohmann::json{{"prompt", std::string(300, 'a')}}.dump() + "\n");
+  expect_one_line_error("generate " + model + " --prompts " + in + " --out " + out,
+                        "exceeds the model's context of 256");
+  fs::remove_all(model);
+  fs::remove(data);
+  fs::remove(eval);
+  fs::remove(in);
+}
+
+// `fp8rl chat ARGS` at a terminal: stdin and stderr (the prompt, the echo) a pseudo-terminal,
+// stdout (the replies) a file, XDG_STATE_HOME `state` (the history file's home). Each of `typed`
+// is sent once the session has printed a reply for each earlier one and shown its prompt; a
+// session that runs past 120 s is killed (exit_code -1).
+Result chat_at_terminal(const std::string& args, const std::vector<std::string>& typed,
+                        const std::string& state, const std::vector<size_t>& replies_before) {
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY);
+  EXPECT_GE(master, 0);
+  EXPECT_EQ(::grantpt(master), 0);
+  EXPECT_EQ(::unlockpt(master), 0);
+  const std::string slave = ::ptsname(master);
+  const std::string out = temp("tty_out") + ".txt";
+  std::vector<std::string> words = {FP8RL_BIN, "chat"};
+  std::istringstream in(args);
+  for (std::string w; in >> w;) words.push_back(w);
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setsid();  // the terminal becomes the controlling one, as a shell's is
+    const int tty = ::open(slave.c_str(), O_RDWR);
+    const int file = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (tty < 0 || file < 0) ::_exit(126);
+    ::dup2(tty, 0);
+    ::dup2(file, 1);
+    ::dup2(tty, 2);
+    ::setenv("TERM", "xterm", 1);
+    ::setenv("XDG_STATE_HOME", state.c_str(), 1);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  const auto newlines = [&] {
+    const std::string text = fs::exists(out) ? file_bytes(out) : "";
+    return size_t(std::count(text.begin(), text.end(), '\n'));
+  };
+  std::string terminal;
+  size_t sent = 0;
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (true) {
+    pollfd p{master, POLLIN, 0};
+    if (::poll(&p, 1, 50) > 0) {
+      char buf[4096];
+      const ssize_t n = ::read(master, buf, sizeof buf);
+      if (n > 0) terminal.append(buf, size_t(n));
+    }
+    size_t prompts = 0;
+    for (size_t at = terminal.find("> "); at != std::string::npos; at = terminal.find("> ", at + 1))
+      ++prompts;
+    if (sent < typed.size() && prompts > sent && newlines() >= replies_before[sent]) {
+      EXPECT_EQ(::write(master, typed[sent].data(), typed[sent].size()),
+                ssize_t(typed[sent].size()));
+      ++sent;
+    }
+    if (::waitpid(pid, &status, WNOHANG) == pid) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      break;
+    }
+  }
+  ::close(master);
+  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, file_bytes(out)};
+  EXPECT_EQ(sent, typed.size()) << terminal;
+  fs::remove(out);
+  return r;
+}
+
+// At a terminal, chat reads lines through libedit: the up arrow brings back the line entered
+// before (the second turn is then what a script typing the line twice gets), and the lines are
+// kept in $XDG_STATE_HOME/fp8rl/chat_history for the next session. A pipe gets no history file.
+TEST(CliChat, TerminalSessionHasLineEditingAndHistory) {
+  const std::string model = chat_model(true);
+  const std::string state = temp("chat_state");
+  fs::create_directories(state);
+  const std::string sampling = "--seed 11 --temperature 0.9 --top-k 50 --max-tokens 6";
+  const std::string script = temp("chat_tty_script") + ".txt";
+  write_file(script, "hello\nhello\n");
+  const Result piped = run("chat " + model + " " + sampling, "< " + script + " 2>/dev/null");
+  ASSERT_EQ(piped.exit_code, 0) << piped.output;
+  const std::string up = "\x1b[A";
+  // Enter is a carriage return at a terminal.
+  const Result tty =
+      chat_at_terminal(model + " " + sampling, {"hello\r", up + "\r", "/exit\r"}, state, {0, 1, 2});
+  ASSERT_EQ(tty.exit_code, 0) << tty.output;
+  EXPECT_EQ(tty.output, piped.output);
+  const std::string history = state + "/fp8rl/chat_history";
+  ASSERT_TRUE(fs::exists(history));
+  EXPECT_EQ(fs::status(history).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  // A new session: two lines back (past /exit) is "hello" of the last session.
+  write_file(script, "hello\n");
+  const Result one = run("chat " + model + " " + sampling, "< " + script + " 2>/dev/null");
+  const Result recalled =
+      chat_at_terminal(model + " " + sampling, {up + up + "\r", "/exit\r"}, state, {0, 1});
+  ASSERT_EQ(recalled.exit_code, 0) << recalled.output;
+  EXPECT_EQ(recalled.output, one.output);
+  // Piped input leaves no history.
+  const std::string piped_state = temp("chat_state_piped");
+  ::setenv("XDG_STATE_HOME", piped_state.c_str(), 1);
+  EXPECT_EQ(run("chat " + model + " " + sampling, "< " + script + " 2>/dev/null").exit_code, 0);
+  ::unsetenv("XDG_STATE_HOME");
+  EXPECT_FALSE(fs::exists(piped_state));
+  fs::remove(script);
+  fs::remove_all(state);
+  fs::remove_all(model);
+}
 
 }  // namespace

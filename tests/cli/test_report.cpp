@@ -71,6 +71,21 @@ std::vector<std::string> path_data(const std::string& html) {
   return out;
 }
 
+// The number of charts in `html`.
+size_t charts(const std::string& html) {
+  return count(html, "<figure class=\"chart\">");
+}
+
+// The d attributes of the series' lines (class "line") in `html`, in drawing order.
+std::vector<std::string> line_data(const std::string& html) {
+  std::vector<std::string> out;
+  const std::regex d(R"re(<path class="line" d="([^"]*)")re");
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), d); it != std::sregex_iterator();
+       ++it)
+    out.push_back((*it)[1]);
+  return out;
+}
+
 // The <figure> of the chart titled `title`, "" when there is none.
 std::string figure(const std::string& html, const std::string& title) {
   const size_t at = html.find("<figcaption>" + title);
@@ -110,7 +125,7 @@ TEST(Report, OneChartPerPresentMetricFamily) {
   const RunDir dir("families");
   dir.write("metrics.jsonl", grpo_lines(20));
   const std::string html = render_report(dir.str());
-  EXPECT_EQ(count(html, "<svg"), 4u);
+  EXPECT_EQ(charts(html), 4u);
   for (const char* title : {"Reward", "KL to the reference", "Completion length", "Peak memory"})
     EXPECT_EQ(count(html, std::string("<figcaption>") + title), 1u) << title;
   for (const char* title : {"Entropy", "Loss", "Gradient norm", "Learning rate", "Throughput",
@@ -134,7 +149,7 @@ TEST(Report, OneChartPerPresentMetricFamily) {
   dir.write("metrics.jsonl",
             "{\"step\": 1, \"entropy\": 0.5, \"grad_norm\": 1}\n{\"step\": 2, \"entropy\": 0.4}\n");
   const std::string other = render_report(dir.str());
-  EXPECT_EQ(count(other, "<svg"), 2u);
+  EXPECT_EQ(charts(other), 2u);
   EXPECT_EQ(count(other, "<figcaption>Entropy"), 1u);
   EXPECT_EQ(count(other, "<figcaption>Gradient norm"), 1u);
   EXPECT_EQ(count(other, "<figcaption>Reward"), 0u);
@@ -143,7 +158,7 @@ TEST(Report, OneChartPerPresentMetricFamily) {
             "{\"step\": 1, \"sampling/sampling_logp_difference/mean\": 0.01, "
             "\"sampling/token_prob_error/mean\": 1.01}\n");
   const std::string mismatch = render_report(dir.str());
-  EXPECT_EQ(count(mismatch, "<svg"), 2u);
+  EXPECT_EQ(charts(mismatch), 2u);
   EXPECT_NE(figure(mismatch, "Engine-trainer mismatch: token probability error")
                 .find("sampling/token_prob_error/mean"),
             std::string::npos);
@@ -157,7 +172,7 @@ TEST(Report, DpoAndSftRunsGetTheirCharts) {
             "\"rewards/margins\": 0.2, \"rewards/accuracies\": 0.6, \"logps/chosen\": -40, "
             "\"logps/rejected\": -45}\n");
   std::string html = render_report(dir.str());
-  EXPECT_EQ(count(html, "<svg"), 4u);
+  EXPECT_EQ(charts(html), 4u);
   for (const char* title :
        {"Loss", "DPO implicit rewards", "DPO preference accuracy", "DPO policy log-probs"})
     EXPECT_EQ(count(html, std::string("<figcaption>") + title), 1u) << title;
@@ -166,50 +181,146 @@ TEST(Report, DpoAndSftRunsGetTheirCharts) {
             "{\"step\": 1, \"loss\": 2, \"tokens_per_second\": 900, "
             "\"peak_memory_bytes\": 1073741824, \"step_seconds\": 2}\n");
   html = render_report(dir.str());
-  EXPECT_EQ(count(html, "<svg"), 4u);
+  EXPECT_EQ(charts(html), 4u);
   for (const char* title : {"Loss", "Throughput", "Peak memory", "Time per step"})
     EXPECT_EQ(count(html, std::string("<figcaption>") + title), 1u) << title;
   EXPECT_NE(html.find("wall time 0h 00m 02s"), std::string::npos);
 }
 
 // The evaluations' metrics (eval_ names, on some steps only; eval_on_start's on a step 0 of
-// their own) get charts of their own drawn through the evaluated steps: one line, no gaps
-// between evaluations. The training charts keep every step.
-TEST(Report, EvalMetricsAreLinesThroughTheEvaluatedSteps) {
+// their own) are drawn in their training metric's chart, each one line with a marker per
+// evaluation through the evaluated steps. The training series keep every step.
+TEST(Report, EvalMetricsAreDrawnInTheirTrainingChart) {
   const RunDir dir("eval");
   std::string text =
       "{\"step\": 0, \"eval_reward\": 0.3, \"eval_rewards/accuracy/mean\": 0.3, "
-      "\"eval_completions/mean_length\": 4, \"eval_runtime\": 2}\n";
+      "\"eval_completions/mean_length\": 4, \"eval_completions/max_length\": 8, "
+      "\"eval_runtime\": 2}\n";
   for (int s = 1; s <= 20; ++s) {
-    text += "{\"step\": " + std::to_string(s) + ", \"reward\": " + std::to_string(0.01 * s);
+    text += "{\"step\": " + std::to_string(s) + ", \"reward\": " + std::to_string(0.01 * s) +
+            ", \"completions/mean_length\": 5";
     if (s % 5 == 0)
       text += ", \"eval_reward\": " + std::to_string(0.3 + 0.02 * s) +
               ", \"eval_rewards/accuracy/mean\": 0.5, \"eval_completions/mean_length\": 4, "
-              "\"eval_runtime\": 2";
+              "\"eval_completions/max_length\": 8, \"eval_runtime\": 2";
     text += "}\n";
   }
   dir.write("metrics.jsonl", text);
   const std::string html = render_report(dir.str());
-  const std::string eval = figure(html, "Eval reward");
-  ASSERT_FALSE(eval.empty());
-  EXPECT_NE(eval.find("eval_rewards/accuracy/mean"), std::string::npos);
-  const std::vector<std::string> paths = path_data(eval);
-  ASSERT_EQ(paths.size(), 2u);  // eval_reward and the function's mean
-  EXPECT_EQ(count(paths[0], "M"), 1u) << paths[0];
-  EXPECT_EQ(count(paths[0], "L"), 4u) << paths[0];  // steps 0, 5, 10, 15, 20
-  EXPECT_EQ(count(eval, "<circle"), 0u);
-  EXPECT_EQ(count(html, "<figcaption>Eval completion length"), 1u);
-  EXPECT_EQ(count(html, "<figcaption>Reward"), 1u);
+  EXPECT_EQ(html.find("<figcaption>Eval"), std::string::npos);  // no chart of their own
+  const std::string reward = figure(html, "Reward");
+  ASSERT_FALSE(reward.empty());
+  for (const char* key : {"eval_reward", "eval_rewards/accuracy/mean"})
+    EXPECT_NE(reward.find(std::string(key) + "</span>"), std::string::npos) << key;
+  // reward, the smoothed reward, eval_reward and the function's eval mean: the eval lines run
+  // through steps 0, 5, 10, 15, 20 in one piece.
+  const std::vector<std::string> lines = line_data(reward);
+  ASSERT_EQ(lines.size(), 4u);
+  for (size_t i : {2u, 3u}) {
+    EXPECT_EQ(count(lines[i], "M"), 1u) << lines[i];
+    EXPECT_EQ(count(lines[i], "L"), 4u) << lines[i];
+  }
+  EXPECT_EQ(count(lines[0], "L"), 19u);  // reward: steps 1 to 20
+  // A marker per evaluation and one in each eval series' legend key; none on training lines.
+  EXPECT_EQ(count(reward, "class=\"marker\""), 2u * (5 + 1));
+  // The completion length chart gets the evaluations' mean only, the time chart eval_runtime.
+  const std::string length = figure(html, "Completion length");
+  EXPECT_NE(length.find("eval_completions/mean_length</span>"), std::string::npos);
+  EXPECT_EQ(length.find("eval_completions/max_length"), std::string::npos);
+  EXPECT_NE(figure(html, "Time per step and per evaluation").find("eval_runtime</span>"),
+            std::string::npos);
+  // Control: without evaluations the reward chart has its training lines only, no marker.
+  dir.write("metrics.jsonl", grpo_lines(20));
+  const std::string plain = figure(render_report(dir.str()), "Reward");
+  EXPECT_EQ(plain.find("eval_"), std::string::npos);
+  EXPECT_EQ(count(plain, "class=\"marker\""), 0u);
   // The best eval_reward is the highest, as for reward.
   EXPECT_NE(html.find("0.7 (step 20)"), std::string::npos);
-  // SFT and DPO: eval_loss, and DPO's eval accuracy.
-  dir.write("metrics.jsonl",
-            "{\"step\": 1, \"loss\": 0.69}\n{\"step\": 2, \"loss\": 0.6, \"eval_loss\": 0.65, "
-            "\"eval_rewards/accuracies\": 0.7, \"eval_rewards/margins\": 0.1}\n");
+  // SFT and DPO: eval_loss in the loss chart, DPO's eval metrics in theirs.
+  dir.write(
+      "metrics.jsonl",
+      "{\"step\": 1, \"loss\": 0.69, \"rewards/accuracies\": 0.5, \"rewards/margins\": 0}\n"
+      "{\"step\": 2, \"loss\": 0.6, \"rewards/accuracies\": 0.6, \"rewards/margins\": 0.1, "
+      "\"eval_loss\": 0.65, \"eval_rewards/accuracies\": 0.7, \"eval_rewards/margins\": 0.1}\n");
   const std::string dpo = render_report(dir.str());
-  for (const char* title :
-       {"Eval loss", "DPO eval preference accuracy", "DPO eval implicit rewards"})
-    EXPECT_EQ(count(dpo, std::string("<figcaption>") + title), 1u) << title;
+  EXPECT_NE(figure(dpo, "Loss").find("eval_loss</span>"), std::string::npos);
+  EXPECT_NE(figure(dpo, "DPO preference accuracy").find("eval_rewards/accuracies</span>"),
+            std::string::npos);
+  EXPECT_NE(figure(dpo, "DPO implicit rewards").find("eval_rewards/margins</span>"),
+            std::string::npos);
+  EXPECT_EQ(dpo.find("<figcaption>Eval"), std::string::npos);
+}
+
+// The page's order and layout: the charts, two to a row (one on a narrow screen) and scaled to
+// their column, come before the table of first / last / best values, which comes before the
+// samples.
+TEST(Report, ChartsComeFirstTwoToARow) {
+  const RunDir dir("layout");
+  dir.write("metrics.jsonl", grpo_lines(12));
+  dir.write("samples.jsonl",
+            "{\"step\": 12, \"prompt\": \"p\", \"completion\": \"c\", \"reward\": 1, "
+            "\"advantage\": 0}\n");
+  const std::string html = render_report(dir.str());
+  const size_t charts = html.find("<div class=\"charts\">"), table = html.find("<table");
+  ASSERT_NE(charts, std::string::npos);
+  ASSERT_NE(table, std::string::npos);
+  EXPECT_LT(charts, table);
+  EXPECT_LT(html.rfind("</figure>"), table);  // every chart
+  EXPECT_LT(table, html.find("<h2 id=\"samples\">"));
+  // Every chart is a cell of the one grid.
+  EXPECT_EQ(count(html, "<figure class=\"chart\">"), 4u);
+  EXPECT_EQ(count(html.substr(charts, table - charts), "<figure class=\"chart\">"), 4u);
+  // Two columns, one below 900 px; the SVGs fill their cell.
+  const std::string style = html.substr(0, html.find("</style>"));
+  EXPECT_NE(style.find(".charts{display:grid;grid-template-columns:repeat(2,minmax(0,1fr))"),
+            std::string::npos);
+  EXPECT_NE(style.find("@media (max-width:900px){.charts{grid-template-columns:minmax(0,1fr)}}"),
+            std::string::npos);
+  EXPECT_NE(style.find("figure.chart>svg{display:block;width:100%;height:auto}"),
+            std::string::npos);
+  // The charts in reading order: reward, KL, lengths, memory.
+  const char* order[] = {"Reward", "KL to the reference", "Completion length", "Peak memory"};
+  for (size_t i = 1; i < std::size(order); ++i)
+    EXPECT_LT(html.find(std::string("<figcaption>") + order[i - 1]),
+              html.find(std::string("<figcaption>") + order[i]))
+        << order[i];
+}
+
+// Series that lie on one another (min = mean = max lengths, a reward that is its one function's
+// mean) stay apart by their dash patterns, and each legend key shows its series' pattern.
+TEST(Report, SeriesHaveDistinctDashPatterns) {
+  const RunDir dir("dashes");
+  std::string text;
+  for (int s = 1; s <= 12; ++s)
+    text += "{\"step\": " + std::to_string(s) +
+            ", \"completions/mean_length\": 8, \"completions/min_length\": 8, "
+            "\"completions/max_length\": 8, \"completions/mean_terminated_length\": 8" +
+            (s % 4 == 0 ? ", \"eval_completions/mean_length\": 8" : "") + "}\n";
+  dir.write("metrics.jsonl", text);
+  const std::string chart = figure(render_report(dir.str()), "Completion length");
+  ASSERT_FALSE(chart.empty());
+  const std::regex line(
+      R"re(<path class="line" d="([^"]*)"[^>]*?(?: stroke-dasharray="([^"]*)")?/>)re");
+  std::vector<std::string> dashes, paths;
+  for (auto it = std::sregex_iterator(chart.begin(), chart.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    paths.push_back((*it)[1]);
+    dashes.push_back((*it)[2]);
+  }
+  ASSERT_EQ(dashes.size(), 5u);
+  // The four training lines on the same points ...
+  for (size_t i = 1; i < 4; ++i) EXPECT_EQ(paths[i], paths[0]) << i;
+  // ... and the evaluations' line drawn five ways: one solid, four dashed, no pattern twice.
+  EXPECT_EQ(dashes[0], "");
+  for (size_t i = 0; i < dashes.size(); ++i)
+    for (size_t j = i + 1; j < dashes.size(); ++j) EXPECT_NE(dashes[i], dashes[j]) << i << j;
+  // The legend keys carry the same patterns, in the same order.
+  const std::string legend = chart.substr(0, chart.find("<svg xmlns"));
+  for (size_t i = 1; i < dashes.size(); ++i)
+    EXPECT_NE(legend.find("stroke-dasharray=\"" + dashes[i] + "\""), std::string::npos) << i;
+  for (size_t i = 0; i < kDashPatterns; ++i)
+    for (size_t j = i + 1; j < kDashPatterns; ++j)
+      EXPECT_STRNE(series_dash(i), series_dash(j)) << i << j;
 }
 
 // Values at the edges of double: a chart or a note, never a hang or an error.
@@ -269,7 +380,7 @@ TEST(Report, SampleTextIsEscapedAndOnlyTheLastStepsShown) {
   const std::string html = render_report(dir.str(), options);
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_EQ(count(html, "&lt;script&gt;alert(10)&lt;/script&gt; &#39;x&#39; &quot;y&quot;"), 2u);
-  EXPECT_EQ(count(html, "Q &amp; A &lt;b&gt;9&lt;/b&gt;"), 2u);
+  EXPECT_EQ(count(html, "Q &amp; A &lt;b&gt;9&lt;/b&gt;"), 1u);  // once above its group
   EXPECT_EQ(html.find("<b>"), std::string::npos);
   for (int s = 1; s <= 10; ++s)
     EXPECT_EQ(count(html, "<summary>step " + std::to_string(s) + ": 2 completions"),
@@ -278,6 +389,52 @@ TEST(Report, SampleTextIsEscapedAndOnlyTheLastStepsShown) {
   // The last step is open, earlier ones collapsed.
   EXPECT_NE(html.find("<details open><summary>step 10:"), std::string::npos);
   EXPECT_NE(html.find("<details><summary>step 9:"), std::string::npos);
+}
+
+// A step's completions are shown under their prompts (samples.jsonl writes whole groups), with
+// the step's mean reward beside the one metrics.jsonl logged.
+TEST(Report, SamplesAreGroupedByPrompt) {
+  const RunDir dir("groups");
+  dir.write("metrics.jsonl", "{\"step\": 1, \"reward\": 0.25}\n");
+  std::string samples;
+  for (const char* prompt : {"first prompt", "second prompt"})
+    for (int c = 0; c < 2; ++c)
+      samples +=
+          std::string("{\"step\": 1, \"prompt\": \"") + prompt +
+          "\", \"completion\": \"c\", \"reward\": " + (prompt[0] == 'f' && c == 0 ? "1" : "0") +
+          ", \"advantage\": 0}\n";
+  dir.write("samples.jsonl", samples);
+  const std::string html = render_report(dir.str());
+  EXPECT_NE(html.find("<summary>step 1: 4 completions of 2 prompts, mean reward 0.25 "
+                      "(the step's logged reward 0.25)</summary>"),
+            std::string::npos)
+      << html;
+  EXPECT_EQ(count(html, "<div class=\"group\">"), 2u);
+  EXPECT_EQ(count(html, "<pre class=\"prompt\">first prompt</pre>"), 1u);
+  EXPECT_EQ(count(html, "<pre class=\"prompt\">second prompt</pre>"), 1u);
+  EXPECT_EQ(count(html, "<div class=\"sample\">"), 4u);
+  // Each group holds its two completions: the second group starts after the first's two.
+  const size_t second = html.find("<pre class=\"prompt\">second prompt</pre>");
+  EXPECT_EQ(count(html.substr(0, second), "<div class=\"sample\">"), 2u);
+}
+
+// The run that scripts/report_screenshot.sh renders (tests/data/report_run: 40 steps of
+// examples/demo.yaml with beta 0.04, evaluations every 10 steps and num_completions_to_print 16)
+// gives the page that script is for.
+TEST(Report, TheShippedDemoRun) {
+  const std::string html = render_report(std::string(FP8RL_TEST_DATA) + "/report_run");
+  EXPECT_LT(html.rfind("</figure>"), html.find("<table"));
+  const std::string reward = figure(html, "Reward");
+  EXPECT_EQ(count(reward, "class=\"line\""), 5u);  // 3 training series, 2 evaluation series
+  EXPECT_NE(reward.find("eval_reward</span>"), std::string::npos);
+  EXPECT_EQ(count(reward, "class=\"marker\""), 2u * (5 + 1));  // steps 0, 10, 20, 30, 40
+  for (const char* title :
+       {"KL to the reference", "Completion length", "Engine-trainer mismatch: logprob difference",
+        "Loss", "Peak memory", "Time per step and per evaluation"})
+    EXPECT_FALSE(figure(html, title).empty()) << title;
+  // The last 4 steps' samples, 2 whole groups of 8 each.
+  EXPECT_EQ(count(html, "<div class=\"group\">"), 8u);
+  EXPECT_NE(html.find("<summary>step 40: 16 completions of 2 prompts"), std::string::npos);
 }
 
 TEST(Report, HugeCompletionsAreCut) {

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -117,6 +118,7 @@ TEST(RunConfig, DefaultsAreTrls) {
   EXPECT_EQ(g.sapo_temperature_neg, 1.05);
   EXPECT_EQ(g.sapo_temperature_pos, 1.0);
   EXPECT_TRUE(g.generation_kwargs.is_null());
+  EXPECT_FALSE(g.num_completions_to_print.has_value());  // all completions
 
   const DpoConfig d;
   EXPECT_EQ(d.learning_rate, 1e-6);
@@ -172,6 +174,29 @@ rewards:
   EXPECT_EQ(load_text(sft_keys(), "lora_target_modules: all-linear\n").lora_target_modules,
             std::vector<std::string>{"all-linear"});
   EXPECT_EQ(load_text(sft_keys(), "").learning_rate, 2e-5);
+}
+
+// A list key's YAML scalar splits at commas as its flag does (TRL configs copied from a command
+// line write `lora_target_modules: q_proj,v_proj`); a YAML list keeps its items whole.
+TEST(RunConfig, CommaStringInYamlIsAList) {
+  using List = std::vector<std::string>;
+  const List qv = {"q_proj", "v_proj"};
+  EXPECT_EQ(load_text(sft_keys(), "lora_target_modules: q_proj,v_proj\n").lora_target_modules, qv);
+  EXPECT_EQ(load_text(grpo_keys(), "target_modules: \"q_proj, v_proj\"\n").lora_target_modules, qv);
+  EXPECT_EQ(load_text(dpo_keys(), "lora_target_modules: [q_proj, v_proj]\n").lora_target_modules,
+            qv);
+  EXPECT_EQ(parse_args(sft_keys(), {"--lora-target-modules", "q_proj,v_proj"}).lora_target_modules,
+            qv);
+  EXPECT_EQ(load_text(sft_keys(), "report_to: tensorboard,none\n").report_to,
+            (List{"tensorboard", "none"}));
+  EXPECT_EQ(load_text(grpo_keys(), "reward_weights: 1.0, 0.5\n").reward_weights,
+            (std::vector<double>{1.0, 0.5}));
+  EXPECT_NE(error_of([] {
+              load_text(grpo_keys(), "reward_weights: 1.0,x\n");
+            }).find("key 'reward_weights' in run.yaml:1: expected a list of numbers, got 'x'"),
+            std::string::npos);
+  // The empty string is the empty list, as --lora-target-modules "" is.
+  EXPECT_EQ(load_text(sft_keys(), "lora_target_modules: \"\"\n").lora_target_modules, List{});
 }
 
 TEST(RunConfig, LoadsAFileAndFlagsOverrideIt) {
@@ -587,6 +612,25 @@ TEST(RunConfig, GrpoBatchRelationsAsTrl) {
   EXPECT_EQ(c.resolved_epsilon_high(), 0.2);
   c.epsilon_high = 0.28;
   EXPECT_EQ(c.resolved_epsilon_high(), 0.28);
+}
+
+// samples.jsonl: all of a round (null), or the first N completions rounded up to whole groups.
+TEST(RunConfig, SamplesPerRoundAreWholeGroups) {
+  GrpoConfig c = valid_grpo();
+  c.num_generations = 4;
+  EXPECT_EQ(c.samples_per_round(32), 32);
+  c.num_completions_to_print = 0;
+  EXPECT_EQ(c.samples_per_round(32), 0);
+  c.num_completions_to_print = 1;
+  EXPECT_EQ(c.samples_per_round(32), 4);
+  c.num_completions_to_print = 4;
+  EXPECT_EQ(c.samples_per_round(32), 4);
+  c.num_completions_to_print = 5;
+  EXPECT_EQ(c.samples_per_round(32), 8);
+  c.num_completions_to_print = 40;
+  EXPECT_EQ(c.samples_per_round(32), 32);
+  c.num_completions_to_print = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(c.samples_per_round(32), 32);
 }
 
 // transformers 5: warmup_steps is steps, or a fraction below 1; a given warmup_ratio replaces

@@ -1,6 +1,8 @@
 // SamplingParams: validation names the key and its range; JSON reading by vLLM's key names.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "engine/sampling_params.h"
 
@@ -150,6 +152,17 @@ TEST(SamplingParams, FromJsonRefusesUnknownKeys) {
       "ignore_eos": true, "logprobs": 2, "processed_logprobs": true, "stop_token_ids": [1],
       "stop": "x", "seed": 5})"),
       SamplingParams{}));
+}
+
+// sampling_param_keys() is exactly what the reader takes: each key alone is accepted (null keeps
+// the default), and the list holds the keys above.
+TEST(SamplingParams, KeysAreTheReadersKeys) {
+  const std::vector<std::string>& keys = sampling_param_keys();
+  EXPECT_EQ(keys.size(), 14u);
+  for (const char* k : {"n", "temperature", "max_tokens", "stop", "stop_token_ids", "seed"})
+    EXPECT_NE(std::find(keys.begin(), keys.end(), k), keys.end()) << k;
+  for (const std::string& k : keys)
+    EXPECT_NO_THROW(sampling_params_from_json(nlohmann::json{{k, nullptr}}, SamplingParams{})) << k;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <numeric>
 #include <optional>
 
@@ -125,6 +126,22 @@ TEST(GrpoTrainer, LogsTrlMetricsAndResumesExactly) {
   EXPECT_GT(full.metrics[0]["peak_memory_bytes/train"].get<double>(), 0);
   ASSERT_TRUE(fs::exists(a / "checkpoint-2" / "trainer_state.safetensors"));
   ASSERT_TRUE(fs::exists(a / "samples.jsonl"));
+  // num_completions_to_print null (TRL's default): every completion of each round, so a step's
+  // rows average to its logged reward.
+  {
+    std::map<int64_t, std::vector<double>> rewards;
+    std::ifstream f(a / "samples.jsonl");
+    for (std::string l; std::getline(f, l);) {
+      const nlohmann::json s = nlohmann::json::parse(l);
+      rewards[s["step"].get<int64_t>()].push_back(s["reward"].get<double>());
+    }
+    ASSERT_EQ(rewards.size(), 4u);
+    for (const nlohmann::json& m : full.metrics) {
+      const std::vector<double>& r = rewards[m["step"].get<int64_t>()];
+      ASSERT_EQ(r.size(), 8u);  // 2 prompts x 4
+      EXPECT_NEAR(std::accumulate(r.begin(), r.end(), 0.0) / 8, m["reward"].get<double>(), 1e-12);
+    }
+  }
   // Resume from step 2 into another directory: the same adapter at step 4, bit for bit.
   GrpoConfig r = small_config(b);
   r.resume_from_checkpoint = (a / "checkpoint-2").string();
