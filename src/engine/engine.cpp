@@ -210,7 +210,7 @@ void Engine::Impl::setup() {
   shape.tokens = opt.max_num_batched_tokens;
   shape.seqs = std::min(opt.max_num_seqs, opt.max_num_batched_tokens);
   shape.logit_rows = shape.seqs;
-  shape.max_context = c.max_position_embeddings;
+  shape.max_context = c.max_context;
   const size_t block = KvPool::block_bytes(c, ctx, opt.kv_dtype);
   KvPool probe(c, 1, ctx, opt.kv_dtype);  // the plan does not depend on the pool's size
   Arena measuring = Arena::measuring(ctx.device, ctx.device == Device::cuda ? 256 : 64);
@@ -238,12 +238,16 @@ void Engine::Impl::setup() {
     // and for a small model a fraction of a large GPU is millions of blocks whose bookkeeping
     // and zeroing every generate() pays (the 0.8M-parameter demo on an H200: 125 GiB, 0.69 s
     // a GRPO step; capped: 0.03 s).
-    const int64_t per_seq = (c.max_position_embeddings + kKvBlockSize - 1) / kKvBlockSize;
-    const size_t usable = c.max_position_embeddings > 0 ? size_t(opt.max_num_seqs * per_seq) * block
-                                                        : std::numeric_limits<size_t>::max();
+    const int64_t per_seq = (c.max_context + kKvBlockSize - 1) / kKvBlockSize;
+    const size_t usable = c.max_context > 0 ? size_t(opt.max_num_seqs * per_seq) * block
+                                            : std::numeric_limits<size_t>::max();
     if (ctx.device == Device::cpu) {
       // Host memory is not reserved for us: at most 1 GiB.
       kv_bytes = std::min(size_t(1) << 30, usable);
+    } else if (!ops::device_present(ctx)) {
+      // A dry run's estimate without the device, whose free memory is unknown: what the
+      // pool can use at most (a device with less free memory gets a smaller one).
+      kv_bytes = usable;
     } else {
       // A standby region's memory is ours to reuse: count it as free.
       const size_t free_now =
@@ -768,10 +772,9 @@ void validate_request(const GenerationRequest& req, const ModelConfig& c) {
   for (int32_t id : req.prompt_ids)
     CHECK(id >= 0 && id < c.vocab_size, "prompt id {} is outside the vocabulary [0, {})", id,
           c.vocab_size);
-  CHECK(int64_t(req.prompt_ids.size()) + p.max_tokens <= c.max_position_embeddings,
-        "a prompt of {} tokens plus max_tokens {} exceeds the model's context of {} "
-        "(max_position_embeddings)",
-        req.prompt_ids.size(), p.max_tokens, c.max_position_embeddings);
+  check_context(
+      c, int64_t(req.prompt_ids.size()) + p.max_tokens,
+      fmt::format("a prompt of {} tokens plus max_tokens {}", req.prompt_ids.size(), p.max_tokens));
 }
 
 void Engine::validate(const GenerationRequest& req) const {

@@ -12,8 +12,16 @@ rounding, and in a quantized network one flip cascades into the FP8 noise level.
 
 Runs wherever torch + transformers exist (the GPU machine); everything runs on the CPU in fp32
 so the results do not depend on TF32 or GPU kernels. Usage:
-    python3 tools/goldens/make_goldens.py OUT_DIR
+    python3 tools/goldens/make_goldens.py OUT_DIR [--only ARCH ...]
+--only makes the named goldens alone (OUT_DIR/ARCH each, and OUT_DIR/ARCH_summary.json instead
+of summary.json), e.g. `--only qwen3_yarn` for the YaRN golden without remaking the others:
+copy OUT_DIR/qwen3_yarn to tests/data/goldens/qwen3_yarn.
+
+The goldens after the first five (FP32_ONLY) draw their weights and ids from a seed of their
+own, so a full run and an --only run make the same files, and have only the fp32 logits (they
+test something besides the FP8 recipe, which the five cover).
 """
+import argparse
 import json
 import os
 import sys
@@ -58,7 +66,19 @@ def configs():
             rope_scaling={"rope_type": "linear", "factor": 2.0}, sliding_window=8,
             query_pre_attn_scalar=24, layer_types=["sliding_attention", "full_attention"],
             hidden_activation="gelu_pytorch_tanh")),
+        # YaRN past its original context: factor 4 over 16 positions (the 32-token sequence
+        # runs to twice that), max_position_embeddings = factor x original as YaRN configs set
+        # it; theta 10000 puts the ramp over several frequencies; the default attention factor.
+        "qwen3_yarn": (Qwen3ForCausalLM, Qwen3Config(
+            **{**COMMON, "num_attention_heads": 4, "head_dim": 64, "max_position_embeddings": 64},
+            tie_word_embeddings=True, rope_theta=10000.0,
+            rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                          "original_max_position_embeddings": 16})),
     }
+
+
+# Goldens with a seed of their own and no FP8 logits (see the module docstring).
+FP32_ONLY = {"qwen3_yarn": 4321}
 
 
 def e4m3_midpoints():
@@ -161,11 +181,32 @@ def logits_of(model, ids):
 
 
 def main():
-    out_root = sys.argv[1]
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out_dir")
+    parser.add_argument("--only", nargs="+", metavar="ARCH", help="make these goldens alone")
+    args = parser.parse_args()
+    out_root = args.out_dir
+    all_configs = configs()
+    unknown = sorted(set(args.only or []) - set(all_configs))
+    if unknown:
+        sys.exit(f"--only: no golden named {', '.join(unknown)} (known: {', '.join(all_configs)})")
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(1234)
     summary = {"transformers": transformers.__version__, "torch": torch.__version__}
-    for arch, (cls, cfg) in configs().items():
+    for arch, (cls, cfg) in all_configs.items():
+        fp32_only = arch in FP32_ONLY
+        if fp32_only:
+            # Its own seeds: the same weights and ids whichever goldens the run makes.
+            torch.manual_seed(FP32_ONLY[arch])
+            gen = torch.Generator().manual_seed(FP32_ONLY[arch])
+        elif args.only:
+            # The five share one random stream in order; one alone would differ from a full run.
+            if arch in args.only:
+                sys.exit(f"--only {arch}: it shares its random stream with the other FP8 "
+                         "goldens; run without --only to remake them")
+            continue
+        if args.only and arch not in args.only:
+            continue
         cfg._attn_implementation = "eager"
         model = cls(cfg).float().eval()
         randomize(model, gen)
@@ -182,7 +223,7 @@ def main():
 
         model = fresh()
         qmodels = {}
-        for scheme in ("tensor", "row", "block"):
+        for scheme in () if fp32_only else ("tensor", "row", "block"):
             qmodels[scheme] = fresh()
             for layer in qmodels[scheme].model.layers:
                 for parent in (layer.self_attn, layer.mlp):
@@ -213,7 +254,9 @@ def main():
             summary[f"{arch}_{scheme}_tries"] = attempt + 1
             print(arch, scheme, "margin score", margin, "tries", attempt + 1, flush=True)
         summary[arch] = json.load(open(os.path.join(out, "config.json")))
-    with open(os.path.join(out_root, "summary.json"), "w") as f:
+        print(arch, "done", flush=True)
+    name = "_".join(args.only) + "_summary.json" if args.only else "summary.json"
+    with open(os.path.join(out_root, name), "w") as f:
         json.dump(summary, f, indent=1)
 
 
