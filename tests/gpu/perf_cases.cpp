@@ -204,11 +204,8 @@ std::vector<OpCase> perf_cases() {
   // Decode steps without shared prefixes, over a bf16 pool and an FP8 one (codes and a scale a
   // key row: the bytes of the K/V read; bench grpo's 1 x 8 and 16 x 8 shapes at their mean
   // context among them).
-  for (auto [seqs, ctx] : {std::pair<int64_t, int64_t>{64, 2048},
-                           {256, 1024},
-                           {8, 16384},
-                           {8, 384},
-                           {128, 640}})
+  for (auto [seqs, ctx] :
+       {std::pair<int64_t, int64_t>{64, 2048}, {256, 1024}, {8, 16384}, {8, 384}, {128, 640}})
     for (bool fp8_kv : {false, true})
       c.push_back(
           {fmt::format("paged_attention decode{} S={} ctx={} Hq=32 Hkv=8 D=128",
