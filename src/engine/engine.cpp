@@ -271,6 +271,17 @@ void Engine::Impl::setup() {
   }
   if (ctx.device == Device::cpu && opt.kv_memory_bytes != 0)
     check_host_bytes(kv_bytes, "engine: the KV pool of kv_memory");
+  // A pool of a given size beside the step plan must fit what the budget leaves: an error
+  // naming both now, rather than the allocator's refusal of one block.
+  if (const std::optional<size_t> left = ops::device_memory_left(ctx);
+      opt.kv_memory_bytes != 0 && budget > 0 && left) {
+    const size_t room = *left + (region != nullptr ? region->size() : 0);
+    CHECK(kv_bytes + plan <= room,
+          "engine: gpu_memory {}: a KV pool of {} (kv_memory) and the step plan ({}) do not fit "
+          "the {} it leaves after the weights; lower kv_memory (or leave it unset: the pool then "
+          "takes what is left), or give a larger gpu_memory",
+          gib_text(budget), gib_text(kv_bytes), gib_text(plan), gib_text(room));
+  }
   const int64_t blocks = int64_t(kv_bytes / block);
   CHECK(blocks >= 1, "engine: a KV budget of {} bytes holds no block ({} bytes each)", kv_bytes,
         block);

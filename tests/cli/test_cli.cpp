@@ -1282,16 +1282,26 @@ TEST(CliTrain, GpuMemoryBudget) {
   EXPECT_NE(fits.output.find("this plan is an estimate for --device cuda"), std::string::npos)
       << fits.output;
 
-  const Result over = run(grpo + " --gpu-memory 12 --kv-memory 8");
+  // A KV size that the budget cannot hold beside the rest is refused as the engine is planned.
+  expect_one_line_error(grpo + " --gpu-memory 12 --kv-memory 8",
+                        "engine: gpu_memory 12.00 GiB: a KV pool of 8.00 GiB (kv_memory)");
+  // A plan over the budget is printed, then refused naming every part and the excess (SFT's
+  // configured lengths, the rows not tokenized: no tokenizer.json beside the config).
+  const Result over = run("sft " FP8RL_SOURCE_DIR "/tools/bench/configs/qwen3-8b --data " + data +
+                          " --out " + base +
+                          "/sft8b --max-length 8192 --per-device-train-batch-size 4 --fp8 row "
+                          "--device cuda --gpu-memory 16 --dry-run");
   EXPECT_EQ(over.exit_code, 1) << over.output;
-  EXPECT_NE(over.output.find("memory plan of the run"), std::string::npos) << over.output;
-  EXPECT_LT(over.output.find("memory plan of the run"),
-            over.output.find("fp8rl: error: gpu_memory 12.00 GiB: weights "))
+  EXPECT_NE(over.output.find("memory plan of the largest micro-batch"), std::string::npos)
       << over.output;
-  EXPECT_NE(over.output.find(" + standby region 8.00 GiB + "), std::string::npos) << over.output;
-  EXPECT_NE(over.output.find(" GiB over; lower kv_memory, per_device_train_batch_size or "
-                             "max_completion_length, turn on activation_offloading, or give a "
-                             "larger gpu_memory"),
+  EXPECT_LT(over.output.find("memory plan of the largest micro-batch"),
+            over.output.find("fp8rl: error: gpu_memory 16.00 GiB: weights "))
+      << over.output;
+  EXPECT_NE(over.output.find(" + saved activations "), std::string::npos) << over.output;
+  // SFT checkpoints by default (TRL's gradient_checkpointing: true): the hint names what is
+  // still off.
+  EXPECT_NE(over.output.find(" GiB over; lower per_device_train_batch_size or max_length, turn "
+                             "on activation_offloading, or give a larger gpu_memory"),
             std::string::npos)
       << over.output;
   // A budget the pass cannot fit beside the rest is refused as it is planned, naming it.

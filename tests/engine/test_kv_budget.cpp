@@ -79,6 +79,29 @@ TEST(KvBudget, AFractionAndAnExplicitSize) {
   EXPECT_LE(given, kGiB + kGiB / 100);
 }
 
+TEST(KvBudget, AGivenSizeBeyondTheBudgetIsAClearError) {
+  PlannedRun run(16 * kGiB);
+  EngineOptions eo;
+  eo.max_num_batched_tokens = 1024;
+  eo.kv_memory_bytes = 8 * kGiB;  // beside 8.8 GiB of weights
+  try {
+    Engine engine(run.ctx, run.model, nullptr, nullptr, {}, eo);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("engine: gpu_memory 16.00 GiB: a KV pool of 8.00 GiB (kv_memory) and the "
+                     "step plan ("),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("lower kv_memory"), std::string::npos) << m;
+  }
+  // Control: a size that fits is taken as given.
+  PlannedRun fits(16 * kGiB);
+  eo.kv_memory_bytes = 4 * kGiB;
+  EXPECT_LE(Engine(fits.ctx, fits.model, nullptr, nullptr, {}, eo).stats().kv_bytes,
+            4 * kGiB + kGiB / 100);
+}
+
 TEST(KvBudget, NoRoomForOneBlockIsAClearError) {
   PlannedRun run(9 * kGiB);  // about the weights alone
   EngineOptions eo;
