@@ -46,6 +46,7 @@ void add_bench_model_options(CLI::App& c, BenchModelOptions& o) {
   c.add_option("--preset", o.preset, "Preset config with random weights, e.g. qwen3-8b");
   c.add_option("--fp8", o.fp8, kFp8Help)->capture_default_str();
   c.add_option("--device", o.device, "cuda or cpu")->capture_default_str();
+  add_gpu_memory_option(c, o.gpu_memory);
   c.add_option("--seed", o.seed, "Seed of weights and tokens")->capture_default_str();
   c.add_option("--out", o.out, "Also write the JSON here");
   add_device_option_flag(c, o.device_options);
@@ -70,6 +71,7 @@ BenchModel::BenchModel(const BenchModelOptions& o, const std::string& command,
   so.fp8 = o.fp8;
   so.device = o.device;
   so.cuda = controls_.cuda;
+  so.gpu_memory = o.gpu_memory;
   if (!random_weights_) {
     session_ = std::make_unique<ModelSession>(so);
   } else {

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,9 +24,10 @@ struct BenchModelOptions {
   double lora_alpha = 0;  // 0: 2 r
   uint64_t seed = 0;
   std::vector<std::string> device_options;  // --device-option KEY=VALUE
+  std::optional<double> gpu_memory;         // --gpu-memory GIB (SessionOptions::gpu_memory)
 };
 
-// --model, --preset, --fp8, --device, --seed, --out and --device-option.
+// --model, --preset, --fp8, --device, --gpu-memory, --seed, --out and --device-option.
 void add_bench_model_options(CLI::App& c, BenchModelOptions& o);
 // --lora-r and --lora-alpha.
 void add_bench_lora_options(CLI::App& c, BenchModelOptions& o);

@@ -224,7 +224,8 @@ void run_bench_generate(const BenchGenerateOptions& o) {
     BenchGenerateOptions p = o;
     EngineOptions peo = eo;
     peo.cuda_graphs = false;
-    peo.kv_memory_bytes = size_t(8) << 30;
+    // Under a budget (--gpu-memory) the pool takes what it leaves, as the measured run's did.
+    peo.kv_memory_bytes = o.gpu_memory ? eo.kv_memory_bytes : size_t(8) << 30;
     std::unique_ptr<Engine> profiled = make_engine(peo);
     dev->reset_profile();
     dev->set_profiling(true);

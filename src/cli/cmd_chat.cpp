@@ -223,6 +223,7 @@ void add_chat_command(CLI::App& app) {
   c->add_option("--kv-memory", o->kv_memory_gib,
                 "KV cache GiB (default: 90% of free device memory on CUDA, less on the CPU)");
   c->add_option("--device", o->session.device, "cpu or cuda")->capture_default_str();
+  add_gpu_memory_option(*c, o->session.gpu_memory);
   c->callback([o] { run_chat(*o); });
 }
 

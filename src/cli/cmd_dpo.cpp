@@ -77,23 +77,24 @@ void run_dpo(const DpoConfig& cfg, const std::string& yaml) {
   DpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), std::move(pairs), cfg,
                      ts.base_model_name());
   if (cfg.evaluates() && !untokenized) trainer.set_eval_data(std::move(eval_pairs));
-  if (cfg.dry_run) {
-    std::vector<PlanPart> extra;
-    if (trainer.reference_adapter_bytes() > 0)
-      extra.push_back({"reference adapter", trainer.reference_adapter_bytes(),
-                       "the adapter the run continues from, frozen", true});
-    const std::string of =
-        untokenized ? fmt::format(
-                          "the pairs not tokenized, {} has no tokenizer.json: {} of {}, "
-                          "max_length{}",
-                          cfg.model, counted(int64_t(num_pairs), "pair"), counted(length, "token"),
-                          length < cfg.max_length ? " cut to the model's context" : "")
-                    : fmt::format("{}, {}", counted(int64_t(num_pairs), "pair"),
-                                  counted(trainer.total_steps(), "step"));
-    print_pass_memory_plan(ts, fmt::format("memory plan of the largest batch ({})", of),
-                           trainer.optimizer_state_bytes(), trainer.plan(), std::move(extra));
-    return;
-  }
+  // The plan, printed by a dry run, and checked against gpu_memory before the first step.
+  std::vector<PlanPart> extra;
+  if (trainer.reference_adapter_bytes() > 0)
+    extra.push_back({"reference adapter", trainer.reference_adapter_bytes(),
+                     "the adapter the run continues from, frozen", true});
+  const std::string of =
+      untokenized ? fmt::format(
+                        "the pairs not tokenized, {} has no tokenizer.json: {} of {}, "
+                        "max_length{}",
+                        cfg.model, counted(int64_t(num_pairs), "pair"), counted(length, "token"),
+                        length < cfg.max_length ? " cut to the model's context" : "")
+                  : fmt::format("{}, {}", counted(int64_t(num_pairs), "pair"),
+                                counted(trainer.total_steps(), "step"));
+  report_pass_memory_plan(ts, fmt::format("memory plan of the largest batch ({})", of),
+                          trainer.optimizer_state_bytes(), trainer.plan(), cfg.dry_run,
+                          training_budget_hint(cfg, "per_device_train_batch_size or max_length"),
+                          std::move(extra));
+  if (cfg.dry_run) return;
   write_run_config(cfg.output_dir, yaml);
   RunControl control(cfg);
   trainer.run(

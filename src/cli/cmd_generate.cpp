@@ -270,6 +270,7 @@ void add_generate_command(CLI::App& app) {
       ->capture_default_str();
   c->add_flag("--no-prefix-caching", o->no_prefix_caching, "Never reuse KV across requests");
   c->add_option("--device", o->session.device, "cpu or cuda")->capture_default_str();
+  add_gpu_memory_option(*c, o->session.gpu_memory);
   c->callback([o] { run_generate(*o); });
 }
 

@@ -75,11 +75,13 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
                       ts.session().eos_ids(), std::move(prompts), cfg, std::move(rewards),
                       ts.base_model_name());
   if (cfg.evaluates() && !untokenized) trainer.set_eval_data(std::move(eval_prompts));
-  if (cfg.dry_run) {
+  {
+    // The plan, printed by a dry run, and checked against gpu_memory before the first step.
     const GrpoMemoryPlan p = trainer.memory_plan();
-    // Without the device its free memory is unknown: the pool is what the engine can use.
+    // Without the device and a budget its free memory is unknown: the pool is what the
+    // engine can use.
     const std::string kv_bound =
-        ops::device_present(ts.ctx())
+        ops::device_memory_left(ts.ctx()) || ts.ctx().device == Device::cpu
             ? ""
             : "; the KV pool holds max_num_seqs sequences of the full context, which a device "
               "with less free memory bounds";
@@ -104,12 +106,15 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
                               : "")
                     : fmt::format("{}, {}", counted(int64_t(num_prompts), "prompt"),
                                   counted(trainer.total_steps(), "step"));
-    print_memory_plan(ts,
-                      fmt::format("memory plan of the run ({}; the pass over the longest "
-                                  "micro-batch)",
-                                  of),
-                      p.optimizer_state_bytes, parts, p.pass.scratch_bytes);
-    return;
+    report_memory_plan(ts,
+                       fmt::format("memory plan of the run ({}; the pass over the longest "
+                                   "micro-batch)",
+                                   of),
+                       p.optimizer_state_bytes, parts, p.pass.scratch_bytes, cfg.dry_run,
+                       training_budget_hint(cfg,
+                                            "kv_memory, per_device_train_batch_size or "
+                                            "max_completion_length"));
+    if (cfg.dry_run) return;
   }
   write_run_config(cfg.output_dir, yaml);
   RunControl control(cfg);

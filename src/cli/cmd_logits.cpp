@@ -48,6 +48,7 @@ void add_logits_command(CLI::App& app) {
   c->add_option("--adapter", o->session.adapter, kAdapterHelp);
   c->add_option("--fp8", o->session.fp8, kFp8Help)->capture_default_str();
   c->add_option("--device", o->session.device, "cpu or cuda")->capture_default_str();
+  add_gpu_memory_option(*c, o->session.gpu_memory);
   CLI::Option* act = c->add_option("--activations", o->activations, kActivationsHelp);
   act->capture_default_str();
   c->add_option("--out", o->out, "Output .npy file: float32 [T, vocab]")->required();

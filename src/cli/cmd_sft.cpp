@@ -100,20 +100,20 @@ void run_sft(const SftConfig& cfg, const std::string& yaml) {
   SftTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), std::move(examples), cfg,
                      ts.base_model_name());
   if (cfg.evaluates() && !untokenized) trainer.set_eval_data(std::move(eval_examples));
-  if (cfg.dry_run) {
-    const std::string of =
-        untokenized
-            ? fmt::format(
-                  "the dataset not tokenized, {} has no tokenizer.json: {} of {}, "
-                  "max_length{}",
-                  cfg.model, counted(int64_t(num_examples), "example"), counted(length, "token"),
-                  length < cfg.max_length ? " cut to the model's context" : "")
-            : fmt::format("{}, {}", counted(int64_t(num_examples), "example"),
-                          counted(trainer.total_steps(), "step"));
-    print_pass_memory_plan(ts, fmt::format("memory plan of the largest micro-batch ({})", of),
-                           trainer.optimizer_state_bytes(), trainer.plan());
-    return;
-  }
+  // The plan, printed by a dry run, and checked against gpu_memory before the first step.
+  const std::string of =
+      untokenized
+          ? fmt::format(
+                "the dataset not tokenized, {} has no tokenizer.json: {} of {}, "
+                "max_length{}",
+                cfg.model, counted(int64_t(num_examples), "example"), counted(length, "token"),
+                length < cfg.max_length ? " cut to the model's context" : "")
+          : fmt::format("{}, {}", counted(int64_t(num_examples), "example"),
+                        counted(trainer.total_steps(), "step"));
+  report_pass_memory_plan(ts, fmt::format("memory plan of the largest micro-batch ({})", of),
+                          trainer.optimizer_state_bytes(), trainer.plan(), cfg.dry_run,
+                          training_budget_hint(cfg, "per_device_train_batch_size or max_length"));
+  if (cfg.dry_run) return;
   write_run_config(cfg.output_dir, yaml);
   RunControl control(cfg);
   trainer.run(

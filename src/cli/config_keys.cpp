@@ -23,6 +23,10 @@ void add_model_keys(KeyTable<C>& t) {
              "load_in_fp8 (Unsloth): true = row, false = off")
       .alias("load_in_fp8");
   t.add_choice("device", &C::device, {"cpu", "cuda"}, "Device to run on");
+  t.add("gpu_memory", &C::gpu_memory,
+        "GiB of device memory the run may hold (weights, adapter, optimizer state, KV cache, "
+        "activations, workspace); the KV cache takes what is left unless kv_memory; null: the "
+        "whole GPU");
   t.add("lora_r", &C::lora_r, "LoRA rank");
   t.add("lora_alpha", &C::lora_alpha, "LoRA alpha (scaling alpha / r, or / sqrt(r) with rsLoRA)");
   t.add("lora_dropout", &C::lora_dropout, "Dropout on the LoRA input, in [0, 1)");

@@ -6,6 +6,8 @@
 #include "core/check.h"
 #include "formats/json_read.h"
 #include "formats/quant_config.h"
+#include "ops/gpu_support.h"
+#include "ops/memory_budget.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_config.h"
@@ -98,20 +100,26 @@ ModelSession::ModelSession(const SessionOptions& options, ModelText text) : text
         options.model);
   const std::optional<Fp8Scheme> fp8 = parse_fp8_option(options.fp8);
   open_device(options);
-  if (options.plan_only) {
-    // The checkpoint's scheme as stored unless --fp8 names one; random buffers of the right
-    // shapes, planned on the dry-run context (nothing is allocated or filled).
-    const ModelConfig& config = text_.config();
-    const Fp8Scheme stored = parse_quantization_config(config.quantization).weight;
+  // The checkpoint's scheme as stored unless --fp8 names one.
+  const ModelConfig& config = text_.config();
+  const Fp8Scheme stored = parse_quantization_config(config.quantization).weight;
+  check_scheme(fp8.value_or(stored));
+  // The model's shapes as random buffers planned on a dry-run context (nothing is allocated or
+  // filled): a plan_only session's model, and what the budget check measures.
+  const auto planned = [&](Context& ctx) {
     CHECK(!fp8 || stored == Fp8Scheme::off || *fp8 == stored,
           "--fp8 {}: the checkpoint is quantized with {} scaling already", scheme_name(*fp8),
           scheme_name(stored));
     // Model::load keeps a CPU model's unquantized weights in the checkpoint's precision; a
     // CUDA device holds them in bf16.
     const DType unquantized =
-        ctx_.device == Device::cpu && config.dtype == DType::f32 ? DType::f32 : DType::bf16;
-    model_.emplace(Model::random(config, fp8 ? fp8 : std::optional<Fp8Scheme>(stored), ctx_, 0,
-                                 true, unquantized));
+        ctx.device == Device::cpu && config.dtype == DType::f32 ? DType::f32 : DType::bf16;
+    return Model::random(config, fp8 ? fp8 : std::optional<Fp8Scheme>(stored), ctx, 0, true,
+                         unquantized);
+  };
+  check_weights_fit(planned);
+  if (options.plan_only) {
+    model_.emplace(planned(ctx_));
   } else {
     LoadOptions load;
     load.fp8 = fp8;
@@ -125,6 +133,7 @@ ModelSession::ModelSession(const SessionOptions& options,
                            const std::function<Model(Context&)>& make)
     : text_(options.model, options.chat_template_kwargs) {
   open_device(options);
+  check_weights_fit(make);
   model_.emplace(make(ctx_));
   model_->to_device(ctx_);
   load_adapter(options);
@@ -140,20 +149,63 @@ void ModelSession::open_device(const SessionOptions& options) {
   const Device device = parse_device(options.device);
   CHECK(!options.bf16_activations || device == Device::cpu,
         "bf16 activations emulation applies to --device cpu only");
+  size_t budget = 0;
+  if (options.gpu_memory) {
+    budget = gpu_memory_bytes("gpu_memory", *options.gpu_memory);
+    CHECK(device == Device::cuda,
+          "gpu_memory = {} applies to --device cuda only (the CPU runs in host memory)",
+          *options.gpu_memory);
+  }
   if (options.plan_only) {
     plan_arena_ =
         std::make_unique<Arena>(Arena::measuring(device, device == Device::cuda ? 256 : 64));
     ctx_ = Context{device, plan_arena_.get()};
     ctx_.dry_run = true;
+    // The device planned for holds what a CudaDevice takes at start: the cuBLASLt workspace
+    // and the first scratch arena.
+    planned_ = std::make_unique<PlannedDevice>();
+    planned_->budget = budget;
+    if (device == Device::cuda) {
+      const CudaDeviceOptions start = options.cuda;
+      planned_->add(start.workspace_bytes + start.arena_bytes);
+      planned_->scratch = start.arena_bytes;
+    }
+    ctx_.planned = planned_.get();
     return;
   }
   if (device == Device::cuda) {
     CHECK(CudaDevice::built(), "--device cuda: this fp8rl was built without the CUDA backend");
     CHECK(CudaDevice::count() > 0, "--device cuda: no CUDA device is visible");
-    cuda_ = std::make_unique<CudaDevice>(options.cuda);
+    CudaDeviceOptions o = options.cuda;
+    o.memory_budget = budget;
+    cuda_ = std::make_unique<CudaDevice>(o);
     ctx_ = cuda_->context();
   }
   ctx_.bf16_activations = options.bf16_activations;
+}
+
+void ModelSession::check_weights_fit(const std::function<Model(Context&)>& make) {
+  const size_t budget = ops::device_memory_budget(ctx_);
+  if (budget == 0) return;
+  Arena measuring = Arena::measuring(ctx_.device, 256);
+  Context dry{ctx_.device, &measuring};
+  dry.dry_run = true;
+  const size_t weights = model_weight_bytes(make(dry));
+  // What the device holds already: the cuBLASLt workspace, the first scratch arena.
+  const size_t held = planned_ != nullptr ? planned_->held : ops::device_allocated_bytes(ctx_);
+  const MemoryPart parts[] = {{"weights", weights}, {"workspace", held}};
+  check_memory_budget(budget, parts,
+                      "the weights alone do not fit: give a larger --gpu-memory, or FP8 weights "
+                      "(--fp8 row, half of bf16's bytes), or a smaller model");
+}
+
+void ModelSession::check_scheme(Fp8Scheme scheme) const {
+  if (cuda_ == nullptr) return;
+  const GpuCapability gpu = cuda_->capability();
+  const std::string refusal = fp8_scheme_refusal(scheme, gpu);
+  CHECK(refusal.empty(), "{}", refusal);
+  const std::string note = fp8_scheme_note(scheme, gpu);
+  if (!note.empty()) fmt::print(stderr, "{}\n", note);
 }
 
 void ModelSession::load_adapter(const SessionOptions& options) {
@@ -173,6 +225,25 @@ void add_chat_template_kwargs_option(CLI::App& c, SessionOptions& options) {
   c.add_option("--chat-template-kwargs", options.chat_template_kwargs,
                "Extra chat template variables, a JSON mapping (e.g. '{\"enable_thinking\": "
                "false}' for Qwen3)");
+}
+
+void add_gpu_memory_option(CLI::App& c, std::optional<double>& gib) {
+  c.add_option("--gpu-memory", gib,
+               "GiB of device memory the run may hold (weights, adapter, KV cache, activations, "
+               "workspace); the KV cache takes what is left unless --kv-memory; default: the "
+               "whole GPU");
+}
+
+size_t model_weight_bytes(const Model& m) {
+  size_t n = m.embed.nbytes() + m.final_norm.nbytes();
+  if (m.lm_head.weight.data != m.embed.data) n += m.lm_head.nbytes();
+  for (const LayerWeights& l : m.layers) {
+    for (int p = 0; p < 7; ++p) n += l.projection(p)->nbytes();
+    for (const TensorView* t : {&l.input_norm, &l.post_attention_norm, &l.pre_feedforward_norm,
+                                &l.post_feedforward_norm, &l.q_norm, &l.k_norm})
+      if (!t->empty()) n += t->nbytes();
+  }
+  return n;
 }
 
 void add_sampling_filter_options(CLI::App& c, SamplingParams& s) {

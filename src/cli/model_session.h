@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "ops/context.h"
 #include "ops/device.h"
+#include "ops/memory.h"
 
 namespace fp8rl {
 struct ChatTemplateConfig;
@@ -42,10 +43,19 @@ struct SessionOptions {
   // DeviceBuffer), no weight read and no device opened; a run's objects built on that context
   // measure their memory and hold none.
   bool plan_only = false;
+  // --gpu-memory GIB (YAML gpu_memory): the device memory budget (ops/memory_budget.h), CUDA
+  // only; unset: the device's memory.
+  std::optional<double> gpu_memory;
 };
 
 // --chat-template-kwargs into options.chat_template_kwargs.
 void add_chat_template_kwargs_option(CLI::App& c, SessionOptions& options);
+// --gpu-memory into `gib` (the training commands have it as their gpu_memory key).
+void add_gpu_memory_option(CLI::App& c, std::optional<double>& gib);
+
+// Bytes of the model's weights as the forward reads them (FP8 codes and scales, embeddings,
+// norms; the lm_head once when tied).
+size_t model_weight_bytes(const Model& model);
 
 // Also the spelling of --adapter's help on every command.
 inline const char* kAdapterHelp =
@@ -148,13 +158,21 @@ class ModelSession {
 
  private:
   void open_device(const SessionOptions& options);
+  // Before the weights load, with a memory budget: that a model made by `make` on a dry-run
+  // context (its shapes, nothing allocated) fits beside what the device holds already; an
+  // error naming the weights, the budget and the excess otherwise. Nothing without a budget.
+  void check_weights_fit(const std::function<Model(Context&)>& make);
+  // The GPU can run the model's FP8 scheme (ops/gpu_support.h): an error at start if not, a
+  // note when it runs on the dequantize fallback. Nothing without a device.
+  void check_scheme(Fp8Scheme scheme) const;
   void load_adapter(const SessionOptions& options);
 
   ModelText text_;
   // The device outlives everything that holds its memory (declared first, destroyed last).
   std::unique_ptr<CudaDevice> cuda_;
   Arena arena_;
-  std::unique_ptr<Arena> plan_arena_;  // plan_only: the measuring scratch arena
+  std::unique_ptr<Arena> plan_arena_;       // plan_only: the measuring scratch arena
+  std::unique_ptr<PlannedDevice> planned_;  // plan_only: the device planned for
   Context ctx_{Device::cpu, &arena_};
   std::optional<Model> model_;
   std::unique_ptr<LoraAdapter> adapter_;

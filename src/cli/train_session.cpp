@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include <fmt/ranges.h>
@@ -13,6 +14,7 @@
 #include "formats/safetensors.h"
 #include "ops/device.h"
 #include "ops/memory.h"
+#include "ops/memory_budget.h"
 #include "train/run_dir.h"
 
 namespace fp8rl::cli {
@@ -59,6 +61,7 @@ TrainSession::TrainSession(const ModelArguments& args, uint64_t seed, ModelFiles
   so.model = args.model;
   so.fp8 = args.fp8;
   so.device = args.device;
+  so.gpu_memory = args.gpu_memory;
   so.plan_only = !estimate_reason_.empty();
   session_ = std::make_unique<ModelSession>(so, std::move(files.text));
   Model& m = session_->model();
@@ -132,20 +135,9 @@ void write_run_config(const std::string& dir, const std::string& yaml) {
   write_file_replacing((std::filesystem::path(dir) / "config.yaml").string(), yaml);
 }
 
-size_t model_weight_bytes(const Model& m) {
-  size_t n = m.embed.nbytes() + m.final_norm.nbytes();
-  if (m.lm_head.weight.data != m.embed.data) n += m.lm_head.nbytes();
-  for (const LayerWeights& l : m.layers) {
-    for (int p = 0; p < 7; ++p) n += l.projection(p)->nbytes();
-    for (const TensorView* t : {&l.input_norm, &l.post_attention_norm, &l.pre_feedforward_norm,
-                                &l.post_feedforward_norm, &l.q_norm, &l.k_norm})
-      if (!t->empty()) n += t->nbytes();
-  }
-  return n;
-}
-
-void print_memory_plan(TrainSession& ts, const std::string& title, size_t optimizer_state_bytes,
-                       const std::vector<PlanPart>& parts, size_t scratch_bytes) {
+void report_memory_plan(TrainSession& ts, const std::string& title, size_t optimizer_state_bytes,
+                        const std::vector<PlanPart>& parts, size_t scratch_bytes, bool print,
+                        const std::string& hint) {
   auto mib = [](size_t b) { return double(b) / double(1 << 20); };
   Context& ctx = ts.ctx();
   const size_t params = size_t(ts.adapter().master_params().numel());
@@ -159,30 +151,47 @@ void print_memory_plan(TrainSession& ts, const std::string& title, size_t optimi
   all.push_back(
       {"workspace", scratch + gemm,
        fmt::format("scratch arena {:.1f}, GEMM workspace {:.1f}", mib(scratch), mib(gemm)), true});
-  fmt::print("{}:\n", title);
-  size_t total = 0;
-  for (const PlanPart& p : all) {
-    fmt::print("  {:<18} {:10.1f} MiB{}\n", p.name, mib(p.bytes),
-               p.note.empty() ? "" : fmt::format("  ({})", p.note));
-    if (p.in_total) total += p.bytes;
+  const size_t budget = ops::device_memory_budget(ctx);
+  std::vector<MemoryPart> device_parts;
+  for (const PlanPart& p : all)
+    if (p.in_total) device_parts.push_back({p.name, p.bytes});
+  const size_t total = memory_parts_total(device_parts);
+  if (print) {
+    fmt::print("{}:\n", title);
+    for (const PlanPart& p : all)
+      fmt::print("  {:<18} {:10.1f} MiB{}\n", p.name, mib(p.bytes),
+                 p.note.empty() ? "" : fmt::format("  ({})", p.note));
+    fmt::print("  {:<18} {:10.1f} MiB{}\n", "total", mib(total),
+               ops::device_region_info(ctx).on ? "  (all in the one device region)" : "");
+    if (budget > 0)
+      fmt::print("  {:<18} {:10.1f} MiB  (gpu_memory; {})\n", "budget", mib(budget),
+                 total <= budget ? fmt::format("{} left", gib_text(budget - total))
+                                 : fmt::format("{} over", gib_text(total - budget)));
+    if (!ts.estimate_reason().empty())
+      fmt::print("this plan is an estimate for --device {}: {}\n", device_name(ctx.device),
+                 ts.estimate_reason());
+    std::fflush(stdout);  // the plan before an error about it
   }
-  fmt::print("  {:<18} {:10.1f} MiB{}\n", "total", mib(total),
-             ops::device_region_info(ctx).on ? "  (all in the one device region)" : "");
-  if (!ts.estimate_reason().empty())
-    fmt::print("this plan is an estimate for --device {}: {}\n", device_name(ctx.device),
-               ts.estimate_reason());
+  if (budget > 0) check_memory_budget(budget, device_parts, hint);
 }
 
-void print_pass_memory_plan(TrainSession& ts, const std::string& title,
-                            size_t optimizer_state_bytes, const PassPlan& plan,
-                            std::vector<PlanPart> extra) {
+std::string training_budget_hint(const TrainingArguments& args, const std::string& sizes) {
+  const char* switches = !args.gradient_checkpointing  ? ", turn on gradient_checkpointing"
+                         : !args.activation_offloading ? ", turn on activation_offloading"
+                                                       : "";
+  return fmt::format("lower {}{}, or give a larger gpu_memory", sizes, switches);
+}
+
+void report_pass_memory_plan(TrainSession& ts, const std::string& title,
+                             size_t optimizer_state_bytes, const PassPlan& plan, bool print,
+                             const std::string& hint, std::vector<PlanPart> extra) {
   std::vector<PlanPart> parts = std::move(extra);
   parts.push_back({"saved activations", plan.saved_bytes, "", true});
   parts.push_back({"KV", plan.kv_bytes, "", true});
   if (plan.host_bytes > 0)
     parts.push_back({"host (offloaded)", plan.host_bytes,
                      "checkpointed layer inputs, not in the total", false});
-  print_memory_plan(ts, title, optimizer_state_bytes, parts, plan.scratch_bytes);
+  report_memory_plan(ts, title, optimizer_state_bytes, parts, plan.scratch_bytes, print, hint);
 }
 
 std::string format_duration(double s) {

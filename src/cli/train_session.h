@@ -94,10 +94,6 @@ class RunControl {
 // Writes the resolved configuration into the run directory as config.yaml (created first).
 void write_run_config(const std::string& dir, const std::string& yaml);
 
-// Bytes of the model's weights as the forward reads them (FP8 codes and scales, embeddings,
-// norms; the lm_head once when tied).
-size_t model_weight_bytes(const Model& model);
-
 // One line of a training command's memory plan (--dry-run) besides the session's own parts.
 struct PlanPart {
   std::string name;
@@ -106,19 +102,28 @@ struct PlanPart {
   bool in_total = true;  // false: host memory, listed but not summed
 };
 
-// Prints a training command's memory plan: the session's weights and adapter (masters, compute
+// A training command's memory plan: the session's weights and adapter (masters, compute
 // copies and gradients), the optimizer's state, `parts` (the step's memory, measured by the
 // trainer's dry run), the workspace (the scratch arena as it will be: the larger of
 // `scratch_bytes` and what it holds, for it only grows; the cuBLASLt workspace) and the total.
-// An estimate (TrainSession::estimate_reason) says so, and why, after the total.
-void print_memory_plan(TrainSession& ts, const std::string& title, size_t optimizer_state_bytes,
-                       const std::vector<PlanPart>& parts, size_t scratch_bytes);
+// print (a dry run): printed under `title`; an estimate (TrainSession::estimate_reason) says
+// so, and why, after the total. Then, with a memory budget (--gpu-memory), the total is
+// checked against it before the first step: over it is an error naming every part and the
+// excess, with `hint` (what to lower); a printed plan shows the budget and what it leaves.
+void report_memory_plan(TrainSession& ts, const std::string& title, size_t optimizer_state_bytes,
+                        const std::vector<PlanPart>& parts, size_t scratch_bytes, bool print,
+                        const std::string& hint);
 
-// print_memory_plan for a trainer whose step memory is one pass: its saved activations and KV
+// report_memory_plan for a trainer whose step memory is one pass: its saved activations and KV
 // (and the offloaded layer inputs, in host memory, listed apart), after `extra` parts.
-void print_pass_memory_plan(TrainSession& ts, const std::string& title,
-                            size_t optimizer_state_bytes, const PassPlan& plan,
-                            std::vector<PlanPart> extra = {});
+void report_pass_memory_plan(TrainSession& ts, const std::string& title,
+                             size_t optimizer_state_bytes, const PassPlan& plan, bool print,
+                             const std::string& hint, std::vector<PlanPart> extra = {});
+
+// What a training run can change to fit its memory budget (report_memory_plan's hint): lower
+// `sizes` (the command's batch and length keys), the memory switches it has not turned on, or
+// a larger gpu_memory.
+std::string training_budget_hint(const TrainingArguments& args, const std::string& sizes);
 
 // "1h02m", "3m12s", "45s".
 std::string format_duration(double seconds);

@@ -17,6 +17,8 @@
 #include "engine/shared_prefix.h"
 #include "model/forward.h"
 #include "ops/device.h"
+#include "ops/memory.h"
+#include "ops/memory_budget.h"
 #include "ops/ops.h"
 #include "ops/sampling.h"
 #include "tokenizer/incremental_decoder.h"
@@ -183,8 +185,10 @@ void Engine::Impl::setup() {
   CHECK(opt.max_num_seqs > 0 && opt.max_num_batched_tokens > 0,
         "engine: max_num_seqs ({}) and max_num_batched_tokens ({}) must be positive",
         opt.max_num_seqs, opt.max_num_batched_tokens);
-  CHECK(opt.kv_memory_fraction > 0 && opt.kv_memory_fraction <= 1,
-        "engine: kv memory fraction {} outside (0, 1]", opt.kv_memory_fraction);
+  const size_t budget = ops::device_memory_budget(ctx);
+  const double kv_fraction = opt.kv_memory_fraction.value_or(budget > 0 ? 1.0 : 0.9);
+  CHECK(kv_fraction > 0 && kv_fraction <= 1, "engine: kv memory fraction {} outside (0, 1]",
+        kv_fraction);
   // The scheduler counts sequences in int32; the buffers below hold a row per sequence.
   CHECK(opt.max_num_seqs <= INT32_MAX, "engine: max_num_seqs = {} is above {}", opt.max_num_seqs,
         INT32_MAX);
@@ -244,21 +248,40 @@ void Engine::Impl::setup() {
     if (ctx.device == Device::cpu) {
       // Host memory is not reserved for us: at most 1 GiB.
       kv_bytes = std::min(size_t(1) << 30, usable);
-    } else if (!ops::device_present(ctx)) {
-      // A dry run's estimate without the device, whose free memory is unknown: what the
-      // pool can use at most (a device with less free memory gets a smaller one).
+    } else if (const std::optional<size_t> left = ops::device_memory_left(ctx); !left) {
+      // A dry run's estimate without the device and without a budget, whose free memory is
+      // unknown: what the pool can use at most (a device with less free memory gets less).
       kv_bytes = usable;
     } else {
       // A standby region's memory is ours to reuse: count it as free.
-      const size_t free_now =
-          ops::device_free_bytes(ctx) + (region != nullptr ? region->size() : 0);
-      CHECK(free_now > plan, "engine: {} bytes free on the device, the step plan needs {}",
-            free_now, plan);
-      kv_bytes = std::min(size_t(double(free_now - plan) * opt.kv_memory_fraction), usable);
+      const size_t free_now = *left + (region != nullptr ? region->size() : 0);
+      kv_bytes = kv_pool_bytes_from_left(free_now, plan, kv_fraction, budget, usable);
+      if (budget > 0) {
+        CHECK(kv_bytes >= block,
+              "engine: gpu_memory {} leaves {} for the KV pool after the step plan ({}) and "
+              "a margin of {}: not one block ({} bytes); give a larger --gpu-memory, or fewer "
+              "max_num_batched_tokens",
+              gib_text(budget), gib_text(free_now), gib_text(plan),
+              gib_text(memory_budget_margin(budget)), block);
+      } else {
+        CHECK(free_now > plan, "engine: {} bytes free on the device, the step plan needs {}",
+              free_now, plan);
+      }
     }
   }
   if (ctx.device == Device::cpu && opt.kv_memory_bytes != 0)
     check_host_bytes(kv_bytes, "engine: the KV pool of kv_memory");
+  // A pool of a given size beside the step plan must fit what the budget leaves: an error
+  // naming both now, rather than the allocator's refusal of one block.
+  if (const std::optional<size_t> left = ops::device_memory_left(ctx);
+      opt.kv_memory_bytes != 0 && budget > 0 && left) {
+    const size_t room = *left + (region != nullptr ? region->size() : 0);
+    CHECK(kv_bytes + plan <= room,
+          "engine: gpu_memory {}: a KV pool of {} (kv_memory) and the step plan ({}) do not fit "
+          "the {} it leaves after the weights; lower kv_memory (or leave it unset: the pool then "
+          "takes what is left), or give a larger gpu_memory",
+          gib_text(budget), gib_text(kv_bytes), gib_text(plan), gib_text(room));
+  }
   const int64_t blocks = int64_t(kv_bytes / block);
   CHECK(blocks >= 1, "engine: a KV budget of {} bytes holds no block ({} bytes each)", kv_bytes,
         block);

@@ -57,10 +57,14 @@ struct RequestOutput {
 
 struct EngineOptions {
   // KV pool bytes; 0: a fraction (kv_memory_fraction, as vLLM's gpu_memory_utilization) of
-  // the device memory left after the weights and the step plan (CUDA), 1 GiB on the CPU;
-  // either way at most what max_num_seqs sequences of the model's full context can hold.
+  // the device memory left after the weights and the step plan (CUDA: the driver's free
+  // memory, at most what the device's memory budget leaves, less a margin then,
+  // ops/memory_budget.h), 1 GiB on the CPU; either way at most what max_num_seqs sequences of
+  // the model's full context can hold.
   size_t kv_memory_bytes = 0;
-  double kv_memory_fraction = 0.9;
+  // In (0, 1]; unset: 0.9 of the free memory, or all of what a memory budget leaves (the
+  // budget is what the run may hold).
+  std::optional<double> kv_memory_fraction;
   // The KV cache's dtype: the activation dtype, or e4m3 with a scale per token and kv head
   // (model/kv_cache.h), half the bytes per token on CUDA at some logprob deviation
   // (docs/PERFORMANCE.md "KV cache dtype").

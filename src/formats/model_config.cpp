@@ -241,9 +241,15 @@ std::string_view rope_type_name(RopeConfig::Type t) {
 std::string context_description(const ModelConfig& c) {
   for (const LayerConfig& l : c.layers) {
     const RopeConfig& r = l.rope;
-    if (r.type == RopeConfig::Type::yarn && c.max_context > c.max_position_embeddings)
-      return fmt::format("{} positions (yarn factor {} x original_max_position_embeddings {})",
-                         c.max_context, r.factor, r.original_max_position_embeddings);
+    if (r.type == RopeConfig::Type::yarn && c.max_context > c.max_position_embeddings) {
+      // A factor past what positions can be (an int32 position, with room) is capped: say so,
+      // or the product would not be the number printed.
+      const bool capped =
+          r.factor * double(r.original_max_position_embeddings) > double(kMaxPositions);
+      return fmt::format("{} positions (yarn factor {} x original_max_position_embeddings {}{})",
+                         c.max_context, r.factor, r.original_max_position_embeddings,
+                         capped ? ", capped at the most positions fp8rl takes" : "");
+    }
   }
   return fmt::format("{} positions (max_position_embeddings)", c.max_context);
 }

@@ -14,6 +14,7 @@ namespace fp8rl {
 namespace cuda {
 class Backend;  // ops/cuda/backend.h
 }
+struct PlannedDevice;  // ops/memory.h
 
 struct Context {
   Device device = Device::cpu;
@@ -37,6 +38,10 @@ struct Context {
   // so at the largest step shape gives the arena high water it needs, before any step runs:
   // the memory plan is measured, not written as a byte formula.
   bool dry_run = false;
+  // A run planned without its device (a dry run's estimate, cli::SessionOptions::plan_only):
+  // what its planned buffers add up to on the device it plans for, and that device's memory
+  // budget (ops/memory.h); null otherwise.
+  PlannedDevice* planned = nullptr;
 
   // The dtype of activations between ops: exact fp32 on the CPU reference (also with
   // bf16_activations, whose values are bf16 but stored as f32), bf16 on CUDA (fp32 math inside

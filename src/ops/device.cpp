@@ -45,6 +45,17 @@ std::string CudaDevice::name() const {
 std::string CudaDevice::gemm_path(Fp8Scheme scheme) const {
   return cuda::gemm_path(*backend_, scheme);
 }
+GpuCapability CudaDevice::capability() const {
+  const cuda::Capabilities& c = backend_->caps();
+  GpuCapability g;
+  g.name = c.name;
+  g.major = c.major;
+  g.minor = c.minor;
+  g.fp8_tensor = c.fp8_tensor;
+  g.fp8_outer = c.fp8_outer;
+  g.fp8_block = c.fp8_block;
+  return g;
+}
 std::string CudaDevice::last_linear_path() const {
   return backend_->last_linear_path;
 }
@@ -168,6 +179,9 @@ std::string CudaDevice::name() const {
   no_cuda();
 }
 std::string CudaDevice::gemm_path(Fp8Scheme) const {
+  no_cuda();
+}
+GpuCapability CudaDevice::capability() const {
   no_cuda();
 }
 std::string CudaDevice::last_linear_path() const {

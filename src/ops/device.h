@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ops/context.h"
+#include "ops/gpu_support.h"
 #include "ops/linear.h"
 
 namespace fp8rl {
@@ -61,6 +62,10 @@ struct CudaDeviceOptions {
   // (ops/cuda/device_region.h: addresses reserved once, memory mapped as far as it is used);
   // false, or a driver without virtual memory management: one cudaMalloc per buffer.
   bool device_region = true;
+  // The bytes all of the above may hold on the device (--gpu-memory): the region is reserved
+  // to this size and an allocation beyond it is refused, naming the budget
+  // (ops/memory_budget.h); 0: the device's memory.
+  size_t memory_budget = 0;
 };
 
 // One op category's device time, summed over calls, from CUDA events around each op.
@@ -112,6 +117,8 @@ class CudaDevice {
   std::string name() const;
   // Which GEMM each scheme runs on this device ("cuBLASLt OUTER_VEC_32F", "bf16 fallback").
   std::string gemm_path(Fp8Scheme scheme) const;
+  // What ops/gpu_support.h decides from: the compute capability and the native FP8 modes.
+  GpuCapability capability() const;
   // The GEMM the last ops::linear on this device ran, e.g. "fp8 OUTER_VEC_32F".
   std::string last_linear_path() const;
   // The last ops::paged_attention's tensor-core decode kernel: {items, blocks that took them};

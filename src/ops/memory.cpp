@@ -1,5 +1,6 @@
 #include "ops/memory.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -32,10 +33,21 @@ void* planned_address(size_t bytes) {
 }
 }  // namespace
 
+void PlannedDevice::add(size_t bytes) {
+  held += bytes;
+  peak = std::max(peak, held);
+}
+
+void PlannedDevice::remove(size_t bytes) {
+  held -= std::min(held, bytes);
+}
+
 DeviceBuffer::DeviceBuffer(const Context& ctx, size_t bytes) : size_(bytes), device_(ctx.device) {
   if (ctx.dry_run) {
     data_ = planned_address(bytes);
     planned_ = true;
+    ledger_ = ctx.planned;
+    if (ledger_ != nullptr) ledger_->add(bytes);
     return;
   }
   if (device_ == Device::cpu) {
@@ -81,6 +93,7 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
       device_(o.device_),
       pinned_(o.pinned_),
       planned_(o.planned_),
+      ledger_(o.ledger_),
       backend_(o.backend_) {
   o.data_ = nullptr;
   o.size_ = 0;
@@ -94,6 +107,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
     device_ = o.device_;
     pinned_ = o.pinned_;
     planned_ = o.planned_;
+    ledger_ = o.ledger_;
     backend_ = o.backend_;
     o.data_ = nullptr;
     o.size_ = 0;
@@ -104,7 +118,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 void DeviceBuffer::release() {
   if (data_ == nullptr) return;
   if (planned_) {
-    // nothing behind it
+    if (ledger_ != nullptr) ledger_->remove(size_);  // nothing else behind it
   } else if (pinned_) {
 #if FP8RL_HAVE_CUDA
     cuda::host_free_pinned(data_);
@@ -183,6 +197,11 @@ void scratch_reserve(Context& ctx, size_t bytes) {
   FP8RL_ON_CUDA(ctx, cuda::arena_reserve(backend(ctx), bytes));
   Arena& a = host_arena(ctx);
   if (a.mark() == 0) a.reserve(bytes);
+  // A plan's device holds the arena as the device's would: grown, never shrunk.
+  if (ctx.planned != nullptr && bytes > ctx.planned->scratch) {
+    ctx.planned->add(bytes - ctx.planned->scratch);
+    ctx.planned->scratch = bytes;
+  }
 }
 
 size_t scratch_high_water(const Context& ctx) {
@@ -242,8 +261,8 @@ void copy_to_host_async(Context& ctx, const TensorView& src, const TensorView& d
 void copy_elements(Context& ctx, const TensorView& src, const TensorView& moves,
                    const TensorView& dst) {
   CHECK(src.dtype == DType::i32 && dst.dtype == DType::i32 && moves.dtype == DType::i32 &&
-            moves.rank() == 2 && moves.dim(1) == 2 && src.is_contiguous() &&
-            dst.is_contiguous() && moves.is_contiguous(),
+            moves.rank() == 2 && moves.dim(1) == 2 && src.is_contiguous() && dst.is_contiguous() &&
+            moves.is_contiguous(),
         "copy_elements: i32 src and dst and i32 moves [M, 2], got {} {}, {} {}, {} {}",
         dtype_name(src.dtype), src.shape.str(), dtype_name(moves.dtype), moves.shape.str(),
         dtype_name(dst.dtype), dst.shape.str());
@@ -415,6 +434,22 @@ bool in_device_region(const Context& ctx, const void* p) {
 
 bool device_present(const Context& ctx) {
   return ctx.device == Device::cpu || ctx.cuda != nullptr;
+}
+
+size_t device_memory_budget(const Context& ctx) {
+  if (ctx.device == Device::cpu) return 0;
+#if FP8RL_HAVE_CUDA
+  if (ctx.cuda != nullptr) return ctx.cuda->memory_budget();
+#endif
+  return ctx.planned != nullptr ? ctx.planned->budget : 0;
+}
+
+std::optional<size_t> device_memory_left(const Context& ctx) {
+  if (ctx.device == Device::cpu) return std::nullopt;
+  if (device_present(ctx)) return device_free_bytes(ctx);
+  const PlannedDevice* p = ctx.planned;
+  if (p == nullptr || p->budget == 0) return std::nullopt;
+  return p->held < p->budget ? p->budget - p->held : 0;
 }
 
 size_t device_free_bytes(const Context& ctx) {

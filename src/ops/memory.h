@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 
 #include "ops/context.h"
 
@@ -15,6 +16,18 @@ namespace fp8rl {
 // Made with a dry-run context (Context::dry_run) it is planned only: its size and device, and
 // an address of its own that nobody may dereference, but no memory. A run's objects built so
 // measure what they would hold (the estimate of `--dry-run` without a device or weights).
+// The device a run is planned for without being there (Context::planned): the bytes its
+// planned buffers and its scratch arena hold now and at most, and its memory budget
+// (--gpu-memory; 0: unknown), so that what the budget leaves is known to the plan as it is to
+// a run on the device.
+struct PlannedDevice {
+  size_t budget = 0;
+  size_t held = 0, peak = 0;
+  size_t scratch = 0;  // the scratch arena's share of held (ops::scratch_reserve)
+  void add(size_t bytes);
+  void remove(size_t bytes);
+};
+
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -39,8 +52,9 @@ class DeviceBuffer {
   void* data_ = nullptr;
   size_t size_ = 0;
   Device device_ = Device::cpu;
-  bool pinned_ = false;   // host memory from cudaMallocHost
-  bool planned_ = false;  // a dry run's: no memory behind data_
+  bool pinned_ = false;              // host memory from cudaMallocHost
+  bool planned_ = false;             // a dry run's: no memory behind data_
+  PlannedDevice* ledger_ = nullptr;  // where a planned buffer is counted (Context::planned)
   cuda::Backend* backend_ = nullptr;
 };
 
@@ -133,9 +147,16 @@ class StreamMark {
 // context may have none (an estimate made without a GPU); what the device would tell (free
 // memory, its region, its capabilities) is then unknown.
 bool device_present(const Context& ctx);
-// Device memory free now (CUDA: cudaMemGetInfo; the CPU: 0, it has no device budget). Needs
-// the device (device_present).
+// Device memory free now (CUDA: cudaMemGetInfo, at most what the device's memory budget
+// leaves; the CPU: 0, it has no device budget). Needs the device (device_present).
 size_t device_free_bytes(const Context& ctx);
+// The memory budget of ctx's device (CudaDeviceOptions::memory_budget, or a plan's
+// PlannedDevice::budget); 0: none, the device's whole memory.
+size_t device_memory_budget(const Context& ctx);
+// What a new allocation on ctx's device can take: device_free_bytes with the device present; for
+// a plan without it, what its budget leaves after the planned buffers; nullopt when that is
+// unknown (a plan without a budget) and on the CPU.
+std::optional<size_t> device_memory_left(const Context& ctx);
 // Bytes this process has allocated on ctx's device now and at the peak so far (buffers and
 // arena, as the CUDA backend counts its cudaMallocs); 0 on the CPU.
 size_t device_allocated_bytes(const Context& ctx);

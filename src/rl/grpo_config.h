@@ -104,7 +104,7 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
   int64_t max_num_batched_tokens = 2048;  // tokens per engine step (chunked prefill)
   // Unsloth's from_pretrained(gpu_memory_utilization=...): the KV pool's share of the device
   // memory left after the weights and the step plan (EngineOptions::kv_memory_fraction);
-  // null: the engine's 0.9. Exclusive with kv_memory.
+  // null: the engine's 0.9, or all of what gpu_memory leaves. Exclusive with kv_memory.
   std::optional<double> gpu_memory_utilization;
   // Unsloth's from_pretrained(max_seq_length=...), vLLM's max_model_len: a limit that
   // max_prompt_length + max_completion_length must fit; null: none.

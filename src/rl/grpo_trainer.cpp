@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <fstream>
 #include <numeric>
+#include <optional>
 
 #include "core/check.h"
 #include "core/rng.h"
@@ -14,6 +15,7 @@
 #include "ops/backward.h"
 #include "ops/exactness.h"
 #include "ops/memory.h"
+#include "ops/memory_budget.h"
 #include "rl/advantages.h"
 #include "rl/grpo_loss.h"
 #include "rl/prompt_data.h"
@@ -406,11 +408,12 @@ struct GrpoTrainer::Impl {
       reference = starting_adapter(cfg, cfg.reference_model, model, ctx);
       pass->set_reference(reference.get());
     }
-    // The region is sized once for the larger phase: the pass over the longest micro-batch
-    // (micro_batch of the longest prompt plus a full completion), or the engine's KV pool,
-    // which it takes (growing the region, before anything lies there) if that is larger.
-    // The scratch arena too, before the engine records CUDA graphs over it (it would move if
-    // a pass grew it later; the engine would then drop them).
+    // The region is sized once for the larger phase: the engine's KV pool, or the pass over
+    // the longest micro-batch (micro_batch of the longest prompt plus a full completion),
+    // which takes it over (growing it, before anything lies there) if that is larger. The
+    // scratch arena first, before the engine records CUDA graphs over it (it would move if a
+    // pass grew it later; the engine would then drop them), and the region last, so that it
+    // is the device region's highest block and grows in place instead of leaving a hole.
     largest = largest_pass_plan();
     if (ctx.device == Device::cpu)
       check_host_bytes(
@@ -419,9 +422,21 @@ struct GrpoTrainer::Impl {
                       "(per_device_train_batch_size {} sequences of up to {} "
                       "tokens: the longest prompt + max_completion_length)",
                       micro_batch, longest_prompt() + size_t(cfg.max_completion_length)));
-    region.reserve(largest.region_bytes());
     ops::scratch_reserve(ctx, largest.scratch_bytes);
     engine = std::make_unique<Engine>(ctx, model, &adapter, tokenizer, eos_ids, eo, &region);
+    if (const size_t budget = ops::device_memory_budget(ctx);
+        budget > 0 && largest.region_bytes() > region.size()) {
+      const std::optional<size_t> left = ops::device_memory_left(ctx);
+      const size_t room = left ? *left + region.size() : SIZE_MAX;
+      CHECK(largest.region_bytes() <= room,
+            "grpo: gpu_memory {}: the training pass over the longest micro-batch needs {} "
+            "(saved activations {} + KV {}), {} are left; lower per_device_train_batch_size or "
+            "max_completion_length{}, or give a larger gpu_memory",
+            gib_text(budget), gib_text(largest.region_bytes()), gib_text(largest.saved_bytes),
+            gib_text(largest.kv_bytes), gib_text(room),
+            cfg.gradient_checkpointing ? "" : ", turn on gradient_checkpointing");
+    }
+    region.reserve(largest.region_bytes());
   }
 
   size_t longest_prompt() const {

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "formats/json_read.h"
+#include "ops/memory_budget.h"
 #include "train/config_checks.h"
 
 namespace fp8rl {
@@ -17,6 +18,11 @@ void ModelArguments::validate() const {
   CHECK(fp8 == "auto" || fp8 == "off" || fp8 == "row" || fp8 == "block" || fp8 == "tensor",
         "fp8 = '{}' is not one of auto, off, row, block, tensor", fp8);
   CHECK(device == "cpu" || device == "cuda", "device = '{}' is not one of cpu, cuda", device);
+  if (gpu_memory) {
+    gpu_memory_bytes("gpu_memory", *gpu_memory);
+    CHECK(device == "cuda",
+          "gpu_memory = {} applies to device cuda only (the CPU runs in host memory)", *gpu_memory);
+  }
   c::at_least<int64_t>("lora_r", lora_r, 1);
   c::positive("lora_alpha", lora_alpha);
   c::in_half_open("lora_dropout", lora_dropout, 0.0, 1.0);

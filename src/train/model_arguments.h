@@ -23,6 +23,8 @@ struct ModelArguments {
   // "auto" (as stored), "off", "row", "block", "tensor" (cli::parse_fp8_option).
   std::string fp8 = "auto";
   std::string device = "cpu";  // "cpu" | "cuda" (cli::parse_device)
+  // GiB of device memory the run may hold (ops/memory_budget.h); null: the whole device.
+  std::optional<double> gpu_memory;
 
   int64_t lora_r = 16;
   double lora_alpha = 32;

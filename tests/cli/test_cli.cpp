@@ -1244,6 +1244,94 @@ TEST(CliTrain, DryRunOfAConfigOnlyDirectoryEstimates) {
   fs::remove_all(base);
 }
 
+// --gpu-memory GIB (gpu_memory): what a run may hold on the device. Without a GPU here the CUDA
+// plan is an estimate (--dry-run --device cuda over Qwen3-8B's config.json in FP8-row): under a
+// budget the plan shows it and what it leaves, and the engine's KV pool (in the standby region)
+// is what the budget leaves, not what 256 full-length sequences could use; a plan over the
+// budget prints itself, then fails naming each part and the excess; a budget below the weights
+// fails before anything is planned, naming both. Controls: the same plan without a budget, and
+// one within it. Bad values and a budget on the CPU are one-line errors.
+TEST(CliTrain, GpuMemoryBudget) {
+  const std::string base = temp("gpu_memory");
+  fs::create_directories(base);
+  const std::string data = base + "/prompts.jsonl", prompts = base + "/p.jsonl";
+  write_file(data, "{\"prompt\": \"What is 1+1?\", \"answer\": \"2\"}\n");
+  write_file(prompts, "{\"prompt_ids\": [1, 2, 3]}\n");
+  const std::string grpo = "grpo " FP8RL_SOURCE_DIR "/tools/bench/configs/qwen3-8b --data " + data +
+                           " --output-dir " + base +
+                           "/out --rewards '[{\"type\": \"answer_match\"}]' --num-generations 8"
+                           " --per-device-train-batch-size 8 --max-prompt-length 128"
+                           " --max-completion-length 512 --lora-r 32 --lora-target-modules "
+                           "all-linear --gradient-checkpointing --fp8 row --device cuda --dry-run";
+  const Result unbounded = run(grpo);
+  ASSERT_EQ(unbounded.exit_code, 0) << unbounded.output;
+  EXPECT_EQ(unbounded.output.find("gpu_memory"), std::string::npos) << unbounded.output;
+
+  const Result fits = run(grpo + " --gpu-memory 16");
+  ASSERT_EQ(fits.exit_code, 0) << fits.output;
+  const auto parts = plan_parts(fits.output);
+  EXPECT_DOUBLE_EQ(parts.at("budget"), 16384.0) << fits.output;
+  EXPECT_LE(parts.at("total"), 16384.0) << fits.output;
+  // The KV pool takes what is left, less the budget's margin (256 MiB at 16 GiB) and the
+  // scratch arena it may leave as a hole when it grows.
+  EXPECT_GE(parts.at("total"), 16384.0 - 1024) << fits.output;
+  EXPECT_LT(parts.at("standby region"), plan_parts(unbounded.output).at("standby region"));
+  EXPECT_GT(parts.at("weights"), 8000.0);
+  EXPECT_NE(fits.output.find("(gpu_memory; "), std::string::npos) << fits.output;
+  EXPECT_NE(fits.output.find(" left)"), std::string::npos) << fits.output;
+  EXPECT_NE(fits.output.find("this plan is an estimate for --device cuda"), std::string::npos)
+      << fits.output;
+
+  // A KV size that the budget cannot hold beside the rest is refused as the engine is planned.
+  expect_one_line_error(grpo + " --gpu-memory 12 --kv-memory 8",
+                        "engine: gpu_memory 12.00 GiB: a KV pool of 8.00 GiB (kv_memory)");
+  // A plan over the budget is printed, then refused naming every part and the excess (SFT's
+  // configured lengths, the rows not tokenized: no tokenizer.json beside the config).
+  const Result over = run("sft " FP8RL_SOURCE_DIR "/tools/bench/configs/qwen3-8b --data " + data +
+                          " --out " + base +
+                          "/sft8b --max-length 8192 --per-device-train-batch-size 4 --fp8 row "
+                          "--device cuda --gpu-memory 16 --dry-run");
+  EXPECT_EQ(over.exit_code, 1) << over.output;
+  EXPECT_NE(over.output.find("memory plan of the largest micro-batch"), std::string::npos)
+      << over.output;
+  EXPECT_LT(over.output.find("memory plan of the largest micro-batch"),
+            over.output.find("fp8rl: error: gpu_memory 16.00 GiB: weights "))
+      << over.output;
+  EXPECT_NE(over.output.find(" + saved activations "), std::string::npos) << over.output;
+  // SFT checkpoints by default (TRL's gradient_checkpointing: true): the hint names what is
+  // still off.
+  EXPECT_NE(over.output.find(" GiB over; lower per_device_train_batch_size or max_length, turn "
+                             "on activation_offloading, or give a larger gpu_memory"),
+            std::string::npos)
+      << over.output;
+  // A budget the pass cannot fit beside the rest is refused as it is planned, naming it.
+  expect_one_line_error(grpo + " --gpu-memory 12",
+                        "grpo: gpu_memory 12.00 GiB: the training pass over the longest "
+                        "micro-batch needs ");
+
+  expect_one_line_error(grpo + " --gpu-memory 4", "gpu_memory 4.00 GiB: weights ");
+  expect_one_line_error(grpo + " --gpu-memory 4", "the weights alone do not fit");
+  for (const std::string bad : {"-1", "0", "5000"})
+    expect_one_line_error(grpo + " --gpu-memory " + bad,
+                          "gpu_memory = " + bad + " is out of range (must be in (0, 4096] GiB");
+  expect_one_line_error(grpo + " --gpu-memory lots", "--gpu-memory");
+  expect_one_line_error(
+      "sft " + kDemoModel + " --data " + data + " --out " + base + "/sft --gpu-memory 1 --dry-run",
+      "gpu_memory = 1 applies to device cuda only");
+  // The commands without a config take it as a flag, and check it the same way.
+  expect_one_line_error("generate " + kDemoModel + " --prompts " + prompts + " --out " + base +
+                            "/o.jsonl --gpu-memory 1",
+                        "gpu_memory = 1 applies to --device cuda only");
+  expect_one_line_error("generate " + kDemoModel + " --prompts " + prompts + " --out " + base +
+                            "/o.jsonl --gpu-memory 0 --device cuda",
+                        "gpu_memory = 0 is out of range");
+  expect_one_line_error(
+      "bench generate --preset qwen3-tiny --device cpu --gpu-memory 2 "
+      "--prompts 1 --n 1 --prompt-tokens 4 --max-tokens 2",
+      "gpu_memory = 2 applies to --device cuda only");
+  fs::remove_all(base);
+}
+
 // A sequence longer than the model's context is an error naming both numbers before the
 // weights load: the directories here have no weights, so any later check would fail on those
 // first. YaRN's rope scaling extends the context to factor x original_max_position_embeddings.

@@ -384,6 +384,10 @@ TEST(RunConfig, WrongTypesAreNamed) {
             std::string::npos);
   EXPECT_NE(yaml_error("learning_rate: fast\n").find("expected a number, got 'fast'"),
             std::string::npos);
+  EXPECT_NE(yaml_error("gpu_memory: 16GB\n")
+                .find("key 'gpu_memory' in run.yaml:1: expected a "
+                      "number, or null, got '16GB'"),
+            std::string::npos);
   EXPECT_NE(yaml_error("dry_run: 2\n").find("expected true or false, got '2'"), std::string::npos);
   EXPECT_NE(yaml_error("loss_type: ppo\n")
                 .find("expected one of dapo, grpo, bnpo, dr_grpo, cispo, sapo, luspo, got 'ppo'"),
@@ -527,6 +531,18 @@ TEST(RunConfig, YamlMustBeUtf8) {
             nlohmann::json::parse("[{\"type\": \"answer\u00e9\"}]"));
 }
 
+// gpu_memory (the device memory budget) as a key and as --gpu-memory; unset: the whole GPU.
+// The range and the device are checked by validate() (OutOfRangeValuesAreNamed).
+TEST(RunConfig, GpuMemoryKeyAndFlag) {
+  EXPECT_FALSE(load_text(grpo_keys(), "seed: 1\n").gpu_memory.has_value());
+  const GrpoConfig g = load_text(grpo_keys(), "device: cuda\ngpu_memory: 16\n");
+  EXPECT_EQ(g.gpu_memory, std::optional<double>(16));
+  EXPECT_NO_THROW(static_cast<const ModelArguments&>(g).validate());
+  const SftConfig s = parse_args(sft_keys(), {"--device", "cuda", "--gpu-memory", "12.5"});
+  EXPECT_EQ(s.gpu_memory, std::optional<double>(12.5));
+  EXPECT_NO_THROW(s.validate());
+}
+
 TEST(RunConfig, OutOfRangeValuesAreNamed) {
   struct Case {
     std::string yaml, message;
@@ -543,6 +559,11 @@ TEST(RunConfig, OutOfRangeValuesAreNamed) {
       {"max_grad_norm: -0.5", "max_grad_norm = -0.5 is out of range (must be >= 0)"},
       {"max_tokens_per_batch: 100", "max_tokens_per_batch = 100 is out of range"},
       {"lora_target_modules: []", "lora_target_modules is empty"},
+      {"{device: cuda, gpu_memory: -1}",
+       "gpu_memory = -1 is out of range (must be in (0, 4096] GiB"},
+      {"{device: cuda, gpu_memory: 0}", "gpu_memory = 0 is out of range"},
+      {"{device: cuda, gpu_memory: 1.0e9}", "gpu_memory = 1000000000 is out of range"},
+      {"gpu_memory: 16", "gpu_memory = 16 applies to device cuda only"},
       {"chat_template_kwargs: [enable_thinking]",
        "chat_template_kwargs = [\"enable_thinking\"] is not a mapping of template variables"},
   };

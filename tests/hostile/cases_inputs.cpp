@@ -319,6 +319,28 @@ std::vector<Case> size_cases() {
          r.expect.max_rss_mb = 256;
          return r;
        }},
+      {"Sizes_GpuMemoryOf1e308GiB",
+       [](const fs::path& d) {
+         // A budget past any GPU (and past size_t in bytes) is a range error, never a cast.
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", kSftRow + "\n");
+         std::vector<std::string> args = sft(m, d / "data.jsonl", d / "out");
+         args.insert(args.end(), {"--device", "cuda", "--gpu-memory", "1e308", "--dry-run"});
+         HostileRun r{args, error("gpu_memory = 1e+308 is out of range"), {m, d / "data.jsonl"}};
+         r.expect.max_rss_mb = 256;
+         return r;
+       }},
+      {"Sizes_GenerateGpuMemoryNaN",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "prompts.jsonl", R"({"prompt_ids": [1]})"
+                                          "\n");
+         std::vector<std::string> args = generate(m, d / "prompts.jsonl", d / "out.jsonl");
+         args.insert(args.end(), {"--device", "cuda", "--gpu-memory", "nan"});
+         HostileRun r{args, error("gpu_memory = nan is out of range"), {m, d / "prompts.jsonl"}};
+         r.expect.max_rss_mb = 256;
+         return r;
+       }},
       {"Sizes_TokenizerVocabId4e8",
        [](const fs::path& d) {
          const fs::path m = copy_demo_model(d / "model");

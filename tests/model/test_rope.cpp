@@ -275,6 +275,26 @@ TEST(RopeYarn, ContextAndItsCheck) {
   const ModelConfig plain = ModelConfig::from_json(
       tiny_config(8, {{"rope_type", "default"}, {"rope_theta", 10000.0}}, false, 40960));
   EXPECT_THROW(check_context(plain, 40961, "x"), Error);
+  // A factor whose product passes the most positions fp8rl takes (2^28) is capped, and the
+  // check says so instead of printing a product that is not the number.
+  json huge = rope;
+  huge["factor"] = 1.0e6;
+  const ModelConfig capped = ModelConfig::from_json(tiny_config(8, huge, false, 40960));
+  EXPECT_EQ(capped.max_context, int64_t{1} << 28);
+  try {
+    check_context(capped, (int64_t{1} << 28) + 1, "x");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("capped at the most positions fp8rl takes"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    check_context(c, 131073, "x");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {  // control: an uncapped context does not say it
+    EXPECT_EQ(std::string(e.what()).find("capped"), std::string::npos) << e.what();
+  }
 }
 
 // The attention factor enters through the softmax scale (transformers multiplies cos and sin by

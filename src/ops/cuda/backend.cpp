@@ -7,6 +7,13 @@
 #include "ops/cuda/device_region.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/kernels.h"
+#include "ops/gpu_support.h"
+#include "ops/memory_budget.h"
+
+// CMake's CUDA_ARCHITECTURES of this build (src/ops/CMakeLists.txt).
+#ifndef FP8RL_CUDA_ARCHS
+#define FP8RL_CUDA_ARCHS "all"
+#endif
 
 namespace fp8rl::cuda {
 
@@ -59,13 +66,24 @@ Backend::Backend(const CudaDeviceOptions& o) {
         o.ordinal, count);
   CUDA_CHECK(cudaSetDevice(o.ordinal));
   caps_ = query_capabilities(o.ordinal);
+  // A GPU the kernels cannot run on is refused before anything is allocated or launched.
+  GpuCapability gpu;
+  gpu.name = caps_.name;
+  gpu.major = caps_.major;
+  gpu.minor = caps_.minor;
+  const std::string refusal = gpu_refusal(gpu, FP8RL_CUDA_ARCHS);
+  CHECK(refusal.empty(), "{}", refusal);
+  CHECK(o.memory_budget <= caps_.memory, "gpu_memory {} is more than {} has ({})",
+        gib_text(o.memory_budget), caps_.name, gib_text(caps_.memory));
+  budget_ = o.memory_budget;
   CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
   CUBLAS_CHECK(cublasLtCreate(&lt_));
   caps_.device_region = o.device_region && DeviceRegion::supported(o.ordinal);
-  if (caps_.device_region) region_ = std::make_unique<DeviceRegion>(o.ordinal, caps_.memory);
+  if (caps_.device_region)
+    region_ = std::make_unique<DeviceRegion>(o.ordinal, budget_ > 0 ? budget_ : caps_.memory);
   workspace_bytes_ = o.workspace_bytes;
   workspace_ = malloc(workspace_bytes_);
   gemm_ = std::make_unique<Gemm>(lt_, workspace_, workspace_bytes_);
@@ -124,8 +142,16 @@ void Backend::join() {
 void* Backend::malloc(size_t bytes) {
   void* p = nullptr;
   if (bytes == 0) return nullptr;
+  CHECK(budget_ == 0 || allocated_ + bytes <= budget_, "{}; {}",
+        memory_budget_refusal(budget_, allocated_, bytes),
+        "the memory plan (--dry-run) names what holds it");
   if (region_) {
-    p = region_->allocate(bytes);
+    try {
+      p = region_->allocate(bytes);
+    } catch (const Error& e) {
+      if (budget_ == 0) throw;
+      RAISE("gpu_memory {}: {}", gib_text(budget_), e.what());
+    }
     allocated_ += bytes;
     peak_allocated_ = std::max(peak_allocated_, allocated_);
     return p;
@@ -142,6 +168,14 @@ void* Backend::malloc(size_t bytes) {
   allocated_ += bytes;
   peak_allocated_ = std::max(peak_allocated_, allocated_);
   return p;
+}
+
+size_t Backend::budget_left() const {
+  if (budget_ == 0) return SIZE_MAX;
+  size_t left = allocated_ < budget_ ? budget_ - allocated_ : 0;
+  if (region_)
+    left = std::min(left, region_->reserved() - std::min(region_->reserved(), region_->top()));
+  return left;
 }
 
 void Backend::free(void* p, size_t bytes) {

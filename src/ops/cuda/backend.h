@@ -135,6 +135,10 @@ class Backend {
   // The region, or null when the device runs without one.
   DeviceRegion* region() { return region_.get(); }
   size_t peak_allocated() const { return peak_allocated_; }
+  // CudaDeviceOptions::memory_budget (0: none) and what it leaves for one more block: the
+  // budget less what is held, and with the region at most the room above its highest block.
+  size_t memory_budget() const { return budget_; }
+  size_t budget_left() const;
   size_t allocated() const { return allocated_; }
   void reset_peak_allocated() { peak_allocated_ = allocated_; }
 
@@ -161,6 +165,7 @@ class Backend {
   std::unique_ptr<Gemm> gemm_;
   Arena arena_{Device::cuda, 256};  // 256-byte aligned views into one cudaMalloc
   size_t allocated_ = 0, peak_allocated_ = 0;
+  size_t budget_ = 0;
   bool profiling_ = false;
   bool batch_invariant_ = false;
   std::vector<cudaEvent_t> events_;  // pool, reused after reset_profile()

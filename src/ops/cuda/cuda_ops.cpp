@@ -2,6 +2,8 @@
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/gradient_add.h"
 
+#include <algorithm>
+
 #include "ops/cuda/backend.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/kernels.h"
@@ -122,10 +124,10 @@ void arena_reserve(Backend& b, size_t bytes) {
   b.reserve_arena(bytes);
 }
 size_t device_free_bytes(Backend& b) {
-  (void)b;  // the backend's device is current on this thread
+  // The backend's device is current on this thread.
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  return free_b;
+  return std::min(free_b, b.budget_left());
 }
 size_t arena_high_water(Backend& b) {
   return b.arena().high_water();
