@@ -305,6 +305,11 @@ LoraAdapter LoraAdapter::allocate(const LoraConfig& config, const Model& model) 
         const std::string path = projection_path(l, p);
         const bool hit = re ? std::regex_match(path, *re) : config.targets(path, l);
         if (!hit) continue;
+        // PEFT would adapt each expert of an MoE layer under these names.
+        CHECK(p < 4 || model.layers[size_t(l)].moe.empty(),
+              "LoRA target {}: layer {}'s MLP is a mixture of experts, and LoRA on MoE experts "
+              "is not supported yet (target q_proj, k_proj, v_proj, o_proj)",
+              kProjectionNames[p], l);
         const Linear& lin = *model.layers[size_t(l)].projection(p);
         Slot& s = a.slots_[size_t(l) * kProjections + size_t(p)];
         s.n = lin.out_features();

@@ -41,11 +41,11 @@ Activations alloc_activations(Context& ctx, const Model& m, int64_t t) {
 // they share one dynamic scaling: the op producing the activation then writes FP8 codes and
 // scales directly (fused) and the linears read them. none: each linear quantizes for itself
 // (unquantized or weight-only linears, static input scales that differ per linear).
-ActScaling shared_dynamic_act(std::initializer_list<const Linear*> consumers) {
+ActScaling shared_dynamic_act(std::initializer_list<const LinearWeight*> consumers) {
   const ActScaling a = (*consumers.begin())->act;
   if (a != ActScaling::token && a != ActScaling::group && a != ActScaling::tensor)
     return ActScaling::none;
-  for (const Linear* w : consumers)
+  for (const LinearWeight* w : consumers)
     if (!w->is_fp8() || w->act != a) return ActScaling::none;
   return a;
 }
@@ -97,7 +97,7 @@ struct Residual {
 // The input of a group of linears from a plain activation h (LoRA's x), quantized once when
 // the FP8 linears share a dynamic scaling (so the backend's group op gets both).
 LinearInput quantized_input(Context& ctx, const TensorView& h,
-                            std::initializer_list<const Linear*> consumers) {
+                            std::initializer_list<const LinearWeight*> consumers) {
   LinearInput in;
   in.x = h;
   const ActScaling act = shared_dynamic_act(consumers);
@@ -115,7 +115,7 @@ LinearInput quantized_input(Context& ctx, const TensorView& h,
 // has an adapter (LoRA reads the plain input beside the codes, both from the one pass).
 LinearInput block_input(Context& ctx, const ModelConfig& c, bool saving, const TensorView& x,
                         const TensorView& delta, const TensorView& sum, const TensorView& w,
-                        std::initializer_list<const Linear*> consumers, bool adapted,
+                        std::initializer_list<const LinearWeight*> consumers, bool adapted,
                         const TensorView& h, const TensorView& inv_rms) {
   const float eps = float(c.rms_norm_eps);
   const bool p1 = c.norm_plus_one, add = !delta.empty();
@@ -175,6 +175,10 @@ void decoder_layer(Context& ctx, const Model& m, const LoraAdapter* adapter, int
   const bool p1 = c.norm_plus_one, saving = tape != nullptr;
   const DType dt = ctx.activation_dtype();
   CHECK(!saving || r.pending.empty(), "forward: a saving layer takes its input stream whole");
+  CHECK(!saving || l.moe.empty(),
+        "training forward: layer {} is a mixture of experts, and training MoE models is not "
+        "supported yet (the experts have no backward)",
+        li);
   // The adapter's term of each projection (kProjectionNames order), empty where it has none.
   LoraWeights lora[kProjections];
   if (adapter != nullptr)
@@ -250,8 +254,22 @@ void decoder_layer(Context& ctx, const Model& m, const LoraAdapter* adapter, int
   if (c.sandwich_norms)
     norm_into(ctx, c, set.o_out, l.post_attention_norm, proj, saving, set.inv_rms_o);
 
-  // MLP block: gate/up, act(gate) * up, down_proj.
-  {
+  // MLP block: gate/up, act(gate) * up, down_proj; in an MoE layer, the router's top-k
+  // experts, each such an MLP, weighted and summed.
+  if (!l.moe.empty()) {
+    ops::ScratchScope scope(ctx);
+    const TensorView& mlp_norm = c.sandwich_norms ? l.pre_feedforward_norm : l.post_attention_norm;
+    // The router reads the plain normed input; each expert quantizes its own rows.
+    const LinearInput in = block_input(ctx, c, saving, r.x, proj, set.x_mid, mlp_norm,
+                                       {&l.moe.router}, false, set.h_mlp, set.inv_rms_mid);
+    const TensorView weights = ops::scratch_alloc(ctx, {t, c.moe.top_k}, DType::f32);
+    const TensorView experts = ops::scratch_alloc(ctx, {t, c.moe.top_k}, DType::i32);
+    ops::moe_route(ctx, in.x, l.moe.router, c.moe.norm_topk_prob, weights, experts);
+    ops::moe_experts(ctx, in.x, l.moe,
+                     c.activation == MlpActivation::silu ? ops::GatedActivation::silu
+                                                         : ops::GatedActivation::gelu_tanh,
+                     weights, experts, c.sandwich_norms ? set.down_out : proj);
+  } else {
     ops::ScratchScope scope(ctx);
     const TensorView& mlp_norm = c.sandwich_norms ? l.pre_feedforward_norm : l.post_attention_norm;
     const LinearInput in =

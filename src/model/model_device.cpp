@@ -159,6 +159,8 @@ class ModelUploader {
 void Model::to_device(Context& ctx) {
   if (ctx.device == device_) return;  // a CPU context, or a model made on this device
   CHECK(device_ == Device::cpu, "the model is already on {}", device_name(device_));
+  CHECK(!config_.has_moe(), "{} ({}): MoE layers are not supported on CUDA yet", dir_,
+        config_.architecture);
   ModelUploader(*this, ctx).run();
 }
 
@@ -170,6 +172,9 @@ size_t Model::device_bytes() const {
 
 Model Model::random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Context& ctx,
                     uint64_t seed, bool pack_qkv) {
+  CHECK(!config.has_moe(), "Model::random: {} has MoE layers, which it cannot make yet{}",
+        config.architecture,
+        ctx.device == Device::cuda ? " (MoE layers are not supported on CUDA yet)" : "");
   Model m;
   m.config_ = config;
   m.dir_ = "(random " + std::string(arch_name(config.arch)) + ")";

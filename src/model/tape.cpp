@@ -15,6 +15,11 @@ LayerSaved alloc_layer_saved(const std::function<TensorView(Shape, DType)>& allo
     const std::function<TensorView(Shape, DType)>& fn;
     TensorView alloc(Shape shape, DType d) const { return fn(shape, d); }
   } a{alloc_fn};
+  // Every training pass allocates its layers here first, so an MoE model fails at once.
+  CHECK(!c.has_moe(),
+        "training {} is not supported yet: training MoE models needs a backward through the "
+        "experts, which fp8rl does not have",
+        c.architecture);
   const int64_t h = c.hidden_size, i = c.intermediate_size;
   LayerSaved s;
   s.inv_rms_in = a.alloc({t}, DType::f32);

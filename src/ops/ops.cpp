@@ -21,6 +21,27 @@ size_t LinearWeight::nbytes() const {
          (bias.empty() ? 0 : bias.nbytes());
 }
 
+LinearWeight ExpertLinear::expert(int64_t e) const {
+  CHECK(e >= 0 && e < num_experts(), "expert {} is outside [0, {})", e, num_experts());
+  const int64_t n = out_features(), k = in_features();
+  LinearWeight w;
+  w.weight =
+      TensorView(static_cast<char*>(weight.data) + size_t(e * n * k) * dtype_size(weight.dtype),
+                 weight.dtype, {n, k}, weight.device);
+  w.scheme = scheme;
+  w.act = act;
+  if (is_fp8()) {
+    const Shape s = weight_scale_shape(scheme, n, k);
+    w.scales = TensorView(scales.ptr<float>() + e * s.numel(), DType::f32, s, scales.device);
+    w.gemm_scales = w.scales;
+  }
+  return w;
+}
+
+size_t ExpertLinear::nbytes() const {
+  return weight.nbytes() + (scales.empty() ? 0 : scales.nbytes());
+}
+
 bool fp8_gemm_native(const LinearWeight& w, ActScaling act) {
   if (!w.is_fp8() || w.in_features() % 16 != 0 || w.out_features() % 16 != 0) return false;
   const bool per_tensor_act = act == ActScaling::tensor || act == ActScaling::static_tensor;
@@ -836,6 +857,87 @@ size_t paged_attention_scratch_bytes(const Context& ctx, int64_t t, int64_t head
   // Per thread: a row of scores, and one dequantized key and value row for an FP8 pool.
   return size_t(num_threads()) * size_t(std::max<int64_t>(max_context_len, 1) + 2 * head_dim) * 4 +
          512;
+}
+
+// ---- Mixture of experts
+
+namespace {
+
+// The MoE ops have a CPU reference only: a CUDA context is refused before anything runs, in a
+// dry run too (a memory plan must not pretend the step can run).
+void check_moe_device(const Context& ctx, const char* what) {
+  CHECK(ctx.device == Device::cpu, "{}: MoE layers are not supported on CUDA yet", what);
+}
+
+void check_routing(const Context& ctx, const TensorView& weights, const TensorView& experts,
+                   int64_t t, int64_t num_experts, const char* what) {
+  check_tensor(ctx, weights, DType::f32, 2, what);
+  check_tensor(ctx, experts, DType::i32, 2, what);
+  CHECK(weights.shape == experts.shape && weights.dim(0) == t && weights.dim(1) >= 1 &&
+            weights.dim(1) <= num_experts,
+        "{}: routing weights {} and experts {} for {} tokens and {} experts", what,
+        weights.shape.str(), experts.shape.str(), t, num_experts);
+}
+
+// Stacked expert weights [E, n, k] on the context's device, their scales matching the scheme.
+void check_experts(const Context& ctx, const ExpertLinear& w, int64_t e, int64_t n, int64_t k,
+                   const char* what) {
+  CHECK(w.weight.rank() == 3 && w.weight.is_contiguous() && w.weight.device == ctx.device &&
+            w.weight.dim(0) == e && w.weight.dim(1) == n && w.weight.dim(2) == k,
+        "moe_experts: {} weight {} on {}, expected [{}, {}, {}] on {}", what, w.weight.shape.str(),
+        device_name(w.weight.device), e, n, k, device_name(ctx.device));
+  CHECK(w.is_fp8() == (w.weight.dtype == DType::f8e4m3),
+        "moe_experts: {} scheme {} does not match weight dtype {}", what, scheme_name(w.scheme),
+        dtype_name(w.weight.dtype));
+  if (w.is_fp8())
+    CHECK(w.scales.dtype == DType::f32 && w.scales.is_contiguous() &&
+              w.scales.numel() == e * weight_scale_shape(w.scheme, n, k).numel(),
+          "moe_experts: {} scales {} for {} experts of {} scaling", what, w.scales.shape.str(), e,
+          scheme_name(w.scheme));
+}
+
+}  // namespace
+
+void moe_route(Context& ctx, const TensorView& x, const LinearWeight& router, bool normalize,
+               const TensorView& weights, const TensorView& experts) {
+  check_moe_device(ctx, "moe_route");
+  check_ctx(ctx);
+  check_act(ctx, x, 2, "moe_route input");
+  const int64_t t = x.dim(0), e = router.out_features();
+  CHECK(router.weight.rank() == 2 && !router.is_fp8() && router.bias.empty() &&
+            router.in_features() == x.dim(1) && router.weight.device == ctx.device,
+        "moe_route: router {} {} for input {}: expected an unquantized [E, {}] weight without bias",
+        dtype_name(router.weight.dtype), router.weight.shape.str(), x.shape.str(), x.dim(1));
+  check_routing(ctx, weights, experts, t, e, "moe_route");
+  if (dry_run_scratch(ctx, size_t(t * e) * 4 + 128 + linear_scratch_bytes(router, t))) return;
+  cpu::moe_route(scratch_of(ctx), x, router, normalize, weights, experts, rounding(ctx));
+}
+
+void moe_experts(Context& ctx, const TensorView& x, const MoeWeights& w, GatedActivation act,
+                 const TensorView& weights, const TensorView& experts, const TensorView& out) {
+  check_moe_device(ctx, "moe_experts");
+  check_ctx(ctx);
+  check_act(ctx, x, 2, "moe_experts input");
+  check_act(ctx, out, 2, "moe_experts output");
+  const int64_t t = x.dim(0), h = x.dim(1), e = w.gate.weight.dim(0);
+  const int64_t inter = w.gate.weight.dim(1);
+  CHECK(out.shape == x.shape && out.data != x.data, "moe_experts: x {} out {} (out must not be x)",
+        x.shape.str(), out.shape.str());
+  check_experts(ctx, w.gate, e, inter, h, "gate");
+  check_experts(ctx, w.up, e, inter, h, "up");
+  check_experts(ctx, w.down, e, h, inter, "down");
+  check_routing(ctx, weights, experts, t, e, "moe_experts");
+  // Bucketed pairs, then one expert's rows at most: every token (input, gate, up, output),
+  // and the largest of the expert linears' own scratch over that many rows.
+  const int64_t k = experts.dim(1);
+  const size_t rows = size_t(t) * 4, pad = 64;
+  size_t linears = 0;
+  for (const ExpertLinear* p : {&w.gate, &w.up, &w.down})
+    linears = std::max(linears, linear_scratch_bytes(p->expert(0), t));
+  const size_t bytes =
+      size_t(t * k + 2 * e + 1) * 4 + rows * size_t(2 * h + 2 * inter) + linears + 8 * pad;
+  if (dry_run_scratch(ctx, bytes)) return;
+  cpu::moe_experts(scratch_of(ctx), x, w, act, weights, experts, out, rounding(ctx));
 }
 
 // ---- Weights on a device

@@ -924,6 +924,41 @@ TEST(CliChatTemplateKwargs, ReachTheTemplate) {
 // bad configs, datasets and values are one-line errors naming the problem.
 // A model directory without tokenizer.json (the goldens) trains on rows of token ids; a text
 // row is then an error naming what is missing.
+// A Qwen3-MoE model end to end: info shows the MoE fields, the CPU forward runs (also with
+// --fp8), and what MoE models cannot do yet fails in one line at the start.
+TEST(CliMoe, InfoLogitsAndWhatIsNotSupportedYet) {
+  const std::string model = temp("moe_model");
+  ASSERT_EQ(run("init --arch qwen3-moe --preset tiny --out " + model).exit_code, 0);
+  const Result info = run("info " + model);
+  ASSERT_EQ(info.exit_code, 0) << info.output;
+  EXPECT_NE(info.output.find("Qwen3MoeForCausalLM"), std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("moe              top-2 of 4 experts (weights renormalized), expert "
+                             "intermediate 96, on 1 of 2 layers"),
+            std::string::npos)
+      << info.output;
+  EXPECT_NE(info.output.find("moe experts"), std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("moe routers"), std::string::npos) << info.output;
+  for (const char* fp8 : {"", " --fp8 row"}) {
+    const std::string npy = temp("moe_logits") + ".npy";
+    const Result r = run("logits " + model + " --ids 5,17,200" + fp8 + " --out " + npy);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(fs::exists(npy));
+    fs::remove(npy);
+  }
+  const std::string data = temp("moe_sft") + ".jsonl";
+  write_file(data, "{\"input_ids\": [1, 5, 9, 12, 7]}\n");
+  // PEFT has no default target modules for qwen3_moe: attention ones, which load fine.
+  expect_one_line_error("sft " + model + " --data " + data + " --out " + temp("moe_sft_run") +
+                            " --steps 1 --lora-target-modules q_proj,v_proj",
+                        "training Qwen3MoeForCausalLM is not supported yet");
+  expect_one_line_error("quantize " + model + " " + temp("moe_q") + " --scheme row",
+                        "FP8 checkpoints of MoE models");
+  expect_one_line_error("logits " + model + " --ids 1 --device cuda --out " + temp("x") + ".npy",
+                        "cuda");
+  fs::remove(data);
+  fs::remove_all(model);
+}
+
 TEST(CliTrain, SftOnTokenIdsNeedsNoTokenizer) {
   const std::string model = fp8rl::test::golden_dir("llama");
   ASSERT_FALSE(fs::exists(model + "/tokenizer.json"));

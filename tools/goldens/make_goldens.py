@@ -10,20 +10,35 @@ activation lands within MIN_MARGIN of an e4m3 rounding boundary: otherwise a
 last-ulp difference in fp32 summation order between two correct implementations flips one
 rounding, and in a quantized network one flip cascades into the FP8 noise level.
 
+Mixture-of-experts architectures (qwen3_moe) get fp32 logits only (their fused experts are no
+nn.Linear the emulation could replace) and are written twice from the same weights: OUT/<arch>
+as the Hub stores experts (mlp.experts.E.{gate,up,down}_proj.weight) and OUT/<arch>_fused as
+transformers 5 fuses them (mlp.experts.gate_up_proj [E, 2I, H], gate rows then up rows of each
+expert; mlp.experts.down_proj [E, H, I]), whatever layout save_pretrained itself writes. They
+draw from their own seed, so `--only qwen3_moe` makes the same files as a full run.
+
 Runs wherever torch + transformers exist (the GPU machine); everything runs on the CPU in fp32
 so the results do not depend on TF32 or GPU kernels. Usage:
-    python3 tools/goldens/make_goldens.py OUT_DIR
+    python3 tools/goldens/make_goldens.py OUT_DIR                  # everything, OUT/summary.json
+    python3 tools/goldens/make_goldens.py --only qwen3_moe OUT_DIR  # OUT/summary_qwen3_moe.json
+--only takes comma-separated names. The five dense architectures share one random stream in
+their listed order, so one of them alone gets other weights than in a full run (regenerate
+those together).
 """
+import argparse
 import json
 import os
+import re
 import sys
+import zlib
 
 import numpy as np
 import torch
 import transformers
+from safetensors.torch import save_file
 from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM,
                           MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-                          Qwen3Config, Qwen3ForCausalLM)
+                          Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 E4M3_MAX = 448.0
 BLOCK = 128
@@ -58,7 +73,15 @@ def configs():
             rope_scaling={"rope_type": "linear", "factor": 2.0}, sliding_window=8,
             query_pre_attn_scalar=24, layer_types=["sliding_attention", "full_attention"],
             hidden_activation="gelu_pytorch_tanh")),
+        # Layer 0 sparse (4 experts, top-2, renormalized as Qwen3-30B-A3B), layer 1 dense.
+        "qwen3_moe": (Qwen3MoeForCausalLM, Qwen3MoeConfig(
+            **COMMON, tie_word_embeddings=False, rope_theta=1000000.0, num_experts=4,
+            num_experts_per_tok=2, moe_intermediate_size=96, norm_topk_prob=True,
+            decoder_sparse_step=1, mlp_only_layers=[1])),
     }
+
+
+MOE_ARCHS = ("qwen3_moe",)
 
 
 def e4m3_midpoints():
@@ -155,24 +178,118 @@ def randomize(model, gen):
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))
 
 
+def randomize_moe(model, gen, std):
+    """Routers and experts drawn here, N(0, std), whatever the library's init does with them."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".mlp.experts." in name or name.endswith(".mlp.gate.weight"):
+                p.copy_(std * torch.randn(p.shape, generator=gen))
+
+
+# Smallest gap, over tokens and MoE layers, between the k-th and (k+1)-th routing probability:
+# where it is near fp32 noise another correct implementation could pick another expert.
+ROUTING = {"min_gap": float("inf")}
+
+
+def record_routing(model, top_k):
+    def hook(module, args):
+        x = args[0].reshape(-1, args[0].shape[-1]).float()
+        p = torch.softmax(x @ module.weight.float().T, dim=-1).sort(dim=-1, descending=True).values
+        ROUTING["min_gap"] = min(ROUTING["min_gap"], float((p[:, top_k - 1] - p[:, top_k]).min()))
+    for layer in model.model.layers:
+        gate = getattr(layer.mlp, "gate", None)
+        if gate is not None and hasattr(gate, "weight") and not hasattr(layer.mlp, "gate_proj"):
+            gate.register_forward_pre_hook(hook)
+
+
+def expert_layouts(state):
+    """The state dict as the Hub stores experts and as transformers 5 fuses them: (hub, fused).
+    Accepts either layout (transformers 4 modules are per expert, 5's parameters fused)."""
+    per_expert, common = {}, {}
+    for name, t in state.items():
+        t = t.detach().clone()
+        m = re.fullmatch(r"(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight", name)
+        f = re.fullmatch(r"(model\.layers\.\d+\.mlp\.experts)\.(gate_up_proj|down_proj)", name)
+        if m:
+            per_expert.setdefault(m[1], {})[(int(m[2]), m[3])] = t
+        elif f and f[2] == "gate_up_proj":
+            half = t.shape[1] // 2
+            for e in range(t.shape[0]):
+                per_expert.setdefault(f[1], {})[(e, "gate")] = t[e, :half].clone()
+                per_expert[f[1]][(e, "up")] = t[e, half:].clone()
+        elif f:
+            for e in range(t.shape[0]):
+                per_expert.setdefault(f[1], {})[(e, "down")] = t[e].clone()
+        else:
+            common[name] = t
+    hub, fused = dict(common), dict(common)
+    for prefix, parts in per_expert.items():
+        n = 1 + max(e for e, _ in parts)
+        for (e, proj), t in parts.items():
+            hub[f"{prefix}.{e}.{proj}_proj.weight"] = t
+        fused[f"{prefix}.gate_up_proj"] = torch.stack(
+            [torch.cat([parts[(e, "gate")], parts[(e, "up")]], dim=0) for e in range(n)])
+        fused[f"{prefix}.down_proj"] = torch.stack([parts[(e, "down")] for e in range(n)])
+    return hub, fused
+
+
+def write_weights(out, tensors):
+    """OUT/model.safetensors alone (no shards, no index)."""
+    for f in os.listdir(out):
+        if f.endswith(".safetensors") or f.endswith(".safetensors.index.json"):
+            os.remove(os.path.join(out, f))
+    save_file({k: v.contiguous() for k, v in sorted(tensors.items())},
+              os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+
+
 def logits_of(model, ids):
     with torch.no_grad():
         return model(input_ids=ids, use_cache=False).logits[0].float().numpy()
 
 
 def main():
-    out_root = sys.argv[1]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out", help="output root: OUT/<arch>/... and the summary")
+    ap.add_argument("--only", default="", help="comma-separated architectures (default: all)")
+    args = ap.parse_args()
+    out_root = args.out
+    all_configs = configs()
+    only = [a for a in args.only.split(",") if a]
+    unknown = [a for a in only if a not in all_configs]
+    if unknown:
+        raise SystemExit(f"--only: unknown {unknown} (known: {', '.join(all_configs)})")
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(1234)
     summary = {"transformers": transformers.__version__, "torch": torch.__version__}
-    for arch, (cls, cfg) in configs().items():
+    for arch, (cls, cfg) in all_configs.items():
+        if only and arch not in only:
+            continue
+        moe = arch in MOE_ARCHS
+        if moe:  # its own stream: the same weights with or without --only
+            torch.manual_seed(zlib.crc32(arch.encode()))
+            gen = torch.Generator().manual_seed(zlib.crc32(arch.encode()) + 1)
         cfg._attn_implementation = "eager"
+        if moe:  # transformers 5: the reference loop over the experts hit
+            cfg._experts_implementation = "eager"
         model = cls(cfg).float().eval()
         randomize(model, gen)
+        if moe:
+            randomize_moe(model, gen, cfg.initializer_range)
         model = model.to(torch.bfloat16)
         out = os.path.join(out_root, arch)
         model.save_pretrained(out, safe_serialization=True)
         state = model.float().state_dict()
+        if moe:
+            # Both expert layouts of the same bf16 weights; config.json etc. as saved.
+            hub, fused = expert_layouts(model.state_dict())
+            fused_out = os.path.join(out_root, arch + "_fused")
+            os.makedirs(fused_out, exist_ok=True)
+            for f in os.listdir(out):
+                if f.endswith(".json") and "safetensors" not in f:
+                    with open(os.path.join(out, f)) as src, open(os.path.join(fused_out, f), "w") as dst:
+                        dst.write(src.read())
+            write_weights(out, hub)
+            write_weights(fused_out, fused)
 
         def fresh():
             # A new module gets fp32 rotary buffers; .to(bfloat16) above rounded the old ones.
@@ -181,6 +298,22 @@ def main():
             return m
 
         model = fresh()
+        if moe:
+            record_routing(model, cfg.num_experts_per_tok)
+        ids = torch.randint(3, cfg.vocab_size, (1, SEQ_LEN), generator=gen)
+        ROUTING["min_gap"] = float("inf")
+        logits = logits_of(model, ids)
+        outs = [out, os.path.join(out_root, arch + "_fused")] if moe else [out]
+        for o in outs:
+            np.save(os.path.join(o, "logits_fp32.npy"), logits)
+            with open(os.path.join(o, "ids.json"), "w") as f:
+                json.dump(ids[0].tolist(), f)
+        if moe:
+            summary[f"{arch}_min_routing_gap"] = ROUTING["min_gap"]
+            summary[f"{arch}_fp8"] = "none: the emulation replaces nn.Linear modules only"
+            print(arch, "min routing gap", ROUTING["min_gap"], flush=True)
+            summary[arch] = json.load(open(os.path.join(out, "config.json")))
+            continue
         qmodels = {}
         for scheme in ("tensor", "row", "block"):
             qmodels[scheme] = fresh()
@@ -189,10 +322,6 @@ def main():
                     for name in LINEARS:
                         if hasattr(parent, name):
                             setattr(parent, name, Fp8EmulatedLinear(getattr(parent, name), scheme))
-        ids = torch.randint(3, cfg.vocab_size, (1, SEQ_LEN), generator=gen)
-        np.save(os.path.join(out, "logits_fp32.npy"), logits_of(model, ids))
-        with open(os.path.join(out, "ids.json"), "w") as f:
-            json.dump(ids[0].tolist(), f)
         # Per scheme, a token sequence whose FP8 forward keeps every activation away from the
         # e4m3 rounding boundaries: the FP8 golden then tests the recipe, not summation order.
         for scheme, qmodel in qmodels.items():
@@ -213,7 +342,8 @@ def main():
             summary[f"{arch}_{scheme}_tries"] = attempt + 1
             print(arch, scheme, "margin score", margin, "tries", attempt + 1, flush=True)
         summary[arch] = json.load(open(os.path.join(out, "config.json")))
-    with open(os.path.join(out_root, "summary.json"), "w") as f:
+    name = "summary.json" if not only else "summary_" + "+".join(only) + ".json"
+    with open(os.path.join(out_root, name), "w") as f:
         json.dump(summary, f, indent=1)
 
 

@@ -69,6 +69,13 @@ void dequantize(const QuantizedActivation& q, const TensorView& out, Rounding r)
 void linear(Arena& scratch, const QuantizedActivation& x, const LinearWeight& w,
             const TensorView& out, Output kind, Rounding r);
 
+// Mixture of experts (moe.cpp); operands checked by ops.cpp.
+void moe_route(Arena& scratch, const TensorView& x, const LinearWeight& router, bool normalize,
+               const TensorView& weights, const TensorView& experts, Rounding r);
+void moe_experts(Arena& scratch, const TensorView& x, const MoeWeights& w, GatedActivation act,
+                 const TensorView& weights, const TensorView& experts, const TensorView& out,
+                 Rounding r);
+
 // The sampler (sampling.cpp); operands checked by ops/sampling.cpp.
 void sample(Arena& scratch, const TensorView& logits, const TensorView& rows,
             const TensorView& history, int top_logprobs, const SampleOutput& out);
