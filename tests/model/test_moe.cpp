@@ -383,6 +383,49 @@ TEST(MoeModel, Fp8QuantizesTheExpertsNotTheRouter) {
   EXPECT_GE(top1_agreement(fp8, fp32), 0.5);
 }
 
+// The MoE block against the dense MLP the goldens hold to HF: an MoE layer whose experts are
+// all copies of a dense layer's MLP, with renormalized routing weights, is that dense layer
+// (up to the rounding of w_a y + w_b y against y), whatever the router says. Without the
+// renormalization the weights sum to less than 1: far off.
+TEST(MoeModel, ExpertsThatAreCopiesOfTheDenseMlpGiveTheDenseModel) {
+  json dense_config = preset_config_json("qwen3-tiny");
+  dense_config["intermediate_size"] = 96;
+  dense_config["initializer_range"] = 0.1;
+  const std::string dense = temp_dir("dense"), moe = temp_dir("copies");
+  write_random_checkpoint(dense_config, dense, 11);
+  std::map<std::string, Tensor> t = read_all(dense);
+  const std::string p = "model.layers.0.mlp.";
+  for (int64_t e = 0; e < 4; ++e)
+    for (const char* proj : {"gate_proj", "up_proj", "down_proj"})
+      t[p + "experts." + std::to_string(e) + "." + proj + ".weight"] = t.at(p + proj + ".weight");
+  for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) t.erase(p + proj + ".weight");
+  Tensor router = Tensor::empty({4, 192}, DType::bf16);
+  for (int64_t i = 0; i < router.numel(); ++i)
+    router.ptr<uint16_t>()[i] = f32_to_bf16(0.2f * float(std::sin(double(i))));
+  t[p + "gate.weight"] = router;
+  json moe_config = dense_config;
+  moe_config["architectures"] = {"Qwen3MoeForCausalLM"};
+  moe_config["model_type"] = "qwen3_moe";
+  const json tiny = tiny_config();
+  for (const char* k : {"num_experts", "num_experts_per_tok", "norm_topk_prob", "mlp_only_layers",
+                        "decoder_sparse_step"})
+    moe_config[k] = tiny.at(k);
+  moe_config["moe_intermediate_size"] = 96;
+  write_all(moe, t, moe_config);
+  const Tensor ref = prefill_logits(load_model(dense), kIds);
+  const Model m = load_model(moe);
+  ASSERT_TRUE(m.config().layers[0].moe && !m.config().layers[1].moe);
+  const double err = rel_max_diff(prefill_logits(m, kIds), ref);
+  EXPECT_LE(err, 1e-5);
+  std::printf("MoE of dense copies vs dense: rel_max_diff %.3g\n", err);
+  EXPECT_EQ(top1_agreement(prefill_logits(m, kIds), ref), 1.0);
+  moe_config["norm_topk_prob"] = false;
+  write_all(moe, t, moe_config);
+  EXPECT_GT(rel_max_diff(prefill_logits(load_model(moe), kIds), ref), 100 * err);
+  fs::remove_all(dense);
+  fs::remove_all(moe);
+}
+
 // ---- What the loader rejects, and what MoE models cannot do yet --------------------------
 
 TEST(MoeModel, WrongShapesAndMissingExpertsNameTheTensor) {

@@ -171,7 +171,10 @@ def load_model(path):
         print("WARNING: dtype ignored by from_pretrained, upcasting", flush=True)
         model = model.float()
     model.eval()
-    model.config._experts_implementation = "eager"  # MoE (transformers 5): the reference loop
+    try:  # MoE (transformers 5): the reference loop over the experts hit
+        model.config._experts_implementation = "eager"
+    except AttributeError:
+        pass
     # Greedy decoding with no end-of-sequence: every prompt yields NEW_TOKENS tokens and no
     # logits processor (min_new_tokens would mask eos) changes the argmax.
     model.generation_config.eos_token_id = None

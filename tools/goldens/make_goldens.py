@@ -270,7 +270,10 @@ def main():
             gen = torch.Generator().manual_seed(zlib.crc32(arch.encode()) + 1)
         cfg._attn_implementation = "eager"
         if moe:  # transformers 5: the reference loop over the experts hit
-            cfg._experts_implementation = "eager"
+            try:
+                cfg._experts_implementation = "eager"
+            except AttributeError:
+                pass
         model = cls(cfg).float().eval()
         randomize(model, gen)
         if moe:
@@ -278,7 +281,6 @@ def main():
         model = model.to(torch.bfloat16)
         out = os.path.join(out_root, arch)
         model.save_pretrained(out, safe_serialization=True)
-        state = model.float().state_dict()
         if moe:
             # Both expert layouts of the same bf16 weights; config.json etc. as saved.
             hub, fused = expert_layouts(model.state_dict())
@@ -290,6 +292,7 @@ def main():
                         dst.write(src.read())
             write_weights(out, hub)
             write_weights(fused_out, fused)
+        state = model.float().state_dict()
 
         def fresh():
             # A new module gets fp32 rotary buffers; .to(bfloat16) above rounded the old ones.
@@ -311,6 +314,8 @@ def main():
         if moe:
             summary[f"{arch}_min_routing_gap"] = ROUTING["min_gap"]
             summary[f"{arch}_fp8"] = "none: the emulation replaces nn.Linear modules only"
+            summary[f"{arch}_experts_implementation"] = str(
+                getattr(cfg, "_experts_implementation", None))
             print(arch, "min routing gap", ROUTING["min_gap"], flush=True)
             summary[arch] = json.load(open(os.path.join(out, "config.json")))
             continue
