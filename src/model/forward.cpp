@@ -262,8 +262,8 @@ void decoder_layer(Context& ctx, const Model& m, const LoraAdapter* adapter, int
     // The router reads the plain normed input; each expert quantizes its own rows.
     const LinearInput in = block_input(ctx, c, saving, r.x, proj, set.x_mid, mlp_norm,
                                        {&l.moe.router}, false, set.h_mlp, set.inv_rms_mid);
-    const TensorView weights = ops::scratch_alloc(ctx, {t, c.moe.top_k}, DType::f32);
-    const TensorView experts = ops::scratch_alloc(ctx, {t, c.moe.top_k}, DType::i32);
+    const TensorView weights = ops::scratch_alloc(ctx, {t, c.moe.top_k}, DType::f32);  // [T, k]
+    const TensorView experts = ops::scratch_alloc(ctx, {t, c.moe.top_k}, DType::i32);  // [T, k]
     ops::moe_route(ctx, in.x, l.moe.router, c.moe.norm_topk_prob, weights, experts);
     ops::moe_experts(ctx, in.x, l.moe,
                      c.activation == MlpActivation::silu ? ops::GatedActivation::silu

@@ -336,7 +336,7 @@ enum class GatedActivation : uint8_t { silu, gelu_tanh };
 // each sum. An expert's rows run as one batch through linear() and silu_mul / gelu_tanh_mul,
 // so FP8 experts quantize their inputs per token (row, group scaling) or over the rows the
 // expert got (tensor scaling). x, out [T, H] activations, distinct; weights, experts [T, k] as
-// moe_route writes them (expert ids outside [0, E) raise).
+// moe_route writes them (an expert id outside [0, E), or twice for one token, raises).
 void moe_experts(Context& ctx, const TensorView& x, const MoeWeights& w, GatedActivation act,
                  const TensorView& weights, const TensorView& experts, const TensorView& out);
 
