@@ -165,11 +165,17 @@ def datasets(c):
             c.add("prompt_data", json.dumps({"prompt": m[0]["content"], "answer": 1}).encode())
 
 
+def run_configs(c):
+    for path in files("examples/**/*.yaml", "tests/data/**/*.yaml"):
+        c.add("run_config", read(path))
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     c = Corpus(sys.argv[1])
-    for f in (safetensors_headers, configs, tokenizers, chat_templates, messages, npys, datasets):
+    for f in (safetensors_headers, configs, tokenizers, chat_templates, messages, npys, datasets,
+              run_configs):
         f(c)
     for target, n in sorted(c.counts.items()):
         print(f"make_corpus: {target}: {n} seeds")

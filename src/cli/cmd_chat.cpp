@@ -125,12 +125,12 @@ std::string reply(ModelSession& session, Engine& engine, const nlohmann::ordered
   GenerationRequest request;
   request.prompt_ids = session.encode_chat(messages);
   request.params = defaults;
-  const int64_t context = session.model().config().max_position_embeddings;
-  const int64_t room = context - int64_t(request.prompt_ids.size());
-  CHECK(room >= 1,
-        "the conversation ({} tokens) fills the model's context of {} tokens; /reset starts a "
-        "new one",
-        request.prompt_ids.size(), context);
+  const ModelConfig& config = session.model().config();
+  check_context(config, int64_t(request.prompt_ids.size()) + 1,
+                fmt::format("the conversation of {} plus a reply's first token",
+                            counted(int64_t(request.prompt_ids.size()), "token")),
+                "/reset starts a new one");
+  const int64_t room = config.max_context - int64_t(request.prompt_ids.size());
   request.params.max_tokens = int(std::min<int64_t>(request.params.max_tokens, room));
   tok::IncrementalDecoder decoder(session.require_tokenizer("chat"), /*skip_special=*/true);
   std::string text;

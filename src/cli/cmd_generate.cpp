@@ -185,13 +185,12 @@ void run_generate(const GenerateOptions& o) {
 
   // Every line's request before the weights load (config.json and the tokenizer suffice): a
   // prompt with no room for max_tokens in the model's context fails at once.
-  const ModelConfig config = ModelConfig::load(o.session.model);
   ModelText text(o.session.model, o.session.chat_template_kwargs);
   std::vector<GenerationRequest> requests;
   for (const Line& line : lines) {
     try {
       requests.push_back(make_request(text, line.json, defaults));
-      validate_request(requests.back(), config);
+      validate_request(requests.back(), text.config());
     } catch (const Error& e) {
       RAISE("{} line {}: {}", o.prompts, line.number, e.what());
     }

@@ -1,4 +1,5 @@
 // fp8rl grpo --config RUN.yaml [MODEL] [every GRPOConfig key as a flag]
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -9,6 +10,7 @@
 #include "cli/train_session.h"
 #include "core/check.h"
 #include "core/spelling.h"
+#include "ops/memory.h"
 #include "rl/grpo_trainer.h"
 #include "rl/prompt_data.h"
 #include "rl/reward_config.h"
@@ -32,43 +34,80 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   // The prompts next, tokenized before the weights load: a row that cannot run (too long for
   // the model's context with a whole completion) fails at once, not in the round that draws it.
   ModelFiles files = load_model_files(cfg);
-  const tok::Tokenizer& tokenizer = files.text.require_tokenizer("training");
-  const SftTokenizerSetup setup = load_sft_tokenizer_setup(cfg.model, tokenizer);
+  const ModelConfig& config = files.text.config();
   PromptDataOptions d;
   d.max_prompt_length = cfg.max_prompt_length;
   d.truncation = cfg.truncation;
   d.chat_template_kwargs = cfg.chat_template_kwargs;
-  const ChatTemplateConfig* chat = setup.chat ? &*setup.chat : nullptr;
-  std::vector<PromptExample> prompts = read_prompt_dataset(cfg.data, tokenizer, chat, d);
-  // The eval prompts as the training ones (the same limits), before any step.
-  std::vector<PromptExample> eval_prompts;
-  if (cfg.evaluates()) eval_prompts = read_prompt_dataset(cfg.eval_dataset, tokenizer, chat, d);
-  const int64_t context = files.config.max_position_embeddings;
-  check_prompt_room(prompts, cfg.data, cfg.max_completion_length, context);
-  if (cfg.evaluates())
-    check_prompt_room(eval_prompts, cfg.eval_dataset, cfg.max_completion_length, context);
+  const ChatTemplateConfig* chat =
+      files.tokenizer_setup.chat ? &*files.tokenizer_setup.chat : nullptr;
+  // A dry run still plans when the prompts cannot be tokenized: at the configured lengths.
+  const bool untokenized = cfg.dry_run && files.text.tokenizer() == nullptr;
+  std::vector<PromptExample> prompts, eval_prompts;
+  if (untokenized) {
+    CHECK(cfg.max_prompt_length.has_value(),
+          "--dry-run: {} has no tokenizer.json to measure the prompts with and max_prompt_length "
+          "is null: give max_prompt_length for the plan",
+          cfg.model);
+    // A full completion after a prompt of one token must fit; prompts longer than what is left
+    // of the context cannot run, so the configured length stops there.
+    check_context(config, 1 + cfg.max_completion_length,
+                  fmt::format("a prompt of 1 token plus max_completion_length {}",
+                              cfg.max_completion_length));
+    PromptExample p;
+    p.ids.assign(
+        size_t(std::min(*cfg.max_prompt_length, config.max_context - cfg.max_completion_length)),
+        0);
+    prompts.assign(size_t(cfg.prompts_per_generation()), p);
+  } else {
+    const tok::Tokenizer& tokenizer = files.text.require_tokenizer("training");
+    prompts = read_prompt_dataset(cfg.data, tokenizer, chat, d);
+    // The eval prompts as the training ones (the same limits), before any step.
+    if (cfg.evaluates()) eval_prompts = read_prompt_dataset(cfg.eval_dataset, tokenizer, chat, d);
+    // The lengths once every input has been read (a malformed row is named first).
+    check_prompt_room(prompts, cfg.data, cfg.max_completion_length, config);
+    check_prompt_room(eval_prompts, cfg.eval_dataset, cfg.max_completion_length, config);
+  }
   const size_t num_prompts = prompts.size();
-  TrainSession ts(cfg, uint64_t(cfg.seed), std::move(files.text));
-  GrpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), &ts.tokenizer(), ts.session().eos_ids(),
-                      std::move(prompts), cfg, std::move(rewards), ts.base_model_name());
-  if (cfg.evaluates()) trainer.set_eval_data(std::move(eval_prompts));
+  const int64_t prompt_length = prompts.empty() ? 0 : int64_t(prompts[0].ids.size());
+  TrainSession ts(cfg, uint64_t(cfg.seed), std::move(files), cfg.dry_run);
+  GrpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), ts.tokenizer_if_any(),
+                      ts.session().eos_ids(), std::move(prompts), cfg, std::move(rewards),
+                      ts.base_model_name());
+  if (cfg.evaluates() && !untokenized) trainer.set_eval_data(std::move(eval_prompts));
   if (cfg.dry_run) {
     const GrpoMemoryPlan p = trainer.memory_plan();
+    // Without the device its free memory is unknown: the pool is what the engine can use.
+    const std::string kv_bound =
+        ops::device_present(ts.ctx())
+            ? ""
+            : "; the KV pool holds max_num_seqs sequences of the full context, which a device "
+              "with less free memory bounds";
     std::vector<PlanPart> parts = {
         {"standby region", p.standby_region_bytes,
          fmt::format("the larger of the engine's KV pool, {:.1f} MiB, and the training pass: "
-                     "saved activations {:.1f} + KV {:.1f}",
+                     "saved activations {:.1f} + KV {:.1f}{}",
                      double(p.engine_kv_bytes) / (1 << 20), double(p.pass.saved_bytes) / (1 << 20),
-                     double(p.pass.kv_bytes) / (1 << 20)),
+                     double(p.pass.kv_bytes) / (1 << 20), kv_bound),
          true}};
     if (p.reference_adapter_bytes > 0)
       parts.push_back({"reference adapter", p.reference_adapter_bytes,
                        "the adapter the run continues from, frozen", true});
+    const std::string of =
+        untokenized ? fmt::format(
+                          "the prompts not tokenized, {} has no tokenizer.json: {} of {}, "
+                          "max_prompt_length{}",
+                          cfg.model, counted(int64_t(num_prompts), "prompt"),
+                          counted(prompt_length, "token"),
+                          prompt_length < cfg.max_prompt_length.value_or(0)
+                              ? " cut to what the context leaves"
+                              : "")
+                    : fmt::format("{}, {}", counted(int64_t(num_prompts), "prompt"),
+                                  counted(trainer.total_steps(), "step"));
     print_memory_plan(ts,
-                      fmt::format("memory plan of the run ({}, {}; the pass over the "
-                                  "longest micro-batch)",
-                                  counted(int64_t(num_prompts), "prompt"),
-                                  counted(trainer.total_steps(), "step")),
+                      fmt::format("memory plan of the run ({}; the pass over the longest "
+                                  "micro-batch)",
+                                  of),
                       p.optimizer_state_bytes, parts, p.pass.scratch_bytes);
     return;
   }

@@ -78,9 +78,26 @@ void run_info(const std::string& dir, const std::string& device) {
   if (sliding > 0)
     fmt::print("sliding window   {} on {} of {}\n", counted(c.sliding_window, "token"), sliding,
                counted(c.num_layers, "layer"));
-  const char* rope_types[] = {"default", "linear", "llama3"};
-  fmt::print("rope             {} theta {}\n", rope_types[int(c.layers.back().rope.type)],
-             c.layers.back().rope.theta);
+  // A full-attention layer's rope (Gemma 3's sliding layers keep the plain local one).
+  const LayerConfig* full = &c.layers.back();
+  for (const LayerConfig& l : c.layers)
+    if (!l.sliding) {
+      full = &l;
+      break;
+    }
+  const RopeConfig& rope = full->rope;
+  fmt::print("rope             {} theta {}", rope_type_name(rope.type), rope.theta);
+  if (rope.type == RopeConfig::Type::linear) fmt::print(" factor {}", rope.factor);
+  if (rope.type == RopeConfig::Type::llama3 || rope.type == RopeConfig::Type::yarn)
+    fmt::print(" factor {} over {}", rope.factor,
+               counted(rope.original_max_position_embeddings, "position"));
+  if (rope.type == RopeConfig::Type::yarn)
+    fmt::print(" (attention factor {:.6g})", rope.attention_factor);
+  fmt::print("\n");
+  fmt::print("context          {}{}\n", counted(c.max_context, "position"),
+             c.max_context != c.max_position_embeddings
+                 ? fmt::format(" (max_position_embeddings {})", c.max_position_embeddings)
+                 : "");
   fmt::print("vocab            {}{}\n", c.vocab_size,
              c.tie_word_embeddings ? " (lm_head tied to the embedding)" : "");
 

@@ -24,12 +24,12 @@ void run_logits(LogitsOptions o) {
   const std::vector<int32_t> ids = parse_ids(o.ids);
   o.session.bf16_activations =
       parse_activations(o.activations, parse_device(o.session.device), o.activations_given);
-  ModelSession session(o.session);
+  // Before the weights load: config.json alone says how many positions the model has.
+  ModelText text(o.session.model, o.session.chat_template_kwargs);
+  check_context(text.config(), int64_t(ids.size()), "--ids");
+  ModelSession session(o.session, std::move(text));
   Context& ctx = session.ctx();
   const Model& model = session.model();
-  CHECK(int64_t(ids.size()) <= model.config().max_position_embeddings,
-        "--ids: {} tokens, more than the model's max_position_embeddings {}", ids.size(),
-        model.config().max_position_embeddings);
   KvCache cache(model.config(), int64_t(ids.size()), ctx);
   const std::vector<int32_t> positions = iota(ids.size());
   Tensor logits = Tensor::empty({int64_t(ids.size()), model.config().vocab_size}, DType::f32);

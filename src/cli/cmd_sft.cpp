@@ -1,4 +1,5 @@
 // fp8rl sft MODEL --data TRAIN.jsonl --out RUN_DIR [--config F.yaml] [every SFTConfig key]
+#include <algorithm>
 #include <memory>
 
 #include "cli/commands.h"
@@ -6,7 +7,9 @@
 #include "cli/output_path.h"
 #include "cli/train_session.h"
 #include "core/check.h"
+#include "core/input_file.h"
 #include "core/spelling.h"
+#include "formats/json_read.h"
 #include "train/run_dir.h"
 #include "train/sft_trainer.h"
 #include "train/step_metrics.h"
@@ -16,13 +19,56 @@ namespace fp8rl::cli {
 
 namespace {
 
+// Whether the dataset's first row holds token ids (input_ids), which need no tokenizer.
+bool rows_are_token_ids(const std::string& path) {
+  InputLines in(path, "dataset", uint64_t(64) << 20);
+  std::string text;
+  while (in.next(text)) {
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      const nlohmann::json row = parse_json_text(text, "the row");
+      return row.is_object() && row.contains("input_ids");
+    } catch (const Error&) {
+      return false;  // the reader names what is wrong with it
+    }
+  }
+  return false;
+}
+
+// The largest micro-batch of a dry run whose text rows cannot be tokenized (the model
+// directory has no tokenizer.json): sequences of `length` tokens, as many as one takes.
+std::vector<SftExample> configured_examples(const SftConfig& cfg, int64_t length) {
+  const int64_t n = cfg.packing ? std::max<int64_t>(1, cfg.tokens_per_batch() / length)
+                                : cfg.per_device_train_batch_size;
+  SftExample e;
+  e.input_ids.assign(size_t(length), 0);
+  e.loss_mask.assign(size_t(length), 1);
+  e.loss_mask[0] = 0;
+  return std::vector<SftExample>(size_t(n), e);
+}
+
+// The longest example against the model's context, before the weights load.
+void check_examples_context(const ModelConfig& c, const std::vector<SftExample>& examples,
+                            const std::string& data) {
+  const SftExample* longest = nullptr;
+  for (const SftExample& e : examples)
+    if (longest == nullptr || e.input_ids.size() > longest->input_ids.size()) longest = &e;
+  if (longest != nullptr)
+    check_context(c, int64_t(longest->input_ids.size()),
+                  fmt::format("the longest example, {} line {}", data, longest->line));
+}
+
 void run_sft(const SftConfig& cfg, const std::string& yaml) {
   CHECK(!cfg.data.empty(), "no dataset: give --data TRAIN.jsonl (or `data:` in the config)");
   // A RUN_DIR that is (or holds) an input, or cannot be written, fails before the model loads.
   check_run_dir(cfg.output_dir, {cfg.model, cfg.data, cfg.adapter, cfg.eval_dataset});
   check_output_dir(cfg);
   if (!cfg.dry_run) check_logging_dir_writable(cfg);
-  TrainSession ts(cfg, uint64_t(cfg.seed));
+  // The model directory's config and tokenizer first: the dataset is read and its lengths
+  // checked against the model's context before the weights load.
+  ModelFiles files = load_model_files(cfg);
+  const ModelConfig& config = files.text.config();
+  const tok::Tokenizer* tokenizer = files.text.tokenizer();
   SftDataOptions d;
   d.max_length = cfg.max_length;
   d.truncation = cfg.truncation;
@@ -30,25 +76,41 @@ void run_sft(const SftConfig& cfg, const std::string& yaml) {
   d.dataset_text_field = cfg.dataset_text_field;
   d.completion_only_loss = cfg.completion_only_loss;
   d.assistant_only_loss = cfg.assistant_only_loss;
-  d.eos_token_id = ts.tokenizer_setup().eos_token_id;
-  d.vocab_size = ts.model().config().vocab_size;
-  const auto& chat = ts.tokenizer_setup().chat;
-  std::vector<SftExample> examples =
-      read_sft_dataset(cfg.data, ts.tokenizer_if_any(), chat ? &*chat : nullptr, d);
-  // The eval rows as the training ones (the same limits and loss masks), before any step.
-  std::vector<SftExample> eval_examples;
-  if (cfg.evaluates())
-    eval_examples =
-        read_sft_dataset(cfg.eval_dataset, ts.tokenizer_if_any(), chat ? &*chat : nullptr, d);
+  d.eos_token_id = files.tokenizer_setup.eos_token_id;
+  d.vocab_size = config.vocab_size;
+  const auto& chat = files.tokenizer_setup.chat;
+  // A dry run still plans when text rows cannot be tokenized: at the configured lengths.
+  const bool untokenized = cfg.dry_run && tokenizer == nullptr && !rows_are_token_ids(cfg.data);
+  // Rows longer than the context cannot train, so the configured length stops there.
+  const int64_t length = std::min(cfg.max_length, config.max_context);
+  std::vector<SftExample> examples, eval_examples;
+  if (untokenized) {
+    examples = configured_examples(cfg, length);
+  } else {
+    examples = read_sft_dataset(cfg.data, tokenizer, chat ? &*chat : nullptr, d);
+    // The eval rows as the training ones (the same limits and loss masks), before any step.
+    if (cfg.evaluates())
+      eval_examples = read_sft_dataset(cfg.eval_dataset, tokenizer, chat ? &*chat : nullptr, d);
+    // The lengths once every input has been read (a malformed row is named first).
+    check_examples_context(config, examples, cfg.data);
+    check_examples_context(config, eval_examples, cfg.eval_dataset);
+  }
+  TrainSession ts(cfg, uint64_t(cfg.seed), std::move(files), cfg.dry_run);
   const size_t num_examples = examples.size();
   SftTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), std::move(examples), cfg,
                      ts.base_model_name());
-  if (cfg.evaluates()) trainer.set_eval_data(std::move(eval_examples));
+  if (cfg.evaluates() && !untokenized) trainer.set_eval_data(std::move(eval_examples));
   if (cfg.dry_run) {
-    print_pass_memory_plan(ts,
-                           fmt::format("memory plan of the largest micro-batch ({}, {})",
-                                       counted(int64_t(num_examples), "example"),
-                                       counted(trainer.total_steps(), "step")),
+    const std::string of =
+        untokenized
+            ? fmt::format(
+                  "the dataset not tokenized, {} has no tokenizer.json: {} of {}, "
+                  "max_length{}",
+                  cfg.model, counted(int64_t(num_examples), "example"), counted(length, "token"),
+                  length < cfg.max_length ? " cut to the model's context" : "")
+            : fmt::format("{}, {}", counted(int64_t(num_examples), "example"),
+                          counted(trainer.total_steps(), "step"));
+    print_pass_memory_plan(ts, fmt::format("memory plan of the largest micro-batch ({})", of),
                            trainer.optimizer_state_bytes(), trainer.plan());
     return;
   }

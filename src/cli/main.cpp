@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/check.h"
+#include "core/tensor.h"
 #include "train/run_dir.h"
 
 namespace {
@@ -142,7 +143,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fp8rl: error: %s\n", fp8rl::cli::error_message(e).c_str());
     return 1;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "fp8rl: error: out of memory\n");
+    // The sizes that could not be checked before allocating (the checked ones name their
+    // setting): say what bounds them.
+    std::fprintf(stderr,
+                 "fp8rl: error: out of memory (this process can have %s of host memory; lower "
+                 "the sizes given: batch sizes, lengths, lora_r)\n",
+                 fp8rl::bytes_text(fp8rl::host_memory_limit()).c_str());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fp8rl: error: %s\n", e.what());

@@ -5,6 +5,7 @@
 #include "cli/common.h"
 #include "core/check.h"
 #include "formats/json_read.h"
+#include "formats/quant_config.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_config.h"
@@ -34,6 +35,9 @@ nlohmann::ordered_json parse_chat_template_kwargs(const std::string& text) {
 ModelText::ModelText(std::string dir, const std::string& chat_template_kwargs)
     : dir_(std::move(dir)),
       chat_template_kwargs_(parse_chat_template_kwargs(chat_template_kwargs)) {
+  // config.json first: a directory that is not a model is named as such, not as one without a
+  // tokenizer.
+  if (!dir_.empty()) config_ = ModelConfig::load(dir_);
   if (!dir_.empty() && std::filesystem::exists(std::filesystem::path(dir_) / "tokenizer.json"))
     tokenizer_ = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_file(dir_));
 }
@@ -41,6 +45,11 @@ ModelText::ModelText(std::string dir, const std::string& chat_template_kwargs)
 ModelText::~ModelText() = default;
 ModelText::ModelText(ModelText&&) noexcept = default;
 ModelText& ModelText::operator=(ModelText&&) noexcept = default;
+
+const ModelConfig& ModelText::config() const {
+  CHECK(config_.has_value(), "no model directory, so no config.json");
+  return *config_;
+}
 
 const tok::Tokenizer& ModelText::require_tokenizer(const std::string& what) const {
   CHECK(tokenizer_ != nullptr, "{} needs the model's tokenizer, and {} has no tokenizer.json", what,
@@ -85,10 +94,29 @@ ModelSession::ModelSession(const SessionOptions& options)
     : ModelSession(options, ModelText(options.model, options.chat_template_kwargs)) {}
 
 ModelSession::ModelSession(const SessionOptions& options, ModelText text) : text_(std::move(text)) {
-  LoadOptions load;
-  load.fp8 = parse_fp8_option(options.fp8);
+  CHECK(text_.dir() == options.model, "the model text of {} given for a session of {}", text_.dir(),
+        options.model);
+  const std::optional<Fp8Scheme> fp8 = parse_fp8_option(options.fp8);
   open_device(options);
-  model_.emplace(Model::load(options.model, load));
+  if (options.plan_only) {
+    // The checkpoint's scheme as stored unless --fp8 names one; random buffers of the right
+    // shapes, planned on the dry-run context (nothing is allocated or filled).
+    const ModelConfig& config = text_.config();
+    const Fp8Scheme stored = parse_quantization_config(config.quantization).weight;
+    CHECK(!fp8 || stored == Fp8Scheme::off || *fp8 == stored,
+          "--fp8 {}: the checkpoint is quantized with {} scaling already", scheme_name(*fp8),
+          scheme_name(stored));
+    // Model::load keeps a CPU model's unquantized weights in the checkpoint's precision; a
+    // CUDA device holds them in bf16.
+    const DType unquantized =
+        ctx_.device == Device::cpu && config.dtype == DType::f32 ? DType::f32 : DType::bf16;
+    model_.emplace(Model::random(config, fp8 ? fp8 : std::optional<Fp8Scheme>(stored), ctx_, 0,
+                                 true, unquantized));
+  } else {
+    LoadOptions load;
+    load.fp8 = fp8;
+    model_.emplace(Model::load(options.model, load));
+  }
   model_->to_device(ctx_);
   load_adapter(options);
 }
@@ -112,6 +140,13 @@ void ModelSession::open_device(const SessionOptions& options) {
   const Device device = parse_device(options.device);
   CHECK(!options.bf16_activations || device == Device::cpu,
         "bf16 activations emulation applies to --device cpu only");
+  if (options.plan_only) {
+    plan_arena_ =
+        std::make_unique<Arena>(Arena::measuring(device, device == Device::cuda ? 256 : 64));
+    ctx_ = Context{device, plan_arena_.get()};
+    ctx_.dry_run = true;
+    return;
+  }
   if (device == Device::cuda) {
     CHECK(CudaDevice::built(), "--device cuda: this fp8rl was built without the CUDA backend");
     CHECK(CudaDevice::count() > 0, "--device cuda: no CUDA device is visible");

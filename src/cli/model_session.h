@@ -37,6 +37,11 @@ struct SessionOptions {
   // --chat-template-kwargs: extra chat template variables for every chat render (JSON text of
   // a mapping, TRL's / vLLM's chat_template_kwargs); empty: none.
   std::string chat_template_kwargs;
+  // An estimate (a training command's --dry-run without weights or without the device): the
+  // model is its shapes only, planned buffers on a dry-run context of `device` (ops/memory.h:
+  // DeviceBuffer), no weight read and no device opened; a run's objects built on that context
+  // measure their memory and hold none.
+  bool plan_only = false;
 };
 
 // --chat-template-kwargs into options.chat_template_kwargs.
@@ -49,18 +54,26 @@ inline const char* kAdapterHelp =
 // --temperature, --top-k, --top-p, --min-p, --repetition-penalty into `s` (vLLM's meanings).
 void add_sampling_filter_options(CLI::App& c, SamplingParams& s);
 
-// The text side of a model directory, which needs none of the weights: tokenizer.json (when
-// the directory has one), the chat template (on first use) and the stop ids. A command loads it
-// first to tokenize and check its prompts before the (slow) weight load, then hands it to its
-// ModelSession.
+// What a model directory says without its weights: config.json (the shapes and the context)
+// and the text side, tokenizer.json (when the directory has one), the chat template (on first
+// use) and the stop ids. A command loads it first to tokenize its prompts and check their
+// lengths against the context before the (slow) weight load, then hands it to its
+// ModelSession: the one way to read the text first and the weights after.
 class ModelText {
  public:
-  // `dir` may be empty (no tokenizer); `chat_template_kwargs` is --chat-template-kwargs' JSON
-  // text (empty: none), checked here.
+  // Reads the model directory's config.json, then its tokenizer.json (when it has one); `dir`
+  // may be empty (no config, no tokenizer). `chat_template_kwargs` is --chat-template-kwargs'
+  // JSON text (empty: none), checked here.
   ModelText(std::string dir, const std::string& chat_template_kwargs);
   ~ModelText();
   ModelText(ModelText&&) noexcept;
   ModelText& operator=(ModelText&&) noexcept;
+
+  const std::string& dir() const { return dir_; }
+  // config.json, parsed: what a command checks its lengths against before the weights load
+  // (check_context: max_context, which YaRN extends past max_position_embeddings), and the
+  // shapes of a plan_only session's model. An error when `dir` was empty.
+  const ModelConfig& config() const;
 
   // The model's tokenizer, or null when its directory has no tokenizer.json.
   const tok::Tokenizer* tokenizer() const { return tokenizer_.get(); }
@@ -83,6 +96,7 @@ class ModelText {
 
  private:
   std::string dir_;
+  std::optional<ModelConfig> config_;            // none when dir_ is empty
   nlohmann::ordered_json chat_template_kwargs_;  // --chat-template-kwargs, parsed
   std::unique_ptr<tok::Tokenizer> tokenizer_;
   mutable std::unique_ptr<ChatTemplateConfig> chat_;  // loaded on first use
@@ -90,10 +104,12 @@ class ModelText {
 
 class ModelSession {
  public:
-  // Loads the model directory's text side (ModelText), the checkpoint of options.model onto the
-  // device, then the adapter (checked against the model, every mismatch named).
+  // Loads the model directory's config and text side (ModelText), the checkpoint of
+  // options.model onto the device, then the adapter (checked against the model, every mismatch
+  // named). options.plan_only: no weights and no device, the model is text.config()'s shapes
+  // on a dry-run context.
   explicit ModelSession(const SessionOptions& options);
-  // The same with the text side loaded already (from options.model).
+  // The same with the ModelText of options.model loaded already.
   ModelSession(const SessionOptions& options, ModelText text);
   // The model made by `make` on the session's context (bench: random weights of a preset);
   // options.model may be empty (no tokenizer then).
@@ -138,6 +154,7 @@ class ModelSession {
   // The device outlives everything that holds its memory (declared first, destroyed last).
   std::unique_ptr<CudaDevice> cuda_;
   Arena arena_;
+  std::unique_ptr<Arena> plan_arena_;  // plan_only: the measuring scratch arena
   Context ctx_{Device::cpu, &arena_};
   std::optional<Model> model_;
   std::unique_ptr<LoraAdapter> adapter_;

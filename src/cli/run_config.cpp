@@ -13,6 +13,7 @@
 #include "core/input_file.h"
 #include "core/spelling.h"
 #include "formats/json_read.h"
+#include "tokenizer/unicode.h"
 
 namespace fp8rl::cli {
 
@@ -94,12 +95,128 @@ nlohmann::json split_list(const KeySpec& k, const std::string& text) {
   return a;
 }
 
+// A scalar's text. yaml-cpp decodes the escapes \N and \_ of double-quoted scalars to the
+// single bytes 0x85 and 0xA0, which are not UTF-8; they are U+0085 and U+00A0 (as PyYAML reads
+// them). The document itself is checked to be UTF-8 (read_yaml), so no other ill-formed byte
+// can reach a scalar.
+std::string scalar_text(const YAML::Node& n) {
+  const std::string& s = n.Scalar();
+  size_t bad = tok::find_invalid_utf8(s);
+  if (bad == std::string::npos) return s;
+  std::string out;
+  size_t from = 0;
+  while (bad != std::string::npos) {
+    const size_t at = from + bad;
+    const auto byte = static_cast<unsigned char>(s[at]);
+    out.append(s, from, at - from);
+    if (byte == 0x85 || byte == 0xA0) {
+      out += '\xC2';
+      out += char(byte);
+    } else {
+      out += "\xEF\xBF\xBD";  // U+FFFD, as any other decoder would
+    }
+    from = at + 1;
+    bad = tok::find_invalid_utf8(std::string_view(s).substr(from));
+  }
+  out.append(s, from, std::string::npos);
+  return out;
+}
+
+// A key as an error quotes it: as it is when short and printable, else a bounded JSON excerpt
+// (an explicit YAML key may be megabytes long or hold newlines).
+std::string key_text(const std::string& name) {
+  const bool plain = name.size() <= 80 && std::none_of(name.begin(), name.end(), [](char c) {
+                       return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+                     });
+  return plain ? name : json_excerpt(nlohmann::json(name), 80);
+}
+
+const char* node_kind(const YAML::Node& n) {
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a mapping";
+  return "null";
+}
+
+// What converting one run config's values may create. A YAML alias repeats the node its anchor
+// names without repeating its text, so a few hundred bytes of nested aliases name billions of
+// nodes (the "billion laughs"), and an alias inside its own anchor names a cycle; the parser's
+// depth guard sees neither. Run configs hold a few hundred nodes.
+constexpr int64_t kMaxYamlNodes = 100000;
+constexpr int64_t kMaxYamlScalarBytes = int64_t{16} << 20;
+constexpr size_t kMaxYamlDepth = 256;  // as JSON (formats/json_read.h)
+
+// The budget of one document's conversion, and where in the value it is (for errors:
+// "rewards[0].reward_process").
+class YamlBudget {
+ public:
+  void enter(const YAML::Node& n, std::string part) {
+    CHECK(path_.size() < kMaxYamlDepth,
+          "{}: nested deeper than the limit of {} levels (an alias inside its own anchor "
+          "repeats it without end)",
+          where(), kMaxYamlDepth);
+    path_.push_back(std::move(part));
+    try {
+      CHECK(++nodes_ <= kMaxYamlNodes,
+            "{}: the value expands past the limit of {} YAML nodes (aliases repeat the nodes "
+            "their anchors name)",
+            where(), kMaxYamlNodes);
+      if (n.IsScalar()) {
+        bytes_ += int64_t(n.Scalar().size());
+        CHECK(bytes_ <= kMaxYamlScalarBytes,
+              "{}: the value expands past the limit of {} bytes of YAML scalars (aliases "
+              "repeat the nodes their anchors name)",
+              where(), kMaxYamlScalarBytes);
+      }
+    } catch (const Error&) {
+      path_.pop_back();  // the scope that entered is not built, so it will not leave
+      throw;
+    }
+  }
+  // A mapping key's bytes count too (an alias may name a long scalar as a key).
+  void charge_key(const std::string& key) {
+    bytes_ += int64_t(key.size());
+    CHECK(bytes_ <= kMaxYamlScalarBytes,
+          "{}: the value expands past the limit of {} bytes of YAML scalars (aliases repeat the "
+          "nodes their anchors name)",
+          where(), kMaxYamlScalarBytes);
+  }
+  void leave() { path_.pop_back(); }
+  // The path to the current node, cut where it is long.
+  std::string where() const {
+    std::string s;
+    for (const std::string& p : path_) {
+      if (s.size() > 120) return s + "...";
+      s += p;
+    }
+    return s;
+  }
+
+ private:
+  std::vector<std::string> path_;
+  int64_t nodes_ = 0, bytes_ = 0;
+};
+
+// Counts `n` against the budget for the scope: entered under `part`, left at its end.
+class BudgetScope {
+ public:
+  BudgetScope(YamlBudget& b, const YAML::Node& n, std::string part) : budget_(b) {
+    budget_.enter(n, std::move(part));
+  }
+  ~BudgetScope() { budget_.leave(); }
+  BudgetScope(const BudgetScope&) = delete;
+  BudgetScope& operator=(const BudgetScope&) = delete;
+
+ private:
+  YamlBudget& budget_;
+};
+
 // A YAML node as JSON (json keys): plain scalars become null, bools, integers or numbers
-// when they read as such, quoted ones stay strings.
-nlohmann::json yaml_to_json(const YAML::Node& n) {
+// when they read as such, quoted ones stay strings. Mapping keys must be strings (JSON's keys
+// are); a null key is "null", as Python's json.dumps writes PyYAML's None.
+nlohmann::json yaml_to_json(const YAML::Node& n, YamlBudget& budget) {
   if (n.IsNull()) return nullptr;
   if (n.IsScalar()) {
-    const std::string s = n.Scalar();
+    const std::string s = scalar_text(n);
     if (n.Tag() == "?") {
       if (s == "true" || s == "True" || s == "TRUE") return true;
       if (s == "false" || s == "False" || s == "FALSE") return false;
@@ -110,23 +227,34 @@ nlohmann::json yaml_to_json(const YAML::Node& n) {
   }
   if (n.IsSequence()) {
     nlohmann::json a = nlohmann::json::array();
-    for (const YAML::Node& e : n) a.push_back(yaml_to_json(e));
+    size_t i = 0;
+    for (const YAML::Node& e : n) {
+      const BudgetScope scope(budget, e, fmt::format("[{}]", i++));
+      a.push_back(yaml_to_json(e, budget));
+    }
     return a;
   }
   nlohmann::json o = nlohmann::json::object();
-  for (const auto& kv : n) o[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+  for (const auto& kv : n) {
+    std::string key = "null";
+    if (!kv.first.IsNull()) {
+      CHECK(kv.first.IsScalar(),
+            "{}: a mapping key must be a string, not {} (line {}): JSON's keys are strings",
+            budget.where(), node_kind(kv.first), kv.first.Mark().line + 1);
+      key = scalar_text(kv.first);
+    }
+    budget.charge_key(key);
+    const BudgetScope scope(budget, kv.second, "." + key_text(key));
+    o[key] = yaml_to_json(kv.second, budget);
+  }
   return o;
 }
 
-const char* node_kind(const YAML::Node& n) {
-  if (n.IsSequence()) return "a list";
-  if (n.IsMap()) return "a mapping";
-  return "null";
-}
-
-// The typed value of `n` for key `k`; throws a message without the location.
-nlohmann::json yaml_value(const KeySpec& k, const YAML::Node& n) {
-  if (k.type == KeyType::json) return yaml_to_json(n);
+// The typed value of `n` for key `k`; throws a message without the location. Every node it
+// reads counts against `budget`, entered at the key.
+nlohmann::json yaml_value(const KeySpec& k, const YAML::Node& n, YamlBudget& budget) {
+  const BudgetScope scope(budget, n, k.name);
+  if (k.type == KeyType::json) return yaml_to_json(n, budget);
   if (n.IsNull()) {
     if (k.nullable) return nullptr;
     if (k.type == KeyType::string) return "";  // TRL configs write None for unset paths
@@ -135,15 +263,21 @@ nlohmann::json yaml_value(const KeySpec& k, const YAML::Node& n) {
   if (is_list(k.type)) {
     if (n.IsScalar()) return split_list(k, n.Scalar());
     nlohmann::json a = nlohmann::json::array();
+    if (n.IsScalar()) {
+      a.push_back(scalar_value(k, element_type(k.type), scalar_text(n)));
+      return a;
+    }
     CHECK(n.IsSequence(), "expected {}, got {}", k.describe_type(), node_kind(n));
+    size_t i = 0;
     for (const YAML::Node& e : n) {
+      const BudgetScope element(budget, e, fmt::format("[{}]", i++));
       CHECK(e.IsScalar(), "expected {}, got {} inside the list", k.describe_type(), node_kind(e));
-      a.push_back(scalar_value(k, element_type(k.type), e.Scalar()));
+      a.push_back(scalar_value(k, element_type(k.type), scalar_text(e)));
     }
     return a;
   }
   CHECK(n.IsScalar(), "expected {}, got {}", k.describe_type(), node_kind(n));
-  return scalar_value(k, k.type, n.Scalar());
+  return scalar_value(k, k.type, scalar_text(n));
 }
 
 // Shortest text that reads back to the same double, always with a '.' or exponent so that a
@@ -310,6 +444,13 @@ void reject_unknown_arguments(const std::vector<KeySpec>& keys,
 
 nlohmann::json read_yaml(const std::vector<KeySpec>& keys, const std::string& text,
                          const std::string& file) {
+  // YAML is Unicode text; yaml-cpp passes ill-formed bytes through to values that JSON cannot
+  // hold and that the run's config.yaml would not read back the same.
+  const size_t bad = tok::find_invalid_utf8(text);
+  CHECK(bad == std::string::npos,
+        "{}:{}: not valid YAML: not UTF-8 text (ill-formed byte 0x{:02X} at byte offset {})", file,
+        1 + std::count(text.begin(), text.begin() + std::ptrdiff_t(bad), '\n'),
+        static_cast<uint8_t>(text[bad]), bad);
   YAML::Node root;
   try {
     root = YAML::Load(text);
@@ -325,15 +466,18 @@ nlohmann::json read_yaml(const std::vector<KeySpec>& keys, const std::string& te
   CHECK(root.IsMap(), "{}: a run config is a YAML mapping of key: value, not {}", file,
         root.IsSequence() ? "a list" : "a single value");
   std::map<std::string, int> line_of;  // canonical name -> line where set
+  YamlBudget budget;                   // one for the whole file
   for (const auto& kv : root) {
     const int line = kv.first.Mark().line + 1;
     CHECK(kv.first.IsScalar(), "{}:{}: a key must be a name, not {}", file, line,
           node_kind(kv.first));
-    const std::string name = kv.first.Scalar();
+    const std::string name = scalar_text(kv.first);
     const KeySpec* k = find_key(keys, name);
     if (k == nullptr) {
-      const std::optional<std::string> near = nearest_key(keys, name);
-      RAISE("unknown key '{}' in {}:{}{}", name, file, line,
+      // A typo of a key is about as long as the key (the edit distance is quadratic in it).
+      const std::optional<std::string> near =
+          name.size() <= 80 ? nearest_key(keys, name) : std::nullopt;
+      RAISE("unknown key '{}' in {}:{}{}", key_text(name), file, line,
             near ? fmt::format(" (did you mean '{}'?)", *near) : std::string());
     }
     // A translated key (use_gradient_checkpointing) counts as setting the keys it writes.
@@ -345,11 +489,11 @@ nlohmann::json read_yaml(const std::vector<KeySpec>& keys, const std::string& te
             target, seen->second);
     }
     try {
-      values[k->name] = yaml_value(*k, kv.second);
+      values[k->name] = yaml_value(*k, kv.second, budget);
       if (k->check) k->check(values[k->name]);
     } catch (const Error& e) {
       RAISE("key '{}' in {}:{}: {}", name, file, line, e.what());
-    } catch (const YAML::Exception& e) {  // e.g. a mapping key that is not a name
+    } catch (const YAML::Exception& e) {
       RAISE("key '{}' in {}:{}: {}", name, file, line, e.msg);
     }
   }

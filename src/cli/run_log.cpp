@@ -79,26 +79,34 @@ bool blank(const std::string& line) {
 
 }  // namespace
 
+void add_metrics_line(RunMetrics& m, const std::string& line, const std::string& path,
+                      uint64_t number) {
+  if (blank(line)) return;
+  const nlohmann::json j = parse_line(line, path, number);
+  const auto step = j.find("step");
+  m.steps.push_back(step != j.end() && step->is_number() ? step->get<double>()
+                                                         : double(m.steps.size() + 1));
+  const size_t n = m.steps.size();
+  for (const auto& [key, value] : j.items()) {
+    if (key == "step") continue;
+    auto [it, added] = m.values.try_emplace(key);
+    it->second.resize(n - 1, kNaN);  // a key first seen now: absent before
+    it->second.push_back(number_or_nan(value));
+  }
+  for (auto& [key, column] : m.values) column.resize(n, kNaN);  // absent on this line
+}
+
+void finish_metrics(RunMetrics& m) {
+  m.keys.clear();
+  for (const auto& [key, column] : m.values) m.keys.push_back(key);
+}
+
 RunMetrics read_metrics(const std::string& path) {
   RunMetrics m;
   InputLines lines(path, "metrics file", kMaxMetricsLine);
   std::string line;
-  while (lines.next(line)) {
-    if (blank(line)) continue;
-    const nlohmann::json j = parse_line(line, path, lines.line_number());
-    const auto step = j.find("step");
-    m.steps.push_back(step != j.end() && step->is_number() ? step->get<double>()
-                                                           : double(m.steps.size() + 1));
-    const size_t n = m.steps.size();
-    for (const auto& [key, value] : j.items()) {
-      if (key == "step") continue;
-      auto [it, added] = m.values.try_emplace(key);
-      it->second.resize(n - 1, kNaN);  // a key first seen now: absent before
-      it->second.push_back(number_or_nan(value));
-    }
-    for (auto& [key, column] : m.values) column.resize(n, kNaN);  // absent on this line
-  }
-  for (const auto& [key, column] : m.values) m.keys.push_back(key);
+  while (lines.next(line)) add_metrics_line(m, line, path, lines.line_number());
+  finish_metrics(m);
   return m;
 }
 
@@ -110,31 +118,38 @@ std::string cut_utf8(const std::string& text, size_t max_bytes) {
   return text.substr(0, end);
 }
 
+std::optional<RunSample> parse_sample_line(const std::string& line, const std::string& path,
+                                           uint64_t number, size_t max_chars) {
+  if (blank(line)) return std::nullopt;
+  const nlohmann::json j = parse_line(line, path, number);
+  RunSample s;
+  const auto step = j.find("step");
+  s.step = step != j.end() && step->is_number_integer() ? step->get<int64_t>() : 0;
+  const auto text = [&](const char* key) {
+    const auto v = j.find(key);
+    if (v == j.end() || v->is_null()) return std::string();
+    return v->is_string() ? v->get<std::string>() : v->dump(1);
+  };
+  const std::string prompt = text("prompt"), completion = text("completion");
+  s.prompt_bytes = prompt.size();
+  s.completion_bytes = completion.size();
+  s.prompt = cut_utf8(prompt, max_chars);
+  s.completion = cut_utf8(completion, max_chars);
+  s.reward = j.contains("reward") ? number_or_nan(j["reward"]) : kNaN;
+  s.advantage = j.contains("advantage") ? number_or_nan(j["advantage"]) : kNaN;
+  return s;
+}
+
 std::vector<RunSample> read_last_samples(const std::string& path, size_t last_steps,
                                          size_t max_chars) {
   std::deque<std::vector<RunSample>> steps;  // the samples of each kept step
   InputLines lines(path, "samples file", kMaxSampleLine);
   std::string line;
   while (lines.next(line)) {
-    if (blank(line)) continue;
-    const nlohmann::json j = parse_line(line, path, lines.line_number());
-    RunSample s;
-    const auto step = j.find("step");
-    s.step = step != j.end() && step->is_number_integer() ? step->get<int64_t>() : 0;
-    const auto text = [&](const char* key) {
-      const auto v = j.find(key);
-      if (v == j.end() || v->is_null()) return std::string();
-      return v->is_string() ? v->get<std::string>() : v->dump(1);
-    };
-    const std::string prompt = text("prompt"), completion = text("completion");
-    s.prompt_bytes = prompt.size();
-    s.completion_bytes = completion.size();
-    s.prompt = cut_utf8(prompt, max_chars);
-    s.completion = cut_utf8(completion, max_chars);
-    s.reward = j.contains("reward") ? number_or_nan(j["reward"]) : kNaN;
-    s.advantage = j.contains("advantage") ? number_or_nan(j["advantage"]) : kNaN;
-    if (steps.empty() || steps.back().front().step != s.step) steps.emplace_back();
-    steps.back().push_back(std::move(s));
+    std::optional<RunSample> s = parse_sample_line(line, path, lines.line_number(), max_chars);
+    if (!s) continue;
+    if (steps.empty() || steps.back().front().step != s->step) steps.emplace_back();
+    steps.back().push_back(std::move(*s));
     if (steps.size() > last_steps) steps.pop_front();
   }
   std::vector<RunSample> out;

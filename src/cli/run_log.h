@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,11 @@ struct RunMetrics {
 // A line that is not a JSON object is an error naming file:line. Python writers (TRL) put bare
 // NaN / Infinity tokens in their JSON; they are read as null. Blank lines are skipped.
 RunMetrics read_metrics(const std::string& path);
+// One line of it (number: its 1-based line, for errors) added to `m`; a blank line adds
+// nothing. Call finish_metrics after the last.
+void add_metrics_line(RunMetrics& m, const std::string& line, const std::string& path,
+                      uint64_t number);
+void finish_metrics(RunMetrics& m);
 
 struct RunSample {
   int64_t step = 0;
@@ -36,6 +42,9 @@ struct RunSample {
 // that is not a string (a list of chat messages) is shown as its JSON.
 std::vector<RunSample> read_last_samples(const std::string& path, size_t last_steps,
                                          size_t max_chars);
+// One line of it (errors name path:number); nullopt for a blank line.
+std::optional<RunSample> parse_sample_line(const std::string& line, const std::string& path,
+                                           uint64_t number, size_t max_chars);
 
 // Cuts `text` to at most max_bytes bytes without splitting a UTF-8 character.
 std::string cut_utf8(const std::string& text, size_t max_bytes);

@@ -4,9 +4,15 @@
 #include <cmath>
 #include <filesystem>
 
+#include <fmt/ranges.h>
+
+#include "cli/common.h"
 #include "core/check.h"
 #include "core/output_file.h"
 #include "core/spelling.h"
+#include "formats/safetensors.h"
+#include "model/tape.h"
+#include "ops/device.h"
 #include "ops/memory.h"
 #include "train/run_dir.h"
 
@@ -14,30 +20,50 @@ namespace fp8rl::cli {
 
 namespace {
 
-void check_model_given(const ModelArguments& args) {
-  CHECK(!args.model.empty(), "no model: give MODEL (or `model:` in the config)");
+// Why a dry run of `args` cannot load as its run would, and plans from the shapes instead;
+// empty: it loads.
+std::string why_estimate(const ModelArguments& args) {
+  std::vector<std::string> why;
+  if (!Checkpoint::present(args.model))
+    why.push_back(fmt::format(
+        "{} holds no weights (no model.safetensors), the shapes come from its config.json",
+        args.model));
+  if (parse_device(args.device) == Device::cuda && !CudaDevice::built())
+    why.push_back(
+        "made without a device: this fp8rl was built without the CUDA backend, so the CUDA "
+        "kernels' scratch is taken as the CPU reference's");
+  else if (parse_device(args.device) == Device::cuda && CudaDevice::count() == 0)
+    why.push_back("made without a device: no CUDA device is visible");
+  return fmt::format("{}", fmt::join(why, "; "));
 }
 
 }  // namespace
 
 ModelFiles load_model_files(const ModelArguments& args) {
-  check_model_given(args);
-  // config.json first: a directory that is not a model is named as such, not as one without a
-  // tokenizer.
-  ModelConfig config = ModelConfig::load(args.model);
-  return {std::move(config), ModelText(args.model, "")};
+  CHECK(!args.model.empty(), "no model: give MODEL (or `model:` in the config)");
+  ModelFiles files{ModelText(args.model, ""), {}};
+  // Without tokenizer.json only rows of token ids can train (SFT); the commands that need text
+  // ask for the tokenizer themselves.
+  if (files.text.tokenizer() != nullptr)
+    files.tokenizer_setup = load_sft_tokenizer_setup(args.model, *files.text.tokenizer());
+  return files;
 }
 
 TrainSession::TrainSession(const ModelArguments& args, uint64_t seed)
-    : TrainSession(args, seed, ModelText(args.model, "")) {}
+    : TrainSession(args, seed, load_model_files(args)) {}
 
-TrainSession::TrainSession(const ModelArguments& args, uint64_t seed, ModelText text) {
-  check_model_given(args);
+TrainSession::TrainSession(const ModelArguments& args, uint64_t seed, ModelFiles files,
+                           bool dry_run)
+    : tok_setup_(std::move(files.tokenizer_setup)) {
+  // From config.json, before the weights load or a dry run plans from the shapes.
+  check_trainable(files.text.config());
+  if (dry_run) estimate_reason_ = why_estimate(args);
   SessionOptions so;
   so.model = args.model;
   so.fp8 = args.fp8;
   so.device = args.device;
-  session_ = std::make_unique<ModelSession>(so, std::move(text));
+  so.plan_only = !estimate_reason_.empty();
+  session_ = std::make_unique<ModelSession>(so, std::move(files.text));
   Model& m = session_->model();
   if (!args.adapter.empty()) {
     adapter_ = std::make_unique<LoraAdapter>(LoraAdapter::load_peft(args.adapter, m));
@@ -48,10 +74,6 @@ TrainSession::TrainSession(const ModelArguments& args, uint64_t seed, ModelText 
         LoraAdapter::init(resolved.lora_config(), m, args.adapter_init_seed(int64_t(seed))));
   }
   adapter_->to_device(session_->ctx());
-  // Without tokenizer.json only rows of token ids can train (SFT); the commands that need text
-  // ask for the tokenizer themselves.
-  if (session_->tokenizer() != nullptr)
-    tok_setup_ = load_sft_tokenizer_setup(args.model, *session_->tokenizer());
   base_model_name_ = std::filesystem::path(args.model).lexically_normal().string();
 }
 
@@ -149,6 +171,9 @@ void print_memory_plan(TrainSession& ts, const std::string& title, size_t optimi
   }
   fmt::print("  {:<18} {:10.1f} MiB{}\n", "total", mib(total),
              ops::device_region_info(ctx).on ? "  (all in the one device region)" : "");
+  if (!ts.estimate_reason().empty())
+    fmt::print("this plan is an estimate for --device {}: {}\n", device_name(ctx.device),
+               ts.estimate_reason());
 }
 
 void print_pass_memory_plan(TrainSession& ts, const std::string& title,

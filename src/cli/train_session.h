@@ -1,6 +1,12 @@
 // What the training commands (sft, grpo, dpo) share: the model session with a trainable
 // adapter for it (fresh with the run's LoRA keys, or from --adapter), the tokenizer's EOS
 // and chat template, the run directory's config record, and the per-step log line.
+//
+// A command reads the model directory's files first (load_model_files: config.json, the
+// tokenizer), reads its data and checks the lengths against the model's context, then makes its
+// session, which loads the weights. A --dry-run that cannot load (no weights in the directory, or
+// --device cuda without a CUDA device) is an estimate: the model is its shapes on a dry-run
+// context (SessionOptions::plan_only), and the plan says so (estimate_reason()).
 #pragma once
 
 #include <chrono>
@@ -18,14 +24,31 @@
 
 namespace fp8rl::cli {
 
+// The model directory's files a training command reads before the weights: config.json and the
+// text side (ModelText), and the tokenizer's training setup (EOS, chat template; empty without a
+// tokenizer.json). The command reads its datasets with them and checks their lengths against
+// text.config() (check_context), then hands them to its TrainSession.
+struct ModelFiles {
+  ModelText text;
+  SftTokenizerSetup tokenizer_setup;
+};
+// An error without a model (args.model empty).
+ModelFiles load_model_files(const ModelArguments& args);
+
 class TrainSession {
  public:
-  // Loads the model (ModelSession) and the adapter to train: args.adapter's PEFT adapter, or a
-  // fresh one of args.lora_config() initialized from `seed`, on the session's device.
+  // Loads the model (ModelSession, from `files`) and the adapter to train: args.adapter's PEFT
+  // adapter, or a fresh one of args.lora_config() initialized from `seed`, on the session's
+  // device. dry_run: a training command's --dry-run, which only plans; when it cannot load as
+  // the run would (no weights in the directory, no CUDA device) the model is its shapes
+  // (SessionOptions::plan_only) and estimate_reason() says why.
+  TrainSession(const ModelArguments& args, uint64_t seed, ModelFiles files, bool dry_run = false);
+  // The same, the files read here (load_model_files).
   TrainSession(const ModelArguments& args, uint64_t seed);
-  // The same with the model directory's text side loaded already (load_model_text).
-  TrainSession(const ModelArguments& args, uint64_t seed, ModelText text);
   ~TrainSession();
+  // Why the plan is an estimate ("MODEL holds no weights", "no CUDA device is visible");
+  // empty when the session loads the model as a run does.
+  const std::string& estimate_reason() const { return estimate_reason_; }
   ModelSession& session() { return *session_; }
   Context& ctx() { return session_->ctx(); }
   Model& model() { return session_->model(); }
@@ -41,15 +64,8 @@ class TrainSession {
   std::unique_ptr<LoraAdapter> adapter_;
   SftTokenizerSetup tok_setup_;
   std::string base_model_name_;
+  std::string estimate_reason_;
 };
-
-// The model directory's config.json and text side (tokenizer, chat template) without the
-// weights: a training command reads and checks its dataset with them before the weights load.
-struct ModelFiles {
-  ModelConfig config;
-  ModelText text;
-};
-ModelFiles load_model_files(const ModelArguments& args);
 
 // The run directory's part of a training command, before the model loads: checks that
 // output_dir can be written and is not taken by another run (claim_run_dir: --resume or
@@ -94,6 +110,7 @@ struct PlanPart {
 // copies and gradients), the optimizer's state, `parts` (the step's memory, measured by the
 // trainer's dry run), the workspace (the scratch arena as it will be: the larger of
 // `scratch_bytes` and what it holds, for it only grows; the cuBLASLt workspace) and the total.
+// An estimate (TrainSession::estimate_reason) says so, and why, after the total.
 void print_memory_plan(TrainSession& ts, const std::string& title, size_t optimizer_state_bytes,
                        const std::vector<PlanPart>& parts, size_t scratch_bytes);
 

@@ -28,13 +28,15 @@ Arena::Arena(Arena&& o) noexcept
       alignment_(o.alignment_),
       capacity_(o.capacity_),
       used_(o.used_),
-      high_water_(o.high_water_) {
+      high_water_(o.high_water_),
+      reserved_(o.reserved_) {
   o.base_ = nullptr;
   o.owned_ = false;
-  o.capacity_ = o.used_ = o.high_water_ = 0;
+  o.capacity_ = o.used_ = o.high_water_ = o.reserved_ = 0;
 }
 
 void Arena::reserve(size_t capacity_bytes) {
+  reserved_ = std::max(reserved_, capacity_bytes);
   if (capacity_bytes <= capacity_) return;
   CHECK(owned_, "reserve() on an arena over external memory: attach() a larger block");
   CHECK(used_ == 0, "arena grown while {} bytes are in use", used_);

@@ -33,6 +33,9 @@ class Arena {
   void rewind(size_t mark);
   size_t capacity() const { return capacity_; }
   size_t high_water() const { return high_water_; }
+  // The most reserve() was asked for: for a measuring arena, which holds nothing and ignores
+  // reserve(), what a real one would hold.
+  size_t reserved() const { return reserved_; }
 
  private:
   char* base_ = nullptr;
@@ -42,6 +45,7 @@ class Arena {
   size_t capacity_ = 0;
   size_t used_ = 0;
   size_t high_water_ = 0;
+  size_t reserved_ = 0;
 };
 
 // Rewinds the arena to where it was when the scope began.

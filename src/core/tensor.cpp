@@ -1,8 +1,11 @@
 #include "core/tensor.h"
 
+#include <sys/resource.h>
+#include <sys/sysinfo.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <new>
 
 namespace fp8rl {
 
@@ -63,13 +66,38 @@ TensorView TensorView::reshape(Shape s) const {
 }
 
 void* aligned_alloc_bytes(size_t bytes) {
+  CHECK(bytes <= SIZE_MAX - 63, "out of host memory: {} bytes requested", bytes);
   const size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  if (p == nullptr) throw std::bad_alloc();
+  CHECK(p != nullptr, "out of host memory: allocating {} failed ({} at most for this process)",
+        bytes_text(bytes), bytes_text(host_memory_limit()));
   return p;
 }
 
 void aligned_free(void* p) { std::free(p); }
+
+size_t host_memory_limit() {
+  size_t limit = SIZE_MAX;
+  struct rlimit as {};
+  if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) limit = size_t(as.rlim_cur);
+  struct sysinfo info {};
+  if (::sysinfo(&info) == 0) {
+    const unsigned __int128 total =
+        (unsigned __int128)(info.totalram + info.totalswap) * info.mem_unit;
+    if (total > 0 && total < limit) limit = size_t(total);
+  }
+  return limit;
+}
+
+void check_host_bytes(size_t bytes, std::string_view what) {
+  const size_t limit = host_memory_limit();
+  CHECK(bytes <= limit, "{}: {} needed, more than the {} of host memory this process can have",
+        what, bytes_text(bytes), bytes_text(limit));
+}
+
+std::string bytes_text(size_t bytes) {
+  return fmt::format("{} bytes ({:.1f} GiB)", bytes, double(bytes) / double(size_t(1) << 30));
+}
 
 Tensor Tensor::empty(Shape shape, DType dtype) {
   CHECK(shape.numel() >= 0, "negative shape {}", shape.str());

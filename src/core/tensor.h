@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "core/check.h"
 #include "core/dtype.h"
@@ -95,7 +96,18 @@ class Tensor {
   TensorView view_;
 };
 
-void* aligned_alloc_bytes(size_t bytes);  // 64-byte aligned, zero-size safe, throws on OOM
+// 64-byte aligned, zero-size safe; out of memory is an fp8rl::Error naming the bytes.
+void* aligned_alloc_bytes(size_t bytes);
 void aligned_free(void* p);
+
+// The most host memory this process can hold: the smaller of its address-space limit
+// (RLIMIT_AS) and the machine's RAM plus swap.
+size_t host_memory_limit();
+// An fp8rl::Error, before anything is allocated, when `bytes` of host memory cannot be had (more
+// than host_memory_limit()): "`what`: N bytes (G GiB) needed, more than ..." (`what` names
+// the settings that size it, so that the message says what to lower).
+void check_host_bytes(size_t bytes, std::string_view what);
+// "1234 bytes (1.2 GiB)" for messages.
+std::string bytes_text(size_t bytes);
 
 }  // namespace fp8rl

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -11,6 +12,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "core/tensor.h"
 #include "engine/scheduler.h"
 #include "engine/shared_prefix.h"
 #include "model/forward.h"
@@ -183,6 +185,13 @@ void Engine::Impl::setup() {
         opt.max_num_seqs, opt.max_num_batched_tokens);
   CHECK(opt.kv_memory_fraction > 0 && opt.kv_memory_fraction <= 1,
         "engine: kv memory fraction {} outside (0, 1]", opt.kv_memory_fraction);
+  // The scheduler counts sequences in int32; the buffers below hold a row per sequence.
+  CHECK(opt.max_num_seqs <= INT32_MAX, "engine: max_num_seqs = {} is above {}", opt.max_num_seqs,
+        INT32_MAX);
+  if (ctx.device == Device::cpu)
+    check_host_bytes(
+        size_t(opt.max_num_seqs) * (ops::kSampleRowWords + 3 + 2 * ops::kMaxTopLogprobs + 2) * 4,
+        fmt::format("engine: max_num_seqs = {} (a buffer row per sequence)", opt.max_num_seqs));
   max_rows = opt.max_num_seqs;
   rows_buf = DeviceBuffer(ctx, size_t(max_rows * ops::kSampleRowWords) * 4);
   out_buf = DeviceBuffer(ctx, size_t(max_rows) * (3 + 2 * ops::kMaxTopLogprobs) * 4);
@@ -201,7 +210,7 @@ void Engine::Impl::setup() {
   shape.tokens = opt.max_num_batched_tokens;
   shape.seqs = std::min(opt.max_num_seqs, opt.max_num_batched_tokens);
   shape.logit_rows = shape.seqs;
-  shape.max_context = c.max_position_embeddings;
+  shape.max_context = c.max_context;
   const size_t block = KvPool::block_bytes(c, ctx, opt.kv_dtype);
   KvPool probe(c, 1, ctx, opt.kv_dtype);  // the plan does not depend on the pool's size
   Arena measuring = Arena::measuring(ctx.device, ctx.device == Device::cuda ? 256 : 64);
@@ -229,12 +238,16 @@ void Engine::Impl::setup() {
     // and for a small model a fraction of a large GPU is millions of blocks whose bookkeeping
     // and zeroing every generate() pays (the 0.8M-parameter demo on an H200: 125 GiB, 0.69 s
     // a GRPO step; capped: 0.03 s).
-    const int64_t per_seq = (c.max_position_embeddings + kKvBlockSize - 1) / kKvBlockSize;
-    const size_t usable = c.max_position_embeddings > 0 ? size_t(opt.max_num_seqs * per_seq) * block
-                                                        : std::numeric_limits<size_t>::max();
+    const int64_t per_seq = (c.max_context + kKvBlockSize - 1) / kKvBlockSize;
+    const size_t usable = c.max_context > 0 ? size_t(opt.max_num_seqs * per_seq) * block
+                                            : std::numeric_limits<size_t>::max();
     if (ctx.device == Device::cpu) {
       // Host memory is not reserved for us: at most 1 GiB.
       kv_bytes = std::min(size_t(1) << 30, usable);
+    } else if (!ops::device_present(ctx)) {
+      // A dry run's estimate without the device, whose free memory is unknown: what the
+      // pool can use at most (a device with less free memory gets a smaller one).
+      kv_bytes = usable;
     } else {
       // A standby region's memory is ours to reuse: count it as free.
       const size_t free_now =
@@ -244,6 +257,8 @@ void Engine::Impl::setup() {
       kv_bytes = std::min(size_t(double(free_now - plan) * opt.kv_memory_fraction), usable);
     }
   }
+  if (ctx.device == Device::cpu && opt.kv_memory_bytes != 0)
+    check_host_bytes(kv_bytes, "engine: the KV pool of kv_memory");
   const int64_t blocks = int64_t(kv_bytes / block);
   CHECK(blocks >= 1, "engine: a KV budget of {} bytes holds no block ({} bytes each)", kv_bytes,
         block);
@@ -757,10 +772,9 @@ void validate_request(const GenerationRequest& req, const ModelConfig& c) {
   for (int32_t id : req.prompt_ids)
     CHECK(id >= 0 && id < c.vocab_size, "prompt id {} is outside the vocabulary [0, {})", id,
           c.vocab_size);
-  CHECK(int64_t(req.prompt_ids.size()) + p.max_tokens <= c.max_position_embeddings,
-        "a prompt of {} tokens plus max_tokens {} exceeds the model's context of {} "
-        "(max_position_embeddings)",
-        req.prompt_ids.size(), p.max_tokens, c.max_position_embeddings);
+  check_context(
+      c, int64_t(req.prompt_ids.size()) + p.max_tokens,
+      fmt::format("a prompt of {} tokens plus max_tokens {}", req.prompt_ids.size(), p.max_tokens));
 }
 
 void Engine::validate(const GenerationRequest& req) const {
@@ -793,6 +807,10 @@ std::vector<RequestOutput> Engine::generate(std::span<const GenerationRequest> r
     rs.index = i;
     if (!p.ignore_eos) rs.stop_ids = im.eos;
     rs.stop_ids.insert(rs.stop_ids.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
+    // Each sample's state and output are host memory: an absurd n is named, not "out of
+    // memory".
+    check_host_bytes(size_t(p.n) * (sizeof(SampleState) + sizeof(CompletionOutput)),
+                     fmt::format("request {}: n = {} samples", i, p.n));
     rs.samples.resize(size_t(p.n));
     for (SampleState& st : rs.samples)
       if (im.tokenizer) st.decoder = std::make_unique<tok::IncrementalDecoder>(*im.tokenizer, true);

@@ -159,8 +159,8 @@ class Engine {
 };
 
 // The checks of Engine::validate that need the model's config.json only (sampling values, the
-// prompt's ids against the vocabulary, prompt + max_tokens against max_position_embeddings), so
-// that a front end can check its requests before the weights load.
+// prompt's ids against the vocabulary, prompt + max_tokens against the context: check_context,
+// max_context), so that a front end can check its requests before the weights load.
 void validate_request(const GenerationRequest& request, const ModelConfig& config);
 
 }  // namespace fp8rl

@@ -39,6 +39,12 @@ std::map<std::string, std::string> read_weight_map(const std::string& path) {
 
 }  // namespace
 
+bool Checkpoint::present(const std::string& dir) {
+  std::error_code ec;
+  return fs::symlink_status(fs::path(dir) / kSingleName, ec).type() != fs::file_type::not_found ||
+         fs::symlink_status(fs::path(dir) / kIndexName, ec).type() != fs::file_type::not_found;
+}
+
 Checkpoint Checkpoint::open(const std::string& dir_or_file) {
   Checkpoint c;
   c.root_ = dir_or_file;

@@ -108,6 +108,14 @@ J parse_text(std::string_view text, std::string_view what, const JsonLimits& lim
   return root;
 }
 
+// The longest prefix of `s` of at most `n` bytes that does not cut a UTF-8 sequence in two: a
+// cut one is not text JSON can write (nlohmann's dump throws on it).
+size_t utf8_prefix(std::string_view s, size_t n) {
+  if (n >= s.size()) return s.size();
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return n;
+}
+
 template <class J>
 void excerpt(const J& v, size_t max_chars, int depth, std::string& out) {
   if (out.size() > max_chars) return;
@@ -123,7 +131,8 @@ void excerpt(const J& v, size_t max_chars, int depth, std::string& out) {
       if (!first) out += ',';
       first = false;
       if (obj) {
-        excerpt(J(it.key().substr(0, max_chars)), max_chars, depth + 1, out);
+        excerpt(J(it.key().substr(0, utf8_prefix(it.key(), max_chars + 1))), max_chars, depth + 1,
+                out);
         out += ':';
       }
       excerpt(*it, max_chars, depth + 1, out);
@@ -133,7 +142,8 @@ void excerpt(const J& v, size_t max_chars, int depth, std::string& out) {
   }
   if (v.is_string()) {
     const auto& s = v.template get_ref<const typename J::string_t&>();
-    out += J(s.substr(0, max_chars + 1)).dump();
+    out += J(s.substr(0, utf8_prefix(s, max_chars + 1)))
+               .dump(-1, ' ', false, J::error_handler_t::replace);
     return;
   }
   out += v.dump();  // a scalar: short
@@ -144,7 +154,7 @@ std::string excerpt(const J& v, size_t max_chars) {
   std::string out;
   excerpt(v, max_chars, 0, out);
   if (out.size() > max_chars) {
-    out.resize(max_chars);
+    out.resize(utf8_prefix(out, max_chars));
     out += "...";
   }
   return out;

@@ -92,14 +92,73 @@ std::string get_string(const json& j, const char* key, const std::string& fallba
   return v->get<std::string>();
 }
 
+// What a rope parameter set may fall back on outside itself.
+struct RopeContext {
+  double theta = 10000.0;               // rope_theta beside the set (transformers 4)
+  int64_t max_position_embeddings = 0;  // the config's
+  // The whole config: a top-level original_max_position_embeddings (Phi-3 style) goes into a
+  // single (not per layer type) parameter set over the set's own value in transformers 5.
+  const json* top = nullptr;
+  // The set is one entry of a per-layer-type mapping: transformers reads yarn's `truncate` from
+  // the outer mapping only (config.rope_parameters.get("truncate", True)), so it is true there.
+  bool per_layer_type = false;
+};
+
+// transformers' get_mscale in _compute_yarn_parameters.
+double yarn_mscale(double scale, double mscale) {
+  return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+// YaRN's parameters as transformers 5 resolves them (_compute_yarn_parameters and
+// standardize_rope_params): original_max_position_embeddings from the top level, else the set,
+// else max_position_embeddings; a null factor is max_position_embeddings / original;
+// attention_factor given, else from mscale / mscale_all_dim when both are non-zero, else
+// 0.1 ln(factor) + 1; beta_fast / beta_slow default (also when 0) to 32 / 1.
+void parse_yarn(const json& p, const RopeContext& rc, const std::string& where, RopeConfig& r) {
+  r.type = RopeConfig::Type::yarn;
+  r.original_max_position_embeddings = get_in_range(p, "original_max_position_embeddings", 1,
+                                                    kMaxPositions, rc.max_position_embeddings);
+  if (rc.top != nullptr && !rc.per_layer_type && find(*rc.top, "original_max_position_embeddings"))
+    r.original_max_position_embeddings =
+        get_in_range(*rc.top, "original_max_position_embeddings", 1, kMaxPositions);
+  CHECK(p.contains("factor"), "config.json: {} yarn rope needs a 'factor'", where);
+  r.factor = get_double(
+      p, "factor", double(rc.max_position_embeddings) / double(r.original_max_position_embeddings));
+  CHECK(r.factor > 0, "config.json: {} yarn rope needs a positive 'factor', got {}", where,
+        r.factor);
+  const double mscale = get_double(p, "mscale", 0.0);
+  const double mscale_all_dim = get_double(p, "mscale_all_dim", 0.0);
+  if (find(p, "attention_factor")) {
+    r.attention_factor = get_double(p, "attention_factor", 1.0);
+  } else if (mscale != 0 && mscale_all_dim != 0) {
+    r.attention_factor = yarn_mscale(r.factor, mscale) / yarn_mscale(r.factor, mscale_all_dim);
+  } else {
+    r.attention_factor = yarn_mscale(r.factor, 1.0);
+  }
+  CHECK(r.attention_factor > 0 && std::isfinite(r.attention_factor),
+        "config.json: {} yarn rope needs a positive attention factor, got {}", where,
+        r.attention_factor);
+  const double beta_fast = get_double(p, "beta_fast", 0.0);
+  const double beta_slow = get_double(p, "beta_slow", 0.0);
+  r.beta_fast = beta_fast != 0 ? beta_fast : 32.0;
+  r.beta_slow = beta_slow != 0 ? beta_slow : 1.0;
+  CHECK(r.beta_fast > 0 && r.beta_slow > 0,
+        "config.json: {} yarn rope needs positive beta_fast and beta_slow, got {} and {}", where,
+        r.beta_fast, r.beta_slow);
+  // transformers tests `if truncate:`, so an explicit null turns the rounding off.
+  const auto t = p.find("truncate");
+  r.truncate =
+      rc.per_layer_type || t == p.end() || (!t->is_null() && get_bool(p, "truncate", true));
+}
+
 // One rope parameter set: transformers 5 `rope_parameters` (with rope_theta inside) or
 // transformers 4 `rope_scaling` (theta given separately). A null set is the default rope.
-RopeConfig parse_rope(const json* p, double theta_fallback, const std::string& where) {
+RopeConfig parse_rope(const json* p, const RopeContext& rc, const std::string& where) {
   RopeConfig r;
-  r.theta = theta_fallback;
+  r.theta = rc.theta;
   if (p == nullptr) return r;
   CHECK(p->is_object(), "config.json: {} must be an object, got {}", where, json_excerpt(*p));
-  r.theta = get_double(*p, "rope_theta", theta_fallback);
+  r.theta = get_double(*p, "rope_theta", rc.theta);
   std::string type = get_string(*p, "rope_type", get_string(*p, "type", "default"));
   if (type == "default") {
     r.type = RopeConfig::Type::default_;
@@ -119,9 +178,15 @@ RopeConfig parse_rope(const json* p, double theta_fallback, const std::string& w
           "config.json: {} llama3 rope needs factor > 0, 0 < low_freq_factor < "
           "high_freq_factor and original_max_position_embeddings > 0",
           where);
+  } else if (type == "yarn") {
+    parse_yarn(*p, rc, where, r);
   } else {
-    RAISE("config.json: {} rope type '{}' is not supported (supported: default, linear, llama3)",
-          where, type);
+    // dynamic NTK changes the frequencies with the sequence length, longrope switches factor
+    // sets past the original length: neither is a fixed inv_freq, which the forward assumes.
+    RAISE(
+        "config.json: {} rope type '{}' is not supported (supported: default, linear, llama3, "
+        "yarn)",
+        where, type);
   }
   CHECK(r.theta > 0, "config.json: {} rope_theta must be positive", where);
   return r;
@@ -206,6 +271,36 @@ bool ModelConfig::has_moe() const {
   for (const LayerConfig& l : layers)
     if (l.moe) return true;
   return false;
+}
+
+std::string_view rope_type_name(RopeConfig::Type t) {
+  switch (t) {
+    case RopeConfig::Type::default_:
+      return "default";
+    case RopeConfig::Type::linear:
+      return "linear";
+    case RopeConfig::Type::llama3:
+      return "llama3";
+    case RopeConfig::Type::yarn:
+      return "yarn";
+  }
+  RAISE("unknown rope type {}", int(t));
+}
+
+std::string context_description(const ModelConfig& c) {
+  for (const LayerConfig& l : c.layers) {
+    const RopeConfig& r = l.rope;
+    if (r.type == RopeConfig::Type::yarn && c.max_context > c.max_position_embeddings)
+      return fmt::format("{} positions (yarn factor {} x original_max_position_embeddings {})",
+                         c.max_context, r.factor, r.original_max_position_embeddings);
+  }
+  return fmt::format("{} positions (max_position_embeddings)", c.max_context);
+}
+
+void check_context(const ModelConfig& c, int64_t length, const std::string& what,
+                   const std::string& advice) {
+  CHECK(length <= c.max_context, "{} ({} tokens) exceeds the model's context of {}{}", what, length,
+        context_description(c), advice.empty() ? "" : "; " + advice);
 }
 
 std::string_view arch_name(Arch a) {
@@ -322,17 +417,20 @@ ModelConfig ModelConfig::from_json(const json& j) {
   // transformers 4 has rope_theta + rope_scaling, and Gemma 3 rope_local_base_freq for the
   // sliding layers (which never take the scaling).
   const json* params = find(j, "rope_parameters");
-  const double theta = get_double(j, "rope_theta", 10000.0);
+  RopeContext rc;
+  rc.theta = get_double(j, "rope_theta", 10000.0);
+  rc.max_position_embeddings = c.max_position_embeddings;
+  rc.top = &j;
   RopeConfig global_rope, local_rope;
   if (params && params->is_object() &&
       (params->contains("full_attention") || params->contains("sliding_attention"))) {
-    global_rope =
-        parse_rope(find(*params, "full_attention"), theta, "rope_parameters.full_attention");
+    rc.per_layer_type = true;
+    global_rope = parse_rope(find(*params, "full_attention"), rc, "rope_parameters.full_attention");
     local_rope =
-        parse_rope(find(*params, "sliding_attention"), theta, "rope_parameters.sliding_attention");
+        parse_rope(find(*params, "sliding_attention"), rc, "rope_parameters.sliding_attention");
   } else {
     const json* scaling = params ? params : find(j, "rope_scaling");
-    global_rope = parse_rope(scaling, theta, params ? "rope_parameters" : "rope_scaling");
+    global_rope = parse_rope(scaling, rc, params ? "rope_parameters" : "rope_scaling");
     local_rope = global_rope;
     if (c.arch == Arch::gemma3) {
       local_rope = RopeConfig{};
@@ -345,6 +443,14 @@ ModelConfig ModelConfig::from_json(const json& j) {
     l.moe = sparse[size_t(i)];
     l.rope = (c.arch == Arch::gemma3 && l.sliding) ? local_rope : global_rope;
     c.layers.push_back(l);
+  }
+  c.max_context = c.max_position_embeddings;
+  for (const LayerConfig& l : c.layers) {
+    if (l.rope.type != RopeConfig::Type::yarn) continue;
+    const double extended =
+        std::floor(l.rope.factor * double(l.rope.original_max_position_embeddings));
+    if (extended > double(c.max_context))
+      c.max_context = int64_t(std::min(extended, double(kMaxPositions)));
   }
   if (const json* q = find(j, "quantization_config")) c.quantization = *q;
   return c;

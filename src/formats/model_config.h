@@ -6,6 +6,7 @@
 // local/global layers with their own RoPE). Both the transformers 4 field names (rope_theta,
 // rope_scaling, rope_local_base_freq, sliding_window_pattern, num_experts) and the
 // transformers 5 ones (rope_parameters, layer_types, num_local_experts) are read.
+// RoPE types: default, linear, llama3 and yarn; others (dynamic, longrope, ...) are an error.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -21,14 +22,23 @@ enum class Arch { llama, qwen2, qwen3, qwen3_moe, mistral, gemma3 };
 enum class MlpActivation { silu, gelu_tanh };
 
 struct RopeConfig {
-  enum class Type { default_, linear, llama3 };
+  enum class Type { default_, linear, llama3, yarn };
   Type type = Type::default_;
   double theta = 10000.0;
-  double factor = 1.0;                              // linear, llama3
+  double factor = 1.0;                              // linear, llama3, yarn
   double low_freq_factor = 1.0;                     // llama3
   double high_freq_factor = 4.0;                    // llama3
-  int64_t original_max_position_embeddings = 8192;  // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3, yarn
+  double beta_fast = 32.0;                          // yarn: rotations where extrapolation ends
+  double beta_slow = 1.0;                           // yarn: rotations where interpolation starts
+  bool truncate = true;  // yarn: the correction range rounded out to whole dimensions
+  // yarn: what transformers multiplies cos and sin by (resolved from attention_factor, or
+  // mscale / mscale_all_dim, or the factor); 1 for the other types.
+  double attention_factor = 1.0;
 };
+
+// "default", "linear", "llama3", "yarn": config.json's rope_type of each type.
+std::string_view rope_type_name(RopeConfig::Type t);
 
 struct LayerConfig {
   bool sliding = false;  // attends to the last `sliding_window` positions only
@@ -57,6 +67,10 @@ struct ModelConfig {
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
   int64_t max_position_embeddings = 0;
+  // The positions a sequence may use: max_position_embeddings, or with a YaRN rope the larger of
+  // that and factor x original_max_position_embeddings (the context YaRN extends the model to;
+  // Qwen's recipe adds rope_scaling and leaves max_position_embeddings at the pretrained length).
+  int64_t max_context = 0;
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
   bool qkv_bias = false;
@@ -84,6 +98,17 @@ struct ModelConfig {
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
   bool has_moe() const;  // some layer's MLP is a mixture of experts
 };
+
+// The model's context as a phrase for errors: "40960 positions (max_position_embeddings)", or
+// for YaRN "131072 positions (yarn factor 4 x original_max_position_embeddings 32768)".
+std::string context_description(const ModelConfig& c);
+// The one check of a sequence length against the model's context (max_context), for every
+// command (and the engine's requests), before the weights load where the length is known by
+// then: `length` tokens, made of `what` (e.g. "a prompt of 300 tokens plus
+// max_completion_length 4096"), must fit. The error names both numbers, the context as
+// context_description says it, and `advice` (what to change; empty: none) after them.
+void check_context(const ModelConfig& c, int64_t length, const std::string& what,
+                   const std::string& advice = "");
 
 std::string_view arch_name(Arch a);
 // The architecture class name, e.g. "Qwen3MoeForCausalLM".

@@ -72,6 +72,9 @@ class SafetensorsFile {
 class Checkpoint {
  public:
   static Checkpoint open(const std::string& dir_or_file);
+  // Whether directory `dir` names weights (model.safetensors, or the index of shards): what
+  // open() would look for, without opening anything.
+  static bool present(const std::string& dir);
   std::vector<std::string> names() const;  // sorted
   bool contains(std::string_view name) const;
   // Throws naming the tensor if absent.

@@ -266,6 +266,12 @@ json LoraConfig::to_peft_json(const std::string& base_model_name) const {
 
 // ---- LoraAdapter -------------------------------------------------------------------------
 
+namespace {
+// Far above any adapter (a 1T-parameter model's full rank), and far below int64's end, so that
+// the layout's sums and the byte counts cannot overflow.
+constexpr int64_t kMaxAdapterParams = int64_t{1} << 52;
+}  // namespace
+
 LoraAdapter LoraAdapter::allocate(const LoraConfig& config, const Model& model) {
   config.validate();
   LoraAdapter a;
@@ -315,11 +321,19 @@ LoraAdapter LoraAdapter::allocate(const LoraConfig& config, const Model& model) 
         s.n = lin.out_features();
         s.k = lin.in_features();
         (b ? s.offset_b : s.offset) = total;
-        total = align_elements(total + config.r * (b ? s.n : s.k));
+        // lora_r scales every matrix: an absurd rank is refused below, never an overflow.
+        const int64_t dim = b ? s.n : s.k;
+        CHECK(config.r <= (kMaxAdapterParams - total) / dim,
+              "lora_r = {} makes an adapter of more than {} parameters", config.r,
+              kMaxAdapterParams);
+        total = align_elements(total + config.r * dim);
       }
     }
   }
   a.num_params_ = total;
+  check_host_bytes(
+      size_t(total) * sizeof(float),
+      fmt::format("lora_r = {}: the adapter's {} parameters (f32 masters)", config.r, total));
   a.masters_ = Tensor::zeros({total}, DType::f32);
   return a;
 }

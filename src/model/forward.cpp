@@ -56,7 +56,10 @@ using ops::LinearInput;
 
 ops::AttentionParams attention_params(const ModelConfig& c, const LayerWeights& l) {
   ops::AttentionParams p;
-  p.scale = float(c.attention_scale);
+  // transformers scales cos and sin by YaRN's attention factor, which scales every q.k by its
+  // square: the same scores come from the softmax scale, with no change to the RoPE kernels
+  // (which then stay the plain rotation the backward inverts).
+  p.scale = float(c.attention_scale * l.rope_attention_factor * l.rope_attention_factor);
   p.softcap = float(c.attn_logit_softcapping);
   p.window = l.sliding ? c.sliding_window : 0;
   return p;

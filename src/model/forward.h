@@ -52,8 +52,8 @@ void forward_layer_saving(Context& ctx, const Model& model, const LoraAdapter* a
                           int64_t layer, const KvPool& kv, const StepBatch& step, const Tape& tape,
                           const TensorView& x_in, LayerSaved& saved, const TensorView& x_out);
 
-// The attention parameters of a layer (scale, softcap, sliding window); its RoPE frequencies
-// on the model's device.
+// The attention parameters of a layer (scale, with YaRN's attention factor squared in it;
+// softcap; sliding window); its RoPE frequencies on the model's device.
 ops::AttentionParams attention_params(const ModelConfig& config, const LayerWeights& layer);
 TensorView rope_frequencies(const LayerWeights& layer);
 

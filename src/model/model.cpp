@@ -313,6 +313,7 @@ class ModelLoader {
       }
       l.sliding = c.layers[size_t(i)].sliding;
       l.inv_freq = rope_inv_freq(c.layers[size_t(i)].rope, d);
+      l.rope_attention_factor = c.layers[size_t(i)].rope.attention_factor;
       m_.layers.push_back(std::move(l));
     }
     check_tensor_names();

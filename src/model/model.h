@@ -50,8 +50,9 @@ struct LayerWeights {
   LinearWeight qkv;
   Linear* projection(int i);  // i indexes kProjectionNames
   const Linear* projection(int i) const;
-  std::vector<float> inv_freq;  // [D/2] on the host
-  TensorView rope_freq;         // [D/2] f32 on the model's device (to_device); empty on the CPU
+  std::vector<float> inv_freq;         // [D/2] on the host
+  double rope_attention_factor = 1.0;  // the layer's RopeConfig::attention_factor (YaRN)
+  TensorView rope_freq;  // [D/2] f32 on the model's device (to_device); empty on the CPU
   bool sliding = false;
 };
 
@@ -64,8 +65,12 @@ class Model {
   // a hash of (seed, tensor, index), identical on the CPU and CUDA, so the same call on both
   // devices gives the same model. For benchmarks and device tests.
   // pack_qkv = false leaves LayerWeights::qkv empty (tests compare both forms).
+  // `unquantized`: the dtype of the embeddings and unquantized linears, bf16 or f32 (a CPU
+  // plan's model in its checkpoint's precision, as Model::load keeps it there).
+  // On a dry-run context nothing is allocated or filled: the model is its shapes, planned
+  // buffers (DeviceBuffer) for a run that only measures its memory.
   static Model random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Context& ctx,
-                      uint64_t seed, bool pack_qkv = true);
+                      uint64_t seed, bool pack_qkv = true, DType unquantized = DType::bf16);
 
   // Copies every weight to ctx's device once and points the views at the copies: bf16
   // embeddings and unquantized linears, FP8 codes as stored, f32 scales, norm weights, biases

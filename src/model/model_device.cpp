@@ -56,11 +56,12 @@ TensorView storage_buffer(Context& ctx, std::vector<DeviceBuffer>& storage, Shap
 // A linear's buffers, unfilled: weight [n, k] (e4m3 codes for an FP8 scheme, else bf16), its
 // scales, and a bias when asked.
 LinearWeight linear_buffers(Context& ctx, std::vector<DeviceBuffer>& storage, Fp8Scheme scheme,
-                            ActScaling act, int64_t n, int64_t k, bool bias) {
+                            ActScaling act, int64_t n, int64_t k, bool bias,
+                            DType unquantized = DType::bf16) {
   LinearWeight w;
   w.scheme = scheme;
   w.act = act;
-  w.weight = storage_buffer(ctx, storage, {n, k}, w.is_fp8() ? DType::f8e4m3 : DType::bf16);
+  w.weight = storage_buffer(ctx, storage, {n, k}, w.is_fp8() ? DType::f8e4m3 : unquantized);
   if (w.is_fp8())
     w.scales = storage_buffer(ctx, storage, weight_scale_shape(scheme, n, k), DType::f32);
   if (bias) w.bias = storage_buffer(ctx, storage, {n}, DType::f32);
@@ -171,7 +172,9 @@ size_t Model::device_bytes() const {
 }
 
 Model Model::random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Context& ctx,
-                    uint64_t seed, bool pack_qkv) {
+                    uint64_t seed, bool pack_qkv, DType unquantized) {
+  CHECK(unquantized == DType::bf16 || unquantized == DType::f32,
+        "Model::random: unquantized weights are bf16 or f32, not {}", dtype_name(unquantized));
   CHECK(!config.has_moe(), "Model::random: {} has MoE layers, which it cannot make yet{}",
         config.architecture,
         ctx.device == Device::cuda ? " (MoE layers are not supported on CUDA yet)" : "");
@@ -196,7 +199,7 @@ Model Model::random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Con
     return t;
   };
   auto buffers = [&](int64_t n, int64_t k, bool bias) {
-    return linear_buffers(ctx, m.device_storage_, m.scheme_, m.act_, n, k, bias);
+    return linear_buffers(ctx, m.device_storage_, m.scheme_, m.act_, n, k, bias, unquantized);
   };
   // Random values into a linear's buffers (one tag for the weight, one for the bias), then
   // what the GEMM needs.
@@ -223,12 +226,12 @@ Model Model::random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Con
     return w;
   };
 
-  m.embed = uniform({c.vocab_size, h}, DType::bf16, kInitBound);
+  m.embed = uniform({c.vocab_size, h}, unquantized, kInitBound);
   m.final_norm = norm(h);
   if (c.tie_word_embeddings) {
     m.lm_head.weight = m.embed;
   } else {
-    m.lm_head.weight = uniform({c.vocab_size, h}, DType::bf16, kInitBound);
+    m.lm_head.weight = uniform({c.vocab_size, h}, unquantized, kInitBound);
   }
   ops::prepare_linear(ctx, m.lm_head, m.device_storage_);
   for (int64_t i = 0; i < c.num_layers; ++i) {
@@ -264,6 +267,7 @@ Model Model::random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Con
     l.down = linear(h, c.intermediate_size, c.mlp_bias);
     l.sliding = c.layers[size_t(i)].sliding;
     l.inv_freq = rope_inv_freq(c.layers[size_t(i)].rope, d);
+    l.rope_attention_factor = c.layers[size_t(i)].rope.attention_factor;
     if (ctx.device != Device::cpu) {
       l.rope_freq = buffer({int64_t(l.inv_freq.size())}, DType::f32);
       ops::copy(ctx, TensorView(l.inv_freq.data(), DType::f32, {int64_t(l.inv_freq.size())}),

@@ -72,9 +72,8 @@ void StepInput::validate(const ModelConfig& c, int64_t pool_blocks, int64_t bloc
     const int32_t id = ids[size_t(t)];
     CHECK(id >= 0 && id < c.vocab_size, "token id {} is outside the vocabulary [0, {})", id,
           c.vocab_size);
-    CHECK(positions[size_t(t)] < c.max_position_embeddings,
-          "position {} is past the model's max_position_embeddings {}", positions[size_t(t)],
-          c.max_position_embeddings);
+    CHECK(positions[size_t(t)] < c.max_context, "position {} is past the model's context: {}",
+          positions[size_t(t)], context_description(c));
     CHECK(slot_mapping[size_t(t)] >= -1 && slot_mapping[size_t(t)] < pool_blocks * block_size,
           "step: slot {} is outside the KV pool of {} blocks", slot_mapping[size_t(t)],
           pool_blocks);

@@ -55,7 +55,8 @@ struct StepInput {
   // width * block_size: a captured step's shapes must not change from step to step.
   void pad_to_width(int64_t width, int64_t block_size);
   // Host-side validation against the model and the pool (ids in the vocabulary, slots inside
-  // the pool, positions below max_position_embeddings): every error names the sequence.
+  // the pool, positions inside the model's context, max_context): every error names the
+  // sequence.
   void validate(const ModelConfig& config, int64_t pool_blocks, int64_t block_size) const;
   // Packs the tables given to add_sequence into block_tables [S, blocks_per_seq]; called by
   // upload_step.

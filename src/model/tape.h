@@ -46,6 +46,11 @@ struct LayerSaved {
   TensorView inv_rms_down;  // [T] f32 (sandwich)
 };
 
+// Raises unless fp8rl can train a model of `config` (not yet one with MoE layers: no backward
+// through the experts). Every training pass checks it as it allocates its layers, and the
+// training commands before the weights load, their --dry-run included.
+void check_trainable(const ModelConfig& config);
+
 // Allocates one layer's set for `tokens` rows from `arena` in `dtype` (the activation dtype).
 LayerSaved alloc_layer_saved(Arena& arena, const ModelConfig& config, int64_t tokens, DType dtype);
 // The same from any allocator (e.g. the context's scratch: ops::scratch_alloc).
@@ -60,7 +65,7 @@ struct Tape {
   float dropout_p = 0.0f;
   uint64_t dropout_seed = 0;
 
-  std::vector<TensorView> x_in;    // [L] x [T, H] residual stream entering each layer
+  std::vector<TensorView> x_in;  // [L] x [T, H] residual stream entering each layer
   // Offloading: [L] x [T, H] host copies of x_in, whose views then alias two device buffers
   // (x_in[l] is buffer l % 2). Empty otherwise.
   std::vector<TensorView> x_host;

@@ -32,7 +32,8 @@ void check_ctx(const Context& ctx, const char* what) {
   CHECK(!ctx.dry_run || ctx.scratch != nullptr, "a dry run needs a measuring scratch arena");
   CHECK(ctx.device != Device::cpu || ctx.scratch != nullptr, "{}: CPU Context has no scratch arena",
         what);
-  CHECK(ctx.device != Device::cuda || ctx.cuda != nullptr,
+  // A dry run may plan for a CUDA device that is not there (it computes nothing).
+  CHECK(ctx.device != Device::cuda || ctx.cuda != nullptr || ctx.dry_run,
         "{}: CUDA Context has no backend (use CudaDevice::context())", what);
   CHECK(!ctx.bf16_activations,
         "{}: the backward ops are the fp32 reference; bf16_activations is not emulated", what);

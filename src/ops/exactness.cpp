@@ -8,7 +8,8 @@
 namespace fp8rl::ops {
 
 void set_batch_invariant(Context& ctx, bool on) {
-  if (ctx.device == Device::cpu) return;
+  // The CPU always is; a dry run without the device runs no kernel to pin.
+  if (ctx.device == Device::cpu || (ctx.dry_run && ctx.cuda == nullptr)) return;
 #if FP8RL_HAVE_CUDA
   ctx.cuda->set_batch_invariant(on);
 #else
@@ -19,7 +20,7 @@ void set_batch_invariant(Context& ctx, bool on) {
 
 bool batch_invariant(const Context& ctx) {
 #if FP8RL_HAVE_CUDA
-  return ctx.device == Device::cuda && ctx.cuda->batch_invariant();
+  return ctx.device == Device::cuda && ctx.cuda != nullptr && ctx.cuda->batch_invariant();
 #else
   (void)ctx;
   return false;

@@ -1,10 +1,13 @@
 #include "ops/memory.h"
 
+#include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
 #include "core/dtype.h"
 #include "core/parallel.h"
+#include "ops/device.h"
 #include "ops/uniform_hash.h"
 #if FP8RL_HAVE_CUDA
 #include "ops/cuda/backend.h"
@@ -20,7 +23,21 @@ namespace {
 }
 }  // namespace
 
+namespace {
+// A planned buffer's address: distinct for every buffer (code compares weight addresses, e.g. a
+// tied lm_head), never dereferenced, far from where real allocations lie.
+void* planned_address(size_t bytes) {
+  static std::atomic<uintptr_t> next{uintptr_t(1) << 46};
+  return reinterpret_cast<void*>(next.fetch_add((bytes + 511) / 256 * 256));
+}
+}  // namespace
+
 DeviceBuffer::DeviceBuffer(const Context& ctx, size_t bytes) : size_(bytes), device_(ctx.device) {
+  if (ctx.dry_run) {
+    data_ = planned_address(bytes);
+    planned_ = true;
+    return;
+  }
   if (device_ == Device::cpu) {
     data_ = aligned_alloc_bytes(bytes);
     return;
@@ -40,6 +57,13 @@ DeviceBuffer::~DeviceBuffer() {
 
 DeviceBuffer DeviceBuffer::pinned_host(const Context& ctx, size_t bytes) {
   if (ctx.device == Device::cpu) return DeviceBuffer(ctx, bytes);
+  if (ctx.dry_run) {
+    DeviceBuffer b;
+    b.size_ = bytes;
+    b.data_ = planned_address(bytes);
+    b.planned_ = true;
+    return b;
+  }
   DeviceBuffer b;
   b.size_ = bytes;
 #if FP8RL_HAVE_CUDA
@@ -56,6 +80,7 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
       size_(o.size_),
       device_(o.device_),
       pinned_(o.pinned_),
+      planned_(o.planned_),
       backend_(o.backend_) {
   o.data_ = nullptr;
   o.size_ = 0;
@@ -68,6 +93,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
     size_ = o.size_;
     device_ = o.device_;
     pinned_ = o.pinned_;
+    planned_ = o.planned_;
     backend_ = o.backend_;
     o.data_ = nullptr;
     o.size_ = 0;
@@ -77,7 +103,9 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 
 void DeviceBuffer::release() {
   if (data_ == nullptr) return;
-  if (pinned_) {
+  if (planned_) {
+    // nothing behind it
+  } else if (pinned_) {
 #if FP8RL_HAVE_CUDA
     cuda::host_free_pinned(data_);
 #endif
@@ -166,6 +194,8 @@ size_t scratch_high_water(const Context& ctx) {
 size_t scratch_capacity(const Context& ctx) {
   FP8RL_ON_CUDA(ctx, backend(ctx).arena().capacity());
   CHECK(ctx.scratch != nullptr, "Context has no scratch arena");
+  // A dry run's arena is a measuring one, unbounded: what a real arena would hold.
+  if (ctx.dry_run) return ctx.scratch->reserved();
   return ctx.scratch->capacity();
 }
 
@@ -233,7 +263,7 @@ void copy_elements(Context& ctx, const TensorView& src, const TensorView& moves,
 
 StreamMark::StreamMark(Context& ctx) : ctx_(&ctx) {
 #if FP8RL_HAVE_CUDA
-  if (ctx.device == Device::cuda) event_ = cuda::event_create();
+  if (ctx.device == Device::cuda && !ctx.dry_run) event_ = cuda::event_create();
 #endif
 }
 
@@ -322,7 +352,7 @@ bool dry_run_scratch(Context& ctx, size_t bytes) {
 }
 
 size_t device_allocated_bytes(const Context& ctx) {
-  if (ctx.device == Device::cpu) return 0;
+  if (ctx.device == Device::cpu || !device_present(ctx)) return 0;
 #if FP8RL_HAVE_CUDA
   return ctx.cuda->allocated();
 #else
@@ -332,7 +362,7 @@ size_t device_allocated_bytes(const Context& ctx) {
 }
 
 size_t device_peak_allocated_bytes(const Context& ctx) {
-  if (ctx.device == Device::cpu) return 0;
+  if (ctx.device == Device::cpu || !device_present(ctx)) return 0;
 #if FP8RL_HAVE_CUDA
   return ctx.cuda->peak_allocated();
 #else
@@ -342,7 +372,7 @@ size_t device_peak_allocated_bytes(const Context& ctx) {
 }
 
 void reset_device_peak_allocated(Context& ctx) {
-  if (ctx.device == Device::cpu) return;
+  if (ctx.device == Device::cpu || !device_present(ctx)) return;
 #if FP8RL_HAVE_CUDA
   ctx.cuda->reset_peak_allocated();
 #else
@@ -353,7 +383,7 @@ void reset_device_peak_allocated(Context& ctx) {
 DeviceRegionInfo device_region_info(const Context& ctx) {
   DeviceRegionInfo info;
 #if FP8RL_HAVE_CUDA
-  if (ctx.device == Device::cuda && ctx.cuda->region()) {
+  if (ctx.device == Device::cuda && ctx.cuda != nullptr && ctx.cuda->region()) {
     const cuda::DeviceRegion& r = *ctx.cuda->region();
     info.on = true;
     info.reserved = r.reserved();
@@ -368,22 +398,28 @@ DeviceRegionInfo device_region_info(const Context& ctx) {
 
 size_t gemm_workspace_bytes(const Context& ctx) {
 #if FP8RL_HAVE_CUDA
-  if (ctx.device == Device::cuda) return ctx.cuda->workspace_bytes();
+  if (ctx.device == Device::cuda && ctx.cuda != nullptr) return ctx.cuda->workspace_bytes();
 #endif
-  (void)ctx;
-  return 0;
+  // Without the device (an estimate): what a CudaDevice of default options takes.
+  return ctx.device == Device::cuda ? CudaDeviceOptions{}.workspace_bytes : 0;
 }
 
 bool in_device_region(const Context& ctx, const void* p) {
 #if FP8RL_HAVE_CUDA
-  if (ctx.device == Device::cuda && ctx.cuda->region()) return ctx.cuda->region()->contains(p);
+  if (ctx.device == Device::cuda && ctx.cuda != nullptr && ctx.cuda->region())
+    return ctx.cuda->region()->contains(p);
 #endif
   (void)ctx, (void)p;
   return false;
 }
 
+bool device_present(const Context& ctx) {
+  return ctx.device == Device::cpu || ctx.cuda != nullptr;
+}
+
 size_t device_free_bytes(const Context& ctx) {
   if (ctx.device == Device::cpu) return 0;
+  CHECK(device_present(ctx), "the free memory of a CUDA device is unknown without the device");
 #if FP8RL_HAVE_CUDA
   return cuda::device_free_bytes(*ctx.cuda);
 #else

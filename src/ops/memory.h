@@ -12,6 +12,9 @@ namespace fp8rl {
 // Owning storage on one device: 64-byte aligned host memory (CPU) or one cudaMalloc (CUDA,
 // 256-byte aligned). Contents are undefined until written. Move-only. A CUDA buffer must be
 // released before the CudaDevice whose context made it.
+// Made with a dry-run context (Context::dry_run) it is planned only: its size and device, and
+// an address of its own that nobody may dereference, but no memory. A run's objects built so
+// measure what they would hold (the estimate of `--dry-run` without a device or weights).
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -36,7 +39,8 @@ class DeviceBuffer {
   void* data_ = nullptr;
   size_t size_ = 0;
   Device device_ = Device::cpu;
-  bool pinned_ = false;  // host memory from cudaMallocHost
+  bool pinned_ = false;   // host memory from cudaMallocHost
+  bool planned_ = false;  // a dry run's: no memory behind data_
   cuda::Backend* backend_ = nullptr;
 };
 
@@ -125,7 +129,12 @@ class StreamMark {
   Context* ctx_ = nullptr;
   void* event_ = nullptr;  // cudaEvent_t on a CUDA context
 };
-// Device memory free now (CUDA: cudaMemGetInfo; the CPU: 0, it has no device budget).
+// Whether the context has its device at hand: the CPU, or CUDA with a backend. A dry-run
+// context may have none (an estimate made without a GPU); what the device would tell (free
+// memory, its region, its capabilities) is then unknown.
+bool device_present(const Context& ctx);
+// Device memory free now (CUDA: cudaMemGetInfo; the CPU: 0, it has no device budget). Needs
+// the device (device_present).
 size_t device_free_bytes(const Context& ctx);
 // Bytes this process has allocated on ctx's device now and at the peak so far (buffers and
 // arena, as the CUDA backend counts its cudaMallocs); 0 on the CPU.

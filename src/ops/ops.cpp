@@ -64,7 +64,8 @@ namespace {
 
 void check_ctx(const Context& ctx) {
   CHECK(!ctx.dry_run || ctx.scratch != nullptr, "a dry run needs a measuring scratch arena");
-  CHECK(ctx.device == Device::cpu ? ctx.scratch != nullptr : ctx.cuda != nullptr,
+  // A dry run may plan for a CUDA device that is not there (it computes nothing).
+  CHECK(ctx.device == Device::cpu ? ctx.scratch != nullptr : ctx.cuda != nullptr || ctx.dry_run,
         "Context for {} has no {}", device_name(ctx.device),
         ctx.device == Device::cpu ? "scratch arena" : "CUDA backend (use CudaDevice::context())");
   CHECK(!ctx.bf16_activations || ctx.device == Device::cpu,
@@ -959,7 +960,8 @@ void quantize_weight(Context& ctx, const TensorView& w, Fp8Scheme scheme, const 
 void prepare_linear(Context& ctx, LinearWeight& w, std::vector<DeviceBuffer>& storage) {
   check_ctx(ctx);
 #if FP8RL_HAVE_CUDA
-  if (ctx.device == Device::cuda) return cuda::prepare_linear(ctx, w, storage);
+  // A dry run's model (planned buffers) skips the GEMM's repacked scales: a few bytes a row.
+  if (ctx.device == Device::cuda && !ctx.dry_run) return cuda::prepare_linear(ctx, w, storage);
 #endif
   (void)storage;
   w.gemm_scales = w.scales;

@@ -9,7 +9,8 @@ namespace fp8rl::ops {
 namespace {
 
 void check_ctx(const Context& ctx, const char* what) {
-  CHECK(ctx.device != Device::cuda || ctx.cuda != nullptr,
+  // A dry run may plan for a CUDA device that is not there (it computes nothing).
+  CHECK(ctx.device != Device::cuda || ctx.cuda != nullptr || ctx.dry_run,
         "{}: CUDA Context has no backend (use CudaDevice::context())", what);
 }
 

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "core/check.h"
@@ -28,6 +29,8 @@ using std::chrono::milliseconds;
 // it then waits after SIGTERM before SIGKILL.
 constexpr milliseconds kExitGrace{2000};
 constexpr milliseconds kTermGrace{500};
+// How often an exchange that waits looks whether the process has exited.
+constexpr milliseconds kExitPoll{50};
 
 std::string errno_text(int err) {
   return std::strerror(err);
@@ -242,6 +245,27 @@ std::string ChildProcess::exchange(std::string_view request, milliseconds timeou
   const auto deadline = Clock::now() + timeout;
   size_t written = 0;
   char buffer[1 << 16];
+  // The answer when pending_ holds a whole line; fails on an answer that breaks the protocol.
+  const auto take_line = [&]() -> std::optional<std::string> {
+    const size_t newline = pending_.find('\n');
+    if (newline == std::string::npos) {
+      if (pending_.size() > max_line_bytes)
+        fail(fmt::format("wrote more than {} bytes without a newline", max_line_bytes));
+      return std::nullopt;
+    }
+    if (written < request.size()) {
+      fail(fmt::format("answered before reading the whole request ({} of {} bytes): '{}'", written,
+                       request.size(),
+                       printable_excerpt(std::string_view(pending_).substr(0, newline))));
+    }
+    std::string line = pending_.substr(0, newline);
+    pending_.erase(0, newline + 1);
+    if (!pending_.empty()) {
+      fail(fmt::format("answered more than one line: '{}' after '{}'", printable_excerpt(pending_),
+                       printable_excerpt(line)));
+    }
+    return line;
+  };
   for (;;) {
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
@@ -253,7 +277,9 @@ std::string ChildProcess::exchange(std::string_view request, milliseconds timeou
     }
     pollfd fds[2] = {{stdout_fd_, POLLIN, 0},
                      {written < request.size() ? stdin_fd_ : -1, POLLOUT, 0}};
-    const int ready = ::poll(fds, 2, int(std::min<int64_t>(left.count() + 1, INT_MAX)));
+    // Woken at least every kExitPoll to look whether the process itself has exited: a program
+    // it started in the background may hold the pipes open, so no end of file comes.
+    const int ready = ::poll(fds, 2, int(std::min<int64_t>(left.count() + 1, kExitPoll.count())));
     if (ready < 0) {
       if (errno == EINTR) continue;
       fail(fmt::format("poll failed: {}", errno_text(errno)));
@@ -266,24 +292,7 @@ std::string ChildProcess::exchange(std::string_view request, milliseconds timeou
       }
       if (n > 0) {
         pending_.append(buffer, size_t(n));
-        const size_t newline = pending_.find('\n');
-        if (newline != std::string::npos) {
-          if (written < request.size()) {
-            fail(fmt::format("answered before reading the whole request ({} of {} bytes): '{}'",
-                             written, request.size(),
-                             printable_excerpt(std::string_view(pending_).substr(0, newline))));
-          }
-          std::string line = pending_.substr(0, newline);
-          pending_.erase(0, newline + 1);
-          if (!pending_.empty()) {
-            fail(fmt::format("answered more than one line: '{}' after '{}'",
-                             printable_excerpt(pending_), printable_excerpt(line)));
-          }
-          return line;
-        }
-        if (pending_.size() > max_line_bytes) {
-          fail(fmt::format("wrote more than {} bytes without a newline", max_line_bytes));
-        }
+        if (std::optional<std::string> line = take_line()) return *line;
       }
     }
     if (fds[1].revents != 0) {
@@ -294,6 +303,24 @@ std::string ChildProcess::exchange(std::string_view request, milliseconds timeou
         fail(fmt::format("writing to its stdin failed: {}", errno_text(errno)));
       }
       if (n > 0) written += size_t(n);
+    }
+    if (wait_exit(milliseconds(0))) {
+      // It exited, and what it wrote before is in the pipe to read: its answer, if whole.
+      bool end_of_file = false;
+      for (;;) {
+        const ssize_t n = ::read(stdout_fd_, buffer, sizeof(buffer));
+        if (n < 0 && errno == EINTR) continue;
+        end_of_file = n == 0;
+        if (n <= 0) break;
+        pending_.append(buffer, size_t(n));
+        if (pending_.size() > max_line_bytes + 1) break;
+      }
+      if (std::optional<std::string> line = take_line()) return *line;
+      if (end_of_file) fail(fmt::format("closed its stdout ({})", exit_description_));
+      fail(
+          fmt::format("{} without an answer, while a program it started still holds its stdout "
+                      "open",
+                      exit_description_));
     }
   }
 }

@@ -3,17 +3,20 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <numeric>
 
 #include "core/check.h"
 #include "core/rng.h"
 #include "engine/engine.h"
+#include "formats/json_read.h"
 #include "ops/backward.h"
 #include "ops/exactness.h"
 #include "ops/memory.h"
 #include "rl/advantages.h"
 #include "rl/grpo_loss.h"
+#include "rl/prompt_data.h"
 #include "rl/rollout_correction.h"
 #include "tokenizer/tokenizer.h"
 #include "train/logprob_pass.h"
@@ -63,23 +66,134 @@ struct Round {
             {"logged_metrics", logged_metrics},
             {"micro_used", micro_used}};
   }
-  static Round from_json(const nlohmann::json& j) {
-    Round r;
-    j.at("prompt").get_to(r.prompt);
-    j.at("ids").get_to(r.ids);
-    j.at("engine_logp").get_to(r.engine_logp);
-    j.at("old_logp").get_to(r.old_logp);
-    j.at("ref_logp").get_to(r.ref_logp);
-    j.at("is_weight").get_to(r.is_weight);
-    j.at("mask").get_to(r.mask);
-    j.at("advantages").get_to(r.advantages);
-    j.at("num_items").get_to(r.num_items);
-    r.metrics = j.at("metrics");
-    r.logged_metrics = j.value("logged_metrics", nlohmann::json::object());
-    j.at("micro_used").get_to(r.micro_used);
-    return r;
-  }
+  // What a restored round must agree with: this run's data, model and settings.
+  struct Shape {
+    size_t completions = 0;  // prompts per round x num_generations
+    size_t prompts = 0;      // the dataset's
+    int64_t vocab_size = 0;
+    int64_t max_completion_length = 0;
+    int64_t micro_per_round = 0;  // micro-steps a round serves
+    bool needs_ref_logp = false;  // beta != 0
+  };
+  // A checkpoint's round, every field checked against `s` (an index read blindly would point
+  // outside the dataset or the round's completions, or past a completion's tokens).
+  static Round from_json(const nlohmann::json& j, const Shape& s);
 };
+
+namespace round_json {
+
+using Json = nlohmann::json;
+
+const Json& field(const Json& j, const char* key) {
+  const auto it = j.find(key);
+  CHECK(it != j.end(), "it has no '{}'", key);
+  return *it;
+}
+
+// An integer in [low, high]; what() names it in the error (called only then: a round has a
+// name per token).
+template <class Name>
+int64_t integer(const Json& v, const Name& what, int64_t low, int64_t high) {
+  const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(high)
+                                           : v.is_number_integer() && v.get<int64_t>() <= high;
+  CHECK(fits && v.get<int64_t>() >= low, "{} is {}, expected an integer in [{}, {}]", what(),
+        json_excerpt(v), low, high);
+  return v.get<int64_t>();
+}
+
+// Field `key`: a list of one entry per completion (or an empty list where `may_be_empty`: a
+// per-token field this round did not compute).
+const Json& per_completion(const Json& j, const char* key, size_t completions, bool may_be_empty) {
+  const Json& v = field(j, key);
+  CHECK(v.is_array() && (v.size() == completions || (may_be_empty && v.empty())),
+        "'{}' must be a list of {} entries (one per completion){}, got {}", key, completions,
+        may_be_empty ? " or empty" : "",
+        v.is_array() ? fmt::format("{} entries", v.size()) : json_excerpt(v));
+  return v;
+}
+
+// Entry c of a per-token field: `tokens` numbers.
+std::vector<double> token_numbers(const Json& v, const char* key, size_t c, size_t tokens) {
+  CHECK(v.is_array() && v.size() == tokens,
+        "'{}'[{}] must be a list of {} numbers (one per token of completion {}), got {}", key, c,
+        tokens, c, v.is_array() ? fmt::format("{} entries", v.size()) : json_excerpt(v));
+  std::vector<double> out;
+  out.reserve(tokens);
+  for (size_t k = 0; k < tokens; ++k) {
+    CHECK(v[k].is_number(), "'{}'[{}][{}] is {}, expected a number", key, c, k, json_excerpt(v[k]));
+    out.push_back(v[k].get<double>());
+  }
+  return out;
+}
+
+}  // namespace round_json
+
+Round Round::from_json(const nlohmann::json& j, const Shape& s) {
+  using namespace round_json;
+  CHECK(j.is_object(), "it is {}, not an object", json_excerpt(j));
+  const size_t n = s.completions;
+  const Json& prompt = field(j, "prompt");
+  CHECK(prompt.is_array() && prompt.size() == n,
+        "it holds {} completions, and this run's generation batch is {} (prompts per round x "
+        "num_generations): resume with the batch settings it was saved with",
+        prompt.is_array() ? fmt::format("{}", prompt.size()) : json_excerpt(prompt), n);
+  const Json& ids = per_completion(j, "ids", n, false);
+  const Json& engine_logp = per_completion(j, "engine_logp", n, false);
+  const Json& old_logp = per_completion(j, "old_logp", n, true);
+  const Json& ref_logp = per_completion(j, "ref_logp", n, true);
+  const Json& is_weight = per_completion(j, "is_weight", n, true);
+  const Json& mask = per_completion(j, "mask", n, false);
+  const Json& advantages = per_completion(j, "advantages", n, false);
+  CHECK(!s.needs_ref_logp || !ref_logp.empty(),
+        "it has no reference logprobs ('ref_logp'), and this run's beta needs them: resume with "
+        "the beta it was saved with");
+  Round r;
+  int64_t active = 0;
+  for (size_t c = 0; c < n; ++c) {
+    r.prompt.push_back(size_t(integer(
+        prompt[c], [&] { return fmt::format("'prompt'[{}]", c); }, 0, int64_t(s.prompts) - 1)));
+    const Json& tokens = ids[c];
+    CHECK(tokens.is_array() && !tokens.empty() && int64_t(tokens.size()) <= s.max_completion_length,
+          "'ids'[{}] must be a list of 1 to {} token ids (max_completion_length), got {}", c,
+          s.max_completion_length,
+          tokens.is_array() ? fmt::format("{} entries", tokens.size()) : json_excerpt(tokens));
+    const size_t len = tokens.size();
+    std::vector<int32_t>& out = r.ids.emplace_back();
+    for (size_t k = 0; k < len; ++k)
+      out.push_back(int32_t(integer(
+          tokens[k], [&] { return fmt::format("'ids'[{}][{}]", c, k); }, 0, s.vocab_size - 1)));
+    r.engine_logp.push_back(token_numbers(engine_logp[c], "engine_logp", c, len));
+    if (!old_logp.empty()) r.old_logp.push_back(token_numbers(old_logp[c], "old_logp", c, len));
+    if (!ref_logp.empty()) r.ref_logp.push_back(token_numbers(ref_logp[c], "ref_logp", c, len));
+    if (!is_weight.empty()) r.is_weight.push_back(token_numbers(is_weight[c], "is_weight", c, len));
+    const Json& m = mask[c];
+    CHECK(m.is_array() && m.size() == len,
+          "'mask'[{}] must be a list of {} 0/1 values (one per token of completion {}), got {}", c,
+          len, c, m.is_array() ? fmt::format("{} entries", m.size()) : json_excerpt(m));
+    std::vector<uint8_t>& bits = r.mask.emplace_back();
+    for (size_t k = 0; k < len; ++k) {
+      bits.push_back(uint8_t(integer(
+          m[k], [&] { return fmt::format("'mask'[{}][{}]", c, k); }, 0, 1)));
+      active += bits.back();
+    }
+    CHECK(advantages[c].is_number(), "'advantages'[{}] is {}, expected a number", c,
+          json_excerpt(advantages[c]));
+    r.advantages.push_back(advantages[c].get<double>());
+  }
+  r.num_items = integer(
+      field(j, "num_items"), [] { return "'num_items'"; }, 0, INT64_MAX);
+  CHECK(r.num_items == active,
+        "'num_items' is {}, and its masks hold {} trained tokens (they must agree)", r.num_items,
+        active);
+  r.metrics = field(j, "metrics");
+  CHECK(r.metrics.is_object(), "'metrics' is {}, expected an object", json_excerpt(r.metrics));
+  r.logged_metrics = j.value("logged_metrics", nlohmann::json::object());
+  CHECK(r.logged_metrics.is_object(), "'logged_metrics' is {}, expected an object",
+        json_excerpt(r.logged_metrics));
+  r.micro_used = integer(
+      field(j, "micro_used"), [] { return "'micro_used'"; }, 0, s.micro_per_round);
+  return r;
+}
 
 // Completions [first, first + count) of a round packed for the trainer: each sequence is its
 // prompt then its completion but the last token; targets are the completion's tokens.
@@ -273,6 +387,7 @@ struct GrpoTrainer::Impl {
         (int64_t(data.size()) + prompts_per_round - 1) / prompts_per_round;
     steps_per_epoch =
         std::max<int64_t>(1, rounds_per_epoch * micro_per_round / cfg.gradient_accumulation_steps);
+    check_sizes();
     total_steps = cfg.max_steps > 0
                       ? cfg.max_steps
                       : int64_t(std::ceil(cfg.num_train_epochs * double(steps_per_epoch)));
@@ -297,14 +412,51 @@ struct GrpoTrainer::Impl {
     // The scratch arena too, before the engine records CUDA graphs over it (it would move if
     // a pass grew it later; the engine would then drop them).
     largest = largest_pass_plan();
+    if (ctx.device == Device::cpu)
+      check_host_bytes(
+          largest.region_bytes() + largest.scratch_bytes + largest.host_bytes,
+          fmt::format("grpo: the training pass over the longest micro-batch "
+                      "(per_device_train_batch_size {} sequences of up to {} "
+                      "tokens: the longest prompt + max_completion_length)",
+                      micro_batch, longest_prompt() + size_t(cfg.max_completion_length)));
     region.reserve(largest.region_bytes());
     ops::scratch_reserve(ctx, largest.scratch_bytes);
     engine = std::make_unique<Engine>(ctx, model, &adapter, tokenizer, eos_ids, eo, &region);
   }
 
+  size_t longest_prompt() const {
+    size_t longest = 0;
+    for (const PromptExample& e : data) longest = std::max(longest, e.ids.size());
+    return longest;
+  }
+
+  // What the settings size, checked before anything is allocated for it, so that an absurd
+  // batch or completion length is an error naming it rather than "out of memory".
+  void check_sizes() const {
+    check_prompt_room(data, "grpo: the training data", cfg.max_completion_length, model.config());
+    if (ctx.device != Device::cpu) return;  // the device's allocator names its own bytes
+    // A round keeps every completion's tokens, logprobs and mask; at least one token each.
+    const size_t per_completion = sizeof(std::vector<int32_t>) + 3 * sizeof(std::vector<double>) +
+                                  sizeof(std::vector<uint8_t>) + 2 * sizeof(double) + 13;
+    const double completions = double(prompts_per_round) * double(cfg.num_generations);
+    check_host_bytes(size_t(std::min(completions * double(per_completion), 1e19)),
+                     fmt::format("grpo: a generation round of {:.0f} completions "
+                                 "(generation_batch_size: per_device_train_batch_size x "
+                                 "steps_per_generation)",
+                                 completions));
+    // The dry run of the longest micro-batch holds its token ids and targets.
+    const auto prompt = int64_t(longest_prompt());
+    const double tokens =
+        std::min(double(micro_batch), completions) * double(prompt + cfg.max_completion_length);
+    check_host_bytes(
+        size_t(std::min(tokens * 8.0, 1e19)),
+        fmt::format("grpo: a micro-batch of {:.0f} tokens (per_device_train_batch_size "
+                    "{} x (the longest prompt {} + max_completion_length {}))",
+                    tokens, micro_batch, prompt, cfg.max_completion_length));
+  }
+
   PassPlan largest_pass_plan() {
-    size_t longest_prompt = 0;
-    for (const PromptExample& e : data) longest_prompt = std::max(longest_prompt, e.ids.size());
+    const size_t longest_prompt = this->longest_prompt();
     const int64_t len = int64_t(longest_prompt) + cfg.max_completion_length;
     const int64_t seqs = std::min<int64_t>(micro_batch, prompts_per_round * cfg.num_generations);
     std::vector<int32_t> ids(size_t(seqs * len), 0), targets(size_t(seqs * len), -100);
@@ -678,8 +830,16 @@ struct GrpoTrainer::Impl {
     next_prompt = checkpoint_position(s, "next_prompt", checkpoint);
     rounds = checkpoint_position(s, "rounds", checkpoint);
     non_finite_total = checkpoint_position(s, "non_finite_total", checkpoint);
+    if (!s.contains("round")) return;
+    Round::Shape shape;
+    shape.completions = size_t(prompts_per_round * cfg.num_generations);
+    shape.prompts = data.size();
+    shape.vocab_size = model.config().vocab_size;
+    shape.max_completion_length = cfg.max_completion_length;
+    shape.micro_per_round = steps_per_generation * cfg.num_iterations;
+    shape.needs_ref_logp = cfg.beta != 0.0;
     try {
-      if (s.contains("round")) round = Round::from_json(s.at("round"));
+      round = Round::from_json(s.at("round"), shape);
     } catch (const std::exception& e) {
       RAISE("checkpoint '{}': its run state's round is malformed: {}", checkpoint, e.what());
     }

@@ -18,6 +18,23 @@ bool is_messages(const Json& v) {
   return v.is_array() && !v.empty() && v[0].is_object() && v[0].contains("role");
 }
 
+// A message list of the row ("prompt", "chosen" or "rejected"), checked before anything is
+// rendered: objects with a string role, and content that is a string (or absent, null, or a
+// list of content parts, which templates take). A number there rendered, if at all, unlike the
+// prompt's render and was reported as a token-prefix mismatch.
+void check_messages(const Json& v, const char* name) {
+  if (!v.is_array()) return;  // a string, or an error of its own later
+  for (size_t i = 0; i < v.size(); ++i) {
+    const Json& m = v[i];
+    CHECK(m.is_object() && m.contains("role") && m["role"].is_string(),
+          "\"{}\"[{}] must be a {{role, content}} object with a string role, got {}", name, i,
+          json_excerpt(m));
+    const auto content = m.find("content");
+    CHECK(content == m.end() || content->is_string() || content->is_null() || content->is_array(),
+          "\"{}\"[{}].content must be a string, got {}", name, i, json_excerpt(*content));
+  }
+}
+
 // The local time now, one for every render of a dataset.
 ChatTemplateOptions render_time_now() {
   ChatTemplateOptions render_options;
@@ -78,6 +95,9 @@ struct Reader {
     CHECK(r.is_object(), "a row must be a JSON object, got {}", r.type_name());
     CHECK(r.contains("chosen") && r.contains("rejected"),
           "the row needs \"chosen\" and \"rejected\"");
+    if (r.contains("prompt")) check_messages(r["prompt"], "prompt");
+    check_messages(r["chosen"], "chosen");
+    check_messages(r["rejected"], "rejected");
     Json prompt, chosen = r["chosen"], rejected = r["rejected"];
     if (r.contains("prompt") && !r["prompt"].is_null()) {
       prompt = r["prompt"];

@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "formats/json_read.h"
+#include "formats/model_config.h"
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -126,20 +127,19 @@ std::vector<PromptExample> read_prompt_dataset(const std::string& path,
 }
 
 void check_prompt_room(const std::vector<PromptExample>& prompts, const std::string& path,
-                       int64_t max_completion_length, int64_t context) {
-  for (const PromptExample& ex : prompts) {
-    const int64_t length = int64_t(ex.ids.size());
-    if (length + max_completion_length <= context) continue;
-    const int64_t room = context - max_completion_length;
-    RAISE(
-        "{}:{}: a prompt of {} tokens plus max_completion_length {} exceeds the model's context "
-        "of {} tokens (max_position_embeddings); {}",
-        path, ex.line, length, max_completion_length, context,
-        room >= 1 ? fmt::format("lower max_completion_length, or cut the prompts with "
-                                "max_prompt_length: {} and truncation: true",
-                                room)
-                  : fmt::format("max_completion_length must be below {}", context));
-  }
+                       int64_t max_completion_length, const ModelConfig& config) {
+  const int64_t room = config.max_context - max_completion_length;
+  const std::string advice =
+      room >= 1 ? fmt::format(
+                      "lower max_completion_length, or cut the prompts with "
+                      "max_prompt_length: {} and truncation: true",
+                      room)
+                : fmt::format("max_completion_length must be below {}", config.max_context);
+  for (const PromptExample& ex : prompts)
+    check_context(config, int64_t(ex.ids.size()) + max_completion_length,
+                  fmt::format("{}:{}: a prompt of {} tokens plus max_completion_length {}", path,
+                              ex.line, ex.ids.size(), max_completion_length),
+                  advice);
 }
 
 }  // namespace fp8rl

@@ -20,6 +20,7 @@ namespace tok {
 class Tokenizer;
 }
 struct ChatTemplateConfig;
+struct ModelConfig;
 
 struct PromptExample {
   std::vector<int32_t> ids;  // the prompt's tokens
@@ -67,10 +68,11 @@ std::vector<PromptExample> read_prompt_dataset(const std::string& path,
                                                const PromptDataOptions& options);
 
 // Every prompt of `prompts` (read from `path`) must leave a whole completion room in the
-// model's context of `context` tokens (max_position_embeddings): the first row whose prompt
-// plus max_completion_length exceeds it is an error naming both lengths. Cheap, so a run checks
-// it before the weights load rather than failing in the round that draws the row.
+// model's context (check_context: max_context, which YaRN extends past max_position_embeddings):
+// the first row whose prompt plus max_completion_length exceeds it is an error naming the
+// lengths, the context and what to change. Cheap, so a run checks it before the weights load
+// rather than failing in the round that draws the row.
 void check_prompt_room(const std::vector<PromptExample>& prompts, const std::string& path,
-                       int64_t max_completion_length, int64_t context);
+                       int64_t max_completion_length, const ModelConfig& config);
 
 }  // namespace fp8rl

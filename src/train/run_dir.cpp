@@ -6,13 +6,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <optional>
 #include <vector>
 
 #include "core/check.h"
+#include "core/input_file.h"
 #include "core/interrupt.h"
 #include "core/output_file.h"
 #include "formats/json_read.h"
@@ -249,21 +251,42 @@ int64_t checkpoint_position(const nlohmann::json& state, const char* key,
   return it->get<int64_t>();
 }
 
+namespace {
+
+// The step of a kept log line: its integer "step" (0 when it has none); nullopt for any other
+// value, which ends what is kept like a cut line (a float would convert out of range).
+std::optional<int64_t> log_step(const nlohmann::json& j) {
+  const auto it = j.find("step");
+  if (it == j.end()) return 0;
+  if (it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(INT64_MAX)) return std::nullopt;
+  if (!it->is_number_integer()) return std::nullopt;
+  return it->get<int64_t>();
+}
+
+}  // namespace
+
 MetricsLog::MetricsLog(const std::string& dir, int64_t resumed_step, const std::string& file)
     : path_((fs::path(dir) / file).string()) {
   std::string kept;
-  if (resumed_step > 0) {
-    std::ifstream in(path_);
+  std::error_code ec;
+  if (resumed_step > 0 && fs::symlink_status(path_, ec).type() != fs::file_type::not_found) {
+    // An input file like every other (core/input_file.h): a FIFO there fails at once instead
+    // of blocking in open(), a device or an endless line is an error, not memory.
+    constexpr uint64_t kMaxLineBytes = uint64_t{64} << 20;  // the JSON policy's limit
+    InputLines lines(path_, "the run's log", kMaxLineBytes);
     std::string line;
-    while (std::getline(in, line)) {
+    while (lines.next(line)) {
+      JsonLimits limits;
+      limits.reject_duplicate_keys = false;  // the last one wins, as before
+      nlohmann::json j;
       try {
-        JsonLimits limits;
-        limits.reject_duplicate_keys = false;  // the last one wins, as before
-        const nlohmann::json j = parse_json_text(line, "a line of the log", limits);
-        if (j.value("step", int64_t(0)) <= resumed_step) kept += line + '\n';
-      } catch (const std::exception&) {
+        j = parse_json_text(line, "a line of the log", limits);
+      } catch (const Error&) {
         break;  // a line cut by the interruption ends what is kept
       }
+      const std::optional<int64_t> step = j.is_object() ? log_step(j) : std::nullopt;
+      if (!step) break;
+      if (*step <= resumed_step) kept += line + '\n';
     }
   }
   // Replaced as a whole: a resumed run that fails here (a full disk) keeps the old log.

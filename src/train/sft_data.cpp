@@ -49,6 +49,9 @@ struct RowReader {
   std::vector<int32_t> render_tokens(const Json& messages, size_t count, bool generation_prompt,
                                      const Json& tools) const;
   void append_eos(std::vector<int32_t>& ids) const;
+  // An example of n tokens is longer than max_length only with truncation (an error naming
+  // both otherwise).
+  void check_length(int64_t n) const;
 };
 
 // A field that is absent or null (a column this row does not use) is nullptr.
@@ -87,6 +90,12 @@ std::string keys_of(const Json& row) {
     keys += (keys.empty() ? "" : ", ") + key;
   }
   return keys.empty() ? "none" : keys;
+}
+
+void RowReader::check_length(int64_t n) const {
+  CHECK(n <= options.max_length || options.truncation,
+        "{} tokens, longer than max_length {} (ask for truncation to keep the first {})", n,
+        options.max_length, options.max_length);
 }
 
 void RowReader::append_eos(std::vector<int32_t>& ids) const {
@@ -180,6 +189,9 @@ SftExample RowReader::chat_row(const Json& messages, size_t first_completion,
   ex.input_ids = render_tokens(messages, messages.size(), false, tools);
   CHECK(!ex.input_ids.empty(), "the chat template rendered the conversation as no tokens");
   const size_t n = ex.input_ids.size();
+  // The length first: the turns' renders below cost a render of the conversation so far each,
+  // quadratic in its turns, and an example over max_length is refused whatever they find.
+  check_length(int64_t(n));
   const bool completion_only = first_completion > 0 && options.completion_only_loss.value_or(true);
   if (!options.assistant_only_loss && !completion_only) {
     ex.loss_mask.assign(n, 1);
@@ -211,10 +223,14 @@ SftExample RowReader::chat_row(const Json& messages, size_t first_completion,
   for (size_t i = first; i < messages.size(); ++i) {
     if (messages[i]["role"].get_ref<const std::string&>() != "assistant") continue;
     const size_t begin = prefix_length(i, true);
+    ++turns;
+    // Truncation keeps the first max_length tokens: a turn that begins after them trains
+    // nothing, nor do the ones after it (each render is a prefix of the whole), so the renders
+    // stay within the tokens kept.
+    if (options.truncation && int64_t(begin) >= options.max_length) break;
     const size_t end = i + 1 == messages.size() ? n : prefix_length(i + 1, false);
     CHECK(begin <= end, "messages[{}] renders shorter than its generation prompt", i);
     train(begin, end);
-    ++turns;
   }
   CHECK(turns > 0, "no assistant turn {}to train on (assistant_only_loss)",
         completion_only ? "in the completion " : "");
@@ -248,9 +264,7 @@ SftExample RowReader::row(const Json& row) const {
   }
   const auto n = int64_t(ex.input_ids.size());
   if (n > options.max_length) {
-    CHECK(options.truncation,
-          "{} tokens, longer than max_length {} (ask for truncation to keep the first {})", n,
-          options.max_length, options.max_length);
+    check_length(n);
     ex.input_ids.resize(size_t(options.max_length));
     ex.loss_mask.resize(size_t(options.max_length));
   }

@@ -30,7 +30,9 @@
 // prefix-stable: both renders' tokens must be prefixes of the whole conversation's tokens. A
 // template that renders a turn differently once later turns follow (Qwen3 dropping earlier
 // reasoning, say), or a token merging across a turn boundary, makes the row an error naming
-// its line; set assistant_only_loss to false to train such rows on all tokens.
+// its line; set assistant_only_loss to false to train such rows on all tokens. The row's length
+// is checked first, from the render of the whole conversation; with truncation, only the turns
+// that begin within the first max_length tokens are rendered and checked.
 //
 // Every problem with a row is an fp8rl::Error "DATASET:LINE: what is wrong".
 #pragma once

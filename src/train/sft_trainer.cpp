@@ -111,14 +111,11 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step,
   const std::string resume = resume_checkpoint(cfg_.resume_from_checkpoint, cfg_.output_dir);
   if (!resume.empty()) {
     const nlohmann::json st = load_checkpoint(resume, ctx_, model_, adapter_, *train_step_);
-    try {
-      pos_.epoch = st.at("epoch").get<int64_t>();
-      pos_.batch = st.at("batch").get<int64_t>();
-      pos_.micro = st.at("micro").get<int64_t>();
-      pos_.tokens = st.at("tokens").get<int64_t>();
-    } catch (const std::exception& e) {
-      RAISE("checkpoint '{}': its data position is malformed: {}", resume, e.what());
-    }
+    // Each an integer >= 0: a negative batch indexed before the epoch's plan.
+    pos_.epoch = checkpoint_position(st, "epoch", resume);
+    pos_.batch = checkpoint_position(st, "batch", resume);
+    pos_.micro = checkpoint_position(st, "micro", resume);
+    pos_.tokens = checkpoint_position(st, "tokens", resume);
   }
   CHECK(!cfg_.evaluates() || !eval_examples_.empty(),
         "sft: eval_strategy = {}{} but no eval examples were given",

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/tensor.h"
 #include "formats/json_read.h"
 #include "train/config_checks.h"
 #include "train/step_metrics.h"
@@ -116,6 +117,16 @@ namespace fp8rl {
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainingArguments& a, int64_t num_params,
                                           const Context& ctx) {
+  if (ctx.device == Device::cpu) {
+    // What training the adapter holds at least: its f32 masters, their gradients and AdamW's
+    // two moments, all in host memory on the CPU. Checked before allocating, so that an absurd
+    // lora_r is named rather than reported as "out of memory".
+    const size_t per_param = a.optim == OptimizerKind::sgd ? 8 : 16;
+    check_host_bytes(size_t(num_params) * per_param,
+                     fmt::format("training the adapter's {} parameters (their number follows "
+                                 "lora_r and the target modules) with {}",
+                                 num_params, a.optim == OptimizerKind::sgd ? "SGD" : "AdamW"));
+  }
   if (a.optim == OptimizerKind::sgd) {
     SgdConfig c;
     c.weight_decay = a.weight_decay;

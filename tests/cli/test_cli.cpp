@@ -524,8 +524,9 @@ TEST(CliGenerate, BadInputIsAClearErrorAndLeavesNoOutput) {
   const std::string long_ids =
       nlohmann::json{{"prompt_ids", std::vector<int>(250, 5)}}.dump() + "\n";
   expect_failure(long_ids, "--max-tokens 12", "exceeds the model's context of 256");
-  expect_failure(nlohmann::json{{"prompt_ids", std::vector<int>(257, 5)}}.dump() + "\n",
-                 "--max-tokens 1", "257 tokens plus max_tokens 1 exceeds the model's context");
+  expect_failure(
+      nlohmann::json{{"prompt_ids", std::vector<int>(257, 5)}}.dump() + "\n", "--max-tokens 1",
+      "a prompt of 257 tokens plus max_tokens 1 (258 tokens) exceeds the model's context");
   // A KV budget that holds no block, and one too small for the prompt ever.
   expect_failure(ok, "--kv-memory 0.000001", "holds no block");
   expect_failure(nlohmann::json{{"prompt_ids", std::vector<int>(29, 5)}}.dump() + "\n",
@@ -673,7 +674,9 @@ TEST(CliChat, BadInputIsAClearError) {
   expect_error("chat " + model + " --adapter " + kQwen3 + "/nope < " + script, "nope");
   // A conversation that outgrows the context (256 tokens): a script stops with the error.
   write_file(script, std::string(300, 'a') + "\n");
-  expect_error("chat " + model + " --seed 1 < " + script, "fills the model's context of 256");
+  expect_error("chat " + model + " --seed 1 < " + script,
+               "plus a reply's first token (319 tokens) exceeds the model's context of 256 "
+               "positions (max_position_embeddings); /reset starts a new one");
   fs::remove(script);
   fs::remove_all(no_template);
   fs::remove_all(model);
@@ -841,7 +844,8 @@ TEST(Cli, InputsAreRegularFilesAndBoundedJson) {
   std::string ids = "1";
   for (int i = 0; i < 256; ++i) ids += ",1";
   expect_one_line_error("logits " + kQwen3 + " --ids " + ids + " --out " + base + "/x.npy",
-                        "257 tokens, more than the model's max_position_embeddings 256");
+                        "--ids (257 tokens) exceeds the model's context of 256 positions "
+                        "(max_position_embeddings)");
   fs::remove_all(base);
 }
 
@@ -920,10 +924,6 @@ TEST(CliChatTemplateKwargs, ReachTheTemplate) {
   fs::remove_all(model);
 }
 
-// The training commands: a short SFT run writes PEFT's files, metrics and a config record;
-// bad configs, datasets and values are one-line errors naming the problem.
-// A model directory without tokenizer.json (the goldens) trains on rows of token ids; a text
-// row is then an error naming what is missing.
 // A Qwen3-MoE model end to end: info shows the MoE fields, the CPU forward runs (also with
 // --fp8), and what MoE models cannot do yet fails in one line at the start.
 TEST(CliMoe, InfoLogitsAndWhatIsNotSupportedYet) {
@@ -947,10 +947,25 @@ TEST(CliMoe, InfoLogitsAndWhatIsNotSupportedYet) {
   }
   const std::string data = temp("moe_sft") + ".jsonl";
   write_file(data, "{\"input_ids\": [1, 5, 9, 12, 7]}\n");
-  // PEFT has no default target modules for qwen3_moe: attention ones, which load fine.
-  expect_one_line_error("sft " + model + " --data " + data + " --out " + temp("moe_sft_run") +
-                            " --steps 1 --lora-target-modules q_proj,v_proj",
+  // PEFT has no default target modules for qwen3_moe: attention ones, which load fine. Training
+  // is refused from config.json, before the weights load, and so is its --dry-run, with the
+  // weights or from a directory of config.json alone (the plan from the shapes).
+  const std::string config_only = temp("moe_config_only");
+  fs::create_directories(config_only);
+  fs::copy_file(model + "/config.json", config_only + "/config.json");
+  for (const std::string& dir : {model, config_only})
+    for (const char* dry : {"", " --dry-run"}) {
+      if (dir == config_only && *dry == '\0') continue;
+      expect_one_line_error("sft " + dir + " --data " + data + " --out " + temp("moe_sft_run") +
+                                " --steps 1 --lora-target-modules q_proj,v_proj" + dry,
+                            "training Qwen3MoeForCausalLM is not supported yet");
+    }
+  expect_one_line_error("grpo " + config_only + " --data " + data + " --output-dir " +
+                            temp("moe_grpo_run") +
+                            " --rewards '[{\"type\": \"answer_match\"}]' --max-prompt-length "
+                            "16 --lora-target-modules q_proj,v_proj --dry-run --device cuda",
                         "training Qwen3MoeForCausalLM is not supported yet");
+  fs::remove_all(config_only);
   expect_one_line_error("quantize " + model + " " + temp("moe_q") + " --scheme row",
                         "FP8 checkpoints of MoE models");
   expect_one_line_error("logits " + model + " --ids 1 --device cuda --out " + temp("x") + ".npy",
@@ -959,6 +974,10 @@ TEST(CliMoe, InfoLogitsAndWhatIsNotSupportedYet) {
   fs::remove_all(model);
 }
 
+// The training commands: a short SFT run writes PEFT's files, metrics and a config record;
+// bad configs, datasets and values are one-line errors naming the problem.
+// A model directory without tokenizer.json (the goldens) trains on rows of token ids; a text
+// row is then an error naming what is missing.
 TEST(CliTrain, SftOnTokenIdsNeedsNoTokenizer) {
   const std::string model = fp8rl::test::golden_dir("llama");
   ASSERT_FALSE(fs::exists(model + "/tokenizer.json"));
@@ -1122,6 +1141,8 @@ TEST(CliTrain, DryRunPrintsThePlanAndTrainsNothing) {
                     dpo_out = temp("dry_dpo_out");
   const std::vector<std::pair<std::string, std::string>> runs = {
       {"sft " + kDemoModel + " --data " + data + " --out " + sft_out + " --dry-run", sft_out},
+      // The prompt and its completions within the demo model's context of 256 (the default
+      // max_completion_length, 512, is an error at once).
       {"grpo --config " + cfg + " --output-dir " + grpo_out +
            " --num-generations 2 --per-device-train-batch-size 2 --max-completion-length 8"
            " --dry-run",
@@ -1156,6 +1177,210 @@ TEST(CliTrain, DryRunPrintsThePlanAndTrainsNothing) {
     EXPECT_FALSE(fs::exists(fs::path(out) / "config.yaml")) << out;
     EXPECT_FALSE(fs::exists(fs::path(out) / "metrics.jsonl")) << out;
   }
+}
+
+// The parts of a printed memory plan ("  name   12.3 MiB  (note)"), name -> MiB.
+std::map<std::string, double> plan_parts(const std::string& output) {
+  std::map<std::string, double> parts;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t mib = line.find(" MiB");
+    if (line.rfind("  ", 0) != 0 || mib == std::string::npos) continue;
+    const size_t num = line.find_last_of(' ', mib - 1) + 1;
+    std::string name = line.substr(2, num - 2);
+    name.erase(name.find_last_not_of(' ') + 1);
+    parts[name] = std::stod(line.substr(num, mib - num));
+  }
+  return parts;
+}
+
+// A copy of the demo model without its weights (config.json, the tokenizer and its configs),
+// and a directory of config.json alone.
+struct ConfigOnlyDirs {
+  std::string with_tokenizer, bare;
+};
+ConfigOnlyDirs config_only_dirs(const std::string& base) {
+  ConfigOnlyDirs d{base + "/no_weights", base + "/bare"};
+  fs::create_directories(d.with_tokenizer);
+  fs::create_directories(d.bare);
+  for (const auto& e : fs::directory_iterator(kDemoModel))
+    if (e.path().extension() != ".safetensors")
+      fs::copy_file(e.path(), fs::path(d.with_tokenizer) / e.path().filename());
+  fs::copy_file(kDemoModel + "/config.json", d.bare + "/config.json");
+  return d;
+}
+
+// --dry-run over a model directory without weights plans from config.json: with the tokenizer
+// the dataset is read and the plan equals the one of the directory with its weights, part for
+// part; without it the plan takes the configured lengths and says the data was not tokenized;
+// with --device cuda on a machine (or build) without a GPU it is the CUDA plan (the cuBLASLt
+// workspace, bf16 weights), said to be an estimate made without a device. Controls: the same
+// runs without --dry-run fail, the estimate is marked as one and the real plan is not.
+TEST(CliTrain, DryRunOfAConfigOnlyDirectoryEstimates) {
+  const std::string base = temp("config_only");
+  const ConfigOnlyDirs dirs = config_only_dirs(base);
+  const std::string sft_data = base + "/sft.jsonl", grpo_data = base + "/grpo.jsonl",
+                    dpo_data = base + "/dpo.jsonl";
+  write_file(sft_data,
+             "{\"text\": \"7+1=8\"}\n{\"prompt\": \"What is 2+2? \", \"completion\": \"4\"}\n");
+  write_file(grpo_data, "{\"prompt\": \"What is 1+1?\", \"answer\": \"2\"}\n");
+  write_file(dpo_data, "{\"prompt\": \"What is 2+2? \", \"chosen\": \"4\", \"rejected\": \"5\"}\n");
+  const auto args = [&](const std::string& cmd, const std::string& model) {
+    const std::string out = base + "/out_" + cmd;
+    if (cmd == "sft") return "sft " + model + " --data " + sft_data + " --out " + out;
+    if (cmd == "grpo")
+      return "grpo " + model + " --data " + grpo_data + " --output-dir " + out +
+             " --rewards '[{\"type\": \"answer_match\"}]' --num-generations 2"
+             " --per-device-train-batch-size 2 --max-prompt-length 64 --max-completion-length 32";
+    return "dpo " + model + " --data " + dpo_data + " --output-dir " + out;
+  };
+  const bool gpu = run("info " + kQwen3 + " --device cuda").exit_code == 0;
+  for (const std::string cmd : {"sft", "grpo", "dpo"}) {
+    SCOPED_TRACE(cmd);
+    const Result real = run(args(cmd, kDemoModel) + " --dry-run");
+    ASSERT_EQ(real.exit_code, 0) << real.output;
+    EXPECT_EQ(real.output.find("estimate"), std::string::npos) << real.output;
+    const Result est = run(args(cmd, dirs.with_tokenizer) + " --dry-run");
+    ASSERT_EQ(est.exit_code, 0) << est.output;
+    EXPECT_NE(est.output.find("this plan is an estimate for --device cpu: " + dirs.with_tokenizer +
+                              " holds no weights"),
+              std::string::npos)
+        << est.output;
+    EXPECT_EQ(est.output.find("not tokenized"), std::string::npos) << est.output;
+    const auto real_parts = plan_parts(real.output), est_parts = plan_parts(est.output);
+    EXPECT_EQ(real_parts, est_parts) << real.output << "\n" << est.output;
+    EXPECT_GT(est_parts.at("weights"), 0.5);  // 0.8M fp32 parameters
+
+    const Result bare = run(args(cmd, dirs.bare) + " --dry-run");
+    ASSERT_EQ(bare.exit_code, 0) << bare.output;
+    EXPECT_NE(bare.output.find("not tokenized, " + dirs.bare + " has no tokenizer.json"),
+              std::string::npos)
+        << bare.output;
+    const auto bare_parts = plan_parts(bare.output);
+    EXPECT_EQ(bare_parts.at("weights"), est_parts.at("weights"));
+    double sum = 0;
+    for (const auto& [name, v] : bare_parts)
+      if (name != "total" && name.rfind("host", 0) != 0) sum += v;
+    EXPECT_NEAR(bare_parts.at("total"), sum, 0.05 * double(bare_parts.size())) << bare.output;
+    // The configured lengths (sft, dpo: max_length 1024) are longer than the demo's rows.
+    if (cmd != "grpo") {
+      EXPECT_GT(bare_parts.at("saved activations"), est_parts.at("saved activations"));
+    }
+
+    const Result cuda = run(args(cmd, dirs.with_tokenizer) + " --dry-run --device cuda");
+    ASSERT_EQ(cuda.exit_code, 0) << cuda.output;
+    EXPECT_NE(cuda.output.find("this plan is an estimate for --device cuda"), std::string::npos)
+        << cuda.output;
+    if (!gpu) {
+      EXPECT_NE(cuda.output.find("made without a device"), std::string::npos) << cuda.output;
+    }
+    EXPECT_NE(cuda.output.find("GEMM workspace 32.0"), std::string::npos) << cuda.output;
+    // bf16 on the device: half the demo's fp32 weights.
+    EXPECT_NEAR(plan_parts(cuda.output).at("weights"), est_parts.at("weights") / 2, 0.1);
+    const Result bare_cuda = run(args(cmd, dirs.bare) + " --dry-run --device cuda");
+    EXPECT_EQ(bare_cuda.exit_code, 0) << bare_cuda.output;
+
+    // Without --dry-run neither directory runs.
+    EXPECT_EQ(run(args(cmd, dirs.with_tokenizer)).exit_code, 1);
+    EXPECT_EQ(run(args(cmd, dirs.bare)).exit_code, 1);
+    for (const char* out : {"/out_sft", "/out_grpo", "/out_dpo"})
+      EXPECT_FALSE(fs::exists(base + out + "/config.yaml"));
+  }
+  // GRPO without a tokenizer needs max_prompt_length to plan.
+  expect_one_line_error("grpo " + dirs.bare + " --data " + grpo_data + " --output-dir " + base +
+                            "/g --rewards '[{\"type\": \"answer_match\"}]' --max-prompt-length null"
+                            " --dry-run",
+                        "give max_prompt_length for the plan");
+  fs::remove_all(base);
+}
+
+// A sequence longer than the model's context is an error naming both numbers before the
+// weights load: the directories here have no weights, so any later check would fail on those
+// first. YaRN's rope scaling extends the context to factor x original_max_position_embeddings.
+TEST(CliTrain, ContextIsCheckedBeforeTheWeightsLoad) {
+  const std::string base = temp("context");
+  const ConfigOnlyDirs dirs = config_only_dirs(base);
+  const std::string model = dirs.with_tokenizer;  // max_position_embeddings 256
+  const std::string ids = base + "/ids.jsonl";
+  write_file(ids, nlohmann::json{{"prompt_ids", std::vector<int>(250, 5)}}.dump() + "\n");
+  expect_one_line_error(
+      "generate " + model + " --prompts " + ids + " --out " + base + "/o.jsonl --max-tokens 12",
+      "line 1: a prompt of 250 tokens plus max_tokens 12 (262 tokens) exceeds "
+      "the model's context of 256 positions (max_position_embeddings)");
+  const std::string long_ids = base + "/sft.jsonl";
+  write_file(long_ids, nlohmann::json{{"input_ids", std::vector<int>(300, 5)}}.dump() + "\n");
+  expect_one_line_error("sft " + model + " --data " + long_ids + " --out " + base + "/s",
+                        "the longest example, " + long_ids +
+                            " line 1 (300 tokens) exceeds the model's context of 256 positions");
+  const std::string prompts = base + "/grpo.jsonl";
+  write_file(prompts, "{\"prompt\": \"What is 1+1?\", \"answer\": \"2\"}\n");
+  expect_one_line_error(
+      "grpo " + model + " --data " + prompts + " --output-dir " + base +
+          "/g --rewards '[{\"type\": \"answer_match\"}]' --max-completion-length 256",
+      "plus max_completion_length 256 (");
+  expect_one_line_error(
+      "grpo " + model + " --data " + prompts + " --output-dir " + base +
+          "/g --rewards '[{\"type\": \"answer_match\"}]' --max-completion-length 256",
+      "exceeds the model's context of 256 positions");
+  std::string answer;
+  for (int i = 0; i < 300; ++i) answer += "1+1=2, ";
+  const std::string pairs = base + "/dpo.jsonl";
+  write_file(
+      pairs,
+      nlohmann::json{{"prompt", "Sum: "}, {"chosen", answer}, {"rejected", "no"}}.dump() + "\n");
+  expect_one_line_error(
+      "dpo " + model + " --data " + pairs + " --output-dir " + base + "/d --max-length 4096",
+      "exceeds the model's context of 256 positions (max_position_embeddings)");
+
+  // YaRN, factor 4 over the 256 positions: 1024. The same request now fits the context and
+  // fails at the missing weights; a longer one names the yarn context.
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(model + "/config.json"));
+  cfg["rope_parameters"] = {{"rope_type", "yarn"},
+                            {"rope_theta", 10000.0},
+                            {"factor", 4.0},
+                            {"original_max_position_embeddings", 256}};
+  write_file(model + "/config.json", cfg.dump());
+  const Result fits = run("generate " + model + " --prompts " + ids + " --out " + base +
+                          "/o.jsonl --max-tokens 12");
+  EXPECT_EQ(fits.exit_code, 1) << fits.output;
+  EXPECT_EQ(fits.output.find("exceeds the model's context"), std::string::npos) << fits.output;
+  EXPECT_NE(fits.output.find("model.safetensors"), std::string::npos) << fits.output;
+  expect_one_line_error(
+      "generate " + model + " --prompts " + ids + " --out " + base + "/o.jsonl --max-tokens 775",
+      "(1025 tokens) exceeds the model's context of 1024 positions (yarn factor "
+      "4 x original_max_position_embeddings 256)");
+  fs::remove_all(base);
+}
+
+// info names the rope type and the context YaRN gives; rope types fp8rl does not run are an
+// error naming them.
+TEST(Cli, InfoShowsTheRopeScaling) {
+  const std::string base = temp("info_yarn");
+  fs::create_directories(base);
+  fs::copy_file(kQwen3 + "/model.safetensors", base + "/model.safetensors");
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(kQwen3 + "/config.json"));
+  cfg["rope_parameters"] = {{"rope_type", "yarn"},
+                            {"rope_theta", 1000000.0},
+                            {"factor", 4.0},
+                            {"original_max_position_embeddings", 128}};
+  write_file(base + "/config.json", cfg.dump());
+  const Result r = run("info " + base);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(
+      r.output.find("yarn theta 1000000 factor 4 over 128 positions (attention factor 1.13863)"),
+      std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("context          512 positions (max_position_embeddings 256)"),
+            std::string::npos)
+      << r.output;
+  const Result plain = run("info " + kQwen3);
+  EXPECT_NE(plain.output.find("rope             default theta"), std::string::npos) << plain.output;
+  cfg["rope_parameters"] = {{"rope_type", "dynamic"}, {"rope_theta", 1000000.0}, {"factor", 4.0}};
+  write_file(base + "/config.json", cfg.dump());
+  expect_one_line_error("info " + base,
+                        "rope type 'dynamic' is not supported (supported: default, linear, "
+                        "llama3, yarn)");
+  fs::remove_all(base);
 }
 
 // ---- write failures: an unwritable RUN_DIR, a full disk at checkpoint time ----
@@ -1612,8 +1837,10 @@ TEST(CliTrain, PromptWithoutRoomForTheCompletionFailsBeforeTheWeightsLoad) {
   Result r = run(grpo + " --max-completion-length 250");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find(data + ":1: a prompt of "), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("tokens plus max_completion_length 250 exceeds the model's context of "
-                          "256 tokens"),
+  EXPECT_NE(r.output.find("tokens plus max_completion_length 250 ("), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("tokens) exceeds the model's context of 256 positions "
+                          "(max_position_embeddings); lower max_completion_length"),
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("max_prompt_length: 6 and truncation: true"), std::string::npos)
@@ -1631,8 +1858,8 @@ TEST(CliTrain, PromptWithoutRoomForTheCompletionFailsBeforeTheWeightsLoad) {
   write_file(in, nlohmann::json{{"prompt_ids", std::vector<int>(250, 5)}}.dump() + "\n");
   expect_one_line_error(
       "generate " + model + " --prompts " + in + " --out " + out + " --max-tokens 12",
-      "line 1: a prompt of 250 tokens plus max_tokens 12 exceeds the model's "
-      "context of 256");
+      "line 1: a prompt of 250 tokens plus max_tokens 12 (262 tokens) exceeds the model's "
+      "context of 256 positions (max_position_embeddings)");
   write_file(in, nlohmann::json{{"prompt", std::string(300, 'a')}}.dump() + "\n");
   expect_one_line_error("generate " + model + " --prompts " + in + " --out " + out,
                         "exceeds the model's context of 256");

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -423,6 +424,107 @@ TEST(RunConfig, WrongTypesAreNamed) {
               parse_args(grpo_keys(), {"--rewards", "[oops"});
             }).find("--rewards: expected JSON text"),
             std::string::npos);
+}
+
+// YAML aliases repeat the node their anchor names without repeating its text: the conversion
+// of the values counts what it creates, so that a few hundred bytes cannot grow to gigabytes
+// (nine levels of nine aliases: 9^9 nodes) or recurse without end (an alias in its own anchor).
+TEST(RunConfig, YamlAliasesAreBudgeted) {
+  auto yaml_error = [](const std::string& text) {
+    return error_of([&] { load_text(grpo_keys(), text); });
+  };
+  std::string laughs = "seed: 1\nrewards:\n  - &a0 [x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 9; ++i) {
+    laughs += "  - &a" + std::to_string(i) + " [";
+    for (int j = 0; j < 9; ++j) laughs += (j ? ", *a" : "*a") + std::to_string(i - 1);
+    laughs += "]\n";
+  }
+  ASSERT_LT(laughs.size(), 600u);
+  const std::string nodes = yaml_error(laughs);
+  EXPECT_NE(nodes.find("key 'rewards' in run.yaml:2: rewards["), std::string::npos) << nodes;
+  EXPECT_NE(nodes.find("the value expands past the limit of 100000 YAML nodes"), std::string::npos)
+      << nodes;
+  const std::string cycle = yaml_error("rewards: &a [1, *a]\n");
+  EXPECT_NE(cycle.find("key 'rewards' in run.yaml:1: rewards[1][1][1]"), std::string::npos)
+      << cycle;
+  EXPECT_NE(cycle.find("nested deeper than the limit of 256 levels"), std::string::npos) << cycle;
+  // A list key's aliases of a long scalar: the bytes are counted.
+  std::string list = "lora_target_modules: [";
+  for (int i = 0; i < 5000; ++i) list += i ? ", *s" : "&s " + std::string(4096, 'q');
+  const std::string bytes = yaml_error(list + "]\n");
+  EXPECT_NE(bytes.find("key 'lora_target_modules' in run.yaml:1: lora_target_modules["),
+            std::string::npos)
+      << bytes;
+  EXPECT_NE(bytes.find("the limit of 16777216 bytes of YAML scalars"), std::string::npos) << bytes;
+  // The controls: aliases within the budget are values like any other.
+  const GrpoConfig c = load_text(grpo_keys(), "rewards:\n  - &r {type: answer_match}\n  - *r\n");
+  EXPECT_EQ(c.rewards,
+            nlohmann::json::parse(R"([{"type": "answer_match"}, {"type": "answer_match"}])"));
+  std::string below = "rewards:\n  - &a0 [x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 5; ++i) {  // 9^5 = 59049 nodes
+    below += "  - &a" + std::to_string(i) + " [";
+    for (int j = 0; j < 9; ++j) below += (j ? ", *a" : "*a") + std::to_string(i - 1);
+    below += "]\n";
+  }
+  EXPECT_EQ(yaml_error(below), "");
+}
+
+// A YAML mapping key that is a list or a mapping has no JSON form: the error names where.
+TEST(RunConfig, ComplexYamlKeysAreNamed) {
+  auto yaml_error = [](const std::string& text) {
+    return error_of([&] { load_text(grpo_keys(), text); });
+  };
+  const std::string e = yaml_error("rewards:\n  - type: pattern\n    ? [a, b]\n    : 1\n");
+  EXPECT_NE(e.find("key 'rewards' in run.yaml:1: rewards[0]: a mapping key must be a string, not a "
+                   "list (line 3)"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(e.find("bad conversion"), std::string::npos) << e;
+  const std::string map = yaml_error("rewards: [{x: {? {a: 1} : 2}}]\n");
+  EXPECT_NE(map.find("rewards[0].x: a mapping key must be a string, not a mapping"),
+            std::string::npos)
+      << map;
+  // Scalar keys of any spelling are strings; a null key is "null", as json.dumps writes None.
+  const GrpoConfig c = load_text(grpo_keys(), "rewards: [{~: 1, 3: x, true: y}]\n");
+  EXPECT_EQ(c.rewards, nlohmann::json::parse(R"([{"null": 1, "3": "x", "true": "y"}])"));
+}
+
+// An explicit YAML key may be megabytes long: an unknown one is quoted cut short and looked up
+// for no near spelling (the edit distance is quadratic in its length: 3 MB took 5 s); inside a
+// json key, keys count against the byte budget (an alias can repeat a long key).
+TEST(RunConfig, LongKeysAreCutAndCounted) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string e =
+      error_of([] { load_text(grpo_keys(), "? " + std::string(3000000, 'a') + "\n: 1\n"); });
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
+  EXPECT_LT(e.size(), 300u) << e.substr(0, 300);
+  EXPECT_NE(e.find("unknown key '\"aaaa"), std::string::npos) << e.substr(0, 300);
+  std::string keys = "rewards:\n  - {? &k " + std::string(1 << 20, 'k') + "\n    : 1}\n";
+  for (int i = 0; i < 20; ++i) keys += "  - {? *k\n    : 1}\n";
+  const std::string bytes = error_of([&] { load_text(grpo_keys(), keys); });
+  EXPECT_NE(bytes.find("the limit of 16777216 bytes of YAML scalars"), std::string::npos)
+      << bytes.substr(0, 300);
+  EXPECT_LT(bytes.size(), 400u);
+}
+
+// Ill-formed UTF-8 reached values (yaml-cpp passes the bytes through) that JSON cannot hold and
+// that the run's config.yaml did not read back the same (found by fuzz_replay_run_config).
+TEST(RunConfig, YamlMustBeUtf8) {
+  const std::string e =
+      error_of([] { load_text(grpo_keys(), "seed: 1\nrewards: [{type: \"answer\xF4match\"}]\n"); });
+  EXPECT_NE(e.find("run.yaml:2: not valid YAML: not UTF-8 text (ill-formed byte 0xF4 at byte "
+                   "offset 32)"),
+            std::string::npos)
+      << e;
+  // yaml-cpp decodes the escapes \N and \_ to the bytes 0x85 and 0xA0, not UTF-8: they read as
+  // U+0085 and U+00A0, as PyYAML reads them (the ill-formed bytes broke JSON's dump).
+  EXPECT_EQ(load_text(grpo_keys(), R"(rewards: [{"\N\_": "a\N\_b\x85\u00e9"}])"
+                                   "\n")
+                .rewards,
+            nlohmann::json::parse(R"([{"\u0085\u00a0": "a\u0085\u00a0b\u0085\u00e9"}])"));
+  // The control: the same text in UTF-8 reads.
+  EXPECT_EQ(load_text(grpo_keys(), "rewards: [{type: \"answer\xC3\xA9\"}]\n").rewards,
+            nlohmann::json::parse("[{\"type\": \"answer\u00e9\"}]"));
 }
 
 TEST(RunConfig, OutOfRangeValuesAreNamed) {

@@ -88,6 +88,25 @@ TEST(JsonRead, ExcerptIsBounded) {
   EXPECT_EQ(json_excerpt(deep), "[[[[[[[[[...]]]]]]]]]");
 }
 
+// A cut never splits a UTF-8 character: half of one is not a string nlohmann can write (its
+// dump threw type_error 316 out of an error message; found by fuzz_run_config).
+TEST(JsonRead, ExcerptCutsAtACharacterBoundary) {
+  const std::string two_byte = "\xC2\xA0";  // U+00A0
+  for (size_t prefix = 0; prefix < 4; ++prefix) {
+    std::string text(prefix, 'a');
+    for (int i = 0; i < 20; ++i) text += two_byte;
+    for (size_t max = 1; max < 12; ++max) {
+      std::string e;
+      ASSERT_NO_THROW(e = json_excerpt(nlohmann::json(text), max)) << prefix << " " << max;
+      EXPECT_LE(e.size(), max + 3);
+      EXPECT_NO_THROW((void)nlohmann::json(e).dump()) << "not UTF-8: " << e;
+      ASSERT_NO_THROW(json_excerpt(nlohmann::json{{text, 1}}, max));
+      ASSERT_NO_THROW(json_excerpt(nlohmann::ordered_json{{text, 1}}, max));
+    }
+  }
+  EXPECT_EQ(json_excerpt(nlohmann::json("\xC2\xA0\xC2\xA0"), 4), "\"\xC2\xA0...");
+}
+
 TEST(JsonRead, DeepNestingInEveryFormatsFile) {
   ScratchDir dir;
   // config.json

@@ -26,6 +26,7 @@ python3 - /tmp/mismatch-{row,off,row_fp8kv}/metrics.jsonl <<'PY'
 import json, sys
 def means(path):
     rows = [json.loads(l) for l in open(path)]
+    rows = [r for r in rows if "sampling/sampling_logp_difference/mean" in r]  # not eval lines
     pick = lambda k: sum(r[k] for r in rows) / len(rows)
     return (pick("sampling/sampling_logp_difference/mean"),
             pick("sampling/token_prob_error/mean"), rows[0]["reward"], rows[-1]["reward"])

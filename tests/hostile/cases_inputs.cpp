@@ -135,6 +135,52 @@ std::vector<Case> deep_json_cases() {
   };
 }
 
+// ---- YAML run configs: aliases that expand, keys JSON has no form for ----
+
+namespace {
+
+// A GRPO run config whose `rewards` is `rewards` (YAML text after "rewards:").
+HostileRun yaml_rewards_case(const fs::path& d, const std::string& rewards, Expect expect) {
+  const fs::path m = copy_demo_model(d / "model");
+  write_bytes(d / "data.jsonl", kGrpoRow + "\n");
+  write_bytes(d / "run.yaml", "model: " + m.string() + "\ndata: " + (d / "data.jsonl").string() +
+                                  "\noutput_dir: " + (d / "run").string() + "\nrewards:" + rewards);
+  return HostileRun{grpo(d / "run.yaml"), std::move(expect), {m, d / "data.jsonl", d / "run.yaml"}};
+}
+
+}  // namespace
+
+std::vector<Case> yaml_cases() {
+  return {
+      {"Yaml_BillionLaughsInRewards",
+       [](const fs::path& d) {
+         // Nine levels of nine aliases: under 500 bytes naming 9^9 nodes, which the conversion
+         // to JSON grew to gigabytes (std::bad_alloc).
+         std::string laughs = "\n  - &a0 [x, x, x, x, x, x, x, x, x]\n";
+         for (int i = 1; i < 9; ++i) {
+           laughs += "  - &a" + std::to_string(i) + " [";
+           for (int j = 0; j < 9; ++j) laughs += (j ? ", *a" : "*a") + std::to_string(i - 1);
+           laughs += "]\n";
+         }
+         HostileRun r =
+             yaml_rewards_case(d, laughs, error("the value expands past the limit of 100000 YAML"));
+         r.expect.max_rss_mb = 256;
+         return r;
+       }},
+      {"Yaml_AliasCycleInRewards",
+       [](const fs::path& d) {
+         // An alias inside its own anchor: the conversion recursed until the stack overflowed.
+         return yaml_rewards_case(d, " &a [1, *a]\n", error("nested deeper than the limit of 256"));
+       }},
+      {"Yaml_ComplexKeyInRewards",
+       [](const fs::path& d) {
+         // A list as a mapping key: yaml-cpp's "bad conversion".
+         return yaml_rewards_case(d, "\n  - type: pattern\n    ? [a, b]\n    : 1\n",
+                                  error("rewards[0]: a mapping key must be a string, not a list"));
+       }},
+  };
+}
+
 // ---- sizes: overflowing products, negative and zero sizes, absurd counts ----
 
 std::vector<Case> size_cases() {
@@ -200,7 +246,7 @@ std::vector<Case> size_cases() {
          for (int i = 0; i < 300; ++i) ids += ",1";
          const fs::path m = copy_demo_model(d / "model");
          return HostileRun{{"logits", m, "--ids", ids, "--out", d / "x.npy"},
-                           error("more than the model's max_position_embeddings 256"),
+                           error("--ids (301 tokens) exceeds the model's context of 256"),
                            {m}};
        }},
       {"Sizes_GeneratePromptLongerThanContext",
@@ -210,6 +256,68 @@ std::vector<Case> size_cases() {
          return HostileRun{generate(m, d / "prompts.jsonl", d / "out.jsonl"),
                            error("exceeds the model's context of 256"),
                            {m, d / "prompts.jsonl"}};
+       }},
+      {"Sizes_SftConversationOf4000Turns",
+       [](const fs::path& d) {
+         // Each assistant turn's mask took a render of the conversation so far: 4,000 turns
+         // took 39 s before the length check refused the row.
+         const fs::path m = copy_demo_model(d / "model");
+         ojson messages = ojson::array();
+         for (int i = 0; i < 4000; ++i)
+           messages.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", "hi"}});
+         write_bytes(d / "data.jsonl", ojson{{"messages", messages}}.dump() + "\n");
+         HostileRun r{sft(m, d / "data.jsonl", d / "out"),
+                      error("longer than max_length 1024"),
+                      {m, d / "data.jsonl"}};
+         r.expect.max_seconds = 10;
+         return r;
+       }},
+      {"Sizes_GrpoBatchOf1e12",
+       [](const fs::path& d) {
+         // "out of memory": the round and the micro-batch are sized up front now. 1e12: more
+         // than any machine holds, as the sanitizer build runs without the address-space limit.
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", kGrpoRow + "\n");
+         const fs::path cfg = grpo_config(d, m, d / "data.jsonl");
+         std::vector<std::string> args = grpo(cfg);
+         args.insert(args.end(), {"--per-device-train-batch-size", "1000000000000"});
+         HostileRun r{args, error("per_device_train_batch_size"), {m, d / "data.jsonl", cfg}};
+         r.expect.max_rss_mb = 256;
+         return r;
+       }},
+      {"Sizes_GrpoCompletionLengthPastTheContext",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", kGrpoRow + "\n");
+         const fs::path cfg = grpo_config(d, m, d / "data.jsonl");
+         std::vector<std::string> args = grpo(cfg);
+         args.insert(args.end(), {"--max-completion-length", "1000000000"});
+         HostileRun r{
+             args, error("plus max_completion_length 1000000000 ("), {m, d / "data.jsonl", cfg}};
+         r.expect.max_rss_mb = 256;
+         return r;
+       }},
+      {"Sizes_SftLoraRankOf1e9",
+       [](const fs::path& d) {
+         // 7 TB of masters: refused on any machine, with or without the address-space limit.
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", kSftRow + "\n");
+         std::vector<std::string> args = sft(m, d / "data.jsonl", d / "out");
+         args.insert(args.end(), {"--lora-r", "1000000000"});
+         HostileRun r{args, error("lora_r = 1000000000"), {m, d / "data.jsonl"}};
+         r.expect.max_rss_mb = 256;
+         return r;
+       }},
+      {"Sizes_GenerateKvMemoryOfAPebibyte",
+       [](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "prompts.jsonl", R"({"prompt_ids": [1]})"
+                                          "\n");
+         std::vector<std::string> args = generate(m, d / "prompts.jsonl", d / "out.jsonl");
+         args.insert(args.end(), {"--kv-memory", "1048576"});
+         HostileRun r{args, error("the KV pool of kv_memory: "), {m, d / "prompts.jsonl"}};
+         r.expect.max_rss_mb = 256;
+         return r;
        }},
       {"Sizes_TokenizerVocabId4e8",
        [](const fs::path& d) {

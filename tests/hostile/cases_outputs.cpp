@@ -317,6 +317,48 @@ std::vector<Case> message_cases() {
                            error("'timeout_s' must be <= 1000000000, got 1e+19"),
                            {m, d / "data.jsonl", cfg}};
        }},
+      {"Message_RewardProcessExitsHoldingStdout",
+       [](const fs::path& d) {
+         // It exits while a program it started keeps its stdout open: no end of file came, and
+         // only timeout_s (300 s by default) ended the wait.
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", kGrpoRow + "\n");
+         const fs::path cfg = grpo_config(d, m, d / "data.jsonl");
+         std::string yaml = read_bytes(cfg);
+         const std::string rewards = "  - {type: answer_match, mode: numeric}";
+         yaml.replace(yaml.find(rewards), rewards.size(),
+                      "  - {reward_process: 'sleep 50 & read -r line; exit 0'}");
+         write_bytes(cfg, yaml);
+         HostileRun r{grpo(cfg),
+                      error("exited with status 0 without an answer, while a program it started "
+                            "still holds its stdout open"),
+                      {m, d / "data.jsonl", cfg}};
+         r.expect.max_seconds = 20;
+         return r;
+       }},
+      {"Message_DpoContentNotAString",
+       [](const fs::path& d) {
+         // Reported as the renders' token-prefix mismatch.
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", R"({"prompt": [{"role": "user", "content": "hi"}], )"
+                                       R"("chosen": [{"role": "assistant", "content": 5}], )"
+                                       R"("rejected": [{"role": "assistant", "content": "no"}]})"
+                                       "\n");
+         return HostileRun{dpo(m, d / "data.jsonl", d / "out"),
+                           error("data.jsonl:1: \"chosen\"[0].content must be a string, got 5"),
+                           {m, d / "data.jsonl"}};
+       }},
+      {"Message_ReportMetricsNumberOverflow",
+       [](const fs::path& d) {
+         fs::create_directories(d / "run");
+         write_bytes(d / "run/metrics.jsonl", R"({"step": 1, "loss": 0.5})"
+                                              "\n"
+                                              R"({"step": 2, "loss": 1e999})"
+                                              "\n");
+         return HostileRun{{"report", d / "run", "--out", d / "report.html"},
+                           error("metrics.jsonl:2:"),
+                           {d / "run"}};
+       }},
       {"Message_UnknownFlag",
        [](const fs::path& d) {
          const fs::path m = copy_demo_model(d / "model");
@@ -382,6 +424,23 @@ HostileRun dpo_resume_case(const fs::path& d, const std::function<void(const fs:
                      fragment);
 }
 
+// A finished one-step GRPO run whose checkpoint's saved round is edited by `edit`, resumed.
+HostileRun grpo_round_case(const fs::path& d, const std::function<void(ojson&)>& edit,
+                           const std::string& fragment) {
+  const fs::path m = copy_demo_model(d / "model");
+  write_bytes(d / "data.jsonl", kGrpoRow + "\n");
+  const fs::path cfg = grpo_config(d, m, d / "data.jsonl");
+  return resume_case(
+      grpo(cfg), d / "run", {m, d / "data.jsonl", cfg},
+      [&](const fs::path& c) {
+        edit_run_state(c, [&](ojson& s) {
+          if (!s.contains("round")) throw std::runtime_error("the checkpoint saved no round");
+          edit(s["round"]);
+        });
+      },
+      fragment);
+}
+
 }  // namespace
 
 std::vector<Case> silent_cases() {
@@ -396,11 +455,75 @@ std::vector<Case> silent_cases() {
              [](const fs::path& c) { edit_run_state(c, [](ojson& s) { s["next_prompt"] = -7; }); },
              "'next_prompt' is -7");
        }},
+      {"Silent_GrpoResumeRoundPromptOutsideTheData",
+       [](const fs::path& d) {
+         // An unused round (micro_used 0) whose completion points past the one-row dataset: the
+         // micro-step read the prompt outside the data.
+         return grpo_round_case(
+             d,
+             [](ojson& r) {
+               r["micro_used"] = 0;
+               r["prompt"][0] = 7;
+             },
+             "'prompt'[0] is 7, expected an integer in [0, 0]");
+       }},
+      {"Silent_GrpoResumeRoundMicroUsedNegative",
+       [](const fs::path& d) {
+         return grpo_round_case(
+             d, [](ojson& r) { r["micro_used"] = -3; }, "'micro_used' is -3");
+       }},
+      {"Silent_GrpoResumeRoundTokenOutsideVocab",
+       [](const fs::path& d) {
+         return grpo_round_case(
+             d,
+             [](ojson& r) {
+               r["micro_used"] = 0;
+               r["ids"][0][0] = 1000000000;
+             },
+             "'ids'[0][0] is 1000000000");
+       }},
+      {"Silent_GrpoResumeRoundMaskShort",
+       [](const fs::path& d) {
+         return grpo_round_case(
+             d,
+             [](ojson& r) {
+               r["micro_used"] = 0;
+               r["mask"][1] = ojson::array();
+             },
+             "'mask'[1] must be a list of");
+       }},
+      {"Silent_ResumeMetricsLogFifo",
+       [](const fs::path& d) {
+         // The kept log was read with a plain stream: a FIFO there blocked the resume in open().
+         return dpo_resume_case(
+             d, [](const fs::path& c) { make_fifo(c.parent_path() / "metrics.jsonl"); },
+             "metrics.jsonl' is not a regular file");
+       }},
+      {"Silent_ResumeMetricsLogDevZero",
+       [](const fs::path& d) {
+         // /dev/zero there was one endless line read until memory ran out.
+         return dpo_resume_case(
+             d,
+             [](const fs::path& c) {
+               make_special(c.parent_path() / "metrics.jsonl", Special::dev_zero);
+             },
+             "metrics.jsonl' is not a regular file");
+       }},
       {"Silent_DpoResumeNegativeBatch",
        [](const fs::path& d) {
          return dpo_resume_case(
              d, [](const fs::path& c) { edit_run_state(c, [](ojson& s) { s["batch"] = -3; }); },
              "'batch' is -3");
+       }},
+      {"Silent_SftResumeNegativeBatch",
+       [](const fs::path& d) {
+         // Read without a range check: the step indexed before the epoch's plan.
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", kSftRow + "\n");
+         return resume_case(
+             sft(m, d / "data.jsonl", d / "out"), d / "out", {m, d / "data.jsonl"},
+             [](const fs::path& c) { edit_run_state(c, [](ojson& s) { s["batch"] = -2; }); },
+             "'batch' is -2");
        }},
       {"Silent_ResumeRunStateNestedDeep",
        [](const fs::path& d) {
@@ -552,6 +675,19 @@ std::vector<Case> fuzz_finding_cases() {
                                            "\"quantization_config\": " + q + ", " +
                                            read_bytes(m / "config.json").substr(1));
                            return HostileRun{info(m), error("quantization_config"), {m}};
+                         }
+                         if (kind == "run_config") {
+                           // A run config for grpo, with the model and data given as flags: a clean
+                           // error or a run, never a crash.
+                           write_bytes(d / "run.yaml", read_bytes(input));
+                           write_bytes(d / "data.jsonl", kGrpoRow + "\n");
+                           std::vector<std::string> args = grpo(d / "run.yaml");
+                           args.insert(args.end(), {"--model", m.string(), "--data",
+                                                    (d / "data.jsonl").string(), "--output-dir",
+                                                    (d / "run").string()});
+                           Expect e;
+                           e.outcome = Outcome::error_or_success;
+                           return HostileRun{args, e, {m, d / "run.yaml", d / "data.jsonl"}};
                          }
                          throw std::runtime_error("no command for fuzz findings of " + kind);
                        }});

@@ -177,6 +177,7 @@ inline HostileRun config_case(const fs::path& d, const std::function<void(ojson&
 
 // The classes, each a list of cases (cases_inputs.cpp, cases_outputs.cpp).
 std::vector<Case> deep_json_cases();
+std::vector<Case> yaml_cases();
 std::vector<Case> size_cases();
 std::vector<Case> special_file_cases();
 std::vector<Case> endless_cases();

@@ -175,6 +175,15 @@ TEST(ModelConfig, MoeFieldsAndSparseLayers) {
   sliding["sliding_window"] = 8;
   const ModelConfig w = ModelConfig::from_json(sliding);
   EXPECT_TRUE(w.layers[0].sliding && w.layers[1].sliding);
+  // YaRN on an MoE config (Qwen3-30B-A3B's model card: factor 4 over 32768 positions).
+  json yarn = preset_config_json("qwen3-moe-tiny");
+  yarn["max_position_embeddings"] = 32768;
+  yarn["rope_scaling"] = {
+      {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  const ModelConfig y = ModelConfig::from_json(yarn);
+  EXPECT_TRUE(y.has_moe() && y.layers[0].moe && !y.layers[1].moe);
+  EXPECT_EQ(y.max_context, 131072);
+  for (const LayerConfig& l : y.layers) EXPECT_EQ(l.rope.type, RopeConfig::Type::yarn);
 }
 
 TEST(ModelConfig, BadMoeFieldsNameTheKey) {

@@ -1,6 +1,10 @@
 // The CPU forward against HF transformers: fp32 logits and FP8 logits per scheme, for every
 // architecture of tests/data/goldens (made by tools/goldens/make_goldens.py).
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include <unistd.h>
 #include <filesystem>
@@ -121,6 +125,44 @@ TEST(Golden, SoftcappingMatchesTransformers) {
   const double off = rel_max_diff(prefill_logits(Model::load(golden_dir("gemma3")), ids), ref);
   EXPECT_GT(off, 100 * kHfFp32Logits);
   std::printf("gemma3 softcap rel_max_diff %.3g (without the caps %.3g)\n", err, off);
+}
+
+// YaRN against HF: the qwen3_yarn golden (tools/goldens/make_goldens.py --only qwen3_yarn) is a
+// tiny Qwen3 with rope_scaling yarn, factor 4 over 16 original positions, so that its 32-token
+// sequence runs past them, and the default attention factor. Control: the same checkpoint with
+// the rope scaling taken out of its config is far off.
+TEST(Golden, YarnMatchesTransformers) {
+  namespace fs = std::filesystem;
+  const std::string dir = golden_dir("qwen3_yarn");
+  if (!fs::exists(dir))
+    GTEST_SKIP() << dir << " is not there: make it with `python3 tools/goldens/make_goldens.py "
+                 << "OUT --only qwen3_yarn` (torch + transformers) and copy OUT/qwen3_yarn there";
+  const std::vector<int32_t> ids = golden_ids("qwen3_yarn");
+  const Model m = Model::load(dir);
+  const RopeConfig& rope = m.config().layers[0].rope;
+  ASSERT_EQ(int(rope.type), int(RopeConfig::Type::yarn));
+  ASSERT_GT(int64_t(ids.size()), rope.original_max_position_embeddings);
+  const Tensor ref = read_npy(dir + "/logits_fp32.npy");
+  const Tensor ours = prefill_logits(m, ids);
+  ASSERT_EQ(ours.shape(), ref.shape());
+  const double err = rel_max_diff(ours, ref);
+  EXPECT_LE(err, kHfFp32Logits);
+  EXPECT_GE(top1_agreement(ours, ref), 0.95);
+
+  const fs::path plain = fs::temp_directory_path() / ("fp8rl_yarn_" + std::to_string(::getpid()));
+  fs::create_directories(plain);
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+  for (const char* key : {"rope_parameters", "rope_scaling"})
+    if (cfg.contains(key) && cfg[key].is_object()) {
+      const double theta = cfg[key].value("rope_theta", cfg.value("rope_theta", 10000.0));
+      cfg[key] = {{"rope_type", "default"}, {"rope_theta", theta}};
+    }
+  std::ofstream(plain / "config.json") << cfg.dump();
+  fs::copy_file(dir + "/model.safetensors", plain / "model.safetensors");
+  const double off = rel_max_diff(prefill_logits(Model::load(plain.string()), ids), ref);
+  fs::remove_all(plain);
+  EXPECT_GT(off, 100 * kHfFp32Logits);
+  std::printf("qwen3 yarn rel_max_diff %.3g (without the rope scaling %.3g)\n", err, off);
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // computations, a tiny random checkpoint (2 layers: one MoE layer of 4 experts with top-2, one
 // dense mlp_only layer) loading from the Hub's per-expert layout and transformers 5's fused
 // layout to the same logits, controls that the routing and the expert order matter, and the
-// clear errors of what MoE models cannot do yet.
+// clear errors of what MoE models cannot do yet; YaRN on an MoE model.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -324,6 +324,39 @@ TEST(MoeModel, TopKAndRenormalizationChangeTheLogits) {
     EXPECT_GT(rel_max_diff(prefill_logits(load_model(dir), kIds), base), 100 * kHfFp32Logits);
     fs::remove_all(dir);
   }
+}
+
+// YaRN (as Qwen3-30B-A3B's model card extends its context) on an MoE model: the context is
+// factor x original_max_position_embeddings, every layer takes the attention factor, and the
+// 12 positions past the original 4 change the logits; a decode step still equals the prefill.
+TEST(MoeModel, YarnRopeExtendsTheMoeModelsContext) {
+  const std::string dir = temp_dir("yarn");
+  json c = tiny_config();
+  c["max_position_embeddings"] = 16;
+  c["rope_scaling"] = {
+      {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 4}};
+  write_all(dir, read_all(tiny().hub), c);
+  const Model m = load_model(dir);
+  EXPECT_TRUE(m.config().has_moe());
+  EXPECT_EQ(m.config().max_context, 16);
+  for (const LayerWeights& l : m.layers)
+    EXPECT_NEAR(l.rope_attention_factor, 0.1 * std::log(4.0) + 1.0, 1e-12);
+  const Tensor yarn = prefill_logits(m, kIds);
+  EXPECT_GT(rel_max_diff(yarn, prefill_logits(load_model(tiny().hub), kIds)), 100 * kHfFp32Logits);
+  KvCache cache(m.config(), int64_t(kIds.size()));
+  Arena arena;
+  Context ctx{Device::cpu, &arena};
+  const int64_t v = m.config().vocab_size, n = int64_t(kIds.size());
+  Tensor stepped = Tensor::empty({n, v}, DType::f32);
+  for (int64_t done = 0; done < n; ++done) {
+    const std::vector<int32_t> tok = {kIds[size_t(done)]};
+    const std::vector<int32_t> pos = positions_from(1, int32_t(done));
+    SequenceInput seq{tok, pos, &cache};
+    forward(ctx, m, nullptr, {&seq, 1}, LogitRows::all, stepped.view().slice_rows(done, done + 1));
+  }
+  EXPECT_EQ(rel_max_diff(stepped, yarn), 0.0);
+  EXPECT_THROW(check_context(m.config(), 17, "a prompt"), Error);
+  fs::remove_all(dir);
 }
 
 // Expert order: swapping two experts' weights changes the logits, unless the router's rows

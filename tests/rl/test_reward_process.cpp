@@ -175,6 +175,41 @@ TEST(RewardProcess, ProcessThatExits) {
       << missing;
 }
 
+// The process exits without answering while a program it started in the background keeps its
+// stdout open, so no end of file comes: its exit is seen while waiting (it took the whole
+// timeout), and its group, the background program included, is killed.
+TEST(RewardProcess, ProcessThatExitsWhileItsChildHoldsTheStdout) {
+  const auto start = Clock::now();
+  const std::string e = error_of("sleep 30 & read -r line; exit 3", 20);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_NE(e.find("reward process '"), std::string::npos) << e;
+  EXPECT_NE(e.find("exited with status 3 without an answer, while a program it started still "
+                   "holds its stdout open"),
+            std::string::npos)
+      << e;
+  EXPECT_LT(seconds, 5.0);
+  // The same through the child process alone, to see the group: the background sleep (alive
+  // before the exchange: the control) is gone after the error.
+  ChildProcess child("sleep 30 & read -r line; exit 0", "test child");
+  const pid_t pid = child.pid();
+  const auto started = Clock::now();
+  while (!group_alive(pid) && Clock::now() - started < std::chrono::seconds(5)) {
+  }
+  ASSERT_TRUE(group_alive(pid));
+  EXPECT_THROW(child.exchange("x\n", std::chrono::milliseconds(20000), 1024), Error);
+  EXPECT_FALSE(child.running());
+  const auto killed = Clock::now();
+  while (group_alive(pid) && Clock::now() - killed < std::chrono::seconds(2)) {
+  }
+  EXPECT_FALSE(group_alive(pid));
+}
+
+// An answer written just before the process exits is still the answer.
+TEST(RewardProcess, AnswerWrittenBeforeExitingIsRead) {
+  RewardProcess p({.command = R"(sleep 30 & read -r line; echo '{"rewards": [1, 2, 3]}'; exit 0)"});
+  EXPECT_EQ(p.score(batch3()), (RewardValues{1.0, 2.0, 3.0}));
+}
+
 TEST(RewardProcess, ProcessKilledBySignal) {
   const std::string e = error_of("read -r line; kill -9 $$");
   EXPECT_NE(e.find("was killed by signal 9 (SIGKILL"), std::string::npos) << e;

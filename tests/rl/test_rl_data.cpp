@@ -141,6 +141,39 @@ TEST(PreferenceRowReader, ReadsOneRowAsTheFileReaderDoes) {
             "the row needs \"chosen\" and \"rejected\"");
 }
 
+// Content that is not a string (a number, a mapping) is named with its message, before anything
+// is rendered: it was reported as the renders' token-prefix mismatch.
+TEST(PreferenceRowReader, ContentThatIsNotAStringIsNamed) {
+  PreferenceDataOptions o;
+  o.eos_token_id = 300;
+  const ChatTemplateConfig chat = toy_chat();
+  const PreferenceRowReader reader(tokenizer(), &chat, o);
+  const auto row = [](const std::string& chosen, const std::string& rejected) {
+    return R"({"prompt": [{"role": "user", "content": "hi"}], "chosen": [{"role": "assistant", )"
+           R"("content": )" +
+           chosen + R"(}], "rejected": [{"role": "assistant", "content": )" + rejected + "}]}";
+  };
+  EXPECT_EQ(error_of([&] { reader.read(Json::parse(row("5", R"("b")"))); }),
+            "\"chosen\"[0].content must be a string, got 5");
+  EXPECT_EQ(error_of([&] { reader.read(Json::parse(row(R"("a")", R"({"text": "b"})"))); }),
+            "\"rejected\"[0].content must be a string, got {\"text\":\"b\"}");
+  // Without "prompt": the shared messages are checked too.
+  EXPECT_EQ(
+      error_of([&] {
+        reader.read(Json::parse(
+            R"({"chosen": [{"role": "user", "content": true}, {"role": "assistant", "content": "a"}],)"
+            R"( "rejected": [{"role": "user", "content": true}, {"role": "assistant", "content": "b"}]})"));
+      }),
+      "\"chosen\"[0].content must be a string, got true");
+  // The file reader names the row's line.
+  const std::string path = dataset_file(row("5", R"("b")"));
+  EXPECT_EQ(error_of([&] { read_preference_dataset(path, tokenizer(), &chat, o); }),
+            path + ":1: \"chosen\"[0].content must be a string, got 5");
+  // The control: string content reads.
+  EXPECT_EQ(tokenizer().decode(reader.read(Json::parse(row(R"("a")", R"("b")"))).chosen),
+            "a<|end|>\n");
+}
+
 // Review finding (docs/RELIABILITY.md): a tokenizer whose normalizer strips whitespace encodes
 // a whitespace-only prompt + completion as no tokens; the reader read the last token of that
 // empty list (undefined behaviour) and accepted an empty prompt. Both are now errors or safe.

@@ -8,8 +8,10 @@
 #include <filesystem>
 #include <limits>
 #include <numbers>
+#include <string>
 #include <vector>
 
+#include "core/arena.h"
 #include "core/check.h"
 #include "core/dtype.h"
 #include "core/parallel.h"
@@ -20,6 +22,7 @@
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/train_step.h"
+#include "train/training_arguments.h"
 
 namespace fp8rl {
 namespace {
@@ -645,6 +648,33 @@ TEST(Optimizers, ViewStepScalesOnReadAndWritesTheComputeCopy) {
     EXPECT_EQ(state[0].first, adamw ? "exp_avg" : "momentum_buffer");
     EXPECT_EQ(state[0].second.numel(), n);
   }
+}
+
+// Training holds the adapter's masters, their gradients and the optimizer's state: a number of
+// parameters no machine holds (an absurd lora_r) is an error naming it and the bytes, before
+// anything is allocated ("out of memory" before).
+TEST(MakeOptimizer, AbsurdSizesAreNamedBeforeAllocating) {
+  Arena arena;
+  Context ctx{Device::cpu, &arena};
+  TrainingArguments a;
+  const auto error_of = [&] {
+    try {
+      make_optimizer(a, int64_t{1} << 50, ctx);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string adamw = error_of();
+  EXPECT_NE(adamw.find("training the adapter's 1125899906842624 parameters (their number follows "
+                       "lora_r and the target modules) with AdamW: 18014398509481984 bytes"),
+            std::string::npos)
+      << adamw;
+  a.optim = OptimizerKind::sgd;
+  const std::string sgd = error_of();
+  EXPECT_NE(sgd.find("with SGD: 9007199254740992 bytes"), std::string::npos) << sgd;
+  // The control: a size that fits.
+  EXPECT_NE(make_optimizer(a, 1000, ctx), nullptr);
 }
 
 }  // namespace

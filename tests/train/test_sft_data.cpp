@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -300,6 +301,41 @@ TEST_F(SftDataTest, Truncation) {
   o.truncation = true;
   expect_error(R"({"prompt": "hello the world", "completion": " x"})", 1, "no token to train on",
                o);
+}
+
+// A conversation's length is measured from the one render of the whole, before each assistant
+// turn's render of the conversation so far (quadratic in the turns: 4,000 turns took 39 s to
+// reach the length error); with truncation only the turns inside the kept tokens are rendered,
+// and the example is the one the full method gives.
+TEST_F(SftDataTest, LongConversationsAreMeasuredFirst) {
+  const ChatTemplateConfig chat = toy_chat();
+  const auto conversation = [](int turns) {
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    for (int i = 0; i < turns; ++i)
+      messages.push_back(
+          {{"role", i % 2 ? "assistant" : "user"}, {"content", "turn " + std::to_string(i)}});
+    return nlohmann::ordered_json{{"messages", messages}}.dump();
+  };
+  const std::string long_row = conversation(4000);
+  const auto start = std::chrono::steady_clock::now();
+  expect_error(long_row, 1, "longer than max_length 1024", default_options(), &chat);
+  SftDataOptions cut = default_options();
+  cut.truncation = true;
+  cut.max_length = 64;
+  const SftExample truncated = read(long_row, cut, &chat)[0];
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 5.0);
+  // The reference: a conversation short enough for every turn's render, cut by hand.
+  SftDataOptions whole = default_options();
+  whole.max_length = 100000;
+  SftExample reference = read(conversation(40), whole, &chat)[0];
+  ASSERT_GT(reference.input_ids.size(), 64u);
+  reference.input_ids.resize(64);
+  reference.loss_mask.resize(64);
+  EXPECT_EQ(truncated.input_ids, reference.input_ids);
+  EXPECT_EQ(truncated.loss_mask, reference.loss_mask);
+  EXPECT_GT(truncated.num_targets(), 0);
 }
 
 TEST_F(SftDataTest, BadRowsNameTheirLine) {

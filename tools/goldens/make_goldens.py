@@ -10,27 +10,30 @@ activation lands within MIN_MARGIN of an e4m3 rounding boundary: otherwise a
 last-ulp difference in fp32 summation order between two correct implementations flips one
 rounding, and in a quantized network one flip cascades into the FP8 noise level.
 
-Mixture-of-experts architectures (qwen3_moe) get fp32 logits only (their fused experts are no
-nn.Linear the emulation could replace) and are written twice from the same weights: OUT/<arch>
-as the Hub stores experts (mlp.experts.E.{gate,up,down}_proj.weight) and OUT/<arch>_fused as
-transformers 5 fuses them (mlp.experts.gate_up_proj [E, 2I, H], gate rows then up rows of each
-expert; mlp.experts.down_proj [E, H, I]), whatever layout save_pretrained itself writes. They
-draw from their own seed, so `--only qwen3_moe` makes the same files as a full run.
+Mixture-of-experts architectures (qwen3_moe; FP32_ONLY: their fused experts are no nn.Linear
+the emulation could replace) are written twice from the same weights: OUT/<arch> as the Hub
+stores experts (mlp.experts.E.{gate,up,down}_proj.weight) and OUT/<arch>_fused as transformers
+5 fuses them (mlp.experts.gate_up_proj [E, 2I, H], gate rows then up rows of each expert;
+mlp.experts.down_proj [E, H, I]), whatever layout save_pretrained itself writes.
 
 Runs wherever torch + transformers exist (the GPU machine); everything runs on the CPU in fp32
 so the results do not depend on TF32 or GPU kernels. Usage:
-    python3 tools/goldens/make_goldens.py OUT_DIR                  # everything, OUT/summary.json
-    python3 tools/goldens/make_goldens.py --only qwen3_moe OUT_DIR  # OUT/summary_qwen3_moe.json
---only takes comma-separated names. The five dense architectures share one random stream in
-their listed order, so one of them alone gets other weights than in a full run (regenerate
-those together).
+    python3 tools/goldens/make_goldens.py OUT_DIR [--only NAME[,NAME] ...]
+--only makes the named goldens alone (OUT_DIR/NAME each, and OUT_DIR/<names>_summary.json,
+the names joined by "_", instead of summary.json), e.g. `--only qwen3_yarn` for the YaRN golden
+without remaking the others (copy OUT_DIR/qwen3_yarn to tests/data/goldens/qwen3_yarn), or
+`--only qwen3_moe` (tools/goldens/run_moe_goldens.sh packs it).
+
+The goldens after the first five (FP32_ONLY) draw their weights and ids from seeds of their own,
+so a full run and an --only run make the same files, and have only the fp32 logits (they test
+something besides the FP8 recipe, which the five cover). The five share one random stream in
+their listed order, so --only refuses them (one alone would get other weights).
 """
 import argparse
 import json
 import os
 import re
 import sys
-import zlib
 
 import numpy as np
 import torch
@@ -73,6 +76,14 @@ def configs():
             rope_scaling={"rope_type": "linear", "factor": 2.0}, sliding_window=8,
             query_pre_attn_scalar=24, layer_types=["sliding_attention", "full_attention"],
             hidden_activation="gelu_pytorch_tanh")),
+        # YaRN past its original context: factor 4 over 16 positions (the 32-token sequence
+        # runs to twice that), max_position_embeddings = factor x original as YaRN configs set
+        # it; theta 10000 puts the ramp over several frequencies; the default attention factor.
+        "qwen3_yarn": (Qwen3ForCausalLM, Qwen3Config(
+            **{**COMMON, "num_attention_heads": 4, "head_dim": 64, "max_position_embeddings": 64},
+            tie_word_embeddings=True, rope_theta=10000.0,
+            rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                          "original_max_position_embeddings": 16})),
         # Layer 0 sparse (4 experts, top-2, renormalized as Qwen3-30B-A3B), layer 1 dense.
         "qwen3_moe": (Qwen3MoeForCausalLM, Qwen3MoeConfig(
             **COMMON, tie_word_embeddings=False, rope_theta=1000000.0, num_experts=4,
@@ -81,6 +92,9 @@ def configs():
     }
 
 
+# Goldens with seeds of their own (torch's, the generator's) and no FP8 logits (see the module
+# docstring). qwen3_moe's are zlib.crc32(b"qwen3_moe") and one more.
+FP32_ONLY = {"qwen3_yarn": (4321, 4321), "qwen3_moe": (2791911863, 2791911864)}
 MOE_ARCHS = ("qwen3_moe",)
 
 
@@ -248,26 +262,35 @@ def logits_of(model, ids):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("out", help="output root: OUT/<arch>/... and the summary")
-    ap.add_argument("--only", default="", help="comma-separated architectures (default: all)")
-    args = ap.parse_args()
-    out_root = args.out
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out_dir", help="output root: OUT_DIR/<name>/... and the summary")
+    parser.add_argument("--only", nargs="+", metavar="NAME[,NAME]",
+                        help="make these goldens alone (space- or comma-separated)")
+    args = parser.parse_args()
+    out_root = args.out_dir
     all_configs = configs()
-    only = [a for a in args.only.split(",") if a]
-    unknown = [a for a in only if a not in all_configs]
+    only = [a for item in args.only or [] for a in item.split(",") if a]
+    unknown = sorted(set(only) - set(all_configs))
     if unknown:
-        raise SystemExit(f"--only: unknown {unknown} (known: {', '.join(all_configs)})")
+        sys.exit(f"--only: no golden named {', '.join(unknown)} (known: {', '.join(all_configs)})")
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(1234)
     summary = {"transformers": transformers.__version__, "torch": torch.__version__}
     for arch, (cls, cfg) in all_configs.items():
+        fp32_only = arch in FP32_ONLY
+        if fp32_only:
+            # Its own seeds: the same weights and ids whichever goldens the run makes.
+            torch.manual_seed(FP32_ONLY[arch][0])
+            gen = torch.Generator().manual_seed(FP32_ONLY[arch][1])
+        elif only:
+            # The five share one random stream in order; one alone would differ from a full run.
+            if arch in only:
+                sys.exit(f"--only {arch}: it shares its random stream with the other FP8 "
+                         "goldens; run without --only to remake them")
+            continue
         if only and arch not in only:
             continue
         moe = arch in MOE_ARCHS
-        if moe:  # its own stream: the same weights with or without --only
-            torch.manual_seed(zlib.crc32(arch.encode()))
-            gen = torch.Generator().manual_seed(zlib.crc32(arch.encode()) + 1)
         cfg._attn_implementation = "eager"
         if moe:  # transformers 5: the reference loop over the experts hit
             try:
@@ -317,10 +340,8 @@ def main():
             summary[f"{arch}_experts_implementation"] = str(
                 getattr(cfg, "_experts_implementation", None))
             print(arch, "min routing gap", ROUTING["min_gap"], flush=True)
-            summary[arch] = json.load(open(os.path.join(out, "config.json")))
-            continue
         qmodels = {}
-        for scheme in ("tensor", "row", "block"):
+        for scheme in () if fp32_only else ("tensor", "row", "block"):
             qmodels[scheme] = fresh()
             for layer in qmodels[scheme].model.layers:
                 for parent in (layer.self_attn, layer.mlp):
@@ -347,7 +368,8 @@ def main():
             summary[f"{arch}_{scheme}_tries"] = attempt + 1
             print(arch, scheme, "margin score", margin, "tries", attempt + 1, flush=True)
         summary[arch] = json.load(open(os.path.join(out, "config.json")))
-    name = "summary.json" if not only else "summary_" + "+".join(only) + ".json"
+        print(arch, "done", flush=True)
+    name = "_".join(only) + "_summary.json" if only else "summary.json"
     with open(os.path.join(out_root, name), "w") as f:
         json.dump(summary, f, indent=1)
 

@@ -16,18 +16,18 @@ mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export PYTHONUNBUFFERED=1
-python3 "$here/make_goldens.py" --only qwen3_moe "$work/goldens"
+python3 "$here/make_goldens.py" "$work/goldens" --only qwen3_moe
 python3 "$here/make_generate_goldens.py" --archs qwen3_moe --summary generate_summary.json \
   "$work/goldens" "$work/generate"
 cp -r "$work/generate/qwen3_moe/." "$work/goldens/qwen3_moe/"
 python3 - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]
-s = {"logits": json.load(open(f"{w}/goldens/summary_qwen3_moe.json")),
+s = {"logits": json.load(open(f"{w}/goldens/qwen3_moe_summary.json")),
      "generate": json.load(open(f"{w}/generate/generate_summary.json"))}
 json.dump(s, open(f"{w}/goldens/moe_summary.json", "w"), indent=1)
 PY
-rm "$work/goldens/summary_qwen3_moe.json"
+rm "$work/goldens/qwen3_moe_summary.json"
 # Nothing in the archive may replace a committed file.
 (cd "$work/goldens" && find . -type f) | while read -r f; do
   if [ -e "$goldens/$f" ]; then echo "refusing: $f already committed" >&2; exit 1; fi

@@ -617,42 +617,6 @@ bool run_streaming_with_down(Backend& b, const ops::LinearInput& in,
   return true;  // the caller rewinds the arena after the launch is queued
 }
 
-// Past the streaming kernel's rows, up to a decode step's kExpandMaxRows, the adapters' down
-// products (one GEMM over their stacked A) run on the side stream beside the group's base
-// GEMMs `bases`, which at those rows leave SMs idle or a last wave part empty: the small GEMM's
-// few microseconds hide there. Only where every plan involved leaves the shared workspace
-// alone; false, with nothing queued, otherwise. The caller joins after queueing the bases.
-bool fork_down_products(Backend& b, const ops::LinearInput& in,
-                        std::span<const ops::Projection> group,
-                        std::span<const LinearWeight* const> bases, std::span<LoraXa> xa) {
-  const int64_t m = in.rows(), k = in.cols();
-  const LinearWeight stacked_a = stacked_lora_a(group);
-  if (!concurrency_on(b) || m <= kStreamingMaxRows || m > kExpandMaxRows ||
-      in.q.act == ActScaling::none || stacked_a.weight.empty() || in.x.dim(0) != m ||
-      in.x.dim(1) != k || in.x.strides[0] != k)
-    return false;
-  for (const LinearWeight* w : bases)
-    if (choose_path(b, *w, in.q.act) != Path::outer || !w->bias.empty() ||
-        !concurrent_plan(b, fp8_args(b, Path::outer, in.q, *w, nullptr, false)))
-      return false;
-  const int64_t r = stacked_a.out_features();
-  const size_t mark = b.arena().mark();
-  const TensorView all = b.arena().alloc({m, r}, DType::bf16);  // [M, sum r_i]
-  const GemmArgs down = bf16_args(in.x, stacked_a.weight.data, all, r);
-  if (!concurrent_plan(b, down)) {
-    b.arena().rewind(mark);
-    return false;
-  }
-  b.fork();
-  b.gemm().run(down, b.side_stream());
-  int64_t col = 0;
-  for (size_t i = 0; i < group.size(); ++i) {
-    xa[i] = {static_cast<const bf16*>(all.data) + col, r};
-    col += group[i].lora.rank();
-  }
-  return true;  // the caller rewinds the arena after the join
-}
-
 }  // namespace
 
 void linear_group(Backend& b, const ops::LinearInput& in, std::span<const ops::Projection> group,
@@ -685,12 +649,7 @@ void linear_group(Backend& b, const ops::LinearInput& in, std::span<const ops::P
   // GEMM must not depend on the step's row count.
   const bool stack =
       stacked != nullptr && count > 1 && m <= kStackedMaxRows && !b.batch_invariant();
-  const bool beside =
-      adapters && fork_down_products(b, in, group,
-                                     stack ? std::span<const LinearWeight* const>(&stacked, 1)
-                                           : std::span<const LinearWeight* const>(ws, count),
-                                     {xa, count});
-  if (adapters && !beside) lora_down(b, in.x, group, {xa, count});
+  if (adapters) lora_down(b, in.x, group, {xa, count});
   if (quantized &&
       run_streaming(b, in.q, {ws, count}, {outs, count}, {loras, count},
                     fusable ? std::span<const LoraXa>(xa, count) : std::span<const LoraXa>())) {
@@ -719,7 +678,6 @@ void linear_group(Backend& b, const ops::LinearInput& in, std::span<const ops::P
                                      size_t(m), cudaMemcpyDeviceToDevice, b.stream()));
       from += outs[i].dim(1);
     }
-    if (beside) b.join();
     if (adapters)
       lora_up(b, m, group, {xa, count},
               expand ? std::span<const ColumnSlice>(bases, count) : std::span<const ColumnSlice>());
@@ -735,7 +693,6 @@ void linear_group(Backend& b, const ops::LinearInput& in, std::span<const ops::P
         linear(b, in.x, *ws[i], outs[i]);
     }
   }
-  if (beside) b.join();
   if (adapters) lora_up(b, m, group, {xa, count});
   b.arena().rewind(mark);
 }
