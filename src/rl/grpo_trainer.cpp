@@ -434,6 +434,7 @@ struct GrpoTrainer::Impl {
   // batch or completion length is an error naming it rather than "out of memory".
   void check_sizes() const {
     check_prompt_room(data, "grpo: the training data", cfg.max_completion_length, model.config());
+    const auto prompt = int64_t(longest_prompt());
     if (ctx.device != Device::cpu) return;  // the device's allocator names its own bytes
     // A round keeps every completion's tokens, logprobs and mask; at least one token each.
     const size_t per_completion = sizeof(std::vector<int32_t>) + 3 * sizeof(std::vector<double>) +
@@ -445,7 +446,6 @@ struct GrpoTrainer::Impl {
                                  "steps_per_generation)",
                                  completions));
     // The dry run of the longest micro-batch holds its token ids and targets.
-    const auto prompt = int64_t(longest_prompt());
     const double tokens =
         std::min(double(micro_batch), completions) * double(prompt + cfg.max_completion_length);
     check_host_bytes(

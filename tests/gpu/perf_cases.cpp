@@ -19,6 +19,23 @@ namespace fp8rl::gpu_test {
 
 namespace {
 
+// Seconds per call of `call` (its launches only): captured kCalls times in one CUDA graph on
+// `dev`, replayed kReplays times after one warm-up replay.
+template <typename Call>
+double graph_seconds_per_call(CudaDevice* dev, const Call& call) {
+  constexpr int kCalls = 20, kReplays = 5;
+  dev->begin_capture();
+  for (int i = 0; i < kCalls; ++i) call();
+  CudaGraph graph = dev->end_capture();
+  graph.replay();
+  dev->synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kReplays; ++i) graph.replay();
+  dev->synchronize();
+  const auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double>(t1 - t0).count() / (kCalls * kReplays);
+}
+
 // A random [n, k] linear quantized with scheme s (bf16 when off), its buffers in `store`.
 LinearWeight random_linear(Harness& h, Fp8Scheme s, int64_t n, int64_t k,
                            std::vector<DeviceBuffer>& store) {
@@ -204,11 +221,8 @@ std::vector<OpCase> perf_cases() {
   // Decode steps without shared prefixes, over a bf16 pool and an FP8 one (codes and a scale a
   // key row: the bytes of the K/V read; bench grpo's 1 x 8 and 16 x 8 shapes at their mean
   // context among them).
-  for (auto [seqs, ctx] : {std::pair<int64_t, int64_t>{64, 2048},
-                           {256, 1024},
-                           {8, 16384},
-                           {8, 384},
-                           {128, 640}})
+  for (auto [seqs, ctx] :
+       {std::pair<int64_t, int64_t>{64, 2048}, {256, 1024}, {8, 16384}, {8, 384}, {128, 640}})
     for (bool fp8_kv : {false, true})
       c.push_back(
           {fmt::format("paged_attention decode{} S={} ctx={} Hq=32 Hkv=8 D=128",
@@ -418,62 +432,53 @@ std::vector<OpCase> perf_cases() {
     for (bool streaming : {true, false}) {
       const bool streams = s.m <= 16 && !s.bf16;  // ops/cuda/kernels.h kStreamingMaxRows
       if (streaming && !streams) continue;
-      c.push_back(
-          {fmt::format("decode_gemm {} M={} N={}{} K={}{}", s.bf16 ? "bf16" : "row", s.m, s.n,
-                       s.pair ? " x2" : "", s.k,
-                       !streams    ? ""
-                       : streaming ? " streaming"
-                                   : " cublaslt"),
-           [=](Harness& h, Outcome& o) {
-             const int64_t M = s.m;
-             std::vector<DeviceBuffer> store;
-             const Fp8Scheme scheme = s.bf16 ? Fp8Scheme::off : Fp8Scheme::row;
-             const LinearWeight w0 = random_linear(h, scheme, s.n, s.k, store);
-             const LinearWeight w1 = s.pair ? random_linear(h, scheme, s.n, s.k, store) : w0;
-             const TensorView x = bf(h, {M, s.k}, 6, 2);
-             const ops::QuantizedActivation xq =
-                 ops::alloc_quantized(h.gpu, ActScaling::token, M, s.k);
-             ops::quantize(h.gpu, x, xq);
-             const TensorView y0 = bf(h, {M, s.n}, 7, 1), y1 = bf(h, {M, s.n}, 8, 1);
-             std::unique_ptr<CudaDevice> own;
-             CudaDevice* dev = h.dev.get();
-             if (!streaming) {
-               CudaDeviceOptions opt;
-               opt.streaming_linears = false;
-               own = std::make_unique<CudaDevice>(opt);
-               dev = own.get();
-             }
-             Context ctx = streaming ? h.gpu : dev->context();
-             auto call = [&] {
-               if (s.bf16) {
-                 const ops::Projection group[] = {{&w0, {}, y0, {}}, {&w1, {}, y1, {}}};
-                 ops::linear_group(ctx, ops::LinearInput{x, {}},
-                                   std::span<const ops::Projection>(group, s.pair ? 2 : 1));
-               } else if (s.pair) {
-                 linear_pair(ctx, xq, w0, y0, w1, y1);
-               } else {
-                 ops::linear(ctx, xq, w0, y0);
-               }
-             };
-             call();
-             dev->synchronize();
-             o.info = dev->last_linear_path();
-             constexpr int kCalls = 20, kReplays = 5;
-             dev->begin_capture();
-             for (int i = 0; i < kCalls; ++i) call();
-             CudaGraph graph = dev->end_capture();
-             graph.replay();
-             dev->synchronize();
-             const auto t0 = std::chrono::steady_clock::now();
-             for (int i = 0; i < kReplays; ++i) graph.replay();
-             dev->synchronize();
-             const auto t1 = std::chrono::steady_clock::now();
-             o.seconds = std::chrono::duration<double>(t1 - t0).count() / (kCalls * kReplays);
-             const double gemms = s.pair ? 2 : 1, bytes = gemms * s.n * s.k * (s.bf16 ? 2 : 1);
-             o.flops = gemms * 2.0 * M * s.n * s.k;
-             o.info += fmt::format("; weights {:.1f} MB at {:.2f} TB/s", bytes / 1e6,
-                                   bytes / o.seconds * 1e-12);
-           }});
+      c.push_back({fmt::format("decode_gemm {} M={} N={}{} K={}{}", s.bf16 ? "bf16" : "row", s.m,
+                               s.n, s.pair ? " x2" : "", s.k,
+                               !streams    ? ""
+                               : streaming ? " streaming"
+                                           : " cublaslt"),
+                   [=](Harness& h, Outcome& o) {
+                     const int64_t M = s.m;
+                     std::vector<DeviceBuffer> store;
+                     const Fp8Scheme scheme = s.bf16 ? Fp8Scheme::off : Fp8Scheme::row;
+                     const LinearWeight w0 = random_linear(h, scheme, s.n, s.k, store);
+                     const LinearWeight w1 =
+                         s.pair ? random_linear(h, scheme, s.n, s.k, store) : w0;
+                     const TensorView x = bf(h, {M, s.k}, 6, 2);
+                     const ops::QuantizedActivation xq =
+                         ops::alloc_quantized(h.gpu, ActScaling::token, M, s.k);
+                     ops::quantize(h.gpu, x, xq);
+                     const TensorView y0 = bf(h, {M, s.n}, 7, 1), y1 = bf(h, {M, s.n}, 8, 1);
+                     std::unique_ptr<CudaDevice> own;
+                     CudaDevice* dev = h.dev.get();
+                     if (!streaming) {
+                       CudaDeviceOptions opt;
+                       opt.streaming_linears = false;
+                       own = std::make_unique<CudaDevice>(opt);
+                       dev = own.get();
+                     }
+                     Context ctx = streaming ? h.gpu : dev->context();
+                     auto call = [&] {
+                       if (s.bf16) {
+                         const ops::Projection group[] = {{&w0, {}, y0, {}}, {&w1, {}, y1, {}}};
+                         ops::linear_group(ctx, ops::LinearInput{x, {}},
+                                           std::span<const ops::Projection>(group, s.pair ? 2 : 1));
+                       } else if (s.pair) {
+                         linear_pair(ctx, xq, w0, y0, w1, y1);
+                       } else {
+                         ops::linear(ctx, xq, w0, y0);
+                       }
+                     };
+                     call();
+                     dev->synchronize();
+                     o.info = dev->last_linear_path();
+                     o.seconds = graph_seconds_per_call(dev, call);
+                     const double gemms = s.pair ? 2 : 1,
+                                  bytes = gemms * s.n * s.k * (s.bf16 ? 2 : 1);
+                     o.flops = gemms * 2.0 * M * s.n * s.k;
+                     o.info += fmt::format("; weights {:.1f} MB at {:.2f} TB/s", bytes / 1e6,
+                                           bytes / o.seconds * 1e-12);
+                   }});
     }
   // A decode step's projection groups of Qwen3-8B at a GRPO group's 8 rows and at bench
   // generate's 256 with LoRA r = 32 on every projection (the A matrices side by side, as
@@ -537,17 +542,7 @@ std::vector<OpCase> perf_cases() {
                call();
                dev->synchronize();
                o.info = dev->last_linear_path();
-               constexpr int kCalls = 20, kReplays = 5;
-               dev->begin_capture();
-               for (int i = 0; i < kCalls; ++i) call();
-               CudaGraph graph = dev->end_capture();
-               graph.replay();
-               dev->synchronize();
-               const auto t0 = std::chrono::steady_clock::now();
-               for (int i = 0; i < kReplays; ++i) graph.replay();
-               dev->synchronize();
-               const auto t1 = std::chrono::steady_clock::now();
-               o.seconds = std::chrono::duration<double>(t1 - t0).count() / (kCalls * kReplays);
+               o.seconds = graph_seconds_per_call(dev, call);
                double bytes = double(R * count * g.k) * 2;
                if (v != "down_product")
                  for (int64_t n : g.ns) bytes += double(n) * double(g.k);

@@ -202,8 +202,8 @@ __global__ void __launch_bounds__(kDecodeThreads, 3)
       const float* sc = reinterpret_cast<const float*>(kc + 2 * BK * D);
       for (int e = lane; e < 2 * kMmaDecodeWarpKeys * (D / 8); e += kWarp) {
         const int r = e / (D / 8), c8 = (e % (D / 8)) * 8;  // r: the warp's K rows, then V rows
-        const int row = (r / kMmaDecodeWarpKeys) * BK + warp * kMmaDecodeWarpKeys +
-                        r % kMmaDecodeWarpKeys;
+        const int row =
+            (r / kMmaDecodeWarpKeys) * BK + warp * kMmaDecodeWarpKeys + r % kMmaDecodeWarpKeys;
         *reinterpret_cast<uint4*>(ring + row * kLd + c8) =
             fp8_chunk_bf16(*reinterpret_cast<const uint2*>(kc + row * D + c8), sc[row]);
       }
