@@ -11,7 +11,6 @@
 #include "core/output_file.h"
 #include "core/spelling.h"
 #include "formats/safetensors.h"
-#include "model/tape.h"
 #include "ops/device.h"
 #include "ops/memory.h"
 #include "train/run_dir.h"
@@ -55,8 +54,6 @@ TrainSession::TrainSession(const ModelArguments& args, uint64_t seed)
 TrainSession::TrainSession(const ModelArguments& args, uint64_t seed, ModelFiles files,
                            bool dry_run)
     : tok_setup_(std::move(files.tokenizer_setup)) {
-  // From config.json, before the weights load or a dry run plans from the shapes.
-  check_trainable(files.text.config());
   if (dry_run) estimate_reason_ = why_estimate(args);
   SessionOptions so;
   so.model = args.model;

@@ -65,6 +65,11 @@ ops::AttentionParams attention_params(const ModelConfig& c, const LayerWeights& 
   return p;
 }
 
+ops::GatedActivation gated_activation(const ModelConfig& c) {
+  return c.activation == MlpActivation::silu ? ops::GatedActivation::silu
+                                             : ops::GatedActivation::gelu_tanh;
+}
+
 TensorView rope_frequencies(const LayerWeights& l) {
   if (!l.rope_freq.empty()) return l.rope_freq;
   return TensorView(const_cast<float*>(l.inv_freq.data()), DType::f32,
@@ -178,10 +183,6 @@ void decoder_layer(Context& ctx, const Model& m, const LoraAdapter* adapter, int
   const bool p1 = c.norm_plus_one, saving = tape != nullptr;
   const DType dt = ctx.activation_dtype();
   CHECK(!saving || r.pending.empty(), "forward: a saving layer takes its input stream whole");
-  CHECK(!saving || l.moe.empty(),
-        "training forward: layer {} is a mixture of experts, and training MoE models is not "
-        "supported yet (the experts have no backward)",
-        li);
   // The adapter's term of each projection (kProjectionNames order), empty where it has none.
   LoraWeights lora[kProjections];
   if (adapter != nullptr)
@@ -265,13 +266,14 @@ void decoder_layer(Context& ctx, const Model& m, const LoraAdapter* adapter, int
     // The router reads the plain normed input; each expert quantizes its own rows.
     const LinearInput in = block_input(ctx, c, saving, r.x, proj, set.x_mid, mlp_norm,
                                        {&l.moe.router}, false, set.h_mlp, set.inv_rms_mid);
-    const TensorView weights = ops::scratch_alloc(ctx, {t, c.moe.top_k}, DType::f32);  // [T, k]
-    const TensorView experts = ops::scratch_alloc(ctx, {t, c.moe.top_k}, DType::i32);  // [T, k]
+    // [T, k] each; saving, the tape's (the backward reads them).
+    const TensorView weights =
+        saving ? set.route_w : ops::scratch_alloc(ctx, {t, c.moe.top_k}, DType::f32);
+    const TensorView experts =
+        saving ? set.route_ids : ops::scratch_alloc(ctx, {t, c.moe.top_k}, DType::i32);
     ops::moe_route(ctx, in.x, l.moe.router, c.moe.norm_topk_prob, weights, experts);
-    ops::moe_experts(ctx, in.x, l.moe,
-                     c.activation == MlpActivation::silu ? ops::GatedActivation::silu
-                                                         : ops::GatedActivation::gelu_tanh,
-                     weights, experts, c.sandwich_norms ? set.down_out : proj);
+    ops::moe_experts(ctx, in.x, l.moe, gated_activation(c), weights, experts,
+                     c.sandwich_norms ? set.down_out : proj);
   } else {
     ops::ScratchScope scope(ctx);
     const TensorView& mlp_norm = c.sandwich_norms ? l.pre_feedforward_norm : l.post_attention_norm;

@@ -9,20 +9,12 @@ LayerSaved alloc_layer_saved(Arena& arena, const ModelConfig& c, int64_t t, DTyp
   return alloc_layer_saved([&](Shape shape, DType d) { return arena.alloc(shape, d); }, c, t, dt);
 }
 
-void check_trainable(const ModelConfig& c) {
-  CHECK(!c.has_moe(),
-        "training {} is not supported yet: training MoE models needs a backward through the "
-        "experts, which fp8rl does not have",
-        c.architecture);
-}
-
 LayerSaved alloc_layer_saved(const std::function<TensorView(Shape, DType)>& alloc_fn,
                              const ModelConfig& c, int64_t t, DType dt) {
   struct {
     const std::function<TensorView(Shape, DType)>& fn;
     TensorView alloc(Shape shape, DType d) const { return fn(shape, d); }
   } a{alloc_fn};
-  check_trainable(c);  // every training pass allocates its layers here first
   const int64_t h = c.hidden_size, i = c.intermediate_size;
   LayerSaved s;
   s.inv_rms_in = a.alloc({t}, DType::f32);
@@ -48,6 +40,10 @@ LayerSaved alloc_layer_saved(const std::function<TensorView(Shape, DType)>& allo
   s.gate = a.alloc({t, i}, dt);
   s.up = a.alloc({t, i}, dt);
   s.act = a.alloc({t, i}, dt);
+  if (c.has_moe()) {
+    s.route_w = a.alloc({t, c.moe.top_k}, DType::f32);
+    s.route_ids = a.alloc({t, c.moe.top_k}, DType::i32);
+  }
   return s;
 }
 

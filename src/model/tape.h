@@ -44,12 +44,11 @@ struct LayerSaved {
   TensorView act;           // [T, I] act(gate) * up (down_proj's input)
   TensorView down_out;      // [T, H] down_proj output before the post-feedforward norm (sandwich)
   TensorView inv_rms_down;  // [T] f32 (sandwich)
+  // MoE configs (an MoE layer's MLP keeps only its input h_mlp and its routing; the experts
+  // are recomputed by their backward):
+  TensorView route_w;    // [T, k] f32 routing weights
+  TensorView route_ids;  // [T, k] i32 experts chosen (or replayed)
 };
-
-// Raises unless fp8rl can train a model of `config` (not yet one with MoE layers: no backward
-// through the experts). Every training pass checks it as it allocates its layers, and the
-// training commands before the weights load, their --dry-run included.
-void check_trainable(const ModelConfig& config);
 
 // Allocates one layer's set for `tokens` rows from `arena` in `dtype` (the activation dtype).
 LayerSaved alloc_layer_saved(Arena& arena, const ModelConfig& config, int64_t tokens, DType dtype);

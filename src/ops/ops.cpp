@@ -880,6 +880,20 @@ void check_routing(const Context& ctx, const TensorView& weights, const TensorVi
         weights.shape.str(), experts.shape.str(), t, num_experts);
 }
 
+// Each token's expert ids (host memory: the CPU only) in [0, E) and distinct.
+void check_expert_ids(const TensorView& experts, int64_t num_experts, const char* what) {
+  const int64_t t = experts.dim(0), k = experts.dim(1);
+  const int32_t* ids = experts.ptr<int32_t>();
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t s = 0; s < k; ++s) {
+      const int32_t e = ids[i * k + s];
+      CHECK(e >= 0 && e < num_experts, "{} expert {} of token {} is outside [0, {})", what, e, i,
+            num_experts);
+      for (int64_t s2 = 0; s2 < s; ++s2)
+        CHECK(ids[i * k + s2] != e, "{} expert {} appears twice for token {}", what, e, i);
+    }
+}
+
 // Stacked expert weights [E, n, k] on the context's device, their scales matching the scheme.
 void check_experts(const Context& ctx, const ExpertLinear& w, int64_t e, int64_t n, int64_t k,
                    const char* what) {
@@ -897,10 +911,18 @@ void check_experts(const Context& ctx, const ExpertLinear& w, int64_t e, int64_t
           scheme_name(w.scheme));
 }
 
+// The MoE layer's weights for an input of width h: router [E, h], experts' shapes agreeing.
+void check_moe_weights(const Context& ctx, const MoeWeights& w, int64_t h) {
+  const int64_t e = w.gate.weight.dim(0), inter = w.gate.weight.dim(1);
+  check_experts(ctx, w.gate, e, inter, h, "gate");
+  check_experts(ctx, w.up, e, inter, h, "up");
+  check_experts(ctx, w.down, e, h, inter, "down");
+}
+
 }  // namespace
 
 void moe_route(Context& ctx, const TensorView& x, const LinearWeight& router, bool normalize,
-               const TensorView& weights, const TensorView& experts) {
+               const TensorView& weights, const TensorView& experts, bool replay) {
   check_moe_device(ctx, "moe_route");
   check_ctx(ctx);
   check_act(ctx, x, 2, "moe_route input");
@@ -911,7 +933,8 @@ void moe_route(Context& ctx, const TensorView& x, const LinearWeight& router, bo
         dtype_name(router.weight.dtype), router.weight.shape.str(), x.shape.str(), x.dim(1));
   check_routing(ctx, weights, experts, t, e, "moe_route");
   if (dry_run_scratch(ctx, size_t(t * e) * 4 + 128 + linear_scratch_bytes(router, t))) return;
-  cpu::moe_route(scratch_of(ctx), x, router, normalize, weights, experts, rounding(ctx));
+  if (replay) check_expert_ids(experts, e, "moe_route: replayed");
+  cpu::moe_route(scratch_of(ctx), x, router, normalize, weights, experts, replay, rounding(ctx));
 }
 
 void moe_experts(Context& ctx, const TensorView& x, const MoeWeights& w, GatedActivation act,
@@ -924,9 +947,7 @@ void moe_experts(Context& ctx, const TensorView& x, const MoeWeights& w, GatedAc
   const int64_t inter = w.gate.weight.dim(1);
   CHECK(out.shape == x.shape && out.data != x.data, "moe_experts: x {} out {} (out must not be x)",
         x.shape.str(), out.shape.str());
-  check_experts(ctx, w.gate, e, inter, h, "gate");
-  check_experts(ctx, w.up, e, inter, h, "up");
-  check_experts(ctx, w.down, e, h, inter, "down");
+  check_moe_weights(ctx, w, h);
   check_routing(ctx, weights, experts, t, e, "moe_experts");
   // Bucketed pairs, then one expert's rows at most: every token (input, gate, up, output),
   // and the largest of the expert linears' own scratch over that many rows.
@@ -939,6 +960,56 @@ void moe_experts(Context& ctx, const TensorView& x, const MoeWeights& w, GatedAc
       size_t(t * k + 2 * e + 1) * 4 + rows * size_t(2 * h + 2 * inter) + linears + 8 * pad;
   if (dry_run_scratch(ctx, bytes)) return;
   cpu::moe_experts(scratch_of(ctx), x, w, act, weights, experts, out, rounding(ctx));
+}
+
+void moe_experts_backward(Context& ctx, const TensorView& x, const MoeWeights& w,
+                          GatedActivation act, const TensorView& weights, const TensorView& experts,
+                          const TensorView& dout, const TensorView& dx,
+                          const TensorView& d_weights) {
+  check_moe_device(ctx, "moe_experts_backward");
+  check_ctx(ctx);
+  CHECK(!ctx.bf16_activations, "moe_experts_backward: the backward ops are the fp32 reference");
+  check_act(ctx, x, 2, "moe_experts_backward input");
+  const int64_t t = x.dim(0), h = x.dim(1), e = w.gate.weight.dim(0);
+  const int64_t inter = w.gate.weight.dim(1);
+  check_moe_weights(ctx, w, h);
+  check_routing(ctx, weights, experts, t, e, "moe_experts_backward");
+  check_tensor(ctx, dout, DType::f32, 2, "moe_experts_backward dout");
+  check_tensor(ctx, dx, DType::f32, 2, "moe_experts_backward dx");
+  check_tensor(ctx, d_weights, DType::f32, 2, "moe_experts_backward d_weights");
+  CHECK(dout.shape == x.shape && dx.shape == x.shape && d_weights.shape == weights.shape &&
+            dx.data != dout.data,
+        "moe_experts_backward: x {} dout {} dx {} d_weights {} (dx must not be dout)",
+        x.shape.str(), dout.shape.str(), dx.shape.str(), d_weights.shape.str());
+  // The buckets, then one expert's rows at most: input, gate, up, a, output; the linears' own.
+  const int64_t k = experts.dim(1);
+  size_t linears = 0;
+  for (const ExpertLinear* p : {&w.gate, &w.up, &w.down})
+    linears = std::max(linears, linear_scratch_bytes(p->expert(0), t));
+  const size_t bytes =
+      size_t(t * k + 2 * e + 1) * 4 + size_t(t) * 4 * size_t(2 * h + 3 * inter) + linears + 512;
+  if (dry_run_scratch(ctx, bytes)) return;
+  cpu::moe_experts_backward(scratch_of(ctx), x, w, act, weights, experts, dout, dx, d_weights);
+}
+
+void moe_route_backward(Context& ctx, const TensorView& x, const LinearWeight& router,
+                        bool normalize, const TensorView& experts, const TensorView& d_weights,
+                        const TensorView& dx) {
+  check_moe_device(ctx, "moe_route_backward");
+  check_ctx(ctx);
+  CHECK(!ctx.bf16_activations, "moe_route_backward: the backward ops are the fp32 reference");
+  check_act(ctx, x, 2, "moe_route_backward input");
+  const int64_t t = x.dim(0), e = router.out_features();
+  CHECK(router.weight.rank() == 2 && !router.is_fp8() && router.in_features() == x.dim(1),
+        "moe_route_backward: router {} for input {}", router.weight.shape.str(), x.shape.str());
+  check_routing(ctx, d_weights, experts, t, e, "moe_route_backward");
+  check_tensor(ctx, dx, DType::f32, 2, "moe_route_backward dx");
+  CHECK(dx.shape == x.shape, "moe_route_backward: dx {} for x {}", dx.shape.str(), x.shape.str());
+  if (dry_run_scratch(ctx,
+                      size_t(t * (e + experts.dim(1))) * 4 + 256 + linear_scratch_bytes(router, t)))
+    return;
+  check_expert_ids(experts, e, "moe_route_backward:");
+  cpu::moe_route_backward(scratch_of(ctx), x, router, normalize, experts, d_weights, dx);
 }
 
 // ---- Weights on a device

@@ -325,8 +325,11 @@ size_t paged_attention_scratch_bytes(const Context& ctx, int64_t t, int64_t head
 // p in decreasing order (ties to the lower expert index), divided by their sum when
 // `normalize`, then rounded to the activation dtype (HF casts them back to the model dtype).
 // x [T, H] activation; router [E, H] unquantized; weights [T, k] f32; experts [T, k] i32.
+// `replay`: experts is read instead (the ids an earlier pass chose, each in [0, E) and
+// distinct per token, else an error) and only their weights are computed, p at those ids
+// (renormalized when `normalize`): routing replay, the trainer using the engine's experts.
 void moe_route(Context& ctx, const TensorView& x, const LinearWeight& router, bool normalize,
-               const TensorView& weights, const TensorView& experts);
+               const TensorView& weights, const TensorView& experts, bool replay = false);
 
 enum class GatedActivation : uint8_t { silu, gelu_tanh };
 

@@ -925,8 +925,9 @@ TEST(CliChatTemplateKwargs, ReachTheTemplate) {
 }
 
 // A Qwen3-MoE model end to end: info shows the MoE fields, the CPU forward runs (also with
-// --fp8), and what MoE models cannot do yet fails in one line at the start.
-TEST(CliMoe, InfoLogitsAndWhatIsNotSupportedYet) {
+// --fp8), SFT with attention LoRA trains, and what MoE models cannot do yet fails in one line
+// at the start.
+TEST(CliMoe, InfoLogitsTrainingAndWhatIsNotSupportedYet) {
   const std::string model = temp("moe_model");
   ASSERT_EQ(run("init --arch qwen3-moe --preset tiny --out " + model).exit_code, 0);
   const Result info = run("info " + model);
@@ -947,25 +948,34 @@ TEST(CliMoe, InfoLogitsAndWhatIsNotSupportedYet) {
   }
   const std::string data = temp("moe_sft") + ".jsonl";
   write_file(data, "{\"input_ids\": [1, 5, 9, 12, 7]}\n");
-  // PEFT has no default target modules for qwen3_moe: attention ones, which load fine. Training
-  // is refused from config.json, before the weights load, and so is its --dry-run, with the
-  // weights or from a directory of config.json alone (the plan from the shapes).
+  // PEFT has no default target modules for qwen3_moe: attention ones train on the CPU (the
+  // router and experts frozen), and the --dry-run with the weights plans it; expert targets
+  // are refused, and so is a plan from config.json alone (no random MoE model to plan on).
+  const std::string run_dir = temp("moe_sft_run");
+  const Result sft = run("sft " + model + " --data " + data + " --out " + run_dir +
+                         " --steps 1 --lora-target-modules q_proj,v_proj");
+  EXPECT_EQ(sft.exit_code, 0) << sft.output;
+  EXPECT_TRUE(fs::exists(run_dir + "/adapter_model.safetensors"));
+  fs::remove_all(run_dir);
+  const Result dry = run("sft " + model + " --data " + data + " --out " + run_dir +
+                         " --steps 1 --lora-target-modules q_proj,v_proj --dry-run");
+  EXPECT_EQ(dry.exit_code, 0) << dry.output;
+  expect_one_line_error("sft " + model + " --data " + data + " --out " + run_dir +
+                            " --steps 1 --lora-target-modules q_proj,gate_proj",
+                        "LoRA on MoE experts is not supported yet");
   const std::string config_only = temp("moe_config_only");
   fs::create_directories(config_only);
   fs::copy_file(model + "/config.json", config_only + "/config.json");
-  for (const std::string& dir : {model, config_only})
-    for (const char* dry : {"", " --dry-run"}) {
-      if (dir == config_only && *dry == '\0') continue;
-      expect_one_line_error("sft " + dir + " --data " + data + " --out " + temp("moe_sft_run") +
-                                " --steps 1 --lora-target-modules q_proj,v_proj" + dry,
-                            "training Qwen3MoeForCausalLM is not supported yet");
-    }
+  expect_one_line_error("sft " + config_only + " --data " + data + " --out " + run_dir +
+                            " --steps 1 --lora-target-modules q_proj,v_proj --dry-run",
+                        "has MoE layers, which it cannot make yet");
   expect_one_line_error("grpo " + config_only + " --data " + data + " --output-dir " +
                             temp("moe_grpo_run") +
                             " --rewards '[{\"type\": \"answer_match\"}]' --max-prompt-length "
                             "16 --lora-target-modules q_proj,v_proj --dry-run --device cuda",
-                        "training Qwen3MoeForCausalLM is not supported yet");
+                        "MoE layers are not supported on CUDA yet");
   fs::remove_all(config_only);
+  fs::remove_all(run_dir);
   expect_one_line_error("quantize " + model + " " + temp("moe_q") + " --scheme row",
                         "FP8 checkpoints of MoE models");
   expect_one_line_error("logits " + model + " --ids 1 --device cuda --out " + temp("x") + ".npy",

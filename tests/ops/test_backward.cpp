@@ -900,4 +900,87 @@ TEST(BackwardDryRun, TakesScratchAndTouchesNothing) {
   EXPECT_EQ(measuring.mark(), 0u);
 }
 
+// ---- Mixture of experts -------------------------------------------------------------------
+
+// moe_route + moe_experts with f32 weights, L = sum c * out, against an fp64 MoE forward with
+// the op's expert choice held (the top-k choice is piecewise constant: no gradient of its own;
+// the inputs keep every token's k-th and (k+1)-th probabilities apart by far more than h moves
+// them). Both backward ops together give dx; the negative control drops the router's term
+// (the gradient through the routing weights' softmax).
+class MoeBackward : public Fixture, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(MoeBackward, ExpertsAndRouterMatchFiniteDifferences) {
+  const bool normalize = GetParam();
+  const int64_t t = 6, h = 12, inter = 8, ne = 4, k = 2;
+  const Tensor x = uniform({t, h}, 31, 1.0f), c_t = uniform({t, h}, 32, 1.0f);
+  const Tensor wr = uniform({ne, h}, 33, 1.0f), wg = uniform({ne, inter, h}, 34, 0.5f),
+               wu = uniform({ne, inter, h}, 35, 0.5f), wd = uniform({ne, h, inter}, 36, 0.5f);
+  MoeWeights w;
+  w.router.weight = wr.view();
+  w.gate.weight = wg.view();
+  w.up.weight = wu.view();
+  w.down.weight = wd.view();
+  Tensor weights = Tensor::empty({t, k}, DType::f32), ids = Tensor::empty({t, k}, DType::i32);
+  Tensor out = Tensor::empty({t, h}, DType::f32);
+  ops::moe_route(ctx, x, w.router, normalize, weights, ids);
+  ops::moe_experts(ctx, x, w, ops::GatedActivation::silu, weights, ids, out);
+  Vec xv = to_vec(x);
+  const Vec c = to_vec(c_t), r = to_vec(wr), g = to_vec(wg), u = to_vec(wu), d = to_vec(wd);
+  const int32_t* chosen = ids.view().ptr<const int32_t>();
+  double min_gap = INFINITY;  // between each token's k-th and (k+1)-th probability
+  const auto fwd = [&] {
+    Vec y(size_t(t * h), 0.0);
+    for (int64_t i = 0; i < t; ++i) {
+      Vec p(static_cast<size_t>(ne));
+      double m = -INFINITY, sum = 0.0, kept = 0.0;
+      for (int64_t e = 0; e < ne; ++e) {
+        double z = 0.0;
+        for (int64_t j = 0; j < h; ++j) z += xv[size_t(i * h + j)] * r[size_t(e * h + j)];
+        p[size_t(e)] = z;
+        m = std::max(m, z);
+      }
+      for (double& v : p) sum += (v = std::exp(v - m));
+      for (double& v : p) v /= sum;
+      Vec sorted = p;
+      std::sort(sorted.rbegin(), sorted.rend());
+      min_gap = std::min(min_gap, sorted[size_t(k - 1)] - sorted[size_t(k)]);
+      for (int64_t s = 0; s < k; ++s) kept += p[size_t(chosen[i * k + s])];
+      for (int64_t s = 0; s < k; ++s) {
+        const int64_t e = chosen[i * k + s];
+        const double ws = normalize ? p[size_t(e)] / kept : p[size_t(e)];
+        Vec a(static_cast<size_t>(inter));
+        for (int64_t n = 0; n < inter; ++n) {
+          double gn = 0.0, un = 0.0;
+          for (int64_t j = 0; j < h; ++j) {
+            gn += g[size_t((e * inter + n) * h + j)] * xv[size_t(i * h + j)];
+            un += u[size_t((e * inter + n) * h + j)] * xv[size_t(i * h + j)];
+          }
+          a[size_t(n)] = silu64(gn) * un;
+        }
+        for (int64_t j = 0; j < h; ++j) {
+          double yj = 0.0;
+          for (int64_t n = 0; n < inter; ++n)
+            yj += d[size_t((e * h + j) * inter + n)] * a[size_t(n)];
+          y[size_t(i * h + j)] += ws * yj;
+        }
+      }
+    }
+    return y;
+  };
+  EXPECT_LE(rel_err(out, fwd()), forward_f32_bound(h + inter));
+  ASSERT_GT(min_gap, 1e-2);  // far beyond what h = 1e-4 on x moves a probability
+  Tensor dx = Tensor::empty({t, h}, DType::f32), dw = Tensor::empty({t, k}, DType::f32);
+  ops::moe_experts_backward(ctx, x, w, ops::GatedActivation::silu, weights, ids, c_t, dx, dw);
+  const Tensor experts_only = copy_of(dx);
+  ops::moe_route_backward(ctx, x, w.router, normalize, ids, dw, dx);
+  const Vec fd = fd_grad(xv, [&] { return dot(c, fwd()); });
+  const int64_t n = 2 * inter * k + h + ne;
+  const double err = rel_err(dx, fd);
+  EXPECT_LE(err, backward_grad_bound(n));
+  std::printf("moe (normalize %d): dx %.3g\n", int(normalize), err);
+  expect_fails(rel_err(experts_only, fd), backward_grad_bound(n));
+}
+
+INSTANTIATE_TEST_SUITE_P(Normalize, MoeBackward, ::testing::Values(true, false));
+
 }  // namespace

@@ -71,10 +71,17 @@ void linear(Arena& scratch, const QuantizedActivation& x, const LinearWeight& w,
 
 // Mixture of experts (moe.cpp); operands checked by ops.cpp.
 void moe_route(Arena& scratch, const TensorView& x, const LinearWeight& router, bool normalize,
-               const TensorView& weights, const TensorView& experts, Rounding r);
+               const TensorView& weights, const TensorView& experts, bool replay, Rounding r);
 void moe_experts(Arena& scratch, const TensorView& x, const MoeWeights& w, GatedActivation act,
                  const TensorView& weights, const TensorView& experts, const TensorView& out,
                  Rounding r);
+void moe_experts_backward(Arena& scratch, const TensorView& x, const MoeWeights& w,
+                          GatedActivation act, const TensorView& weights, const TensorView& experts,
+                          const TensorView& dout, const TensorView& dx,
+                          const TensorView& d_weights);
+void moe_route_backward(Arena& scratch, const TensorView& x, const LinearWeight& router,
+                        bool normalize, const TensorView& experts, const TensorView& d_weights,
+                        const TensorView& dx);
 
 // The sampler (sampling.cpp); operands checked by ops/sampling.cpp.
 void sample(Arena& scratch, const TensorView& logits, const TensorView& rows,
