@@ -267,11 +267,16 @@ void decoder_layer(Context& ctx, const Model& m, const LoraAdapter* adapter, int
     const LinearInput in = block_input(ctx, c, saving, r.x, proj, set.x_mid, mlp_norm,
                                        {&l.moe.router}, false, set.h_mlp, set.inv_rms_mid);
     // [T, k] each; saving, the tape's (the backward reads them).
-    const TensorView weights =
-        saving ? set.route_w : ops::scratch_alloc(ctx, {t, c.moe.top_k}, DType::f32);
-    const TensorView experts =
-        saving ? set.route_ids : ops::scratch_alloc(ctx, {t, c.moe.top_k}, DType::i32);
-    ops::moe_route(ctx, in.x, l.moe.router, c.moe.norm_topk_prob, weights, experts);
+    const int64_t k = c.moe.top_k;
+    const TensorView weights = saving ? set.route_w : ops::scratch_alloc(ctx, {t, k}, DType::f32);
+    const TensorView experts = saving ? set.route_ids : ops::scratch_alloc(ctx, {t, k}, DType::i32);
+    const auto layer_rows = [&](const TensorView& all) {  // layer li's [T, k] of [L, T, k]
+      return all.slice_rows(li, li + 1).reshape({t, k});
+    };
+    const bool replay = !step.routing_replay.empty();
+    if (replay) ops::copy(ctx, layer_rows(step.routing_replay), experts);
+    ops::moe_route(ctx, in.x, l.moe.router, c.moe.norm_topk_prob, weights, experts, replay);
+    if (!step.routing_record.empty()) ops::copy(ctx, experts, layer_rows(step.routing_record));
     ops::moe_experts(ctx, in.x, l.moe, gated_activation(c), weights, experts,
                      c.sandwich_norms ? set.down_out : proj);
   } else {

@@ -880,12 +880,15 @@ void check_routing(const Context& ctx, const TensorView& weights, const TensorVi
         weights.shape.str(), experts.shape.str(), t, num_experts);
 }
 
-// Each token's expert ids (host memory: the CPU only) in [0, E) and distinct.
-void check_expert_ids(const TensorView& experts, int64_t num_experts, const char* what) {
+// Each token's expert ids (host memory: the CPU only) in [0, E) and distinct; with
+// `unrecorded`, a row whose first id is -1 is left alone.
+void check_expert_ids(const TensorView& experts, int64_t num_experts, const char* what,
+                      bool unrecorded = false) {
   const int64_t t = experts.dim(0), k = experts.dim(1);
   const int32_t* ids = experts.ptr<int32_t>();
   for (int64_t i = 0; i < t; ++i)
     for (int64_t s = 0; s < k; ++s) {
+      if (unrecorded && ids[i * k] == -1) break;
       const int32_t e = ids[i * k + s];
       CHECK(e >= 0 && e < num_experts, "{} expert {} of token {} is outside [0, {})", what, e, i,
             num_experts);
@@ -933,7 +936,7 @@ void moe_route(Context& ctx, const TensorView& x, const LinearWeight& router, bo
         dtype_name(router.weight.dtype), router.weight.shape.str(), x.shape.str(), x.dim(1));
   check_routing(ctx, weights, experts, t, e, "moe_route");
   if (dry_run_scratch(ctx, size_t(t * e) * 4 + 128 + linear_scratch_bytes(router, t))) return;
-  if (replay) check_expert_ids(experts, e, "moe_route: replayed");
+  if (replay) check_expert_ids(experts, e, "moe_route: replayed", true);
   cpu::moe_route(scratch_of(ctx), x, router, normalize, weights, experts, replay, rounding(ctx));
 }
 

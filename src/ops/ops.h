@@ -327,7 +327,8 @@ size_t paged_attention_scratch_bytes(const Context& ctx, int64_t t, int64_t head
 // x [T, H] activation; router [E, H] unquantized; weights [T, k] f32; experts [T, k] i32.
 // `replay`: experts is read instead (the ids an earlier pass chose, each in [0, E) and
 // distinct per token, else an error) and only their weights are computed, p at those ids
-// (renormalized when `normalize`): routing replay, the trainer using the engine's experts.
+// (renormalized when `normalize`): routing replay, the trainer using the engine's experts. A
+// token whose first id is -1 (not recorded) takes its top-k as without replay.
 void moe_route(Context& ctx, const TensorView& x, const LinearWeight& router, bool normalize,
                const TensorView& weights, const TensorView& experts, bool replay = false);
 

@@ -3,6 +3,8 @@
 // (ops::moe_experts_backward, ops::moe_route_backward; their finite-difference checks with
 // negative controls are in tests/ops/test_backward.cpp). Here the whole pass: its LoRA
 // gradients against central differences of its own loss, and checkpointing equal to saving.
+// Routing replay: the engine records each token's experts, and the trainer's pass uses them
+// where its own top-k would differ.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "engine/engine.h"
 #include "model/adapter.h"
 #include "model/model_test_util.h"
 #include "model/presets.h"
@@ -135,6 +138,102 @@ TEST(MoeTraining, AttentionLoraGradientsMatchFiniteDifferences) {
   std::printf("max |grad| %.3g, max |grad - fd| %.3g\n", max_g, max_err);
   EXPECT_GT(max_g, 1e-4);
   EXPECT_LE(max_err, 1e-2 * max_g);
+}
+
+// (token, MoE layer) choices of [positions, L, k] routing whose expert sets differ between a
+// and b (the order within a set does not change the output: experts are summed by index).
+int64_t differing_choices(const Model& m, std::span<const int32_t> a, std::span<const int32_t> b,
+                          int64_t positions) {
+  const int64_t layers = m.config().num_layers, k = m.config().moe.top_k;
+  int64_t n = 0;
+  for (int64_t i = 0; i < positions; ++i)
+    for (int64_t l = 0; l < layers; ++l) {
+      if (!m.config().layers[size_t(l)].moe) continue;
+      std::vector<int32_t> x(a.begin() + (i * layers + l) * k,
+                             a.begin() + (i * layers + l + 1) * k);
+      std::vector<int32_t> y(b.begin() + (i * layers + l) * k,
+                             b.begin() + (i * layers + l + 1) * k);
+      std::sort(x.begin(), x.end());
+      std::sort(y.begin(), y.end());
+      n += x != y;
+    }
+  return n;
+}
+
+TEST(MoeRoutingReplay, TrainerUsesTheEnginesExpertsWhereItsOwnWouldDiffer) {
+  const Model m = test::load_model(tiny_dir());
+  const int64_t layers = m.config().num_layers, k = m.config().moe.top_k;
+  LoraAdapter a = attention_adapter(m);
+  // The engine samples two completions and records their routing.
+  Arena arena;
+  Context ctx{Device::cpu, &arena};
+  EngineOptions eo;
+  eo.max_num_seqs = 4;
+  eo.max_num_batched_tokens = 64;
+  eo.record_routing = true;
+  GenerationRequest req;
+  req.prompt_ids = {5, 17, 200, 3, 99, 42, 7};
+  req.params.n = 2;
+  req.params.max_tokens = 8;
+  req.params.ignore_eos = true;
+  req.params.seed = 3;
+  std::vector<RequestOutput> out;
+  {
+    Engine engine(ctx, m, &a, nullptr, {}, eo);
+    out = engine.generate({&req, 1});
+  }
+  // Packed for the trainer: prompt + completion but its last token, whose routing the engine
+  // never computed (-1).
+  Batch b;
+  b.cu = {0};
+  std::vector<int32_t> engine_routing;
+  for (const CompletionOutput& c : out[0].completions) {
+    const int64_t positions = int64_t(req.prompt_ids.size() + c.ids.size());
+    ASSERT_EQ(int64_t(c.routing.size()), positions * layers * k);
+    EXPECT_TRUE(std::all_of(c.routing.end() - layers * k, c.routing.end(),
+                            [](int32_t e) { return e == -1; }));
+    b.ids.insert(b.ids.end(), req.prompt_ids.begin(), req.prompt_ids.end());
+    b.ids.insert(b.ids.end(), c.ids.begin(), c.ids.end() - 1);
+    for (size_t i = 0; i < req.prompt_ids.size() + c.ids.size() - 1; ++i)
+      b.targets.push_back(i + 1 < req.prompt_ids.size() ? ops::kIgnoreIndex
+                                                        : c.ids[i + 1 - req.prompt_ids.size()]);
+    engine_routing.insert(engine_routing.end(), c.routing.begin(), c.routing.end() - layers * k);
+    b.cu.push_back(int64_t(b.ids.size()));
+  }
+  const int64_t t = int64_t(b.ids.size());
+  const auto pass_routing = [&](bool replay, std::vector<float>* logprobs) {
+    Arena pa;
+    Context pc{Device::cpu, &pa};
+    LogprobPass pass(pc, m, &a);
+    PassOptions o;
+    o.record_routing = true;
+    PackedSequences batch = b.packed();
+    if (replay) batch.routing = engine_routing;
+    pass.forward(batch, o);
+    if (logprobs != nullptr) logprobs->assign(pass.logprobs().begin(), pass.logprobs().end());
+    return std::vector<int32_t>(pass.routing().begin(), pass.routing().end());
+  };
+  // The same adapter: the trainer chooses as the engine did (CPU forwards are bit-identical).
+  EXPECT_EQ(differing_choices(m, pass_routing(false, nullptr), engine_routing, t), 0);
+  // An update of the adapter (as after an optimizer step, off-policy micro-batches) large
+  // enough to flip some top-k choice: the negative control, without replay they differ.
+  const TensorView p = a.master_params();
+  const std::vector<float> start(p.ptr<float>(), p.ptr<float>() + p.numel());
+  int64_t flipped = 0;
+  for (const float scale : {0.02f, 0.05f, 0.1f, 0.2f, 0.5f, 1.0f}) {
+    for (int64_t i = 0; i < p.numel(); ++i)
+      p.ptr<float>()[i] = start[size_t(i)] + scale * std::cos(float(i) * 0.37f);
+    flipped = differing_choices(m, pass_routing(false, nullptr), engine_routing, t);
+    if (flipped > 0) break;
+  }
+  ASSERT_GT(flipped, 0) << "no perturbation flipped a top-k choice";
+  std::printf("without replay %ld of %ld MoE choices differ from the engine's\n", long(flipped),
+              long(t));
+  // With replay the trainer's layers use the engine's experts, every one.
+  std::vector<float> lp_replay, lp_own;
+  EXPECT_EQ(differing_choices(m, pass_routing(true, &lp_replay), engine_routing, t), 0);
+  pass_routing(false, &lp_own);
+  EXPECT_NE(lp_replay, lp_own);  // the replayed experts change the computation
 }
 
 }  // namespace

@@ -99,7 +99,7 @@ void moe_route(Arena& scratch, const TensorView& x, const LinearWeight& router, 
     softmax_in_place(p, ne);
     float* w = w_all + i * k;
     int32_t* ids = id_all + i * k;
-    if (replay) {
+    if (replay && ids[0] >= 0) {
       // The recorded experts, only their weights recomputed (ids checked by the caller).
       for (int64_t s = 0; s < k; ++s) w[s] = p[ids[s]];
     } else {
