@@ -976,6 +976,39 @@ TEST(CliMoe, InfoLogitsTrainingAndWhatIsNotSupportedYet) {
                         "MoE layers are not supported on CUDA yet");
   fs::remove_all(config_only);
   fs::remove_all(run_dir);
+  // GRPO with routing replay: the engine records the experts, the round keeps them through a
+  // checkpoint, the resumed run replays them; on a dense model the key is an error.
+  const std::string tok_from = chat_model(false);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(tok_from + "/" + f, model + "/" + f);
+  const std::string prompts = temp("moe_prompts") + ".jsonl";
+  write_file(prompts,
+             "{\"prompt\": \"hi\", \"answer\": \"x\"}\n{\"prompt\": \"yo\", "
+             "\"answer\": \"y\"}\n");
+  const std::string grpo_dir = temp("moe_grpo_replay");
+  const auto grpo = [&](const std::string& m, const std::string& more) {
+    return run("grpo " + m + " --data " + prompts + " --output-dir " + grpo_dir +
+               " --rewards '[{\"type\": \"answer_match\"}]' --max-prompt-length 16 "
+               "--lora-target-modules q_proj,v_proj --routing-replay true "
+               "--max-completion-length 8 --num-generations 2 --per-device-train-batch-size 2 "
+               "--steps-per-generation 2 --save-steps 1 --seed 1 " +
+               more);
+  };
+  const Result first = grpo(model, "--max-steps 1");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  // The round in the run state, a JSON string in the safetensors metadata (quotes escaped).
+  const std::string state = file_bytes(grpo_dir + "/checkpoint-1/trainer_state.safetensors");
+  EXPECT_NE(state.find("routing\\\":[["), std::string::npos);
+  const Result resumed = grpo(model, "--max-steps 2 --resume-from-checkpoint true");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  fs::remove_all(grpo_dir);
+  const Result dense = grpo(tok_from, "--max-steps 1");
+  EXPECT_EQ(dense.exit_code, 1);
+  EXPECT_NE(dense.output.find("routing_replay: the model has no MoE layers"), std::string::npos)
+      << dense.output;
+  fs::remove_all(grpo_dir);
+  fs::remove_all(tok_from);
+  fs::remove(prompts);
   expect_one_line_error("quantize " + model + " " + temp("moe_q") + " --scheme row",
                         "FP8 checkpoints of MoE models");
   expect_one_line_error("logits " + model + " --ids 1 --device cuda --out " + temp("x") + ".npy",
