@@ -180,12 +180,21 @@ class ModelLoader {
     refuse_fp8(p + "gate.weight", "an MoE router");
     std::vector<TensorView> gate(static_cast<size_t>(e)), up(static_cast<size_t>(e)),
         down(static_cast<size_t>(e));
-    const std::string gate_up = p + "experts.gate_up_proj";
+    const std::string gate_up = p + "experts.gate_up_proj", fused_down = p + "experts.down_proj";
+    // One layout per layer: with both, one set of tensors would be silently ignored.
+    for (const char* name : {"gate_proj", "up_proj", "down_proj"}) {
+      const std::string hub = p + "experts.0." + name + ".weight";
+      for (const std::string& fused : {gate_up, fused_down})
+        CHECK(!m_.checkpoint_.contains(fused) || !m_.checkpoint_.contains(hub),
+              "checkpoint '{}' stores the experts of '{}' in both layouts: '{}' (transformers 5's "
+              "fused tensors) and '{}' (the Hub's per-expert ones); keep one",
+              m_.dir_, p.substr(0, p.size() - 1), fused, hub);
+    }
     if (m_.checkpoint_.contains(gate_up)) {
       const TensorView gu = tensor(gate_up, {e, 2 * inter, h});
-      const TensorView dn = tensor(p + "experts.down_proj", {e, h, inter});
+      const TensorView dn = tensor(fused_down, {e, h, inter});
       refuse_fp8(gate_up, "an expert weight");
-      refuse_fp8(p + "experts.down_proj", "an expert weight");
+      refuse_fp8(fused_down, "an expert weight");
       if (gu.empty() || dn.empty()) return w;  // missing: reported with the rest
       for (int64_t x = 0; x < e; ++x) {
         const TensorView both = gu.slice_rows(x, x + 1).reshape({2 * inter, h});

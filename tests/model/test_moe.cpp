@@ -488,6 +488,38 @@ TEST(MoeModel, WrongShapesAndMissingExpertsNameTheTensor) {
   fs::remove_all(dir);
 }
 
+// More experts than config.json's num_experts, and the two layouts mixed in one layer: each
+// an error naming the tensors (no tensor of a checkpoint is ever silently ignored).
+TEST(MoeModel, ExtraExpertsAndMixedLayoutsNameTheTensors) {
+  const std::string dir = temp_dir("mixed");
+  std::map<std::string, Tensor> t = read_all(tiny().hub);
+  t["model.layers.0.mlp.experts.4.up_proj.weight"] = Tensor::zeros({96, 192}, DType::bf16);
+  write_all(dir, t, tiny_config());
+  expect_error([&] { load_model(dir); },
+               "unexpected tensors (1): model.layers.0.mlp.experts.4.up_proj.weight");
+  // The fused layout plus expert 0 of the Hub's.
+  fs::remove_all(dir);
+  t = read_all(tiny().fused);
+  const std::map<std::string, Tensor> hub = read_all(tiny().hub);
+  t["model.layers.0.mlp.experts.0.gate_proj.weight"] =
+      hub.at("model.layers.0.mlp.experts.0.gate_proj.weight");
+  write_all(dir, t, tiny_config());
+  expect_error([&] { load_model(dir); },
+               "stores the experts of 'model.layers.0.mlp' in both layouts: "
+               "'model.layers.0.mlp.experts.gate_up_proj' (transformers 5's fused tensors) and "
+               "'model.layers.0.mlp.experts.0.gate_proj.weight'");
+  // The Hub's layout with a fused down_proj beside its per-expert ones.
+  fs::remove_all(dir);
+  t = hub;
+  t["model.layers.0.mlp.experts.down_proj"] =
+      read_all(tiny().fused).at("model.layers.0.mlp.experts.down_proj");
+  write_all(dir, t, tiny_config());
+  expect_error([&] { load_model(dir); }, "'model.layers.0.mlp.experts.down_proj'");
+  // Negative control: the fused checkpoint alone loads.
+  EXPECT_NO_THROW(load_model(tiny().fused));
+  fs::remove_all(dir);
+}
+
 TEST(MoeModel, UnsupportedUsesAreClearErrors) {
   const Model m = load_model(tiny().hub);
   // LoRA on the experts; the attention projections are fine (tests/train/test_moe_training).
