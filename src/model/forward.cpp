@@ -275,7 +275,9 @@ void decoder_layer(Context& ctx, const Model& m, const LoraAdapter* adapter, int
     };
     const bool replay = !step.routing_replay.empty();
     if (replay) ops::copy(ctx, layer_rows(step.routing_replay), experts);
-    ops::moe_route(ctx, in.x, l.moe.router, c.moe.norm_topk_prob, weights, experts, replay);
+    ops::moe_route(
+        ctx, in.x, l.moe.router, c.moe.norm_topk_prob, weights, experts, replay,
+        replay && !step.routing_chosen.empty() ? layer_rows(step.routing_chosen) : TensorView());
     if (!step.routing_record.empty()) ops::copy(ctx, experts, layer_rows(step.routing_record));
     ops::moe_experts(ctx, in.x, l.moe, gated_activation(c), weights, experts,
                      c.sandwich_norms ? set.down_out : proj);

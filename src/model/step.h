@@ -92,8 +92,8 @@ struct StepBatch {
   // memory, as the MoE ops are the CPU's). routing_replay: each MoE layer uses these experts
   // instead of its own top-k, a token whose first id is -1 routing itself (routing replay:
   // the trainer takes the engine's choices). routing_record: each MoE layer writes the experts
-  // it used. Empty: neither.
-  TensorView routing_replay, routing_record;
+  // it used. routing_chosen (with replay): each MoE layer's own top-k. Empty: none of these.
+  TensorView routing_replay, routing_record, routing_chosen;
   int64_t num_tokens() const { return ids.numel(); }
   int64_t num_logit_rows() const { return logit_rows.numel(); }
 };

@@ -925,7 +925,8 @@ void check_moe_weights(const Context& ctx, const MoeWeights& w, int64_t h) {
 }  // namespace
 
 void moe_route(Context& ctx, const TensorView& x, const LinearWeight& router, bool normalize,
-               const TensorView& weights, const TensorView& experts, bool replay) {
+               const TensorView& weights, const TensorView& experts, bool replay,
+               const TensorView& chosen) {
   check_moe_device(ctx, "moe_route");
   check_ctx(ctx);
   check_act(ctx, x, 2, "moe_route input");
@@ -935,9 +936,14 @@ void moe_route(Context& ctx, const TensorView& x, const LinearWeight& router, bo
         "moe_route: router {} {} for input {}: expected an unquantized [E, {}] weight without bias",
         dtype_name(router.weight.dtype), router.weight.shape.str(), x.shape.str(), x.dim(1));
   check_routing(ctx, weights, experts, t, e, "moe_route");
+  if (!chosen.empty()) {
+    CHECK(replay, "moe_route: `chosen` is an output of replay only");
+    check_routing(ctx, weights, chosen, t, e, "moe_route chosen");
+  }
   if (dry_run_scratch(ctx, size_t(t * e) * 4 + 128 + linear_scratch_bytes(router, t))) return;
   if (replay) check_expert_ids(experts, e, "moe_route: replayed", true);
-  cpu::moe_route(scratch_of(ctx), x, router, normalize, weights, experts, replay, rounding(ctx));
+  cpu::moe_route(scratch_of(ctx), x, router, normalize, weights, experts, replay, chosen,
+                 rounding(ctx));
 }
 
 void moe_experts(Context& ctx, const TensorView& x, const MoeWeights& w, GatedActivation act,

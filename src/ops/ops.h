@@ -328,9 +328,12 @@ size_t paged_attention_scratch_bytes(const Context& ctx, int64_t t, int64_t head
 // `replay`: experts is read instead (the ids an earlier pass chose, each in [0, E) and
 // distinct per token, else an error) and only their weights are computed, p at those ids
 // (renormalized when `normalize`): routing replay, the trainer using the engine's experts. A
-// token whose first id is -1 (not recorded) takes its top-k as without replay.
+// token whose first id is -1 (not recorded) takes its top-k as without replay. `chosen`
+// (optional, [T, k] i32, with replay): the top-k the router picks itself, for counting the
+// replayed choices it would have made differently.
 void moe_route(Context& ctx, const TensorView& x, const LinearWeight& router, bool normalize,
-               const TensorView& weights, const TensorView& experts, bool replay = false);
+               const TensorView& weights, const TensorView& experts, bool replay = false,
+               const TensorView& chosen = {});
 
 enum class GatedActivation : uint8_t { silu, gelu_tanh };
 

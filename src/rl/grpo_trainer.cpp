@@ -366,6 +366,7 @@ struct GrpoTrainer::Impl {
   std::unique_ptr<Engine> engine;
   std::unique_ptr<LoraAdapter> reference;  // the frozen starting adapter, or null: the base
   std::unique_ptr<LogprobPass> pass;
+  LogprobPass::ReplayChanges replay_changes;  // the round's old-logprob passes (routing_replay)
   PassPlan largest;  // the pass over the longest micro-batch, by its dry run
 
   // Data position: epoch and index into its order; rounds generated so far.
@@ -543,6 +544,10 @@ struct GrpoTrainer::Impl {
     PassOptions o = pass_options();
     o.reference = reference;
     pass->forward(p.view(), o);
+    if (!reference) {
+      replay_changes.changed += pass->replay_changes().changed;
+      replay_changes.replayed += pass->replay_changes().replayed;
+    }
     std::vector<std::vector<double>> out;
     for (size_t c = 0; c < count; ++c) {
       std::vector<double> v;
@@ -636,9 +641,15 @@ struct GrpoTrainer::Impl {
     const bool need_old = cfg.on_policy_exact || cfg.vllm_importance_sampling_correction ||
                           cfg.num_iterations > 1 ||
                           steps_per_generation > cfg.gradient_accumulation_steps;
+    replay_changes = {};
     if (need_old) r.old_logp = all_logprobs(r, false);
     if (cfg.beta != 0.0) r.ref_logp = all_logprobs(r, true);
     nlohmann::json& m = r.metrics;
+    // Routing replay: how many of the engine's per-layer choices the trainer's recomputation
+    // (at the rollout's adapter) would have made differently.
+    if (cfg.routing_replay && replay_changes.replayed > 0)
+      m["routing/replay_fraction_changed"] =
+          double(replay_changes.changed) / double(replay_changes.replayed);
     if (cfg.on_policy_exact) {
       // Nothing to correct: the trainer's logprobs are the engine's, which is checked.
       double worst = 0;

@@ -14,6 +14,7 @@ struct LogprobPass::Buffers {
   StepBatch step;
   TensorView targets;  // [T] i32
   TensorView record;   // [L, T, k] i32 the experts used (PassOptions::record_routing)
+  TensorView chosen;   // [L, T, k] i32 the layers' own top-k (with replay)
   Tape tape;
   TensorView loss, logprob, lse, entropy;  // [T] f32
   ops::CrossEntropyParams ce;
@@ -112,6 +113,8 @@ void LogprobPass::run(Context& ctx, Arena& arena, Arena& host, KvPool& kv,
           for (int64_t l = 0; l < layers; ++l)
             std::copy_n(batch.routing.data() + (i * layers + l) * k, k,
                         b.step.routing_replay.ptr<int32_t>() + (l * t + i) * k);
+      b.chosen = arena.alloc({layers, t, k}, DType::i32);
+      b.step.routing_chosen = b.chosen;
     }
     if (opt.record_routing) {
       b.record = arena.alloc({layers, t, k}, DType::i32);
@@ -200,6 +203,23 @@ void LogprobPass::forward(const PackedSequences& batch, const PassOptions& opt) 
   logprobs_.assign(size_t(t), 0.0f);
   ops::copy(ctx_, b->logprob, TensorView(logprobs_.data(), DType::f32, {t}));
   ops::synchronize(ctx_);
+  replay_changes_ = {};
+  if (!batch.routing.empty()) {
+    const ModelConfig& c = model_.config();
+    const int64_t layers = c.num_layers, k = c.moe.top_k;
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t l = 0; l < layers; ++l) {
+        const int32_t* replayed = batch.routing.data() + (i * layers + l) * k;
+        if (!c.layers[size_t(l)].moe || replayed[0] < 0) continue;
+        std::vector<int32_t> a(replayed, replayed + k);
+        std::vector<int32_t> own(b->chosen.ptr<const int32_t>() + (l * t + i) * k,
+                                 b->chosen.ptr<const int32_t>() + (l * t + i + 1) * k);
+        std::sort(a.begin(), a.end());  // a set: the experts are summed in index order
+        std::sort(own.begin(), own.end());
+        replay_changes_.changed += a != own;
+        ++replay_changes_.replayed;
+      }
+  }
   routing_.clear();
   if (opt.record_routing) {
     const int64_t layers = model_.config().num_layers, k = model_.config().moe.top_k;

@@ -90,6 +90,12 @@ class LogprobPass {
   std::span<const float> entropies() const { return entropies_; }  // [T] (options.entropy)
   // [T, L, k] the experts each MoE layer used (options.record_routing; dense layers' -1).
   std::span<const int32_t> routing() const { return routing_; }
+  // With replay (PackedSequences::routing): of the (token, MoE layer) choices replayed, how
+  // many sets of experts the layer's own top-k would have made differently, and how many.
+  struct ReplayChanges {
+    int64_t changed = 0, replayed = 0;
+  };
+  ReplayChanges replay_changes() const { return replay_changes_; }
 
   // grads (f32 [P] like adapter->master_params(), on the host or the context's device) +=
   // d/d(adapter) sum_t dlogprob[t] * logprob[t], for the last forward(). Host gradients of a
@@ -125,6 +131,7 @@ class LogprobPass {
   PassOptions last_options_;
   std::vector<float> logprobs_, entropies_;
   std::vector<int32_t> routing_;
+  ReplayChanges replay_changes_;
 };
 
 }  // namespace fp8rl

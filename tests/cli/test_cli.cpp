@@ -996,6 +996,8 @@ TEST(CliMoe, InfoLogitsTrainingAndWhatIsNotSupportedYet) {
   };
   const Result first = grpo(model, "--max-steps 1");
   ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(file_bytes(grpo_dir + "/metrics.jsonl").find("\"routing/replay_fraction_changed\""),
+            std::string::npos);
   // The round in the run state, a JSON string in the safetensors metadata (quotes escaped).
   const std::string state = file_bytes(grpo_dir + "/checkpoint-1/trainer_state.safetensors");
   EXPECT_NE(state.find("routing\\\":[["), std::string::npos);

@@ -176,6 +176,49 @@ TEST(MoeRoute, TiesGoToTheLowerExpert) {
   EXPECT_FLOAT_EQ(w.ptr<float>()[0], 0.5f);
 }
 
+// Replay: the given experts are kept and only their weights computed (p at them, renormalized
+// over them); `chosen` gets the router's own top-k; a row starting with -1 routes itself; a
+// replayed id out of range or repeated is an error. Negative control: without replay the
+// given ids are overwritten.
+TEST(MoeRoute, ReplayKeepsTheGivenExpertsAndRecomputesTheirWeights) {
+  const float x_data[] = {1, 0, 0, 1, 1, 1};             // [3, 2]
+  const float w_data[] = {1, 0.5f, 2, -1, 0, 0, -1, 3};  // [4, 2]
+  const double logits[3][4] = {{1, 2, 0, -1}, {0.5, -1, 0, 3}, {1.5, 1, 0, 2}};
+  LinearWeight router;
+  router.weight = TensorView(const_cast<float*>(w_data), DType::f32, {4, 2});
+  const TensorView x(const_cast<float*>(x_data), DType::f32, {3, 2});
+  Cpu cpu;
+  Tensor w = Tensor::empty({3, 2}, DType::f32), ids = Tensor::empty({3, 2}, DType::i32);
+  Tensor chosen = Tensor::empty({3, 2}, DType::i32);
+  const int32_t given[6] = {2, 3, -1, -1, 0, 1};  // token 1 not recorded
+  std::memcpy(ids.view().data, given, sizeof(given));
+  ops::moe_route(cpu.ctx, x, router, true, w, ids, true, chosen);
+  const int32_t own[6] = {1, 0, 3, 0, 3, 0};
+  const int32_t used[6] = {2, 3, 3, 0, 0, 1};
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(chosen.ptr<int32_t>()[i], own[i]) << i;
+    EXPECT_EQ(ids.ptr<int32_t>()[i], used[i]) << i;
+  }
+  for (int t = 0; t < 3; ++t) {
+    const double a = std::exp(logits[t][used[2 * t]]), b = std::exp(logits[t][used[2 * t + 1]]);
+    EXPECT_NEAR(w.ptr<float>()[2 * t], a / (a + b), 1e-6) << t;
+    EXPECT_NEAR(w.ptr<float>()[2 * t + 1], b / (a + b), 1e-6) << t;
+  }
+  // Negative control: the same ids without replay are replaced by the top-k.
+  std::memcpy(ids.view().data, given, sizeof(given));
+  ops::moe_route(cpu.ctx, x, router, true, w, ids);
+  EXPECT_EQ(ids.ptr<int32_t>()[0], 1);
+  // Bad replayed ids name the token.
+  const int32_t out_of_range[6] = {2, 4, 0, 1, 0, 1};
+  std::memcpy(ids.view().data, out_of_range, sizeof(out_of_range));
+  expect_error([&] { ops::moe_route(cpu.ctx, x, router, true, w, ids, true); },
+               "moe_route: replayed expert 4 of token 0 is outside [0, 4)");
+  const int32_t twice[6] = {2, 3, 0, 1, 1, 1};
+  std::memcpy(ids.view().data, twice, sizeof(twice));
+  expect_error([&] { ops::moe_route(cpu.ctx, x, router, true, w, ids, true); },
+               "moe_route: replayed expert 1 appears twice for token 2");
+}
+
 // The expert op against a direct double-precision evaluation of
 // out[t] = sum_j w[t,j] * down_e(silu(gate_e x) * up_e x).
 TEST(MoeExperts, WeightedSumOfTheChosenExpertsMlps) {

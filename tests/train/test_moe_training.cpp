@@ -201,6 +201,7 @@ TEST(MoeRoutingReplay, TrainerUsesTheEnginesExpertsWhereItsOwnWouldDiffer) {
     b.cu.push_back(int64_t(b.ids.size()));
   }
   const int64_t t = int64_t(b.ids.size());
+  LogprobPass::ReplayChanges changes;  // of the last replaying pass
   const auto pass_routing = [&](bool replay, std::vector<float>* logprobs) {
     Arena pa;
     Context pc{Device::cpu, &pa};
@@ -211,10 +212,14 @@ TEST(MoeRoutingReplay, TrainerUsesTheEnginesExpertsWhereItsOwnWouldDiffer) {
     if (replay) batch.routing = engine_routing;
     pass.forward(batch, o);
     if (logprobs != nullptr) logprobs->assign(pass.logprobs().begin(), pass.logprobs().end());
+    if (replay) changes = pass.replay_changes();
     return std::vector<int32_t>(pass.routing().begin(), pass.routing().end());
   };
   // The same adapter: the trainer chooses as the engine did (CPU forwards are bit-identical).
   EXPECT_EQ(differing_choices(m, pass_routing(false, nullptr), engine_routing, t), 0);
+  pass_routing(true, nullptr);
+  EXPECT_EQ(changes.changed, 0);
+  EXPECT_EQ(changes.replayed, t);  // every token of the one MoE layer
   // An update of the adapter (as after an optimizer step, off-policy micro-batches) large
   // enough to flip some top-k choice: the negative control, without replay they differ.
   const TensorView p = a.master_params();
@@ -232,6 +237,9 @@ TEST(MoeRoutingReplay, TrainerUsesTheEnginesExpertsWhereItsOwnWouldDiffer) {
   // With replay the trainer's layers use the engine's experts, every one.
   std::vector<float> lp_replay, lp_own;
   EXPECT_EQ(differing_choices(m, pass_routing(true, &lp_replay), engine_routing, t), 0);
+  // What routing/replay_fraction_changed counts: the flips the trainer's own top-k makes.
+  EXPECT_EQ(changes.changed, flipped);
+  EXPECT_EQ(changes.replayed, t);
   pass_routing(false, &lp_own);
   EXPECT_NE(lp_replay, lp_own);  // the replayed experts change the computation
 }

@@ -71,7 +71,8 @@ void linear(Arena& scratch, const QuantizedActivation& x, const LinearWeight& w,
 
 // Mixture of experts (moe.cpp); operands checked by ops.cpp.
 void moe_route(Arena& scratch, const TensorView& x, const LinearWeight& router, bool normalize,
-               const TensorView& weights, const TensorView& experts, bool replay, Rounding r);
+               const TensorView& weights, const TensorView& experts, bool replay,
+               const TensorView& chosen, Rounding r);
 void moe_experts(Arena& scratch, const TensorView& x, const MoeWeights& w, GatedActivation act,
                  const TensorView& weights, const TensorView& experts, const TensorView& out,
                  Rounding r);

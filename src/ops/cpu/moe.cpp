@@ -85,7 +85,8 @@ void gather_rows(const TensorView& x, const int32_t* mine, int64_t n, int64_t k,
 }  // namespace
 
 void moe_route(Arena& scratch, const TensorView& x, const LinearWeight& router, bool normalize,
-               const TensorView& weights, const TensorView& experts, bool replay, Rounding r) {
+               const TensorView& weights, const TensorView& experts, bool replay,
+               const TensorView& chosen, Rounding r) {
   const int64_t t = x.dim(0), ne = router.out_features(), k = weights.dim(1);
   if (t == 0) return;
   ArenaScope scope(scratch);
@@ -99,22 +100,24 @@ void moe_route(Arena& scratch, const TensorView& x, const LinearWeight& router, 
     softmax_in_place(p, ne);
     float* w = w_all + i * k;
     int32_t* ids = id_all + i * k;
-    if (replay && ids[0] >= 0) {
-      // The recorded experts, only their weights recomputed (ids checked by the caller).
+    const bool replayed = replay && ids[0] >= 0;
+    // The recorded experts, only their weights recomputed (ids checked by the caller).
+    if (replayed)
       for (int64_t s = 0; s < k; ++s) w[s] = p[ids[s]];
-    } else {
-      // Top-k by repeated selection: a strictly larger probability wins, so ties go to the
-      // lower index. A chosen probability is marked -1 (probabilities are >= 0, or NaN, which
-      // is still chosen last rather than never).
+    // Top-k by repeated selection: a strictly larger probability wins, so ties go to the lower
+    // index. A chosen probability is marked -1 (probabilities are >= 0, or NaN, which is still
+    // chosen last rather than never).
+    int32_t* own = replayed ? (chosen.empty() ? nullptr : chosen.ptr<int32_t>() + i * k) : ids;
+    if (own != nullptr)
       for (int64_t s = 0; s < k; ++s) {
         int64_t best = -1;
         for (int64_t j = 0; j < ne; ++j)
           if (!(p[j] < 0.0f) && (best < 0 || p[j] > p[best])) best = j;
-        w[s] = p[best];
-        ids[s] = int32_t(best);
+        if (!replayed) w[s] = p[best];
+        own[s] = int32_t(best);
         p[best] = -1.0f;
       }
-    }
+    if (replay && !replayed && !chosen.empty()) std::copy_n(ids, k, chosen.ptr<int32_t>() + i * k);
     if (normalize) {
       float total = 0.0f;
       for (int64_t s = 0; s < k; ++s) total += w[s];
