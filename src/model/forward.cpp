@@ -279,8 +279,9 @@ void decoder_layer(Context& ctx, const Model& m, const LoraAdapter* adapter, int
         ctx, in.x, l.moe.router, c.moe.norm_topk_prob, weights, experts, replay,
         replay && !step.routing_chosen.empty() ? layer_rows(step.routing_chosen) : TensorView());
     if (!step.routing_record.empty()) ops::copy(ctx, experts, layer_rows(step.routing_record));
+    // The adapter's gate, up and down are the experts' (A and B stacked per expert).
     ops::moe_experts(ctx, in.x, l.moe, gated_activation(c), weights, experts,
-                     c.sandwich_norms ? set.down_out : proj);
+                     c.sandwich_norms ? set.down_out : proj, MoeLora{lora[4], lora[5], lora[6]});
   } else {
     ops::ScratchScope scope(ctx);
     const TensorView& mlp_norm = c.sandwich_norms ? l.pre_feedforward_norm : l.post_attention_norm;

@@ -161,10 +161,15 @@ void lora_backward(Context& ctx, const TensorView& x, const TensorView& a, const
 // the dequantized weights, the activations' FP8 rounding straight-through as for a dense
 // linear. x [T, H] activation; weights, experts [T, k] as moe_route wrote them; dout [T, H] f32;
 // dx [T, H] f32 and d_weights [T, k] f32 written.
+// With `lora` (moe_experts' adapters): the forward recomputed with them, dx through them too,
+// and their gradients accumulated (+=) into `grads` (f32, shaped like lora's A and B).
+struct MoeLoraGrads {
+  TensorView gate_a, gate_b, up_a, up_b, down_a, down_b;
+};
 void moe_experts_backward(Context& ctx, const TensorView& x, const MoeWeights& w,
                           GatedActivation act, const TensorView& weights, const TensorView& experts,
-                          const TensorView& dout, const TensorView& dx,
-                          const TensorView& d_weights);
+                          const TensorView& dout, const TensorView& dx, const TensorView& d_weights,
+                          const MoeLora& lora = {}, const MoeLoraGrads& grads = {});
 
 // moe_route's backward into x, the router frozen: the routing weights w_j = p_{e_j} (or
 // p_{e_j} / sum_i p_{e_i} when `normalize`) of p = softmax(x W_r^T), recomputed in fp32; the

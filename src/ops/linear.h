@@ -64,6 +64,24 @@ struct LoraWeights {
   int64_t rank() const { return a.empty() ? 0 : a.dim(0); }
 };
 
+// LoRA on an MoE layer's experts (PEFT's per-expert modules), per projection A [E, r, K] and
+// B [E, N, r] (a LoraAdapter's expert slots); inactive: none. No dropout.
+struct MoeLora {
+  LoraWeights gate, up, down;
+  bool active() const { return gate.active() || up.active() || down.active(); }
+};
+
+// Expert e's adapter of a stacked one ([E, r, K], [E, N, r]) as views [r, K], [N, r].
+inline LoraWeights expert_lora(const LoraWeights& stacked, int64_t e) {
+  if (!stacked.active()) return {};
+  const int64_t r = stacked.a.dim(1), k = stacked.a.dim(2), n = stacked.b.dim(1);
+  LoraWeights w;
+  w.a = stacked.a.slice_rows(e, e + 1).reshape({r, k});
+  w.b = stacked.b.slice_rows(e, e + 1).reshape({n, r});
+  w.scale = stacked.scale;
+  return w;
+}
+
 // PEFT's lora_dropout on the adapter's input only (ops::lora_dropout): x_drop = x * mask,
 // mask(m, k) = 1 / (1 - p) where uniform_hash(seed, m * K + k, 1) >= 2p - 1 (probability
 // 1 - p), else 0: a function of (seed, index), so the backward regenerates the forward's mask.

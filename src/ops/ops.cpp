@@ -922,6 +922,48 @@ void check_moe_weights(const Context& ctx, const MoeWeights& w, int64_t h) {
   check_experts(ctx, w.down, e, h, inter, "down");
 }
 
+// The largest rank of an MoE layer's expert adapters (0: none), for scratch bounds.
+int64_t moe_lora_rank(const MoeLora& lora) {
+  int64_t r = 0;
+  for (const LoraWeights* l : {&lora.gate, &lora.up, &lora.down})
+    if (l->active()) r = std::max(r, l->a.dim(1));
+  return r;
+}
+
+// An MoE layer's expert adapters (f32, the CPU's masters): A [E, r, K], B [E, N, r] per
+// projection against its stacked weight; with `grads`, gradient buffers of the same shapes.
+void check_moe_lora(const Context& ctx, const MoeWeights& w, const MoeLora& lora,
+                    const MoeLoraGrads* grads) {
+  const struct {
+    const char* name;
+    const ExpertLinear& weight;
+    const LoraWeights& l;
+    TensorView ga, gb;
+  } parts[] = {
+      {"gate", w.gate, lora.gate, grads ? grads->gate_a : TensorView(),
+       grads ? grads->gate_b : TensorView()},
+      {"up", w.up, lora.up, grads ? grads->up_a : TensorView(), grads ? grads->up_b : TensorView()},
+      {"down", w.down, lora.down, grads ? grads->down_a : TensorView(),
+       grads ? grads->down_b : TensorView()}};
+  for (const auto& p : parts) {
+    if (!p.l.active()) continue;
+    const int64_t e = p.weight.num_experts(), n = p.weight.out_features(),
+                  k = p.weight.in_features(), r = p.l.a.rank() == 3 ? p.l.a.dim(1) : 0;
+    const auto fits = [&](const TensorView& a, const TensorView& b) {
+      return a.dtype == DType::f32 && b.dtype == DType::f32 && a.is_contiguous() &&
+             b.is_contiguous() && a.device == ctx.device && b.device == ctx.device &&
+             a.shape == Shape{e, r, k} && b.shape == Shape{e, n, r};
+    };
+    CHECK(r > 0 && fits(p.l.a, p.l.b),
+          "moe_experts: {} adapter A {} B {} for {} experts of [{}, {}]: expected f32 [E, r, K] "
+          "and [E, N, r]",
+          p.name, p.l.a.shape.str(), p.l.b.shape.str(), e, n, k);
+    if (grads != nullptr)
+      CHECK(fits(p.ga, p.gb), "moe_experts_backward: {} adapter gradients {} {} for A {} B {}",
+            p.name, p.ga.shape.str(), p.gb.shape.str(), p.l.a.shape.str(), p.l.b.shape.str());
+  }
+}
+
 }  // namespace
 
 void moe_route(Context& ctx, const TensorView& x, const LinearWeight& router, bool normalize,
@@ -947,7 +989,8 @@ void moe_route(Context& ctx, const TensorView& x, const LinearWeight& router, bo
 }
 
 void moe_experts(Context& ctx, const TensorView& x, const MoeWeights& w, GatedActivation act,
-                 const TensorView& weights, const TensorView& experts, const TensorView& out) {
+                 const TensorView& weights, const TensorView& experts, const TensorView& out,
+                 const MoeLora& lora) {
   check_moe_device(ctx, "moe_experts");
   check_ctx(ctx);
   check_act(ctx, x, 2, "moe_experts input");
@@ -957,6 +1000,7 @@ void moe_experts(Context& ctx, const TensorView& x, const MoeWeights& w, GatedAc
   CHECK(out.shape == x.shape && out.data != x.data, "moe_experts: x {} out {} (out must not be x)",
         x.shape.str(), out.shape.str());
   check_moe_weights(ctx, w, h);
+  check_moe_lora(ctx, w, lora, nullptr);
   check_routing(ctx, weights, experts, t, e, "moe_experts");
   // Bucketed pairs, then one expert's rows at most: every token (input, gate, up, output),
   // and the largest of the expert linears' own scratch over that many rows.
@@ -965,16 +1009,16 @@ void moe_experts(Context& ctx, const TensorView& x, const MoeWeights& w, GatedAc
   size_t linears = 0;
   for (const ExpertLinear* p : {&w.gate, &w.up, &w.down})
     linears = std::max(linears, linear_scratch_bytes(p->expert(0), t));
-  const size_t bytes =
-      size_t(t * k + 2 * e + 1) * 4 + rows * size_t(2 * h + 2 * inter) + linears + 8 * pad;
+  const size_t bytes = size_t(t * k + 2 * e + 1) * 4 +
+                       rows * size_t(2 * h + 2 * inter + moe_lora_rank(lora)) + linears + 8 * pad;
   if (dry_run_scratch(ctx, bytes)) return;
-  cpu::moe_experts(scratch_of(ctx), x, w, act, weights, experts, out, rounding(ctx));
+  cpu::moe_experts(scratch_of(ctx), x, w, act, weights, experts, out, lora, rounding(ctx));
 }
 
 void moe_experts_backward(Context& ctx, const TensorView& x, const MoeWeights& w,
                           GatedActivation act, const TensorView& weights, const TensorView& experts,
-                          const TensorView& dout, const TensorView& dx,
-                          const TensorView& d_weights) {
+                          const TensorView& dout, const TensorView& dx, const TensorView& d_weights,
+                          const MoeLora& lora, const MoeLoraGrads& grads) {
   check_moe_device(ctx, "moe_experts_backward");
   check_ctx(ctx);
   CHECK(!ctx.bf16_activations, "moe_experts_backward: the backward ops are the fp32 reference");
@@ -982,6 +1026,7 @@ void moe_experts_backward(Context& ctx, const TensorView& x, const MoeWeights& w
   const int64_t t = x.dim(0), h = x.dim(1), e = w.gate.weight.dim(0);
   const int64_t inter = w.gate.weight.dim(1);
   check_moe_weights(ctx, w, h);
+  check_moe_lora(ctx, w, lora, &grads);
   check_routing(ctx, weights, experts, t, e, "moe_experts_backward");
   check_tensor(ctx, dout, DType::f32, 2, "moe_experts_backward dout");
   check_tensor(ctx, dx, DType::f32, 2, "moe_experts_backward dx");
@@ -995,10 +1040,12 @@ void moe_experts_backward(Context& ctx, const TensorView& x, const MoeWeights& w
   size_t linears = 0;
   for (const ExpertLinear* p : {&w.gate, &w.up, &w.down})
     linears = std::max(linears, linear_scratch_bytes(p->expert(0), t));
-  const size_t bytes =
-      size_t(t * k + 2 * e + 1) * 4 + size_t(t) * 4 * size_t(2 * h + 3 * inter) + linears + 512;
+  const size_t bytes = size_t(t * k + 2 * e + 1) * 4 +
+                       size_t(t) * 4 * size_t(3 * h + 4 * inter + 3 * moe_lora_rank(lora)) +
+                       linears + 1024;
   if (dry_run_scratch(ctx, bytes)) return;
-  cpu::moe_experts_backward(scratch_of(ctx), x, w, act, weights, experts, dout, dx, d_weights);
+  cpu::moe_experts_backward(scratch_of(ctx), x, w, act, weights, experts, dout, dx, d_weights, lora,
+                            grads);
 }
 
 void moe_route_backward(Context& ctx, const TensorView& x, const LinearWeight& router,

@@ -344,8 +344,12 @@ enum class GatedActivation : uint8_t { silu, gelu_tanh };
 // so FP8 experts quantize their inputs per token (row, group scaling) or over the rows the
 // expert got (tensor scaling). x, out [T, H] activations, distinct; weights, experts [T, k] as
 // moe_route writes them (an expert id outside [0, E), or twice for one token, raises).
+// `lora`: each expert's adapter term added to its projection's output, y += scale (x A_e^T)
+// B_e^T, as linear_group's CPU reference adds a dense projection's (f32 A [E, r, K], B [E, N,
+// r]).
 void moe_experts(Context& ctx, const TensorView& x, const MoeWeights& w, GatedActivation act,
-                 const TensorView& weights, const TensorView& experts, const TensorView& out);
+                 const TensorView& weights, const TensorView& experts, const TensorView& out,
+                 const MoeLora& lora = {});
 
 // ---- Weights on a device ---------------------------------------------------------------
 

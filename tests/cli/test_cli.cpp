@@ -960,9 +960,15 @@ TEST(CliMoe, InfoLogitsTrainingAndWhatIsNotSupportedYet) {
   const Result dry = run("sft " + model + " --data " + data + " --out " + run_dir +
                          " --steps 1 --lora-target-modules q_proj,v_proj --dry-run");
   EXPECT_EQ(dry.exit_code, 0) << dry.output;
-  expect_one_line_error("sft " + model + " --data " + data + " --out " + run_dir +
-                            " --steps 1 --lora-target-modules q_proj,gate_proj",
-                        "LoRA on MoE experts is not supported yet");
+  // The experts' adapters too, saved as PEFT names the Hub layout's expert modules.
+  const Result experts =
+      run("sft " + model + " --data " + data + " --out " + run_dir +
+          " --steps 1 --lora-target-modules q_proj,gate_proj,down_proj --lora-dropout 0");
+  EXPECT_EQ(experts.exit_code, 0) << experts.output;
+  EXPECT_NE(file_bytes(run_dir + "/adapter_model.safetensors")
+                .find("base_model.model.model.layers.0.mlp.experts.3.down_proj.lora_B.weight"),
+            std::string::npos);
+  fs::remove_all(run_dir);
   const std::string config_only = temp("moe_config_only");
   fs::create_directories(config_only);
   fs::copy_file(model + "/config.json", config_only + "/config.json");

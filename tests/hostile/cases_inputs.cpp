@@ -626,20 +626,38 @@ std::vector<Case> moe_cases() {
          raw.write(m / "model.safetensors");
          return HostileRun{info(m), error("in both layouts: '" + e + "down_proj'"), {m}};
        }},
-      {"Moe_AdapterTargetsTheExperts",
-       [](const fs::path& d) {
+      {"Moe_AdapterExpertShapeDoesNotFit",
+       [e](const fs::path& d) {
+         // A PEFT adapter on the experts' gate_proj (r 4; the experts are [96, 192]) whose
+         // expert 2 has a lora_A of the wrong width.
          const fs::path m = init_moe_model(d / "model");
          write_bytes(d / "prompts.jsonl", R"({"prompt_ids": [1]})"
                                           "\n");
          fs::create_directories(d / "adapter");
          write_bytes(d / "adapter" / "adapter_config.json",
                      R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, )"
-                     R"("target_modules": ["q_proj", "gate_proj"]})");
-         write_bytes(d / "adapter" / "adapter_model.safetensors", "");
+                     R"("target_modules": ["gate_proj"]})");
+         ojson header = ojson::object();
+         std::string body;
+         for (int x = 0; x < 4; ++x)
+           for (const bool b : {false, true}) {
+             const std::string name = "base_model.model." + e + std::to_string(x) +
+                                      ".gate_proj.lora_" + (b ? "B" : "A") + ".weight";
+             const std::vector<int64_t> shape =
+                 b ? std::vector<int64_t>{96, 4} : std::vector<int64_t>{4, x == 2 ? 191 : 192};
+             const size_t bytes = size_t(shape[0] * shape[1]) * 4;
+             header[name] = {{"dtype", "F32"},
+                             {"shape", shape},
+                             {"data_offsets", {body.size(), body.size() + bytes}}};
+             body += std::string(bytes, '\0');
+           }
+         RawSafetensors::write_with_header(d / "adapter" / "adapter_model.safetensors",
+                                           header.dump(), body);
          std::vector<std::string> args = generate(m, d / "prompts.jsonl", d / "out.jsonl");
          args.insert(args.end(), {"--adapter", (d / "adapter").string()});
          return HostileRun{args,
-                           error("LoRA on MoE experts is not supported yet"),
+                           error("tensor 'base_model.model." + e +
+                                 "2.gate_proj.lora_A.weight' has shape [4, 191]"),
                            {m, d / "prompts.jsonl", d / "adapter"}};
        }},
   };

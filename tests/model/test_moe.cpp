@@ -565,12 +565,21 @@ TEST(MoeModel, ExtraExpertsAndMixedLayoutsNameTheTensors) {
 
 TEST(MoeModel, UnsupportedUsesAreClearErrors) {
   const Model m = load_model(tiny().hub);
-  // LoRA on the experts; the attention projections are fine (tests/train/test_moe_training).
+  // LoRA on the experts: all of a layer's or none, without dropout; the attention projections
+  // need neither (tests/train/test_moe_training).
   LoraConfig lc;
   lc.r = 4;
-  lc.target_modules = {"q_proj", "gate_proj"};
+  lc.target_regex = R"(model\.layers\.0\.mlp\.experts\.[01]\.gate_proj)";
   expect_error([&] { LoraAdapter::init(lc, m, 1); },
-               "LoRA target gate_proj: layer 0's MLP is a mixture of experts");
+               "LoRA targets 2 of the 4 experts' gate_proj in layer 0: fp8rl adapts all of a "
+               "layer's experts or none");
+  lc.target_regex.clear();
+  lc.target_modules = {"q_proj", "gate_proj"};
+  lc.lora_dropout = 0.1;
+  expect_error([&] { LoraAdapter::init(lc, m, 1); },
+               "lora_dropout = 0.1 with LoRA on MoE experts (gate_proj of layer 0)");
+  lc.lora_dropout = 0.0;
+  EXPECT_EQ(LoraAdapter::init(lc, m, 1).experts(0, 4), 4);
   lc.target_modules = {"q_proj", "v_proj"};
   const LoraAdapter attention_only = LoraAdapter::init(lc, m, 1);
   EXPECT_EQ(rel_max_diff(prefill_logits(m, kIds, false, &attention_only), prefill_logits(m, kIds)),

@@ -1,18 +1,21 @@
-// Training Qwen3-MoE with LoRA on the attention projections, the router and experts frozen:
-// the backward runs through each MoE layer's experts and its routing weights' softmax
+// Training Qwen3-MoE with LoRA on the attention projections and the experts, the router
+// frozen: the backward runs through each MoE layer's experts and its routing weights' softmax
 // (ops::moe_experts_backward, ops::moe_route_backward; their finite-difference checks with
 // negative controls are in tests/ops/test_backward.cpp). Here the whole pass: its LoRA
-// gradients against central differences of its own loss, and checkpointing equal to saving.
+// gradients against central differences of its own loss, checkpointing equal to saving, and
+// expert adapters through PEFT's files.
 // Routing replay: the engine records each token's experts, and the trainer's pass uses them
 // where its own top-k would differ.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 
 #include "engine/engine.h"
+#include "formats/safetensors.h"
 #include "model/adapter.h"
 #include "model/model_test_util.h"
 #include "model/presets.h"
@@ -138,6 +141,64 @@ TEST(MoeTraining, AttentionLoraGradientsMatchFiniteDifferences) {
   std::printf("max |grad| %.3g, max |grad - fd| %.3g\n", max_g, max_err);
   EXPECT_GT(max_g, 1e-4);
   EXPECT_LE(max_err, 1e-2 * max_g);
+}
+
+// LoRA on the experts too (PEFT's per-expert modules, A and B stacked per expert): the pass's
+// expert gradients against central differences, and the adapter through PEFT's files.
+TEST(MoeTraining, ExpertLoraGradientsMatchFiniteDifferencesAndRoundTripPeft) {
+  const Model m = test::load_model(tiny_dir());
+  LoraConfig lc;
+  lc.r = 2;
+  lc.lora_alpha = 4;
+  lc.target_modules = {"q_proj", "gate_proj", "up_proj", "down_proj"};
+  LoraAdapter a = LoraAdapter::init(lc, m, 9);
+  ASSERT_EQ(a.experts(0, 6), 4);  // layer 0's experts
+  ASSERT_EQ(a.experts(1, 6), 0);  // layer 1's dense MLP
+  const TensorView p = a.master_params();
+  for (int64_t i = 0; i < p.numel(); ++i) p.ptr<float>()[i] += 0.05f * std::sin(float(i));
+  const Batch b = make_batch(m.config().vocab_size);
+  std::vector<float> g;
+  pass_loss(m, a, b, false, &g);
+  // The 8 largest gradients of each expert projection's A and B of layer 0.
+  std::vector<size_t> picked;
+  for (int proj = 4; proj < 7; ++proj)
+    for (const bool is_b : {false, true}) {
+      const TensorView v = a.slice(p, 0, proj, is_b);
+      const size_t first = size_t(v.ptr<float>() - p.ptr<float>());
+      std::vector<size_t> idx(size_t(v.numel()));
+      std::iota(idx.begin(), idx.end(), first);
+      std::partial_sort(idx.begin(), idx.begin() + 8, idx.end(),
+                        [&](size_t x, size_t y) { return std::fabs(g[x]) > std::fabs(g[y]); });
+      picked.insert(picked.end(), idx.begin(), idx.begin() + 8);
+    }
+  const double h = 1e-3;
+  double max_g = 0.0, max_err = 0.0;
+  float* v = p.ptr<float>();
+  for (size_t i : picked) {
+    const float v0 = v[i];
+    v[i] = v0 + float(h);
+    const double lp = pass_loss(m, a, b, false, nullptr);
+    v[i] = v0 - float(h);
+    const double lm = pass_loss(m, a, b, false, nullptr);
+    v[i] = v0;
+    const double fd = (lp - lm) / (double(v0 + float(h)) - double(v0 - float(h)));
+    max_g = std::max(max_g, std::fabs(double(g[i])));
+    max_err = std::max(max_err, std::fabs(fd - double(g[i])));
+  }
+  std::printf("experts: max |grad| %.3g, max |grad - fd| %.3g\n", max_g, max_err);
+  EXPECT_GT(max_g, 1e-4);
+  EXPECT_LE(max_err, 1e-2 * max_g);  // the bound of the attention test above
+  // PEFT's files: one module per expert, read back to the same masters.
+  const std::string dir = tiny_dir() + "_adapter";
+  a.save_peft(dir, "tiny");
+  const Checkpoint files = Checkpoint::open(dir + "/adapter_model.safetensors");
+  EXPECT_TRUE(
+      files.contains("base_model.model.model.layers.0.mlp.experts.3.up_proj.lora_A.weight"));
+  EXPECT_TRUE(files.contains("base_model.model.model.layers.1.mlp.up_proj.lora_B.weight"));
+  const LoraAdapter back = LoraAdapter::load_peft(dir, m);
+  ASSERT_EQ(back.master_params().numel(), p.numel());
+  EXPECT_EQ(std::memcmp(back.master_params().data, p.data, p.nbytes()), 0);
+  fs::remove_all(dir);
 }
 
 // (token, MoE layer) choices of [positions, L, k] routing whose expert sets differ between a

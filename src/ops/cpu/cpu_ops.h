@@ -8,6 +8,7 @@
 // the same as without rounding, so the two modes differ by the roundings only.
 #pragma once
 
+#include "ops/backward.h"
 #include "ops/ops.h"
 #include "ops/sampling.h"
 
@@ -75,11 +76,11 @@ void moe_route(Arena& scratch, const TensorView& x, const LinearWeight& router, 
                const TensorView& chosen, Rounding r);
 void moe_experts(Arena& scratch, const TensorView& x, const MoeWeights& w, GatedActivation act,
                  const TensorView& weights, const TensorView& experts, const TensorView& out,
-                 Rounding r);
+                 const MoeLora& lora, Rounding r);
 void moe_experts_backward(Arena& scratch, const TensorView& x, const MoeWeights& w,
                           GatedActivation act, const TensorView& weights, const TensorView& experts,
-                          const TensorView& dout, const TensorView& dx,
-                          const TensorView& d_weights);
+                          const TensorView& dout, const TensorView& dx, const TensorView& d_weights,
+                          const MoeLora& lora, const MoeLoraGrads& grads);
 void moe_route_backward(Arena& scratch, const TensorView& x, const LinearWeight& router,
                         bool normalize, const TensorView& experts, const TensorView& d_weights,
                         const TensorView& dx);

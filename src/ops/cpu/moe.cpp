@@ -57,18 +57,52 @@ ExpertBuckets bucket_by_expert(Arena& scratch, const TensorView& experts, int64_
   return {first, pairs};
 }
 
-// Expert e's MLP over its rows xe [n, H]: gate, up [n, I] the projections, a [n, I] =
-// act(gate) * up (a may be gate), y [n, H] = down(a).
-void expert_mlp(Arena& scratch, const TensorView& xe, const MoeWeights& w, int64_t e,
-                GatedActivation act, const TensorView& gate, const TensorView& up,
+// out += scale (x A_e^T) B_e^T for expert e's adapter of a projection (if any): the two
+// products linear_group's CPU reference runs for a dense projection's adapter.
+void add_expert_lora(Arena& scratch, const TensorView& x, const LoraWeights& stacked, int64_t e,
+                     const TensorView& out, Rounding r) {
+  if (!stacked.active()) return;
+  const LoraWeights one = expert_lora(stacked, e);
+  LinearWeight a, b;
+  a.weight = one.a;  // [r, K]
+  b.weight = one.b;  // [N, r]
+  ArenaScope scope(scratch);
+  const TensorView xa = scratch.alloc({x.dim(0), one.rank()}, DType::f32);
+  linear(scratch, x, a, xa, Output::activation, r);
+  linear_accumulate(scratch, xa, b, one.scale, out, r);
+}
+
+// Expert e's MLP over its rows xe [n, H], with its adapters: gate, up [n, I] the projections,
+// a [n, I] = act(gate) * up (a may be gate), y [n, H] = down(a).
+void expert_mlp(Arena& scratch, const TensorView& xe, const MoeWeights& w, const MoeLora& lora,
+                int64_t e, GatedActivation act, const TensorView& gate, const TensorView& up,
                 const TensorView& a, const TensorView& y, Rounding r) {
   linear(scratch, xe, w.gate.expert(e), gate, Output::activation, r);
+  add_expert_lora(scratch, xe, lora.gate, e, gate, r);
   linear(scratch, xe, w.up.expert(e), up, Output::activation, r);
+  add_expert_lora(scratch, xe, lora.up, e, up, r);
   if (act == GatedActivation::silu)
     silu_mul(gate, up, a, r);
   else
     gelu_tanh_mul(gate, up, a, r);
   linear(scratch, a, w.down.expert(e), y, Output::activation, r);
+  add_expert_lora(scratch, a, lora.down, e, y, r);
+}
+
+// Expert e's slices ([r, K], [N, r]) of stacked gradients [E, r, K], [E, N, r].
+TensorView expert_slice(const TensorView& stacked, int64_t e) {
+  return stacked.slice_rows(e, e + 1).reshape({stacked.dim(1), stacked.dim(2)});
+}
+
+// The adapter's backward of one expert projection y += scale (x A^T) B^T: dA, dB (+=) and
+// dx (+=).
+void expert_lora_backward(Arena& scratch, const TensorView& x, const LoraWeights& stacked,
+                          int64_t e, const TensorView& dy, const TensorView& dx,
+                          const TensorView& da, const TensorView& db) {
+  if (!stacked.active()) return;
+  const LoraWeights one = expert_lora(stacked, e);
+  lora_backward(scratch, x, one.a, one.b, one.scale, LoraDropout{}, dy, dx, expert_slice(da, e),
+                expert_slice(db, e));
 }
 
 // The rows of x [T, H] of an expert's pairs (pair p is token p / k) into xe [n, H].
@@ -129,7 +163,7 @@ void moe_route(Arena& scratch, const TensorView& x, const LinearWeight& router, 
 
 void moe_experts(Arena& scratch, const TensorView& x, const MoeWeights& w, GatedActivation act,
                  const TensorView& weights, const TensorView& experts, const TensorView& out,
-                 Rounding r) {
+                 const MoeLora& lora, Rounding r) {
   const int64_t t = x.dim(0), h = x.dim(1), k = experts.dim(1);
   const int64_t ne = w.gate.num_experts(), inter = w.gate.out_features();
   const float* wf = weights.ptr<float>();
@@ -150,7 +184,7 @@ void moe_experts(Arena& scratch, const TensorView& x, const MoeWeights& w, Gated
     const TensorView up = scratch.alloc({n, inter}, DType::f32);
     const TensorView ye = scratch.alloc({n, h}, DType::f32);  // the expert's output rows
     gather_rows(x, mine, n, k, xe);
-    expert_mlp(scratch, xe, w, e, act, gate, up, gate, ye, r);
+    expert_mlp(scratch, xe, w, lora, e, act, gate, up, gate, ye, r);
     // A token meets an expert once (checked): the rows scatter without a race.
     parallel_for(0, n, [&](int64_t j) {
       const int64_t tok = mine[j] / k;
@@ -164,8 +198,8 @@ void moe_experts(Arena& scratch, const TensorView& x, const MoeWeights& w, Gated
 
 void moe_experts_backward(Arena& scratch, const TensorView& x, const MoeWeights& w,
                           GatedActivation act, const TensorView& weights, const TensorView& experts,
-                          const TensorView& dout, const TensorView& dx,
-                          const TensorView& d_weights) {
+                          const TensorView& dout, const TensorView& dx, const TensorView& d_weights,
+                          const MoeLora& lora, const MoeLoraGrads& grads) {
   const int64_t t = x.dim(0), h = x.dim(1), k = experts.dim(1);
   const int64_t ne = w.gate.num_experts(), inter = w.gate.out_features();
   const float* wf = weights.ptr<float>();
@@ -182,13 +216,15 @@ void moe_experts_backward(Arena& scratch, const TensorView& x, const MoeWeights&
     if (n == 0) continue;
     const int32_t* mine = b.pairs + b.first[e];
     ArenaScope expert_scope(scratch);
-    const TensorView xe = scratch.alloc({n, h}, DType::f32);        // input rows; then their dx
+    const TensorView xe = scratch.alloc({n, h}, DType::f32);        // the expert's input rows
     const TensorView gate = scratch.alloc({n, inter}, DType::f32);  // then d gate
     const TensorView up = scratch.alloc({n, inter}, DType::f32);    // then d up
-    const TensorView a = scratch.alloc({n, inter}, DType::f32);     // act(gate) * up; then d a
+    const TensorView a = scratch.alloc({n, inter}, DType::f32);     // act(gate) * up
     const TensorView ye = scratch.alloc({n, h}, DType::f32);        // output rows; then d ye
+    const TensorView da = scratch.alloc({n, inter}, DType::f32);    // d a
+    const TensorView dxe = scratch.alloc({n, h}, DType::f32);       // d xe
     gather_rows(x, mine, n, k, xe);
-    expert_mlp(scratch, xe, w, e, act, gate, up, a, ye, Rounding::none);
+    expert_mlp(scratch, xe, w, lora, e, act, gate, up, a, ye, Rounding::none);
     parallel_for(0, n, [&](int64_t j) {
       const int64_t tok = mine[j] / k;
       float* y = ye.ptr<float>() + j * h;
@@ -198,16 +234,19 @@ void moe_experts_backward(Arena& scratch, const TensorView& x, const MoeWeights&
       dwf[mine[j]] = dot;
       for (int64_t c = 0; c < h; ++c) y[c] = g[c] * wf[mine[j]];
     });
-    linear_backward_input(ye, w.down.expert(e), a, false);
+    linear_backward_input(ye, w.down.expert(e), da, false);
+    expert_lora_backward(scratch, a, lora.down, e, ye, da, grads.down_a, grads.down_b);
     if (act == GatedActivation::silu)
-      silu_mul_backward(gate, up, a, gate, up);
+      silu_mul_backward(gate, up, da, gate, up);
     else
-      gelu_tanh_mul_backward(gate, up, a, gate, up);
-    linear_backward_input(gate, w.gate.expert(e), xe, false);
-    linear_backward_input(up, w.up.expert(e), xe, true);
+      gelu_tanh_mul_backward(gate, up, da, gate, up);
+    linear_backward_input(gate, w.gate.expert(e), dxe, false);
+    linear_backward_input(up, w.up.expert(e), dxe, true);
+    expert_lora_backward(scratch, xe, lora.gate, e, gate, dxe, grads.gate_a, grads.gate_b);
+    expert_lora_backward(scratch, xe, lora.up, e, up, dxe, grads.up_a, grads.up_b);
     parallel_for(0, n, [&](int64_t j) {
       const int64_t tok = mine[j] / k;
-      const float* src = xe.ptr<float>() + j * h;
+      const float* src = dxe.ptr<float>() + j * h;
       float* dst = dxf + tok * h;
       for (int64_t c = 0; c < h; ++c) dst[c] += src[c];
     });
