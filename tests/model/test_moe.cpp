@@ -11,6 +11,7 @@
 #include <map>
 
 #include "model/adapter.h"
+#include "model/merge.h"
 #include "model/presets.h"
 #include "model/quantize.h"
 #include "model_test_util.h"
@@ -579,7 +580,12 @@ TEST(MoeModel, UnsupportedUsesAreClearErrors) {
   expect_error([&] { LoraAdapter::init(lc, m, 1); },
                "lora_dropout = 0.1 with LoRA on MoE experts (gate_proj of layer 0)");
   lc.lora_dropout = 0.0;
-  EXPECT_EQ(LoraAdapter::init(lc, m, 1).experts(0, 4), 4);
+  const LoraAdapter on_experts = LoraAdapter::init(lc, m, 1);
+  EXPECT_EQ(on_experts.experts(0, 4), 4);
+  // Merging adapters into the stacked experts is not written yet: refused, never dropped.
+  expect_error([&] { write_merged_checkpoint(m, on_experts, temp_dir("merged"), MergeOptions{}); },
+               "merging an adapter on MoE experts (model.layers.0.mlp.gate_proj) is not "
+               "supported yet");
   lc.target_modules = {"q_proj", "v_proj"};
   const LoraAdapter attention_only = LoraAdapter::init(lc, m, 1);
   EXPECT_EQ(rel_max_diff(prefill_logits(m, kIds, false, &attention_only), prefill_logits(m, kIds)),

@@ -201,6 +201,52 @@ TEST(MoeTraining, ExpertLoraGradientsMatchFiniteDifferencesAndRoundTripPeft) {
   fs::remove_all(dir);
 }
 
+// The engine generates with the experts' adapters as the trainer's pass computes them: each
+// sampled token's logprob equal bit for bit on the CPU (negative control: the base model's).
+TEST(MoeTraining, EngineAndPassAgreeWithExpertLora) {
+  const Model m = test::load_model(tiny_dir());
+  LoraConfig lc;
+  lc.r = 2;
+  lc.lora_alpha = 4;
+  lc.target_modules = {"gate_proj", "up_proj", "down_proj"};
+  LoraAdapter a = LoraAdapter::init(lc, m, 4);
+  const TensorView p = a.master_params();
+  for (int64_t i = 0; i < p.numel(); ++i) p.ptr<float>()[i] += 0.05f * std::sin(float(i));
+  Arena arena;
+  Context ctx{Device::cpu, &arena};
+  EngineOptions eo;
+  eo.max_num_seqs = 4;
+  eo.max_num_batched_tokens = 64;
+  GenerationRequest req;
+  req.prompt_ids = {5, 17, 200, 3, 99};
+  req.params.max_tokens = 6;
+  req.params.ignore_eos = true;
+  req.params.seed = 1;
+  req.params.processed_logprobs = true;
+  CompletionOutput c;
+  {
+    Engine engine(ctx, m, &a, nullptr, {}, eo);
+    c = engine.generate({&req, 1})[0].completions[0];
+  }
+  Batch b;
+  b.cu = {0};
+  const size_t prompt = req.prompt_ids.size();
+  b.ids = req.prompt_ids;
+  b.ids.insert(b.ids.end(), c.ids.begin(), c.ids.end() - 1);
+  for (size_t i = 0; i < b.ids.size(); ++i)
+    b.targets.push_back(i + 1 < prompt ? ops::kIgnoreIndex : c.ids[i + 1 - prompt]);
+  b.cu.push_back(int64_t(b.ids.size()));
+  const auto logprobs = [&](const LoraAdapter* adapter) {
+    Arena pa;
+    Context pc{Device::cpu, &pa};
+    LogprobPass pass(pc, m, adapter);
+    pass.forward(b.packed(), PassOptions{});
+    return std::vector<float>(pass.logprobs().begin() + int64_t(prompt) - 1, pass.logprobs().end());
+  };
+  EXPECT_EQ(logprobs(&a), c.processed_logprobs);
+  EXPECT_NE(logprobs(nullptr), c.processed_logprobs);
+}
+
 // (token, MoE layer) choices of [positions, L, k] routing whose expert sets differ between a
 // and b (the order within a set does not change the output: experts are summed by index).
 int64_t differing_choices(const Model& m, std::span<const int32_t> a, std::span<const int32_t> b,
