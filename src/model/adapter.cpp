@@ -308,7 +308,8 @@ LoraAdapter LoraAdapter::allocate(const LoraConfig& config, const Model& model) 
                one.targets(expert_path(l, 0, p), l));
     CHECK(any,
           "target module '{}' selects none of the model's projections; fp8rl adapts "
-          "model.layers.N.self_attn.{{q,k,v,o}}_proj and model.layers.N.mlp.{{gate,up,down}}_proj",
+          "model.layers.N.self_attn.{{q,k,v,o}}_proj and model.layers.N.mlp.{{gate,up,down}}_proj "
+          "(in an MoE layer, model.layers.N.mlp.experts.E.{{gate,up,down}}_proj)",
           e);
   }
 
