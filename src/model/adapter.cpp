@@ -339,9 +339,7 @@ LoraAdapter LoraAdapter::allocate(const LoraConfig& config, const Model& model) 
                 "LoRA targets {} of the {} experts' {} in layer {}: fp8rl adapts all of a "
                 "layer's experts or none",
                 matched, e, kProjectionNames[p], l);
-          CHECK(config.lora_dropout == 0.0,
-                "lora_dropout = {} with LoRA on MoE experts ({} of layer {}): not supported yet",
-                config.lora_dropout, kProjectionNames[p], l);
+
           const ExpertLinear& w = p == 4 ? moe.gate : p == 5 ? moe.up : moe.down;
           s.n = w.out_features();
           s.k = w.in_features();

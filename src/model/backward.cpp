@@ -69,12 +69,14 @@ void layer_backward(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
     ops::MoeLoraGrads grads;
     const LoraAdapter& a = g.adapter;
     LoraWeights* parts[] = {&lora.gate, &lora.up, &lora.down};
+    ops::LoraDropout* dropouts[] = {&lora.gate_dropout, &lora.up_dropout, &lora.down_dropout};
     TensorView* grad_parts[][2] = {
         {&grads.gate_a, &grads.gate_b}, {&grads.up_a, &grads.up_b}, {&grads.down_a, &grads.down_b}};
     for (int p = 4; p < 7; ++p) {
       if (!a.targeted(li, p)) continue;
       *parts[p - 4] = {a.training_view(li, p, false, ctx.device),
                        a.training_view(li, p, true, ctx.device), a.scale()};
+      *dropouts[p - 4] = {g.tape.dropout_p, lora_dropout_seed(g.tape.dropout_seed, li, p)};
       *grad_parts[p - 4][0] = a.slice(g.grads, li, p, false);
       *grad_parts[p - 4][1] = a.slice(g.grads, li, p, true);
     }

@@ -188,10 +188,13 @@ void decoder_layer(Context& ctx, const Model& m, const LoraAdapter* adapter, int
   if (adapter != nullptr)
     for (int p = 0; p < kProjections; ++p) lora[p] = adapter->weights(li, p, ctx.device);
   // Projection p of the layer as the group op takes it, writing `out`.
+  // The LoRA dropout of projection p (training passes only).
+  auto dropout_of = [&](int p) {
+    return saving ? ops::LoraDropout{tape->dropout_p, lora_dropout_seed(tape->dropout_seed, li, p)}
+                  : ops::LoraDropout{};
+  };
   auto projection = [&](int p, const TensorView& out) {
-    ops::LoraDropout dropout;
-    if (saving) dropout = {tape->dropout_p, lora_dropout_seed(tape->dropout_seed, li, p)};
-    return ops::Projection{l.projection(p), lora[p], out, dropout};
+    return ops::Projection{l.projection(p), lora[p], out, dropout_of(p)};
   };
   const ops::KvScales kv_scales{kv.k_scale(li), kv.v_scale(li)};  // empty unless FP8 KV
   CHECK(!saving || kv_scales.k.empty(), "training forward: an FP8 KV pool is not differentiable");
@@ -280,8 +283,10 @@ void decoder_layer(Context& ctx, const Model& m, const LoraAdapter* adapter, int
         replay && !step.routing_chosen.empty() ? layer_rows(step.routing_chosen) : TensorView());
     if (!step.routing_record.empty()) ops::copy(ctx, experts, layer_rows(step.routing_record));
     // The adapter's gate, up and down are the experts' (A and B stacked per expert).
-    ops::moe_experts(ctx, in.x, l.moe, gated_activation(c), weights, experts,
-                     c.sandwich_norms ? set.down_out : proj, MoeLora{lora[4], lora[5], lora[6]});
+    ops::moe_experts(
+        ctx, in.x, l.moe, gated_activation(c), weights, experts,
+        c.sandwich_norms ? set.down_out : proj,
+        MoeLora{lora[4], lora[5], lora[6], dropout_of(4), dropout_of(5), dropout_of(6)});
   } else {
     ops::ScratchScope scope(ctx);
     const TensorView& mlp_norm = c.sandwich_norms ? l.pre_feedforward_norm : l.post_attention_norm;

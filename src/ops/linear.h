@@ -64,10 +64,23 @@ struct LoraWeights {
   int64_t rank() const { return a.empty() ? 0 : a.dim(0); }
 };
 
+// PEFT's lora_dropout on the adapter's input only (ops::lora_dropout): x_drop = x * mask,
+// mask(m, k) = 1 / (1 - p) where uniform_hash(seed, m * K + k, 1) >= 2p - 1 (probability
+// 1 - p), else 0: a function of (seed, index), so the backward regenerates the forward's mask.
+// p = 0: no dropout.
+namespace ops {
+struct LoraDropout {
+  float p = 0.0f;
+  uint64_t seed = 0;
+};
+}  // namespace ops
+
 // LoRA on an MoE layer's experts (PEFT's per-expert modules), per projection A [E, r, K] and
-// B [E, N, r] (a LoraAdapter's expert slots); inactive: none. No dropout.
+// B [E, N, r] (a LoraAdapter's expert slots); inactive: none. The dropout of a projection
+// masks each expert's input rows (in token order) with the stream rng_key(seed, expert).
 struct MoeLora {
   LoraWeights gate, up, down;
+  ops::LoraDropout gate_dropout, up_dropout, down_dropout;
   bool active() const { return gate.active() || up.active() || down.active(); }
 };
 
@@ -81,17 +94,6 @@ inline LoraWeights expert_lora(const LoraWeights& stacked, int64_t e) {
   w.scale = stacked.scale;
   return w;
 }
-
-// PEFT's lora_dropout on the adapter's input only (ops::lora_dropout): x_drop = x * mask,
-// mask(m, k) = 1 / (1 - p) where uniform_hash(seed, m * K + k, 1) >= 2p - 1 (probability
-// 1 - p), else 0: a function of (seed, index), so the backward regenerates the forward's mask.
-// p = 0: no dropout.
-namespace ops {
-struct LoraDropout {
-  float p = 0.0f;
-  uint64_t seed = 0;
-};
-}  // namespace ops
 
 // Whether the CUDA backend runs an FP8 weight with inputs quantized with `act` as a native FP8
 // GEMM (ops/cuda/linear.cpp) on a GPU with all three cuBLASLt scaling modes (sm_90): K and N

@@ -961,9 +961,8 @@ TEST(CliMoe, InfoLogitsTrainingAndWhatIsNotSupportedYet) {
                          " --steps 1 --lora-target-modules q_proj,v_proj --dry-run");
   EXPECT_EQ(dry.exit_code, 0) << dry.output;
   // The experts' adapters too, saved as PEFT names the Hub layout's expert modules.
-  const Result experts =
-      run("sft " + model + " --data " + data + " --out " + run_dir +
-          " --steps 1 --lora-target-modules q_proj,gate_proj,down_proj --lora-dropout 0");
+  const Result experts = run("sft " + model + " --data " + data + " --out " + run_dir +
+                             " --steps 1 --lora-target-modules q_proj,gate_proj,down_proj");
   EXPECT_EQ(experts.exit_code, 0) << experts.output;
   EXPECT_NE(file_bytes(run_dir + "/adapter_model.safetensors")
                 .find("base_model.model.model.layers.0.mlp.experts.3.down_proj.lora_B.weight"),

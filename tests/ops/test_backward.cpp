@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rng.h"
 #include "ops/backward.h"
 #include "ops/memory.h"
 #include "ops/ops.h"
@@ -983,10 +984,15 @@ TEST_P(MoeBackward, ExpertsAndRouterMatchFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(Normalize, MoeBackward, ::testing::Values(true, false));
 
-// LoRA on the experts (A [E, r, K], B [E, N, r] per projection): moe_experts_backward's dx and
-// every adapter gradient against central differences of an fp64 forward with the routing
-// held. Negative control: the dx of the backward without the adapters (their terms dropped).
-TEST_F(Fixture, MoeExpertLoraMatchesFiniteDifferences) {
+// LoRA on the experts (A [E, r, K], B [E, N, r] per projection), without and with dropout:
+// moe_experts_backward's dx and every adapter gradient against central differences of an fp64
+// forward with the routing held (and each expert's dropout mask, taken from lora_dropout on
+// ones with the expert's stream). Negative control: the dx of the backward without the
+// adapters (their terms dropped).
+class MoeExpertLoraBackward : public Fixture, public ::testing::WithParamInterface<float> {};
+
+TEST_P(MoeExpertLoraBackward, MatchesFiniteDifferences) {
+  const float p_drop = GetParam();
   const int64_t t = 5, h = 10, inter = 6, ne = 3, k = 2, r = 2;
   const float scale = 1.5f;
   const Tensor x = uniform({t, h}, 41, 1.0f), c_t = uniform({t, h}, 42, 1.0f);
@@ -1000,8 +1006,13 @@ TEST_F(Fixture, MoeExpertLoraMatchesFiniteDifferences) {
   w.gate.weight = wg.view();
   w.up.weight = wu.view();
   w.down.weight = wd.view();
-  const MoeLora lora{
-      {ag.view(), bg.view(), scale}, {au.view(), bu.view(), scale}, {ad.view(), bd.view(), scale}};
+  const ops::LoraDropout dg{p_drop, 101}, du{p_drop, 102}, dd{p_drop, 103};
+  const MoeLora lora{{ag.view(), bg.view(), scale},
+                     {au.view(), bu.view(), scale},
+                     {ad.view(), bd.view(), scale},
+                     dg,
+                     du,
+                     dd};
   Tensor weights = Tensor::empty({t, k}, DType::f32), ids = Tensor::empty({t, k}, DType::i32);
   Tensor out = Tensor::empty({t, h}, DType::f32);
   ops::moe_route(ctx, x, w.router, true, weights, ids);
@@ -1011,12 +1022,28 @@ TEST_F(Fixture, MoeExpertLoraMatchesFiniteDifferences) {
   Vec agv = to_vec(ag), bgv = to_vec(bg), auv = to_vec(au), buv = to_vec(bu), adv = to_vec(ad),
       bdv = to_vec(bd);
   const int32_t* chosen = ids.view().ptr<const int32_t>();
-  // y = W v + scale B (A v) for expert e of a projection [n, kk] with rank r.
+  // Each (token, slot)'s row among its expert's rows (token order), and the experts' masks.
+  std::vector<int64_t> local(size_t(t * k)), rows(size_t(ne), 0);
+  for (int64_t q = 0; q < t * k; ++q) local[size_t(q)] = rows[size_t(chosen[q])]++;
+  const auto masks = [&](const ops::LoraDropout& drop, int64_t cols) {
+    std::vector<Vec> m;
+    for (int64_t e = 0; e < ne; ++e) {
+      Tensor ones = Tensor::empty({std::max<int64_t>(rows[size_t(e)], 1), cols}, DType::f32);
+      std::fill(ones.ptr<float>(), ones.ptr<float>() + ones.numel(), 1.0f);
+      Tensor mk = Tensor::empty(ones.view().shape, DType::f32);
+      ops::lora_dropout(ctx, ones, {drop.p, rng_key(drop.seed, uint64_t(e))}, mk);
+      m.push_back(to_vec(mk));
+    }
+    return m;
+  };
+  const std::vector<Vec> mg = masks(dg, h), mu = masks(du, h), md = masks(dd, inter);
+  // y = W v + scale B (A (mask * v)) for expert e of a projection [n, kk] with rank r.
   const auto proj = [&](const Vec& W, const Vec& A, const Vec& B, int64_t e, int64_t n, int64_t kk,
-                        const double* v, double* y) {
+                        const double* v, const double* mask, double* y) {
     Vec av(static_cast<size_t>(r), 0.0);
     for (int64_t j = 0; j < r; ++j)
-      for (int64_t q = 0; q < kk; ++q) av[size_t(j)] += A[size_t((e * r + j) * kk + q)] * v[q];
+      for (int64_t q = 0; q < kk; ++q)
+        av[size_t(j)] += A[size_t((e * r + j) * kk + q)] * v[q] * mask[q];
     for (int64_t o = 0; o < n; ++o) {
       double acc = 0.0;
       for (int64_t q = 0; q < kk; ++q) acc += W[size_t((e * n + o) * kk + q)] * v[q];
@@ -1029,13 +1056,15 @@ TEST_F(Fixture, MoeExpertLoraMatchesFiniteDifferences) {
     Vec y(size_t(t * h), 0.0);
     for (int64_t i = 0; i < t; ++i)
       for (int64_t s = 0; s < k; ++s) {
-        const int64_t e = chosen[i * k + s];
+        const int64_t e = chosen[i * k + s], row = local[size_t(i * k + s)];
         Vec gv(static_cast<size_t>(inter)), uv(static_cast<size_t>(inter)),
             a(static_cast<size_t>(inter)), ye(static_cast<size_t>(h));
-        proj(g, agv, bgv, e, inter, h, xv.data() + i * h, gv.data());
-        proj(u, auv, buv, e, inter, h, xv.data() + i * h, uv.data());
+        proj(g, agv, bgv, e, inter, h, xv.data() + i * h, mg[size_t(e)].data() + row * h,
+             gv.data());
+        proj(u, auv, buv, e, inter, h, xv.data() + i * h, mu[size_t(e)].data() + row * h,
+             uv.data());
         for (int64_t n = 0; n < inter; ++n) a[size_t(n)] = silu64(gv[size_t(n)]) * uv[size_t(n)];
-        proj(d, adv, bdv, e, h, inter, a.data(), ye.data());
+        proj(d, adv, bdv, e, h, inter, a.data(), md[size_t(e)].data() + row * inter, ye.data());
         for (int64_t j = 0; j < h; ++j)
           y[size_t(i * h + j)] += wv[size_t(i * k + s)] * ye[size_t(j)];
       }
@@ -1065,7 +1094,7 @@ TEST_F(Fixture, MoeExpertLoraMatchesFiniteDifferences) {
   for (const auto& ch : checks) {
     const double err = rel_err(ch.got, fd_grad(ch.param, loss));
     EXPECT_LE(err, bound) << ch.name;
-    std::printf("moe lora %s: %.3g\n", ch.name, err);
+    std::printf("moe lora (dropout %.1f) %s: %.3g\n", p_drop, ch.name, err);
   }
   // Negative control: the backward without the adapters gives the frozen experts' dx only.
   Tensor dx_frozen = Tensor::empty({t, h}, DType::f32);
@@ -1073,5 +1102,7 @@ TEST_F(Fixture, MoeExpertLoraMatchesFiniteDifferences) {
                             dw);
   expect_fails(rel_err(dx_frozen, fd_grad(xv, loss)), bound);
 }
+
+INSTANTIATE_TEST_SUITE_P(Dropout, MoeExpertLoraBackward, ::testing::Values(0.0f, 0.3f));
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/parallel.h"
+#include "core/rng.h"
 #include "ops/cpu/backward_ops.h"
 #include "ops/cpu/cpu_ops.h"
 
@@ -57,18 +58,28 @@ ExpertBuckets bucket_by_expert(Arena& scratch, const TensorView& experts, int64_
   return {first, pairs};
 }
 
+// Expert e's dropout stream of a projection's (MoeLora).
+LoraDropout expert_dropout(const LoraDropout& d, int64_t e) {
+  return {d.p, rng_key(d.seed, uint64_t(e))};
+}
+
 // out += scale (x A_e^T) B_e^T for expert e's adapter of a projection (if any): the two
 // products linear_group's CPU reference runs for a dense projection's adapter.
-void add_expert_lora(Arena& scratch, const TensorView& x, const LoraWeights& stacked, int64_t e,
-                     const TensorView& out, Rounding r) {
+void add_expert_lora(Arena& scratch, const TensorView& x, const LoraWeights& stacked,
+                     const LoraDropout& dropout, int64_t e, const TensorView& out, Rounding r) {
   if (!stacked.active()) return;
   const LoraWeights one = expert_lora(stacked, e);
   LinearWeight a, b;
   a.weight = one.a;  // [r, K]
   b.weight = one.b;  // [N, r]
   ArenaScope scope(scratch);
+  TensorView xd = x;
+  if (dropout.p > 0) {
+    xd = scratch.alloc(x.shape, DType::f32);
+    lora_dropout(x, expert_dropout(dropout, e), xd);
+  }
   const TensorView xa = scratch.alloc({x.dim(0), one.rank()}, DType::f32);
-  linear(scratch, x, a, xa, Output::activation, r);
+  linear(scratch, xd, a, xa, Output::activation, r);
   linear_accumulate(scratch, xa, b, one.scale, out, r);
 }
 
@@ -78,15 +89,15 @@ void expert_mlp(Arena& scratch, const TensorView& xe, const MoeWeights& w, const
                 int64_t e, GatedActivation act, const TensorView& gate, const TensorView& up,
                 const TensorView& a, const TensorView& y, Rounding r) {
   linear(scratch, xe, w.gate.expert(e), gate, Output::activation, r);
-  add_expert_lora(scratch, xe, lora.gate, e, gate, r);
+  add_expert_lora(scratch, xe, lora.gate, lora.gate_dropout, e, gate, r);
   linear(scratch, xe, w.up.expert(e), up, Output::activation, r);
-  add_expert_lora(scratch, xe, lora.up, e, up, r);
+  add_expert_lora(scratch, xe, lora.up, lora.up_dropout, e, up, r);
   if (act == GatedActivation::silu)
     silu_mul(gate, up, a, r);
   else
     gelu_tanh_mul(gate, up, a, r);
   linear(scratch, a, w.down.expert(e), y, Output::activation, r);
-  add_expert_lora(scratch, a, lora.down, e, y, r);
+  add_expert_lora(scratch, a, lora.down, lora.down_dropout, e, y, r);
 }
 
 // Expert e's slices ([r, K], [N, r]) of stacked gradients [E, r, K], [E, N, r].
@@ -97,12 +108,12 @@ TensorView expert_slice(const TensorView& stacked, int64_t e) {
 // The adapter's backward of one expert projection y += scale (x A^T) B^T: dA, dB (+=) and
 // dx (+=).
 void expert_lora_backward(Arena& scratch, const TensorView& x, const LoraWeights& stacked,
-                          int64_t e, const TensorView& dy, const TensorView& dx,
-                          const TensorView& da, const TensorView& db) {
+                          const LoraDropout& dropout, int64_t e, const TensorView& dy,
+                          const TensorView& dx, const TensorView& da, const TensorView& db) {
   if (!stacked.active()) return;
   const LoraWeights one = expert_lora(stacked, e);
-  lora_backward(scratch, x, one.a, one.b, one.scale, LoraDropout{}, dy, dx, expert_slice(da, e),
-                expert_slice(db, e));
+  lora_backward(scratch, x, one.a, one.b, one.scale, expert_dropout(dropout, e), dy, dx,
+                expert_slice(da, e), expert_slice(db, e));
 }
 
 // The rows of x [T, H] of an expert's pairs (pair p is token p / k) into xe [n, H].
@@ -235,15 +246,17 @@ void moe_experts_backward(Arena& scratch, const TensorView& x, const MoeWeights&
       for (int64_t c = 0; c < h; ++c) y[c] = g[c] * wf[mine[j]];
     });
     linear_backward_input(ye, w.down.expert(e), da, false);
-    expert_lora_backward(scratch, a, lora.down, e, ye, da, grads.down_a, grads.down_b);
+    expert_lora_backward(scratch, a, lora.down, lora.down_dropout, e, ye, da, grads.down_a,
+                         grads.down_b);
     if (act == GatedActivation::silu)
       silu_mul_backward(gate, up, da, gate, up);
     else
       gelu_tanh_mul_backward(gate, up, da, gate, up);
     linear_backward_input(gate, w.gate.expert(e), dxe, false);
     linear_backward_input(up, w.up.expert(e), dxe, true);
-    expert_lora_backward(scratch, xe, lora.gate, e, gate, dxe, grads.gate_a, grads.gate_b);
-    expert_lora_backward(scratch, xe, lora.up, e, up, dxe, grads.up_a, grads.up_b);
+    expert_lora_backward(scratch, xe, lora.gate, lora.gate_dropout, e, gate, dxe, grads.gate_a,
+                         grads.gate_b);
+    expert_lora_backward(scratch, xe, lora.up, lora.up_dropout, e, up, dxe, grads.up_a, grads.up_b);
     parallel_for(0, n, [&](int64_t j) {
       const int64_t tok = mine[j] / k;
       const float* src = dxe.ptr<float>() + j * h;
