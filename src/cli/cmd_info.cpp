@@ -36,6 +36,8 @@ std::string category(const std::string& name) {
     return "fp8 scales";
   if (name.find("embed_tokens") != std::string::npos) return "embedding";
   if (name.starts_with("lm_head")) return "lm_head";
+  if (name.find(".mlp.experts.") != std::string::npos) return "moe experts";
+  if (name.ends_with(".mlp.gate.weight")) return "moe routers";
   if (name.ends_with("_proj.weight")) return "decoder linears";
   if (name.ends_with(".bias")) return "biases";
   if (name.find("norm") != std::string::npos) return "norms";
@@ -54,13 +56,21 @@ void run_info(const std::string& dir, const std::string& device) {
   // with its shape and dtype, none unexpected (the NaN/Inf scan is left to the commands that run
   // the model).
   LoadOptions structure_only;
-  structure_only.allow_nonfinite = true;
+  structure_only.structure_only = true;
   Model::load(dir, structure_only);
   fmt::print("model            {}\n", dir);
   fmt::print("architecture     {}\n", c.architecture);
   fmt::print("layers           {}\n", c.num_layers);
   fmt::print("hidden           {} (intermediate {}, {})\n", c.hidden_size, c.intermediate_size,
              c.activation == MlpActivation::silu ? "SwiGLU" : "GELU-tanh gated");
+  if (c.has_moe()) {
+    int64_t sparse = 0;
+    for (const LayerConfig& l : c.layers) sparse += l.moe;
+    fmt::print("moe              top-{} of {}{}, expert intermediate {}, on {} of {}\n",
+               c.moe.top_k, counted(c.moe.num_experts, "expert"),
+               c.moe.norm_topk_prob ? " (weights renormalized)" : "", c.moe.intermediate_size,
+               sparse, counted(c.num_layers, "layer"));
+  }
   fmt::print("attention        {}, {}, head_dim {}{}\n", counted(c.num_heads, "query head"),
              counted(c.num_kv_heads, "kv head"), c.head_dim, c.qk_norm ? ", q/k RMSNorm" : "");
   int64_t sliding = 0;

@@ -106,6 +106,7 @@ void run_schemes(const SchemesOptions& o) {
     Row row;
     row.scheme = std::string(scheme_name(s));
     for (const auto& [name, w] : m.named_linears()) row.linear_bytes += double(w->nbytes());
+    row.linear_bytes += double(m.expert_bytes());
     row.model_bytes = row.linear_bytes + double(m.embed.nbytes()) +
                       (config.tie_word_embeddings ? 0.0 : double(m.lm_head.weight.nbytes()));
     const Tensor logits = run_forward(m, ids, &row.seconds, &row.cpu_seconds, o.repeat);

@@ -358,6 +358,8 @@ KeyTable<GrpoConfig> grpo_keys() {
   t.add("on_policy_exact", &C::on_policy_exact,
         "Trainer logprobs equal the engine's exactly (checked; no IS correction; on CUDA: "
         "batch-invariant kernels, slower)");
+  t.add("routing_replay", &C::routing_replay,
+        "MoE models: the trainer uses the experts the engine chose for each token");
   // Engine.
   t.add("kv_memory", &C::kv_memory, "KV cache GiB; 0: the engine's choice");
   t.add_choice("kv_dtype", &C::kv_dtype, {"bf16", "fp8"}, "KV cache dtype");

@@ -128,6 +128,8 @@ struct Engine::Impl {
   // Sequences that stopped at a step whose next step was already queued with them: ended at
   // that step's commit, their rows there dropped.
   std::unordered_set<int64_t> stopped;
+  // record_routing: each live sequence's experts by position, [positions, L, k], -1 unset.
+  std::unordered_map<int64_t, std::vector<int32_t>> routing;
   // The step's upload (ids, positions, slots, tables) at a fixed address, so that a captured
   // step reads each new step's values.
   DeviceBuffer step_buf;
@@ -208,6 +210,9 @@ void Engine::Impl::setup() {
     step_end.emplace_back(ctx);
   }
   async = opt.async_scheduling.value_or(ctx.device == Device::cuda);
+  // A recorded step's experts are read back as it returns: no step queued ahead of it.
+  CHECK(!opt.record_routing || (!async && ctx.device == Device::cpu && c.has_moe()),
+        "engine: record_routing needs an MoE model on the CPU, scheduled synchronously");
   // The step plan first: a dry run of the largest step (every op takes its declared scratch
   // from a measuring arena, nothing runs), then the KV pool from what is left.
   StepShape shape;
@@ -503,6 +508,23 @@ InFlight Engine::Impl::launch(StepPlan plan, const StepRows& sr, const InFlight*
       ++stats.graphs_captured;
     }
     ++stats.graph_steps;
+  } else if (opt.record_routing) {
+    // [L, T, k] of this step, then each token's rows into its sequence's record.
+    const ModelConfig& c = model.config();
+    const int64_t t = in.num_tokens(), k = c.moe.top_k, layers = c.num_layers;
+    std::vector<int32_t> rec(size_t(layers * t * k), -1);
+    StepBatch recording = step;
+    recording.routing_record = TensorView(rec.data(), DType::i32, {layers, t, k});
+    device_step(ctx, *pool, recording, rows_dev, hist_dev, sr.top_k, out);
+    int64_t row = 0;
+    for (const ScheduledChunk& ch : plan.chunks) {
+      std::vector<int32_t>& r = routing[ch.seq];
+      r.resize(std::max(r.size(), size_t((ch.start + ch.num_new) * layers * k)), -1);
+      for (int64_t j = 0; j < ch.num_new; ++j, ++row)
+        for (int64_t l = 0; l < layers; ++l)
+          std::copy_n(rec.data() + (l * t + row) * k, k,
+                      r.data() + ((ch.start + j) * layers + l) * k);
+    }
   } else {
     device_step(ctx, *pool, step, rows_dev, hist_dev, sr.top_k, out);
   }
@@ -590,6 +612,9 @@ void Engine::Impl::commit(InFlight& f, bool ahead) {
       const auto [req_index, first] = owner.at(ch.seq);
       ids = sched->fork(ch.seq, ch.num_samples);
       for (int32_t k = 0; k < ch.num_samples; ++k) owner[ids[size_t(k)]] = {req_index, first + k};
+      if (opt.record_routing)
+        for (int64_t id : ids)
+          if (id != ch.seq) routing[id] = routing[ch.seq];
     }
     for (size_t k = 0; k < ids.size(); ++k) {
       const int64_t seq = ids[k];
@@ -694,6 +719,13 @@ void Engine::Impl::on_token(RequestState& rs, int32_t sample, int64_t seq, RowSt
     CHECK(state != RowState::pending || stop,
           "engine: sequence {} reached max_tokens with a pending token (a bug)", seq);
     o.finish = stop ? FinishReason::stop : FinishReason::length;
+    if (opt.record_routing) {
+      const Sequence& s = sched->sequence(seq);
+      const ModelConfig& c = model.config();
+      o.routing = std::move(routing[seq]);
+      routing.erase(seq);
+      o.routing.resize(size_t((s.prompt_len + generated) * c.num_layers * c.moe.top_k), -1);
+    }
     if (!stop && st.decoder) o.text += st.decoder->finish();
     st.done = true;
     if (state == RowState::sync) sched->finish(seq);
@@ -710,6 +742,7 @@ void Engine::Impl::run(std::vector<RequestState>& states,
                        const TokenCallback& token_callback) {
   owner.clear();
   stopped.clear();
+  routing.clear();
   // A request of more samples than a step holds runs in waves of at most max_num_seqs, as
   // vLLM's does: each wave is a sequence of its own (its prompt found in the prefix cache after
   // the first) whose samples keep their indices, so a sample's random stream is the same

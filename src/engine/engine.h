@@ -49,6 +49,10 @@ struct CompletionOutput {
   std::vector<float> processed_logprobs;  // under the temperature-scaled full vocabulary
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;  // params.logprobs each
   FinishReason finish = FinishReason::length;
+  // EngineOptions::record_routing: the experts each MoE layer used at every position of the
+  // prompt and the completion, [P + N, L, k] i32 (dense layers' rows unused); -1 at the
+  // positions the engine did not run (prefix-cache hits, the last token).
+  std::vector<int32_t> routing;
 };
 
 struct RequestOutput {
@@ -94,6 +98,9 @@ struct EngineOptions {
   // engine. Unset: on for CUDA, off for the CPU (whose ops finish before they return, so
   // there is nothing to overlap; tests turn it on there to check the outputs are the same).
   std::optional<bool> async_scheduling;
+  // MoE models: record each completion's routing (CompletionOutput::routing) for the trainer
+  // to replay (GRPO's routing_replay). Synchronous scheduling only.
+  bool record_routing = false;
 };
 
 struct EngineStats {

@@ -16,11 +16,10 @@ struct ArchEntry {
   const char* class_name;
   Arch arch;
 };
-constexpr ArchEntry kArchs[] = {{"LlamaForCausalLM", Arch::llama},
-                                {"Qwen2ForCausalLM", Arch::qwen2},
-                                {"Qwen3ForCausalLM", Arch::qwen3},
-                                {"MistralForCausalLM", Arch::mistral},
-                                {"Gemma3ForCausalLM", Arch::gemma3}};
+constexpr ArchEntry kArchs[] = {
+    {"LlamaForCausalLM", Arch::llama},     {"Qwen2ForCausalLM", Arch::qwen2},
+    {"Qwen3ForCausalLM", Arch::qwen3},     {"Qwen3MoeForCausalLM", Arch::qwen3_moe},
+    {"MistralForCausalLM", Arch::mistral}, {"Gemma3ForCausalLM", Arch::gemma3}};
 
 // Field readers that name the field and what was wrong with it.
 const json* find(const json& j, const char* key) {
@@ -53,6 +52,7 @@ constexpr int64_t kMaxHeads = 4096;
 constexpr int64_t kMaxHeadDim = 4096;
 constexpr int64_t kMaxProjection = int64_t{1} << 20;  // num_heads x head_dim
 constexpr int64_t kMaxPositions = int64_t{1} << 28;
+constexpr int64_t kMaxExperts = 4096;  // released models: up to 512
 
 void check_range(const char* key, int64_t v, int64_t lo, int64_t hi) {
   CHECK(v >= lo && v <= hi, "config.json: {} = {} is outside [{}, {}]", key, v, lo, hi);
@@ -210,6 +210,10 @@ std::vector<bool> sliding_layers(const json& j, Arch arch, int64_t n, int64_t wi
     for (int64_t i = 0; i < n; ++i) sliding[size_t(i)] = (i + 1) % pattern != 0;
   } else if (arch == Arch::mistral) {
     for (int64_t i = 0; i < n; ++i) sliding[size_t(i)] = window > 0;
+  } else if (arch == Arch::qwen3_moe) {
+    // Qwen3-MoE has no max_window_layers: with use_sliding_window every layer slides.
+    const bool use = get_bool(j, "use_sliding_window", false);
+    for (int64_t i = 0; i < n; ++i) sliding[size_t(i)] = use;
   } else if (arch == Arch::qwen2 || arch == Arch::qwen3) {
     const bool use = get_bool(j, "use_sliding_window", false);
     const int64_t max_window_layers = get_in_range(j, "max_window_layers", 0, kMaxLayers, n);
@@ -222,7 +226,52 @@ std::vector<bool> sliding_layers(const json& j, Arch arch, int64_t n, int64_t wi
   return sliding;
 }
 
+// The MoE fields of Qwen3-MoE and which layers they apply to. A layer is sparse unless listed
+// in mlp_only_layers, when (layer + 1) is a multiple of decoder_sparse_step and there are
+// experts, as transformers decides it; the other layers keep a dense MLP of intermediate_size.
+MoeConfig parse_moe(const json& j, int64_t num_layers, std::vector<bool>& sparse) {
+  MoeConfig m;
+  // transformers 5 writes num_local_experts (num_experts is its alias); 4 writes num_experts.
+  const json* a = find(j, "num_experts");
+  const json* b = find(j, "num_local_experts");
+  CHECK(a || b, "config.json: missing required field 'num_experts' (or 'num_local_experts')");
+  if (a && b)
+    CHECK(*a == *b, "config.json: 'num_experts' ({}) and 'num_local_experts' ({}) disagree",
+          json_excerpt(*a), json_excerpt(*b));
+  m.num_experts = get_in_range(j, a ? "num_experts" : "num_local_experts", 0, kMaxExperts);
+  const int64_t step = get_in_range(j, "decoder_sparse_step", 1, kMaxLayers, 1);
+  std::vector<bool> dense_only(size_t(num_layers), false);
+  if (const json* only = find(j, "mlp_only_layers")) {
+    CHECK(only->is_array(),
+          "config.json: 'mlp_only_layers' must be a list of layer indices, got {}",
+          json_excerpt(*only));
+    for (size_t i = 0; i < only->size(); ++i) {
+      const json& v = (*only)[i];
+      CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < num_layers,
+            "config.json: mlp_only_layers[{}] = {} is not a layer index in [0, {})", i,
+            json_excerpt(v), num_layers);
+      dense_only[size_t(v.get<int64_t>())] = true;
+    }
+  }
+  bool any = false;
+  for (int64_t i = 0; i < num_layers; ++i) {
+    sparse[size_t(i)] = !dense_only[size_t(i)] && m.num_experts > 0 && (i + 1) % step == 0;
+    any = any || sparse[size_t(i)];
+  }
+  m.norm_topk_prob = get_bool(j, "norm_topk_prob", false);
+  if (!any) return m;  // a dense model spelled as MoE: the expert fields are never read
+  m.top_k = get_in_range(j, "num_experts_per_tok", 1, m.num_experts);
+  m.intermediate_size = get_in_range(j, "moe_intermediate_size", 1, kMaxIntermediate);
+  return m;
+}
+
 }  // namespace
+
+bool ModelConfig::has_moe() const {
+  for (const LayerConfig& l : layers)
+    if (l.moe) return true;
+  return false;
+}
 
 std::string_view rope_type_name(RopeConfig::Type t) {
   switch (t) {
@@ -340,6 +389,7 @@ ModelConfig ModelConfig::from_json(const json& j) {
       c.qkv_bias = true;  // Qwen2 always has q/k/v biases, never an o bias
       break;
     case Arch::qwen3:
+    case Arch::qwen3_moe:
       c.qkv_bias = c.o_bias = get_bool(j, "attention_bias", false);
       c.qk_norm = true;
       break;
@@ -366,6 +416,8 @@ ModelConfig ModelConfig::from_json(const json& j) {
 
   c.sliding_window = get_in_range(j, "sliding_window", 0, kMaxPositions, 0);
   const std::vector<bool> sliding = sliding_layers(j, c.arch, c.num_layers, c.sliding_window);
+  std::vector<bool> sparse(size_t(c.num_layers), false);
+  if (c.arch == Arch::qwen3_moe) c.moe = parse_moe(j, c.num_layers, sparse);
 
   // RoPE: transformers 5 keeps everything in rope_parameters (per layer type for Gemma 3);
   // transformers 4 has rope_theta + rope_scaling, and Gemma 3 rope_local_base_freq for the
@@ -394,6 +446,7 @@ ModelConfig ModelConfig::from_json(const json& j) {
   for (int64_t i = 0; i < c.num_layers; ++i) {
     LayerConfig l;
     l.sliding = sliding[size_t(i)];
+    l.moe = sparse[size_t(i)];
     l.rope = (c.arch == Arch::gemma3 && l.sliding) ? local_rope : global_rope;
     c.layers.push_back(l);
   }

@@ -1,10 +1,11 @@
 // The decoder architectures fp8rl runs, read from a Hugging Face config.json.
 //
 // All supported families are one pre-norm decoder with switches: Llama, Qwen2 (q/k/v bias),
-// Qwen3 (q/k RMSNorm), Mistral (sliding window) and Gemma 3 text (embedding scale, (1+w)
-// norms, sandwich norms, GELU-tanh, local/global layers with their own RoPE). Both the
-// transformers 4 field names (rope_theta, rope_scaling, rope_local_base_freq,
-// sliding_window_pattern) and the transformers 5 ones (rope_parameters, layer_types) are read.
+// Qwen3 (q/k RMSNorm), Qwen3-MoE (Qwen3 with mixture-of-experts MLPs), Mistral (sliding
+// window) and Gemma 3 text (embedding scale, (1+w) norms, sandwich norms, GELU-tanh,
+// local/global layers with their own RoPE). Both the transformers 4 field names (rope_theta,
+// rope_scaling, rope_local_base_freq, sliding_window_pattern, num_experts) and the
+// transformers 5 ones (rope_parameters, layer_types, num_local_experts) are read.
 // RoPE types: default, linear, llama3 and yarn; others (dynamic, longrope, ...) are an error.
 #pragma once
 
@@ -17,7 +18,7 @@
 
 namespace fp8rl {
 
-enum class Arch { llama, qwen2, qwen3, mistral, gemma3 };
+enum class Arch { llama, qwen2, qwen3, qwen3_moe, mistral, gemma3 };
 enum class MlpActivation { silu, gelu_tanh };
 
 struct RopeConfig {
@@ -41,7 +42,18 @@ std::string_view rope_type_name(RopeConfig::Type t);
 
 struct LayerConfig {
   bool sliding = false;  // attends to the last `sliding_window` positions only
+  bool moe = false;      // the MLP is a mixture of experts (MoeConfig), else dense
   RopeConfig rope;
+};
+
+// The sparse MLP of the MoE layers (Qwen3-MoE): a router picks each token's top-k experts by
+// softmax probability; the token's output is the probability-weighted sum of those experts'
+// gated MLPs of width `intermediate_size`. All zero for dense models.
+struct MoeConfig {
+  int64_t num_experts = 0;        // E: num_experts (transformers 5: num_local_experts)
+  int64_t top_k = 0;              // num_experts_per_tok
+  int64_t intermediate_size = 0;  // moe_intermediate_size
+  bool norm_topk_prob = false;    // renormalize the k probabilities to sum to 1
 };
 
 struct ModelConfig {
@@ -74,6 +86,7 @@ struct ModelConfig {
   double final_logit_softcapping = 0.0;  // 0: off
   double attn_logit_softcapping = 0.0;   // 0: off
   DType dtype = DType::bf16;             // the checkpoint's compute dtype ("torch_dtype")
+  MoeConfig moe;
   std::vector<LayerConfig> layers;
   nlohmann::json quantization;  // config.json "quantization_config", or null
   nlohmann::json raw;           // the whole config.json, for writing it back
@@ -83,6 +96,7 @@ struct ModelConfig {
 
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
+  bool has_moe() const;  // some layer's MLP is a mixture of experts
 };
 
 // The model's context as a phrase for errors: "40960 positions (max_position_embeddings)", or
@@ -97,7 +111,7 @@ void check_context(const ModelConfig& c, int64_t length, const std::string& what
                    const std::string& advice = "");
 
 std::string_view arch_name(Arch a);
-// "llama" | "qwen2" | "qwen3" | "mistral" | "gemma3" -> architecture class name.
+// The architecture class name, e.g. "Qwen3MoeForCausalLM".
 std::vector<std::string> supported_architectures();
 
 }  // namespace fp8rl

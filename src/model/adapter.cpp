@@ -86,6 +86,18 @@ std::string peft_tensor_name(int64_t layer, int projection, bool b) {
          (b ? ".lora_B.weight" : ".lora_A.weight");
 }
 
+std::string expert_path(int64_t layer, int64_t expert, int projection) {
+  CHECK(projection >= 4 && projection < kProjections, "projection {} is not an expert's",
+        projection);
+  return "model.layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(expert) + "." +
+         kProjectionNames[projection];
+}
+
+std::string peft_expert_tensor_name(int64_t layer, int64_t expert, int projection, bool b) {
+  return kPeftPrefix + expert_path(layer, expert, projection) +
+         (b ? ".lora_B.weight" : ".lora_A.weight");
+}
+
 std::string projection_path(int64_t layer, int projection) {
   CHECK(projection >= 0 && projection < kProjections, "projection index {} is outside [0, 7)",
         projection);
@@ -290,10 +302,14 @@ LoraAdapter LoraAdapter::allocate(const LoraConfig& config, const Model& model) 
     if (config.target_regex.empty()) one.target_modules = {e};
     bool any = false;
     for (int64_t l = 0; l < a.num_layers_ && !any; ++l)
-      for (int p = 0; p < kProjections && !any; ++p) any = one.targets(projection_path(l, p), l);
+      for (int p = 0; p < kProjections && !any; ++p)
+        any = one.targets(projection_path(l, p), l) ||
+              (p >= 4 && !model.layers[size_t(l)].moe.empty() &&
+               one.targets(expert_path(l, 0, p), l));
     CHECK(any,
           "target module '{}' selects none of the model's projections; fp8rl adapts "
-          "model.layers.N.self_attn.{{q,k,v,o}}_proj and model.layers.N.mlp.{{gate,up,down}}_proj",
+          "model.layers.N.self_attn.{{q,k,v,o}}_proj and model.layers.N.mlp.{{gate,up,down}}_proj "
+          "(in an MoE layer, model.layers.N.mlp.experts.E.{{gate,up,down}}_proj)",
           e);
   }
 
@@ -308,16 +324,35 @@ LoraAdapter LoraAdapter::allocate(const LoraConfig& config, const Model& model) 
   for (int64_t l = 0; l < a.num_layers_; ++l) {
     for (bool b : {false, true}) {
       for (int p = 0; p < kProjections; ++p) {
-        const std::string path = projection_path(l, p);
-        const bool hit = re ? std::regex_match(path, *re) : config.targets(path, l);
-        if (!hit) continue;
-        const Linear& lin = *model.layers[size_t(l)].projection(p);
+        const auto hits = [&](const std::string& path) {
+          return re ? std::regex_match(path, *re) : config.targets(path, l);
+        };
+        const MoeWeights& moe = model.layers[size_t(l)].moe;
         Slot& s = a.slots_[size_t(l) * kProjections + size_t(p)];
-        s.n = lin.out_features();
-        s.k = lin.in_features();
+        if (p >= 4 && !moe.empty()) {
+          // PEFT adapts each expert module its targets match: all of a layer's, or none.
+          const int64_t e = moe.gate.num_experts();
+          int64_t matched = 0;
+          for (int64_t x = 0; x < e; ++x) matched += hits(expert_path(l, x, p)) ? 1 : 0;
+          if (matched == 0) continue;
+          CHECK(matched == e,
+                "LoRA targets {} of the {} experts' {} in layer {}: fp8rl adapts all of a "
+                "layer's experts or none",
+                matched, e, kProjectionNames[p], l);
+
+          const ExpertLinear& w = p == 4 ? moe.gate : p == 5 ? moe.up : moe.down;
+          s.n = w.out_features();
+          s.k = w.in_features();
+          s.experts = e;
+        } else {
+          if (!hits(projection_path(l, p))) continue;
+          const Linear& lin = *model.layers[size_t(l)].projection(p);
+          s.n = lin.out_features();
+          s.k = lin.in_features();
+        }
         (b ? s.offset_b : s.offset) = total;
         // lora_r scales every matrix: an absurd rank is refused below, never an overflow.
-        const int64_t dim = b ? s.n : s.k;
+        const int64_t dim = (b ? s.n : s.k) * std::max<int64_t>(s.experts, 1);
         CHECK(config.r <= (kMaxAdapterParams - total) / dim,
               "lora_r = {} makes an adapter of more than {} parameters", config.r,
               kMaxAdapterParams);
@@ -366,7 +401,9 @@ Tensor LoraAdapter::host_masters() const {
 }
 
 TensorView LoraAdapter::matrix(const TensorView& flat, const Slot& s, bool b) const {
-  const Shape shape = b ? Shape{s.n, config_.r} : Shape{config_.r, s.k};
+  const int64_t r = config_.r;
+  const Shape shape = s.experts > 0 ? (b ? Shape{s.experts, s.n, r} : Shape{s.experts, r, s.k})
+                                    : (b ? Shape{s.n, r} : Shape{r, s.k});
   const size_t offset = size_t(b ? s.offset_b : s.offset) * dtype_size(flat.dtype);
   return TensorView(static_cast<char*>(flat.data) + offset, flat.dtype, shape, flat.device);
 }
@@ -392,7 +429,7 @@ LoraAdapter LoraAdapter::init(const LoraConfig& config, const Model& model, uint
     float* pa = a.masters_.ptr<float>() + s.offset;  // B stays zero
     const float bound = 1.0f / std::sqrt(float(s.k));
     const float std_dev = 1.0f / float(config.r);
-    for (int64_t j = 0; j < config.r * s.k; ++j)
+    for (int64_t j = 0; j < config.r * s.k * std::max<int64_t>(s.experts, 1); ++j)
       pa[j] = gaussian ? std_dev * normal01(stream, uint64_t(j))
                        : bound * (2.0f * uniform01(stream, uint64_t(j)) - 1.0f);
   }
@@ -426,32 +463,36 @@ LoraAdapter LoraAdapter::load_peft(const std::string& dir, const Model& model) {
     for (int p = 0; p < kProjections; ++p) {
       const Slot& s = a.slot(l, p);
       if (s.empty()) continue;
-      for (const bool is_b : {false, true}) {
-        const std::string name = peft_tensor_name(l, p, is_b);
-        expected.insert(name);
-        const Shape want = is_b ? Shape{s.n, r} : Shape{r, s.k};
-        const SafetensorsTensorInfo* info = file->find(name);
-        CHECK(info != nullptr, "{}: missing tensor '{}' (expected {}: {} is targeted)",
-              tensors_path, name, want.str(), projection_path(l, p));
-        CHECK(info->supported && (info->dtype == DType::f32 || info->dtype == DType::bf16 ||
-                                  info->dtype == DType::f16),
-              "{}: tensor '{}' has dtype {}, expected F32, BF16 or F16", tensors_path, name,
-              info->dtype_str);
-        const Shape& got = info->shape;
-        if (got.rank == 2 && got[is_b ? 0 : 1] == want[is_b ? 0 : 1])
-          CHECK(got[is_b ? 1 : 0] == r,
-                "{}: tensor '{}' has rank {} (shape {}), adapter_config.json says r = {}",
-                tensors_path, name, got[is_b ? 1 : 0], got.str(), r);
-        CHECK(got == want,
-              "{}: tensor '{}' has shape {}, expected {} (r = {}, the model's {} is [{}, {}])",
-              tensors_path, name, got.str(), want.str(), r, projection_path(l, p), s.n, s.k);
-        float* dst = a.masters_.ptr<float>() + (is_b ? s.offset_b : s.offset);
-        const size_t n = size_t(want.numel());
-        convert(file->view(*info).data, info->dtype, dst, DType::f32, n);
-        for (size_t i = 0; i < n; ++i)
-          CHECK(std::isfinite(dst[i]), "{}: tensor '{}' element {} is {}", tensors_path, name, i,
-                dst[i]);
-      }
+      for (const bool is_b : {false, true})
+        for (int64_t x = 0; x < std::max<int64_t>(s.experts, 1); ++x) {
+          // An MoE layer's experts: one PEFT module each, stacked in the slot.
+          const std::string name =
+              s.experts > 0 ? peft_expert_tensor_name(l, x, p, is_b) : peft_tensor_name(l, p, is_b);
+          const std::string module = s.experts > 0 ? expert_path(l, x, p) : projection_path(l, p);
+          expected.insert(name);
+          const Shape want = is_b ? Shape{s.n, r} : Shape{r, s.k};
+          const SafetensorsTensorInfo* info = file->find(name);
+          CHECK(info != nullptr, "{}: missing tensor '{}' (expected {}: {} is targeted)",
+                tensors_path, name, want.str(), module);
+          CHECK(info->supported && (info->dtype == DType::f32 || info->dtype == DType::bf16 ||
+                                    info->dtype == DType::f16),
+                "{}: tensor '{}' has dtype {}, expected F32, BF16 or F16", tensors_path, name,
+                info->dtype_str);
+          const Shape& got = info->shape;
+          if (got.rank == 2 && got[is_b ? 0 : 1] == want[is_b ? 0 : 1])
+            CHECK(got[is_b ? 1 : 0] == r,
+                  "{}: tensor '{}' has rank {} (shape {}), adapter_config.json says r = {}",
+                  tensors_path, name, got[is_b ? 1 : 0], got.str(), r);
+          CHECK(got == want,
+                "{}: tensor '{}' has shape {}, expected {} (r = {}, the model's {} is [{}, {}])",
+                tensors_path, name, got.str(), want.str(), r, module, s.n, s.k);
+          const size_t n = size_t(want.numel());
+          float* dst = a.masters_.ptr<float>() + (is_b ? s.offset_b : s.offset) + size_t(x) * n;
+          convert(file->view(*info).data, info->dtype, dst, DType::f32, n);
+          for (size_t i = 0; i < n; ++i)
+            CHECK(std::isfinite(dst[i]), "{}: tensor '{}' element {} is {}", tensors_path, name, i,
+                  dst[i]);
+        }
     }
   }
   for (const SafetensorsTensorInfo& info : file->tensors())
@@ -470,8 +511,14 @@ void LoraAdapter::save_peft(const std::string& dir, const std::string& base_mode
   for (int64_t l = 0; l < num_layers_; ++l)
     for (int p = 0; p < kProjections; ++p) {
       if (!targeted(l, p)) continue;
-      writer.add(peft_tensor_name(l, p, false), slice(host.view(), l, p, false));
-      writer.add(peft_tensor_name(l, p, true), slice(host.view(), l, p, true));
+      const int64_t experts = slot(l, p).experts;
+      for (const bool b : {false, true}) {
+        const TensorView m = slice(host.view(), l, p, b);
+        if (experts == 0) writer.add(peft_tensor_name(l, p, b), m);
+        for (int64_t x = 0; x < experts; ++x)  // each expert's module, as PEFT saves them
+          writer.add(peft_expert_tensor_name(l, x, p, b),
+                     m.slice_rows(x, x + 1).reshape({m.dim(1), m.dim(2)}));
+      }
     }
   const std::string config_text = config_.to_peft_json(base_model_name).dump(2) + "\n";
 
@@ -567,6 +614,16 @@ void LoraAdapter::check_fits(const Model& model) const {
   for (int64_t l = 0; l < num_layers_; ++l)
     for (int p = 0; p < kProjections; ++p) {
       const Slot& s = slot(l, p);
+      const MoeWeights& moe = model.layers[size_t(l)].moe;
+      if (s.experts > 0) {
+        const ExpertLinear& w = p == 4 ? moe.gate : p == 5 ? moe.up : moe.down;
+        CHECK(!moe.empty() && w.num_experts() == s.experts && w.out_features() == s.n &&
+                  w.in_features() == s.k,
+              "adapter of {} is for {} experts of [{}, {}], the model's layer has {}",
+              projection_path(l, p), s.experts, s.n, s.k,
+              moe.empty() ? std::string("no experts") : w.weight.shape.str());
+        continue;
+      }
       const Linear& lin = *model.layers[size_t(l)].projection(p);
       CHECK(s.empty() || (lin.out_features() == s.n && lin.in_features() == s.k),
             "adapter of {} is for [{}, {}], the model's projection is [{}, {}]",

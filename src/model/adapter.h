@@ -70,6 +70,11 @@ std::string projection_path(int64_t layer, int projection);
 // The name PEFT gives the A (b = false) or B matrix of that projection in
 // adapter_model.safetensors ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight").
 std::string peft_tensor_name(int64_t layer, int projection, bool b);
+// The same of expert `expert` of an MoE layer's gate, up or down projection (projection 4, 5,
+// 6), as PEFT names the Hub layout's per-expert modules: "model.layers.0.mlp.experts.3.up_proj"
+// and "base_model.model.model.layers.0.mlp.experts.3.up_proj.lora_A.weight".
+std::string expert_path(int64_t layer, int64_t expert, int projection);
+std::string peft_expert_tensor_name(int64_t layer, int64_t expert, int projection, bool b);
 
 class LoraAdapter {
  public:
@@ -115,6 +120,8 @@ class LoraAdapter {
   float scale() const { return float(config_.scale()); }
   int64_t num_layers() const { return num_layers_; }
   bool targeted(int64_t layer, int projection) const { return !slot(layer, projection).empty(); }
+  // > 0: the projection is an MoE layer's gate, up or down with an A and B per expert.
+  int64_t experts(int64_t layer, int projection) const { return slot(layer, projection).experts; }
   // fp32 masters of one targeted projection on device(): A [r, K], B [N, r]. Throws if not
   // targeted.
   TensorView master_a(int64_t layer, int projection) const;
@@ -130,7 +137,8 @@ class LoraAdapter {
   // A host copy of the masters, f32 [P] (a download on CUDA).
   Tensor host_masters() const;
   // The same matrix in another buffer laid out like master_params() (the gradients, the
-  // optimizer's moments): A [r, K] (b = false) or B [N, r] of `flat` (f32 [P], any device).
+  // optimizer's moments): A [r, K] (b = false) or B [N, r] of `flat` (f32 [P], any device);
+  // an MoE layer's expert projection: every expert's, A [E, r, K] and B [E, N, r].
   TensorView slice(const TensorView& flat, int64_t layer, int projection, bool b) const;
   // The fp32 A (b = false) or B the trainer's backward reads on `device`: the masters, which
   // must be there.
@@ -142,6 +150,7 @@ class LoraAdapter {
     int64_t n = 0, k = 0;   // the projection's [N, K]
     int64_t offset = -1;    // element offset of A in the masters; -1: not targeted
     int64_t offset_b = -1;  // element offset of B
+    int64_t experts = 0;    // > 0: an MoE layer's gate/up/down, one A and B per expert
     bool empty() const { return offset < 0; }
   };
   LoraAdapter() = default;

@@ -52,14 +52,39 @@ void layer_backward(Context& ctx, const Model& m, int64_t li, const KvPool& kv,
   ops::ScratchScope scope(ctx);
   const TensorView dh = ops::scratch_alloc(ctx, {t, c.hidden_size}, f32);
   const TensorView dproj = ops::scratch_alloc(ctx, {t, c.hidden_size}, f32);
-  // MLP block: x_out = x_mid + [post_ff_norm](down(act(gate(h), up(h)))), h = norm(x_mid).
+  // MLP block: x_out = x_mid + [post_ff_norm](down(act(gate(h), up(h)))), h = norm(x_mid); or
+  // the MoE sum of the routed experts' such MLPs.
   TensorView d_down = dx;
   if (c.sandwich_norms) {
     ops::rms_norm_backward(ctx, sv.down_out, l.post_feedforward_norm, sv.inv_rms_down,
                            c.norm_plus_one, dx, dproj);
     d_down = dproj;
   }
-  {
+  if (!l.moe.empty()) {
+    // The experts (frozen, their adapters trained) and, through the routing weights, the
+    // router's softmax (frozen router, fixed choice): both reach h.
+    ops::ScratchScope inner(ctx);
+    const TensorView d_weights = ops::scratch_alloc(ctx, sv.route_w.shape, f32);
+    MoeLora lora;
+    ops::MoeLoraGrads grads;
+    const LoraAdapter& a = g.adapter;
+    LoraWeights* parts[] = {&lora.gate, &lora.up, &lora.down};
+    ops::LoraDropout* dropouts[] = {&lora.gate_dropout, &lora.up_dropout, &lora.down_dropout};
+    TensorView* grad_parts[][2] = {
+        {&grads.gate_a, &grads.gate_b}, {&grads.up_a, &grads.up_b}, {&grads.down_a, &grads.down_b}};
+    for (int p = 4; p < 7; ++p) {
+      if (!a.targeted(li, p)) continue;
+      *parts[p - 4] = {a.training_view(li, p, false, ctx.device),
+                       a.training_view(li, p, true, ctx.device), a.scale()};
+      *dropouts[p - 4] = {g.tape.dropout_p, lora_dropout_seed(g.tape.dropout_seed, li, p)};
+      *grad_parts[p - 4][0] = a.slice(g.grads, li, p, false);
+      *grad_parts[p - 4][1] = a.slice(g.grads, li, p, true);
+    }
+    ops::moe_experts_backward(ctx, sv.h_mlp, l.moe, gated_activation(c), sv.route_w, sv.route_ids,
+                              d_down, dh, d_weights, lora, grads);
+    ops::moe_route_backward(ctx, sv.h_mlp, l.moe.router, c.moe.norm_topk_prob, sv.route_ids,
+                            d_weights, dh);
+  } else {
     ops::ScratchScope inner(ctx);
     const TensorView d_act = ops::scratch_alloc(ctx, {t, c.intermediate_size}, f32);
     const TensorView d_up = ops::scratch_alloc(ctx, {t, c.intermediate_size}, f32);

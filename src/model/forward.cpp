@@ -41,11 +41,11 @@ Activations alloc_activations(Context& ctx, const Model& m, int64_t t) {
 // they share one dynamic scaling: the op producing the activation then writes FP8 codes and
 // scales directly (fused) and the linears read them. none: each linear quantizes for itself
 // (unquantized or weight-only linears, static input scales that differ per linear).
-ActScaling shared_dynamic_act(std::initializer_list<const Linear*> consumers) {
+ActScaling shared_dynamic_act(std::initializer_list<const LinearWeight*> consumers) {
   const ActScaling a = (*consumers.begin())->act;
   if (a != ActScaling::token && a != ActScaling::group && a != ActScaling::tensor)
     return ActScaling::none;
-  for (const Linear* w : consumers)
+  for (const LinearWeight* w : consumers)
     if (!w->is_fp8() || w->act != a) return ActScaling::none;
   return a;
 }
@@ -63,6 +63,11 @@ ops::AttentionParams attention_params(const ModelConfig& c, const LayerWeights& 
   p.softcap = float(c.attn_logit_softcapping);
   p.window = l.sliding ? c.sliding_window : 0;
   return p;
+}
+
+ops::GatedActivation gated_activation(const ModelConfig& c) {
+  return c.activation == MlpActivation::silu ? ops::GatedActivation::silu
+                                             : ops::GatedActivation::gelu_tanh;
 }
 
 TensorView rope_frequencies(const LayerWeights& l) {
@@ -100,7 +105,7 @@ struct Residual {
 // The input of a group of linears from a plain activation h (LoRA's x), quantized once when
 // the FP8 linears share a dynamic scaling (so the backend's group op gets both).
 LinearInput quantized_input(Context& ctx, const TensorView& h,
-                            std::initializer_list<const Linear*> consumers) {
+                            std::initializer_list<const LinearWeight*> consumers) {
   LinearInput in;
   in.x = h;
   const ActScaling act = shared_dynamic_act(consumers);
@@ -118,7 +123,7 @@ LinearInput quantized_input(Context& ctx, const TensorView& h,
 // has an adapter (LoRA reads the plain input beside the codes, both from the one pass).
 LinearInput block_input(Context& ctx, const ModelConfig& c, bool saving, const TensorView& x,
                         const TensorView& delta, const TensorView& sum, const TensorView& w,
-                        std::initializer_list<const Linear*> consumers, bool adapted,
+                        std::initializer_list<const LinearWeight*> consumers, bool adapted,
                         const TensorView& h, const TensorView& inv_rms) {
   const float eps = float(c.rms_norm_eps);
   const bool p1 = c.norm_plus_one, add = !delta.empty();
@@ -183,10 +188,13 @@ void decoder_layer(Context& ctx, const Model& m, const LoraAdapter* adapter, int
   if (adapter != nullptr)
     for (int p = 0; p < kProjections; ++p) lora[p] = adapter->weights(li, p, ctx.device);
   // Projection p of the layer as the group op takes it, writing `out`.
+  // The LoRA dropout of projection p (training passes only).
+  auto dropout_of = [&](int p) {
+    return saving ? ops::LoraDropout{tape->dropout_p, lora_dropout_seed(tape->dropout_seed, li, p)}
+                  : ops::LoraDropout{};
+  };
   auto projection = [&](int p, const TensorView& out) {
-    ops::LoraDropout dropout;
-    if (saving) dropout = {tape->dropout_p, lora_dropout_seed(tape->dropout_seed, li, p)};
-    return ops::Projection{l.projection(p), lora[p], out, dropout};
+    return ops::Projection{l.projection(p), lora[p], out, dropout_of(p)};
   };
   const ops::KvScales kv_scales{kv.k_scale(li), kv.v_scale(li)};  // empty unless FP8 KV
   CHECK(!saving || kv_scales.k.empty(), "training forward: an FP8 KV pool is not differentiable");
@@ -253,8 +261,33 @@ void decoder_layer(Context& ctx, const Model& m, const LoraAdapter* adapter, int
   if (c.sandwich_norms)
     norm_into(ctx, c, set.o_out, l.post_attention_norm, proj, saving, set.inv_rms_o);
 
-  // MLP block: gate/up, act(gate) * up, down_proj.
-  {
+  // MLP block: gate/up, act(gate) * up, down_proj; in an MoE layer, the router's top-k
+  // experts, each such an MLP, weighted and summed.
+  if (!l.moe.empty()) {
+    ops::ScratchScope scope(ctx);
+    const TensorView& mlp_norm = c.sandwich_norms ? l.pre_feedforward_norm : l.post_attention_norm;
+    // The router reads the plain normed input; each expert quantizes its own rows.
+    const LinearInput in = block_input(ctx, c, saving, r.x, proj, set.x_mid, mlp_norm,
+                                       {&l.moe.router}, false, set.h_mlp, set.inv_rms_mid);
+    // [T, k] each; saving, the tape's (the backward reads them).
+    const int64_t k = c.moe.top_k;
+    const TensorView weights = saving ? set.route_w : ops::scratch_alloc(ctx, {t, k}, DType::f32);
+    const TensorView experts = saving ? set.route_ids : ops::scratch_alloc(ctx, {t, k}, DType::i32);
+    const auto layer_rows = [&](const TensorView& all) {  // layer li's [T, k] of [L, T, k]
+      return all.slice_rows(li, li + 1).reshape({t, k});
+    };
+    const bool replay = !step.routing_replay.empty();
+    if (replay) ops::copy(ctx, layer_rows(step.routing_replay), experts);
+    ops::moe_route(
+        ctx, in.x, l.moe.router, c.moe.norm_topk_prob, weights, experts, replay,
+        replay && !step.routing_chosen.empty() ? layer_rows(step.routing_chosen) : TensorView());
+    if (!step.routing_record.empty()) ops::copy(ctx, experts, layer_rows(step.routing_record));
+    // The adapter's gate, up and down are the experts' (A and B stacked per expert).
+    ops::moe_experts(
+        ctx, in.x, l.moe, gated_activation(c), weights, experts,
+        c.sandwich_norms ? set.down_out : proj,
+        MoeLora{lora[4], lora[5], lora[6], dropout_of(4), dropout_of(5), dropout_of(6)});
+  } else {
     ops::ScratchScope scope(ctx);
     const TensorView& mlp_norm = c.sandwich_norms ? l.pre_feedforward_norm : l.post_attention_norm;
     const LinearInput in =

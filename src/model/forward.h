@@ -56,6 +56,8 @@ void forward_layer_saving(Context& ctx, const Model& model, const LoraAdapter* a
 // softcap; sliding window); its RoPE frequencies on the model's device.
 ops::AttentionParams attention_params(const ModelConfig& config, const LayerWeights& layer);
 TensorView rope_frequencies(const LayerWeights& layer);
+// The MLP's gated activation (an MoE layer's experts' too).
+ops::GatedActivation gated_activation(const ModelConfig& config);
 
 // Scratch bytes one step of at most `shape` takes on ctx's device, measured by running the
 // forward as a dry run (Context::dry_run) over a step of that shape; includes the step's

@@ -146,6 +146,10 @@ void write_merged_checkpoint(const Model& model, const LoraAdapter& adapter,
         "the model to merge into must be loaded as stored, not quantized on load");
   CHECK(adapter.num_layers() == model.config().num_layers,
         "the adapter has {} layers, the model {}", adapter.num_layers(), model.config().num_layers);
+  for (int64_t l = 0; l < adapter.num_layers(); ++l)
+    for (int p = 4; p < 7; ++p)
+      CHECK(adapter.experts(l, p) == 0,
+            "merging an adapter on MoE experts ({}) is not supported yet", projection_path(l, p));
   CHECK(!out_dir.empty(), "the output directory is empty");
   const fs::path out = fs::absolute(out_dir).lexically_normal();
   CHECK(!within(out, model.dir()),

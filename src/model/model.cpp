@@ -85,7 +85,7 @@ class ModelLoader {
   // The view of a checkpoint tensor; with allow_nonfinite off, a NaN or Inf is an error.
   TensorView checked_view(const std::string& name) {
     TensorView v = m_.checkpoint_.view(name);
-    if (!opts_.allow_nonfinite) {
+    if (!opts_.allow_nonfinite && !opts_.structure_only) {
       const int64_t bad = first_nonfinite(v.data, v.dtype, v.numel());
       CHECK(bad < 0,
             "tensor '{}' of checkpoint '{}' holds a NaN or Inf (element {}); load with "
@@ -168,6 +168,123 @@ class ModelLoader {
     return w;
   }
 
+  // An MoE layer's MLP under `p` ("model.layers.N.mlp."): the router `gate.weight` [E, H], and
+  // the experts either as the Hub stores them, experts.E.{gate,up,down}_proj.weight, or as
+  // transformers 5 fuses them, experts.gate_up_proj [E, 2I, H] (each expert's gate rows, then
+  // its up rows) and experts.down_proj [E, H, I].
+  MoeWeights moe(const std::string& p) {
+    const ModelConfig& c = m_.config_;
+    const int64_t e = c.moe.num_experts, inter = c.moe.intermediate_size, h = c.hidden_size;
+    MoeWeights w;
+    w.router.weight = tensor(p + "gate.weight", {e, h});
+    refuse_fp8(p + "gate.weight", "an MoE router");
+    std::vector<TensorView> gate(static_cast<size_t>(e)), up(static_cast<size_t>(e)),
+        down(static_cast<size_t>(e));
+    const std::string gate_up = p + "experts.gate_up_proj", fused_down = p + "experts.down_proj";
+    // One layout per layer: with both, one set of tensors would be silently ignored.
+    for (const char* name : {"gate_proj", "up_proj", "down_proj"}) {
+      const std::string hub = p + "experts.0." + name + ".weight";
+      for (const std::string& fused : {gate_up, fused_down})
+        CHECK(!m_.checkpoint_.contains(fused) || !m_.checkpoint_.contains(hub),
+              "checkpoint '{}' stores the experts of '{}' in both layouts: '{}' (transformers 5's "
+              "fused tensors) and '{}' (the Hub's per-expert ones); keep one",
+              m_.dir_, p.substr(0, p.size() - 1), fused, hub);
+    }
+    if (m_.checkpoint_.contains(gate_up)) {
+      const TensorView gu = tensor(gate_up, {e, 2 * inter, h});
+      const TensorView dn = tensor(fused_down, {e, h, inter});
+      refuse_fp8(gate_up, "an expert weight");
+      refuse_fp8(fused_down, "an expert weight");
+      if (gu.empty() || dn.empty()) return w;  // missing: reported with the rest
+      for (int64_t x = 0; x < e; ++x) {
+        const TensorView both = gu.slice_rows(x, x + 1).reshape({2 * inter, h});
+        gate[size_t(x)] = both.slice_rows(0, inter);
+        up[size_t(x)] = both.slice_rows(inter, 2 * inter);
+        down[size_t(x)] = dn.slice_rows(x, x + 1).reshape({h, inter});
+      }
+    } else {
+      bool complete = true;
+      for (int64_t x = 0; x < e; ++x) {
+        const std::string q = p + "experts." + std::to_string(x) + ".";
+        const std::pair<std::vector<TensorView>*, std::string> parts[] = {
+            {&gate, "gate_proj"}, {&up, "up_proj"}, {&down, "down_proj"}};
+        for (const auto& [dst, name] : parts) {
+          const bool is_down = dst == &down;
+          const std::string full = q + name + ".weight";
+          (*dst)[size_t(x)] = tensor(full, is_down ? Shape{h, inter} : Shape{inter, h});
+          refuse_fp8(full, "an expert weight");
+          complete = complete && !(*dst)[size_t(x)].empty();
+        }
+      }
+      if (!complete) return w;
+    }
+    w.gate = stack_experts(gate);
+    w.up = stack_experts(up);
+    w.down = stack_experts(down);
+    return w;
+  }
+
+  // FP8 expert or router weights in a checkpoint are not read yet (only quantizing on load).
+  void refuse_fp8(const std::string& name, const char* what) const {
+    if (!m_.checkpoint_.contains(name)) return;
+    const SafetensorsTensorInfo& info = m_.checkpoint_.info(name);
+    CHECK(!info.supported || info.dtype != DType::f8e4m3,
+          "tensor '{}' is {} FP8 ({}): FP8 MoE checkpoints are not supported yet; load the "
+          "unquantized checkpoint with --fp8 to quantize the experts on load",
+          name, what, info.dtype_str);
+  }
+
+  // One projection of every expert ([n, k] views, the checkpoint's dtype) as a stacked
+  // [E, n, k] weight: the checkpoint's own memory when the experts already lie there back to
+  // back (transformers 5's down_proj), else a copy; quantized expert by expert with the
+  // --fp8 scheme when one is asked for.
+  ExpertLinear stack_experts(const std::vector<TensorView>& src) {
+    const int64_t e = int64_t(src.size()), n = src[0].dim(0), k = src[0].dim(1);
+    const DType dt = src[0].dtype;
+    const size_t bytes = size_t(n * k) * dtype_size(dt);
+    ExpertLinear w;
+    if (opts_.structure_only) return w;
+    const Fp8Scheme scheme = opts_.fp8.value_or(Fp8Scheme::off);
+    if (scheme != Fp8Scheme::off) {
+      const Shape per = weight_scale_shape(scheme, n, k);
+      std::vector<int64_t> dims{e};
+      for (int i = 0; i < per.rank; ++i) dims.push_back(per[i]);
+      Tensor q = Tensor::empty({e, n, k}, DType::f8e4m3);
+      Tensor s = Tensor::empty(Shape::from(dims.begin(), dims.end()), DType::f32);
+      m_.owned_.push_back(q);
+      m_.owned_.push_back(s);
+      w.weight = q.view();
+      w.scales = s.view();
+      w.scheme = scheme;
+      w.act = matching_act_scaling(scheme);
+      for (int64_t x = 0; x < e; ++x) {
+        const LinearWeight dst = w.expert(x);
+        quantize_weight(src[size_t(x)], scheme, dst.weight, dst.scales);
+      }
+      return w;
+    }
+    bool adjacent = true;
+    for (int64_t x = 0; x < e; ++x)
+      adjacent = adjacent && src[size_t(x)].dtype == dt &&
+                 src[size_t(x)].data == static_cast<const char*>(src[0].data) + size_t(x) * bytes;
+    if (adjacent) {
+      w.weight = TensorView(src[0].data, dt, {e, n, k});
+      return w;
+    }
+    Tensor t = Tensor::empty({e, n, k}, dt);
+    parallel_for(0, e, [&](int64_t x) {
+      const TensorView& from = src[size_t(x)];
+      char* to = static_cast<char*>(t.view().data) + size_t(x) * bytes;
+      if (from.dtype == dt)
+        std::memcpy(to, from.data, bytes);
+      else
+        convert(from.data, from.dtype, to, dt, size_t(n * k));
+    });
+    m_.owned_.push_back(t);
+    w.weight = t.view();
+    return w;
+  }
+
   void load() {
     const ModelConfig& c = m_.config_;
     const int64_t h = c.hidden_size, d = c.head_dim;
@@ -196,9 +313,13 @@ class ModelLoader {
       l.k = linear(p + "self_attn.k_proj", c.kv_dim(), h, c.qkv_bias);
       l.v = linear(p + "self_attn.v_proj", c.kv_dim(), h, c.qkv_bias);
       l.o = linear(p + "self_attn.o_proj", h, c.q_dim(), c.o_bias);
-      l.gate = linear(p + "mlp.gate_proj", c.intermediate_size, h, c.mlp_bias);
-      l.up = linear(p + "mlp.up_proj", c.intermediate_size, h, c.mlp_bias);
-      l.down = linear(p + "mlp.down_proj", h, c.intermediate_size, c.mlp_bias);
+      if (c.layers[size_t(i)].moe) {
+        l.moe = moe(p + "mlp.");
+      } else {
+        l.gate = linear(p + "mlp.gate_proj", c.intermediate_size, h, c.mlp_bias);
+        l.up = linear(p + "mlp.up_proj", c.intermediate_size, h, c.mlp_bias);
+        l.down = linear(p + "mlp.down_proj", h, c.intermediate_size, c.mlp_bias);
+      }
       l.sliding = c.layers[size_t(i)].sliding;
       l.inv_freq = rope_inv_freq(c.layers[size_t(i)].rope, d);
       l.rope_attention_factor = c.layers[size_t(i)].rope.attention_factor;
@@ -271,9 +392,18 @@ std::vector<std::pair<std::string, const LinearWeight*>> Model::named_linears() 
     const LinearWeight* attn[] = {&l.q, &l.k, &l.v, &l.o};
     const LinearWeight* mlp[] = {&l.gate, &l.up, &l.down};
     for (int j = 0; j < 4; ++j) v.emplace_back(p + "self_attn." + kAttnLinears[j], attn[j]);
+    if (!l.moe.empty()) continue;
     for (int j = 0; j < 3; ++j) v.emplace_back(p + "mlp." + kMlpLinears[j], mlp[j]);
   }
   return v;
+}
+
+size_t Model::expert_bytes() const {
+  size_t n = 0;
+  for (const LayerWeights& l : layers)
+    if (!l.moe.empty())
+      n += l.moe.router.nbytes() + l.moe.gate.nbytes() + l.moe.up.nbytes() + l.moe.down.nbytes();
+  return n;
 }
 
 Linear* LayerWeights::projection(int i) {

@@ -2,8 +2,9 @@
 // tensors the model owns (weights quantized to FP8 on the fly, converted scales).
 //
 // Linears inside the decoder layers are FP8 when the checkpoint stores them so (loaded as
-// they are) or when an on-the-fly scheme is asked for; embeddings, norms and lm_head stay in
-// the checkpoint's precision.
+// they are) or when an on-the-fly scheme is asked for; embeddings, norms, lm_head and MoE
+// routers stay in the checkpoint's precision. MoE experts are stacked per projection and
+// quantized expert by expert with the dense linears' scheme.
 #pragma once
 
 #include <optional>
@@ -25,6 +26,10 @@ struct LoadOptions {
   std::optional<Fp8Scheme> fp8;
   // NaN or Inf in a weight is an error at load unless this is set (one pass over the weights).
   bool allow_nonfinite = false;
+  // Check the tensors' names, shapes and dtypes only, reading no weight (implies
+  // allow_nonfinite): the MoE experts are then not stacked nor quantized and the model must
+  // not run. For fp8rl info.
+  bool structure_only = false;
 };
 
 struct LayerWeights {
@@ -34,6 +39,9 @@ struct LayerWeights {
   TensorView post_feedforward_norm;   // [H] Gemma only
   TensorView q_norm, k_norm;          // [D] Qwen3 / Gemma only
   Linear q, k, v, o, gate, up, down;  // the seven projections (kProjectionNames order)
+  // An MoE layer's router and experts (config.layers[i].moe); gate, up and down are then
+  // empty. Empty for a dense layer.
+  MoeWeights moe;
   // q, k and v as one [Nq + 2 Nkv, H] linear, when the three sit in one buffer (models on a
   // device whose three projections share dtype, scheme and scaling; see packable_qkv): the
   // inference forward runs one GEMM for them, since at a decode step's few hundred tokens each
@@ -86,8 +94,10 @@ class Model {
   LinearWeight lm_head;   // [V,H], the embedding when tied
   std::vector<LayerWeights> layers;
 
-  // The decoder linears with their checkpoint names ("model.layers.0.self_attn.q_proj").
+  // The decoder linears with their checkpoint names ("model.layers.0.self_attn.q_proj"); the
+  // MoE layers' routers and experts are not among them.
   std::vector<std::pair<std::string, const LinearWeight*>> named_linears() const;
+  size_t expert_bytes() const;  // bytes of every MoE layer's experts and router
 
  private:
   ModelConfig config_;

@@ -160,6 +160,8 @@ class ModelUploader {
 void Model::to_device(Context& ctx) {
   if (ctx.device == device_) return;  // a CPU context, or a model made on this device
   CHECK(device_ == Device::cpu, "the model is already on {}", device_name(device_));
+  CHECK(!config_.has_moe(), "{} ({}): MoE layers are not supported on CUDA yet", dir_,
+        config_.architecture);
   ModelUploader(*this, ctx).run();
 }
 
@@ -173,6 +175,9 @@ Model Model::random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Con
                     uint64_t seed, bool pack_qkv, DType unquantized) {
   CHECK(unquantized == DType::bf16 || unquantized == DType::f32,
         "Model::random: unquantized weights are bf16 or f32, not {}", dtype_name(unquantized));
+  CHECK(!config.has_moe(), "Model::random: {} has MoE layers, which it cannot make yet{}",
+        config.architecture,
+        ctx.device == Device::cuda ? " (MoE layers are not supported on CUDA yet)" : "");
   Model m;
   m.config_ = config;
   m.dir_ = "(random " + std::string(arch_name(config.arch)) + ")";

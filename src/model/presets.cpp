@@ -53,6 +53,22 @@ json qwen3(const Dims& d, bool tied) {
   return c;
 }
 
+json qwen3_moe(const Dims& d, int64_t experts, int64_t top_k, int64_t moe_intermediate,
+               json mlp_only_layers) {
+  json c = base_config("Qwen3MoeForCausalLM", "qwen3_moe", d, false, 1000000.0);
+  c["use_sliding_window"] = false;
+  c["sliding_window"] = nullptr;
+  c["num_experts"] = experts;
+  c["num_experts_per_tok"] = top_k;
+  c["moe_intermediate_size"] = moe_intermediate;
+  c["norm_topk_prob"] = true;
+  c["decoder_sparse_step"] = 1;
+  c["mlp_only_layers"] = std::move(mlp_only_layers);
+  c["router_aux_loss_coef"] = 0.001;
+  c["output_router_logits"] = false;
+  return c;
+}
+
 json llama(const Dims& d, bool tied, double theta, double factor) {
   json c = base_config("LlamaForCausalLM", "llama", d, tied, theta);
   c["rms_norm_eps"] = 1e-5;
@@ -104,6 +120,8 @@ json make(const std::string& name) {
   if (name == "qwen3-0.6b") return qwen3({151936, 1024, 3072, 28, 16, 8, 128, 40960}, true);
   if (name == "qwen3-1.7b") return qwen3({151936, 2048, 6144, 28, 16, 8, 128, 40960}, true);
   if (name == "qwen3-8b") return qwen3({151936, 4096, 12288, 36, 32, 8, 128, 40960}, false);
+  // Two layers: an MoE one (4 experts, top-2) and a dense one (mlp_only_layers).
+  if (name == "qwen3-moe-tiny") return qwen3_moe(kTiny, 4, 2, 96, json::array({1}));
   if (name == "llama-tiny") return llama(kTiny, false, 500000.0, 32.0);
   if (name == "llama-small") return llama(kSmall, false, 500000.0, 0.0);
   if (name == "llama-3.2-1b")
@@ -122,9 +140,10 @@ json make(const std::string& name) {
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"qwen3-tiny",    "qwen3-small", "qwen3-0.6b",   "qwen3-1.7b",   "qwen3-8b",
-          "llama-tiny",    "llama-small", "llama-3.2-1b", "llama-3.1-8b", "mistral-tiny",
-          "mistral-small", "mistral-7b",  "gemma3-tiny",  "gemma3-small", "gemma3-1b"};
+  return {"qwen3-tiny",   "qwen3-small",    "qwen3-0.6b",   "qwen3-1.7b",
+          "qwen3-8b",     "qwen3-moe-tiny", "llama-tiny",   "llama-small",
+          "llama-3.2-1b", "llama-3.1-8b",   "mistral-tiny", "mistral-small",
+          "mistral-7b",   "gemma3-tiny",    "gemma3-small", "gemma3-1b"};
 }
 
 json preset_config_json(const std::string& name) {
@@ -161,6 +180,17 @@ void write_random_checkpoint(const json& config, const std::string& out_dir, uin
       add(p + "self_attn.q_proj.bias", {c.q_dim()});
       add(p + "self_attn.k_proj.bias", {c.kv_dim()});
       add(p + "self_attn.v_proj.bias", {c.kv_dim()});
+    }
+    if (c.layers[size_t(i)].moe) {  // the Hub's layout: a tensor per expert and projection
+      const int64_t inter = c.moe.intermediate_size;
+      add(p + "mlp.gate.weight", {c.moe.num_experts, h});
+      for (int64_t e = 0; e < c.moe.num_experts; ++e) {
+        const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
+        add(q + "gate_proj.weight", {inter, h});
+        add(q + "up_proj.weight", {inter, h});
+        add(q + "down_proj.weight", {h, inter});
+      }
+      continue;
     }
     add(p + "mlp.gate_proj.weight", {c.intermediate_size, h});
     add(p + "mlp.up_proj.weight", {c.intermediate_size, h});

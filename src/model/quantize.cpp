@@ -33,6 +33,10 @@ bool is_weight_file(const fs::path& p) {
 void write_fp8_checkpoint(const Model& model, const std::string& out_dir, Fp8Format format) {
   CHECK(!model.prequantized(), "'{}' is already an FP8 checkpoint", model.dir());
   CHECK(model.scheme() != Fp8Scheme::off, "write_fp8_checkpoint needs a model quantized on load");
+  CHECK(!model.config().has_moe(),
+        "writing FP8 checkpoints of MoE models ({}) is not supported yet; load the unquantized "
+        "checkpoint with --fp8 instead",
+        model.config().architecture);
   const nlohmann::json qconfig = make_quantization_config(model.scheme(), format);
   CHECK(fs::absolute(out_dir) != fs::absolute(model.dir()),
         "the output directory must differ from the model directory '{}'", model.dir());

@@ -88,6 +88,12 @@ struct StepBatch {
   TensorView ids, positions, slot_mapping;  // [T] i32
   TensorView logit_rows;                    // [R] i32
   ops::PagedBatch attn;                     // cu_q, context_lens, block_tables + host bounds
+  // MoE routing, [L, T, k] i32 expert ids by layer and token (dense layers' rows unused; host
+  // memory, as the MoE ops are the CPU's). routing_replay: each MoE layer uses these experts
+  // instead of its own top-k, a token whose first id is -1 routing itself (routing replay:
+  // the trainer takes the engine's choices). routing_record: each MoE layer writes the experts
+  // it used. routing_chosen (with replay): each MoE layer's own top-k. Empty: none of these.
+  TensorView routing_replay, routing_record, routing_chosen;
   int64_t num_tokens() const { return ids.numel(); }
   int64_t num_logit_rows() const { return logit_rows.numel(); }
 };

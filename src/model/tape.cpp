@@ -40,6 +40,10 @@ LayerSaved alloc_layer_saved(const std::function<TensorView(Shape, DType)>& allo
   s.gate = a.alloc({t, i}, dt);
   s.up = a.alloc({t, i}, dt);
   s.act = a.alloc({t, i}, dt);
+  if (c.has_moe()) {
+    s.route_w = a.alloc({t, c.moe.top_k}, DType::f32);
+    s.route_ids = a.alloc({t, c.moe.top_k}, DType::i32);
+  }
   return s;
 }
 

@@ -44,6 +44,10 @@ struct LayerSaved {
   TensorView act;           // [T, I] act(gate) * up (down_proj's input)
   TensorView down_out;      // [T, H] down_proj output before the post-feedforward norm (sandwich)
   TensorView inv_rms_down;  // [T] f32 (sandwich)
+  // MoE configs (an MoE layer's MLP keeps only its input h_mlp and its routing; the experts
+  // are recomputed by their backward):
+  TensorView route_w;    // [T, k] f32 routing weights
+  TensorView route_ids;  // [T, k] i32 experts chosen (or replayed)
 };
 
 // Allocates one layer's set for `tokens` rows from `arena` in `dtype` (the activation dtype).
@@ -60,7 +64,7 @@ struct Tape {
   float dropout_p = 0.0f;
   uint64_t dropout_seed = 0;
 
-  std::vector<TensorView> x_in;    // [L] x [T, H] residual stream entering each layer
+  std::vector<TensorView> x_in;  // [L] x [T, H] residual stream entering each layer
   // Offloading: [L] x [T, H] host copies of x_in, whose views then alias two device buffers
   // (x_in[l] is buffer l % 2). Empty otherwise.
   std::vector<TensorView> x_host;

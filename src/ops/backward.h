@@ -152,6 +152,34 @@ void lora_backward(Context& ctx, const TensorView& x, const TensorView& a, const
                    float scale, const LoraDropout& dropout, const TensorView& dy,
                    const TensorView& dx, const TensorView& da, const TensorView& db);
 
+// ---- Mixture of experts (the CPU reference only; a CUDA context raises) -----------------------
+
+// moe_experts' backward with the experts frozen. With y_e(x) expert e's gated MLP and
+// out[t] = sum_j weights[t, j] y_e(x[t]) (e = experts[t, j]):
+//   dx[t] = sum_j weights[t, j] J_e(x[t])^T dout[t],  d_weights[t, j] = dout[t] . y_e(x[t]).
+// Each expert's MLP is recomputed over its rows (only x and the routing are kept), through
+// the dequantized weights, the activations' FP8 rounding straight-through as for a dense
+// linear. x [T, H] activation; weights, experts [T, k] as moe_route wrote them; dout [T, H] f32;
+// dx [T, H] f32 and d_weights [T, k] f32 written.
+// With `lora` (moe_experts' adapters): the forward recomputed with them, dx through them too,
+// and their gradients accumulated (+=) into `grads` (f32, shaped like lora's A and B).
+struct MoeLoraGrads {
+  TensorView gate_a, gate_b, up_a, up_b, down_a, down_b;
+};
+void moe_experts_backward(Context& ctx, const TensorView& x, const MoeWeights& w,
+                          GatedActivation act, const TensorView& weights, const TensorView& experts,
+                          const TensorView& dout, const TensorView& dx, const TensorView& d_weights,
+                          const MoeLora& lora = {}, const MoeLoraGrads& grads = {});
+
+// moe_route's backward into x, the router frozen: the routing weights w_j = p_{e_j} (or
+// p_{e_j} / sum_i p_{e_i} when `normalize`) of p = softmax(x W_r^T), recomputed in fp32; the
+// top-k choice itself has no gradient. dx[t] += (dlogits[t]) W_r with dlogits = p * (dp -
+// p . dp) and dp nonzero at the token's experts only. experts [T, k] i32 (chosen or
+// replayed), d_weights [T, k] f32, dx [T, H] f32 accumulated.
+void moe_route_backward(Context& ctx, const TensorView& x, const LinearWeight& router,
+                        bool normalize, const TensorView& experts, const TensorView& d_weights,
+                        const TensorView& dx);
+
 // ---- lm_head and cross-entropy ---------------------------------------------------------------
 
 inline constexpr int32_t kIgnoreIndex = -100;  // HF's ignore_index

@@ -21,6 +21,27 @@ size_t LinearWeight::nbytes() const {
          (bias.empty() ? 0 : bias.nbytes());
 }
 
+LinearWeight ExpertLinear::expert(int64_t e) const {
+  CHECK(e >= 0 && e < num_experts(), "expert {} is outside [0, {})", e, num_experts());
+  const int64_t n = out_features(), k = in_features();
+  LinearWeight w;
+  w.weight =
+      TensorView(static_cast<char*>(weight.data) + size_t(e * n * k) * dtype_size(weight.dtype),
+                 weight.dtype, {n, k}, weight.device);
+  w.scheme = scheme;
+  w.act = act;
+  if (is_fp8()) {
+    const Shape s = weight_scale_shape(scheme, n, k);
+    w.scales = TensorView(scales.ptr<float>() + e * s.numel(), DType::f32, s, scales.device);
+    w.gemm_scales = w.scales;
+  }
+  return w;
+}
+
+size_t ExpertLinear::nbytes() const {
+  return weight.nbytes() + (scales.empty() ? 0 : scales.nbytes());
+}
+
 bool fp8_gemm_native(const LinearWeight& w, ActScaling act) {
   if (!w.is_fp8() || w.in_features() % 16 != 0 || w.out_features() % 16 != 0) return false;
   const bool per_tensor_act = act == ActScaling::tensor || act == ActScaling::static_tensor;
@@ -837,6 +858,214 @@ size_t paged_attention_scratch_bytes(const Context& ctx, int64_t t, int64_t head
   // Per thread: a row of scores, and one dequantized key and value row for an FP8 pool.
   return size_t(num_threads()) * size_t(std::max<int64_t>(max_context_len, 1) + 2 * head_dim) * 4 +
          512;
+}
+
+// ---- Mixture of experts
+
+namespace {
+
+// The MoE ops have a CPU reference only: a CUDA context is refused before anything runs, in a
+// dry run too (a memory plan must not pretend the step can run).
+void check_moe_device(const Context& ctx, const char* what) {
+  CHECK(ctx.device == Device::cpu, "{}: MoE layers are not supported on CUDA yet", what);
+}
+
+void check_routing(const Context& ctx, const TensorView& weights, const TensorView& experts,
+                   int64_t t, int64_t num_experts, const char* what) {
+  check_tensor(ctx, weights, DType::f32, 2, what);
+  check_tensor(ctx, experts, DType::i32, 2, what);
+  CHECK(weights.shape == experts.shape && weights.dim(0) == t && weights.dim(1) >= 1 &&
+            weights.dim(1) <= num_experts,
+        "{}: routing weights {} and experts {} for {} tokens and {} experts", what,
+        weights.shape.str(), experts.shape.str(), t, num_experts);
+}
+
+// Each token's expert ids (host memory: the CPU only) in [0, E) and distinct; with
+// `unrecorded`, a row whose first id is -1 is left alone.
+void check_expert_ids(const TensorView& experts, int64_t num_experts, const char* what,
+                      bool unrecorded = false) {
+  const int64_t t = experts.dim(0), k = experts.dim(1);
+  const int32_t* ids = experts.ptr<int32_t>();
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t s = 0; s < k; ++s) {
+      if (unrecorded && ids[i * k] == -1) break;
+      const int32_t e = ids[i * k + s];
+      CHECK(e >= 0 && e < num_experts, "{} expert {} of token {} is outside [0, {})", what, e, i,
+            num_experts);
+      for (int64_t s2 = 0; s2 < s; ++s2)
+        CHECK(ids[i * k + s2] != e, "{} expert {} appears twice for token {}", what, e, i);
+    }
+}
+
+// Stacked expert weights [E, n, k] on the context's device, their scales matching the scheme.
+void check_experts(const Context& ctx, const ExpertLinear& w, int64_t e, int64_t n, int64_t k,
+                   const char* what) {
+  CHECK(w.weight.rank() == 3 && w.weight.is_contiguous() && w.weight.device == ctx.device &&
+            w.weight.dim(0) == e && w.weight.dim(1) == n && w.weight.dim(2) == k,
+        "moe_experts: {} weight {} on {}, expected [{}, {}, {}] on {}", what, w.weight.shape.str(),
+        device_name(w.weight.device), e, n, k, device_name(ctx.device));
+  CHECK(w.is_fp8() == (w.weight.dtype == DType::f8e4m3),
+        "moe_experts: {} scheme {} does not match weight dtype {}", what, scheme_name(w.scheme),
+        dtype_name(w.weight.dtype));
+  if (w.is_fp8())
+    CHECK(w.scales.dtype == DType::f32 && w.scales.is_contiguous() &&
+              w.scales.numel() == e * weight_scale_shape(w.scheme, n, k).numel(),
+          "moe_experts: {} scales {} for {} experts of {} scaling", what, w.scales.shape.str(), e,
+          scheme_name(w.scheme));
+}
+
+// The MoE layer's weights for an input of width h: router [E, h], experts' shapes agreeing.
+void check_moe_weights(const Context& ctx, const MoeWeights& w, int64_t h) {
+  const int64_t e = w.gate.weight.dim(0), inter = w.gate.weight.dim(1);
+  check_experts(ctx, w.gate, e, inter, h, "gate");
+  check_experts(ctx, w.up, e, inter, h, "up");
+  check_experts(ctx, w.down, e, h, inter, "down");
+}
+
+// The largest rank of an MoE layer's expert adapters (0: none), for scratch bounds.
+int64_t moe_lora_rank(const MoeLora& lora) {
+  int64_t r = 0;
+  for (const LoraWeights* l : {&lora.gate, &lora.up, &lora.down})
+    if (l->active()) r = std::max(r, l->a.dim(1));
+  return r;
+}
+
+// An MoE layer's expert adapters (f32, the CPU's masters): A [E, r, K], B [E, N, r] per
+// projection against its stacked weight; with `grads`, gradient buffers of the same shapes.
+void check_moe_lora(const Context& ctx, const MoeWeights& w, const MoeLora& lora,
+                    const MoeLoraGrads* grads) {
+  const struct {
+    const char* name;
+    const ExpertLinear& weight;
+    const LoraWeights& l;
+    TensorView ga, gb;
+  } parts[] = {
+      {"gate", w.gate, lora.gate, grads ? grads->gate_a : TensorView(),
+       grads ? grads->gate_b : TensorView()},
+      {"up", w.up, lora.up, grads ? grads->up_a : TensorView(), grads ? grads->up_b : TensorView()},
+      {"down", w.down, lora.down, grads ? grads->down_a : TensorView(),
+       grads ? grads->down_b : TensorView()}};
+  for (const auto& p : parts) {
+    if (!p.l.active()) continue;
+    const int64_t e = p.weight.num_experts(), n = p.weight.out_features(),
+                  k = p.weight.in_features(), r = p.l.a.rank() == 3 ? p.l.a.dim(1) : 0;
+    const auto fits = [&](const TensorView& a, const TensorView& b) {
+      return a.dtype == DType::f32 && b.dtype == DType::f32 && a.is_contiguous() &&
+             b.is_contiguous() && a.device == ctx.device && b.device == ctx.device &&
+             a.shape == Shape{e, r, k} && b.shape == Shape{e, n, r};
+    };
+    CHECK(r > 0 && fits(p.l.a, p.l.b),
+          "moe_experts: {} adapter A {} B {} for {} experts of [{}, {}]: expected f32 [E, r, K] "
+          "and [E, N, r]",
+          p.name, p.l.a.shape.str(), p.l.b.shape.str(), e, n, k);
+    if (grads != nullptr)
+      CHECK(fits(p.ga, p.gb), "moe_experts_backward: {} adapter gradients {} {} for A {} B {}",
+            p.name, p.ga.shape.str(), p.gb.shape.str(), p.l.a.shape.str(), p.l.b.shape.str());
+  }
+}
+
+}  // namespace
+
+void moe_route(Context& ctx, const TensorView& x, const LinearWeight& router, bool normalize,
+               const TensorView& weights, const TensorView& experts, bool replay,
+               const TensorView& chosen) {
+  check_moe_device(ctx, "moe_route");
+  check_ctx(ctx);
+  check_act(ctx, x, 2, "moe_route input");
+  const int64_t t = x.dim(0), e = router.out_features();
+  CHECK(router.weight.rank() == 2 && !router.is_fp8() && router.bias.empty() &&
+            router.in_features() == x.dim(1) && router.weight.device == ctx.device,
+        "moe_route: router {} {} for input {}: expected an unquantized [E, {}] weight without bias",
+        dtype_name(router.weight.dtype), router.weight.shape.str(), x.shape.str(), x.dim(1));
+  check_routing(ctx, weights, experts, t, e, "moe_route");
+  if (!chosen.empty()) {
+    CHECK(replay, "moe_route: `chosen` is an output of replay only");
+    check_routing(ctx, weights, chosen, t, e, "moe_route chosen");
+  }
+  if (dry_run_scratch(ctx, size_t(t * e) * 4 + 128 + linear_scratch_bytes(router, t))) return;
+  if (replay) check_expert_ids(experts, e, "moe_route: replayed", true);
+  cpu::moe_route(scratch_of(ctx), x, router, normalize, weights, experts, replay, chosen,
+                 rounding(ctx));
+}
+
+void moe_experts(Context& ctx, const TensorView& x, const MoeWeights& w, GatedActivation act,
+                 const TensorView& weights, const TensorView& experts, const TensorView& out,
+                 const MoeLora& lora) {
+  check_moe_device(ctx, "moe_experts");
+  check_ctx(ctx);
+  check_act(ctx, x, 2, "moe_experts input");
+  check_act(ctx, out, 2, "moe_experts output");
+  const int64_t t = x.dim(0), h = x.dim(1), e = w.gate.weight.dim(0);
+  const int64_t inter = w.gate.weight.dim(1);
+  CHECK(out.shape == x.shape && out.data != x.data, "moe_experts: x {} out {} (out must not be x)",
+        x.shape.str(), out.shape.str());
+  check_moe_weights(ctx, w, h);
+  check_moe_lora(ctx, w, lora, nullptr);
+  check_routing(ctx, weights, experts, t, e, "moe_experts");
+  // Bucketed pairs, then one expert's rows at most: every token (input, gate, up, output),
+  // and the largest of the expert linears' own scratch over that many rows.
+  const int64_t k = experts.dim(1);
+  const size_t rows = size_t(t) * 4, pad = 64;
+  size_t linears = 0;
+  for (const ExpertLinear* p : {&w.gate, &w.up, &w.down})
+    linears = std::max(linears, linear_scratch_bytes(p->expert(0), t));
+  const size_t bytes = size_t(t * k + 2 * e + 1) * 4 +
+                       rows * size_t(2 * h + 2 * inter + moe_lora_rank(lora)) + linears + 8 * pad;
+  if (dry_run_scratch(ctx, bytes)) return;
+  cpu::moe_experts(scratch_of(ctx), x, w, act, weights, experts, out, lora, rounding(ctx));
+}
+
+void moe_experts_backward(Context& ctx, const TensorView& x, const MoeWeights& w,
+                          GatedActivation act, const TensorView& weights, const TensorView& experts,
+                          const TensorView& dout, const TensorView& dx, const TensorView& d_weights,
+                          const MoeLora& lora, const MoeLoraGrads& grads) {
+  check_moe_device(ctx, "moe_experts_backward");
+  check_ctx(ctx);
+  CHECK(!ctx.bf16_activations, "moe_experts_backward: the backward ops are the fp32 reference");
+  check_act(ctx, x, 2, "moe_experts_backward input");
+  const int64_t t = x.dim(0), h = x.dim(1), e = w.gate.weight.dim(0);
+  const int64_t inter = w.gate.weight.dim(1);
+  check_moe_weights(ctx, w, h);
+  check_moe_lora(ctx, w, lora, &grads);
+  check_routing(ctx, weights, experts, t, e, "moe_experts_backward");
+  check_tensor(ctx, dout, DType::f32, 2, "moe_experts_backward dout");
+  check_tensor(ctx, dx, DType::f32, 2, "moe_experts_backward dx");
+  check_tensor(ctx, d_weights, DType::f32, 2, "moe_experts_backward d_weights");
+  CHECK(dout.shape == x.shape && dx.shape == x.shape && d_weights.shape == weights.shape &&
+            dx.data != dout.data,
+        "moe_experts_backward: x {} dout {} dx {} d_weights {} (dx must not be dout)",
+        x.shape.str(), dout.shape.str(), dx.shape.str(), d_weights.shape.str());
+  // The buckets, then one expert's rows at most: input, gate, up, a, output; the linears' own.
+  const int64_t k = experts.dim(1);
+  size_t linears = 0;
+  for (const ExpertLinear* p : {&w.gate, &w.up, &w.down})
+    linears = std::max(linears, linear_scratch_bytes(p->expert(0), t));
+  const size_t bytes = size_t(t * k + 2 * e + 1) * 4 +
+                       size_t(t) * 4 * size_t(3 * h + 4 * inter + 3 * moe_lora_rank(lora)) +
+                       linears + 1024;
+  if (dry_run_scratch(ctx, bytes)) return;
+  cpu::moe_experts_backward(scratch_of(ctx), x, w, act, weights, experts, dout, dx, d_weights, lora,
+                            grads);
+}
+
+void moe_route_backward(Context& ctx, const TensorView& x, const LinearWeight& router,
+                        bool normalize, const TensorView& experts, const TensorView& d_weights,
+                        const TensorView& dx) {
+  check_moe_device(ctx, "moe_route_backward");
+  check_ctx(ctx);
+  CHECK(!ctx.bf16_activations, "moe_route_backward: the backward ops are the fp32 reference");
+  check_act(ctx, x, 2, "moe_route_backward input");
+  const int64_t t = x.dim(0), e = router.out_features();
+  CHECK(router.weight.rank() == 2 && !router.is_fp8() && router.in_features() == x.dim(1),
+        "moe_route_backward: router {} for input {}", router.weight.shape.str(), x.shape.str());
+  check_routing(ctx, d_weights, experts, t, e, "moe_route_backward");
+  check_tensor(ctx, dx, DType::f32, 2, "moe_route_backward dx");
+  CHECK(dx.shape == x.shape, "moe_route_backward: dx {} for x {}", dx.shape.str(), x.shape.str());
+  if (dry_run_scratch(ctx,
+                      size_t(t * (e + experts.dim(1))) * 4 + 256 + linear_scratch_bytes(router, t)))
+    return;
+  check_expert_ids(experts, e, "moe_route_backward:");
+  cpu::moe_route_backward(scratch_of(ctx), x, router, normalize, experts, d_weights, dx);
 }
 
 // ---- Weights on a device

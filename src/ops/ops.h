@@ -314,6 +314,43 @@ size_t attention_scratch_bytes(const Context& ctx, int64_t t, int64_t heads, int
 size_t paged_attention_scratch_bytes(const Context& ctx, int64_t t, int64_t heads, int64_t head_dim,
                                      int64_t max_context_len);
 
+// ---- Mixture of experts (Qwen3-MoE) ----------------------------------------------------
+//
+// The CPU reference only so far: on a CUDA context both ops raise "MoE layers are not
+// supported on CUDA yet" (Model::to_device raises it first, at load).
+
+// Each token's top-k experts, as transformers' Qwen3-MoE router picks them: logits
+// x W_router^T [T, E] (router's linear, an activation: bf16 values where activations are bf16,
+// as HF's router computes them in the model dtype), p = softmax(logits) in fp32, the k largest
+// p in decreasing order (ties to the lower expert index), divided by their sum when
+// `normalize`, then rounded to the activation dtype (HF casts them back to the model dtype).
+// x [T, H] activation; router [E, H] unquantized; weights [T, k] f32; experts [T, k] i32.
+// `replay`: experts is read instead (the ids an earlier pass chose, each in [0, E) and
+// distinct per token, else an error) and only their weights are computed, p at those ids
+// (renormalized when `normalize`): routing replay, the trainer using the engine's experts. A
+// token whose first id is -1 (not recorded) takes its top-k as without replay. `chosen`
+// (optional, [T, k] i32, with replay): the top-k the router picks itself, for counting the
+// replayed choices it would have made differently.
+void moe_route(Context& ctx, const TensorView& x, const LinearWeight& router, bool normalize,
+               const TensorView& weights, const TensorView& experts, bool replay = false,
+               const TensorView& chosen = {});
+
+enum class GatedActivation : uint8_t { silu, gelu_tanh };
+
+// out[t] = sum over j of weights[t, j] * down_e(act(gate_e(x[t])) * up_e(x[t])), e =
+// experts[t, j]: transformers' expert loop, each expert hit in increasing index adding its
+// weighted rows into a zeroed output, rounded to the activation dtype after each product and
+// each sum. An expert's rows run as one batch through linear() and silu_mul / gelu_tanh_mul,
+// so FP8 experts quantize their inputs per token (row, group scaling) or over the rows the
+// expert got (tensor scaling). x, out [T, H] activations, distinct; weights, experts [T, k] as
+// moe_route writes them (an expert id outside [0, E), or twice for one token, raises).
+// `lora`: each expert's adapter term added to its projection's output, y += scale (x A_e^T)
+// B_e^T, as linear_group's CPU reference adds a dense projection's (f32 A [E, r, K], B [E, N,
+// r]).
+void moe_experts(Context& ctx, const TensorView& x, const MoeWeights& w, GatedActivation act,
+                 const TensorView& weights, const TensorView& experts, const TensorView& out,
+                 const MoeLora& lora = {});
+
 // ---- Weights on a device ---------------------------------------------------------------
 
 // w (bf16 [N,K] on ctx.device) -> q [N,K] f8e4m3 and scales (f32, weight_scale_shape) with

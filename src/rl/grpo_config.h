@@ -96,6 +96,9 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
   // The trainer's logprobs equal the engine's bit for bit (checked every round; an error
   // otherwise), so no importance-sampling correction is applied. CPU only for now.
   bool on_policy_exact = false;
+  // MoE models: the trainer's passes use the experts the engine chose for each token (routing
+  // replay, as verl and slime do), recomputing only their weights. CPU only for now.
+  bool routing_replay = false;
 
   // The generation engine (engine/engine.h EngineOptions).
   double kv_memory = 0;                   // GiB of KV cache; 0: the engine's choice

@@ -40,13 +40,16 @@ double seconds_since(Clock::time_point t0) {
 // One generation round: C = prompts x num_generations completions and everything the
 // micro-steps over it need, per completion c and its tokens j.
 struct Round {
-  std::vector<size_t> prompt;                         // [C] index into the dataset
-  std::vector<std::vector<int32_t>> ids;              // [C][n_c] sampled tokens (EOS included)
-  std::vector<std::vector<double>> engine_logp;       // [C][n_c]
-  std::vector<std::vector<double>> old_logp;          // [C][n_c] trainer's, at rollout (or empty)
-  std::vector<std::vector<double>> ref_logp;          // [C][n_c] reference policy (beta != 0)
-  std::vector<std::vector<double>> is_weight;         // [C][n_c] rollout correction (or empty)
-  std::vector<std::vector<uint8_t>> mask;             // [C][n_c] trained tokens
+  std::vector<size_t> prompt;                    // [C] index into the dataset
+  std::vector<std::vector<int32_t>> ids;         // [C][n_c] sampled tokens (EOS included)
+  std::vector<std::vector<double>> engine_logp;  // [C][n_c]
+  std::vector<std::vector<double>> old_logp;     // [C][n_c] trainer's, at rollout (or empty)
+  std::vector<std::vector<double>> ref_logp;     // [C][n_c] reference policy (beta != 0)
+  std::vector<std::vector<double>> is_weight;    // [C][n_c] rollout correction (or empty)
+  std::vector<std::vector<uint8_t>> mask;        // [C][n_c] trained tokens
+  // routing_replay: [C][(P_c + n_c - 1) x L x k] the engine's experts of each packed
+  // position (prompt, completion but its last token); empty otherwise.
+  std::vector<std::vector<int32_t>> routing;
   std::vector<double> advantages;                     // [C]
   int64_t num_items = 0;                              // active tokens of the round
   nlohmann::json metrics = nlohmann::json::object();  // the round's TRL metrics
@@ -62,6 +65,7 @@ struct Round {
             {"ref_logp", ref_logp},
             {"is_weight", is_weight},
             {"mask", mask},
+            {"routing", routing},
             {"advantages", advantages},
             {"num_items", num_items},
             {"metrics", metrics},
@@ -76,6 +80,9 @@ struct Round {
     int64_t max_completion_length = 0;
     int64_t micro_per_round = 0;  // micro-steps a round serves
     bool needs_ref_logp = false;  // beta != 0
+    // routing_replay: L x k ids per position, each in [-1, num_experts); 0: no routing.
+    int64_t routing_row = 0, num_experts = 0;
+    std::vector<size_t> prompt_lengths;  // [prompts] the dataset's
   };
   // A checkpoint's round, every field checked against `s` (an index read blindly would point
   // outside the dataset or the round's completions, or past a completion's tokens).
@@ -145,6 +152,8 @@ Round Round::from_json(const nlohmann::json& j, const Shape& s) {
   const Json& ref_logp = per_completion(j, "ref_logp", n, true);
   const Json& is_weight = per_completion(j, "is_weight", n, true);
   const Json& mask = per_completion(j, "mask", n, false);
+  static const Json kNone = Json::array();
+  const Json& routing = s.routing_row > 0 ? per_completion(j, "routing", n, false) : kNone;
   const Json& advantages = per_completion(j, "advantages", n, false);
   CHECK(!s.needs_ref_logp || !ref_logp.empty(),
         "it has no reference logprobs ('ref_logp'), and this run's beta needs them: resume with "
@@ -165,6 +174,20 @@ Round Round::from_json(const nlohmann::json& j, const Shape& s) {
       out.push_back(int32_t(integer(
           tokens[k], [&] { return fmt::format("'ids'[{}][{}]", c, k); }, 0, s.vocab_size - 1)));
     r.engine_logp.push_back(token_numbers(engine_logp[c], "engine_logp", c, len));
+    if (s.routing_row > 0) {
+      const Json& ids_c = routing[c];
+      const size_t want = (s.prompt_lengths[r.prompt[c]] + len - 1) * size_t(s.routing_row);
+      CHECK(ids_c.is_array() && ids_c.size() == want,
+            "'routing'[{}] must be a list of {} expert ids (every packed position's layers x "
+            "top-k), got {}",
+            c, want,
+            ids_c.is_array() ? fmt::format("{} entries", ids_c.size()) : json_excerpt(ids_c));
+      std::vector<int32_t>& e = r.routing.emplace_back();
+      for (size_t k = 0; k < want; ++k)
+        e.push_back(int32_t(integer(
+            ids_c[k], [&] { return fmt::format("'routing'[{}][{}]", c, k); }, -1,
+            s.num_experts - 1)));
+    }
     if (!old_logp.empty()) r.old_logp.push_back(token_numbers(old_logp[c], "old_logp", c, len));
     if (!ref_logp.empty()) r.ref_logp.push_back(token_numbers(ref_logp[c], "ref_logp", c, len));
     if (!is_weight.empty()) r.is_weight.push_back(token_numbers(is_weight[c], "is_weight", c, len));
@@ -204,7 +227,8 @@ struct Packed {
   std::vector<int64_t> cu{0};
   std::vector<int64_t> token_pos;   // [N] packed position of each completion token, in order
   std::vector<int64_t> offsets{0};  // [count + 1] completion token offsets (rl/ragged.h)
-  PackedSequences view() const { return {ids, targets, cu}; }
+  std::vector<int32_t> routing;     // [T, L, k] the engine's experts (routing_replay)
+  PackedSequences view() const { return {ids, targets, cu, routing}; }
 };
 
 Packed pack(const Round& r, const std::vector<PromptExample>& data, size_t first, size_t count) {
@@ -223,6 +247,8 @@ Packed pack(const Round& r, const std::vector<PromptExample>& data, size_t first
     }
     p.cu.push_back(int64_t(p.ids.size()));
     p.offsets.push_back(int64_t(p.token_pos.size()));
+    if (!r.routing.empty())
+      p.routing.insert(p.routing.end(), r.routing[c].begin(), r.routing[c].end());
   }
   return p;
 }
@@ -342,6 +368,7 @@ struct GrpoTrainer::Impl {
   std::unique_ptr<Engine> engine;
   std::unique_ptr<LoraAdapter> reference;  // the frozen starting adapter, or null: the base
   std::unique_ptr<LogprobPass> pass;
+  LogprobPass::ReplayChanges replay_changes;  // the round's old-logprob passes (routing_replay)
   PassPlan largest;  // the pass over the longest micro-batch, by its dry run
 
   // Data position: epoch and index into its order; rounds generated so far.
@@ -378,6 +405,9 @@ struct GrpoTrainer::Impl {
             "unquantized, so FP8 KV cannot give the engine the same logprobs");
       invariance.emplace(ctx);
     }
+    CHECK(!cfg.routing_replay || (model.config().has_moe() && ctx.device == Device::cpu),
+          "routing_replay: the model has no MoE layers or runs on CUDA (replay runs on the CPU "
+          "for now)");
     CHECK(!data.empty(), "grpo: the dataset has no prompts");
     CHECK(rewards.size() > 0, "grpo: no reward functions (set `rewards` or --reward-process)");
     if (!cfg.reward_weights.empty()) rewards.set_weights(cfg.reward_weights);
@@ -403,6 +433,7 @@ struct GrpoTrainer::Impl {
     eo.max_num_seqs = cfg.max_num_seqs;
     eo.max_num_batched_tokens = cfg.max_num_batched_tokens;
     eo.seed = uint64_t(cfg.seed);
+    eo.record_routing = cfg.routing_replay;
     pass = std::make_unique<LogprobPass>(ctx, model, &adapter, &region);
     if (cfg.beta != 0.0) {
       reference = starting_adapter(cfg, cfg.reference_model, model, ctx);
@@ -528,6 +559,10 @@ struct GrpoTrainer::Impl {
     PassOptions o = pass_options();
     o.reference = reference;
     pass->forward(p.view(), o);
+    if (!reference) {
+      replay_changes.changed += pass->replay_changes().changed;
+      replay_changes.replayed += pass->replay_changes().replayed;
+    }
     std::vector<std::vector<double>> out;
     for (size_t c = 0; c < count; ++c) {
       std::vector<double> v;
@@ -594,6 +629,10 @@ struct GrpoTrainer::Impl {
         r.prompt.push_back(prompts[i]);
         r.ids.push_back(c.ids);
         r.engine_logp.emplace_back(c.processed_logprobs.begin(), c.processed_logprobs.end());
+        // The last token's row: never run by the engine, nor packed for the trainer.
+        if (cfg.routing_replay)
+          r.routing.emplace_back(c.routing.begin(), c.routing.end() - model.config().num_layers *
+                                                                          model.config().moe.top_k);
         completion_tokens += int64_t(c.ids.size());
       }
     const size_t n = r.ids.size();
@@ -617,9 +656,15 @@ struct GrpoTrainer::Impl {
     const bool need_old = cfg.on_policy_exact || cfg.vllm_importance_sampling_correction ||
                           cfg.num_iterations > 1 ||
                           steps_per_generation > cfg.gradient_accumulation_steps;
+    replay_changes = {};
     if (need_old) r.old_logp = all_logprobs(r, false);
     if (cfg.beta != 0.0) r.ref_logp = all_logprobs(r, true);
     nlohmann::json& m = r.metrics;
+    // Routing replay: how many of the engine's per-layer choices the trainer's recomputation
+    // (at the rollout's adapter) would have made differently.
+    if (cfg.routing_replay && replay_changes.replayed > 0)
+      m["routing/replay_fraction_changed"] =
+          double(replay_changes.changed) / double(replay_changes.replayed);
     if (cfg.on_policy_exact) {
       // Nothing to correct: the trainer's logprobs are the engine's, which is checked.
       double worst = 0;
@@ -722,6 +767,7 @@ struct GrpoTrainer::Impl {
     permute(r.ref_logp);
     permute(r.is_weight);
     permute(r.mask);
+    permute(r.routing);
     permute(r.advantages);
   }
 
@@ -853,6 +899,11 @@ struct GrpoTrainer::Impl {
     shape.max_completion_length = cfg.max_completion_length;
     shape.micro_per_round = steps_per_generation * cfg.num_iterations;
     shape.needs_ref_logp = cfg.beta != 0.0;
+    if (cfg.routing_replay) {
+      shape.routing_row = model.config().num_layers * model.config().moe.top_k;
+      shape.num_experts = model.config().moe.num_experts;
+      for (const PromptExample& e : data) shape.prompt_lengths.push_back(e.ids.size());
+    }
     try {
       round = Round::from_json(s.at("round"), shape);
     } catch (const std::exception& e) {

@@ -13,6 +13,8 @@ struct LogprobPass::Buffers {
   StepInput in;
   StepBatch step;
   TensorView targets;  // [T] i32
+  TensorView record;   // [L, T, k] i32 the experts used (PassOptions::record_routing)
+  TensorView chosen;   // [L, T, k] i32 the layers' own top-k (with replay)
   Tape tape;
   TensorView loss, logprob, lse, entropy;  // [T] f32
   ops::CrossEntropyParams ce;
@@ -95,6 +97,31 @@ void LogprobPass::run(Context& ctx, Arena& arena, Arena& host, KvPool& kv,
   if (!ctx.dry_run) b.in.validate(c, kv.num_blocks(), kv.block_size());
   b.in.pack_block_tables();
   b.step = upload_step(ctx, b.in, arena.alloc({step_elements(b.in)}, DType::i32));
+  if (!batch.routing.empty() || opt.record_routing) {
+    // [T, L, k] as the engine records it, [L, T, k] as the layers read it; host memory (MoE
+    // layers run on the CPU only).
+    const int64_t layers = c.num_layers, k = c.moe.top_k;
+    CHECK(c.has_moe() && ctx.device == Device::cpu,
+          "training pass: routing replay and recording need an MoE model on the CPU");
+    if (!batch.routing.empty()) {
+      CHECK(int64_t(batch.routing.size()) == t * layers * k,
+            "training pass: {} routing ids for {} tokens, {} layers and top-{}",
+            batch.routing.size(), t, layers, k);
+      b.step.routing_replay = arena.alloc({layers, t, k}, DType::i32);
+      if (!ctx.dry_run)
+        for (int64_t i = 0; i < t; ++i)
+          for (int64_t l = 0; l < layers; ++l)
+            std::copy_n(batch.routing.data() + (i * layers + l) * k, k,
+                        b.step.routing_replay.ptr<int32_t>() + (l * t + i) * k);
+      b.chosen = arena.alloc({layers, t, k}, DType::i32);
+      b.step.routing_chosen = b.chosen;
+    }
+    if (opt.record_routing) {
+      b.record = arena.alloc({layers, t, k}, DType::i32);
+      if (!ctx.dry_run) std::fill_n(b.record.ptr<int32_t>(), t * layers * k, -1);
+      b.step.routing_record = b.record;
+    }
+  }
   b.targets = arena.alloc({t}, DType::i32);
   ops::copy(ctx, TensorView(const_cast<int32_t*>(batch.targets.data()), DType::i32, {t}),
             b.targets);
@@ -176,6 +203,32 @@ void LogprobPass::forward(const PackedSequences& batch, const PassOptions& opt) 
   logprobs_.assign(size_t(t), 0.0f);
   ops::copy(ctx_, b->logprob, TensorView(logprobs_.data(), DType::f32, {t}));
   ops::synchronize(ctx_);
+  replay_changes_ = {};
+  if (!batch.routing.empty()) {
+    const ModelConfig& c = model_.config();
+    const int64_t layers = c.num_layers, k = c.moe.top_k;
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t l = 0; l < layers; ++l) {
+        const int32_t* replayed = batch.routing.data() + (i * layers + l) * k;
+        if (!c.layers[size_t(l)].moe || replayed[0] < 0) continue;
+        std::vector<int32_t> a(replayed, replayed + k);
+        std::vector<int32_t> own(b->chosen.ptr<const int32_t>() + (l * t + i) * k,
+                                 b->chosen.ptr<const int32_t>() + (l * t + i + 1) * k);
+        std::sort(a.begin(), a.end());  // a set: the experts are summed in index order
+        std::sort(own.begin(), own.end());
+        replay_changes_.changed += a != own;
+        ++replay_changes_.replayed;
+      }
+  }
+  routing_.clear();
+  if (opt.record_routing) {
+    const int64_t layers = model_.config().num_layers, k = model_.config().moe.top_k;
+    routing_.resize(size_t(t * layers * k));
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t l = 0; l < layers; ++l)
+        std::copy_n(b->record.ptr<const int32_t>() + (l * t + i) * k, k,
+                    routing_.data() + (i * layers + l) * k);
+  }
   entropies_.clear();
   if (opt.entropy) {
     entropies_.assign(size_t(t), 0.0f);

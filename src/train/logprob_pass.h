@@ -33,6 +33,9 @@ struct PackedSequences {
   std::span<const int32_t> ids;         // [T]
   std::span<const int32_t> targets;     // [T] token predicted at each position, or -100
   std::span<const int64_t> cu_seqlens;  // [S+1] sequence s owns rows cu_seqlens[s] ..
+  // MoE models: experts to replay, [T, L, k] i32 (the engine's CompletionOutput::routing of
+  // each sequence, concatenated; -1 rows route themselves). Empty: the model routes.
+  std::span<const int32_t> routing = {};
 };
 
 struct PassOptions {
@@ -47,6 +50,8 @@ struct PassOptions {
   // The reference policy of GRPO's KL term and of DPO instead of the pass's adapter: the
   // adapter given to set_reference(), or the base model (no backward may follow).
   bool reference = false;
+  // MoE models: keep the experts each layer used (routing()).
+  bool record_routing = false;
 };
 
 // Bytes a pass takes, by part (the memory plan of `--dry-run`).
@@ -83,6 +88,14 @@ class LogprobPass {
   void forward(const PackedSequences& batch, const PassOptions& options);
   std::span<const float> logprobs() const { return logprobs_; }    // [T]
   std::span<const float> entropies() const { return entropies_; }  // [T] (options.entropy)
+  // [T, L, k] the experts each MoE layer used (options.record_routing; dense layers' -1).
+  std::span<const int32_t> routing() const { return routing_; }
+  // With replay (PackedSequences::routing): of the (token, MoE layer) choices replayed, how
+  // many sets of experts the layer's own top-k would have made differently, and how many.
+  struct ReplayChanges {
+    int64_t changed = 0, replayed = 0;
+  };
+  ReplayChanges replay_changes() const { return replay_changes_; }
 
   // grads (f32 [P] like adapter->master_params(), on the host or the context's device) +=
   // d/d(adapter) sum_t dlogprob[t] * logprob[t], for the last forward(). Host gradients of a
@@ -117,6 +130,8 @@ class LogprobPass {
   std::unique_ptr<Buffers> last_;
   PassOptions last_options_;
   std::vector<float> logprobs_, entropies_;
+  std::vector<int32_t> routing_;
+  ReplayChanges replay_changes_;
 };
 
 }  // namespace fp8rl

@@ -924,6 +924,106 @@ TEST(CliChatTemplateKwargs, ReachTheTemplate) {
   fs::remove_all(model);
 }
 
+// A Qwen3-MoE model end to end: info shows the MoE fields, the CPU forward runs (also with
+// --fp8), SFT with attention LoRA trains, and what MoE models cannot do yet fails in one line
+// at the start.
+TEST(CliMoe, InfoLogitsTrainingAndWhatIsNotSupportedYet) {
+  const std::string model = temp("moe_model");
+  ASSERT_EQ(run("init --arch qwen3-moe --preset tiny --out " + model).exit_code, 0);
+  const Result info = run("info " + model);
+  ASSERT_EQ(info.exit_code, 0) << info.output;
+  EXPECT_NE(info.output.find("Qwen3MoeForCausalLM"), std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("moe              top-2 of 4 experts (weights renormalized), expert "
+                             "intermediate 96, on 1 of 2 layers"),
+            std::string::npos)
+      << info.output;
+  EXPECT_NE(info.output.find("moe experts"), std::string::npos) << info.output;
+  EXPECT_NE(info.output.find("moe routers"), std::string::npos) << info.output;
+  for (const char* fp8 : {"", " --fp8 row"}) {
+    const std::string npy = temp("moe_logits") + ".npy";
+    const Result r = run("logits " + model + " --ids 5,17,200" + fp8 + " --out " + npy);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_TRUE(fs::exists(npy));
+    fs::remove(npy);
+  }
+  const std::string data = temp("moe_sft") + ".jsonl";
+  write_file(data, "{\"input_ids\": [1, 5, 9, 12, 7]}\n");
+  // PEFT has no default target modules for qwen3_moe: attention ones train on the CPU (the
+  // router and experts frozen), and the --dry-run with the weights plans it; expert targets
+  // are refused, and so is a plan from config.json alone (no random MoE model to plan on).
+  const std::string run_dir = temp("moe_sft_run");
+  const Result sft = run("sft " + model + " --data " + data + " --out " + run_dir +
+                         " --steps 1 --lora-target-modules q_proj,v_proj");
+  EXPECT_EQ(sft.exit_code, 0) << sft.output;
+  EXPECT_TRUE(fs::exists(run_dir + "/adapter_model.safetensors"));
+  fs::remove_all(run_dir);
+  const Result dry = run("sft " + model + " --data " + data + " --out " + run_dir +
+                         " --steps 1 --lora-target-modules q_proj,v_proj --dry-run");
+  EXPECT_EQ(dry.exit_code, 0) << dry.output;
+  // The experts' adapters too, saved as PEFT names the Hub layout's expert modules.
+  const Result experts = run("sft " + model + " --data " + data + " --out " + run_dir +
+                             " --steps 1 --lora-target-modules q_proj,gate_proj,down_proj");
+  EXPECT_EQ(experts.exit_code, 0) << experts.output;
+  EXPECT_NE(file_bytes(run_dir + "/adapter_model.safetensors")
+                .find("base_model.model.model.layers.0.mlp.experts.3.down_proj.lora_B.weight"),
+            std::string::npos);
+  fs::remove_all(run_dir);
+  const std::string config_only = temp("moe_config_only");
+  fs::create_directories(config_only);
+  fs::copy_file(model + "/config.json", config_only + "/config.json");
+  expect_one_line_error("sft " + config_only + " --data " + data + " --out " + run_dir +
+                            " --steps 1 --lora-target-modules q_proj,v_proj --dry-run",
+                        "has MoE layers, which it cannot make yet");
+  expect_one_line_error("grpo " + config_only + " --data " + data + " --output-dir " +
+                            temp("moe_grpo_run") +
+                            " --rewards '[{\"type\": \"answer_match\"}]' --max-prompt-length "
+                            "16 --lora-target-modules q_proj,v_proj --dry-run --device cuda",
+                        "MoE layers are not supported on CUDA yet");
+  fs::remove_all(config_only);
+  fs::remove_all(run_dir);
+  // GRPO with routing replay: the engine records the experts, the round keeps them through a
+  // checkpoint, the resumed run replays them; on a dense model the key is an error.
+  const std::string tok_from = chat_model(false);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(tok_from + "/" + f, model + "/" + f);
+  const std::string prompts = temp("moe_prompts") + ".jsonl";
+  write_file(prompts,
+             "{\"prompt\": \"hi\", \"answer\": \"x\"}\n{\"prompt\": \"yo\", "
+             "\"answer\": \"y\"}\n");
+  const std::string grpo_dir = temp("moe_grpo_replay");
+  const auto grpo = [&](const std::string& m, const std::string& more) {
+    return run("grpo " + m + " --data " + prompts + " --output-dir " + grpo_dir +
+               " --rewards '[{\"type\": \"answer_match\"}]' --max-prompt-length 16 "
+               "--lora-target-modules q_proj,v_proj --routing-replay true "
+               "--max-completion-length 8 --num-generations 2 --per-device-train-batch-size 2 "
+               "--steps-per-generation 2 --save-steps 1 --seed 1 " +
+               more);
+  };
+  const Result first = grpo(model, "--max-steps 1");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(file_bytes(grpo_dir + "/metrics.jsonl").find("\"routing/replay_fraction_changed\""),
+            std::string::npos);
+  // The round in the run state, a JSON string in the safetensors metadata (quotes escaped).
+  const std::string state = file_bytes(grpo_dir + "/checkpoint-1/trainer_state.safetensors");
+  EXPECT_NE(state.find("routing\\\":[["), std::string::npos);
+  const Result resumed = grpo(model, "--max-steps 2 --resume-from-checkpoint true");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  fs::remove_all(grpo_dir);
+  const Result dense = grpo(tok_from, "--max-steps 1");
+  EXPECT_EQ(dense.exit_code, 1);
+  EXPECT_NE(dense.output.find("routing_replay: the model has no MoE layers"), std::string::npos)
+      << dense.output;
+  fs::remove_all(grpo_dir);
+  fs::remove_all(tok_from);
+  fs::remove(prompts);
+  expect_one_line_error("quantize " + model + " " + temp("moe_q") + " --scheme row",
+                        "FP8 checkpoints of MoE models");
+  expect_one_line_error("logits " + model + " --ids 1 --device cuda --out " + temp("x") + ".npy",
+                        "cuda");
+  fs::remove(data);
+  fs::remove_all(model);
+}
+
 // The training commands: a short SFT run writes PEFT's files, metrics and a config record;
 // bad configs, datasets and values are one-line errors naming the problem.
 // A model directory without tokenizer.json (the goldens) trains on rows of token ids; a text

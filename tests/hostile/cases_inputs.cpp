@@ -1,4 +1,5 @@
-// Hostile inputs: deep JSON, sizes, special files, endless inputs, safetensors headers.
+// Hostile inputs: deep JSON, sizes, special files, endless inputs, safetensors headers, MoE
+// checkpoints.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -578,6 +579,108 @@ std::vector<Case> safetensors_cases() {
          raw.header["model.embed_tokens.weight"]["shape"] = {int64_t{1} << 32, int64_t{1} << 32};
          raw.write(m / "model.safetensors");
          return HostileRun{info(m), error("model.embed_tokens.weight"), {m}};
+       }},
+  };
+}
+
+// ---- MoE checkpoints (the tiny Qwen3-MoE of `fp8rl init`: layer 0 of 4 experts, top-2) ----
+
+namespace {
+
+fs::path init_moe_model(const fs::path& dir) {
+  const ProcessResult r =
+      fp8rl({"init", "--arch", "qwen3-moe", "--preset", "tiny", "--out", dir.string()});
+  if (r.exit_code != 0) throw std::runtime_error("fp8rl init: " + r.out + r.err);
+  return dir;
+}
+
+// A copy of tensor `from` under the name `to` (same dtype and shape).
+void duplicate_tensor(RawSafetensors& raw, const std::string& from, const std::string& to) {
+  raw.header[to] = raw.header[from];
+  raw.data[to] = raw.data[from];
+}
+
+}  // namespace
+
+std::vector<Case> moe_cases() {
+  const std::string e = "model.layers.0.mlp.experts.";
+  return {
+      {"Moe_TopKAboveExpertCount",
+       [](const fs::path& d) {
+         const fs::path m = init_moe_model(d / "model");
+         edit_config(m, [](ojson& c) { c["num_experts_per_tok"] = 9; });
+         return HostileRun{info(m), error("num_experts_per_tok = 9 is outside [1, 4]"), {m}};
+       }},
+      {"Moe_ExpertShapesDisagreeWithConfig",
+       [e](const fs::path& d) {
+         const fs::path m = init_moe_model(d / "model");
+         edit_config(m, [](ojson& c) { c["moe_intermediate_size"] = 95; });
+         return HostileRun{info(m), error("tensor '" + e + "0.gate_proj.weight' has shape"), {m}};
+       }},
+      {"Moe_ExtraExpertTensor",
+       [e](const fs::path& d) {
+         const fs::path m = init_moe_model(d / "model");
+         RawSafetensors raw = RawSafetensors::read(m / "model.safetensors");
+         duplicate_tensor(raw, e + "3.up_proj.weight", e + "4.up_proj.weight");
+         raw.write(m / "model.safetensors");
+         return HostileRun{
+             info(m), error("unexpected tensors (1): " + e + "4.up_proj.weight"), {m}};
+       }},
+      {"Moe_MissingExpertTensor",
+       [e](const fs::path& d) {
+         const fs::path m = init_moe_model(d / "model");
+         RawSafetensors raw = RawSafetensors::read(m / "model.safetensors");
+         raw.header.erase(e + "2.down_proj.weight");
+         raw.data.erase(e + "2.down_proj.weight");
+         raw.write(m / "model.safetensors");
+         return HostileRun{info(m), error("missing tensors (1): " + e + "2.down_proj.weight"), {m}};
+       }},
+      {"Moe_BothExpertLayouts",
+       [e](const fs::path& d) {
+         // A fused down_proj [E, H, I] beside the per-expert tensors: bytes of the right size.
+         const fs::path m = init_moe_model(d / "model");
+         RawSafetensors raw = RawSafetensors::read(m / "model.safetensors");
+         const ojson& one = raw.header[e + "0.down_proj.weight"];
+         raw.header[e + "down_proj"] = one;
+         raw.header[e + "down_proj"]["shape"] = {4, one["shape"][0], one["shape"][1]};
+         raw.data[e + "down_proj"] =
+             std::string(4 * raw.data[e + "0.down_proj.weight"].size(), '\0');
+         raw.write(m / "model.safetensors");
+         return HostileRun{info(m), error("in both layouts: '" + e + "down_proj'"), {m}};
+       }},
+      {"Moe_AdapterExpertShapeDoesNotFit",
+       [e](const fs::path& d) {
+         // A PEFT adapter on the experts' gate_proj (r 4; the experts are [96, 192]) whose
+         // expert 2 has a lora_A of the wrong width.
+         const fs::path m = init_moe_model(d / "model");
+         write_bytes(d / "prompts.jsonl", R"({"prompt_ids": [1]})"
+                                          "\n");
+         fs::create_directories(d / "adapter");
+         write_bytes(d / "adapter" / "adapter_config.json",
+                     R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, )"
+                     R"("target_modules": ["gate_proj"]})");
+         ojson header = ojson::object();
+         std::string body;
+         for (int x = 0; x < 4; ++x)
+           for (const bool b : {false, true}) {
+             const std::string name = "base_model.model." + e + std::to_string(x) +
+                                      ".gate_proj.lora_" + (b ? "B" : "A") + ".weight";
+             const std::vector<int64_t> shape =
+                 b ? std::vector<int64_t>{96, 4} : std::vector<int64_t>{4, x == 2 ? 191 : 192};
+             const size_t bytes = size_t(shape[0] * shape[1]) * 4;
+             header[name] = {{"dtype", "F32"},
+                             {"shape", shape},
+                             {"data_offsets", {body.size(), body.size() + bytes}}};
+             body += std::string(bytes, '\0');
+           }
+         RawSafetensors::write_with_header(d / "adapter" / "adapter_model.safetensors",
+                                           header.dump(), body);
+         std::vector<std::string> args = generate(m, d / "prompts.jsonl", d / "out.jsonl");
+         args.insert(args.end(), {"--adapter", (d / "adapter").string()});
+         return HostileRun{args,
+                           error("tensor 'base_model.model." + e +
+                                 "2.gate_proj.lora_A.weight' has shape [4, 191]"),
+                           {m, d / "prompts.jsonl", d / "adapter"}};
        }},
   };
 }

@@ -182,6 +182,7 @@ std::vector<Case> size_cases();
 std::vector<Case> special_file_cases();
 std::vector<Case> endless_cases();
 std::vector<Case> safetensors_cases();
+std::vector<Case> moe_cases();
 std::vector<Case> template_cases();
 std::vector<Case> destroyed_data_cases();
 std::vector<Case> message_cases();

@@ -17,9 +17,10 @@ namespace {
 
 std::vector<Case> all_cases() {
   std::vector<Case> all;
-  for (auto group : {deep_json_cases(), yaml_cases(), size_cases(), special_file_cases(),
-                     endless_cases(), safetensors_cases(), template_cases(), destroyed_data_cases(),
-                     message_cases(), silent_cases(), fuzz_finding_cases(), control_cases()})
+  for (auto group :
+       {deep_json_cases(), yaml_cases(), size_cases(), special_file_cases(), endless_cases(),
+        safetensors_cases(), moe_cases(), template_cases(), destroyed_data_cases(), message_cases(),
+        silent_cases(), fuzz_finding_cases(), control_cases()})
     all.insert(all.end(), group.begin(), group.end());
   return all;
 }

@@ -128,6 +128,102 @@ TEST(ModelConfig, BadConfigsNameTheProblem) {
   expect_error(json::array(), "top level must be an object");
 }
 
+// Qwen3-MoE: which layers are sparse (mlp_only_layers, decoder_sparse_step, as transformers
+// decides), both spellings of the expert count, and bad values named by their key.
+TEST(ModelConfig, MoeFieldsAndSparseLayers) {
+  json c = preset_config_json("qwen3-moe-tiny");
+  c["num_hidden_layers"] = 4;
+  c["mlp_only_layers"] = {2};
+  c["decoder_sparse_step"] = 1;
+  c["num_experts_per_tok"] = 3;
+  c["norm_topk_prob"] = false;
+  const ModelConfig m = ModelConfig::from_json(c);
+  EXPECT_EQ(m.arch, Arch::qwen3_moe);
+  EXPECT_TRUE(m.qk_norm && m.has_moe());
+  EXPECT_EQ(m.moe.num_experts, 4);
+  EXPECT_EQ(m.moe.top_k, 3);
+  EXPECT_EQ(m.moe.intermediate_size, 96);
+  EXPECT_FALSE(m.moe.norm_topk_prob);
+  const bool want[] = {true, true, false, true};
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(m.layers[size_t(i)].moe, want[i]) << i;
+  // decoder_sparse_step 2: layers 1 and 3 ((i + 1) % 2 == 0), minus mlp_only_layers.
+  c["decoder_sparse_step"] = 2;
+  c["mlp_only_layers"] = {3};
+  const ModelConfig s = ModelConfig::from_json(c);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(s.layers[size_t(i)].moe, i == 1) << i;
+  // transformers 5 spells the expert count num_local_experts; the same config results.
+  json v5 = preset_config_json("qwen3-moe-tiny");
+  v5["num_local_experts"] = v5["num_experts"];
+  v5.erase("num_experts");
+  v5["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1000000.0}};
+  v5.erase("rope_theta");
+  v5.erase("rope_scaling");
+  const ModelConfig a = ModelConfig::from_json(v5);
+  const ModelConfig b = ModelConfig::from_json(preset_config_json("qwen3-moe-tiny"));
+  expect_same(a, b);
+  EXPECT_EQ(a.moe.num_experts, b.moe.num_experts);
+  EXPECT_EQ(a.layers[0].moe, b.layers[0].moe);
+  EXPECT_EQ(a.layers[1].moe, b.layers[1].moe);
+  // No experts: every layer dense, the expert fields unread (transformers' reading).
+  json dense = preset_config_json("qwen3-moe-tiny");
+  dense["num_experts"] = 0;
+  dense.erase("num_experts_per_tok");
+  EXPECT_FALSE(ModelConfig::from_json(dense).has_moe());
+  // Qwen3-MoE has no max_window_layers: use_sliding_window slides every layer.
+  json sliding = preset_config_json("qwen3-moe-tiny");
+  sliding["use_sliding_window"] = true;
+  sliding["sliding_window"] = 8;
+  const ModelConfig w = ModelConfig::from_json(sliding);
+  EXPECT_TRUE(w.layers[0].sliding && w.layers[1].sliding);
+  // YaRN on an MoE config (Qwen3-30B-A3B's model card: factor 4 over 32768 positions).
+  json yarn = preset_config_json("qwen3-moe-tiny");
+  yarn["max_position_embeddings"] = 32768;
+  yarn["rope_scaling"] = {
+      {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  const ModelConfig y = ModelConfig::from_json(yarn);
+  EXPECT_TRUE(y.has_moe() && y.layers[0].moe && !y.layers[1].moe);
+  EXPECT_EQ(y.max_context, 131072);
+  for (const LayerConfig& l : y.layers) EXPECT_EQ(l.rope.type, RopeConfig::Type::yarn);
+}
+
+TEST(ModelConfig, BadMoeFieldsNameTheKey) {
+  const json good = preset_config_json("qwen3-moe-tiny");
+  json c = good;
+  c.erase("num_experts");
+  expect_error(c, "missing required field 'num_experts' (or 'num_local_experts')");
+  c = good;
+  c["num_local_experts"] = 8;
+  expect_error(c, "'num_experts' (4) and 'num_local_experts' (8) disagree");
+  c = good;
+  c["num_experts_per_tok"] = 5;
+  expect_error(c, "num_experts_per_tok = 5 is outside [1, 4]");
+  c = good;
+  c["num_experts_per_tok"] = 0;
+  expect_error(c, "num_experts_per_tok = 0 is outside [1, 4]");
+  c = good;
+  c.erase("num_experts_per_tok");
+  expect_error(c, "missing required field 'num_experts_per_tok'");
+  c = good;
+  c["moe_intermediate_size"] = 0;
+  expect_error(c, "moe_intermediate_size = 0 is outside [1, ");
+  c = good;
+  c["num_experts"] = -1;
+  expect_error(c, "num_experts = -1 is outside [0, 4096]");
+  c = good;
+  c["decoder_sparse_step"] = 0;
+  expect_error(c, "decoder_sparse_step = 0 is outside [1, 4096]");
+  c = good;
+  c["mlp_only_layers"] = {0, 2};
+  expect_error(c, "mlp_only_layers[1] = 2 is not a layer index in [0, 2)");
+  c = good;
+  c["mlp_only_layers"] = "1";
+  expect_error(c, "'mlp_only_layers' must be a list of layer indices");
+  c = good;
+  c["norm_topk_prob"] = 1;
+  expect_error(c, "'norm_topk_prob' must be true or false");
+  EXPECT_NO_THROW(ModelConfig::from_json(good));
+}
+
 // Sizes come from the input: out-of-range values are rejected, with the value and the allowed
 // range, before anything is allocated from them.
 TEST(ModelConfig, AbsurdSizesAreRejectedWithTheirRange) {

@@ -6,6 +6,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
+
 #include "formats/npy.h"
 #include "model_test_util.h"
 #include "tolerances.h"
@@ -51,6 +55,45 @@ std::vector<Case> all_cases() {
 INSTANTIATE_TEST_SUITE_P(AllArchs, Golden, ::testing::ValuesIn(all_cases()), [](const auto& info) {
   return info.param.arch + "_" + info.param.scheme;
 });
+
+// Qwen3-MoE against HF (tools/goldens/make_goldens.py --only qwen3_moe): the same tiny random
+// model as the Hub stores it (qwen3_moe: experts.E.{gate,up,down}_proj) and as transformers 5
+// fuses it (qwen3_moe_fused: experts.gate_up_proj, experts.down_proj), fp32 logits only (the
+// FP8 emulation of the goldens script covers nn.Linear modules, not fused experts).
+class MoeGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoeGolden, LogitsMatchTransformers) {
+  const std::string arch = GetParam();
+  if (!std::filesystem::exists(golden_dir(arch) + "/logits_fp32.npy"))
+    GTEST_SKIP() << "no golden " << golden_dir(arch)
+                 << ": make it with tools/goldens/run_moe_goldens.sh";
+  const Model m = Model::load(golden_dir(arch));
+  ASSERT_TRUE(m.config().has_moe());
+  const Tensor ours = prefill_logits(m, golden_ids(arch));
+  const Tensor ref = read_npy(golden_dir(arch) + "/logits_fp32.npy");
+  const double err = rel_max_diff(ours, ref);
+  EXPECT_LE(err, kHfFp32Logits) << arch;
+  EXPECT_GE(top1_agreement(ours, ref), 0.95);
+  std::printf("%s rel_max_diff %.3g\n", arch.c_str(), err);
+  // Control: the routing matters at this bound (the same weights routed top-1).
+  namespace fs = std::filesystem;
+  const fs::path top1 =
+      fs::temp_directory_path() / ("fp8rl_moe_top1_" + std::to_string(::getpid()));
+  fs::remove_all(top1);
+  fs::create_directories(top1);
+  fs::create_symlink(fs::absolute(golden_dir(arch) + "/model.safetensors"),
+                     top1 / "model.safetensors");
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(golden_dir(arch) + "/config.json"));
+  ASSERT_GT(m.config().moe.top_k, 1);
+  config["num_experts_per_tok"] = 1;
+  std::ofstream(top1 / "config.json") << config.dump();
+  const double off =
+      rel_max_diff(prefill_logits(Model::load(top1.string()), golden_ids(arch)), ref);
+  fs::remove_all(top1);
+  EXPECT_GT(off, 100 * kHfFp32Logits) << arch;
+}
+
+INSTANTIATE_TEST_SUITE_P(Moe, MoeGolden, ::testing::Values("qwen3_moe", "qwen3_moe_fused"));
 
 // The FP8 schemes really change the numbers (the test above would pass vacuously if the
 // scheme were ignored): FP8 logits differ from fp32 by far more than the golden bound.

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rng.h"
 #include "ops/backward.h"
 #include "ops/memory.h"
 #include "ops/ops.h"
@@ -899,5 +900,209 @@ TEST(BackwardDryRun, TakesScratchAndTouchesNothing) {
   EXPECT_GE(measuring.high_water(), size_t(p.chunk_rows * v * 4));
   EXPECT_EQ(measuring.mark(), 0u);
 }
+
+// ---- Mixture of experts -------------------------------------------------------------------
+
+// moe_route + moe_experts with f32 weights, L = sum c * out, against an fp64 MoE forward with
+// the op's expert choice held (the top-k choice is piecewise constant: no gradient of its own;
+// the inputs keep every token's k-th and (k+1)-th probabilities apart by far more than h moves
+// them). Both backward ops together give dx; the negative control drops the router's term
+// (the gradient through the routing weights' softmax).
+class MoeBackward : public Fixture, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(MoeBackward, ExpertsAndRouterMatchFiniteDifferences) {
+  const bool normalize = GetParam();
+  const int64_t t = 6, h = 12, inter = 8, ne = 4, k = 2;
+  const Tensor x = uniform({t, h}, 31, 1.0f), c_t = uniform({t, h}, 32, 1.0f);
+  const Tensor wr = uniform({ne, h}, 33, 1.0f), wg = uniform({ne, inter, h}, 34, 0.5f),
+               wu = uniform({ne, inter, h}, 35, 0.5f), wd = uniform({ne, h, inter}, 36, 0.5f);
+  MoeWeights w;
+  w.router.weight = wr.view();
+  w.gate.weight = wg.view();
+  w.up.weight = wu.view();
+  w.down.weight = wd.view();
+  Tensor weights = Tensor::empty({t, k}, DType::f32), ids = Tensor::empty({t, k}, DType::i32);
+  Tensor out = Tensor::empty({t, h}, DType::f32);
+  ops::moe_route(ctx, x, w.router, normalize, weights, ids);
+  ops::moe_experts(ctx, x, w, ops::GatedActivation::silu, weights, ids, out);
+  Vec xv = to_vec(x);
+  const Vec c = to_vec(c_t), r = to_vec(wr), g = to_vec(wg), u = to_vec(wu), d = to_vec(wd);
+  const int32_t* chosen = ids.view().ptr<const int32_t>();
+  double min_gap = INFINITY;  // between each token's k-th and (k+1)-th probability
+  const auto fwd = [&] {
+    Vec y(size_t(t * h), 0.0);
+    for (int64_t i = 0; i < t; ++i) {
+      Vec p(static_cast<size_t>(ne));
+      double m = -INFINITY, sum = 0.0, kept = 0.0;
+      for (int64_t e = 0; e < ne; ++e) {
+        double z = 0.0;
+        for (int64_t j = 0; j < h; ++j) z += xv[size_t(i * h + j)] * r[size_t(e * h + j)];
+        p[size_t(e)] = z;
+        m = std::max(m, z);
+      }
+      for (double& v : p) sum += (v = std::exp(v - m));
+      for (double& v : p) v /= sum;
+      Vec sorted = p;
+      std::sort(sorted.rbegin(), sorted.rend());
+      min_gap = std::min(min_gap, sorted[size_t(k - 1)] - sorted[size_t(k)]);
+      for (int64_t s = 0; s < k; ++s) kept += p[size_t(chosen[i * k + s])];
+      for (int64_t s = 0; s < k; ++s) {
+        const int64_t e = chosen[i * k + s];
+        const double ws = normalize ? p[size_t(e)] / kept : p[size_t(e)];
+        Vec a(static_cast<size_t>(inter));
+        for (int64_t n = 0; n < inter; ++n) {
+          double gn = 0.0, un = 0.0;
+          for (int64_t j = 0; j < h; ++j) {
+            gn += g[size_t((e * inter + n) * h + j)] * xv[size_t(i * h + j)];
+            un += u[size_t((e * inter + n) * h + j)] * xv[size_t(i * h + j)];
+          }
+          a[size_t(n)] = silu64(gn) * un;
+        }
+        for (int64_t j = 0; j < h; ++j) {
+          double yj = 0.0;
+          for (int64_t n = 0; n < inter; ++n)
+            yj += d[size_t((e * h + j) * inter + n)] * a[size_t(n)];
+          y[size_t(i * h + j)] += ws * yj;
+        }
+      }
+    }
+    return y;
+  };
+  EXPECT_LE(rel_err(out, fwd()), forward_f32_bound(h + inter));
+  ASSERT_GT(min_gap, 1e-2);  // far beyond what h = 1e-4 on x moves a probability
+  Tensor dx = Tensor::empty({t, h}, DType::f32), dw = Tensor::empty({t, k}, DType::f32);
+  ops::moe_experts_backward(ctx, x, w, ops::GatedActivation::silu, weights, ids, c_t, dx, dw);
+  const Tensor experts_only = copy_of(dx);
+  ops::moe_route_backward(ctx, x, w.router, normalize, ids, dw, dx);
+  const Vec fd = fd_grad(xv, [&] { return dot(c, fwd()); });
+  const int64_t n = 2 * inter * k + h + ne;
+  const double err = rel_err(dx, fd);
+  EXPECT_LE(err, backward_grad_bound(n));
+  std::printf("moe (normalize %d): dx %.3g\n", int(normalize), err);
+  expect_fails(rel_err(experts_only, fd), backward_grad_bound(n));
+}
+
+INSTANTIATE_TEST_SUITE_P(Normalize, MoeBackward, ::testing::Values(true, false));
+
+// LoRA on the experts (A [E, r, K], B [E, N, r] per projection), without and with dropout:
+// moe_experts_backward's dx and every adapter gradient against central differences of an fp64
+// forward with the routing held (and each expert's dropout mask, taken from lora_dropout on
+// ones with the expert's stream). Negative control: the dx of the backward without the
+// adapters (their terms dropped).
+class MoeExpertLoraBackward : public Fixture, public ::testing::WithParamInterface<float> {};
+
+TEST_P(MoeExpertLoraBackward, MatchesFiniteDifferences) {
+  const float p_drop = GetParam();
+  const int64_t t = 5, h = 10, inter = 6, ne = 3, k = 2, r = 2;
+  const float scale = 1.5f;
+  const Tensor x = uniform({t, h}, 41, 1.0f), c_t = uniform({t, h}, 42, 1.0f);
+  const Tensor wr = uniform({ne, h}, 43, 1.0f), wg = uniform({ne, inter, h}, 44, 0.5f),
+               wu = uniform({ne, inter, h}, 45, 0.5f), wd = uniform({ne, h, inter}, 46, 0.5f);
+  Tensor ag = uniform({ne, r, h}, 47, 0.5f), bg = uniform({ne, inter, r}, 48, 0.5f);
+  Tensor au = uniform({ne, r, h}, 49, 0.5f), bu = uniform({ne, inter, r}, 50, 0.5f);
+  Tensor ad = uniform({ne, r, inter}, 51, 0.5f), bd = uniform({ne, h, r}, 52, 0.5f);
+  MoeWeights w;
+  w.router.weight = wr.view();
+  w.gate.weight = wg.view();
+  w.up.weight = wu.view();
+  w.down.weight = wd.view();
+  const ops::LoraDropout dg{p_drop, 101}, du{p_drop, 102}, dd{p_drop, 103};
+  const MoeLora lora{{ag.view(), bg.view(), scale},
+                     {au.view(), bu.view(), scale},
+                     {ad.view(), bd.view(), scale},
+                     dg,
+                     du,
+                     dd};
+  Tensor weights = Tensor::empty({t, k}, DType::f32), ids = Tensor::empty({t, k}, DType::i32);
+  Tensor out = Tensor::empty({t, h}, DType::f32);
+  ops::moe_route(ctx, x, w.router, true, weights, ids);
+  ops::moe_experts(ctx, x, w, ops::GatedActivation::silu, weights, ids, out, lora);
+  const Vec c = to_vec(c_t), g = to_vec(wg), u = to_vec(wu), d = to_vec(wd);
+  Vec xv = to_vec(x), wv = to_vec(weights);
+  Vec agv = to_vec(ag), bgv = to_vec(bg), auv = to_vec(au), buv = to_vec(bu), adv = to_vec(ad),
+      bdv = to_vec(bd);
+  const int32_t* chosen = ids.view().ptr<const int32_t>();
+  // Each (token, slot)'s row among its expert's rows (token order), and the experts' masks.
+  std::vector<int64_t> local(size_t(t * k)), rows(size_t(ne), 0);
+  for (int64_t q = 0; q < t * k; ++q) local[size_t(q)] = rows[size_t(chosen[q])]++;
+  const auto masks = [&](const ops::LoraDropout& drop, int64_t cols) {
+    std::vector<Vec> m;
+    for (int64_t e = 0; e < ne; ++e) {
+      Tensor ones = Tensor::empty({std::max<int64_t>(rows[size_t(e)], 1), cols}, DType::f32);
+      std::fill(ones.ptr<float>(), ones.ptr<float>() + ones.numel(), 1.0f);
+      Tensor mk = Tensor::empty(ones.view().shape, DType::f32);
+      ops::lora_dropout(ctx, ones, {drop.p, rng_key(drop.seed, uint64_t(e))}, mk);
+      m.push_back(to_vec(mk));
+    }
+    return m;
+  };
+  const std::vector<Vec> mg = masks(dg, h), mu = masks(du, h), md = masks(dd, inter);
+  // y = W v + scale B (A (mask * v)) for expert e of a projection [n, kk] with rank r.
+  const auto proj = [&](const Vec& W, const Vec& A, const Vec& B, int64_t e, int64_t n, int64_t kk,
+                        const double* v, const double* mask, double* y) {
+    Vec av(static_cast<size_t>(r), 0.0);
+    for (int64_t j = 0; j < r; ++j)
+      for (int64_t q = 0; q < kk; ++q)
+        av[size_t(j)] += A[size_t((e * r + j) * kk + q)] * v[q] * mask[q];
+    for (int64_t o = 0; o < n; ++o) {
+      double acc = 0.0;
+      for (int64_t q = 0; q < kk; ++q) acc += W[size_t((e * n + o) * kk + q)] * v[q];
+      for (int64_t j = 0; j < r; ++j) acc += scale * B[size_t((e * n + o) * r + j)] * av[size_t(j)];
+      y[o] = acc;
+    }
+  };
+  // The routing weights held at the op's values (their gradient is the router's, tested above).
+  const auto fwd = [&] {
+    Vec y(size_t(t * h), 0.0);
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t s = 0; s < k; ++s) {
+        const int64_t e = chosen[i * k + s], row = local[size_t(i * k + s)];
+        Vec gv(static_cast<size_t>(inter)), uv(static_cast<size_t>(inter)),
+            a(static_cast<size_t>(inter)), ye(static_cast<size_t>(h));
+        proj(g, agv, bgv, e, inter, h, xv.data() + i * h, mg[size_t(e)].data() + row * h,
+             gv.data());
+        proj(u, auv, buv, e, inter, h, xv.data() + i * h, mu[size_t(e)].data() + row * h,
+             uv.data());
+        for (int64_t n = 0; n < inter; ++n) a[size_t(n)] = silu64(gv[size_t(n)]) * uv[size_t(n)];
+        proj(d, adv, bdv, e, h, inter, a.data(), md[size_t(e)].data() + row * inter, ye.data());
+        for (int64_t j = 0; j < h; ++j)
+          y[size_t(i * h + j)] += wv[size_t(i * k + s)] * ye[size_t(j)];
+      }
+    return y;
+  };
+  EXPECT_LE(rel_err(out, fwd()), forward_f32_bound(h + inter));
+  Tensor dx = Tensor::empty({t, h}, DType::f32), dw = Tensor::empty({t, k}, DType::f32);
+  Tensor gag = Tensor::zeros(ag.view().shape, DType::f32),
+         gbg = Tensor::zeros(bg.view().shape, DType::f32);
+  Tensor gau = Tensor::zeros(au.view().shape, DType::f32),
+         gbu = Tensor::zeros(bu.view().shape, DType::f32);
+  Tensor gad = Tensor::zeros(ad.view().shape, DType::f32),
+         gbd = Tensor::zeros(bd.view().shape, DType::f32);
+  const ops::MoeLoraGrads grads{gag.view(), gbg.view(), gau.view(),
+                                gbu.view(), gad.view(), gbd.view()};
+  ops::moe_experts_backward(ctx, x, w, ops::GatedActivation::silu, weights, ids, c_t, dx, dw, lora,
+                            grads);
+  const auto loss = [&] { return dot(c, fwd()); };
+  const int64_t n = 2 * inter * k + h + 2 * r;
+  const double bound = backward_grad_bound(n);
+  const struct {
+    const char* name;
+    const Tensor& got;
+    Vec& param;
+  } checks[] = {{"dx", dx, xv},     {"gate A", gag, agv}, {"gate B", gbg, bgv}, {"up A", gau, auv},
+                {"up B", gbu, buv}, {"down A", gad, adv}, {"down B", gbd, bdv}};
+  for (const auto& ch : checks) {
+    const double err = rel_err(ch.got, fd_grad(ch.param, loss));
+    EXPECT_LE(err, bound) << ch.name;
+    std::printf("moe lora (dropout %.1f) %s: %.3g\n", p_drop, ch.name, err);
+  }
+  // Negative control: the backward without the adapters gives the frozen experts' dx only.
+  Tensor dx_frozen = Tensor::empty({t, h}, DType::f32);
+  ops::moe_experts_backward(ctx, x, w, ops::GatedActivation::silu, weights, ids, c_t, dx_frozen,
+                            dw);
+  expect_fails(rel_err(dx_frozen, fd_grad(xv, loss)), bound);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dropout, MoeExpertLoraBackward, ::testing::Values(0.0f, 0.3f));
 
 }  // namespace

@@ -23,6 +23,7 @@ that keeps the adapter in bf16 or in fp32 sees the same numbers.
 Usage (needs torch, transformers, peft; everything runs on the CPU in fp32):
     python3 tools/goldens/make_generate_goldens.py tests/data/goldens OUT_DIR
     python3 tools/goldens/make_generate_goldens.py --dry-run tests/data/goldens OUT_DIR
+    python3 tools/goldens/make_generate_goldens.py --archs qwen3_moe --summary S.json GOLDENS OUT
 The dry run needs only numpy: it checks the checkpoints, ids and tensor names, draws the
 prompts and writes OUT_DIR/generate_plan.json. tools/goldens/run_generate_goldens.sh wraps the
 real run for the GPU machine.
@@ -59,7 +60,17 @@ def lora_settings(arch):
         s.update(r=8, lora_alpha=16, use_rslora=True)
     elif arch == "llama":
         s.update(target_modules=["q_proj", "v_proj", "down_proj"])
+    elif arch == "qwen3_moe":  # fp8rl has no LoRA on experts yet: attention only
+        s.update(target_modules=list(LINEARS[:4]))
     return s
+
+
+def moe_layer(cfg, layer):
+    """Whether `layer`'s MLP is a mixture of experts, as transformers decides it."""
+    experts = cfg.get("num_experts", cfg.get("num_local_experts", 0)) or 0
+    step = cfg.get("decoder_sparse_step", 1) or 1
+    return (layer not in (cfg.get("mlp_only_layers") or []) and experts > 0
+            and (layer + 1) % step == 0)
 
 
 def lora_scale(s):
@@ -113,6 +124,8 @@ def check_arch_dir(d):
     for layer in range(cfg["num_hidden_layers"]):
         for name in LINEARS:
             part = "self_attn" if name in LINEARS[:4] else "mlp"
+            if part == "mlp" and moe_layer(cfg, layer):
+                name = "gate"  # the router; the experts are in either layout
             key = f"model.layers.{layer}.{part}.{name}.weight"
             if key not in tensors:
                 raise SystemExit(f"{d}/model.safetensors lacks {key}")
@@ -124,9 +137,9 @@ def check_arch_dir(d):
     return cfg, ids
 
 
-def dry_run(goldens, out):
+def dry_run(goldens, out, archs=ARCHS):
     plan = {"prompt_lens": PROMPT_LENS, "new_tokens": NEW_TOKENS, "archs": {}}
-    for arch in ARCHS:
+    for arch in archs:
         cfg, ids = check_arch_dir(os.path.join(goldens, arch))
         s = lora_settings(arch)
         plan["archs"][arch] = {"vocab": cfg["vocab_size"], "ids_len": len(ids),
@@ -158,6 +171,10 @@ def load_model(path):
         print("WARNING: dtype ignored by from_pretrained, upcasting", flush=True)
         model = model.float()
     model.eval()
+    try:  # MoE (transformers 5): the reference loop over the experts hit
+        model.config._experts_implementation = "eager"
+    except AttributeError:
+        pass
     # Greedy decoding with no end-of-sequence: every prompt yields NEW_TOKENS tokens and no
     # logits processor (min_new_tokens would mask eos) changes the argmax.
     model.generation_config.eos_token_id = None
@@ -370,11 +387,12 @@ def main():
     ap.add_argument("out", help="output root: OUT/<arch>/... and OUT/generate_summary.json")
     ap.add_argument("--dry-run", action="store_true", help="validate inputs without torch")
     ap.add_argument("--archs", default=",".join(ARCHS))
+    ap.add_argument("--summary", default="generate_summary.json", help="summary file in OUT")
     args = ap.parse_args()
     if os.path.abspath(args.goldens) == os.path.abspath(args.out):
         raise SystemExit("OUT must differ from GOLDENS_DIR: the committed goldens stay untouched")
     if args.dry_run:
-        return dry_run(args.goldens, args.out)
+        return dry_run(args.goldens, args.out, args.archs.split(","))
     # The GPU machine has no network: never let a library wait on the hub.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -392,7 +410,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     for arch in args.archs.split(","):
         run_arch(args.goldens, args.out, arch, summary)
-    with open(os.path.join(args.out, "generate_summary.json"), "w") as f:
+    with open(os.path.join(args.out, args.summary), "w") as f:
         json.dump(summary, f, indent=1)
     print(json.dumps(summary, indent=1))
 

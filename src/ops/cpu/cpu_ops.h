@@ -8,6 +8,7 @@
 // the same as without rounding, so the two modes differ by the roundings only.
 #pragma once
 
+#include "ops/backward.h"
 #include "ops/ops.h"
 #include "ops/sampling.h"
 
@@ -68,6 +69,21 @@ void gated_quant(Arena& scratch, const TensorView& gate, const TensorView& up, i
 void dequantize(const QuantizedActivation& q, const TensorView& out, Rounding r);
 void linear(Arena& scratch, const QuantizedActivation& x, const LinearWeight& w,
             const TensorView& out, Output kind, Rounding r);
+
+// Mixture of experts (moe.cpp); operands checked by ops.cpp.
+void moe_route(Arena& scratch, const TensorView& x, const LinearWeight& router, bool normalize,
+               const TensorView& weights, const TensorView& experts, bool replay,
+               const TensorView& chosen, Rounding r);
+void moe_experts(Arena& scratch, const TensorView& x, const MoeWeights& w, GatedActivation act,
+                 const TensorView& weights, const TensorView& experts, const TensorView& out,
+                 const MoeLora& lora, Rounding r);
+void moe_experts_backward(Arena& scratch, const TensorView& x, const MoeWeights& w,
+                          GatedActivation act, const TensorView& weights, const TensorView& experts,
+                          const TensorView& dout, const TensorView& dx, const TensorView& d_weights,
+                          const MoeLora& lora, const MoeLoraGrads& grads);
+void moe_route_backward(Arena& scratch, const TensorView& x, const LinearWeight& router,
+                        bool normalize, const TensorView& experts, const TensorView& d_weights,
+                        const TensorView& dx);
 
 // The sampler (sampling.cpp); operands checked by ops/sampling.cpp.
 void sample(Arena& scratch, const TensorView& logits, const TensorView& rows,
