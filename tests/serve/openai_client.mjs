@@ -240,7 +240,9 @@ try {
 // SIGTERM: a clean stop.
 const stopping = Date.now();
 server.kill("SIGTERM");
-const end = await Promise.race([exited, new Promise((r) => setTimeout(() => r(null), 15000))]);
+let timer;
+const end = await Promise.race([exited, new Promise((r) => (timer = setTimeout(() => r(null), 15000)))]);
+clearTimeout(timer);
 process.stderr.write(`SIGTERM: stopped in ${Date.now() - stopping} ms\n`);
 check(end && end.code === 0, `SIGTERM: ${JSON.stringify(end)}; stderr:\n${stderr}`);
 if (!end) server.kill("SIGKILL");
