@@ -717,10 +717,6 @@ void Engine::Impl::admit(RequestTable& states, int64_t index, const GenerationRe
   rs.index = index;
   if (!p.ignore_eos) rs.stop_ids = eos;
   rs.stop_ids.insert(rs.stop_ids.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
-  // Each sample's state and output are host memory: an absurd n is named, not "out of
-  // memory".
-  check_host_bytes(size_t(p.n) * (sizeof(SampleState) + sizeof(CompletionOutput)),
-                   fmt::format("request {}: n = {} samples", index, p.n));
   rs.samples.resize(size_t(p.n));
   for (SampleState& st : rs.samples)
     if (tokenizer) st.decoder = std::make_unique<tok::IncrementalDecoder>(*tokenizer, true);
@@ -883,6 +879,10 @@ void Engine::Impl::validate(const GenerationRequest& req) const {
   const Impl& im = *this;
   const SamplingParams& p = req.params;
   validate_request(req, im.model.config());
+  // Each sample's state and output are host memory: an absurd n is named, not "out of
+  // memory".
+  check_host_bytes(size_t(p.n) * (sizeof(SampleState) + sizeof(CompletionOutput)),
+                   fmt::format("n = {} samples", p.n));
   const int64_t total = int64_t(req.prompt_ids.size()) + p.max_tokens;
   CHECK(im.sched->fits_ever(total),
         "a prompt of {} tokens plus max_tokens {} can never fit the KV pool of {} blocks of {} "
