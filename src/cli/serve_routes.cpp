@@ -44,11 +44,16 @@ int64_t unix_seconds() {
 }
 
 // Response ids: a random prefix per server and a counter, unique within and across runs.
-std::string next_id(const char* prefix) {
-  static const uint64_t run = std::random_device{}();
-  static std::atomic<uint64_t> counter{0};
-  return fmt::format("{}-{:08x}{:08x}", prefix, uint32_t(run), uint32_t(counter++));
-}
+class ResponseIds {
+ public:
+  std::string next(const char* prefix) {
+    return fmt::format("{}-{:08x}{:08x}", prefix, run_, uint32_t(counter_++));
+  }
+
+ private:
+  const uint32_t run_ = std::random_device{}();
+  std::atomic<uint64_t> counter_{0};
+};
 
 void check_key(const ServeContext& c, const httplib::Request& req) {
   if (c.api_key.empty()) return;
@@ -120,15 +125,15 @@ struct Stream {
   bool started = false;
 };
 
-void complete(const ServeContext& c, const httplib::Request& http, httplib::Response& res,
-              serve::Endpoint endpoint) {
+void complete(const ServeContext& c, ResponseIds& ids, const httplib::Request& http,
+              httplib::Response& res, serve::Endpoint endpoint) {
   check_key(c, http);
   auto s = std::make_shared<Stream>();
   s->prepared = prepare(c, http, endpoint);
   const serve::ApiRequest& api = s->prepared.api;
   serve::ShaperOptions so;
   so.request = &api;
-  so.id = next_id(endpoint == serve::Endpoint::chat ? "chatcmpl" : "cmpl");
+  so.id = ids.next(endpoint == serve::Endpoint::chat ? "chatcmpl" : "cmpl");
   so.created = unix_seconds();
   so.parts = int(s->prepared.requests.size());
   so.prompt_tokens = s->prepared.prompt_tokens;
@@ -203,12 +208,14 @@ httplib::Server::Handler guarded(F f) {
 
 void add_serve_routes(httplib::Server& server, const ServeContext& ctx) {
   const ServeContext* c = &ctx;
+  auto ids = std::make_shared<ResponseIds>();
   server.Post("/v1/chat/completions",
-              guarded([c](const httplib::Request& req, httplib::Response& res) {
-                complete(*c, req, res, serve::Endpoint::chat);
+              guarded([c, ids](const httplib::Request& req, httplib::Response& res) {
+                complete(*c, *ids, req, res, serve::Endpoint::chat);
               }));
-  server.Post("/v1/completions", guarded([c](const httplib::Request& req, httplib::Response& res) {
-                complete(*c, req, res, serve::Endpoint::completions);
+  server.Post("/v1/completions",
+              guarded([c, ids](const httplib::Request& req, httplib::Response& res) {
+                complete(*c, *ids, req, res, serve::Endpoint::completions);
               }));
   server.Get("/v1/models", guarded([c](const httplib::Request& req, httplib::Response& res) {
                check_key(*c, req);
