@@ -227,11 +227,13 @@ void add_serve_routes(httplib::Server& server, const ServeContext& ctx) {
                                   {"owned_by", "fp8rl"},
                                   {"max_model_len", c->max_context}}}}});
              }));
-  // Liveness and load: the sequences the engine holds and the requests being answered.
+  // Liveness and load: the sequences the engine holds, the requests being answered, and those
+  // aborted so far (clients gone mid-answer).
   server.Get("/health", [c](const httplib::Request&, httplib::Response& res) {
     send_json(res, {{"status", "ok"},
                     {"live_sequences", c->queue->live_sequences()},
-                    {"live_requests", c->queue->live_requests()}});
+                    {"live_requests", c->queue->live_requests()},
+                    {"aborted_requests", c->queue->aborted_requests()}});
   });
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (res.status == 404 && res.body.empty())

@@ -87,7 +87,10 @@ bool RequestQueue::poll(bool idle, int64_t live_sequences, std::vector<Arrival>&
   }
   submitted_.clear();
   for (int64_t id : aborted_)
-    if (routes_.erase(id) != 0) aborted.push_back(id);
+    if (routes_.erase(id) != 0) {
+      aborted.push_back(id);
+      ++aborted_requests_;
+    }
   aborted_.clear();
   live_requests_ = int64_t(routes_.size());
   return !stop_;

@@ -72,6 +72,8 @@ class RequestQueue : public RequestFeed {
   void stop();  // ends serve() (as a signal does)
   int64_t live_sequences() const { return live_sequences_.load(); }
   int64_t live_requests() const { return live_requests_.load(); }
+  // Requests aborted while the engine was running them (a client gone mid-stream).
+  int64_t aborted_requests() const { return aborted_requests_.load(); }
 
   // The engine's thread (RequestFeed).
   bool poll(bool idle, int64_t live_sequences, std::vector<Arrival>& arrived,
@@ -102,7 +104,7 @@ class RequestQueue : public RequestFeed {
   bool stop_ = false;
   int64_t next_id_ = 0;
   std::unordered_map<int64_t, Route> routes_;  // the engine's thread only
-  std::atomic<int64_t> live_sequences_{0}, live_requests_{0};
+  std::atomic<int64_t> live_sequences_{0}, live_requests_{0}, aborted_requests_{0};
 };
 
 }  // namespace fp8rl::serve

@@ -2,9 +2,9 @@
 // the CPU with a tiny random model made here (the qwen3 golden's weights, a byte-level
 // tokenizer, a chat template that renders tools). Checks chat, streaming, n > 1, logprobs,
 // tools reaching the template, OpenAI's errors (400, 401, 404), /v1/completions, /v1/models,
-// then a bounded load: 64 concurrent streaming clients, 16 of them disconnecting mid-stream;
-// every other client gets a whole answer and the server's live sequences return to 0. Ends
-// with SIGTERM, which must stop the server cleanly.
+// then a bounded load: 64 concurrent streaming clients, 16 of them disconnecting mid-stream
+// (each counted as an abort); every other client gets a whole answer and the server's live
+// sequences return to 0. Ends with SIGTERM, which must stop the server cleanly.
 //   node openai_client.mjs --fp8rl BIN --golden DIR --tokenizer FILE --work DIR
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
@@ -201,13 +201,13 @@ try {
 
   // Load: 64 concurrent streaming clients; 16 disconnect after their third chunk while asking
   // for far more tokens than the others. Every other client gets a whole answer (a finish
-  // reason and usage), and the live sequences return to 0.
+  // reason and usage), each client that left is aborted, and the live sequences return to 0.
   const started = Date.now();
   const clients = Array.from({ length: 64 }, async (_, i) => {
     const leaves = i % 4 === 0;
     const s = await client.chat.completions.create({
       model: "tiny", messages: user(`client ${i}`), temperature: 1, seed: i, stream: true,
-      stream_options: { include_usage: true }, max_tokens: leaves ? 200 : 16, ignore_eos: leaves });
+      stream_options: { include_usage: true }, max_tokens: leaves ? 220 : 16, ignore_eos: leaves });
     let chunks = 0, fin = null, use = null;
     for await (const chunk of s) {
       if (chunk.usage) use = chunk.usage;
@@ -231,6 +231,8 @@ try {
     h = await health();
   }
   check(h.status === "ok" && h.live_sequences === 0 && h.live_requests === 0, `after load: ${JSON.stringify(h)}`);
+  // Each client that left reached the engine as an abort of its live request.
+  check(h.aborted_requests === 16, `aborted requests ${h.aborted_requests}, 16 clients left`);
   process.stderr.write(`load: 64 clients in ${Date.now() - started} ms\n`);
 } catch (e) {
   failures++;

@@ -80,6 +80,7 @@ TEST(RequestQueue, AbortReachesTheEngineAndStopEndsIt) {
   std::vector<int64_t> aborted;
   EXPECT_TRUE(q.poll(false, 5, arrived, aborted));
   EXPECT_EQ(aborted, (std::vector<int64_t>{ids[0], ids[1]}));
+  EXPECT_EQ(q.aborted_requests(), 2);
   EXPECT_EQ(q.live_requests(), 1);
   EXPECT_EQ(q.live_sequences(), 5);
   // An aborted request's late tokens go nowhere.
