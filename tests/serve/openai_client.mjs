@@ -239,6 +239,16 @@ try {
   process.stderr.write(`FAIL ${e.stack}\n`);
 }
 
+// A second server on the same port fails and says so (no silent sharing of the port).
+const second = spawn(fp8rl, ["serve", model, "--port", String(port)], { stdio: ["ignore", "pipe", "pipe"] });
+let secondErr = "";
+second.stderr.on("data", (d) => (secondErr += d));
+const secondTimer = setTimeout(() => second.kill("SIGKILL"), 30000);  // it must not serve
+const secondEnd = await new Promise((resolve) => second.on("exit", (code) => resolve(code)));
+clearTimeout(secondTimer);
+check(secondEnd === 1 && /cannot listen on 127\.0\.0\.1:\d+/.test(secondErr),
+      `second server on the port: exit ${secondEnd}, ${secondErr}`);
+
 // SIGTERM: a clean stop.
 const stopping = Date.now();
 server.kill("SIGTERM");
