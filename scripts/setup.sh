@@ -12,6 +12,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libpcre2-dev libfmt-dev libyaml-cpp-dev
   libprotobuf-dev protobuf-compiler libisal-dev  # TensorBoard event files (report_to)
   libedit-dev  # fp8rl chat: line editing and history at a terminal
+  libcpp-httplib-dev  # fp8rl serve: the HTTP server
   python3  # the demo's summary and its held-out evaluation (tools/demo/eval_demo_model.py)
 )
 if [ $minimal -eq 0 ]; then

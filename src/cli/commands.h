@@ -22,5 +22,6 @@ void add_sft_command(CLI::App& app);
 void add_grpo_command(CLI::App& app);
 void add_dpo_command(CLI::App& app);
 void add_report_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace fp8rl::cli

@@ -69,8 +69,14 @@ std::vector<int32_t> ModelText::encode_text(const std::string& text) const {
   return require_tokenizer("a text prompt").encode(text, /*add_special=*/true);
 }
 
+const std::string& ModelText::chat_template_source() const {
+  if (!chat_) chat_ = std::make_unique<ChatTemplateConfig>(load_chat_template_config(dir_));
+  return chat_->source;
+}
+
 std::string ModelText::render_chat(const nlohmann::ordered_json& messages,
-                                   const nlohmann::ordered_json& kwargs) const {
+                                   const nlohmann::ordered_json& kwargs,
+                                   const nlohmann::ordered_json& tools) const {
   require_tokenizer("a chat (messages)");
   CHECK(messages.is_array(), "messages must be a list of {{role, content}} objects");
   CHECK(kwargs.is_null() || kwargs.is_object(),
@@ -80,6 +86,7 @@ std::string ModelText::render_chat(const nlohmann::ordered_json& messages,
   ChatRequest req;
   req.messages = messages;
   req.add_generation_prompt = true;
+  req.tools = tools;
   req.variables = chat_template_kwargs_;
   if (kwargs.is_object())
     for (const auto& [key, value] : kwargs.items()) req.variables[key] = value;
@@ -87,9 +94,10 @@ std::string ModelText::render_chat(const nlohmann::ordered_json& messages,
 }
 
 std::vector<int32_t> ModelText::encode_chat(const nlohmann::ordered_json& messages,
-                                            const nlohmann::ordered_json& kwargs) const {
+                                            const nlohmann::ordered_json& kwargs,
+                                            const nlohmann::ordered_json& tools) const {
   // The template wrote the special tokens itself.
-  return tokenizer_->encode(render_chat(messages, kwargs), /*add_special=*/false);
+  return tokenizer_->encode(render_chat(messages, kwargs, tools), /*add_special=*/false);
 }
 
 ModelSession::ModelSession(const SessionOptions& options)

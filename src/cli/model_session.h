@@ -99,10 +99,16 @@ class ModelText {
   // the generation prompt -> the rendered text, then its ids (the template wrote the special
   // tokens itself, so none are added). The template's extra variables: the session's
   // --chat-template-kwargs, then `kwargs` (a request's own; null: none) over them.
+  // `tools`: the template's tools variable (OpenAI's function list; null: none).
   std::string render_chat(const nlohmann::ordered_json& messages,
-                          const nlohmann::ordered_json& kwargs = nullptr) const;
+                          const nlohmann::ordered_json& kwargs = nullptr,
+                          const nlohmann::ordered_json& tools = nullptr) const;
   std::vector<int32_t> encode_chat(const nlohmann::ordered_json& messages,
-                                   const nlohmann::ordered_json& kwargs = nullptr) const;
+                                   const nlohmann::ordered_json& kwargs = nullptr,
+                                   const nlohmann::ordered_json& tools = nullptr) const;
+  // The chat template's text (loaded here on first use: a server calls it before its
+  // handler threads render concurrently).
+  const std::string& chat_template_source() const;
 
  private:
   std::string dir_;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "core/check.h"
 
@@ -15,19 +16,23 @@ namespace {
 // without one: these are the module's only globals. Lock-free atomics are safe to use in a
 // handler (a plain object shared with the trainer's threads would be a data race).
 std::atomic<int> g_stop_signal{0};
+std::atomic<const char*> g_stop_note{nullptr};  // what the first signal prints
 constexpr int kMaxGroups = 8;
 std::atomic<pid_t> g_child_groups[kMaxGroups];
-static_assert(std::atomic<int>::is_always_lock_free && std::atomic<pid_t>::is_always_lock_free);
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<pid_t>::is_always_lock_free &&
+              std::atomic<const char*>::is_always_lock_free);
+
+constexpr char kTrainingNote[] =
+    "\nfp8rl: stopping after the current step and saving a checkpoint "
+    "(interrupt again to exit at once, saving nothing)\n";
 
 void on_signal(int sig) {
   int none = 0;
   if (g_stop_signal.compare_exchange_strong(none, sig)) {
     // write(2) is async-signal-safe; fmt and stdio are not. errno is the interrupted code's.
     const int saved_errno = errno;
-    static const char kMessage[] =
-        "\nfp8rl: stopping after the current step and saving a checkpoint "
-        "(interrupt again to exit at once, saving nothing)\n";
-    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+    const char* note = g_stop_note.load();
+    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, note, std::strlen(note));
     errno = saved_errno;
     return;
   }
@@ -44,11 +49,12 @@ void on_signal(int sig) {
 
 }  // namespace
 
-InterruptHandler::InterruptHandler() {
+InterruptHandler::InterruptHandler(const char* first_signal_note) {
   struct sigaction current {};
   ::sigaction(SIGINT, nullptr, &current);
   CHECK(current.sa_handler != on_signal, "an InterruptHandler is already installed");
   g_stop_signal.store(0);
+  g_stop_note.store(first_signal_note != nullptr ? first_signal_note : kTrainingNote);
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);

@@ -29,7 +29,9 @@ class StopRequest {
 // after); one at a time.
 class InterruptHandler {
  public:
-  InterruptHandler();
+  // first_signal_note: what the first signal prints on stderr (static storage; null: that the
+  // run stops after its current step and saves a checkpoint).
+  explicit InterruptHandler(const char* first_signal_note = nullptr);
   ~InterruptHandler();
   InterruptHandler(const InterruptHandler&) = delete;
   InterruptHandler& operator=(const InterruptHandler&) = delete;

@@ -54,10 +54,18 @@ struct SampleState {
 
 struct RequestState {
   const GenerationRequest* req = nullptr;
-  size_t index = 0;               // in the generate() call
+  int64_t index = 0;              // in the generate() call; serve(): the feed's id
   std::vector<int32_t> stop_ids;  // eos (unless ignore_eos) and stop_token_ids
   std::vector<SampleState> samples;
+  GenerationRequest owned;  // serve(): the request (req points here)
+  bool aborted = false;     // serve(): its sequences end without output
+  bool done() const {
+    return std::all_of(samples.begin(), samples.end(), [](const SampleState& s) { return s.done; });
+  }
 };
+
+// The requests of a run by index (generate) or id (serve).
+using RequestTable = std::unordered_map<int64_t, RequestState>;
 
 // The sampled rows of one step and what the sampler reads besides the logits.
 struct StepRows {
@@ -159,11 +167,11 @@ struct Engine::Impl {
   // measuring dry run of the plan, and captured as a CUDA graph for decode steps).
   void device_step(Context& c, const KvPool& kv, const StepBatch& step, const TensorView& rows,
                    const TensorView& history, int top_k, const ops::SampleOutput& out);
-  void run(std::vector<RequestState>& states, const std::function<void(int64_t)>& progress,
+  void run(RequestTable& states, const std::function<void(int64_t)>& progress,
            const TokenCallback& token_callback);
   // The sampled rows of a plan (one per sample to draw; a prompt that just finished gives n
   // rows reading the same logits row) and the ids they need for penalties and bans.
-  void sample_rows(const StepPlan& plan, const std::vector<RequestState>& states, StepRows& out);
+  void sample_rows(const StepPlan& plan, const RequestTable& states, StepRows& out);
   // Queues one step of the scheduler's plan on the device: block copies, the upload, with
   // `prev` the copy of its pending input ids from prev's samples, the forward and sampler,
   // and the copy of the results back. Returns at once on CUDA.
@@ -174,10 +182,22 @@ struct Engine::Impl {
   // this token is its max_tokens-th.
   void commit(InFlight& f, bool ahead);
   // Waits for a launched (and committed) step's results and hands each kept row to on_token.
-  void collect(InFlight& f, std::vector<RequestState>& states, const TokenCallback& token_callback);
+  void collect(InFlight& f, RequestTable& states, const TokenCallback& token_callback);
   void on_token(RequestState& rs, int32_t sample, int64_t seq, RowState state, int32_t token,
                 float lp, float plp, const int32_t* top_ids, const float* top_lps,
                 const TokenCallback& token_callback);
+  // The state of a request (stop ids, a decoder per sample) and its waves of sequences queued.
+  void admit(RequestTable& states, int64_t index, const GenerationRequest& req);
+  // serve(): ends the sequences of aborted requests that no queued step samples, releases the
+  // finished sequences no queued step reads, and drops the requests left without sequences.
+  // `queued`: the committed step whose results are not read yet (null: none).
+  void release(RequestTable& states, const InFlight* queued);
+  // serve(): between steps, the feed's arrivals admitted and its aborts marked (after the
+  // feed says stop, every request is aborted and the feed is not asked again).
+  void poll_feed(RequestTable& states, const InFlight* queued);
+  void validate(const GenerationRequest& req) const;  // Engine::validate
+  RequestFeed* feed = nullptr;                        // serve()'s
+  bool stopping = false;                              // serve(): the feed said stop
 };
 
 void Engine::Impl::setup() {
@@ -546,8 +566,7 @@ InFlight Engine::Impl::launch(StepPlan plan, const StepRows& sr, const InFlight*
   return f;
 }
 
-void Engine::Impl::sample_rows(const StepPlan& plan, const std::vector<RequestState>& states,
-                               StepRows& out) {
+void Engine::Impl::sample_rows(const StepPlan& plan, const RequestTable& states, StepRows& out) {
   Clock::time_point t0 = Clock::now();
   out.rows.clear();
   out.history.clear();
@@ -559,7 +578,7 @@ void Engine::Impl::sample_rows(const StepPlan& plan, const std::vector<RequestSt
     if (!ch.needs_logits()) continue;
     const Sequence& s = sched->sequence(ch.seq);
     const auto [req_index, sample0] = owner.at(ch.seq);
-    const RequestState& rs = states[size_t(req_index)];
+    const RequestState& rs = states.at(req_index);
     const SamplingParams& p = rs.req->params;
     out.top_k = std::max(out.top_k, p.logprobs);
     out.want_processed = out.want_processed || p.processed_logprobs;
@@ -646,8 +665,7 @@ void Engine::Impl::commit(InFlight& f, bool ahead) {
   stats.seconds_host += seconds_since(t0);
 }
 
-void Engine::Impl::collect(InFlight& f, std::vector<RequestState>& states,
-                           const TokenCallback& token_callback) {
+void Engine::Impl::collect(InFlight& f, RequestTable& states, const TokenCallback& token_callback) {
   Clock::time_point t0 = Clock::now();
   const int h = f.half;
   step_end[size_t(h)].wait();
@@ -668,8 +686,8 @@ void Engine::Impl::collect(InFlight& f, std::vector<RequestState>& states,
   for (int64_t i = 0; i < f.rows; ++i) {
     if (f.row_state[size_t(i)] == RowState::dropped) continue;
     const auto [req_index, sample] = owner.at(f.row_seq[size_t(i)]);
-    on_token(states[size_t(req_index)], sample, f.row_seq[size_t(i)], f.row_state[size_t(i)],
-             tokens[i], logprobs[i], f.want_processed ? processed[i] : 0.0f,
+    on_token(states.at(req_index), sample, f.row_seq[size_t(i)], f.row_state[size_t(i)], tokens[i],
+             logprobs[i], f.want_processed ? processed[i] : 0.0f,
              f.top_k > 0 ? top_ids + i * f.top_k : nullptr,
              f.top_k > 0 ? top_lps + i * f.top_k : nullptr, token_callback);
   }
@@ -687,6 +705,14 @@ void Engine::Impl::on_token(RequestState& rs, int32_t sample, int64_t seq, RowSt
   const SamplingParams& p = rs.req->params;
   SampleState& st = rs.samples[size_t(sample)];
   st.seq = seq;
+  if (rs.aborted) {  // nobody reads the token: the sequence ends as a stopped one does
+    if (state == RowState::sync) sched->finish(seq);
+    if (state == RowState::pending) {
+      sched->resolve_token(seq, token);
+      stopped.insert(seq);
+    }
+    return;
+  }
   CompletionOutput& o = st.out;
   o.ids.push_back(token);
   o.logprobs.push_back(lp);
@@ -697,7 +723,7 @@ void Engine::Impl::on_token(RequestState& rs, int32_t sample, int64_t seq, RowSt
     o.top_logprobs.push_back(std::move(top));
   }
   ++stats.output_tokens;
-  if (token_callback) token_callback(rs.index, sample, token);
+  if (token_callback) token_callback(size_t(rs.index), sample, token);
   const int64_t generated = int64_t(o.ids.size());
   bool stop = generated >= p.min_tokens &&
               std::find(rs.stop_ids.begin(), rs.stop_ids.end(), token) != rs.stop_ids.end();
@@ -731,32 +757,90 @@ void Engine::Impl::on_token(RequestState& rs, int32_t sample, int64_t seq, RowSt
     if (state == RowState::sync) sched->finish(seq);
     // Queued again already: ends at that step's commit, its row there dropped.
     if (state == RowState::pending) stopped.insert(seq);
+    if (feed != nullptr) feed->on_token(rs.index, sample, o, true);
     return;
   }
   CHECK(state != RowState::ended, "engine: sequence {} ended early but did not stop (a bug)", seq);
   if (state == RowState::sync) sched->append_token(seq, token);
+  if (feed != nullptr) feed->on_token(rs.index, sample, o, false);
 }
 
-void Engine::Impl::run(std::vector<RequestState>& states,
-                       const std::function<void(int64_t)>& progress,
-                       const TokenCallback& token_callback) {
-  owner.clear();
-  stopped.clear();
-  routing.clear();
+void Engine::Impl::admit(RequestTable& states, int64_t index, const GenerationRequest& req) {
+  const SamplingParams& p = req.params;
+  RequestState& rs = states[index];
+  rs.req = &req;
+  rs.index = index;
+  if (!p.ignore_eos) rs.stop_ids = eos;
+  rs.stop_ids.insert(rs.stop_ids.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
+  rs.samples.resize(size_t(p.n));
+  for (SampleState& st : rs.samples)
+    if (tokenizer) st.decoder = std::make_unique<tok::IncrementalDecoder>(*tokenizer, true);
   // A request of more samples than a step holds runs in waves of at most max_num_seqs, as
   // vLLM's does: each wave is a sequence of its own (its prompt found in the prefix cache after
   // the first) whose samples keep their indices, so a sample's random stream is the same
   // whatever the waves.
   const int32_t wave = int32_t(std::min<int64_t>(opt.max_num_seqs, INT32_MAX));
-  for (size_t i = 0; i < states.size(); ++i) {
-    const GenerationRequest& req = *states[i].req;
-    for (int32_t first = 0; first < req.params.n; first += wave) {
-      const int32_t count = std::min(wave, req.params.n - first);
-      const int64_t seq =
-          sched->add_request(int64_t(i), req.prompt_ids, count, req.params.max_tokens);
-      owner[seq] = {int64_t(i), first};
+  for (int32_t first = 0; first < p.n; first += wave) {
+    const int32_t count = std::min(wave, p.n - first);
+    const int64_t seq = sched->add_request(index, req.prompt_ids, count, p.max_tokens);
+    owner[seq] = {index, first};
+  }
+}
+
+void Engine::Impl::release(RequestTable& states, const InFlight* queued) {
+  std::unordered_set<int64_t> read_later;  // the queued step's rows still name their sequences
+  if (queued != nullptr) read_later.insert(queued->row_seq.begin(), queued->row_seq.end());
+  std::unordered_set<int64_t> holding;  // requests with sequences left
+  for (auto it = owner.begin(); it != owner.end();) {
+    const auto [seq, who] = *it;
+    const bool pending = queued != nullptr && queued->row_of_seq.count(seq) != 0;
+    // A pending or stopped sequence ends when its token comes back or at the next commit.
+    if (sched->sequence(seq).status != SeqStatus::finished && !pending && stopped.count(seq) == 0 &&
+        states.at(who.first).aborted)
+      sched->finish(seq);
+    if (sched->sequence(seq).status == SeqStatus::finished && read_later.count(seq) == 0) {
+      sched->forget(seq);
+      it = owner.erase(it);
+    } else {
+      holding.insert(who.first);
+      ++it;
     }
   }
+  for (auto it = states.begin(); it != states.end();) {
+    const bool over = it->second.aborted || it->second.done();
+    it = over && holding.count(it->first) == 0 ? states.erase(it) : std::next(it);
+  }
+}
+
+void Engine::Impl::poll_feed(RequestTable& states, const InFlight* queued) {
+  release(states, queued);
+  if (stopping) return;
+  std::vector<RequestFeed::Arrival> arrived;
+  std::vector<int64_t> aborted;
+  const bool idle = queued == nullptr && !sched->has_work();
+  stopping = !feed->poll(idle, int64_t(owner.size()), arrived, aborted);
+  for (int64_t id : aborted)
+    if (auto it = states.find(id); it != states.end()) it->second.aborted = true;
+  for (auto& [id, req] : arrived) {
+    try {
+      CHECK(!stopping, "the server is shutting down");
+      CHECK(states.count(id) == 0, "request id {} is in use (a bug)", id);
+      validate(req);
+    } catch (const Error& e) {
+      feed->on_rejected(id, e.what());
+      continue;
+    }
+    RequestState& rs = states[id];
+    rs.owned = std::move(req);
+    admit(states, id, rs.owned);
+  }
+  if (stopping)
+    for (auto& [id, rs] : states) rs.aborted = true;
+  release(states, queued);
+}
+
+void Engine::Impl::run(RequestTable& states, const std::function<void(int64_t)>& progress,
+                       const TokenCallback& token_callback) {
   StepRows rows;
   std::optional<InFlight> cur;  // queued, results not read
   auto next_plan = [&] {
@@ -767,7 +851,12 @@ void Engine::Impl::run(std::vector<RequestState>& states,
   try {
     for (;;) {
       if (!cur) {
-        if (!sched->has_work()) break;
+        // serve(): between steps with nothing queued; it ends once stopped and drained.
+        if (feed != nullptr) poll_feed(states, nullptr);
+        if (!sched->has_work()) {
+          if (feed != nullptr && !(stopping && owner.empty())) continue;
+          break;
+        }
         StepPlan plan = next_plan();
         sample_rows(plan, states, rows);
         cur = launch(std::move(plan), rows, nullptr);
@@ -780,6 +869,9 @@ void Engine::Impl::run(std::vector<RequestState>& states,
         // Plan the next step before this one's tokens are known (each sampled sequence has a
         // pending token) and queue it behind this one, then read this one's results.
         commit(*cur, true);
+        // serve(): the committed step's sampled sequences hold pending tokens; the others may
+        // end now and new requests join the next plan.
+        if (feed != nullptr) poll_feed(states, &*cur);
         if (!sched->has_work()) {
           collect(*cur, states, token_callback);
           cur.reset();
@@ -809,6 +901,7 @@ void Engine::Impl::run(std::vector<RequestState>& states,
   }
   CHECK(stopped.empty(), "engine: {} stopped sequences were never ended (a bug)", stopped.size());
   for (auto& [seq, who] : owner) sched->forget(seq);
+  owner.clear();
 }
 
 Engine::Engine(Context& ctx, const Model& model, const LoraAdapter* adapter,
@@ -834,9 +927,17 @@ void validate_request(const GenerationRequest& req, const ModelConfig& c) {
 }
 
 void Engine::validate(const GenerationRequest& req) const {
-  const Impl& im = *impl_;
+  impl_->validate(req);
+}
+
+void Engine::Impl::validate(const GenerationRequest& req) const {
+  const Impl& im = *this;
   const SamplingParams& p = req.params;
   validate_request(req, im.model.config());
+  // Each sample's state and output are host memory: an absurd n is named, not "out of
+  // memory".
+  check_host_bytes(size_t(p.n) * (sizeof(SampleState) + sizeof(CompletionOutput)),
+                   fmt::format("n = {} samples", p.n));
   const int64_t total = int64_t(req.prompt_ids.size()) + p.max_tokens;
   CHECK(im.sched->fits_ever(total),
         "a prompt of {} tokens plus max_tokens {} can never fit the KV pool of {} blocks of {} "
@@ -849,27 +950,12 @@ std::vector<RequestOutput> Engine::generate(std::span<const GenerationRequest> r
                                             const std::function<void(int64_t)>& progress,
                                             const TokenCallback& on_token) {
   Impl& im = *impl_;
-  std::vector<RequestState> states(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
-    const GenerationRequest& req = requests[i];
-    const SamplingParams& p = req.params;
     try {
-      validate(req);
+      validate(requests[i]);
     } catch (const Error& e) {
       RAISE("request {}: {}", i, e.what());
     }
-    RequestState& rs = states[i];
-    rs.req = &req;
-    rs.index = i;
-    if (!p.ignore_eos) rs.stop_ids = im.eos;
-    rs.stop_ids.insert(rs.stop_ids.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
-    // Each sample's state and output are host memory: an absurd n is named, not "out of
-    // memory".
-    check_host_bytes(size_t(p.n) * (sizeof(SampleState) + sizeof(CompletionOutput)),
-                     fmt::format("request {}: n = {} samples", i, p.n));
-    rs.samples.resize(size_t(p.n));
-    for (SampleState& st : rs.samples)
-      if (im.tokenizer) st.decoder = std::make_unique<tok::IncrementalDecoder>(*im.tokenizer, true);
   }
   if (im.region != nullptr) im.hold_region();
   // Another user of the context (the trainer's pass) may have grown the scratch arena since
@@ -878,11 +964,39 @@ std::vector<RequestOutput> Engine::generate(std::span<const GenerationRequest> r
     im.graphs.clear();
     im.graphs_scratch = ops::scratch_base(im.ctx);
   }
+  im.owner.clear();
+  im.stopped.clear();
+  im.routing.clear();
+  RequestTable states;
+  for (size_t i = 0; i < requests.size(); ++i) im.admit(states, int64_t(i), requests[i]);
   im.run(states, progress, on_token);
   std::vector<RequestOutput> out(requests.size());
-  for (size_t i = 0; i < states.size(); ++i)
-    for (SampleState& st : states[i].samples) out[i].completions.push_back(std::move(st.out));
+  for (size_t i = 0; i < requests.size(); ++i)
+    for (SampleState& st : states.at(int64_t(i)).samples)
+      out[i].completions.push_back(std::move(st.out));
   return out;
+}
+
+void Engine::serve(RequestFeed& feed) {
+  Impl& im = *impl_;
+  CHECK(im.region == nullptr, "engine: serve() needs a KV pool of its own, not a standby region");
+  if (ops::scratch_base(im.ctx) != im.graphs_scratch) {
+    im.graphs.clear();
+    im.graphs_scratch = ops::scratch_base(im.ctx);
+  }
+  im.owner.clear();
+  im.stopped.clear();
+  im.routing.clear();
+  im.feed = &feed;
+  im.stopping = false;
+  RequestTable states;
+  try {
+    im.run(states, {}, {});
+  } catch (...) {
+    im.feed = nullptr;
+    throw;
+  }
+  im.feed = nullptr;
 }
 
 void Engine::set_adapter_version(uint64_t version) {

@@ -122,6 +122,26 @@ struct EngineStats {
   int64_t steps_planned_ahead = 0, rows_dropped = 0;
 };
 
+// Requests that come and go while the engine runs (a server): Engine::serve polls the feed
+// between steps. Every call is on the thread that runs serve().
+class RequestFeed {
+ public:
+  virtual ~RequestFeed() = default;
+  using Arrival = std::pair<int64_t, GenerationRequest>;
+  // Before each step: moves the requests that arrived into `arrived` (each id unique over the
+  // engine's life) and the ids of requests to abort into `aborted` (finished or unknown ids are
+  // ignored). idle: no sequence is running, so the call may wait for work. live_sequences: the
+  // sequences the engine holds (running, waiting, or ended and not yet released). false: stop;
+  // every live request is aborted and serve() returns once their sequences are released.
+  virtual bool poll(bool idle, int64_t live_sequences, std::vector<Arrival>& arrived,
+                    std::vector<int64_t>& aborted) = 0;
+  // After each sampled token of a live request: its sample's output so far (text decoded, a
+  // stop string cut off); done: that was the sample's last token (out.finish is set).
+  virtual void on_token(int64_t id, int sample, const CompletionOutput& out, bool done) = 0;
+  // A request that validate() refuses is never admitted; this says why.
+  virtual void on_rejected(int64_t id, const std::string& message) = 0;
+};
+
 class Engine {
  public:
   // The model and the adapter the forward runs with (null: the base model alone; it must fit
@@ -149,6 +169,12 @@ class Engine {
   std::vector<RequestOutput> generate(std::span<const GenerationRequest> requests,
                                       const std::function<void(int64_t)>& progress = {},
                                       const TokenCallback& on_token = {});
+
+  // Continuous generation: runs the requests the feed hands in, alongside each other and
+  // alongside those that arrive later, until feed.poll returns false and every live request's
+  // sequences are released. An aborted request's sequences end at the next step and their KV
+  // blocks are freed. Random streams: a request without a seed is keyed by its id.
+  void serve(RequestFeed& feed);
 
   // Raises fp8rl::Error naming what is wrong if `request` can never run here: invalid
   // sampling values, an empty prompt or ids outside the vocabulary, prompt + max_tokens past

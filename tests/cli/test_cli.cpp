@@ -76,7 +76,7 @@ const std::string kQwen3 = fp8rl::test::golden_dir("qwen3");
 
 TEST(Cli, HelpForEverySubcommand) {
   for (const char* sub : {"info", "logits", "quantize", "init", "schemes", "generate", "chat",
-                          "merge", "report", "sft", "grpo", "dpo"}) {
+                          "merge", "report", "sft", "grpo", "dpo", "serve"}) {
     const Result r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << sub;
@@ -2117,3 +2117,14 @@ TEST(CliChat, TerminalSessionHasLineEditingAndHistory) {
 }
 
 }  // namespace
+
+// fp8rl serve's settings are checked before it loads or listens (the server itself:
+// tests/serve/openai_client.mjs).
+TEST(CliServe, BadSettings) {
+  expect_error("serve " + kQwen3 + " --port 70000", "--port must be in [0, 65535]");
+  expect_error("serve " + kQwen3 + " --lora-modules a=x --lora-modules b=y",
+               "one server serves one adapter");
+  expect_error("serve " + kQwen3 + " --lora-modules justaname", "expected NAME=DIR");
+  expect_error("serve " + kQwen3 + " --lora-modules a=x --adapter y", "give one");
+  expect_error("serve /nonexistent/model", "config.json");
+}

@@ -532,3 +532,91 @@ TEST(Engine, StopRules) {
 }
 
 }  // namespace
+
+namespace {
+
+// A feed that hands the engine half of the mixed requests at its first poll, the other half at
+// its third, and a long request that it aborts at its sixth; it stops the engine once every
+// other request has finished and no sequence is held, and records what the engine reports.
+struct ScriptedFeed : RequestFeed {
+  std::vector<GenerationRequest> requests;
+  GenerationRequest long_request;
+  static constexpr int64_t kLongId = 100;
+  int polls = 0;
+  int samples_left = 0;
+  std::map<std::pair<int64_t, int>, CompletionOutput> outputs;
+  int tokens_of_long = 0, tokens_of_long_after_abort = 0;
+  bool aborted_long = false;
+  std::vector<int64_t> live_at_poll;
+
+  bool poll(bool, int64_t live, std::vector<Arrival>& arrived,
+            std::vector<int64_t>& aborted) override {
+    ++polls;
+    live_at_poll.push_back(live);
+    const size_t half = requests.size() / 2;
+    if (polls == 1) {
+      for (size_t i = 0; i < half; ++i) arrived.emplace_back(int64_t(i), requests[i]);
+      arrived.emplace_back(kLongId, long_request);
+    }
+    if (polls == 3)
+      for (size_t i = half; i < requests.size(); ++i) arrived.emplace_back(int64_t(i), requests[i]);
+    if (polls == 6) {
+      aborted.push_back(kLongId);
+      aborted_long = true;
+    }
+    // Stops once everything ended and the engine holds no sequence (or, if a sequence is
+    // never released, after a bound, failing below).
+    if (polls > 100000) return false;
+    return polls < 6 || samples_left > 0 || live > 0;
+  }
+  void on_token(int64_t id, int sample, const CompletionOutput& out, bool done) override {
+    if (id == kLongId) {
+      ++tokens_of_long;
+      tokens_of_long_after_abort += aborted_long;
+      return;
+    }
+    outputs[{id, sample}] = out;
+    samples_left -= done;
+  }
+  void on_rejected(int64_t id, const std::string& message) override {
+    ADD_FAILURE() << "request " << id << " rejected: " << message;
+  }
+};
+
+}  // namespace
+
+// Engine::serve (continuous generation for a server): requests that join while others run get
+// the same tokens and logprobs as generate() gives them (their streams keyed by their seeds),
+// an aborted request stops getting tokens and its sequences are released, and the engine holds
+// no sequence once everything ended; synchronous and asynchronous scheduling alike.
+TEST(Engine, ServeEqualsGenerateAndReleasesAborted) {
+  const Model m = load_model(golden_dir("qwen3"), Fp8Scheme::row);
+  const std::vector<GenerationRequest> reqs = mixed_requests();
+  Cpu c0;
+  Engine ref_engine(c0.ctx, m, nullptr, nullptr, {}, small_options());
+  const auto ref = ref_engine.generate(reqs);
+  for (bool async : {false, true}) {
+    EngineOptions o = small_options();
+    o.async_scheduling = async;
+    Cpu c;
+    Engine e(c.ctx, m, nullptr, nullptr, {}, o);
+    ScriptedFeed feed;
+    feed.requests = reqs;
+    for (const GenerationRequest& r : reqs) feed.samples_left += r.params.n;
+    feed.long_request = {golden_ids("qwen3"), greedy(150)};
+    e.serve(feed);
+    for (size_t i = 0; i < reqs.size(); ++i)
+      for (int s = 0; s < reqs[i].params.n; ++s) {
+        const CompletionOutput& got = feed.outputs[{int64_t(i), s}];
+        EXPECT_EQ(got.ids, ref[i].completions[size_t(s)].ids) << "async " << async << " " << i;
+        EXPECT_EQ(got.logprobs, ref[i].completions[size_t(s)].logprobs) << i;
+      }
+    EXPECT_EQ(feed.samples_left, 0);
+    EXPECT_TRUE(feed.aborted_long);
+    EXPECT_GT(feed.tokens_of_long, 0) << "the long request never ran before its abort";
+    EXPECT_LT(feed.tokens_of_long, 150) << "the abort came after the long request ended";
+    EXPECT_EQ(feed.tokens_of_long_after_abort, 0);
+    EXPECT_GT(*std::max_element(feed.live_at_poll.begin(), feed.live_at_poll.end()), 1);
+    EXPECT_LE(feed.polls, 100000) << "sequences never released";
+  }
+}

@@ -3,7 +3,8 @@
 # made here: the three GPU binaries and the fp8rl CLI (stripped; cli_logits.sh runs the CLI)
 # and the non-CUDA shared libraries they link that
 # the GPU image may lack (libfmt, libgomp, libpcre2-8, libyaml-cpp, libprotobuf-lite, libisal,
-# and fp8rl's libedit with the libbsd and libmd it links),
+# and fp8rl's libedit with the libbsd and libmd it links, and its cpp-httplib with the
+# OpenSSL and brotli libraries that links),
 # as one xz archive (bundle.tgz, ~37 MB rather than ~110, so that it travels to the GPU machine
 # with the repository) that env.sh unpacks in place (tar -xf detects the compression).
 # cuBLASLt comes from the GPU machine's CUDA.
@@ -19,7 +20,8 @@ for b in test_ops test_model_gpu test_generate_gpu test_train_gpu fp8rl_bench; d
 done
 strip -o "$BUNDLE/bin/fp8rl" "$BUILD/src/cli/fp8rl"
 for lib in libfmt.so libgomp.so libpcre2-8.so libyaml-cpp.so libprotobuf-lite.so libisal.so \
-  libedit.so libbsd.so libmd.so; do
+  libedit.so libbsd.so libmd.so libcpp-httplib.so libssl.so libcrypto.so libbrotlicommon.so \
+  libbrotlidec.so libbrotlienc.so; do
   path=$(ldd "$BUILD/tests/gpu/test_ops" "$BUILD/src/cli/fp8rl" |
     awk -v l="$lib" 'index($1, l) == 1 {print $3; exit}')
   [ -n "$path" ] && cp -L "$path" "$BUNDLE/lib/"
