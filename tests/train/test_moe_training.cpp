@@ -104,8 +104,9 @@ TEST(MoeTraining, AttentionLoraGradientsMatchFiniteDifferences) {
   std::vector<float> g_ckpt;
   pass_loss(m, a, b, true, &g_ckpt);
   EXPECT_EQ(g, g_ckpt);
-  // The 12 largest gradients of layer 0 (whose MLP is the MoE block every gradient of it
-  // passes through) and of layer 1, against central differences of the f32 pass.
+  // The 6 largest gradients of layer 0 (whose MLP is the MoE block every gradient of it
+  // passes through) and of layer 1, against central differences of the f32 pass (a few, as
+  // each is two passes: the suite also runs under ASan).
   const TensorView p = a.master_params();
   std::vector<size_t> order(g.size());
   std::iota(order.begin(), order.end(), size_t(0));
@@ -116,7 +117,7 @@ TEST(MoeTraining, AttentionLoraGradientsMatchFiniteDifferences) {
   for (const bool first : {true, false}) {
     size_t n = 0;
     for (size_t i : order)
-      if ((i < layer0_end) == first && n < 12) {
+      if ((i < layer0_end) == first && n < 6) {
         picked.push_back(i);
         ++n;
       }
@@ -159,7 +160,7 @@ TEST(MoeTraining, ExpertLoraGradientsMatchFiniteDifferencesAndRoundTripPeft) {
   const Batch b = make_batch(m.config().vocab_size);
   std::vector<float> g;
   pass_loss(m, a, b, false, &g);
-  // The 8 largest gradients of each expert projection's A and B of layer 0.
+  // The 4 largest gradients of each expert projection's A and B of layer 0.
   std::vector<size_t> picked;
   for (int proj = 4; proj < 7; ++proj)
     for (const bool is_b : {false, true}) {
@@ -167,9 +168,9 @@ TEST(MoeTraining, ExpertLoraGradientsMatchFiniteDifferencesAndRoundTripPeft) {
       const size_t first = size_t(v.ptr<float>() - p.ptr<float>());
       std::vector<size_t> idx(size_t(v.numel()));
       std::iota(idx.begin(), idx.end(), first);
-      std::partial_sort(idx.begin(), idx.begin() + 8, idx.end(),
+      std::partial_sort(idx.begin(), idx.begin() + 4, idx.end(),
                         [&](size_t x, size_t y) { return std::fabs(g[x]) > std::fabs(g[y]); });
-      picked.insert(picked.end(), idx.begin(), idx.begin() + 8);
+      picked.insert(picked.end(), idx.begin(), idx.begin() + 4);
     }
   const double h = 1e-3;
   double max_g = 0.0, max_err = 0.0;
