@@ -17,8 +17,9 @@
 # "small real") the bench grpo shapes, SEQS (default "256 8") the bench generate sizes; part
 # "options" runs the small FP8-row shape once more with each developer control named in OPTIONS
 # off (e.g. OPTIONS="streaming_lora_down"), part "kv" FP8-row with FP8 KV (after "grpo" and
-# "gen", whose bf16-KV runs it is compared with). REAL_GAS (default 1) trains the realistic
-# shape's 128 completions in that many micro-batches (4 fits an 80 GB card).
+# "gen", whose bf16-KV runs it is compared with), part "budget" --gpu-memory (below). REAL_GAS
+# (default 1) trains the realistic shape's 128 completions in that many micro-batches (4 fits
+# an 80 GB card).
 set -u
 PARTS=${PARTS:-grpo gen hf}
 SHAPES=${SHAPES:-small real}
@@ -166,6 +167,20 @@ part kv && for seqs in $SEQS; do
     --max-tokens 512 --kv-memory 40 --device cuda --prompts $(( seqs / 8 )) --n 8 --fp8 row \
     --lora-r 32 --kv-dtype fp8 --out "$OUT_DIR/gen${seqs}_row_r32_fp8kv.json"
   table gain "gen${seqs}_row_r32_fp8kv" "gen${seqs}_row_r32"
+done
+
+# Part "budget": the small FP8-row shape under --gpu-memory GIB for each of BUDGETS (default
+# "16 11 4"), the KV pool sized from what the budget leaves: a budget that fits completes with
+# both phases' peaks under it; one that does not stops before the first step (11) or before the
+# weights load (4), with the error printed here.
+part budget && for gib in ${BUDGETS:-16 11 4}; do
+  small=$(dims_of small)
+  run "grpo_small_row_budget$gib" 150 "$FP8RL" $grpo ${small/--kv-memory 1/} --fp8 row \
+    --gpu-memory "$gib" --out "$OUT_DIR/grpo_small_row_budget$gib.json"
+  [ -f "$OUT_DIR/grpo_small_row_budget$gib.json" ] && python3 -c "import json,sys; j=json.load(open(sys.argv[1])); \
+print('  peaks GiB:', {k: round((j.get('last_step/' + k) or 0) / 2**30, 2) for k in ('peak_memory_bytes/rollout', 'peak_memory_bytes/train')})" \
+    "$OUT_DIR/grpo_small_row_budget$gib.json"
+  grep -h "error" "$OUT_DIR/grpo_small_row_budget$gib.log" | tail -1 | cut -c1-300
 done
 
 part hf && for rows in 8 128; do
