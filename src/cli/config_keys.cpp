@@ -334,6 +334,15 @@ KeyTable<GrpoConfig> grpo_keys() {
               {"false", ScaleRewards::none}},
              "Advantage divisor: the group's std, the batch's, or none (true = group, "
              "false = none)");
+  t.add_enum("advantage_estimator", &C::advantage_estimator,
+             {{"grpo", AdvantageEstimator::grpo},
+              {"rloo", AdvantageEstimator::rloo},
+              {"reinforce_plus_plus", AdvantageEstimator::reinforce_plus_plus},
+              {"reinforce_plus_plus_baseline", AdvantageEstimator::reinforce_plus_plus_baseline}},
+             "Baseline: grpo; rloo (leave-one-out, TRL's RLOOTrainer: beta is a KL penalty in "
+             "the reward); reinforce_plus_plus(_baseline): whitened over the batch's tokens");
+  t.add("normalize_advantages", &C::normalize_advantages,
+        "rloo: whiten the advantages over the batch (RLOOConfig's)");
   t.add("mask_truncated_completions", &C::mask_truncated_completions,
         "Leave completions cut at max_completion_length out of the loss");
   t.add("top_entropy_quantile", &C::top_entropy_quantile,

@@ -65,6 +65,104 @@ std::string_view scale_rewards_name(ScaleRewards scale) {
   RAISE("unknown ScaleRewards {}", int(scale));
 }
 
+std::string_view advantage_estimator_name(AdvantageEstimator estimator) {
+  switch (estimator) {
+    case AdvantageEstimator::grpo:
+      return "grpo";
+    case AdvantageEstimator::rloo:
+      return "rloo";
+    case AdvantageEstimator::reinforce_plus_plus:
+      return "reinforce_plus_plus";
+    case AdvantageEstimator::reinforce_plus_plus_baseline:
+      return "reinforce_plus_plus_baseline";
+  }
+  RAISE("unknown AdvantageEstimator {}", int(estimator));
+}
+
+namespace {
+
+// TRL's RLOOTrainer: the leave-one-out baseline per group, then optionally the batch's
+// whitening.
+void rloo_advantages(std::span<const double> rewards, int64_t num_generations, bool normalize,
+                     std::vector<double>& out) {
+  const size_t n = rewards.size(), g = size_t(num_generations);
+  for (size_t first = 0; first < n; first += g) {
+    const auto group = rewards.subspan(first, g);
+    double sum = 0.0;
+    int64_t scorable = 0;
+    for (double v : group) {
+      if (std::isnan(v)) continue;
+      sum += v;
+      ++scorable;
+    }
+    for (size_t j = 0; j < g; ++j) {
+      // 0/0 when the row is the group's only scorable one: NaN, zeroed below as in TRL.
+      const double baseline = (sum - group[j]) / double(scorable - 1);
+      out[first + j] = group[j] - baseline;
+    }
+  }
+  if (normalize) {
+    const NanMoments m = nan_moments(out);
+    for (double& a : out) a = (a - m.mean) / (m.std + 1e-4);
+  }
+  for (double& a : out) a = std::isnan(a) ? 0.0 : a;
+}
+
+// verl's masked_whiten over tokens: each completion's value repeated num_tokens times.
+void whiten_over_tokens(std::span<const int64_t> num_tokens, std::vector<double>& values) {
+  double weight = 0.0, sum = 0.0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (std::isnan(values[i])) continue;
+    weight += double(num_tokens[i]);
+    sum += double(num_tokens[i]) * values[i];
+  }
+  if (weight < 2.0) {
+    values.assign(values.size(), 0.0);
+    return;
+  }
+  const double mean = sum / weight;
+  double squares = 0.0;
+  for (size_t i = 0; i < values.size(); ++i)
+    if (!std::isnan(values[i]))
+      squares += double(num_tokens[i]) * (values[i] - mean) * (values[i] - mean);
+  const double variance = squares / weight * (weight / (weight - 1.0));
+  const double inv_std = 1.0 / std::sqrt(variance + 1e-8);
+  for (double& v : values) v = std::isnan(v) ? 0.0 : (v - mean) * inv_std;
+}
+
+}  // namespace
+
+Advantages compute_advantages(std::span<const double> rewards, int64_t num_generations,
+                              const AdvantageOptions& options,
+                              std::span<const int64_t> num_tokens) {
+  Advantages out = compute_advantages(rewards, num_generations, options.scale);
+  const size_t n = rewards.size();
+  switch (options.estimator) {
+    case AdvantageEstimator::grpo:
+      break;
+    case AdvantageEstimator::rloo:
+      rloo_advantages(rewards, num_generations, options.normalize_advantages, out.advantages);
+      break;
+    case AdvantageEstimator::reinforce_plus_plus:
+    case AdvantageEstimator::reinforce_plus_plus_baseline: {
+      CHECK(num_tokens.size() == n, "{} advantage needs the {} completions' token counts, got {}",
+            advantage_estimator_name(options.estimator), n, num_tokens.size());
+      std::vector<double> values(rewards.begin(), rewards.end());
+      if (options.estimator == AdvantageEstimator::reinforce_plus_plus_baseline) {
+        const size_t g = size_t(num_generations);
+        for (size_t first = 0; first < n; first += g) {
+          const double mean = nan_moments(rewards.subspan(first, g)).mean;
+          for (size_t j = first; j < first + g; ++j) values[j] -= mean;
+        }
+      }
+      whiten_over_tokens(num_tokens, values);
+      out.advantages = std::move(values);
+      break;
+    }
+  }
+  return out;
+}
+
 Advantages compute_advantages(std::span<const double> rewards, int64_t num_generations,
                               ScaleRewards scale) {
   CHECK(num_generations >= 1, "num_generations must be >= 1, got {}", num_generations);

@@ -1,5 +1,7 @@
-// GRPO advantages from one generation batch's rewards, as TRL's GRPOTrainer computes them in
-// _generate_and_score_completions (multi_objective_aggregation="sum_then_normalize").
+// Advantages from one generation batch's rewards: GRPO's as TRL's GRPOTrainer computes them in
+// _generate_and_score_completions (multi_objective_aggregation="sum_then_normalize"), RLOO's as
+// TRL's RLOOTrainer, and REINFORCE++ (with and without its group baseline) as verl's
+// compute_reinforce_plus_plus*_outcome_advantage.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,17 @@ enum class ScaleRewards { group, batch, none };
 // Accepts TRL's names and its bool aliases ("true" = group, "false" = none).
 ScaleRewards parse_scale_rewards(std::string_view name);
 std::string_view scale_rewards_name(ScaleRewards scale);
+
+// The advantage_estimator key, in verl's names (TRL selects RLOO by its trainer instead).
+enum class AdvantageEstimator { grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline };
+
+std::string_view advantage_estimator_name(AdvantageEstimator estimator);
+
+struct AdvantageOptions {
+  AdvantageEstimator estimator = AdvantageEstimator::grpo;
+  ScaleRewards scale = ScaleRewards::group;  // grpo only
+  bool normalize_advantages = false;         // rloo only (RLOOConfig.normalize_advantages)
+};
 
 // TRL's logged values for the batch, under their TRL keys.
 struct AdvantageStats {
@@ -50,5 +63,24 @@ struct Advantages {
 // Infinite rewards are rejected: the caller maps them to NaN (skipped and counted) or fails.
 Advantages compute_advantages(std::span<const double> rewards, int64_t num_generations,
                               ScaleRewards scale);
+
+// The same batch under options.estimator; the stats are GRPO's (frac_reward_zero_std from the
+// group std, as TRL's RLOOTrainer logs it). NaN rewards are left out and get advantage 0 in
+// every estimator.
+//
+//   rloo: A_i = r_i - (sum of the group's other scorable rewards) / (their count); a row whose
+//     group has no other scorable reward gets 0 (TRL: nansum, scorable_counts, nan_to_num).
+//     normalize_advantages: A = (A - nanmean(A)) / (nanstd(A) + 1e-4) over the whole batch.
+//   reinforce_plus_plus: A_i = (r_i - m) / sqrt(v + 1e-8), m and v (unbiased) the mean and
+//     variance over the batch's tokens (verl's masked_whiten of the returns; gamma = 1 and the
+//     reward at the last token, so every token of a completion has the return r_i).
+//   reinforce_plus_plus_baseline: r_i - nanmean(group) first, then the same token whitening.
+//
+// num_tokens: [P * G] tokens per completion, the whitening's weights (reinforce_plus_plus*
+// only; the others take it empty). verl raises when the batch has fewer than two tokens; here
+// the batch then has advantage 0.
+Advantages compute_advantages(std::span<const double> rewards, int64_t num_generations,
+                              const AdvantageOptions& options,
+                              std::span<const int64_t> num_tokens = {});
 
 }  // namespace fp8rl

@@ -53,6 +53,13 @@ void GrpoConfig::validate() const {
           "got {}",
           rollout_correction_mode_name(vllm_importance_sampling_mode));
   }
+  // scale_rewards is GRPO's divisor; the other estimators have their own normalization.
+  CHECK(advantage_estimator == AdvantageEstimator::grpo || scale_rewards == ScaleRewards::group,
+        "scale_rewards {} applies to advantage_estimator grpo only, not {}",
+        scale_rewards_name(scale_rewards), advantage_estimator_name(advantage_estimator));
+  CHECK(!normalize_advantages || advantage_estimator == AdvantageEstimator::rloo,
+        "normalize_advantages (RLOOConfig's) needs advantage_estimator rloo, got {}",
+        advantage_estimator_name(advantage_estimator));
   (void)sampling_params();  // generation_kwargs' fields and the merged ranges
   if (num_generations_eval) c::at_least<int64_t>("num_generations_eval", *num_generations_eval, 1);
   if (evaluates()) {

@@ -80,6 +80,10 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
   GrpoLossType loss_type = GrpoLossType::dapo;
   ImportanceSamplingLevel importance_sampling_level = ImportanceSamplingLevel::token;
   ScaleRewards scale_rewards = ScaleRewards::group;
+  // The baseline (verl's names): grpo; rloo, TRL's RLOOTrainer, where beta is a sequence-level
+  // KL penalty in the reward instead of a loss term; reinforce_plus_plus(_baseline).
+  AdvantageEstimator advantage_estimator = AdvantageEstimator::grpo;
+  bool normalize_advantages = false;  // RLOOConfig's: whiten rloo's advantages over the batch
   bool mask_truncated_completions = false;
   std::vector<double> reward_weights;  // empty: all 1.0; else one per reward function
 
@@ -133,6 +137,13 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
     return resolved_generation_batch_size() / num_generations;
   }
   double resolved_epsilon_high() const { return epsilon_high.value_or(epsilon); }
+  AdvantageOptions advantage_options() const {
+    return {advantage_estimator, scale_rewards, normalize_advantages};
+  }
+  // TRL's RLOOTrainer takes beta into the reward (and out of the loss).
+  bool kl_in_reward() const {
+    return advantage_estimator == AdvantageEstimator::rloo && beta != 0.0;
+  }
   // The engine's sampling of a round's completions (but the per-prompt seed): the keys above,
   // then generation_kwargs over them. Throws fp8rl::Error naming a bad field.
   SamplingParams sampling_params() const;

@@ -642,8 +642,6 @@ struct GrpoTrainer::Impl {
     std::vector<double> totals(n);
     for (size_t c = 0; c < n; ++c) totals[c] = scored.total[c];
     non_finite_total += scored.num_non_finite;
-    const Advantages adv = compute_advantages(totals, cfg.num_generations, cfg.scale_rewards);
-    r.advantages = adv.advantages;
     // Masks: every sampled token, except truncated completions when asked and completions
     // whose reward was not finite (never trained on).
     for (size_t c = 0; c < n; ++c) {
@@ -659,6 +657,22 @@ struct GrpoTrainer::Impl {
     replay_changes = {};
     if (need_old) r.old_logp = all_logprobs(r, false);
     if (cfg.beta != 0.0) r.ref_logp = all_logprobs(r, true);
+    if (cfg.kl_in_reward()) {
+      // TRL's RLOOTrainer: the sequence's summed KL to the reference, at the rollout's
+      // adapter, comes off its reward before the baseline (and the loss has no KL term).
+      const std::vector<std::vector<double>> old = need_old ? r.old_logp : all_logprobs(r, false);
+      for (size_t c = 0; c < n; ++c) {
+        double kl = 0.0;
+        for (size_t k = 0; k < r.ids[c].size(); ++k)
+          if (r.mask[c][k]) kl += old[c][k] - r.ref_logp[c][k];
+        totals[c] -= cfg.beta * kl;
+      }
+    }
+    std::vector<int64_t> num_tokens(n);
+    for (size_t c = 0; c < n; ++c) num_tokens[c] = int64_t(r.ids[c].size());
+    const Advantages adv =
+        compute_advantages(totals, cfg.num_generations, cfg.advantage_options(), num_tokens);
+    r.advantages = adv.advantages;
     nlohmann::json& m = r.metrics;
     // Routing replay: how many of the engine's per-layer choices the trainer's recomputation
     // (at the rollout's adapter) would have made differently.
@@ -860,7 +874,7 @@ struct GrpoTrainer::Impl {
     lc.delta = cfg.delta;
     lc.sapo_temperature_neg = cfg.sapo_temperature_neg;
     lc.sapo_temperature_pos = cfg.sapo_temperature_pos;
-    lc.beta = cfg.beta;
+    lc.beta = cfg.kl_in_reward() ? 0.0 : cfg.beta;
     lc.max_completion_length = cfg.max_completion_length;
     lc.gradient_accumulation_steps = cfg.gradient_accumulation_steps;
     lc.num_items_in_batch = r.num_items;

@@ -1571,6 +1571,49 @@ std::string train_args(const std::string& command, const std::string& out) {
          " --lr-scheduler-type constant --device cpu";
 }
 
+// The other advantage estimators run through the one GRPO trainer; samples.jsonl shows each
+// completion's (for rloo with beta, KL-shaped) reward and its advantage.
+TEST(CliTrain, GrpoAdvantageEstimators) {
+  const std::string out = temp("rloo_run");
+  const Result r =
+      run(train_args("grpo", out) + " --max-steps 2 --advantage-estimator rloo --beta 0.05");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<nlohmann::json> samples = read_jsonl(out + "/samples.jsonl");
+  ASSERT_EQ(samples.size(), 16u);
+  bool differs_from_grpo = false, penalized = false;
+  for (size_t g = 0; g < 16; g += 4) {
+    double sum = 0;
+    for (size_t j = g; j < g + 4; ++j) sum += samples[j]["reward"].get<double>();
+    for (size_t j = g; j < g + 4; ++j) {
+      const double reward = samples[j]["reward"].get<double>();
+      // Leave-one-out: r_i - (sum - r_i) / 3. Control: GRPO's r_i - sum / 4 is 3/4 of it.
+      const double loo = reward - (sum - reward) / 3;
+      EXPECT_NEAR(samples[j]["advantage"].get<double>(), loo, 1e-9) << j;
+      differs_from_grpo |= std::fabs(loo - (reward - sum / 4)) > 1e-6;
+      // The answer reward is 0 or 1; round 1 samples at the reference (a fresh adapter), so
+      // only round 2's rewards carry the KL penalty.
+      const bool integral = reward == std::round(reward);
+      if (g < 8) {
+        EXPECT_TRUE(integral) << j << ": " << reward;
+      }
+      penalized |= !integral;
+    }
+  }
+  EXPECT_TRUE(differs_from_grpo) << "rewards constant within every group";
+  EXPECT_TRUE(penalized) << "no KL penalty in round 2's rewards";
+  const nlohmann::json m = read_jsonl(out + "/metrics.jsonl").back();
+  EXPECT_TRUE(std::isfinite(m["loss"].get<double>())) << m.dump();
+
+  const std::string pp = temp("rpp_run");
+  const Result b = run(train_args("grpo", pp) +
+                       " --max-steps 1 --advantage-estimator reinforce_plus_plus_baseline");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_EQ(read_jsonl(pp + "/samples.jsonl").size(), 8u);
+  expect_one_line_error(
+      train_args("grpo", temp("rloo_bad")) + " --advantage-estimator rloo --scale-rewards batch",
+      "scale_rewards batch applies to advantage_estimator grpo only");
+}
+
 // One line, "fp8rl: error: ..." with `fragment`, a non-zero exit.
 void expect_one_line_error(const Result& r, const std::string& what, const std::string& fragment) {
   EXPECT_EQ(r.exit_code, 1) << what << "\n" << r.output;

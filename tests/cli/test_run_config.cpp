@@ -607,6 +607,14 @@ TEST(RunConfig, OutOfRangeValuesAreNamed) {
       {"generation_kwargs: {top_p: 2}", "generation_kwargs: top_p must be in (0, 1], got 2"},
       {"generation_kwargs: {temperature: 0}", "generation_kwargs.temperature must be > 0, got 0"},
       {"generation_kwargs: {min_tokens: 600}", "generation_kwargs: min_tokens must be in [0"},
+      {"{advantage_estimator: rloo, num_generations: 1}",
+       "num_generations = 1 is out of range (must be >= 2)"},
+      {"{advantage_estimator: rloo, scale_rewards: batch}",
+       "scale_rewards batch applies to advantage_estimator grpo only, not rloo"},
+      {"{advantage_estimator: reinforce_plus_plus, scale_rewards: none}",
+       "scale_rewards none applies to advantage_estimator grpo only, not reinforce_plus_plus"},
+      {"normalize_advantages: true",
+       "normalize_advantages (RLOOConfig's) needs advantage_estimator rloo, got grpo"},
   };
   for (const Case& c : grpo_cases) {
     GrpoConfig config = valid_grpo();
@@ -647,6 +655,16 @@ TEST(RunConfig, OutOfRangeValuesAreNamed) {
   grpo_keys().load_yaml_text("{top_p: 1, top_k: 0, min_p: 1, epsilon: 0.99, reward_weights: [2]}",
                              "run.yaml", g);
   EXPECT_NO_THROW(g.validate());
+  EXPECT_NE(error_of([] {
+              load_text(grpo_keys(), "advantage_estimator: ppo\n");
+            }).find("advantage_estimator"),
+            std::string::npos);
+  for (const char* yaml : {"{advantage_estimator: rloo, normalize_advantages: true, beta: 0.05}",
+                           "{advantage_estimator: reinforce_plus_plus_baseline}"}) {
+    GrpoConfig e = valid_grpo();
+    grpo_keys().load_yaml_text(yaml, "run.yaml", e);
+    EXPECT_NO_THROW(e.validate()) << yaml;
+  }
   // reward_process replaces `rewards` with one function.
   grpo_keys().load_yaml_text("{rewards: [], reward_process: ./score.sh}", "run.yaml", g);
   EXPECT_NO_THROW(g.validate());

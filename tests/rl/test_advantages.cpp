@@ -1,6 +1,7 @@
 // compute_advantages against TRL's GRPOTrainer formulas on
 // hand-computed cases: each scale_rewards mode, the unbiased std with its +1e-4, TRL's NaN
-// ("unscorable") handling and frac_reward_zero_std.
+// ("unscorable") handling and frac_reward_zero_std; RLOO against TRL's RLOOTrainer and
+// REINFORCE++ (-baseline) against verl's compute_reinforce_plus_plus*_outcome_advantage.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -115,6 +116,97 @@ TEST(Advantages, ParsesTrlNamesAndBoolAliases) {
   for (ScaleRewards s : {ScaleRewards::group, ScaleRewards::batch, ScaleRewards::none}) {
     EXPECT_EQ(parse_scale_rewards(scale_rewards_name(s)), s);
   }
+}
+
+AdvantageOptions estimator(AdvantageEstimator e, bool normalize = false) {
+  AdvantageOptions o;
+  o.estimator = e;
+  o.normalize_advantages = normalize;
+  return o;
+}
+
+TEST(Advantages, RlooSubtractsTheLeaveOneOutMean) {
+  // TRL: baselines = (grouped_sum - grouped_rewards) / (G - 1). Group 0: sum 6, baselines
+  // 5/2, 4/2, 3/2: A = 1 - 2.5, 2 - 2, 3 - 1.5. Group 1: all 0.
+  const Advantages a = compute_advantages(kRewards, 3, estimator(AdvantageEstimator::rloo));
+  expect_values(a.advantages, {-1.5, 0, 1.5, 0, 0, 0});
+  // Negative control: GRPO's group-mean baseline (scale_rewards none) gives -1, 0, 1, smaller
+  // by G / (G - 1).
+  const Advantages grpo = compute_advantages(kRewards, 3, ScaleRewards::none);
+  EXPECT_NEAR(grpo.advantages[0], -1.0, kF64Formula);
+  EXPECT_GT(std::fabs(a.advantages[0] - grpo.advantages[0]), 0.4);
+  // The logged stats are GRPO's: half the rows in a zero-std group.
+  EXPECT_NEAR(a.stats.frac_reward_zero_std, 0.5, kF64Formula);
+}
+
+TEST(Advantages, RlooNormalizeAdvantagesWhitensTheBatch) {
+  // normalize_advantages: (A - mean(A)) / (std(A) + 1e-4) over the batch. A = {-1.5, 0, 1.5,
+  // 0, 0, 0}: mean 0, unbiased variance (2.25 + 2.25) / 5 = 0.9.
+  const Advantages a = compute_advantages(kRewards, 3, estimator(AdvantageEstimator::rloo, true));
+  const double s = std::sqrt(0.9) + 1e-4;
+  expect_values(a.advantages, {-1.5 / s, 0, 1.5 / s, 0, 0, 0});
+  // Negative control: GRPO's group scaling divides by the group's std (1): -1 / 1.0001.
+  EXPECT_GT(std::fabs(a.advantages[0] - (-1 / 1.0001)), 0.5);
+}
+
+TEST(Advantages, RlooLeavesNanRowsOutOfTheBaseline) {
+  // TRL: nansum and scorable_counts. Group 0 {1, NaN, 3}: two scorable, sum 4: A_0 = 1 - 3,
+  // A_2 = 3 - 1, the NaN row 0. Group 1 {5, NaN, NaN}: one scorable, (5 - 5) / 0 is NaN: 0.
+  const std::vector<double> r = {1, kNaN, 3, 5, kNaN, kNaN};
+  const Advantages a = compute_advantages(r, 3, estimator(AdvantageEstimator::rloo));
+  expect_values(a.advantages, {-2, 0, 2, 0, 0, 0});
+  EXPECT_EQ(a.stats.num_unscorable, 3);
+  // Negative control: counting the NaN row in the baseline's divisor, (4 - 1) / 2, gives -0.5.
+  EXPECT_GT(std::fabs(a.advantages[0] - (1 - 1.5)), 1.0);
+}
+
+// Token counts of kRewards' completions: 8 tokens in all.
+const std::vector<int64_t> kTokens = {2, 1, 1, 1, 1, 2};
+
+TEST(Advantages, ReinforcePlusPlusWhitensOverTheBatchTokens) {
+  // verl: masked_whiten(returns, response_mask), every token of a completion has return r_i.
+  // Token mean (2*1 + 2 + 3) / 8 = 0.875; squared deviations 2*0.125^2 + 1.125^2 + 2.125^2 +
+  // (1 + 1 + 2) * 0.875^2 = 8.875; unbiased variance 8.875 / 8 * 8 / 7 = 8.875 / 7.
+  const Advantages a =
+      compute_advantages(kRewards, 3, estimator(AdvantageEstimator::reinforce_plus_plus), kTokens);
+  const double s = std::sqrt(8.875 / 7 + 1e-8);
+  expect_values(a.advantages,
+                {0.125 / s, 1.125 / s, 2.125 / s, -0.875 / s, -0.875 / s, -0.875 / s});
+  // Negative control: whitening over completions (mean 1, variance 10 / 5 = 2) instead of
+  // tokens gives row 0 the advantage 0.
+  EXPECT_GT(std::fabs(a.advantages[0]), 0.1);
+  // And GRPO's group scaling gives the all-zero group 0, not the batch-relative -0.875 / s.
+  EXPECT_EQ(compute_advantages(kRewards, 3, ScaleRewards::group).advantages[3], 0.0);
+}
+
+TEST(Advantages, ReinforcePlusPlusBaselineSubtractsTheGroupMeanThenWhitens) {
+  // verl: scores - group mean = {-1, 0, 1, 0, 0, 0}, then the token whitening. Token mean
+  // (-2 + 0 + 1) / 8 = -0.125; squared deviations 2*0.875^2 + 0.125^2 + 1.125^2 + 4*0.125^2 =
+  // 2.875; unbiased variance 2.875 / 7.
+  const Advantages a = compute_advantages(
+      kRewards, 3, estimator(AdvantageEstimator::reinforce_plus_plus_baseline), kTokens);
+  const double s = std::sqrt(2.875 / 7 + 1e-8);
+  expect_values(a.advantages, {-0.875 / s, 0.125 / s, 1.125 / s, 0.125 / s, 0.125 / s, 0.125 / s});
+  // Negative control: GRPO (group scaling) gives -1 / 1.0001 and 0 to the zero-std group.
+  const Advantages grpo = compute_advantages(kRewards, 3, ScaleRewards::group);
+  EXPECT_GT(std::fabs(a.advantages[0] - grpo.advantages[0]), 0.1);
+  EXPECT_GT(std::fabs(a.advantages[3] - grpo.advantages[3]), 0.1);
+}
+
+TEST(Advantages, ReinforcePlusPlusNanRowsAndTooFewTokens) {
+  // A NaN row is out of the whitening: {1, NaN, 3} with tokens {1, 5, 1}: mean 2, unbiased
+  // variance 2 / 2 * 2 / 1 = 2.
+  const std::vector<double> r = {1, kNaN, 3};
+  const Advantages a = compute_advantages(r, 3, estimator(AdvantageEstimator::reinforce_plus_plus),
+                                          std::vector<int64_t>{1, 5, 1});
+  const double s = std::sqrt(2 + 1e-8);
+  expect_values(a.advantages, {-1 / s, 0, 1 / s});
+  // One token in all: verl's masked_var raises; here the batch has advantage 0.
+  const Advantages one = compute_advantages(
+      r, 3, estimator(AdvantageEstimator::reinforce_plus_plus), std::vector<int64_t>{1, 0, 0});
+  expect_values(one.advantages, {0, 0, 0});
+  // The token counts are required.
+  EXPECT_THROW(compute_advantages(r, 3, estimator(AdvantageEstimator::reinforce_plus_plus)), Error);
 }
 
 }  // namespace
