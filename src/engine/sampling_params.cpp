@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/check.h"
-#include "core/spelling.h"
+#include "formats/json_read.h"
 
 namespace fp8rl {
 
@@ -29,27 +29,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-// The keys of one JSON object as the reader asks for them; what it never asked for is left
-// over at the end (check_all_read).
-struct Fields {
-  const Json& j;
-  std::vector<std::string> asked;
-
-  const Json* get(const char* key) {
-    asked.emplace_back(key);
-    auto it = j.find(key);
-    return it == j.end() || it->is_null() ? nullptr : &*it;
-  }
-  // A key read by none of the fields would change nothing: a misspelled one is an error.
-  void check_all_read() const {
-    for (auto it = j.begin(); it != j.end(); ++it) {
-      if (std::find(asked.begin(), asked.end(), it.key()) != asked.end()) continue;
-      const std::optional<std::string> near = nearest_spelling(it.key(), asked);
-      RAISE("sampling: unknown key '{}'{}", it.key(),
-            near ? fmt::format(" (did you mean '{}'?)", *near) : std::string());
-    }
-  }
-};
+using Fields = JsonKeyReader<Json>;
 
 void read_int(Fields& f, const char* key, int& out) {
   const Json* v = f.get(key);
@@ -125,7 +105,7 @@ SamplingParams sampling_params_from_json(const Json& j, const SamplingParams& de
   Fields f{j, {}};
   SamplingParams p = defaults;
   read_fields(f, p);
-  f.check_all_read();
+  f.check_all_read("sampling: unknown key ");
   return p;
 }
 

@@ -6,14 +6,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/check.h"
+#include "core/spelling.h"
 
 namespace fp8rl {
 
@@ -58,6 +62,34 @@ auto read_json_row(Read&& read) -> decltype(read()) {
     RAISE("unexpected content: {}", e.what());
   }
 }
+
+// The keys of one JSON object as a reader asks for them; a key never asked for is an error
+// (check_all_read), so that a misspelled one does not silently keep its default.
+template <class Json>
+struct JsonKeyReader {
+  const Json& j;
+  std::vector<std::string> asked;
+
+  // The key's value; null for an absent or null key.
+  const Json* get(const char* key) {
+    asked.emplace_back(key);
+    auto it = j.find(key);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  }
+  // Keys that are accepted and change nothing.
+  void ignore(std::initializer_list<const char*> keys) {
+    for (const char* k : keys) asked.emplace_back(k);
+  }
+  // Raises "<prefix>'key' (did you mean 'near'?)" for the first key never asked for.
+  void check_all_read(std::string_view prefix) const {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (std::find(asked.begin(), asked.end(), it.key()) != asked.end()) continue;
+      const std::optional<std::string> near = nearest_spelling(it.key(), asked);
+      RAISE("{}'{}'{}", prefix, it.key(),
+            near ? fmt::format(" (did you mean '{}'?)", *near) : std::string());
+    }
+  }
+};
 
 // Throws fp8rl::Error naming `what`, the byte offset and line when `text` nests objects and
 // arrays deeper than max_depth or holds a NUL byte (which nlohmann would take for the end of

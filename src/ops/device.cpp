@@ -46,15 +46,7 @@ std::string CudaDevice::gemm_path(Fp8Scheme scheme) const {
   return cuda::gemm_path(*backend_, scheme);
 }
 GpuCapability CudaDevice::capability() const {
-  const cuda::Capabilities& c = backend_->caps();
-  GpuCapability g;
-  g.name = c.name;
-  g.major = c.major;
-  g.minor = c.minor;
-  g.fp8_tensor = c.fp8_tensor;
-  g.fp8_outer = c.fp8_outer;
-  g.fp8_block = c.fp8_block;
-  return g;
+  return cuda::gpu_capability(backend_->caps());
 }
 std::string CudaDevice::last_linear_path() const {
   return backend_->last_linear_path;

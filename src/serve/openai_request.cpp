@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "core/check.h"
-#include "core/spelling.h"
+#include "formats/json_read.h"
 
 namespace fp8rl::serve {
 
@@ -12,30 +12,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// The keys of a request body as the reader asks for them; a key never asked for is an error
-// (check_all_read), so that a misspelled one does not silently keep its default.
-struct Body {
-  const Json& j;
-  std::vector<std::string> asked;
-
-  const Json* get(const char* key) {
-    asked.emplace_back(key);
-    auto it = j.find(key);
-    return it == j.end() || it->is_null() ? nullptr : &*it;
-  }
-  // Keys clients send that change nothing here.
-  void ignore(std::initializer_list<const char*> keys) {
-    for (const char* k : keys) asked.emplace_back(k);
-  }
-  void check_all_read() const {
-    for (auto it = j.begin(); it != j.end(); ++it) {
-      if (std::find(asked.begin(), asked.end(), it.key()) != asked.end()) continue;
-      const std::optional<std::string> near = nearest_spelling(it.key(), asked);
-      RAISE("unknown request key '{}'{}", it.key(),
-            near ? fmt::format(" (did you mean '{}'?)", *near) : std::string());
-    }
-  }
-};
+using Body = JsonKeyReader<Json>;
 
 int read_int(Body& b, const char* key, int low, int high, std::optional<int> fallback) {
   const Json* v = b.get(key);
@@ -213,7 +190,7 @@ ApiRequest parse_chat_request(const Json& body) {
     CHECK(v->is_object() && v->value("type", "") == "text",
           "'response_format' = {} is not supported (only {{\"type\": \"text\"}})", v->dump());
   b.ignore({"reasoning_effort", "modalities"});
-  b.check_all_read();
+  b.check_all_read("unknown request key ");
   return r;
 }
 
@@ -272,7 +249,7 @@ ApiRequest parse_completion_request(const Json& body) {
   if (const Json* v = b.get("best_of"))
     CHECK(v->is_number_integer() && v->get<int64_t>() == r.sampling.n,
           "'best_of' = {} is not supported (only best_of = n)", v->dump());
-  b.check_all_read();
+  b.check_all_read("unknown request key ");
   return r;
 }
 

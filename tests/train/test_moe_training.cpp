@@ -81,6 +81,28 @@ double pass_loss(const Model& m, const LoraAdapter& a, const Batch& b, bool chec
   return loss;
 }
 
+// The largest |g[i]| and |g[i] - central difference| over the picked adapter parameters
+// (step 1e-3 on the master weight, the f32 pass without checkpointing).
+std::pair<double, double> check_by_differences(const Model& m, LoraAdapter& a, const Batch& b,
+                                               const std::vector<float>& g,
+                                               const std::vector<size_t>& picked) {
+  const double h = 1e-3;
+  double max_g = 0.0, max_err = 0.0;
+  float* v = a.master_params().ptr<float>();
+  for (size_t i : picked) {
+    const float v0 = v[i];
+    v[i] = v0 + float(h);
+    const double lp = pass_loss(m, a, b, false, nullptr);
+    v[i] = v0 - float(h);
+    const double lm = pass_loss(m, a, b, false, nullptr);
+    v[i] = v0;
+    const double fd = (lp - lm) / (double(v0 + float(h)) - double(v0 - float(h)));
+    max_g = std::max(max_g, std::fabs(double(g[i])));
+    max_err = std::max(max_err, std::fabs(fd - double(g[i])));
+  }
+  return {max_g, max_err};
+}
+
 LoraAdapter attention_adapter(const Model& m) {
   LoraConfig lc;
   lc.r = 4;
@@ -125,20 +147,7 @@ TEST(MoeTraining, AttentionLoraGradientsMatchFiniteDifferences) {
   // Error: the f32 loss's rounding (~1e-7 of |loss| ~ 1, over 2h: ~1e-4) plus the truncation
   // h^2/6 |L'''|; measured 3e-4 of the largest gradient (0.75). A missing term of the MoE
   // backward moves layer 0's gradients by O(10%) (the op tests' negative controls).
-  const double h = 1e-3;
-  double max_g = 0.0, max_err = 0.0;
-  float* v = p.ptr<float>();
-  for (size_t i : picked) {
-    const float v0 = v[i];
-    v[i] = v0 + float(h);
-    const double lp = pass_loss(m, a, b, false, nullptr);
-    v[i] = v0 - float(h);
-    const double lm = pass_loss(m, a, b, false, nullptr);
-    v[i] = v0;
-    const double fd = (lp - lm) / (double(v0 + float(h)) - double(v0 - float(h)));
-    max_g = std::max(max_g, std::fabs(double(g[i])));
-    max_err = std::max(max_err, std::fabs(fd - double(g[i])));
-  }
+  const auto [max_g, max_err] = check_by_differences(m, a, b, g, picked);
   std::printf("max |grad| %.3g, max |grad - fd| %.3g\n", max_g, max_err);
   EXPECT_GT(max_g, 1e-4);
   EXPECT_LE(max_err, 1e-2 * max_g);
@@ -172,20 +181,7 @@ TEST(MoeTraining, ExpertLoraGradientsMatchFiniteDifferencesAndRoundTripPeft) {
                         [&](size_t x, size_t y) { return std::fabs(g[x]) > std::fabs(g[y]); });
       picked.insert(picked.end(), idx.begin(), idx.begin() + 4);
     }
-  const double h = 1e-3;
-  double max_g = 0.0, max_err = 0.0;
-  float* v = p.ptr<float>();
-  for (size_t i : picked) {
-    const float v0 = v[i];
-    v[i] = v0 + float(h);
-    const double lp = pass_loss(m, a, b, false, nullptr);
-    v[i] = v0 - float(h);
-    const double lm = pass_loss(m, a, b, false, nullptr);
-    v[i] = v0;
-    const double fd = (lp - lm) / (double(v0 + float(h)) - double(v0 - float(h)));
-    max_g = std::max(max_g, std::fabs(double(g[i])));
-    max_err = std::max(max_err, std::fabs(fd - double(g[i])));
-  }
+  const auto [max_g, max_err] = check_by_differences(m, a, b, g, picked);
   std::printf("experts: max |grad| %.3g, max |grad - fd| %.3g\n", max_g, max_err);
   EXPECT_GT(max_g, 1e-4);
   EXPECT_LE(max_err, 1e-2 * max_g);  // the bound of the attention test above

@@ -25,6 +25,17 @@ void check_launch(const char* kernel, const char* file, int line) {
                                     cudaGetErrorName(e), cudaGetErrorString(e)));
 }
 
+GpuCapability gpu_capability(const Capabilities& c) {
+  GpuCapability g;
+  g.name = c.name;
+  g.major = c.major;
+  g.minor = c.minor;
+  g.fp8_tensor = c.fp8_tensor;
+  g.fp8_outer = c.fp8_outer;
+  g.fp8_block = c.fp8_block;
+  return g;
+}
+
 namespace {
 
 Capabilities query_capabilities(int ordinal) {
@@ -67,11 +78,7 @@ Backend::Backend(const CudaDeviceOptions& o) {
   CUDA_CHECK(cudaSetDevice(o.ordinal));
   caps_ = query_capabilities(o.ordinal);
   // A GPU the kernels cannot run on is refused before anything is allocated or launched.
-  GpuCapability gpu;
-  gpu.name = caps_.name;
-  gpu.major = caps_.major;
-  gpu.minor = caps_.minor;
-  const std::string refusal = gpu_refusal(gpu, FP8RL_CUDA_ARCHS);
+  const std::string refusal = gpu_refusal(gpu_capability(caps_), FP8RL_CUDA_ARCHS);
   CHECK(refusal.empty(), "{}", refusal);
   CHECK(o.memory_budget <= caps_.memory, "gpu_memory {} is more than {} has ({})",
         gib_text(o.memory_budget), caps_.name, gib_text(caps_.memory));

@@ -17,6 +17,7 @@
 #include "core/tensor.h"
 #include "ops/cuda/kernels.h"
 #include "ops/device.h"
+#include "ops/gpu_support.h"
 
 // The CHECK family for CUDA and cuBLAS(Lt) calls: file, line, the call and the error string.
 #define CUDA_CHECK(expr)                                                        \
@@ -87,6 +88,8 @@ struct Capabilities {
   // driver supports virtual memory management); else one cudaMalloc per buffer.
   bool device_region = false;
 };
+// The capabilities as the plain decisions of ops/gpu_support.h take them.
+GpuCapability gpu_capability(const Capabilities& c);
 
 class Backend {
  public:
