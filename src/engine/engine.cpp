@@ -283,9 +283,9 @@ void Engine::Impl::setup() {
       kv_bytes = kv_pool_bytes_from_left(free_now, plan, kv_fraction, budget, usable);
       if (budget > 0) {
         CHECK(kv_bytes >= block,
-              "engine: gpu_memory {} leaves {} for the KV pool after the step plan ({}) and "
-              "a margin of {}: not one block ({} bytes); give a larger --gpu-memory, or fewer "
-              "max_num_batched_tokens",
+              "engine: gpu_memory {} leaves {} after the weights: the step plan ({}) and a "
+              "margin of {} leave no room for one KV block ({} bytes); give a larger "
+              "--gpu-memory, or fewer max_num_batched_tokens",
               gib_text(budget), gib_text(free_now), gib_text(plan),
               gib_text(memory_budget_margin(budget)), block);
       } else {
