@@ -1,5 +1,6 @@
 #include "cli/model_session.h"
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "cli/common.h"
@@ -186,6 +187,7 @@ void ModelSession::open_device(const SessionOptions& options) {
     CHECK(CudaDevice::count() > 0, "--device cuda: no CUDA device is visible");
     CudaDeviceOptions o = options.cuda;
     o.memory_budget = budget;
+    o.forced_capability = forced_capability_of(std::getenv("FP8RL_CUDA_CAPABILITY"));
     cuda_ = std::make_unique<CudaDevice>(o);
     ctx_ = cuda_->context();
   }

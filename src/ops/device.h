@@ -66,6 +66,9 @@ struct CudaDeviceOptions {
   // to this size and an allocation beyond it is refused, naming the budget
   // (ops/memory_budget.h); 0: the device's memory.
   size_t memory_budget = 0;
+  // The compute capability whose code paths to take instead of the device's own, as major * 10
+  // + minor (ops/gpu_support.h, FP8RL_CUDA_CAPABILITY); 0: the device's.
+  int forced_capability = 0;
 };
 
 // One op category's device time, summed over calls, from CUDA events around each op.

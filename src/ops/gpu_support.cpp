@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "core/check.h"
+
 namespace fp8rl {
 
 namespace {
@@ -94,6 +96,56 @@ std::string gpu_refusal(const GpuCapability& gpu, std::string_view archs) {
         "build with -DCMAKE_CUDA_ARCHITECTURES=\"{}{}\" (scripts/build.sh passes it on)",
         gpu_text(gpu), archs, gpu.major, gpu.minor);
   return {};
+}
+
+namespace {
+
+struct Features {
+  bool bf16_mma = false, fp8_mma = false, hopper = false;
+};
+
+Features features_of(int cc) {
+  return {cc >= 80, cc >= 89, cc == 90};
+}
+
+}  // namespace
+
+int parse_forced_capability(std::string_view text) {
+  for (const int cc : {80, 86, 89, 90, 120})
+    if (text == fmt::format("{}.{}", cc / 10, cc % 10)) return cc;
+  RAISE(
+      "FP8RL_CUDA_CAPABILITY='{}': expected one of 8.0, 8.6, 8.9, 9.0, 12.0 (the GPU whose code "
+      "paths to take)",
+      text);
+}
+
+int forced_capability_of(const char* environment_value) {
+  if (environment_value == nullptr || *environment_value == 0) return 0;
+  return parse_forced_capability(environment_value);
+}
+
+std::string forced_capability_refusal(const GpuCapability& gpu, int forced) {
+  const Features have = features_of(capability(gpu)), need = features_of(forced);
+  const char* missing = need.hopper && !have.hopper       ? "wgmma and the Hopper FP8 scaling modes"
+                        : need.fp8_mma && !have.fp8_mma   ? "FP8 tensor cores"
+                        : need.bf16_mma && !have.bf16_mma ? "bf16 tensor cores"
+                                                          : nullptr;
+  if (missing == nullptr) return {};
+  return fmt::format(
+      "FP8RL_CUDA_CAPABILITY={}.{}: {} cannot take that GPU's code paths (it lacks {})",
+      forced / 10, forced % 10, gpu_text(gpu), missing);
+}
+
+GpuCapability as_capability(const GpuCapability& gpu, int forced) {
+  GpuCapability g = gpu;
+  const Features f = features_of(forced);
+  g.name = fmt::format("{} as compute capability {}.{}", gpu.name, forced / 10, forced % 10);
+  g.major = forced / 10;
+  g.minor = forced % 10;
+  g.fp8_tensor = gpu.fp8_tensor && f.fp8_mma;
+  g.fp8_outer = gpu.fp8_outer && f.hopper;
+  g.fp8_block = gpu.fp8_block && f.hopper;
+  return g;
 }
 
 std::string fp8_scheme_refusal(Fp8Scheme scheme, const GpuCapability& gpu) {

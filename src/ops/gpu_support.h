@@ -40,6 +40,20 @@ bool cuda_archs_run_on(std::string_view archs, int major, int minor);
 // Empty when the backend built for `archs` runs on `gpu`; else why not, naming both.
 std::string gpu_refusal(const GpuCapability& gpu, std::string_view archs);
 
+// A forced capability (FP8RL_CUDA_CAPABILITY): the backend takes the paths of another GPU, so
+// that one GPU runs and times the code every supported GPU would. "8.0", "8.6", "8.9", "9.0" or
+// "12.0" as major * 10 + minor; anything else is an error naming the accepted values.
+int parse_forced_capability(std::string_view text);
+// The environment variable's value as above; 0 (the device's own) when unset or empty.
+int forced_capability_of(const char* environment_value);
+// Empty when `gpu` has every feature the paths of `forced` use (bf16 mma.sync from 8.0, e4m3
+// mma.sync and cuBLASLt's per-tensor FP8 from 8.9, wgmma and the outer-vector and 128-block
+// FP8 scaling on 9.0 alone), so that it can run them; else why not.
+std::string forced_capability_refusal(const GpuCapability& gpu, int forced);
+// `gpu` as the GPU of capability `forced` would be: its compute capability, and the FP8 scaling
+// modes that one has (where `gpu` has them too). The name says it is forced.
+GpuCapability as_capability(const GpuCapability& gpu, int forced);
+
 // Empty when `scheme`'s GEMMs have a path on `gpu`; else the refusal naming the scheme and the
 // capability it lacks.
 std::string fp8_scheme_refusal(Fp8Scheme scheme, const GpuCapability& gpu);

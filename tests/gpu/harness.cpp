@@ -2,8 +2,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
+#include "ops/gpu_support.h"
 #include "ops/uniform_hash.h"
 
 namespace fp8rl::gpu_test {
@@ -19,6 +21,7 @@ Harness::Harness(bool perf_mode, bool wgmma, bool tiled_backward)
   o.arena_bytes = size_t(perf_mode ? 6 : 1) << 30;
   o.wgmma_attention = wgmma;
   o.tiled_attention_backward = tiled_attention_backward;
+  o.forced_capability = forced_capability_of(std::getenv("FP8RL_CUDA_CAPABILITY"));
   dev = std::make_unique<CudaDevice>(o);
   gpu = dev->context();
 }

@@ -186,5 +186,48 @@ TEST(GpuSupport, SchemePathsAndRefusals) {
   EXPECT_NE(note.find("compute capability 9.0"), std::string::npos) << note;
 }
 
+// FP8RL_CUDA_CAPABILITY: an H100 takes another GPU's paths, which every later decision reads.
+TEST(GpuSupport, ForcedCapabilityTakesThatGpusPaths) {
+  EXPECT_EQ(forced_capability_of(nullptr), 0);
+  EXPECT_EQ(forced_capability_of(""), 0);
+  EXPECT_EQ(forced_capability_of("8.9"), 89);
+  EXPECT_EQ(forced_capability_of("12.0"), 120);
+  for (const char* bad : {"89", "7.5", "10.0", "9", "sm_89", "8.9 "}) {
+    try {
+      forced_capability_of(bad);
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("expected one of 8.0, 8.6, 8.9, 9.0, 12.0"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  const GpuCapability h100 = gpu("NVIDIA H100", 9, 0, true, true, true);
+  const GpuCapability l4 = gpu("NVIDIA L4", 8, 9, true, false, false);
+  for (const int cc : {80, 86, 89, 90, 120}) EXPECT_EQ(forced_capability_refusal(h100, cc), "");
+  EXPECT_EQ(forced_capability_refusal(l4, 80), "");
+  const std::string up = forced_capability_refusal(l4, 90);
+  EXPECT_NE(up.find("FP8RL_CUDA_CAPABILITY=9.0: GPU 'NVIDIA L4' (compute capability 8.9) cannot "
+                    "take that GPU's code paths (it lacks wgmma"),
+            std::string::npos)
+      << up;
+  EXPECT_NE(forced_capability_refusal(gpu("A100", 8, 0, false, false, false), 120)
+                .find("it lacks FP8 tensor cores"),
+            std::string::npos);
+
+  const GpuCapability as_l4 = as_capability(h100, 89);
+  EXPECT_EQ(as_l4.name, "NVIDIA H100 as compute capability 8.9");
+  EXPECT_EQ(as_l4.major * 10 + as_l4.minor, 89);
+  EXPECT_EQ(fp8_gemm_path(Fp8Scheme::tensor, as_l4), Fp8GemmPath::native);
+  EXPECT_EQ(fp8_gemm_path(Fp8Scheme::row, as_l4), Fp8GemmPath::dequantized);
+  EXPECT_EQ(fp8_gemm_path(Fp8Scheme::tensor, as_capability(h100, 120)), Fp8GemmPath::native);
+  EXPECT_EQ(fp8_gemm_path(Fp8Scheme::block, as_capability(h100, 120)), Fp8GemmPath::dequantized);
+  EXPECT_EQ(fp8_gemm_path(Fp8Scheme::tensor, as_capability(h100, 80)), Fp8GemmPath::dequantized);
+  EXPECT_EQ(fp8_gemm_path(Fp8Scheme::row, as_capability(h100, 90)), Fp8GemmPath::native);
+  // The build's architectures are checked against the real GPU: forcing 8.0 on an sm_90a build
+  // is not refused for the build (the H100 runs its sm_90a code).
+  EXPECT_EQ(gpu_refusal(h100, "90a"), "");
+}
+
 }  // namespace
 }  // namespace fp8rl

@@ -80,6 +80,15 @@ Backend::Backend(const CudaDeviceOptions& o) {
   // A GPU the kernels cannot run on is refused before anything is allocated or launched.
   const std::string refusal = gpu_refusal(gpu_capability(caps_), FP8RL_CUDA_ARCHS);
   CHECK(refusal.empty(), "{}", refusal);
+  // Another GPU's paths: every decision below reads the forced capability.
+  if (o.forced_capability != 0) {
+    const std::string why = forced_capability_refusal(gpu_capability(caps_), o.forced_capability);
+    CHECK(why.empty(), "{}", why);
+    const GpuCapability as = as_capability(gpu_capability(caps_), o.forced_capability);
+    caps_.name = as.name;
+    caps_.major = as.major;
+    caps_.minor = as.minor;
+  }
   CHECK(o.memory_budget <= caps_.memory, "gpu_memory {} is more than {} has ({})",
         gib_text(o.memory_budget), caps_.name, gib_text(caps_.memory));
   budget_ = o.memory_budget;
@@ -101,7 +110,7 @@ Backend::Backend(const CudaDeviceOptions& o) {
   CUDA_CHECK(gated_init());
   bool wgmma = false;
   CUDA_CHECK(attention_wgmma_init(&wgmma));
-  caps_.attention_wgmma = wgmma && o.wgmma_attention;
+  caps_.attention_wgmma = wgmma && o.wgmma_attention && caps_.major == 9;
   caps_.shared_prefix_mma = o.shared_prefix_mma;
   caps_.decode_mma = o.decode_mma;
   caps_.decode_sms = o.persistent_decode_sms < 0
