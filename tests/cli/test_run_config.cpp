@@ -284,6 +284,7 @@ TEST(RunConfig, EveryAliasSetsItsKey) {
   check_table(sft_keys(), SftConfig{});
   check_table(grpo_keys(), valid_grpo());
   check_table(dpo_keys(), DpoConfig{});
+  check_table(kto_keys(), KtoConfig{});
 }
 
 TEST(RunConfig, ChoiceSpellingsAndNulls) {
@@ -669,6 +670,61 @@ TEST(RunConfig, OutOfRangeValuesAreNamed) {
   grpo_keys().load_yaml_text("{rewards: [], reward_process: ./score.sh}", "run.yaml", g);
   EXPECT_NO_THROW(g.validate());
   EXPECT_EQ(g.num_reward_functions(), 1);
+}
+
+// KTOConfig's keys and defaults, its checks (TRL's batch-size refusal for the KL estimate),
+// and the plumbing keys whose other values would change the run.
+TEST(RunConfig, KtoKeysAsTrl) {
+  const KtoConfig d;
+  EXPECT_EQ(d.learning_rate, 1e-6);
+  EXPECT_EQ(d.beta, 0.1);
+  EXPECT_EQ(d.desirable_weight, 1.0);
+  EXPECT_EQ(d.undesirable_weight, 1.0);
+  EXPECT_EQ(d.loss_type, KtoLossType::kto);
+  EXPECT_EQ(d.max_length, 1024);
+  EXPECT_TRUE(d.disable_dropout);
+  EXPECT_NO_THROW(d.validate());
+  const KtoConfig k = load_text(kto_keys(),
+                                "{beta: 0.2, desirable_weight: 1.33, undesirable_weight: 0.5, "
+                                "loss_type: apo_zero_unpaired, max_length: 64, truncation: true}");
+  EXPECT_EQ(k.beta, 0.2);
+  EXPECT_EQ(k.desirable_weight, 1.33);
+  EXPECT_EQ(k.undesirable_weight, 0.5);
+  EXPECT_EQ(k.loss_type, KtoLossType::apo_zero_unpaired);
+  EXPECT_EQ(k.max_length, 64);
+  EXPECT_TRUE(k.truncation);
+  struct Case {
+    std::string yaml, message;
+  };
+  const std::vector<Case> cases = {
+      {"beta: 0", "beta = 0 is out of range (must be > 0)"},
+      {"desirable_weight: -1", "desirable_weight = -1 is out of range (must be >= 0)"},
+      {"undesirable_weight: -0.5", "undesirable_weight = -0.5 is out of range (must be >= 0)"},
+      {"{desirable_weight: 0, undesirable_weight: 0}",
+       "desirable_weight and undesirable_weight are both 0"},
+      {"max_length: 1", "max_length = 1 is out of range (must be >= 2)"},
+      {"per_device_train_batch_size: 1",
+       "per_device_train_batch_size = 1 is out of range for loss_type kto (must be > 1: the KL "
+       "estimate pairs each prompt with another example's completion of the batch)"},
+  };
+  for (const Case& c : cases) {
+    const KtoConfig config = load_text(kto_keys(), c.yaml);
+    const std::string e = error_of([&] { config.validate(); });
+    EXPECT_NE(e.find(c.message), std::string::npos) << c.yaml << " -> " << e;
+  }
+  // Control: apo_zero_unpaired has no KL estimate, so one example a batch is fine (as in TRL).
+  EXPECT_NO_THROW(
+      load_text(kto_keys(), "{loss_type: apo_zero_unpaired, per_device_train_batch_size: 1}")
+          .validate());
+  EXPECT_NE(error_of([] { load_text(kto_keys(), "loss_type: sigmoid\n"); }).find("loss_type"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              load_text(kto_keys(), "train_sampling_strategy: random\n");
+            }).find("TRL's sequential sampling"),
+            std::string::npos);
+  EXPECT_NO_THROW(load_text(kto_keys(), "train_sampling_strategy: sequential\n"));
+  EXPECT_NE(error_of([] { load_text(kto_keys(), "sync_ref_model: true\n"); }).find("TR-DPO"),
+            std::string::npos);
 }
 
 TEST(RunConfig, GrpoGenerationKwargsOverrideTheSamplingKeys) {
