@@ -76,7 +76,7 @@ const std::string kQwen3 = fp8rl::test::golden_dir("qwen3");
 
 TEST(Cli, HelpForEverySubcommand) {
   for (const char* sub : {"info", "logits", "quantize", "init", "schemes", "generate", "chat",
-                          "merge", "report", "sft", "grpo", "dpo", "serve"}) {
+                          "merge", "report", "sft", "grpo", "dpo", "kto", "serve"}) {
     const Result r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << sub;
@@ -1041,6 +1041,63 @@ TEST(CliTrain, SftOnTokenIdsNeedsNoTokenizer) {
   EXPECT_TRUE(fs::exists(fs::path(out) / "adapter_model.safetensors"));
   expect_one_line_error("sft " + model + " --data " + text + " --out " + temp("sft_text_run"),
                         ":2: a text row needs the model's tokenizer.json");
+}
+
+// fp8rl kto from a run config: TRL's metric names in metrics.jsonl, the adapter and the
+// checkpoint; a dry run plans without run files; bad rows and values are one-line errors.
+TEST(CliTrain, KtoRunAndBadInput) {
+  const std::string out = temp("kto_run"), data = temp("kto_data") + ".jsonl",
+                    cfg = temp("kto_cfg") + ".yaml";
+  write_file(data,
+             "{\"prompt\": \"What is 2+2? \", \"completion\": \"4\", \"label\": true}\n"
+             "{\"prompt\": \"What is 2+3? \", \"completion\": \"7\", \"label\": false}\n"
+             "{\"prompt\": [{\"role\": \"user\", \"content\": \"What is 1+2?\"}], \"completion\": "
+             "[{\"role\": \"assistant\", \"content\": \"3\"}], \"label\": true}\n"
+             "{\"prompt\": \"What is 3+3? \", \"completion\": \"5\", \"label\": false}\n");
+  write_file(cfg, "model: " + kDemoModel + "\ndata: " + data +
+                      "\nper_device_train_batch_size: 2\nlearning_rate: 1.0e-3\nlora_r: 4\n"
+                      "desirable_weight: 1.33\nmax_steps: 2\n");
+  const Result r = run("kto --config " + cfg + " --output-dir " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* f : {"adapter_config.json", "adapter_model.safetensors", "metrics.jsonl",
+                        "config.yaml", "checkpoint-2/trainer_state.safetensors"})
+    EXPECT_TRUE(fs::exists(fs::path(out) / f)) << f;
+  const std::vector<nlohmann::json> m = read_jsonl(out + "/metrics.jsonl");
+  ASSERT_EQ(m.size(), 2u);
+  for (const char* key : {"loss", "kl", "entropy", "num_tokens", "rewards/chosen",
+                          "rewards/rejected", "rewards/margins", "logps/chosen", "logps/rejected"})
+    EXPECT_TRUE(m[1].contains(key)) << key;
+  // At the start the policy is the reference: (1.33 / 2 + 1 / 2) / 2.
+  EXPECT_NEAR(m[0]["loss"].get<double>(), (1.33 + 1.0) / 4, 1e-6);
+  EXPECT_NE(file_bytes(out + "/config.yaml").find("desirable_weight: 1.33"), std::string::npos);
+  const std::string dry = temp("kto_dry");
+  const Result d = run("kto --config " + cfg + " --output-dir " + dry + " --dry-run");
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_NE(d.output.find("saved activations"), std::string::npos) << d.output;
+  EXPECT_FALSE(fs::exists(fs::path(dry) / "metrics.jsonl"));
+
+  const std::string bad = temp("kto_bad") + ".jsonl";
+  const auto expect_bad_row = [&](const std::string& row, const std::string& fragment) {
+    write_file(bad, "{\"prompt\": \"a \", \"completion\": \"1\", \"label\": true}\n" + row + "\n");
+    expect_one_line_error(
+        "kto --config " + cfg + " --data " + bad + " --output-dir " + temp("kto_bad_out"),
+        fragment);
+  };
+  expect_bad_row("{\"prompt\": \"b \", \"completion\": \"2\"}", ":2: the row needs \"label\"");
+  expect_bad_row("{\"prompt\": \"b \", \"completion\": \"2\", \"label\": 0}",
+                 ":2: \"label\" must be true (desirable) or false (undesirable), got 0");
+  expect_bad_row("{\"prompt\": \"b \", \"chosen\": \"2\", \"rejected\": \"3\"}",
+                 ":2: the row has \"chosen\"/\"rejected\"");
+  expect_bad_row("{\"prompt\": \"b \", \"completion\": \"2\", \"label\": true",
+                 ":2:");  // not JSON
+  expect_one_line_error("kto --config " + cfg + " --batch-size 1 --output-dir " + temp("kto_b1"),
+                        "per_device_train_batch_size = 1 is out of range for loss_type kto");
+  expect_one_line_error("kto --config " + cfg + " --beta -1 --output-dir " + temp("kto_b2"),
+                        "beta = -1 is out of range");
+  expect_one_line_error(
+      "kto --config " + cfg + " --loss-type sigmoid --output-dir " + temp("kto_b3"),
+      "--loss-type: expected one of kto, apo_zero_unpaired, got 'sigmoid'");
+  fs::remove_all(out);
 }
 
 TEST(CliTrain, SftRunAndBadInput) {
