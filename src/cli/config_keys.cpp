@@ -459,7 +459,6 @@ KeyTable<KtoConfig> kto_keys() {
            only({false}, "TR-DPO's reference sync is not supported with LoRA (as in TRL)"));
   for (const char* k : {"ref_model_mixup_alpha", "ref_model_sync_steps"})
     t.ignore(k, "without sync_ref_model");
-  t.ignore("router_aux_loss_coef", "fp8rl's MoE router is frozen (LoRA does not train it)");
   return t;
 }
 
