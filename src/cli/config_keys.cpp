@@ -316,8 +316,10 @@ KeyTable<GrpoConfig> grpo_keys() {
               {"dr_grpo", GrpoLossType::dr_grpo},
               {"cispo", GrpoLossType::cispo},
               {"sapo", GrpoLossType::sapo},
-              {"luspo", GrpoLossType::luspo}},
-             "Loss aggregation");
+              {"luspo", GrpoLossType::luspo},
+              {"rloo", GrpoLossType::rloo}},
+             "Loss aggregation (rloo: TRL's RLOOTrainer loss, the ratio of whole-sequence "
+             "probabilities clipped, mean over completions)");
   t.add("sapo_temperature_neg", &C::sapo_temperature_neg,
         "sapo: the soft gate's temperature where the advantage is <= 0");
   t.add("sapo_temperature_pos", &C::sapo_temperature_pos,
@@ -343,6 +345,8 @@ KeyTable<GrpoConfig> grpo_keys() {
              "the reward); reinforce_plus_plus(_baseline): whitened over the batch's tokens");
   t.add("normalize_advantages", &C::normalize_advantages,
         "rloo: whiten the advantages over the batch (RLOOConfig's)");
+  t.add("reward_clip_range", &C::reward_clip_range,
+        "rloo: clamp each reward to [low, high] before the KL penalty (RLOOConfig's; empty: off)");
   t.add("mask_truncated_completions", &C::mask_truncated_completions,
         "Leave completions cut at max_completion_length out of the loss");
   t.add("top_entropy_quantile", &C::top_entropy_quantile,

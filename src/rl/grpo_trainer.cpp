@@ -657,6 +657,9 @@ struct GrpoTrainer::Impl {
     replay_changes = {};
     if (need_old) r.old_logp = all_logprobs(r, false);
     if (cfg.beta != 0.0) r.ref_logp = all_logprobs(r, true);
+    if (!cfg.reward_clip_range.empty())  // TRL's RLOOTrainer: before the KL penalty
+      for (double& t : totals)
+        if (!std::isnan(t)) t = std::clamp(t, cfg.reward_clip_range[0], cfg.reward_clip_range[1]);
     if (cfg.kl_in_reward()) {
       // TRL's RLOOTrainer: the sequence's summed KL to the reference, at the rollout's
       // adapter, comes off its reward before the baseline (and the loss has no KL term).
@@ -716,8 +719,16 @@ struct GrpoTrainer::Impl {
     }
     const double logprob_seconds = seconds_since(tl);
     // TRL's generation metrics.
-    m["reward"] = adv.stats.reward;
-    m["reward_std"] = adv.stats.reward_std;
+    // TRL's RLOOTrainer logs the rewards as scored, before the clip and the KL penalty (its
+    // frac_reward_zero_std reads the shaped ones).
+    const bool shaped = cfg.kl_in_reward() || !cfg.reward_clip_range.empty();
+    const AdvantageStats scored_stats =
+        shaped ? compute_advantages(std::vector<double>(scored.total.begin(), scored.total.end()),
+                                    cfg.num_generations, cfg.advantage_options(), num_tokens)
+                     .stats
+               : adv.stats;
+    m["reward"] = scored_stats.reward;
+    m["reward_std"] = scored_stats.reward_std;
     m["frac_reward_zero_std"] = adv.stats.frac_reward_zero_std;
     for (const auto& [k, v] : scored.metrics()) m[k] = v;
     for (const auto& [k, v] : scored.logged_metrics)
