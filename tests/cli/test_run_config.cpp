@@ -390,9 +390,10 @@ TEST(RunConfig, WrongTypesAreNamed) {
                       "number, or null, got '16GB'"),
             std::string::npos);
   EXPECT_NE(yaml_error("dry_run: 2\n").find("expected true or false, got '2'"), std::string::npos);
-  EXPECT_NE(yaml_error("loss_type: ppo\n")
-                .find("expected one of dapo, grpo, bnpo, dr_grpo, cispo, sapo, luspo, got 'ppo'"),
-            std::string::npos);
+  EXPECT_NE(
+      yaml_error("loss_type: ppo\n")
+          .find("expected one of dapo, grpo, bnpo, dr_grpo, cispo, sapo, luspo, rloo, got 'ppo'"),
+      std::string::npos);
   EXPECT_NE(yaml_error("seed: [1, 2]\n")
                 .find("key 'seed' in run.yaml:1: expected an integer, got a list"),
             std::string::npos);
@@ -616,6 +617,21 @@ TEST(RunConfig, OutOfRangeValuesAreNamed) {
        "scale_rewards none applies to advantage_estimator grpo only, not reinforce_plus_plus"},
       {"normalize_advantages: true",
        "normalize_advantages (RLOOConfig's) needs advantage_estimator rloo, got grpo"},
+      {"{loss_type: rloo, beta: 0.05, vllm_importance_sampling_correction: false}",
+       "loss_type rloo takes beta = 0.05 into the reward, which advantage_estimator rloo does, "
+       "not grpo"},
+      {"{loss_type: rloo, advantage_estimator: rloo}",
+       "loss_type rloo takes no rollout correction (TRL's RLOO has none): set "
+       "vllm_importance_sampling_correction: false"},
+      {"{loss_type: rloo, advantage_estimator: rloo, vllm_importance_sampling_correction: false, "
+       "delta: 2}",
+       "loss_type rloo takes no delta"},
+      {"reward_clip_range: [-1, 1]",
+       "reward_clip_range (RLOOConfig's) needs advantage_estimator rloo, got grpo"},
+      {"{advantage_estimator: rloo, reward_clip_range: [1, -1]}",
+       "reward_clip_range must be [low, high] with low <= high, got 2 values"},
+      {"{advantage_estimator: rloo, reward_clip_range: [1]}",
+       "reward_clip_range must be [low, high] with low <= high, got 1 values"},
   };
   for (const Case& c : grpo_cases) {
     GrpoConfig config = valid_grpo();
@@ -660,8 +676,11 @@ TEST(RunConfig, OutOfRangeValuesAreNamed) {
               load_text(grpo_keys(), "advantage_estimator: ppo\n");
             }).find("advantage_estimator"),
             std::string::npos);
-  for (const char* yaml : {"{advantage_estimator: rloo, normalize_advantages: true, beta: 0.05}",
-                           "{advantage_estimator: reinforce_plus_plus_baseline}"}) {
+  for (const char* yaml :
+       {"{advantage_estimator: rloo, normalize_advantages: true, beta: 0.05}",
+        "{advantage_estimator: rloo, loss_type: rloo, beta: 0.05, "
+        "vllm_importance_sampling_correction: false, reward_clip_range: [-1, 1]}",
+        "{advantage_estimator: reinforce_plus_plus_baseline}"}) {
     GrpoConfig e = valid_grpo();
     grpo_keys().load_yaml_text(yaml, "run.yaml", e);
     EXPECT_NO_THROW(e.validate()) << yaml;
