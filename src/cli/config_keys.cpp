@@ -270,8 +270,9 @@ KeyTable<SftConfig> sft_keys() {
   return t;
 }
 
-KeyTable<GrpoConfig> grpo_keys() {
-  using C = GrpoConfig;
+// GRPOConfig's keys over C (GrpoConfig, or RlooConfig with RLOOConfig's defaults).
+template <class C>
+KeyTable<C> grpo_table() {
   KeyTable<C> t;
   add_training_keys(t);
   add_model_keys(t);
@@ -407,6 +408,14 @@ KeyTable<GrpoConfig> grpo_keys() {
   t.ignore("shuffle_dataset", "fp8rl always shuffles the prompts per (seed, epoch)",
            only({true}, "fp8rl always shuffles the prompts"));
   return t;
+}
+
+KeyTable<GrpoConfig> grpo_keys() {
+  return grpo_table<GrpoConfig>();
+}
+
+KeyTable<RlooConfig> rloo_keys() {
+  return grpo_table<RlooConfig>();
 }
 
 KeyTable<DpoConfig> dpo_keys() {

@@ -76,7 +76,7 @@ const std::string kQwen3 = fp8rl::test::golden_dir("qwen3");
 
 TEST(Cli, HelpForEverySubcommand) {
   for (const char* sub : {"info", "logits", "quantize", "init", "schemes", "generate", "chat",
-                          "merge", "report", "sft", "grpo", "dpo", "kto", "serve"}) {
+                          "merge", "report", "sft", "grpo", "rloo", "dpo", "kto", "serve"}) {
     const Result r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << sub;
@@ -1673,6 +1673,54 @@ TEST(CliTrain, GrpoAdvantageEstimators) {
   expect_one_line_error(
       train_args("grpo", temp("rloo_bad")) + " --advantage-estimator rloo --scale-rewards batch",
       "scale_rewards batch applies to advantage_estimator grpo only");
+}
+
+// fp8rl rloo: RLOOConfig's defaults (beta 0.05, num_generations 2, TRL's RLOO loss) on the
+// GRPO loop. With G = 2 the leave-one-out advantage is r_i - r_j of the shaped rewards (clipped
+// by reward_clip_range, then KL-penalized); the logged `reward` is TRL's, the rewards as scored:
+// in round 1 (policy = reference, no penalty) twice samples.jsonl's rewards clipped at 0.5.
+TEST(CliTrain, RlooRunsTrlsRlooWithItsDefaults) {
+  const std::string out = temp("rloo_cmd"), data = temp("rloo_cmd_data") + ".jsonl",
+                    cfg = temp("rloo_cmd_cfg") + ".yaml";
+  std::ifstream demo(FP8RL_SOURCE_DIR "/examples/demo/train.jsonl");
+  std::string rows, line;
+  for (int i = 0; i < 16 && std::getline(demo, line); ++i) rows += line + "\n";
+  write_file(data, rows);
+  write_file(cfg, "model: " + kDemoModel + "\ndata: " + data +
+                      "\nrewards:\n  - {type: answer_match, mode: numeric}\n"
+                      "reward_clip_range: [0, 0.5]\n");
+  const std::string args = "rloo --config " + cfg +
+                           " --per-device-train-batch-size 8 --max-completion-length 4"
+                           " --lora-r 4 --lora-target-modules all-linear --learning-rate 1e-3"
+                           " --lr-scheduler-type constant --device cpu --max-steps 2";
+  const Result r = run(args + " --output-dir " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string yaml = file_bytes(out + "/config.yaml");
+  for (const char* key :
+       {"beta: 0.05", "num_generations: 2", "loss_type: rloo", "advantage_estimator: rloo",
+        "vllm_importance_sampling_correction: false"})
+    EXPECT_NE(yaml.find(key), std::string::npos) << key << "\n" << yaml;
+  const std::vector<nlohmann::json> samples = read_jsonl(out + "/samples.jsonl");
+  ASSERT_EQ(samples.size(), 16u);
+  double round1 = 0;
+  for (size_t g = 0; g < 16; g += 2) {
+    const double a = samples[g]["reward"].get<double>(), b = samples[g + 1]["reward"].get<double>();
+    EXPECT_NEAR(samples[g]["advantage"].get<double>(), a - b, 1e-12) << g;
+    EXPECT_NEAR(samples[g + 1]["advantage"].get<double>(), b - a, 1e-12) << g;
+    if (g < 8) {  // round 1: the raw 0 / 1 clipped to 0 / 0.5, no penalty
+      for (double x : {a, b}) EXPECT_TRUE(x == 0.0 || x == 0.5) << g << ": " << x;
+      round1 += a + b;
+    }
+  }
+  const std::vector<nlohmann::json> m = read_jsonl(out + "/metrics.jsonl");
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_GT(m[0]["reward"].get<double>(), 0.0) << "no completion scored: the check is vacuous";
+  EXPECT_NEAR(m[0]["reward"].get<double>(), 2 * round1 / 8, 1e-12);
+  EXPECT_TRUE(std::isfinite(m[1]["loss"].get<double>()));
+  expect_one_line_error(args + " --loss-type dapo --output-dir " + temp("rloo_cmd_bad"),
+                        "fp8rl rloo runs TRL's RLOO (advantage_estimator rloo, loss_type rloo), "
+                        "got rloo and dapo");
+  fs::remove_all(out);
 }
 
 // One line, "fp8rl: error: ..." with `fragment`, a non-zero exit.

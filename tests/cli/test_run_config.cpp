@@ -746,6 +746,35 @@ TEST(RunConfig, KtoKeysAsTrl) {
             std::string::npos);
 }
 
+// RLOOConfig: GRPOConfig's keys with RLOO's defaults (beta 0.05, num_generations 2) and its
+// own loss; fp8rl rloo keeps to TRL's RLOO (other combinations are fp8rl grpo's).
+TEST(RunConfig, RlooKeysAsTrl) {
+  RlooConfig r;
+  r.rewards = nlohmann::json::parse(R"([{"type": "answer_match"}])");
+  EXPECT_EQ(r.beta, 0.05);
+  EXPECT_EQ(r.num_generations, 2);
+  EXPECT_EQ(r.learning_rate, 1e-6);
+  EXPECT_EQ(r.epsilon, 0.2);
+  EXPECT_FALSE(r.normalize_advantages);
+  EXPECT_TRUE(r.reward_clip_range.empty());
+  EXPECT_EQ(r.advantage_estimator, AdvantageEstimator::rloo);
+  EXPECT_EQ(r.loss_type, GrpoLossType::rloo);
+  EXPECT_TRUE(r.kl_in_reward());
+  EXPECT_NO_THROW(r.validate());
+  rloo_keys().load_yaml_text("{normalize_advantages: true, reward_clip_range: [-2, 3]}", "run.yaml",
+                             r);
+  EXPECT_TRUE(r.normalize_advantages);
+  EXPECT_EQ(r.reward_clip_range, (std::vector<double>{-2, 3}));
+  EXPECT_NO_THROW(r.validate());
+  RlooConfig grpo_loss = r;
+  rloo_keys().load_yaml_text("loss_type: dapo", "run.yaml", grpo_loss);
+  EXPECT_NE(error_of([&] { grpo_loss.validate(); }).find("other combinations run with fp8rl grpo"),
+            std::string::npos);
+  // Control: GRPOConfig's defaults stay GRPO's.
+  EXPECT_EQ(GrpoConfig{}.beta, 0.0);
+  EXPECT_EQ(GrpoConfig{}.num_generations, 8);
+}
+
 TEST(RunConfig, GrpoGenerationKwargsOverrideTheSamplingKeys) {
   GrpoConfig c = valid_grpo();
   grpo_keys().load_yaml_text(R"(
