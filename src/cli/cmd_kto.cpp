@@ -45,7 +45,6 @@ void run_kto(const KtoConfig& cfg, const std::string& yaml) {
   check_run_dir(cfg.output_dir, {cfg.model, cfg.data, cfg.adapter, cfg.eval_dataset});
   check_output_dir(cfg);
   if (!cfg.dry_run) check_logging_dir_writable(cfg);
-  cfg.validate();  // before the data: a bad batch size is named before a long tokenization
   ModelFiles files = load_model_files(cfg);
   const ModelConfig& config = files.text.config();
   PreferenceDataOptions d;

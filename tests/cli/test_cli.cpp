@@ -1057,7 +1057,8 @@ TEST(CliTrain, KtoRunAndBadInput) {
   write_file(cfg, "model: " + kDemoModel + "\ndata: " + data +
                       "\nper_device_train_batch_size: 2\nlearning_rate: 1.0e-3\nlora_r: 4\n"
                       "desirable_weight: 1.33\nmax_steps: 2\n");
-  const Result r = run("kto --config " + cfg + " --output-dir " + out);
+  const Result r = run("kto --config " + cfg + " --output-dir " + out + " --eval-dataset " + data +
+                       " --eval-strategy steps --eval-steps 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* f : {"adapter_config.json", "adapter_model.safetensors", "metrics.jsonl",
                         "config.yaml", "checkpoint-2/trainer_state.safetensors"})
@@ -1067,6 +1068,12 @@ TEST(CliTrain, KtoRunAndBadInput) {
   for (const char* key : {"loss", "kl", "entropy", "num_tokens", "rewards/chosen",
                           "rewards/rejected", "rewards/margins", "logps/chosen", "logps/rejected"})
     EXPECT_TRUE(m[1].contains(key)) << key;
+  // The evaluation on step 2 only, with TRL's eval_ names.
+  for (const char* key : {"eval_loss", "eval_kl", "eval_entropy", "eval_rewards/chosen",
+                          "eval_rewards/margins", "eval_num_tokens", "eval_runtime"}) {
+    EXPECT_FALSE(m[0].contains(key)) << key;
+    EXPECT_TRUE(m[1].contains(key)) << key;
+  }
   // At the start the policy is the reference: (1.33 / 2 + 1 / 2) / 2.
   EXPECT_NEAR(m[0]["loss"].get<double>(), (1.33 + 1.0) / 4, 1e-6);
   EXPECT_NE(file_bytes(out + "/config.yaml").find("desirable_weight: 1.33"), std::string::npos);
