@@ -664,12 +664,17 @@ struct GrpoTrainer::Impl {
       // TRL's RLOOTrainer: the sequence's summed KL to the reference, at the rollout's
       // adapter, comes off its reward before the baseline (and the loss has no KL term).
       const std::vector<std::vector<double>> old = need_old ? r.old_logp : all_logprobs(r, false);
+      double kl_sum = 0.0;
+      int64_t kl_tokens = 0;
       for (size_t c = 0; c < n; ++c) {
         double kl = 0.0;
         for (size_t k = 0; k < r.ids[c].size(); ++k)
-          if (r.mask[c][k]) kl += old[c][k] - r.ref_logp[c][k];
+          if (r.mask[c][k]) kl += old[c][k] - r.ref_logp[c][k], ++kl_tokens;
         totals[c] -= cfg.beta * kl;
+        kl_sum += kl;
       }
+      // TRL's RLOO "kl": the per-token mean over the round's active tokens (the loss has none).
+      r.metrics["kl"] = kl_sum / double(std::max<int64_t>(kl_tokens, 1));
     }
     std::vector<int64_t> num_tokens(n);
     for (size_t c = 0; c < n; ++c) num_tokens[c] = int64_t(r.ids[c].size());

@@ -1723,6 +1723,9 @@ TEST(CliTrain, RlooRunsTrlsRlooWithItsDefaults) {
   ASSERT_EQ(m.size(), 2u);
   EXPECT_GT(m[0]["reward"].get<double>(), 0.0) << "no completion scored: the check is vacuous";
   EXPECT_NEAR(m[0]["reward"].get<double>(), 2 * round1 / 8, 1e-12);
+  // TRL's RLOO kl: the rollout policy against the reference, 0 in round 1 (a fresh adapter).
+  EXPECT_EQ(m[0]["kl"].get<double>(), 0.0);
+  EXPECT_NE(m[1]["kl"].get<double>(), 0.0);
   EXPECT_TRUE(std::isfinite(m[1]["loss"].get<double>()));
   expect_one_line_error(args + " --loss-type dapo --output-dir " + temp("rloo_cmd_bad"),
                         "fp8rl rloo runs TRL's RLOO (advantage_estimator rloo, loss_type rloo), "
