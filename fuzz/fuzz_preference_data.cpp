@@ -1,5 +1,5 @@
-// DPO preference dataset lines (rl/preference_data.h), each read by one of several readers
-// (chat template, length limits, truncation) chosen by the line.
+// DPO preference and KTO unpaired dataset lines (rl/preference_data.h), each read both ways by
+// one of several readers (chat template, length limits, truncation) chosen by the line.
 #include <memory>
 #include <vector>
 
@@ -31,6 +31,16 @@ struct Readers {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const Readers r;
+  const auto check = [&](const std::vector<int32_t>& ids) {
+    for (int32_t id : ids)
+      if (id < 0 || id >= r.f.tokenizer.vocab_size()) __builtin_trap();
+  };
+  fp8rl::fuzz::for_each_row(fp8rl::fuzz::as_text(data, size), [&](const auto& row, auto line) {
+    const fp8rl::UnpairedExample e =
+        r.readers[fp8rl::fuzz::pick(line, r.readers.size())]->read_unpaired(row);
+    check(e.prompt);
+    check(e.completion);
+  });
   fp8rl::fuzz::for_each_row(fp8rl::fuzz::as_text(data, size), [&](const auto& row, auto line) {
     const fp8rl::PreferencePair p = r.readers[fp8rl::fuzz::pick(line, r.readers.size())]->read(row);
     for (const auto* ids : {&p.prompt, &p.chosen, &p.rejected})

@@ -155,6 +155,10 @@ def datasets(c):
                  "rejected": " 0"}).encode())
             c.add("preference_data", json.dumps(
                 {"chosen": m, "rejected": m[:-1] + [{"role": "assistant", "content": "0"}]}).encode())
+            c.add("preference_data", json.dumps(
+                {"prompt": m[:-1], "completion": m[-1:], "label": True}).encode())
+            c.add("preference_data", json.dumps(
+                {"prompt": m[0]["content"], "completion": " 0", "label": False}).encode())
     c.add("sft_data", b'{"input_ids": [1, 2, 3, 4], "completion_mask": [0, 0, 1, 1]}\n')
     c.add("sft_data", b"\n".join(json.dumps(r).encode() for r in sft[:3]))
     for r in prompts:

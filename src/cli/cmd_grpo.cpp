@@ -1,4 +1,5 @@
-// fp8rl grpo --config RUN.yaml [MODEL] [every GRPOConfig key as a flag]
+// fp8rl grpo --config RUN.yaml [MODEL] [every GRPOConfig key as a flag], and fp8rl rloo, the
+// same loop with RLOOConfig's defaults.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -149,6 +150,19 @@ void add_grpo_command(CLI::App& app) {
   flags->add_positional(*c, "model", "Hugging Face model directory (or `model:` in the config)");
   c->callback([flags] {
     GrpoConfig cfg = flags->resolve();
+    cfg.adopt_adapter_config(flags->given_keys());
+    cfg.resolve_target_modules();
+    run_grpo(cfg, flags->table().dump_yaml(cfg));
+  });
+}
+
+void add_rloo_command(CLI::App& app) {
+  CLI::App* c = app.add_subcommand(
+      "rloo", "RLOO as TRL's RLOOTrainer (leave-one-out baseline, KL in the reward, its loss)");
+  auto flags = std::make_shared<ConfigFlags<RlooConfig>>(*c, rloo_keys());
+  flags->add_positional(*c, "model", "Hugging Face model directory (or `model:` in the config)");
+  c->callback([flags] {
+    RlooConfig cfg = flags->resolve();
     cfg.adopt_adapter_config(flags->given_keys());
     cfg.resolve_target_modules();
     run_grpo(cfg, flags->table().dump_yaml(cfg));

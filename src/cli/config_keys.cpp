@@ -119,7 +119,7 @@ void add_training_keys(KeyTable<C>& t) {
   t.add("eval_steps", &C::eval_steps,
         "Steps between evaluations; below 1 a fraction of the run's steps (null: logging_steps)");
   t.add("per_device_eval_batch_size", &C::per_device_eval_batch_size,
-        "Sequences (sft), pairs (dpo) or completions (grpo) per evaluation batch");
+        "Sequences (sft), pairs (dpo), examples (kto) or completions (grpo) per evaluation batch");
   t.add("eval_on_start", &C::eval_on_start, "Also evaluate before the first step (step 0)");
   t.add("report_to", &C::report_to,
         "Trackers of the step metrics besides metrics.jsonl: tensorboard (all means it), or none "
@@ -270,8 +270,9 @@ KeyTable<SftConfig> sft_keys() {
   return t;
 }
 
-KeyTable<GrpoConfig> grpo_keys() {
-  using C = GrpoConfig;
+// GRPOConfig's keys over C (GrpoConfig, or RlooConfig with RLOOConfig's defaults).
+template <class C>
+KeyTable<C> grpo_table() {
   KeyTable<C> t;
   add_training_keys(t);
   add_model_keys(t);
@@ -316,8 +317,10 @@ KeyTable<GrpoConfig> grpo_keys() {
               {"dr_grpo", GrpoLossType::dr_grpo},
               {"cispo", GrpoLossType::cispo},
               {"sapo", GrpoLossType::sapo},
-              {"luspo", GrpoLossType::luspo}},
-             "Loss aggregation");
+              {"luspo", GrpoLossType::luspo},
+              {"rloo", GrpoLossType::rloo}},
+             "Loss aggregation (rloo: TRL's RLOOTrainer loss, the ratio of whole-sequence "
+             "probabilities clipped, mean over completions)");
   t.add("sapo_temperature_neg", &C::sapo_temperature_neg,
         "sapo: the soft gate's temperature where the advantage is <= 0");
   t.add("sapo_temperature_pos", &C::sapo_temperature_pos,
@@ -343,6 +346,8 @@ KeyTable<GrpoConfig> grpo_keys() {
              "the reward); reinforce_plus_plus(_baseline): whitened over the batch's tokens");
   t.add("normalize_advantages", &C::normalize_advantages,
         "rloo: whiten the advantages over the batch (RLOOConfig's)");
+  t.add("reward_clip_range", &C::reward_clip_range,
+        "rloo: clamp each reward to [low, high] before the KL penalty (RLOOConfig's; empty: off)");
   t.add("mask_truncated_completions", &C::mask_truncated_completions,
         "Leave completions cut at max_completion_length out of the loss");
   t.add("top_entropy_quantile", &C::top_entropy_quantile,
@@ -405,6 +410,14 @@ KeyTable<GrpoConfig> grpo_keys() {
   return t;
 }
 
+KeyTable<GrpoConfig> grpo_keys() {
+  return grpo_table<GrpoConfig>();
+}
+
+KeyTable<RlooConfig> rloo_keys() {
+  return grpo_table<RlooConfig>();
+}
+
 KeyTable<DpoConfig> dpo_keys() {
   using C = DpoConfig;
   KeyTable<C> t;
@@ -427,6 +440,38 @@ KeyTable<DpoConfig> dpo_keys() {
   t.add("truncation", &C::truncation, "Cut rows over the limits (default: an error)");
   add_compat_keys(t);
   t.ignore("gpu_memory_utilization", "dpo runs no generation engine");
+  return t;
+}
+
+KeyTable<KtoConfig> kto_keys() {
+  using C = KtoConfig;
+  KeyTable<C> t;
+  add_training_keys(t);
+  add_model_keys(t);
+  t.add("beta", &C::beta, "KTO beta (higher: closer to the reference)");
+  t.add("desirable_weight", &C::desirable_weight, "Weight of the desirable examples' losses");
+  t.add("undesirable_weight", &C::undesirable_weight, "Weight of the undesirable examples' losses");
+  add_reference_key(t);
+  t.add_enum("loss_type", &C::loss_type,
+             {{"kto", KtoLossType::kto}, {"apo_zero_unpaired", KtoLossType::apo_zero_unpaired}},
+             "KTO loss: kto (with the batch's KL estimate) or apo_zero_unpaired");
+  t.add("max_length", &C::max_length, "Tokens of prompt + completion at most")
+      .alias("max_seq_length");
+  t.add("truncation", &C::truncation,
+        "Keep the first max_length tokens of a longer row (default: an error)");
+  add_compat_keys(t);
+  t.ignore("gpu_memory_utilization", "kto runs no generation engine");
+  t.ignore("precompute_ref_log_probs",
+           "fp8rl computes each example's reference log-probs once and keeps them");
+  t.ignore("precompute_ref_batch_size", "fp8rl computes the reference log-probs per batch");
+  t.ignore("train_sampling_strategy", "kto reads the examples in file order",
+           only({"sequential"},
+                "kto's KL estimate pairs each example with its batch's "
+                "neighbours in file order (TRL's sequential sampling)"));
+  t.ignore("sync_ref_model", "fp8rl's reference is the base or the starting adapter",
+           only({false}, "TR-DPO's reference sync is not supported with LoRA (as in TRL)"));
+  for (const char* k : {"ref_model_mixup_alpha", "ref_model_sync_steps"})
+    t.ignore(k, "without sync_ref_model");
   return t;
 }
 

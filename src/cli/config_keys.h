@@ -6,12 +6,16 @@
 #include "cli/run_config.h"
 #include "rl/dpo_config.h"
 #include "rl/grpo_config.h"
+#include "rl/kto_config.h"
+#include "rl/rloo_config.h"
 #include "train/sft_config.h"
 
 namespace fp8rl::cli {
 
 KeyTable<SftConfig> sft_keys();
 KeyTable<GrpoConfig> grpo_keys();
+KeyTable<RlooConfig> rloo_keys();
 KeyTable<DpoConfig> dpo_keys();
+KeyTable<KtoConfig> kto_keys();
 
 }  // namespace fp8rl::cli

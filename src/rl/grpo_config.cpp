@@ -53,6 +53,28 @@ void GrpoConfig::validate() const {
           "got {}",
           rollout_correction_mode_name(vllm_importance_sampling_mode));
   }
+  if (loss_type == GrpoLossType::rloo) {
+    // TRL's RLOOTrainer loss: beta lives in the reward, and the loss has no delta, entropy
+    // mask or rollout correction.
+    CHECK(beta == 0.0 || advantage_estimator == AdvantageEstimator::rloo,
+          "loss_type rloo takes beta = {} into the reward, which advantage_estimator rloo does, "
+          "not {}",
+          beta, advantage_estimator_name(advantage_estimator));
+    CHECK(!delta, "loss_type rloo takes no delta (TRL's RLOO has none)");
+    CHECK(top_entropy_quantile == 1.0, "loss_type rloo needs top_entropy_quantile: 1, got {}",
+          top_entropy_quantile);
+    CHECK(!vllm_importance_sampling_correction || on_policy_exact,
+          "loss_type rloo takes no rollout correction (TRL's RLOO has none): set "
+          "vllm_importance_sampling_correction: false");
+  }
+  if (!reward_clip_range.empty()) {
+    CHECK(advantage_estimator == AdvantageEstimator::rloo,
+          "reward_clip_range (RLOOConfig's) needs advantage_estimator rloo, got {}",
+          advantage_estimator_name(advantage_estimator));
+    CHECK(reward_clip_range.size() == 2 && reward_clip_range[0] <= reward_clip_range[1],
+          "reward_clip_range must be [low, high] with low <= high, got {} values",
+          reward_clip_range.size());
+  }
   // scale_rewards is GRPO's divisor; the other estimators have their own normalization.
   CHECK(advantage_estimator == AdvantageEstimator::grpo || scale_rewards == ScaleRewards::group,
         "scale_rewards {} applies to advantage_estimator grpo only, not {}",

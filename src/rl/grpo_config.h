@@ -84,6 +84,9 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
   // KL penalty in the reward instead of a loss term; reinforce_plus_plus(_baseline).
   AdvantageEstimator advantage_estimator = AdvantageEstimator::grpo;
   bool normalize_advantages = false;  // RLOOConfig's: whiten rloo's advantages over the batch
+  // RLOOConfig's: each reward (the functions' weighted sum) clamped to [low, high] before the
+  // KL penalty and the baseline; empty: no clip, else [low, high].
+  std::vector<double> reward_clip_range;
   bool mask_truncated_completions = false;
   std::vector<double> reward_weights;  // empty: all 1.0; else one per reward function
 

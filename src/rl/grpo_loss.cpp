@@ -67,6 +67,14 @@ void validate(const GrpoBatch& b, const GrpoLossConfig& c, int64_t n, int64_t nu
     CHECK(c.beta == 0.0, "loss_type 'luspo' takes no KL term (beta {})", c.beta);
     CHECK(b.entropy_mask.empty(), "loss_type 'luspo' takes no entropy mask");
   }
+  if (c.loss_type == GrpoLossType::rloo) {
+    // TRL's RLOOTrainer: the KL is in the reward, no delta, entropy mask or rollout weights.
+    CHECK(c.beta == 0.0, "loss_type 'rloo' takes no KL term (beta {}): it is in the reward",
+          c.beta);
+    CHECK(!c.delta, "loss_type 'rloo' takes no delta");
+    CHECK(b.entropy_mask.empty(), "loss_type 'rloo' takes no entropy mask");
+    CHECK(b.is_weight.empty(), "loss_type 'rloo' takes no rollout correction weights");
+  }
   CHECK(c.gradient_accumulation_steps >= 1, "grpo loss: gradient_accumulation_steps must be >= 1");
   CHECK(c.num_processes >= 1, "grpo loss: num_processes must be >= 1");
   if (c.loss_type == GrpoLossType::dr_grpo) {
@@ -129,7 +137,9 @@ GrpoLossType parse_grpo_loss_type(std::string_view name) {
   if (name == "cispo") return GrpoLossType::cispo;
   if (name == "sapo") return GrpoLossType::sapo;
   if (name == "luspo") return GrpoLossType::luspo;
-  RAISE("loss_type '{}' is not supported (grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo)", name);
+  if (name == "rloo") return GrpoLossType::rloo;
+  RAISE("loss_type '{}' is not supported (grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, rloo)",
+        name);
 }
 
 std::string_view grpo_loss_type_name(GrpoLossType type) {
@@ -148,6 +158,8 @@ std::string_view grpo_loss_type_name(GrpoLossType type) {
       return "sapo";
     case GrpoLossType::luspo:
       return "luspo";
+    case GrpoLossType::rloo:
+      return "rloo";
   }
   RAISE("unknown GrpoLossType {}", int(type));
 }
@@ -200,7 +212,11 @@ GrpoLossResult grpo_loss(const GrpoBatch& b, const GrpoLossConfig& c) {
   const bool sapo = c.loss_type == GrpoLossType::sapo;
   // cispo and sapo have no hard clip, so TRL logs no clip_ratio metrics for them.
   const bool clips = !cispo && !sapo;
-  const bool sequence_level = c.importance_sampling_level == ImportanceSamplingLevel::sequence;
+  const bool rloo = c.loss_type == GrpoLossType::rloo;
+  // rloo's ratio is the whole sequence's probability ratio (its log ratios summed); GSPO's the
+  // geometric mean per token (averaged).
+  const bool sequence_level =
+      rloo || c.importance_sampling_level == ImportanceSamplingLevel::sequence;
   const double ga = double(c.gradient_accumulation_steps);
   const double seqs = double(num_sequences);
 
@@ -212,6 +228,7 @@ GrpoLossResult grpo_loss(const GrpoBatch& b, const GrpoLossConfig& c) {
     switch (c.loss_type) {
       case GrpoLossType::grpo:
       case GrpoLossType::sapo:
+      case GrpoLossType::rloo:  // mean_i L_i, L_i spread over the completion's tokens
         return 1.0 / (seqs * double(std::max<int64_t>(1, active_in_sequence)) * ga);
       case GrpoLossType::luspo:  // mean_i(M_i L_i): the token sum of L_i / B
         return 1.0 / (seqs * ga);
@@ -268,10 +285,13 @@ GrpoLossResult grpo_loss(const GrpoBatch& b, const GrpoLossConfig& c) {
       log_ratio_sum += b.logp[size_t(t)] - old_of(t);
     }
     const double agg = aggregation(active);
-    const double inv_active = 1.0 / double(std::max<int64_t>(1, active));
-    // GSPO: s_i = exp(mean_t log ratio), one ratio for the whole completion.
+    const double inv_active = rloo ? 1.0 : 1.0 / double(std::max<int64_t>(1, active));
+    // GSPO: s_i = exp(mean_t log ratio), one ratio for the whole completion; rloo: exp(sum).
     const double s = std::exp(log_ratio_sum * inv_active);
     const Term seq_term = cispo ? Term{} : policy_term(s, a);
+    // TRL's RLOO loss counts a completion without active tokens (ratio 1) in its mean too; it
+    // has no gradient.
+    if (rloo && active == 0) loss += seq_term.value / (seqs * ga);
     double seq_weight = 0.0;  // sum over the completion's tokens of agg * rho
     int64_t seq_low = 0, seq_high = 0;
 
@@ -312,7 +332,7 @@ GrpoLossResult grpo_loss(const GrpoBatch& b, const GrpoLossConfig& c) {
     }
 
     if (sequence_level && !cispo) {
-      // d s_i / d logp_u = s_i m_u / max(1, M_i), the same for every active token u.
+      // d s_i / d logp_u = s_i m_u / max(1, M_i) (rloo: s_i m_u), the same for every active u.
       const double grad = seq_weight * seq_term.grad * s * inv_active;
       for (int64_t t = begin; t < end; ++t) {
         if (b.mask[size_t(t)]) out.dloss_dlogp[size_t(t)] += grad;

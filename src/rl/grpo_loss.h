@@ -13,7 +13,8 @@
 namespace fp8rl {
 
 // GRPOConfig.loss_type (TRL's default is dapo). vespo is not implemented.
-enum class GrpoLossType { grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo };
+// rloo: TRL's RLOOTrainer loss (not a GRPOConfig loss_type).
+enum class GrpoLossType { grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, rloo };
 // GRPOConfig.importance_sampling_level: token (default) or sequence (GSPO).
 enum class ImportanceSamplingLevel { token, sequence };
 
@@ -110,11 +111,15 @@ struct GrpoLossResult {
 //   grpo/bnpo/dr_grpo/dapo: L = -min(r' A, clamp(r, 1 - ε_low, 1 + ε_high) A),
 //                           r' = delta ? min(r, delta) : r
 //   luspo: as grpo's L (GSPO's sequence ratio required)
+//   rloo (TRL's RLOOTrainer): as grpo's L with q_i = exp(sum_t m_t (logp_t - old_t)), the ratio
+//          of the whole completion's probabilities, whatever importance_sampling_level; no
+//          delta, beta (RLOO's KL is in the reward), entropy_mask or rollout weights
 //   cispo:                  L = -sg[min(r, ε_high)] A logp_t
 //   sapo:                   L = -(4 / τ) σ(τ (r - 1)) A, τ = sapo_temperature_pos if A > 0
 //                           else sapo_temperature_neg (a soft gate instead of the clip)
 //   then L *= entropy_mask;  L *= rho;  L += beta (exp(ref - logp) - (ref - logp) - 1)
 //   grpo, sapo: loss = mean_i(sum_t m L / max(1, M_i)) / GA
+//   rloo:    loss = mean_i(L_i) / GA (a completion with no active token counts, ratio 1)
 //   bnpo:    loss = sum m L / max(1, sum m) / GA
 //   dr_grpo: loss = sum m L / (B max_completion_length) / GA
 //   dapo, cispo: loss = sum m L / (max(1, num_items_in_batch) / num_processes)

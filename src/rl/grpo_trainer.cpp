@@ -657,16 +657,24 @@ struct GrpoTrainer::Impl {
     replay_changes = {};
     if (need_old) r.old_logp = all_logprobs(r, false);
     if (cfg.beta != 0.0) r.ref_logp = all_logprobs(r, true);
+    if (!cfg.reward_clip_range.empty())  // TRL's RLOOTrainer: before the KL penalty
+      for (double& t : totals)
+        if (!std::isnan(t)) t = std::clamp(t, cfg.reward_clip_range[0], cfg.reward_clip_range[1]);
     if (cfg.kl_in_reward()) {
       // TRL's RLOOTrainer: the sequence's summed KL to the reference, at the rollout's
       // adapter, comes off its reward before the baseline (and the loss has no KL term).
       const std::vector<std::vector<double>> old = need_old ? r.old_logp : all_logprobs(r, false);
+      double kl_sum = 0.0;
+      int64_t kl_tokens = 0;
       for (size_t c = 0; c < n; ++c) {
         double kl = 0.0;
         for (size_t k = 0; k < r.ids[c].size(); ++k)
-          if (r.mask[c][k]) kl += old[c][k] - r.ref_logp[c][k];
+          if (r.mask[c][k]) kl += old[c][k] - r.ref_logp[c][k], ++kl_tokens;
         totals[c] -= cfg.beta * kl;
+        kl_sum += kl;
       }
+      // TRL's RLOO "kl": the per-token mean over the round's active tokens (the loss has none).
+      r.metrics["kl"] = kl_sum / double(std::max<int64_t>(kl_tokens, 1));
     }
     std::vector<int64_t> num_tokens(n);
     for (size_t c = 0; c < n; ++c) num_tokens[c] = int64_t(r.ids[c].size());
@@ -716,8 +724,16 @@ struct GrpoTrainer::Impl {
     }
     const double logprob_seconds = seconds_since(tl);
     // TRL's generation metrics.
-    m["reward"] = adv.stats.reward;
-    m["reward_std"] = adv.stats.reward_std;
+    // TRL's RLOOTrainer logs the rewards as scored, before the clip and the KL penalty (its
+    // frac_reward_zero_std reads the shaped ones).
+    const bool shaped = cfg.kl_in_reward() || !cfg.reward_clip_range.empty();
+    const AdvantageStats scored_stats =
+        shaped ? compute_advantages(std::vector<double>(scored.total.begin(), scored.total.end()),
+                                    cfg.num_generations, cfg.advantage_options(), num_tokens)
+                     .stats
+               : adv.stats;
+    m["reward"] = scored_stats.reward;
+    m["reward_std"] = scored_stats.reward_std;
     m["frac_reward_zero_std"] = adv.stats.frac_reward_zero_std;
     for (const auto& [k, v] : scored.metrics()) m[k] = v;
     for (const auto& [k, v] : scored.logged_metrics)

@@ -91,6 +91,46 @@ struct Reader {
     return std::vector<int32_t>(full.begin() + ptrdiff_t(prompt_ids.size()), full.end());
   }
 
+  // A row's prompt tokens: the chat template's render with the generation prompt, or the text.
+  std::vector<int32_t> prompt_tokens(const Json& prompt) const {
+    std::vector<int32_t> ids;
+    if (is_messages(prompt)) {
+      ids = render(prompt, true);
+    } else {
+      CHECK(prompt.is_string() && !prompt.get_ref<const std::string&>().empty(),
+            "\"prompt\" must be a non-empty string or a list of messages");
+      ids = tokenizer.encode(prompt.get<std::string>(), true);
+    }
+    // The first completion token is predicted from the prompt's last: there must be one.
+    CHECK(!ids.empty(), "the prompt has no tokens");
+    return ids;
+  }
+
+  UnpairedExample unpaired(const Json& r) const {
+    CHECK(r.is_object(), "a row must be a JSON object, got {}", r.type_name());
+    CHECK(!r.contains("chosen") && !r.contains("rejected"),
+          "the row has \"chosen\"/\"rejected\": kto reads unpaired rows (\"prompt\", "
+          "\"completion\", \"label\"); write each pair as two rows");
+    for (const char* key : {"prompt", "completion", "label"})
+      CHECK(r.contains(key), "the row needs \"{}\" (unpaired rows: prompt, completion, label)",
+            key);
+    const Json& label = r["label"];
+    CHECK(label.is_boolean(), "\"label\" must be true (desirable) or false (undesirable), got {}",
+          json_excerpt(label));
+    check_messages(r["prompt"], "prompt");
+    check_messages(r["completion"], "completion");
+    UnpairedExample e;
+    e.prompt = prompt_tokens(r["prompt"]);
+    e.completion = completion(r["prompt"], e.prompt, r["completion"], "completion");
+    e.desirable = label.get<bool>();
+    const int64_t np = int64_t(e.prompt.size()), total = np + int64_t(e.completion.size());
+    CHECK(np < opt.max_length, "the prompt has {} tokens: max_length {} leaves no completion token",
+          np, opt.max_length);
+    CHECK(total <= opt.max_length || opt.truncation,
+          "prompt + completion has {} tokens, more than max_length {}", total, opt.max_length);
+    return e;
+  }
+
   PreferencePair row(const Json& r) const {
     CHECK(r.is_object(), "a row must be a JSON object, got {}", r.type_name());
     CHECK(r.contains("chosen") && r.contains("rejected"),
@@ -117,15 +157,7 @@ struct Reader {
       rejected = Json(rejected.begin() + ptrdiff_t(common), rejected.end());
     }
     PreferencePair p;
-    if (is_messages(prompt)) {
-      p.prompt = render(prompt, true);
-    } else {
-      CHECK(prompt.is_string() && !prompt.get_ref<const std::string&>().empty(),
-            "\"prompt\" must be a non-empty string or a list of messages");
-      p.prompt = tokenizer.encode(prompt.get<std::string>(), true);
-    }
-    // The first completion token is predicted from the prompt's last: there must be one.
-    CHECK(!p.prompt.empty(), "the prompt has no tokens");
+    p.prompt = prompt_tokens(prompt);
     p.chosen = completion(prompt, p.prompt, chosen, "chosen");
     p.rejected = completion(prompt, p.prompt, rejected, "rejected");
     const int64_t np = int64_t(p.prompt.size());
@@ -170,6 +202,25 @@ PreferenceRowReader::~PreferenceRowReader() = default;
 
 PreferencePair PreferenceRowReader::read(const nlohmann::ordered_json& row) const {
   return read_json_row([&] { return impl_->reader.row(row); });
+}
+
+UnpairedExample PreferenceRowReader::read_unpaired(const nlohmann::ordered_json& row) const {
+  return read_json_row([&] { return impl_->reader.unpaired(row); });
+}
+
+std::vector<UnpairedExample> read_unpaired_dataset(const std::string& path,
+                                                   const tok::Tokenizer& tokenizer,
+                                                   const ChatTemplateConfig* chat,
+                                                   const PreferenceDataOptions& options) {
+  const PreferenceRowReader reader(tokenizer, chat, options);
+  std::vector<UnpairedExample> out;
+  for_each_jsonl_row(path, [&](const Json& row, int64_t line) {
+    UnpairedExample e = reader.read_unpaired(row);
+    e.line = line;
+    out.push_back(std::move(e));
+  });
+  CHECK(!out.empty(), "{}: no examples (the file has no non-blank line)", path);
+  return out;
 }
 
 std::vector<PreferencePair> read_preference_dataset(const std::string& path,

@@ -4,7 +4,8 @@
 // or a list of {role, content} messages (conversational: the chat template's render of the
 // prompt with the generation prompt, then of prompt + completion). Rows with only `chosen` and
 // `rejected` message lists take their common leading messages as the prompt (TRL's implicit
-// prompt). Every problem is an fp8rl::Error "DATASET:LINE: what is wrong".
+// prompt). KTO's unpaired rows: `prompt` + `completion` (the same two formats) + a boolean
+// `label` (true: desirable). Every problem is an fp8rl::Error "DATASET:LINE: what is wrong".
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -25,6 +26,14 @@ struct ChatTemplateConfig;
 struct PreferencePair {
   std::vector<int32_t> prompt;            // the prompt's tokens
   std::vector<int32_t> chosen, rejected;  // the completions' tokens (after the prompt)
+  int64_t line = 0;
+};
+
+// One unpaired example (KTO). The completion is whole: a row over max_length (with truncation)
+// is cut by the trainer, which also cuts the mismatched sequences its completion enters.
+struct UnpairedExample {
+  std::vector<int32_t> prompt, completion;
+  bool desirable = false;
   int64_t line = 0;
 };
 
@@ -51,6 +60,9 @@ class PreferenceRowReader {
 
   // One parsed row; the pair's line is left 0, and errors lack the "DATASET:LINE: " prefix.
   PreferencePair read(const nlohmann::ordered_json& row) const;
+  // An unpaired row (prompt, completion, label); max_prompt_length is not read. A prompt of
+  // max_length tokens or more is an error, and a longer row too unless truncation is set.
+  UnpairedExample read_unpaired(const nlohmann::ordered_json& row) const;
 
  private:
   struct Impl;
@@ -61,5 +73,10 @@ std::vector<PreferencePair> read_preference_dataset(const std::string& path,
                                                     const tok::Tokenizer& tokenizer,
                                                     const ChatTemplateConfig* chat,
                                                     const PreferenceDataOptions& options);
+
+std::vector<UnpairedExample> read_unpaired_dataset(const std::string& path,
+                                                   const tok::Tokenizer& tokenizer,
+                                                   const ChatTemplateConfig* chat,
+                                                   const PreferenceDataOptions& options);
 
 }  // namespace fp8rl

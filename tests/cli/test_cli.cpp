@@ -76,7 +76,7 @@ const std::string kQwen3 = fp8rl::test::golden_dir("qwen3");
 
 TEST(Cli, HelpForEverySubcommand) {
   for (const char* sub : {"info", "logits", "quantize", "init", "schemes", "generate", "chat",
-                          "merge", "report", "sft", "grpo", "dpo", "serve"}) {
+                          "merge", "report", "sft", "grpo", "rloo", "dpo", "kto", "serve"}) {
     const Result r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << sub;
@@ -1043,6 +1043,70 @@ TEST(CliTrain, SftOnTokenIdsNeedsNoTokenizer) {
                         ":2: a text row needs the model's tokenizer.json");
 }
 
+// fp8rl kto from a run config: TRL's metric names in metrics.jsonl, the adapter and the
+// checkpoint; a dry run plans without run files; bad rows and values are one-line errors.
+TEST(CliTrain, KtoRunAndBadInput) {
+  const std::string out = temp("kto_run"), data = temp("kto_data") + ".jsonl",
+                    cfg = temp("kto_cfg") + ".yaml";
+  write_file(data,
+             "{\"prompt\": \"What is 2+2? \", \"completion\": \"4\", \"label\": true}\n"
+             "{\"prompt\": \"What is 2+3? \", \"completion\": \"7\", \"label\": false}\n"
+             "{\"prompt\": [{\"role\": \"user\", \"content\": \"What is 1+2?\"}], \"completion\": "
+             "[{\"role\": \"assistant\", \"content\": \"3\"}], \"label\": true}\n"
+             "{\"prompt\": \"What is 3+3? \", \"completion\": \"5\", \"label\": false}\n");
+  write_file(cfg, "model: " + kDemoModel + "\ndata: " + data +
+                      "\nper_device_train_batch_size: 2\nlearning_rate: 1.0e-3\nlora_r: 4\n"
+                      "desirable_weight: 1.33\nmax_steps: 2\n");
+  const Result r = run("kto --config " + cfg + " --output-dir " + out + " --eval-dataset " + data +
+                       " --eval-strategy steps --eval-steps 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* f : {"adapter_config.json", "adapter_model.safetensors", "metrics.jsonl",
+                        "config.yaml", "checkpoint-2/trainer_state.safetensors"})
+    EXPECT_TRUE(fs::exists(fs::path(out) / f)) << f;
+  const std::vector<nlohmann::json> m = read_jsonl(out + "/metrics.jsonl");
+  ASSERT_EQ(m.size(), 2u);
+  for (const char* key : {"loss", "kl", "entropy", "num_tokens", "rewards/chosen",
+                          "rewards/rejected", "rewards/margins", "logps/chosen", "logps/rejected"})
+    EXPECT_TRUE(m[1].contains(key)) << key;
+  // The evaluation on step 2 only, with TRL's eval_ names.
+  for (const char* key : {"eval_loss", "eval_kl", "eval_entropy", "eval_rewards/chosen",
+                          "eval_rewards/margins", "eval_num_tokens", "eval_runtime"}) {
+    EXPECT_FALSE(m[0].contains(key)) << key;
+    EXPECT_TRUE(m[1].contains(key)) << key;
+  }
+  // At the start the policy is the reference: (1.33 / 2 + 1 / 2) / 2.
+  EXPECT_NEAR(m[0]["loss"].get<double>(), (1.33 + 1.0) / 4, 1e-6);
+  EXPECT_NE(file_bytes(out + "/config.yaml").find("desirable_weight: 1.33"), std::string::npos);
+  const std::string dry = temp("kto_dry");
+  const Result d = run("kto --config " + cfg + " --output-dir " + dry + " --dry-run");
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_NE(d.output.find("saved activations"), std::string::npos) << d.output;
+  EXPECT_FALSE(fs::exists(fs::path(dry) / "metrics.jsonl"));
+
+  const std::string bad = temp("kto_bad") + ".jsonl";
+  const auto expect_bad_row = [&](const std::string& row, const std::string& fragment) {
+    write_file(bad, "{\"prompt\": \"a \", \"completion\": \"1\", \"label\": true}\n" + row + "\n");
+    expect_one_line_error(
+        "kto --config " + cfg + " --data " + bad + " --output-dir " + temp("kto_bad_out"),
+        fragment);
+  };
+  expect_bad_row("{\"prompt\": \"b \", \"completion\": \"2\"}", ":2: the row needs \"label\"");
+  expect_bad_row("{\"prompt\": \"b \", \"completion\": \"2\", \"label\": 0}",
+                 ":2: \"label\" must be true (desirable) or false (undesirable), got 0");
+  expect_bad_row("{\"prompt\": \"b \", \"chosen\": \"2\", \"rejected\": \"3\"}",
+                 ":2: the row has \"chosen\"/\"rejected\"");
+  expect_bad_row("{\"prompt\": \"b \", \"completion\": \"2\", \"label\": true",
+                 ":2:");  // not JSON
+  expect_one_line_error("kto --config " + cfg + " --batch-size 1 --output-dir " + temp("kto_b1"),
+                        "per_device_train_batch_size = 1 is out of range for loss_type kto");
+  expect_one_line_error("kto --config " + cfg + " --beta -1 --output-dir " + temp("kto_b2"),
+                        "beta = -1 is out of range");
+  expect_one_line_error(
+      "kto --config " + cfg + " --loss-type sigmoid --output-dir " + temp("kto_b3"),
+      "--loss-type: expected one of kto, apo_zero_unpaired, got 'sigmoid'");
+  fs::remove_all(out);
+}
+
 TEST(CliTrain, SftRunAndBadInput) {
   const std::string out = temp("sft_run");
   const std::string data = temp("sft_data") + ".jsonl";
@@ -1616,6 +1680,57 @@ TEST(CliTrain, GrpoAdvantageEstimators) {
   expect_one_line_error(
       train_args("grpo", temp("rloo_bad")) + " --advantage-estimator rloo --scale-rewards batch",
       "scale_rewards batch applies to advantage_estimator grpo only");
+}
+
+// fp8rl rloo: RLOOConfig's defaults (beta 0.05, num_generations 2, TRL's RLOO loss) on the
+// GRPO loop. With G = 2 the leave-one-out advantage is r_i - r_j of the shaped rewards (clipped
+// by reward_clip_range, then KL-penalized); the logged `reward` is TRL's, the rewards as scored:
+// in round 1 (policy = reference, no penalty) twice samples.jsonl's rewards clipped at 0.5.
+TEST(CliTrain, RlooRunsTrlsRlooWithItsDefaults) {
+  const std::string out = temp("rloo_cmd"), data = temp("rloo_cmd_data") + ".jsonl",
+                    cfg = temp("rloo_cmd_cfg") + ".yaml";
+  std::ifstream demo(FP8RL_SOURCE_DIR "/examples/demo/train.jsonl");
+  std::string rows, line;
+  for (int i = 0; i < 16 && std::getline(demo, line); ++i) rows += line + "\n";
+  write_file(data, rows);
+  write_file(cfg, "model: " + kDemoModel + "\ndata: " + data +
+                      "\nrewards:\n  - {type: answer_match, mode: numeric}\n"
+                      "reward_clip_range: [0, 0.5]\n");
+  const std::string args = "rloo --config " + cfg +
+                           " --per-device-train-batch-size 8 --max-completion-length 4"
+                           " --lora-r 4 --lora-target-modules all-linear --learning-rate 1e-3"
+                           " --lr-scheduler-type constant --device cpu --max-steps 2";
+  const Result r = run(args + " --output-dir " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string yaml = file_bytes(out + "/config.yaml");
+  for (const char* key :
+       {"beta: 0.05", "num_generations: 2", "loss_type: rloo", "advantage_estimator: rloo",
+        "vllm_importance_sampling_correction: false"})
+    EXPECT_NE(yaml.find(key), std::string::npos) << key << "\n" << yaml;
+  const std::vector<nlohmann::json> samples = read_jsonl(out + "/samples.jsonl");
+  ASSERT_EQ(samples.size(), 16u);
+  double round1 = 0;
+  for (size_t g = 0; g < 16; g += 2) {
+    const double a = samples[g]["reward"].get<double>(), b = samples[g + 1]["reward"].get<double>();
+    EXPECT_NEAR(samples[g]["advantage"].get<double>(), a - b, 1e-12) << g;
+    EXPECT_NEAR(samples[g + 1]["advantage"].get<double>(), b - a, 1e-12) << g;
+    if (g < 8) {  // round 1: the raw 0 / 1 clipped to 0 / 0.5, no penalty
+      for (double x : {a, b}) EXPECT_TRUE(x == 0.0 || x == 0.5) << g << ": " << x;
+      round1 += a + b;
+    }
+  }
+  const std::vector<nlohmann::json> m = read_jsonl(out + "/metrics.jsonl");
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_GT(m[0]["reward"].get<double>(), 0.0) << "no completion scored: the check is vacuous";
+  EXPECT_NEAR(m[0]["reward"].get<double>(), 2 * round1 / 8, 1e-12);
+  // TRL's RLOO kl: the rollout policy against the reference, 0 in round 1 (a fresh adapter).
+  EXPECT_EQ(m[0]["kl"].get<double>(), 0.0);
+  EXPECT_NE(m[1]["kl"].get<double>(), 0.0);
+  EXPECT_TRUE(std::isfinite(m[1]["loss"].get<double>()));
+  expect_one_line_error(args + " --loss-type dapo --output-dir " + temp("rloo_cmd_bad"),
+                        "fp8rl rloo runs TRL's RLOO (advantage_estimator rloo, loss_type rloo), "
+                        "got rloo and dapo");
+  fs::remove_all(out);
 }
 
 // One line, "fp8rl: error: ..." with `fragment`, a non-zero exit.

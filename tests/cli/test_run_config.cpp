@@ -284,6 +284,7 @@ TEST(RunConfig, EveryAliasSetsItsKey) {
   check_table(sft_keys(), SftConfig{});
   check_table(grpo_keys(), valid_grpo());
   check_table(dpo_keys(), DpoConfig{});
+  check_table(kto_keys(), KtoConfig{});
 }
 
 TEST(RunConfig, ChoiceSpellingsAndNulls) {
@@ -389,9 +390,10 @@ TEST(RunConfig, WrongTypesAreNamed) {
                       "number, or null, got '16GB'"),
             std::string::npos);
   EXPECT_NE(yaml_error("dry_run: 2\n").find("expected true or false, got '2'"), std::string::npos);
-  EXPECT_NE(yaml_error("loss_type: ppo\n")
-                .find("expected one of dapo, grpo, bnpo, dr_grpo, cispo, sapo, luspo, got 'ppo'"),
-            std::string::npos);
+  EXPECT_NE(
+      yaml_error("loss_type: ppo\n")
+          .find("expected one of dapo, grpo, bnpo, dr_grpo, cispo, sapo, luspo, rloo, got 'ppo'"),
+      std::string::npos);
   EXPECT_NE(yaml_error("seed: [1, 2]\n")
                 .find("key 'seed' in run.yaml:1: expected an integer, got a list"),
             std::string::npos);
@@ -615,6 +617,21 @@ TEST(RunConfig, OutOfRangeValuesAreNamed) {
        "scale_rewards none applies to advantage_estimator grpo only, not reinforce_plus_plus"},
       {"normalize_advantages: true",
        "normalize_advantages (RLOOConfig's) needs advantage_estimator rloo, got grpo"},
+      {"{loss_type: rloo, beta: 0.05, vllm_importance_sampling_correction: false}",
+       "loss_type rloo takes beta = 0.05 into the reward, which advantage_estimator rloo does, "
+       "not grpo"},
+      {"{loss_type: rloo, advantage_estimator: rloo}",
+       "loss_type rloo takes no rollout correction (TRL's RLOO has none): set "
+       "vllm_importance_sampling_correction: false"},
+      {"{loss_type: rloo, advantage_estimator: rloo, vllm_importance_sampling_correction: false, "
+       "delta: 2}",
+       "loss_type rloo takes no delta"},
+      {"reward_clip_range: [-1, 1]",
+       "reward_clip_range (RLOOConfig's) needs advantage_estimator rloo, got grpo"},
+      {"{advantage_estimator: rloo, reward_clip_range: [1, -1]}",
+       "reward_clip_range must be [low, high] with low <= high, got 2 values"},
+      {"{advantage_estimator: rloo, reward_clip_range: [1]}",
+       "reward_clip_range must be [low, high] with low <= high, got 1 values"},
   };
   for (const Case& c : grpo_cases) {
     GrpoConfig config = valid_grpo();
@@ -659,8 +676,11 @@ TEST(RunConfig, OutOfRangeValuesAreNamed) {
               load_text(grpo_keys(), "advantage_estimator: ppo\n");
             }).find("advantage_estimator"),
             std::string::npos);
-  for (const char* yaml : {"{advantage_estimator: rloo, normalize_advantages: true, beta: 0.05}",
-                           "{advantage_estimator: reinforce_plus_plus_baseline}"}) {
+  for (const char* yaml :
+       {"{advantage_estimator: rloo, normalize_advantages: true, beta: 0.05}",
+        "{advantage_estimator: rloo, loss_type: rloo, beta: 0.05, "
+        "vllm_importance_sampling_correction: false, reward_clip_range: [-1, 1]}",
+        "{advantage_estimator: reinforce_plus_plus_baseline}"}) {
     GrpoConfig e = valid_grpo();
     grpo_keys().load_yaml_text(yaml, "run.yaml", e);
     EXPECT_NO_THROW(e.validate()) << yaml;
@@ -669,6 +689,90 @@ TEST(RunConfig, OutOfRangeValuesAreNamed) {
   grpo_keys().load_yaml_text("{rewards: [], reward_process: ./score.sh}", "run.yaml", g);
   EXPECT_NO_THROW(g.validate());
   EXPECT_EQ(g.num_reward_functions(), 1);
+}
+
+// KTOConfig's keys and defaults, its checks (TRL's batch-size refusal for the KL estimate),
+// and the plumbing keys whose other values would change the run.
+TEST(RunConfig, KtoKeysAsTrl) {
+  const KtoConfig d;
+  EXPECT_EQ(d.learning_rate, 1e-6);
+  EXPECT_EQ(d.beta, 0.1);
+  EXPECT_EQ(d.desirable_weight, 1.0);
+  EXPECT_EQ(d.undesirable_weight, 1.0);
+  EXPECT_EQ(d.loss_type, KtoLossType::kto);
+  EXPECT_EQ(d.max_length, 1024);
+  EXPECT_TRUE(d.disable_dropout);
+  EXPECT_NO_THROW(d.validate());
+  const KtoConfig k = load_text(kto_keys(),
+                                "{beta: 0.2, desirable_weight: 1.33, undesirable_weight: 0.5, "
+                                "loss_type: apo_zero_unpaired, max_length: 64, truncation: true}");
+  EXPECT_EQ(k.beta, 0.2);
+  EXPECT_EQ(k.desirable_weight, 1.33);
+  EXPECT_EQ(k.undesirable_weight, 0.5);
+  EXPECT_EQ(k.loss_type, KtoLossType::apo_zero_unpaired);
+  EXPECT_EQ(k.max_length, 64);
+  EXPECT_TRUE(k.truncation);
+  struct Case {
+    std::string yaml, message;
+  };
+  const std::vector<Case> cases = {
+      {"beta: 0", "beta = 0 is out of range (must be > 0)"},
+      {"desirable_weight: -1", "desirable_weight = -1 is out of range (must be >= 0)"},
+      {"undesirable_weight: -0.5", "undesirable_weight = -0.5 is out of range (must be >= 0)"},
+      {"{desirable_weight: 0, undesirable_weight: 0}",
+       "desirable_weight and undesirable_weight are both 0"},
+      {"max_length: 1", "max_length = 1 is out of range (must be >= 2)"},
+      {"per_device_train_batch_size: 1",
+       "per_device_train_batch_size = 1 is out of range for loss_type kto (must be > 1: the KL "
+       "estimate pairs each prompt with another example's completion of the batch)"},
+  };
+  for (const Case& c : cases) {
+    const KtoConfig config = load_text(kto_keys(), c.yaml);
+    const std::string e = error_of([&] { config.validate(); });
+    EXPECT_NE(e.find(c.message), std::string::npos) << c.yaml << " -> " << e;
+  }
+  // Control: apo_zero_unpaired has no KL estimate, so one example a batch is fine (as in TRL).
+  EXPECT_NO_THROW(
+      load_text(kto_keys(), "{loss_type: apo_zero_unpaired, per_device_train_batch_size: 1}")
+          .validate());
+  EXPECT_NE(error_of([] { load_text(kto_keys(), "loss_type: sigmoid\n"); }).find("loss_type"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              load_text(kto_keys(), "train_sampling_strategy: random\n");
+            }).find("TRL's sequential sampling"),
+            std::string::npos);
+  EXPECT_NO_THROW(load_text(kto_keys(), "train_sampling_strategy: sequential\n"));
+  EXPECT_NE(error_of([] { load_text(kto_keys(), "sync_ref_model: true\n"); }).find("TR-DPO"),
+            std::string::npos);
+}
+
+// RLOOConfig: GRPOConfig's keys with RLOO's defaults (beta 0.05, num_generations 2) and its
+// own loss; fp8rl rloo keeps to TRL's RLOO (other combinations are fp8rl grpo's).
+TEST(RunConfig, RlooKeysAsTrl) {
+  RlooConfig r;
+  r.rewards = nlohmann::json::parse(R"([{"type": "answer_match"}])");
+  EXPECT_EQ(r.beta, 0.05);
+  EXPECT_EQ(r.num_generations, 2);
+  EXPECT_EQ(r.learning_rate, 1e-6);
+  EXPECT_EQ(r.epsilon, 0.2);
+  EXPECT_FALSE(r.normalize_advantages);
+  EXPECT_TRUE(r.reward_clip_range.empty());
+  EXPECT_EQ(r.advantage_estimator, AdvantageEstimator::rloo);
+  EXPECT_EQ(r.loss_type, GrpoLossType::rloo);
+  EXPECT_TRUE(r.kl_in_reward());
+  EXPECT_NO_THROW(r.validate());
+  rloo_keys().load_yaml_text("{normalize_advantages: true, reward_clip_range: [-2, 3]}", "run.yaml",
+                             r);
+  EXPECT_TRUE(r.normalize_advantages);
+  EXPECT_EQ(r.reward_clip_range, (std::vector<double>{-2, 3}));
+  EXPECT_NO_THROW(r.validate());
+  RlooConfig grpo_loss = r;
+  rloo_keys().load_yaml_text("loss_type: dapo", "run.yaml", grpo_loss);
+  EXPECT_NE(error_of([&] { grpo_loss.validate(); }).find("other combinations run with fp8rl grpo"),
+            std::string::npos);
+  // Control: GRPOConfig's defaults stay GRPO's.
+  EXPECT_EQ(GrpoConfig{}.beta, 0.0);
+  EXPECT_EQ(GrpoConfig{}.num_generations, 8);
 }
 
 TEST(RunConfig, GrpoGenerationKwargsOverrideTheSamplingKeys) {

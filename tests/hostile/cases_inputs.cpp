@@ -92,6 +92,13 @@ std::vector<Case> deep_json_cases() {
          return HostileRun{
              dpo(m, d / "data.jsonl", d / "out"), error(":2:"), {m, d / "data.jsonl"}};
        }},
+      {"DeepJson_KtoRow",
+       [deep](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         write_bytes(d / "data.jsonl", kKtoRow + "\n" + R"({"label": )" + deep + "}\n");
+         return HostileRun{
+             kto(m, d / "data.jsonl", d / "out"), error(":2:"), {m, d / "data.jsonl"}};
+       }},
       {"DeepJson_GeneratePromptsLine",
        [deep](const fs::path& d) {
          const fs::path m = copy_demo_model(d / "model");
@@ -509,6 +516,13 @@ std::vector<Case> endless_cases() {
          make_sparse(d / "data.jsonl", kDpoRow + "\n", kHuge);
          return HostileRun{
              dpo(m, d / "data.jsonl", d / "out"), error("data.jsonl"), {m, d / "data.jsonl"}};
+       }},
+      {"Endless_SparseLineAsKtoDataset",
+       [kHuge](const fs::path& d) {
+         const fs::path m = copy_demo_model(d / "model");
+         make_sparse(d / "data.jsonl", kKtoRow + "\n", kHuge);
+         return HostileRun{
+             kto(m, d / "data.jsonl", d / "out"), error("data.jsonl"), {m, d / "data.jsonl"}};
        }},
       {"Endless_SparseLineAsGeneratePrompts",
        [kHuge](const fs::path& d) {

@@ -101,6 +101,8 @@ inline const std::string kGrpoRow =
     R"({"messages": [{"role": "user", "content": "What is 1+1?"}], )"
     R"("answer": "2"})";
 inline const std::string kDpoRow = R"({"prompt": "What is 2+2? ", "chosen": "4", "rejected": "5"})";
+inline const std::string kKtoRow =
+    R"({"prompt": "What is 2+2? ", "completion": "4", "label": true})";
 
 inline std::vector<std::string> info(const fs::path& model) {
   return {"info", model};
@@ -134,6 +136,12 @@ inline std::vector<std::string> dpo(const fs::path& model, const fs::path& data,
                                     const fs::path& out) {
   return {"dpo",         model, "--data",       data, "--out",    out,
           "--max-steps", "1",   "--batch-size", "1",  "--device", "cpu"};
+}
+
+inline std::vector<std::string> kto(const fs::path& model, const fs::path& data,
+                                    const fs::path& out) {
+  return {"kto",         model, "--data",       data, "--out",    out,
+          "--max-steps", "1",   "--batch-size", "2",  "--device", "cpu"};
 }
 
 // A GRPO run config naming the model and dataset; `extra` is appended (YAML).

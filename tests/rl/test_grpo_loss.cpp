@@ -621,6 +621,67 @@ TEST(GrpoLoss, GradientMatchesFiniteDifferencesForEveryConfiguration) {
   EXPECT_GT(nonzero, configurations * 4);
 }
 
+// TRL's RLOOTrainer loss: q_i = exp(Σ_t logp - Σ_t old), the ratio of the whole completion's
+// probabilities, clipped as PPO's; loss = mean_i -min(q A, clamp(q) A), before the GA division.
+// Completion 0: log ratios 0.1 + 0.2 = 0.3, q = e^0.3 = 1.34986 > 1.2, A = 1: the clipped
+// branch, L = -1.2, no gradient. Completion 1: log ratio -0.05, q = 0.951229, A = -0.5: L =
+// 0.475615, dL/dlogp = -A q. Loss = (-1.2 + 0.475615) / 2 / GA.
+TEST(GrpoLoss, RlooIsTheClippedWholeSequenceRatioMeanOverCompletions) {
+  Batch b;
+  b.offsets = {0, 2, 3};
+  b.logp = {-1.0, -2.0, -0.5};
+  b.old_logp = {-1.1, -2.2, -0.45};
+  b.advantages = {1.0, -0.5};
+  b.mask = {1, 1, 1};
+  GrpoLossConfig c = config_of(GrpoLossType::rloo);
+  c.gradient_accumulation_steps = 2;
+  const GrpoLossResult r = grpo_loss(b.view(), c);
+  const double q1 = std::exp(-0.05);
+  expect_near(r.loss, (-1.2 + 0.5 * q1) / 2 / 2, "loss");
+  EXPECT_NEAR(r.loss, -0.181096, 1e-6);
+  expect_values(r.dloss_dlogp, {0.0, 0.0, 0.5 * q1 / 2 / 2});
+  expect_near(r.stats.policy_loss, (-1.2 + 0.5 * q1) / 2, "policy_loss");
+  // Clip metrics per completion: completion 0 is high-clipped.
+  expect_near(r.stats.clip_ratio_high_mean, 0.5, "high");
+  expect_near(r.stats.clip_ratio_low_mean, 0.0, "low");
+  // Controls: GSPO's ratio, the geometric mean per token (e^0.15, inside the clip), and the
+  // token-level ratios give other losses.
+  for (ImportanceSamplingLevel level :
+       {ImportanceSamplingLevel::sequence, ImportanceSamplingLevel::token}) {
+    GrpoLossConfig g = config_of(GrpoLossType::grpo);
+    g.gradient_accumulation_steps = 2;
+    g.importance_sampling_level = level;
+    EXPECT_GT(std::fabs(grpo_loss(b.view(), g).loss - r.loss), 0.005)
+        << importance_sampling_level_name(level);
+  }
+  // A completion with no active token still counts in the mean (ratio 1, L = -A), as TRL's
+  // per-sequence mean does, without gradient.
+  Batch empty = b;
+  empty.mask = {1, 1, 0};
+  expect_near(grpo_loss(empty.view(), c).loss, (-1.2 + 0.5) / 2 / 2, "empty completion");
+  EXPECT_EQ(grpo_loss(empty.view(), c).dloss_dlogp[2], 0.0);
+}
+
+TEST(GrpoLoss, RlooGradientMatchesFiniteDifferencesAndRejectsPerTokenFactors) {
+  Batch b = off_policy_batch();
+  b.is_weight.clear();
+  GrpoLossConfig c = config_of(GrpoLossType::rloo);
+  c.gradient_accumulation_steps = 3;
+  expect_gradient_matches_finite_differences(b, c);
+  int64_t nonzero = 0;
+  for (double g : grpo_loss(b.view(), c).dloss_dlogp) nonzero += g != 0.0;
+  // Completions 0 and 1 (3 active tokens each); completion 2's ratio e^0.7 with A > 0 takes the
+  // clipped branch.
+  EXPECT_EQ(nonzero, 6);
+  GrpoLossConfig kl = c;
+  kl.beta = 0.05;
+  EXPECT_THROW(grpo_loss(b.view(), kl), Error);
+  EXPECT_THROW(grpo_loss(off_policy_batch().view(), c), Error);  // rollout weights
+  Batch gated = b;
+  gated.entropy_mask = {1, 0, 1, 1, 0, 1, 1, 1, 1};
+  EXPECT_THROW(grpo_loss(gated.view(), c), Error);
+}
+
 TEST(GrpoLoss, MaskedTokensGetNoGradientAndAreNotRead) {
   Batch b = off_policy_batch();
   GrpoLossConfig c = config_of(GrpoLossType::grpo);

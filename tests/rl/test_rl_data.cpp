@@ -1,5 +1,5 @@
-// The GRPO prompt and DPO preference row readers alone (what the fuzzers drive): the file
-// readers' results for the same row, and errors without the "PATH:LINE: " prefix.
+// The GRPO prompt, DPO preference and KTO unpaired row readers alone (what the fuzzers drive): the
+// file readers' results for the same row, and errors without the "PATH:LINE: " prefix.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -195,6 +195,71 @@ TEST(PreferenceRowReader, WhitespaceThatEncodesToNothingIsAnError) {
   // The control: the same reader takes a prompt with text.
   EXPECT_EQ(reader.read(Json::parse(R"({"prompt": "a", "chosen": " ", "rejected": " b"})")).chosen,
             (std::vector<int32_t>{300}));
+}
+
+// KTO's unpaired rows: prompt + completion (text or messages) + a boolean label, read as the
+// file reader reads them; the completion kept whole for the trainer to cut.
+TEST(PreferenceRowReader, UnpairedRowsReadAsTheFileReaderDoes) {
+  PreferenceDataOptions o;
+  o.eos_token_id = 300;
+  o.max_prompt_length = std::nullopt;
+  const ChatTemplateConfig chat = toy_chat();
+  const PreferenceRowReader reader(tokenizer(), &chat, o);
+  const std::string row = R"({"prompt": "Say", "completion": " yes", "label": false})";
+  const UnpairedExample file = read_unpaired_dataset(dataset_file(row), tokenizer(), &chat, o)[0];
+  const UnpairedExample one = reader.read_unpaired(Json::parse(row));
+  EXPECT_EQ(one.prompt, tokenizer().encode("Say", true));
+  EXPECT_EQ(one.prompt, file.prompt);
+  EXPECT_EQ(one.completion, file.completion);
+  EXPECT_EQ(one.completion.back(), 300);
+  EXPECT_FALSE(one.desirable);
+  EXPECT_EQ(file.line, 1);
+  // Conversational: the template's render of the prompt with the generation prompt, then of
+  // prompt + completion.
+  const UnpairedExample chat_row = reader.read_unpaired(Json::parse(
+      R"({"prompt": [{"role": "user", "content": "hi"}], "completion": [{"role": "assistant", )"
+      R"("content": "yo"}], "label": true})"));
+  EXPECT_TRUE(chat_row.desirable);
+  EXPECT_EQ(tokenizer().decode(chat_row.completion), "yo<|end|>\n");
+}
+
+TEST(PreferenceRowReader, BadUnpairedRowsAreNamed) {
+  PreferenceDataOptions o;
+  o.eos_token_id = 300;
+  o.max_prompt_length = std::nullopt;
+  o.max_length = 8;
+  const PreferenceRowReader reader(tokenizer(), nullptr, o);
+  const auto error = [&](const std::string& row) {
+    return error_of([&] { reader.read_unpaired(Json::parse(row)); });
+  };
+  EXPECT_EQ(error(R"({"prompt": "Say", "completion": " yes"})"),
+            "the row needs \"label\" (unpaired rows: prompt, completion, label)");
+  EXPECT_EQ(error(R"({"completion": " yes", "label": true})"),
+            "the row needs \"prompt\" (unpaired rows: prompt, completion, label)");
+  EXPECT_EQ(error(R"({"prompt": "Say", "completion": " yes", "label": 1})"),
+            "\"label\" must be true (desirable) or false (undesirable), got 1");
+  EXPECT_EQ(error(R"({"prompt": "Say", "completion": " yes", "label": "true"})"),
+            "\"label\" must be true (desirable) or false (undesirable), got \"true\"");
+  EXPECT_EQ(error(R"({"prompt": "Say", "chosen": " yes", "rejected": " no"})"),
+            "the row has \"chosen\"/\"rejected\": kto reads unpaired rows (\"prompt\", "
+            "\"completion\", \"label\"); write each pair as two rows");
+  EXPECT_EQ(error(R"({"prompt": "Say", "completion": "", "label": true})"),
+            "\"completion\" must be a non-empty string or a list of messages");
+  EXPECT_EQ(error(R"({"prompt": "Say", "completion": [{"role": "assistant"}], "label": true})"),
+            "\"prompt\" and \"completion\" must both be strings or both message lists");
+  const size_t prompt = tokenizer().encode("Say something longer here", true).size();
+  ASSERT_GE(prompt, 8u);
+  EXPECT_EQ(
+      error(R"({"prompt": "Say something longer here", "completion": " x", "label": true})"),
+      fmt::format("the prompt has {} tokens: max_length 8 leaves no completion token", prompt));
+  const std::string long_row =
+      R"({"prompt": "Say", "completion": " yes yes yes yes", "label": true})";
+  EXPECT_NE(error(long_row).find("more than max_length 8"), std::string::npos) << error(long_row);
+  // The control: with truncation the long row reads, whole (the trainer cuts it).
+  o.truncation = true;
+  const PreferenceRowReader cutting(tokenizer(), nullptr, o);
+  const UnpairedExample e = cutting.read_unpaired(Json::parse(long_row));
+  EXPECT_GT(e.prompt.size() + e.completion.size(), 8u);
 }
 
 }  // namespace
