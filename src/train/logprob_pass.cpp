@@ -59,6 +59,10 @@ LogprobPass::LogprobPass(Context& ctx, const Model& model, const LoraAdapter* ad
   CHECK(model.device() == ctx.device, "training pass: the model is on {}, the context on {}",
         device_name(model.device()), device_name(ctx.device));
   if (adapter_ != nullptr) adapter_->check_fits(model);
+  CHECK(!model.config().sequence_classification,
+        "training pass: '{}' is a sequence classifier ({}), it has no lm_head to train a "
+        "policy with; train a reward model with fp8rl reward",
+        model.dir(), model.config().architecture);
   if (region_ == nullptr) {
     own_region_ = std::make_unique<StandbyRegion>(ctx);
     region_ = own_region_.get();
