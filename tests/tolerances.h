@@ -26,6 +26,10 @@ inline double f32_reduction_bound(int64_t k) {
 // formula difference (a wrong norm, rope or mask moves logits by >1e-2) and a drift of the
 // reduction structure by an order of magnitude. (It was 1e-3 before the measurement.)
 inline constexpr double kHfFp32Logits = 1e-5;
+// A classifier's score (ops::linear's fp32 fma chain over H = 128) against the test's fp64 dot
+// product of the same hidden state and head: H fp32 roundings, ~1e-7 relative each, of the
+// score's scale. A wrong position or head moves the score by its own size.
+inline constexpr double kF32HeadDot = 1e-5;
 // The trainer against HF + PEFT in fp32 on the CPU (tests/train/test_train_goldens.cpp): the
 // loss relative, LoRA gradients and one optimizer step as max |ours - ref| / max |ref|. Both
 // sides are fp32 with different reduction orders over a forward of a few hundred-term sums and
