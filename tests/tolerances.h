@@ -475,6 +475,13 @@ inline constexpr double kF64Formula = 1e-12;
 // through a clipped branch gives (>= 1e-3 at the test points). The test points keep every
 // ratio >= 1e-3 (in log space) away from a clip boundary, where the loss has a kink.
 inline constexpr double kFiniteDifferenceStep = 1e-5;
+// A whole fp32 model's loss differenced (tests/rl/test_reward_trainer.cpp): the forward's fp32
+// rounding, ~1e-7 of a loss near 1, over a step of 1e-2 gives ~1e-5 of absolute noise in the
+// central difference, against gradients of 1e-3 and more (the test's head has unit scale);
+// truncation h^2/6 |L'''| is smaller. Bound: 2% of the group's largest gradient. A missing
+// path (the head's gradient alone, no backward through the adapter) misses whole elements.
+inline constexpr double kF32ModelFdStep = 1e-2;
+inline constexpr double kF32ModelFd = 2e-2;
 inline constexpr double kF64FiniteDifference = 1e-8;
 
 }  // namespace fp8rl::test

@@ -21,6 +21,7 @@ void add_merge_command(CLI::App& app);
 void add_sft_command(CLI::App& app);
 void add_grpo_command(CLI::App& app);
 void add_dpo_command(CLI::App& app);
+void add_reward_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 

@@ -6,6 +6,7 @@
 #include "cli/run_config.h"
 #include "rl/dpo_config.h"
 #include "rl/grpo_config.h"
+#include "rl/reward_trainer_config.h"
 #include "train/sft_config.h"
 
 namespace fp8rl::cli {
@@ -13,5 +14,6 @@ namespace fp8rl::cli {
 KeyTable<SftConfig> sft_keys();
 KeyTable<GrpoConfig> grpo_keys();
 KeyTable<DpoConfig> dpo_keys();
+KeyTable<RewardConfig> reward_keys();
 
 }  // namespace fp8rl::cli

@@ -367,9 +367,10 @@ TEST(GrpoTrainer, ARewardModelScoresTheRoundsWithItsWeight) {
     lc.sequence_classification = true;
     LoraAdapter::init(lc, base, 5).save_peft(rm.string(), "demo");
   }
-  c.rewards = nlohmann::json::array(
-      {{{"type", "reward_model"}, {"model", kDemo + "/model"}, {"adapter", rm.string()},
-        {"weight", 2.0}}});
+  c.rewards = nlohmann::json::array({{{"type", "reward_model"},
+                                      {"model", kDemo + "/model"},
+                                      {"adapter", rm.string()},
+                                      {"weight", 2.0}}});
   const GrpoRun run = run_grpo(c, make_reward_set(c.rewards));
   ASSERT_EQ(run.metrics.size(), 1u);
   const nlohmann::json& m = run.metrics[0];
