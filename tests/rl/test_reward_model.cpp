@@ -239,6 +239,38 @@ TEST(SeqClsAdapter, HeadSavedAsPeftAndScores) {
   // Negative control: without the adapter's matrices the state (and the score) differ.
   const double plain = dot_row(hidden_states(ctx, base, nullptr, seqs[0]), 3, head.weight);
   EXPECT_GT(std::fabs(s - plain), 100 * kF32HeadDot * std::max(1.0, std::fabs(ref)));
+  // A SEQ_CLS adapter whose head is missing or does not fit the model is refused by name.
+  const auto rewrite = [&](const std::optional<Shape>& head_shape) {
+    auto src = SafetensorsFile::open((d / "rm" / "adapter_model.safetensors").string());
+    SafetensorsWriter w;
+    std::vector<Tensor> keep;
+    for (const SafetensorsTensorInfo& info : src->tensors()) {
+      if (info.name == "base_model.model.score.weight") continue;
+      Tensor t = Tensor::empty(info.shape, DType::f32);
+      convert(src->view(info).data, info.dtype, t.view().data, DType::f32,
+              size_t(info.shape.numel()));
+      w.add(info.name, t);
+    }
+    if (head_shape) w.add("base_model.model.score.weight", Tensor::zeros(*head_shape, DType::f32));
+    w.write((d / "bad" / "adapter_model.safetensors").string());
+    fs::copy_file(d / "rm" / "adapter_config.json", d / "bad" / "adapter_config.json",
+                  fs::copy_options::overwrite_existing);
+  };
+  fs::create_directories(d / "bad");
+  rewrite(std::nullopt);
+  expect_error([&] { LoraAdapter::load_peft((d / "bad").string(), base); },
+               "needs its score head 'base_model.model.score.weight'");
+  rewrite(Shape{1, 64});
+  expect_error([&] { LoraAdapter::load_peft((d / "bad").string(), base); },
+               "the score head 'base_model.model.score.weight' is F32 [1, 64]");
+  rewrite(Shape{2, 128});
+  RewardModelOptions two;
+  two.model = kDemoModel;
+  two.adapter = (d / "bad").string();
+  RewardModelReward two_labels(two);
+  Arena a2;
+  Context c2{Device::cpu, &a2};
+  expect_error([&] { two_labels.load({&c2, nullptr}); }, "a score head of 2 labels");
   // A CAUSAL_LM adapter file with a head tensor is refused (unexpected tensor).
   json causal = cfg;
   causal["task_type"] = "CAUSAL_LM";
@@ -294,6 +326,15 @@ TEST(RewardModelReward, ScoresTheRenderedConversation) {
   EXPECT_EQ(*v[0], double(ref[0]));
   EXPECT_EQ(*v[1], double(ref[1]));
   EXPECT_NE(*v[0], *v[1]);
+  // The same reward model quantized on load (FP8 row scaling): close to the unquantized
+  // scores, not equal.
+  RewardModelOptions q = o;
+  q.fp8 = Fp8Scheme::row;
+  RewardModelReward quantized(q);
+  quantized.load({&ctx, nullptr});
+  const RewardValues vq = quantized.score(batch);
+  EXPECT_NE(*vq[0], *v[0]);
+  EXPECT_NEAR(*vq[0], *v[0], 0.1 * std::max(1.0, std::fabs(*v[0])));
   // A text batch is prompt + completion.
   RewardBatch text_batch = batch;
   text_batch.prompt_messages = nullptr;
