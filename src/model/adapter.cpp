@@ -384,7 +384,7 @@ LoraAdapter LoraAdapter::allocate(const LoraConfig& config, const Model& model) 
   }
   if (config.sequence_classification) {
     const ModelConfig& mc = model.config();
-    a.score_rows_ = mc.sequence_classification ? mc.num_labels : config.num_labels;
+    a.score_rows_ = config.num_labels;
     a.score_cols_ = mc.hidden_size;
     CHECK(!mc.sequence_classification || config.num_labels == mc.num_labels,
           "the adapter's score head has {} labels, the model '{}' has num_labels = {}",
@@ -476,7 +476,10 @@ TensorView LoraAdapter::slice(const TensorView& flat, int64_t layer, int project
 }
 
 LoraAdapter LoraAdapter::init(const LoraConfig& config, const Model& model, uint64_t seed) {
-  LoraAdapter a = allocate(config, model);
+  LoraConfig c = config;
+  if (c.sequence_classification && model.config().sequence_classification)
+    c.num_labels = model.config().num_labels;  // the head starts as the model's
+  LoraAdapter a = allocate(c, model);
   const bool gaussian = config.init_lora_weights == "gaussian";
   for (size_t i = 0; i < a.slots_.size(); ++i) {
     const Slot& s = a.slots_[i];
@@ -497,10 +500,13 @@ LoraAdapter LoraAdapter::init(const LoraConfig& config, const Model& model, uint
     const TensorView head = a.score_slice(a.masters_.view());
     const Model& m = model;
     if (m.config().sequence_classification) {
-      CHECK(m.lm_head.weight.device == Device::cpu,
-            "a SEQ_CLS adapter is made on the host, before the model moves");
-      convert(m.lm_head.weight.data, m.lm_head.weight.dtype, head.data, DType::f32,
-              size_t(head.numel()));
+      // A model already on the device still has its checkpoint mapped on the host.
+      const bool host = m.lm_head.weight.device == Device::cpu;
+      CHECK(host || m.checkpoint().contains("score.weight"),
+            "a SEQ_CLS adapter over '{}': its score head is on {} and not in a checkpoint", m.dir(),
+            device_name(m.lm_head.weight.device));
+      const TensorView src = host ? m.lm_head.weight : m.checkpoint().view("score.weight");
+      convert(src.data, src.dtype, head.data, DType::f32, size_t(head.numel()));
     } else {
       const double std_dev = m.config().raw.is_object() &&
                                      m.config().raw.contains("initializer_range") &&

@@ -152,6 +152,12 @@ TEST(ClassifierLoad, ScoreHeadErrors) {
   Arena arena;
   Context ctx{Device::cpu, &arena};
   expect_error([&] { Engine(ctx, m, nullptr, nullptr, {}, EngineOptions{}); }, "cannot generate");
+  // A SEQ_CLS adapter over a classifier starts from its head (PEFT's modules_to_save copy).
+  LoraConfig lc;
+  lc.target_modules = {"q_proj"};
+  lc.sequence_classification = true;
+  const LoraAdapter head = LoraAdapter::init(lc, m, 2);
+  EXPECT_EQ(rel_max_diff(head.score_slice(head.master_params()), m.lm_head.weight), 0.0);
   fs::remove_all(a);
   fs::remove_all(b);
   fs::remove_all(c);
