@@ -4,6 +4,7 @@
 // SEQ_CLS adapter) the reward_model reward reads back with the same scores.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 
@@ -16,6 +17,7 @@
 #include "tokenizer/jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tolerances.h"
+#include "train/run_dir.h"
 
 namespace fp8rl {
 namespace {
@@ -273,6 +275,60 @@ TEST(RewardData, MarginsAndErrors) {
   c.center_rewards_coefficient = 0.0;
   c.max_length = 1;
   EXPECT_THROW(c.validate(), Error);
+  fs::remove_all(d);
+}
+
+}  // namespace
+}  // namespace fp8rl
+
+namespace fp8rl {
+namespace {
+
+// Stopped after 2 of 4 steps and resumed from checkpoint-2: the same adapter (head included)
+// and the same token count as the uninterrupted run.
+TEST(RewardTrainer, ResumesExactly) {
+  const fs::path d = temp_dir("resume");
+  const Model m = Model::load(kDemoModel);
+  const tok::Tokenizer tokenizer = tok::Tokenizer::from_file(kDemoModel);
+  const ChatTemplateConfig chat = load_chat_template_config(kDemoModel);
+  const std::vector<RewardPair> pairs = demo_pairs(tokenizer, chat, d / "p.jsonl", 8);
+  LoraConfig lc;
+  lc.target_modules = {"q_proj", "v_proj"};
+  lc.sequence_classification = true;
+  Arena arena;
+  Context ctx{Device::cpu, &arena};
+  const auto train = [&](const fs::path& out, int64_t steps, bool resume) {
+    LoraAdapter a = LoraAdapter::init(lc, m, 1);
+    RewardConfig c = small_config(out);
+    c.max_steps = 4;
+    if (resume) c.resume_from_checkpoint = "true";
+    RewardTrainer t(ctx, m, a, pairs, c, "demo");
+    std::atomic<int> signal{0};
+    try {
+      t.run(
+          [&](const RewardStepInfo& i) {
+            if (i.step == steps) signal = 2;  // as SIGINT would
+          },
+          StopRequest(&signal));
+    } catch (const RunInterrupted&) {
+    }
+    const TensorView p = a.master_params();
+    return std::vector<float>(p.ptr<float>(), p.ptr<float>() + p.numel());
+  };
+  const std::vector<float> full = train(d / "full", 4, false);
+  train(d / "split", 2, false);
+  ASSERT_TRUE(fs::exists(d / "split" / "checkpoint-2"));
+  ASSERT_FALSE(fs::exists(d / "split" / "checkpoint-4"));  // it stopped after step 2
+  const std::vector<float> resumed = train(d / "split", 4, true);
+  EXPECT_EQ(resumed, full);
+  const auto last_line = [](const fs::path& f) {
+    std::ifstream in(f);
+    std::string l, last;
+    while (std::getline(in, l)) last = l;
+    return json::parse(last);
+  };
+  EXPECT_EQ(last_line(d / "split" / "metrics.jsonl")["num_tokens"],
+            last_line(d / "full" / "metrics.jsonl")["num_tokens"]);
   fs::remove_all(d);
 }
 
