@@ -2235,5 +2235,8 @@ TEST(CliReward, TrainsAndTheAdapterRewardsGrpo) {
                            "\nrewards:\n  - {type: reward_model, model: " + kDemoModel + "}\n");
   expect_error("grpo --config " + grpo_cfg + " --output-dir " + temp("rm_bad3"),
                "is Qwen3ForCausalLM with no score head");
+  // Merging would drop the head: refused.
+  expect_error("merge " + kDemoModel + " " + out + " " + temp("rm_merged"),
+               "the adapter is a SEQ_CLS reward adapter with a score head");
   for (const std::string& d : {out, grpo_out}) fs::remove_all(d);
 }
