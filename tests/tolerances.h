@@ -26,6 +26,10 @@ inline double f32_reduction_bound(int64_t k) {
 // formula difference (a wrong norm, rope or mask moves logits by >1e-2) and a drift of the
 // reduction structure by an order of magnitude. (It was 1e-3 before the measurement.)
 inline constexpr double kHfFp32Logits = 1e-5;
+// A classifier's score (ops::linear's fp32 fma chain over H = 128) against the test's fp64 dot
+// product of the same hidden state and head: H fp32 roundings, ~1e-7 relative each, of the
+// score's scale. A wrong position or head moves the score by its own size.
+inline constexpr double kF32HeadDot = 1e-5;
 // The trainer against HF + PEFT in fp32 on the CPU (tests/train/test_train_goldens.cpp): the
 // loss relative, LoRA gradients and one optimizer step as max |ours - ref| / max |ref|. Both
 // sides are fp32 with different reduction orders over a forward of a few hundred-term sums and
@@ -471,6 +475,13 @@ inline constexpr double kF64Formula = 1e-12;
 // through a clipped branch gives (>= 1e-3 at the test points). The test points keep every
 // ratio >= 1e-3 (in log space) away from a clip boundary, where the loss has a kink.
 inline constexpr double kFiniteDifferenceStep = 1e-5;
+// A whole fp32 model's loss differenced (tests/rl/test_reward_trainer.cpp): the forward's fp32
+// rounding, ~1e-7 of a loss near 1, over a step of 1e-2 gives ~1e-5 of absolute noise in the
+// central difference, against gradients of 1e-3 and more (the test's head has unit scale);
+// truncation h^2/6 |L'''| is smaller. Bound: 2% of the group's largest gradient. A missing
+// path (the head's gradient alone, no backward through the adapter) misses whole elements.
+inline constexpr double kF32ModelFdStep = 1e-2;
+inline constexpr double kF32ModelFd = 2e-2;
 inline constexpr double kF64FiniteDifference = 1e-8;
 
 }  // namespace fp8rl::test

@@ -15,6 +15,7 @@
 #include "rl/grpo_trainer.h"
 #include "rl/prompt_data.h"
 #include "rl/reward_config.h"
+#include "rl/reward_model.h"
 #include "train/run_dir.h"
 #include "train/step_metrics.h"
 
@@ -72,6 +73,9 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   const size_t num_prompts = prompts.size();
   const int64_t prompt_length = prompts.empty() ? 0 : int64_t(prompts[0].ids.size());
   TrainSession ts(cfg, uint64_t(cfg.seed), std::move(files), cfg.dry_run);
+  // Reward models load beside the policy (sharing its weights when they are its base); a dry
+  // run plans the policy alone.
+  if (!cfg.dry_run) load_reward_models(rewards, {&ts.ctx(), &ts.model()});
   GrpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), ts.tokenizer_if_any(),
                       ts.session().eos_ids(), std::move(prompts), cfg, std::move(rewards),
                       ts.base_model_name());

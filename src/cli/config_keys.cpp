@@ -475,4 +475,19 @@ KeyTable<KtoConfig> kto_keys() {
   return t;
 }
 
+KeyTable<RewardConfig> reward_keys() {
+  using C = RewardConfig;
+  KeyTable<C> t;
+  add_training_keys(t);
+  add_model_keys(t);
+  t.add("max_length", &C::max_length, "Tokens of each chosen or rejected sequence at most")
+      .alias("max_seq_length");
+  t.add("truncation", &C::truncation, "Cut sequences over max_length (default: an error)");
+  t.add("center_rewards_coefficient", &C::center_rewards_coefficient,
+        "Weight of mean((r_chosen + r_rejected)^2) in the loss, >= 0 (null: off)");
+  add_compat_keys(t);
+  t.ignore("gpu_memory_utilization", "reward runs no generation engine");
+  return t;
+}
+
 }  // namespace fp8rl::cli

@@ -8,6 +8,7 @@
 #include "rl/grpo_config.h"
 #include "rl/kto_config.h"
 #include "rl/rloo_config.h"
+#include "rl/reward_trainer_config.h"
 #include "train/sft_config.h"
 
 namespace fp8rl::cli {
@@ -17,5 +18,6 @@ KeyTable<GrpoConfig> grpo_keys();
 KeyTable<RlooConfig> rloo_keys();
 KeyTable<DpoConfig> dpo_keys();
 KeyTable<KtoConfig> kto_keys();
+KeyTable<RewardConfig> reward_keys();
 
 }  // namespace fp8rl::cli

@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
   fp8rl::cli::add_rloo_command(app);
   fp8rl::cli::add_dpo_command(app);
   fp8rl::cli::add_kto_command(app);
+  fp8rl::cli::add_reward_command(app);
   fp8rl::cli::add_report_command(app);
   fp8rl::cli::add_serve_command(app);
   // CLI11 would only say "A subcommand is required" for a mistyped command name.

@@ -909,6 +909,10 @@ Engine::Engine(Context& ctx, const Model& model, const LoraAdapter* adapter,
                const EngineOptions& options, StandbyRegion* region)
     : impl_(std::make_unique<Impl>(ctx, model, adapter, tokenizer, std::move(eos_ids), options,
                                    region)) {
+  CHECK(!model.config().sequence_classification,
+        "'{}' is a sequence classifier ({}): it scores text and cannot generate; use it as a "
+        "reward (type: reward_model)",
+        model.dir(), model.config().architecture);
   impl_->setup();
 }
 

@@ -20,6 +20,13 @@ constexpr ArchEntry kArchs[] = {
     {"LlamaForCausalLM", Arch::llama},     {"Qwen2ForCausalLM", Arch::qwen2},
     {"Qwen3ForCausalLM", Arch::qwen3},     {"Qwen3MoeForCausalLM", Arch::qwen3_moe},
     {"MistralForCausalLM", Arch::mistral}, {"Gemma3ForCausalLM", Arch::gemma3}};
+// The same decoders with transformers' sequence-classification head (`score`, no lm_head).
+constexpr ArchEntry kClassifierArchs[] = {{"LlamaForSequenceClassification", Arch::llama},
+                                          {"Qwen2ForSequenceClassification", Arch::qwen2},
+                                          {"Qwen3ForSequenceClassification", Arch::qwen3},
+                                          {"Qwen3MoeForSequenceClassification", Arch::qwen3_moe},
+                                          {"MistralForSequenceClassification", Arch::mistral},
+                                          {"Gemma3TextForSequenceClassification", Arch::gemma3}};
 
 // Field readers that name the field and what was wrong with it.
 const json* find(const json& j, const char* key) {
@@ -45,6 +52,7 @@ int64_t get_int(const json& j, const char* key) {
 // released model (largest: vocab 262k, hidden 16k, 126 layers, 128 heads) and keep every product
 // of them (q_dim, embedding numel, layers x intermediate) well inside int64.
 constexpr int64_t kMaxVocab = int64_t{1} << 24;
+constexpr int64_t kMaxLabels = int64_t{1} << 16;
 constexpr int64_t kMaxHidden = int64_t{1} << 16;
 constexpr int64_t kMaxIntermediate = int64_t{1} << 20;
 constexpr int64_t kMaxLayers = 4096;
@@ -318,6 +326,7 @@ std::string_view arch_name(Arch a) {
 std::vector<std::string> supported_architectures() {
   std::vector<std::string> v;
   for (const auto& e : kArchs) v.emplace_back(e.class_name);
+  for (const auto& e : kClassifierArchs) v.emplace_back(e.class_name);
   return v;
 }
 
@@ -333,6 +342,13 @@ ModelConfig ModelConfig::from_json(const json& j) {
   for (const auto& e : kArchs) {
     if (c.architecture == e.class_name) {
       c.arch = e.arch;
+      known = true;
+    }
+  }
+  for (const auto& e : kClassifierArchs) {
+    if (c.architecture == e.class_name) {
+      c.arch = e.arch;
+      c.sequence_classification = true;
       known = true;
     }
   }
@@ -459,6 +475,23 @@ ModelConfig ModelConfig::from_json(const json& j) {
       c.max_context = int64_t(std::min(extended, double(kMaxPositions)));
   }
   if (const json* q = find(j, "quantization_config")) c.quantization = *q;
+  // transformers' PretrainedConfig: num_labels is the size of id2label, 2 without one. Read
+  // for the classifier architectures only: a causal LM's labels and pad id play no part.
+  if (c.sequence_classification) {
+    if (const json* labels = find(j, "id2label")) {
+      CHECK(labels->is_object() && !labels->empty() && labels->size() <= size_t(kMaxLabels),
+            "config.json: 'id2label' must be an object of 1 to {} labels, got {}", kMaxLabels,
+            json_excerpt(*labels));
+      c.num_labels = int64_t(labels->size());
+    }
+    c.num_labels = get_in_range(j, "num_labels", 1, kMaxLabels, c.num_labels);
+    if (find(j, "pad_token_id"))
+      c.pad_token_id = get_in_range(j, "pad_token_id", 0, c.vocab_size - 1);
+  } else if (const json* pad = find(j, "pad_token_id"); pad && pad->is_number_integer() &&
+                                                        pad->get<int64_t>() >= 0 &&
+                                                        pad->get<int64_t>() < c.vocab_size) {
+    c.pad_token_id = pad->get<int64_t>();  // for a classifier head an adapter adds
+  }
   return c;
 }
 

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,13 +89,20 @@ struct ModelConfig {
   DType dtype = DType::bf16;             // the checkpoint's compute dtype ("torch_dtype")
   MoeConfig moe;
   std::vector<LayerConfig> layers;
-  nlohmann::json quantization;  // config.json "quantization_config", or null
-  nlohmann::json raw;           // the whole config.json, for writing it back
+  // *ForSequenceClassification: a `score` head [num_labels, H] instead of the lm_head, read at
+  // each sequence's last token that is not pad_token_id (transformers' pooling).
+  bool sequence_classification = false;
+  int64_t num_labels = 2;               // id2label's size, or num_labels (transformers' default 2)
+  std::optional<int64_t> pad_token_id;  // config.json's, when set
+  nlohmann::json quantization;          // config.json "quantization_config", or null
+  nlohmann::json raw;                   // the whole config.json, for writing it back
 
   static ModelConfig from_json(const nlohmann::json& j);
   static ModelConfig load(const std::string& model_dir);  // MODEL_DIR/config.json
 
   int64_t q_dim() const { return num_heads * head_dim; }
+  // The rows of the output head: vocab_size, or num_labels for a sequence classifier.
+  int64_t output_size() const { return sequence_classification ? num_labels : vocab_size; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
   bool has_moe() const;  // some layer's MLP is a mixture of experts
 };

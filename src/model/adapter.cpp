@@ -152,8 +152,10 @@ LoraConfig LoraConfig::from_peft_json(const json& j, const std::string& where) {
   CHECK(peft_type == "LORA", "{}: peft_type is '{}', fp8rl loads LORA adapters only", where,
         peft_type);
   const std::string task = get_or<std::string>(j, "task_type", "CAUSAL_LM", where);
-  CHECK(task == "CAUSAL_LM", "{}: task_type is '{}', fp8rl runs CAUSAL_LM models only", where,
-        task);
+  CHECK(task == "CAUSAL_LM" || task == "SEQ_CLS",
+        "{}: task_type is '{}', fp8rl runs CAUSAL_LM and SEQ_CLS (reward model) adapters only",
+        where, task);
+  c.sequence_classification = task == "SEQ_CLS";
   CHECK(j.contains("r") && j["r"].is_number_integer(), "{}: r must be an integer", where);
   c.r = j["r"].get<int64_t>();
   CHECK(c.r > 0, "{}: r = {} must be positive", where, c.r);
@@ -218,7 +220,22 @@ LoraConfig LoraConfig::from_peft_json(const json& j, const std::string& where) {
   const std::string bias = get_or<std::string>(j, "bias", "none", where);
   CHECK(bias == "none", "{}: bias = '{}' is not supported, only 'none' (fp8rl trains no biases)",
         where, bias);
-  require_off(j, "modules_to_save", where, "fp8rl trains only the LoRA matrices");
+  if (c.sequence_classification) {
+    // PEFT adds the classifier heads itself; "classifier" names no module of these models.
+    if (j.contains("modules_to_save") && !j["modules_to_save"].is_null()) {
+      const json& m = j["modules_to_save"];
+      CHECK(m.is_array() && std::all_of(m.begin(), m.end(),
+                                        [](const json& e) {
+                                          return e.is_string() &&
+                                                 (e == "score" || e == "classifier");
+                                        }),
+            "{}: modules_to_save = {}: a SEQ_CLS adapter may save only the 'score' head "
+            "('classifier' names no module of these models)",
+            where, m.dump());
+    }
+  } else {
+    require_off(j, "modules_to_save", where, "fp8rl trains only the LoRA matrices");
+  }
   require_off(j, "use_dora", where, "DoRA's magnitude vectors are not implemented");
   require_off(j, "lora_bias", where, "LoRA biases are not implemented");
   require_off(j, "rank_pattern", where, "every module must have rank r");
@@ -251,7 +268,7 @@ json LoraConfig::to_peft_json(const std::string& base_model_name) const {
     targets = target_modules;
   }
   return {{"peft_type", "LORA"},
-          {"task_type", "CAUSAL_LM"},
+          {"task_type", sequence_classification ? "SEQ_CLS" : "CAUSAL_LM"},
           {"base_model_name_or_path", base_model_name},
           {"revision", nullptr},
           {"inference_mode", true},
@@ -270,7 +287,9 @@ json LoraConfig::to_peft_json(const std::string& base_model_name) const {
           {"fan_in_fan_out", false},
           // PEFT's reset_lora_parameters takes true (not a string) for kaiming-uniform A.
           {"init_lora_weights", init_lora_weights == "gaussian" ? json("gaussian") : json(true)},
-          {"modules_to_save", nullptr},
+          // What PeftModelForSequenceClassification writes for SEQ_CLS.
+          {"modules_to_save",
+           sequence_classification ? json::array({"classifier", "score"}) : json(nullptr)},
           {"use_dora", false},
           {"rank_pattern", json::object()},
           {"alpha_pattern", json::object()}};
@@ -279,6 +298,9 @@ json LoraConfig::to_peft_json(const std::string& base_model_name) const {
 // ---- LoraAdapter -------------------------------------------------------------------------
 
 namespace {
+// PEFT's saved name of a modules_to_save head (the wrapper's modules_to_save.<adapter> part
+// dropped).
+constexpr const char* kScoreTensor = "base_model.model.score.weight";
 // Far above any adapter (a 1T-parameter model's full rank), and far below int64's end, so that
 // the layout's sums and the byte counts cannot overflow.
 constexpr int64_t kMaxAdapterParams = int64_t{1} << 52;
@@ -360,6 +382,18 @@ LoraAdapter LoraAdapter::allocate(const LoraConfig& config, const Model& model) 
       }
     }
   }
+  if (config.sequence_classification) {
+    const ModelConfig& mc = model.config();
+    a.score_rows_ = config.num_labels;
+    a.score_cols_ = mc.hidden_size;
+    CHECK(!mc.sequence_classification || config.num_labels == mc.num_labels,
+          "the adapter's score head has {} labels, the model '{}' has num_labels = {}",
+          config.num_labels, model.dir(), mc.num_labels);
+    CHECK(a.score_rows_ > 0, "the score head needs at least one label, got {}", a.score_rows_);
+    total = (total + 63) / 64 * 64;
+    a.score_offset_ = total;
+    total += a.score_rows_ * a.score_cols_;
+  }
   a.num_params_ = total;
   check_host_bytes(
       size_t(total) * sizeof(float),
@@ -408,6 +442,30 @@ TensorView LoraAdapter::matrix(const TensorView& flat, const Slot& s, bool b) co
   return TensorView(static_cast<char*>(flat.data) + offset, flat.dtype, shape, flat.device);
 }
 
+TensorView LoraAdapter::score_slice(const TensorView& flat) const {
+  CHECK(has_score_head(), "the adapter has no score head (task_type is not SEQ_CLS)");
+  CHECK(flat.dtype == DType::f32 && flat.is_contiguous() && flat.numel() == num_params_,
+        "adapter slice: the buffer must be contiguous f32 [{}] like the masters, got {} {}",
+        num_params_, dtype_name(flat.dtype), flat.shape.str());
+  return TensorView(flat.ptr<float>() + score_offset_, DType::f32, {score_rows_, score_cols_},
+                    flat.device);
+}
+
+LinearWeight LoraAdapter::score_head(Device device) const {
+  CHECK(has_score_head(), "the adapter has no score head (task_type is not SEQ_CLS)");
+  CHECK(device == ctx_.device, "the adapter is on {}, its score head was asked for on {}",
+        device_name(ctx_.device), device_name(device));
+  LinearWeight w;
+  if (ctx_.device == Device::cpu) {
+    w.weight = score_slice(master_params());
+  } else {
+    const TensorView c = compute_params();
+    w.weight = TensorView(static_cast<char*>(c.data) + size_t(score_offset_) * dtype_size(c.dtype),
+                          c.dtype, {score_rows_, score_cols_}, c.device);
+  }
+  return w;
+}
+
 TensorView LoraAdapter::slice(const TensorView& flat, int64_t layer, int projection, bool b) const {
   const Slot& s = slot(layer, projection);
   CHECK(!s.empty(), "{} carries no adapter", projection_path(layer, projection));
@@ -418,7 +476,10 @@ TensorView LoraAdapter::slice(const TensorView& flat, int64_t layer, int project
 }
 
 LoraAdapter LoraAdapter::init(const LoraConfig& config, const Model& model, uint64_t seed) {
-  LoraAdapter a = allocate(config, model);
+  LoraConfig c = config;
+  if (c.sequence_classification && model.config().sequence_classification)
+    c.num_labels = model.config().num_labels;  // the head starts as the model's
+  LoraAdapter a = allocate(c, model);
   const bool gaussian = config.init_lora_weights == "gaussian";
   for (size_t i = 0; i < a.slots_.size(); ++i) {
     const Slot& s = a.slots_[i];
@@ -432,6 +493,30 @@ LoraAdapter LoraAdapter::init(const LoraConfig& config, const Model& model, uint
     for (int64_t j = 0; j < config.r * s.k * std::max<int64_t>(s.experts, 1); ++j)
       pa[j] = gaussian ? std_dev * normal01(stream, uint64_t(j))
                        : bound * (2.0f * uniform01(stream, uint64_t(j)) - 1.0f);
+  }
+  if (a.has_score_head()) {
+    // PEFT's modules_to_save starts from the model's own head; a causal LM gets the head
+    // transformers initializes for its classifier: normal with std initializer_range.
+    const TensorView head = a.score_slice(a.masters_.view());
+    const Model& m = model;
+    if (m.config().sequence_classification) {
+      // A model already on the device still has its checkpoint mapped on the host.
+      const bool host = m.lm_head.weight.device == Device::cpu;
+      CHECK(host || m.checkpoint().contains("score.weight"),
+            "a SEQ_CLS adapter over '{}': its score head is on {} and not in a checkpoint", m.dir(),
+            device_name(m.lm_head.weight.device));
+      const TensorView src = host ? m.lm_head.weight : m.checkpoint().view("score.weight");
+      convert(src.data, src.dtype, head.data, DType::f32, size_t(head.numel()));
+    } else {
+      const double std_dev = m.config().raw.is_object() &&
+                                     m.config().raw.contains("initializer_range") &&
+                                     m.config().raw["initializer_range"].is_number()
+                                 ? m.config().raw["initializer_range"].get<double>()
+                                 : 0.02;
+      const uint64_t stream = splitmix64(seed ^ 0x5c0e'4ead'0000'0001ull);
+      for (int64_t j = 0; j < head.numel(); ++j)
+        head.ptr<float>()[j] = float(std_dev) * normal01(stream, uint64_t(j));
+    }
   }
   return a;
 }
@@ -447,8 +532,24 @@ LoraAdapter LoraAdapter::load_peft(const std::string& dir, const Model& model) {
           dir);
     RAISE("'{}' has no adapter_model.safetensors", dir);
   }
-  const LoraConfig config =
-      LoraConfig::from_peft_json(read_adapter_config(config_path), config_path);
+  LoraConfig config = LoraConfig::from_peft_json(read_adapter_config(config_path), config_path);
+  const auto file = SafetensorsFile::open(tensors_path);
+  const SafetensorsTensorInfo* head = nullptr;
+  if (config.sequence_classification) {
+    const int64_t h = model.config().hidden_size;
+    head = file->find(kScoreTensor);
+    CHECK(head != nullptr,
+          "{}: a SEQ_CLS adapter needs its score head '{}' [num_labels, {}] (PEFT's "
+          "modules_to_save), and it is missing",
+          tensors_path, kScoreTensor, h);
+    CHECK(
+        head->supported && head->shape.rank == 2 && head->shape[0] >= 1 && head->shape[1] == h &&
+            (head->dtype == DType::f32 || head->dtype == DType::bf16 || head->dtype == DType::f16),
+        "{}: the score head '{}' is {} {}, expected F32/BF16/F16 [num_labels, {}] (the model's "
+        "hidden size)",
+        tensors_path, kScoreTensor, head->dtype_str, head->shape.str(), h);
+    config.num_labels = head->shape[0];
+  }
   LoraAdapter a;
   try {
     a = allocate(config, model);
@@ -456,8 +557,15 @@ LoraAdapter LoraAdapter::load_peft(const std::string& dir, const Model& model) {
     RAISE("{}: {}", config_path, e.what());
   }
 
-  const auto file = SafetensorsFile::open(tensors_path);
   std::set<std::string> expected;
+  if (head != nullptr) {
+    expected.insert(kScoreTensor);
+    const TensorView dst = a.score_slice(a.masters_.view());
+    convert(file->view(*head).data, head->dtype, dst.data, DType::f32, size_t(dst.numel()));
+    for (int64_t i = 0; i < dst.numel(); ++i)
+      CHECK(std::isfinite(dst.ptr<float>()[i]), "{}: tensor '{}' element {} is {}", tensors_path,
+            kScoreTensor, i, dst.ptr<float>()[i]);
+  }
   const int64_t r = config.r;
   for (int64_t l = 0; l < a.num_layers_; ++l) {
     for (int p = 0; p < kProjections; ++p) {
@@ -520,6 +628,7 @@ void LoraAdapter::save_peft(const std::string& dir, const std::string& base_mode
                      m.slice_rows(x, x + 1).reshape({m.dim(1), m.dim(2)}));
       }
     }
+  if (has_score_head()) writer.add(kScoreTensor, score_slice(host.view()));
   const std::string config_text = config_.to_peft_json(base_model_name).dump(2) + "\n";
 
   // Each file is written under a temporary name and renamed (core/output_file.h); a new
@@ -629,6 +738,9 @@ void LoraAdapter::check_fits(const Model& model) const {
             "adapter of {} is for [{}, {}], the model's projection is [{}, {}]",
             projection_path(l, p), s.n, s.k, lin.out_features(), lin.in_features());
     }
+  CHECK(!has_score_head() || score_cols_ == model.config().hidden_size,
+        "the adapter's score head is [{}, {}], the model's hidden size is {}", score_rows_,
+        score_cols_, model.config().hidden_size);
 }
 
 size_t LoraAdapter::nbytes() const {

@@ -48,6 +48,14 @@ struct LoraConfig {
   // empty: every layer. Not combinable with target_regex, as in PEFT.
   std::vector<int64_t> layers_to_transform;
   std::string init_lora_weights = "default";  // "default" (PEFT's true) | "gaussian"
+  // PEFT's task_type SEQ_CLS: the model's sequence-classification head `score` [num_labels, H]
+  // is trained beside the matrices (PEFT's modules_to_save, which SEQ_CLS fills with
+  // "classifier" and "score") and saved as base_model.model.score.weight.
+  bool sequence_classification = false;
+  // The head's rows when the base model has no head of its own (a causal LM under a reward
+  // head); a classifier base gives its num_labels. Not a PEFT field: a loaded adapter's head
+  // tensor gives it.
+  int64_t num_labels = 1;
 
   double scale() const;  // lora_alpha / r, or lora_alpha / sqrt(r) with use_rslora
   // Throws on a value outside what PEFT accepts or fp8rl supports.
@@ -145,6 +153,15 @@ class LoraAdapter {
   TensorView training_view(int64_t layer, int projection, bool b, Device device) const;
   size_t nbytes() const;  // masters plus compute copies
 
+  // The score head of a SEQ_CLS adapter (LoraConfig::sequence_classification), after the
+  // matrices in master_params(): whether there is one, and [num_labels, H] of `flat` (any
+  // [P] f32 buffer laid out like the masters: the gradients, the moments).
+  bool has_score_head() const { return score_offset_ >= 0; }
+  TensorView score_slice(const TensorView& flat) const;
+  // The head as the forward applies it (ops::linear): the compute copy of the masters on
+  // `device` (the adapter's), f32 on the CPU and bf16 on CUDA.
+  LinearWeight score_head(Device device) const;
+
  private:
   struct Slot {
     int64_t n = 0, k = 0;   // the projection's [N, K]
@@ -172,6 +189,8 @@ class LoraAdapter {
   DeviceBuffer device_masters_;  // [P] f32 on CUDA, after to_device
   DeviceBuffer compute_copy_;    // [P] bf16 on CUDA, after to_device
   uint64_t version_ = 1;
+  int64_t score_offset_ = -1;                // element offset of the score head; -1: none
+  int64_t score_rows_ = 0, score_cols_ = 0;  // [num_labels, H]
 };
 
 // The CPU reference of one adapted projection's low-rank term, PEFT's unmerged form:

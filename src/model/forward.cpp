@@ -375,8 +375,15 @@ void forward(Context& ctx, const Model& m, const LoraAdapter* adapter, const KvP
 }
 
 void forward(Context& ctx, const Model& m, const LoraAdapter* adapter, const KvPool& kv,
-             const StepBatch& step, const TensorView& logits) {
+             const StepBatch& step, const TensorView& logits, const LinearWeight* head) {
   const ModelConfig& c = m.config();
+  // A classifier's logits are its scores: no softcap (transformers applies it in the LM only).
+  const bool lm = head == nullptr && !c.sequence_classification;
+  if (head == nullptr) head = &m.lm_head;
+  const int64_t width = head->weight.dim(0);
+  CHECK(head->weight.shape == (Shape{width, c.hidden_size}),
+        "forward: the output head is {}, the model's hidden size {}", head->weight.shape.str(),
+        c.hidden_size);
   check_adapter(m, adapter);
   CHECK(m.device() == ctx.device && kv.device() == ctx.device,
         "forward: the model is on {}, the KV pool on {}, the context on {}",
@@ -387,10 +394,10 @@ void forward(Context& ctx, const Model& m, const LoraAdapter* adapter, const KvP
         kv.num_layers(), dtype_name(kv.dtype()));
   const int64_t t = step.num_tokens(), rows = step.num_logit_rows();
   CHECK(t > 0, "forward: empty step");
-  CHECK(logits.dtype == DType::f32 && logits.shape == (Shape{rows, c.vocab_size}) &&
+  CHECK(logits.dtype == DType::f32 && logits.shape == (Shape{rows, width}) &&
             logits.is_contiguous() && logits.device == ctx.device,
-        "forward: logits must be contiguous f32 [{}, {}] on {}, got {} {} on {}", rows,
-        c.vocab_size, device_name(ctx.device), dtype_name(logits.dtype), logits.shape.str(),
+        "forward: logits must be contiguous f32 [{}, {}] on {}, got {} {} on {}", rows, width,
+        device_name(ctx.device), dtype_name(logits.dtype), logits.shape.str(),
         device_name(logits.device));
   // The batch-invariant mode runs this same forward: the backend pins its kernels, and each
   // fused op here equals the unfused ops of the training forward bit for bit.
@@ -415,13 +422,13 @@ void forward(Context& ctx, const Model& m, const LoraAdapter* adapter, const KvP
       ops::scratch_alloc(ctx, {rows, c.hidden_size}, ctx.activation_dtype());
   ops::embedding(ctx, step.logit_rows, s.x, 1.0f, final_in);
   ops::rms_norm(ctx, final_in, m.final_norm, float(c.rms_norm_eps), c.norm_plus_one, final_in);
-  ops::linear(ctx, final_in, m.lm_head, logits, ops::Output::f32);
-  if (c.final_logit_softcapping > 0)
+  ops::linear(ctx, final_in, *head, logits, ops::Output::f32);
+  if (lm && c.final_logit_softcapping > 0)
     ops::softcap(ctx, logits, float(c.final_logit_softcapping), ops::Output::f32);
 }
 
 void run_step(Context& ctx, const Model& m, const LoraAdapter* adapter, const KvPool& kv,
-              StepInput& in, const TensorView& logits) {
+              StepInput& in, const TensorView& logits, const LinearWeight* head) {
   ops::ScratchScope scope(ctx);
   in.pack_block_tables();
   const TensorView storage = ops::scratch_alloc(ctx, {step_elements(in)}, DType::i32);
@@ -429,12 +436,12 @@ void run_step(Context& ctx, const Model& m, const LoraAdapter* adapter, const Kv
   // The lm_head writes fp32 logits on the device; host logits are copied back once.
   const bool staged = logits.device != ctx.device;
   const TensorView out = staged ? ops::scratch_alloc(ctx, logits.shape, DType::f32) : logits;
-  forward(ctx, m, adapter, kv, step, out);
+  forward(ctx, m, adapter, kv, step, out, head);
   if (staged) ops::copy(ctx, out, logits);
 }
 
 size_t measure_forward_scratch(const Context& ctx, const Model& m, const LoraAdapter* adapter,
-                               const KvPool& kv, const StepShape& shape) {
+                               const KvPool& kv, const StepShape& shape, const LinearWeight* head) {
   CHECK(shape.tokens > 0 && shape.seqs > 0 && shape.logit_rows >= 0 && shape.max_context > 0,
         "forward plan: tokens {} seqs {} logit rows {} context {} must be positive", shape.tokens,
         shape.seqs, shape.logit_rows, shape.max_context);
@@ -443,15 +450,18 @@ size_t measure_forward_scratch(const Context& ctx, const Model& m, const LoraAda
   dry.dry_run = true;
   dry.scratch = &measuring;
   StepInput in = step_of_shape(shape, kv.block_size());
-  const TensorView logits(measuring.base(), DType::f32,
-                          {in.num_logit_rows(), m.config().vocab_size}, Device::cpu);
-  run_step(dry, m, adapter, kv, in, logits);  // host logits: the staging buffer is counted too
+  const int64_t width = head != nullptr ? head->weight.dim(0) : m.config().output_size();
+  const TensorView logits(measuring.base(), DType::f32, {in.num_logit_rows(), width}, Device::cpu);
+  run_step(dry, m, adapter, kv, in, logits,
+           head);  // host logits: the staging buffer is counted too
   return measuring.high_water();
 }
 
 void forward(Context& ctx, const Model& m, const LoraAdapter* adapter,
-             std::span<const SequenceInput> batch, LogitRows rows, const TensorView& logits) {
+             std::span<const SequenceInput> batch, LogitRows rows, const TensorView& logits,
+             const LinearWeight* head) {
   const ModelConfig& c = m.config();
+  const int64_t width = head != nullptr ? head->weight.dim(0) : c.output_size();
   CHECK(!batch.empty(), "forward: empty batch");
   KvPool& pool = batch[0].cache->pool();
   StepInput in;
@@ -476,16 +486,16 @@ void forward(Context& ctx, const Model& m, const LoraAdapter* adapter,
                     rows == LogitRows::all ? StepInput::Logits::all : StepInput::Logits::last);
   }
   in.validate(c, pool.num_blocks(), pool.block_size());
-  CHECK(logits.dtype == DType::f32 && logits.shape == (Shape{in.num_logit_rows(), c.vocab_size}) &&
+  CHECK(logits.dtype == DType::f32 && logits.shape == (Shape{in.num_logit_rows(), width}) &&
             logits.is_contiguous() && (logits.device == ctx.device || logits.device == Device::cpu),
         "forward: logits must be contiguous f32 [{}, {}] on the host or {}, got {} {} on {}",
-        in.num_logit_rows(), c.vocab_size, device_name(ctx.device), dtype_name(logits.dtype),
+        in.num_logit_rows(), width, device_name(ctx.device), dtype_name(logits.dtype),
         logits.shape.str(), device_name(logits.device));
   if (ops::scratch_mark(ctx) == 0) {
     StepShape shape{in.num_tokens(), in.num_seqs(), in.num_logit_rows(), in.max_context_len};
-    ops::scratch_reserve(ctx, measure_forward_scratch(ctx, m, adapter, pool, shape));
+    ops::scratch_reserve(ctx, measure_forward_scratch(ctx, m, adapter, pool, shape, head));
   }
-  run_step(ctx, m, adapter, pool, in, logits);
+  run_step(ctx, m, adapter, pool, in, logits, head);
   for (const SequenceInput& seq : batch) seq.cache->advance(int64_t(seq.tokens.size()));
 }
 

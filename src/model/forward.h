@@ -32,9 +32,11 @@
 namespace fp8rl {
 
 // Runs the step: writes the new tokens' keys/values into `kv` and the logits of the step's
-// logit rows into `logits` (f32 [R, V] contiguous on ctx's device).
+// logit rows into `logits` (f32 [R, N] contiguous on ctx's device). `head` [N, H] applies to
+// the final normed hidden states instead of the model's lm_head (a classifier head of an
+// adapter); null: the model's head (N = ModelConfig::output_size()). Here and below.
 void forward(Context& ctx, const Model& model, const LoraAdapter* adapter, const KvPool& kv,
-             const StepBatch& step, const TensorView& logits);
+             const StepBatch& step, const TensorView& logits, const LinearWeight* head = nullptr);
 
 // The training forward: the same layers over a step of full prefills (every token
 // of every sequence new), saving what the backward needs into `tape` (model/tape.h) instead of
@@ -63,13 +65,14 @@ ops::GatedActivation gated_activation(const ModelConfig& config);
 // forward as a dry run (Context::dry_run) over a step of that shape; includes the step's
 // upload buffer and staged logits as run_step() takes them.
 size_t measure_forward_scratch(const Context& ctx, const Model& model, const LoraAdapter* adapter,
-                               const KvPool& kv, const StepShape& shape);
+                               const KvPool& kv, const StepShape& shape,
+                               const LinearWeight* head = nullptr);
 
 // One step from a host StepInput, for callers that hold no device buffers of their own:
 // uploads it into scratch, runs forward(), and writes logits [R, V] f32 to the host or ctx's
 // device (host logits are copied back and are there on return).
 void run_step(Context& ctx, const Model& model, const LoraAdapter* adapter, const KvPool& kv,
-              StepInput& step, const TensorView& logits);
+              StepInput& step, const TensorView& logits, const LinearWeight* head = nullptr);
 
 // ---- Simple callers (CLI logits, benchmarks, tests): sequences with their own KvCache.
 
@@ -85,6 +88,7 @@ enum class LogitRows { all, last };  // logits for every new token, or each sequ
 // a dry run when it is empty, runs it and advances each cache. logits: [T_total, V] for all,
 // [num_sequences, V] for last; f32, contiguous, on the host or the context's device.
 void forward(Context& ctx, const Model& model, const LoraAdapter* adapter,
-             std::span<const SequenceInput> batch, LogitRows rows, const TensorView& logits);
+             std::span<const SequenceInput> batch, LogitRows rows, const TensorView& logits,
+             const LinearWeight* head = nullptr);
 
 }  // namespace fp8rl

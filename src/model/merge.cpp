@@ -146,6 +146,12 @@ void write_merged_checkpoint(const Model& model, const LoraAdapter& adapter,
         "the model to merge into must be loaded as stored, not quantized on load");
   CHECK(adapter.num_layers() == model.config().num_layers,
         "the adapter has {} layers, the model {}", adapter.num_layers(), model.config().num_layers);
+  // The merged checkpoint is written as a causal LM: a classifier's head would be lost.
+  CHECK(!adapter.has_score_head(),
+        "the adapter is a SEQ_CLS reward adapter with a score head: merging it is not "
+        "supported; use it as it is (rewards: [{{type: reward_model, adapter: DIR}}])");
+  CHECK(!model.config().sequence_classification,
+        "merging into a sequence classifier ({}) is not supported", model.config().architecture);
   for (int64_t l = 0; l < adapter.num_layers(); ++l)
     for (int p = 4; p < 7; ++p)
       CHECK(adapter.experts(l, p) == 0,

@@ -290,12 +290,23 @@ class ModelLoader {
     const int64_t h = c.hidden_size, d = c.head_dim;
     m_.embed = tensor("model.embed_tokens.weight", {c.vocab_size, h});
     m_.final_norm = tensor("model.norm.weight", {h});
-    CHECK(!c.tie_word_embeddings || !m_.checkpoint_.contains("lm_head.weight"),
-          "checkpoint '{}' has lm_head.weight but config.json sets tie_word_embeddings: true "
-          "(which one is meant is ambiguous)",
-          m_.dir_);
-    m_.lm_head.weight =
-        c.tie_word_embeddings ? m_.embed : tensor("lm_head.weight", {c.vocab_size, h});
+    if (c.sequence_classification) {
+      // transformers' classifier: Linear(hidden, num_labels, bias=False) named `score`.
+      CHECK(m_.checkpoint_.contains("score.weight"),
+            "checkpoint '{}' ({}) has no score.weight: a sequence-classification model needs "
+            "its score head [num_labels = {}, hidden_size = {}]",
+            m_.dir_, c.architecture, c.num_labels, h);
+      CHECK(!m_.checkpoint_.contains("score.bias"),
+            "checkpoint '{}' has score.bias: transformers' score head has no bias", m_.dir_);
+      m_.lm_head.weight = tensor("score.weight", {c.num_labels, h});
+    } else {
+      CHECK(!c.tie_word_embeddings || !m_.checkpoint_.contains("lm_head.weight"),
+            "checkpoint '{}' has lm_head.weight but config.json sets tie_word_embeddings: true "
+            "(which one is meant is ambiguous)",
+            m_.dir_);
+      m_.lm_head.weight =
+          c.tie_word_embeddings ? m_.embed : tensor("lm_head.weight", {c.vocab_size, h});
+    }
     for (int64_t i = 0; i < c.num_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
       LayerWeights l;

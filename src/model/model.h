@@ -91,7 +91,9 @@ class Model {
 
   TensorView embed;       // [V,H]
   TensorView final_norm;  // [H]
-  LinearWeight lm_head;   // [V,H], the embedding when tied
+  // [V,H], the embedding when tied; a sequence classifier's score head [num_labels, H]
+  // (ModelConfig::output_size() rows either way).
+  LinearWeight lm_head;
   std::vector<LayerWeights> layers;
 
   // The decoder linears with their checkpoint names ("model.layers.0.self_attn.q_proj"); the

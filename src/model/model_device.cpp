@@ -228,10 +228,10 @@ Model Model::random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Con
 
   m.embed = uniform({c.vocab_size, h}, unquantized, kInitBound);
   m.final_norm = norm(h);
-  if (c.tie_word_embeddings) {
+  if (c.tie_word_embeddings && !c.sequence_classification) {
     m.lm_head.weight = m.embed;
   } else {
-    m.lm_head.weight = uniform({c.vocab_size, h}, unquantized, kInitBound);
+    m.lm_head.weight = uniform({c.output_size(), h}, unquantized, kInitBound);
   }
   ops::prepare_linear(ctx, m.lm_head, m.device_storage_);
   for (int64_t i = 0; i < c.num_layers; ++i) {

@@ -159,7 +159,10 @@ void write_random_checkpoint(const json& config, const std::string& out_dir, uin
   auto add = [&](std::string n, Shape s) { shapes.emplace_back(std::move(n), s); };
   add("model.embed_tokens.weight", {c.vocab_size, h});
   add("model.norm.weight", {h});
-  if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, h});
+  if (c.sequence_classification)
+    add("score.weight", {c.num_labels, h});
+  else if (!c.tie_word_embeddings)
+    add("lm_head.weight", {c.vocab_size, h});
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     add(p + "input_layernorm.weight", {h});

@@ -6,7 +6,9 @@
 #include "core/check.h"
 #include "core/spelling.h"
 #include "formats/json_read.h"
+#include "formats/quant_config.h"
 #include "rl/builtin_rewards.h"
+#include "rl/reward_model.h"
 #include "rl/reward_process.h"
 
 namespace fp8rl {
@@ -14,6 +16,9 @@ namespace fp8rl {
 namespace {
 
 using Json = nlohmann::json;
+
+// Far above a useful scoring batch; keeps a typo from sizing a huge KV pool.
+constexpr int64_t kMaxRewardBatchTokens = int64_t{1} << 22;
 
 std::string join(const std::vector<std::string>& names) {
   std::string out;
@@ -158,6 +163,26 @@ std::unique_ptr<RewardFunction> make_process(Entry& e, const std::string& name) 
   return std::make_unique<RewardProcess>(std::move(o));
 }
 
+std::unique_ptr<RewardFunction> make_reward_model(Entry& e, const std::string& name) {
+  RewardModelOptions o;
+  o.name = name;
+  o.model = e.string("model", "", /*required=*/true);
+  CHECK(!o.model.empty(), "{}: 'model' must name a model directory", e.where());
+  o.adapter = e.string("adapter", "");
+  const std::string fp8 = e.choice("fp8", {"auto", "off", "tensor", "row", "block"}, "auto");
+  if (fp8 != "auto") o.fp8 = parse_scheme(fp8);
+  o.max_batch_tokens = e.integer("max_batch_tokens", o.max_batch_tokens);
+  CHECK(o.max_batch_tokens >= 1 && o.max_batch_tokens <= kMaxRewardBatchTokens,
+        "{}: 'max_batch_tokens' must be in [1, {}], got {}", e.where(), kMaxRewardBatchTokens,
+        o.max_batch_tokens);
+  e.reject_unknown();
+  try {
+    return std::make_unique<RewardModelReward>(std::move(o));
+  } catch (const Error& err) {
+    RAISE("{}: {}", e.where(), err.what());
+  }
+}
+
 }  // namespace
 
 RewardSet make_reward_set(const Json& spec) {
@@ -172,7 +197,8 @@ RewardSet make_reward_set(const Json& spec) {
     std::string type = "reward_process";
     if (!process || j.contains("type")) {
       CHECK(j.contains("type") && j.at("type").is_string(),
-            "rewards[{}]: every entry needs a 'type' (answer_match, regex, length_penalty) or is "
+            "rewards[{}]: every entry needs a 'type' (answer_match, regex, length_penalty, "
+            "reward_model) or is "
             "{{reward_process: COMMAND}}; got {}",
             i, json_excerpt(j));
       type = j.at("type").get<std::string>();
@@ -191,9 +217,12 @@ RewardSet make_reward_set(const Json& spec) {
       f = make_length_penalty(e, name);
     } else if (type == "reward_process") {
       f = make_process(e, name);
+    } else if (type == "reward_model") {
+      f = make_reward_model(e, name);
     } else {
       RAISE(
-          "rewards[{}]: unknown type '{}' (types: answer_match, regex, length_penalty; or an "
+          "rewards[{}]: unknown type '{}' (types: answer_match, regex, length_penalty, "
+          "reward_model; or an "
           "entry {{reward_process: COMMAND}})",
           i, type);
     }

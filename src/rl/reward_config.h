@@ -8,6 +8,8 @@
 //   {type: length_penalty, mode: soft_overlong, max_length: L_max, cache_length: L_cache}
 //   {type: length_penalty, mode: linear, target_length: T, per_token: p, max_penalty: m}
 //   {reward_process: COMMAND, timeout_s: 300}
+//   {type: reward_model, model: DIR, adapter: DIR, fp8: auto|off|tensor|row|block,
+//    max_batch_tokens: 4096}   (rl/reward_model.h; loaded by load_reward_models)
 // Unknown types and fields, wrong value types and out-of-range values are fp8rl::Errors that
 // name the entry (and the nearest valid field name).
 #pragma once

@@ -16,6 +16,9 @@ struct LogprobPass::Buffers {
   TensorView record;   // [L, T, k] i32 the experts used (PassOptions::record_routing)
   TensorView chosen;   // [L, T, k] i32 the layers' own top-k (with replay)
   Tape tape;
+  std::vector<int32_t> rows_host;          // [S] a scoring pass's pooled rows
+  TensorView rows;                         // [S] i32 on the device
+  TensorView pooled;                       // [S, H] activation dtype
   TensorView loss, logprob, lse, entropy;  // [T] f32
   ops::CrossEntropyParams ce;
 };
@@ -129,6 +132,18 @@ void LogprobPass::run(Context& ctx, Arena& arena, Arena& host, KvPool& kv,
                       opt.offload ? &host : nullptr);
   b.tape.dropout_p = opt.lora_dropout;
   b.tape.dropout_seed = opt.dropout_seed;
+  if (!opt.pooled_rows.empty()) {
+    const int64_t s = int64_t(opt.pooled_rows.size());
+    for (int64_t r : opt.pooled_rows)
+      CHECK(r >= 0 && r < t, "training pass: pooled row {} outside the {} tokens", r, t);
+    b.rows_host.assign(opt.pooled_rows.begin(), opt.pooled_rows.end());
+    b.rows = arena.alloc({s}, DType::i32);
+    ops::copy(ctx, TensorView(b.rows_host.data(), DType::i32, {s}), b.rows);
+    b.pooled = arena.alloc({s, c.hidden_size}, ctx.activation_dtype());
+    fp8rl::forward(ctx, model_, opt.reference ? reference_ : adapter_, kv, b.step, b.tape);
+    ops::embedding(ctx, b.rows, b.tape.h_final, 1.0f, b.pooled);  // a row gather, exact
+    return;
+  }
   b.loss = arena.alloc({t}, DType::f32);
   b.logprob = arena.alloc({t}, DType::f32);
   b.lse = arena.alloc({t}, DType::f32);
@@ -175,7 +190,10 @@ PassPlan LogprobPass::plan(const PackedSequences& batch, const PassOptions& opt)
     const int64_t t = int64_t(batch.ids.size());
     const TensorView dlogprob(scratch.base(), DType::f32, {t}, dev);
     const TensorView grads(scratch.base(), DType::f32, {adapter_->master_params().numel()}, dev);
-    backward_on(dry, b, kv, dlogprob, grads);
+    if (opt.pooled_rows.empty())
+      backward_on(dry, b, kv, dlogprob, grads);
+    else
+      backward_pooled_on(dry, b, kv, nullptr, grads);
   }
   PassPlan p;
   p.saved_bytes = saved.high_water();
@@ -186,6 +204,10 @@ PassPlan LogprobPass::plan(const PackedSequences& batch, const PassOptions& opt)
 }
 
 void LogprobPass::forward(const PackedSequences& batch, const PassOptions& opt) {
+  CHECK(!model_.config().sequence_classification || !opt.pooled_rows.empty(),
+        "training pass: '{}' is a sequence classifier ({}), it has no lm_head to train a "
+        "policy with; train a reward model with fp8rl reward",
+        model_.dir(), model_.config().architecture);
   const PassPlan p = plan(batch, opt);
   last_.reset();
   hold_region(p, blocks_for(batch));
@@ -200,6 +222,22 @@ void LogprobPass::forward(const PackedSequences& batch, const PassOptions& opt) 
   auto b = std::make_unique<Buffers>();
   run(ctx_, *arena_, *host_arena_, *kv_, batch, opt, *b);
   const int64_t t = int64_t(batch.ids.size());
+  if (!opt.pooled_rows.empty()) {
+    // The states in the activation dtype to the host, then to f32.
+    const TensorView& pv = b->pooled;
+    std::vector<char> raw(pv.nbytes());
+    ops::copy(ctx_, pv, TensorView(raw.data(), pv.dtype, pv.shape));
+    ops::synchronize(ctx_);
+    pooled_.resize(size_t(pv.numel()));
+    convert(raw.data(), pv.dtype, pooled_.data(), DType::f32, pooled_.size());
+    logprobs_.clear();
+    entropies_.clear();
+    routing_.clear();
+    replay_changes_ = {};
+    last_ = std::move(b);
+    last_options_ = opt;
+    return;
+  }
   logprobs_.assign(size_t(t), 0.0f);
   ops::copy(ctx_, b->logprob, TensorView(logprobs_.data(), DType::f32, {t}));
   ops::synchronize(ctx_);
@@ -238,7 +276,7 @@ void LogprobPass::forward(const PackedSequences& batch, const PassOptions& opt) 
   last_options_ = opt;
 }
 
-void LogprobPass::backward(std::span<const float> dlogprob, const TensorView& grads) {
+void LogprobPass::check_backward() const {
   CHECK(last_ != nullptr, "training pass: backward() without a forward()");
   CHECK(adapter_ != nullptr, "training pass: no adapter to take gradients");
   CHECK(!last_options_.reference,
@@ -246,6 +284,39 @@ void LogprobPass::backward(std::span<const float> dlogprob, const TensorView& gr
   CHECK(region_->holder() == this && region_->data() == held_base_,
         "training pass: backward() after another phase (the engine) took the standby region "
         "back: the forward's saved activations are gone");
+}
+
+void LogprobPass::backward_pooled_on(Context& ctx, const Buffers& b, const KvPool& kv,
+                                     const float* d_pooled, const TensorView& grads) {
+  const int64_t t = b.step.num_tokens(), h = model_.config().hidden_size;
+  ops::ScratchScope scope(ctx);
+  const TensorView d_hidden = ops::scratch_alloc(ctx, {t, h}, DType::f32);
+  ops::fill_zero(ctx, d_hidden);
+  if (!ctx.dry_run)
+    for (size_t s = 0; s < b.rows_host.size(); ++s) {
+      const int64_t r = b.rows_host[s];
+      ops::copy(ctx, TensorView(const_cast<float*>(d_pooled) + s * size_t(h), DType::f32, {1, h}),
+                d_hidden.slice_rows(r, r + 1));
+    }
+  Tape tape = b.tape;
+  fp8rl::backward(ctx, model_, kv, b.step, tape, d_hidden, *adapter_, grads);
+}
+
+void LogprobPass::backward_pooled(std::span<const float> d_pooled, const TensorView& grads) {
+  check_backward();
+  CHECK(!last_->rows_host.empty(), "training pass: backward_pooled() after a log-prob forward");
+  const int64_t s = int64_t(last_->rows_host.size()), h = model_.config().hidden_size;
+  CHECK(int64_t(d_pooled.size()) == s * h, "training pass: {} gradients for {} pooled states of {}",
+        d_pooled.size(), s, h);
+  CHECK(grads.device == ctx_.device, "training pass: the gradients must be on {}",
+        device_name(ctx_.device));
+  backward_pooled_on(ctx_, *last_, *kv_, d_pooled.data(), grads);
+  ops::synchronize(ctx_);  // d_pooled is the caller's host memory
+}
+
+void LogprobPass::backward(std::span<const float> dlogprob, const TensorView& grads) {
+  check_backward();
+  CHECK(last_->rows_host.empty(), "training pass: backward() after a scoring forward");
   const int64_t t = last_->step.num_tokens();
   CHECK(int64_t(dlogprob.size()) == t, "training pass: {} gradients for {} tokens", dlogprob.size(),
         t);

@@ -52,6 +52,10 @@ struct PassOptions {
   bool reference = false;
   // MoE models: keep the experts each layer used (routing()).
   bool record_routing = false;
+  // Non-empty: a scoring pass (a sequence classifier's): the final normed hidden states at
+  // these packed rows (pooled(), [S, H]) instead of log-probabilities (targets are ignored),
+  // and backward_pooled() takes the gradient of a loss of them. The span must outlive forward().
+  std::span<const int64_t> pooled_rows = {};
 };
 
 // Bytes a pass takes, by part (the memory plan of `--dry-run`).
@@ -101,6 +105,11 @@ class LogprobPass {
   // d/d(adapter) sum_t dlogprob[t] * logprob[t], for the last forward(). Host gradients of a
   // CUDA pass go through a device buffer and one copy back.
   void backward(std::span<const float> dlogprob, const TensorView& grads);
+  // A scoring pass's hidden states, f32 [S, H] row-major on the host.
+  std::span<const float> pooled() const { return pooled_; }
+  // grads (f32 [P] on the context's device) += d/d(adapter) of a loss whose gradient with
+  // respect to pooled() is d_pooled (f32 [S, H], host), for the last scoring forward().
+  void backward_pooled(std::span<const float> d_pooled, const TensorView& grads);
 
  private:
   struct Buffers;
@@ -108,6 +117,9 @@ class LogprobPass {
            const PassOptions& options, Buffers& out);
   void backward_on(Context& ctx, const Buffers& b, const KvPool& kv, const TensorView& dlogprob,
                    const TensorView& grads);
+  void backward_pooled_on(Context& ctx, const Buffers& b, const KvPool& kv, const float* d_pooled,
+                          const TensorView& grads);
+  void check_backward() const;
 
   // Takes the region for a pass of plan p: the arena over its first bytes, the KV pool after
   // them (kept, not re-zeroed, while the pass held the region since the last pass and the
@@ -129,7 +141,7 @@ class LogprobPass {
   std::unique_ptr<KvPool> probe_kv_;  // the dry run's one-block pool
   std::unique_ptr<Buffers> last_;
   PassOptions last_options_;
-  std::vector<float> logprobs_, entropies_;
+  std::vector<float> logprobs_, entropies_, pooled_;
   std::vector<int32_t> routing_;
   ReplayChanges replay_changes_;
 };

@@ -90,6 +90,7 @@ LoraConfig ModelArguments::lora_config_unchecked() const {
   l.lora_dropout = lora_dropout;
   if (lora_target_modules) l.target_modules = *lora_target_modules;
   l.init_lora_weights = init_lora_weights;
+  l.sequence_classification = sequence_classification;
   return l;
 }
 

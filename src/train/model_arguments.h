@@ -46,6 +46,9 @@ struct ModelArguments {
   // Unsloth's from_pretrained(max_lora_rank=...), vLLM's limit on the rank it serves: a rank
   // above it is an error there, so it is one here; null: no limit.
   std::optional<int64_t> max_lora_rank;
+  // Not a key: set by fp8rl reward, whose fresh adapter carries a score head (PEFT's task_type
+  // SEQ_CLS, LoraConfig::sequence_classification).
+  bool sequence_classification = false;
 
   // Throws fp8rl::Error naming the key, its value and the allowed values.
   void validate() const;

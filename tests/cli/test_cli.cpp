@@ -76,7 +76,7 @@ const std::string kQwen3 = fp8rl::test::golden_dir("qwen3");
 
 TEST(Cli, HelpForEverySubcommand) {
   for (const char* sub : {"info", "logits", "quantize", "init", "schemes", "generate", "chat",
-                          "merge", "report", "sft", "grpo", "rloo", "dpo", "kto", "serve"}) {
+                          "merge", "report", "sft", "grpo", "rloo", "dpo", "kto", "reward", "serve"}) {
     const Result r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << sub;
@@ -2289,4 +2289,69 @@ TEST(CliServe, BadSettings) {
   expect_error("serve " + kQwen3 + " --lora-modules justaname", "expected NAME=DIR");
   expect_error("serve " + kQwen3 + " --lora-modules a=x --adapter y", "give one");
   expect_error("serve /nonexistent/model", "config.json");
+}
+
+// fp8rl reward end to end: a YAML run with margins and centering trains, evaluates and saves a
+// SEQ_CLS adapter; GRPO takes it as a reward_model over the same base; bad values and rows are
+// one-line errors with a non-zero exit.
+TEST(CliReward, TrainsAndTheAdapterRewardsGrpo) {
+  const std::string data = temp("rm_pairs") + ".jsonl";
+  std::string rows;
+  for (int i = 0; i < 8; ++i)
+    rows += fmt::format(
+        "{{\"prompt\": [{{\"role\": \"user\", \"content\": \"What is {}+{}?\"}}], \"chosen\": "
+        "[{{\"role\": \"assistant\", \"content\": \"{}\"}}], \"rejected\": [{{\"role\": "
+        "\"assistant\", \"content\": \"{}\"}}], \"margin\": 0.5}}\n",
+        10 + i, 20 + i, 30 + 2 * i, 31 + 2 * i);
+  write_file(data, rows);
+  const std::string out = temp("rm_out"), cfg = temp("rm_cfg") + ".yaml";
+  write_file(cfg, "model: " + kDemoModel + "\ndata: " + data + "\neval_dataset: " + data +
+                      "\neval_strategy: steps\neval_steps: 2\nmax_steps: 2\n"
+                      "per_device_train_batch_size: 4\ncenter_rewards_coefficient: 0.01\n"
+                      "lora_target_modules: [q_proj, v_proj]\nfp8: row\n");
+  const Result r = run("reward --config " + cfg + " --output-dir " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("eval_rewards/accuracies"), std::string::npos) << r.output;
+  std::ifstream m(out + "/metrics.jsonl");
+  std::string last, line;
+  while (std::getline(m, line)) last = line;
+  const nlohmann::json metrics = nlohmann::json::parse(last);
+  EXPECT_TRUE(metrics.contains("eval_rewards/accuracies")) << last;
+  EXPECT_TRUE(metrics.contains("accuracy")) << last;
+  EXPECT_EQ(read_json(out + "/adapter_config.json")["task_type"], "SEQ_CLS");
+
+  // The adapter as GRPO's reward over the policy's base.
+  const std::string prompts = temp("rm_prompts") + ".jsonl";
+  write_file(prompts,
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"What is 1+2?\"}]}\n"
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"What is 3+4?\"}]}\n");
+  const std::string grpo_cfg = temp("rm_grpo") + ".yaml", grpo_out = temp("rm_grpo_out");
+  write_file(grpo_cfg, "model: " + kDemoModel + "\ndata: " + prompts +
+                           "\nrewards:\n  - {type: reward_model, model: " + kDemoModel +
+                           ", adapter: " + out +
+                           ", weight: 0.5}\nnum_generations: 2\n"
+                           "per_device_train_batch_size: 4\nmax_completion_length: 4\n"
+                           "max_steps: 1\nfp8: row\n");
+  const Result g = run("grpo --config " + grpo_cfg + " --output-dir " + grpo_out);
+  ASSERT_EQ(g.exit_code, 0) << g.output;
+  const std::vector<nlohmann::json> grpo_metrics = read_jsonl(grpo_out + "/metrics.jsonl");
+  ASSERT_EQ(grpo_metrics.size(), 1u);
+  EXPECT_TRUE(grpo_metrics[0].contains("rewards/reward_model/mean"));
+
+  // Bad input: one line naming the problem, exit 1.
+  expect_error("reward --config " + cfg + " --output-dir " + temp("rm_bad") +
+                   " --center-rewards-coefficient -1",
+               "center_rewards_coefficient = -1 is out of range");
+  const std::string bad = temp("rm_bad_rows") + ".jsonl";
+  write_file(bad, "{\"chosen\": \"1\", \"rejected\": \"2\", \"margin\": \"x\"}\n");
+  expect_error("reward " + kDemoModel + " --data " + bad + " --output-dir " + temp("rm_bad2"),
+               ":1: \"margin\" must be a finite number");
+  write_file(grpo_cfg, "model: " + kDemoModel + "\ndata: " + prompts +
+                           "\nrewards:\n  - {type: reward_model, model: " + kDemoModel + "}\n");
+  expect_error("grpo --config " + grpo_cfg + " --output-dir " + temp("rm_bad3"),
+               "is Qwen3ForCausalLM with no score head");
+  // Merging would drop the head: refused.
+  expect_error("merge " + kDemoModel + " " + out + " " + temp("rm_merged"),
+               "the adapter is a SEQ_CLS reward adapter with a score head");
+  for (const std::string& d : {out, grpo_out}) fs::remove_all(d);
 }

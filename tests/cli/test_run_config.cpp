@@ -285,6 +285,7 @@ TEST(RunConfig, EveryAliasSetsItsKey) {
   check_table(grpo_keys(), valid_grpo());
   check_table(dpo_keys(), DpoConfig{});
   check_table(kto_keys(), KtoConfig{});
+  check_table(reward_keys(), RewardConfig{});
 }
 
 TEST(RunConfig, ChoiceSpellingsAndNulls) {
@@ -1058,6 +1059,17 @@ TEST(RunConfig, DumpLoadRoundTrip) {
   d.max_prompt_length.reset();
   d.ld_alpha = 0.5;
   expect_round_trip(dpo_keys(), d);
+
+  RewardConfig r;
+  r.center_rewards_coefficient = 0.01;
+  r.max_length = 512;
+  r.truncation = true;
+  expect_round_trip(reward_keys(), r);
+  // TRL's RewardConfig defaults.
+  EXPECT_EQ(RewardConfig{}.learning_rate, 1e-4);
+  EXPECT_FALSE(RewardConfig{}.center_rewards_coefficient.has_value());
+  EXPECT_FALSE(load_text(reward_keys(), "center_rewards_coefficient: null\n")
+                   .center_rewards_coefficient.has_value());
 }
 
 TEST(RunConfig, JsonRecordNamesEveryKey) {
@@ -1094,6 +1106,7 @@ TEST(RunConfig, NamesAreUniqueSnakeCase) {
   check(sft_keys());
   check(grpo_keys());
   check(dpo_keys());
+  check(reward_keys());
 }
 
 TEST(RunConfig, FlagsInHelp) {

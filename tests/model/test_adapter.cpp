@@ -383,7 +383,13 @@ TEST_F(AdapterTest, RejectsEveryInvalidAdapter) {
   const std::vector<std::pair<std::function<void(json&)>, std::string>> config_cases = {
       {[](json& j) { j["peft_type"] = "PREFIX_TUNING"; }, "peft_type is 'PREFIX_TUNING'"},
       {[](json& j) { j.erase("peft_type"); }, "peft_type"},
-      {[](json& j) { j["task_type"] = "SEQ_CLS"; }, "task_type"},
+      {[](json& j) { j["task_type"] = "TOKEN_CLS"; }, "task_type is 'TOKEN_CLS'"},
+      // A reward model's adapter saves its score head only (tests/rl/test_reward_model.cpp).
+      {[](json& j) {
+         j["task_type"] = "SEQ_CLS";
+         j["modules_to_save"] = {"lm_head"};
+       },
+       "may save only the 'score' head"},
       {[](json& j) { j["r"] = 0; }, "r = 0"},
       {[](json& j) { j["r"] = "8"; }, "r must be an integer"},
       {[](json& j) { j["lora_dropout"] = 1.0; }, "lora_dropout"},

@@ -16,6 +16,7 @@
 #include "rl/dpo_trainer.h"
 #include "rl/grpo_trainer.h"
 #include "rl/reward_config.h"
+#include "rl/reward_model.h"
 #include "tokenizer/tokenizer.h"
 #include "train/run_dir.h"
 
@@ -63,6 +64,7 @@ struct GrpoRun {
 
 GrpoRun run_grpo(const GrpoConfig& c, RewardSet rewards) {
   cli::TrainSession ts(c, uint64_t(c.seed));
+  load_reward_models(rewards, {&ts.ctx(), &ts.model()});
   const auto& chat = ts.tokenizer_setup().chat;
   PromptDataOptions d;
   d.max_prompt_length = c.max_prompt_length;
@@ -349,6 +351,36 @@ TEST(GrpoTrainer, NonFiniteRewardsAreSkippedAndCounted) {
   cli::TrainSession fresh(c, uint64_t(c.seed));
   const TensorView p = fresh.adapter().master_params();
   EXPECT_EQ(run.params, std::vector<float>(p.ptr<float>(), p.ptr<float>() + p.numel()));
+}
+
+// A reward model over the policy's own (FP8) weights with a SEQ_CLS adapter: its scores reach
+// the metrics and the total reward carries its weight.
+TEST(GrpoTrainer, ARewardModelScoresTheRoundsWithItsWeight) {
+  const fs::path out = temp_dir("rm");
+  GrpoConfig c = small_config(out);
+  c.max_steps = 1;
+  const fs::path rm = temp_dir("rm_adapter");
+  {
+    const Model base = Model::load(kDemo + "/model");
+    LoraConfig lc;
+    lc.target_modules = {"q_proj"};
+    lc.sequence_classification = true;
+    LoraAdapter::init(lc, base, 5).save_peft(rm.string(), "demo");
+  }
+  c.rewards = nlohmann::json::array({{{"type", "reward_model"},
+                                      {"model", kDemo + "/model"},
+                                      {"adapter", rm.string()},
+                                      {"weight", 2.0}}});
+  const GrpoRun run = run_grpo(c, make_reward_set(c.rewards));
+  ASSERT_EQ(run.metrics.size(), 1u);
+  const nlohmann::json& m = run.metrics[0];
+  ASSERT_TRUE(m.contains("rewards/reward_model/mean"));
+  const double mean = m["rewards/reward_model/mean"].get<double>();
+  EXPECT_NE(mean, 0.0);
+  EXPECT_NEAR(m["reward"].get<double>(), 2.0 * mean, 1e-9 * std::fabs(mean));
+  EXPECT_GT(m["rewards/reward_model/std"].get<double>(), 0.0);
+  fs::remove_all(out);
+  fs::remove_all(rm);
 }
 
 TEST(GrpoTrainer, AFailingRewardProcessStopsTheRunWithTheCheckpointIntact) {
