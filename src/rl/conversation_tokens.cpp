@@ -36,8 +36,11 @@ ConversationTokens::ConversationTokens(const ChatTemplateConfig& chat,
                                        const tok::Tokenizer& tokenizer,
                                        std::vector<int32_t> end_ids,
                                        const nlohmann::json& chat_template_kwargs)
-    : impl_(new Impl{chat, tokenizer, std::move(end_ids),
-                     chat_template_variables(chat_template_kwargs), ChatTemplate(chat.source),
+    : impl_(new Impl{chat,
+                     tokenizer,
+                     std::move(end_ids),
+                     chat_template_variables(chat_template_kwargs),
+                     ChatTemplate(chat.source),
                      {}}) {
   CHECK(!impl_->end_ids.empty(), "environment: the model has no eos ids to end a turn with");
   std::tm now{};
@@ -54,8 +57,8 @@ std::vector<int32_t> ConversationTokens::opening(const nlohmann::json& messages)
 ConversationSuffix ConversationTokens::suffix(const std::vector<int32_t>& context,
                                               const nlohmann::json& conversation,
                                               const nlohmann::json& appended) const {
-  const int64_t ends = std::count_if(context.begin(), context.end(),
-                                     [&](int32_t id) { return impl_->is_end(id); });
+  const int64_t ends =
+      std::count_if(context.begin(), context.end(), [&](int32_t id) { return impl_->is_end(id); });
   CHECK(!context.empty() && impl_->is_end(context.back()),
         "environment: the episode's last turn does not end with an end-of-turn id (a bug)");
   nlohmann::json all = conversation;
@@ -75,7 +78,8 @@ ConversationSuffix ConversationTokens::suffix(const std::vector<int32_t>& contex
         "template must close every turn with one for an episode to continue",
         seen, ends);
   ConversationSuffix s;
-  s.extends_exactly = cut == context.size() && std::equal(context.begin(), context.end(), full.begin());
+  s.extends_exactly =
+      cut == context.size() && std::equal(context.begin(), context.end(), full.begin());
   s.ids.assign(full.begin() + ptrdiff_t(cut), full.end());
   return s;
 }

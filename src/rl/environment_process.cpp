@@ -28,8 +28,8 @@ std::vector<const Json*> reply_entries(const Json& reply, const std::vector<std:
         "{}: expected one line {{\"episodes\": [...]}} answering the {} request, got {}", who, kind,
         json_excerpt(reply, 200));
   for (auto it = reply.begin(); it != reply.end(); ++it)
-    CHECK(it.key() == "episodes", "{}: the answer to a {} request may hold only 'episodes', got '{}'",
-          who, kind, it.key());
+    CHECK(it.key() == "episodes",
+          "{}: the answer to a {} request may hold only 'episodes', got '{}'", who, kind, it.key());
   const Json& episodes = reply.at("episodes");
   CHECK(episodes.is_array(), "{}: 'episodes' must be a list, got {}", who,
         json_excerpt(episodes, 200));
@@ -64,9 +64,10 @@ Json parse_reply_json(std::string_view line, const char* kind, const std::string
   try {
     return parse_json_text(line, fmt::format("the answer of {}", who));
   } catch (const Error& e) {
-    RAISE("{}: the answer to a {} request is not a JSON object {{\"episodes\": [...]}}: {} (the "
-          "line: '{}')",
-          who, kind, e.what(), printable_excerpt(line));
+    RAISE(
+        "{}: the answer to a {} request is not a JSON object {{\"episodes\": [...]}}: {} (the "
+        "line: '{}')",
+        who, kind, e.what(), printable_excerpt(line));
   }
 }
 
@@ -82,8 +83,7 @@ void check_chat_messages(const Json& messages, const std::string& what) {
           json_excerpt(m));
     const auto c = m.find("content");
     CHECK(c != m.end() && (c->is_string() || c->is_array() || c->is_null()),
-          "{}[{}] needs a 'content' (a string, a list or null), got {}", what, i,
-          json_excerpt(m));
+          "{}[{}] needs a 'content' (a string, a list or null), got {}", what, i, json_excerpt(m));
   }
 }
 
@@ -125,8 +125,7 @@ std::vector<Json> EnvironmentProcess::parse_reset_reply(std::string_view line,
     }
     const std::string what = fmt::format("{}: episode \"{}\": 'messages'", who, ids[i]);
     check_chat_messages(e["messages"], what);
-    CHECK(!e["messages"].empty(), "{} is empty (leave it out to open with the row's prompt)",
-          what);
+    CHECK(!e["messages"].empty(), "{} is empty (leave it out to open with the row's prompt)", what);
     out.push_back(e["messages"]);
   }
   return out;
@@ -141,7 +140,8 @@ std::vector<EpisodeStepReply> EnvironmentProcess::parse_step_reply(
   for (size_t i = 0; i < ids.size(); ++i) {
     const Json& e = *entries[i];
     for (const char* key : {"messages", "reward", "done"})
-      CHECK(e.contains(key), "{}: episode \"{}\": the step answer has no '{}' (it needs "
+      CHECK(e.contains(key),
+            "{}: episode \"{}\": the step answer has no '{}' (it needs "
             "'messages', 'reward' and 'done')",
             who, ids[i], key);
     EpisodeStepReply r;

@@ -40,7 +40,7 @@ struct EpisodeStart {
 
 struct EpisodeTurn {
   std::string id;
-  std::string completion;  // the turn's text, special tokens skipped
+  std::string completion;   // the turn's text, special tokens skipped
   nlohmann::json messages;  // the conversation so far, this turn's assistant message last
 };
 

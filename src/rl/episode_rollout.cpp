@@ -48,8 +48,8 @@ std::vector<EpisodeResult> run_episodes(Engine& engine, EnvironmentProcess& env,
       e.opening = inputs[i].prompt_messages;
     } else {
       CHECK(chat != nullptr,
-            "{}: episode \"{}\" opens with messages, and the model has no chat template",
-            env.who(), inputs[i].id);
+            "{}: episode \"{}\" opens with messages, and the model has no chat template", env.who(),
+            inputs[i].id);
       e.prompt_ids = chat->opening(openings[i]);
       e.opening = openings[i];
       CHECK(options.max_prompt_length <= 0 ||
@@ -87,7 +87,9 @@ std::vector<EpisodeResult> run_episodes(Engine& engine, EnvironmentProcess& env,
     ++stats.engine_calls;
     stats.prefill_tokens += after.prefill_tokens - before.prefill_tokens;
     // The count restarts with the scheduler when the engine takes its KV pool back.
-    stats.prefix_hit_tokens += after.prefix_hit_tokens - (after.region_takebacks == before.region_takebacks ? before.prefix_hit_tokens : 0);
+    stats.prefix_hit_tokens +=
+        after.prefix_hit_tokens -
+        (after.region_takebacks == before.region_takebacks ? before.prefix_hit_tokens : 0);
     std::vector<EpisodeTurn> turns;
     std::vector<uint8_t> cut(live.size());
     for (size_t k = 0; k < live.size(); ++k) {

@@ -26,11 +26,11 @@ class EnvironmentProcess;
 class ConversationTokens;
 
 struct EpisodeInput {
-  std::string id;                  // unique in the run
-  nlohmann::json row;              // the dataset row (every column), for the reset request
+  std::string id;                   // unique in the run
+  nlohmann::json row;               // the dataset row (every column), for the reset request
   std::vector<int32_t> prompt_ids;  // the row's prompt, the opening unless the reset gives one
-  nlohmann::json prompt_messages;  // the row's messages (null: a text prompt)
-  uint64_t seed = 0;               // the episode's sampling stream (each turn keyed from it)
+  nlohmann::json prompt_messages;   // the row's messages (null: a text prompt)
+  uint64_t seed = 0;                // the episode's sampling stream (each turn keyed from it)
 };
 
 struct EpisodeOptions {
@@ -52,7 +52,7 @@ struct EpisodeResult {
   std::vector<int32_t> last_ids;    // the last turn's ids
   std::optional<double> reward;     // the sum of the non-null step rewards; null if none
   int64_t turns = 0;
-  bool truncated = false;            // ended because the budget could not hold the next turn
+  bool truncated = false;           // ended because the budget could not hold the next turn
   int64_t rerender_mismatches = 0;  // turns whose re-render did not reproduce the tokens
 };
 

@@ -43,7 +43,7 @@ double seconds_since(Clock::time_point t0) {
 // One generation round: C = prompts x num_generations completions and everything the
 // micro-steps over it need, per completion c and its tokens j.
 struct Round {
-  std::vector<size_t> prompt;                    // [C] index into the dataset
+  std::vector<size_t> prompt;  // [C] index into the dataset
   // [C][P_c] each episode's opening when an environment gave it (else its entry is empty: the
   // dataset prompt's); empty without an environment.
   std::vector<std::vector<int32_t>> prompt_ids;
@@ -163,7 +163,8 @@ Round Round::from_json(const nlohmann::json& j, const Shape& s) {
   const Json& is_weight = per_completion(j, "is_weight", n, true);
   const Json& mask = per_completion(j, "mask", n, false);
   static const Json kEmpty = Json::array();
-  const Json& prompt_ids = j.contains("prompt_ids") ? per_completion(j, "prompt_ids", n, true) : kEmpty;
+  const Json& prompt_ids =
+      j.contains("prompt_ids") ? per_completion(j, "prompt_ids", n, true) : kEmpty;
   const Json& sampled = j.contains("sampled") ? per_completion(j, "sampled", n, true) : kEmpty;
   static const Json kNone = Json::array();
   const Json& routing = s.routing_row > 0 ? per_completion(j, "routing", n, false) : kNone;
@@ -183,8 +184,7 @@ Round Round::from_json(const nlohmann::json& j, const Shape& s) {
       std::vector<int32_t>& out = r.prompt_ids.emplace_back();
       for (size_t k = 0; k < p.size(); ++k)
         out.push_back(int32_t(integer(
-            p[k], [&] { return fmt::format("'prompt_ids'[{}][{}]", c, k); }, 0,
-            s.vocab_size - 1)));
+            p[k], [&] { return fmt::format("'prompt_ids'[{}][{}]", c, k); }, 0, s.vocab_size - 1)));
     }
     const Json& tokens = ids[c];
     CHECK(tokens.is_array() && !tokens.empty() && int64_t(tokens.size()) <= s.max_completion_length,
@@ -783,7 +783,8 @@ struct GrpoTrainer::Impl {
       const bool from_data = e.prompt_ids == ex.ids && e.opening == ex.messages;
       r.prompt.push_back(prompts[c / size_t(cfg.num_generations)]);
       r.prompt_ids.push_back(from_data ? std::vector<int32_t>() : e.prompt_ids);
-      CHECK(!e.ids.empty(), "{}: episode \"{}\" ended before the model's first turn: its "
+      CHECK(!e.ids.empty(),
+            "{}: episode \"{}\" ended before the model's first turn: its "
             "opening leaves no room for a completion (max_completion_length, the context)",
             environment->who(), inputs[c].id);
       r.ids.push_back(e.ids);

@@ -23,9 +23,9 @@ std::string column_names(const nlohmann::json& columns) {
 }  // namespace
 
 const std::vector<std::string>& RewardBatch::reserved_names() {
-  static const std::vector<std::string> names = {"prompts", "completions", "completion_ids",
-                                                 "prompt_messages", "completion_messages",
-                                                 "trainer_state"};
+  static const std::vector<std::string> names = {
+      "prompts",         "completions",         "completion_ids",
+      "prompt_messages", "completion_messages", "trainer_state"};
   return names;
 }
 
@@ -40,8 +40,7 @@ void RewardBatch::validate() const {
                                    : prompt_messages.type_name());
   CHECK(completion_messages.is_null() ||
             (completion_messages.is_array() && completion_messages.size() == b),
-        "reward batch: completion_messages must be null or an array of {} message lists, got {}",
-        b,
+        "reward batch: completion_messages must be null or an array of {} message lists, got {}", b,
         completion_messages.is_array() ? fmt::format("{} entries", completion_messages.size())
                                        : completion_messages.type_name());
   CHECK(trainer_state.is_null() || trainer_state.is_object(),
