@@ -54,8 +54,8 @@ std::vector<EpisodeResult> run_episodes(Engine& engine, EnvironmentProcess& env,
       e.opening = openings[i];
       CHECK(options.max_prompt_length <= 0 ||
                 int64_t(e.prompt_ids.size()) <= options.max_prompt_length,
-            "{}: episode \"{}\" opens with a conversation of {} tokens, more than "
-            "max_prompt_length {}",
+            "{}: episode \"{}\" opens with a conversation of {} tokens, more than the {} "
+            "the run planned for (max_prompt_length, else the dataset's longest prompt)",
             env.who(), inputs[i].id, e.prompt_ids.size(), options.max_prompt_length);
     }
     CHECK(!e.prompt_ids.empty(), "{}: episode \"{}\" opens with no tokens", env.who(),

@@ -37,7 +37,7 @@ struct EpisodeOptions {
   SamplingParams sampling;  // n and max_tokens are set per turn
   int64_t max_turns = 10;
   int64_t max_completion_length = 512;  // the episode's completion tokens, model's and env's
-  int64_t max_prompt_length = 0;        // an opening the environment gives; 0: no limit
+  int64_t max_prompt_length = 0;        // an opening the environment gives at most; 0: any
   int64_t max_context = 0;              // the model's
 };
 

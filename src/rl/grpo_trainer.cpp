@@ -753,7 +753,8 @@ struct GrpoTrainer::Impl {
     o.sampling = sampling;
     o.max_turns = cfg.max_turns;
     o.max_completion_length = cfg.max_completion_length;
-    o.max_prompt_length = cfg.max_prompt_length.value_or(0);
+    // The training pass is planned for this long a prompt (max_prompt_length when set).
+    o.max_prompt_length = int64_t(longest_prompt());
     o.max_context = model.config().max_context;
     engine->set_adapter_version(adapter.version());
     reset_peak_memory(ctx);
