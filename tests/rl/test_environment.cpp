@@ -505,6 +505,26 @@ TEST(GrpoEnvironment, EpisodesPastTheBudgetAreTruncatedCountedAndMasked) {
     EXPECT_EQ(s["reward"].get<double>(), 0.5 * double(s["completion"].get<std::string>().size()));
 }
 
+// A checkpoint taken inside a round stores the episodes (their openings and which tokens the
+// model sampled): the resumed run trains on them and ends with the same adapter, bit for bit.
+TEST(GrpoEnvironment, ResumingInsideARoundContinuesItsEpisodesExactly) {
+  const fs::path a = temp_dir("resume_a"), b = temp_dir("resume_b");
+  const auto config = [](const fs::path& dir) {
+    GrpoConfig c = episode_config(dir, shell_environment(dir, dir / "log.jsonl"));
+    c.per_device_train_batch_size = 4;
+    c.steps_per_generation = 2;  // one round of 8 episodes serves steps 1 and 2
+    c.max_steps = 2;
+    return c;
+  };
+  const EpisodeRun full = run_episodes_on_demo(config(a), a / "log.jsonl");
+  GrpoConfig r = config(b);
+  r.resume_from_checkpoint = (a / "run" / "checkpoint-1").string();
+  const EpisodeRun resumed = run_episodes_on_demo(r, b / "log.jsonl");
+  EXPECT_TRUE(resumed.requests.empty());  // the round came from the checkpoint
+  ASSERT_FALSE(full.round["sampled"].empty());
+  EXPECT_EQ(resumed.params, full.params);
+}
+
 // The configured reward functions score each episode's last turn beside the environment's
 // rewards (weight 1, TRL's nansum), each logged under its name.
 TEST(GrpoEnvironment, ConfiguredRewardsAddToTheEnvironments) {
