@@ -93,6 +93,7 @@ struct Round {
     // routing_replay: L x k ids per position, each in [-1, num_experts); 0: no routing.
     int64_t routing_row = 0, num_experts = 0;
     std::vector<size_t> prompt_lengths;  // [prompts] the dataset's
+    size_t longest_prompt = 0;           // an episode's opening at most (the pass's plan)
   };
   // A checkpoint's round, every field checked against `s` (an index read blindly would point
   // outside the dataset or the round's completions, or past a completion's tokens).
@@ -179,8 +180,10 @@ Round Round::from_json(const nlohmann::json& j, const Shape& s) {
         prompt[c], [&] { return fmt::format("'prompt'[{}]", c); }, 0, int64_t(s.prompts) - 1)));
     if (!prompt_ids.empty()) {
       const Json& p = prompt_ids[c];
-      CHECK(p.is_array(), "'prompt_ids'[{}] must be a list of token ids, got {}", c,
-            json_excerpt(p));
+      CHECK(p.is_array() && p.size() <= s.longest_prompt,
+            "'prompt_ids'[{}] must be a list of at most {} token ids (the longest prompt), got {}",
+            c, s.longest_prompt,
+            p.is_array() ? fmt::format("{} entries", p.size()) : json_excerpt(p));
       std::vector<int32_t>& out = r.prompt_ids.emplace_back();
       for (size_t k = 0; k < p.size(); ++k)
         out.push_back(int32_t(integer(
@@ -1114,6 +1117,7 @@ struct GrpoTrainer::Impl {
     shape.max_completion_length = cfg.max_completion_length;
     shape.micro_per_round = steps_per_generation * cfg.num_iterations;
     shape.needs_ref_logp = cfg.beta != 0.0;
+    shape.longest_prompt = longest_prompt();
     if (cfg.routing_replay) {
       shape.routing_row = model.config().num_layers * model.config().moe.top_k;
       shape.num_experts = model.config().moe.num_experts;
