@@ -426,6 +426,7 @@ struct GrpoTrainer::Impl {
   // that turns its messages into tokens (null: the model has none).
   std::unique_ptr<EnvironmentProcess> environment;
   std::unique_ptr<ConversationTokens> conversation;
+  bool told_rerender = false;  // the note on a template that rewrites history, printed once
 
   Impl(Context& c, const Model& m, LoraAdapter& a, const tok::Tokenizer* t,
        std::vector<int32_t> eos, std::vector<PromptExample> d, const GrpoConfig& g, RewardSet r,
@@ -817,6 +818,13 @@ struct GrpoTrainer::Impl {
     m["env/turns/max"] = *std::max_element(turns.begin(), turns.end());
     m["env/truncated_episodes"] = truncated_count;
     m["env/rerender_mismatches"] = mismatches;
+    if (mismatches > 0 && !told_rerender) {
+      fmt::print(stderr,
+                 "grpo: note: the chat template renders an episode's earlier turns otherwise than "
+                 "the tokens the model saw (env/rerender_mismatches; e.g. it drops their "
+                 "reasoning); the episodes keep their tokens as sampled, as TRL's do\n");
+      told_rerender = true;
+    }
     m["env/prefill_tokens"] = es.prefill_tokens;
     m["env/prefix_hit_tokens"] = es.prefix_hit_tokens;
     m["timing/environment_seconds"] = es.environment_seconds;
