@@ -172,10 +172,14 @@ def reward_arguments(batch, fmt="auto"):
     prompts = batch.pop("prompts")
     completions = batch.pop("completions")
     messages = batch.pop("prompt_messages", None)
+    episodes = batch.pop("completion_messages", None)  # multi-turn: TRL's message completions
     batch["trainer_state"] = TrainerState(batch.get("trainer_state"))
     chat = fmt == "chat" or (fmt == "auto" and messages is not None)
     if chat:
-        completions = [[{"role": "assistant", "content": c}] for c in completions]
+        if episodes is not None:
+            completions = episodes
+        else:
+            completions = [[{"role": "assistant", "content": c}] for c in completions]
         if messages is not None:
             prompts = messages
         elif fmt == "chat" and "messages" in batch:

@@ -31,8 +31,12 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   if (!cfg.dry_run) check_logging_dir_writable(cfg);
   // The rewards first: a malformed reward spec or a process that cannot start fails before
   // the model loads.
-  RewardSet rewards = cfg.reward_process.empty() ? make_reward_set(cfg.rewards)
-                                                 : make_reward_process_set(cfg.reward_process);
+  // An environment may be the only reward (its steps').
+  const bool env_only = !cfg.environment.empty() && cfg.reward_process.empty() &&
+                        cfg.rewards.is_array() && cfg.rewards.empty();
+  RewardSet rewards = env_only                     ? RewardSet()
+                      : cfg.reward_process.empty() ? make_reward_set(cfg.rewards)
+                                                   : make_reward_process_set(cfg.reward_process);
   // The prompts next, tokenized before the weights load: a row that cannot run (too long for
   // the model's context with a whole completion) fails at once, not in the round that draws it.
   ModelFiles files = load_model_files(cfg);
@@ -80,6 +84,8 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
                       ts.session().eos_ids(), std::move(prompts), cfg, std::move(rewards),
                       ts.base_model_name());
   if (cfg.evaluates() && !untokenized) trainer.set_eval_data(std::move(eval_prompts));
+  // The session's own (`chat` pointed into the files it took over).
+  trainer.set_chat_template(ts.tokenizer_setup().chat ? &*ts.tokenizer_setup().chat : nullptr);
   {
     // The plan, printed by a dry run, and checked against gpu_memory before the first step.
     const GrpoMemoryPlan p = trainer.memory_plan();

@@ -357,6 +357,13 @@ KeyTable<C> grpo_table() {
   t.add("rewards", &C::rewards, "Reward specs (a list; in YAML, or JSON text as a flag)");
   t.add("reward_process", &C::reward_process,
         "Command of an external reward process; replaces `rewards`");
+  // Multi-turn episodes.
+  t.add("environment", &C::environment,
+        "Command of an environment process: every sample an episode of turns "
+        "(docs/ENVIRONMENTS.md)");
+  t.add("max_turns", &C::max_turns, "Assistant turns an episode takes at most");
+  t.add("environment_timeout_s", &C::environment_timeout_s,
+        "Seconds an exchange with the environment may take");
   // Engine-vs-trainer mismatch.
   t.add("vllm_importance_sampling_correction", &C::vllm_importance_sampling_correction,
         "Correct the engine-vs-trainer logprob mismatch by importance sampling");
@@ -380,6 +387,8 @@ KeyTable<C> grpo_table() {
   t.add("max_num_seqs", &C::max_num_seqs, "Sequences per engine step");
   t.add("max_num_batched_tokens", &C::max_num_batched_tokens,
         "Tokens per engine step (chunked prefill budget)");
+  t.add("enable_prefix_caching", &C::enable_prefix_caching,
+        "Reuse the KV of prompt prefixes the engine has computed (vLLM's)");
   // Logging.
   t.add("log_completions", &C::log_completions,
         "Print each round's completions kept in samples.jsonl to stderr");

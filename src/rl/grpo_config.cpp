@@ -96,8 +96,20 @@ void GrpoConfig::validate() const {
     CHECK(std::isfinite(w), "reward_weights holds {}, not a finite number", w);
 
   CHECK(rewards.is_array(), "rewards must be a list of reward specs, got {}", rewards.dump());
-  CHECK(num_reward_functions() >= 1,
-        "no reward: give `rewards` (a list of reward specs) or `reward_process` (a command)");
+  CHECK(num_reward_functions() >= 1 || !environment.empty(),
+        "no reward: give `rewards` (a list of reward specs), `reward_process` (a command) or an "
+        "`environment` whose steps reward the episodes");
+  c::at_least<int64_t>("max_turns", max_turns, 1);
+  CHECK(environment_timeout_s > 0 && environment_timeout_s <= 1e9,
+        "environment_timeout_s must be a positive number of seconds up to 1e9, got {}",
+        environment_timeout_s);
+  CHECK(environment.empty() || !routing_replay,
+        "routing_replay with an environment: replaying the experts of multi-turn episodes is not "
+        "supported");
+  CHECK(environment.empty() || !evaluates(),
+        "eval_strategy = {} with an environment: evaluations run single-turn completions, not "
+        "episodes; set eval_strategy: no",
+        eval_strategy_name(eval_strategy));
   CHECK(reward_weights.empty() || int64_t(reward_weights.size()) == num_reward_functions(),
         "reward_weights has {} values, but there are {} reward functions{}", reward_weights.size(),
         num_reward_functions(),

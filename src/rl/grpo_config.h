@@ -95,6 +95,15 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
   // with one external reward process (the --reward-process flag).
   nlohmann::json rewards = nlohmann::json::array();
   std::string reward_process;
+  // Multi-turn episodes (rl/environment_process.h, docs/ENVIRONMENTS.md): a command line run
+  // through /bin/sh -c for the run (empty: single-turn completions), the turns an episode takes
+  // at most, and the seconds each exchange with it may take.
+  std::string environment;
+  int64_t max_turns = 10;
+  double environment_timeout_s = 300;
+  // The engine reuses cached KV blocks of a prompt it has seen (vLLM's enable_prefix_caching);
+  // a turn of an episode finds the previous turn's KV there.
+  bool enable_prefix_caching = true;
 
   // Engine-vs-trainer logprob mismatch: TRL's vLLM importance-sampling correction, same names.
   bool vllm_importance_sampling_correction = true;

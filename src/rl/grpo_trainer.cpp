@@ -17,6 +17,9 @@
 #include "ops/memory.h"
 #include "ops/memory_budget.h"
 #include "rl/advantages.h"
+#include "rl/conversation_tokens.h"
+#include "rl/environment_process.h"
+#include "rl/episode_rollout.h"
 #include "rl/grpo_loss.h"
 #include "rl/prompt_data.h"
 #include "rl/rollout_correction.h"
@@ -40,13 +43,18 @@ double seconds_since(Clock::time_point t0) {
 // One generation round: C = prompts x num_generations completions and everything the
 // micro-steps over it need, per completion c and its tokens j.
 struct Round {
-  std::vector<size_t> prompt;                    // [C] index into the dataset
+  std::vector<size_t> prompt;  // [C] index into the dataset
+  // [C][P_c] each episode's opening when an environment gave it (else its entry is empty: the
+  // dataset prompt's); empty without an environment.
+  std::vector<std::vector<int32_t>> prompt_ids;
   std::vector<std::vector<int32_t>> ids;         // [C][n_c] sampled tokens (EOS included)
   std::vector<std::vector<double>> engine_logp;  // [C][n_c]
   std::vector<std::vector<double>> old_logp;     // [C][n_c] trainer's, at rollout (or empty)
   std::vector<std::vector<double>> ref_logp;     // [C][n_c] reference policy (beta != 0)
   std::vector<std::vector<double>> is_weight;    // [C][n_c] rollout correction (or empty)
   std::vector<std::vector<uint8_t>> mask;        // [C][n_c] trained tokens
+  // [C][n_c] 1: the model's token, 0: an environment's (multi-turn); empty: all the model's.
+  std::vector<std::vector<uint8_t>> sampled;
   // routing_replay: [C][(P_c + n_c - 1) x L x k] the engine's experts of each packed
   // position (prompt, completion but its last token); empty otherwise.
   std::vector<std::vector<int32_t>> routing;
@@ -59,12 +67,14 @@ struct Round {
 
   nlohmann::json to_json() const {
     return {{"prompt", prompt},
+            {"prompt_ids", prompt_ids},
             {"ids", ids},
             {"engine_logp", engine_logp},
             {"old_logp", old_logp},
             {"ref_logp", ref_logp},
             {"is_weight", is_weight},
             {"mask", mask},
+            {"sampled", sampled},
             {"routing", routing},
             {"advantages", advantages},
             {"num_items", num_items},
@@ -83,6 +93,7 @@ struct Round {
     // routing_replay: L x k ids per position, each in [-1, num_experts); 0: no routing.
     int64_t routing_row = 0, num_experts = 0;
     std::vector<size_t> prompt_lengths;  // [prompts] the dataset's
+    size_t longest_prompt = 0;           // an episode's opening at most (the pass's plan)
   };
   // A checkpoint's round, every field checked against `s` (an index read blindly would point
   // outside the dataset or the round's completions, or past a completion's tokens).
@@ -152,6 +163,10 @@ Round Round::from_json(const nlohmann::json& j, const Shape& s) {
   const Json& ref_logp = per_completion(j, "ref_logp", n, true);
   const Json& is_weight = per_completion(j, "is_weight", n, true);
   const Json& mask = per_completion(j, "mask", n, false);
+  static const Json kEmpty = Json::array();
+  const Json& prompt_ids =
+      j.contains("prompt_ids") ? per_completion(j, "prompt_ids", n, true) : kEmpty;
+  const Json& sampled = j.contains("sampled") ? per_completion(j, "sampled", n, true) : kEmpty;
   static const Json kNone = Json::array();
   const Json& routing = s.routing_row > 0 ? per_completion(j, "routing", n, false) : kNone;
   const Json& advantages = per_completion(j, "advantages", n, false);
@@ -163,6 +178,17 @@ Round Round::from_json(const nlohmann::json& j, const Shape& s) {
   for (size_t c = 0; c < n; ++c) {
     r.prompt.push_back(size_t(integer(
         prompt[c], [&] { return fmt::format("'prompt'[{}]", c); }, 0, int64_t(s.prompts) - 1)));
+    if (!prompt_ids.empty()) {
+      const Json& p = prompt_ids[c];
+      CHECK(p.is_array() && p.size() <= s.longest_prompt,
+            "'prompt_ids'[{}] must be a list of at most {} token ids (the longest prompt), got {}",
+            c, s.longest_prompt,
+            p.is_array() ? fmt::format("{} entries", p.size()) : json_excerpt(p));
+      std::vector<int32_t>& out = r.prompt_ids.emplace_back();
+      for (size_t k = 0; k < p.size(); ++k)
+        out.push_back(int32_t(integer(
+            p[k], [&] { return fmt::format("'prompt_ids'[{}][{}]", c, k); }, 0, s.vocab_size - 1)));
+    }
     const Json& tokens = ids[c];
     CHECK(tokens.is_array() && !tokens.empty() && int64_t(tokens.size()) <= s.max_completion_length,
           "'ids'[{}] must be a list of 1 to {} token ids (max_completion_length), got {}", c,
@@ -201,6 +227,17 @@ Round Round::from_json(const nlohmann::json& j, const Shape& s) {
           m[k], [&] { return fmt::format("'mask'[{}][{}]", c, k); }, 0, 1)));
       active += bits.back();
     }
+    if (!sampled.empty()) {
+      const Json& m2 = sampled[c];
+      CHECK(m2.is_array() && m2.size() == len,
+            "'sampled'[{}] must be a list of {} 0/1 values (one per token of completion {}), got "
+            "{}",
+            c, len, c, m2.is_array() ? fmt::format("{} entries", m2.size()) : json_excerpt(m2));
+      std::vector<uint8_t>& bits2 = r.sampled.emplace_back();
+      for (size_t k = 0; k < len; ++k)
+        bits2.push_back(uint8_t(integer(
+            m2[k], [&] { return fmt::format("'sampled'[{}][{}]", c, k); }, 0, 1)));
+    }
     CHECK(advantages[c].is_number(), "'advantages'[{}] is {}, expected a number", c,
           json_excerpt(advantages[c]));
     r.advantages.push_back(advantages[c].get<double>());
@@ -234,7 +271,8 @@ struct Packed {
 Packed pack(const Round& r, const std::vector<PromptExample>& data, size_t first, size_t count) {
   Packed p;
   for (size_t c = first; c < first + count; ++c) {
-    const std::vector<int32_t>& prompt = data[r.prompt[c]].ids;
+    const std::vector<int32_t>& prompt =
+        r.prompt_ids.empty() || r.prompt_ids[c].empty() ? data[r.prompt[c]].ids : r.prompt_ids[c];
     const std::vector<int32_t>& comp = r.ids[c];
     const int64_t start = int64_t(p.ids.size());
     p.ids.insert(p.ids.end(), prompt.begin(), prompt.end());
@@ -308,16 +346,21 @@ double mean_of(const std::vector<double>& v) {
 }
 
 // TRL's completion-length metrics of a batch: completions/mean_length, ... clipped_ratio.
+// Multi-turn episodes count the model's tokens only (`sampled`, TRL's tool_mask), when given.
 void completion_metrics(const std::vector<std::vector<int32_t>>& ids,
-                        const std::vector<uint8_t>& truncated, nlohmann::json& m) {
+                        const std::vector<uint8_t>& truncated, nlohmann::json& m,
+                        const std::vector<std::vector<uint8_t>>& sampled = {}) {
   std::vector<double> lens, term;
   int64_t clipped = 0;
   for (size_t c = 0; c < ids.size(); ++c) {
-    lens.push_back(double(ids[c].size()));
+    const double len = sampled.empty()
+                           ? double(ids[c].size())
+                           : double(std::accumulate(sampled[c].begin(), sampled[c].end(), 0));
+    lens.push_back(len);
     if (truncated[c])
       ++clipped;
     else
-      term.push_back(double(ids[c].size()));
+      term.push_back(len);
   }
   m["completions/mean_length"] = mean_of(lens);
   m["completions/min_length"] = *std::min_element(lens.begin(), lens.end());
@@ -329,7 +372,7 @@ void completion_metrics(const std::vector<std::vector<int32_t>>& ids,
 // The fields samples.jsonl writes itself; log_extra columns may not take them.
 bool is_sample_field(const std::string& key) {
   return key == "step" || key == "prompt" || key == "completion" || key == "reward" ||
-         key == "advantage";
+         key == "advantage" || key == "completion_messages";
 }
 
 }  // namespace
@@ -379,6 +422,11 @@ struct GrpoTrainer::Impl {
   int64_t non_finite_total = 0;
   // on_policy_exact: the device's batch-invariant mode while the trainer lives.
   std::optional<ops::BatchInvariantScope> invariance;
+  // Multi-turn episodes: the environment (started when the run starts) and the chat template
+  // that turns its messages into tokens (null: the model has none).
+  std::unique_ptr<EnvironmentProcess> environment;
+  std::unique_ptr<ConversationTokens> conversation;
+  bool told_rerender = false;  // the note on a template that rewrites history, printed once
 
   Impl(Context& c, const Model& m, LoraAdapter& a, const tok::Tokenizer* t,
        std::vector<int32_t> eos, std::vector<PromptExample> d, const GrpoConfig& g, RewardSet r,
@@ -409,7 +457,8 @@ struct GrpoTrainer::Impl {
           "routing_replay: the model has no MoE layers or runs on CUDA (replay runs on the CPU "
           "for now)");
     CHECK(!data.empty(), "grpo: the dataset has no prompts");
-    CHECK(rewards.size() > 0, "grpo: no reward functions (set `rewards` or --reward-process)");
+    CHECK(rewards.size() > 0 || !cfg.environment.empty(),
+          "grpo: no reward functions (set `rewards`, --reward-process or an environment)");
     if (!cfg.reward_weights.empty()) rewards.set_weights(cfg.reward_weights);
     steps_per_generation = cfg.resolved_steps_per_generation();
     prompts_per_round = cfg.prompts_per_generation();
@@ -434,6 +483,7 @@ struct GrpoTrainer::Impl {
     eo.max_num_batched_tokens = cfg.max_num_batched_tokens;
     eo.seed = uint64_t(cfg.seed);
     eo.record_routing = cfg.routing_replay;
+    eo.prefix_caching = cfg.enable_prefix_caching;
     pass = std::make_unique<LogprobPass>(ctx, model, &adapter, &region);
     if (cfg.beta != 0.0) {
       reference = starting_adapter(cfg, cfg.reference_model, model, ctx);
@@ -470,9 +520,13 @@ struct GrpoTrainer::Impl {
     region.reserve(largest.region_bytes());
   }
 
+  // The longest prompt a round may pack: the dataset's, or an environment's opening (up to
+  // max_prompt_length).
   size_t longest_prompt() const {
     size_t longest = 0;
     for (const PromptExample& e : data) longest = std::max(longest, e.ids.size());
+    if (!cfg.environment.empty() && cfg.max_prompt_length)
+      longest = std::max(longest, size_t(*cfg.max_prompt_length));
     return longest;
   }
 
@@ -604,6 +658,7 @@ struct GrpoTrainer::Impl {
     const auto t0 = Clock::now();
     nlohmann::json state = trainer_state(step);  // before this round draws its prompts
     const std::vector<size_t> prompts = next_prompts();
+    if (environment) return generate_episodes(samples, step, prompts, std::move(state));
     std::vector<GenerationRequest> requests;
     for (size_t i = 0; i < prompts.size(); ++i) {
       GenerationRequest q;
@@ -635,9 +690,157 @@ struct GrpoTrainer::Impl {
                                                                           model.config().moe.top_k);
         completion_tokens += int64_t(c.ids.size());
       }
+    RolloutExtras extras;
+    extras.rollout_seconds = rollout_seconds;
+    extras.rollout_peak = rollout_peak;
+    extras.completion_tokens = completion_tokens;
+    return finish_round(std::move(r), samples, step, batch, truncated, extras);
+  }
+
+  // What a round's rollout adds to the common scoring and metrics of finish_round.
+  struct RolloutExtras {
+    double rollout_seconds = 0;
+    size_t rollout_peak = 0;
+    int64_t completion_tokens = 0;
+    // Multi-turn: each episode's summed step rewards (the "environment" reward) and metrics.
+    std::optional<RewardValues> environment_rewards;
+    nlohmann::json metrics = nlohmann::json::object();
+  };
+
+  // The rewards of the configured functions and, with an environment, its own as one more
+  // function named "environment" (weight 1) in TRL's nansum.
+  CombinedRewards score_round(const RewardBatch& batch, const RolloutExtras& extras) {
+    if (!extras.environment_rewards) return rewards.score(batch);
+    CombinedRewards configured;
+    if (rewards.size() > 0) configured = rewards.score(batch);
+    std::vector<std::string> names{"environment"};
+    std::vector<double> weights{1.0};
+    std::vector<RewardValues> values{*extras.environment_rewards};
+    for (size_t f = 0; f < configured.names.size(); ++f) {
+      names.push_back(configured.names[f]);
+      weights.push_back(configured.weights[f]);
+      values.push_back(configured.per_function[f]);
+    }
+    CombinedRewards all = combine_rewards(std::move(names), std::move(weights), std::move(values));
+    all.logged_metrics = std::move(configured.logged_metrics);
+    all.logged_extra = std::move(configured.logged_extra);
+    return all;
+  }
+
+  // A round's episodes with the environment: every prompt's num_generations episodes run to
+  // their end (rl/episode_rollout.h); each one sequence for the trainer, its prompt the opening
+  // and its completion every later token, the environment's masked out of the loss.
+  Round generate_episodes(MetricsLog& samples, int64_t step, const std::vector<size_t>& prompts,
+                          nlohmann::json state) {
+    Round r;
+    const auto t0 = Clock::now();
+    std::vector<EpisodeInput> inputs;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const PromptExample& ex = data[prompts[i]];
+      nlohmann::json row = ex.columns;
+      if (ex.messages.is_null())
+        row["prompt"] = ex.text;
+      else
+        row["messages"] = ex.messages;
+      const uint64_t group = rng_key(uint64_t(cfg.seed), uint64_t(rounds) * 1000003u + i);
+      for (int64_t g = 0; g < cfg.num_generations; ++g) {
+        EpisodeInput e;
+        e.id = fmt::format("{}-{}", rounds, inputs.size());
+        e.row = row;
+        e.prompt_ids = ex.ids;
+        e.prompt_messages = ex.messages;
+        e.seed = rng_key(group, uint64_t(g));
+        inputs.push_back(std::move(e));
+      }
+    }
+    EpisodeOptions o;
+    o.sampling = sampling;
+    o.max_turns = cfg.max_turns;
+    o.max_completion_length = cfg.max_completion_length;
+    // The training pass is planned for this long a prompt (max_prompt_length when set).
+    o.max_prompt_length = int64_t(longest_prompt());
+    o.max_context = model.config().max_context;
+    engine->set_adapter_version(adapter.version());
+    reset_peak_memory(ctx);
+    EpisodeStats es;
+    const std::vector<EpisodeResult> episodes =
+        run_episodes(*engine, *environment, conversation.get(), *tokenizer, inputs, o, es);
+    RolloutExtras extras;
+    extras.rollout_seconds = seconds_since(t0);
+    extras.rollout_peak = peak_memory_bytes(ctx);
+    reset_peak_memory(ctx);
+    ++rounds;
+
+    RewardBatch batch;
+    batch.columns = nlohmann::json::object();
+    batch.trainer_state = std::move(state);
+    batch.completion_messages = nlohmann::json::array();
+    bool chat = true;
+    for (const EpisodeResult& e : episodes) chat = chat && !e.opening.is_null();
+    if (chat) batch.prompt_messages = nlohmann::json::array();
+    std::vector<uint8_t> truncated;
+    RewardValues env_rewards;
+    std::vector<double> turns;
+    int64_t truncated_count = 0, mismatches = 0;
+    for (size_t c = 0; c < episodes.size(); ++c) {
+      const EpisodeResult& e = episodes[c];
+      const PromptExample& ex = data[prompts[c / size_t(cfg.num_generations)]];
+      const bool from_data = e.prompt_ids == ex.ids && e.opening == ex.messages;
+      r.prompt.push_back(prompts[c / size_t(cfg.num_generations)]);
+      r.prompt_ids.push_back(from_data ? std::vector<int32_t>() : e.prompt_ids);
+      CHECK(!e.ids.empty(),
+            "{}: episode \"{}\" ended before the model's first turn: its "
+            "opening leaves no room for a completion (max_completion_length, the context)",
+            environment->who(), inputs[c].id);
+      r.ids.push_back(e.ids);
+      r.engine_logp.emplace_back(e.logp.begin(), e.logp.end());
+      r.sampled.push_back(e.sampled);
+      truncated.push_back(e.truncated);
+      truncated_count += e.truncated;
+      mismatches += e.rerender_mismatches;
+      env_rewards.push_back(e.reward);
+      turns.push_back(double(e.turns));
+      extras.completion_tokens += std::accumulate(e.sampled.begin(), e.sampled.end(), int64_t(0));
+      batch.prompts.push_back(from_data ? ex.text : tokenizer->decode(e.prompt_ids));
+      if (chat) batch.prompt_messages.push_back(e.opening);
+      batch.completions.push_back(e.last_completion);
+      batch.completion_ids.push_back(e.last_ids);
+      batch.completion_messages.push_back(e.messages.is_null() ? nlohmann::json::array()
+                                                               : e.messages);
+      for (const auto& [key, value] : ex.columns.items()) batch.columns[key].push_back(value);
+    }
+    for (auto& [key, col] : batch.columns.items())
+      CHECK(col.size() == batch.completions.size(),
+            "grpo: dataset column '{}' is missing in some rows", key);
+    extras.environment_rewards = std::move(env_rewards);
+    nlohmann::json& m = extras.metrics;
+    m["env/turns/mean"] = mean_of(turns);
+    m["env/turns/max"] = *std::max_element(turns.begin(), turns.end());
+    m["env/truncated_episodes"] = truncated_count;
+    m["env/rerender_mismatches"] = mismatches;
+    if (mismatches > 0 && !told_rerender) {
+      fmt::print(stderr,
+                 "grpo: note: the chat template renders an episode's earlier turns otherwise than "
+                 "the tokens the model saw (env/rerender_mismatches; e.g. it drops their "
+                 "reasoning); the episodes keep their tokens as sampled, as TRL's do\n");
+      told_rerender = true;
+    }
+    m["env/prefill_tokens"] = es.prefill_tokens;
+    m["env/prefix_hit_tokens"] = es.prefix_hit_tokens;
+    m["timing/environment_seconds"] = es.environment_seconds;
+    return finish_round(std::move(r), samples, step, batch, truncated, extras);
+  }
+
+  // Scores a generated round, masks it, computes the logprobs and advantages it needs and logs
+  // its metrics and samples.
+  Round finish_round(Round r, MetricsLog& samples, int64_t step, const RewardBatch& batch,
+                     const std::vector<uint8_t>& truncated, const RolloutExtras& extras) {
+    const double rollout_seconds = extras.rollout_seconds;
+    const size_t rollout_peak = extras.rollout_peak;
+    const int64_t completion_tokens = extras.completion_tokens;
     const size_t n = r.ids.size();
     const auto tr = Clock::now();
-    const CombinedRewards scored = rewards.score(batch);
+    const CombinedRewards scored = score_round(batch, extras);
     const double reward_seconds = seconds_since(tr);
     std::vector<double> totals(n);
     for (size_t c = 0; c < n; ++c) totals[c] = scored.total[c];
@@ -647,8 +850,11 @@ struct GrpoTrainer::Impl {
     for (size_t c = 0; c < n; ++c) {
       const bool drop = (cfg.mask_truncated_completions && truncated[c]) ||
                         scored.rows[c] == RewardRow::non_finite;
-      r.mask.emplace_back(r.ids[c].size(), drop ? 0 : 1);
-      if (!drop) r.num_items += int64_t(r.ids[c].size());
+      std::vector<uint8_t>& mask = r.mask.emplace_back(r.ids[c].size(), drop ? 0 : 1);
+      // An environment's tokens are context, never trained (TRL's tool_mask).
+      if (!r.sampled.empty())
+        for (size_t k = 0; k < mask.size(); ++k) mask[k] &= r.sampled[c][k];
+      r.num_items += std::accumulate(mask.begin(), mask.end(), int64_t(0));
     }
     const auto tl = Clock::now();
     const bool need_old = cfg.on_policy_exact || cfg.vllm_importance_sampling_correction ||
@@ -692,7 +898,8 @@ struct GrpoTrainer::Impl {
       double worst = 0;
       for (size_t c = 0; c < n; ++c)
         for (size_t k = 0; k < r.ids[c].size(); ++k)
-          worst = std::max(worst, std::fabs(r.old_logp[c][k] - r.engine_logp[c][k]));
+          if (r.sampled.empty() || r.sampled[c][k])
+            worst = std::max(worst, std::fabs(r.old_logp[c][k] - r.engine_logp[c][k]));
       CHECK(worst == 0.0,
             "on_policy_exact: the trainer's logprob of a sampled token differs from the engine's "
             "by {} in round {}",
@@ -738,7 +945,8 @@ struct GrpoTrainer::Impl {
     for (const auto& [k, v] : scored.metrics()) m[k] = v;
     for (const auto& [k, v] : scored.logged_metrics)
       r.logged_metrics[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
-    completion_metrics(r.ids, truncated, m);
+    completion_metrics(r.ids, truncated, m, r.sampled);
+    for (const auto& [k, v] : extras.metrics.items()) m[k] = v;
     const auto [amin, amax] = std::minmax_element(r.advantages.begin(), r.advantages.end());
     m["advantages/mean"] = mean_of(r.advantages);
     m["advantages/min"] = *amin;
@@ -768,6 +976,8 @@ struct GrpoTrainer::Impl {
           {"reward", std::isfinite(totals[size_t(c)]) ? nlohmann::json(totals[size_t(c)])
                                                       : nlohmann::json(nullptr)},
           {"advantage", r.advantages[size_t(c)]}};
+      if (!batch.completion_messages.is_null())
+        s["completion_messages"] = batch.completion_messages[size_t(c)];
       for (auto it = scored.logged_extra.begin(); it != scored.logged_extra.end(); ++it)
         s[it.key()] = (*it)[size_t(c)];
       samples.write(s);
@@ -791,12 +1001,14 @@ struct GrpoTrainer::Impl {
       v = std::move(out);
     };
     permute(r.prompt);
+    permute(r.prompt_ids);
     permute(r.ids);
     permute(r.engine_logp);
     permute(r.old_logp);
     permute(r.ref_logp);
     permute(r.is_weight);
     permute(r.mask);
+    permute(r.sampled);
     permute(r.routing);
     permute(r.advantages);
   }
@@ -929,6 +1141,7 @@ struct GrpoTrainer::Impl {
     shape.max_completion_length = cfg.max_completion_length;
     shape.micro_per_round = steps_per_generation * cfg.num_iterations;
     shape.needs_ref_logp = cfg.beta != 0.0;
+    shape.longest_prompt = longest_prompt();
     if (cfg.routing_replay) {
       shape.routing_row = model.config().num_layers * model.config().moe.top_k;
       shape.num_experts = model.config().moe.num_experts;
@@ -943,6 +1156,13 @@ struct GrpoTrainer::Impl {
 
   void run(const std::function<void(const GrpoStepInfo&)>& on_step, const StopRequest& stop) {
     prepare_run_dir(cfg.output_dir);
+    if (!cfg.environment.empty() && !environment) {
+      CHECK(tokenizer != nullptr, "grpo: an environment needs the model's tokenizer");
+      EnvironmentOptions eo;
+      eo.command = cfg.environment;
+      eo.timeout_s = cfg.environment_timeout_s;
+      environment = std::make_unique<EnvironmentProcess>(eo);
+    }
     const std::string resume = resume_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir);
     if (!resume.empty())
       load_state(load_checkpoint(resume, ctx, model, adapter, *train_step), resume);
@@ -1086,6 +1306,16 @@ GrpoMemoryPlan GrpoTrainer::memory_plan() const {
   p.optimizer_state_bytes = impl_->train_step->optimizer().state_bytes();
   if (impl_->reference) p.reference_adapter_bytes = impl_->reference->nbytes();
   return p;
+}
+
+void GrpoTrainer::set_chat_template(const ChatTemplateConfig* chat) {
+  Impl& im = *impl_;
+  if (chat == nullptr || im.tokenizer == nullptr) {
+    im.conversation.reset();
+    return;
+  }
+  im.conversation = std::make_unique<ConversationTokens>(*chat, *im.tokenizer, im.eos_ids,
+                                                         im.cfg.chat_template_kwargs);
 }
 
 void GrpoTrainer::set_eval_data(std::vector<PromptExample> eval_prompts) {

@@ -36,6 +36,7 @@ namespace fp8rl {
 namespace tok {
 class Tokenizer;
 }
+struct ChatTemplateConfig;
 
 struct GrpoStepInfo {
   int64_t step = 0, total_steps = 0;
@@ -84,6 +85,10 @@ class GrpoTrainer {
   // eval_loss, eval_entropy, eval_kl or eval_clip_ratio: those take a trainer forward over the
   // eval completions, which the reward metrics do not need.
   void set_eval_data(std::vector<PromptExample> eval_prompts);
+  // The model's chat template (null: none), which turns an environment's messages into the
+  // tokens of an episode (config.environment; rl/conversation_tokens.h). It must outlive the
+  // trainer.
+  void set_chat_template(const ChatTemplateConfig* chat);
   // Trains max_steps optimizer steps (from the checkpoint in config.resume_from_checkpoint, if
   // set); writes metrics.jsonl, samples.jsonl, checkpoints and the final adapter into
   // output_dir. `stop` is polled between steps: once it is requested, the last completed step

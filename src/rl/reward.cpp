@@ -23,8 +23,9 @@ std::string column_names(const nlohmann::json& columns) {
 }  // namespace
 
 const std::vector<std::string>& RewardBatch::reserved_names() {
-  static const std::vector<std::string> names = {"prompts", "completions", "completion_ids",
-                                                 "prompt_messages", "trainer_state"};
+  static const std::vector<std::string> names = {
+      "prompts",         "completions",         "completion_ids",
+      "prompt_messages", "completion_messages", "trainer_state"};
   return names;
 }
 
@@ -37,6 +38,11 @@ void RewardBatch::validate() const {
         "reward batch: prompt_messages must be null or an array of {} message lists, got {}", b,
         prompt_messages.is_array() ? fmt::format("{} entries", prompt_messages.size())
                                    : prompt_messages.type_name());
+  CHECK(completion_messages.is_null() ||
+            (completion_messages.is_array() && completion_messages.size() == b),
+        "reward batch: completion_messages must be null or an array of {} message lists, got {}", b,
+        completion_messages.is_array() ? fmt::format("{} entries", completion_messages.size())
+                                       : completion_messages.type_name());
   CHECK(trainer_state.is_null() || trainer_state.is_object(),
         "reward batch: trainer_state must be null or an object, got a {}",
         trainer_state.type_name());

@@ -24,6 +24,10 @@ struct RewardBatch {
   // A conversational dataset (TRL's is_conversational): [B] each prompt's message list as the
   // dataset holds it, which TRL passes as `prompts`. Null for a text dataset.
   nlohmann::json prompt_messages;
+  // Multi-turn episodes (an environment): [B] each episode's messages after its opening, the
+  // model's turns and the environment's, which TRL passes as the completions; then
+  // `completions` and `completion_ids` hold each episode's last turn. Null otherwise.
+  nlohmann::json completion_messages;
   // TRL's trainer_state as an object (global_step, max_steps, epoch, ...); null outside a run.
   nlohmann::json trainer_state;
 

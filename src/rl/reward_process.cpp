@@ -102,6 +102,10 @@ std::string RewardProcess::request_line(const RewardBatch& batch) {
     line += ",\"prompt_messages\":";
     line += dump(batch.prompt_messages);
   }
+  if (!batch.completion_messages.is_null()) {
+    line += ",\"completion_messages\":";
+    line += dump(batch.completion_messages);
+  }
   if (!batch.trainer_state.is_null()) {
     line += ",\"trainer_state\":";
     line += dump(batch.trainer_state);

@@ -3,7 +3,8 @@
 //   {"prompts": [...], "completions": [...], "completion_ids": [[...]], "<column>": [...], ...,
 //    "prompt_messages": [[{role, content}, ...], ...], "trainer_state": {"global_step": ...}}
 // (every other dataset column, one value per completion; prompt_messages only for
-// conversational datasets, trainer_state only inside a run) and writes one line on its stdout,
+// conversational datasets, completion_messages (each episode's messages after its opening)
+// only for multi-turn episodes, trainer_state only inside a run) and writes one line on its stdout,
 //   {"rewards": [r_0, ..., r_{B-1}], "metrics": {...}, "extra": {...}}
 // where each r_i is a number, null (no reward for that sample, TRL's None), or one of the
 // strings "NaN", "Infinity", "-Infinity" (JSON has no non-finite numbers; such rewards are

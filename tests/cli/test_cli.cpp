@@ -2355,3 +2355,30 @@ TEST(CliReward, TrainsAndTheAdapterRewardsGrpo) {
                "the adapter is a SEQ_CLS reward adapter with a score head");
   for (const std::string& d : {out, grpo_out}) fs::remove_all(d);
 }
+
+// grpo with an environment (docs/ENVIRONMENTS.md): --environment and --max-turns from the
+// command line, no `rewards` needed; the episodes' metrics reach metrics.jsonl. An environment
+// that answers garbage, or settings it cannot run with, end in one line.
+TEST(CliEnvironment, GrpoRunsEpisodesAndBadEnvironmentsFailInOneLine) {
+  if (std::system("command -v python3 >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3";
+  const std::string out = temp("env_grpo");
+  const std::string base = "grpo " + kDemoModel +
+                           " --data " FP8RL_SOURCE_DIR
+                           "/examples/demo/train.jsonl --num-generations 2 "
+                           "--per-device-train-batch-size 4 --max-completion-length 32 "
+                           "--max-steps 1 --max-turns 2 --output-dir ";
+  const Result r =
+      run(base + out + " --environment 'python3 " FP8RL_SOURCE_DIR "/examples/agent_demo/env.py'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json m = nlohmann::json::parse(file_bytes(out + "/metrics.jsonl"));
+  for (const char* key : {"env/turns/mean", "env/turns/max", "env/truncated_episodes",
+                          "timing/environment_seconds", "rewards/environment/mean"})
+    EXPECT_TRUE(m.contains(key)) << key;
+  expect_one_line_error(base + temp("env_garbage") + " --environment 'echo garbage'",
+                        "environment `echo garbage`");
+  expect_one_line_error(base + temp("env_none") + " --environment ''", "no reward");
+  expect_one_line_error(base + temp("env_eval") +
+                            " --environment true --eval-strategy steps --eval-dataset " +
+                            FP8RL_SOURCE_DIR "/examples/demo/eval.jsonl",
+                        "set eval_strategy: no");
+}

@@ -1,0 +1,90 @@
+// The environment of multi-turn GRPO (`environment: COMMAND`): any command line, run through
+// /bin/sh -c, started once and kept alive for the run, speaking JSON lines on its stdin and
+// stdout like the reward process (rl/reward_process.h). Each GRPO sample is an episode with an
+// id unique in the run. Per round it reads
+//   {"type": "reset", "episodes": [{"id": "...", "row": {<every dataset column>}}, ...]}
+// and answers {"episodes": [{"id": "...", "messages": [...]}, ...]}: each episode's opening
+// conversation (without "messages": the row's own prompt). After each assistant turn of the
+// episodes still running it reads
+//   {"type": "step", "episodes": [{"id": "...", "completion": "<the turn's text>",
+//                                  "messages": [<the whole conversation so far>]}, ...]}
+// and answers {"episodes": [{"id": "...", "messages": [<to append>], "reward": <number or
+// null>, "done": <bool>}, ...]}. docs/ENVIRONMENTS.md is the user's description. A timeout, an
+// exit, a reply that is not such an object (ids missing, unknown or repeated, keys missing or
+// of the wrong type) is an fp8rl::Error naming the environment and the problem, and the process
+// is killed.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fp8rl {
+
+class ChildProcess;
+
+struct EnvironmentOptions {
+  std::string command;     // run as /bin/sh -c COMMAND
+  double timeout_s = 300;  // per exchange: writing the request and reading the answer
+  size_t max_reply_bytes = size_t{64} << 20;
+};
+
+struct EpisodeStart {
+  std::string id;
+  nlohmann::json row;  // every column of the dataset row (an object)
+};
+
+struct EpisodeTurn {
+  std::string id;
+  std::string completion;   // the turn's text, special tokens skipped
+  nlohmann::json messages;  // the conversation so far, this turn's assistant message last
+};
+
+struct EpisodeStepReply {
+  nlohmann::json messages = nlohmann::json::array();  // to append (may be empty)
+  std::optional<double> reward;                       // null: no reward for this step
+  bool done = false;
+};
+
+class EnvironmentProcess {
+ public:
+  explicit EnvironmentProcess(EnvironmentOptions options);
+  // Closes its stdin, waits up to 2 s for it to exit, then kills its process group.
+  ~EnvironmentProcess();
+
+  // The opening conversations, in the order of `episodes`: a message list, or null where the
+  // environment gave none (the row's prompt is the opening).
+  std::vector<nlohmann::json> reset(const std::vector<EpisodeStart>& episodes);
+  // The environment's answers to the turns, in the order of `turns`.
+  std::vector<EpisodeStepReply> step(const std::vector<EpisodeTurn>& turns);
+
+  const std::string& who() const { return who_; }
+
+  // The request lines (ending in '\n'); invalid UTF-8 in the text is replaced by U+FFFD.
+  static std::string reset_line(const std::vector<EpisodeStart>& episodes);
+  static std::string step_line(const std::vector<EpisodeTurn>& turns);
+  // The answers to a request for episodes `ids`, in that order; `who` names the process.
+  static std::vector<nlohmann::json> parse_reset_reply(std::string_view line,
+                                                       const std::vector<std::string>& ids,
+                                                       const std::string& who);
+  static std::vector<EpisodeStepReply> parse_step_reply(std::string_view line,
+                                                        const std::vector<std::string>& ids,
+                                                        const std::string& who);
+
+ private:
+  std::string exchange(const std::string& line);
+
+  EnvironmentOptions options_;
+  std::string who_;
+  std::unique_ptr<ChildProcess> child_;
+};
+
+// Checks that `messages` (`what` names it in the error) is a list of chat messages: objects
+// with a string "role" and a "content" that is a string, a list or null.
+void check_chat_messages(const nlohmann::json& messages, const std::string& what);
+
+}  // namespace fp8rl
