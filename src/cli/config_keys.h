@@ -7,8 +7,8 @@
 #include "rl/dpo_config.h"
 #include "rl/grpo_config.h"
 #include "rl/kto_config.h"
-#include "rl/rloo_config.h"
 #include "rl/reward_trainer_config.h"
+#include "rl/rloo_config.h"
 #include "train/sft_config.h"
 
 namespace fp8rl::cli {
