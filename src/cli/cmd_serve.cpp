@@ -29,8 +29,8 @@
 #include "core/interrupt.h"
 #include "engine/engine.h"
 #include "serve/request_queue.h"
-#include "tokenizer/tool_calls.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tool_calls.h"
 
 namespace fp8rl::cli {
 

@@ -4,12 +4,15 @@
 // says done, at max_turns, or when its completion budget (max_completion_length, the model's
 // context) cannot hold another turn (truncated). Each turn's request is the episode's whole
 // sequence so far: the engine's prefix cache holds the full blocks of the previous turn's KV,
-// so only the environment's tokens and the tail of the last partial block are prefilled.
+// so only the environment's tokens and the tail of the last partial block are prefilled. When
+// the reset gives tools, every render carries them and each turn's calls are parsed into its
+// assistant message (rl/tool_turn.h).
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,6 +63,8 @@ struct EpisodeStats {
   double environment_seconds = 0;
   int64_t engine_calls = 0;
   int64_t prefill_tokens = 0, prefix_hit_tokens = 0;  // the engine's, over the episodes
+  // The step answers' "metrics": each name's sum and number of answers that gave it.
+  std::map<std::string, std::pair<double, int64_t>> environment_metrics;
 };
 
 // Runs `inputs` to their end. `chat` may be null for text prompts (a text episode then cannot
