@@ -36,6 +36,27 @@ std::vector<EpisodeResult> run_episodes(Engine& engine, EnvironmentProcess& env,
                                         const tok::Tokenizer& tokenizer,
                                         const std::vector<EpisodeInput>& inputs,
                                         const EpisodeOptions& options, EpisodeStats& stats) {
+  const TurnGenerator generate = [&](const std::vector<GenerationRequest>& requests,
+                                     EpisodeStats& s) {
+    const EngineStats before = engine.stats();
+    std::vector<RequestOutput> outs = engine.generate(requests);
+    const EngineStats& after = engine.stats();
+    ++s.engine_calls;
+    s.prefill_tokens += after.prefill_tokens - before.prefill_tokens;
+    // The count restarts with the scheduler when the engine takes its KV pool back.
+    s.prefix_hit_tokens +=
+        after.prefix_hit_tokens -
+        (after.region_takebacks == before.region_takebacks ? before.prefix_hit_tokens : 0);
+    return outs;
+  };
+  return run_episodes(generate, env, chat, tokenizer, inputs, options, stats);
+}
+
+std::vector<EpisodeResult> run_episodes(const TurnGenerator& generate, EnvironmentProcess& env,
+                                        const ConversationTokens* chat,
+                                        const tok::Tokenizer& tokenizer,
+                                        const std::vector<EpisodeInput>& inputs,
+                                        const EpisodeOptions& options, EpisodeStats& stats) {
   std::vector<EpisodeResult> out(inputs.size());
   std::vector<EpisodeStart> starts;
   for (const EpisodeInput& in : inputs) starts.push_back({in.id, in.row});
@@ -95,15 +116,9 @@ std::vector<EpisodeResult> run_episodes(Engine& engine, EnvironmentProcess& env,
       q.params.seed = rng_key(inputs[i].seed, uint64_t(e.turns));
       requests.push_back(std::move(q));
     }
-    const EngineStats before = engine.stats();
-    const std::vector<RequestOutput> outs = engine.generate(requests);
-    const EngineStats& after = engine.stats();
-    ++stats.engine_calls;
-    stats.prefill_tokens += after.prefill_tokens - before.prefill_tokens;
-    // The count restarts with the scheduler when the engine takes its KV pool back.
-    stats.prefix_hit_tokens +=
-        after.prefix_hit_tokens -
-        (after.region_takebacks == before.region_takebacks ? before.prefix_hit_tokens : 0);
+    const std::vector<RequestOutput> outs = generate(requests, stats);
+    CHECK(outs.size() == requests.size(), "episodes: {} outputs for {} turn requests (a bug)",
+          outs.size(), requests.size());
     std::vector<EpisodeTurn> turns;
     std::vector<uint8_t> cut(live.size());
     for (size_t k = 0; k < live.size(); ++k) {

@@ -9,11 +9,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "cli/train_session.h"
 #include "core/check.h"
+#include "engine/engine.h"
 #include "rl/conversation_tokens.h"
 #include "rl/environment_process.h"
+#include "rl/episode_rollout.h"
 #include "rl/grpo_trainer.h"
 #include "rl/reward_config.h"
 #include "rl/tool_turn.h"
@@ -252,6 +255,100 @@ TEST(ToolsEnvironment, BadToolsStopTheRunWithOneLineNamingThem) {
   c.environment.clear();
   c.max_turns = 3;
   EXPECT_NE(error_of([&] { c.validate(); }).find("max_tool_calling_iterations"), std::string::npos);
+}
+
+// ---- Episodes ----
+
+// run_episodes with the real helper and template, its turns written by a scripted stand-in of
+// the engine (by the episode's question and the turn): e0 calls multiply, then answers; e1 writes
+// a call that does not parse, then calls multiply twice, the second time past the tool rounds.
+TEST(ToolsEpisodes, CallsRunAndTheirResultsAreTheEnvironmentsTokens) {
+  if (!have_python()) GTEST_SKIP() << "python3 not found";
+  tool_module();
+  const tok::Tokenizer tokenizer = tok::Tokenizer::from_file(kDemo + "/model/tokenizer.json");
+  const ChatTemplateConfig chat = template_with_tools();
+  const ConversationTokens conv(chat, tokenizer, {287, 285}, nullptr);
+  EnvironmentOptions eo;
+  eo.command = tools_command({"demo_tools:multiply"});
+  eo.timeout_s = 60;
+  EnvironmentProcess env(eo);
+  const std::string call =
+      R"(<tool_call>{"name": "multiply", "arguments": {"x": 2, "y": 3}}</tool_call>)";
+  const std::map<std::pair<std::string, int>, std::string> script = {
+      {{"2 times 3?", 0}, call},
+      {{"2 times 3?", 1}, "6"},
+      {{"bad call?", 0}, R"(<tool_call>{"name": "multiply"</tool_call>)"},
+      {{"bad call?", 1}, call},
+      {{"bad call?", 2}, call},
+  };
+  const std::vector<int32_t> end = tokenizer.encode("<|im_end|>", false);
+  ASSERT_EQ(end.size(), 1u);
+  const TurnGenerator scripted = [&](const std::vector<GenerationRequest>& requests,
+                                     EpisodeStats&) {
+    std::vector<RequestOutput> outs;
+    for (const GenerationRequest& q : requests) {
+      const std::string prompt = tokenizer.decode(q.prompt_ids);
+      int turn = -1;
+      for (size_t at = 0; (at = prompt.find("<|im_start|>assistant", at)) != std::string::npos;
+           ++at)
+        ++turn;
+      const std::string question =
+          prompt.find("2 times 3?") != std::string::npos ? "2 times 3?" : "bad call?";
+      CompletionOutput c;
+      c.ids = tokenizer.encode(script.at({question, turn}), false);
+      c.ids.push_back(end[0]);
+      c.processed_logprobs.assign(c.ids.size(), -0.5f);
+      c.finish = FinishReason::stop;
+      outs.push_back({{c}});
+    }
+    return outs;
+  };
+  std::vector<EpisodeInput> inputs;
+  for (const char* q : {"2 times 3?", "bad call?"}) {
+    EpisodeInput in;
+    in.id = fmt::format("e{}", inputs.size());
+    in.prompt_messages = Json::array({{{"role", "user"}, {"content", q}}});
+    in.row = {{"messages", in.prompt_messages}};
+    in.prompt_ids = conv.opening(in.prompt_messages);
+    inputs.push_back(std::move(in));
+  }
+  EpisodeOptions o;
+  o.max_turns = 3;  // max_tool_calling_iterations: 2
+  o.max_completion_length = 256;
+  o.max_context = 1024;
+  EpisodeStats stats;
+  const std::vector<EpisodeResult> out =
+      run_episodes(scripted, env, &conv, tokenizer, inputs, o, stats);
+  ASSERT_EQ(out.size(), 2u);
+  // The opening is rendered with the tools.
+  EXPECT_NE(tokenizer.decode(out[0].prompt_ids).find("Tools: multiply"), std::string::npos);
+  // e0: the call, its result, the answer; the environment's tokens masked out.
+  EXPECT_EQ(out[0].turns, 2);
+  ASSERT_EQ(out[0].messages.size(), 3u);
+  EXPECT_EQ(out[0].messages[0]["tool_calls"][0]["function"],
+            Json::parse(R"({"name": "multiply", "arguments": {"x": 2, "y": 3}})"));
+  EXPECT_EQ(out[0].messages[1],
+            Json::parse(R"({"role": "tool", "name": "multiply", "content": "6"})"));
+  EXPECT_EQ(out[0].messages[2], Json::parse(R"({"role": "assistant", "content": "6"})"));
+  std::vector<int32_t> env_ids, model_ids;
+  for (size_t k = 0; k < out[0].ids.size(); ++k)
+    (out[0].sampled[k] ? model_ids : env_ids).push_back(out[0].ids[k]);
+  EXPECT_EQ(tokenizer.decode(env_ids), "\n<|im_start|>tool\n6<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(tokenizer.decode(model_ids), call + "<|im_end|>6<|im_end|>");
+  // e1: the bad call answered as an error, then a call; the third turn ends the episode (its
+  // results left out), as TRL's loop ends after the turn that follows the last tool round.
+  EXPECT_EQ(out[1].turns, 3);
+  ASSERT_EQ(out[1].messages.size(), 5u);
+  EXPECT_TRUE(out[1].messages[0].contains("tool_call_error"));
+  EXPECT_EQ(out[1].messages[1]["role"], "tool");
+  EXPECT_NE(out[1].messages[1]["content"].get<std::string>().find("'error'"), std::string::npos);
+  EXPECT_EQ(out[1].messages[3]["content"], "6");
+  EXPECT_TRUE(out[1].messages[4].contains("tool_calls"));
+  // The helper's metrics, summed over the three step answers: calls per episode 1, 1/2, 1;
+  // failed calls per call 1/2, 0, 0.
+  EXPECT_EQ(stats.environment_metrics.at("tools/call_frequency"), std::make_pair(2.5, int64_t{3}));
+  EXPECT_EQ(stats.environment_metrics.at("tools/failure_frequency"),
+            std::make_pair(0.5, int64_t{3}));
 }
 
 // ---- A run ----
