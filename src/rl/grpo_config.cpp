@@ -100,7 +100,8 @@ void GrpoConfig::validate() const {
   CHECK(rewards.is_array(), "rewards must be a list of reward specs, got {}", rewards.dump());
   CHECK(num_reward_functions() >= 1 || !environment.empty(),
         "no reward: give `rewards` (a list of reward specs), `reward_process` (a command) or an "
-        "`environment` whose steps reward the episodes");
+        "`environment` whose steps reward the episodes{}",
+        tools.empty() ? "" : " (the tools helper gives no reward)");
   c::at_least<int64_t>("max_turns", max_turns, 1);
   CHECK(tools.empty() || environment.empty(),
         "`tools` with an `environment`: the tools are served as the run's environment; give one "
