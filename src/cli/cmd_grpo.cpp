@@ -16,6 +16,7 @@
 #include "rl/prompt_data.h"
 #include "rl/reward_config.h"
 #include "rl/reward_model.h"
+#include "rl/tools_environment.h"
 #include "train/run_dir.h"
 #include "train/step_metrics.h"
 
@@ -32,6 +33,8 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   // The rewards first: a malformed reward spec or a process that cannot start fails before
   // the model loads.
   // An environment may be the only reward (its steps').
+  // Tools: the helper imports and describes them before the model loads.
+  if (!cfg.tools.empty()) check_tools_helper(cfg.tools);
   const bool env_only = !cfg.environment.empty() && cfg.reward_process.empty() &&
                         cfg.rewards.is_array() && cfg.rewards.empty();
   RewardSet rewards = env_only                     ? RewardSet()

@@ -29,8 +29,8 @@
 #include "core/interrupt.h"
 #include "engine/engine.h"
 #include "serve/request_queue.h"
-#include "serve/tool_calls.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tool_calls.h"
 
 namespace fp8rl::cli {
 
@@ -77,7 +77,7 @@ void run_serve(ServeOptions o) {
   if (session.tokenizer() != nullptr) {
     // Loaded before the handler threads start; a model without a template serves completions.
     try {
-      c.tool_format = serve::tool_call_format_of_template(session.text().chat_template_source());
+      c.tool_format = tool_call_format_of_template(session.text().chat_template_source());
       c.has_chat_template = true;
     } catch (const Error& e) {
       std::fprintf(stderr, "fp8rl serve: no chat template (%s): /v1/chat/completions is off\n",

@@ -364,6 +364,11 @@ KeyTable<C> grpo_table() {
   t.add("max_turns", &C::max_turns, "Assistant turns an episode takes at most");
   t.add("environment_timeout_s", &C::environment_timeout_s,
         "Seconds an exchange with the environment may take");
+  t.add("tools", &C::tools,
+        "Python functions (MODULE:FUNCTION list) the model may call, TRL's tools; served by "
+        "python3 -m fp8rl_reward.tools as the environment (docs/ENVIRONMENTS.md)");
+  t.add("max_tool_calling_iterations", &C::max_tool_calling_iterations,
+        "Tool rounds an episode takes at most (TRL's; null: no limit but the completion budget)");
   // Engine-vs-trainer mismatch.
   t.add("vllm_importance_sampling_correction", &C::vllm_importance_sampling_correction,
         "Correct the engine-vs-trainer logprob mismatch by importance sampling");

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "serve/request_queue.h"
-#include "serve/tool_calls.h"
+#include "tokenizer/tool_calls.h"
 
 namespace httplib {
 class Server;
@@ -35,7 +35,7 @@ struct ServeContext {
   int64_t max_context = 0;
   std::vector<int32_t> stop_ids;  // eos ids
   // The chat template's tool-call format; nullopt: no chat template (chat requests fail).
-  std::optional<serve::ToolCallFormat> tool_format;
+  std::optional<ToolCallFormat> tool_format;
   bool has_chat_template = false;
 };
 

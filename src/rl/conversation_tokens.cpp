@@ -22,8 +22,10 @@ struct ConversationTokens::Impl {
     return std::find(end_ids.begin(), end_ids.end(), id) != end_ids.end();
   }
 
-  std::vector<int32_t> render(const nlohmann::json& messages, bool generation_prompt) const {
+  std::vector<int32_t> render(const nlohmann::json& messages, bool generation_prompt,
+                              const nlohmann::json& tools) const {
     ChatRequest request;
+    request.tools = nlohmann::ordered_json(tools);
     for (const nlohmann::json& m : messages) request.messages.push_back(nlohmann::ordered_json(m));
     request.add_generation_prompt = generation_prompt;
     request.variables = variables;
@@ -50,20 +52,30 @@ ConversationTokens::ConversationTokens(const ChatTemplateConfig& chat,
 
 ConversationTokens::~ConversationTokens() = default;
 
-std::vector<int32_t> ConversationTokens::opening(const nlohmann::json& messages) const {
-  return impl_->render(messages, true);
+std::vector<int32_t> ConversationTokens::opening(const nlohmann::json& messages,
+                                                 const nlohmann::json& tools) const {
+  return impl_->render(messages, true, tools);
+}
+
+bool ConversationTokens::ends_turn(int32_t id) const {
+  return impl_->is_end(id);
+}
+
+ToolCallFormat ConversationTokens::tool_call_format() const {
+  return tool_call_format_of_template(impl_->chat.source);
 }
 
 ConversationSuffix ConversationTokens::suffix(const std::vector<int32_t>& context,
                                               const nlohmann::json& conversation,
-                                              const nlohmann::json& appended) const {
+                                              const nlohmann::json& appended,
+                                              const nlohmann::json& tools) const {
   const int64_t ends =
       std::count_if(context.begin(), context.end(), [&](int32_t id) { return impl_->is_end(id); });
   CHECK(!context.empty() && impl_->is_end(context.back()),
         "environment: the episode's last turn does not end with an end-of-turn id (a bug)");
   nlohmann::json all = conversation;
   for (const nlohmann::json& m : appended) all.push_back(m);
-  const std::vector<int32_t> full = impl_->render(all, true);
+  const std::vector<int32_t> full = impl_->render(all, true, tools);
   // The end id that closes the model's turn in the re-render: the ends-th one.
   int64_t seen = 0;
   size_t cut = full.size();

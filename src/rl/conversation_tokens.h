@@ -15,6 +15,8 @@
 #include <memory>
 #include <vector>
 
+#include "tokenizer/tool_calls.h"
+
 namespace fp8rl {
 
 namespace tok {
@@ -38,14 +40,22 @@ class ConversationTokens {
   ~ConversationTokens();
 
   // The render of `messages` with the generation prompt, tokenized without added special tokens
-  // (as a chat prompt of the dataset is).
-  std::vector<int32_t> opening(const nlohmann::json& messages) const;
+  // (as a chat prompt of the dataset is). `tools` (every render here): the template's `tools`,
+  // a list of JSON schemas, or null (none).
+  std::vector<int32_t> opening(const nlohmann::json& messages,
+                               const nlohmann::json& tools = nullptr) const;
   // `context`: the episode's tokens so far (opening and completion), its last turn closed by an
   // end id; `conversation`: its messages, that turn last; `appended`: the environment's.
   // An fp8rl::Error when the render of conversation + appended holds fewer end ids than the
   // context (a template that does not close each turn with one cannot be continued).
   ConversationSuffix suffix(const std::vector<int32_t>& context, const nlohmann::json& conversation,
-                            const nlohmann::json& appended) const;
+                            const nlohmann::json& appended,
+                            const nlohmann::json& tools = nullptr) const;
+
+  // Whether `id` ends a turn (one of the end ids).
+  bool ends_turn(int32_t id) const;
+  // The format the template's family writes tool calls in.
+  ToolCallFormat tool_call_format() const;
 
  private:
   struct Impl;

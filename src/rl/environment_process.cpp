@@ -20,16 +20,19 @@ std::string dump(const Json& j) {
 }
 
 // The reply's "episodes" entries by position in `ids`: each id answered exactly once, and each
-// entry an object holding only `allowed` keys. `kind` names the request ("reset", "step").
+// entry an object holding only `allowed` keys; beside "episodes" the reply may hold `optional`
+// (a top-level key). `kind` names the request ("reset", "step").
 std::vector<const Json*> reply_entries(const Json& reply, const std::vector<std::string>& ids,
-                                       const std::vector<std::string>& allowed, const char* kind,
+                                       const std::vector<std::string>& allowed,
+                                       const char* optional, const char* kind,
                                        const std::string& who) {
   CHECK(reply.is_object() && reply.contains("episodes"),
         "{}: expected one line {{\"episodes\": [...]}} answering the {} request, got {}", who, kind,
         json_excerpt(reply, 200));
   for (auto it = reply.begin(); it != reply.end(); ++it)
-    CHECK(it.key() == "episodes",
-          "{}: the answer to a {} request may hold only 'episodes', got '{}'", who, kind, it.key());
+    CHECK(it.key() == "episodes" || it.key() == optional,
+          "{}: the answer to a {} request may hold only 'episodes' and '{}', got '{}'", who, kind,
+          optional, it.key());
   const Json& episodes = reply.at("episodes");
   CHECK(episodes.is_array(), "{}: 'episodes' must be a list, got {}", who,
         json_excerpt(episodes, 200));
@@ -111,32 +114,54 @@ std::string EnvironmentProcess::step_line(const std::vector<EpisodeTurn>& turns)
   return "{\"type\":\"step\",\"episodes\":" + dump(list) + "}\n";
 }
 
-std::vector<Json> EnvironmentProcess::parse_reset_reply(std::string_view line,
-                                                        const std::vector<std::string>& ids,
-                                                        const std::string& who) {
+EnvironmentReset EnvironmentProcess::parse_reset_reply(std::string_view line,
+                                                       const std::vector<std::string>& ids,
+                                                       const std::string& who) {
   const Json reply = parse_reply_json(line, "reset", who);
-  const std::vector<const Json*> entries = reply_entries(reply, ids, {"messages"}, "reset", who);
-  std::vector<Json> out;
+  const std::vector<const Json*> entries =
+      reply_entries(reply, ids, {"messages"}, "tools", "reset", who);
+  EnvironmentReset out;
+  if (reply.contains("tools") && !reply["tools"].is_null()) {
+    const Json& tools = reply["tools"];
+    CHECK(tools.is_array(), "{}: 'tools' must be a list of JSON schemas, got {}", who,
+          json_excerpt(tools));
+    for (size_t k = 0; k < tools.size(); ++k)
+      CHECK(tools[k].is_object(), "{}: tools[{}] must be a JSON schema (an object), got {}", who, k,
+            json_excerpt(tools[k]));
+    if (!tools.empty()) out.tools = tools;
+  }
   for (size_t i = 0; i < ids.size(); ++i) {
     const Json& e = *entries[i];
     if (!e.contains("messages") || e["messages"].is_null()) {
-      out.emplace_back(nullptr);
+      out.openings.emplace_back(nullptr);
       continue;
     }
     const std::string what = fmt::format("{}: episode \"{}\": 'messages'", who, ids[i]);
     check_chat_messages(e["messages"], what);
     CHECK(!e["messages"].empty(), "{} is empty (leave it out to open with the row's prompt)", what);
-    out.push_back(e["messages"]);
+    out.openings.push_back(e["messages"]);
   }
   return out;
 }
 
-std::vector<EpisodeStepReply> EnvironmentProcess::parse_step_reply(
-    std::string_view line, const std::vector<std::string>& ids, const std::string& who) {
+EnvironmentStep EnvironmentProcess::parse_step_reply(std::string_view line,
+                                                     const std::vector<std::string>& ids,
+                                                     const std::string& who) {
   const Json reply = parse_reply_json(line, "step", who);
   const std::vector<const Json*> entries =
-      reply_entries(reply, ids, {"messages", "reward", "done"}, "step", who);
-  std::vector<EpisodeStepReply> out;
+      reply_entries(reply, ids, {"messages", "reward", "done"}, "metrics", "step", who);
+  EnvironmentStep step;
+  if (reply.contains("metrics")) {
+    const Json& metrics = reply["metrics"];
+    CHECK(metrics.is_object(), "{}: 'metrics' must be an object {{name: number}}, got {}", who,
+          json_excerpt(metrics));
+    for (const auto& [name, value] : metrics.items()) {
+      CHECK(value.is_number(), "{}: metric '{}' must be a number, got {}", who, name,
+            json_excerpt(value));
+      step.metrics[name] = value.get<double>();
+    }
+  }
+  std::vector<EpisodeStepReply>& out = step.episodes;
   for (size_t i = 0; i < ids.size(); ++i) {
     const Json& e = *entries[i];
     for (const char* key : {"messages", "reward", "done"})
@@ -157,7 +182,7 @@ std::vector<EpisodeStepReply> EnvironmentProcess::parse_step_reply(
     r.done = e["done"].get<bool>();
     out.push_back(std::move(r));
   }
-  return out;
+  return step;
 }
 
 std::string EnvironmentProcess::exchange(const std::string& line) {
@@ -165,7 +190,7 @@ std::string EnvironmentProcess::exchange(const std::string& line) {
   return child_->exchange(line, timeout, options_.max_reply_bytes);
 }
 
-std::vector<Json> EnvironmentProcess::reset(const std::vector<EpisodeStart>& episodes) {
+EnvironmentReset EnvironmentProcess::reset(const std::vector<EpisodeStart>& episodes) {
   std::vector<std::string> ids;
   for (const EpisodeStart& e : episodes) ids.push_back(e.id);
   const std::string answer = exchange(reset_line(episodes));
@@ -177,7 +202,7 @@ std::vector<Json> EnvironmentProcess::reset(const std::vector<EpisodeStart>& epi
   }
 }
 
-std::vector<EpisodeStepReply> EnvironmentProcess::step(const std::vector<EpisodeTurn>& turns) {
+EnvironmentStep EnvironmentProcess::step(const std::vector<EpisodeTurn>& turns) {
   std::vector<std::string> ids;
   for (const EpisodeTurn& t : turns) ids.push_back(t.id);
   const std::string answer = exchange(step_line(turns));

@@ -9,7 +9,9 @@
 //   {"type": "step", "episodes": [{"id": "...", "completion": "<the turn's text>",
 //                                  "messages": [<the whole conversation so far>]}, ...]}
 // and answers {"episodes": [{"id": "...", "messages": [<to append>], "reward": <number or
-// null>, "done": <bool>}, ...]}. docs/ENVIRONMENTS.md is the user's description. A timeout, an
+// null>, "done": <bool>}, ...]}. Optional: the reset answer's top-level "tools" (JSON schemas the
+// chat template renders), the step answer's top-level "metrics" ({name: number}, logged).
+// docs/ENVIRONMENTS.md is the user's description. A timeout, an
 // exit, a reply that is not such an object (ids missing, unknown or repeated, keys missing or
 // of the wrong type) is an fp8rl::Error naming the environment and the problem, and the process
 // is killed.
@@ -17,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,17 +53,26 @@ struct EpisodeStepReply {
   bool done = false;
 };
 
+struct EnvironmentReset {
+  // The opening conversations, in the order of the request: a message list, or null where the
+  // environment gave none (the row's prompt is the opening).
+  std::vector<nlohmann::json> openings;
+  nlohmann::json tools;  // the tools' JSON schemas for the chat template (a list); null: none
+};
+
+struct EnvironmentStep {
+  std::vector<EpisodeStepReply> episodes;  // in the order of the request
+  std::map<std::string, double> metrics;   // the answer's "metrics" (empty when absent)
+};
+
 class EnvironmentProcess {
  public:
   explicit EnvironmentProcess(EnvironmentOptions options);
   // Closes its stdin, waits up to 2 s for it to exit, then kills its process group.
   ~EnvironmentProcess();
 
-  // The opening conversations, in the order of `episodes`: a message list, or null where the
-  // environment gave none (the row's prompt is the opening).
-  std::vector<nlohmann::json> reset(const std::vector<EpisodeStart>& episodes);
-  // The environment's answers to the turns, in the order of `turns`.
-  std::vector<EpisodeStepReply> step(const std::vector<EpisodeTurn>& turns);
+  EnvironmentReset reset(const std::vector<EpisodeStart>& episodes);
+  EnvironmentStep step(const std::vector<EpisodeTurn>& turns);
 
   const std::string& who() const { return who_; }
 
@@ -68,12 +80,12 @@ class EnvironmentProcess {
   static std::string reset_line(const std::vector<EpisodeStart>& episodes);
   static std::string step_line(const std::vector<EpisodeTurn>& turns);
   // The answers to a request for episodes `ids`, in that order; `who` names the process.
-  static std::vector<nlohmann::json> parse_reset_reply(std::string_view line,
-                                                       const std::vector<std::string>& ids,
-                                                       const std::string& who);
-  static std::vector<EpisodeStepReply> parse_step_reply(std::string_view line,
-                                                        const std::vector<std::string>& ids,
-                                                        const std::string& who);
+  static EnvironmentReset parse_reset_reply(std::string_view line,
+                                            const std::vector<std::string>& ids,
+                                            const std::string& who);
+  static EnvironmentStep parse_step_reply(std::string_view line,
+                                          const std::vector<std::string>& ids,
+                                          const std::string& who);
 
  private:
   std::string exchange(const std::string& line);

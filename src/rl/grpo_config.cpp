@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/check.h"
 #include "formats/json_read.h"
+#include "rl/tools_environment.h"
 #include "train/config_checks.h"
 
 namespace fp8rl {
@@ -98,16 +100,30 @@ void GrpoConfig::validate() const {
   CHECK(rewards.is_array(), "rewards must be a list of reward specs, got {}", rewards.dump());
   CHECK(num_reward_functions() >= 1 || !environment.empty(),
         "no reward: give `rewards` (a list of reward specs), `reward_process` (a command) or an "
-        "`environment` whose steps reward the episodes");
+        "`environment` whose steps reward the episodes{}",
+        tools.empty() ? "" : " (the tools helper gives no reward)");
   c::at_least<int64_t>("max_turns", max_turns, 1);
+  CHECK(tools.empty() || environment.empty(),
+        "`tools` with an `environment`: the tools are served as the run's environment; give one "
+        "of them");
+  check_tool_specs(tools);
+  CHECK(tools.empty() || max_turns == 10,
+        "max_turns = {} with `tools`: the tool rounds are bounded by max_tool_calling_iterations "
+        "(TRL's; an episode takes at most that many + 1 turns)",
+        max_turns);
+  CHECK(!max_tool_calling_iterations || !tools.empty(),
+        "max_tool_calling_iterations without `tools`: there are no tool rounds to bound");
+  if (max_tool_calling_iterations)
+    c::at_least<int64_t>("max_tool_calling_iterations", *max_tool_calling_iterations, 0);
   CHECK(environment_timeout_s > 0 && environment_timeout_s <= 1e9,
         "environment_timeout_s must be a positive number of seconds up to 1e9, got {}",
         environment_timeout_s);
-  CHECK(environment.empty() || !routing_replay,
+  CHECK(!multi_turn() || !routing_replay,
         "routing_replay with an environment: replaying the experts of multi-turn episodes is not "
         "supported");
-  CHECK(environment.empty() || !evaluates(),
-        "eval_strategy = {} with an environment: evaluations run single-turn completions, not "
+  CHECK(!multi_turn() || !evaluates(),
+        "eval_strategy = {} with an environment or tools: evaluations run single-turn completions, "
+        "not "
         "episodes; set eval_strategy: no",
         eval_strategy_name(eval_strategy));
   CHECK(reward_weights.empty() || int64_t(reward_weights.size()) == num_reward_functions(),
@@ -233,6 +249,17 @@ int64_t GrpoConfig::samples_per_round(int64_t round_size) const {
   const int64_t n = *num_completions_to_print, g = num_generations;
   if (n >= round_size) return round_size;  // also keeps the rounding below from overflowing
   return std::min(round_size, (n / g + (n % g != 0)) * g);
+}
+
+std::string GrpoConfig::environment_command() const {
+  return tools.empty() ? environment : tools_command(tools);
+}
+
+int64_t GrpoConfig::episode_turns() const {
+  if (tools.empty()) return max_turns;
+  // No bound (TRL's None): the completion budget ends the episode, one token a turn at least.
+  return max_tool_calling_iterations ? *max_tool_calling_iterations + 1
+                                     : std::numeric_limits<int64_t>::max();
 }
 
 int64_t GrpoConfig::num_reward_functions() const {

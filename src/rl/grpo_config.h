@@ -101,6 +101,18 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
   std::string environment;
   int64_t max_turns = 10;
   double environment_timeout_s = 300;
+  // TRL's `tools`: MODULE:FUNCTION specs, served by the fp8rl_reward.tools helper as the run's
+  // environment (rl/tools_environment.h); TRL's max_tool_calling_iterations bounds the tool
+  // rounds (null: only the completion budget does).
+  std::vector<std::string> tools;
+  std::optional<int64_t> max_tool_calling_iterations;
+  // Episodes against an environment or tools.
+  bool multi_turn() const { return !environment.empty() || !tools.empty(); }
+  // The environment's command line (the tools helper's with `tools`).
+  std::string environment_command() const;
+  // The assistant turns an episode takes at most: max_turns, or with tools the turn after the
+  // last allowed tool round.
+  int64_t episode_turns() const;
   // The engine reuses cached KV blocks of a prompt it has seen (vLLM's enable_prefix_caching);
   // a turn of an episode finds the previous turn's KV there.
   bool enable_prefix_caching = true;

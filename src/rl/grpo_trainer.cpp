@@ -525,7 +525,7 @@ struct GrpoTrainer::Impl {
   size_t longest_prompt() const {
     size_t longest = 0;
     for (const PromptExample& e : data) longest = std::max(longest, e.ids.size());
-    if (!cfg.environment.empty() && cfg.max_prompt_length)
+    if (cfg.multi_turn() && cfg.max_prompt_length)
       longest = std::max(longest, size_t(*cfg.max_prompt_length));
     return longest;
   }
@@ -755,7 +755,7 @@ struct GrpoTrainer::Impl {
     }
     EpisodeOptions o;
     o.sampling = sampling;
-    o.max_turns = cfg.max_turns;
+    o.max_turns = cfg.episode_turns();
     o.max_completion_length = cfg.max_completion_length;
     // The training pass is planned for this long a prompt (max_prompt_length when set).
     o.max_prompt_length = int64_t(longest_prompt());
@@ -828,6 +828,9 @@ struct GrpoTrainer::Impl {
     m["env/prefill_tokens"] = es.prefill_tokens;
     m["env/prefix_hit_tokens"] = es.prefix_hit_tokens;
     m["timing/environment_seconds"] = es.environment_seconds;
+    // The environment's own metrics (the tools helper's tools/call_frequency, ...): the mean
+    // over the round's step answers.
+    for (const auto& [name, sum] : es.environment_metrics) m[name] = sum.first / double(sum.second);
     return finish_round(std::move(r), samples, step, batch, truncated, extras);
   }
 
@@ -1156,10 +1159,10 @@ struct GrpoTrainer::Impl {
 
   void run(const std::function<void(const GrpoStepInfo&)>& on_step, const StopRequest& stop) {
     prepare_run_dir(cfg.output_dir);
-    if (!cfg.environment.empty() && !environment) {
+    if (cfg.multi_turn() && !environment) {
       CHECK(tokenizer != nullptr, "grpo: an environment needs the model's tokenizer");
       EnvironmentOptions eo;
-      eo.command = cfg.environment;
+      eo.command = cfg.environment_command();
       eo.timeout_s = cfg.environment_timeout_s;
       environment = std::make_unique<EnvironmentProcess>(eo);
     }

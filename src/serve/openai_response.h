@@ -1,7 +1,7 @@
 // OpenAI's response bodies from a request's token events: a chat.completion / text_completion
 // object, or the server-sent events of a stream (chat.completion.chunk / text_completion
 // chunks, `data: [DONE]` last), with usage counts and logprobs in OpenAI's shapes. Tool calls
-// are parsed from a finished choice's text (serve/tool_calls.h); a stream of a request with
+// are parsed from a finished choice's text (tokenizer/tool_calls.h); a stream of a request with
 // tools gets each choice's text or calls in one delta when the choice ends.
 #pragma once
 
@@ -13,7 +13,7 @@
 
 #include "serve/openai_request.h"
 #include "serve/request_queue.h"
-#include "serve/tool_calls.h"
+#include "tokenizer/tool_calls.h"
 
 namespace fp8rl {
 namespace tok {

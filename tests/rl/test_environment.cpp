@@ -68,19 +68,22 @@ TEST(EnvironmentProtocol, RequestLinesCarryTheEpisodes) {
 TEST(EnvironmentProtocol, AnswersAreCheckedAndReorderedById) {
   const std::vector<std::string> ids = {"a", "b"};
   const auto steps = EnvironmentProcess::parse_step_reply(
-      R"({"episodes": [{"id": "b", "messages": [], "reward": null, "done": true},
+                         R"({"episodes": [{"id": "b", "messages": [], "reward": null, "done": true},
                        {"id": "a", "messages": [{"role": "user", "content": "x"}],
                         "reward": 0.5, "done": false}]})",
-      ids, "env");
+                         ids, "env")
+                         .episodes;
   ASSERT_EQ(steps.size(), 2u);
   EXPECT_EQ(steps[0].reward, 0.5);
   EXPECT_FALSE(steps[0].done);
   EXPECT_EQ(steps[0].messages.size(), 1u);
   EXPECT_FALSE(steps[1].reward.has_value());
   EXPECT_TRUE(steps[1].done);
-  const auto opening = EnvironmentProcess::parse_reset_reply(
-      R"({"episodes": [{"id": "a"}, {"id": "b", "messages": [{"role": "system", "content": "s"}]}]})",
-      ids, "env");
+  const auto opening =
+      EnvironmentProcess::parse_reset_reply(
+          R"({"episodes": [{"id": "a"}, {"id": "b", "messages": [{"role": "system", "content": "s"}]}]})",
+          ids, "env")
+          .openings;
   EXPECT_TRUE(opening[0].is_null());
   EXPECT_EQ(opening[1].size(), 1u);
 

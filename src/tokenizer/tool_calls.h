@@ -5,7 +5,8 @@
 //                                      or [TOOL_CALLS]name[ARGS]{...} (newer tokenizers)
 //   llama3   (Llama 3.1 / 3.2)         <|python_tag|>? {"name": ..., "parameters": {...}}; ...
 // A call that does not parse (bad JSON, no name, arguments that are not an object) leaves the
-// whole output as text: the client sees what the model wrote, never a half-parsed call.
+// whole output as text: the client sees what the model wrote, never a half-parsed call. Used by
+// fp8rl serve and by multi-turn GRPO's tool turns (rl/episode_rollout.h).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -13,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace fp8rl::serve {
+namespace fp8rl {
 
 enum class ToolCallFormat { hermes, mistral, llama3 };
 
@@ -35,4 +36,9 @@ struct ParsedToolCalls {
 // [TOOL_CALLS] survive); nullopt when the text holds no call or a call that does not parse.
 std::optional<ParsedToolCalls> parse_tool_calls(const std::string& text, ToolCallFormat format);
 
-}  // namespace fp8rl::serve
+// Whether `text` starts a call in `format` (<tool_call>, [TOOL_CALLS], <|python_tag|>, or for
+// llama3 a JSON object with a "name" key as the whole text): with parse_tool_calls giving
+// nullopt, a call the model meant and wrote wrongly, not plain text.
+bool has_tool_call_marker(const std::string& text, ToolCallFormat format);
+
+}  // namespace fp8rl

@@ -1,9 +1,9 @@
-#include "serve/tool_calls.h"
+#include "tokenizer/tool_calls.h"
 
 #include <cctype>
 #include <string_view>
 
-namespace fp8rl::serve {
+namespace fp8rl {
 
 namespace {
 
@@ -147,6 +147,21 @@ std::optional<ParsedToolCalls> parse_llama3(std::string_view text) {
 
 }  // namespace
 
+bool has_tool_call_marker(const std::string& text, ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::hermes:
+      return text.find("<tool_call>") != std::string::npos;
+    case ToolCallFormat::mistral:
+      return text.find("[TOOL_CALLS]") != std::string::npos;
+    case ToolCallFormat::llama3: {
+      if (text.find("<|python_tag|>") != std::string::npos) return true;
+      const std::string_view t = trim(text);
+      return !t.empty() && t.front() == '{' && t.find("\"name\"") != std::string_view::npos;
+    }
+  }
+  return false;
+}
+
 ToolCallFormat tool_call_format_of_template(const std::string& source) {
   if (source.find("[TOOL_CALLS]") != std::string::npos) return ToolCallFormat::mistral;
   if (source.find("<tool_call>") != std::string::npos) return ToolCallFormat::hermes;
@@ -180,4 +195,4 @@ std::optional<ParsedToolCalls> parse_tool_calls(const std::string& text, ToolCal
   return std::nullopt;
 }
 
-}  // namespace fp8rl::serve
+}  // namespace fp8rl

@@ -2,9 +2,9 @@
 // not a well-formed call left as text.
 #include <gtest/gtest.h>
 
-#include "serve/tool_calls.h"
+#include "tokenizer/tool_calls.h"
 
-using namespace fp8rl::serve;
+using namespace fp8rl;
 
 namespace {
 
@@ -91,6 +91,31 @@ TEST(ToolCalls, Llama3) {
   for (const char* text :
        {"The answer is 4.", "{\"answer\": 4}", "{\"name\": \"a\", \"parameters\": {}} and then"})
     EXPECT_FALSE(parse_tool_calls(text, ToolCallFormat::llama3).has_value()) << text;
+}
+
+TEST(ToolCalls, AMarkerThatDoesNotParseIsToldFromPlainText) {
+  struct Case {
+    const char* text;
+    ToolCallFormat format;
+    bool marker;
+  };
+  for (const Case& c : {
+           Case{"<tool_call>{\"name\": \"f\", \"arguments\": {</tool_call>", ToolCallFormat::hermes,
+                true},
+           Case{"<tool_call>{\"name\": \"f\"}", ToolCallFormat::hermes, true},
+           Case{"The answer is 4.", ToolCallFormat::hermes, false},
+           Case{"[TOOL_CALLS]f[ARGS]{oops", ToolCallFormat::mistral, true},
+           Case{"<tool_call> is not mistral's", ToolCallFormat::mistral, false},
+           Case{"<|python_tag|>{\"name\": 3}", ToolCallFormat::llama3, true},
+           Case{"{\"name\": \"a\", \"parameters\": [1]}", ToolCallFormat::llama3, true},
+           Case{"{\"answer\": 4}", ToolCallFormat::llama3, false},
+       }) {
+    EXPECT_EQ(has_tool_call_marker(c.text, c.format), c.marker) << c.text;
+    EXPECT_FALSE(parse_tool_calls(c.text, c.format).has_value()) << c.text;
+  }
+  // A well-formed call has its marker too.
+  EXPECT_TRUE(
+      has_tool_call_marker("<tool_call>{\"name\": \"f\"}</tool_call>", ToolCallFormat::hermes));
 }
 
 }  // namespace
