@@ -237,16 +237,13 @@ struct DpoTrainer::Impl {
       ++batches;
     }
     const double n = double(batches);
-    const auto num = [](double v) {
-      return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
-    };
-    return {{"eval_loss", num(loss / double(eval_pairs.size()))},
-            {"eval_rewards/chosen", num(sum.rewards_chosen / n)},
-            {"eval_rewards/rejected", num(sum.rewards_rejected / n)},
-            {"eval_rewards/accuracies", num(sum.rewards_accuracies / n)},
-            {"eval_rewards/margins", num(sum.rewards_margins / n)},
-            {"eval_logps/chosen", num(sum.logps_chosen / n)},
-            {"eval_logps/rejected", num(sum.logps_rejected / n)},
+    return {{"eval_loss", finite_or_null(loss / double(eval_pairs.size()))},
+            {"eval_rewards/chosen", finite_or_null(sum.rewards_chosen / n)},
+            {"eval_rewards/rejected", finite_or_null(sum.rewards_rejected / n)},
+            {"eval_rewards/accuracies", finite_or_null(sum.rewards_accuracies / n)},
+            {"eval_rewards/margins", finite_or_null(sum.rewards_margins / n)},
+            {"eval_logps/chosen", finite_or_null(sum.logps_chosen / n)},
+            {"eval_logps/rejected", finite_or_null(sum.logps_rejected / n)},
             {"eval_runtime", std::chrono::duration<double>(Clock::now() - t0).count()}};
   }
 
@@ -323,22 +320,20 @@ struct DpoTrainer::Impl {
       const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       const double n = double(micro);
       const int64_t step = train_step->global_step();
-      nlohmann::json line = {
-          {"step", step},
-          {"loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)},
-          {"grad_norm",
-           std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json(nullptr)},
-          {"learning_rate", r.lr},
-          {"rewards/chosen", mean.rewards_chosen / n},
-          {"rewards/rejected", mean.rewards_rejected / n},
-          {"rewards/accuracies", mean.rewards_accuracies / n},
-          {"rewards/margins", mean.rewards_margins / n},
-          {"logps/chosen", mean.logps_chosen / n},
-          {"logps/rejected", mean.logps_rejected / n},
-          {"epoch", double(epoch) + double(batch) / double(batches_per_epoch)},
-          {"tokens_per_second", double(tokens) / seconds},
-          {"peak_memory_bytes", peak_memory_bytes(ctx)},
-          {"skipped_steps", train_step->skipped_steps()}};
+      nlohmann::json line = {{"step", step},
+                             {"loss", finite_or_null(loss)},
+                             {"grad_norm", finite_or_null(r.grad_norm)},
+                             {"learning_rate", r.lr},
+                             {"rewards/chosen", mean.rewards_chosen / n},
+                             {"rewards/rejected", mean.rewards_rejected / n},
+                             {"rewards/accuracies", mean.rewards_accuracies / n},
+                             {"rewards/margins", mean.rewards_margins / n},
+                             {"logps/chosen", mean.logps_chosen / n},
+                             {"logps/rejected", mean.logps_rejected / n},
+                             {"epoch", double(epoch) + double(batch) / double(batches_per_epoch)},
+                             {"tokens_per_second", double(tokens) / seconds},
+                             {"peak_memory_bytes", peak_memory_bytes(ctx)},
+                             {"skipped_steps", train_step->skipped_steps()}};
       // The step ended an epoch when it took the epoch's last batch.
       const bool evaluated = cfg.should_evaluate(step, total_steps, batch >= batches_per_epoch);
       if (evaluated) line.update(evaluate());

@@ -946,8 +946,7 @@ struct GrpoTrainer::Impl {
     m["reward_std"] = scored_stats.reward_std;
     m["frac_reward_zero_std"] = adv.stats.frac_reward_zero_std;
     for (const auto& [k, v] : scored.metrics()) m[k] = v;
-    for (const auto& [k, v] : scored.logged_metrics)
-      r.logged_metrics[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+    for (const auto& [k, v] : scored.logged_metrics) r.logged_metrics[k] = finite_or_null(v);
     completion_metrics(r.ids, truncated, m, r.sampled);
     for (const auto& [k, v] : extras.metrics.items()) m[k] = v;
     const auto [amin, amax] = std::minmax_element(r.advantages.begin(), r.advantages.end());
@@ -972,13 +971,11 @@ struct GrpoTrainer::Impl {
             "itself; log it under another name",
             it.key());
     for (int64_t c = 0; c < keep; ++c) {
-      nlohmann::json s = {
-          {"step", step},
-          {"prompt", batch.prompts[size_t(c)]},
-          {"completion", batch.completions[size_t(c)]},
-          {"reward", std::isfinite(totals[size_t(c)]) ? nlohmann::json(totals[size_t(c)])
-                                                      : nlohmann::json(nullptr)},
-          {"advantage", r.advantages[size_t(c)]}};
+      nlohmann::json s = {{"step", step},
+                          {"prompt", batch.prompts[size_t(c)]},
+                          {"completion", batch.completions[size_t(c)]},
+                          {"reward", finite_or_null(totals[size_t(c)])},
+                          {"advantage", r.advantages[size_t(c)]}};
       if (!batch.completion_messages.is_null())
         s["completion_messages"] = batch.completion_messages[size_t(c)];
       for (auto it = scored.logged_extra.begin(); it != scored.logged_extra.end(); ++it)
@@ -1233,9 +1230,8 @@ struct GrpoTrainer::Impl {
       means.into(line);
       const double seconds = seconds_since(t0);
       line["step"] = step;
-      line["loss"] = std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr);
-      line["grad_norm"] =
-          std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json(nullptr);
+      line["loss"] = finite_or_null(loss);
+      line["grad_norm"] = finite_or_null(r.grad_norm);
       line["learning_rate"] = r.lr;
       line["skipped_steps"] = train_step->skipped_steps();
       line["epoch"] = epoch_now();

@@ -88,7 +88,7 @@ class MetricMeans {
   void write(nlohmann::json& line, const std::string& prefix) const {
     for (const auto& [key, v] : values_) {
       const double mean = v.first / double(v.second);
-      line[prefix + key] = std::isfinite(mean) ? nlohmann::json(mean) : nlohmann::json(nullptr);
+      line[prefix + key] = finite_or_null(mean);
     }
   }
 
@@ -111,10 +111,6 @@ void add_batch_metrics(MetricMeans& m, const KtoStats& s, double kl, double entr
   if (s.num_chosen > 0 && s.num_rejected > 0)
     m.add("rewards/margins",
           s.rewards_chosen / double(s.num_chosen) - s.rewards_rejected / double(s.num_rejected));
-}
-
-nlohmann::json finite_or_null(double v) {
-  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
 
 }  // namespace

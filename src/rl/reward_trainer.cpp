@@ -209,16 +209,13 @@ struct RewardTrainer::Impl {
       ++batches;
     }
     const double n = double(batches);
-    const auto num = [](double v) {
-      return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
-    };
-    return {{"eval_loss", num(loss / double(eval_pairs.size()))},
-            {"eval_accuracy", num(acc / n)},
-            {"eval_rewards/accuracies", num(acc / n)},
-            {"eval_margin", num(margin / n)},
-            {"eval_mean_reward", num(mean / n)},
-            {"eval_min_reward", num(lo)},
-            {"eval_max_reward", num(hi)},
+    return {{"eval_loss", finite_or_null(loss / double(eval_pairs.size()))},
+            {"eval_accuracy", finite_or_null(acc / n)},
+            {"eval_rewards/accuracies", finite_or_null(acc / n)},
+            {"eval_margin", finite_or_null(margin / n)},
+            {"eval_mean_reward", finite_or_null(mean / n)},
+            {"eval_min_reward", finite_or_null(lo)},
+            {"eval_max_reward", finite_or_null(hi)},
             {"eval_runtime", std::chrono::duration<double>(Clock::now() - t0).count()}};
   }
 
@@ -280,21 +277,19 @@ struct RewardTrainer::Impl {
       const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       const double n = double(micro);
       const int64_t step = train_step->global_step();
-      nlohmann::json line = {
-          {"step", step},
-          {"loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)},
-          {"grad_norm",
-           std::isfinite(sr.grad_norm) ? nlohmann::json(sr.grad_norm) : nlohmann::json(nullptr)},
-          {"learning_rate", sr.lr},
-          {"num_tokens", num_tokens},
-          {"accuracy", acc / n},
-          {"margin", margin / n},
-          {"mean_reward", mean / n},
-          {"min_reward", lo},
-          {"max_reward", hi},
-          {"epoch", double(epoch) + double(batch) / double(batches_per_epoch)},
-          {"peak_memory_bytes", peak_memory_bytes(ctx)},
-          {"skipped_steps", train_step->skipped_steps()}};
+      nlohmann::json line = {{"step", step},
+                             {"loss", finite_or_null(loss)},
+                             {"grad_norm", finite_or_null(sr.grad_norm)},
+                             {"learning_rate", sr.lr},
+                             {"num_tokens", num_tokens},
+                             {"accuracy", acc / n},
+                             {"margin", margin / n},
+                             {"mean_reward", mean / n},
+                             {"min_reward", lo},
+                             {"max_reward", hi},
+                             {"epoch", double(epoch) + double(batch) / double(batches_per_epoch)},
+                             {"peak_memory_bytes", peak_memory_bytes(ctx)},
+                             {"skipped_steps", train_step->skipped_steps()}};
       const bool evaluated = cfg.should_evaluate(step, total_steps, batch >= batches_per_epoch);
       if (evaluated) line.update(evaluate());
       metrics.write(line);

@@ -128,7 +128,7 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step,
     const auto t0 = std::chrono::steady_clock::now();
     const double loss = evaluate_loss();
     return nlohmann::json{
-        {"eval_loss", std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(nullptr)},
+        {"eval_loss", finite_or_null(loss)},
         {"eval_runtime",
          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
   };

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 
@@ -12,6 +13,10 @@
 #include "train/training_arguments.h"
 
 namespace fp8rl {
+
+nlohmann::json finite_or_null(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+}
 
 namespace {
 

@@ -1,5 +1,5 @@
-// The per-step metrics of a training run (sft, grpo, dpo): metrics.jsonl always (MetricsLog),
-// and the trackers report_to names. fp8rl has one tracker, TensorBoard
+// The per-step metrics of a training run (sft, grpo, dpo, kto, reward): metrics.jsonl always
+// (MetricsLog), and the trackers report_to names. fp8rl has one tracker, TensorBoard
 // (formats/tensorboard_events.h), whose scalars carry the tags transformers'
 // TensorBoardCallback gives them.
 #pragma once
@@ -22,6 +22,10 @@ class TensorBoardWriter;
 // report_to's names: tensorboard, all (= tensorboard) or none (alone). Any other tracker is
 // an error naming it and what is supported.
 void check_report_to(const std::vector<std::string>& report_to);
+
+// A metrics value as metrics.jsonl writes it: the number, or null when it is not finite (as
+// transformers' JSON log cannot hold NaN or infinities).
+nlohmann::json finite_or_null(double v);
 bool reports_to_tensorboard(const std::vector<std::string>& report_to);
 
 // Where a run's TensorBoard files go: logging_dir, or (transformers' default)
