@@ -13,6 +13,7 @@
 #include "ops/backward.h"
 #include "ops/memory.h"
 #include "rl/dpo_loss.h"
+#include "train/batch_loop.h"
 #include "train/logprob_pass.h"
 #include "train/run_dir.h"
 #include "train/step_metrics.h"
@@ -50,11 +51,6 @@ Packed pack(const std::vector<PreferencePair>& pairs, std::span<const size_t> id
 }
 
 using Span = std::pair<int64_t, int64_t>;
-
-double number_or_nan(const nlohmann::json& j, const char* key) {
-  const auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : std::nan("");
-}
 
 // The pair's shared length: LD-DPO weights the tokens beyond it (ld_logp).
 int64_t shared_length(Span chosen, Span rejected) {
@@ -251,109 +247,71 @@ struct DpoTrainer::Impl {
     CHECK(!cfg.evaluates() || !eval_pairs.empty(),
           "dpo: eval_strategy = {}{} but no eval pairs were given",
           eval_strategy_name(cfg.eval_strategy), cfg.eval_on_start ? " with eval_on_start" : "");
-    prepare_run_dir(cfg.output_dir);
-    const std::string resume = resume_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir);
-    if (!resume.empty()) {
-      const nlohmann::json s = load_checkpoint(resume, ctx, model, adapter, *train_step);
-      epoch = checkpoint_position(s, "epoch", resume);
-      batch = checkpoint_position(s, "batch", resume);
-    }
-    StepMetrics metrics(cfg, train_step->global_step());
-    // The gradients on the run's device, beside the masters: the optimizer steps them there.
-    const int64_t num_params = adapter.master_params().numel();
-    const DeviceBuffer grad_storage(ctx, size_t(num_params) * sizeof(float));
-    const TensorView grads = grad_storage.view({num_params}, DType::f32);  // [P] f32
     const DpoLossConfig lc = loss_config();
-    if (cfg.eval_on_start && train_step->global_step() == 0) {
-      nlohmann::json line = evaluate();
-      line["step"] = 0;
-      metrics.write(line);
-    }
-    std::string saved = resume;  // the checkpoint of the last completed step, if any
-    while (train_step->global_step() < total_steps && !stop.requested()) {
-      const auto t0 = Clock::now();
-      ops::fill_zero(ctx, grads);
-      double loss = 0;
-      DpoStats mean{};
-      int64_t micro = 0, tokens = 0;
-      for (; micro < cfg.gradient_accumulation_steps; ++micro) {
-        if (batch >= batches_per_epoch) {
-          if (micro > 0) break;  // an epoch's last step may be shorter (transformers)
-          ++epoch;
-          batch = 0;
-        }
-        const std::vector<size_t> idx = batch_indices(epoch, batch++);
-        reference(idx);
-        const Packed p = pack(pairs, idx);
-        PassOptions o = pass_options();
-        o.dropout_seed = rng_key(uint64_t(cfg.seed), uint64_t(epoch) * 1000003u + uint64_t(batch));
-        pass->forward({p.ids, p.targets, p.cu}, o);
-        tokens += int64_t(p.ids.size());
-        const PairValues values =
-            pair_values(pass->logprobs(), p, idx, ref_chosen, ref_rejected, cfg.ld_alpha);
-        const DpoLossResult res = dpo_loss(values.view(), lc);
-        const double ga = double(cfg.gradient_accumulation_steps);
-        loss += res.loss / ga;
-        std::vector<float> dlogprob(p.ids.size(), 0.0f);
-        const double alpha = cfg.ld_alpha.value_or(1.0);
-        for (size_t k = 0; k < idx.size(); ++k) {
-          const Span c = p.span[2 * k], rj = p.span[2 * k + 1];
-          const int64_t shared = shared_length(c, rj);
-          for (int64_t t = c.first; t < c.second; ++t)
-            dlogprob[size_t(t)] =
-                float(res.dloss_dchosen_logp[k] / ga * ld_token_weight(t - c.first, shared, alpha));
-          for (int64_t t = rj.first; t < rj.second; ++t)
-            dlogprob[size_t(t)] = float(res.dloss_drejected_logp[k] / ga *
-                                        ld_token_weight(t - rj.first, shared, alpha));
-        }
-        pass->backward(dlogprob, grads);
-        mean.rewards_chosen += res.stats.rewards_chosen;
-        mean.rewards_rejected += res.stats.rewards_rejected;
-        mean.rewards_accuracies += res.stats.rewards_accuracies;
-        mean.rewards_margins += res.stats.rewards_margins;
-        mean.logps_chosen += res.stats.logps_chosen;
-        mean.logps_rejected += res.stats.logps_rejected;
+    DpoStats mean{};
+    int64_t tokens = 0;
+    BatchLoopHooks hooks;
+    hooks.evaluate = [&] { return evaluate(); };
+    hooks.begin_step = [&] {
+      mean = DpoStats{};
+      tokens = 0;
+    };
+    hooks.micro_step = [&](const DataPosition& at, uint64_t dropout_seed, const TensorView& grads,
+                           double ga) {
+      const std::vector<size_t> idx = batch_indices(at.epoch, at.batch);
+      reference(idx);
+      const Packed p = pack(pairs, idx);
+      PassOptions o = pass_options();
+      o.dropout_seed = dropout_seed;
+      pass->forward({p.ids, p.targets, p.cu}, o);
+      tokens += int64_t(p.ids.size());
+      const PairValues values =
+          pair_values(pass->logprobs(), p, idx, ref_chosen, ref_rejected, cfg.ld_alpha);
+      const DpoLossResult res = dpo_loss(values.view(), lc);
+      std::vector<float> dlogprob(p.ids.size(), 0.0f);
+      const double alpha = cfg.ld_alpha.value_or(1.0);
+      for (size_t k = 0; k < idx.size(); ++k) {
+        const Span c = p.span[2 * k], rj = p.span[2 * k + 1];
+        const int64_t shared = shared_length(c, rj);
+        for (int64_t t = c.first; t < c.second; ++t)
+          dlogprob[size_t(t)] =
+              float(res.dloss_dchosen_logp[k] / ga * ld_token_weight(t - c.first, shared, alpha));
+        for (int64_t t = rj.first; t < rj.second; ++t)
+          dlogprob[size_t(t)] = float(res.dloss_drejected_logp[k] / ga *
+                                      ld_token_weight(t - rj.first, shared, alpha));
       }
-      const StepResult r =
-          train_step->step(ctx, adapter.master_params(), grads, loss, adapter.compute_params());
-      if (!r.skipped) adapter.mark_updated();
-      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      pass->backward(dlogprob, grads);
+      mean.rewards_chosen += res.stats.rewards_chosen;
+      mean.rewards_rejected += res.stats.rewards_rejected;
+      mean.rewards_accuracies += res.stats.rewards_accuracies;
+      mean.rewards_margins += res.stats.rewards_margins;
+      mean.logps_chosen += res.stats.logps_chosen;
+      mean.logps_rejected += res.stats.logps_rejected;
+      return res.loss / ga;
+    };
+    hooks.add_metrics = [&](nlohmann::json& line, int64_t micro, double seconds) {
       const double n = double(micro);
-      const int64_t step = train_step->global_step();
-      nlohmann::json line = {{"step", step},
-                             {"loss", finite_or_null(loss)},
-                             {"grad_norm", finite_or_null(r.grad_norm)},
-                             {"learning_rate", r.lr},
-                             {"rewards/chosen", mean.rewards_chosen / n},
-                             {"rewards/rejected", mean.rewards_rejected / n},
-                             {"rewards/accuracies", mean.rewards_accuracies / n},
-                             {"rewards/margins", mean.rewards_margins / n},
-                             {"logps/chosen", mean.logps_chosen / n},
-                             {"logps/rejected", mean.logps_rejected / n},
-                             {"epoch", double(epoch) + double(batch) / double(batches_per_epoch)},
-                             {"tokens_per_second", double(tokens) / seconds},
-                             {"peak_memory_bytes", peak_memory_bytes(ctx)},
-                             {"skipped_steps", train_step->skipped_steps()}};
-      // The step ended an epoch when it took the epoch's last batch.
-      const bool evaluated = cfg.should_evaluate(step, total_steps, batch >= batches_per_epoch);
-      if (evaluated) line.update(evaluate());
-      metrics.write(line);
-      if (on_step)
-        on_step({step, total_steps, loss, mean.rewards_accuracies / n, mean.rewards_margins / n,
+      line["rewards/chosen"] = mean.rewards_chosen / n;
+      line["rewards/rejected"] = mean.rewards_rejected / n;
+      line["rewards/accuracies"] = mean.rewards_accuracies / n;
+      line["rewards/margins"] = mean.rewards_margins / n;
+      line["logps/chosen"] = mean.logps_chosen / n;
+      line["logps/rejected"] = mean.logps_rejected / n;
+      line["tokens_per_second"] = double(tokens) / seconds;
+    };
+    if (on_step)
+      hooks.on_step = [&](const nlohmann::json& line, double loss, double seconds, bool evaluated) {
+        on_step({line["step"].get<int64_t>(), total_steps, loss,
+                 line["rewards/accuracies"].get<double>(), line["rewards/margins"].get<double>(),
                  seconds, evaluated, number_or_nan(line, "eval_loss"),
                  number_or_nan(line, "eval_rewards/accuracies")});
-      if ((cfg.save_steps > 0 && step % cfg.save_steps == 0) || step == total_steps) {
-        save_checkpoint(cfg.output_dir, step, adapter, *train_step,
-                        {{"epoch", epoch}, {"batch", batch}}, base_model_name);
-        saved = checkpoint_path(cfg.output_dir, step);
-      }
-    }
-    if (train_step->global_step() < total_steps)
-      end_stopped_run(stop, train_step->global_step(), total_steps, cfg.output_dir, saved, [&] {
-        save_checkpoint(cfg.output_dir, train_step->global_step(), adapter, *train_step,
-                        {{"epoch", epoch}, {"batch", batch}}, base_model_name);
-      });
-    adapter.save_peft(cfg.output_dir, base_model_name);
+      };
+    DataPosition at{epoch, batch};
+    run_batch_loop(
+        {cfg, ctx, model, adapter, *train_step, base_model_name, total_steps, batches_per_epoch},
+        at, hooks, stop);
+    epoch = at.epoch;
+    batch = at.batch;
   }
 };
 

@@ -13,6 +13,7 @@
 #include "ops/backward.h"
 #include "ops/memory.h"
 #include "rl/kto_loss.h"
+#include "train/batch_loop.h"
 #include "train/logprob_pass.h"
 #include "train/run_dir.h"
 #include "train/step_metrics.h"
@@ -304,99 +305,58 @@ struct KtoTrainer::Impl {
     return line;
   }
 
-  nlohmann::json position() const {
-    return {{"epoch", epoch}, {"batch", batch}, {"num_tokens", num_tokens}};
-  }
-
   void run(const std::function<void(const KtoStepInfo&)>& on_step, const StopRequest& stop) {
     CHECK(!cfg.evaluates() || !eval_examples.empty(),
           "kto: eval_strategy = {}{} but no eval examples were given",
           eval_strategy_name(cfg.eval_strategy), cfg.eval_on_start ? " with eval_on_start" : "");
-    prepare_run_dir(cfg.output_dir);
-    const std::string resume = resume_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir);
-    if (!resume.empty()) {
-      const nlohmann::json s = load_checkpoint(resume, ctx, model, adapter, *train_step);
-      epoch = checkpoint_position(s, "epoch", resume);
-      batch = checkpoint_position(s, "batch", resume);
-      num_tokens = checkpoint_position(s, "num_tokens", resume);
-    }
-    StepMetrics metrics(cfg, train_step->global_step());
-    const int64_t num_params = adapter.master_params().numel();
-    const DeviceBuffer grad_storage(ctx, size_t(num_params) * sizeof(float));
-    const TensorView grads = grad_storage.view({num_params}, DType::f32);  // [P] f32
-    if (cfg.eval_on_start && train_step->global_step() == 0) {
-      nlohmann::json line = evaluate();
-      line["step"] = 0;
-      metrics.write(line);
-    }
-    std::string saved = resume;  // the checkpoint of the last completed step, if any
-    while (train_step->global_step() < total_steps && !stop.requested()) {
-      const auto t0 = Clock::now();
-      ops::fill_zero(ctx, grads);
-      double loss = 0;
-      MetricMeans means;
-      int64_t micro = 0, tokens = 0;
-      for (; micro < cfg.gradient_accumulation_steps; ++micro) {
-        if (batch >= batches_per_epoch) {
-          if (micro > 0) break;  // an epoch's last step may be shorter (transformers)
-          ++epoch;
-          batch = 0;
-        }
-        const std::vector<size_t> idx =
-            batch_indices(batch++, examples.size(), cfg.per_device_train_batch_size);
-        reference_of(examples, idx, ref_logp, ref_kl_logp);
-        const Packed p = pack_of(examples, idx);
-        PassOptions o = pass_options();
-        o.dropout_seed = rng_key(uint64_t(cfg.seed), uint64_t(epoch) * 1000003u + uint64_t(batch));
-        pass->forward({p.ids, p.targets, p.cu}, o);
-        tokens += int64_t(p.ids.size());
-        num_tokens += p.main_tokens;
-        const BatchResult r = batch_loss(examples, idx, p, ref_logp, ref_kl_logp);
-        const double ga = double(cfg.gradient_accumulation_steps);
-        loss += r.res.loss / ga;
-        std::vector<float> dlogprob(p.ids.size(), 0.0f);  // the KL sequences' stay 0
-        for (size_t k = 0; k < idx.size(); ++k)
-          for (int64_t t = p.span[k].first; t < p.span[k].second; ++t)
-            dlogprob[size_t(t)] = float(r.res.dloss_dlogp[k] / ga);
-        pass->backward(dlogprob, grads);
-        add_batch_metrics(means, r.res.stats, r.kl, r.entropy);
-      }
-      const StepResult sr =
-          train_step->step(ctx, adapter.master_params(), grads, loss, adapter.compute_params());
-      if (!sr.skipped) adapter.mark_updated();
-      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-      const int64_t step = train_step->global_step();
-      nlohmann::json line = {{"step", step},
-                             {"loss", finite_or_null(loss)},
-                             {"grad_norm", finite_or_null(sr.grad_norm)},
-                             {"learning_rate", sr.lr}};
+    MetricMeans means;
+    int64_t tokens = 0;
+    BatchLoopHooks hooks;
+    hooks.save_state = [&](nlohmann::json& state) { state["num_tokens"] = num_tokens; };
+    hooks.load_state = [&](const nlohmann::json& state, const std::string& checkpoint) {
+      num_tokens = checkpoint_position(state, "num_tokens", checkpoint);
+    };
+    hooks.evaluate = [&] { return evaluate(); };
+    hooks.begin_step = [&] {
+      means = MetricMeans();
+      tokens = 0;
+    };
+    hooks.micro_step = [&](const DataPosition& at, uint64_t dropout_seed, const TensorView& grads,
+                           double ga) {
+      const std::vector<size_t> idx =
+          batch_indices(at.batch, examples.size(), cfg.per_device_train_batch_size);
+      reference_of(examples, idx, ref_logp, ref_kl_logp);
+      const Packed p = pack_of(examples, idx);
+      PassOptions o = pass_options();
+      o.dropout_seed = dropout_seed;
+      pass->forward({p.ids, p.targets, p.cu}, o);
+      tokens += int64_t(p.ids.size());
+      num_tokens += p.main_tokens;
+      const BatchResult r = batch_loss(examples, idx, p, ref_logp, ref_kl_logp);
+      std::vector<float> dlogprob(p.ids.size(), 0.0f);  // the KL sequences' stay 0
+      for (size_t k = 0; k < idx.size(); ++k)
+        for (int64_t t = p.span[k].first; t < p.span[k].second; ++t)
+          dlogprob[size_t(t)] = float(r.res.dloss_dlogp[k] / ga);
+      pass->backward(dlogprob, grads);
+      add_batch_metrics(means, r.res.stats, r.kl, r.entropy);
+      return r.res.loss / ga;
+    };
+    hooks.add_metrics = [&](nlohmann::json& line, int64_t, double seconds) {
       means.write(line, "");
       line["num_tokens"] = num_tokens;
-      line["epoch"] = double(epoch) + double(batch) / double(batches_per_epoch);
       line["tokens_per_second"] = double(tokens) / seconds;
-      line["peak_memory_bytes"] = peak_memory_bytes(ctx);
-      line["skipped_steps"] = train_step->skipped_steps();
-      const bool evaluated = cfg.should_evaluate(step, total_steps, batch >= batches_per_epoch);
-      if (evaluated) line.update(evaluate());
-      metrics.write(line);
-      if (on_step) {
-        const auto number = [&](const char* key) {
-          const auto it = line.find(key);
-          return it != line.end() && it->is_number() ? it->get<double>() : std::nan("");
-        };
-        on_step({step, total_steps, loss, number("kl"), seconds, evaluated, number("eval_loss")});
-      }
-      if ((cfg.save_steps > 0 && step % cfg.save_steps == 0) || step == total_steps) {
-        save_checkpoint(cfg.output_dir, step, adapter, *train_step, position(), base_model_name);
-        saved = checkpoint_path(cfg.output_dir, step);
-      }
-    }
-    if (train_step->global_step() < total_steps)
-      end_stopped_run(stop, train_step->global_step(), total_steps, cfg.output_dir, saved, [&] {
-        save_checkpoint(cfg.output_dir, train_step->global_step(), adapter, *train_step, position(),
-                        base_model_name);
-      });
-    adapter.save_peft(cfg.output_dir, base_model_name);
+    };
+    if (on_step)
+      hooks.on_step = [&](const nlohmann::json& line, double loss, double seconds, bool evaluated) {
+        on_step({line["step"].get<int64_t>(), total_steps, loss, number_or_nan(line, "kl"), seconds,
+                 evaluated, number_or_nan(line, "eval_loss")});
+      };
+    DataPosition at{epoch, batch};
+    run_batch_loop(
+        {cfg, ctx, model, adapter, *train_step, base_model_name, total_steps, batches_per_epoch},
+        at, hooks, stop);
+    epoch = at.epoch;
+    batch = at.batch;
   }
 };
 

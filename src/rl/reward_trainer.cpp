@@ -10,6 +10,7 @@
 #include "model/sequence_score.h"
 #include "ops/memory.h"
 #include "rl/reward_loss.h"
+#include "train/batch_loop.h"
 #include "train/run_dir.h"
 #include "train/step_metrics.h"
 #include "train/train_step.h"
@@ -36,11 +37,6 @@ Packed pack(std::span<const RewardPair> pairs, std::optional<int64_t> pad) {
     }
   p.targets.assign(p.ids.size(), -100);
   return p;
-}
-
-double number_or_nan(const nlohmann::json& j, const char* key) {
-  const auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : std::nan("");
 }
 
 }  // namespace
@@ -223,90 +219,57 @@ struct RewardTrainer::Impl {
     CHECK(!cfg.evaluates() || !eval_pairs.empty(),
           "reward: eval_strategy = {}{} but no eval pairs were given",
           eval_strategy_name(cfg.eval_strategy), cfg.eval_on_start ? " with eval_on_start" : "");
-    prepare_run_dir(cfg.output_dir);
-    const std::string resume = resume_checkpoint(cfg.resume_from_checkpoint, cfg.output_dir);
-    if (!resume.empty()) {
-      const nlohmann::json s = load_checkpoint(resume, ctx, model, adapter, *train_step);
-      epoch = checkpoint_position(s, "epoch", resume);
-      batch = checkpoint_position(s, "batch", resume);
-      num_tokens = checkpoint_position(s, "num_tokens", resume);
-    }
-    StepMetrics metrics(cfg, train_step->global_step());
-    const int64_t num_params = adapter.master_params().numel();
-    const DeviceBuffer grad_storage(ctx, size_t(num_params) * sizeof(float));
-    const TensorView grads = grad_storage.view({num_params}, DType::f32);  // [P] f32
-    if (cfg.eval_on_start && train_step->global_step() == 0) {
-      nlohmann::json line = evaluate();
-      line["step"] = 0;
-      metrics.write(line);
-    }
-    std::string saved = resume;
-    const auto state = [&] {
-      return nlohmann::json{{"epoch", epoch}, {"batch", batch}, {"num_tokens", num_tokens}};
+    std::vector<float> w;
+    double acc = 0, margin = 0, mean = 0, lo = INFINITY, hi = -INFINITY;
+    BatchLoopHooks hooks;
+    hooks.save_state = [&](nlohmann::json& state) { state["num_tokens"] = num_tokens; };
+    hooks.load_state = [&](const nlohmann::json& state, const std::string& checkpoint) {
+      num_tokens = checkpoint_position(state, "num_tokens", checkpoint);
     };
-    while (train_step->global_step() < total_steps && !stop.requested()) {
-      const auto t0 = Clock::now();
-      ops::fill_zero(ctx, grads);
-      const std::vector<float> w = head();
-      double loss = 0, acc = 0, margin = 0, mean = 0, lo = INFINITY, hi = -INFINITY;
-      int64_t micro = 0;
-      for (; micro < cfg.gradient_accumulation_steps; ++micro) {
-        if (batch >= batches_per_epoch) {
-          if (micro > 0) break;
-          ++epoch;
-          batch = 0;
-        }
-        const std::vector<RewardPair> of = gather(batch_indices(epoch, batch++));
-        const Packed p = pack(of, model.config().pad_token_id);
-        PassOptions o = pass_options(true);
-        o.dropout_seed = rng_key(uint64_t(cfg.seed), uint64_t(epoch) * 1000003u + uint64_t(batch));
-        const RewardLossResult r = loss_of(of, score_pass(p, o, w));
-        const double ga = double(cfg.gradient_accumulation_steps);
-        loss += r.loss / ga;
-        backward(r, 1.0 / ga, w, grads);
-        num_tokens += int64_t(p.ids.size());
-        acc += r.accuracy;
-        margin += r.margin;
-        mean += r.mean_reward;
-        lo = std::min(lo, r.min_reward);
-        hi = std::max(hi, r.max_reward);
-      }
-      const StepResult sr =
-          train_step->step(ctx, adapter.master_params(), grads, loss, adapter.compute_params());
-      if (!sr.skipped) adapter.mark_updated();
-      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    hooks.evaluate = [&] { return evaluate(); };
+    hooks.begin_step = [&] {
+      w = head();
+      acc = margin = mean = 0;
+      lo = INFINITY;
+      hi = -INFINITY;
+    };
+    hooks.micro_step = [&](const DataPosition& at, uint64_t dropout_seed, const TensorView& grads,
+                           double ga) {
+      const std::vector<RewardPair> of = gather(batch_indices(at.epoch, at.batch));
+      const Packed p = pack(of, model.config().pad_token_id);
+      PassOptions o = pass_options(true);
+      o.dropout_seed = dropout_seed;
+      const RewardLossResult r = loss_of(of, score_pass(p, o, w));
+      backward(r, 1.0 / ga, w, grads);
+      num_tokens += int64_t(p.ids.size());
+      acc += r.accuracy;
+      margin += r.margin;
+      mean += r.mean_reward;
+      lo = std::min(lo, r.min_reward);
+      hi = std::max(hi, r.max_reward);
+      return r.loss / ga;
+    };
+    hooks.add_metrics = [&](nlohmann::json& line, int64_t micro, double) {
       const double n = double(micro);
-      const int64_t step = train_step->global_step();
-      nlohmann::json line = {{"step", step},
-                             {"loss", finite_or_null(loss)},
-                             {"grad_norm", finite_or_null(sr.grad_norm)},
-                             {"learning_rate", sr.lr},
-                             {"num_tokens", num_tokens},
-                             {"accuracy", acc / n},
-                             {"margin", margin / n},
-                             {"mean_reward", mean / n},
-                             {"min_reward", lo},
-                             {"max_reward", hi},
-                             {"epoch", double(epoch) + double(batch) / double(batches_per_epoch)},
-                             {"peak_memory_bytes", peak_memory_bytes(ctx)},
-                             {"skipped_steps", train_step->skipped_steps()}};
-      const bool evaluated = cfg.should_evaluate(step, total_steps, batch >= batches_per_epoch);
-      if (evaluated) line.update(evaluate());
-      metrics.write(line);
-      if (on_step)
-        on_step({step, total_steps, loss, acc / n, margin / n, seconds, evaluated,
-                 number_or_nan(line, "eval_loss"), number_or_nan(line, "eval_rewards/accuracies")});
-      if ((cfg.save_steps > 0 && step % cfg.save_steps == 0) || step == total_steps) {
-        save_checkpoint(cfg.output_dir, step, adapter, *train_step, state(), base_model_name);
-        saved = checkpoint_path(cfg.output_dir, step);
-      }
-    }
-    if (train_step->global_step() < total_steps)
-      end_stopped_run(stop, train_step->global_step(), total_steps, cfg.output_dir, saved, [&] {
-        save_checkpoint(cfg.output_dir, train_step->global_step(), adapter, *train_step, state(),
-                        base_model_name);
-      });
-    adapter.save_peft(cfg.output_dir, base_model_name);
+      line["num_tokens"] = num_tokens;
+      line["accuracy"] = acc / n;
+      line["margin"] = margin / n;
+      line["mean_reward"] = mean / n;
+      line["min_reward"] = lo;
+      line["max_reward"] = hi;
+    };
+    if (on_step)
+      hooks.on_step = [&](const nlohmann::json& line, double loss, double seconds, bool evaluated) {
+        on_step({line["step"].get<int64_t>(), total_steps, loss, line["accuracy"].get<double>(),
+                 line["margin"].get<double>(), seconds, evaluated, number_or_nan(line, "eval_loss"),
+                 number_or_nan(line, "eval_rewards/accuracies")});
+      };
+    DataPosition at{epoch, batch};
+    run_batch_loop(
+        {cfg, ctx, model, adapter, *train_step, base_model_name, total_steps, batches_per_epoch},
+        at, hooks, stop);
+    epoch = at.epoch;
+    batch = at.batch;
   }
 };
 

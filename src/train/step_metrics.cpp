@@ -18,6 +18,11 @@ nlohmann::json finite_or_null(double v) {
   return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
 
+double number_or_nan(const nlohmann::json& line, const char* key) {
+  const auto it = line.find(key);
+  return it != line.end() && it->is_number() ? it->get<double>() : std::nan("");
+}
+
 namespace {
 
 // transformers' report_to values of trackers fp8rl does not have, named in the error as such

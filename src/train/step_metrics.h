@@ -26,6 +26,8 @@ void check_report_to(const std::vector<std::string>& report_to);
 // A metrics value as metrics.jsonl writes it: the number, or null when it is not finite (as
 // transformers' JSON log cannot hold NaN or infinities).
 nlohmann::json finite_or_null(double v);
+// A metrics line's number at `key`, NaN when it has none (or null).
+double number_or_nan(const nlohmann::json& line, const char* key);
 bool reports_to_tensorboard(const std::vector<std::string>& report_to);
 
 // Where a run's TensorBoard files go: logging_dir, or (transformers' default)
