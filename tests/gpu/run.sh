@@ -3,7 +3,10 @@
 # order of importance, each step under its own time limit, and writes logs and a summary under
 # $OUT (default ./gpu-results): at most 8 files, a small fixed set to copy back.
 #
-#   tests/gpu/run.sh [BUILD_DIR] [--skip-hf] [--skip-memcheck] [--exhaustive]
+#   tests/gpu/run.sh [BUILD_DIR] [--skip-hf] [--skip-memcheck] [--skip-bench] [--exhaustive]
+#
+# --skip-bench leaves out the prefill benchmarks, the HF anchor and the op perf mode (the
+# correctness steps alone, about a third of the time).
 #
 # BUILD_DIR holds tests/gpu/{test_ops,test_model_gpu,fp8rl_bench} and lib/ with the shared
 # libraries they need beyond CUDA, or bundle.tgz with them (tests/gpu/bundle.sh makes that
@@ -17,12 +20,14 @@ set -u
 BUILD=build-cuda
 SKIP_HF=0
 SKIP_MEMCHECK=0
+SKIP_BENCH=0
 EXHAUSTIVE=0
 for a in "$@"; do
   case "$a" in
     --exhaustive) EXHAUSTIVE=1 ;;
     --skip-hf) SKIP_HF=1 ;;
     --skip-memcheck) SKIP_MEMCHECK=1 ;;
+    --skip-bench) SKIP_BENCH=1 ;;
     *) BUILD="$a" ;;
   esac
 done
@@ -74,11 +79,12 @@ tail -1 "$OUT/model.log" >> "$SUMMARY"
 # fp8rl logits --device cuda against both CPU references, with top-1 agreement.
 step "cli logits" "$OUT/model.log" 120 bash tests/gpu/cli_logits.sh "$BUILD"
 
-for fp8 in row off block tensor; do
+[ $SKIP_BENCH -eq 1 ] && SKIP_HF=1
+[ $SKIP_BENCH -eq 0 ] && for fp8 in row off block tensor; do
   step "bench qwen3-8b $fp8" "$OUT/bench.log" 60 "$BIN/fp8rl_bench" bench forward \
     --model "$CONFIG" --tokens "$TOKENS" --fp8 "$fp8" --iters 5 --warmup 2 --gemm-iters 20
 done
-for fp8 in row off; do
+[ $SKIP_BENCH -eq 0 ] && for fp8 in row off; do
   step "bench llama-3.1-8b $fp8" "$OUT/bench.log" 60 "$BIN/fp8rl_bench" bench forward \
     --model tools/bench/configs/llama-3.1-8b --tokens "$TOKENS" --fp8 "$fp8" --iters 5 \
     --warmup 2 --gemm-iters 20
@@ -89,8 +95,11 @@ if [ $SKIP_HF -eq 0 ]; then
       --model "$cfg" --tokens "$TOKENS" --iters 5 --warmup 2
   done
 fi
-step "op perf" "$OUT/perf.log" 60 "$BIN/test_ops" --perf
-step "op perf attention mma.sync" "$OUT/perf.log" 60 "$BIN/test_ops" --perf --no-wgmma --op attention
+if [ $SKIP_BENCH -eq 0 ]; then
+  step "op perf" "$OUT/perf.log" 60 "$BIN/test_ops" --perf
+  step "op perf attention mma.sync" "$OUT/perf.log" 60 "$BIN/test_ops" --perf --no-wgmma \
+    --op attention
+fi
 if [ $SKIP_MEMCHECK -eq 0 ]; then
   step "memcheck (quick)" "$OUT/memcheck.log" 60 "$SANITIZER" --tool memcheck \
     --leak-check no --error-exitcode 3 "$BIN/test_ops" --quick
