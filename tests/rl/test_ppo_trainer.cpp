@@ -212,6 +212,20 @@ TEST(PpoTrainer, VfCoefZeroLeavesTheValueAdapterAlone) {
   EXPECT_GT(r.metrics[0]["loss/value_avg"].get<double>(), 0.0);  // a loss, weighted 0
 }
 
+// cliprange_value: in the second pass over a batch the values have moved from the rollout's;
+// a tiny range clips them (val/clipfrac_avg > 0), a huge one never does (exactly 0).
+TEST(PpoTrainer, CliprangeValueClipsMovedValues) {
+  PpoConfig c = small_config(temp_dir("clip"));
+  c.max_steps = 1;
+  c.cliprange_value = 1e-6;
+  const PpoRun tight = run_ppo(c);
+  EXPECT_GT(tight.metrics[0]["val/clipfrac_avg"].get<double>(), 0.0);
+  c.output_dir = temp_dir("noclip").string();
+  c.cliprange_value = 100.0;
+  const PpoRun loose = run_ppo(c);
+  EXPECT_EQ(loose.metrics[0]["val/clipfrac_avg"].get<double>(), 0.0);
+}
+
 // The value model starts from a reward model's adapter (value_adapter), which a reward_model
 // reward over the policy's directory scores with: one Model serves policy, reference, value
 // and reward.
