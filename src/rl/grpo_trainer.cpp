@@ -517,15 +517,7 @@ struct GrpoTrainer::Impl {
 
   const std::vector<size_t>& epoch_order(int64_t e) {
     if (e != order_epoch) {
-      order.resize(data.size());
-      std::iota(order.begin(), order.end(), size_t(0));
-      // Fisher-Yates with the counter-based stream of (seed, epoch): the order is a function
-      // of those only (a resumed run replays it).
-      const uint64_t stream = rng_key(uint64_t(cfg.seed), uint64_t(e) + 0x9000);
-      for (size_t i = order.size(); i > 1; --i) {
-        const size_t j = size_t(uniform01(stream, i) * float(i)) % i;
-        std::swap(order[i - 1], order[j]);
-      }
+      order = prompt_epoch_order(uint64_t(cfg.seed), e, data.size());
       order_epoch = e;
     }
     return order;

@@ -204,12 +204,7 @@ struct PpoTrainer::Impl {
 
   const std::vector<size_t>& epoch_order(int64_t e) {
     if (e != order_epoch) {
-      order.resize(data.size());
-      std::iota(order.begin(), order.end(), size_t(0));
-      // Fisher-Yates on the counter-based stream of (seed, epoch): a resumed run replays it.
-      const uint64_t stream = rng_key(uint64_t(cfg.seed), uint64_t(e) + 0x9000);
-      for (size_t i = order.size(); i > 1; --i)
-        std::swap(order[i - 1], order[size_t(uniform01(stream, i) * float(i)) % i]);
+      order = prompt_epoch_order(uint64_t(cfg.seed), e, data.size());
       order_epoch = e;
     }
     return order;
