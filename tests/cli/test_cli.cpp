@@ -1074,6 +1074,11 @@ TEST(CliTrain, PpoRunResumeAndBadInput) {
   m = read_jsonl(out + "/metrics.jsonl");
   ASSERT_EQ(m.size(), 3u);
   EXPECT_EQ(m[2]["step"].get<int64_t>(), 3);
+  const std::string dry = temp("ppo_dry");
+  const Result d = run("ppo --config " + cfg + " --output-dir " + dry + " --dry-run");
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_NE(d.output.find("value adapter"), std::string::npos) << d.output;
+  EXPECT_FALSE(fs::exists(fs::path(dry) / "metrics.jsonl"));
   expect_one_line_error("ppo --config " + cfg + " --lam 2 --output-dir " + temp("ppo_b1"),
                         "lam = 2 is out of range (must be in [0, 1])");
   expect_one_line_error(
