@@ -565,6 +565,11 @@ KeyTable<PpoConfig> ppo_keys() {
     t.ignore(k, "fp8rl's reference is reference_model (the base or the starting adapter)");
   t.ignore("num_sample_generations", "fp8rl logs each update's metrics, no sample tables");
   t.ignore("ds3_gather_for_generation", kOwnEngine);
+  // GRPO's multi-turn keys: PPO's responses are single-turn for now.
+  for (const char* k : {"environment", "tools"})
+    t.ignore(k, "ppo samples single-turn responses",
+             only({nullptr, "", nlohmann::json::array()},
+                  "ppo has no environments or tools yet; multi-turn episodes run in fp8rl grpo"));
   return t;
 }
 

@@ -1098,6 +1098,10 @@ TEST(RunConfig, PpoKeys) {
   EXPECT_EQ(t.kl_estimator, "k3");
   EXPECT_NE(error_of([] { load_text(ppo_keys(), "kl_estimator: k2\n"); }).find("kl_estimator"),
             std::string::npos);
+  EXPECT_NE(error_of([] {
+              load_text(ppo_keys(), "environment: python3 env.py\n");
+            }).find("ppo has no environments or tools yet"),
+            std::string::npos);
 }
 
 TEST(RunConfig, JsonRecordNamesEveryKey) {
