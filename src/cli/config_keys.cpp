@@ -361,9 +361,13 @@ KeyTable<C> grpo_table() {
   t.add("environment", &C::environment,
         "Command of an environment process: every sample an episode of turns "
         "(docs/ENVIRONMENTS.md)");
+  t.add("environment_server", &C::environment_server,
+        "Command of an agent program that asks the run's OpenAI endpoint (OPENAI_BASE_URL) for "
+        "its episodes' completions and reports their rewards (docs/ENVIRONMENTS.md)");
   t.add("max_turns", &C::max_turns, "Assistant turns an episode takes at most");
   t.add("environment_timeout_s", &C::environment_timeout_s,
-        "Seconds an exchange with the environment may take");
+        "Seconds an exchange with the environment may take (environment_server: its silence "
+        "while none of its requests runs)");
   t.add("tools", &C::tools,
         "Python functions (MODULE:FUNCTION list) the model may call, TRL's tools; served by "
         "python3 -m fp8rl_reward.tools as the environment (docs/ENVIRONMENTS.md)");
