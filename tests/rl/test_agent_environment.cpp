@@ -186,7 +186,9 @@ TEST(GrpoAgent, TheExampleAgentTrainsOnTheCompletionsItAskedFor) {
       const Json& sampled = run.round["sampled"][k];
       EXPECT_EQ(sampled[sampled.size() - 1], 1);
       for (size_t j = 0; j < sampled.size(); ++j)
-        if (sampled[j] == 0) EXPECT_EQ(run.round["engine_logp"][k][j], 0.0);
+        if (sampled[j] == 0) {
+          EXPECT_EQ(run.round["engine_logp"][k][j], 0.0);
+        }
     }
   }
 }
