@@ -19,6 +19,7 @@ import os
 import re
 import sys
 import threading
+import urllib.error
 import urllib.request
 
 BASE = os.environ["OPENAI_BASE_URL"]
@@ -31,11 +32,18 @@ def chat(episode, messages):
     request = urllib.request.Request(
         BASE + "/chat/completions", data=body,
         headers={"Content-Type": "application/json", "Authorization": "Bearer " + KEY})
-    with urllib.request.urlopen(request, timeout=600) as response:
-        return json.load(response)["choices"][0]["message"]["content"]
+    try:
+        with urllib.request.urlopen(request, timeout=600) as response:
+            return json.load(response)["choices"][0]["message"]["content"]
+    except urllib.error.HTTPError as e:
+        # A 400 when the episode's token budget is spent: the episode ends there.
+        print(f"agent: episode {episode}: {e.code} {e.read().decode()}", file=sys.stderr)
+        return None
 
 
 def number(text):
+    if text is None:
+        return None
     text = text.strip()
     return int(text) if re.fullmatch(r"-?\d+", text) else None
 

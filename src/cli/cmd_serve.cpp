@@ -103,10 +103,10 @@ void run_serve(ServeOptions o) {
   add_serve_routes(server, c);
   int port = o.port;
   if (port == 0) {
-    port = server.bind_to_any_port(o.host);
+    port = serve::bind_server(server, o.host, 0);
     CHECK(port > 0, "cannot listen on {} (any port)", o.host);
   } else {
-    CHECK(server.bind_to_port(o.host, port),
+    CHECK(serve::bind_server(server, o.host, port) > 0,
           "cannot listen on {}:{} (in use, or not an address here)", o.host, port);
   }
   std::thread http([&server] { server.listen_after_bind(); });

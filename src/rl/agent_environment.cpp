@@ -229,7 +229,7 @@ AgentEnvironment::AgentEnvironment(const AgentOptions& options, const Conversati
                   }
                   serve::send_json(res, {{"object", "list"}, {"data", data}});
                 }));
-  const int port = im.server.bind_to_any_port("127.0.0.1");
+  const int port = serve::bind_server(im.server, "127.0.0.1", 0);
   CHECK(port > 0, "environment_server: cannot listen on 127.0.0.1 (any port)");
   im.url = fmt::format("http://127.0.0.1:{}/v1", port);
   im.listener = std::thread([p] { p->server.listen_after_bind(); });

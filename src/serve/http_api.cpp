@@ -152,12 +152,6 @@ void answer(const AnswerContext& c, Prepared p, httplib::Response& res, const An
 void configure_server(httplib::Server& server, int threads) {
   server.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   server.set_payload_max_length(size_t(64) << 20);
-  // cpp-httplib's default also sets SO_REUSEPORT, under which a second server on a busy port
-  // shares it silently instead of failing: only SO_REUSEADDR (a restart reuses the port).
-  server.set_socket_options([](socket_t sock) {
-    const int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (res.status == 404 && res.body.empty())
       send_error(res, {404, fmt::format("no route {} {}", req.method, req.path),
@@ -174,6 +168,22 @@ void configure_server(httplib::Server& server, int threads) {
         }
         send_error(res, {500, what, "server_error", ""});
       });
+}
+
+int bind_server(httplib::Server& server, const std::string& host, int port) {
+  auto listening = std::make_shared<socket_t>(INVALID_SOCKET);
+  // cpp-httplib's default also sets SO_REUSEPORT, under which a second server on a busy port
+  // shares it silently instead of failing: only SO_REUSEADDR (a restart reuses the port).
+  server.set_socket_options([listening](socket_t sock) {
+    const int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    *listening = sock;
+  });
+  const int bound =
+      port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
+  // Listening again on a listening socket only changes its backlog.
+  if (bound > 0 && *listening != INVALID_SOCKET) ::listen(*listening, SOMAXCONN);
+  return bound;
 }
 
 }  // namespace fp8rl::serve

@@ -100,8 +100,13 @@ auto guarded(F f) {
 }
 
 // A pool of `threads` handler threads (a stream holds one to its end), bodies up to 64 MiB,
-// SO_REUSEADDR without SO_REUSEPORT (a second server on a busy port fails instead of sharing
-// it), OpenAI's error JSON for unknown routes and uncaught exceptions.
+// OpenAI's error JSON for unknown routes and uncaught exceptions.
 void configure_server(httplib::Server& server, int threads);
+
+// Binds `host`:`port` (0: any free port) with SO_REUSEADDR but not SO_REUSEPORT (a second
+// server on a busy port fails instead of sharing it) and a listen backlog of SOMAXCONN (the
+// library's 5 drops connections when many clients connect at once, as an agent's episodes do).
+// The port bound, or -1.
+int bind_server(httplib::Server& server, const std::string& host, int port);
 
 }  // namespace fp8rl::serve
