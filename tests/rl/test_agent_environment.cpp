@@ -84,6 +84,30 @@ TEST(AgentTrajectory, AFirstPromptPastThePlanIsContextAndTheBudgetBindsEverySequ
   EXPECT_THROW(t.record({1, 2, 3, 4, 5, 6}, {1}, {0}), Error);
 }
 
+TEST(AgentConfig, TheAgentProgramIsTheOnlyEnvironment) {
+  const auto error = [](const std::function<void(GrpoConfig&)>& set) {
+    GrpoConfig c;
+    c.environment_server = "python3 agent.py";
+    c.rewards = Json::array();
+    set(c);
+    try {
+      c.validate();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error([](GrpoConfig&) {}), "");  // its rewards are the run's
+  EXPECT_NE(error([](GrpoConfig& c) {
+              c.environment = "env.sh";
+            }).find("`environment_server` with `environment`"),
+            std::string::npos);
+  EXPECT_NE(error([](GrpoConfig& c) { c.tools = {"m:f"}; }).find("with `tools`"),
+            std::string::npos);
+  EXPECT_NE(error([](GrpoConfig& c) { c.max_turns = 3; }).find("the agent program decides"),
+            std::string::npos);
+}
+
 // ---- Runs on the demo model ----
 
 fs::path temp_dir(const std::string& name) {
@@ -130,6 +154,7 @@ std::vector<Json> read_lines(const fs::path& p) {
 }
 
 struct AgentRun {
+  std::vector<float> params;
   std::vector<Json> metrics;
   Json round;  // the last checkpoint's
 };
@@ -147,6 +172,8 @@ AgentRun run_agent_on_demo(const GrpoConfig& c) {
   trainer.set_chat_template(chat ? &*chat : nullptr);
   trainer.run();
   AgentRun r;
+  const TensorView p = ts.adapter().master_params();
+  r.params.assign(p.ptr<float>(), p.ptr<float>() + p.numel());
   r.metrics = read_lines(c.output_dir + "/metrics.jsonl");
   const auto st =
       SafetensorsFile::open(latest_checkpoint(c.output_dir) + "/trainer_state.safetensors");
@@ -161,10 +188,11 @@ TEST(GrpoAgent, TheExampleAgentTrainsOnTheCompletionsItAskedFor) {
     GrpoConfig c =
         agent_config(dir, fmt::format("exec python3 '{}'{}", kAgent, rewrite ? " --rewrite" : ""));
     c.on_policy_exact = true;    // the trainer's logprob of every sampled token is the engine's
-    c.steps_per_generation = 2;  // the round is kept in checkpoint-1 (half of it used)
+    c.steps_per_generation = 2;  // one round serves steps 1 and 2 (checkpoint-1 holds it)
     c.per_device_train_batch_size = 4;
+    c.max_steps = 2;
     const AgentRun run = run_agent_on_demo(c);
-    ASSERT_EQ(run.metrics.size(), 1u);
+    ASSERT_EQ(run.metrics.size(), 2u);
     const Json& m = run.metrics[0];
     const auto requests = m["env/agent/requests"].get<int64_t>();
     // One or two completions per episode (a second when the first answer is a number).
@@ -190,6 +218,15 @@ TEST(GrpoAgent, TheExampleAgentTrainsOnTheCompletionsItAskedFor) {
           EXPECT_EQ(run.round["engine_logp"][k][j], 0.0);
         }
     }
+    if (!rewrite) continue;
+    // The round's sequences survive a checkpoint: step 2 resumed from checkpoint-1 trains the
+    // same adapter as the uninterrupted run.
+    const fs::path again = temp_dir("rewrite_resumed");
+    GrpoConfig r = c;
+    r.output_dir = (again / "run").string();
+    r.resume_from_checkpoint = (dir / "run" / "checkpoint-1").string();
+    const AgentRun resumed = run_agent_on_demo(r);
+    EXPECT_EQ(resumed.params, run.params);
   }
 }
 
