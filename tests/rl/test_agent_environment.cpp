@@ -8,8 +8,10 @@
 // programs stopping the run with the last checkpoint intact.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include "cli/train_session.h"
@@ -181,6 +183,24 @@ AgentRun run_agent_on_demo(const GrpoConfig& c) {
   return r;
 }
 
+// Rewrites a checkpoint's run state (the safetensors header's metadata) through `edit`.
+void edit_run_state(const fs::path& file, const std::function<void(Json&)>& edit) {
+  std::ifstream in(file, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  Json header = Json::parse(bytes.substr(8, n));
+  Json state = Json::parse(header["__metadata__"]["train.run_state"].get<std::string>());
+  edit(state);
+  header["__metadata__"]["train.run_state"] = state.dump();
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const uint64_t m = text.size();
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(&m), 8);
+  out << text << bytes.substr(8 + n);
+}
+
 TEST(GrpoAgent, TheExampleAgentTrainsOnTheCompletionsItAskedFor) {
   if (!have_python()) GTEST_SKIP() << "no python3";
   for (const bool rewrite : {false, true}) {
@@ -227,6 +247,17 @@ TEST(GrpoAgent, TheExampleAgentTrainsOnTheCompletionsItAskedFor) {
     r.resume_from_checkpoint = (dir / "run" / "checkpoint-1").string();
     const AgentRun resumed = run_agent_on_demo(r);
     EXPECT_EQ(resumed.params, run.params);
+    // The negative control: the same checkpoint with its sequence starts dropped packs each
+    // episode as one sequence (the second prompt in the first one's context) and trains another
+    // adapter.
+    const fs::path dropped = temp_dir("rewrite_dropped");
+    fs::copy(dir / "run" / "checkpoint-1", dropped / "checkpoint-1");
+    edit_run_state(dropped / "checkpoint-1" / "trainer_state.safetensors", [](Json& state) {
+      for (Json& st : state["round"]["sequence_starts"]) st = Json::array();
+    });
+    r.output_dir = (dropped / "run").string();
+    r.resume_from_checkpoint = (dropped / "checkpoint-1").string();
+    EXPECT_NE(run_agent_on_demo(r).params, run.params);
   }
 }
 
