@@ -12,6 +12,7 @@
 #   FP8RL_FUZZ_BUILD_DIR=DIR  build folder (default: <repo>/build-fuzz)
 #   FP8RL_FUZZ_JOBS=N         parallel build jobs (default: 2)
 #   FP8RL_FUZZ_SECONDS=S      smoke time per target (default: 30)
+#   FP8RL_FUZZ_PARALLEL=N     targets run at once (default: the number of cores)
 #
 # A finding (crash, sanitizer report, uncaught exception, timeout, out of memory) stops its
 # target, leaves the input in DIR/findings/<name>/ and makes the script exit 1; the other
@@ -52,29 +53,51 @@ esac
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:detect_stack_use_after_return=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
 
-status=0
-for t in "${targets[@]}"; do
-  name="${t#fuzz_}"
-  corpus=("$build/corpus/$name")
+# One target per core at a time: each libFuzzer process is single-threaded, so the smoke's wall
+# time is its per-target time times the targets over the cores.
+run_target() {
+  local t=$1 name="${1#fuzz_}" start secs runs rc=0
+  local corpus=("$build/corpus/$name")
   mkdir -p "$build/corpus/$name" "$build/findings/$name"
   for d in "$build/seeds/$name" "$root/fuzz/corpus/$name" "$root/fuzz/regressions/$name"; do
     [ -d "$d" ] && corpus+=("$d")
   done
-  log="$build/findings/$name.log"
+  local log="$build/findings/$name.log" result="$build/findings/$name.result"
   start=$(date +%s)
-  rc=0
   # -timeout: no input of these parsers needs seconds; -rss_limit_mb: nor gigabytes.
   "$build/fuzz/$t" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$build/findings/$name/" ${FUZZ_ARGS:-} "${corpus[@]}" >"$log" 2>&1 || rc=$?
   secs=$(($(date +%s) - start))
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n1)
   if [ $rc -eq 0 ]; then
-    echo "run.sh: $t: ${runs:-?} executions in ${secs} s, no finding"
+    echo "run.sh: $t: ${runs:-?} executions in ${secs} s, no finding" >"$result"
   else
-    echo "run.sh: $t: FINDING after ${runs:-?} executions in ${secs} s (exit $rc); log: $log" >&2
-    grep -E "^(==[0-9]+==ERROR|SUMMARY|.*runtime error|artifact_prefix|Test unit written)" "$log" \
-      | head -n 8 >&2 || true
-    status=1
+    {
+      echo "run.sh: $t: FINDING after ${runs:-?} executions in ${secs} s (exit $rc); log: $log"
+      grep -E "^(==[0-9]+==ERROR|SUMMARY|.*runtime error|artifact_prefix|Test unit written)" "$log" \
+        | head -n 8 || true
+    } >"$result"
+    return 1
   fi
+}
+
+status=0
+parallel="${FP8RL_FUZZ_PARALLEL:-$(nproc)}"
+running=0
+for t in "${targets[@]}"; do
+  run_target "$t" &
+  running=$((running + 1))
+  if [ $running -ge "$parallel" ]; then
+    wait -n || status=1
+    running=$((running - 1))
+  fi
+done
+while [ $running -gt 0 ]; do
+  wait -n || status=1
+  running=$((running - 1))
+done
+for t in "${targets[@]}"; do
+  result="$build/findings/${t#fuzz_}.result"
+  if grep -q FINDING "$result"; then cat "$result" >&2; else cat "$result"; fi
 done
 exit $status

@@ -24,6 +24,7 @@ void add_rloo_command(CLI::App& app);  // grpo with RLOOConfig's defaults
 void add_dpo_command(CLI::App& app);
 void add_kto_command(CLI::App& app);
 void add_reward_command(CLI::App& app);
+void add_ppo_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 

@@ -508,4 +508,73 @@ KeyTable<RewardConfig> reward_keys() {
   return t;
 }
 
+KeyTable<PpoConfig> ppo_keys() {
+  using C = PpoConfig;
+  KeyTable<C> t;
+  add_training_keys(t);
+  add_model_keys(t);
+  // Rollout.
+  t.add("num_ppo_epochs", &C::num_ppo_epochs, "Passes over each rollout batch (>= 1)");
+  t.add("num_mini_batches", &C::num_mini_batches,
+        "Mini-batches (optimizer steps) per pass; must divide per_device_train_batch_size x "
+        "gradient_accumulation_steps");
+  t.add("total_episodes", &C::total_episodes,
+        "Prompts to train on (null: num_train_epochs x the dataset; max_steps > 0 overrides)");
+  t.add("local_rollout_forward_batch_size", &C::local_rollout_forward_batch_size,
+        "Responses per chunk of the rollout's logprob and value passes");
+  t.add("response_length", &C::response_length, "New tokens per response at most");
+  t.add("stop_token", &C::stop_token,
+        "eos: responses end at (and keep) the EOS token; null: every response runs "
+        "response_length tokens");
+  t.add("stop_token_id", &C::stop_token_id,
+        "Responses end at this token id (exclusive with stop_token)");
+  t.add("temperature", &C::temperature, "Sampling temperature (> 0; the logprobs' too)");
+  t.add("missing_eos_penalty", &C::missing_eos_penalty,
+        "Subtracted from the score of a response without EOS (>= 0; null: none)");
+  t.add("max_prompt_length", &C::max_prompt_length, "Prompt tokens at most (null: no limit)");
+  t.add("truncation", &C::truncation,
+        "Cut prompts over max_prompt_length to their last tokens (default: an error)");
+  // Loss.
+  t.add("cliprange", &C::cliprange, "Policy ratio clip: [1 - c, 1 + c] (> 0)");
+  t.add("cliprange_value", &C::cliprange_value, "Value clip around the rollout's values (> 0)");
+  t.add("vf_coef", &C::vf_coef, "Weight of the value loss (>= 0)");
+  t.add("gamma", &C::gamma, "Discount, in [0, 1]");
+  t.add("lam", &C::lam, "GAE lambda, in [0, 1]");
+  t.add("kl_coef", &C::kl_coef, "Per-token KL penalty in the rewards (>= 0)");
+  t.add_choice("kl_estimator", &C::kl_estimator, {"k1", "k3"},
+               "KL estimator: k1 (logp - ref) or k3");
+  t.add("whiten_rewards", &C::whiten_rewards, "Whiten the per-token rewards over the batch");
+  add_reference_key(t);
+  t.add("value_adapter", &C::value_adapter,
+        "Reward-model adapter (SEQ_CLS, fp8rl reward's output) the value model starts from; "
+        "empty: a fresh adapter and head");
+  // Rewards.
+  t.add("rewards", &C::rewards, "Reward specs (a list; in YAML, or JSON text as a flag)");
+  t.add("reward_process", &C::reward_process,
+        "Command of an external reward process; replaces `rewards`");
+  t.add("reward_weights", &C::reward_weights, "One weight per reward (default: all 1)");
+  // Engine.
+  t.add("kv_memory", &C::kv_memory, "KV cache GiB; 0: the engine's choice");
+  t.add_choice("kv_dtype", &C::kv_dtype, {"bf16", "fp8"}, "KV cache dtype");
+  t.add("max_num_seqs", &C::max_num_seqs, "Sequences per engine step");
+  t.add("max_num_batched_tokens", &C::max_num_batched_tokens,
+        "Tokens per engine step (chunked prefill budget)");
+  add_compat_keys(t);
+  t.ignore("gpu_memory_utilization", "ppo sizes the engine's KV pool with kv_memory");
+  for (const char* k : {"sft_model_path", "reward_model_path"})
+    t.ignore(k,
+             "fp8rl's policy is `model`; a reward model is a `rewards` entry (type: "
+             "reward_model)");
+  for (const char* k : {"model_adapter_name", "ref_adapter_name"})
+    t.ignore(k, "fp8rl's reference is reference_model (the base or the starting adapter)");
+  t.ignore("num_sample_generations", "fp8rl logs each update's metrics, no sample tables");
+  t.ignore("ds3_gather_for_generation", kOwnEngine);
+  // GRPO's multi-turn keys: PPO's responses are single-turn for now.
+  for (const char* k : {"environment", "tools", "environment_server"})
+    t.ignore(k, "ppo samples single-turn responses",
+             only({nullptr, "", nlohmann::json::array()},
+                  "ppo has no environments or tools yet; multi-turn episodes run in fp8rl grpo"));
+  return t;
+}
+
 }  // namespace fp8rl::cli

@@ -7,6 +7,7 @@
 #include "rl/dpo_config.h"
 #include "rl/grpo_config.h"
 #include "rl/kto_config.h"
+#include "rl/ppo_config.h"
 #include "rl/reward_trainer_config.h"
 #include "rl/rloo_config.h"
 #include "train/sft_config.h"
@@ -19,5 +20,6 @@ KeyTable<RlooConfig> rloo_keys();
 KeyTable<DpoConfig> dpo_keys();
 KeyTable<KtoConfig> kto_keys();
 KeyTable<RewardConfig> reward_keys();
+KeyTable<PpoConfig> ppo_keys();
 
 }  // namespace fp8rl::cli

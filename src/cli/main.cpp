@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
   fp8rl::cli::add_sft_command(app);
   fp8rl::cli::add_grpo_command(app);
   fp8rl::cli::add_rloo_command(app);
+  fp8rl::cli::add_ppo_command(app);
   fp8rl::cli::add_dpo_command(app);
   fp8rl::cli::add_kto_command(app);
   fp8rl::cli::add_reward_command(app);

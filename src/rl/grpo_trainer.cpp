@@ -23,6 +23,7 @@
 #include "rl/episode_rollout.h"
 #include "rl/grpo_loss.h"
 #include "rl/prompt_data.h"
+#include "rl/rollout_batch.h"
 #include "rl/rollout_correction.h"
 #include "tokenizer/tokenizer.h"
 #include "train/logprob_pass.h"
@@ -355,61 +356,8 @@ struct MetricMeans {
   }
 };
 
-// The reward functions' batch of the completions `outs` (outs[i]: those of data[prompts[i]]), in
-// order, with the dataset's columns; truncated[c]: completion c was cut at max_tokens.
-RewardBatch reward_batch(const std::vector<PromptExample>& data, const std::vector<size_t>& prompts,
-                         const std::vector<RequestOutput>& outs, const tok::Tokenizer* tokenizer,
-                         std::vector<uint8_t>& truncated) {
-  RewardBatch batch;
-  batch.columns = nlohmann::json::object();
-  // The dataset is all chat or all text (read_prompt_dataset): conversational rows give the
-  // functions their message lists, as TRL's is_conversational does.
-  const bool conversational = !data[prompts[0]].messages.is_null();
-  if (conversational) batch.prompt_messages = nlohmann::json::array();
-  for (size_t i = 0; i < prompts.size(); ++i)
-    for (const CompletionOutput& c : outs[i].completions) {
-      truncated.push_back(c.finish == FinishReason::length);
-      batch.prompts.push_back(data[prompts[i]].text);
-      if (conversational) batch.prompt_messages.push_back(data[prompts[i]].messages);
-      batch.completions.push_back(
-          tokenizer != nullptr ? tokenizer->decode(c.ids, /*skip_special=*/true) : std::string());
-      batch.completion_ids.push_back(c.ids);
-      for (const auto& [key, value] : data[prompts[i]].columns.items())
-        batch.columns[key].push_back(value);
-    }
-  // Columns some rows lack: null for those rows, so every column has one value per sample.
-  for (auto& [key, col] : batch.columns.items())
-    CHECK(col.size() == batch.completions.size(),
-          "grpo: dataset column '{}' is missing in some rows", key);
-  return batch;
-}
-
 double mean_of(const std::vector<double>& v) {
   return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
-}
-
-// TRL's completion-length metrics of a batch: completions/mean_length, ... clipped_ratio.
-// Multi-turn episodes count the model's tokens only (`sampled`, TRL's tool_mask), when given.
-void completion_metrics(const std::vector<std::vector<int32_t>>& ids,
-                        const std::vector<uint8_t>& truncated, nlohmann::json& m,
-                        const std::vector<std::vector<uint8_t>>& sampled = {}) {
-  std::vector<double> lens, term;
-  int64_t clipped = 0;
-  for (size_t c = 0; c < ids.size(); ++c) {
-    const double len = sampled.empty()
-                           ? double(ids[c].size())
-                           : double(std::accumulate(sampled[c].begin(), sampled[c].end(), 0));
-    lens.push_back(len);
-    if (truncated[c])
-      ++clipped;
-    else
-      term.push_back(len);
-  }
-  m["completions/mean_length"] = mean_of(lens);
-  m["completions/min_length"] = *std::min_element(lens.begin(), lens.end());
-  m["completions/max_length"] = *std::max_element(lens.begin(), lens.end());
-  m["completions/clipped_ratio"] = double(clipped) / double(ids.size());
-  m["completions/mean_terminated_length"] = mean_of(term);
 }
 
 // The fields samples.jsonl writes itself; log_extra columns may not take them.
@@ -613,15 +561,7 @@ struct GrpoTrainer::Impl {
 
   const std::vector<size_t>& epoch_order(int64_t e) {
     if (e != order_epoch) {
-      order.resize(data.size());
-      std::iota(order.begin(), order.end(), size_t(0));
-      // Fisher-Yates with the counter-based stream of (seed, epoch): the order is a function
-      // of those only (a resumed run replays it).
-      const uint64_t stream = rng_key(uint64_t(cfg.seed), uint64_t(e) + 0x9000);
-      for (size_t i = order.size(); i > 1; --i) {
-        const size_t j = size_t(uniform01(stream, i) * float(i)) % i;
-        std::swap(order[i - 1], order[j]);
-      }
+      order = prompt_epoch_order(uint64_t(cfg.seed), e, data.size());
       order_epoch = e;
     }
     return order;
@@ -721,7 +661,7 @@ struct GrpoTrainer::Impl {
     ++rounds;
 
     std::vector<uint8_t> truncated;
-    RewardBatch batch = reward_batch(data, prompts, outs, tokenizer, truncated);
+    RewardBatch batch = reward_batch(data, prompts, outs, tokenizer, truncated, "grpo");
     batch.trainer_state = std::move(state);
     int64_t completion_tokens = 0;
     for (size_t i = 0; i < prompts.size(); ++i)
@@ -1172,7 +1112,7 @@ struct GrpoTrainer::Impl {
       }
       const std::vector<RequestOutput> outs = engine->generate(requests);
       std::vector<uint8_t> truncated;
-      RewardBatch batch = reward_batch(eval_data, prompts, outs, tokenizer, truncated);
+      RewardBatch batch = reward_batch(eval_data, prompts, outs, tokenizer, truncated, "grpo");
       batch.trainer_state = trainer_state(step + 1);
       const CombinedRewards scored = rewards.score(batch);
       const std::vector<double> totals(scored.total.begin(), scored.total.end());

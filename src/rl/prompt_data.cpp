@@ -1,8 +1,10 @@
 #include "rl/prompt_data.h"
 
 #include <ctime>
+#include <numeric>
 
 #include "core/check.h"
+#include "core/rng.h"
 #include "formats/json_read.h"
 #include "formats/model_config.h"
 #include "tokenizer/jinja/chat_template.h"
@@ -140,6 +142,17 @@ void check_prompt_room(const std::vector<PromptExample>& prompts, const std::str
                   fmt::format("{}:{}: a prompt of {} tokens plus max_completion_length {}", path,
                               ex.line, ex.ids.size(), max_completion_length),
                   advice);
+}
+
+std::vector<size_t> prompt_epoch_order(uint64_t seed, int64_t epoch, size_t n) {
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t(0));
+  const uint64_t stream = rng_key(seed, uint64_t(epoch) + 0x9000);
+  for (size_t i = order.size(); i > 1; --i) {
+    const size_t j = size_t(uniform01(stream, i) * float(i)) % i;
+    std::swap(order[i - 1], order[j]);
+  }
+  return order;
 }
 
 }  // namespace fp8rl

@@ -75,4 +75,8 @@ std::vector<PromptExample> read_prompt_dataset(const std::string& path,
 void check_prompt_room(const std::vector<PromptExample>& prompts, const std::string& path,
                        int64_t max_completion_length, const ModelConfig& config);
 
+// The online trainers' prompt order of epoch `epoch` over `n` rows: a Fisher-Yates permutation
+// drawn from the counter-based stream of (seed, epoch) alone, so a resumed run replays it.
+std::vector<size_t> prompt_epoch_order(uint64_t seed, int64_t epoch, size_t n);
+
 }  // namespace fp8rl

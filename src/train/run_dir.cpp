@@ -171,7 +171,8 @@ void check_run_dir_writable(const std::string& dir, const char* what) {
 
 void save_checkpoint(const std::string& dir, int64_t step, const LoraAdapter& adapter,
                      const TrainStep& train_step, const nlohmann::json& state,
-                     const std::string& base_model_name) {
+                     const std::string& base_model_name,
+                     const std::function<void(const std::string&)>& write_extra) {
   const fs::path final_dir = fs::path(dir) / ("checkpoint-" + std::to_string(step));
   const fs::path tmp = fs::path(dir) / (kCheckpointTemp + std::to_string(step));
   std::error_code ec;
@@ -183,6 +184,7 @@ void save_checkpoint(const std::string& dir, int64_t step, const LoraAdapter& ad
     writer.add_metadata(kRunStateKey, state.dump());
     writer.add_metadata(kLayoutKey, kLayout);
     writer.write((tmp / kStateFile).string());
+    if (write_extra) write_extra(tmp.string());
     fsync_directory(tmp);
     fs::remove_all(final_dir, ec);  // a re-run of the same step replaces its checkpoint
     fs::rename(tmp, final_dir, ec);

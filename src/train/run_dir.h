@@ -78,10 +78,13 @@ std::string checkpoint_path(const std::string& dir, int64_t step);
 // Writes checkpoint-<step> of `dir`. `state` is the trainer's resume state (data position,
 // random streams, ...), stored as metadata "train.run_state". Built under a temporary name,
 // fsynced and renamed: a failure (a full disk) raises an error naming the file and the
-// reason, and leaves no directory that latest_checkpoint() would take.
+// reason, and leaves no directory that latest_checkpoint() would take. `write_extra`, when
+// given, writes the trainer's other files into the directory being built (its path) before the
+// rename (PPO's value adapter).
 void save_checkpoint(const std::string& dir, int64_t step, const LoraAdapter& adapter,
                      const TrainStep& train_step, const nlohmann::json& state,
-                     const std::string& base_model_name);
+                     const std::string& base_model_name,
+                     const std::function<void(const std::string&)>& write_extra = {});
 
 // The checkpoint directory with the highest step under `dir`, or "" when there is none.
 std::string latest_checkpoint(const std::string& dir);

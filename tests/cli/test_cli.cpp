@@ -77,7 +77,7 @@ const std::string kQwen3 = fp8rl::test::golden_dir("qwen3");
 TEST(Cli, HelpForEverySubcommand) {
   for (const char* sub :
        {"info", "logits", "quantize", "init", "schemes", "generate", "chat", "merge", "report",
-        "sft", "grpo", "rloo", "dpo", "kto", "reward", "serve"}) {
+        "sft", "grpo", "rloo", "ppo", "dpo", "kto", "reward", "serve"}) {
     const Result r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << sub;
@@ -1068,6 +1068,52 @@ TEST(CliTrain, SftOnTokenIdsNeedsNoTokenizer) {
   EXPECT_TRUE(fs::exists(fs::path(out) / "adapter_model.safetensors"));
   expect_one_line_error("sft " + model + " --data " + text + " --out " + temp("sft_text_run"),
                         ":2: a text row needs the model's tokenizer.json");
+}
+
+// fp8rl ppo from a run config: TRL's PPO metric names, the policy and value adapters in every
+// checkpoint and the run directory, --resume continuing to more updates; bad values and a value
+// adapter without a head are one-line errors.
+TEST(CliTrain, PpoRunResumeAndBadInput) {
+  const std::string out = temp("ppo_run"), cfg = temp("ppo_cfg") + ".yaml";
+  write_file(
+      cfg, "model: " + kDemoModel + "\ndata: " + std::string(FP8RL_SOURCE_DIR) +
+               "/examples/demo/train.jsonl\nper_device_train_batch_size: 4\nlearning_rate: 1.0e-3\n"
+               "lora_r: 4\nresponse_length: 4\nstop_token: eos\nnum_ppo_epochs: 1\n"
+               "max_steps: 2\nsave_steps: 1\n"
+               "rewards: [{type: answer_match, column: answer, mode: numeric}]\n");
+  const Result r = run("ppo --config " + cfg + " --output-dir " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* f :
+       {"adapter_model.safetensors", "value/adapter_model.safetensors", "value/adapter_config.json",
+        "metrics.jsonl", "config.yaml", "checkpoint-1/value/adapter_model.safetensors",
+        "checkpoint-2/trainer_state.safetensors"})
+    EXPECT_TRUE(fs::exists(fs::path(out) / f)) << f;
+  EXPECT_NE(file_bytes(out + "/value/adapter_config.json").find("SEQ_CLS"), std::string::npos);
+  std::vector<nlohmann::json> m = read_jsonl(out + "/metrics.jsonl");
+  ASSERT_EQ(m.size(), 2u);
+  for (const char* key : {"objective/kl", "objective/scores", "objective/rlhf_reward",
+                          "loss/policy_avg", "loss/value_avg", "val/clipfrac_avg", "lr", "episode"})
+    EXPECT_TRUE(m[1].contains(key)) << key;
+  const Result again =
+      run("ppo --config " + cfg + " --output-dir " + out + " --max-steps 3 --resume");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  m = read_jsonl(out + "/metrics.jsonl");
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[2]["step"].get<int64_t>(), 3);
+  const std::string dry = temp("ppo_dry");
+  const Result d = run("ppo --config " + cfg + " --output-dir " + dry + " --dry-run");
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_NE(d.output.find("value adapter"), std::string::npos) << d.output;
+  EXPECT_FALSE(fs::exists(fs::path(dry) / "metrics.jsonl"));
+  expect_one_line_error("ppo --config " + cfg + " --lam 2 --output-dir " + temp("ppo_b1"),
+                        "lam = 2 is out of range (must be in [0, 1])");
+  expect_one_line_error(
+      "ppo --config " + cfg + " --num-ppo-epochs 0 --output-dir " + temp("ppo_b2"),
+      "num_ppo_epochs = 0 is out of range");
+  expect_one_line_error("ppo --config " + cfg + " --value-adapter " + out +
+                            "/checkpoint-1 --output-dir " + temp("ppo_b3"),
+                        "has no score head");
+  fs::remove_all(out);
 }
 
 // fp8rl kto from a run config: TRL's metric names in metrics.jsonl, the adapter and the

@@ -286,6 +286,7 @@ TEST(RunConfig, EveryAliasSetsItsKey) {
   check_table(dpo_keys(), DpoConfig{});
   check_table(kto_keys(), KtoConfig{});
   check_table(reward_keys(), RewardConfig{});
+  check_table(ppo_keys(), PpoConfig{});
 }
 
 TEST(RunConfig, ChoiceSpellingsAndNulls) {
@@ -1070,6 +1071,37 @@ TEST(RunConfig, DumpLoadRoundTrip) {
   EXPECT_FALSE(RewardConfig{}.center_rewards_coefficient.has_value());
   EXPECT_FALSE(load_text(reward_keys(), "center_rewards_coefficient: null\n")
                    .center_rewards_coefficient.has_value());
+}
+
+// PPOConfig's keys round-trip, with TRL's defaults, and TRL's plumbing keys are accepted.
+TEST(RunConfig, PpoKeys) {
+  PpoConfig p;
+  p.num_ppo_epochs = 2;
+  p.stop_token = "eos";
+  p.missing_eos_penalty = 1.0;
+  p.kl_estimator = "k3";
+  p.value_adapter = "runs/rm";
+  expect_round_trip(ppo_keys(), p);
+  const PpoConfig d;
+  EXPECT_EQ(d.learning_rate, 3e-6);
+  EXPECT_EQ(d.num_ppo_epochs, 4);
+  EXPECT_EQ(d.response_length, 53);
+  EXPECT_EQ(d.temperature, 0.7);
+  EXPECT_EQ(d.vf_coef, 0.1);
+  EXPECT_EQ(d.cliprange_value, 0.2);
+  EXPECT_EQ(d.lam, 0.95);
+  EXPECT_EQ(d.kl_coef, 0.05);
+  EXPECT_FALSE(d.stop_token.has_value());
+  const PpoConfig t =
+      load_text(ppo_keys(), "stop_token: eos\nsft_model_path: x\nkl_estimator: k3\n");
+  EXPECT_EQ(*t.stop_token, "eos");
+  EXPECT_EQ(t.kl_estimator, "k3");
+  EXPECT_NE(error_of([] { load_text(ppo_keys(), "kl_estimator: k2\n"); }).find("kl_estimator"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              load_text(ppo_keys(), "environment: python3 env.py\n");
+            }).find("ppo has no environments or tools yet"),
+            std::string::npos);
 }
 
 TEST(RunConfig, JsonRecordNamesEveryKey) {
