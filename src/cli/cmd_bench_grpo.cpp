@@ -3,7 +3,7 @@
 //                  [--steps N] [--fp8 ...] [--[no-]checkpointing] [--kv-memory GIB]
 //                  [--kv-dtype bf16|fp8] [--gradient-accumulation-steps K]
 //                  [--on-policy-exact] [--device cuda|cpu] [--device-option KEY=VALUE]...
-//                  [--out F]
+//                  [--turns T [--env-tokens M]] [--out F]
 //
 // Times GRPO steps on one model: P random prompts of L tokens, G samples each of exactly C
 // tokens (no stop ids), LoRA rank R (alpha A, default 2R) on all seven projections, one
@@ -13,7 +13,9 @@
 // region, whose size is printed too), rollout / training time and tokens/s, step time, the
 // engine-trainer mismatch (mean |logprob difference| and token probability error). A --model
 // directory without weights gets random ones, as a preset does. --on-policy-exact runs GRPO's
-// on_policy_exact (batch-invariant kernels on CUDA): its cost.
+// on_policy_exact (batch-invariant kernels on CUDA): its cost. --turns T (T >= 2) times rollouts
+// instead of steps: T-turn episodes of C / T tokens a turn with M environment tokens between
+// turns against single-turn rollouts of the same total (cli/bench_turns.h).
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -23,6 +25,7 @@
 
 #include "cli/bench_model.h"
 #include "cli/bench_profile.h"
+#include "cli/bench_turns.h"
 #include "core/check.h"
 #include "model/kv_cache.h"
 #include "rl/grpo_trainer.h"
@@ -42,7 +45,47 @@ struct BenchGrpoOptions : BenchModelOptions {
   std::string kv_dtype = "bf16";
   bool checkpointing = true;
   bool on_policy_exact = false;
+  int64_t turns = 1, env_tokens = 32;
 };
+
+// --turns: the rollouts' comparison (JSON, and one line of text on stderr).
+void run_bench_turns(const BenchGrpoOptions& o) {
+  BenchModel bench(o, "bench grpo", {ControlScope::cuda, ControlScope::model}, BenchLoraInit::peft);
+  TurnsBenchOptions t;
+  t.prompts = o.prompts;
+  t.generations = o.generations;
+  t.prompt_tokens = o.prompt_tokens;
+  t.completion_tokens = o.completion_tokens;
+  t.turns = o.turns;
+  t.env_tokens = o.env_tokens;
+  t.steps = o.steps;
+  t.kv_memory_gib = o.kv_memory;
+  t.kv_dtype = o.kv_dtype;
+  t.seed = o.seed;
+  nlohmann::json r;
+  r["command"] = "bench grpo --turns";
+  r["model"] = o.preset.empty() ? o.model : o.preset;
+  r["weights"] = bench.weights();
+  r["fp8"] = std::string(scheme_name(bench.model().scheme()));
+  r["device"] = bench.device_name();
+  report_cuda_controls(bench.controls(), bench.ctx().device, r);
+  r["prompts"] = o.prompts;
+  r["generations"] = o.generations;
+  r["prompt_tokens"] = o.prompt_tokens;
+  r["completion_tokens"] = o.completion_tokens;
+  r["kv_dtype"] = o.kv_dtype;
+  r["lora_r"] = o.lora_r;
+  r.update(bench_turns(bench, t));
+  fmt::print(
+      stderr,
+      "bench grpo: {}-turn episodes {:.3f} s, single-turn rollouts of the same {} tokens "
+      "{:.3f} s: {:.2f}x\n",
+      o.turns, r["multi_turn/rollout_seconds"].get<double>(),
+      r["multi_turn/model_tokens"].get<int64_t>() + r["multi_turn/env_tokens"].get<int64_t>(),
+      r["single_turn/rollout_seconds"].get<double>(),
+      r["multi_turn_over_single_turn"].get<double>());
+  print_bench_json(r, o.out);
+}
 
 void run_bench_grpo(const BenchGrpoOptions& o) {
   CHECK(o.prompts > 0 && o.generations > 1 && o.prompt_tokens > 0 && o.completion_tokens > 0 &&
@@ -50,6 +93,8 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
         "bench grpo: sizes must be positive and --generations at least 2");
   CHECK(o.lora_r > 0, "bench grpo: --lora-r must be positive, got {}", o.lora_r);
   parse_kv_dtype(o.kv_dtype);  // a bad value is an error before the model loads
+  CHECK(o.turns >= 1, "bench grpo: --turns must be positive, got {}", o.turns);
+  if (o.turns > 1) return run_bench_turns(o);
   const int64_t completions = o.prompts * o.generations,
                 accumulation = o.gradient_accumulation_steps;
   CHECK(accumulation > 0 && completions % accumulation == 0,
@@ -154,6 +199,13 @@ void add_bench_grpo_command(CLI::App& bench) {
               "Per-layer activation checkpointing (default on)");
   c->add_flag("--on-policy-exact", o->on_policy_exact,
               "GRPO's on_policy_exact: batch-invariant kernels, logprob mismatch checked to be 0");
+  c->add_option("--turns", o->turns,
+                "Time T-turn episode rollouts against single-turn ones of the same tokens "
+                "instead of GRPO steps (1: the steps)")
+      ->capture_default_str();
+  c->add_option("--env-tokens", o->env_tokens,
+                "With --turns: the environment's tokens appended after each turn but the last")
+      ->capture_default_str();
   c->callback([o] { run_bench_grpo(*o); });
 }
 

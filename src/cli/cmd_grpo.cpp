@@ -35,8 +35,8 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
   // An environment may be the only reward (its steps').
   // Tools: the helper imports and describes them before the model loads.
   if (!cfg.tools.empty()) check_tools_helper(cfg.tools);
-  const bool env_only = !cfg.environment.empty() && cfg.reward_process.empty() &&
-                        cfg.rewards.is_array() && cfg.rewards.empty();
+  const bool env_only = (!cfg.environment.empty() || !cfg.environment_server.empty()) &&
+                        cfg.reward_process.empty() && cfg.rewards.is_array() && cfg.rewards.empty();
   RewardSet rewards = env_only                     ? RewardSet()
                       : cfg.reward_process.empty() ? make_reward_set(cfg.rewards)
                                                    : make_reward_process_set(cfg.reward_process);

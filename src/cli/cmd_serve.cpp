@@ -13,7 +13,6 @@
 // server serves the base model or one adapter (vLLM's --lora-modules with one module, whose
 // name is then the model name); a second module is an error.
 #include <httplib.h>
-#include <sys/socket.h>
 
 #include <cstdio>
 #include <memory>
@@ -28,6 +27,7 @@
 #include "core/check.h"
 #include "core/interrupt.h"
 #include "engine/engine.h"
+#include "serve/http_api.h"
 #include "serve/request_queue.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tool_calls.h"
@@ -99,22 +99,14 @@ void run_serve(ServeOptions o) {
   httplib::Server server;
   // A handler thread serves one connection at a time and a stream holds its thread to the end:
   // the pool bounds the clients answered at once.
-  const int threads = o.http_threads;
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-  server.set_payload_max_length(size_t(64) << 20);
-  // cpp-httplib's default also sets SO_REUSEPORT, under which a second server on a busy port
-  // shares it silently instead of failing: only SO_REUSEADDR (a restart reuses the port).
-  server.set_socket_options([](socket_t sock) {
-    const int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
+  serve::configure_server(server, o.http_threads);
   add_serve_routes(server, c);
   int port = o.port;
   if (port == 0) {
-    port = server.bind_to_any_port(o.host);
+    port = serve::bind_server(server, o.host, 0);
     CHECK(port > 0, "cannot listen on {} (any port)", o.host);
   } else {
-    CHECK(server.bind_to_port(o.host, port),
+    CHECK(serve::bind_server(server, o.host, port) > 0,
           "cannot listen on {}:{} (in use, or not an address here)", o.host, port);
   }
   std::thread http([&server] { server.listen_after_bind(); });

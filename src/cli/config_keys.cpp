@@ -361,9 +361,13 @@ KeyTable<C> grpo_table() {
   t.add("environment", &C::environment,
         "Command of an environment process: every sample an episode of turns "
         "(docs/ENVIRONMENTS.md)");
+  t.add("environment_server", &C::environment_server,
+        "Command of an agent program that asks the run's OpenAI endpoint (OPENAI_BASE_URL) for "
+        "its episodes' completions and reports their rewards (docs/ENVIRONMENTS.md)");
   t.add("max_turns", &C::max_turns, "Assistant turns an episode takes at most");
   t.add("environment_timeout_s", &C::environment_timeout_s,
-        "Seconds an exchange with the environment may take");
+        "Seconds an exchange with the environment may take (environment_server: its silence "
+        "while none of its requests runs)");
   t.add("tools", &C::tools,
         "Python functions (MODULE:FUNCTION list) the model may call, TRL's tools; served by "
         "python3 -m fp8rl_reward.tools as the environment (docs/ENVIRONMENTS.md)");
@@ -566,7 +570,7 @@ KeyTable<PpoConfig> ppo_keys() {
   t.ignore("num_sample_generations", "fp8rl logs each update's metrics, no sample tables");
   t.ignore("ds3_gather_for_generation", kOwnEngine);
   // GRPO's multi-turn keys: PPO's responses are single-turn for now.
-  for (const char* k : {"environment", "tools"})
+  for (const char* k : {"environment", "tools", "environment_server"})
     t.ignore(k, "ppo samples single-turn responses",
              only({nullptr, "", nlohmann::json::array()},
                   "ppo has no environments or tools yet; multi-turn episodes run in fp8rl grpo"));

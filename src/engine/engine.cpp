@@ -983,7 +983,8 @@ std::vector<RequestOutput> Engine::generate(std::span<const GenerationRequest> r
 
 void Engine::serve(RequestFeed& feed) {
   Impl& im = *impl_;
-  CHECK(im.region == nullptr, "engine: serve() needs a KV pool of its own, not a standby region");
+  // A GRPO run's agent episodes are served from the standby region, as its rollouts generate.
+  if (im.region != nullptr) im.hold_region();
   if (ops::scratch_base(im.ctx) != im.graphs_scratch) {
     im.graphs.clear();
     im.graphs_scratch = ops::scratch_base(im.ctx);

@@ -173,7 +173,8 @@ class Engine {
   // Continuous generation: runs the requests the feed hands in, alongside each other and
   // alongside those that arrive later, until feed.poll returns false and every live request's
   // sequences are released. An aborted request's sequences end at the next step and their KV
-  // blocks are freed. Random streams: a request without a seed is keyed by its id.
+  // blocks are freed. Random streams: a request without a seed is keyed by its id. With a
+  // standby region it takes the region back first, as generate() does.
   void serve(RequestFeed& feed);
 
   // Raises fp8rl::Error naming what is wrong if `request` can never run here: invalid

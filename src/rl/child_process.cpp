@@ -96,7 +96,8 @@ std::string describe_status(const siginfo_t& info) {
 
 }  // namespace
 
-ChildProcess::ChildProcess(std::string command, std::string who)
+ChildProcess::ChildProcess(std::string command, std::string who,
+                           std::vector<std::string> environment)
     : command_(std::move(command)), who_(std::move(who)) {
   CHECK(!command_.empty(), "{}: the command line is empty", who_);
   int in[2], out[2];
@@ -142,7 +143,19 @@ ChildProcess::ChildProcess(std::string command, std::string who)
   char sh[] = "sh";
   char dash_c[] = "-c";
   char* argv[] = {sh, dash_c, command_.data(), nullptr};
-  const int rc = ::posix_spawn(&pid_, "/bin/sh", &actions, &attr, argv, environ);
+  // Ours, less the names `environment` sets, then those.
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    bool replaced = false;
+    for (const std::string& set : environment)
+      replaced =
+          replaced || entry.substr(0, entry.find('=') + 1) == set.substr(0, set.find('=') + 1);
+    if (!replaced) envp.push_back(*e);
+  }
+  for (std::string& set : environment) envp.push_back(set.data());
+  envp.push_back(nullptr);
+  const int rc = ::posix_spawn(&pid_, "/bin/sh", &actions, &attr, argv, envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   ::close(in[0]);
@@ -234,7 +247,8 @@ void ChildProcess::fail_ended(const std::string& what) {
 }
 
 std::string ChildProcess::exchange(std::string_view request, milliseconds timeout,
-                                   size_t max_line_bytes) {
+                                   size_t max_line_bytes,
+                                   const std::function<bool()>& waiting_on_us) {
   CHECK(pid_ > 0, "{}: is no longer running ({})", who_,
         failure_.empty() ? "it was stopped" : failure_);
   CHECK(!request.empty() && request.back() == '\n', "{}: a request must end in a newline", who_);
@@ -242,7 +256,7 @@ std::string ChildProcess::exchange(std::string_view request, milliseconds timeou
     fail(fmt::format("wrote output that was not an answer to a request: '{}'",
                      pending_.substr(0, 200)));
   }
-  const auto deadline = Clock::now() + timeout;
+  auto deadline = Clock::now() + timeout;
   size_t written = 0;
   char buffer[1 << 16];
   // The answer when pending_ holds a whole line; fails on an answer that breaks the protocol.
@@ -267,6 +281,7 @@ std::string ChildProcess::exchange(std::string_view request, milliseconds timeou
     return line;
   };
   for (;;) {
+    if (waiting_on_us && waiting_on_us()) deadline = Clock::now() + timeout;
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
       fail(fmt::format("gave no answer within {} s{}", double(timeout.count()) / 1000.0,

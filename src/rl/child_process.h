@@ -8,8 +8,10 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace fp8rl {
 
@@ -24,7 +26,8 @@ class ChildProcess {
   // starts). `who` names the process in errors ("reward process 'x'"). A failure to start is an
   // fp8rl::Error; a command the shell cannot find shows up as exit status 127 at the first
   // exchange.
-  ChildProcess(std::string command, std::string who);
+  // `environment`: NAME=VALUE entries added to ours (replacing ours of the same names).
+  ChildProcess(std::string command, std::string who, std::vector<std::string> environment = {});
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -34,8 +37,11 @@ class ChildProcess {
   // cause when it times out, exits (status or signal named), closes its pipes, answers before
   // reading the whole request, answers more than one line, or writes more than max_line_bytes
   // without a newline; the process is then killed and every later exchange fails.
+  // `waiting_on_us`, when given, is asked every few milliseconds: while it returns true the
+  // process is waiting on the caller (an answer to a request of its own), and the timeout
+  // starts again; what it throws ends the exchange, the process left running.
   std::string exchange(std::string_view request, std::chrono::milliseconds timeout,
-                       size_t max_line_bytes);
+                       size_t max_line_bytes, const std::function<bool()>& waiting_on_us = {});
 
   // Kills the process group now and reaps the process (after an error the caller found in an
   // answer); later exchanges fail. Idempotent.

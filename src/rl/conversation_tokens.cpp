@@ -29,6 +29,10 @@ struct ConversationTokens::Impl {
     for (const nlohmann::json& m : messages) request.messages.push_back(nlohmann::ordered_json(m));
     request.add_generation_prompt = generation_prompt;
     request.variables = variables;
+    return render(request);
+  }
+
+  std::vector<int32_t> render(const ChatRequest& request) const {
     return tokenizer.encode(chat_template.render(build_chat_context(chat, request), render_options),
                             false);
   }
@@ -55,6 +59,22 @@ ConversationTokens::~ConversationTokens() = default;
 std::vector<int32_t> ConversationTokens::opening(const nlohmann::json& messages,
                                                  const nlohmann::json& tools) const {
   return impl_->render(messages, true, tools);
+}
+
+std::vector<int32_t> ConversationTokens::opening(const nlohmann::ordered_json& messages,
+                                                 const nlohmann::ordered_json& tools,
+                                                 const nlohmann::ordered_json& kwargs) const {
+  CHECK(messages.is_array(), "messages must be a list of {{role, content}} objects");
+  CHECK(kwargs.is_null() || kwargs.is_object(),
+        "chat_template_kwargs must be a mapping of template variables, got {}", kwargs.dump());
+  ChatRequest request;
+  request.messages = messages;
+  request.tools = tools;
+  request.add_generation_prompt = true;
+  request.variables = impl_->variables;
+  if (kwargs.is_object())
+    for (const auto& [key, value] : kwargs.items()) request.variables[key] = value;
+  return impl_->render(request);
 }
 
 bool ConversationTokens::ends_turn(int32_t id) const {

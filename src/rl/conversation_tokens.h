@@ -44,6 +44,11 @@ class ConversationTokens {
   // a list of JSON schemas, or null (none).
   std::vector<int32_t> opening(const nlohmann::json& messages,
                                const nlohmann::json& tools = nullptr) const;
+  // The same for an OpenAI request (rl/agent_environment.h): its messages and tools in their
+  // key order, and its chat_template_kwargs over the run's (null: none), as fp8rl serve renders.
+  std::vector<int32_t> opening(const nlohmann::ordered_json& messages,
+                               const nlohmann::ordered_json& tools,
+                               const nlohmann::ordered_json& kwargs) const;
   // `context`: the episode's tokens so far (opening and completion), its last turn closed by an
   // end id; `conversation`: its messages, that turn last; `appended`: the environment's.
   // An fp8rl::Error when the render of conversation + appended holds fewer end ids than the

@@ -30,9 +30,9 @@ std::vector<const Json*> reply_entries(const Json& reply, const std::vector<std:
         "{}: expected one line {{\"episodes\": [...]}} answering the {} request, got {}", who, kind,
         json_excerpt(reply, 200));
   for (auto it = reply.begin(); it != reply.end(); ++it)
-    CHECK(it.key() == "episodes" || it.key() == optional,
-          "{}: the answer to a {} request may hold only 'episodes' and '{}', got '{}'", who, kind,
-          optional, it.key());
+    CHECK(it.key() == "episodes" || (*optional != '\0' && it.key() == optional),
+          "{}: the answer to a {} request may hold only 'episodes'{}, got '{}'", who, kind,
+          *optional != '\0' ? fmt::format(" and '{}'", optional) : "", it.key());
   const Json& episodes = reply.at("episodes");
   CHECK(episodes.is_array(), "{}: 'episodes' must be a list, got {}", who,
         json_excerpt(episodes, 200));
@@ -91,12 +91,12 @@ void check_chat_messages(const Json& messages, const std::string& what) {
 }
 
 EnvironmentProcess::EnvironmentProcess(EnvironmentOptions options)
-    : options_(std::move(options)), who_(fmt::format("environment `{}`", options_.command)) {
-  CHECK(!options_.command.empty(), "environment: the command is empty");
+    : options_(std::move(options)), who_(fmt::format("{} `{}`", options_.kind, options_.command)) {
+  CHECK(!options_.command.empty(), "{}: the command is empty", options_.kind);
   CHECK(options_.timeout_s > 0 && options_.timeout_s <= kMaxRewardTimeoutS,
         "{}: environment_timeout_s must be a positive number of seconds up to {}, got {}", who_,
         kMaxRewardTimeoutS, options_.timeout_s);
-  child_ = std::make_unique<ChildProcess>(options_.command, who_);
+  child_ = std::make_unique<ChildProcess>(options_.command, who_, options_.variables);
 }
 
 EnvironmentProcess::~EnvironmentProcess() = default;
@@ -185,9 +185,39 @@ EnvironmentStep EnvironmentProcess::parse_step_reply(std::string_view line,
   return step;
 }
 
-std::string EnvironmentProcess::exchange(const std::string& line) {
+std::vector<double> EnvironmentProcess::parse_rewards_reply(std::string_view line,
+                                                            const std::vector<std::string>& ids,
+                                                            const std::string& who) {
+  const Json reply = parse_reply_json(line, "reset", who);
+  const std::vector<const Json*> entries = reply_entries(reply, ids, {"reward"}, "", "reset", who);
+  std::vector<double> out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const Json& e = *entries[i];
+    CHECK(e.contains("reward") && e["reward"].is_number(),
+          "{}: episode \"{}\": the answer needs a number 'reward', got {}", who, ids[i],
+          e.contains("reward") ? json_excerpt(e["reward"]) : std::string("none"));
+    out.push_back(e["reward"].get<double>());
+  }
+  return out;
+}
+
+std::string EnvironmentProcess::exchange(const std::string& line,
+                                         const std::function<bool()>& waiting_on_us) {
   const auto timeout = std::chrono::milliseconds(int64_t(std::ceil(options_.timeout_s * 1000.0)));
-  return child_->exchange(line, timeout, options_.max_reply_bytes);
+  return child_->exchange(line, timeout, options_.max_reply_bytes, waiting_on_us);
+}
+
+std::vector<double> EnvironmentProcess::run_agents(const std::vector<EpisodeStart>& episodes,
+                                                   const std::function<bool()>& waiting_on_us) {
+  std::vector<std::string> ids;
+  for (const EpisodeStart& e : episodes) ids.push_back(e.id);
+  const std::string answer = exchange(reset_line(episodes), waiting_on_us);
+  try {
+    return parse_rewards_reply(answer, ids, who_);
+  } catch (const Error&) {
+    child_->kill();
+    throw;
+  }
 }
 
 EnvironmentReset EnvironmentProcess::reset(const std::vector<EpisodeStart>& episodes) {

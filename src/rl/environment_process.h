@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -34,6 +35,8 @@ struct EnvironmentOptions {
   std::string command;     // run as /bin/sh -c COMMAND
   double timeout_s = 300;  // per exchange: writing the request and reading the answer
   size_t max_reply_bytes = size_t{64} << 20;
+  std::string kind = "environment";    // the config key, naming the process in errors
+  std::vector<std::string> variables;  // NAME=VALUE set in its environment
 };
 
 struct EpisodeStart {
@@ -73,6 +76,12 @@ class EnvironmentProcess {
 
   EnvironmentReset reset(const std::vector<EpisodeStart>& episodes);
   EnvironmentStep step(const std::vector<EpisodeTurn>& turns);
+  // An agent program (`environment_server`, rl/agent_environment.h): the reset request, then
+  // its answer {"episodes": [{"id": ..., "reward": number}, ...]} once it has run them, each
+  // episode's reward in the order of `episodes`. While `waiting_on_us` returns true (its
+  // requests are being answered) the timeout does not run.
+  std::vector<double> run_agents(const std::vector<EpisodeStart>& episodes,
+                                 const std::function<bool()>& waiting_on_us);
 
   const std::string& who() const { return who_; }
 
@@ -86,9 +95,12 @@ class EnvironmentProcess {
   static EnvironmentStep parse_step_reply(std::string_view line,
                                           const std::vector<std::string>& ids,
                                           const std::string& who);
+  static std::vector<double> parse_rewards_reply(std::string_view line,
+                                                 const std::vector<std::string>& ids,
+                                                 const std::string& who);
 
  private:
-  std::string exchange(const std::string& line);
+  std::string exchange(const std::string& line, const std::function<bool()>& waiting_on_us = {});
 
   EnvironmentOptions options_;
   std::string who_;

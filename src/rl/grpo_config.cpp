@@ -98,14 +98,22 @@ void GrpoConfig::validate() const {
     CHECK(std::isfinite(w), "reward_weights holds {}, not a finite number", w);
 
   CHECK(rewards.is_array(), "rewards must be a list of reward specs, got {}", rewards.dump());
-  CHECK(num_reward_functions() >= 1 || !environment.empty(),
-        "no reward: give `rewards` (a list of reward specs), `reward_process` (a command) or an "
-        "`environment` whose steps reward the episodes{}",
+  CHECK(num_reward_functions() >= 1 || !environment.empty() || !environment_server.empty(),
+        "no reward: give `rewards` (a list of reward specs), `reward_process` (a command), an "
+        "`environment` whose steps reward the episodes or an `environment_server`{}",
         tools.empty() ? "" : " (the tools helper gives no reward)");
   c::at_least<int64_t>("max_turns", max_turns, 1);
   CHECK(tools.empty() || environment.empty(),
         "`tools` with an `environment`: the tools are served as the run's environment; give one "
         "of them");
+  CHECK(environment_server.empty() || (environment.empty() && tools.empty()),
+        "`environment_server` with `{}`: the agent program is the run's environment; give one "
+        "of them",
+        environment.empty() ? "tools" : "environment");
+  CHECK(environment_server.empty() || max_turns == 10,
+        "max_turns = {} with `environment_server`: the agent program decides when its episodes "
+        "end (max_completion_length bounds their tokens)",
+        max_turns);
   check_tool_specs(tools);
   CHECK(tools.empty() || max_turns == 10,
         "max_turns = {} with `tools`: the tool rounds are bounded by max_tool_calling_iterations "

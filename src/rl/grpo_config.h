@@ -106,8 +106,14 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
   // rounds (null: only the completion budget does).
   std::vector<std::string> tools;
   std::optional<int64_t> max_tool_calling_iterations;
-  // Episodes against an environment or tools.
-  bool multi_turn() const { return !environment.empty() || !tools.empty(); }
+  // An agent program as the environment (rl/agent_environment.h): a command line started once
+  // per run with OPENAI_BASE_URL of the chat-completions endpoint the run serves it, reporting
+  // each episode's reward; empty: none.
+  std::string environment_server;
+  // Episodes against an environment, tools or an agent program.
+  bool multi_turn() const {
+    return !environment.empty() || !tools.empty() || !environment_server.empty();
+  }
   // The environment's command line (the tools helper's with `tools`).
   std::string environment_command() const;
   // The assistant turns an episode takes at most: max_turns, or with tools the turn after the

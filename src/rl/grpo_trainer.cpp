@@ -17,6 +17,7 @@
 #include "ops/memory.h"
 #include "ops/memory_budget.h"
 #include "rl/advantages.h"
+#include "rl/agent_environment.h"
 #include "rl/conversation_tokens.h"
 #include "rl/environment_process.h"
 #include "rl/episode_rollout.h"
@@ -56,6 +57,10 @@ struct Round {
   std::vector<std::vector<uint8_t>> mask;        // [C][n_c] trained tokens
   // [C][n_c] 1: the model's token, 0: an environment's (multi-turn); empty: all the model's.
   std::vector<std::vector<uint8_t>> sampled;
+  // [C] where a completion's tokens start another packed sequence (an agent episode's history
+  // rewritten, rl/agent_trajectory.h): (position in ids, that sequence's first token, which
+  // has no target); empty: one sequence each.
+  std::vector<std::vector<std::pair<int64_t, int32_t>>> sequence_starts;
   // routing_replay: [C][(P_c + n_c - 1) x L x k] the engine's experts of each packed
   // position (prompt, completion but its last token); empty otherwise.
   std::vector<std::vector<int32_t>> routing;
@@ -76,6 +81,7 @@ struct Round {
             {"is_weight", is_weight},
             {"mask", mask},
             {"sampled", sampled},
+            {"sequence_starts", sequence_starts},
             {"routing", routing},
             {"advantages", advantages},
             {"num_items", num_items},
@@ -168,6 +174,8 @@ Round Round::from_json(const nlohmann::json& j, const Shape& s) {
   const Json& prompt_ids =
       j.contains("prompt_ids") ? per_completion(j, "prompt_ids", n, true) : kEmpty;
   const Json& sampled = j.contains("sampled") ? per_completion(j, "sampled", n, true) : kEmpty;
+  const Json& starts =
+      j.contains("sequence_starts") ? per_completion(j, "sequence_starts", n, true) : kEmpty;
   static const Json kNone = Json::array();
   const Json& routing = s.routing_row > 0 ? per_completion(j, "routing", n, false) : kNone;
   const Json& advantages = per_completion(j, "advantages", n, false);
@@ -239,6 +247,30 @@ Round Round::from_json(const nlohmann::json& j, const Shape& s) {
         bits2.push_back(uint8_t(integer(
             m2[k], [&] { return fmt::format("'sampled'[{}][{}]", c, k); }, 0, 1)));
     }
+    if (!starts.empty()) {
+      const Json& st = starts[c];
+      CHECK(st.is_array() && int64_t(len + st.size()) <= s.max_completion_length,
+            "'sequence_starts'[{}] must be a list of at most {} [position, id] pairs (the "
+            "completion's {} tokens and the sequences' first tokens within "
+            "max_completion_length), got {}",
+            c, s.max_completion_length - int64_t(len), len,
+            st.is_array() ? fmt::format("{} entries", st.size()) : json_excerpt(st));
+      std::vector<std::pair<int64_t, int32_t>>& out_st = r.sequence_starts.emplace_back();
+      int64_t after = 0;
+      for (size_t k = 0; k < st.size(); ++k) {
+        CHECK(st[k].is_array() && st[k].size() == 2,
+              "'sequence_starts'[{}][{}] must be a [position, id] pair, got {}", c, k,
+              json_excerpt(st[k]));
+        const int64_t pos = integer(
+            st[k][0], [&] { return fmt::format("'sequence_starts'[{}][{}][0]", c, k); }, after + 1,
+            int64_t(len) - 1);
+        const auto id = int32_t(integer(
+            st[k][1], [&] { return fmt::format("'sequence_starts'[{}][{}][1]", c, k); }, 0,
+            s.vocab_size - 1));
+        out_st.emplace_back(pos, id);
+        after = pos;
+      }
+    }
     CHECK(advantages[c].is_number(), "'advantages'[{}] is {}, expected a number", c,
           json_excerpt(advantages[c]));
     r.advantages.push_back(advantages[c].get<double>());
@@ -259,7 +291,9 @@ Round Round::from_json(const nlohmann::json& j, const Shape& s) {
 }
 
 // Completions [first, first + count) of a round packed for the trainer: each sequence is its
-// prompt then its completion but the last token; targets are the completion's tokens.
+// prompt then its completion but the last token; targets are the completion's tokens. A
+// completion with sequence starts packs one sequence more at each: that start's first token,
+// then the completion's tokens up to the next start.
 struct Packed {
   std::vector<int32_t> ids, targets;
   std::vector<int64_t> cu{0};
@@ -275,16 +309,25 @@ Packed pack(const Round& r, const std::vector<PromptExample>& data, size_t first
     const std::vector<int32_t>& prompt =
         r.prompt_ids.empty() || r.prompt_ids[c].empty() ? data[r.prompt[c]].ids : r.prompt_ids[c];
     const std::vector<int32_t>& comp = r.ids[c];
-    const int64_t start = int64_t(p.ids.size());
-    p.ids.insert(p.ids.end(), prompt.begin(), prompt.end());
-    p.ids.insert(p.ids.end(), comp.begin(), comp.end() - 1);
-    p.targets.resize(p.ids.size(), ops::kIgnoreIndex);
-    for (size_t j = 0; j < comp.size(); ++j) {
-      const int64_t pos = start + int64_t(prompt.size()) - 1 + int64_t(j);
-      p.targets[size_t(pos)] = comp[j];
-      p.token_pos.push_back(pos);
+    static const std::vector<std::pair<int64_t, int32_t>> kOne;
+    const auto& starts = r.sequence_starts.empty() ? kOne : r.sequence_starts[c];
+    std::vector<int32_t> context = prompt;
+    size_t from = 0;
+    for (size_t k = 0; k <= starts.size(); ++k) {
+      const size_t to = k < starts.size() ? size_t(starts[k].first) : comp.size();
+      const int64_t start = int64_t(p.ids.size());
+      p.ids.insert(p.ids.end(), context.begin(), context.end());
+      p.ids.insert(p.ids.end(), comp.begin() + ptrdiff_t(from), comp.begin() + ptrdiff_t(to) - 1);
+      p.targets.resize(p.ids.size(), ops::kIgnoreIndex);
+      for (size_t j = from; j < to; ++j) {
+        const int64_t pos = start + int64_t(context.size()) - 1 + int64_t(j - from);
+        p.targets[size_t(pos)] = comp[j];
+        p.token_pos.push_back(pos);
+      }
+      p.cu.push_back(int64_t(p.ids.size()));
+      if (k < starts.size()) context = {starts[k].second};
+      from = to;
     }
-    p.cu.push_back(int64_t(p.ids.size()));
     p.offsets.push_back(int64_t(p.token_pos.size()));
     if (!r.routing.empty())
       p.routing.insert(p.routing.end(), r.routing[c].begin(), r.routing[c].end());
@@ -374,6 +417,7 @@ struct GrpoTrainer::Impl {
   // that turns its messages into tokens (null: the model has none).
   std::unique_ptr<EnvironmentProcess> environment;
   std::unique_ptr<ConversationTokens> conversation;
+  std::unique_ptr<AgentEnvironment> agents;  // environment_server's program and endpoint
   bool told_rerender = false;  // the note on a template that rewrites history, printed once
 
   Impl(Context& c, const Model& m, LoraAdapter& a, const tok::Tokenizer* t,
@@ -405,7 +449,7 @@ struct GrpoTrainer::Impl {
           "routing_replay: the model has no MoE layers or runs on CUDA (replay runs on the CPU "
           "for now)");
     CHECK(!data.empty(), "grpo: the dataset has no prompts");
-    CHECK(rewards.size() > 0 || !cfg.environment.empty(),
+    CHECK(rewards.size() > 0 || !cfg.environment.empty() || !cfg.environment_server.empty(),
           "grpo: no reward functions (set `rewards`, --reward-process or an environment)");
     if (!cfg.reward_weights.empty()) rewards.set_weights(cfg.reward_weights);
     steps_per_generation = cfg.resolved_steps_per_generation();
@@ -599,6 +643,7 @@ struct GrpoTrainer::Impl {
     nlohmann::json state = trainer_state(step);  // before this round draws its prompts
     const std::vector<size_t> prompts = next_prompts();
     if (environment) return generate_episodes(samples, step, prompts, std::move(state));
+    if (agents) return generate_agent_episodes(samples, step, prompts, std::move(state));
     std::vector<GenerationRequest> requests;
     for (size_t i = 0; i < prompts.size(); ++i) {
       GenerationRequest q;
@@ -771,6 +816,93 @@ struct GrpoTrainer::Impl {
     // The environment's own metrics (the tools helper's tools/call_frequency, ...): the mean
     // over the round's step answers.
     for (const auto& [name, sum] : es.environment_metrics) m[name] = sum.first / double(sum.second);
+    return finish_round(std::move(r), samples, step, batch, truncated, extras);
+  }
+
+  // A round's episodes with an agent program (rl/agent_environment.h): every prompt's
+  // num_generations episodes, each one sample for the trainer: its first sequence's prompt, then
+  // every later token, a rewritten history starting another packed sequence.
+  Round generate_agent_episodes(MetricsLog& samples, int64_t step,
+                                const std::vector<size_t>& prompts, nlohmann::json state) {
+    Round r;
+    const auto t0 = Clock::now();
+    std::vector<AgentEpisodeInput> inputs;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const PromptExample& ex = data[prompts[i]];
+      nlohmann::json row = ex.columns;
+      if (ex.messages.is_null())
+        row["prompt"] = ex.text;
+      else
+        row["messages"] = ex.messages;
+      const uint64_t group = rng_key(uint64_t(cfg.seed), uint64_t(rounds) * 1000003u + i);
+      for (int64_t g = 0; g < cfg.num_generations; ++g)
+        inputs.push_back(
+            {fmt::format("{}-{}", rounds, inputs.size()), row, rng_key(group, uint64_t(g))});
+    }
+    engine->set_adapter_version(adapter.version());
+    reset_peak_memory(ctx);
+    AgentStats as;
+    const std::vector<AgentEpisodeResult> episodes = agents->run(*engine, inputs, as);
+    RolloutExtras extras;
+    extras.rollout_seconds = seconds_since(t0);
+    extras.rollout_peak = peak_memory_bytes(ctx);
+    reset_peak_memory(ctx);
+    ++rounds;
+
+    RewardBatch batch;
+    batch.columns = nlohmann::json::object();
+    batch.trainer_state = std::move(state);
+    batch.prompt_messages = nlohmann::json::array();
+    batch.completion_messages = nlohmann::json::array();
+    std::vector<uint8_t> truncated;
+    RewardValues env_rewards;
+    std::vector<double> turns;
+    int64_t truncated_count = 0, extra_sequences = 0;
+    for (size_t c = 0; c < episodes.size(); ++c) {
+      const AgentEpisodeResult& e = episodes[c];
+      const PromptExample& ex = data[prompts[c / size_t(cfg.num_generations)]];
+      const std::vector<AgentSequence>& seqs = e.trajectory.sequences();
+      const auto p0 = ptrdiff_t(e.trajectory.prompt_length());
+      r.prompt.push_back(prompts[c / size_t(cfg.num_generations)]);
+      r.prompt_ids.emplace_back(seqs[0].ids.begin(), seqs[0].ids.begin() + p0);
+      std::vector<int32_t>& ids = r.ids.emplace_back(seqs[0].ids.begin() + p0, seqs[0].ids.end());
+      std::vector<double>& logp =
+          r.engine_logp.emplace_back(seqs[0].logp.begin() + p0, seqs[0].logp.end());
+      std::vector<uint8_t>& sampled =
+          r.sampled.emplace_back(seqs[0].sampled.begin() + p0, seqs[0].sampled.end());
+      std::vector<std::pair<int64_t, int32_t>>& starts = r.sequence_starts.emplace_back();
+      for (size_t k = 1; k < seqs.size(); ++k) {
+        starts.emplace_back(int64_t(ids.size()), seqs[k].ids[0]);
+        ids.insert(ids.end(), seqs[k].ids.begin() + 1, seqs[k].ids.end());
+        logp.insert(logp.end(), seqs[k].logp.begin() + 1, seqs[k].logp.end());
+        sampled.insert(sampled.end(), seqs[k].sampled.begin() + 1, seqs[k].sampled.end());
+      }
+      extra_sequences += int64_t(seqs.size()) - 1;
+      truncated.push_back(e.truncated);
+      truncated_count += e.truncated;
+      env_rewards.push_back(e.reward);
+      turns.push_back(double(e.trajectory.completions()));
+      extras.completion_tokens += std::accumulate(sampled.begin(), sampled.end(), int64_t(0));
+      batch.prompts.push_back(tokenizer->decode(r.prompt_ids.back()));
+      batch.prompt_messages.push_back(e.opening);
+      batch.completions.push_back(e.last_completion);
+      batch.completion_ids.push_back(e.last_ids);
+      batch.completion_messages.push_back(e.messages);
+      for (const auto& [key, value] : ex.columns.items()) batch.columns[key].push_back(value);
+    }
+    for (auto& [key, col] : batch.columns.items())
+      CHECK(col.size() == batch.completions.size(),
+            "grpo: dataset column '{}' is missing in some rows", key);
+    extras.environment_rewards = std::move(env_rewards);
+    nlohmann::json& m = extras.metrics;
+    m["env/turns/mean"] = mean_of(turns);
+    m["env/turns/max"] = *std::max_element(turns.begin(), turns.end());
+    m["env/truncated_episodes"] = truncated_count;
+    m["env/agent/requests"] = as.requests;
+    m["env/agent/refused_requests"] = as.refused;
+    m["env/agent/extra_sequences"] = extra_sequences;
+    m["env/prefill_tokens"] = as.prefill_tokens;
+    m["env/prefix_hit_tokens"] = as.prefix_hit_tokens;
     return finish_round(std::move(r), samples, step, batch, truncated, extras);
   }
 
@@ -949,6 +1081,7 @@ struct GrpoTrainer::Impl {
     permute(r.is_weight);
     permute(r.mask);
     permute(r.sampled);
+    permute(r.sequence_starts);
     permute(r.routing);
     permute(r.advantages);
   }
@@ -1096,7 +1229,20 @@ struct GrpoTrainer::Impl {
 
   void run(const std::function<void(const GrpoStepInfo&)>& on_step, const StopRequest& stop) {
     prepare_run_dir(cfg.output_dir);
-    if (cfg.multi_turn() && !environment) {
+    if (!cfg.environment_server.empty() && !agents) {
+      CHECK(tokenizer != nullptr && conversation != nullptr,
+            "grpo: environment_server needs the model's tokenizer and chat template (the "
+            "requests' messages are rendered with it)");
+      AgentOptions ao;
+      ao.command = cfg.environment_server;
+      ao.timeout_s = cfg.environment_timeout_s;
+      ao.sampling = sampling;
+      ao.max_prompt_length = int64_t(longest_prompt());
+      ao.max_completion_length = cfg.max_completion_length;
+      ao.max_context = model.config().max_context;
+      ao.http_threads = int(std::min<int64_t>(prompts_per_round * cfg.num_generations + 4, 1024));
+      agents = std::make_unique<AgentEnvironment>(ao, *conversation, *tokenizer, eos_ids);
+    } else if (cfg.multi_turn() && !environment) {
       CHECK(tokenizer != nullptr, "grpo: an environment needs the model's tokenizer");
       EnvironmentOptions eo;
       eo.command = cfg.environment_command();

@@ -105,6 +105,7 @@ void RequestQueue::on_token(int64_t id, int sample, const CompletionOutput& out,
   e.sample = sample;
   e.token = out.ids.back();
   e.logprob = out.logprobs.back();
+  if (!out.processed_logprobs.empty()) e.processed_logprob = out.processed_logprobs.back();
   if (!out.top_logprobs.empty()) e.top = out.top_logprobs.back();
   e.done = done;
   e.finish = out.finish;

@@ -29,6 +29,7 @@ struct TokenEvent {
   int sample = 0;
   int32_t token = 0;
   float logprob = 0;
+  float processed_logprob = 0;  // under the tempered distribution, when the request asks for it
   std::vector<std::pair<int32_t, float>> top;
   std::string text;  // the text this event releases (held back text comes later)
   bool done = false;

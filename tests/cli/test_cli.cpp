@@ -436,6 +436,32 @@ TEST(CliBench, GrpoOnAConfigOnlyDirectory) {
   fs::remove_all(dir);
 }
 
+// bench grpo --turns: T-turn episodes against single-turn rollouts of the same tokens. The
+// episodes take T engine calls, sample C tokens and get (T - 1) x M environment tokens, and
+// their later turns find the earlier ones in the prefix cache; the single-turn rollout (the
+// control: one call, nothing cached) samples C + (T - 1) x M tokens per completion.
+TEST(CliBench, GrpoTurnsComparesEpisodesWithSingleTurnRollouts) {
+  const std::string base = "bench grpo --model " + kQwen3 +
+                           " --device cpu --fp8 off --prompts 2 --generations 2 --prompt-tokens 16 "
+                           "--completion-tokens 12 --steps 1 --lora-r 2 --env-tokens 5";
+  const nlohmann::json j = bench_json(base + " --turns 3");
+  EXPECT_EQ(j.value("multi_turn/engine_calls", 0), 3) << j.dump();
+  EXPECT_EQ(j.value("multi_turn/model_tokens", 0), 4 * 12);
+  EXPECT_EQ(j.value("multi_turn/env_tokens", 0), 4 * 2 * 5);
+  EXPECT_EQ(j.value("single_turn/engine_calls", 0), 1);
+  EXPECT_EQ(j.value("single_turn/model_tokens", 0), 4 * (12 + 2 * 5));
+  EXPECT_GT(j.value("multi_turn/prefix_hit_tokens", 0), 0);
+  EXPECT_EQ(j.value("single_turn/prefix_hit_tokens", -1), 0);
+  EXPECT_GT(j.value("multi_turn/rollout_seconds", 0.0), 0.0);
+  EXPECT_GT(j.value("single_turn/rollout_seconds", 0.0), 0.0);
+  EXPECT_NEAR(
+      j.value("multi_turn_over_single_turn", 0.0),
+      j.value("multi_turn/rollout_seconds", 0.0) / j.value("single_turn/rollout_seconds", 1.0),
+      1e-9);
+  expect_error(base + " --turns 0", "--turns must be positive");
+  expect_error(base + " --turns 13", "cannot give each of 13 turns a token");
+}
+
 // merge: the f32 merged checkpoint's logits are PEFT's unmerged adapter logits; --fp8 row
 // writes a compressed-tensors checkpoint that runs as FP8; every bad input leaves no output.
 TEST(CliMerge, MergedLogitsArePeftsAndBadInputIsRefused) {
