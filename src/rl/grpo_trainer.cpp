@@ -1338,8 +1338,10 @@ struct GrpoTrainer::Impl {
         info.total_steps = total_steps;
         info.reward = line.value("reward", std::nan(""));
         info.reward_std = line.value("reward_std", std::nan(""));
-        info.has_kl = line.contains("kl");
-        info.kl = line.value("kl", 0.0);
+        // Online DPO logs TRL's objective/kl (the summed log-ratio to the reference).
+        const char* kl_key = cfg.online_dpo ? "objective/kl" : "kl";
+        info.has_kl = line.contains(kl_key);
+        info.kl = line.value(kl_key, 0.0);
         info.loss = loss;
         info.seconds = seconds;
         info.tokens_per_second = double(train_tokens) / std::max(seconds, 1e-9);
