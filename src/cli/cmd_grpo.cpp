@@ -1,5 +1,6 @@
-// fp8rl grpo --config RUN.yaml [MODEL] [every GRPOConfig key as a flag], and fp8rl rloo, the
-// same loop with RLOOConfig's defaults.
+// fp8rl grpo --config RUN.yaml [MODEL] [every GRPOConfig key as a flag]; fp8rl rloo, the same
+// loop with RLOOConfig's defaults; fp8rl online-dpo, the loop with two completions per prompt
+// and TRL's online DPO loss.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -24,7 +25,8 @@ namespace fp8rl::cli {
 
 namespace {
 
-void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
+// `name` is the command's, in its progress lines.
+void run_grpo(const GrpoConfig& cfg, const std::string& yaml, const char* name = "grpo") {
   CHECK(!cfg.data.empty(), "no dataset: give --data PROMPTS.jsonl (or `data:` in the config)");
   // A RUN_DIR that is (or holds) an input, or cannot be written, fails before the model loads.
   check_run_dir(cfg.output_dir, {cfg.model, cfg.data, cfg.adapter, cfg.eval_dataset});
@@ -136,18 +138,17 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml) {
       [&](const GrpoStepInfo& i) {
         const auto print_eval = [&] {
           if (i.evaluated)
-            fmt::print(stderr, "grpo eval at step {} | eval_reward {:.3f} | {:.1f} s\n", i.step,
+            fmt::print(stderr, "{} eval at step {} | eval_reward {:.3f} | {:.1f} s\n", name, i.step,
                        i.eval_reward, i.eval_seconds);
         };
         if (i.step % std::max<int64_t>(cfg.logging_steps, 1) != 0 && i.step != i.total_steps)
           return print_eval();
         const std::string kl = i.has_kl ? fmt::format("{:.4f}", i.kl) : std::string("-");
-        fmt::print(
-            stderr,
-            "grpo step {}/{} | reward {:.3f} ± {:.3f} | kl {} | loss {:.4f} | {:.1f} s/step | "
-            "ETA {}\n",
-            i.step, i.total_steps, i.reward, i.reward_std, kl, i.loss, i.seconds,
-            control.eta(i.step, i.total_steps));
+        fmt::print(stderr,
+                   "{} step {}/{} | reward {:.3f} ± {:.3f} | kl {} | loss {:.4f} | {:.1f} s/step | "
+                   "ETA {}\n",
+                   name, i.step, i.total_steps, i.reward, i.reward_std, kl, i.loss, i.seconds,
+                   control.eta(i.step, i.total_steps));
         print_eval();
       },
       control.stop());
@@ -179,6 +180,22 @@ void add_rloo_command(CLI::App& app) {
     cfg.adopt_adapter_config(flags->given_keys());
     cfg.resolve_target_modules();
     run_grpo(cfg, flags->table().dump_yaml(cfg));
+  });
+}
+
+void add_online_dpo_command(CLI::App& app) {
+  CLI::App* c = app.add_subcommand(
+      "online-dpo",
+      "Online DPO as TRL's OnlineDPOTrainer (two samples per prompt, the better by reward "
+      "chosen, DPO's loss on the pair)");
+  c->alias("online_dpo");
+  auto flags = std::make_shared<ConfigFlags<OnlineDpoConfig>>(*c, online_dpo_keys());
+  flags->add_positional(*c, "model", "Hugging Face model directory (or `model:` in the config)");
+  c->callback([flags] {
+    OnlineDpoConfig cfg = flags->resolve();
+    cfg.adopt_adapter_config(flags->given_keys());
+    cfg.resolve_target_modules();
+    run_grpo(cfg.trainer_config(), flags->table().dump_yaml(cfg), "online-dpo");
   });
 }
 

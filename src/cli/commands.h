@@ -20,7 +20,8 @@ void add_chat_command(CLI::App& app);
 void add_merge_command(CLI::App& app);
 void add_sft_command(CLI::App& app);
 void add_grpo_command(CLI::App& app);
-void add_rloo_command(CLI::App& app);  // grpo with RLOOConfig's defaults
+void add_rloo_command(CLI::App& app);        // grpo with RLOOConfig's defaults
+void add_online_dpo_command(CLI::App& app);  // grpo's loop with online DPO's loss
 void add_dpo_command(CLI::App& app);
 void add_kto_command(CLI::App& app);
 void add_reward_command(CLI::App& app);

@@ -244,6 +244,54 @@ nlohmann::json reward_funcs_to_rewards(const nlohmann::json& v) {
   return out;
 }
 
+// The sampling keys of the engine's rounds (GRPO's and online DPO's).
+template <class C>
+void add_sampling_keys(KeyTable<C>& t) {
+  t.add("temperature", &C::temperature, "Sampling temperature");
+  t.add("top_p", &C::top_p, "Nucleus sampling mass, in (0, 1]");
+  t.add("top_k", &C::top_k, "Top-k sampling; 0: off");
+  t.add("min_p", &C::min_p, "Min-p sampling (null: off)");
+  t.add("repetition_penalty", &C::repetition_penalty, "Repetition penalty; 1: off");
+  t.add("generation_kwargs", &C::generation_kwargs,
+        "Sampling fields over the keys above (a mapping, vLLM's names: temperature, top_p, "
+        "top_k, min_p, repetition_penalty, min_tokens, stop, stop_token_ids, ignore_eos)");
+  t.add("eval_generation_kwargs", &C::eval_generation_kwargs,
+        "fp8rl's: sampling fields over the training ones for evaluation only, e.g. "
+        "{temperature: 0} for greedy (a mapping, generation_kwargs' names)");
+}
+
+// The generation engine's own keys.
+template <class C>
+void add_engine_keys(KeyTable<C>& t) {
+  t.add("kv_memory", &C::kv_memory, "KV cache GiB; 0: the engine's choice");
+  t.add_choice("kv_dtype", &C::kv_dtype, {"bf16", "fp8"}, "KV cache dtype");
+  t.add("max_num_seqs", &C::max_num_seqs, "Sequences per engine step");
+  t.add("max_num_batched_tokens", &C::max_num_batched_tokens,
+        "Tokens per engine step (chunked prefill budget)");
+  t.add("enable_prefix_caching", &C::enable_prefix_caching,
+        "Reuse the KV of prompt prefixes the engine has computed (vLLM's)");
+}
+
+template <class C>
+void add_reward_funcs_key(KeyTable<C>& t) {
+  KeySpec& funcs = t.translate(
+      "reward_funcs", KeyType::json, {"rewards"},
+      [](C& c, const nlohmann::json& v) { c.rewards = reward_funcs_to_rewards(v); },
+      "TRL's CLI names of built-in rewards: think_format_reward, get_soft_overlong_punishment");
+  funcs.check = [](const nlohmann::json& v) { reward_funcs_to_rewards(v); };
+}
+
+template <class C>
+void add_vllm_ignores(KeyTable<C>& t) {
+  // TRL's vLLM and generation plumbing: fp8rl's engine plays vLLM's colocated role.
+  for (const char* k :
+       {"use_vllm", "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode",
+        "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
+        "vllm_group_port", "vllm_gpu_memory_utilization", "vllm_max_model_length",
+        "vllm_tensor_parallel_size", "ds3_gather_for_generation", "cache_implementation"})
+    t.ignore(k, kOwnEngine);
+}
+
 }  // namespace
 
 KeyTable<SftConfig> sft_keys() {
@@ -290,17 +338,7 @@ KeyTable<C> grpo_table() {
   t.add("truncation", &C::truncation,
         "Cut prompts over max_prompt_length to their last tokens (default: an error)");
   t.add("max_completion_length", &C::max_completion_length, "Completion tokens at most");
-  t.add("temperature", &C::temperature, "Sampling temperature");
-  t.add("top_p", &C::top_p, "Nucleus sampling mass, in (0, 1]");
-  t.add("top_k", &C::top_k, "Top-k sampling; 0: off");
-  t.add("min_p", &C::min_p, "Min-p sampling (null: off)");
-  t.add("repetition_penalty", &C::repetition_penalty, "Repetition penalty; 1: off");
-  t.add("generation_kwargs", &C::generation_kwargs,
-        "Sampling fields over the keys above (a mapping, vLLM's names: temperature, top_p, "
-        "top_k, min_p, repetition_penalty, min_tokens, stop, stop_token_ids, ignore_eos)");
-  t.add("eval_generation_kwargs", &C::eval_generation_kwargs,
-        "fp8rl's: sampling fields over the training ones for evaluation only, e.g. "
-        "{temperature: 0} for greedy (a mapping, generation_kwargs' names)");
+  add_sampling_keys(t);
   // Loss.
   t.add("beta", &C::beta, "KL coefficient (k3, to the reference_model)");
   add_reference_key(t);
@@ -391,13 +429,7 @@ KeyTable<C> grpo_table() {
   t.add("routing_replay", &C::routing_replay,
         "MoE models: the trainer uses the experts the engine chose for each token");
   // Engine.
-  t.add("kv_memory", &C::kv_memory, "KV cache GiB; 0: the engine's choice");
-  t.add_choice("kv_dtype", &C::kv_dtype, {"bf16", "fp8"}, "KV cache dtype");
-  t.add("max_num_seqs", &C::max_num_seqs, "Sequences per engine step");
-  t.add("max_num_batched_tokens", &C::max_num_batched_tokens,
-        "Tokens per engine step (chunked prefill budget)");
-  t.add("enable_prefix_caching", &C::enable_prefix_caching,
-        "Reuse the KV of prompt prefixes the engine has computed (vLLM's)");
+  add_engine_keys(t);
   // Logging.
   t.add("log_completions", &C::log_completions,
         "Print each round's completions kept in samples.jsonl to stderr");
@@ -411,18 +443,8 @@ KeyTable<C> grpo_table() {
   t.add("max_seq_length", &C::max_seq_length,
         "Limit on max_prompt_length + max_completion_length (Unsloth's name; null: none)");
   add_compat_keys(t);
-  KeySpec& funcs = t.translate(
-      "reward_funcs", KeyType::json, {"rewards"},
-      [](C& c, const nlohmann::json& v) { c.rewards = reward_funcs_to_rewards(v); },
-      "TRL's CLI names of built-in rewards: think_format_reward, get_soft_overlong_punishment");
-  funcs.check = [](const nlohmann::json& v) { reward_funcs_to_rewards(v); };
-  // TRL's vLLM and generation plumbing: fp8rl's engine plays vLLM's colocated role.
-  for (const char* k :
-       {"use_vllm", "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode",
-        "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_server_timeout",
-        "vllm_group_port", "vllm_gpu_memory_utilization", "vllm_max_model_length",
-        "vllm_tensor_parallel_size", "ds3_gather_for_generation", "cache_implementation"})
-    t.ignore(k, kOwnEngine);
+  add_reward_funcs_key(t);
+  add_vllm_ignores(t);
   t.ignore("shuffle_dataset", "fp8rl always shuffles the prompts per (seed, epoch)",
            only({true}, "fp8rl always shuffles the prompts"));
   return t;
@@ -434,6 +456,61 @@ KeyTable<GrpoConfig> grpo_keys() {
 
 KeyTable<RlooConfig> rloo_keys() {
   return grpo_table<RlooConfig>();
+}
+
+KeyTable<OnlineDpoConfig> online_dpo_keys() {
+  using C = OnlineDpoConfig;
+  KeyTable<C> t;
+  add_training_keys(t);
+  add_model_keys(t);
+  // Generation.
+  t.add("max_new_tokens", &C::max_completion_length, "Completion tokens at most")
+      .alias("max_completion_length");
+  t.add("max_length", &C::max_length,
+        "Tokens of prompt + completion at most: a prompt over max_length - max_new_tokens is an "
+        "error unless truncation");
+  t.add("truncation", &C::truncation,
+        "Cut prompts over max_length - max_new_tokens to their last tokens (TRL cuts silently)");
+  add_sampling_keys(t);
+  // Loss.
+  t.add("beta", &C::dpo_beta, "DPO beta: a number, or one per epoch (the last for later epochs)");
+  add_reference_key(t);
+  t.add_enum("loss_type", &C::dpo_loss_type,
+             {{"sigmoid", DpoLossType::sigmoid}, {"ipo", DpoLossType::ipo}},
+             "Loss on each pair's summed log-probabilities: sigmoid (DPO) or ipo");
+  t.add("missing_eos_penalty", &C::missing_eos_penalty,
+        "Subtracted from the reward of a completion without EOS (null: none)");
+  t.add("reward_weights", &C::reward_weights, "One weight per reward (default: all 1)");
+  // Rewards.
+  t.add("rewards", &C::rewards,
+        "Reward specs (a list; in YAML, or JSON text as a flag); {type: reward_model, model: DIR} "
+        "for a reward model");
+  t.add("reward_process", &C::reward_process,
+        "Command of an external reward process; replaces `rewards`");
+  KeySpec& path = t.translate(
+      "reward_model_path", KeyType::string, {"rewards"},
+      [](C& c, const nlohmann::json& v) {
+        if (!v.is_null())
+          c.rewards = nlohmann::json::array({{{"type", "reward_model"}, {"model", v}}});
+      },
+      "TRL's: a reward model directory, as rewards: [{type: reward_model, model: DIR}]");
+  path.nullable = true;
+  add_reward_funcs_key(t);
+  t.ignore("judge", "online dpo scores pairs with rewards",
+           only({nullptr},
+                "pairwise judges are not supported: score the completions with "
+                "`rewards` (reward functions or {type: reward_model, model: DIR})"));
+  add_engine_keys(t);
+  t.add("log_completions", &C::log_completions,
+        "Print each round's completions kept in samples.jsonl to stderr");
+  t.add("num_completions_to_print", &C::num_completions_to_print,
+        "Completions per round kept in samples.jsonl (whole pairs; null: all)");
+  t.add("gpu_memory_utilization", &C::gpu_memory_utilization,
+        "KV pool's share of the device memory left after the weights (null: 0.9); exclusive "
+        "with kv_memory");
+  add_compat_keys(t);
+  add_vllm_ignores(t);
+  return t;
 }
 
 KeyTable<DpoConfig> dpo_keys() {

@@ -7,6 +7,7 @@
 #include "rl/dpo_config.h"
 #include "rl/grpo_config.h"
 #include "rl/kto_config.h"
+#include "rl/online_dpo_config.h"
 #include "rl/ppo_config.h"
 #include "rl/reward_trainer_config.h"
 #include "rl/rloo_config.h"
@@ -17,6 +18,7 @@ namespace fp8rl::cli {
 KeyTable<SftConfig> sft_keys();
 KeyTable<GrpoConfig> grpo_keys();
 KeyTable<RlooConfig> rloo_keys();
+KeyTable<OnlineDpoConfig> online_dpo_keys();
 KeyTable<DpoConfig> dpo_keys();
 KeyTable<KtoConfig> kto_keys();
 KeyTable<RewardConfig> reward_keys();

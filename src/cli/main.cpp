@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
   fp8rl::cli::add_grpo_command(app);
   fp8rl::cli::add_rloo_command(app);
   fp8rl::cli::add_ppo_command(app);
+  fp8rl::cli::add_online_dpo_command(app);
   fp8rl::cli::add_dpo_command(app);
   fp8rl::cli::add_kto_command(app);
   fp8rl::cli::add_reward_command(app);
@@ -107,7 +108,7 @@ int main(int argc, char** argv) {
   bool known = argc < 2 || argv[1][0] == '-';
   std::string valid;
   for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
-    known = known || sub->get_name() == argv[1];
+    known = known || sub->check_name(argv[1]);
     valid += (valid.empty() ? "" : ", ") + sub->get_name();
   }
   if (!known) {

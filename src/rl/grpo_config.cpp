@@ -69,6 +69,23 @@ void GrpoConfig::validate() const {
           "loss_type rloo takes no rollout correction (TRL's RLOO has none): set "
           "vllm_importance_sampling_correction: false");
   }
+  if (online_dpo) {
+    // One round per optimizer step, its pairs whole in each micro-batch, sampled by the adapter
+    // being trained: TRL's OnlineDPOTrainer generates inside each training step.
+    CHECK(num_generations == 2, "online dpo samples 2 completions per prompt, got {}",
+          num_generations);
+    CHECK(per_device_train_batch_size % 2 == 0,
+          "online dpo: per_device_train_batch_size ({}) must hold whole pairs",
+          per_device_train_batch_size);
+    CHECK(beta == 0.0 && num_iterations == 1 && !generation_batch_size && !steps_per_generation &&
+              !vllm_importance_sampling_correction && !on_policy_exact && !multi_turn() &&
+              !routing_replay && advantage_estimator == AdvantageEstimator::grpo &&
+              reward_clip_range.empty() && !mask_truncated_completions,
+          "online dpo runs TRL's OnlineDPOTrainer: GRPO's beta, num_iterations, "
+          "generation_batch_size, steps_per_generation, rollout correction, environments, "
+          "routing_replay, advantage estimators, reward_clip_range and "
+          "mask_truncated_completions do not apply");
+  }
   if (!reward_clip_range.empty()) {
     CHECK(advantage_estimator == AdvantageEstimator::rloo,
           "reward_clip_range (RLOOConfig's) needs advantage_estimator rloo, got {}",

@@ -14,6 +14,7 @@
 #include "engine/sampling_params.h"
 #include "rl/advantages.h"
 #include "rl/grpo_loss.h"
+#include "rl/online_dpo.h"
 #include "rl/reference_model.h"
 #include "rl/rollout_correction.h"
 #include "train/model_arguments.h"
@@ -88,6 +89,10 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
   // KL penalty and the baseline; empty: no clip, else [low, high].
   std::vector<double> reward_clip_range;
   bool mask_truncated_completions = false;
+  // fp8rl online-dpo (rl/online_dpo_config.h): each prompt's two completions, the better by
+  // reward chosen, train TRL's OnlineDPOTrainer loss (rl/online_dpo.h) in place of the GRPO
+  // family's; null: GRPO's. No key of grpo's sets it.
+  std::optional<OnlineDpoOptions> online_dpo;
   std::vector<double> reward_weights;  // empty: all 1.0; else one per reward function
 
   // Rewards. `rewards`: a JSON list of reward specs (built-ins or {reward_process: COMMAND}),
@@ -170,6 +175,8 @@ struct GrpoConfig : TrainingArguments, ModelArguments {
   AdvantageOptions advantage_options() const {
     return {advantage_estimator, scale_rewards, normalize_advantages};
   }
+  // The reference's logprobs: GRPO's KL term or RLOO's penalty (beta), or online DPO's loss.
+  bool needs_reference() const { return beta != 0.0 || online_dpo.has_value(); }
   // TRL's RLOOTrainer takes beta into the reward (and out of the loss).
   bool kl_in_reward() const {
     return advantage_estimator == AdvantageEstimator::rloo && beta != 0.0;

@@ -22,6 +22,7 @@
 #include "rl/environment_process.h"
 #include "rl/episode_rollout.h"
 #include "rl/grpo_loss.h"
+#include "rl/online_dpo.h"
 #include "rl/prompt_data.h"
 #include "rl/rollout_batch.h"
 #include "rl/rollout_correction.h"
@@ -64,7 +65,11 @@ struct Round {
   // routing_replay: [C][(P_c + n_c - 1) x L x k] the engine's experts of each packed
   // position (prompt, completion but its last token); empty otherwise.
   std::vector<std::vector<int32_t>> routing;
-  std::vector<double> advantages;                     // [C]
+  std::vector<double> advantages;  // [C]
+  // Online DPO: [C] each completion's reward, missing_eos_penalty applied (NaN: not scored),
+  // and the round's β (TRL's beta at the epoch the round starts in); empty and 0 otherwise.
+  std::vector<double> rewards;
+  double dpo_beta = 0;
   int64_t num_items = 0;                              // active tokens of the round
   nlohmann::json metrics = nlohmann::json::object();  // the round's TRL metrics
   // What the reward functions logged with log_metric: name -> the round's mean.
@@ -84,6 +89,8 @@ struct Round {
             {"sequence_starts", sequence_starts},
             {"routing", routing},
             {"advantages", advantages},
+            {"rewards", rewards},
+            {"dpo_beta", dpo_beta},
             {"num_items", num_items},
             {"metrics", metrics},
             {"logged_metrics", logged_metrics},
@@ -96,7 +103,8 @@ struct Round {
     int64_t vocab_size = 0;
     int64_t max_completion_length = 0;
     int64_t micro_per_round = 0;  // micro-steps a round serves
-    bool needs_ref_logp = false;  // beta != 0
+    bool needs_ref_logp = false;  // beta != 0, or online DPO
+    bool online_dpo = false;      // it must hold rewards and a β
     // routing_replay: L x k ids per position, each in [-1, num_experts); 0: no routing.
     int64_t routing_row = 0, num_experts = 0;
     std::vector<size_t> prompt_lengths;  // [prompts] the dataset's
@@ -182,6 +190,7 @@ Round Round::from_json(const nlohmann::json& j, const Shape& s) {
   CHECK(!s.needs_ref_logp || !ref_logp.empty(),
         "it has no reference logprobs ('ref_logp'), and this run's beta needs them: resume with "
         "the beta it was saved with");
+  const Json& rewards = s.online_dpo ? per_completion(j, "rewards", n, false) : kEmpty;
   Round r;
   int64_t active = 0;
   for (size_t c = 0; c < n; ++c) {
@@ -274,6 +283,18 @@ Round Round::from_json(const nlohmann::json& j, const Shape& s) {
     CHECK(advantages[c].is_number(), "'advantages'[{}] is {}, expected a number", c,
           json_excerpt(advantages[c]));
     r.advantages.push_back(advantages[c].get<double>());
+    if (s.online_dpo) {
+      // JSON has no NaN: an unscored reward was written as null.
+      CHECK(rewards[c].is_number() || rewards[c].is_null(),
+            "'rewards'[{}] is {}, expected a number or null", c, json_excerpt(rewards[c]));
+      r.rewards.push_back(rewards[c].is_null() ? std::nan("") : rewards[c].get<double>());
+    }
+  }
+  if (s.online_dpo) {
+    const Json& beta = field(j, "dpo_beta");
+    CHECK(beta.is_number() && std::isfinite(beta.get<double>()) && beta.get<double>() > 0,
+          "'dpo_beta' is {}, expected a number > 0", json_excerpt(beta));
+    r.dpo_beta = beta.get<double>();
   }
   r.num_items = integer(
       field(j, "num_items"), [] { return "'num_items'"; }, 0, INT64_MAX);
@@ -477,7 +498,7 @@ struct GrpoTrainer::Impl {
     eo.record_routing = cfg.routing_replay;
     eo.prefix_caching = cfg.enable_prefix_caching;
     pass = std::make_unique<LogprobPass>(ctx, model, &adapter, &region);
-    if (cfg.beta != 0.0) {
+    if (cfg.needs_reference()) {
       reference = starting_adapter(cfg, cfg.reference_model, model, ctx);
       pass->set_reference(reference.get());
     }
@@ -583,7 +604,9 @@ struct GrpoTrainer::Impl {
 
   PassOptions pass_options() const {
     PassOptions o;
-    o.temperature = float(sampling.temperature);  // generation_kwargs may override it
+    // generation_kwargs may override it. TRL's online DPO takes the log-softmax of the logits
+    // as they are, whatever the sampling temperature.
+    o.temperature = cfg.online_dpo ? 1.0f : float(sampling.temperature);
     o.checkpointing = cfg.gradient_checkpointing;
     o.offload = cfg.activation_offloading;
     return o;
@@ -937,7 +960,13 @@ struct GrpoTrainer::Impl {
                           steps_per_generation > cfg.gradient_accumulation_steps;
     replay_changes = {};
     if (need_old) r.old_logp = all_logprobs(r, false);
-    if (cfg.beta != 0.0) r.ref_logp = all_logprobs(r, true);
+    if (cfg.needs_reference()) r.ref_logp = all_logprobs(r, true);
+    if (cfg.online_dpo) {
+      std::vector<uint8_t> eos(n);
+      for (size_t c = 0; c < n; ++c) eos[c] = contains_eos(r.ids[c]);
+      r.rewards = apply_missing_eos_penalty(totals, eos, cfg.online_dpo->missing_eos_penalty);
+      r.dpo_beta = cfg.online_dpo->beta_at(batch.trainer_state.value("epoch", 0.0));
+    }
     if (!cfg.reward_clip_range.empty())  // TRL's RLOOTrainer: before the KL penalty
       for (double& t : totals)
         if (!std::isnan(t)) t = std::clamp(t, cfg.reward_clip_range[0], cfg.reward_clip_range[1]);
@@ -1021,10 +1050,12 @@ struct GrpoTrainer::Impl {
     for (const auto& [k, v] : scored.logged_metrics) r.logged_metrics[k] = finite_or_null(v);
     completion_metrics(r.ids, truncated, m, r.sampled);
     for (const auto& [k, v] : extras.metrics.items()) m[k] = v;
-    const auto [amin, amax] = std::minmax_element(r.advantages.begin(), r.advantages.end());
-    m["advantages/mean"] = mean_of(r.advantages);
-    m["advantages/min"] = *amin;
-    m["advantages/max"] = *amax;
+    if (!cfg.online_dpo) {  // online DPO's loss reads the rewards, not advantages
+      const auto [amin, amax] = std::minmax_element(r.advantages.begin(), r.advantages.end());
+      m["advantages/mean"] = mean_of(r.advantages);
+      m["advantages/min"] = *amin;
+      m["advantages/max"] = *amax;
+    }
     m["rewards/non_finite_total"] = non_finite_total;
     m["timing/rollout_seconds"] = rollout_seconds;
     m["timing/reward_seconds"] = reward_seconds;
@@ -1057,7 +1088,8 @@ struct GrpoTrainer::Impl {
         fmt::print(stderr, "  [{}] reward {} | {} -> {}\n", step, s["reward"].dump(),
                    batch.prompts[size_t(c)], batch.completions[size_t(c)]);
     }
-    shuffle(r, rounds - 1);
+    // Online DPO keeps each prompt's pair side by side for its micro-batch.
+    if (!cfg.online_dpo) shuffle(r, rounds - 1);
     return r;
   }
 
@@ -1132,9 +1164,64 @@ struct GrpoTrainer::Impl {
     return out;
   }
 
+  bool contains_eos(const std::vector<int32_t>& ids) const {
+    return std::any_of(ids.begin(), ids.end(), [&](int32_t t) {
+      return std::find(eos_ids.begin(), eos_ids.end(), t) != eos_ids.end();
+    });
+  }
+
+  // A micro-step's loss and its metrics under TRL's names.
+  struct MicroStep {
+    double loss = 0;
+    std::vector<std::pair<std::string, double>> metrics;
+  };
+
   // One micro-step on completions [first, first + count) of the round: grads += d loss.
-  GrpoLossResult micro_step(const Round& r, size_t first, size_t count, const TensorView& grads,
-                            double& entropy) {
+  MicroStep micro_step(const Round& r, size_t first, size_t count, const TensorView& grads) {
+    if (cfg.online_dpo) return online_dpo_step(r, first, count, grads);
+    double entropy = 0;
+    const GrpoLossResult res = grpo_step(r, first, count, grads, entropy);
+    MicroStep out;
+    out.loss = res.loss;
+    out.metrics = {{"entropy", entropy},
+                   {"policy_loss", res.stats.policy_loss},
+                   {"clip_ratio/low_mean", res.stats.clip_ratio_low_mean},
+                   {"clip_ratio/high_mean", res.stats.clip_ratio_high_mean},
+                   {"clip_ratio/region_mean", res.stats.clip_ratio_region_mean},
+                   {"cispo_clip_ratio", res.stats.cispo_clip_ratio}};
+    if (res.stats.kl) out.metrics.emplace_back("kl", *res.stats.kl);
+    return out;
+  }
+
+  // Online DPO on the pairs of completions [first, first + count) (whole pairs: the round is
+  // not shuffled and a micro-batch holds per_device_train_batch_size pairs).
+  MicroStep online_dpo_step(const Round& r, size_t first, size_t count, const TensorView& grads) {
+    CHECK(first % 2 == 0 && count % 2 == 0, "online dpo: a micro-batch splits a pair");
+    const Packed p = pack(r, data, first, count);
+    PassOptions o = pass_options();
+    o.lora_dropout = float(cfg.training_lora_dropout());
+    o.dropout_seed = rng_key(uint64_t(cfg.seed) ^ 0xd209u, uint64_t(rounds) * 4096 + first);
+    pass->forward(p.view(), o);
+    std::vector<double> logp;
+    for (int64_t pos : p.token_pos) logp.push_back(pass->logprobs()[size_t(pos)]);
+    const std::vector<double> ref = flatten(r.ref_logp, first, count);
+    const std::vector<double> rewards(r.rewards.begin() + ptrdiff_t(first),
+                                      r.rewards.begin() + ptrdiff_t(first + count));
+    std::vector<uint8_t> eos;
+    for (size_t c = first; c < first + count; ++c) eos.push_back(contains_eos(r.ids[c]));
+    const OnlineDpoLossResult res =
+        online_dpo_loss({p.offsets, logp, ref, rewards, eos}, cfg.online_dpo->loss_type, r.dpo_beta,
+                        cfg.gradient_accumulation_steps);
+    std::vector<float> dlogprob(p.ids.size(), 0.0f);
+    for (size_t k = 0; k < p.token_pos.size(); ++k)
+      dlogprob[size_t(p.token_pos[k])] = float(res.dloss_dlogp[k]);
+    pass->backward(dlogprob, grads);
+    return {res.loss, res.stats.named()};
+  }
+
+  // A GRPO-family micro-step (rl/grpo_loss.h).
+  GrpoLossResult grpo_step(const Round& r, size_t first, size_t count, const TensorView& grads,
+                           double& entropy) {
     const Packed p = pack(r, data, first, count);
     PassOptions o = pass_options();
     o.entropy = true;
@@ -1213,7 +1300,8 @@ struct GrpoTrainer::Impl {
     shape.vocab_size = model.config().vocab_size;
     shape.max_completion_length = cfg.max_completion_length;
     shape.micro_per_round = steps_per_generation * cfg.num_iterations;
-    shape.needs_ref_logp = cfg.beta != 0.0;
+    shape.needs_ref_logp = cfg.needs_reference();
+    shape.online_dpo = cfg.online_dpo.has_value();
     shape.longest_prompt = longest_prompt();
     if (cfg.routing_replay) {
       shape.routing_row = model.config().num_layers * model.config().moe.top_k;
@@ -1291,19 +1379,12 @@ struct GrpoTrainer::Impl {
         const size_t slice = size_t(round->micro_used % steps_per_generation);
         const size_t first = slice * size_t(micro_batch);
         const size_t count = std::min(size_t(micro_batch), round->ids.size() - first);
-        double entropy = 0;
-        const GrpoLossResult res = micro_step(*round, first, count, grads, entropy);
+        const MicroStep res = micro_step(*round, first, count, grads);
         ++round->micro_used;
         loss += res.loss;
         for (size_t c = first; c < first + count; ++c)
           train_tokens += int64_t(round->ids[c].size());
-        means.add("entropy", entropy);
-        means.add("policy_loss", res.stats.policy_loss);
-        if (res.stats.kl) means.add("kl", *res.stats.kl);
-        means.add("clip_ratio/low_mean", res.stats.clip_ratio_low_mean);
-        means.add("clip_ratio/high_mean", res.stats.clip_ratio_high_mean);
-        means.add("clip_ratio/region_mean", res.stats.clip_ratio_region_mean);
-        means.add("cispo_clip_ratio", res.stats.cispo_clip_ratio);
+        for (const auto& [k, v] : res.metrics) means.add(k, v);
         train_seconds += seconds_since(tt);
       }
       const auto ts = Clock::now();
@@ -1343,8 +1424,10 @@ struct GrpoTrainer::Impl {
         info.total_steps = total_steps;
         info.reward = line.value("reward", std::nan(""));
         info.reward_std = line.value("reward_std", std::nan(""));
-        info.has_kl = line.contains("kl");
-        info.kl = line.value("kl", 0.0);
+        // Online DPO logs TRL's objective/kl (the summed log-ratio to the reference).
+        const char* kl_key = cfg.online_dpo ? "objective/kl" : "kl";
+        info.has_kl = line.contains(kl_key);
+        info.kl = line.value(kl_key, 0.0);
         info.loss = loss;
         info.seconds = seconds;
         info.tokens_per_second = double(train_tokens) / std::max(seconds, 1e-9);

@@ -77,7 +77,8 @@ const std::string kQwen3 = fp8rl::test::golden_dir("qwen3");
 TEST(Cli, HelpForEverySubcommand) {
   for (const char* sub :
        {"info", "logits", "quantize", "init", "schemes", "generate", "chat", "merge", "report",
-        "sft", "grpo", "rloo", "ppo", "dpo", "kto", "reward", "serve"}) {
+        "sft", "grpo", "rloo", "ppo", "online-dpo", "online_dpo", "dpo", "kto", "reward",
+        "serve"}) {
     const Result r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << sub;
@@ -1803,6 +1804,48 @@ TEST(CliTrain, RlooRunsTrlsRlooWithItsDefaults) {
   expect_one_line_error(args + " --loss-type dapo --output-dir " + temp("rloo_cmd_bad"),
                         "fp8rl rloo runs TRL's RLOO (advantage_estimator rloo, loss_type rloo), "
                         "got rloo and dapo");
+  fs::remove_all(out);
+}
+
+// fp8rl online-dpo (and its alias online_dpo): TRL's OnlineDPOConfig keys and defaults in the
+// run's config.yaml, TRL's online DPO metrics per step; bad keys and values are one-line errors
+// naming them.
+TEST(CliTrain, OnlineDpoRunsWithTrlsKeysAndBadKeysAreOneLineErrors) {
+  const std::string out = temp("odpo_cmd"), data = temp("odpo_cmd_data") + ".jsonl",
+                    cfg = temp("odpo_cmd_cfg") + ".yaml";
+  std::ifstream demo(FP8RL_SOURCE_DIR "/examples/demo/train.jsonl");
+  std::string rows, line;
+  for (int i = 0; i < 16 && std::getline(demo, line); ++i) rows += line + "\n";
+  write_file(data, rows);
+  write_file(cfg, "model: " + kDemoModel + "\ndata: " + data +
+                      "\nrewards:\n  - {type: answer_match, mode: numeric}\n"
+                      "missing_eos_penalty: 1.0\nbeta: [0.2, 0.1]\n");
+  const std::string args = "online_dpo --config " + cfg +
+                           " --per-device-train-batch-size 4 --max-new-tokens 4"
+                           " --lora-r 4 --lora-target-modules all-linear --learning-rate 1e-3"
+                           " --device cpu --max-steps 2";
+  const Result r = run(args + " --output-dir " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("online-dpo step 2/2"), std::string::npos) << r.output;
+  const std::string yaml = file_bytes(out + "/config.yaml");
+  for (const char* key : {"loss_type: sigmoid", "max_new_tokens: 4", "max_length: 512",
+                          "temperature: 0.9", "missing_eos_penalty: 1", "reference_model: start"})
+    EXPECT_NE(yaml.find(key), std::string::npos) << key << "\n" << yaml;
+  const std::vector<nlohmann::json> m = read_jsonl(out + "/metrics.jsonl");
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_EQ(m[0]["beta"].get<double>(), 0.2);  // epoch 0's
+  for (const char* key : {"rewards/accuracies", "objective/scores_margin", "val/contain_eos_token"})
+    EXPECT_TRUE(m[1].contains(key)) << key;
+  EXPECT_EQ(read_jsonl(out + "/samples.jsonl").size(), 16u);  // 2 steps x 4 prompts x 2
+  const std::string bad = " --output-dir " + temp("odpo_cmd_bad");
+  expect_one_line_error(args + " --loss-type hinge" + bad,
+                        "--loss-type: expected one of sigmoid, ipo");
+  expect_one_line_error(args + " --beta 0.1,-1" + bad, "beta holds -1");
+  expect_one_line_error(args + " --missing-eos-penalty nan" + bad,
+                        "--missing-eos-penalty: expected a number");
+  expect_one_line_error(args + " --max-length 4" + bad, "max_length (4) must exceed");
+  expect_one_line_error(args + " --judge pairrm" + bad, "pairwise judges are not supported");
+  expect_one_line_error(args + " --epsilon 0.3" + bad, "--epsilon");
   fs::remove_all(out);
 }
 

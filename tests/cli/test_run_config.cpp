@@ -777,6 +777,56 @@ TEST(RunConfig, RlooKeysAsTrl) {
   EXPECT_EQ(GrpoConfig{}.num_generations, 8);
 }
 
+// OnlineDPOConfig's defaults and keys: beta a number or a list, TRL's reward_model_path, judge
+// refused unless null; what the GRPO loop runs (two completions per prompt, prompts by
+// max_length - max_new_tokens).
+TEST(RunConfig, OnlineDpoKeysAsTrl) {
+  OnlineDpoConfig o;
+  o.rewards = nlohmann::json::parse(R"([{"type": "answer_match"}])");
+  EXPECT_EQ(o.learning_rate, 5e-7);
+  EXPECT_EQ(o.temperature, 0.9);
+  EXPECT_EQ(o.max_completion_length, 64);
+  EXPECT_EQ(o.max_length, 512);
+  EXPECT_EQ(o.dpo_beta, std::vector<double>{0.1});
+  EXPECT_EQ(o.dpo_loss_type, DpoLossType::sigmoid);
+  EXPECT_FALSE(o.missing_eos_penalty);
+  EXPECT_NO_THROW(o.validate());
+  online_dpo_keys().load_yaml_text(
+      "{beta: 0.05, loss_type: ipo, max_new_tokens: 16, missing_eos_penalty: 1.5, "
+      "per_device_train_batch_size: 3, judge: null}",
+      "run.yaml", o);
+  EXPECT_EQ(o.dpo_beta, std::vector<double>{0.05});
+  EXPECT_EQ(o.dpo_loss_type, DpoLossType::ipo);
+  EXPECT_EQ(o.missing_eos_penalty, 1.5);
+  EXPECT_NO_THROW(o.validate());
+  const GrpoConfig g = o.trainer_config();
+  ASSERT_TRUE(g.online_dpo);
+  EXPECT_EQ(g.online_dpo->beta, std::vector<double>{0.05});
+  EXPECT_EQ(g.per_device_train_batch_size, 6);  // 3 prompts x 2 completions
+  EXPECT_EQ(g.max_prompt_length, 512 - 16);
+  EXPECT_TRUE(g.needs_reference());
+  online_dpo_keys().load_yaml_text("{beta: [0.2, 0.1], reward_model_path: models/rm}", "run.yaml",
+                                   o);
+  EXPECT_EQ(o.dpo_beta, (std::vector<double>{0.2, 0.1}));
+  EXPECT_EQ(o.rewards,
+            nlohmann::json::parse(R"([{"type": "reward_model", "model": "models/rm"}])"));
+  EXPECT_NE(error_of([&] {
+              online_dpo_keys().load_yaml_text("judge: pairrm", "run.yaml", o);
+            }).find("pairwise judges are not supported"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              online_dpo_keys().load_yaml_text("loss_type: hinge", "run.yaml", o);
+            }).find("loss_type"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              online_dpo_keys().load_yaml_text("epsilon: 0.1", "run.yaml", o);
+            }).find("unknown key 'epsilon'"),
+            std::string::npos);
+  // Control: GRPOConfig's defaults run the GRPO loss and no reference.
+  EXPECT_FALSE(GrpoConfig{}.online_dpo);
+  EXPECT_FALSE(GrpoConfig{}.needs_reference());
+}
+
 TEST(RunConfig, GrpoGenerationKwargsOverrideTheSamplingKeys) {
   GrpoConfig c = valid_grpo();
   grpo_keys().load_yaml_text(R"(

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <numeric>
@@ -15,6 +16,7 @@
 #include "core/check.h"
 #include "rl/dpo_trainer.h"
 #include "rl/grpo_trainer.h"
+#include "rl/online_dpo_config.h"
 #include "rl/reward_config.h"
 #include "rl/reward_model.h"
 #include "tokenizer/tokenizer.h"
@@ -167,6 +169,126 @@ TEST(GrpoTrainer, LogsTrlMetricsAndResumesExactly) {
   GrpoConfig other = small_config(temp_dir("c"));
   other.seed = 8;
   EXPECT_NE(run_grpo(other, make_reward_set(other.rewards)).params, full.params);
+}
+
+// Online DPO (fp8rl online-dpo): TRL's OnlineDPOConfig run by the GRPO loop, 4 prompts (8
+// completions) per step.
+OnlineDpoConfig small_online_dpo_config(const fs::path& out) {
+  const GrpoConfig g = small_config(out);
+  OnlineDpoConfig c;
+  static_cast<GrpoConfig&>(c) = g;
+  c.num_generations = 2;
+  c.per_device_train_batch_size = 4;  // prompts, as TRL counts them
+  c.temperature = 1.0;
+  // Two tokens: most completions stop before their EOS (answers are 2-3 digits, then EOS),
+  // so the missing-EOS penalty applies.
+  c.max_completion_length = 2;
+  c.max_prompt_length.reset();
+  c.max_length = 64;
+  c.beta = 0.0;
+  c.vllm_importance_sampling_correction = false;
+  c.missing_eos_penalty = 0.5;
+  return c;
+}
+
+std::vector<nlohmann::json> read_samples(const fs::path& dir) {
+  std::vector<nlohmann::json> out;
+  std::ifstream f(dir / "samples.jsonl");
+  for (std::string l; std::getline(f, l);) out.push_back(nlohmann::json::parse(l));
+  return out;
+}
+
+// Each prompt's two completions sit side by side in samples.jsonl with their rewards: the
+// logged scores_margin is the mean over the pairs of |r_a - r_b| (the better one chosen), and
+// objective/scores the mean reward less missing_eos_penalty for the completions without EOS.
+// The first step's policy is the reference (a fresh adapter): kl 0 and the sigmoid loss log 2.
+// A run resumed from the step-2 checkpoint ends with the same adapter, bit for bit. Controls:
+// without the penalty the scores are the plain mean; another seed trains another adapter.
+TEST(OnlineDpoTrainer, PairsFollowTheRewardsPenaltyAppliesAndResumesExactly) {
+  const fs::path a = temp_dir("odpo_a"), b = temp_dir("odpo_b");
+  const OnlineDpoConfig c = small_online_dpo_config(a);
+  c.validate();
+  const GrpoRun full = run_grpo(c.trainer_config(), make_reward_set(c.rewards));
+  ASSERT_EQ(full.metrics.size(), 4u);
+  const std::vector<nlohmann::json> samples = read_samples(a);
+  ASSERT_EQ(samples.size(), 32u);  // 4 steps x 4 prompts x 2
+  double eos_seen = 0, margins_seen = 0;
+  for (size_t step = 0; step < 4; ++step) {
+    const nlohmann::json& m = full.metrics[step];
+    for (const char* key :
+         {"objective/kl", "objective/entropy", "objective/non_score_reward",
+          "objective/rlhf_reward", "objective/scores", "objective/scores_margin", "rewards/chosen",
+          "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen",
+          "logps/rejected", "val/contain_eos_token", "beta", "loss", "reward"})
+      ASSERT_TRUE(m.contains(key)) << key;
+    double margin = 0, sum = 0;
+    for (size_t i = 0; i < 4; ++i) {
+      const double ra = samples[step * 8 + 2 * i]["reward"].get<double>();
+      const double rb = samples[step * 8 + 2 * i + 1]["reward"].get<double>();
+      EXPECT_EQ(samples[step * 8 + 2 * i]["prompt"], samples[step * 8 + 2 * i + 1]["prompt"]);
+      sum += ra + rb;
+      margin += std::fabs(ra - rb);
+    }
+    const double eos = m["val/contain_eos_token"].get<double>();
+    eos_seen += eos;
+    // With no EOS in the step every reward loses the same penalty: the margins are |r_a - r_b|.
+    if (eos == 0.0) {
+      EXPECT_NEAR(m["objective/scores_margin"].get<double>(), margin / 4, 1e-12) << step;
+      margins_seen += margin;
+    }
+    EXPECT_GE(m["objective/scores_margin"].get<double>(), 0.0);
+    EXPECT_NEAR(m["objective/scores"].get<double>(), sum / 8 - 0.5 * (1 - eos), 1e-12) << step;
+    EXPECT_EQ(m["beta"].get<double>(), 0.1);
+  }
+  EXPECT_LT(eos_seen, 4.0) << "every completion ended: the penalty check is vacuous";
+  EXPECT_GT(margins_seen, 0.0) << "every pair tied: the choice check is vacuous";
+  EXPECT_EQ(full.metrics[0]["objective/kl"].get<double>(), 0.0);
+  EXPECT_NEAR(full.metrics[0]["loss"].get<double>(), std::log(2.0), 1e-12);
+  EXPECT_NE(full.metrics[1]["objective/kl"].get<double>(), 0.0);
+  // Resume from step 2 into another directory.
+  OnlineDpoConfig r = small_online_dpo_config(b);
+  r.resume_from_checkpoint = (a / "checkpoint-2").string();
+  const GrpoRun resumed = run_grpo(r.trainer_config(), make_reward_set(r.rewards));
+  ASSERT_EQ(resumed.metrics.size(), 2u);
+  EXPECT_EQ(resumed.metrics[1]["loss"], full.metrics[3]["loss"]);
+  EXPECT_EQ(resumed.params, full.params);
+  // Controls.
+  OnlineDpoConfig plain = small_online_dpo_config(temp_dir("odpo_plain"));
+  plain.missing_eos_penalty.reset();
+  plain.max_steps = 1;
+  const GrpoRun p = run_grpo(plain.trainer_config(), make_reward_set(plain.rewards));
+  const std::vector<nlohmann::json> ps = read_samples(plain.output_dir);
+  double sum = 0;
+  for (size_t i = 0; i < 8; ++i) sum += ps[i]["reward"].get<double>();
+  EXPECT_NEAR(p.metrics[0]["objective/scores"].get<double>(), sum / 8, 1e-12);
+  OnlineDpoConfig other = small_online_dpo_config(temp_dir("odpo_seed"));
+  other.seed = 8;
+  EXPECT_NE(run_grpo(other.trainer_config(), make_reward_set(other.rewards)).params, full.params);
+}
+
+// OnlineDPOConfig's ranges and the GRPO keys that do not apply are errors naming the key.
+TEST(OnlineDpoTrainer, BadKeysAreErrorsNamingThem) {
+  const auto fails = [](const std::function<void(OnlineDpoConfig&)>& edit,
+                        const std::string& fragment) {
+    OnlineDpoConfig c = small_online_dpo_config(temp_dir("odpo_bad"));
+    edit(c);
+    try {
+      c.validate();
+      ADD_FAILURE() << "accepted: " << fragment;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  fails([](OnlineDpoConfig& c) { c.dpo_beta = {0.1, -1.0}; }, "beta holds -1");
+  fails([](OnlineDpoConfig& c) { c.dpo_beta.clear(); }, "beta is an empty list");
+  fails([](OnlineDpoConfig& c) { c.dpo_loss_type = DpoLossType::hinge; }, "loss_type");
+  fails([](OnlineDpoConfig& c) { c.missing_eos_penalty = std::nan(""); }, "missing_eos_penalty");
+  fails([](OnlineDpoConfig& c) { c.max_length = 2; }, "max_length (2) must exceed max_new_tokens");
+  fails([](OnlineDpoConfig& c) { c.num_generations = 3; }, "2 completions per prompt");
+  fails([](OnlineDpoConfig& c) { c.num_iterations = 2; }, "num_iterations");
+  fails([](OnlineDpoConfig& c) { c.temperature = 0; }, "temperature");
+  OnlineDpoConfig ok = small_online_dpo_config(temp_dir("odpo_ok"));
+  EXPECT_NO_THROW(ok.validate());
 }
 
 // TRL shuffles the generation batch before cutting it into micro-batches; the order is a
