@@ -75,10 +75,9 @@ std::string temp(const std::string& name) {
 const std::string kQwen3 = fp8rl::test::golden_dir("qwen3");
 
 TEST(Cli, HelpForEverySubcommand) {
-  for (const char* sub :
-       {"info", "logits", "quantize", "init", "schemes", "generate", "chat", "merge", "report",
-        "sft", "grpo", "rloo", "ppo", "online-dpo", "online_dpo", "dpo", "kto", "reward",
-        "serve"}) {
+  for (const char* sub : {"info", "logits", "quantize", "init", "schemes", "generate", "chat",
+                          "merge", "report", "sft", "grpo", "rloo", "ppo", "online-dpo",
+                          "online_dpo", "dpo", "kto", "reward", "serve"}) {
     const Result r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << sub;
