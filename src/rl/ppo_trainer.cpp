@@ -10,6 +10,7 @@
 #include "core/rng.h"
 #include "engine/engine.h"
 #include "ops/memory.h"
+#include "ops/standby_region.h"
 #include "rl/ppo_loss.h"
 #include "rl/reference_model.h"
 #include "rl/rollout_batch.h"
@@ -126,6 +127,9 @@ struct PpoTrainer::Impl {
   SamplingParams sampling;
   RewardSet rewards;
   std::string base_model_name;
+  // The engine's KV pool and the passes (policy, reference, value) take turns in one region,
+  // sized for the larger phase: one memory plan, as GRPO's.
+  StandbyRegion region;
 
   int64_t total_updates = 1, steps_per_update = 1;
   // The optimizer's parameters and gradients: the policy's masters, then (from value_offset,
@@ -152,7 +156,8 @@ struct PpoTrainer::Impl {
         data(std::move(d)),
         cfg(g),
         rewards(std::move(r)),
-        base_model_name(std::move(base)) {
+        base_model_name(std::move(base)),
+        region(c) {
     cfg.validate();
     sampling = cfg.sampling_params();
     CHECK(!data.empty(), "ppo: the dataset has no prompts");
@@ -175,11 +180,16 @@ struct PpoTrainer::Impl {
     eo.max_num_seqs = cfg.max_num_seqs;
     eo.max_num_batched_tokens = cfg.max_num_batched_tokens;
     eo.seed = uint64_t(cfg.seed);
-    engine = std::make_unique<Engine>(ctx, model, &policy, tokenizer, eos_ids, eo);
-    pass = std::make_unique<LogprobPass>(ctx, model, &policy);
+    pass = std::make_unique<LogprobPass>(ctx, model, &policy, &region);
     reference = starting_adapter(cfg, cfg.reference_model, model, ctx);
     pass->set_reference(reference.get());
-    value_model = std::make_unique<ValueModel>(ctx, model, value);
+    value_model = std::make_unique<ValueModel>(ctx, model, value, &region);
+    // The scratch arena before the engine records its graphs over it, the region after the
+    // engine laid its pool out in it (as GRPO does).
+    const PassPlan largest = plan();
+    ops::scratch_reserve(ctx, largest.scratch_bytes);
+    engine = std::make_unique<Engine>(ctx, model, &policy, tokenizer, eos_ids, eo, &region);
+    region.reserve(largest.region_bytes());
   }
 
   size_t longest_prompt() const {

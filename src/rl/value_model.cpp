@@ -38,8 +38,9 @@ std::unique_ptr<LoraAdapter> make_value_adapter(const std::string& dir, const Lo
   return v;
 }
 
-ValueModel::ValueModel(Context& ctx, const Model& model, const LoraAdapter& adapter)
-    : ctx_(ctx), model_(model), adapter_(adapter), pass_(ctx, model, &adapter) {
+ValueModel::ValueModel(Context& ctx, const Model& model, const LoraAdapter& adapter,
+                       StandbyRegion* region)
+    : ctx_(ctx), model_(model), adapter_(adapter), pass_(ctx, model, &adapter, region) {
   CHECK(adapter.has_score_head(), "the value adapter has no score head");
   CHECK(adapter.score_slice(adapter.master_params()).shape[0] == 1,
         "the value adapter's score head must have one label");

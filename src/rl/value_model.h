@@ -29,7 +29,9 @@ std::unique_ptr<LoraAdapter> make_value_adapter(const std::string& dir, const Lo
 class ValueModel {
  public:
   // `adapter` must have a one-label score head and fit the model; both must outlive this.
-  ValueModel(Context& ctx, const Model& model, const LoraAdapter& adapter);
+  // region: the standby region the pass takes turns in (null: a region of its own).
+  ValueModel(Context& ctx, const Model& model, const LoraAdapter& adapter,
+             StandbyRegion* region = nullptr);
   // The values at packed rows `rows` of `batch` (its targets are ignored), with the adapter as
   // it is now; keeps what backward() needs.
   std::vector<double> values(const PackedSequences& batch, std::span<const int64_t> rows);
