@@ -43,6 +43,17 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// The dataset row an environment or agent program receives for an episode: every column, with
+// the prompt as its text or its messages.
+nlohmann::json episode_row(const PromptExample& ex) {
+  nlohmann::json row = ex.columns;
+  if (ex.messages.is_null())
+    row["prompt"] = ex.text;
+  else
+    row["messages"] = ex.messages;
+  return row;
+}
+
 // One generation round: C = prompts x num_generations completions and everything the
 // micro-steps over it need, per completion c and its tokens j.
 struct Round {
@@ -745,11 +756,7 @@ struct GrpoTrainer::Impl {
     std::vector<EpisodeInput> inputs;
     for (size_t i = 0; i < prompts.size(); ++i) {
       const PromptExample& ex = data[prompts[i]];
-      nlohmann::json row = ex.columns;
-      if (ex.messages.is_null())
-        row["prompt"] = ex.text;
-      else
-        row["messages"] = ex.messages;
+      const nlohmann::json row = episode_row(ex);
       const uint64_t group = rng_key(uint64_t(cfg.seed), uint64_t(rounds) * 1000003u + i);
       for (int64_t g = 0; g < cfg.num_generations; ++g) {
         EpisodeInput e;
@@ -851,12 +858,7 @@ struct GrpoTrainer::Impl {
     const auto t0 = Clock::now();
     std::vector<AgentEpisodeInput> inputs;
     for (size_t i = 0; i < prompts.size(); ++i) {
-      const PromptExample& ex = data[prompts[i]];
-      nlohmann::json row = ex.columns;
-      if (ex.messages.is_null())
-        row["prompt"] = ex.text;
-      else
-        row["messages"] = ex.messages;
+      const nlohmann::json row = episode_row(data[prompts[i]]);
       const uint64_t group = rng_key(uint64_t(cfg.seed), uint64_t(rounds) * 1000003u + i);
       for (int64_t g = 0; g < cfg.num_generations; ++g)
         inputs.push_back(
