@@ -374,7 +374,8 @@ std::vector<OpCase> correctness_cases() {
 
   // The group op with adapters: Qwen3-8B's q/k/v (A matrices side by side: one down product)
   // and gate/up at a GRPO group's 8 rows (streaming, up products fused), 100 rows (the grouped
-  // up kernel) and 300 (cuBLASLt's); A matrices apart, LoRA dropout, bf16 weights, small shapes.
+  // up kernel) and 300 (cuBLASLt's); A matrices apart, LoRA dropout, bf16 weights, small shapes;
+  // the grouped up kernel's partial row and column tiles at ranks 64 and 8.
   struct Group {
     Fp8Scheme s;
     int64_t m;
@@ -390,7 +391,9 @@ std::vector<OpCase> correctness_cases() {
                          Group{Fp8Scheme::row, 13, {512, 256, 256}, 256, 8, false, 0.0f},
                          Group{Fp8Scheme::row, 19, {512, 256}, 256, 8, true, 0.1f},
                          Group{Fp8Scheme::off, 8, {512, 256, 256}, 256, 16, true, 0.0f},
-                         Group{Fp8Scheme::off, 300, {512}, 256, 16, true, 0.0f}}) {
+                         Group{Fp8Scheme::off, 300, {512}, 256, 16, true, 0.0f},
+                         Group{Fp8Scheme::row, 200, {520, 264, 264}, 256, 64, true, 0.0f},
+                         Group{Fp8Scheme::off, 37, {264, 136}, 128, 8, true, 0.0f}}) {
     std::string widths;
     for (int64_t n : c.ns) widths += fmt::format("{}{}", widths.empty() ? "" : "+", n);
     add(

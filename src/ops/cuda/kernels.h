@@ -255,8 +255,8 @@ struct StreamingArgs {
 void launch_linear_streaming(const StreamingArgs& a, cudaStream_t s);
 // LoRA's up projections of a group: y[m, n] = bf16(y[m, n] + scale * sum_j xa[m, j] b[n, j])
 // (fp32 sum, one rounding) for each segment, at most 4 segments of one rank
-// (lora_expand_supported: 8, 16, 32 or 64, B rows 16-byte aligned); segment s owns column
-// tiles [first_tile, first_tile + ceil(n / 128)).
+// (lora_expand_supported: 8, 16, 32 or 64, B rows 16-byte aligned, n and the leading
+// dimensions even), on the tensor cores.
 struct LoraExpandSegment {
   const bf16* xa = nullptr;  // [m, ld], the first rank columns read
   int64_t ld = 0;
@@ -269,7 +269,7 @@ struct LoraExpandSegment {
   // GEMM's output, which the kernel so also copies into y); null: y itself.
   const bf16* base = nullptr;
   int64_t ld_base = 0;
-  int first_tile = 0;
+  int first_tile = 0;  // set by launch_lora_expand: the segment's first column tile
 };
 struct LoraExpandArgs {
   int m = 0;

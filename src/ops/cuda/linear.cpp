@@ -517,8 +517,9 @@ bool up_products_grouped(const Backend& b, int64_t m, std::span<const ops::Proje
   // Batch-invariant mode: cuBLASLt's pinned plan at every row count (the grouped kernel runs
   // only up to kExpandMaxRows rows, so a decode step and a training pass would differ).
   bool grouped = m <= kExpandMaxRows && lora_expand_supported(int(rank)) && !b.batch_invariant();
+  // Its epilogue moves two columns at a time.
   for (const ops::Projection& p : group)
-    grouped = grouped && (!p.lora.active() || p.lora.rank() == rank);
+    grouped = grouped && (!p.lora.active() || (p.lora.rank() == rank && p.out.dim(1) % 2 == 0));
   return grouped;
 }
 
@@ -531,7 +532,6 @@ void lora_up(Backend& b, int64_t m, std::span<const ops::Projection> group,
   e.m = int(m);
   const bool grouped = up_products_grouped(b, m, group);
   CHECK(grouped || bases.empty(), "lora_up: separate bases need the grouped launch");
-  int tiles = 0;
   for (size_t i = 0; i < group.size(); ++i) {
     const ops::Projection& p = group[i];
     if (!p.lora.active()) continue;
@@ -574,8 +574,6 @@ void lora_up(Backend& b, int64_t m, std::span<const ops::Projection> group,
       sg.base = bases[i].data;
       sg.ld_base = bases[i].ld;
     }
-    sg.first_tile = tiles;
-    tiles += int((sg.n + 127) / 128);
   }
   if (e.num_segments > 0) launch_lora_expand(e, b.stream());
 }

@@ -327,48 +327,61 @@ __global__ void __launch_bounds__(kStreamWarps* kWarp)
   }
 }
 
-// LoRA's up projection of a group (launch_lora_expand): a thread per output column holds its
-// row of B in registers (R / 8 16-byte loads, all in flight together) and adds its dot with
-// each of the block's kExpandRows rows of xa, which sit in shared memory.
-constexpr int kExpandColumns = 128;
-constexpr int kExpandRows = 16;
+// LoRA's up projection of a group (launch_lora_expand) on the tensor cores: a warp owns 16 rows
+// and kMmaExpandColumns columns of one segment's output, R / 16 steps of mma.m16n8k16 over the
+// rank (zeros past it where R = 8), its xa and B fragments read straight from global memory
+// (B's [n, rank] rows are the mma's column-major operand as they lie). The epilogue reads the
+// base product and writes bf16(base + scale * sum) once, so the kernel costs about one pass
+// over the output (the same sums on the CUDA cores, B in registers and xa in shared memory,
+// made `bench generate` with r 32 at 256 rows 5% slower).
+constexpr int kMmaExpandColumns = 64;
 
 template <int R>
-__global__ void __launch_bounds__(kExpandColumns) lora_expand_kernel(const LoraExpandArgs a) {
-  __shared__ float xs[kExpandRows][R];
+__global__ void __launch_bounds__(128) lora_expand_mma_kernel(const LoraExpandArgs a) {
+  constexpr int kSteps = (R + 15) / 16, kTiles = kMmaExpandColumns / 8;
   int s = 0;
   while (s + 1 < a.num_segments && int(blockIdx.x) >= a.seg[s + 1].first_tile) ++s;
   const LoraExpandSegment& sg = a.seg[s];
-  const int64_t n = int64_t(int(blockIdx.x) - sg.first_tile) * kExpandColumns + threadIdx.x;
-  const int m0 = int(blockIdx.y) * kExpandRows;
-  const int rows = min(kExpandRows, a.m - m0);
-  float b[R];
-  if (n < sg.n) {
-    uint4 raw[R / 8];
+  const int lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  const int m0 = (int(blockIdx.y) * int(blockDim.x / 32) + int(threadIdx.x) / 32) * 16;
+  if (m0 >= a.m) return;
+  const int64_t n0 = int64_t(int(blockIdx.x) - sg.first_tile) * kMmaExpandColumns;
+  const int r0 = m0 + g, r1 = m0 + g + 8;
+  // Two adjacent bf16 of a [rows, ld] matrix as one register; zeros past its rows or the rank.
+  auto pair = [](const bf16* p, int64_t ld, int64_t row, int64_t rows, int col) -> uint32_t {
+    if (row >= rows || col >= R) return 0u;
+    return *reinterpret_cast<const uint32_t*>(p + row * ld + col);
+  };
+  float acc[kTiles][4] = {};
 #pragma unroll
-    for (int c = 0; c < R / 8; ++c) raw[c] = reinterpret_cast<const uint4*>(sg.b + n * R)[c];
+  for (int kk = 0; kk < kSteps; ++kk) {
+    const int c0 = kk * 16 + 2 * t, c1 = c0 + 8;
+    const uint32_t af[4] = {pair(sg.xa, sg.ld, r0, a.m, c0), pair(sg.xa, sg.ld, r1, a.m, c0),
+                            pair(sg.xa, sg.ld, r0, a.m, c1), pair(sg.xa, sg.ld, r1, a.m, c1)};
 #pragma unroll
-    for (int c = 0; c < R / 8; ++c) {
-      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw[c]);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 f = __bfloat1622float2(h[i]);
-        b[c * 8 + 2 * i] = f.x;
-        b[c * 8 + 2 * i + 1] = f.y;
-      }
+    for (int j = 0; j < kTiles; ++j) {
+      const int64_t n = n0 + j * 8 + g;
+      const uint32_t b0 = pair(sg.b, R, n, sg.n, c0), b1 = pair(sg.b, R, n, sg.n, c1);
+      mma_bf16(acc[j], af, b0, b1);
     }
   }
-  for (int i = threadIdx.x; i < rows * R; i += blockDim.x)
-    xs[i / R][i % R] = __bfloat162float(sg.xa[int64_t(m0 + i / R) * sg.ld + i % R]);
-  __syncthreads();
-  if (n >= sg.n) return;
-  for (int r = 0; r < rows; ++r) {
-    float l = 0.0f;
 #pragma unroll
-    for (int j = 0; j < R; ++j) l += xs[r][j] * b[j];
-    bf16* y = sg.y + int64_t(m0 + r) * sg.ldy + n;
-    const bf16* y0 = sg.base != nullptr ? sg.base + int64_t(m0 + r) * sg.ld_base + n : y;
-    *y = __float2bfloat16_rn(__bfloat162float(*y0) + sg.scale * l);
+  for (int j = 0; j < kTiles; ++j) {
+    const int64_t n = n0 + j * 8 + 2 * t;
+    if (n >= sg.n) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = h == 0 ? r0 : r1;
+      if (row >= a.m) continue;
+      __nv_bfloat162* y = reinterpret_cast<__nv_bfloat162*>(sg.y + int64_t(row) * sg.ldy + n);
+      const __nv_bfloat162* y0 =
+          sg.base != nullptr
+              ? reinterpret_cast<const __nv_bfloat162*>(sg.base + int64_t(row) * sg.ld_base + n)
+              : y;
+      const float2 b = __bfloat1622float2(*y0);
+      *y =
+          __floats2bfloat162_rn(b.x + sg.scale * acc[j][2 * h], b.y + sg.scale * acc[j][2 * h + 1]);
+    }
   }
 }
 
@@ -403,23 +416,29 @@ bool lora_expand_supported(int rank) {
   return rank == 8 || rank == 16 || rank == 32 || rank == 64;
 }
 
-void launch_lora_expand(const LoraExpandArgs& a, cudaStream_t s) {
+void launch_lora_expand(const LoraExpandArgs& in, cudaStream_t s) {
+  LoraExpandArgs a = in;
   int tiles = 0;
-  for (int i = 0; i < a.num_segments; ++i)
-    tiles = a.seg[i].first_tile + int(ceil_div(a.seg[i].n, kExpandColumns));
-  const dim3 grid{unsigned(tiles), unsigned(ceil_div(a.m, kExpandRows))};
+  for (int i = 0; i < a.num_segments; ++i) {
+    a.seg[i].first_tile = tiles;
+    tiles += int(ceil_div(a.seg[i].n, kMmaExpandColumns));
+  }
+  // A warp per 16 rows, up to four in a block (a few rows: one warp, not three idle ones).
+  const int warps = int(std::min<int64_t>(4, ceil_div(a.m, 16)));
+  const dim3 grid{unsigned(tiles), unsigned(ceil_div(a.m, 16 * warps))},
+      block{unsigned(32 * warps)};
   switch (a.seg[0].rank) {
     case 8:
-      lora_expand_kernel<8><<<grid, kExpandColumns, 0, s>>>(a);
+      lora_expand_mma_kernel<8><<<grid, block, 0, s>>>(a);
       break;
     case 16:
-      lora_expand_kernel<16><<<grid, kExpandColumns, 0, s>>>(a);
+      lora_expand_mma_kernel<16><<<grid, block, 0, s>>>(a);
       break;
     case 32:
-      lora_expand_kernel<32><<<grid, kExpandColumns, 0, s>>>(a);
+      lora_expand_mma_kernel<32><<<grid, block, 0, s>>>(a);
       break;
     default:
-      lora_expand_kernel<64><<<grid, kExpandColumns, 0, s>>>(a);
+      lora_expand_mma_kernel<64><<<grid, block, 0, s>>>(a);
       break;
   }
   FP8RL_LAUNCH_CHECK("lora_expand");
