@@ -269,6 +269,11 @@ inline constexpr double kGenerateLogprob = 1e-4;
 // this gives 2 * 2^-4 * 4 = 0.5. Measured: 0.009 (gemma3) to 0.16 (llama) max, means
 // 0.003-0.05 (docs/PERFORMANCE.md "KV cache dtype"): a heuristic bound, ~3x above them.
 inline constexpr double kKvFp8Logprob = 0.5;
+// The same for a mixture-of-experts model: the argument above assumes the logits move
+// smoothly with the K/V errors, but a token whose router scores sit near a tie can switch an
+// expert, replacing that expert's output by another's. Measured on the qwen3_moe golden: 0.53
+// max, 0.053 mean; 1.0 is ~2x the max.
+inline constexpr double kKvFp8LogprobMoe = 1.0;
 
 // ---- The sampler (ops/sampling.h; tests/engine/test_sampler.cpp, tests/gpu sample cases) ---
 

@@ -62,7 +62,9 @@ def main():
         out = os.path.join(args.out, name)
         os.makedirs(out, exist_ok=True)
         model.save_pretrained(out, safe_serialization=True)
-        model = model.to(torch.float32)
+        # Read back in fp32 rather than upcast: .to(bfloat16) also rounded the rotary inverse
+        # frequencies (a buffer), which would shift every angle past position 0.
+        model = model_cls.from_pretrained(out, dtype=torch.float32).eval()
         ids, mask = batch(gen)
         with torch.no_grad():
             logits = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits
