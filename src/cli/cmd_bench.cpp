@@ -32,6 +32,7 @@ void add_bench_command(CLI::App& app);
 void add_bench_generate_command(CLI::App& bench);  // cmd_bench_generate.cpp
 void add_bench_train_command(CLI::App& bench);     // cmd_bench_train.cpp
 void add_bench_grpo_command(CLI::App& bench);      // cmd_bench_grpo.cpp
+void add_bench_ppo_command(CLI::App& bench);       // cmd_bench_ppo.cpp
 
 namespace {
 
@@ -234,6 +235,7 @@ void add_bench_command(CLI::App& app) {
   add_bench_generate_command(*bench);
   add_bench_train_command(*bench);
   add_bench_grpo_command(*bench);
+  add_bench_ppo_command(*bench);
 }
 
 }  // namespace fp8rl::cli

@@ -83,8 +83,8 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml, const char* name =
   const int64_t prompt_length = prompts.empty() ? 0 : int64_t(prompts[0].ids.size());
   TrainSession ts(cfg, uint64_t(cfg.seed), std::move(files), cfg.dry_run);
   // Reward models load beside the policy (sharing its weights when they are its base); a dry
-  // run plans the policy alone.
-  if (!cfg.dry_run) load_reward_models(rewards, {&ts.ctx(), &ts.model()});
+  // run plans their scoring from the shapes of weights of their own.
+  load_reward_models(rewards, {&ts.ctx(), &ts.model(), cfg.dry_run, cfg.model});
   GrpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), ts.tokenizer_if_any(),
                       ts.session().eos_ids(), std::move(prompts), cfg, std::move(rewards),
                       ts.base_model_name());
@@ -103,11 +103,25 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml, const char* name =
               "with less free memory bounds";
     std::vector<PlanPart> parts = {
         {"standby region", p.standby_region_bytes,
-         fmt::format("the larger of the engine's KV pool, {:.1f} MiB, and the training pass: "
-                     "saved activations {:.1f} + KV {:.1f}{}",
+         fmt::format("the {} of the engine's KV pool, {:.1f} MiB, the training pass: "
+                     "saved activations {:.1f} + KV {:.1f}{}{}",
+                     p.reward_models.count > 0 ? "largest" : "larger",
                      double(p.engine_kv_bytes) / (1 << 20), double(p.pass.saved_bytes) / (1 << 20),
-                     double(p.pass.kv_bytes) / (1 << 20), kv_bound),
+                     double(p.pass.kv_bytes) / (1 << 20),
+                     p.reward_models.count > 0
+                         ? fmt::format(", and the reward models' scoring of a round: KV {:.1f}",
+                                       double(p.reward_models.scoring.kv_bytes) / (1 << 20))
+                         : "",
+                     kv_bound),
          true}};
+    if (p.reward_models.count > 0) {
+      parts.push_back(
+          {"reward models", p.reward_models.weights_bytes + p.reward_models.adapter_bytes,
+           fmt::format("{}: weights of their own {:.1f}, adapters {:.1f}", p.reward_models.count,
+                       double(p.reward_models.weights_bytes) / (1 << 20),
+                       double(p.reward_models.adapter_bytes) / (1 << 20)),
+           true});
+    }
     if (p.reference_adapter_bytes > 0)
       parts.push_back({"reference adapter", p.reference_adapter_bytes,
                        "the adapter the run continues from, frozen", true});
@@ -126,7 +140,9 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml, const char* name =
                        fmt::format("memory plan of the run ({}; the pass over the longest "
                                    "micro-batch)",
                                    of),
-                       p.optimizer_state_bytes, parts, p.pass.scratch_bytes, cfg.dry_run,
+                       p.optimizer_state_bytes, parts,
+                       std::max(p.pass.scratch_bytes, p.reward_models.scoring.scratch_bytes),
+                       cfg.dry_run,
                        training_budget_hint(cfg,
                                             "kv_memory, per_device_train_batch_size or "
                                             "max_completion_length"));

@@ -47,17 +47,32 @@ void run_ppo(const PpoConfig& cfg, const std::string& yaml) {
   // The value model and the reward models over the policy's weights (one copy).
   std::unique_ptr<LoraAdapter> value = make_value_adapter(
       cfg.value_adapter, ts.adapter(), ts.model(), ts.ctx(), cfg.adapter_init_seed(cfg.seed) + 1);
-  if (!cfg.dry_run) load_reward_models(rewards, {&ts.ctx(), &ts.model()});
+  load_reward_models(rewards, {&ts.ctx(), &ts.model(), cfg.dry_run, cfg.model});
   PpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), *value, ts.tokenizer_if_any(),
                      ts.session().eos_ids(), std::move(prompts), cfg, std::move(rewards),
                      ts.base_model_name());
+  PassPlan pass = trainer.plan();
+  std::vector<PlanPart> extra = {
+      {"value adapter", value->nbytes(), "LoRA + score head, trained beside the policy's", true}};
+  if (const RewardModelsPlan& rm = trainer.reward_models(); rm.count > 0) {
+    // The scoring's KV takes turns with the pass in one region: what it needs beyond the pass.
+    const size_t beyond = rm.scoring.kv_bytes - std::min(rm.scoring.kv_bytes, pass.region_bytes());
+    extra.push_back(
+        {"reward models", rm.weights_bytes + rm.adapter_bytes + beyond,
+         fmt::format("{}: weights of their own {:.1f}, adapters {:.1f}, scoring KV "
+                     "{:.1f} taking turns with the pass's",
+                     rm.count, double(rm.weights_bytes) / (1 << 20),
+                     double(rm.adapter_bytes) / (1 << 20), double(rm.scoring.kv_bytes) / (1 << 20)),
+         true});
+    pass.scratch_bytes = std::max(pass.scratch_bytes, rm.scoring.scratch_bytes);
+  }
   report_pass_memory_plan(
       ts,
       fmt::format("memory plan of a micro-batch ({}, {})", counted(int64_t(num_prompts), "prompt"),
                   counted(trainer.total_steps(), "update")),
-      trainer.optimizer_state_bytes(), trainer.plan(), cfg.dry_run,
+      trainer.optimizer_state_bytes(), pass, cfg.dry_run,
       training_budget_hint(cfg, "per_device_train_batch_size or response_length"),
-      {{"value adapter", value->nbytes(), "LoRA + score head, trained beside the policy's", true}});
+      std::move(extra));
   if (cfg.dry_run) return;
   write_run_config(cfg.output_dir, yaml);
   RunControl control(cfg);

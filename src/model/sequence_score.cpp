@@ -1,6 +1,7 @@
 #include "model/sequence_score.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/check.h"
 #include "model/forward.h"
@@ -14,6 +15,26 @@ int64_t pooled_position(std::span<const int32_t> ids, std::optional<int64_t> pad
   for (int64_t i = int64_t(ids.size()) - 1; i >= 0; --i)
     if (ids[size_t(i)] != *pad_token_id) return i;
   return 0;
+}
+
+ScorePlan plan_scoring(Context& ctx, const Model& model, const LoraAdapter* adapter,
+                       const LinearWeight* head, const ScoreShape& shape) {
+  CHECK(shape.sequences > 0 && shape.max_length > 0 && shape.max_batch_tokens > 0,
+        "sequence score plan: sequences {}, max_length {} and max_batch_tokens {} must be "
+        "positive",
+        shape.sequences, shape.max_length, shape.max_batch_tokens);
+  const ModelConfig& c = model.config();
+  // A batch packs sequences while they fit max_batch_tokens; its first always runs.
+  const int64_t tokens = std::min(shape.sequences * shape.max_length,
+                                  std::max(shape.max_batch_tokens, shape.max_length));
+  const int64_t seqs = std::min(shape.sequences, tokens);
+  ScorePlan p;
+  p.kv_blocks = (tokens + (kKvBlockSize - 1) * seqs + kKvBlockSize - 1) / kKvBlockSize;
+  p.kv_bytes = size_t(p.kv_blocks) * KvPool::block_bytes(c, ctx);
+  const KvPool probe(c, 1, ctx);  // the plan does not depend on its size
+  p.scratch_bytes = measure_forward_scratch(
+      ctx, model, adapter, probe, {tokens, seqs, seqs, std::min(tokens, shape.max_length)}, head);
+  return p;
 }
 
 std::vector<float> score_sequences(Context& ctx, const Model& model, const LoraAdapter* adapter,
@@ -46,7 +67,13 @@ std::vector<float> score_sequences(Context& ctx, const Model& model, const LoraA
       tokens += lengths[size_t(last++)];
     for (int64_t i = first; i < last; ++i)
       blocks += (lengths[size_t(i)] + kKvBlockSize - 1) / kKvBlockSize;
-    KvPool pool(c, blocks, ctx);
+    std::optional<KvPool> pool;
+    if (options.region != nullptr)
+      pool.emplace(
+          c, blocks, ctx, KvDType::activation,
+          options.region->acquire(options.holder, size_t(blocks) * KvPool::block_bytes(c, ctx)));
+    else
+      pool.emplace(c, blocks, ctx);
     std::vector<KvCache> caches;
     std::vector<std::vector<int32_t>> positions;
     caches.reserve(size_t(last - first));
@@ -54,7 +81,7 @@ std::vector<float> score_sequences(Context& ctx, const Model& model, const LoraA
     std::vector<SequenceInput> batch;
     for (int64_t i = first; i < last; ++i) {
       const int64_t n = lengths[size_t(i)];
-      caches.emplace_back(pool, n);
+      caches.emplace_back(*pool, n);
       positions.emplace_back(static_cast<size_t>(n));
       for (int64_t j = 0; j < n; ++j) positions.back()[size_t(j)] = int32_t(j);
       batch.push_back({std::span<const int32_t>(sequences[size_t(i)].data(), size_t(n)),

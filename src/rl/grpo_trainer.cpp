@@ -435,7 +435,8 @@ struct GrpoTrainer::Impl {
   std::unique_ptr<LoraAdapter> reference;  // the frozen starting adapter, or null: the base
   std::unique_ptr<LogprobPass> pass;
   LogprobPass::ReplayChanges replay_changes;  // the round's old-logprob passes (routing_replay)
-  PassPlan largest;  // the pass over the longest micro-batch, by its dry run
+  PassPlan largest;                // the pass over the longest micro-batch, by its dry run
+  RewardModelsPlan reward_models;  // the reward models' scoring phase and bytes
 
   // Data position: epoch and index into its order; rounds generated so far.
   int64_t epoch = 0, next_prompt = 0, rounds = 0;
@@ -520,6 +521,12 @@ struct GrpoTrainer::Impl {
     // pass grew it later; the engine would then drop them), and the region last, so that it
     // is the device region's highest block and grows in place instead of leaving a hole.
     largest = largest_pass_plan();
+    // Reward models score a round (or an evaluation batch) in the region too: one more phase.
+    const int64_t scored = std::max(prompts_per_round * cfg.num_generations,
+                                    cfg.evaluates() ? cfg.per_device_eval_batch_size : int64_t(0));
+    reward_models = plan_reward_models(rewards, region, scored,
+                                       int64_t(longest_prompt()) + cfg.max_completion_length);
+    const size_t region_bytes = std::max(largest.region_bytes(), reward_models.scoring.kv_bytes);
     if (ctx.device == Device::cpu)
       check_host_bytes(
           largest.region_bytes() + largest.scratch_bytes + largest.host_bytes,
@@ -527,10 +534,10 @@ struct GrpoTrainer::Impl {
                       "(per_device_train_batch_size {} sequences of up to {} "
                       "tokens: the longest prompt + max_completion_length)",
                       micro_batch, longest_prompt() + size_t(cfg.max_completion_length)));
-    ops::scratch_reserve(ctx, largest.scratch_bytes);
+    ops::scratch_reserve(ctx, std::max(largest.scratch_bytes, reward_models.scoring.scratch_bytes));
     engine = std::make_unique<Engine>(ctx, model, &adapter, tokenizer, eos_ids, eo, &region);
     if (const size_t budget = ops::device_memory_budget(ctx);
-        budget > 0 && largest.region_bytes() > region.size()) {
+        budget > 0 && region_bytes > region.size()) {
       const std::optional<size_t> left = ops::device_memory_left(ctx);
       const size_t room = left ? *left + region.size() : SIZE_MAX;
       CHECK(largest.region_bytes() <= room,
@@ -540,8 +547,13 @@ struct GrpoTrainer::Impl {
             gib_text(budget), gib_text(largest.region_bytes()), gib_text(largest.saved_bytes),
             gib_text(largest.kv_bytes), gib_text(room),
             cfg.gradient_checkpointing ? "" : ", turn on gradient_checkpointing");
+      CHECK(reward_models.scoring.kv_bytes <= room,
+            "grpo: gpu_memory {}: the reward models' scoring of a round ({} sequences) needs {} "
+            "of KV, {} are left; lower a reward model's max_batch_tokens, or give a larger "
+            "gpu_memory",
+            gib_text(budget), scored, gib_text(reward_models.scoring.kv_bytes), gib_text(room));
     }
-    region.reserve(largest.region_bytes());
+    region.reserve(region_bytes);
   }
 
   // The longest prompt a round may pack: the dataset's, or an environment's opening (up to
@@ -1473,6 +1485,7 @@ GrpoMemoryPlan GrpoTrainer::memory_plan() const {
   p.pass = impl_->largest;
   p.engine_kv_bytes = impl_->engine->stats().kv_bytes;
   p.standby_region_bytes = impl_->region.size();
+  p.reward_models = impl_->reward_models;
   p.optimizer_state_bytes = impl_->train_step->optimizer().state_bytes();
   if (impl_->reference) p.reference_adapter_bytes = impl_->reference->nbytes();
   return p;

@@ -28,6 +28,7 @@
 #include "ops/context.h"
 #include "rl/grpo_config.h"
 #include "rl/prompt_data.h"
+#include "rl/reward_model.h"
 #include "rl/reward_set.h"
 #include "train/logprob_pass.h"
 
@@ -56,6 +57,9 @@ struct GrpoMemoryPlan {
   size_t standby_region_bytes = 0;
   size_t optimizer_state_bytes = 0;
   size_t reference_adapter_bytes = 0;  // the frozen starting adapter (ReferenceModel::start)
+  // The loaded reward models: their scoring of a round, a third phase of the standby region,
+  // and their own weights and adapters.
+  RewardModelsPlan reward_models;
 };
 
 // The order of a generation round's `n` completions before it is cut into

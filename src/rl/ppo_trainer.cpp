@@ -13,6 +13,7 @@
 #include "ops/standby_region.h"
 #include "rl/ppo_loss.h"
 #include "rl/reference_model.h"
+#include "rl/reward_model.h"
 #include "rl/rollout_batch.h"
 #include "rl/value_model.h"
 #include "train/run_dir.h"
@@ -140,6 +141,7 @@ struct PpoTrainer::Impl {
   std::unique_ptr<LoraAdapter> reference;  // the frozen starting adapter, or null: the base
   std::unique_ptr<LogprobPass> pass;
   std::unique_ptr<ValueModel> value_model;
+  RewardModelsPlan reward_models;  // the reward models' scoring phase and bytes
   int64_t epoch = 0, next_prompt = 0;
   std::vector<size_t> order;
   int64_t order_epoch = -1;
@@ -187,9 +189,12 @@ struct PpoTrainer::Impl {
     // The scratch arena before the engine records its graphs over it, the region after the
     // engine laid its pool out in it (as GRPO does).
     const PassPlan largest = plan();
-    ops::scratch_reserve(ctx, largest.scratch_bytes);
+    // Reward models score an update's responses in the region too: one more phase.
+    reward_models = plan_reward_models(rewards, region, cfg.batch_size(),
+                                       int64_t(longest_prompt()) + cfg.response_length);
+    ops::scratch_reserve(ctx, std::max(largest.scratch_bytes, reward_models.scoring.scratch_bytes));
     engine = std::make_unique<Engine>(ctx, model, &policy, tokenizer, eos_ids, eo, &region);
-    region.reserve(largest.region_bytes());
+    region.reserve(std::max(largest.region_bytes(), reward_models.scoring.kv_bytes));
   }
 
   size_t longest_prompt() const {
@@ -199,7 +204,11 @@ struct PpoTrainer::Impl {
   }
 
   PassPlan plan() {
-    const int64_t n = std::min(cfg.per_device_train_batch_size, cfg.batch_size());
+    // The rollout's chunks of local_rollout_forward_batch_size responses run the same passes
+    // as the micro-batches: the larger of the two.
+    const int64_t n =
+        std::min(std::max(cfg.per_device_train_batch_size, cfg.local_rollout_forward_batch_size),
+                 cfg.batch_size());
     std::vector<std::vector<int32_t>> prompts(size_t(n), std::vector<int32_t>(longest_prompt(), 0));
     std::vector<std::vector<int32_t>> responses(
         size_t(n), std::vector<int32_t>(size_t(cfg.response_length), 0));
@@ -274,19 +283,27 @@ struct PpoTrainer::Impl {
       requests.push_back(std::move(q));
     }
     engine->set_adapter_version(policy.version());
+    reset_peak_memory(ctx);
     const std::vector<RequestOutput> outs = engine->generate(requests);
     const double rollout_seconds = seconds_since(t0);
+    const size_t rollout_peak = peak_memory_bytes(ctx);
+    reset_peak_memory(ctx);
+    const auto tr = Clock::now();
     std::vector<uint8_t> truncated;
     RewardBatch batch = reward_batch(data, r.prompt, outs, tokenizer, truncated, "ppo");
     batch.trainer_state = {{"global_step", update - 1}, {"max_steps", total_updates}};
     const CombinedRewards scored = rewards.score(batch);
+    const double reward_seconds = seconds_since(tr);
+    const size_t reward_peak = peak_memory_bytes(ctx);
     std::vector<int64_t> lengths;
+    int64_t response_tokens = 0;
     int64_t num_eos = 0;
     for (size_t i = 0; i < outs.size(); ++i) {
       const std::vector<int32_t>& ids = outs[i].completions.at(0).ids;
       CHECK(!ids.empty(), "ppo: the engine returned an empty response");
       r.ids.push_back(ids);
       lengths.push_back(int64_t(ids.size()));
+      response_tokens += int64_t(ids.size());
       r.token_offsets.push_back(r.token_offsets.back() + int64_t(ids.size()));
       for (int32_t t : ids)
         num_eos += std::find(eos_ids.begin(), eos_ids.end(), t) != eos_ids.end();
@@ -300,12 +317,17 @@ struct PpoTrainer::Impl {
     }
     r.value_offsets = ppo_value_offsets(lengths, cfg.response_length);
     // The policy's, the reference's and the value model's numbers in chunks of
-    // local_rollout_forward_batch_size responses.
+    // local_rollout_forward_batch_size responses; each phase's time and peak memory summed and
+    // maxed over the chunks (both passes copy their results back: the clock sees the device).
     const size_t chunk = size_t(cfg.local_rollout_forward_batch_size);
+    double logprob_seconds = 0, value_seconds = 0;
+    size_t logprob_peak = 0, value_peak = 0;
     for (size_t first = 0; first < r.ids.size(); first += chunk) {
       std::vector<size_t> which(std::min(chunk, r.ids.size() - first));
       std::iota(which.begin(), which.end(), first);
       const Packed p = pack(prompt_ids(r, which), response_ids(r, which), cfg.response_length);
+      reset_peak_memory(ctx);
+      const auto tl = Clock::now();
       for (bool ref : {false, true}) {
         PassOptions o = pass_options();
         o.reference = ref;
@@ -313,8 +335,14 @@ struct PpoTrainer::Impl {
         for (int64_t pos : p.token_pos)
           (ref ? r.ref_logp : r.logp).push_back(pass->logprobs()[size_t(pos)]);
       }
+      logprob_seconds += seconds_since(tl);
+      logprob_peak = std::max(logprob_peak, peak_memory_bytes(ctx));
+      reset_peak_memory(ctx);
+      const auto tv = Clock::now();
       const std::vector<double> v = value_model->values(p.value(), p.value_rows);
       r.values.insert(r.values.end(), v.begin(), v.end());
+      value_seconds += seconds_since(tv);
+      value_peak = std::max(value_peak, peak_memory_bytes(ctx));
     }
     PpoRollout in;
     in.token_offsets = r.token_offsets;
@@ -337,6 +365,17 @@ struct PpoTrainer::Impl {
     for (const auto& [k, v] : scored.metrics()) m[k] = v;
     completion_metrics(r.ids, truncated, m);
     m["timing/rollout_seconds"] = rollout_seconds;
+    m["timing/reward_seconds"] = reward_seconds;
+    m["timing/rollout_logprob_seconds"] = logprob_seconds;
+    m["timing/rollout_value_seconds"] = value_seconds;
+    m["rollout_tokens_per_second"] = double(response_tokens) / std::max(rollout_seconds, 1e-9);
+    m["peak_memory_bytes/rollout"] = rollout_peak;
+    m["peak_memory_bytes/reward"] = reward_peak;
+    m["peak_memory_bytes/rollout_logprob"] = logprob_peak;
+    m["peak_memory_bytes/rollout_value"] = value_peak;
+    m["memory/standby_region_bytes"] = region.size();
+    if (const ops::DeviceRegionInfo dr = ops::device_region_info(ctx); dr.on)
+      m["memory/device_region_bytes"] = dr.committed;
     return r;
   }
 
@@ -408,9 +447,14 @@ struct PpoTrainer::Impl {
       const auto t0 = Clock::now();
       ++update;
       const Rollout r = rollout(update);
+      reset_peak_memory(ctx);
       const auto tt = Clock::now();
       std::vector<double> approxkl, pg_clipfrac, pg_loss, vf_loss, vf_clipfrac, entropy, ratio;
       double lr = 0, grad_norm = 0, loss_sum = 0;
+      // The training's split: the policy's passes, the value model's, the optimizer's steps
+      // (each phase ends with a synchronize, so its clock holds its device work).
+      double policy_seconds = 0, value_seconds = 0, optimizer_seconds = 0;
+      int64_t train_tokens = 0;
       const size_t b = r.ids.size();
       const size_t mini = size_t(cfg.mini_batch_size());
       const size_t micro = size_t(cfg.per_device_train_batch_size);
@@ -433,6 +477,7 @@ struct PpoTrainer::Impl {
                 perm.begin() + ptrdiff_t(std::min(mini_end, m0 + micro)));
             const Packed p =
                 pack(prompt_ids(r, which), response_ids(r, which), cfg.response_length);
+            const auto tp = Clock::now();
             PassOptions o = pass_options();
             o.entropy = true;
             pass->forward(p.policy(), o);
@@ -449,6 +494,10 @@ struct PpoTrainer::Impl {
             for (size_t k = 0; k < p.token_pos.size(); ++k)
               dlogprob[size_t(p.token_pos[k])] = float(pl.dloss_dlogp[k] / micros);
             pass->backward(dlogprob, policy_part(grads));
+            ops::synchronize(ctx);
+            policy_seconds += seconds_since(tp);
+            train_tokens += int64_t(p.token_pos.size());
+            const auto tv = Clock::now();
             const std::vector<double> v = value_model->values(p.value(), p.value_rows);
             const PpoValueLoss vl =
                 ppo_value_loss(v, gather(r.values, r.value_offsets, which),
@@ -457,6 +506,8 @@ struct PpoTrainer::Impl {
             for (size_t k = 0; k < dvalue.size(); ++k)
               dvalue[k] = cfg.vf_coef * vl.dloss_dvalue[k] / micros;
             value_model->backward(dvalue, value_part(grads));
+            ops::synchronize(ctx);
+            value_seconds += seconds_since(tv);
             loss += (pl.loss + cfg.vf_coef * vl.loss) / micros;
             approxkl.push_back(pl.approxkl);
             pg_clipfrac.push_back(pl.clipfrac);
@@ -466,8 +517,10 @@ struct PpoTrainer::Impl {
             entropy.push_back(ent / double(p.token_pos.size()));
             ratio.push_back(pl.ratio_mean);
           }
+          const auto ts = Clock::now();
           const StepResult s = train_step->step(ctx, params, grads, loss);
           if (!s.skipped) store_masters(params);
+          optimizer_seconds += seconds_since(ts);
           lr = s.lr;
           grad_norm = s.grad_norm;
           loss_sum += loss;
@@ -491,6 +544,18 @@ struct PpoTrainer::Impl {
       line["grad_norm"] = finite_or_null(grad_norm);
       line["skipped_steps"] = train_step->skipped_steps();
       line["timing/train_seconds"] = train_seconds;
+      line["timing/policy_train_seconds"] = policy_seconds;
+      line["timing/value_train_seconds"] = value_seconds;
+      line["timing/optimizer_seconds"] = optimizer_seconds;
+      line["train_tokens_per_second"] = double(train_tokens) / std::max(train_seconds, 1e-9);
+      const size_t train_peak = peak_memory_bytes(ctx);
+      line["peak_memory_bytes/train"] = train_peak;
+      // The step's peak: the largest phase's.
+      size_t step_peak = train_peak;
+      for (const char* k : {"peak_memory_bytes/rollout", "peak_memory_bytes/reward",
+                            "peak_memory_bytes/rollout_logprob", "peak_memory_bytes/rollout_value"})
+        step_peak = std::max(step_peak, r.metrics[k].get<size_t>());
+      line["peak_memory_bytes/step"] = step_peak;
       const double seconds = seconds_since(t0);
       line["timing/step_seconds"] = seconds;
       metrics.write(line);
@@ -527,6 +592,9 @@ PassPlan PpoTrainer::plan() {
 }
 size_t PpoTrainer::optimizer_state_bytes() const {
   return impl_->train_step->optimizer().state_bytes();
+}
+const RewardModelsPlan& PpoTrainer::reward_models() const {
+  return impl_->reward_models;
 }
 void PpoTrainer::run(const std::function<void(const PpoStepInfo&)>& on_step,
                      const StopRequest& stop) {

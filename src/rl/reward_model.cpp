@@ -1,10 +1,12 @@
 #include "rl/reward_model.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/check.h"
 #include "formats/json_read.h"
 #include "formats/model_config.h"
+#include "formats/quant_config.h"
 #include "model/sequence_score.h"
 
 namespace fp8rl {
@@ -79,8 +81,25 @@ void RewardModelReward::load(const RewardModelHost& host) {
     scratch_ = std::make_unique<Arena>();
     ctx_.scratch = scratch_.get();
   }
-  if (host.policy != nullptr && same_directory(options_.model, host.policy->dir())) {
+  if (host.policy != nullptr &&
+      same_directory(options_.model,
+                     host.policy_dir.empty() ? host.policy->dir() : host.policy_dir)) {
     model_ = host.policy;  // the frozen base once; the adapters differ
+  } else if (host.shapes_only) {
+    // The weights' shapes as ModelSession plans them: the scheme asked for, else the stored.
+    shapes_only_ = true;
+    scratch_ = std::make_unique<Arena>(
+        Arena::measuring(ctx_.device, ctx_.device == Device::cuda ? 256 : 64));
+    ctx_ = Context{ctx_.device, scratch_.get()};
+    ctx_.dry_run = true;
+    const ModelConfig config = ModelConfig::load(options_.model);
+    const Fp8Scheme stored = parse_quantization_config(config.quantization).weight;
+    const DType unquantized =
+        ctx_.device == Device::cpu && config.dtype == DType::f32 ? DType::f32 : DType::bf16;
+    own_model_ = std::make_unique<Model>(
+        Model::random(config, options_.fp8 ? options_.fp8 : std::optional<Fp8Scheme>(stored), ctx_,
+                      0, true, unquantized));
+    model_ = own_model_.get();
   } else {
     LoadOptions lo;
     lo.fp8 = options_.fp8;
@@ -125,8 +144,27 @@ std::vector<std::vector<int32_t>> RewardModelReward::encode(const RewardBatch& b
   return ids;
 }
 
+ScorePlan RewardModelReward::plan_scoring(StandbyRegion& region, int64_t sequences,
+                                          int64_t max_length) {
+  CHECK(loaded(), "reward model '{}' planned before its weights were loaded", options_.name);
+  const LinearWeight head = adapter_ != nullptr && adapter_->has_score_head()
+                                ? adapter_->score_head(ctx_.device)
+                                : LinearWeight{};
+  ScoreShape shape;
+  shape.sequences = sequences;
+  shape.max_length = model_->config().max_context > 0
+                         ? std::min(max_length, model_->config().max_context)
+                         : max_length;
+  shape.max_batch_tokens = options_.max_batch_tokens;
+  region_ = &region;
+  return fp8rl::plan_scoring(ctx_, *model_, adapter_.get(), head.weight.empty() ? nullptr : &head,
+                             shape);
+}
+
 RewardValues RewardModelReward::score(const RewardBatch& batch) {
   CHECK(loaded(), "reward model '{}' scored before its weights were loaded", options_.name);
+  CHECK(!shapes_only_, "reward model '{}' was loaded as shapes for a plan; it cannot score",
+        options_.name);
   const std::vector<std::vector<int32_t>> ids = encode(batch);
   const LinearWeight head = adapter_ != nullptr && adapter_->has_score_head()
                                 ? adapter_->score_head(ctx_.device)
@@ -134,6 +172,8 @@ RewardValues RewardModelReward::score(const RewardBatch& batch) {
   ScoreOptions so;
   so.pad_token_id = pad_token_id_;
   so.max_batch_tokens = options_.max_batch_tokens;
+  so.region = region_;
+  so.holder = this;
   const std::vector<float> s = score_sequences(ctx_, *model_, adapter_.get(),
                                                head.weight.empty() ? nullptr : &head, ids, so);
   RewardValues out;
@@ -144,6 +184,25 @@ RewardValues RewardModelReward::score(const RewardBatch& batch) {
 void load_reward_models(RewardSet& set, const RewardModelHost& host) {
   for (size_t i = 0; i < set.size(); ++i)
     if (auto* rm = dynamic_cast<RewardModelReward*>(&set.function(i))) rm->load(host);
+}
+
+RewardModelsPlan plan_reward_models(RewardSet& set, StandbyRegion& region, int64_t sequences,
+                                    int64_t max_length) {
+  RewardModelsPlan p;
+  for (size_t i = 0; i < set.size(); ++i) {
+    auto* rm = dynamic_cast<RewardModelReward*>(&set.function(i));
+    if (rm == nullptr || !rm->loaded()) continue;
+    const ScorePlan s = rm->plan_scoring(region, sequences, max_length);
+    if (s.kv_bytes > p.scoring.kv_bytes) {
+      p.scoring.kv_bytes = s.kv_bytes;
+      p.scoring.kv_blocks = s.kv_blocks;
+    }
+    p.scoring.scratch_bytes = std::max(p.scoring.scratch_bytes, s.scratch_bytes);
+    if (rm->own_model() != nullptr) p.weights_bytes += rm->own_model()->device_bytes();
+    p.adapter_bytes += rm->adapter_bytes();
+    ++p.count;
+  }
+  return p;
 }
 
 }  // namespace fp8rl

@@ -20,7 +20,9 @@
 
 #include "model/adapter.h"
 #include "model/model.h"
+#include "model/sequence_score.h"
 #include "ops/context.h"
+#include "ops/standby_region.h"
 #include "rl/reward.h"
 #include "rl/reward_set.h"
 #include "tokenizer/jinja/chat_template.h"
@@ -42,6 +44,12 @@ struct RewardModelOptions {
 struct RewardModelHost {
   Context* ctx = nullptr;
   const Model* policy = nullptr;  // shared when the reward model's `model` is its directory
+  // A dry run's plan: a reward model with weights of its own gets their shapes on a measuring
+  // context (nothing read or allocated); it plans (plan_scoring) but cannot score.
+  bool shapes_only = false;
+  // The policy's directory, if given: what `policy` was made from (a plan_only session's
+  // shapes name none); empty: policy->dir().
+  std::string policy_dir = {};
 };
 
 class RewardModelReward final : public RewardFunction {
@@ -55,6 +63,15 @@ class RewardModelReward final : public RewardFunction {
   void load(const RewardModelHost& host);
   bool loaded() const { return model_ != nullptr; }
   bool shares_policy() const { return own_model_ == nullptr && model_ != nullptr; }
+  const Model* own_model() const { return own_model_.get(); }  // null when shared (or unloaded)
+  size_t adapter_bytes() const { return adapter_ != nullptr ? adapter_->nbytes() : 0; }
+
+  // After load(): plans scoring calls of up to `sequences` samples of up to `max_length`
+  // tokens (a rollout's, in the policy's tokens: the reward model's own tokenizer may make
+  // more, which then grows the region) and from now on runs each scoring forward's KV pool
+  // in `region`: one more phase of the run's standby region. The caller sizes the region and
+  // the scratch arena with the plan before anything holds them.
+  ScorePlan plan_scoring(StandbyRegion& region, int64_t sequences, int64_t max_length);
 
   const std::string& name() const override { return options_.name; }
   RewardValues score(const RewardBatch& batch) override;
@@ -71,9 +88,22 @@ class RewardModelReward final : public RewardFunction {
   std::unique_ptr<LoraAdapter> adapter_;
   Context ctx_;
   std::unique_ptr<Arena> scratch_;  // the CPU's scratch for scoring, apart from the run's
+  bool shapes_only_ = false;
+  StandbyRegion* region_ = nullptr;  // where scoring's KV lies (plan_scoring); null: its own
 };
 
 // Loads every reward_model function of the set (RewardModelReward::load).
 void load_reward_models(RewardSet& set, const RewardModelHost& host);
+
+// What a run's reward models take beside the policy: the largest scoring phase of the set's
+// loaded reward models (plan_scoring with `region`; zero without any), their own weights'
+// and their adapters' bytes.
+struct RewardModelsPlan {
+  ScorePlan scoring;
+  size_t weights_bytes = 0, adapter_bytes = 0;
+  int64_t count = 0;  // reward models planned
+};
+RewardModelsPlan plan_reward_models(RewardSet& set, StandbyRegion& region, int64_t sequences,
+                                    int64_t max_length);
 
 }  // namespace fp8rl

@@ -462,6 +462,64 @@ TEST(CliBench, GrpoTurnsComparesEpisodesWithSingleTurnRollouts) {
   expect_error(base + " --turns 13", "cannot give each of 13 turns a token");
 }
 
+// bench ppo on the CPU: two updates of real PPO (policy and value adapters over one base);
+// every phase's time and peak memory is reported, positive, and the phases fit in the step.
+// Bad sizes are errors naming the flag.
+TEST(CliBench, PpoReportsEveryPhase) {
+  const std::string model = "bench ppo --model " + kQwen3 +
+                            " --device cpu --fp8 off --prompts 2 --prompt-tokens 4 --lora-r 2";
+  const auto with = [&](const std::string& generations, const std::string& completion,
+                        const std::string& accumulation) {
+    return model + " --generations " + generations + " --completion-tokens " + completion +
+           " --gradient-accumulation-steps " + accumulation;
+  };
+  const std::string base = with("2", "3", "2");
+  const nlohmann::json j = bench_json(base + " --steps 2");
+  EXPECT_EQ(j.value("command", ""), "bench ppo") << j.dump();
+  EXPECT_EQ(j.value("responses", 0), 4);
+  EXPECT_EQ(j.value("last_step/completions/mean_length", 0.0), 3.0) << j.dump();
+  const char* phases[] = {"timing/rollout_seconds",         "timing/reward_seconds",
+                          "timing/rollout_logprob_seconds", "timing/rollout_value_seconds",
+                          "timing/policy_train_seconds",    "timing/value_train_seconds",
+                          "timing/optimizer_seconds"};
+  double sum = 0;
+  for (const char* k : phases) {
+    const std::string key = std::string("last_step/") + k;
+    ASSERT_TRUE(j.contains(key)) << key << "\n" << j.dump();
+    EXPECT_GT(j[key].get<double>(), 0.0) << key;
+    sum += j[key].get<double>();
+  }
+  // The phases are disjoint intervals of the step (its packing and bookkeeping are the rest).
+  const double step = j.value("last_step/timing/step_seconds", 0.0);
+  EXPECT_LE(sum, step) << j.dump();
+  EXPECT_LE(j.value("last_step/timing/policy_train_seconds", 0.0) +
+                j.value("last_step/timing/value_train_seconds", 0.0) +
+                j.value("last_step/timing/optimizer_seconds", 0.0),
+            j.value("last_step/timing/train_seconds", 0.0));
+  for (const char* k :
+       {"rollout_tokens_per_second", "train_tokens_per_second", "step_tokens_per_second",
+        "peak_memory_bytes/rollout", "peak_memory_bytes/reward",
+        "peak_memory_bytes/rollout_logprob", "peak_memory_bytes/rollout_value",
+        "peak_memory_bytes/train", "peak_memory_bytes/step", "memory/standby_region_bytes",
+        "timing/train_seconds", "timing/step_seconds"}) {
+    const std::string key = std::string("last_step/") + k;
+    ASSERT_TRUE(j.contains(key)) << key << "\n" << j.dump();
+    EXPECT_GT(j[key].get<double>(), 0.0) << key;
+  }
+  // The step's peak is its largest phase's.
+  double largest = 0;
+  for (const char* k : {"rollout", "reward", "rollout_logprob", "rollout_value", "train"})
+    largest = std::max(largest, j["last_step/peak_memory_bytes/" + std::string(k)].get<double>());
+  EXPECT_EQ(j["last_step/peak_memory_bytes/step"].get<double>(), largest);
+  // Errors name the flag and come before the model loads.
+  expect_error(with("0", "3", "2"), "--generations must be positive, got 0");
+  expect_error(with("2", "0", "2"), "--completion-tokens must be positive, got 0");
+  expect_error(with("2", "3", "3"), "--gradient-accumulation-steps 3 must divide the 4 responses");
+  expect_error(base + " --kv-dtype fp4", "--kv-dtype fp4: expected bf16 or fp8");
+  // Registered among bench's subcommands.
+  EXPECT_NE(run("bench --help").output.find("ppo"), std::string::npos);
+}
+
 // merge: the f32 merged checkpoint's logits are PEFT's unmerged adapter logits; --fp8 row
 // writes a compressed-tensors checkpoint that runs as FP8; every bad input leaves no output.
 TEST(CliMerge, MergedLogitsArePeftsAndBadInputIsRefused) {
@@ -2452,6 +2510,21 @@ TEST(CliReward, TrainsAndTheAdapterRewardsGrpo) {
   const std::vector<nlohmann::json> grpo_metrics = read_jsonl(grpo_out + "/metrics.jsonl");
   ASSERT_EQ(grpo_metrics.size(), 1u);
   EXPECT_TRUE(grpo_metrics[0].contains("rewards/reward_model/mean"));
+  // --dry-run plans the reward model's scoring (a phase of the standby region) and lists its
+  // adapter; control: the run with a rule reward instead plans neither.
+  const Result planned =
+      run("grpo --config " + grpo_cfg + " --output-dir " + temp("rm_plan") + " --dry-run");
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  EXPECT_NE(planned.output.find("the reward models' scoring of a round: KV"), std::string::npos)
+      << planned.output;
+  EXPECT_EQ(plan_parts(planned.output).count("reward models"), 1u) << planned.output;
+  const Result rule =
+      run("grpo --config " + grpo_cfg + " --output-dir " + temp("rm_plan") +
+          " --dry-run --rewards '[{\"type\": \"length_penalty\", \"mode\": \"linear\", "
+          "\"target_length\": 1, \"per_token\": 0.1}]'");
+  ASSERT_EQ(rule.exit_code, 0) << rule.output;
+  EXPECT_EQ(rule.output.find("reward models"), std::string::npos) << rule.output;
+  EXPECT_EQ(plan_parts(rule.output).count("standby region"), 1u) << rule.output;
 
   // Bad input: one line naming the problem, exit 1.
   expect_error("reward --config " + cfg + " --output-dir " + temp("rm_bad") +

@@ -19,7 +19,7 @@
 # off (e.g. OPTIONS="streaming_lora_down"), part "kv" FP8-row with FP8 KV (after "grpo" and
 # "gen", whose bf16-KV runs it is compared with), part "budget" --gpu-memory (below). REAL_GAS
 # (default 1) trains the realistic shape's 128 completions in that many micro-batches (4 fits
-# an 80 GB card).
+# an 80 GB card); part "ppo" runs fp8rl bench ppo at the realistic shape (below).
 set -u
 PARTS=${PARTS:-grpo gen hf}
 SHAPES=${SHAPES:-small real}
@@ -37,7 +37,8 @@ DEADLINE=${DEADLINE:-570}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 
 # table row NAME RC SECONDS | table ratio NAME_FP8 NAME_BF16 | table adapter NAME_LORA NAME_BASE |
-# table anchor NAME_FP8RL NAME_HF | table gain NAME NAME_WITHOUT_AN_OPTION
+# table anchor NAME_FP8RL NAME_HF | table gain NAME NAME_WITHOUT_AN_OPTION |
+# table peak NAME_PPO NAME_GRPO
 table() {
   python3 - "$OUT_DIR" "$@" <<'PY'
 import json, os, sys
@@ -78,8 +79,26 @@ if what == "row":
               f"  rollout {tok_s(j):7.0f} tok/s  |dlogp| "
               f"{m(j, 'sampling/sampling_logp_difference/mean'):.4f}  prob error "
               f"{m(j, 'sampling/token_prob_error/mean'):.4f}  ({secs} s)")
+    elif j.get("command") == "bench ppo":
+        gib = lambda k: m(j, "peak_memory_bytes/" + k) / 2**30
+        print(f"{a:<26} rollout {m(j, 'timing/rollout_seconds'):6.2f} s ({gib('rollout'):.1f} GiB)"
+              f"  logprob {m(j, 'timing/rollout_logprob_seconds'):5.2f} s"
+              f" ({gib('rollout_logprob'):.1f})  value {m(j, 'timing/rollout_value_seconds'):5.2f}"
+              f" s ({gib('rollout_value'):.1f})  policy train "
+              f"{m(j, 'timing/policy_train_seconds'):6.2f} s  value train "
+              f"{m(j, 'timing/value_train_seconds'):6.2f} s  optimizer "
+              f"{m(j, 'timing/optimizer_seconds'):5.2f} s  train ({gib('train'):.1f} GiB)  step "
+              f"{m(j, 'timing/step_seconds'):6.2f} s  peak {gib('step'):.1f} GiB  ({secs} s)")
     else:
         print(f"{a:<26} {tok_s(j):7.0f} output tok/s  lora_r {j.get('lora_r', 0)}  ({secs} s)")
+elif what == "peak":  # a bench ppo run's peak over the bench grpo run's of its shape
+    x, y = load(a), load(b)
+    if x is None or y is None:
+        sys.exit(0)
+    ppo = m(x, "peak_memory_bytes/step")
+    grpo = max(m(y, "peak_memory_bytes/rollout"), m(y, "peak_memory_bytes/train"))
+    print(f"  peak {a} / {b}: {ppo / 2**30:.2f} / {grpo / 2**30:.2f} GiB = "
+          f"x{ppo / (grpo or float('nan')):.3f} (target <= 1.15)")
 else:
     x, y = load(a), load(b)
     if x is None or y is None:
@@ -87,7 +106,7 @@ else:
     label = {"ratio": f"FP8-row / bf16 speed", "adapter": "tok/s with / without the adapter",
              "gain": f"speed of {a} / {b}",
              "anchor": f"tok/s {a} / {b}"}[what]
-    if x.get("command") == "bench grpo":
+    if x.get("command") in ("bench grpo", "bench ppo"):
         t = lambda j, k: m(j, "timing/" + k) or float("nan")
         print(f"  {label}: rollout x{t(y, 'rollout_seconds') / t(x, 'rollout_seconds'):.3f}"
               f"  logprob x{t(y, 'rollout_logprob_seconds') / t(x, 'rollout_logprob_seconds'):.3f}"
@@ -131,6 +150,18 @@ part grpo && for shape in $SHAPES; do
   done
   table ratio "grpo_${shape}_row" "grpo_${shape}_off"
 done
+
+# Part "ppo": bench ppo at the realistic shape (its 128 responses in REAL_GAS micro-batches, as
+# grpo_real's completions), FP8-row and bf16; the FP8-row peak beside grpo_real_row's when that
+# JSON is in OUT_DIR (part grpo in this or an earlier call with the same OUT_DIR).
+part ppo && {
+  for fp8 in row off; do
+    run "ppo_real_$fp8" 200 "$FP8RL" bench ppo --model $CONFIG --lora-r 32 --checkpointing \
+      --device cuda $(dims_of real) --fp8 $fp8 --out "$OUT_DIR/ppo_real_$fp8.json"
+  done
+  table ratio "ppo_real_row" "ppo_real_off"
+  table peak "ppo_real_row" "grpo_real_row"
+}
 
 # Each developer control of OPTIONS switched off in turn at the small shape, FP8-row: its
 # gain is grpo_small_row's speed over grpo_small_row_no_KEY's.

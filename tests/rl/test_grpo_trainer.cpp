@@ -11,9 +11,11 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <tuple>
 
 #include "cli/train_session.h"
 #include "core/check.h"
+#include "model/kv_cache.h"
 #include "rl/dpo_trainer.h"
 #include "rl/grpo_trainer.h"
 #include "rl/online_dpo_config.h"
@@ -503,6 +505,86 @@ TEST(GrpoTrainer, ARewardModelScoresTheRoundsWithItsWeight) {
   EXPECT_GT(m["rewards/reward_model/std"].get<double>(), 0.0);
   fs::remove_all(out);
   fs::remove_all(rm);
+}
+
+// A reward model's scoring of a round is a phase of the standby region, planned with the
+// others: with a small engine pool and a round of 64 completions scored at once (16 micro-batches
+// of 4), the scoring's KV is the largest phase and sizes the region. Control: the same run with
+// a rule reward plans no scoring and a smaller region. The run then scores inside the plan.
+TEST(GrpoTrainer, RewardModelScoringIsAPhaseOfTheMemoryPlan) {
+  const fs::path rm = temp_dir("rm_plan_adapter");
+  {
+    const Model base = Model::load(kDemo + "/model");
+    LoraConfig lc;
+    lc.target_modules = {"q_proj"};
+    lc.sequence_classification = true;
+    LoraAdapter::init(lc, base, 5).save_peft(rm.string(), "demo");
+  }
+  const auto plan_of = [&](const nlohmann::json& reward_specs, const fs::path& out, bool train) {
+    GrpoConfig c = small_config(out);
+    c.max_steps = 1;
+    c.per_device_train_batch_size = 4;
+    c.steps_per_generation = 16;
+    c.rewards = reward_specs;
+    cli::TrainSession ts(c, uint64_t(c.seed));
+    // An engine pool of 32 blocks: smaller than the scoring's.
+    c.kv_memory =
+        32.0 * double(KvPool::block_bytes(ts.model().config(), ts.ctx())) / double(1ull << 30);
+    RewardSet rewards = make_reward_set(c.rewards);
+    load_reward_models(rewards, {&ts.ctx(), &ts.model()});
+    const auto& chat = ts.tokenizer_setup().chat;
+    PromptDataOptions d;
+    d.max_prompt_length = c.max_prompt_length;
+    std::vector<PromptExample> prompts =
+        read_prompt_dataset(c.data, ts.tokenizer(), chat ? &*chat : nullptr, d);
+    prompts.resize(64);
+    size_t longest = 0;
+    for (const PromptExample& e : prompts) longest = std::max(longest, e.ids.size());
+    GrpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), &ts.tokenizer(), ts.session().eos_ids(),
+                        std::move(prompts), c, std::move(rewards), "demo");
+    const GrpoMemoryPlan p = trainer.memory_plan();
+    std::vector<nlohmann::json> metrics;
+    if (train) {
+      trainer.run();
+      std::ifstream f(c.output_dir + "/metrics.jsonl");
+      for (std::string l; std::getline(f, l);) metrics.push_back(nlohmann::json::parse(l));
+    }
+    return std::make_tuple(p, metrics, int64_t(longest) + c.max_completion_length,
+                           KvPool::block_bytes(ts.model().config(), ts.ctx()));
+  };
+  const fs::path a = temp_dir("rm_plan"), b = temp_dir("rm_plan_control");
+  const auto [with, metrics, length, block] = plan_of(
+      nlohmann::json::array(
+          {{{"type", "reward_model"}, {"model", kDemo + "/model"}, {"adapter", rm.string()}}}),
+      a, true);
+  const auto [without, unused, length2, block2] = plan_of(small_config(b).rewards, b, false);
+  // 64 sequences of up to `length` tokens in one forward (under max_batch_tokens 4096): their
+  // blocks are at most ceil((64 length + 15 x 64) / 16).
+  ASSERT_LT(64 * length, 4096);
+  EXPECT_EQ(with.reward_models.count, 1);
+  EXPECT_EQ(with.reward_models.scoring.kv_blocks, (64 * length + 15 * 64 + 15) / 16);
+  EXPECT_EQ(with.reward_models.scoring.kv_bytes,
+            size_t(with.reward_models.scoring.kv_blocks) * block);
+  EXPECT_GT(with.reward_models.scoring.scratch_bytes, 0u);
+  EXPECT_GT(with.reward_models.adapter_bytes, 0u);
+  EXPECT_EQ(with.reward_models.weights_bytes, 0u);  // the policy's weights, shared
+  EXPECT_GT(with.reward_models.scoring.kv_bytes, with.engine_kv_bytes);
+  EXPECT_GT(with.reward_models.scoring.kv_bytes, with.pass.region_bytes());
+  EXPECT_EQ(with.standby_region_bytes, with.reward_models.scoring.kv_bytes);
+  // Control: no reward model, no scoring phase; the region is the larger of the other two.
+  EXPECT_EQ(without.reward_models.count, 0);
+  EXPECT_EQ(without.reward_models.scoring.kv_bytes, 0u);
+  EXPECT_EQ(without.standby_region_bytes,
+            std::max(without.engine_kv_bytes, without.pass.region_bytes()));
+  EXPECT_LT(without.standby_region_bytes, with.standby_region_bytes);
+  // The run scored inside the plan: the region never grew.
+  ASSERT_EQ(metrics.size(), 1u);
+  EXPECT_TRUE(metrics[0].contains("rewards/reward_model/mean"));
+  EXPECT_EQ(metrics[0]["memory/standby_region_bytes"].get<size_t>(), with.standby_region_bytes);
+  (void)unused;
+  (void)length2;
+  (void)block2;
+  for (const fs::path& d : {a, b, rm}) fs::remove_all(d);
 }
 
 TEST(GrpoTrainer, AFailingRewardProcessStopsTheRunWithTheCheckpointIntact) {

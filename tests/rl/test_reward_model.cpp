@@ -205,6 +205,47 @@ TEST(SequenceScore, EqualsHeadAtLastNonPadToken) {
   fs::remove_all(d);
 }
 
+// Scoring in a standby region planned by plan_scoring: the same bits as with pools of its own,
+// the KV in the region (its holder the caller's, its size the plan's: nothing grew). Control:
+// without a region the region is never touched.
+TEST(SequenceScore, RunsInAPlannedStandbyRegionWithTheSameBits) {
+  const fs::path d = ClassifierDir().write("score_region");
+  const Model m = Model::load(d.string());
+  Arena arena;
+  Context ctx{Device::cpu, &arena};
+  const std::vector<std::vector<int32_t>> seqs = {
+      {3, 17, 40, 41, 42, 285, 285}, {8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21}, {5}};
+  ScoreOptions so;
+  so.pad_token_id = m.config().pad_token_id;
+  so.max_batch_tokens = 16;  // two forwards
+  StandbyRegion region(ctx);
+  so.region = &region;
+  so.holder = &so;
+  const std::vector<float> own = [&] {
+    ScoreOptions plain = so;
+    plain.region = nullptr;
+    return score_sequences(ctx, m, nullptr, nullptr, seqs, plain);
+  }();
+  EXPECT_EQ(region.holder(), nullptr);
+  EXPECT_EQ(region.size(), 0u);
+  const ScorePlan plan = plan_scoring(ctx, m, nullptr, nullptr, {3, 14, 16});
+  // The largest forward: 16 tokens in at most 3 sequences, ceil((16 + 45) / 16) = 4 blocks.
+  EXPECT_EQ(plan.kv_blocks, 4);
+  EXPECT_EQ(plan.kv_bytes, 4 * KvPool::block_bytes(m.config(), ctx));
+  EXPECT_GT(plan.scratch_bytes, 0u);
+  region.reserve(plan.kv_bytes);
+  EXPECT_EQ(score_sequences(ctx, m, nullptr, nullptr, seqs, so), own);
+  EXPECT_EQ(region.holder(), &so);
+  EXPECT_EQ(region.size(), plan.kv_bytes);
+  EXPECT_EQ(region.allocations(), 1);
+  expect_error(
+      [&] {
+        plan_scoring(ctx, m, nullptr, nullptr, {0, 14, 16});
+      },
+      "sequences 0, max_length 14 and max_batch_tokens 16 must be positive");
+  fs::remove_all(d);
+}
+
 // A SEQ_CLS adapter carries the head in its masters, writes it where PEFT does and reads it
 // back; over a causal LM its head scores the sequences.
 TEST(SeqClsAdapter, HeadSavedAsPeftAndScores) {

@@ -1,0 +1,206 @@
+// fp8rl bench ppo (--model DIR | --preset NAME) [--prompts P] [--generations G]
+//                 [--prompt-tokens L] [--completion-tokens C] [--lora-r R] [--lora-alpha A]
+//                 [--steps N] [--fp8 ...] [--[no-]checkpointing] [--kv-memory GIB]
+//                 [--kv-dtype bf16|fp8] [--gradient-accumulation-steps K] [--ppo-epochs E]
+//                 [--device cuda|cpu] [--device-option KEY=VALUE]... [--out F]
+//
+// Times PPO updates (rl/ppo_trainer.h) on one model at bench grpo's shape: P random prompts of
+// L tokens, each G times in the batch, so that an update samples P x G responses of exactly C
+// tokens (no stop ids) as a GRPO step does; LoRA rank R (alpha A, default 2R) on all seven
+// projections for the policy, a value adapter of the same rank with its head, one base. The
+// batch is trained in K micro-batches (one optimizer step a PPO epoch, E epochs an update;
+// default 1, as a GRPO step's one pass) and the rollout's passes run in chunks of a
+// micro-batch. bench grpo's length reward, so no reward process is needed. Prints JSON from the
+// run's last update: each phase's time (rollout, reward, the policy's and reference's
+// logprobs, the value passes, the policy's and the value model's training, the optimizer) and
+// peak memory (the engine's KV pool and the passes take turns in one standby region, whose size
+// is printed too), the step's peak and time, tokens/s. A --model directory without weights gets
+// random ones, as a preset does.
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/bench_model.h"
+#include "cli/bench_profile.h"
+#include "core/check.h"
+#include "model/kv_cache.h"
+#include "rl/ppo_trainer.h"
+#include "rl/reward_config.h"
+#include "rl/value_model.h"
+
+namespace fp8rl::cli {
+
+void add_bench_ppo_command(CLI::App& bench);
+
+namespace {
+
+struct BenchPpoOptions : BenchModelOptions {
+  int64_t prompts = 1, generations = 8, prompt_tokens = 128, completion_tokens = 512;
+  int64_t steps = 3;
+  int64_t gradient_accumulation_steps = 1;
+  int64_t ppo_epochs = 1;
+  double kv_memory = 0;
+  std::string kv_dtype = "bf16";
+  bool checkpointing = true;
+};
+
+void check_positive(int64_t value, const char* flag) {
+  CHECK(value > 0, "bench ppo: {} must be positive, got {}", flag, value);
+}
+
+// The metrics of the last line of `dir`/metrics.jsonl.
+nlohmann::json last_metrics(const std::string& dir) {
+  std::ifstream f(dir + "/metrics.jsonl");
+  nlohmann::json last;
+  for (std::string line; std::getline(f, line);) last = nlohmann::json::parse(line);
+  return last;
+}
+
+void run_bench_ppo(const BenchPpoOptions& o) {
+  check_positive(o.prompts, "--prompts");
+  check_positive(o.generations, "--generations");
+  check_positive(o.prompt_tokens, "--prompt-tokens");
+  check_positive(o.completion_tokens, "--completion-tokens");
+  check_positive(o.steps, "--steps");
+  check_positive(o.ppo_epochs, "--ppo-epochs");
+  CHECK(o.lora_r > 0, "bench ppo: --lora-r must be positive, got {}", o.lora_r);
+  parse_kv_dtype(o.kv_dtype);  // a bad value is an error before the model loads
+  const int64_t responses = o.prompts * o.generations, accumulation = o.gradient_accumulation_steps;
+  CHECK(accumulation > 0 && responses % accumulation == 0,
+        "bench ppo: --gradient-accumulation-steps {} must divide the {} responses of an update",
+        accumulation, responses);
+  BenchModel bench(o, "bench ppo", {ControlScope::cuda, ControlScope::model}, BenchLoraInit::peft);
+  Context& ctx = bench.ctx();
+  Model& model = bench.model();
+
+  // Each update's P prompts, each G times: the batch of a GRPO step of P x G.
+  std::vector<PromptExample> prompts;
+  const std::vector<int32_t> ids = random_token_ids(o.prompts * o.steps * o.prompt_tokens,
+                                                    model.config().vocab_size, o.seed + 11);
+  for (int64_t p = 0; p < o.prompts * o.steps; ++p)
+    for (int64_t g = 0; g < o.generations; ++g) {
+      PromptExample e;
+      e.ids.assign(ids.begin() + p * o.prompt_tokens, ids.begin() + (p + 1) * o.prompt_tokens);
+      e.columns = nlohmann::json::object();
+      prompts.push_back(std::move(e));
+    }
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("fp8rl_bench_ppo_" + std::to_string(::getpid())))
+          .string();
+  PpoConfig c;
+  c.output_dir = dir;
+  c.per_device_train_batch_size = responses / accumulation;
+  c.gradient_accumulation_steps = accumulation;
+  c.local_rollout_forward_batch_size = responses / accumulation;
+  c.num_ppo_epochs = o.ppo_epochs;
+  c.num_mini_batches = 1;
+  c.response_length = o.completion_tokens;
+  c.max_steps = o.steps;
+  c.save_steps = 0;
+  c.gradient_checkpointing = o.checkpointing;
+  c.lora_dropout = 0.0;
+  c.kv_memory = o.kv_memory;
+  c.kv_dtype = o.kv_dtype;
+  c.max_num_seqs = std::max<int64_t>(256, responses);
+  c.seed = int64_t(o.seed);
+  c.rewards = nlohmann::json::parse(
+      R"([{"type": "length_penalty", "mode": "linear", "target_length": 1, "per_token": 0.001}])");
+  LoraAdapter& policy = bench.fresh_adapter();
+  const std::unique_ptr<LoraAdapter> value = make_value_adapter("", policy, model, ctx, o.seed + 3);
+  {
+    PpoTrainer trainer(ctx, model, policy, *value, nullptr, {}, std::move(prompts), c,
+                       make_reward_set(c.rewards), "bench");
+    trainer.run();
+  }
+  const nlohmann::json last = last_metrics(dir);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  nlohmann::json r;
+  r["command"] = "bench ppo";
+  r["model"] = o.preset.empty() ? o.model : o.preset;
+  r["weights"] = bench.weights();
+  r["fp8"] = std::string(scheme_name(model.scheme()));
+  r["device"] = bench.device_name();
+  report_cuda_controls(bench.controls(), bench.ctx().device, r);
+  r["prompts"] = o.prompts;
+  r["generations"] = o.generations;
+  r["responses"] = responses;
+  r["prompt_tokens"] = o.prompt_tokens;
+  r["completion_tokens"] = o.completion_tokens;
+  r["kv_dtype"] = o.kv_dtype;
+  r["lora_r"] = o.lora_r;
+  r["lora_alpha"] = policy.config().lora_alpha;
+  r["checkpointing"] = o.checkpointing;
+  r["gradient_accumulation_steps"] = o.gradient_accumulation_steps;
+  r["ppo_epochs"] = o.ppo_epochs;
+  r["steps"] = o.steps;
+  for (const char* k : {"timing/rollout_seconds",
+                        "timing/reward_seconds",
+                        "timing/rollout_logprob_seconds",
+                        "timing/rollout_value_seconds",
+                        "timing/policy_train_seconds",
+                        "timing/value_train_seconds",
+                        "timing/optimizer_seconds",
+                        "timing/train_seconds",
+                        "timing/step_seconds",
+                        "rollout_tokens_per_second",
+                        "train_tokens_per_second",
+                        "peak_memory_bytes/rollout",
+                        "peak_memory_bytes/reward",
+                        "peak_memory_bytes/rollout_logprob",
+                        "peak_memory_bytes/rollout_value",
+                        "peak_memory_bytes/train",
+                        "peak_memory_bytes/step",
+                        "memory/standby_region_bytes",
+                        "memory/device_region_bytes",
+                        "completions/mean_length",
+                        "objective/kl",
+                        "loss/policy_avg",
+                        "loss/value_avg"})
+    if (last.contains(k)) r[std::string("last_step/") + k] = last[k];
+  // The update's responses over its whole time.
+  const double step_seconds = last.value("timing/step_seconds", 0.0);
+  r["last_step/step_tokens_per_second"] =
+      double(responses * o.completion_tokens) / std::max(step_seconds, 1e-9);
+  r["weights_bytes"] = model.device_bytes();
+  r["value_adapter_bytes"] = value->nbytes();
+  print_bench_json(r, o.out);
+}
+
+}  // namespace
+
+void add_bench_ppo_command(CLI::App& bench) {
+  auto o = std::make_shared<BenchPpoOptions>();
+  CLI::App* c = bench.add_subcommand(
+      "ppo",
+      "Time PPO updates on one model (policy and value adapters over one base): each phase's "
+      "time and peak memory");
+  add_bench_model_options(*c, *o);
+  add_bench_lora_options(*c, *o);
+  c->add_option("--prompts", o->prompts, "Distinct prompts per update")->capture_default_str();
+  c->add_option("--generations", o->generations,
+                "Times each prompt is in the batch (responses per update: prompts x this, as "
+                "bench grpo's samples)")
+      ->capture_default_str();
+  c->add_option("--prompt-tokens", o->prompt_tokens, "Tokens per prompt")->capture_default_str();
+  c->add_option("--completion-tokens", o->completion_tokens, "Tokens per response")
+      ->capture_default_str();
+  c->add_option("--steps", o->steps, "PPO updates")->capture_default_str();
+  c->add_option("--gradient-accumulation-steps", o->gradient_accumulation_steps,
+                "Micro-batches the update's responses are trained in (one rollout of all)")
+      ->capture_default_str();
+  c->add_option("--ppo-epochs", o->ppo_epochs,
+                "num_ppo_epochs: passes over the batch, an optimizer step each")
+      ->capture_default_str();
+  c->add_option("--kv-memory", o->kv_memory, "KV cache GiB (0: the engine's default)");
+  c->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype of the rollout: bf16 or fp8")
+      ->capture_default_str();
+  c->add_flag("--checkpointing,!--no-checkpointing", o->checkpointing,
+              "Per-layer activation checkpointing (default on)");
+  c->callback([o] { run_bench_ppo(*o); });
+}
+
+}  // namespace fp8rl::cli
