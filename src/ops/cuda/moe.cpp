@@ -194,7 +194,7 @@ void moe_experts(Backend& b, const TensorView& x, const MoeWeights& w, int act,
   }
   // Rows past the pairs routed (ids outside [0, E)) hold stale values: nothing reads them.
   launch_gated(gate, up, rows, inter, act, gate, nullptr, b.stream());
-  bf16* y = static_cast<bf16*>(b.arena().alloc({rows, h}, DType::bf16).data);
+  bf16* y = static_cast<bf16*>(b.arena().alloc({rows, h}, DType::bf16).data);  // [rows, H]
   {
     ArenaScope in_scope(b.arena());
     const TensorView a = TensorView(gate, DType::bf16, {rows, inter}, Device::cuda);
