@@ -117,6 +117,24 @@ inline constexpr double kCudaPagedDecode = 2 * kBf16HalfUlp;
 // is of the size of the output for random operands; 4x that for the worst element.
 inline constexpr double kCudaFp8Gemm = 2 * kBf16HalfUlp + 4.0 / 16384;
 
+// moe_route's weights on CUDA against the CPU with emulated bf16 activations, on router logits
+// that are exact in fp32 in any summation order (tests/gpu/op_cases_moe.cpp), so both round
+// the same logits: the fp32 softmax differs by its sum's order and expf's ulps (~1e-7), and
+// the weight's bf16 rounding can land one ulp apart, up to 2^-7 of the weight (4 half-ulps).
+inline constexpr double kCudaMoeRoute = 4 * kBf16HalfUlp;
+
+// moe_experts on CUDA against the CPU with emulated bf16 activations, as max |gpu - cpu| / S,
+// S = max over tokens of sum_j |w_j| max |y_j| (y_j the token's j-th expert output: S bounds
+// every product and partial sum of the combine). The cases make gate and up exact in fp32
+// (grid values, power-of-two FP8 scales), so act(gate) * up and its FP8 codes are the CPU's
+// bit for bit; each y_j is then a dense GEMM's result (kCudaFp8Gemm of max |y_j|, which covers
+// kCudaBf16Op for bf16 experts), and where the y_j differ, each of the combine's k rounded
+// products and k rounded sums can round to the neighbouring bf16 value (one ulp, 2 half-ulps
+// of S) on top of the propagated difference.
+inline double cuda_moe_experts_bound(int64_t k) {
+  return kCudaFp8Gemm + 4.0 * double(k) * kBf16HalfUlp;
+}
+
 // A group of projections with LoRA adapters (ops::linear_group) against the CPU's f32 group:
 // the base GEMM's error (kCudaFp8Gemm, or kCudaBf16Op for bf16 weights, at most the larger),
 // plus the adapter's xa stored in bf16 (2^-9 of the LoRA term, at most the output's size) and,

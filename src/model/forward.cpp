@@ -277,7 +277,12 @@ void decoder_layer(Context& ctx, const Model& m, const LoraAdapter* adapter, int
       return all.slice_rows(li, li + 1).reshape({t, k});
     };
     const bool replay = !step.routing_replay.empty();
-    if (replay) ops::copy(ctx, layer_rows(step.routing_replay), experts);
+    if (replay) {
+      // Device ids are not read back: the replayed ones are checked here, on their host copy.
+      if (ctx.device != Device::cpu && !ctx.dry_run)
+        ops::check_replayed_experts(layer_rows(step.routing_replay), l.moe.router.out_features());
+      ops::copy(ctx, layer_rows(step.routing_replay), experts);
+    }
     ops::moe_route(
         ctx, in.x, l.moe.router, c.moe.norm_topk_prob, weights, experts, replay,
         replay && !step.routing_chosen.empty() ? layer_rows(step.routing_chosen) : TensorView());

@@ -102,6 +102,13 @@ class ModelUploader {
     ops::prepare_linear(ctx_, w, m_.device_storage_);
   }
 
+  // An MoE layer's stacked experts: codes and per-expert scales as they are (the CUDA
+  // experts read the plain scale layout), unquantized experts in bf16.
+  void experts(ExpertLinear& w) {
+    w.weight = upload(w.weight, w.is_fp8() ? DType::f8e4m3 : DType::bf16);
+    w.scales = upload(w.scales, DType::f32);
+  }
+
   // q, k and v stacked in one weight, scale and bias buffer (LayerWeights::qkv) when they can
   // share a GEMM; each projection a view of its rows.
   void qkv(LayerWeights& l) {
@@ -145,6 +152,10 @@ class ModelUploader {
         *t = upload(*t, DType::f32);
       qkv(l);
       for (LinearWeight* w : {&l.o, &l.gate, &l.up, &l.down}) linear(*w);
+      if (!l.moe.empty()) {
+        linear(l.moe.router);
+        for (ExpertLinear* w : {&l.moe.gate, &l.moe.up, &l.moe.down}) experts(*w);
+      }
       l.rope_freq = upload(TensorView(l.inv_freq.data(), DType::f32, {int64_t(l.inv_freq.size())}),
                            DType::f32);
     }
@@ -160,8 +171,6 @@ class ModelUploader {
 void Model::to_device(Context& ctx) {
   if (ctx.device == device_) return;  // a CPU context, or a model made on this device
   CHECK(device_ == Device::cpu, "the model is already on {}", device_name(device_));
-  CHECK(!config_.has_moe(), "{} ({}): MoE layers are not supported on CUDA yet", dir_,
-        config_.architecture);
   ModelUploader(*this, ctx).run();
 }
 
@@ -175,9 +184,10 @@ Model Model::random(const ModelConfig& config, std::optional<Fp8Scheme> fp8, Con
                     uint64_t seed, bool pack_qkv, DType unquantized) {
   CHECK(unquantized == DType::bf16 || unquantized == DType::f32,
         "Model::random: unquantized weights are bf16 or f32, not {}", dtype_name(unquantized));
-  CHECK(!config.has_moe(), "Model::random: {} has MoE layers, which it cannot make yet{}",
-        config.architecture,
-        ctx.device == Device::cuda ? " (MoE layers are not supported on CUDA yet)" : "");
+  CHECK(!config.has_moe(),
+        "Model::random: {} has MoE layers, which it cannot make yet (write a random checkpoint "
+        "and load it)",
+        config.architecture);
   Model m;
   m.config_ = config;
   m.dir_ = "(random " + std::string(arch_name(config.arch)) + ")";

@@ -864,10 +864,13 @@ size_t paged_attention_scratch_bytes(const Context& ctx, int64_t t, int64_t head
 
 namespace {
 
-// The MoE ops have a CPU reference only: a CUDA context is refused before anything runs, in a
-// dry run too (a memory plan must not pretend the step can run).
-void check_moe_device(const Context& ctx, const char* what) {
-  CHECK(ctx.device == Device::cpu, "{}: MoE layers are not supported on CUDA yet", what);
+// The MoE backward ops have a CPU reference only: a CUDA context is refused before anything
+// runs, in a dry run too (a training plan must not pretend the step can run).
+void check_moe_backward_device(const Context& ctx, const char* what) {
+  CHECK(ctx.device == Device::cpu,
+        "{}: training MoE layers (their backward) is not supported on CUDA yet; MoE models run "
+        "their forward and generation on CUDA, training on the CPU",
+        what);
 }
 
 void check_routing(const Context& ctx, const TensorView& weights, const TensorView& experts,
@@ -930,8 +933,9 @@ int64_t moe_lora_rank(const MoeLora& lora) {
   return r;
 }
 
-// An MoE layer's expert adapters (f32, the CPU's masters): A [E, r, K], B [E, N, r] per
-// projection against its stacked weight; with `grads`, gradient buffers of the same shapes.
+// An MoE layer's expert adapters (f32 masters on the CPU, the bf16 compute copy on CUDA):
+// A [E, r, K], B [E, N, r] per projection against its stacked weight; with `grads`, gradient
+// buffers of the same shapes (f32).
 void check_moe_lora(const Context& ctx, const MoeWeights& w, const MoeLora& lora,
                     const MoeLoraGrads* grads) {
   const struct {
@@ -949,15 +953,16 @@ void check_moe_lora(const Context& ctx, const MoeWeights& w, const MoeLora& lora
     if (!p.l.active()) continue;
     const int64_t e = p.weight.num_experts(), n = p.weight.out_features(),
                   k = p.weight.in_features(), r = p.l.a.rank() == 3 ? p.l.a.dim(1) : 0;
+    const DType dt = grads == nullptr && ctx.device == Device::cuda ? DType::bf16 : DType::f32;
     const auto fits = [&](const TensorView& a, const TensorView& b) {
-      return a.dtype == DType::f32 && b.dtype == DType::f32 && a.is_contiguous() &&
-             b.is_contiguous() && a.device == ctx.device && b.device == ctx.device &&
-             a.shape == Shape{e, r, k} && b.shape == Shape{e, n, r};
+      return a.dtype == dt && b.dtype == dt && a.is_contiguous() && b.is_contiguous() &&
+             a.device == ctx.device && b.device == ctx.device && a.shape == Shape{e, r, k} &&
+             b.shape == Shape{e, n, r};
     };
     CHECK(r > 0 && fits(p.l.a, p.l.b),
-          "moe_experts: {} adapter A {} B {} for {} experts of [{}, {}]: expected f32 [E, r, K] "
+          "moe_experts: {} adapter A {} B {} for {} experts of [{}, {}]: expected {} [E, r, K] "
           "and [E, N, r]",
-          p.name, p.l.a.shape.str(), p.l.b.shape.str(), e, n, k);
+          p.name, p.l.a.shape.str(), p.l.b.shape.str(), e, n, k, dtype_name(dt));
     if (grads != nullptr)
       CHECK(fits(p.ga, p.gb), "moe_experts_backward: {} adapter gradients {} {} for A {} B {}",
             p.name, p.ga.shape.str(), p.gb.shape.str(), p.l.a.shape.str(), p.l.b.shape.str());
@@ -969,7 +974,6 @@ void check_moe_lora(const Context& ctx, const MoeWeights& w, const MoeLora& lora
 void moe_route(Context& ctx, const TensorView& x, const LinearWeight& router, bool normalize,
                const TensorView& weights, const TensorView& experts, bool replay,
                const TensorView& chosen) {
-  check_moe_device(ctx, "moe_route");
   check_ctx(ctx);
   check_act(ctx, x, 2, "moe_route input");
   const int64_t t = x.dim(0), e = router.out_features();
@@ -982,44 +986,80 @@ void moe_route(Context& ctx, const TensorView& x, const LinearWeight& router, bo
     CHECK(replay, "moe_route: `chosen` is an output of replay only");
     check_routing(ctx, weights, chosen, t, e, "moe_route chosen");
   }
-  if (dry_run_scratch(ctx, size_t(t * e) * 4 + 128 + linear_scratch_bytes(router, t))) return;
-  if (replay) check_expert_ids(experts, e, "moe_route: replayed", true);
-  cpu::moe_route(scratch_of(ctx), x, router, normalize, weights, experts, replay, chosen,
-                 rounding(ctx));
+  if (dry_run_scratch(ctx, moe_route_scratch_bytes(ctx, router, t))) return;
+  // CUDA's ids are device memory: replayed ids are checked where they leave the host
+  // (check_replayed_experts, called by the forward), so a decode step never syncs for them.
+  if (replay && ctx.device == Device::cpu)
+    check_expert_ids(experts, e, "moe_route: replayed", true);
+  FP8RL_DISPATCH(
+      ctx, "moe_route",
+      cpu::moe_route(scratch_of(ctx), x, router, normalize, weights, experts, replay, chosen,
+                     rounding(ctx)),
+      cuda::moe_route(*ctx.cuda, x, router, normalize, weights, experts, replay, chosen));
+}
+
+void check_replayed_experts(const TensorView& host_experts, int64_t num_experts) {
+  CHECK(host_experts.device == Device::cpu && host_experts.dtype == DType::i32 &&
+            host_experts.rank() == 2 && host_experts.is_contiguous(),
+        "moe_route: replayed experts must be host i32 [T, k], got {} {}",
+        dtype_name(host_experts.dtype), host_experts.shape.str());
+  check_expert_ids(host_experts, num_experts, "moe_route: replayed", true);
+}
+
+size_t moe_route_scratch_bytes(const Context& ctx, const LinearWeight& router, int64_t t) {
+#if FP8RL_HAVE_CUDA
+  if (ctx.device == Device::cuda) return cuda::moe_route_scratch_bytes(router, t);
+#endif
+  (void)ctx;
+  return size_t(t * router.out_features()) * 4 + 128 + linear_scratch_bytes(router, t);
+}
+
+size_t moe_experts_scratch_bytes(const Context& ctx, const MoeWeights& w, int64_t t, int64_t k,
+                                 int64_t lora_rank) {
+#if FP8RL_HAVE_CUDA
+  if (ctx.device == Device::cuda) return cuda::moe_experts_scratch_bytes(w, t, k, lora_rank);
+#endif
+  (void)ctx;
+  // Bucketed pairs, then one expert's rows at most: every token (input, gate, up, output),
+  // and the largest of the expert linears' own scratch over that many rows.
+  const int64_t e = w.gate.num_experts(), h = w.gate.in_features(), inter = w.gate.out_features();
+  const size_t rows = size_t(t) * 4, pad = 64;
+  size_t linears = 0;
+  for (const ExpertLinear* p : {&w.gate, &w.up, &w.down})
+    linears = std::max(linears, linear_scratch_bytes(p->expert(0), t));
+  return size_t(t * k + 2 * e + 1) * 4 + rows * size_t(2 * h + 2 * inter + lora_rank) + linears +
+         8 * pad;
 }
 
 void moe_experts(Context& ctx, const TensorView& x, const MoeWeights& w, GatedActivation act,
                  const TensorView& weights, const TensorView& experts, const TensorView& out,
                  const MoeLora& lora) {
-  check_moe_device(ctx, "moe_experts");
   check_ctx(ctx);
   check_act(ctx, x, 2, "moe_experts input");
   check_act(ctx, out, 2, "moe_experts output");
   const int64_t t = x.dim(0), h = x.dim(1), e = w.gate.weight.dim(0);
-  const int64_t inter = w.gate.weight.dim(1);
   CHECK(out.shape == x.shape && out.data != x.data, "moe_experts: x {} out {} (out must not be x)",
         x.shape.str(), out.shape.str());
   check_moe_weights(ctx, w, h);
-  check_moe_lora(ctx, w, lora, nullptr);
   check_routing(ctx, weights, experts, t, e, "moe_experts");
-  // Bucketed pairs, then one expert's rows at most: every token (input, gate, up, output),
-  // and the largest of the expert linears' own scratch over that many rows.
   const int64_t k = experts.dim(1);
-  const size_t rows = size_t(t) * 4, pad = 64;
-  size_t linears = 0;
-  for (const ExpertLinear* p : {&w.gate, &w.up, &w.down})
-    linears = std::max(linears, linear_scratch_bytes(p->expert(0), t));
-  const size_t bytes = size_t(t * k + 2 * e + 1) * 4 +
-                       rows * size_t(2 * h + 2 * inter + moe_lora_rank(lora)) + linears + 8 * pad;
-  if (dry_run_scratch(ctx, bytes)) return;
-  cpu::moe_experts(scratch_of(ctx), x, w, act, weights, experts, out, lora, rounding(ctx));
+#if FP8RL_HAVE_CUDA
+  if (ctx.device == Device::cuda) cuda::check_moe_experts(ctx.cuda, x, w, k, lora, out);
+#endif
+  check_moe_lora(ctx, w, lora, nullptr);
+  if (dry_run_scratch(ctx, moe_experts_scratch_bytes(ctx, w, t, k, moe_lora_rank(lora)))) return;
+  FP8RL_DISPATCH(
+      ctx, "moe_experts",
+      cpu::moe_experts(scratch_of(ctx), x, w, act, weights, experts, out, lora, rounding(ctx)),
+      cuda::moe_experts(*ctx.cuda, x, w, act == GatedActivation::silu ? 0 : 1, weights, experts,
+                        out, lora));
 }
 
 void moe_experts_backward(Context& ctx, const TensorView& x, const MoeWeights& w,
                           GatedActivation act, const TensorView& weights, const TensorView& experts,
                           const TensorView& dout, const TensorView& dx, const TensorView& d_weights,
                           const MoeLora& lora, const MoeLoraGrads& grads) {
-  check_moe_device(ctx, "moe_experts_backward");
+  check_moe_backward_device(ctx, "moe_experts_backward");
   check_ctx(ctx);
   CHECK(!ctx.bf16_activations, "moe_experts_backward: the backward ops are the fp32 reference");
   check_act(ctx, x, 2, "moe_experts_backward input");
@@ -1051,7 +1091,7 @@ void moe_experts_backward(Context& ctx, const TensorView& x, const MoeWeights& w
 void moe_route_backward(Context& ctx, const TensorView& x, const LinearWeight& router,
                         bool normalize, const TensorView& experts, const TensorView& d_weights,
                         const TensorView& dx) {
-  check_moe_device(ctx, "moe_route_backward");
+  check_moe_backward_device(ctx, "moe_route_backward");
   check_ctx(ctx);
   CHECK(!ctx.bf16_activations, "moe_route_backward: the backward ops are the fp32 reference");
   check_act(ctx, x, 2, "moe_route_backward input");

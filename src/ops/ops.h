@@ -316,8 +316,17 @@ size_t paged_attention_scratch_bytes(const Context& ctx, int64_t t, int64_t head
 
 // ---- Mixture of experts (Qwen3-MoE) ----------------------------------------------------
 //
-// The CPU reference only so far: on a CUDA context both ops raise "MoE layers are not
-// supported on CUDA yet" (Model::to_device raises it first, at load).
+// Both backends. CUDA (ops/cuda/moe.*): the router's bf16 GEMM, then a warp per token; the
+// experts' rows permuted by expert on the device (a counting sort), one grouped GEMM for gate
+// and up and one for down over all experts (mma.sync, bf16 or e4m3 codes), the gated
+// activation between, and the combine in the CPU's order. Launch shapes depend on T, k, E and
+// the widths only: decode steps are graph-capturable. The backward ops (ops/backward.h) and
+// the experts' adapter dropout are the CPU's only (a clear error on CUDA).
+
+// Scratch bytes moe_route / moe_experts take for T tokens (k experts each) on a device.
+size_t moe_route_scratch_bytes(const Context& ctx, const LinearWeight& router, int64_t t);
+size_t moe_experts_scratch_bytes(const Context& ctx, const MoeWeights& w, int64_t t, int64_t k,
+                                 int64_t lora_rank = 0);
 
 // Each token's top-k experts, as transformers' Qwen3-MoE router picks them: logits
 // x W_router^T [T, E] (router's linear, an activation: bf16 values where activations are bf16,
@@ -330,10 +339,16 @@ size_t paged_attention_scratch_bytes(const Context& ctx, int64_t t, int64_t head
 // (renormalized when `normalize`): routing replay, the trainer using the engine's experts. A
 // token whose first id is -1 (not recorded) takes its top-k as without replay. `chosen`
 // (optional, [T, k] i32, with replay): the top-k the router picks itself, for counting the
-// replayed choices it would have made differently.
+// replayed choices it would have made differently. On CUDA the replayed ids are device memory
+// and are not checked here (a check would sync): check_replayed_experts checks them on the
+// host before they are uploaded (the forward does); a bad id that reaches the kernels weighs
+// 0 and adds nothing to the token.
 void moe_route(Context& ctx, const TensorView& x, const LinearWeight& router, bool normalize,
                const TensorView& weights, const TensorView& experts, bool replay = false,
                const TensorView& chosen = {});
+
+// moe_route's check of replayed expert ids (host [T, k] i32), for a CUDA forward's upload.
+void check_replayed_experts(const TensorView& host_experts, int64_t num_experts);
 
 enum class GatedActivation : uint8_t { silu, gelu_tanh };
 
@@ -343,10 +358,14 @@ enum class GatedActivation : uint8_t { silu, gelu_tanh };
 // each sum. An expert's rows run as one batch through linear() and silu_mul / gelu_tanh_mul,
 // so FP8 experts quantize their inputs per token (row, group scaling) or over the rows the
 // expert got (tensor scaling). x, out [T, H] activations, distinct; weights, experts [T, k] as
-// moe_route writes them (an expert id outside [0, E), or twice for one token, raises).
+// moe_route writes them (an expert id outside [0, E), or twice for one token, raises on the
+// CPU; CUDA does not read ids on the host: a pair with an id outside [0, E) adds nothing).
+// CUDA computes the same: each expert's rows in bf16 or quantized as the CPU quantizes them
+// (the dense FP8 recipe, e4m3 products summed in fp32 and scaled per 128-wide K block), its
+// gate, up, act and down outputs rounded to bf16, and the same ordered weighted sum.
 // `lora`: each expert's adapter term added to its projection's output, y += scale (x A_e^T)
-// B_e^T, as linear_group's CPU reference adds a dense projection's (f32 A [E, r, K], B [E, N,
-// r]).
+// B_e^T, as linear_group's CPU reference adds a dense projection's (A [E, r, K], B [E, N, r]:
+// f32 on the CPU, the bf16 compute copy on CUDA, where ranks are multiples of 8 and p = 0).
 void moe_experts(Context& ctx, const TensorView& x, const MoeWeights& w, GatedActivation act,
                  const TensorView& weights, const TensorView& experts, const TensorView& out,
                  const MoeLora& lora = {});

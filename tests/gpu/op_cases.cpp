@@ -450,6 +450,7 @@ std::vector<OpCase> correctness_cases() {
         fmtname("sample", shape({{"R", r}, {"V", v}, {"K", k}})),
         [=](Harness& h, Outcome& o) { sample_case(h, o, r, v, k); }, v == 1000);
 
+  add_moe_cases(c);
   add_backward_cases(c);
   add_optimizer_cases(c);
   return c;

@@ -149,6 +149,17 @@ void linear_backward_input_case(Harness& h, Outcome& o, int64_t m, int64_t n, in
 void linear_accumulate_case(Harness& h, Outcome& o, int64_t m, int64_t n, int64_t k);
 void lora_backward_case(Harness& h, Outcome& o, int64_t m, int64_t k, int64_t n, int64_t r, float p,
                         bool with_dx);
+// op_cases_moe.cpp: moe_route (replay: none, every row, or rows with -1 among them) and
+// moe_experts (scheme off: bf16 experts) against the CPU, and a captured MoE layer.
+enum class MoeReplay { none, all, partly };
+void moe_route_case(Harness& h, Outcome& o, int64_t t, int64_t e, int64_t k, int64_t hd,
+                    bool normalize, MoeReplay replay);
+// rank > 0: adapters of that rank on every expert projection.
+void moe_experts_case(Harness& h, Outcome& o, int64_t t, int64_t e, int64_t k, int64_t hd,
+                      int64_t inter, Fp8Scheme scheme, bool silu, int64_t rank);
+void moe_graph_case(Harness& h, Outcome& o, Fp8Scheme scheme);
+void add_moe_cases(std::vector<OpCase>& c);
+
 // Appends the backward cases to the registry (correctness_cases() calls it).
 void add_backward_cases(std::vector<OpCase>& c);
 // Appends the optimizer's cases (op_cases_optimizer.cpp).

@@ -13,6 +13,7 @@
 #include "ops/backward.h"
 #include "ops/exactness.h"
 #include "ops/optimizer.h"
+#include "ops/uniform_hash.h"
 #include "quant/fp8.h"
 
 namespace fp8rl::gpu_test {
@@ -57,6 +58,67 @@ LinearWeight random_linear(Harness& h, Fp8Scheme s, int64_t n, int64_t k,
   }
   ops::prepare_linear(h.gpu, w, store);
   return w;
+}
+
+}  // namespace
+
+namespace {
+
+// One MoE layer's experts, every projection [E, N, K] filled expert by expert (bf16, then
+// quantized with s), routed uniformly at random (k distinct experts a token).
+void moe_experts_perf(Harness& h, Outcome& o, Fp8Scheme s, int64_t t) {
+  constexpr int64_t E = 128, K = 8, H = 2048, I = 768;
+  std::vector<DeviceBuffer> store;
+  auto experts = [&](int64_t n, int64_t k, uint64_t seed) {
+    ExpertLinear w;
+    const DType dt = s == Fp8Scheme::off ? DType::bf16 : DType::f8e4m3;
+    store.emplace_back(h.gpu, size_t(E * n * k) * dtype_size(dt));
+    w.weight = store.back().view({E, n, k}, dt);
+    if (s == Fp8Scheme::off) {
+      ops::fill_uniform(h.gpu, w.weight, seed, 0.02f);
+      return w;
+    }
+    const Shape per = weight_scale_shape(s, n, k);
+    store.emplace_back(h.gpu, size_t(E * per.numel()) * 4);
+    w.scales = store.back().view({E * per.numel()}, DType::f32);
+    w.scheme = s;
+    w.act = matching_act_scaling(s);
+    const TensorView wb = ops::scratch_alloc(h.gpu, {n, k}, DType::bf16);
+    for (int64_t x = 0; x < E; ++x) {
+      const LinearWeight one = w.expert(x);
+      ops::fill_uniform(h.gpu, wb, seed + uint64_t(x), 0.02f);
+      ops::quantize_weight(h.gpu, wb, s, one.weight, one.scales);
+    }
+    return w;
+  };
+  MoeWeights w;
+  w.gate = experts(I, H, 10);
+  w.up = experts(I, H, 1000);
+  w.down = experts(H, I, 2000);
+  Tensor ids = Tensor::empty({t, K}, DType::i32), wt = Tensor::empty({t, K}, DType::f32);
+  std::vector<bool> hit(E, false);
+  for (int64_t i = 0; i < t; ++i)
+    for (int64_t j = 0, n = 0; n < K; ++j) {
+      const int32_t x =
+          int32_t(uint32_t((uniform_hash(3 + i, uint64_t(j), 1.0f) + 1.0f) * 64.0f) % E);
+      int32_t* row = ids.ptr<int32_t>() + i * K;
+      if (std::find(row, row + n, x) != row + n) continue;
+      row[n] = x;
+      wt.ptr<float>()[i * K + n] = 1.0f / K;
+      hit[size_t(x)] = true;
+      ++n;
+    }
+  const TensorView x = ops::scratch_alloc(h.gpu, {t, H}, DType::bf16);
+  ops::fill_uniform(h.gpu, x, 4, 1.0f);
+  const TensorView ids_d = to_device(h, ids, DType::i32), wt_d = to_device(h, wt, DType::f32);
+  const TensorView out = ops::scratch_alloc(h.gpu, {t, H}, DType::bf16);
+  o.seconds = time_op(
+      h, [&] { ops::moe_experts(h.gpu, x, w, ops::GatedActivation::silu, wt_d, ids_d, out); });
+  const double experts_hit = double(std::count(hit.begin(), hit.end(), true));
+  const double elem = s == Fp8Scheme::off ? 2.0 : 1.0;
+  o.bytes = experts_hit * 3.0 * double(I * H) * elem + double(t * H) * 4;
+  o.flops = 2.0 * double(t * K) * 3.0 * double(H * I);
+  o.info = fmt::format("{} experts hit", experts_hit);
 }
 
 }  // namespace
@@ -621,6 +683,12 @@ std::vector<OpCase> perf_cases() {
                  o.seconds = time_op(h, [&] { ops::l2_norm(h.gpu, g); });
                  o.bytes = double(P) * 4;
                }});
+  // A Qwen3-30B-A3B MoE layer's experts (E = 128, top-8, H = 2048, I = 768) at decode, small
+  // and prefill steps; GB/s counts the weights of the experts the routing hits.
+  for (Fp8Scheme s : {Fp8Scheme::row, Fp8Scheme::block, Fp8Scheme::off})
+    for (int64_t t : {8, 64, 4096})
+      c.push_back({fmt::format("moe_experts {} T={} E=128 k=8 H=2048 I=768", scheme_name(s), t),
+                   [=](Harness& h, Outcome& o) { moe_experts_perf(h, o, s, t); }});
   return c;
 }
 

@@ -1,4 +1,5 @@
-// test_generate_gpu [--data DIR]
+// test_generate_gpu [--data DIR] [--arch NAME]  (NAME: a golden's architecture, or qwen3_moe:
+// the random Qwen3-MoE model's greedy generation alone)
 //
 // The generation engine on CUDA against the same engine on the CPU (and HF's goldens): greedy
 // tokens identical up to the first step whose top-2 logit gap is within twice the derived
@@ -6,15 +7,18 @@
 // bound before it; an n-sample rollout with top-p that forks, copies on write and replays
 // decode steps from CUDA graphs. Prints one line per case; exit 1 on a failure, 77 without a
 // CUDA device.
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "engine/engine.h"
 #include "model/forward.h"
+#include "model/presets.h"
 #include "ops/device.h"
 #include "test_util.h"
 #include "tolerances.h"
@@ -87,12 +91,14 @@ std::vector<GenerationRequest> golden_greedy_requests(const std::string& arch) {
 
 // The bound of tests/tolerances.h for CUDA logits of this scheme: kCudaBf16Logits, and for
 // FP8 cuda_fp8_logits_bound of the measured FP8 effect on the same prompts (CPU fp8 vs fp32).
-void greedy_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Scheme> scheme) {
-  std::vector<GenerationRequest> reqs = golden_greedy_requests(arch);
+// The checkpoint in `dir` (named `arch` in the output) generating `reqs`.
+void greedy_model_case(CudaDevice& dev, const std::string& arch, const std::string& dir,
+                       const std::vector<GenerationRequest>& reqs,
+                       std::optional<Fp8Scheme> scheme) {
   LoadOptions lo;
   lo.fp8 = scheme;
-  const Model cpu_model = Model::load(g_data + "/goldens/" + arch, lo);
-  Model gpu_model = Model::load(g_data + "/goldens/" + arch, lo);
+  const Model cpu_model = Model::load(dir, lo);
+  Model gpu_model = Model::load(dir, lo);
   Context gpu = dev.context();
   gpu_model.to_device(gpu);
   Arena arena;
@@ -105,8 +111,8 @@ void greedy_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Sche
   const Tensor ref_logits = cpu_logits(cpu_model, all_ids);
   double rel_bound = kCudaBf16Logits;
   if (scheme && *scheme != Fp8Scheme::off)
-    rel_bound = cuda_fp8_logits_bound(
-        rel_max_diff(ref_logits, cpu_logits(Model::load(g_data + "/goldens/" + arch), all_ids)));
+    rel_bound =
+        cuda_fp8_logits_bound(rel_max_diff(ref_logits, cpu_logits(Model::load(dir), all_ids)));
   const double bound = rel_bound * max_abs(ref_logits);
   int compared = 0, diverged = 0;
   double max_lp = 0;
@@ -137,6 +143,38 @@ void greedy_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Sche
       scheme ? std::string(scheme_name(*scheme)).c_str() : "as-stored", compared, diverged, max_lp,
       2 * bound, (long long)got.stats.graph_steps);
   if (!ok) ++g_failures;
+}
+
+void greedy_case(CudaDevice& dev, const std::string& arch, std::optional<Fp8Scheme> scheme) {
+  greedy_model_case(dev, arch, g_data + "/goldens/" + arch, golden_greedy_requests(arch), scheme);
+}
+
+// A tiny random Qwen3-MoE checkpoint (4 experts, top-2; weights of deviation 0.1, so routing
+// is decided by clear margins) generating greedily on CUDA, decode steps from CUDA graphs,
+// against the CPU engine: every expert scheme.
+void moe_greedy_case(CudaDevice& dev) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("fp8rl_gpu_generate_moe_" + std::to_string(::getpid())))
+                              .string();
+  nlohmann::json c = preset_config_json("qwen3-moe-tiny");
+  c["initializer_range"] = 0.1;
+  write_random_checkpoint(c, dir, 7);
+  std::vector<GenerationRequest> reqs;
+  for (int p = 0; p < 4; ++p) {
+    GenerationRequest r;
+    for (int i = 0; i < 6 + 5 * p; ++i)
+      r.prompt_ids.push_back(int32_t((i * 37 + 11 * p + 5) % 256));
+    r.params.temperature = 0;
+    r.params.max_tokens = 12;
+    r.params.ignore_eos = true;
+    r.params.logprobs = 2;
+    reqs.push_back(r);
+  }
+  for (std::optional<Fp8Scheme> s :
+       {std::optional<Fp8Scheme>(), std::optional(Fp8Scheme::row), std::optional(Fp8Scheme::block),
+        std::optional(Fp8Scheme::tensor)})
+    greedy_model_case(dev, "qwen3_moe (random)", dir, reqs, s);
+  std::filesystem::remove_all(dir);
 }
 
 // Asynchronous scheduling on CUDA (the default there) with completions that stop at different
@@ -307,8 +345,11 @@ void rollout_case(CudaDevice& dev) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i + 1 < argc; ++i)
+  std::string only_arch;
+  for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--data") g_data = argv[i + 1];
+    if (std::string(argv[i]) == "--arch") only_arch = argv[i + 1];
+  }
   if (CudaDevice::count() == 0) {
     std::printf("SKIPPED: no CUDA device\n");
     return 77;
@@ -316,12 +357,16 @@ int main(int argc, char** argv) {
   CudaDevice dev;
   try {
     for (const char* arch : {"llama", "qwen2", "qwen3", "mistral", "gemma3"}) {
+      if (!only_arch.empty() && only_arch != arch) continue;
       greedy_case(dev, arch, Fp8Scheme::off);
       greedy_case(dev, arch, Fp8Scheme::row);
     }
-    rollout_case(dev);
-    async_stop_case(dev);
-    for (const char* arch : {"qwen3", "gemma3"}) shared_prefix_case(dev, arch);
+    if (only_arch.empty() || only_arch == "qwen3_moe") moe_greedy_case(dev);
+    if (only_arch.empty()) {
+      rollout_case(dev);
+      async_stop_case(dev);
+      for (const char* arch : {"qwen3", "gemma3"}) shared_prefix_case(dev, arch);
+    }
   } catch (const std::exception& e) {
     std::printf("FAIL exception: %s\n", e.what());
     return 1;

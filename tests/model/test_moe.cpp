@@ -15,6 +15,7 @@
 #include "model/presets.h"
 #include "model/quantize.h"
 #include "model_test_util.h"
+#include "ops/backward.h"
 #include "ops/ops.h"
 #include "tolerances.h"
 
@@ -218,6 +219,14 @@ TEST(MoeRoute, ReplayKeepsTheGivenExpertsAndRecomputesTheirWeights) {
   std::memcpy(ids.view().data, twice, sizeof(twice));
   expect_error([&] { ops::moe_route(cpu.ctx, x, router, true, w, ids, true); },
                "moe_route: replayed expert 1 appears twice for token 2");
+  // The host check a CUDA forward runs before uploading replayed ids: the same errors, rows
+  // starting with -1 left alone.
+  expect_error([&] { ops::check_replayed_experts(ids, 4); },
+               "moe_route: replayed expert 1 appears twice for token 2");
+  std::memcpy(ids.view().data, given, sizeof(given));
+  EXPECT_NO_THROW(ops::check_replayed_experts(ids, 4));
+  expect_error([&] { ops::check_replayed_experts(ids, 3); },
+               "moe_route: replayed expert 3 of token 0 is outside [0, 3)");
 }
 
 // The expert op against a direct double-precision evaluation of
@@ -585,16 +594,23 @@ TEST(MoeModel, UnsupportedUsesAreClearErrors) {
   const LoraAdapter attention_only = LoraAdapter::init(lc, m, 1);
   EXPECT_EQ(rel_max_diff(prefill_logits(m, kIds, false, &attention_only), prefill_logits(m, kIds)),
             0.0);  // PEFT's init: B = 0
-  // CUDA, refused at the upload before any device memory is touched.
-  Model on_cpu = load_model(tiny().hub);
+  // CUDA runs MoE forwards (tests/gpu); their training is refused by the backward ops, before
+  // anything runs, in a dry run too.
   Context cuda_ctx{Device::cuda, nullptr};
-  expect_error([&] { on_cpu.to_device(cuda_ctx); }, "MoE layers are not supported on CUDA yet");
+  cuda_ctx.dry_run = true;
   expect_error(
       [&] {
-        Tensor w = Tensor::empty({1, 2}, DType::f32), ids = Tensor::empty({1, 2}, DType::i32);
-        ops::moe_route(cuda_ctx, w, m.layers[0].moe.router, true, w, ids);
+        Tensor x = Tensor::empty({1, 2}, DType::f32), ids = Tensor::empty({1, 2}, DType::i32);
+        ops::moe_route_backward(cuda_ctx, x, m.layers[0].moe.router, true, ids, x, x);
       },
-      "not supported on CUDA yet");
+      "training MoE layers (their backward) is not supported on CUDA yet");
+  expect_error(
+      [&] {
+        Tensor x = Tensor::empty({1, 2}, DType::f32), ids = Tensor::empty({1, 2}, DType::i32);
+        ops::moe_experts_backward(cuda_ctx, x, m.layers[0].moe, ops::GatedActivation::silu, x, ids,
+                                  x, x, x, {}, {});
+      },
+      "training MoE layers (their backward) is not supported on CUDA yet");
   // FP8 checkpoints of MoE models are neither written nor read yet.
   expect_error(
       [&] {

@@ -143,6 +143,24 @@ void quantize_weight(Backend& b, const TensorView& w, Fp8Scheme scheme, const Te
 void prepare_linear(Context& ctx, LinearWeight& w, std::vector<DeviceBuffer>& storage);
 double time_gemm(Backend& b, const LinearWeight& w, int64_t m, int iters);
 
+// ---- mixture of experts (moe.cpp); operands already checked by ops.cpp. act 0 = SiLU, 1 =
+// GELU-tanh. Scratch from the backend's arena, as the *_scratch_bytes declare.
+void moe_route(Backend& b, const TensorView& x, const LinearWeight& router, bool normalize,
+               const TensorView& weights, const TensorView& experts, bool replay,
+               const TensorView& chosen);
+size_t moe_route_scratch_bytes(const LinearWeight& router, int64_t t);
+// lora: bf16 A [E, r, K], B [E, N, r] (the adapter's compute copy), without dropout.
+void moe_experts(Backend& b, const TensorView& x, const MoeWeights& w, int act,
+                 const TensorView& weights, const TensorView& experts, const TensorView& out,
+                 const MoeLora& lora);
+size_t moe_experts_scratch_bytes(const MoeWeights& w, int64_t t, int64_t k, int64_t lora_rank);
+// What the CUDA experts cannot run, as a clear error (a dry run too): adapter dropout or ranks
+// not multiples of 8, FP8 experts below sm_89 or without a dynamic activation scaling, widths
+// not multiples of 16.
+// b may be null (a dry run without a device).
+void check_moe_experts(const Backend* b, const TensorView& x, const MoeWeights& w, int64_t k,
+                       const MoeLora& lora, const TensorView& out);
+
 // ---- backward ops (backward.cpp; linear_backward_input in linear_backward_input.cpp); operands
 // already checked by ops/backward.cpp. Scratch comes from the backend's arena; the *_scratch_bytes
 // are what a dry run declares.
