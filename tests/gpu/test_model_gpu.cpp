@@ -164,7 +164,16 @@ void checkpoint_model(CudaDevice& dev, const std::string& arch, const std::strin
   r.err = rel_max_diff(got, ref);
   r.top1 = top1_agreement(got, ref);
   if (!hf_path.empty()) r.hf = rel_max_diff(got, read_npy(hf_path));
-  if (scheme == "off") {
+  if (scheme == "off" && cpu_model.config().has_moe()) {
+    // A router's near-tie can pick other experts under bf16 activations than in fp32, a jump
+    // no rounding bound covers: CUDA is held to kCudaBf16Logits against the CPU's bf16 forward
+    // (the row after this one), and to the fp32 forward through the triangle inequality, that
+    // bound plus how far bf16 activations move the CPU's own logits.
+    Arena bf16_arena;
+    Context cpu_bf16{Device::cpu, &bf16_arena};
+    cpu_bf16.bf16_activations = true;
+    r.bound = kCudaBf16Logits + rel_max_diff(prefill(cpu_bf16, cpu_model, ids), ref);
+  } else if (scheme == "off") {
     r.bound = kCudaBf16Logits;
   } else {
     const Tensor ref_off = prefill(cpu, Model::load(dir), ids);
@@ -175,7 +184,7 @@ void checkpoint_model(CudaDevice& dev, const std::string& arch, const std::strin
     fp8_effect_rows(r.name, got, prefill(gpu, gpu_off, ids), ref, ref_off);
   }
   report(r);
-  report(vs_cpu_bf16(r.name, cpu_model, ids, got, r.bound));
+  report(vs_cpu_bf16(r.name, cpu_model, ids, got, scheme == "off" ? kCudaBf16Logits : r.bound));
 
   // Decode steps after a 5-token prefill, and a batch of two sequences (LogitRows::last),
   // against the CUDA prefill: cuBLASLt may pick other algorithms for other M, so the bound is
@@ -280,7 +289,7 @@ void qwen3_moe_models(CudaDevice& dev) {
         g_data.c_str());
     return;
   }
-  for (const char* scheme : {"off", "tensor", "row", "block"}) golden(dev, "qwen3_moe", scheme);
+  golden(dev, "qwen3_moe", "off");  // fp32 logits only: the goldens have no FP8 emulation
 }
 
 ModelConfig random_config(const std::string& preset, nlohmann::json changes) {
