@@ -185,7 +185,8 @@ struct PpoTrainer::Impl {
     pass = std::make_unique<LogprobPass>(ctx, model, &policy, &region);
     reference = starting_adapter(cfg, cfg.reference_model, model, ctx);
     pass->set_reference(reference.get());
-    value_model = std::make_unique<ValueModel>(ctx, model, value, &region);
+    value_model = std::make_unique<ValueModel>(
+        ctx, model, value, &region, cfg.gradient_checkpointing, cfg.activation_offloading);
     // The scratch arena before the engine records its graphs over it, the region after the
     // engine laid its pool out in it (as GRPO does).
     const PassPlan largest = plan();
@@ -213,9 +214,8 @@ struct PpoTrainer::Impl {
     std::vector<std::vector<int32_t>> responses(
         size_t(n), std::vector<int32_t>(size_t(cfg.response_length), 0));
     const Packed p = pack(prompts, responses, cfg.response_length);
-    PassOptions o;
+    PassOptions o = pass_options();
     o.entropy = true;
-    o.temperature = float(cfg.temperature);
     const PassPlan a = pass->plan(p.policy(), o);
     const PassPlan b = value_model->plan(p.value(), p.value_rows);
     return a.region_bytes() + a.scratch_bytes >= b.region_bytes() + b.scratch_bytes ? a : b;

@@ -39,8 +39,13 @@ std::unique_ptr<LoraAdapter> make_value_adapter(const std::string& dir, const Lo
 }
 
 ValueModel::ValueModel(Context& ctx, const Model& model, const LoraAdapter& adapter,
-                       StandbyRegion* region)
-    : ctx_(ctx), model_(model), adapter_(adapter), pass_(ctx, model, &adapter, region) {
+                       StandbyRegion* region, bool checkpointing, bool offload)
+    : ctx_(ctx),
+      model_(model),
+      adapter_(adapter),
+      pass_(ctx, model, &adapter, region),
+      checkpointing_(checkpointing),
+      offload_(offload) {
   CHECK(adapter.has_score_head(), "the value adapter has no score head");
   CHECK(adapter.score_slice(adapter.master_params()).shape[0] == 1,
         "the value adapter's score head must have one label");
@@ -59,9 +64,7 @@ std::vector<double> ValueModel::values(const PackedSequences& batch,
                                        std::span<const int64_t> rows) {
   rows_.assign(rows.begin(), rows.end());
   head_ = head();
-  PassOptions o;
-  o.pooled_rows = rows_;
-  pass_.forward(batch, o);
+  pass_.forward(batch, options());
   const size_t h = size_t(model_.config().hidden_size);
   const std::span<const float> states = pass_.pooled();  // [S, H]
   std::vector<double> v(rows_.size());
@@ -98,9 +101,15 @@ void ValueModel::backward(std::span<const double> dvalue, const TensorView& grad
 
 PassPlan ValueModel::plan(const PackedSequences& batch, std::span<const int64_t> rows) {
   rows_.assign(rows.begin(), rows.end());
+  return pass_.plan(batch, options());
+}
+
+PassOptions ValueModel::options() const {
   PassOptions o;
   o.pooled_rows = rows_;
-  return pass_.plan(batch, o);
+  o.checkpointing = checkpointing_;
+  o.offload = offload_;
+  return o;
 }
 
 }  // namespace fp8rl

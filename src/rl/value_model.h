@@ -30,8 +30,10 @@ class ValueModel {
  public:
   // `adapter` must have a one-label score head and fit the model; both must outlive this.
   // region: the standby region the pass takes turns in (null: a region of its own).
+  // checkpointing / offload: the pass's, as the policy's (PassOptions): without them a pass
+  // keeps every layer's activations of all its tokens for the backward.
   ValueModel(Context& ctx, const Model& model, const LoraAdapter& adapter,
-             StandbyRegion* region = nullptr);
+             StandbyRegion* region = nullptr, bool checkpointing = false, bool offload = false);
   // The values at packed rows `rows` of `batch` (its targets are ignored), with the adapter as
   // it is now; keeps what backward() needs.
   std::vector<double> values(const PackedSequences& batch, std::span<const int64_t> rows);
@@ -50,6 +52,8 @@ class ValueModel {
   LogprobPass pass_;
   std::vector<int64_t> rows_;  // the last forward's (the pass reads them during it)
   std::vector<float> head_;    // the head the last forward used
+  bool checkpointing_ = false, offload_ = false;
+  PassOptions options() const;  // the pass's options at the rows of the last values() or plan()
 };
 
 }  // namespace fp8rl

@@ -172,6 +172,53 @@ TEST(PpoValueModel, ValueLossGradientMatchesFiniteDifferences) {
   }
 }
 
+// The value pass with per-layer checkpointing (the run's gradient_checkpointing): the same
+// values and gradients as the pass that keeps every activation, bit for bit on the CPU, with a
+// plan that keeps fewer bytes (negative control: the plan without checkpointing keeps more,
+// which the value pass used whatever the run's setting).
+TEST(PpoValueModel, CheckpointedPassEqualsTheSavingOneAndPlansLess) {
+  const Model m = Model::load(kDemo + "/model");
+  Arena arena;
+  Context ctx{Device::cpu, &arena};
+  LoraConfig lc;
+  lc.r = 4;
+  lc.lora_alpha = 8;
+  lc.target_modules = {"q_proj", "v_proj", "down_proj"};
+  LoraAdapter policy = LoraAdapter::init(lc, m, 3);
+  std::unique_ptr<LoraAdapter> value = make_value_adapter("", policy, m, ctx, 9);
+  {
+    Tensor v = value->host_masters();
+    for (int64_t i = 0; i < v.view().numel(); ++i)
+      v.ptr<float>()[i] += 0.02f * float((i * 29) % 17 - 8) / 8.0f;
+    value->set_masters(v.view());
+  }
+  const std::vector<int32_t> ids = {5, 17, 9, 33, 2, 41, 8, 11, 60, 7, 3};
+  const std::vector<int32_t> targets(ids.size(), -100);
+  const std::vector<int64_t> cu = {0, 6, 11};
+  const std::vector<int64_t> rows = {3, 4, 5, 9, 10};
+  const PackedSequences batch{ids, targets, cu};
+  const int64_t n = value->master_params().numel();
+  struct Run {
+    std::vector<double> values;
+    std::vector<float> grads;
+    size_t saved = 0;
+  };
+  const auto run = [&](bool checkpointing) {
+    ValueModel vm(ctx, m, *value, nullptr, checkpointing);
+    Run r;
+    r.saved = vm.plan(batch, rows).saved_bytes;
+    r.values = vm.values(batch, rows);
+    r.grads.assign(size_t(n), 0.0f);
+    const std::vector<double> dvalue = {0.3, -0.2, 0.5, 1.0, -0.7};
+    vm.backward(dvalue, TensorView(r.grads.data(), DType::f32, {n}));
+    return r;
+  };
+  const Run saving = run(false), checkpointed = run(true);
+  EXPECT_EQ(checkpointed.values, saving.values);
+  EXPECT_EQ(checkpointed.grads, saving.grads);
+  EXPECT_LT(checkpointed.saved, saving.saved);
+}
+
 TEST(PpoTrainer, LogsTrlMetricsAndResumesExactly) {
   const fs::path a = temp_dir("a"), b = temp_dir("b");
   const PpoRun full = run_ppo(small_config(a));
