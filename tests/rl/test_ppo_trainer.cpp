@@ -94,18 +94,31 @@ PpoRun run_ppo(const PpoConfig& c) {
 
 // The value loss's gradient (head, A, B of the value adapter) against central differences
 // of the loss through the whole model.
-TEST(PpoValueModel, ValueLossGradientMatchesFiniteDifferences) {
-  const Model m = Model::load(kDemo + "/model");
-  Arena arena;
-  Context ctx{Device::cpu, &arena};
+// The demo model with a value adapter (r 4 on q, v and down) whose B is away from zero and whose
+// head has unit scale, so that every gradient is alive; two packed sequences (prompt then
+// response) with values at their last 3 and 2 rows.
+LoraConfig value_case_lora() {
   LoraConfig lc;
   lc.r = 4;
   lc.lora_alpha = 8;
   lc.target_modules = {"q_proj", "v_proj", "down_proj"};
-  LoraAdapter policy = LoraAdapter::init(lc, m, 3);
-  std::unique_ptr<LoraAdapter> value = make_value_adapter("", policy, m, ctx, 9);
-  {
-    // B away from zero and a head of unit scale, so that every gradient is alive.
+  return lc;
+}
+
+struct ValueCase {
+  Model m = Model::load(kDemo + "/model");
+  LoraAdapter policy = LoraAdapter::init(value_case_lora(), m, 3);
+  Arena arena;
+  Context ctx{Device::cpu, &arena};
+  std::unique_ptr<LoraAdapter> value;
+  std::vector<int32_t> ids = {5, 17, 9, 33, 2, 41, 8, 11, 60, 7, 3};
+  std::vector<int32_t> targets = std::vector<int32_t>(11, -100);
+  std::vector<int64_t> cu = {0, 6, 11};
+  std::vector<int64_t> rows = {3, 4, 5, 9, 10};
+  PackedSequences batch() const { return {ids, targets, cu}; }
+
+  ValueCase() {
+    value = make_value_adapter("", policy, m, ctx, 9);
     Tensor v = value->host_masters();
     for (int64_t i = 0; i < v.view().numel(); ++i)
       v.ptr<float>()[i] += 0.02f * float((i * 29) % 17 - 8) / 8.0f;
@@ -114,13 +127,16 @@ TEST(PpoValueModel, ValueLossGradientMatchesFiniteDifferences) {
       head.ptr<float>()[k] = float((k * 7) % 13 - 6) / 6.0f;
     value->set_masters(v.view());
   }
+};
+
+TEST(PpoValueModel, ValueLossGradientMatchesFiniteDifferences) {
+  ValueCase vc;
+  const Model& m = vc.m;
+  Context& ctx = vc.ctx;
+  std::unique_ptr<LoraAdapter>& value = vc.value;
   ValueModel vm(ctx, m, *value);
-  // Two sequences (prompt then response), values at their last 3 and 2 rows.
-  const std::vector<int32_t> ids = {5, 17, 9, 33, 2, 41, 8, 11, 60, 7, 3};
-  const std::vector<int32_t> targets(ids.size(), -100);
-  const std::vector<int64_t> cu = {0, 6, 11};
-  const std::vector<int64_t> rows = {3, 4, 5, 9, 10};
-  const PackedSequences batch{ids, targets, cu};
+  const std::vector<int64_t>& rows = vc.rows;
+  const PackedSequences batch = vc.batch();
   const std::vector<double> v0 = vm.values(batch, rows);
   // Old values beside the current ones and returns away from both: the unclipped square
   // (cliprange_value large) is what the loss takes.
@@ -177,26 +193,9 @@ TEST(PpoValueModel, ValueLossGradientMatchesFiniteDifferences) {
 // plan that keeps fewer bytes (negative control: the plan without checkpointing keeps more,
 // which the value pass used whatever the run's setting).
 TEST(PpoValueModel, CheckpointedPassEqualsTheSavingOneAndPlansLess) {
-  const Model m = Model::load(kDemo + "/model");
-  Arena arena;
-  Context ctx{Device::cpu, &arena};
-  LoraConfig lc;
-  lc.r = 4;
-  lc.lora_alpha = 8;
-  lc.target_modules = {"q_proj", "v_proj", "down_proj"};
-  LoraAdapter policy = LoraAdapter::init(lc, m, 3);
-  std::unique_ptr<LoraAdapter> value = make_value_adapter("", policy, m, ctx, 9);
-  {
-    Tensor v = value->host_masters();
-    for (int64_t i = 0; i < v.view().numel(); ++i)
-      v.ptr<float>()[i] += 0.02f * float((i * 29) % 17 - 8) / 8.0f;
-    value->set_masters(v.view());
-  }
-  const std::vector<int32_t> ids = {5, 17, 9, 33, 2, 41, 8, 11, 60, 7, 3};
-  const std::vector<int32_t> targets(ids.size(), -100);
-  const std::vector<int64_t> cu = {0, 6, 11};
-  const std::vector<int64_t> rows = {3, 4, 5, 9, 10};
-  const PackedSequences batch{ids, targets, cu};
+  ValueCase vc;
+  const PackedSequences batch = vc.batch();
+  const std::unique_ptr<LoraAdapter>& value = vc.value;
   const int64_t n = value->master_params().numel();
   struct Run {
     std::vector<double> values;
@@ -204,10 +203,10 @@ TEST(PpoValueModel, CheckpointedPassEqualsTheSavingOneAndPlansLess) {
     size_t saved = 0;
   };
   const auto run = [&](bool checkpointing) {
-    ValueModel vm(ctx, m, *value, nullptr, checkpointing);
+    ValueModel vm(vc.ctx, vc.m, *value, nullptr, checkpointing);
     Run r;
-    r.saved = vm.plan(batch, rows).saved_bytes;
-    r.values = vm.values(batch, rows);
+    r.saved = vm.plan(batch, vc.rows).saved_bytes;
+    r.values = vm.values(batch, vc.rows);
     r.grads.assign(size_t(n), 0.0f);
     const std::vector<double> dvalue = {0.3, -0.2, 0.5, 1.0, -0.7};
     vm.backward(dvalue, TensorView(r.grads.data(), DType::f32, {n}));
