@@ -52,6 +52,24 @@ void add_bench_model_options(CLI::App& c, BenchModelOptions& o) {
   add_device_option_flag(c, o.device_options);
 }
 
+void add_bench_rollout_options(CLI::App& c, BenchRolloutOptions& o) {
+  c.add_option("--prompts", o.prompts, "Distinct prompts per step")->capture_default_str();
+  c.add_option("--generations", o.generations, "Samples (responses) of each prompt per step")
+      ->capture_default_str();
+  c.add_option("--prompt-tokens", o.prompt_tokens, "Tokens per prompt")->capture_default_str();
+  c.add_option("--completion-tokens", o.completion_tokens, "Tokens per sample")
+      ->capture_default_str();
+  c.add_option("--steps", o.steps, "Steps (GRPO steps, PPO updates)")->capture_default_str();
+  c.add_option("--gradient-accumulation-steps", o.gradient_accumulation_steps,
+               "Micro-batches a step's samples are trained in (one rollout of all)")
+      ->capture_default_str();
+  c.add_option("--kv-memory", o.kv_memory, "KV cache GiB (0: the engine's default)");
+  c.add_option("--kv-dtype", o.kv_dtype, "KV cache dtype of the rollout: bf16 or fp8")
+      ->capture_default_str();
+  c.add_flag("--checkpointing,!--no-checkpointing", o.checkpointing,
+             "Per-layer activation checkpointing (default on)");
+}
+
 void add_bench_lora_options(CLI::App& c, BenchModelOptions& o) {
   c.add_option("--lora-r", o.lora_r, "LoRA rank (all seven projections)")->capture_default_str();
   c.add_option("--lora-alpha", o.lora_alpha, "LoRA alpha (default: 2 x rank)");

@@ -32,6 +32,20 @@ void add_bench_model_options(CLI::App& c, BenchModelOptions& o);
 // --lora-r and --lora-alpha.
 void add_bench_lora_options(CLI::App& c, BenchModelOptions& o);
 
+// The shape of an RL bench step (bench grpo, bench ppo): P prompts, each G times in the batch,
+// of L prompt and C completion tokens; N steps, each trained in K micro-batches.
+struct BenchRolloutOptions {
+  int64_t prompts = 1, generations = 8, prompt_tokens = 128, completion_tokens = 512;
+  int64_t steps = 3;
+  int64_t gradient_accumulation_steps = 1;
+  double kv_memory = 0;
+  std::string kv_dtype = "bf16";
+  bool checkpointing = true;
+};
+// --prompts, --generations, --prompt-tokens, --completion-tokens, --steps,
+// --gradient-accumulation-steps, --kv-memory, --kv-dtype and --[no-]checkpointing.
+void add_bench_rollout_options(CLI::App& c, BenchRolloutOptions& o);
+
 // The fresh adapter's B: zero as PEFT initializes it (training starts from the base model), or
 // drawn like A so that the adapter's term is not zero (a trained adapter's cost in generation).
 enum class BenchLoraInit { peft, random };

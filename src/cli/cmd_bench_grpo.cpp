@@ -37,13 +37,7 @@ void add_bench_grpo_command(CLI::App& bench);
 
 namespace {
 
-struct BenchGrpoOptions : BenchModelOptions {
-  int64_t prompts = 1, generations = 8, prompt_tokens = 128, completion_tokens = 512;
-  int64_t steps = 3;
-  int64_t gradient_accumulation_steps = 1;
-  double kv_memory = 0;
-  std::string kv_dtype = "bf16";
-  bool checkpointing = true;
+struct BenchGrpoOptions : BenchModelOptions, BenchRolloutOptions {
   bool on_policy_exact = false;
   int64_t turns = 1, env_tokens = 32;
 };
@@ -183,20 +177,7 @@ void add_bench_grpo_command(CLI::App& bench) {
       "grpo", "Time GRPO steps on one model: peak memory per phase, rollout/training split");
   add_bench_model_options(*c, *o);
   add_bench_lora_options(*c, *o);
-  c->add_option("--prompts", o->prompts, "Prompts per step")->capture_default_str();
-  c->add_option("--generations", o->generations, "Samples per prompt")->capture_default_str();
-  c->add_option("--prompt-tokens", o->prompt_tokens, "Tokens per prompt")->capture_default_str();
-  c->add_option("--completion-tokens", o->completion_tokens, "Tokens per sample")
-      ->capture_default_str();
-  c->add_option("--steps", o->steps, "GRPO steps")->capture_default_str();
-  c->add_option("--gradient-accumulation-steps", o->gradient_accumulation_steps,
-                "Micro-batches the step's completions are trained in (one rollout of all)")
-      ->capture_default_str();
-  c->add_option("--kv-memory", o->kv_memory, "KV cache GiB (0: the engine's default)");
-  c->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype of the rollout: bf16 or fp8")
-      ->capture_default_str();
-  c->add_flag("--checkpointing,!--no-checkpointing", o->checkpointing,
-              "Per-layer activation checkpointing (default on)");
+  add_bench_rollout_options(*c, *o);
   c->add_flag("--on-policy-exact", o->on_policy_exact,
               "GRPO's on_policy_exact: batch-invariant kernels, logprob mismatch checked to be 0");
   c->add_option("--turns", o->turns,

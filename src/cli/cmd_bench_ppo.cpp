@@ -37,14 +37,8 @@ void add_bench_ppo_command(CLI::App& bench);
 
 namespace {
 
-struct BenchPpoOptions : BenchModelOptions {
-  int64_t prompts = 1, generations = 8, prompt_tokens = 128, completion_tokens = 512;
-  int64_t steps = 3;
-  int64_t gradient_accumulation_steps = 1;
+struct BenchPpoOptions : BenchModelOptions, BenchRolloutOptions {
   int64_t ppo_epochs = 1;
-  double kv_memory = 0;
-  std::string kv_dtype = "bf16";
-  bool checkpointing = true;
 };
 
 void check_positive(int64_t value, const char* flag) {
@@ -180,26 +174,10 @@ void add_bench_ppo_command(CLI::App& bench) {
       "time and peak memory");
   add_bench_model_options(*c, *o);
   add_bench_lora_options(*c, *o);
-  c->add_option("--prompts", o->prompts, "Distinct prompts per update")->capture_default_str();
-  c->add_option("--generations", o->generations,
-                "Times each prompt is in the batch (responses per update: prompts x this, as "
-                "bench grpo's samples)")
-      ->capture_default_str();
-  c->add_option("--prompt-tokens", o->prompt_tokens, "Tokens per prompt")->capture_default_str();
-  c->add_option("--completion-tokens", o->completion_tokens, "Tokens per response")
-      ->capture_default_str();
-  c->add_option("--steps", o->steps, "PPO updates")->capture_default_str();
-  c->add_option("--gradient-accumulation-steps", o->gradient_accumulation_steps,
-                "Micro-batches the update's responses are trained in (one rollout of all)")
-      ->capture_default_str();
+  add_bench_rollout_options(*c, *o);
   c->add_option("--ppo-epochs", o->ppo_epochs,
                 "num_ppo_epochs: passes over the batch, an optimizer step each")
       ->capture_default_str();
-  c->add_option("--kv-memory", o->kv_memory, "KV cache GiB (0: the engine's default)");
-  c->add_option("--kv-dtype", o->kv_dtype, "KV cache dtype of the rollout: bf16 or fp8")
-      ->capture_default_str();
-  c->add_flag("--checkpointing,!--no-checkpointing", o->checkpointing,
-              "Per-layer activation checkpointing (default on)");
   c->callback([o] { run_bench_ppo(*o); });
 }
 
