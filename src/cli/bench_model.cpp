@@ -129,6 +129,21 @@ const char* BenchModel::weights() const {
   return random_weights_ ? "random (Model::random on the device)" : "checkpoint";
 }
 
+std::vector<PromptExample> random_prompts(const BenchRolloutOptions& o, int64_t vocab,
+                                          uint64_t seed, int64_t copies) {
+  std::vector<PromptExample> prompts;
+  const std::vector<int32_t> ids =
+      random_token_ids(o.prompts * o.steps * o.prompt_tokens, vocab, seed);
+  for (int64_t p = 0; p < o.prompts * o.steps; ++p)
+    for (int64_t c = 0; c < copies; ++c) {
+      PromptExample e;
+      e.ids.assign(ids.begin() + p * o.prompt_tokens, ids.begin() + (p + 1) * o.prompt_tokens);
+      e.columns = nlohmann::json::object();
+      prompts.push_back(std::move(e));
+    }
+  return prompts;
+}
+
 std::vector<int32_t> random_token_ids(int64_t n, int64_t vocab, uint64_t seed) {
   std::vector<int32_t> ids(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i)

@@ -13,6 +13,7 @@
 #include "cli/device_options.h"
 #include "cli/model_session.h"
 #include "model/adapter.h"
+#include "rl/prompt_data.h"
 
 namespace fp8rl::cli {
 
@@ -79,5 +80,10 @@ class BenchModel {
 
 // n ids uniform in [0, vocab), a function of the seed.
 std::vector<int32_t> random_token_ids(int64_t n, int64_t vocab, uint64_t seed);
+// The prompts of o.steps steps: o.prompts prompts of o.prompt_tokens random ids each (from
+// seed), each `copies` times in a row (bench grpo: 1, the engine samples its generations;
+// bench ppo: o.generations, a PPO batch holding each prompt that often).
+std::vector<PromptExample> random_prompts(const BenchRolloutOptions& o, int64_t vocab,
+                                          uint64_t seed, int64_t copies);
 
 }  // namespace fp8rl::cli

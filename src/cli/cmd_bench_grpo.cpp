@@ -98,15 +98,7 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
   Context& ctx = bench.ctx();
   Model& model = bench.model();
 
-  std::vector<PromptExample> prompts;
-  const std::vector<int32_t> ids = random_token_ids(o.prompts * o.steps * o.prompt_tokens,
-                                                    model.config().vocab_size, o.seed + 11);
-  for (int64_t p = 0; p < o.prompts * o.steps; ++p) {
-    PromptExample e;
-    e.ids.assign(ids.begin() + p * o.prompt_tokens, ids.begin() + (p + 1) * o.prompt_tokens);
-    e.columns = nlohmann::json::object();
-    prompts.push_back(std::move(e));
-  }
+  std::vector<PromptExample> prompts = random_prompts(o, model.config().vocab_size, o.seed + 11, 1);
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("fp8rl_bench_grpo_" + std::to_string(::getpid())))
           .string();

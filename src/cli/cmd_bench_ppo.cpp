@@ -71,16 +71,8 @@ void run_bench_ppo(const BenchPpoOptions& o) {
   Model& model = bench.model();
 
   // Each update's P prompts, each G times: the batch of a GRPO step of P x G.
-  std::vector<PromptExample> prompts;
-  const std::vector<int32_t> ids = random_token_ids(o.prompts * o.steps * o.prompt_tokens,
-                                                    model.config().vocab_size, o.seed + 11);
-  for (int64_t p = 0; p < o.prompts * o.steps; ++p)
-    for (int64_t g = 0; g < o.generations; ++g) {
-      PromptExample e;
-      e.ids.assign(ids.begin() + p * o.prompt_tokens, ids.begin() + (p + 1) * o.prompt_tokens);
-      e.columns = nlohmann::json::object();
-      prompts.push_back(std::move(e));
-    }
+  std::vector<PromptExample> prompts =
+      random_prompts(o, model.config().vocab_size, o.seed + 11, o.generations);
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("fp8rl_bench_ppo_" + std::to_string(::getpid())))
           .string();
