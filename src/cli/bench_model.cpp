@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <iterator>
 
 #include "cli/common.h"
@@ -142,6 +143,38 @@ std::vector<PromptExample> random_prompts(const BenchRolloutOptions& o, int64_t 
       prompts.push_back(std::move(e));
     }
   return prompts;
+}
+
+nlohmann::json take_last_metrics(const std::string& dir) {
+  std::ifstream f(dir + "/metrics.jsonl");
+  nlohmann::json last;
+  for (std::string line; std::getline(f, line);) last = nlohmann::json::parse(line);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return last;
+}
+
+nlohmann::json rollout_report(const std::string& command, BenchModel& bench,
+                              const BenchModelOptions& m, const BenchRolloutOptions& o,
+                              double lora_alpha) {
+  nlohmann::json r;
+  r["command"] = command;
+  r["model"] = m.preset.empty() ? m.model : m.preset;
+  r["weights"] = bench.weights();
+  r["fp8"] = std::string(scheme_name(bench.model().scheme()));
+  r["device"] = bench.device_name();
+  report_cuda_controls(bench.controls(), bench.ctx().device, r);
+  r["prompts"] = o.prompts;
+  r["generations"] = o.generations;
+  r["prompt_tokens"] = o.prompt_tokens;
+  r["completion_tokens"] = o.completion_tokens;
+  r["kv_dtype"] = o.kv_dtype;
+  r["lora_r"] = m.lora_r;
+  r["lora_alpha"] = lora_alpha;
+  r["checkpointing"] = o.checkpointing;
+  r["gradient_accumulation_steps"] = o.gradient_accumulation_steps;
+  r["steps"] = o.steps;
+  return r;
 }
 
 std::vector<int32_t> random_token_ids(int64_t n, int64_t vocab, uint64_t seed) {

@@ -86,4 +86,12 @@ std::vector<int32_t> random_token_ids(int64_t n, int64_t vocab, uint64_t seed);
 std::vector<PromptExample> random_prompts(const BenchRolloutOptions& o, int64_t vocab,
                                           uint64_t seed, int64_t copies);
 
+// The last line of `dir`/metrics.jsonl (an RL bench's run), then `dir` removed.
+nlohmann::json take_last_metrics(const std::string& dir);
+// The head of an RL bench's JSON: command, model, weights, fp8, device, the CUDA controls and
+// the rollout's shape (prompts, generations, lengths, KV dtype, LoRA, checkpointing, steps).
+nlohmann::json rollout_report(const std::string& command, BenchModel& bench,
+                              const BenchModelOptions& m, const BenchRolloutOptions& o,
+                              double lora_alpha);
+
 }  // namespace fp8rl::cli

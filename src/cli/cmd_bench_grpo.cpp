@@ -127,29 +127,10 @@ void run_bench_grpo(const BenchGrpoOptions& o) {
                         make_reward_set(c.rewards), "bench");
     trainer.run();
   }
-  std::ifstream f(dir + "/metrics.jsonl");
-  nlohmann::json last;
-  for (std::string line; std::getline(f, line);) last = nlohmann::json::parse(line);
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  nlohmann::json r;
-  r["command"] = "bench grpo";
-  r["model"] = o.preset.empty() ? o.model : o.preset;
-  r["weights"] = bench.weights();
-  r["fp8"] = std::string(scheme_name(model.scheme()));
-  r["device"] = bench.device_name();
-  report_cuda_controls(bench.controls(), bench.ctx().device, r);
-  r["prompts"] = o.prompts;
-  r["generations"] = o.generations;
-  r["prompt_tokens"] = o.prompt_tokens;
-  r["completion_tokens"] = o.completion_tokens;
-  r["kv_dtype"] = o.kv_dtype;
-  r["lora_r"] = o.lora_r;
-  r["lora_alpha"] = bench.fresh_adapter().config().lora_alpha;
-  r["checkpointing"] = o.checkpointing;
-  r["gradient_accumulation_steps"] = o.gradient_accumulation_steps;
+  const nlohmann::json last = take_last_metrics(dir);
+  nlohmann::json r =
+      rollout_report("bench grpo", bench, o, o, bench.fresh_adapter().config().lora_alpha);
   r["on_policy_exact"] = o.on_policy_exact;
-  r["steps"] = o.steps;
   for (const char* k :
        {"peak_memory_bytes/rollout", "peak_memory_bytes/train", "timing/rollout_seconds",
         "timing/rollout_logprob_seconds", "timing/train_seconds", "timing/step_seconds",

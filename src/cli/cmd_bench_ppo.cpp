@@ -45,14 +45,6 @@ void check_positive(int64_t value, const char* flag) {
   CHECK(value > 0, "bench ppo: {} must be positive, got {}", flag, value);
 }
 
-// The metrics of the last line of `dir`/metrics.jsonl.
-nlohmann::json last_metrics(const std::string& dir) {
-  std::ifstream f(dir + "/metrics.jsonl");
-  nlohmann::json last;
-  for (std::string line; std::getline(f, line);) last = nlohmann::json::parse(line);
-  return last;
-}
-
 void run_bench_ppo(const BenchPpoOptions& o) {
   check_positive(o.prompts, "--prompts");
   check_positive(o.generations, "--generations");
@@ -101,28 +93,10 @@ void run_bench_ppo(const BenchPpoOptions& o) {
                        make_reward_set(c.rewards), "bench");
     trainer.run();
   }
-  const nlohmann::json last = last_metrics(dir);
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  nlohmann::json r;
-  r["command"] = "bench ppo";
-  r["model"] = o.preset.empty() ? o.model : o.preset;
-  r["weights"] = bench.weights();
-  r["fp8"] = std::string(scheme_name(model.scheme()));
-  r["device"] = bench.device_name();
-  report_cuda_controls(bench.controls(), bench.ctx().device, r);
-  r["prompts"] = o.prompts;
-  r["generations"] = o.generations;
+  const nlohmann::json last = take_last_metrics(dir);
+  nlohmann::json r = rollout_report("bench ppo", bench, o, o, policy.config().lora_alpha);
   r["responses"] = responses;
-  r["prompt_tokens"] = o.prompt_tokens;
-  r["completion_tokens"] = o.completion_tokens;
-  r["kv_dtype"] = o.kv_dtype;
-  r["lora_r"] = o.lora_r;
-  r["lora_alpha"] = policy.config().lora_alpha;
-  r["checkpointing"] = o.checkpointing;
-  r["gradient_accumulation_steps"] = o.gradient_accumulation_steps;
   r["ppo_epochs"] = o.ppo_epochs;
-  r["steps"] = o.steps;
   for (const char* k : {"timing/rollout_seconds",
                         "timing/reward_seconds",
                         "timing/rollout_logprob_seconds",
