@@ -56,19 +56,8 @@ void run_bench_turns(const BenchGrpoOptions& o) {
   t.kv_memory_gib = o.kv_memory;
   t.kv_dtype = o.kv_dtype;
   t.seed = o.seed;
-  nlohmann::json r;
-  r["command"] = "bench grpo --turns";
-  r["model"] = o.preset.empty() ? o.model : o.preset;
-  r["weights"] = bench.weights();
-  r["fp8"] = std::string(scheme_name(bench.model().scheme()));
-  r["device"] = bench.device_name();
-  report_cuda_controls(bench.controls(), bench.ctx().device, r);
-  r["prompts"] = o.prompts;
-  r["generations"] = o.generations;
-  r["prompt_tokens"] = o.prompt_tokens;
-  r["completion_tokens"] = o.completion_tokens;
-  r["kv_dtype"] = o.kv_dtype;
-  r["lora_r"] = o.lora_r;
+  nlohmann::json r =
+      rollout_report("bench grpo --turns", bench, o, o, bench.fresh_adapter().config().lora_alpha);
   r.update(bench_turns(bench, t));
   fmt::print(
       stderr,
