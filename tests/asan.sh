@@ -6,7 +6,7 @@
 #                                   left to the Release run (release_only below) (CI)
 #   tests/asan.sh TARGET ...        build those test binaries and run them directly
 #   FP8RL_ASAN_BUILD_DIR=DIR        build folder (default: <repo>/build-asan)
-#   FP8RL_ASAN_JOBS=N               parallel build jobs and tests (default: 2)
+#   FP8RL_ASAN_JOBS=N               parallel build jobs and tests (default: the cores)
 #   FP8RL_ASAN_CXX_FLAGS=FLAGS      optimisation and debug flags (default: -O1 -g1)
 #
 # -O1 (not -O0): the training and generation tests run several times faster and ASan loses
@@ -22,7 +22,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${FP8RL_ASAN_BUILD_DIR:-$root/build-asan}"
-jobs="${FP8RL_ASAN_JOBS:-2}"
+jobs="${FP8RL_ASAN_JOBS:-$(nproc)}"
 targets=("$@")
 
 cmake -S "$root" -B "$build" -DFP8RL_WITH_CUDA=OFF -DFP8RL_ASAN=ON -DFP8RL_BENCH=OFF \
@@ -39,10 +39,10 @@ rm -rf "$logs"
 mkdir -p "$logs"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1}:log_path=$logs/asan"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}"
-# Left to the Release CTest: tests whose time under the sanitizers (1-4 minutes each, half of
+# Left to the Release CTest: tests whose time under the sanitizers (0.5-4 minutes each, half of
 # the run) is many optimizer steps or peer comparisons over code that shorter tests of this run
-# go through too (each trainer's resume, evaluation and bad-input tests; the tokenizer's own
-# tests and fuzz replays).
+# go through too (each trainer's resume, evaluation, CLI and bad-input tests; the tokenizer's
+# own tests and fuzz replays).
 release_only=(
   SftTrainer.LearnsTheTaskWithFp8AndUnquantizedBases
   tokenizer_peer
@@ -55,6 +55,12 @@ release_only=(
   KtoTrainer.KlEstimateIsTheMismatchedPairsLogRatio
   GrpoTrainer.LogsTrlMetricsAndResumesExactly
   GrpoTrainer.LossKnobsReachTheLoop
+  GrpoTrainer.EvaluationsLogTheirStepsOnlyAndLeaveTrainingAsItIs
+  GrpoTrainer.RewardModelScoringIsAPhaseOfTheMemoryPlan
+  GrpoEnvironment.AShellEnvironmentTrainsTheSameAndTurnsContinueFromThePrefixCache
+  GrpoAgent.TheExampleAgentTrainsOnTheCompletionsItAskedFor
+  OnlineDpoTrainer.PairsFollowTheRewardsPenaltyAppliesAndResumesExactly
+  PpoTrainer.CliprangeValueClipsMovedValues
 )
 status=0
 if [ ${#targets[@]} -eq 0 ]; then

@@ -103,16 +103,14 @@ TEST(ChatTemplateBudget, ExponentialMacroRecursionRunsOutOfSteps) {
 }
 
 TEST(ChatTemplateBudget, DeepRecursionIsADepthError) {
-  const std::string deep =
-      "{% macro m(n) %}{{ n ~ ',' ~ m(n + 1) if n < LIMIT }}{% endmacro %}{{ m(0) }}";
-  std::string unbounded = deep;
-  unbounded.replace(unbounded.find("LIMIT"), 5, "100000000");
+  const auto deep = [](const std::string& limit) {
+    return "{% macro m(n) %}{{ n ~ ',' ~ m(n + 1) if n < " + limit + " }}{% endmacro %}{{ m(0) }}";
+  };
+  const std::string unbounded = deep("100000000");
   EXPECT_BUDGET_ERROR(unbounded, std::to_string(kDefaults.max_depth) +
                                      " nested calls and blocks (RenderLimits::max_depth): "
                                      "maximum recursion depth exceeded");
-  std::string shallow = deep;
-  shallow.replace(shallow.find("LIMIT"), 5, "3");
-  EXPECT_EQ(render(shallow), "0,1,2,");
+  EXPECT_EQ(render(deep("3")), "0,1,2,");
   // A smaller limit is the one named.
   fp8rl::ChatTemplateOptions options;
   options.limits.max_depth = 50;
