@@ -26,7 +26,6 @@ jobs="${FP8RL_ASAN_JOBS:-$(nproc)}"
 targets=("$@")
 
 cmake -S "$root" -B "$build" -DFP8RL_WITH_CUDA=OFF -DFP8RL_ASAN=ON -DFP8RL_BENCH=OFF \
-  -DFP8RL_PRECOMPILED_HEADERS=ON \
   -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="${FP8RL_ASAN_CXX_FLAGS:--O1 -g1}" >/dev/null
 if [ ${#targets[@]} -eq 0 ]; then
   cmake --build "$build" -j"$jobs"
