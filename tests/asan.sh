@@ -38,7 +38,7 @@ rm -rf "$logs"
 mkdir -p "$logs"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1}:log_path=$logs/asan"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}"
-# Left to the Release CTest: tests whose time under the sanitizers (0.5-4 minutes each, half of
+# Left to the Release CTest: tests whose time under the sanitizers (25 s to 4 min each, half of
 # the run) is many optimizer steps or peer comparisons over code that shorter tests of this run
 # go through too (each trainer's resume, evaluation, CLI and bad-input tests; the tokenizer's
 # own tests and fuzz replays).
