@@ -4,11 +4,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "core/tensor.h"
 
 namespace fp8rl::test {
+
+// Whether two views hold the same bytes (bitwise equality, NaNs included).
+inline bool same_bytes(const TensorView& a, const TensorView& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data, b.data, a.nbytes()) == 0;
+}
 
 // A chat template prefix in the way of Qwen3's thinking switch: "<x>nothink\n" when the
 // template variable enable_thinking is given and false, nothing otherwise.

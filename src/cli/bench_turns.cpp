@@ -7,18 +7,13 @@
 #include "cli/bench_model.h"
 #include "core/check.h"
 #include "core/rng.h"
+#include "core/wall_clock.h"
 #include "engine/engine.h"
 #include "model/kv_cache.h"
 
 namespace fp8rl::cli {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 struct Rollout {
   double seconds = 0;

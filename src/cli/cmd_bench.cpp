@@ -22,6 +22,7 @@
 #include "cli/common.h"
 #include "cli/device_options.h"
 #include "core/check.h"
+#include "core/wall_clock.h"
 #include "model/forward.h"
 #include "ops/device.h"
 #include "ops/ops.h"
@@ -37,8 +38,6 @@ void add_bench_ppo_command(CLI::App& bench);       // cmd_bench_ppo.cpp
 namespace {
 
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
 struct BenchOptions : BenchModelOptions {
   BenchOptions() {
     fp8 = "off";
@@ -48,10 +47,6 @@ struct BenchOptions : BenchModelOptions {
   int64_t tokens = 8192;
   int iters = 5, warmup = 2, gemm_iters = 20;
 };
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // FLOPs of causal attention over a prefill of t tokens (q.k and p.v, 2 FLOPs per multiply-add).
 double attention_flops(const ModelConfig& c, int64_t t) {

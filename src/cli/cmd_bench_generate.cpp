@@ -23,6 +23,7 @@
 #include "cli/bench_profile.h"
 #include "cli/common.h"
 #include "core/check.h"
+#include "core/wall_clock.h"
 #include "engine/engine.h"
 #include "ops/device.h"
 #include "ops/ops.h"
@@ -32,8 +33,6 @@ namespace fp8rl::cli {
 namespace {
 
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
 struct BenchGenerateOptions : BenchModelOptions {
   BenchGenerateOptions() {
     fp8 = "off";
@@ -44,10 +43,6 @@ struct BenchGenerateOptions : BenchModelOptions {
   int64_t max_num_seqs = 256, max_num_batched_tokens = 8192;
   double kv_memory_gib = 0;
 };
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // Device-to-device copy bandwidth (read + write bytes per second) of a 1 GiB buffer.
 double copy_bandwidth(Context& ctx) {

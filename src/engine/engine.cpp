@@ -13,6 +13,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "core/wall_clock.h"
 #include "engine/scheduler.h"
 #include "engine/shared_prefix.h"
 #include "model/forward.h"
@@ -31,11 +32,6 @@ const char* finish_reason_name(FinishReason r) {
 }
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 // The random stream of one sample: a function of (seed, request, sample index) only; the
 // sampler adds the position. A request with its own seed ignores its index in the call, so

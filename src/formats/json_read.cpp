@@ -237,4 +237,8 @@ void for_each_jsonl_row(
   }
 }
 
+std::string json_line(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace fp8rl

@@ -101,4 +101,8 @@ void check_json_text(std::string_view text, std::string_view what, int max_depth
 std::string json_excerpt(const nlohmann::json& value, size_t max_chars = 80);
 std::string json_excerpt(const nlohmann::ordered_json& value, size_t max_chars = 80);
 
+// A value as one line of JSON (a protocol message), bytes that are not UTF-8 replaced by U+FFFD
+// rather than thrown on.
+std::string json_line(const nlohmann::json& value);
+
 }  // namespace fp8rl

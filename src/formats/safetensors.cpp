@@ -58,6 +58,21 @@ SafetensorsFile::~SafetensorsFile() {
   if (map_ != nullptr) ::munmap(map_, size_);
 }
 
+int64_t SafetensorsFile::metadata_count(const std::string& key, std::string_view what) const {
+  auto it = metadata_.find(key);
+  CHECK(it != metadata_.end(), "{} '{}': metadata '{}' is missing", what, path_, key);
+  size_t used = 0;
+  int64_t value = -1;
+  try {
+    value = std::stoll(it->second, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  CHECK(used == it->second.size() && value >= 0, "{} '{}': metadata '{}' = '{}' is not a count",
+        what, path_, key, it->second);
+  return value;
+}
+
 const SafetensorsTensorInfo* SafetensorsFile::find(std::string_view name) const {
   auto it = std::lower_bound(
       tensors_.begin(), tensors_.end(), name,

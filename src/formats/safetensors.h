@@ -46,6 +46,9 @@ class SafetensorsFile {
 
   const std::string& path() const { return path_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The metadata entry `key` as a count (a non-negative integer); an error naming `what` (the
+  // state the file holds) when it is missing or not one.
+  int64_t metadata_count(const std::string& key, std::string_view what) const;
   const std::vector<SafetensorsTensorInfo>& tensors() const { return tensors_; }  // by name
   const SafetensorsTensorInfo* find(std::string_view name) const;  // nullptr if absent
   // Zero-copy into the mapping; throws if absent or dtype unsupported.

@@ -4,11 +4,10 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/nan.h"
 
 namespace fp8rl {
 namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 struct NanMoments {
   double mean = kNaN;

@@ -15,10 +15,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-std::string dump(const Json& j) {
-  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
 // The reply's "episodes" entries by position in `ids`: each id answered exactly once, and each
 // entry an object holding only `allowed` keys; beside "episodes" the reply may hold `optional`
 // (a top-level key). `kind` names the request ("reset", "step").
@@ -104,14 +100,14 @@ EnvironmentProcess::~EnvironmentProcess() = default;
 std::string EnvironmentProcess::reset_line(const std::vector<EpisodeStart>& episodes) {
   Json list = Json::array();
   for (const EpisodeStart& e : episodes) list.push_back({{"id", e.id}, {"row", e.row}});
-  return "{\"type\":\"reset\",\"episodes\":" + dump(list) + "}\n";
+  return "{\"type\":\"reset\",\"episodes\":" + json_line(list) + "}\n";
 }
 
 std::string EnvironmentProcess::step_line(const std::vector<EpisodeTurn>& turns) {
   Json list = Json::array();
   for (const EpisodeTurn& t : turns)
     list.push_back({{"id", t.id}, {"completion", t.completion}, {"messages", t.messages}});
-  return "{\"type\":\"step\",\"episodes\":" + dump(list) + "}\n";
+  return "{\"type\":\"step\",\"episodes\":" + json_line(list) + "}\n";
 }
 
 EnvironmentReset EnvironmentProcess::parse_reset_reply(std::string_view line,

@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "core/wall_clock.h"
 #include "engine/engine.h"
 #include "rl/conversation_tokens.h"
 #include "rl/environment_process.h"
@@ -14,12 +15,6 @@
 namespace fp8rl {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // The tokens the episode may still add to its completion: the completion budget, and the
 // model's context after the opening.

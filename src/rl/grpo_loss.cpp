@@ -5,12 +5,11 @@
 #include <limits>
 
 #include "core/check.h"
+#include "core/nan.h"
 #include "rl/ragged.h"
 
 namespace fp8rl {
 namespace {
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // A loss term and its derivative with respect to one variable.
 struct Term {

@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "core/wall_clock.h"
 #include "engine/engine.h"
 #include "formats/json_read.h"
 #include "ops/backward.h"
@@ -36,12 +37,6 @@
 namespace fp8rl {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // The dataset row an environment or agent program receives for an episode: every column, with
 // the prompt as its text or its messages.
@@ -326,7 +321,7 @@ Round Round::from_json(const nlohmann::json& j, const Shape& s) {
 // prompt then its completion but the last token; targets are the completion's tokens. A
 // completion with sequence starts packs one sequence more at each: that start's first token,
 // then the completion's tokens up to the next start.
-struct Packed {
+struct GrpoPacked {
   std::vector<int32_t> ids, targets;
   std::vector<int64_t> cu{0};
   std::vector<int64_t> token_pos;   // [N] packed position of each completion token, in order
@@ -335,8 +330,9 @@ struct Packed {
   PackedSequences view() const { return {ids, targets, cu, routing}; }
 };
 
-Packed pack(const Round& r, const std::vector<PromptExample>& data, size_t first, size_t count) {
-  Packed p;
+GrpoPacked pack(const Round& r, const std::vector<PromptExample>& data, size_t first,
+                size_t count) {
+  GrpoPacked p;
   for (size_t c = first; c < first + count; ++c) {
     const std::vector<int32_t>& prompt =
         r.prompt_ids.empty() || r.prompt_ids[c].empty() ? data[r.prompt[c]].ids : r.prompt_ids[c];
@@ -639,7 +635,7 @@ struct GrpoTrainer::Impl {
   // or of the reference policy (the base model alone).
   std::vector<std::vector<double>> trainer_logprobs(const Round& r, size_t first, size_t count,
                                                     bool reference) {
-    const Packed p = pack(r, data, first, count);
+    const GrpoPacked p = pack(r, data, first, count);
     PassOptions o = pass_options();
     o.reference = reference;
     pass->forward(p.view(), o);
@@ -1211,7 +1207,7 @@ struct GrpoTrainer::Impl {
   // not shuffled and a micro-batch holds per_device_train_batch_size pairs).
   MicroStep online_dpo_step(const Round& r, size_t first, size_t count, const TensorView& grads) {
     CHECK(first % 2 == 0 && count % 2 == 0, "online dpo: a micro-batch splits a pair");
-    const Packed p = pack(r, data, first, count);
+    const GrpoPacked p = pack(r, data, first, count);
     PassOptions o = pass_options();
     o.lora_dropout = float(cfg.training_lora_dropout());
     o.dropout_seed = rng_key(uint64_t(cfg.seed) ^ 0xd209u, uint64_t(rounds) * 4096 + first);
@@ -1236,7 +1232,7 @@ struct GrpoTrainer::Impl {
   // A GRPO-family micro-step (rl/grpo_loss.h).
   GrpoLossResult grpo_step(const Round& r, size_t first, size_t count, const TensorView& grads,
                            double& entropy) {
-    const Packed p = pack(r, data, first, count);
+    const GrpoPacked p = pack(r, data, first, count);
     PassOptions o = pass_options();
     o.entropy = true;
     o.lora_dropout = float(cfg.training_lora_dropout());

@@ -29,7 +29,7 @@ using Span = std::pair<int64_t, int64_t>;
 
 // Examples [i...] packed as one sequence each (prompt + completion), then, with the KL
 // estimate, one each of prompt + the KL partner's completion; targets on the completions.
-struct Packed {
+struct KtoPacked {
   std::vector<int32_t> ids, targets;
   std::vector<int64_t> cu{0};
   std::vector<Span> span, kl_span;  // packed target positions [begin, end)
@@ -42,7 +42,7 @@ size_t kept(const std::vector<int32_t>& prompt, const std::vector<int32_t>& comp
   return std::min(completion.size(), size_t(max_length) - prompt.size());
 }
 
-Span add_sequence(Packed& p, const std::vector<int32_t>& prompt,
+Span add_sequence(KtoPacked& p, const std::vector<int32_t>& prompt,
                   const std::vector<int32_t>& completion, int64_t max_length) {
   const size_t n = kept(prompt, completion, max_length);
   const int64_t start = int64_t(p.ids.size());
@@ -55,9 +55,9 @@ Span add_sequence(Packed& p, const std::vector<int32_t>& prompt,
   return {first, first + int64_t(n)};
 }
 
-Packed pack(const std::vector<UnpairedExample>& of, std::span<const size_t> idx, bool with_kl,
-            int64_t max_length, int64_t kl_batch) {
-  Packed p;
+KtoPacked pack(const std::vector<UnpairedExample>& of, std::span<const size_t> idx, bool with_kl,
+               int64_t max_length, int64_t kl_batch) {
+  KtoPacked p;
   for (size_t i : idx) {
     p.span.push_back(add_sequence(p, of[i].prompt, of[i].completion, max_length));
     p.main_tokens +=
@@ -181,7 +181,7 @@ struct KtoTrainer::Impl {
     ref_kl_logp.assign(examples.size(), std::nan(""));
   }
 
-  Packed pack_of(const std::vector<UnpairedExample>& of, std::span<const size_t> idx) const {
+  KtoPacked pack_of(const std::vector<UnpairedExample>& of, std::span<const size_t> idx) const {
     return pack(of, idx, with_kl, cfg.max_length, cfg.per_device_train_batch_size);
   }
 
@@ -214,7 +214,7 @@ struct KtoTrainer::Impl {
         largest = idx;
       }
     }
-    const Packed p = pack_of(examples, largest);
+    const KtoPacked p = pack_of(examples, largest);
     return pass->plan({p.ids, p.targets, p.cu}, pass_options());
   }
 
@@ -226,7 +226,7 @@ struct KtoTrainer::Impl {
     for (size_t i : idx)
       if (std::isnan(ref[i])) missing.push_back(i);
     if (missing.empty()) return;
-    const Packed p = pack_of(of, missing);
+    const KtoPacked p = pack_of(of, missing);
     PassOptions o;
     o.reference = true;
     pass->forward({p.ids, p.targets, p.cu}, o);
@@ -252,7 +252,7 @@ struct KtoTrainer::Impl {
 
   // The loss of the batch `idx` of `of` after a policy pass over pack_of(of, idx).
   BatchResult batch_loss(const std::vector<UnpairedExample>& of, std::span<const size_t> idx,
-                         const Packed& p, const std::vector<double>& ref,
+                         const KtoPacked& p, const std::vector<double>& ref,
                          const std::vector<double>& ref_kl) const {
     const std::span<const float> logprobs = pass->logprobs();
     std::vector<double> policy, reference, policy_kl, reference_kl;
@@ -292,7 +292,7 @@ struct KtoTrainer::Impl {
     for (int64_t b = 0; size_t(b * per_batch) < n; ++b) {
       const std::vector<size_t> idx = batch_indices(b, n, per_batch);
       reference_of(eval_examples, idx, eval_ref_logp, eval_ref_kl_logp);
-      const Packed p = pack_of(eval_examples, idx);
+      const KtoPacked p = pack_of(eval_examples, idx);
       pass->forward({p.ids, p.targets, p.cu}, o);
       const BatchResult r = batch_loss(eval_examples, idx, p, eval_ref_logp, eval_ref_kl_logp);
       loss += r.res.loss * double(idx.size());
@@ -326,7 +326,7 @@ struct KtoTrainer::Impl {
       const std::vector<size_t> idx =
           batch_indices(at.batch, examples.size(), cfg.per_device_train_batch_size);
       reference_of(examples, idx, ref_logp, ref_kl_logp);
-      const Packed p = pack_of(examples, idx);
+      const KtoPacked p = pack_of(examples, idx);
       PassOptions o = pass_options();
       o.dropout_seed = dropout_seed;
       pass->forward({p.ids, p.targets, p.cu}, o);

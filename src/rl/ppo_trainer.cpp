@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "core/wall_clock.h"
 #include "engine/engine.h"
 #include "ops/memory.h"
 #include "ops/standby_region.h"
@@ -24,12 +25,6 @@
 namespace fp8rl {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // One update's rollout: B responses, per response i its tokens and value positions (the
 // ragged layout of rl/ppo_loss.h).
@@ -48,7 +43,7 @@ struct Rollout {
 // Responses `which` of a rollout packed for the policy's pass (each sequence its prompt then
 // its response but the last token; targets the response's tokens) and for the value model's
 // (its prompt then the response's first L - 1 tokens; rows the L value positions).
-struct Packed {
+struct PpoPacked {
   std::vector<int32_t> ids, targets;
   std::vector<int64_t> cu{0};
   std::vector<int64_t> token_pos;  // [N] packed row of each response token
@@ -60,9 +55,9 @@ struct Packed {
   PackedSequences value() const { return {value_ids, value_targets, value_cu}; }
 };
 
-Packed pack(const std::vector<std::vector<int32_t>>& prompts,
-            const std::vector<std::vector<int32_t>>& responses, int64_t response_length) {
-  Packed p;
+PpoPacked pack(const std::vector<std::vector<int32_t>>& prompts,
+               const std::vector<std::vector<int32_t>>& responses, int64_t response_length) {
+  PpoPacked p;
   for (size_t i = 0; i < responses.size(); ++i) {
     const std::vector<int32_t>& prompt = prompts[i];
     const std::vector<int32_t>& r = responses[i];
@@ -213,7 +208,7 @@ struct PpoTrainer::Impl {
     std::vector<std::vector<int32_t>> prompts(size_t(n), std::vector<int32_t>(longest_prompt(), 0));
     std::vector<std::vector<int32_t>> responses(
         size_t(n), std::vector<int32_t>(size_t(cfg.response_length), 0));
-    const Packed p = pack(prompts, responses, cfg.response_length);
+    const PpoPacked p = pack(prompts, responses, cfg.response_length);
     PassOptions o = pass_options();
     o.entropy = true;
     const PassPlan a = pass->plan(p.policy(), o);
@@ -325,7 +320,7 @@ struct PpoTrainer::Impl {
     for (size_t first = 0; first < r.ids.size(); first += chunk) {
       std::vector<size_t> which(std::min(chunk, r.ids.size() - first));
       std::iota(which.begin(), which.end(), first);
-      const Packed p = pack(prompt_ids(r, which), response_ids(r, which), cfg.response_length);
+      const PpoPacked p = pack(prompt_ids(r, which), response_ids(r, which), cfg.response_length);
       reset_peak_memory(ctx);
       const auto tl = Clock::now();
       for (bool ref : {false, true}) {
@@ -475,7 +470,7 @@ struct PpoTrainer::Impl {
             const std::vector<size_t> which(
                 perm.begin() + ptrdiff_t(m0),
                 perm.begin() + ptrdiff_t(std::min(mini_end, m0 + micro)));
-            const Packed p =
+            const PpoPacked p =
                 pack(prompt_ids(r, which), response_ids(r, which), cfg.response_length);
             const auto tp = Clock::now();
             PassOptions o = pass_options();

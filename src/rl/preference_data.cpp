@@ -12,9 +12,9 @@ namespace fp8rl {
 
 namespace {
 
-using Json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;
 
-bool is_messages(const Json& v) {
+bool is_preference_messages(const OrderedJson& v) {
   return v.is_array() && !v.empty() && v[0].is_object() && v[0].contains("role");
 }
 
@@ -22,10 +22,10 @@ bool is_messages(const Json& v) {
 // rendered: objects with a string role, and content that is a string (or absent, null, or a
 // list of content parts, which templates take). A number there rendered, if at all, unlike the
 // prompt's render and was reported as a token-prefix mismatch.
-void check_messages(const Json& v, const char* name) {
+void check_preference_messages(const OrderedJson& v, const char* name) {
   if (!v.is_array()) return;  // a string, or an error of its own later
   for (size_t i = 0; i < v.size(); ++i) {
-    const Json& m = v[i];
+    const OrderedJson& m = v[i];
     CHECK(m.is_object() && m.contains("role") && m["role"].is_string(),
           "\"{}\"[{}] must be a {{role, content}} object with a string role, got {}", name, i,
           json_excerpt(m));
@@ -51,10 +51,10 @@ struct Reader {
   ChatTemplateOptions render_options;
   const PreferenceDataOptions& opt;
 
-  std::vector<int32_t> render(const Json& messages, bool generation_prompt) const {
+  std::vector<int32_t> render(const OrderedJson& messages, bool generation_prompt) const {
     CHECK(tmpl != nullptr, "the row holds chat messages and the model has no chat template");
     ChatRequest request;
-    for (const Json& m : messages) {
+    for (const OrderedJson& m : messages) {
       CHECK(m.is_object() && m.contains("role") && m["role"].is_string(),
             "a message must be a {{role, content}} object with a string role");
       request.messages.push_back(m);
@@ -66,14 +66,14 @@ struct Reader {
   }
 
   // The tokens a completion adds after the prompt; `prompt_ids` must be their prefix.
-  std::vector<int32_t> completion(const Json& prompt, const std::vector<int32_t>& prompt_ids,
-                                  const Json& c, const char* name) const {
+  std::vector<int32_t> completion(const OrderedJson& prompt, const std::vector<int32_t>& prompt_ids,
+                                  const OrderedJson& c, const char* name) const {
     std::vector<int32_t> full;
-    if (is_messages(prompt) || is_messages(c)) {
-      CHECK(is_messages(prompt) && is_messages(c),
+    if (is_preference_messages(prompt) || is_preference_messages(c)) {
+      CHECK(is_preference_messages(prompt) && is_preference_messages(c),
             "\"prompt\" and \"{}\" must both be strings or both message lists", name);
-      Json all = prompt;
-      for (const Json& m : c) all.push_back(m);
+      OrderedJson all = prompt;
+      for (const OrderedJson& m : c) all.push_back(m);
       full = render(all, false);
     } else {
       CHECK(c.is_string() && !c.get_ref<const std::string&>().empty(),
@@ -92,9 +92,9 @@ struct Reader {
   }
 
   // A row's prompt tokens: the chat template's render with the generation prompt, or the text.
-  std::vector<int32_t> prompt_tokens(const Json& prompt) const {
+  std::vector<int32_t> prompt_tokens(const OrderedJson& prompt) const {
     std::vector<int32_t> ids;
-    if (is_messages(prompt)) {
+    if (is_preference_messages(prompt)) {
       ids = render(prompt, true);
     } else {
       CHECK(prompt.is_string() && !prompt.get_ref<const std::string&>().empty(),
@@ -106,7 +106,7 @@ struct Reader {
     return ids;
   }
 
-  UnpairedExample unpaired(const Json& r) const {
+  UnpairedExample unpaired(const OrderedJson& r) const {
     CHECK(r.is_object(), "a row must be a JSON object, got {}", r.type_name());
     CHECK(!r.contains("chosen") && !r.contains("rejected"),
           "the row has \"chosen\"/\"rejected\": kto reads unpaired rows (\"prompt\", "
@@ -114,11 +114,11 @@ struct Reader {
     for (const char* key : {"prompt", "completion", "label"})
       CHECK(r.contains(key), "the row needs \"{}\" (unpaired rows: prompt, completion, label)",
             key);
-    const Json& label = r["label"];
+    const OrderedJson& label = r["label"];
     CHECK(label.is_boolean(), "\"label\" must be true (desirable) or false (undesirable), got {}",
           json_excerpt(label));
-    check_messages(r["prompt"], "prompt");
-    check_messages(r["completion"], "completion");
+    check_preference_messages(r["prompt"], "prompt");
+    check_preference_messages(r["completion"], "completion");
     UnpairedExample e;
     e.prompt = prompt_tokens(r["prompt"]);
     e.completion = completion(r["prompt"], e.prompt, r["completion"], "completion");
@@ -131,18 +131,18 @@ struct Reader {
     return e;
   }
 
-  PreferencePair row(const Json& r) const {
+  PreferencePair row(const OrderedJson& r) const {
     CHECK(r.is_object(), "a row must be a JSON object, got {}", r.type_name());
     CHECK(r.contains("chosen") && r.contains("rejected"),
           "the row needs \"chosen\" and \"rejected\"");
-    if (r.contains("prompt")) check_messages(r["prompt"], "prompt");
-    check_messages(r["chosen"], "chosen");
-    check_messages(r["rejected"], "rejected");
-    Json prompt, chosen = r["chosen"], rejected = r["rejected"];
+    if (r.contains("prompt")) check_preference_messages(r["prompt"], "prompt");
+    check_preference_messages(r["chosen"], "chosen");
+    check_preference_messages(r["rejected"], "rejected");
+    OrderedJson prompt, chosen = r["chosen"], rejected = r["rejected"];
     if (r.contains("prompt") && !r["prompt"].is_null()) {
       prompt = r["prompt"];
     } else {
-      CHECK(is_messages(chosen) && is_messages(rejected),
+      CHECK(is_preference_messages(chosen) && is_preference_messages(rejected),
             "without \"prompt\", \"chosen\" and \"rejected\" must be message lists sharing the "
             "prompt's messages");
       size_t common = 0;
@@ -151,10 +151,10 @@ struct Reader {
         ++common;
       CHECK(common > 0 && common < chosen.size() && common < rejected.size(),
             "\"chosen\" and \"rejected\" share no leading messages (the implicit prompt)");
-      prompt = Json::array();
+      prompt = OrderedJson::array();
       for (size_t i = 0; i < common; ++i) prompt.push_back(chosen[i]);
-      chosen = Json(chosen.begin() + ptrdiff_t(common), chosen.end());
-      rejected = Json(rejected.begin() + ptrdiff_t(common), rejected.end());
+      chosen = OrderedJson(chosen.begin() + ptrdiff_t(common), chosen.end());
+      rejected = OrderedJson(rejected.begin() + ptrdiff_t(common), rejected.end());
     }
     PreferencePair p;
     p.prompt = prompt_tokens(prompt);
@@ -214,7 +214,7 @@ std::vector<UnpairedExample> read_unpaired_dataset(const std::string& path,
                                                    const PreferenceDataOptions& options) {
   const PreferenceRowReader reader(tokenizer, chat, options);
   std::vector<UnpairedExample> out;
-  for_each_jsonl_row(path, [&](const Json& row, int64_t line) {
+  for_each_jsonl_row(path, [&](const OrderedJson& row, int64_t line) {
     UnpairedExample e = reader.read_unpaired(row);
     e.line = line;
     out.push_back(std::move(e));
@@ -229,7 +229,7 @@ std::vector<PreferencePair> read_preference_dataset(const std::string& path,
                                                     const PreferenceDataOptions& options) {
   const PreferenceRowReader reader(tokenizer, chat, options);
   std::vector<PreferencePair> out;
-  for_each_jsonl_row(path, [&](const Json& row, int64_t line) {
+  for_each_jsonl_row(path, [&](const OrderedJson& row, int64_t line) {
     PreferencePair p = reader.read(row);
     p.line = line;
     out.push_back(std::move(p));

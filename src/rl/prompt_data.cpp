@@ -14,13 +14,13 @@ namespace fp8rl {
 
 namespace {
 
-using Json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;
 
-bool is_messages(const Json& v) {
+bool is_messages(const OrderedJson& v) {
   return v.is_array() && !v.empty() && v[0].is_object() && v[0].contains("role");
 }
 
-void check_messages(const Json& messages, const char* name) {
+void check_messages(const OrderedJson& messages, const char* name) {
   CHECK(messages.is_array() && !messages.empty(),
         "\"{}\" must be a non-empty list of {{role, content}} messages", name);
   for (size_t i = 0; i < messages.size(); ++i)
@@ -38,14 +38,14 @@ struct PromptRowReader::Impl {
   std::optional<ChatTemplate> chat_template;
   ChatTemplateOptions render_options;  // one fixed time for every render of the file
 
-  PromptExample row(const Json& row) const;
+  PromptExample row(const OrderedJson& row) const;
 };
 
-PromptExample PromptRowReader::Impl::row(const Json& row) const {
+PromptExample PromptRowReader::Impl::row(const OrderedJson& row) const {
   CHECK(row.is_object(), "a row must be a JSON object, got {}", row.type_name());
   PromptExample ex;
   const char* used = nullptr;
-  const Json* messages = nullptr;
+  const OrderedJson* messages = nullptr;
   if (row.contains("messages") && !row["messages"].is_null()) {
     used = "messages";
     messages = &row["messages"];
@@ -66,7 +66,7 @@ PromptExample PromptRowReader::Impl::row(const Json& row) const {
     CHECK(chat_template.has_value(),
           "\"{}\" holds chat messages and the model has no chat template", used);
     ChatRequest request;
-    for (const Json& m : *messages) request.messages.push_back(m);
+    for (const OrderedJson& m : *messages) request.messages.push_back(m);
     request.add_generation_prompt = true;
     request.variables = chat_template_variables(options.chat_template_kwargs);
     ex.text = chat_template->render(build_chat_context(*chat, request), render_options);
@@ -111,7 +111,7 @@ std::vector<PromptExample> read_prompt_dataset(const std::string& path,
                                                const PromptDataOptions& options) {
   const PromptRowReader reader(tokenizer, chat, options);
   std::vector<PromptExample> out;
-  for_each_jsonl_row(path, [&](const Json& row, int64_t number) {
+  for_each_jsonl_row(path, [&](const OrderedJson& row, int64_t number) {
     PromptExample ex = reader.read(row);
     ex.line = number;
     if (!out.empty()) {

@@ -10,7 +10,7 @@ namespace fp8rl {
 
 namespace {
 
-using Json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;
 
 // One sequence cut to max_length, or an error naming it.
 void fit(std::vector<int32_t>& ids, const PreferenceDataOptions& o, const char* name) {
@@ -34,7 +34,7 @@ std::vector<RewardPair> read_reward_dataset(const std::string& path,
   o.max_length = int64_t{1} << 40;  // the whole sequence is checked here, after the join
   const PreferenceRowReader reader(tokenizer, chat, o);
   std::vector<RewardPair> out;
-  for_each_jsonl_row(path, [&](const Json& row, int64_t line) {
+  for_each_jsonl_row(path, [&](const OrderedJson& row, int64_t line) {
     RewardPair p;
     p.line = line;
     CHECK(row.is_object(), "a row must be a JSON object");
@@ -62,7 +62,7 @@ std::vector<RewardPair> read_reward_dataset(const std::string& path,
     fit(p.chosen, lim, "chosen");
     fit(p.rejected, lim, "rejected");
     if (row.contains("margin") && !row["margin"].is_null()) {
-      const Json& m = row["margin"];
+      const OrderedJson& m = row["margin"];
       CHECK(m.is_number() && std::isfinite(m.get<double>()),
             "\"margin\" must be a finite number, got {}", json_excerpt(m));
       p.margin = m.get<double>();

@@ -15,10 +15,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-std::string dump(const Json& j) {
-  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
 // A number or one of the strings JSON lacks numbers for; nullopt for anything else.
 std::optional<double> protocol_number(const Json& r) {
   if (r.is_number()) return r.get<double>();
@@ -84,31 +80,31 @@ RewardProcess::~RewardProcess() = default;
 
 std::string RewardProcess::request_line(const RewardBatch& batch) {
   std::string line = "{\"prompts\":";
-  line += dump(Json(batch.prompts));
+  line += json_line(Json(batch.prompts));
   line += ",\"completions\":";
-  line += dump(Json(batch.completions));
+  line += json_line(Json(batch.completions));
   line += ",\"completion_ids\":";
-  line += dump(Json(batch.completion_ids));
+  line += json_line(Json(batch.completion_ids));
   if (batch.columns.is_object()) {
     for (auto it = batch.columns.begin(); it != batch.columns.end(); ++it) {
       line += ',';
-      line += dump(Json(it.key()));
+      line += json_line(Json(it.key()));
       line += ':';
-      line += dump(*it);
+      line += json_line(*it);
     }
   }
   // Only when set, so a text batch outside a run is the line it always was.
   if (!batch.prompt_messages.is_null()) {
     line += ",\"prompt_messages\":";
-    line += dump(batch.prompt_messages);
+    line += json_line(batch.prompt_messages);
   }
   if (!batch.completion_messages.is_null()) {
     line += ",\"completion_messages\":";
-    line += dump(batch.completion_messages);
+    line += json_line(batch.completion_messages);
   }
   if (!batch.trainer_state.is_null()) {
     line += ",\"trainer_state\":";
-    line += dump(batch.trainer_state);
+    line += json_line(batch.trainer_state);
   }
   line += "}\n";
   return line;

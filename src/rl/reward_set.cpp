@@ -5,12 +5,9 @@
 #include <map>
 
 #include "core/check.h"
+#include "core/nan.h"
 
 namespace fp8rl {
-
-namespace {
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-}  // namespace
 
 RewardStats reward_stats(const std::vector<double>& values) {
   RewardStats s{kNaN, kNaN, 0};

@@ -25,20 +25,6 @@ const std::string& metadata_value(const SafetensorsFile& file, const std::string
   return it->second;
 }
 
-int64_t parse_count(const SafetensorsFile& file, const std::string& key) {
-  const std::string& text = metadata_value(file, key);
-  size_t used = 0;
-  int64_t value = -1;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  CHECK(used == text.size() && value >= 0,
-        "optimizer state '{}': metadata '{}' = '{}' is not a count", file.path(), key, text);
-  return value;
-}
-
 }  // namespace
 
 void AdamWConfig::validate() const {
@@ -176,7 +162,7 @@ void Optimizer::load_state(const SafetensorsFile& file) {
         "cannot resume from '{}': optim was {} in the checkpoint, this run has {}; it cannot "
         "change on resume",
         file.path(), kind, name());
-  const int64_t n = parse_count(file, kParamsKey);
+  const int64_t n = file.metadata_count(kParamsKey, "optimizer state");
   CHECK(n == num_params_, "optimizer state '{}' is over {} parameters, this optimizer over {}",
         file.path(), n, num_params_);
   const std::string& hyper = metadata_value(file, kHyperKey);
@@ -185,7 +171,7 @@ void Optimizer::load_state(const SafetensorsFile& file) {
         "cannot resume from '{}': {}; the optimizer's state was built with it, so it cannot "
         "change on resume",
         file.path(), mismatch);
-  const int64_t steps = parse_count(file, kStepKey);
+  const int64_t steps = file.metadata_count(kStepKey, "optimizer state");
   load_tensors(file);
   steps_ = steps;
 }
@@ -284,7 +270,7 @@ std::span<const float> Sgd::momentum_buffer() const {
 void Sgd::load_tensors(const SafetensorsFile& file) {
   if (file.find("momentum_buffer") == nullptr) {
     // torch has no buffer before the first step with momentum; after one it must be there.
-    CHECK(config_.momentum == 0.0 || parse_count(file, kStepKey) == 0,
+    CHECK(config_.momentum == 0.0 || file.metadata_count(kStepKey, "optimizer state") == 0,
           "optimizer state '{}': tensor 'momentum_buffer' is missing", file.path());
     started_ = false;
     return;

@@ -16,7 +16,7 @@
 namespace fp8rl {
 namespace {
 
-using Json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;
 
 // One row is one JSON value; the JSON reading policy's own size limit.
 constexpr uint64_t kMaxLineBytes = uint64_t{64} << 20;
@@ -40,14 +40,15 @@ struct RowReader {
     return *tokenizer_or_null;
   }
 
-  SftExample row(const Json& row) const;
-  SftExample token_row(const Json& ids, const Json* completion_mask) const;
-  SftExample text_row(const Json& text) const;
-  SftExample prompt_completion_row(const Json& prompt, const Json& completion,
-                                   const Json& tools) const;
-  SftExample chat_row(const Json& messages, size_t first_completion, const Json& tools) const;
-  std::vector<int32_t> render_tokens(const Json& messages, size_t count, bool generation_prompt,
-                                     const Json& tools) const;
+  SftExample row(const OrderedJson& row) const;
+  SftExample token_row(const OrderedJson& ids, const OrderedJson* completion_mask) const;
+  SftExample text_row(const OrderedJson& text) const;
+  SftExample prompt_completion_row(const OrderedJson& prompt, const OrderedJson& completion,
+                                   const OrderedJson& tools) const;
+  SftExample chat_row(const OrderedJson& messages, size_t first_completion,
+                      const OrderedJson& tools) const;
+  std::vector<int32_t> render_tokens(const OrderedJson& messages, size_t count,
+                                     bool generation_prompt, const OrderedJson& tools) const;
   void append_eos(std::vector<int32_t>& ids) const;
   // An example of n tokens is longer than max_length only with truncation (an error naming
   // both otherwise).
@@ -55,26 +56,26 @@ struct RowReader {
 };
 
 // A field that is absent or null (a column this row does not use) is nullptr.
-const Json* field(const Json& row, std::string_view key) {
+const OrderedJson* field(const OrderedJson& row, std::string_view key) {
   const auto it = row.find(key);
   return it == row.end() || it->is_null() ? nullptr : &*it;
 }
 
-const std::string& string_field(const Json& value, std::string_view name) {
+const std::string& string_field(const OrderedJson& value, std::string_view name) {
   CHECK(value.is_string(), "\"{}\" must be a string, got {}", name, value.type_name());
   CHECK(!value.get_ref<const std::string&>().empty(), "\"{}\" is an empty string", name);
   return value.get_ref<const std::string&>();
 }
 
-void check_messages(const Json& messages, std::string_view name) {
+void check_messages(const OrderedJson& messages, std::string_view name) {
   CHECK(messages.is_array(), "\"{}\" must be a list of {{role, content}} messages, got {}", name,
         messages.type_name());
   CHECK(!messages.empty(), "\"{}\" is an empty list", name);
   for (size_t i = 0; i < messages.size(); ++i) {
-    const Json& m = messages[i];
+    const OrderedJson& m = messages[i];
     CHECK(m.is_object(), "{}[{}] must be a {{role, content}} object, got {}", name, i,
           m.type_name());
-    const Json* role = field(m, "role");
+    const OrderedJson* role = field(m, "role");
     CHECK(role != nullptr && role->is_string(), "{}[{}] has no string \"role\"", name, i);
   }
 }
@@ -83,7 +84,7 @@ bool is_prefix(const std::vector<int32_t>& prefix, const std::vector<int32_t>& i
   return prefix.size() <= ids.size() && std::equal(prefix.begin(), prefix.end(), ids.begin());
 }
 
-std::string keys_of(const Json& row) {
+std::string keys_of(const OrderedJson& row) {
   std::string keys;
   for (const auto& [key, value] : row.items()) {
     if (keys.size() > 80) return keys + ", ...";
@@ -104,12 +105,12 @@ void RowReader::append_eos(std::vector<int32_t>& ids) const {
   if (ids.empty() || ids.back() != options.eos_token_id) ids.push_back(options.eos_token_id);
 }
 
-SftExample RowReader::token_row(const Json& ids, const Json* completion_mask) const {
+SftExample RowReader::token_row(const OrderedJson& ids, const OrderedJson* completion_mask) const {
   CHECK(ids.is_array(), "\"input_ids\" must be a list of token ids, got {}", ids.type_name());
   CHECK(!ids.empty(), "\"input_ids\" is an empty list");
   SftExample ex;
   for (size_t i = 0; i < ids.size(); ++i) {
-    const Json& id = ids[i];
+    const OrderedJson& id = ids[i];
     CHECK(id.is_number_integer(), "input_ids[{}] must be an integer, got {}", i,
           json_excerpt(id, 24));
     const bool in_vocab = id.is_number_unsigned()
@@ -121,7 +122,7 @@ SftExample RowReader::token_row(const Json& ids, const Json* completion_mask) co
   }
   ex.loss_mask.assign(ex.input_ids.size(), 1);
   if (completion_mask != nullptr && options.completion_only_loss.value_or(true)) {
-    const Json& m = *completion_mask;
+    const OrderedJson& m = *completion_mask;
     CHECK(m.is_array() && m.size() == ids.size(),
           "\"completion_mask\" must be a list of as many 0/1 as input_ids ({})", ids.size());
     for (size_t i = 0; i < m.size(); ++i) {
@@ -133,7 +134,7 @@ SftExample RowReader::token_row(const Json& ids, const Json* completion_mask) co
   return ex;
 }
 
-SftExample RowReader::text_row(const Json& text) const {
+SftExample RowReader::text_row(const OrderedJson& text) const {
   SftExample ex;
   ex.input_ids = tokenizer().encode(string_field(text, options.dataset_text_field), true);
   append_eos(ex.input_ids);
@@ -141,13 +142,14 @@ SftExample RowReader::text_row(const Json& text) const {
   return ex;
 }
 
-SftExample RowReader::prompt_completion_row(const Json& prompt, const Json& completion,
-                                            const Json& tools) const {
+SftExample RowReader::prompt_completion_row(const OrderedJson& prompt,
+                                            const OrderedJson& completion,
+                                            const OrderedJson& tools) const {
   if (prompt.is_array() || completion.is_array()) {
     check_messages(prompt, "prompt");
     check_messages(completion, "completion");
-    Json messages = prompt;
-    for (const Json& m : completion) messages.push_back(m);
+    OrderedJson messages = prompt;
+    for (const OrderedJson& m : completion) messages.push_back(m);
     return chat_row(messages, prompt.size(), tools);
   }
   const std::string& p = string_field(prompt, "prompt");
@@ -169,8 +171,9 @@ SftExample RowReader::prompt_completion_row(const Json& prompt, const Json& comp
   return ex;
 }
 
-std::vector<int32_t> RowReader::render_tokens(const Json& messages, size_t count,
-                                              bool generation_prompt, const Json& tools) const {
+std::vector<int32_t> RowReader::render_tokens(const OrderedJson& messages, size_t count,
+                                              bool generation_prompt,
+                                              const OrderedJson& tools) const {
   ChatRequest request;
   for (size_t i = 0; i < count; ++i) request.messages.push_back(messages[i]);
   request.add_generation_prompt = generation_prompt;
@@ -181,8 +184,8 @@ std::vector<int32_t> RowReader::render_tokens(const Json& messages, size_t count
       chat_template->render(build_chat_context(*chat, request), render_options), false);
 }
 
-SftExample RowReader::chat_row(const Json& messages, size_t first_completion,
-                               const Json& tools) const {
+SftExample RowReader::chat_row(const OrderedJson& messages, size_t first_completion,
+                               const OrderedJson& tools) const {
   CHECK(chat_template != nullptr,
         "conversational rows need a chat template, and the tokenizer has none");
   SftExample ex;
@@ -237,24 +240,24 @@ SftExample RowReader::chat_row(const Json& messages, size_t first_completion,
   return ex;
 }
 
-SftExample RowReader::row(const Json& row) const {
+SftExample RowReader::row(const OrderedJson& row) const {
   CHECK(row.is_object(), "a row must be a JSON object, got {}", row.type_name());
   SftExample ex;
   // apply_chat_template's tools (None when absent) for conversational rows.
-  const Json tools = field(row, "tools") ? row["tools"] : Json(nullptr);
-  if (const Json* ids = field(row, "input_ids")) {
+  const OrderedJson tools = field(row, "tools") ? row["tools"] : OrderedJson(nullptr);
+  if (const OrderedJson* ids = field(row, "input_ids")) {
     ex = token_row(*ids, field(row, "completion_mask"));
-  } else if (const Json* messages = field(row, "messages")) {
+  } else if (const OrderedJson* messages = field(row, "messages")) {
     check_messages(*messages, "messages");
     ex = chat_row(*messages, 0, tools);
   } else if (field(row, "prompt") || field(row, "completion")) {
-    const Json* prompt = field(row, "prompt");
-    const Json* completion = field(row, "completion");
+    const OrderedJson* prompt = field(row, "prompt");
+    const OrderedJson* completion = field(row, "completion");
     CHECK(prompt != nullptr, "a row with \"completion\" needs a \"prompt\"");
     CHECK(completion != nullptr,
           "a row with \"prompt\" needs a \"completion\" (prompt-only rows are for RL, not SFT)");
     ex = prompt_completion_row(*prompt, *completion, tools);
-  } else if (const Json* text = field(row, options.dataset_text_field)) {
+  } else if (const OrderedJson* text = field(row, options.dataset_text_field)) {
     ex = text_row(*text);
   } else {
     RAISE(

@@ -15,22 +15,6 @@ constexpr const char* kGlobalStepKey = "train.global_step";
 constexpr const char* kSkippedKey = "train.skipped_steps";
 constexpr const char* kSettingsKey = "train.settings";
 
-int64_t parse_count(const SafetensorsFile& file, const std::string& key) {
-  auto it = file.metadata().find(key);
-  CHECK(it != file.metadata().end(), "training state '{}': metadata '{}' is missing", file.path(),
-        key);
-  size_t used = 0;
-  int64_t value = -1;
-  try {
-    value = std::stoll(it->second, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  CHECK(used == it->second.size() && value >= 0,
-        "training state '{}': metadata '{}' = '{}' is not a count", file.path(), key, it->second);
-  return value;
-}
-
 }  // namespace
 
 void TrainStepConfig::validate() const {
@@ -106,8 +90,8 @@ void TrainStep::load_state(const SafetensorsFile& file) {
       it->second, settings(), {"num_training_steps", "num_warmup_steps", "max_grad_norm"});
   CHECK(mismatch.empty(), "cannot resume from '{}': {}; it cannot change on resume", file.path(),
         mismatch);
-  const int64_t global_step = parse_count(file, kGlobalStepKey);
-  const int64_t skipped = parse_count(file, kSkippedKey);
+  const int64_t global_step = file.metadata_count(kGlobalStepKey, "training state");
+  const int64_t skipped = file.metadata_count(kSkippedKey, "training state");
   CHECK(skipped <= global_step, "training state '{}': {} skipped of {} steps", file.path(), skipped,
         global_step);
   optimizer_->load_state(file);

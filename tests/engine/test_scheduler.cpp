@@ -17,7 +17,7 @@ using test::FakeRequest;
 using test::Outputs;
 using test::run_alone;
 
-std::vector<int32_t> iota_tokens(int32_t n, int32_t first) {
+std::vector<int32_t> counting_tokens(int32_t n, int32_t first) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   std::iota(t.begin(), t.end(), first);
   return t;
@@ -27,14 +27,14 @@ TEST(Scheduler, RejectsARequestThatCanNeverFitThePool) {
   Scheduler s({.num_blocks = 4, .block_size = 16});
   EXPECT_TRUE(s.fits_ever(64));
   EXPECT_FALSE(s.fits_ever(65));
-  const std::vector<int32_t> prompt = iota_tokens(60, 0);
+  const std::vector<int32_t> prompt = counting_tokens(60, 0);
   EXPECT_THROW(s.add_request(0, prompt, 1, 5), Error);
   EXPECT_EQ(s.add_request(0, prompt, 1, 4), 0);
   EXPECT_THROW(s.add_request(1, std::vector<int32_t>{}, 1, 4), Error);
 }
 
 TEST(Scheduler, ChunkedPrefillRespectsTheTokenBudget) {
-  const FakeRequest r{iota_tokens(100, 0), 2, 10};
+  const FakeRequest r{counting_tokens(100, 0), 2, 10};
   Scheduler s({.num_blocks = 64, .block_size = 16, .max_num_batched_tokens = 32});
   FakeEngine e(s);
   e.add(0, r);
@@ -55,12 +55,12 @@ TEST(Scheduler, ChunkedPrefillRespectsTheTokenBudget) {
 TEST(Scheduler, DecodesGoFirstThenPrefillChunks) {
   Scheduler s({.num_blocks = 64, .block_size = 16, .max_num_batched_tokens = 16});
   FakeEngine e(s);
-  e.add(0, {iota_tokens(5, 0), 1, 20});
+  e.add(0, {counting_tokens(5, 0), 1, 20});
   StepPlan plan = e.step();
   ASSERT_EQ(plan.chunks.size(), 1u);
   EXPECT_EQ(plan.chunks[0].num_samples, 1);
   const int64_t a = plan.chunks[0].seq;
-  const int64_t b = e.add(1, {iota_tokens(40, 100), 1, 5});
+  const int64_t b = e.add(1, {counting_tokens(40, 100), 1, 5});
   for (int64_t start_b : {0, 15}) {
     plan = e.step();
     ASSERT_EQ(plan.chunks.size(), 2u);
@@ -76,7 +76,7 @@ TEST(Scheduler, DecodesGoFirstThenPrefillChunks) {
 TEST(Scheduler, MaxNumSeqsBoundsAdmissionFifo) {
   Scheduler s({.num_blocks = 64, .block_size = 16, .max_num_seqs = 2});
   FakeEngine e(s);
-  for (int64_t r = 0; r < 3; ++r) e.add(r, {iota_tokens(4, int32_t(10 * r)), 1, 3});
+  for (int64_t r = 0; r < 3; ++r) e.add(r, {counting_tokens(4, int32_t(10 * r)), 1, 3});
   const StepPlan plan = e.step();
   ASSERT_EQ(plan.chunks.size(), 2u);
   EXPECT_EQ(plan.chunks[0].seq, 0);
@@ -88,7 +88,7 @@ TEST(Scheduler, MaxNumSeqsBoundsAdmissionFifo) {
 TEST(Scheduler, ForkSharesThePromptAndCopiesTheSharedPartialBlockOnce) {
   Scheduler s({.num_blocks = 32, .block_size = 16});
   FakeEngine e(s);
-  e.add(0, {iota_tokens(20, 0), 3, 4});
+  e.add(0, {counting_tokens(20, 0), 3, 4});
   StepPlan plan = e.step();
   ASSERT_EQ(plan.chunks.size(), 1u);
   EXPECT_EQ(plan.chunks[0].num_samples, 3);
@@ -105,7 +105,7 @@ TEST(Scheduler, ForkSharesThePromptAndCopiesTheSharedPartialBlockOnce) {
   EXPECT_EQ(s.stats().blocks_used, 4);
   EXPECT_EQ(s.block_manager().ref_count(t0[0]), 3);  // the full block is still shared
   e.run();
-  EXPECT_EQ(e.outputs(), run_alone({{iota_tokens(20, 0), 3, 4}}));
+  EXPECT_EQ(e.outputs(), run_alone({{counting_tokens(20, 0), 3, 4}}));
   EXPECT_EQ(s.stats().blocks_used, 0);
 }
 
@@ -113,7 +113,7 @@ TEST(Scheduler, IdenticalPromptReusesCachedBlocksButComputesTheLastBlock) {
   for (bool caching : {true, false}) {
     Scheduler s({.num_blocks = 32, .block_size = 16, .prefix_caching = caching});
     FakeEngine e(s);
-    const FakeRequest r{iota_tokens(32, 0), 1, 1};
+    const FakeRequest r{counting_tokens(32, 0), 1, 1};
     e.add(0, r);
     e.run();
     e.add(1, r);
@@ -129,7 +129,8 @@ TEST(Scheduler, IdenticalPromptReusesCachedBlocksButComputesTheLastBlock) {
 
 TEST(Scheduler, PreemptsTheNewestByRecomputeAndResumesItToTheSameTokens) {
   // 6 blocks = 96 slots; each request may grow to 90 tokens, so both cannot live together.
-  const std::vector<FakeRequest> reqs{{iota_tokens(30, 0), 1, 60}, {iota_tokens(30, 500), 1, 60}};
+  const std::vector<FakeRequest> reqs{{counting_tokens(30, 0), 1, 60},
+                                      {counting_tokens(30, 500), 1, 60}};
   Scheduler s({.num_blocks = 6, .block_size = 16, .max_num_batched_tokens = 16});
   FakeEngine e(s);
   const int64_t a = e.add(0, reqs[0]);
@@ -161,7 +162,7 @@ TEST(Scheduler, PreemptsTheNewestByRecomputeAndResumesItToTheSameTokens) {
 
 TEST(Scheduler, ForkSamplesThatCannotLiveTogetherPreemptEachOther) {
   // 4 samples of up to 60 tokens (4 blocks each) in a pool of 6 blocks.
-  const std::vector<FakeRequest> reqs{{iota_tokens(20, 0), 4, 40}};
+  const std::vector<FakeRequest> reqs{{counting_tokens(20, 0), 4, 40}};
   for (bool caching : {true, false}) {
     Scheduler s({.num_blocks = 6, .block_size = 16, .prefix_caching = caching});
     FakeEngine e(s);
@@ -175,7 +176,7 @@ TEST(Scheduler, ForkSamplesThatCannotLiveTogetherPreemptEachOther) {
 
 TEST(Scheduler, ProtocolMisuseIsAnError) {
   Scheduler s({.num_blocks = 8, .block_size = 16});
-  const int64_t id = s.add_request(0, iota_tokens(8, 0), 2, 4);
+  const int64_t id = s.add_request(0, counting_tokens(8, 0), 2, 4);
   StepPlan plan = s.schedule();
   EXPECT_THROW(s.schedule(), Error);           // the previous plan is not committed
   EXPECT_THROW(s.append_token(id, 1), Error);  // its last token is not computed yet
@@ -196,8 +197,8 @@ TEST(Scheduler, ProtocolMisuseIsAnError) {
 std::vector<FakeRequest> random_requests(uint64_t seed, int count) {
   std::mt19937_64 rng(seed);
   auto rnd = [&](int64_t n) { return int64_t(rng() % uint64_t(n)); };
-  const std::vector<std::vector<int32_t>> stems{iota_tokens(48, 0), iota_tokens(21, 200),
-                                                iota_tokens(64, 400)};
+  const std::vector<std::vector<int32_t>> stems{counting_tokens(48, 0), counting_tokens(21, 200),
+                                                counting_tokens(64, 400)};
   std::vector<FakeRequest> reqs;
   for (int i = 0; i < count; ++i) {
     FakeRequest r;

@@ -10,7 +10,7 @@
 namespace fp8rl {
 namespace {
 
-constexpr int64_t kBs = 16;
+constexpr int64_t kPrefixBlock = 16;
 
 // A decode row per (table, tokens in the cache after the step).
 struct Row {
@@ -22,10 +22,10 @@ StepInput decode_step(const std::vector<Row>& rows) {
   StepInput in;
   for (const Row& r : rows) {
     const int32_t token = 1;
-    in.add_sequence({&token, 1}, r.context - 1, r.table, kBs, StepInput::Logits::last);
+    in.add_sequence({&token, 1}, r.context - 1, r.table, kPrefixBlock, StepInput::Logits::last);
   }
   in.pack_block_tables();
-  describe_shared_prefixes(in, kBs);
+  describe_shared_prefixes(in, kPrefixBlock);
   return in;
 }
 
@@ -61,8 +61,8 @@ using Groups = std::vector<std::pair<std::vector<int32_t>, int32_t>>;
 TEST(SharedPrefix, ForkedSamplesShareTheirFullPromptBlocks) {
   // Four samples of a 3.3-block prompt, 5 tokens into their private copy of the last block.
   std::vector<Row> rows;
-  for (int32_t i = 0; i < 4; ++i) rows.push_back({{10, 11, 12, 20 + i}, 3 * kBs + 5});
-  EXPECT_EQ(groups_of(decode_step(rows)), (Groups{{{0, 1, 2, 3}, int32_t(3 * kBs)}}));
+  for (int32_t i = 0; i < 4; ++i) rows.push_back({{10, 11, 12, 20 + i}, 3 * kPrefixBlock + 5});
+  EXPECT_EQ(groups_of(decode_step(rows)), (Groups{{{0, 1, 2, 3}, int32_t(3 * kPrefixBlock)}}));
 }
 
 TEST(SharedPrefix, UnrelatedSequencesFormNoGroup) {
@@ -74,42 +74,43 @@ TEST(SharedPrefix, UnrelatedSequencesFormNoGroup) {
 
 TEST(SharedPrefix, StopsAtTheFirstDifferingBlock) {
   EXPECT_EQ(groups_of(decode_step({{{1, 2, 3, 4}, 60}, {{1, 2, 5, 6}, 60}})),
-            (Groups{{{0, 1}, int32_t(2 * kBs)}}));
+            (Groups{{{0, 1}, int32_t(2 * kPrefixBlock)}}));
 }
 
 TEST(SharedPrefix, StopsBeforeTheBlockOfThePosition) {
   // Both tables hold blocks 1, 2, 3; the query at position 39 sits in the third (a partial
   // block written this step), so only the first two are shared.
   EXPECT_EQ(groups_of(decode_step({{{1, 2, 3}, 40}, {{1, 2, 3}, 40}})),
-            (Groups{{{0, 1}, int32_t(2 * kBs)}}));
+            (Groups{{{0, 1}, int32_t(2 * kPrefixBlock)}}));
   // Position 32 is the first slot of block 2: blocks 1 and 2 lie below it (0..31).
   EXPECT_EQ(groups_of(decode_step({{{1, 2, 3}, 33}, {{1, 2, 3}, 33}})),
-            (Groups{{{0, 1}, int32_t(2 * kBs)}}));
+            (Groups{{{0, 1}, int32_t(2 * kPrefixBlock)}}));
   // Position 31 is the last slot of the second block: only the first lies below it.
   EXPECT_EQ(groups_of(decode_step({{{1, 2, 3}, 32}, {{1, 2, 3}, 32}})),
-            (Groups{{{0, 1}, int32_t(kBs)}}));
+            (Groups{{{0, 1}, int32_t(kPrefixBlock)}}));
   // Position 15 is inside the first block: no prefix at all.
   EXPECT_EQ(groups_of(decode_step({{{1, 2, 3}, 16}, {{1, 2, 3}, 16}})), Groups{});
 }
 
 TEST(SharedPrefix, StopsAtTheShortestMember) {
   EXPECT_EQ(groups_of(decode_step({{{1, 2, 3, 4, 5, 6, 7}, 100}, {{1, 2, 3, 4}, 40}})),
-            (Groups{{{0, 1}, int32_t(2 * kBs)}}));
+            (Groups{{{0, 1}, int32_t(2 * kPrefixBlock)}}));
 }
 
 TEST(SharedPrefix, SplitsPromptsThatShareOnlyTheirFirstBlocks) {
   // Prompts A (3 samples) and B (2) share a template block 1, then differ; C shares block 1
   // alone and runs per sequence; D is unrelated. Rows interleaved.
   const StepInput in = decode_step({
-      {{1, 2, 3, 40}, 3 * kBs + 2},  // A
-      {{1, 5, 6, 50}, 3 * kBs + 2},  // B
-      {{1, 7, 8, 9}, 4 * kBs},       // C
-      {{1, 2, 3, 41}, 3 * kBs + 2},  // A
-      {{30, 31}, 2 * kBs},           // D
-      {{1, 5, 6, 51}, 3 * kBs + 2},  // B
-      {{1, 2, 3, 42}, 3 * kBs + 2},  // A
+      {{1, 2, 3, 40}, 3 * kPrefixBlock + 2},  // A
+      {{1, 5, 6, 50}, 3 * kPrefixBlock + 2},  // B
+      {{1, 7, 8, 9}, 4 * kPrefixBlock},       // C
+      {{1, 2, 3, 41}, 3 * kPrefixBlock + 2},  // A
+      {{30, 31}, 2 * kPrefixBlock},           // D
+      {{1, 5, 6, 51}, 3 * kPrefixBlock + 2},  // B
+      {{1, 2, 3, 42}, 3 * kPrefixBlock + 2},  // A
   });
-  EXPECT_EQ(groups_of(in), (Groups{{{0, 3, 6}, int32_t(3 * kBs)}, {{1, 5}, int32_t(3 * kBs)}}));
+  EXPECT_EQ(groups_of(in),
+            (Groups{{{0, 3, 6}, int32_t(3 * kPrefixBlock)}, {{1, 5}, int32_t(3 * kPrefixBlock)}}));
   EXPECT_EQ(in.prefix_len_of_seq[2], 0);
   EXPECT_EQ(in.prefix_len_of_seq[4], 0);
 }
@@ -117,19 +118,19 @@ TEST(SharedPrefix, SplitsPromptsThatShareOnlyTheirFirstBlocks) {
 TEST(SharedPrefix, KeepsTheCommonPartWhenEveryPartIsAlone) {
   // Three prompts sharing two blocks, one sample each: one group of the two blocks.
   EXPECT_EQ(groups_of(decode_step({{{1, 2, 3}, 45}, {{1, 2, 4}, 45}, {{1, 2, 5}, 45}})),
-            (Groups{{{0, 1, 2}, int32_t(2 * kBs)}}));
+            (Groups{{{0, 1, 2}, int32_t(2 * kPrefixBlock)}}));
 }
 
 TEST(SharedPrefix, PrefillChunksAndPaddingAreNeverGrouped) {
   StepInput in;
   const std::vector<int32_t> table{1, 2, 3, 4};
   const std::vector<int32_t> tokens(8, 1);
-  in.add_sequence({tokens.data(), 8}, 40, table, kBs, StepInput::Logits::last);  // a chunk
-  in.add_sequence({tokens.data(), 1}, 47, table, kBs, StepInput::Logits::last);
+  in.add_sequence({tokens.data(), 8}, 40, table, kPrefixBlock, StepInput::Logits::last);  // a chunk
+  in.add_sequence({tokens.data(), 1}, 47, table, kPrefixBlock, StepInput::Logits::last);
   in.add_padding_sequence(99);
   in.add_padding_sequence(99);
   in.pack_block_tables();
-  describe_shared_prefixes(in, kBs);
+  describe_shared_prefixes(in, kPrefixBlock);
   EXPECT_EQ(groups_of(in), Groups{});
 }
 
@@ -139,13 +140,13 @@ TEST(SharedPrefix, FillsTheCapacityOfTheBatch) {
   const int32_t token = 1;
   for (const std::vector<int32_t>& t :
        {std::vector<int32_t>{3, 4, 5}, std::vector<int32_t>{3, 4, 6}})
-    in.add_sequence({&token, 1}, 39, t, kBs, StepInput::Logits::last);
+    in.add_sequence({&token, 1}, 39, t, kPrefixBlock, StepInput::Logits::last);
   for (int i = 0; i < 3; ++i) in.add_padding_sequence(99);
   in.pack_block_tables();
-  describe_shared_prefixes(in, kBs);
-  EXPECT_EQ(groups_of(in), (Groups{{{0, 1}, int32_t(2 * kBs)}}));
+  describe_shared_prefixes(in, kPrefixBlock);
+  EXPECT_EQ(groups_of(in), (Groups{{{0, 1}, int32_t(2 * kPrefixBlock)}}));
   EXPECT_EQ(in.prefix_cu_members, (std::vector<int32_t>{0, 2, 2}));
-  EXPECT_EQ(in.prefix_lens, (std::vector<int32_t>{int32_t(2 * kBs), 0}));
+  EXPECT_EQ(in.prefix_lens, (std::vector<int32_t>{int32_t(2 * kPrefixBlock), 0}));
 }
 
 TEST(SharedPrefix, DropsGroupsBelowTheMinimumPrefix) {
@@ -157,14 +158,15 @@ TEST(SharedPrefix, DropsGroupsBelowTheMinimumPrefix) {
     for (const std::vector<int32_t>& t :
          {std::vector<int32_t>{1, 2, 3, 10}, std::vector<int32_t>{1, 2, 3, 11},
           std::vector<int32_t>{5, 20, 21, 22}, std::vector<int32_t>{5, 30, 31, 32}})
-      in.add_sequence({&token, 1}, 4 * kBs - 1, t, kBs, StepInput::Logits::last);
+      in.add_sequence({&token, 1}, 4 * kPrefixBlock - 1, t, kPrefixBlock, StepInput::Logits::last);
     in.pack_block_tables();
-    describe_shared_prefixes(in, kBs, min_tokens);
+    describe_shared_prefixes(in, kPrefixBlock, min_tokens);
     return groups_of(in);
   };
-  EXPECT_EQ(step(0), (Groups{{{0, 1}, int32_t(3 * kBs)}, {{2, 3}, int32_t(kBs)}}));
-  EXPECT_EQ(step(2 * kBs), (Groups{{{0, 1}, int32_t(3 * kBs)}}));
-  EXPECT_EQ(step(4 * kBs), Groups{});
+  EXPECT_EQ(step(0),
+            (Groups{{{0, 1}, int32_t(3 * kPrefixBlock)}, {{2, 3}, int32_t(kPrefixBlock)}}));
+  EXPECT_EQ(step(2 * kPrefixBlock), (Groups{{{0, 1}, int32_t(3 * kPrefixBlock)}}));
+  EXPECT_EQ(step(4 * kPrefixBlock), Groups{});
 }
 
 TEST(SharedPrefix, UploadedWithTheStep) {
@@ -172,7 +174,7 @@ TEST(SharedPrefix, UploadedWithTheStep) {
   Arena arena;
   Context ctx{Device::cpu, &arena};
   std::vector<Row> rows;
-  for (int32_t i = 0; i < 3; ++i) rows.push_back({{10, 11, 20 + i}, 2 * kBs + 1});
+  for (int32_t i = 0; i < 3; ++i) rows.push_back({{10, 11, 20 + i}, 2 * kPrefixBlock + 1});
   StepInput in = decode_step(rows);
   std::vector<int32_t> storage(size_t(step_elements(in)), -7);
   const StepBatch b =
@@ -181,14 +183,14 @@ TEST(SharedPrefix, UploadedWithTheStep) {
   EXPECT_EQ(b.attn.prefix_cu_members.numel(), 2);
   EXPECT_EQ(b.attn.prefix_members.numel(), 3);
   EXPECT_EQ(b.attn.prefix_lens.numel(), 1);
-  EXPECT_EQ(b.attn.prefix_lens.ptr<int32_t>()[0], int32_t(2 * kBs));
+  EXPECT_EQ(b.attn.prefix_lens.ptr<int32_t>()[0], int32_t(2 * kPrefixBlock));
   const int32_t* len_of_seq = b.attn.prefix_len_of_seq.ptr<int32_t>();
   EXPECT_EQ(std::vector<int32_t>(len_of_seq, len_of_seq + 3), in.prefix_len_of_seq);
   // Without a description the step is smaller and the batch has none.
   StepInput plain;
   for (const Row& r : rows) {
     const int32_t token = 1;
-    plain.add_sequence({&token, 1}, r.context - 1, r.table, kBs, StepInput::Logits::last);
+    plain.add_sequence({&token, 1}, r.context - 1, r.table, kPrefixBlock, StepInput::Logits::last);
   }
   plain.pack_block_tables();
   EXPECT_EQ(step_elements(plain) + shared_prefix_elements(3), step_elements(in));

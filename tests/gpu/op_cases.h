@@ -2,6 +2,7 @@
 // op_cases.cpp registers them, perf_cases.cpp times ops at prefill sizes.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -13,6 +14,17 @@
 #include "ops/memory.h"
 
 namespace fp8rl::gpu_test {
+
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// A negative control: the comparison of a deliberately wrong result must fail.
+inline Check must_exceed(Check c) {
+  c.what = "negative control: " + c.what + " exceeds the bound";
+  c.ok = std::isfinite(c.err) && c.err > c.bound;
+  return c;
+}
 
 // "op params" case names; "K=v K=v" parameter lists.
 std::string fmtname(const char* op, const std::string& params);

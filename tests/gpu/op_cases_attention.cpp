@@ -71,11 +71,6 @@ void attention_case(Harness& h, Outcome& o, int64_t t, int64_t first, int64_t hq
 // of bf16(code * scale), the values the kernels read, so the same bounds hold; a wrong V scale
 // breaks them (negative control). The contiguous-attention check is skipped: that runs the
 // wgmma kernel at D = 128, while FP8 pools run the mma.sync kernel.
-namespace {
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-}  // namespace
 
 PagedPools make_paged_pools(Harness& h, const Tensor& k_all, const Tensor& v_all,
                             const Tensor& mapping, int64_t blocks, int64_t hkv, int64_t d,

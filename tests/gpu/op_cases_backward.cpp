@@ -28,23 +28,12 @@ namespace {
 
 constexpr float kEps = 1e-6f;
 
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-
 // Host f32 values uniform in [-bound, bound] with all 24 bits (gradients are not bf16).
 Tensor f32_values(Shape s, uint64_t seed, float bound = 1.0f) {
   Tensor t = Tensor::empty(s, DType::f32);
   for (int64_t i = 0; i < t.numel(); ++i)
     t.ptr<float>()[i] = uniform_hash(seed, uint64_t(i), bound);
   return t;
-}
-
-// A negative control: the comparison of a deliberately wrong result must fail.
-Check must_exceed(Check c) {
-  c.what = "negative control: " + c.what + " exceeds the bound";
-  c.ok = std::isfinite(c.err) && c.err > c.bound;
-  return c;
 }
 
 // Positions pos0 + i and the frequencies of a head dim, on the host and on the device.

@@ -39,12 +39,6 @@ struct CpuBf16 {
   CpuBf16() { ctx.bf16_activations = true; }
 };
 
-Check must_exceed(Check c) {
-  c.what = "negative control: " + c.what + " exceeds the bound";
-  c.ok = std::isfinite(c.err) && c.err > c.bound;
-  return c;
-}
-
 // How many elements of two i32 tensors differ.
 double ids_differing(const Tensor& a, const Tensor& b) {
   int64_t n = 0;

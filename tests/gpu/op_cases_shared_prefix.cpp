@@ -32,10 +32,6 @@ namespace {
 
 constexpr int64_t kBlock = 16;
 
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-
 // The description of `groups` (member sequence indices each) sharing `prefix` keys, at the
 // capacities of S sequences, on the device.
 void describe(Harness& h, ops::PagedBatch& b, const std::vector<std::vector<int32_t>>& groups,

@@ -26,7 +26,7 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string temp_dir(const std::string& name) {
+std::string moe_temp_dir(const std::string& name) {
   const fs::path p =
       fs::temp_directory_path() / ("fp8rl_moe_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
@@ -34,7 +34,7 @@ std::string temp_dir(const std::string& name) {
 }
 
 template <typename Fn>
-void expect_error(Fn&& fn, const std::string& fragment) {
+void expect_moe_error(Fn&& fn, const std::string& fragment) {
   try {
     fn();
     ADD_FAILURE() << "expected an error containing '" << fragment << "'";
@@ -105,7 +105,7 @@ void write_fused(const std::string& src, const std::string& dst) {
 // The tiny model, written once per test binary in both layouts.
 struct TinyMoe {
   std::string hub, fused;
-  TinyMoe() : hub(temp_dir("hub")), fused(temp_dir("fused")) {
+  TinyMoe() : hub(moe_temp_dir("hub")), fused(moe_temp_dir("fused")) {
     write_random_checkpoint(tiny_config(), hub, 7);
     write_fused(hub, fused);
   }
@@ -213,20 +213,20 @@ TEST(MoeRoute, ReplayKeepsTheGivenExpertsAndRecomputesTheirWeights) {
   // Bad replayed ids name the token.
   const int32_t out_of_range[6] = {2, 4, 0, 1, 0, 1};
   std::memcpy(ids.view().data, out_of_range, sizeof(out_of_range));
-  expect_error([&] { ops::moe_route(cpu.ctx, x, router, true, w, ids, true); },
-               "moe_route: replayed expert 4 of token 0 is outside [0, 4)");
+  expect_moe_error([&] { ops::moe_route(cpu.ctx, x, router, true, w, ids, true); },
+                   "moe_route: replayed expert 4 of token 0 is outside [0, 4)");
   const int32_t twice[6] = {2, 3, 0, 1, 1, 1};
   std::memcpy(ids.view().data, twice, sizeof(twice));
-  expect_error([&] { ops::moe_route(cpu.ctx, x, router, true, w, ids, true); },
-               "moe_route: replayed expert 1 appears twice for token 2");
+  expect_moe_error([&] { ops::moe_route(cpu.ctx, x, router, true, w, ids, true); },
+                   "moe_route: replayed expert 1 appears twice for token 2");
   // The host check a CUDA forward runs before uploading replayed ids: the same errors, rows
   // starting with -1 left alone.
-  expect_error([&] { ops::check_replayed_experts(ids, 4); },
-               "moe_route: replayed expert 1 appears twice for token 2");
+  expect_moe_error([&] { ops::check_replayed_experts(ids, 4); },
+                   "moe_route: replayed expert 1 appears twice for token 2");
   std::memcpy(ids.view().data, given, sizeof(given));
   EXPECT_NO_THROW(ops::check_replayed_experts(ids, 4));
-  expect_error([&] { ops::check_replayed_experts(ids, 3); },
-               "moe_route: replayed expert 3 of token 0 is outside [0, 3)");
+  expect_moe_error([&] { ops::check_replayed_experts(ids, 3); },
+                   "moe_route: replayed expert 3 of token 0 is outside [0, 3)");
 }
 
 // The expert op against a direct double-precision evaluation of
@@ -286,7 +286,7 @@ TEST(MoeExperts, WeightedSumOfTheChosenExpertsMlps) {
   EXPECT_EQ(out.ptr<float>()[h], out2.ptr<float>()[h]);  // token 1 is routed as before
   // Expert ids outside [0, E) or repeated within a token are errors, not garbage.
   const int32_t bad[] = {3, 0, 1, 2, 0, 1};
-  expect_error(
+  expect_moe_error(
       [&] {
         ops::moe_experts(cpu.ctx, x, w, ops::GatedActivation::silu,
                          TensorView(const_cast<float*>(weights), DType::f32, {t, k}),
@@ -294,7 +294,7 @@ TEST(MoeExperts, WeightedSumOfTheChosenExpertsMlps) {
       },
       "routed to expert 3, outside [0, 3)");
   const int32_t twice[] = {1, 1, 1, 2, 0, 1};
-  expect_error(
+  expect_moe_error(
       [&] {
         ops::moe_experts(cpu.ctx, x, w, ops::GatedActivation::silu,
                          TensorView(const_cast<float*>(weights), DType::f32, {t, k}),
@@ -369,7 +369,7 @@ TEST(MoeModel, TopKAndRenormalizationChangeTheLogits) {
   for (const auto& [key, value] :
        {std::pair<std::string, json>{"num_experts_per_tok", 1}, {"norm_topk_prob", false}}) {
     SCOPED_TRACE(key);
-    const std::string dir = temp_dir("variant");
+    const std::string dir = moe_temp_dir("variant");
     json c = tiny_config();
     c[key] = value;
     write_all(dir, read_all(tiny().hub), c);
@@ -382,7 +382,7 @@ TEST(MoeModel, TopKAndRenormalizationChangeTheLogits) {
 // factor x original_max_position_embeddings, every layer takes the attention factor, and the
 // 12 positions past the original 4 change the logits; a decode step still equals the prefill.
 TEST(MoeModel, YarnRopeExtendsTheMoeModelsContext) {
-  const std::string dir = temp_dir("yarn");
+  const std::string dir = moe_temp_dir("yarn");
   json c = tiny_config();
   c["max_position_embeddings"] = 16;
   c["rope_scaling"] = {
@@ -429,7 +429,7 @@ TEST(MoeModel, ExpertOrderMatchesTheRouter) {
       std::memcpy(d, d + row.size(), row.size());
       std::memcpy(d + row.size(), row.data(), row.size());
     }
-    const std::string dir = temp_dir("swapped");
+    const std::string dir = moe_temp_dir("swapped");
     write_all(dir, t, tiny_config());
     const double diff = rel_max_diff(prefill_logits(load_model(dir), kIds), base);
     if (router_too) {
@@ -476,7 +476,7 @@ TEST(MoeModel, ExpertsThatAreCopiesOfTheDenseMlpGiveTheDenseModel) {
   json dense_config = preset_config_json("qwen3-tiny");
   dense_config["intermediate_size"] = 96;
   dense_config["initializer_range"] = 0.1;
-  const std::string dense = temp_dir("dense"), moe = temp_dir("copies");
+  const std::string dense = moe_temp_dir("dense"), moe = moe_temp_dir("copies");
   write_random_checkpoint(dense_config, dense, 11);
   std::map<std::string, Tensor> t = read_all(dense);
   const std::string p = "model.layers.0.mlp.";
@@ -515,41 +515,41 @@ TEST(MoeModel, ExpertsThatAreCopiesOfTheDenseMlpGiveTheDenseModel) {
 
 TEST(MoeModel, WrongShapesAndMissingExpertsNameTheTensor) {
   std::map<std::string, Tensor> t = read_all(tiny().hub);
-  const std::string dir = temp_dir("bad");
+  const std::string dir = moe_temp_dir("bad");
   t["model.layers.0.mlp.experts.3.up_proj.weight"] = Tensor::zeros({95, 192}, DType::bf16);
   write_all(dir, t, tiny_config());
-  expect_error([&] { load_model(dir); },
-               "tensor 'model.layers.0.mlp.experts.3.up_proj.weight' has shape [95, 192], the "
-               "config implies [96, 192]");
+  expect_moe_error([&] { load_model(dir); },
+                   "tensor 'model.layers.0.mlp.experts.3.up_proj.weight' has shape [95, 192], the "
+                   "config implies [96, 192]");
   t = read_all(tiny().hub);
   t.erase("model.layers.0.mlp.experts.2.down_proj.weight");
   write_all(dir, t, tiny_config());
-  expect_error([&] { load_model(dir); },
-               "missing tensors (1): model.layers.0.mlp.experts.2.down_proj.weight");
+  expect_moe_error([&] { load_model(dir); },
+                   "missing tensors (1): model.layers.0.mlp.experts.2.down_proj.weight");
   t = read_all(tiny().hub);
   t["model.layers.0.mlp.gate.weight"] = Tensor::zeros({5, 192}, DType::bf16);
   write_all(dir, t, tiny_config());
-  expect_error([&] { load_model(dir); }, "tensor 'model.layers.0.mlp.gate.weight' has shape");
+  expect_moe_error([&] { load_model(dir); }, "tensor 'model.layers.0.mlp.gate.weight' has shape");
   // The fused layout's shapes too.
   fs::remove_all(dir);
   t = read_all(tiny().fused);
   t["model.layers.0.mlp.experts.gate_up_proj"] = Tensor::zeros({4, 96, 192}, DType::bf16);
   write_all(dir, t, tiny_config());
-  expect_error([&] { load_model(dir); },
-               "tensor 'model.layers.0.mlp.experts.gate_up_proj' has shape [4, 96, 192], the "
-               "config implies [4, 192, 192]");
+  expect_moe_error([&] { load_model(dir); },
+                   "tensor 'model.layers.0.mlp.experts.gate_up_proj' has shape [4, 96, 192], the "
+                   "config implies [4, 192, 192]");
   fs::remove_all(dir);
 }
 
 // More experts than config.json's num_experts, and the two layouts mixed in one layer: each
 // an error naming the tensors (no tensor of a checkpoint is ever silently ignored).
 TEST(MoeModel, ExtraExpertsAndMixedLayoutsNameTheTensors) {
-  const std::string dir = temp_dir("mixed");
+  const std::string dir = moe_temp_dir("mixed");
   std::map<std::string, Tensor> t = read_all(tiny().hub);
   t["model.layers.0.mlp.experts.4.up_proj.weight"] = Tensor::zeros({96, 192}, DType::bf16);
   write_all(dir, t, tiny_config());
-  expect_error([&] { load_model(dir); },
-               "unexpected tensors (1): model.layers.0.mlp.experts.4.up_proj.weight");
+  expect_moe_error([&] { load_model(dir); },
+                   "unexpected tensors (1): model.layers.0.mlp.experts.4.up_proj.weight");
   // The fused layout plus expert 0 of the Hub's.
   fs::remove_all(dir);
   t = read_all(tiny().fused);
@@ -557,17 +557,17 @@ TEST(MoeModel, ExtraExpertsAndMixedLayoutsNameTheTensors) {
   t["model.layers.0.mlp.experts.0.gate_proj.weight"] =
       hub.at("model.layers.0.mlp.experts.0.gate_proj.weight");
   write_all(dir, t, tiny_config());
-  expect_error([&] { load_model(dir); },
-               "stores the experts of 'model.layers.0.mlp' in both layouts: "
-               "'model.layers.0.mlp.experts.gate_up_proj' (transformers 5's fused tensors) and "
-               "'model.layers.0.mlp.experts.0.gate_proj.weight'");
+  expect_moe_error([&] { load_model(dir); },
+                   "stores the experts of 'model.layers.0.mlp' in both layouts: "
+                   "'model.layers.0.mlp.experts.gate_up_proj' (transformers 5's fused tensors) and "
+                   "'model.layers.0.mlp.experts.0.gate_proj.weight'");
   // The Hub's layout with a fused down_proj beside its per-expert ones.
   fs::remove_all(dir);
   t = hub;
   t["model.layers.0.mlp.experts.down_proj"] =
       read_all(tiny().fused).at("model.layers.0.mlp.experts.down_proj");
   write_all(dir, t, tiny_config());
-  expect_error([&] { load_model(dir); }, "'model.layers.0.mlp.experts.down_proj'");
+  expect_moe_error([&] { load_model(dir); }, "'model.layers.0.mlp.experts.down_proj'");
   // Negative control: the fused checkpoint alone loads.
   EXPECT_NO_THROW(load_model(tiny().fused));
   fs::remove_all(dir);
@@ -579,17 +579,18 @@ TEST(MoeModel, UnsupportedUsesAreClearErrors) {
   LoraConfig lc;
   lc.r = 4;
   lc.target_regex = R"(model\.layers\.0\.mlp\.experts\.[01]\.gate_proj)";
-  expect_error([&] { LoraAdapter::init(lc, m, 1); },
-               "LoRA targets 2 of the 4 experts' gate_proj in layer 0: fp8rl adapts all of a "
-               "layer's experts or none");
+  expect_moe_error([&] { LoraAdapter::init(lc, m, 1); },
+                   "LoRA targets 2 of the 4 experts' gate_proj in layer 0: fp8rl adapts all of a "
+                   "layer's experts or none");
   lc.target_regex.clear();
   lc.target_modules = {"q_proj", "gate_proj"};
   const LoraAdapter on_experts = LoraAdapter::init(lc, m, 1);
   EXPECT_EQ(on_experts.experts(0, 4), 4);
   // Merging adapters into the stacked experts is not written yet: refused, never dropped.
-  expect_error([&] { write_merged_checkpoint(m, on_experts, temp_dir("merged"), MergeOptions{}); },
-               "merging an adapter on MoE experts (model.layers.0.mlp.gate_proj) is not "
-               "supported yet");
+  expect_moe_error(
+      [&] { write_merged_checkpoint(m, on_experts, moe_temp_dir("merged"), MergeOptions{}); },
+      "merging an adapter on MoE experts (model.layers.0.mlp.gate_proj) is not "
+      "supported yet");
   lc.target_modules = {"q_proj", "v_proj"};
   const LoraAdapter attention_only = LoraAdapter::init(lc, m, 1);
   EXPECT_EQ(rel_max_diff(prefill_logits(m, kIds, false, &attention_only), prefill_logits(m, kIds)),
@@ -598,13 +599,13 @@ TEST(MoeModel, UnsupportedUsesAreClearErrors) {
   // anything runs, in a dry run too.
   Context cuda_ctx{Device::cuda, nullptr};
   cuda_ctx.dry_run = true;
-  expect_error(
+  expect_moe_error(
       [&] {
         Tensor x = Tensor::empty({1, 2}, DType::f32), ids = Tensor::empty({1, 2}, DType::i32);
         ops::moe_route_backward(cuda_ctx, x, m.layers[0].moe.router, true, ids, x, x);
       },
       "training MoE layers (their backward) is not supported on CUDA yet");
-  expect_error(
+  expect_moe_error(
       [&] {
         Tensor x = Tensor::empty({1, 2}, DType::f32), ids = Tensor::empty({1, 2}, DType::i32);
         ops::moe_experts_backward(cuda_ctx, x, m.layers[0].moe, ops::GatedActivation::silu, x, ids,
@@ -612,17 +613,17 @@ TEST(MoeModel, UnsupportedUsesAreClearErrors) {
       },
       "training MoE layers (their backward) is not supported on CUDA yet");
   // FP8 checkpoints of MoE models are neither written nor read yet.
-  expect_error(
+  expect_moe_error(
       [&] {
-        write_fp8_checkpoint(load_model(tiny().hub, Fp8Scheme::row), temp_dir("fp8"),
+        write_fp8_checkpoint(load_model(tiny().hub, Fp8Scheme::row), moe_temp_dir("fp8"),
                              Fp8Format::compressed_tensors);
       },
       "FP8 checkpoints of MoE models");
   std::map<std::string, Tensor> t = read_all(tiny().hub);
   t["model.layers.0.mlp.experts.0.gate_proj.weight"] = Tensor::zeros({96, 192}, DType::f8e4m3);
-  const std::string dir = temp_dir("fp8in");
+  const std::string dir = moe_temp_dir("fp8in");
   write_all(dir, t, tiny_config());
-  expect_error([&] { load_model(dir); }, "FP8 MoE checkpoints are not supported yet");
+  expect_moe_error([&] { load_model(dir); }, "FP8 MoE checkpoints are not supported yet");
   fs::remove_all(dir);
 }
 

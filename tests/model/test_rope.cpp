@@ -221,7 +221,7 @@ TEST(RopeYarn, TransformersFallbacks) {
   }
 }
 
-void expect_error(const json& c, const std::string& fragment) {
+void expect_rope_error(const json& c, const std::string& fragment) {
   try {
     ModelConfig::from_json(c);
     FAIL() << "expected an error containing '" << fragment << "'";
@@ -236,16 +236,16 @@ TEST(RopeYarn, UnsupportedTypesAreNamed) {
   for (const char* type : {"dynamic", "longrope", "proportional"}) {
     for (bool v4 : {false, true}) {
       const json rope = {{"rope_type", type}, {"rope_theta", 10000.0}, {"factor", 2.0}};
-      expect_error(tiny_config(8, rope, v4),
-                   fmt::format("rope type '{}' is not supported (supported: default, linear, "
-                               "llama3, yarn)",
-                               type));
+      expect_rope_error(tiny_config(8, rope, v4),
+                        fmt::format("rope type '{}' is not supported (supported: default, linear, "
+                                    "llama3, yarn)",
+                                    type));
     }
   }
-  expect_error(tiny_config(8, {{"type", "dynamic"}, {"factor", 2.0}}, true), "'dynamic'");
-  expect_error(tiny_config(8, {{"rope_type", "yarn"}, {"rope_theta", 10000.0}}, false),
-               "yarn rope needs a 'factor'");
-  expect_error(
+  expect_rope_error(tiny_config(8, {{"type", "dynamic"}, {"factor", 2.0}}, true), "'dynamic'");
+  expect_rope_error(tiny_config(8, {{"rope_type", "yarn"}, {"rope_theta", 10000.0}}, false),
+                    "yarn rope needs a 'factor'");
+  expect_rope_error(
       tiny_config(8, {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", -1.0}}, false),
       "yarn rope needs a positive 'factor'");
 }

@@ -19,6 +19,7 @@
 #include "ops/memory.h"
 #include "ops/ops.h"
 #include "quant/fp8.h"
+#include "test_util.h"
 #include "tolerances.h"
 
 using namespace fp8rl;
@@ -57,9 +58,7 @@ Tensor i32(const std::vector<int32_t>& v) {
   return t;
 }
 
-bool same_bytes(const TensorView& a, const TensorView& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.data, b.data, a.nbytes()) == 0;
-}
+using test::same_bytes;
 
 // max |got - ref| / max |ref|.
 double rel_err(const float* got, const Vec& ref) {

@@ -36,9 +36,7 @@ Tensor copy_of(const Tensor& t) {
   return c;
 }
 
-bool same_bytes(const TensorView& a, const TensorView& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.data, b.data, a.nbytes()) == 0;
-}
+using test::same_bytes;
 
 struct Fixture : ::testing::TestWithParam<ActScaling> {
   Arena arena{size_t(64) << 20};

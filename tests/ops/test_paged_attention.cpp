@@ -17,6 +17,7 @@
 #include "ops/memory.h"
 #include "ops/ops.h"
 #include "quant/fp8.h"
+#include "test_util.h"
 
 using namespace fp8rl;
 
@@ -25,7 +26,7 @@ namespace {
 constexpr int64_t kBlock = 16;
 
 // Uniform values in [-bound, bound], rounded to bf16 (what a CUDA cache holds).
-Tensor bf16_values(Shape s, uint64_t seed, float bound) {
+Tensor cache_values(Shape s, uint64_t seed, float bound) {
   Tensor t = Tensor::empty(s, DType::f32);
   Arena a(1 << 20);
   Context ctx{Device::cpu, &a};
@@ -40,9 +41,7 @@ Tensor i32(const std::vector<int32_t>& v, Shape s) {
   return t;
 }
 
-bool same_bytes(const TensorView& a, const TensorView& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.data, b.data, a.nbytes()) == 0;
-}
+using test::same_bytes;
 
 struct Seq {
   int64_t context, queries;  // tokens in the cache after the step, new ones among them
@@ -88,11 +87,11 @@ struct Batch {
         table_values[i * width + b] = perm[next++];
       cu.push_back(cu.back() + int32_t(seqs[i].queries));
       len.push_back(int32_t(seqs[i].context));
-      kc.push_back(bf16_values({seqs[i].context, c.hkv, c.d}, seed + 10 * i + 1, 2.0f));
-      vc.push_back(bf16_values({seqs[i].context, c.hkv, c.d}, seed + 10 * i + 2, 1.0f));
-      q.push_back(bf16_values({seqs[i].queries, c.hq, c.d}, seed + 10 * i + 3, 2.0f));
+      kc.push_back(cache_values({seqs[i].context, c.hkv, c.d}, seed + 10 * i + 1, 2.0f));
+      vc.push_back(cache_values({seqs[i].context, c.hkv, c.d}, seed + 10 * i + 2, 1.0f));
+      q.push_back(cache_values({seqs[i].queries, c.hq, c.d}, seed + 10 * i + 3, 2.0f));
     }
-    q_all = bf16_values({rows + padding, c.hq, c.d}, seed + 7, 2.0f);
+    q_all = cache_values({rows + padding, c.hq, c.d}, seed + 7, 2.0f);
     for (size_t i = 0; i < seqs.size(); ++i)
       std::memcpy(q_all.ptr<float>() + cu[i] * c.hq * c.d, q[i].view().data, q[i].nbytes());
     k_pool = Tensor::empty({blocks, kBlock, c.hkv, c.d}, DType::f32);
@@ -137,7 +136,7 @@ struct Batch {
   }
 
   Tensor paged(Context& ctx) {
-    Tensor out = bf16_values({rows + padding, c.hq, c.d}, 99, 5.0f);  // padding rows: garbage
+    Tensor out = cache_values({rows + padding, c.hq, c.d}, 99, 5.0f);  // padding rows: garbage
     ops::paged_attention(ctx, q_all, k_pool, v_pool, meta, params(), out);
     return out;
   }
@@ -179,7 +178,7 @@ struct Batch {
   }
 
   Tensor paged_fp8(Context& ctx) {
-    Tensor out = bf16_values({rows + padding, c.hq, c.d}, 99, 5.0f);
+    Tensor out = cache_values({rows + padding, c.hq, c.d}, 99, 5.0f);
     ops::paged_attention(ctx, q_all, k_codes, v_codes, meta, params(), out, {}, scales_of_fp8());
     return out;
   }
@@ -254,7 +253,7 @@ TEST_P(PagedAttention, PaddingRowsAreZeroAndAmaxIsTheOutputs) {
   Batch b(kRagged, Config{4, 2, 32, 0, 0.0f}, 21);
   b.store(ctx);
   Tensor amax = Tensor::zeros({1}, DType::f32);
-  Tensor out = bf16_values({b.rows + b.padding, 4, 32}, 5, 5.0f);
+  Tensor out = cache_values({b.rows + b.padding, 4, 32}, 5, 5.0f);
   ops::paged_attention(ctx, b.q_all, b.k_pool, b.v_pool, b.meta, b.params(), out, amax);
   float mx = 0;
   for (int64_t i = 0; i < out.numel(); ++i) mx = std::max(mx, std::fabs(out.ptr<float>()[i]));
@@ -269,7 +268,7 @@ TEST_P(PagedAttention, OutQIsTheQuantizedOutput) {
   b.store(ctx);
   const int64_t t = b.rows + b.padding, cols = 4 * 32;
   for (ActScaling act : {ActScaling::token, ActScaling::group}) {
-    Tensor out = bf16_values({t, 4, 32}, 5, 5.0f);
+    Tensor out = cache_values({t, 4, 32}, 5, 5.0f);
     const ops::QuantizedActivation q = ops::alloc_quantized(ctx, act, t, cols);
     ops::paged_attention(ctx, b.q_all, b.k_pool, b.v_pool, b.meta, b.params(), out, {}, {}, &q);
     const ops::QuantizedActivation want = ops::alloc_quantized(ctx, act, t, cols);
@@ -277,13 +276,13 @@ TEST_P(PagedAttention, OutQIsTheQuantizedOutput) {
     EXPECT_TRUE(same_bytes(q.codes, want.codes)) << act_scaling_name(act);
     EXPECT_TRUE(same_bytes(q.scales, want.scales)) << act_scaling_name(act);
     // Negative control: another output's quantization differs.
-    Tensor other = bf16_values({t, 4, 32}, 6, 5.0f);
+    Tensor other = cache_values({t, 4, 32}, 6, 5.0f);
     ops::quantize(ctx, other.view().reshape({t, cols}), want);
     EXPECT_FALSE(same_bytes(q.codes, want.codes));
   }
   // Tensor scaling goes through amax, not out_q.
   const ops::QuantizedActivation bad = ops::alloc_quantized(ctx, ActScaling::tensor, t, cols);
-  Tensor out = bf16_values({t, 4, 32}, 5, 5.0f);
+  Tensor out = cache_values({t, 4, 32}, 5, 5.0f);
   EXPECT_THROW(
       ops::paged_attention(ctx, b.q_all, b.k_pool, b.v_pool, b.meta, b.params(), out, {}, {}, &bad),
       Error);
@@ -339,7 +338,7 @@ TEST(StoreKv, PlacesRowsAtTheirSlotsAndSkipsPadding) {
   Arena arena(1 << 20);
   Context ctx{Device::cpu, &arena};
   const int64_t t = 6, hkv = 2, d = 8, blocks = 3, width = 5 * hkv * d;
-  const Tensor qkv = bf16_values({t, width}, 3, 1.0f);
+  const Tensor qkv = cache_values({t, width}, 3, 1.0f);
   TensorView k(qkv.view().data, DType::f32, {t, hkv, d}), v = k;
   k.strides[0] = v.strides[0] = width;
   v.data = qkv.ptr<float>() + 3 * hkv * d;
@@ -373,8 +372,8 @@ TEST(RopeStoreKv, ColumnPartsOfTheStackedOutput) {
   Arena arena(1 << 22);
   Context ctx{Device::cpu, &arena};
   const int64_t t = 5, hq = 4, hkv = 2, d = 16, blocks = 2, width = (hq + 2 * hkv) * d;
-  const Tensor qkv = bf16_values({t, width}, 7, 2.0f);
-  const Tensor qn = bf16_values({d}, 8, 1.0f), kn = bf16_values({d}, 9, 1.0f);
+  const Tensor qkv = cache_values({t, width}, 7, 2.0f);
+  const Tensor qn = cache_values({d}, 8, 1.0f), kn = cache_values({d}, 9, 1.0f);
   auto part = [&](const Tensor& m, int64_t col, int64_t heads) {
     return ops::column_heads(m.view(), col, heads, d);
   };
@@ -442,7 +441,7 @@ TEST(StoreKv, Fp8PoolHoldsTheRecipesCodesAndScales) {
   Arena arena(1 << 20);
   Context ctx{Device::cpu, &arena};
   const int64_t t = 6, hkv = 2, d = 8, blocks = 3, width = 5 * hkv * d;
-  Tensor qkv = bf16_values({t, width}, 5, 3.0f);
+  Tensor qkv = cache_values({t, width}, 5, 3.0f);
   std::fill(qkv.ptr<float>() + 4 * width, qkv.ptr<float>() + 4 * width + d, 0.0f);  // k head 0
   TensorView k(qkv.view().data, DType::f32, {t, hkv, d}), v = k;
   k.strides[0] = v.strides[0] = width;

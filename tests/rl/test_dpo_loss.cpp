@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "rl/dpo_loss.h"
+#include "rl/logistic.h"
 #include "tolerances.h"
 
 namespace fp8rl {
@@ -32,17 +33,9 @@ Pairs two_pairs() {
   return {{-10, -20}, {-11, -7}, {-12, -20.5}, {-10, -8}, {4, 5}, {2, 10}};
 }
 
-void expect_near(double got, double want, const char* what) {
-  EXPECT_NEAR(got, want, kF64Formula * std::max(1.0, std::fabs(want))) << what;
-}
-
-// -log σ(x) = log(1 + e^-x);  σ(x) = 1 / (1 + e^-x).
-double nls(double x) {
-  return std::log1p(std::exp(-x));
-}
-double sig(double x) {
-  return 1.0 / (1.0 + std::exp(-x));
-}
+using test::expect_near;
+using test::nls;
+using test::sig;
 
 TEST(DpoLoss, SigmoidAndTheRewardMetrics) {
   const DpoLossResult r = dpo_loss(two_pairs().view(), {});  // sigmoid, beta 0.1

@@ -19,9 +19,9 @@ namespace fp8rl {
 namespace {
 
 namespace fs = std::filesystem;
-const std::string kDemo = FP8RL_SOURCE_DIR "/examples/demo";
+const std::string kDemoDir = FP8RL_SOURCE_DIR "/examples/demo";
 
-fs::path temp_dir(const std::string& name) {
+fs::path kto_temp_dir(const std::string& name) {
   const fs::path d = fs::temp_directory_path() / ("fp8rl_kto_" + name + std::to_string(::getpid()));
   fs::remove_all(d);
   return d;
@@ -34,7 +34,7 @@ std::string write_examples(const fs::path& dir, bool all_desirable = false,
                            const std::string& tail = "") {
   fs::create_directories(dir);
   const std::string data = (dir / "kto.jsonl").string();
-  std::ifstream in(kDemo + "/train.jsonl");
+  std::ifstream in(kDemoDir + "/train.jsonl");
   std::ofstream out(data);
   std::string line;
   for (int i = 0; i < 48 && std::getline(in, line); ++i) {
@@ -53,7 +53,7 @@ std::string write_examples(const fs::path& dir, bool all_desirable = false,
 
 KtoConfig small_config(const std::string& data, const fs::path& out, int64_t steps) {
   KtoConfig c;
-  c.model = kDemo + "/model";
+  c.model = kDemoDir + "/model";
   c.data = data;
   c.output_dir = out.string();
   c.fp8 = "row";
@@ -95,7 +95,7 @@ std::vector<float> params_of(cli::TrainSession& ts) {
 // step's loss is (w_d n_d + w_u n_u) / 2n; then the desirable answers' implicit reward rises
 // above the undesirable ones'. Every line has TRL's metric names.
 TEST(KtoTrainer, StartsAtTrlsLossAndLearnsThePreference) {
-  const fs::path dir = temp_dir("learn");
+  const fs::path dir = kto_temp_dir("learn");
   KtoConfig c = small_config(write_examples(dir), dir / "run", 12);
   c.desirable_weight = 1.0;
   c.undesirable_weight = 1.5;  // 4 and 4 examples a batch: (4 + 6) / 16
@@ -126,7 +126,7 @@ TEST(KtoTrainer, StartsAtTrlsLossAndLearnsThePreference) {
 // that tail more mass after any answer: the estimate is positive. Control: prompts with their
 // own completions give another value.
 TEST(KtoTrainer, KlEstimateIsTheMismatchedPairsLogRatio) {
-  const fs::path dir = temp_dir("kl");
+  const fs::path dir = kto_temp_dir("kl");
   const std::string data = write_examples(dir, /*all_desirable=*/true, " is the sum, I am sure");
   KtoConfig c = small_config(data, dir / "run", 4);
   c.per_device_eval_batch_size = 8;
@@ -188,7 +188,7 @@ TEST(KtoTrainer, KlEstimateIsTheMismatchedPairsLogRatio) {
 
 // Resuming from step 2's checkpoint continues bit for bit (data position, token count).
 TEST(KtoTrainer, ResumesExactly) {
-  const fs::path dir = temp_dir("resume");
+  const fs::path dir = kto_temp_dir("resume");
   const std::string data = write_examples(dir);
   const auto run = [&](const fs::path& out, std::optional<std::string> resume) {
     KtoConfig c = small_config(data, out, 4);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "rl/logistic.h"
 #include "rl/online_dpo.h"
 #include "tolerances.h"
 
@@ -20,15 +21,9 @@ using test::kF64FiniteDifference;
 using test::kF64Formula;
 using test::kFiniteDifferenceStep;
 
-void expect_near(double got, double want, const char* what) {
-  EXPECT_NEAR(got, want, kF64Formula * std::max(1.0, std::fabs(want))) << what;
-}
-double nls(double x) {  // -log σ(x)
-  return std::log1p(std::exp(-x));
-}
-double sig(double x) {
-  return 1.0 / (1.0 + std::exp(-x));
-}
+using test::expect_near;
+using test::nls;
+using test::sig;
 
 // Two prompts, completions 0, 1 (prompt 0) and 2, 3 (prompt 1). Per completion the summed
 // policy log-probability S, the reference's R and K = S - R:

@@ -24,7 +24,7 @@ namespace fp8rl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto None = std::nullopt;
+constexpr auto kNoReward = std::nullopt;
 
 RewardBatch batch3() {
   RewardBatch b;
@@ -49,7 +49,7 @@ RewardBatch chat_batch3() {
 }
 
 // The error message of scoring batch3() with a process running `command`.
-std::string error_of(const std::string& command, double timeout_s = 5) {
+std::string process_error(const std::string& command, double timeout_s = 5) {
   RewardProcess p({.command = command, .timeout_s = timeout_s});
   try {
     p.score(batch3());
@@ -134,7 +134,7 @@ TEST(RewardProcess, GoodProcessAnswersEveryBatchAndNullIsNone) {
   RewardProcess p({.name = "sh", .command = replier(R"({"rewards": [1, null, 0.5]})")});
   for (int round = 0; round < 3; ++round) {  // one process, kept alive across batches
     const RewardValues v = p.score(batch3());
-    EXPECT_EQ(v, (RewardValues{1.0, None, 0.5}));
+    EXPECT_EQ(v, (RewardValues{1.0, kNoReward, 0.5}));
   }
 }
 
@@ -160,7 +160,7 @@ TEST(RewardProcess, NonFiniteStrings) {
 
 TEST(RewardProcess, TimeoutIsAnErrorAndDoesNotHang) {
   const auto start = Clock::now();
-  const std::string e = error_of("while read -r line; do sleep 30; done", 0.3);
+  const std::string e = process_error("while read -r line; do sleep 30; done", 0.3);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   EXPECT_NE(e.find("gave no answer within 0.3 s"), std::string::npos) << e;
   EXPECT_NE(e.find("while read"), std::string::npos) << e;  // names the command
@@ -168,9 +168,9 @@ TEST(RewardProcess, TimeoutIsAnErrorAndDoesNotHang) {
 }
 
 TEST(RewardProcess, ProcessThatExits) {
-  const std::string e = error_of("read -r line; exit 3");
+  const std::string e = process_error("read -r line; exit 3");
   EXPECT_NE(e.find("exited with status 3"), std::string::npos) << e;
-  const std::string missing = error_of("no_such_command_fp8rl_test");
+  const std::string missing = process_error("no_such_command_fp8rl_test");
   EXPECT_NE(missing.find("status 127 (the shell did not find the command)"), std::string::npos)
       << missing;
 }
@@ -180,7 +180,7 @@ TEST(RewardProcess, ProcessThatExits) {
 // timeout), and its group, the background program included, is killed.
 TEST(RewardProcess, ProcessThatExitsWhileItsChildHoldsTheStdout) {
   const auto start = Clock::now();
-  const std::string e = error_of("sleep 30 & read -r line; exit 3", 20);
+  const std::string e = process_error("sleep 30 & read -r line; exit 3", 20);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   EXPECT_NE(e.find("reward process '"), std::string::npos) << e;
   EXPECT_NE(e.find("exited with status 3 without an answer, while a program it started still "
@@ -211,7 +211,7 @@ TEST(RewardProcess, AnswerWrittenBeforeExitingIsRead) {
 }
 
 TEST(RewardProcess, ProcessKilledBySignal) {
-  const std::string e = error_of("read -r line; kill -9 $$");
+  const std::string e = process_error("read -r line; kill -9 $$");
   EXPECT_NE(e.find("was killed by signal 9 (SIGKILL"), std::string::npos) << e;
 }
 
@@ -240,44 +240,48 @@ TEST(RewardProcess, ProcessThatNeverReadsDoesNotRaiseSigpipe) {
 // Control characters of an answer are escaped where an error quotes it: an escape sequence
 // would reach the terminal, a carriage return would split the error line.
 TEST(RewardProcess, ErrorsEscapeTheAnswersControlCharacters) {
-  const std::string garbage = error_of(R"(while read -r l; do printf '\033[2Jred\rX\tY\n'; done)");
+  const std::string garbage =
+      process_error(R"(while read -r l; do printf '\033[2Jred\rX\tY\n'; done)");
   EXPECT_NE(garbage.find(R"('\x1b[2Jred\rX\tY')"), std::string::npos) << garbage;
   const std::string two =
-      error_of(R"(while read -r l; do printf '{"rewards":[1,2,3]}\n\033]0;t\a\n'; done)");
+      process_error(R"(while read -r l; do printf '{"rewards":[1,2,3]}\n\033]0;t\a\n'; done)");
   EXPECT_NE(two.find(R"('\x1b]0;t\x07\n')"), std::string::npos) << two;
   for (const std::string& e : {garbage, two})
     for (char c : e) EXPECT_FALSE(static_cast<unsigned char>(c) < 0x20) << e;
 }
 
 TEST(RewardProcess, MalformedAnswers) {
-  const std::string garbage = error_of(replier("hello"));
+  const std::string garbage = process_error(replier("hello"));
   EXPECT_NE(garbage.find("not a JSON object"), std::string::npos) << garbage;
-  const std::string count = error_of(replier(R"({"rewards": [1]})"));
+  const std::string count = process_error(replier(R"({"rewards": [1]})"));
   EXPECT_NE(count.find("answered 1 rewards for a batch of 3 completions"), std::string::npos)
       << count;
-  const std::string type = error_of(replier(R"({"rewards": [1, true, 2]})"));
+  const std::string type = process_error(replier(R"({"rewards": [1, true, 2]})"));
   EXPECT_NE(type.find("rewards[1] is true"), std::string::npos) << type;
-  const std::string key = error_of(replier(R"({"rewards": [1, 2, 3], "other": 1})"));
+  const std::string key = process_error(replier(R"({"rewards": [1, 2, 3], "other": 1})"));
   EXPECT_NE(key.find("only the keys 'rewards', 'metrics' and 'extra', got 'other'"),
             std::string::npos)
       << key;
-  const std::string metric = error_of(replier(R"({"rewards": [1, 2, 3], "metrics": {"m": "x"}})"));
+  const std::string metric =
+      process_error(replier(R"({"rewards": [1, 2, 3], "metrics": {"m": "x"}})"));
   EXPECT_NE(metric.find("metric 'm' must be a number"), std::string::npos) << metric;
-  const std::string metrics = error_of(replier(R"({"rewards": [1, 2, 3], "metrics": [1]})"));
+  const std::string metrics = process_error(replier(R"({"rewards": [1, 2, 3], "metrics": [1]})"));
   EXPECT_NE(metrics.find("'metrics' must be an object"), std::string::npos) << metrics;
-  const std::string extra = error_of(replier(R"({"rewards": [1, 2, 3], "extra": {"e": [1]}})"));
+  const std::string extra =
+      process_error(replier(R"({"rewards": [1, 2, 3], "extra": {"e": [1]}})"));
   EXPECT_NE(extra.find("extra column 'e' must be a list of 3 values (one per completion), got 1"),
             std::string::npos)
       << extra;
-  const std::string array = error_of(replier(R"([1, 2, 3])"));
+  const std::string array = process_error(replier(R"([1, 2, 3])"));
   EXPECT_NE(array.find("expected one line"), std::string::npos) << array;
-  const std::string two =
-      error_of(R"(while read -r l; do printf '{"rewards":[1,2,3]}\n{"rewards":[1,2,3]}\n'; done)");
+  const std::string two = process_error(
+      R"(while read -r l; do printf '{"rewards":[1,2,3]}\n{"rewards":[1,2,3]}\n'; done)");
   EXPECT_NE(two.find("more than one line"), std::string::npos) << two;
   // The control: the same replier with a valid answer gives no error.
-  EXPECT_EQ(error_of(replier(R"({"rewards": [1, 2, 3]})")), "");
+  EXPECT_EQ(process_error(replier(R"({"rewards": [1, 2, 3]})")), "");
   EXPECT_EQ(
-      error_of(replier(R"({"rewards": [1, 2, 3], "metrics": {}, "extra": {"e": [1, 2, 3]}})")), "");
+      process_error(replier(R"({"rewards": [1, 2, 3], "metrics": {}, "extra": {"e": [1, 2, 3]}})")),
+      "");
 }
 
 TEST(RewardProcess, AfterAnErrorTheProcessIsStopped) {
@@ -362,7 +366,7 @@ TEST_F(PythonRewardProcess, ExampleMathRewardRunsUnchanged) {
   RewardBatch b = batch3();
   b.completions = {"so \\boxed{1,000}", "the answer is 41", "anything"};
   b.columns["answer"] = {"1000", "42", nullptr};
-  EXPECT_EQ(p.score(b), (RewardValues{1.0, 0.0, None}));
+  EXPECT_EQ(p.score(b), (RewardValues{1.0, 0.0, kNoReward}));
   b.columns["answer"] = {"999", "41", "7"};
   EXPECT_EQ(p.score(b), (RewardValues{0.0, 1.0, 0.0}));
 }
@@ -377,7 +381,7 @@ def lengths(prompts, completions, completion_ids, level, **kwargs):
     return [len(ids) * 10 + lv for ids, lv in zip(completion_ids, level)]
 
 def only_named(completions, answer):
-    return [None if a is None else float(c == a) for c, a in zip(completions, answer)]
+    return [kNoReward if a is kNoReward else float(c == a) for c, a in zip(completions, answer)]
 
 async def later(prompts, completions, **kwargs):
     await asyncio.sleep(0)
@@ -397,7 +401,7 @@ def broken(prompts, completions, **kwargs):
     RewardProcess p({.command = command(dir, "user_rewards:only_named")});
     RewardBatch b = batch3();
     b.columns["answer"] = {"c0", "x", nullptr};
-    EXPECT_EQ(p.score(b), (RewardValues{1.0, 0.0, None}));
+    EXPECT_EQ(p.score(b), (RewardValues{1.0, 0.0, kNoReward}));
   }
   {
     RewardProcess p({.command = command(dir, "user_rewards:later")});
@@ -412,7 +416,7 @@ def broken(prompts, completions, **kwargs):
     b.columns["messages"] = {"ab", "abc", "abcd"};  // stands in for message lists
     EXPECT_EQ(p.score(b), (RewardValues{4.0, 14.0, 6.0}));
   }
-  const std::string e = error_of(command(dir, "user_rewards:broken"));
+  const std::string e = process_error(command(dir, "user_rewards:broken"));
   EXPECT_NE(e.find("exited with status 1"), std::string::npos) << e;
   std::filesystem::remove_all(dir);
 }
@@ -478,7 +482,7 @@ def state(prompts, completions, completion_ids, trainer_state, level, answer, **
     assert "prompt_messages" not in kwargs and "log_metric" in kwargs
     assert trainer_state.is_world_process_zero and trainer_state.log_history == []
     step = trainer_state.global_step * 100 + trainer_state.max_steps + (trainer_state.epoch or 0)
-    return [step + 1000 * len(ids) + 10000 * lv + (a is None) * 0.25
+    return [step + 1000 * len(ids) + 10000 * lv + (a is kNoReward) * 0.25
             for ids, lv, a in zip(completion_ids, level, answer)]
 )");
   RewardProcess p({.command = command(dir, "state:state")});
@@ -497,7 +501,7 @@ def logs(completions, log_metric, log_extra, **kwargs):
     log_metric("mine/nan", float("nan"))
     log_extra("seen", [c[0]["content"][:2] for c in completions])
     log_extra("half", [0.5])
-    log_extra("half", [float("inf"), None])  # extends, as TRL's log_extra
+    log_extra("half", [float("inf"), kNoReward])  # extends, as TRL's log_extra
     log_extra("twice", [1, 2, 3])
     log_extra("twice", [4, 5, 6])  # TRL's table keeps the last batch's worth
     return [0.0] * len(completions)
@@ -533,7 +537,7 @@ def wrong_length(completions, **kwargs):
     return [1.0, 2.0]
 
 def returns_none(completions, **kwargs):
-    return None
+    return kNoReward
 
 def wrong_value(completions, **kwargs):
     return [1.0, "high", 0.0]
@@ -559,7 +563,7 @@ def short_extra(completions, log_extra, **kwargs):
   };
   for (const auto& [function, message] : cases) {
     const auto start = Clock::now();
-    const std::string e = error_of(command(dir, "user_errors:" + function) + " 2>" + log);
+    const std::string e = process_error(command(dir, "user_errors:" + function) + " 2>" + log);
     EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 5.0);
     EXPECT_NE(e.find("exited with status 1"), std::string::npos) << function << ": " << e;
     EXPECT_NE(e.find("user_errors:" + function), std::string::npos) << e;  // the command
@@ -570,7 +574,7 @@ def short_extra(completions, log_extra, **kwargs):
     EXPECT_NE(err.find(message), std::string::npos) << err;
   }
   // An extra column of the wrong length is caught by fp8rl (as for any process).
-  const std::string e = error_of(command(dir, "user_errors:short_extra"));
+  const std::string e = process_error(command(dir, "user_errors:short_extra"));
   EXPECT_NE(e.find("extra column 'gold' must be a list of 3 values"), std::string::npos) << e;
   std::filesystem::remove_all(dir);
 }
@@ -636,7 +640,7 @@ TEST_F(PythonRewardProcess, TrlAccuracyRewardWhenItsImportsExist) {
   RewardBatch b = chat_batch3();
   b.completions = {"so \\boxed{\\frac{1}{3}}", "so \\boxed{\\frac{1}{2}}", "anything"};
   b.columns["solution"] = {"$\\frac{1}{3}$", "$\\frac{1}{3}$", "no math here"};
-  EXPECT_EQ(p.score(b), (RewardValues{1.0, 0.0, None}));
+  EXPECT_EQ(p.score(b), (RewardValues{1.0, 0.0, kNoReward}));
   const RewardLogs logs = p.take_logs();
   EXPECT_TRUE(logs.extra.contains("gold_parsed")) << logs.extra.dump();
 }
@@ -658,7 +662,7 @@ match_numbers = re.compile(
 CALLS = 0
 
 def match_format_exactly(completions, **kwargs):
-    return [3.0 if match_format.search(c[0]["content"]) is not None else 0.0 for c in completions]
+    return [3.0 if match_format.search(c[0]["content"]) is not kNoReward else 0.0 for c in completions]
 
 def match_format_approximately(completions, **kwargs):
     scores = []
@@ -672,11 +676,11 @@ def match_format_approximately(completions, **kwargs):
 
 def check_answer(prompts, completions, answer, **kwargs):
     question = prompts[0][-1]["content"]
-    guesses = [m.group(1) if (m := match_format.search(c[0]["content"])) else None
+    guesses = [m.group(1) if (m := match_format.search(c[0]["content"])) else kNoReward
                for c in completions]
     scores = []
     for guess, truth in zip(guesses, answer):
-        if guess is None:
+        if guess is kNoReward:
             scores.append(-2.0)
         elif guess == truth:
             scores.append(5.0)
@@ -695,14 +699,14 @@ def check_numbers(prompts, completions, answer, **kwargs):
     global CALLS
     question = prompts[0][-1]["content"]
     responses = [c[0]["content"] for c in completions]
-    guesses = [m.group(1) if (m := match_numbers.search(r)) else None for r in responses]
+    guesses = [m.group(1) if (m := match_numbers.search(r)) else kNoReward for r in responses]
     if CALLS % 5 == 0:
         print("*" * 20, f"Question:\n{question}", f"\nAnswer:\n{answer[0]}",
               f"\nResponse:\n{responses[0]}", f"\nExtracted:\n{guesses[0]}")
     CALLS += 1
     scores = []
     for guess, truth in zip(guesses, answer):
-        if guess is None:
+        if guess is kNoReward:
             scores.append(-2.5)
             continue
         try:

@@ -19,7 +19,7 @@
 namespace fp8rl {
 namespace {
 
-using Json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;
 
 const tok::Tokenizer& tokenizer() {
   static const tok::Tokenizer t =
@@ -60,14 +60,14 @@ TEST(PromptRowReader, ReadsOneRowAsTheFileReaderDoes) {
        {R"({"prompt": "What is 2+2?", "answer": "4"})",
         R"({"messages": [{"role": "user", "content": "hi"}], "answer": 1})"}) {
     const PromptExample file = read_prompt_dataset(dataset_file(row), tokenizer(), &chat, {})[0];
-    const PromptExample one = reader.read(Json::parse(row));
+    const PromptExample one = reader.read(OrderedJson::parse(row));
     EXPECT_EQ(one.ids, file.ids);
     EXPECT_EQ(one.text, file.text);
     EXPECT_EQ(one.columns, file.columns);
     EXPECT_EQ(one.columns.size(), 1u);  // the answer; the prompt is not a column
     EXPECT_EQ(one.line, 0);
   }
-  EXPECT_EQ(error_of([&] { reader.read(Json::parse(R"({"answer": 1})")); }),
+  EXPECT_EQ(error_of([&] { reader.read(OrderedJson::parse(R"({"answer": 1})")); }),
             "the row has neither \"prompt\" nor \"messages\"");
 }
 
@@ -76,10 +76,10 @@ TEST(PromptRowReader, ReadsOneRowAsTheFileReaderDoes) {
 TEST(PromptRowReader, ChatRowsKeepTheirMessagesAndAFileIsOneKind) {
   const ChatTemplateConfig chat = toy_chat();
   const PromptRowReader reader(tokenizer(), &chat, {});
-  const Json messages = Json::parse(R"([{"role": "user", "content": "hi"}])");
-  EXPECT_EQ(reader.read(Json{{"messages", messages}}).messages, nlohmann::json(messages));
-  EXPECT_EQ(reader.read(Json{{"prompt", messages}}).messages, nlohmann::json(messages));
-  EXPECT_TRUE(reader.read(Json::parse(R"({"prompt": "hi"})")).messages.is_null());
+  const OrderedJson messages = OrderedJson::parse(R"([{"role": "user", "content": "hi"}])");
+  EXPECT_EQ(reader.read(OrderedJson{{"messages", messages}}).messages, nlohmann::json(messages));
+  EXPECT_EQ(reader.read(OrderedJson{{"prompt", messages}}).messages, nlohmann::json(messages));
+  EXPECT_TRUE(reader.read(OrderedJson::parse(R"({"prompt": "hi"})")).messages.is_null());
   const std::string path = dataset_file(
       std::string(R"({"messages": [{"role": "user", "content": "hi"}]})") + "\n" +
       R"({"messages": [{"role": "user", "content": "yo"}]})" + "\n" + R"({"prompt": "text"})");
@@ -98,7 +98,8 @@ TEST(PromptRowReader, ChatRowsKeepTheirMessagesAndAFileIsOneKind) {
 TEST(PromptRowReader, ChatTemplateKwargsAreTemplateVariables) {
   ChatTemplateConfig chat = toy_chat();
   chat.source = test::kThinkingSwitch + chat.source;
-  const Json row = Json::parse(R"({"messages": [{"role": "user", "content": "hi"}]})");
+  const OrderedJson row =
+      OrderedJson::parse(R"({"messages": [{"role": "user", "content": "hi"}]})");
   PromptDataOptions off;
   off.chat_template_kwargs = {{"enable_thinking", false}};
   EXPECT_EQ(PromptRowReader(tokenizer(), &chat, off).read(row).text,
@@ -107,7 +108,7 @@ TEST(PromptRowReader, ChatTemplateKwargsAreTemplateVariables) {
             "<x>user\nhi<|end|>\n<x>assistant\n");
   PreferenceDataOptions p;
   p.eos_token_id = 300;
-  const Json pair = Json::parse(
+  const OrderedJson pair = OrderedJson::parse(
       R"({"prompt": [{"role": "user", "content": "hi"}], "chosen": [{"role": "assistant", "content": "a"}],)"
       R"( "rejected": [{"role": "assistant", "content": "b"}]})");
   const PreferencePair plain = PreferenceRowReader(tokenizer(), &chat, p).read(pair);
@@ -131,13 +132,13 @@ TEST(PreferenceRowReader, ReadsOneRowAsTheFileReaderDoes) {
   const std::string row = R"({"prompt": "Say", "chosen": " yes", "rejected": " no"})";
   const PreferencePair file =
       read_preference_dataset(dataset_file(row), tokenizer(), nullptr, o)[0];
-  const PreferencePair one = reader.read(Json::parse(row));
+  const PreferencePair one = reader.read(OrderedJson::parse(row));
   EXPECT_EQ(one.prompt, tokenizer().encode("Say", true));
   EXPECT_EQ(one.prompt, file.prompt);
   EXPECT_EQ(one.chosen, file.chosen);
   EXPECT_EQ(one.rejected, file.rejected);
   EXPECT_EQ(one.chosen.back(), 300);
-  EXPECT_EQ(error_of([&] { reader.read(Json::parse(R"({"prompt": "Say"})")); }),
+  EXPECT_EQ(error_of([&] { reader.read(OrderedJson::parse(R"({"prompt": "Say"})")); }),
             "the row needs \"chosen\" and \"rejected\"");
 }
 
@@ -153,14 +154,14 @@ TEST(PreferenceRowReader, ContentThatIsNotAStringIsNamed) {
            R"("content": )" +
            chosen + R"(}], "rejected": [{"role": "assistant", "content": )" + rejected + "}]}";
   };
-  EXPECT_EQ(error_of([&] { reader.read(Json::parse(row("5", R"("b")"))); }),
+  EXPECT_EQ(error_of([&] { reader.read(OrderedJson::parse(row("5", R"("b")"))); }),
             "\"chosen\"[0].content must be a string, got 5");
-  EXPECT_EQ(error_of([&] { reader.read(Json::parse(row(R"("a")", R"({"text": "b"})"))); }),
+  EXPECT_EQ(error_of([&] { reader.read(OrderedJson::parse(row(R"("a")", R"({"text": "b"})"))); }),
             "\"rejected\"[0].content must be a string, got {\"text\":\"b\"}");
   // Without "prompt": the shared messages are checked too.
   EXPECT_EQ(
       error_of([&] {
-        reader.read(Json::parse(
+        reader.read(OrderedJson::parse(
             R"({"chosen": [{"role": "user", "content": true}, {"role": "assistant", "content": "a"}],)"
             R"( "rejected": [{"role": "user", "content": true}, {"role": "assistant", "content": "b"}]})"));
       }),
@@ -170,7 +171,7 @@ TEST(PreferenceRowReader, ContentThatIsNotAStringIsNamed) {
   EXPECT_EQ(error_of([&] { read_preference_dataset(path, tokenizer(), &chat, o); }),
             path + ":1: \"chosen\"[0].content must be a string, got 5");
   // The control: string content reads.
-  EXPECT_EQ(tokenizer().decode(reader.read(Json::parse(row(R"("a")", R"("b")"))).chosen),
+  EXPECT_EQ(tokenizer().decode(reader.read(OrderedJson::parse(row(R"("a")", R"("b")"))).chosen),
             "a<|end|>\n");
 }
 
@@ -188,13 +189,15 @@ TEST(PreferenceRowReader, WhitespaceThatEncodesToNothingIsAnError) {
   PreferenceDataOptions o;
   o.eos_token_id = 300;
   const PreferenceRowReader reader(stripping, nullptr, o);
-  EXPECT_EQ(error_of([&] {
-              reader.read(Json::parse(R"({"prompt": " ", "chosen": " ", "rejected": "  "})"));
-            }),
-            "the prompt has no tokens");
+  EXPECT_EQ(
+      error_of([&] {
+        reader.read(OrderedJson::parse(R"({"prompt": " ", "chosen": " ", "rejected": "  "})"));
+      }),
+      "the prompt has no tokens");
   // The control: the same reader takes a prompt with text.
-  EXPECT_EQ(reader.read(Json::parse(R"({"prompt": "a", "chosen": " ", "rejected": " b"})")).chosen,
-            (std::vector<int32_t>{300}));
+  EXPECT_EQ(
+      reader.read(OrderedJson::parse(R"({"prompt": "a", "chosen": " ", "rejected": " b"})")).chosen,
+      (std::vector<int32_t>{300}));
 }
 
 // KTO's unpaired rows: prompt + completion (text or messages) + a boolean label, read as the
@@ -207,7 +210,7 @@ TEST(PreferenceRowReader, UnpairedRowsReadAsTheFileReaderDoes) {
   const PreferenceRowReader reader(tokenizer(), &chat, o);
   const std::string row = R"({"prompt": "Say", "completion": " yes", "label": false})";
   const UnpairedExample file = read_unpaired_dataset(dataset_file(row), tokenizer(), &chat, o)[0];
-  const UnpairedExample one = reader.read_unpaired(Json::parse(row));
+  const UnpairedExample one = reader.read_unpaired(OrderedJson::parse(row));
   EXPECT_EQ(one.prompt, tokenizer().encode("Say", true));
   EXPECT_EQ(one.prompt, file.prompt);
   EXPECT_EQ(one.completion, file.completion);
@@ -216,7 +219,7 @@ TEST(PreferenceRowReader, UnpairedRowsReadAsTheFileReaderDoes) {
   EXPECT_EQ(file.line, 1);
   // Conversational: the template's render of the prompt with the generation prompt, then of
   // prompt + completion.
-  const UnpairedExample chat_row = reader.read_unpaired(Json::parse(
+  const UnpairedExample chat_row = reader.read_unpaired(OrderedJson::parse(
       R"({"prompt": [{"role": "user", "content": "hi"}], "completion": [{"role": "assistant", )"
       R"("content": "yo"}], "label": true})"));
   EXPECT_TRUE(chat_row.desirable);
@@ -230,7 +233,7 @@ TEST(PreferenceRowReader, BadUnpairedRowsAreNamed) {
   o.max_length = 8;
   const PreferenceRowReader reader(tokenizer(), nullptr, o);
   const auto error = [&](const std::string& row) {
-    return error_of([&] { reader.read_unpaired(Json::parse(row)); });
+    return error_of([&] { reader.read_unpaired(OrderedJson::parse(row)); });
   };
   EXPECT_EQ(error(R"({"prompt": "Say", "completion": " yes"})"),
             "the row needs \"label\" (unpaired rows: prompt, completion, label)");
@@ -258,7 +261,7 @@ TEST(PreferenceRowReader, BadUnpairedRowsAreNamed) {
   // The control: with truncation the long row reads, whole (the trainer cuts it).
   o.truncation = true;
   const PreferenceRowReader cutting(tokenizer(), nullptr, o);
-  const UnpairedExample e = cutting.read_unpaired(Json::parse(long_row));
+  const UnpairedExample e = cutting.read_unpaired(OrderedJson::parse(long_row));
   EXPECT_GT(e.prompt.size() + e.completion.size(), 8u);
 }
 

@@ -7,17 +7,17 @@
 
 using namespace fp8rl;
 using namespace fp8rl::serve;
-using Json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;
 
 namespace {
 
-Json chat_body() {
-  return Json::parse(R"({"model": "m", "messages": [{"role": "user", "content": "hi"}]})");
+OrderedJson chat_body() {
+  return OrderedJson::parse(R"({"model": "m", "messages": [{"role": "user", "content": "hi"}]})");
 }
 
 // The parse fails and its message contains `part`.
 template <typename Parse>
-void expect_refused(Parse parse, const Json& body, const std::string& part) {
+void expect_refused(Parse parse, const OrderedJson& body, const std::string& part) {
   try {
     parse(body);
     ADD_FAILURE() << "accepted: " << body.dump();
@@ -40,10 +40,10 @@ TEST(OpenAiRequest, ChatDefaults) {
 }
 
 TEST(OpenAiRequest, ChatEveryKey) {
-  Json b = chat_body();
-  b["messages"][0]["content"] = Json::parse(R"([{"type": "text", "text": "a"},
+  OrderedJson b = chat_body();
+  b["messages"][0]["content"] = OrderedJson::parse(R"([{"type": "text", "text": "a"},
                                                {"type": "text", "text": "b"}])");
-  b.update(Json::parse(R"({"temperature": 0.5, "top_p": 0.9, "top_k": 5, "min_p": 0.1,
+  b.update(OrderedJson::parse(R"({"temperature": 0.5, "top_p": 0.9, "top_k": 5, "min_p": 0.1,
     "max_tokens": 7, "max_completion_tokens": 9, "n": 3, "stop": "x", "seed": 4, "stream": true,
     "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 2,
     "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto",
@@ -68,8 +68,8 @@ TEST(OpenAiRequest, ChatEveryKey) {
 
 TEST(OpenAiRequest, ChatRefusals) {
   auto with = [](const char* patch) {
-    Json b = chat_body();
-    b.update(Json::parse(patch));
+    OrderedJson b = chat_body();
+    b.update(OrderedJson::parse(patch));
     return b;
   };
   expect_refused(parse_chat_request, with(R"({"temprature": 0})"),
@@ -94,12 +94,12 @@ TEST(OpenAiRequest, ChatRefusals) {
   expect_refused(parse_chat_request,
                  with(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"),
                  "only text parts");
-  expect_refused(parse_chat_request, Json::parse(R"({"messages": []})"), "'model' must be");
-  expect_refused(parse_chat_request, Json::parse("[1]"), "must be a JSON object");
+  expect_refused(parse_chat_request, OrderedJson::parse(R"({"messages": []})"), "'model' must be");
+  expect_refused(parse_chat_request, OrderedJson::parse("[1]"), "must be a JSON object");
 }
 
 TEST(OpenAiRequest, CompletionPrompts) {
-  auto parse = [](const char* text) { return parse_completion_request(Json::parse(text)); };
+  auto parse = [](const char* text) { return parse_completion_request(OrderedJson::parse(text)); };
   EXPECT_EQ(parse(R"({"model": "m", "prompt": "hi"})").prompt_texts,
             std::vector<std::string>{"hi"});
   EXPECT_EQ(parse(R"({"model": "m", "prompt": ["a", "b"]})").prompt_texts.size(), 2u);
@@ -115,7 +115,7 @@ TEST(OpenAiRequest, CompletionPrompts) {
 
 TEST(OpenAiRequest, CompletionRefusals) {
   auto refused = [](const char* text, const std::string& part) {
-    expect_refused(parse_completion_request, Json::parse(text), part);
+    expect_refused(parse_completion_request, OrderedJson::parse(text), part);
   };
   refused(R"({"model": "m"})", "'prompt' is required");
   refused(R"({"model": "m", "prompt": ["a", [1]]})", "mixes strings and token ids");

@@ -7,10 +7,10 @@
 namespace fp8rl {
 namespace {
 
-using Json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;
 
 TEST(ChatRequest, AnArrayIsTheMessages) {
-  const Json messages = Json::parse(R"([{"role": "user", "content": "hi"}])");
+  const OrderedJson messages = OrderedJson::parse(R"([{"role": "user", "content": "hi"}])");
   const ChatRequest r = chat_request_from_json(messages, "m.json");
   EXPECT_EQ(r.messages, messages);
   EXPECT_TRUE(r.tools.is_null());
@@ -18,7 +18,7 @@ TEST(ChatRequest, AnArrayIsTheMessages) {
 }
 
 TEST(ChatRequest, AnObjectGivesMessagesToolsAndDocuments) {
-  const Json data = Json::parse(R"({"messages": [{"role": "user", "content": "hi"}],
+  const OrderedJson data = OrderedJson::parse(R"({"messages": [{"role": "user", "content": "hi"}],
       "tools": [{"type": "function"}], "documents": [{"text": "d"}], "other": 1})");
   const ChatRequest r = chat_request_from_json(data, "m.json");
   EXPECT_EQ(r.messages, data["messages"]);
@@ -30,7 +30,7 @@ TEST(ChatRequest, AnObjectGivesMessagesToolsAndDocuments) {
 TEST(ChatRequest, OtherShapesAreAnErrorNamingTheFile) {
   for (const char* text : {R"({"tools": []})", "3", R"("messages")", "null"}) {
     try {
-      chat_request_from_json(Json::parse(text), "m.json");
+      chat_request_from_json(OrderedJson::parse(text), "m.json");
       ADD_FAILURE() << "no error for " << text;
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("m.json must hold an array of messages"),

@@ -8,20 +8,11 @@
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/view_pointers.h"
 
 namespace fp8rl::cuda {
 
 namespace {
-
-bf16* bf(const TensorView& t) {
-  return static_cast<bf16*>(t.data);
-}
-float* f32(const TensorView& t) {
-  return static_cast<float*>(t.data);
-}
-const int32_t* i32(const TensorView& t) {
-  return static_cast<const int32_t*>(t.data);
-}
 
 // Rows of D values: [R, D] or [T, heads, D].
 int64_t rows_of(const TensorView& x) {

@@ -7,20 +7,11 @@
 #include "ops/cuda/backend.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/view_pointers.h"
 
 namespace fp8rl::cuda {
 
 namespace {
-
-bf16* bf(const TensorView& t) {
-  return static_cast<bf16*>(t.data);
-}
-const float* f32(const TensorView& t) {
-  return static_cast<const float*>(t.data);
-}
-int64_t round_up(int64_t a, int64_t b) {
-  return (a + b - 1) / b * b;
-}
 
 QuantOut quant_out(const ops::QuantizedActivation& q) {
   QuantOut o;

@@ -18,15 +18,13 @@
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/kernels.h"
+#include "ops/cuda/view_pointers.h"
 #include "quant/fp8.h"
 
 namespace fp8rl::cuda {
 
 namespace {
 
-int64_t round_up(int64_t a, int64_t b) {
-  return (a + b - 1) / b * b;
-}
 int scheme_code(Fp8Scheme s) {
   return s == Fp8Scheme::tensor ? 1 : s == Fp8Scheme::row ? 2 : 3;
 }

@@ -4,14 +4,12 @@
 #include "ops/cuda/backend.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/cuda/optimizer_launch.h"
+#include "ops/cuda/view_pointers.h"
 
 namespace fp8rl::cuda {
 
 namespace {
 
-float* f32(const TensorView& t) {
-  return static_cast<float*>(t.data);
-}
 uint16_t* bits(const TensorView& t) {
   return t.empty() ? nullptr : static_cast<uint16_t*>(t.data);
 }

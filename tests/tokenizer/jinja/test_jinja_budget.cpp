@@ -20,29 +20,30 @@ namespace {
 using json = nlohmann::ordered_json;
 using fp8rl::jinja::RenderLimits;
 
-std::string render(const std::string& tpl, const fp8rl::ChatTemplateOptions& options = {}) {
+std::string render_budgeted(const std::string& tpl,
+                            const fp8rl::ChatTemplateOptions& options = {}) {
   return fp8rl::render_chat_template(tpl, json::object(), options);
 }
 
-std::string render_error(const std::string& tpl, const fp8rl::ChatTemplateOptions& options = {}) {
+std::string budget_error(const std::string& tpl, const fp8rl::ChatTemplateOptions& options = {}) {
   try {
-    return "(no error) " + render(tpl, options).substr(0, 100);
+    return "(no error) " + render_budgeted(tpl, options).substr(0, 100);
   } catch (const fp8rl::Error& e) {
     return e.what();
   }
 }
 
-testing::AssertionResult ContainsPred(const char*, const char*, const std::string& text,
-                                      const std::string& needle) {
+testing::AssertionResult BudgetErrorContains(const char*, const char*, const std::string& text,
+                                             const std::string& needle) {
   if (text.find(needle) != std::string::npos) return testing::AssertionSuccess();
   return testing::AssertionFailure()
          << "error '" << text << "' does not contain '" << needle << "'";
 }
-#define EXPECT_BUDGET_ERROR(tpl, needle)               \
-  EXPECT_PRED_FORMAT2(ContainsPred, render_error(tpl), \
+#define EXPECT_BUDGET_ERROR(tpl, needle)                      \
+  EXPECT_PRED_FORMAT2(BudgetErrorContains, budget_error(tpl), \
                       std::string("chat template exceeded its budget of ") + (needle))
-#define EXPECT_BUDGET_ERROR_WITH(tpl, options, needle)          \
-  EXPECT_PRED_FORMAT2(ContainsPred, render_error(tpl, options), \
+#define EXPECT_BUDGET_ERROR_WITH(tpl, options, needle)                 \
+  EXPECT_PRED_FORMAT2(BudgetErrorContains, budget_error(tpl, options), \
                       std::string("chat template exceeded its budget of ") + (needle))
 
 const RenderLimits kDefaults;
@@ -84,7 +85,7 @@ TEST(ChatTemplateBudget, NestedLoopsRunOutOfSteps) {
       "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
       "{% endfor %}",
       with_steps(100000), "100000 steps");
-  EXPECT_EQ(render(loops(3)), std::string(27, '.'));
+  EXPECT_EQ(render_budgeted(loops(3)), std::string(27, '.'));
 }
 
 TEST(ChatTemplateBudget, ExponentialMacroRecursionRunsOutOfSteps) {
@@ -95,7 +96,7 @@ TEST(ChatTemplateBudget, ExponentialMacroRecursionRunsOutOfSteps) {
   };
   // 2^60 calls at a depth of only 60.
   EXPECT_BUDGET_ERROR_WITH(tree(60), with_steps(1000000), "1000000 steps");
-  EXPECT_EQ(render(tree(4)), std::string(16, 'x'));
+  EXPECT_EQ(render_budgeted(tree(4)), std::string(16, 'x'));
   // Through a recursive loop as well.
   EXPECT_BUDGET_ERROR_WITH(
       "{% for x in [1, 1] recursive %}{{ loop([1, 1]) if loop.depth < 60 }}{% endfor %}",
@@ -110,7 +111,7 @@ TEST(ChatTemplateBudget, DeepRecursionIsADepthError) {
   EXPECT_BUDGET_ERROR(unbounded, std::to_string(kDefaults.max_depth) +
                                      " nested calls and blocks (RenderLimits::max_depth): "
                                      "maximum recursion depth exceeded");
-  EXPECT_EQ(render(deep("3")), "0,1,2,");
+  EXPECT_EQ(render_budgeted(deep("3")), "0,1,2,");
   // A smaller limit is the one named.
   fp8rl::ChatTemplateOptions options;
   options.limits.max_depth = 50;
@@ -132,7 +133,7 @@ TEST(ChatTemplateBudget, RepeatCountsAreCheckedBeforeAllocating) {
                       kItems + " (RenderLimits::max_items; list * " + std::to_string(1LL << 62) +
                           " asks for more than 2^63 items)");
   EXPECT_BUDGET_ERROR("{{ (1, 2) * 10**12 }}", kItems);
-  EXPECT_EQ(render("{{ 'x' * 3 }}|{{ [1] * 3 }}|{{ (1, 2) * 2 }}|{{ 'x' * -1 }}"),
+  EXPECT_EQ(render_budgeted("{{ 'x' * 3 }}|{{ [1] * 3 }}|{{ (1, 2) * 2 }}|{{ 'x' * -1 }}"),
             "xxx|[1, 1, 1]|(1, 2, 1, 2)|");
 }
 
@@ -144,9 +145,10 @@ TEST(ChatTemplateBudget, PaddingWidthsAreChecked) {
   EXPECT_BUDGET_ERROR("{{ 'a\nb'|indent(10**12) }}", kBytes);
   EXPECT_BUDGET_ERROR_WITH("{{ ('a\n' * 100000)|indent(100) }}", small_limits(),
                            kSmallBytes + " (RenderLimits::max_string_bytes; indent()");
-  EXPECT_EQ(render("[{{ 'ab'|center(6) }}][{{ 'ab'.ljust(4, '-') }}][{{ '7'.zfill(3) }}][{{ "
-                   "'a\nb'|indent(2) }}]"),
-            "[  ab  ][ab--][007][a\n  b]");
+  EXPECT_EQ(
+      render_budgeted("[{{ 'ab'|center(6) }}][{{ 'ab'.ljust(4, '-') }}][{{ '7'.zfill(3) }}][{{ "
+                      "'a\nb'|indent(2) }}]"),
+      "[  ab  ][ab--][007][a\n  b]");
 }
 
 TEST(ChatTemplateBudget, FormatWidthsAndPrecisionsAreChecked) {
@@ -164,11 +166,13 @@ TEST(ChatTemplateBudget, FormatWidthsAndPrecisionsAreChecked) {
   EXPECT_BUDGET_ERROR_WITH("{{ '%s%s'|format('x' * 1000000, 'y' * 100000) }}", small_limits(),
                            kSmallBytes + " (RenderLimits::max_string_bytes; a % format");
   // Python's results for small ones (a negative * width left-justifies).
-  EXPECT_EQ(render("[{{ '%5d' % 1 }}][{{ '%*s' % (-3, 'a') }}][{{ '%-4s' % 'ab' }}][{{ '%.3f' % "
-                   "1.5 }}][{{ '%1000d' % 7 }}]"),
-            "[    1][a  ][ab  ][1.500][" + std::string(999, ' ') + "7]");
-  EXPECT_EQ(render("[{{ '{:>5}'.format(1) }}][{{ '{:.2f}'.format(1.5) }}][{{ '{:*^7}'.format('ab') "
-                   "}}]"),
+  EXPECT_EQ(
+      render_budgeted("[{{ '%5d' % 1 }}][{{ '%*s' % (-3, 'a') }}][{{ '%-4s' % 'ab' }}][{{ '%.3f' % "
+                      "1.5 }}][{{ '%1000d' % 7 }}]"),
+      "[    1][a  ][ab  ][1.500][" + std::string(999, ' ') + "7]");
+  EXPECT_EQ(render_budgeted(
+                "[{{ '{:>5}'.format(1) }}][{{ '{:.2f}'.format(1.5) }}][{{ '{:*^7}'.format('ab') "
+                "}}]"),
             "[    1][1.50][**ab***]");
 }
 
@@ -181,15 +185,16 @@ TEST(ChatTemplateBudget, TojsonIndentAndBatchAreChecked) {
       kSmallBytes + " (RenderLimits::max_string_bytes; tojson() asks for more)");
   EXPECT_BUDGET_ERROR("{{ [1, 2, 3]|batch(10**12) }}", kItems);
   EXPECT_BUDGET_ERROR("{{ [1, 2, 3]|batch(10**12, 0) }}", kItems);
-  EXPECT_EQ(render("{{ {'a': [1]}|tojson(indent=2) }}|{{ [1, 2, 3]|batch(2, 0)|list }}"),
+  EXPECT_EQ(render_budgeted("{{ {'a': [1]}|tojson(indent=2) }}|{{ [1, 2, 3]|batch(2, 0)|list }}"),
             "{\n  \"a\": [\n    1\n  ]\n}|[[1, 2], [3, 0]]");
 }
 
 TEST(ChatTemplateBudget, HugeRangesAreRefusedAsTheSandboxRefusesThem) {
   // jinja2's sandbox limit (MAX_RANGE), named in its own words.
-  EXPECT_PRED_FORMAT2(ContainsPred, render_error("{% for i in range(10**12) %}{{ i }}{% endfor %}"),
+  EXPECT_PRED_FORMAT2(BudgetErrorContains,
+                      budget_error("{% for i in range(10**12) %}{{ i }}{% endfor %}"),
                       "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
-  EXPECT_EQ(render("{% for i in range(3) %}{{ i }}{% endfor %}"), "012");
+  EXPECT_EQ(render_budgeted("{% for i in range(3) %}{{ i }}{% endfor %}"), "012");
 }
 
 TEST(ChatTemplateBudget, SharedReferencesDoNotPrintAsHugeTexts) {
@@ -218,8 +223,9 @@ TEST(ChatTemplateBudget, SharedReferencesDoNotPrintAsHugeTexts) {
       "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}"
       "{% endfor %}",
       small, kSmallItems);
-  EXPECT_EQ(render("{{ (['ab'] * 3)|join('-') }}|{{ ['a'] * 2 }}|{{ 'ab'|replace('b', 'cd') }}"),
-            "ab-ab-ab|['a', 'a']|acd");
+  EXPECT_EQ(
+      render_budgeted("{{ (['ab'] * 3)|join('-') }}|{{ ['a'] * 2 }}|{{ 'ab'|replace('b', 'cd') }}"),
+      "ab-ab-ab|['a', 'a']|acd");
 }
 
 TEST(ChatTemplateBudget, OutputIsBounded) {
@@ -229,7 +235,7 @@ TEST(ChatTemplateBudget, OutputIsBounded) {
   fp8rl::ChatTemplateOptions options;
   options.limits.max_output_bytes = 10;
   EXPECT_BUDGET_ERROR_WITH("{% for i in range(11) %}x{% endfor %}", options, "10 bytes of output");
-  EXPECT_EQ(render("{% for i in range(10) %}x{% endfor %}", options), "xxxxxxxxxx");
+  EXPECT_EQ(render_budgeted("{% for i in range(10) %}x{% endfor %}", options), "xxxxxxxxxx");
   // A macro's own text is a string: bounded by the string budget.
   options.limits = RenderLimits{};
   options.limits.max_string_bytes = 5;
@@ -251,7 +257,7 @@ TEST(ChatTemplateBudget, LinearWorkOfBuiltinsIsCharged) {
       small, "1000000 steps");
   EXPECT_BUDGET_ERROR_WITH("{{ (range(100000)|list * 40)|unique|list|length }}", small,
                            "1000000 steps");
-  EXPECT_EQ(render("{{ [3, 1, 3, 2]|unique|list }}"), "[3, 1, 2]");
+  EXPECT_EQ(render_budgeted("{{ [3, 1, 3, 2]|unique|list }}"), "[3, 1, 2]");
 }
 
 // 100k macro definitions: names are found through a hash index, not a scan of the scope, so
@@ -269,8 +275,8 @@ TEST(ChatTemplateBudget, HundredThousandMacrosRenderInLinearTime) {
     ns += "{% set ns.a" + std::to_string(i) + " = " + std::to_string(i) + " %}";
   ns += "{{ ns.a0 }},{{ ns.a99999 }}";
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(render(tpl), "0,99999,50000");
-  EXPECT_EQ(render(ns), "0,99999");
+  EXPECT_EQ(render_budgeted(tpl), "0,99999,50000");
+  EXPECT_EQ(render_budgeted(ns), "0,99999");
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   RecordProperty("seconds", std::to_string(seconds));
@@ -295,7 +301,7 @@ TEST(ChatTemplateBudget, TotalBytesCreatedAreCapped) {
   EXPECT_GT(use.total_bytes, 20 * 1000000);
   EXPECT_LT(use.total_bytes, 21 * 1000000);
   options.limits.max_total_bytes = use.total_bytes;
-  EXPECT_EQ(render(keep(20), options), "20");
+  EXPECT_EQ(render_budgeted(keep(20), options), "20");
   options.limits.max_total_bytes = use.total_bytes - 1;
   EXPECT_BUDGET_ERROR_WITH(keep(20), options,
                            std::to_string(use.total_bytes - 1) + " bytes created in total");
@@ -304,12 +310,13 @@ TEST(ChatTemplateBudget, TotalBytesCreatedAreCapped) {
   EXPECT_BUDGET_ERROR("{% for i in range(2000) %}{% set s = 'x' * 1000000 %}{% endfor %}",
                       std::to_string(kDefaults.max_total_bytes) +
                           " bytes created in total (RenderLimits::max_total_bytes");
-  EXPECT_EQ(render("{% for i in range(500) %}{% set s = 'x' * 1000000 %}{% endfor %}ok"), "ok");
+  EXPECT_EQ(render_budgeted("{% for i in range(500) %}{% set s = 'x' * 1000000 %}{% endfor %}ok"),
+            "ok");
   // Containers count their slots: a list of 100k references to one string is 100k slots.
   options.limits = RenderLimits{};
   options.limits.max_total_bytes = 1 << 20;
   EXPECT_BUDGET_ERROR_WITH("{% set l = ['x'] * 100000 %}", options, "1048576 bytes created");
-  EXPECT_EQ(render("{% set l = ['x'] * 1000 %}{{ l|length }}", options), "1000");
+  EXPECT_EQ(render_budgeted("{% set l = ['x'] * 1000 %}{{ l|length }}", options), "1000");
 }
 
 namespace {
