@@ -10,6 +10,10 @@
 
 namespace fp8rl {
 
+void raise_no_cuda() {
+  RAISE("this build has no CUDA backend (built without nvcc)");
+}
+
 #if FP8RL_HAVE_CUDA
 
 int CudaDevice::count() {
@@ -142,12 +146,6 @@ class Backend {};  // never constructed; complete so that unique_ptr<Backend> ca
 }  // namespace fp8rl::cuda
 namespace fp8rl {
 
-namespace {
-[[noreturn]] void no_cuda() {
-  RAISE("this build has no CUDA backend (built without nvcc)");
-}
-}  // namespace
-
 int CudaDevice::count() {
   return 0;
 }
@@ -155,62 +153,62 @@ bool CudaDevice::built() {
   return false;
 }
 std::string CudaDevice::describe(int) {
-  no_cuda();
+  raise_no_cuda();
 }
 CudaDevice::CudaDevice(const CudaDeviceOptions&) {
-  no_cuda();
+  raise_no_cuda();
 }
 CudaDevice::~CudaDevice() = default;
 Context CudaDevice::context() {
-  no_cuda();
+  raise_no_cuda();
 }
 void CudaDevice::synchronize() {
-  no_cuda();
+  raise_no_cuda();
 }
 std::string CudaDevice::name() const {
-  no_cuda();
+  raise_no_cuda();
 }
 std::string CudaDevice::gemm_path(Fp8Scheme) const {
-  no_cuda();
+  raise_no_cuda();
 }
 GpuCapability CudaDevice::capability() const {
-  no_cuda();
+  raise_no_cuda();
 }
 std::string CudaDevice::last_linear_path() const {
-  no_cuda();
+  raise_no_cuda();
 }
 std::pair<int64_t, int64_t> CudaDevice::last_decode_grid() const {
-  no_cuda();
+  raise_no_cuda();
 }
 void CudaDevice::set_profiling(bool) {
-  no_cuda();
+  raise_no_cuda();
 }
 std::vector<OpTime> CudaDevice::profile() {
-  no_cuda();
+  raise_no_cuda();
 }
 void CudaDevice::reset_profile() {
-  no_cuda();
+  raise_no_cuda();
 }
 double CudaDevice::time_gemm(const LinearWeight&, int64_t, int) {
-  no_cuda();
+  raise_no_cuda();
 }
 size_t CudaDevice::arena_high_water() const {
-  no_cuda();
+  raise_no_cuda();
 }
 uint64_t CudaDevice::check_fp8_quotient(uint32_t, uint32_t, uint32_t, uint32_t (&)[2]) {
-  no_cuda();
+  raise_no_cuda();
 }
 void CudaDevice::begin_capture() {
-  no_cuda();
+  raise_no_cuda();
 }
 CudaGraph CudaDevice::end_capture() {
-  no_cuda();
+  raise_no_cuda();
 }
 void CudaDevice::begin_capture(Context&) {
-  no_cuda();
+  raise_no_cuda();
 }
 CudaGraph CudaDevice::end_capture(Context&) {
-  no_cuda();
+  raise_no_cuda();
 }
 CudaGraph::CudaGraph(CudaGraph&&) noexcept {}
 CudaGraph& CudaGraph::operator=(CudaGraph&&) noexcept {
@@ -218,16 +216,16 @@ CudaGraph& CudaGraph::operator=(CudaGraph&&) noexcept {
 }
 CudaGraph::~CudaGraph() = default;
 void CudaGraph::replay() {
-  no_cuda();
+  raise_no_cuda();
 }
 size_t CudaDevice::memory_used() const {
-  no_cuda();
+  raise_no_cuda();
 }
 size_t CudaDevice::memory_total() const {
-  no_cuda();
+  raise_no_cuda();
 }
 size_t CudaDevice::peak_allocated() const {
-  no_cuda();
+  raise_no_cuda();
 }
 
 #endif

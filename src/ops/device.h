@@ -167,4 +167,7 @@ class CudaDevice {
   std::unique_ptr<cuda::Backend> backend_;
 };
 
+// The error of a build without nvcc asked for CUDA work.
+[[noreturn]] void raise_no_cuda();
+
 }  // namespace fp8rl

@@ -19,12 +19,6 @@
 namespace fp8rl {
 
 namespace {
-[[noreturn, maybe_unused]] void no_cuda() {
-  RAISE("this build has no CUDA backend (built without nvcc)");
-}
-}  // namespace
-
-namespace {
 // A planned buffer's address: distinct for every buffer (code compares weight addresses, e.g. a
 // tied lm_head), never dereferenced, far from where real allocations lie.
 void* planned_address(size_t bytes) {
@@ -59,7 +53,7 @@ DeviceBuffer::DeviceBuffer(const Context& ctx, size_t bytes) : size_(bytes), dev
   backend_ = ctx.cuda;
   data_ = cuda::device_malloc(*backend_, bytes);
 #else
-  no_cuda();
+  raise_no_cuda();
 #endif
 }
 
@@ -82,7 +76,7 @@ DeviceBuffer DeviceBuffer::pinned_host(const Context& ctx, size_t bytes) {
   b.data_ = cuda::host_malloc_pinned(bytes);
   b.pinned_ = true;
 #else
-  no_cuda();
+  raise_no_cuda();
 #endif
   return b;
 }
@@ -164,7 +158,7 @@ cuda::Backend& backend(const Context& ctx) {
   if ((ctx).device == Device::cuda && !(ctx).dry_run) return expr
 #else
 #define FP8RL_ON_CUDA(ctx, expr) \
-  if ((ctx).device == Device::cuda && !(ctx).dry_run) no_cuda()
+  if ((ctx).device == Device::cuda && !(ctx).dry_run) raise_no_cuda()
 #endif
 
 TensorView scratch_alloc(Context& ctx, Shape shape, DType dtype) {
@@ -235,7 +229,7 @@ void copy(Context& ctx, const TensorView& src, const TensorView& dst) {
 #if FP8RL_HAVE_CUDA
   cuda::copy(backend(ctx), src, dst);
 #else
-  no_cuda();
+  raise_no_cuda();
 #endif
 }
 
@@ -254,7 +248,7 @@ void copy_to_host_async(Context& ctx, const TensorView& src, const TensorView& d
 #if FP8RL_HAVE_CUDA
   cuda::copy_to_host_async(backend(ctx), src, dst);
 #else
-  no_cuda();
+  raise_no_cuda();
 #endif
 }
 
@@ -375,7 +369,7 @@ size_t device_allocated_bytes(const Context& ctx) {
 #if FP8RL_HAVE_CUDA
   return ctx.cuda->allocated();
 #else
-  no_cuda();
+  raise_no_cuda();
   return 0;
 #endif
 }
@@ -385,7 +379,7 @@ size_t device_peak_allocated_bytes(const Context& ctx) {
 #if FP8RL_HAVE_CUDA
   return ctx.cuda->peak_allocated();
 #else
-  no_cuda();
+  raise_no_cuda();
   return 0;
 #endif
 }
@@ -395,7 +389,7 @@ void reset_device_peak_allocated(Context& ctx) {
 #if FP8RL_HAVE_CUDA
   ctx.cuda->reset_peak_allocated();
 #else
-  no_cuda();
+  raise_no_cuda();
 #endif
 }
 
@@ -458,7 +452,7 @@ size_t device_free_bytes(const Context& ctx) {
 #if FP8RL_HAVE_CUDA
   return cuda::device_free_bytes(*ctx.cuda);
 #else
-  no_cuda();
+  raise_no_cuda();
   return 0;
 #endif
 }
