@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Quick start, tests: set up (apt + the npm peers), build, run every test under AddressSanitizer
-# + UBSan (a CPU build of its own, build-asan/), the fuzz smoke, then every test with CTest on the
-# Release build (its summary is the last thing printed).
+# Quick start, tests: set up (apt + the npm peers), build, run the tests under AddressSanitizer +
+# UBSan (a CPU build of its own, build-asan/), the fuzz smoke, then the longest tests, which the
+# sanitizer run leaves out (tests/release_only.txt), with CTest on the Release build. Every test
+# runs once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -19,7 +20,13 @@ if command -v clang++-15 >/dev/null && [ -e "${fuzz_runtime[0]}" ]; then
 else
   echo "test.sh: no clang-15/libFuzzer, fuzz smoke skipped" >&2
 fi
-# Two test binaries run at once, each with its OpenMP team: spinning threads would steal the
-# cores the other binary's team needs (6x slower training tests on 2 cores), so idle threads
-# sleep.
-OMP_WAIT_POLICY=passive ctest --test-dir build --output-on-failure -j"$(nproc)"
+# The Release build runs what the sanitizer run left out: the long tests of
+# tests/release_only.txt and the GPU tests (which skip without a CUDA device). Two test binaries
+# run at once, each with its OpenMP team: spinning threads would steal the cores the other
+# binary's team needs (6x slower training tests on 2 cores), so idle threads sleep.
+release_only=(GpuOps GpuModel GpuGenerate GpuTrain)
+while read -r name; do
+  [[ -z "$name" || "$name" == \#* ]] || release_only+=("$name")
+done <tests/release_only.txt
+OMP_WAIT_POLICY=passive ctest --test-dir build --output-on-failure -j"$(nproc)" \
+  -R "^($(IFS='|'; echo "${release_only[*]}"))\$"

@@ -3,7 +3,7 @@
 # own folder and runs them; any sanitizer report fails the run.
 #
 #   tests/asan.sh                   build everything CTest runs, then its tests but the few
-#                                   left to the Release run (release_only below) (CI)
+#                                   left to the Release run (tests/release_only.txt) (CI)
 #   tests/asan.sh TARGET ...        build those test binaries and run them directly
 #   FP8RL_ASAN_BUILD_DIR=DIR        build folder (default: <repo>/build-asan)
 #   FP8RL_ASAN_JOBS=N               parallel build jobs and tests (default: the cores)
@@ -38,29 +38,11 @@ rm -rf "$logs"
 mkdir -p "$logs"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1}:log_path=$logs/asan"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}"
-# Left to the Release CTest: tests whose time under the sanitizers (25 s to 4 min each, half of
-# the run) is many optimizer steps or peer comparisons over code that shorter tests of this run
-# go through too (each trainer's resume, evaluation, CLI and bad-input tests; the tokenizer's
-# own tests and fuzz replays).
-release_only=(
-  SftTrainer.LearnsTheTaskWithFp8AndUnquantizedBases
-  tokenizer_peer
-  DpoTrainer.PrefersTheChosenAnswers
-  DpoTrainer.TheReferenceIsTheAdapterTheRunStartsFrom
-  DpoTrainer.DisableDropoutTrainsWithoutLoraDropout
-  DpoTrainer.LdAlphaWeighsTheLongerCompletionsTail
-  PpoTrainer.LogsTrlMetricsAndResumesExactly
-  KtoTrainer.StartsAtTrlsLossAndLearnsThePreference
-  KtoTrainer.KlEstimateIsTheMismatchedPairsLogRatio
-  GrpoTrainer.LogsTrlMetricsAndResumesExactly
-  GrpoTrainer.LossKnobsReachTheLoop
-  GrpoTrainer.EvaluationsLogTheirStepsOnlyAndLeaveTrainingAsItIs
-  GrpoTrainer.RewardModelScoringIsAPhaseOfTheMemoryPlan
-  GrpoEnvironment.AShellEnvironmentTrainsTheSameAndTurnsContinueFromThePrefixCache
-  GrpoAgent.TheExampleAgentTrainsOnTheCompletionsItAskedFor
-  OnlineDpoTrainer.PairsFollowTheRewardsPenaltyAppliesAndResumesExactly
-  PpoTrainer.CliprangeValueClipsMovedValues
-)
+# The tests left to the Release CTest (tests/release_only.txt).
+release_only=()
+while read -r name; do
+  [[ -z "$name" || "$name" == \#* ]] || release_only+=("$name")
+done <"$root/tests/release_only.txt"
 status=0
 if [ ${#targets[@]} -eq 0 ]; then
   # As in scripts/test.sh: idle OpenMP threads sleep, so that two test binaries share the cores.
