@@ -381,7 +381,7 @@ def lengths(prompts, completions, completion_ids, level, **kwargs):
     return [len(ids) * 10 + lv for ids, lv in zip(completion_ids, level)]
 
 def only_named(completions, answer):
-    return [kNoReward if a is kNoReward else float(c == a) for c, a in zip(completions, answer)]
+    return [None if a is None else float(c == a) for c, a in zip(completions, answer)]
 
 async def later(prompts, completions, **kwargs):
     await asyncio.sleep(0)
@@ -482,7 +482,7 @@ def state(prompts, completions, completion_ids, trainer_state, level, answer, **
     assert "prompt_messages" not in kwargs and "log_metric" in kwargs
     assert trainer_state.is_world_process_zero and trainer_state.log_history == []
     step = trainer_state.global_step * 100 + trainer_state.max_steps + (trainer_state.epoch or 0)
-    return [step + 1000 * len(ids) + 10000 * lv + (a is kNoReward) * 0.25
+    return [step + 1000 * len(ids) + 10000 * lv + (a is None) * 0.25
             for ids, lv, a in zip(completion_ids, level, answer)]
 )");
   RewardProcess p({.command = command(dir, "state:state")});
@@ -501,7 +501,7 @@ def logs(completions, log_metric, log_extra, **kwargs):
     log_metric("mine/nan", float("nan"))
     log_extra("seen", [c[0]["content"][:2] for c in completions])
     log_extra("half", [0.5])
-    log_extra("half", [float("inf"), kNoReward])  # extends, as TRL's log_extra
+    log_extra("half", [float("inf"), None])  # extends, as TRL's log_extra
     log_extra("twice", [1, 2, 3])
     log_extra("twice", [4, 5, 6])  # TRL's table keeps the last batch's worth
     return [0.0] * len(completions)
@@ -537,7 +537,7 @@ def wrong_length(completions, **kwargs):
     return [1.0, 2.0]
 
 def returns_none(completions, **kwargs):
-    return kNoReward
+    return None
 
 def wrong_value(completions, **kwargs):
     return [1.0, "high", 0.0]
@@ -662,7 +662,7 @@ match_numbers = re.compile(
 CALLS = 0
 
 def match_format_exactly(completions, **kwargs):
-    return [3.0 if match_format.search(c[0]["content"]) is not kNoReward else 0.0 for c in completions]
+    return [3.0 if match_format.search(c[0]["content"]) is not None else 0.0 for c in completions]
 
 def match_format_approximately(completions, **kwargs):
     scores = []
@@ -676,11 +676,11 @@ def match_format_approximately(completions, **kwargs):
 
 def check_answer(prompts, completions, answer, **kwargs):
     question = prompts[0][-1]["content"]
-    guesses = [m.group(1) if (m := match_format.search(c[0]["content"])) else kNoReward
+    guesses = [m.group(1) if (m := match_format.search(c[0]["content"])) else None
                for c in completions]
     scores = []
     for guess, truth in zip(guesses, answer):
-        if guess is kNoReward:
+        if guess is None:
             scores.append(-2.0)
         elif guess == truth:
             scores.append(5.0)
@@ -699,14 +699,14 @@ def check_numbers(prompts, completions, answer, **kwargs):
     global CALLS
     question = prompts[0][-1]["content"]
     responses = [c[0]["content"] for c in completions]
-    guesses = [m.group(1) if (m := match_numbers.search(r)) else kNoReward for r in responses]
+    guesses = [m.group(1) if (m := match_numbers.search(r)) else None for r in responses]
     if CALLS % 5 == 0:
         print("*" * 20, f"Question:\n{question}", f"\nAnswer:\n{answer[0]}",
               f"\nResponse:\n{responses[0]}", f"\nExtracted:\n{guesses[0]}")
     CALLS += 1
     scores = []
     for guess, truth in zip(guesses, answer):
-        if guess is kNoReward:
+        if guess is None:
             scores.append(-2.5)
             continue
         try:
