@@ -8,7 +8,6 @@
 // the update of the masters and of the compute copies, all on the model's device). Prints JSON:
 // tokens/s, the step split, peak memory. The HF transformers + PEFT anchor of the same shapes
 // is tools/bench/hf_train.py (run in the same GPU call).
-#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -17,6 +16,7 @@
 #include "cli/bench_model.h"
 #include "cli/bench_profile.h"
 #include "core/check.h"
+#include "core/wall_clock.h"
 #include "model/adapter.h"
 #include "ops/backward.h"
 #include "ops/device.h"
@@ -31,17 +31,11 @@ void add_bench_train_command(CLI::App& bench);
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 struct BenchTrainOptions : BenchModelOptions {
   int64_t batch = 8, seq = 1024, steps = 5, warmup = 2;
   bool checkpointing = false;
   bool offload = false;
 };
-
-double since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 void run_bench_train(const BenchTrainOptions& o) {
   CHECK(o.batch > 0 && o.seq > 1 && o.steps > 0 && o.warmup >= 0,
@@ -85,7 +79,7 @@ void run_bench_train(const BenchTrainOptions& o) {
     ops::synchronize(ctx);
     const auto t0 = Clock::now();
     pass.forward({ids, targets, cu}, po);  // ends with the logprobs on the host (synchronized)
-    const double f = since(t0);
+    const double f = seconds_since(t0);
     loss = 0;
     for (size_t t = 0; t < ids.size(); ++t) loss -= pass.logprobs()[t];
     loss /= double(counted);
@@ -93,13 +87,13 @@ void run_bench_train(const BenchTrainOptions& o) {
     ops::fill_zero(ctx, grads);
     pass.backward(dlogprob, grads);
     ops::synchronize(ctx);
-    const double b = since(t1);
+    const double b = seconds_since(t1);
     const auto t2 = Clock::now();
     if (!train_step.step(ctx, adapter.master_params(), grads, loss, adapter.compute_params())
              .skipped)
       adapter.mark_updated();
     ops::synchronize(ctx);
-    const double u = since(t2);
+    const double u = seconds_since(t2);
     if (step >= o.warmup) fwd += f, bwd += b, opt += u;
   }
   const double n = double(o.steps), total = (fwd + bwd + opt) / n;

@@ -165,8 +165,7 @@ void write_outputs(const std::string& path, const std::vector<GenerationRequest>
         cj["finish_reason"] = finish_reason_name(c.finish);
         line["completions"].push_back(std::move(cj));
       }
-      const std::string text =
-          line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + '\n';
+      const std::string text = json_line(line) + '\n';
       file.write(text.data(), text.size());
     }
   }

@@ -4,17 +4,16 @@
 
 #include <cmath>
 #include <deque>
-#include <limits>
 
 #include "core/check.h"
 #include "core/input_file.h"
+#include "core/nan.h"
 #include "formats/json_read.h"
 
 namespace fp8rl::cli {
 
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr uint64_t kMaxMetricsLine = 1 << 20;  // a step's metrics are a few kB
 constexpr uint64_t kMaxSampleLine = 64 << 20;  // a prompt and a long completion
 

@@ -11,6 +11,7 @@
 #include "core/check.h"
 #include "core/output_file.h"
 #include "core/spelling.h"
+#include "core/wall_clock.h"
 #include "formats/safetensors.h"
 #include "ops/device.h"
 #include "ops/memory.h"
@@ -106,12 +107,11 @@ RunControl::RunControl(const TrainingArguments& args) {
     fmt::print(stderr, "resuming from {}{}\n", p.filename().string(),
                in_run_dir ? "" : fmt::format(" ({})", from));
   }
-  start_ = std::chrono::steady_clock::now();
+  start_ = Clock::now();
 }
 
 std::string RunControl::eta(int64_t step, int64_t total_steps) {
-  const double elapsed =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double elapsed = seconds_since(start_);
   const int64_t done = step - resumed_step_;
   return format_duration(elapsed / double(std::max<int64_t>(done, 1)) * double(total_steps - step));
 }

@@ -1,7 +1,6 @@
 #include "rl/dpo_trainer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <optional>
@@ -10,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "core/wall_clock.h"
 #include "ops/backward.h"
 #include "ops/memory.h"
 #include "rl/dpo_loss.h"
@@ -23,8 +23,6 @@
 namespace fp8rl {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // Pairs [i...] packed as 2 sequences each (chosen, then rejected); targets on the completions.
 struct Packed {
@@ -240,7 +238,7 @@ struct DpoTrainer::Impl {
             {"eval_rewards/margins", finite_or_null(sum.rewards_margins / n)},
             {"eval_logps/chosen", finite_or_null(sum.logps_chosen / n)},
             {"eval_logps/rejected", finite_or_null(sum.logps_rejected / n)},
-            {"eval_runtime", std::chrono::duration<double>(Clock::now() - t0).count()}};
+            {"eval_runtime", seconds_since(t0)}};
   }
 
   void run(const std::function<void(const DpoStepInfo&)>& on_step, const StopRequest& stop) {

@@ -1,7 +1,6 @@
 #include "rl/kto_trainer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -10,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "core/wall_clock.h"
 #include "ops/backward.h"
 #include "ops/memory.h"
 #include "rl/kto_loss.h"
@@ -24,7 +24,6 @@ namespace fp8rl {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using Span = std::pair<int64_t, int64_t>;
 
 // Examples [i...] packed as one sequence each (prompt + completion), then, with the KL
@@ -301,7 +300,7 @@ struct KtoTrainer::Impl {
     nlohmann::json line = {{"eval_loss", finite_or_null(loss / double(n))}};
     means.write(line, "eval_");
     line["eval_num_tokens"] = num_tokens;
-    line["eval_runtime"] = std::chrono::duration<double>(Clock::now() - t0).count();
+    line["eval_runtime"] = seconds_since(t0);
     return line;
   }
 

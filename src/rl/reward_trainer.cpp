@@ -1,12 +1,12 @@
 #include "rl/reward_trainer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <numeric>
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "core/wall_clock.h"
 #include "model/sequence_score.h"
 #include "ops/memory.h"
 #include "rl/reward_loss.h"
@@ -18,8 +18,6 @@
 namespace fp8rl {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // Pairs packed as 2 sequences each (chosen, then rejected), with each one's pooled row.
 struct Packed {
@@ -212,7 +210,7 @@ struct RewardTrainer::Impl {
             {"eval_mean_reward", finite_or_null(mean / n)},
             {"eval_min_reward", finite_or_null(lo)},
             {"eval_max_reward", finite_or_null(hi)},
-            {"eval_runtime", std::chrono::duration<double>(Clock::now() - t0).count()}};
+            {"eval_runtime", seconds_since(t0)}};
   }
 
   void run(const std::function<void(const RewardStepInfo&)>& on_step, const StopRequest& stop) {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "formats/json_read.h"
 #include "serve/openai_response.h"
 
 namespace fp8rl::serve {
@@ -36,12 +37,12 @@ struct Stream {
 
 void send_error(httplib::Response& res, const HttpError& e) {
   res.status = e.status;
-  res.set_content(dump(error_body(e.message, e.type, e.code)), "application/json");
+  res.set_content(json_line(error_body(e.message, e.type, e.code)), "application/json");
 }
 
 void send_json(httplib::Response& res, const nlohmann::json& j) {
   res.status = 200;
-  res.set_content(dump(j), "application/json");
+  res.set_content(json_line(j), "application/json");
 }
 
 int64_t unix_seconds() {

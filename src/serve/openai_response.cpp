@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "formats/json_read.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fp8rl::serve {
@@ -29,12 +30,8 @@ Json error_body(const std::string& message, const std::string& type, const std::
             {"code", code.empty() ? Json(nullptr) : Json(code)}}}};
 }
 
-std::string dump(const Json& j) {
-  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
 std::string sse_event(const Json& j) {
-  return "data: " + dump(j) + "\n\n";
+  return "data: " + json_line(j) + "\n\n";
 }
 
 ResponseShaper::ResponseShaper(ShaperOptions options) : o_(std::move(options)) {

@@ -29,8 +29,6 @@ nlohmann::json error_body(const std::string& message, const std::string& type,
 
 // One server-sent event holding `j`.
 std::string sse_event(const nlohmann::json& j);
-// JSON text as sent: a token piece may end inside a UTF-8 character, which is replaced.
-std::string dump(const nlohmann::json& j);
 
 struct ShaperOptions {
   const ApiRequest* request = nullptr;

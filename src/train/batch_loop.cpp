@@ -1,9 +1,8 @@
 #include "train/batch_loop.h"
 
-#include <chrono>
-
 #include "core/interrupt.h"
 #include "core/rng.h"
+#include "core/wall_clock.h"
 #include "model/adapter.h"
 #include "ops/memory.h"
 #include "ops/ops.h"
@@ -16,7 +15,6 @@ namespace fp8rl {
 
 void run_batch_loop(const BatchLoop& loop, DataPosition& at, const BatchLoopHooks& hooks,
                     const StopRequest& stop) {
-  using Clock = std::chrono::steady_clock;
   const TrainingArguments& cfg = loop.cfg;
   TrainStep& train_step = loop.train_step;
   LoraAdapter& adapter = loop.adapter;
@@ -66,7 +64,7 @@ void run_batch_loop(const BatchLoop& loop, DataPosition& at, const BatchLoopHook
     const StepResult r =
         train_step.step(loop.ctx, adapter.master_params(), grads, loss, adapter.compute_params());
     if (!r.skipped) adapter.mark_updated();
-    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double seconds = seconds_since(t0);
     const int64_t step = train_step.global_step();
     nlohmann::json line = {
         {"step", step},

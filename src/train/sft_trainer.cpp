@@ -1,10 +1,10 @@
 #include "train/sft_trainer.h"
 
-#include <chrono>
 #include <cmath>
 #include <numeric>
 
 #include "core/rng.h"
+#include "core/wall_clock.h"
 #include "ops/backward.h"
 #include "ops/memory.h"
 #include "train/run_dir.h"
@@ -125,12 +125,9 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step,
   LogprobPass& pass = *pass_object_;
   // transformers' evaluation: eval_loss and eval_runtime (seconds).
   const auto evaluate = [&] {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Clock::now();
     const double loss = evaluate_loss();
-    return nlohmann::json{
-        {"eval_loss", finite_or_null(loss)},
-        {"eval_runtime",
-         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}};
+    return nlohmann::json{{"eval_loss", finite_or_null(loss)}, {"eval_runtime", seconds_since(t0)}};
   };
   if (cfg_.eval_on_start && train_step_->global_step() == 0) {
     nlohmann::json line = evaluate();
@@ -145,7 +142,7 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step,
   std::string saved = resume;  // the checkpoint of the last completed step, if any
 
   while (train_step_->global_step() < total_steps_ && !stop.requested()) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Clock::now();
     // The micro-batches of this step: up to grad_accum, not crossing an epoch's end.
     if (pos_.batch >= int64_t(epoch_plan(pos_.epoch).size())) ++pos_.epoch, pos_.batch = 0;
     const auto& p = epoch_plan(pos_.epoch);
@@ -180,8 +177,7 @@ void SftTrainer::run(const std::function<void(const SftStepInfo&)>& on_step,
     if (!r.skipped) adapter_.mark_updated();
     pos_.batch = last;
     pos_.tokens += tokens;
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double seconds = seconds_since(t0);
     const int64_t step = train_step_->global_step();
     const double epoch = double(pos_.epoch) + double(pos_.batch) / double(p.size());
     nlohmann::json line = {{"step", step},

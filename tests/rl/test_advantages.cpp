@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/nan.h"
 #include "rl/advantages.h"
 #include "tolerances.h"
 
@@ -16,8 +17,6 @@ namespace fp8rl {
 namespace {
 
 using test::kF64Formula;
-
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 void expect_values(const std::vector<double>& got, const std::vector<double>& want) {
   ASSERT_EQ(got.size(), want.size());

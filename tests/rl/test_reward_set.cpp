@@ -5,12 +5,12 @@
 #include <map>
 
 #include "core/check.h"
+#include "core/nan.h"
 #include "rl/reward_set.h"
 
 namespace fp8rl {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr auto None = std::nullopt;
 

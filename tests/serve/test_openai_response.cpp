@@ -3,6 +3,7 @@
 // call stays content (the negative control); usage counts every choice's tokens.
 #include <gtest/gtest.h>
 
+#include "formats/json_read.h"
 #include "serve/openai_response.h"
 
 using namespace fp8rl;
@@ -106,7 +107,7 @@ TEST(OpenAiResponse, ErrorBody) {
   EXPECT_TRUE(e["error"].contains("param"));
   EXPECT_EQ(e["error"]["code"], "model_not_found");
   // A token piece that ends inside a UTF-8 character is sent replaced, not thrown on.
-  EXPECT_EQ(dump(Json("a\xC3")), "\"a\xEF\xBF\xBD\"");
+  EXPECT_EQ(json_line(Json("a\xC3")), "\"a\xEF\xBF\xBD\"");
 }
 
 }  // namespace
