@@ -93,38 +93,7 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml, const char* name =
   trainer.set_chat_template(ts.tokenizer_setup().chat ? &*ts.tokenizer_setup().chat : nullptr);
   {
     // The plan, printed by a dry run, and checked against gpu_memory before the first step.
-    const GrpoMemoryPlan p = trainer.memory_plan();
-    // Without the device and a budget its free memory is unknown: the pool is what the
-    // engine can use.
-    const std::string kv_bound =
-        ops::device_memory_left(ts.ctx()) || ts.ctx().device == Device::cpu
-            ? ""
-            : "; the KV pool holds max_num_seqs sequences of the full context, which a device "
-              "with less free memory bounds";
-    std::vector<PlanPart> parts = {
-        {"standby region", p.standby_region_bytes,
-         fmt::format("the {} of the engine's KV pool, {:.1f} MiB, the training pass: "
-                     "saved activations {:.1f} + KV {:.1f}{}{}",
-                     p.reward_models.count > 0 ? "largest" : "larger",
-                     double(p.engine_kv_bytes) / (1 << 20), double(p.pass.saved_bytes) / (1 << 20),
-                     double(p.pass.kv_bytes) / (1 << 20),
-                     p.reward_models.count > 0
-                         ? fmt::format(", and the reward models' scoring of a round: KV {:.1f}",
-                                       double(p.reward_models.scoring.kv_bytes) / (1 << 20))
-                         : "",
-                     kv_bound),
-         true}};
-    if (p.reward_models.count > 0) {
-      parts.push_back(
-          {"reward models", p.reward_models.weights_bytes + p.reward_models.adapter_bytes,
-           fmt::format("{}: weights of their own {:.1f}, adapters {:.1f}", p.reward_models.count,
-                       double(p.reward_models.weights_bytes) / (1 << 20),
-                       double(p.reward_models.adapter_bytes) / (1 << 20)),
-           true});
-    }
-    if (p.reference_adapter_bytes > 0)
-      parts.push_back({"reference adapter", p.reference_adapter_bytes,
-                       "the adapter the run continues from, frozen", true});
+    const RolloutMemoryPlan p = trainer.memory_plan();
     const std::string of =
         untokenized ? fmt::format(
                           "the prompts not tokenized, {} has no tokenizer.json: {} of {}, "
@@ -140,7 +109,7 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml, const char* name =
                        fmt::format("memory plan of the run ({}; the pass over the longest "
                                    "micro-batch)",
                                    of),
-                       p.optimizer_state_bytes, parts,
+                       p.optimizer_state_bytes, rollout_plan_parts(ts, p),
                        std::max(p.pass.scratch_bytes, p.reward_models.scoring.scratch_bytes),
                        cfg.dry_run,
                        training_budget_hint(cfg,

@@ -51,28 +51,19 @@ void run_ppo(const PpoConfig& cfg, const std::string& yaml) {
   PpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), *value, ts.tokenizer_if_any(),
                      ts.session().eos_ids(), std::move(prompts), cfg, std::move(rewards),
                      ts.base_model_name());
-  PassPlan pass = trainer.plan();
-  std::vector<PlanPart> extra = {
-      {"value adapter", value->nbytes(), "LoRA + score head, trained beside the policy's", true}};
-  if (const RewardModelsPlan& rm = trainer.reward_models(); rm.count > 0) {
-    // The scoring's KV takes turns with the pass in one region: what it needs beyond the pass.
-    const size_t beyond = rm.scoring.kv_bytes - std::min(rm.scoring.kv_bytes, pass.region_bytes());
-    extra.push_back(
-        {"reward models", rm.weights_bytes + rm.adapter_bytes + beyond,
-         fmt::format("{}: weights of their own {:.1f}, adapters {:.1f}, scoring KV "
-                     "{:.1f} taking turns with the pass's",
-                     rm.count, double(rm.weights_bytes) / (1 << 20),
-                     double(rm.adapter_bytes) / (1 << 20), double(rm.scoring.kv_bytes) / (1 << 20)),
-         true});
-    pass.scratch_bytes = std::max(pass.scratch_bytes, rm.scoring.scratch_bytes);
-  }
-  report_pass_memory_plan(
+  const RolloutMemoryPlan p = trainer.memory_plan();
+  std::vector<PlanPart> parts = rollout_plan_parts(ts, p);
+  parts.insert(parts.begin(), {"value adapter", value->nbytes(),
+                               "LoRA + score head, trained beside the policy's", true});
+  report_memory_plan(
       ts,
-      fmt::format("memory plan of a micro-batch ({}, {})", counted(int64_t(num_prompts), "prompt"),
+      fmt::format("memory plan of the run ({}, {}; the larger pass, policy or value, over a "
+                  "micro-batch)",
+                  counted(int64_t(num_prompts), "prompt"),
                   counted(trainer.total_steps(), "update")),
-      trainer.optimizer_state_bytes(), pass, cfg.dry_run,
-      training_budget_hint(cfg, "per_device_train_batch_size or response_length"),
-      std::move(extra));
+      p.optimizer_state_bytes, parts,
+      std::max(p.pass.scratch_bytes, p.reward_models.scoring.scratch_bytes), cfg.dry_run,
+      training_budget_hint(cfg, "kv_memory, per_device_train_batch_size or response_length"));
   if (cfg.dry_run) return;
   write_run_config(cfg.output_dir, yaml);
   RunControl control(cfg);

@@ -194,6 +194,42 @@ void report_pass_memory_plan(TrainSession& ts, const std::string& title,
   report_memory_plan(ts, title, optimizer_state_bytes, parts, plan.scratch_bytes, print, hint);
 }
 
+std::vector<PlanPart> rollout_plan_parts(TrainSession& ts, const RolloutMemoryPlan& p) {
+  auto mib = [](size_t b) { return double(b) / double(1 << 20); };
+  // Without the device and a budget its free memory is unknown: the pool is what the engine
+  // can use.
+  const std::string kv_bound =
+      ops::device_memory_left(ts.ctx()) || ts.ctx().device == Device::cpu
+          ? ""
+          : "; the KV pool holds max_num_seqs sequences of the full context, which a device "
+            "with less free memory bounds";
+  const RewardModelsPlan& rm = p.reward_models;
+  std::vector<PlanPart> parts = {
+      {"standby region", p.standby_region_bytes,
+       fmt::format("the {} of the engine's KV pool, {:.1f} MiB, the training pass: saved "
+                   "activations {:.1f} + KV {:.1f}{}{}",
+                   rm.count > 0 ? "largest" : "larger", mib(p.engine_kv_bytes),
+                   mib(p.pass.saved_bytes), mib(p.pass.kv_bytes),
+                   rm.count > 0 ? fmt::format(", and the reward models' scoring of a round: KV "
+                                              "{:.1f}",
+                                              mib(rm.scoring.kv_bytes))
+                                : "",
+                   kv_bound),
+       true}};
+  if (rm.count > 0)
+    parts.push_back({"reward models", rm.weights_bytes + rm.adapter_bytes,
+                     fmt::format("{}: weights of their own {:.1f}, adapters {:.1f}", rm.count,
+                                 mib(rm.weights_bytes), mib(rm.adapter_bytes)),
+                     true});
+  if (p.reference_adapter_bytes > 0)
+    parts.push_back({"reference adapter", p.reference_adapter_bytes,
+                     "the adapter the run continues from, frozen", true});
+  if (p.pass.host_bytes > 0)
+    parts.push_back({"host (offloaded)", p.pass.host_bytes,
+                     "checkpointed layer inputs, not in the total", false});
+  return parts;
+}
+
 std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
   const int64_t t = int64_t(std::llround(s));

@@ -17,6 +17,7 @@
 #include "cli/model_session.h"
 #include "core/interrupt.h"
 #include "model/adapter.h"
+#include "rl/rollout_memory_plan.h"
 #include "train/logprob_pass.h"
 #include "train/model_arguments.h"
 #include "train/sft_data.h"
@@ -119,6 +120,11 @@ void report_memory_plan(TrainSession& ts, const std::string& title, size_t optim
 void report_pass_memory_plan(TrainSession& ts, const std::string& title,
                              size_t optimizer_state_bytes, const PassPlan& plan, bool print,
                              const std::string& hint, std::vector<PlanPart> extra = {});
+
+// The step-memory parts of a rollout trainer's plan (GRPO's, PPO's): the standby region and
+// what takes turns in it, the reward models' own weights and adapters, the frozen reference
+// adapter and the offloaded layer inputs (host memory, listed apart).
+std::vector<PlanPart> rollout_plan_parts(TrainSession& ts, const RolloutMemoryPlan& p);
 
 // What a training run can change to fit its memory budget (report_memory_plan's hint): lower
 // `sizes` (the command's batch and length keys), the memory switches it has not turned on, or

@@ -1476,8 +1476,8 @@ int64_t GrpoTrainer::total_steps() const {
   return impl_->total_steps;
 }
 
-GrpoMemoryPlan GrpoTrainer::memory_plan() const {
-  GrpoMemoryPlan p;
+RolloutMemoryPlan GrpoTrainer::memory_plan() const {
+  RolloutMemoryPlan p;
   p.pass = impl_->largest;
   p.engine_kv_bytes = impl_->engine->stats().kv_bytes;
   p.standby_region_bytes = impl_->region.size();

@@ -30,6 +30,7 @@
 #include "rl/prompt_data.h"
 #include "rl/reward_model.h"
 #include "rl/reward_set.h"
+#include "rl/rollout_memory_plan.h"
 #include "train/logprob_pass.h"
 
 namespace fp8rl {
@@ -46,20 +47,6 @@ struct GrpoStepInfo {
   bool has_kl = false;
   bool evaluated = false;  // the step ended with an evaluation (eval_strategy)
   double eval_reward = 0, eval_seconds = 0;
-};
-
-// Where a GRPO run's step memory goes, planned when the trainer is made (fp8rl grpo
-// --dry-run): the engine's KV pool and the training pass over the longest micro-batch take
-// turns in one standby region, the larger of the two.
-struct GrpoMemoryPlan {
-  PassPlan pass;               // the pass over the longest micro-batch (its dry run)
-  size_t engine_kv_bytes = 0;  // the engine's KV pool
-  size_t standby_region_bytes = 0;
-  size_t optimizer_state_bytes = 0;
-  size_t reference_adapter_bytes = 0;  // the frozen starting adapter (ReferenceModel::start)
-  // The loaded reward models: their scoring of a round, a third phase of the standby region,
-  // and their own weights and adapters.
-  RewardModelsPlan reward_models;
 };
 
 // The order of a generation round's `n` completions before it is cut into
@@ -79,7 +66,7 @@ class GrpoTrainer {
               std::string base_model_name);
   ~GrpoTrainer();
   int64_t total_steps() const;
-  GrpoMemoryPlan memory_plan() const;
+  RolloutMemoryPlan memory_plan() const;
   // The held-out prompts of the evaluations (eval_strategy, eval_on_start): each evaluation
   // samples num_generations_eval completions of every one with the adapter as it is, scores
   // them with the run's reward functions and logs TRL's generation metrics under eval_ names

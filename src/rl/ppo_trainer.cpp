@@ -137,6 +137,7 @@ struct PpoTrainer::Impl {
   std::unique_ptr<LogprobPass> pass;
   std::unique_ptr<ValueModel> value_model;
   RewardModelsPlan reward_models;  // the reward models' scoring phase and bytes
+  PassPlan largest;                // the larger pass (plan())
   int64_t epoch = 0, next_prompt = 0;
   std::vector<size_t> order;
   int64_t order_epoch = -1;
@@ -184,7 +185,7 @@ struct PpoTrainer::Impl {
         ctx, model, value, &region, cfg.gradient_checkpointing, cfg.activation_offloading);
     // The scratch arena before the engine records its graphs over it, the region after the
     // engine laid its pool out in it (as GRPO does).
-    const PassPlan largest = plan();
+    largest = plan();
     // Reward models score an update's responses in the region too: one more phase.
     reward_models = plan_reward_models(rewards, region, cfg.batch_size(),
                                        int64_t(longest_prompt()) + cfg.response_length);
@@ -582,14 +583,15 @@ PpoTrainer::~PpoTrainer() = default;
 int64_t PpoTrainer::total_steps() const {
   return impl_->total_updates;
 }
-PassPlan PpoTrainer::plan() {
-  return impl_->plan();
-}
-size_t PpoTrainer::optimizer_state_bytes() const {
-  return impl_->train_step->optimizer().state_bytes();
-}
-const RewardModelsPlan& PpoTrainer::reward_models() const {
-  return impl_->reward_models;
+RolloutMemoryPlan PpoTrainer::memory_plan() const {
+  RolloutMemoryPlan p;
+  p.pass = impl_->largest;
+  p.engine_kv_bytes = impl_->engine->stats().kv_bytes;
+  p.standby_region_bytes = impl_->region.size();
+  p.reward_models = impl_->reward_models;
+  p.optimizer_state_bytes = impl_->train_step->optimizer().state_bytes();
+  if (impl_->reference) p.reference_adapter_bytes = impl_->reference->nbytes();
+  return p;
 }
 void PpoTrainer::run(const std::function<void(const PpoStepInfo&)>& on_step,
                      const StopRequest& stop) {

@@ -33,6 +33,7 @@
 #include "rl/prompt_data.h"
 #include "rl/reward_model.h"
 #include "rl/reward_set.h"
+#include "rl/rollout_memory_plan.h"
 #include "train/logprob_pass.h"
 
 namespace fp8rl {
@@ -60,12 +61,9 @@ class PpoTrainer {
              std::string base_model_name);
   ~PpoTrainer();
   int64_t total_steps() const;  // updates
-  // The largest pass (policy or value) over a micro-batch or a rollout chunk of the longest
-  // prompt and a full response.
-  PassPlan plan();
-  size_t optimizer_state_bytes() const;
-  // The loaded reward models' scoring phase (in the standby region) and their own bytes.
-  const RewardModelsPlan& reward_models() const;
+  // The run's memory: its pass the largest (policy or value) over a micro-batch or a rollout
+  // chunk of the longest prompt and a full response.
+  RolloutMemoryPlan memory_plan() const;
   // Trains total_steps() updates (from config.resume_from_checkpoint, if set); writes
   // metrics.jsonl, checkpoints and the final adapters into output_dir. `stop` is polled between
   // updates: the last completed one is checkpointed and RunInterrupted thrown.

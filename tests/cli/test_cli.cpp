@@ -1162,6 +1162,9 @@ TEST(CliTrain, PpoRunResumeAndBadInput) {
   const Result d = run("ppo --config " + cfg + " --output-dir " + dry + " --dry-run");
   ASSERT_EQ(d.exit_code, 0) << d.output;
   EXPECT_NE(d.output.find("value adapter"), std::string::npos) << d.output;
+  // One plan with GRPO's: the engine's KV pool and the passes take turns in the standby region.
+  EXPECT_NE(d.output.find("standby region"), std::string::npos) << d.output;
+  EXPECT_NE(d.output.find("of the engine's KV pool"), std::string::npos) << d.output;
   EXPECT_FALSE(fs::exists(fs::path(dry) / "metrics.jsonl"));
   expect_one_line_error("ppo --config " + cfg + " --lam 2 --output-dir " + temp("ppo_b1"),
                         "lam = 2 is out of range (must be in [0, 1])");

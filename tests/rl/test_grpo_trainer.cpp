@@ -542,7 +542,7 @@ TEST(GrpoTrainer, RewardModelScoringIsAPhaseOfTheMemoryPlan) {
     for (const PromptExample& e : prompts) longest = std::max(longest, e.ids.size());
     GrpoTrainer trainer(ts.ctx(), ts.model(), ts.adapter(), &ts.tokenizer(), ts.session().eos_ids(),
                         std::move(prompts), c, std::move(rewards), "demo");
-    const GrpoMemoryPlan p = trainer.memory_plan();
+    const RolloutMemoryPlan p = trainer.memory_plan();
     std::vector<nlohmann::json> metrics;
     if (train) {
       trainer.run();

@@ -1,0 +1,25 @@
+// Where a rollout trainer's (GRPO's, PPO's) step memory goes, planned when the trainer is made
+// (--dry-run prints it): the engine's KV pool, the training passes over the longest
+// micro-batch and the reward models' scoring of a round take turns in one standby region, the
+// largest of them.
+#pragma once
+
+#include <cstddef>
+
+#include "rl/reward_model.h"
+#include "train/logprob_pass.h"
+
+namespace fp8rl {
+
+struct RolloutMemoryPlan {
+  PassPlan pass;               // the largest training pass (its dry run)
+  size_t engine_kv_bytes = 0;  // the engine's KV pool
+  size_t standby_region_bytes = 0;
+  size_t optimizer_state_bytes = 0;
+  size_t reference_adapter_bytes = 0;  // the frozen starting adapter (ReferenceModel::start)
+  // The loaded reward models: their scoring of a round, a phase of the standby region, and
+  // their own weights and adapters.
+  RewardModelsPlan reward_models;
+};
+
+}  // namespace fp8rl
