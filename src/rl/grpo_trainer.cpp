@@ -1477,14 +1477,9 @@ int64_t GrpoTrainer::total_steps() const {
 }
 
 RolloutMemoryPlan GrpoTrainer::memory_plan() const {
-  RolloutMemoryPlan p;
-  p.pass = impl_->largest;
-  p.engine_kv_bytes = impl_->engine->stats().kv_bytes;
-  p.standby_region_bytes = impl_->region.size();
-  p.reward_models = impl_->reward_models;
-  p.optimizer_state_bytes = impl_->train_step->optimizer().state_bytes();
-  if (impl_->reference) p.reference_adapter_bytes = impl_->reference->nbytes();
-  return p;
+  const Impl& im = *impl_;
+  return rollout_memory_plan(im.largest, *im.engine, im.region, im.reward_models, *im.train_step,
+                             im.reference.get());
 }
 
 void GrpoTrainer::set_chat_template(const ChatTemplateConfig* chat) {

@@ -11,6 +11,11 @@
 
 namespace fp8rl {
 
+class Engine;
+class LoraAdapter;
+class StandbyRegion;
+class TrainStep;
+
 struct RolloutMemoryPlan {
   PassPlan pass;               // the largest training pass (its dry run)
   size_t engine_kv_bytes = 0;  // the engine's KV pool
@@ -21,5 +26,11 @@ struct RolloutMemoryPlan {
   // their own weights and adapters.
   RewardModelsPlan reward_models;
 };
+
+// The plan of a trainer made of these parts (`reference` null: none).
+RolloutMemoryPlan rollout_memory_plan(const PassPlan& largest_pass, const Engine& engine,
+                                      const StandbyRegion& region,
+                                      const RewardModelsPlan& reward_models,
+                                      const TrainStep& train_step, const LoraAdapter* reference);
 
 }  // namespace fp8rl
