@@ -9,13 +9,13 @@
 // context (SessionOptions::plan_only), and the plan says so (estimate_reason()).
 #pragma once
 
-#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cli/model_session.h"
 #include "core/interrupt.h"
+#include "core/wall_clock.h"
 #include "model/adapter.h"
 #include "rl/rollout_memory_plan.h"
 #include "train/logprob_pass.h"
@@ -89,7 +89,7 @@ class RunControl {
  private:
   InterruptHandler interrupt_;
   int64_t resumed_step_ = 0;  // the step of the checkpoint resumed from (0: a fresh run)
-  std::chrono::steady_clock::time_point start_;
+  Clock::time_point start_;
 };
 
 // Writes the resolved configuration into the run directory as config.yaml (created first).
