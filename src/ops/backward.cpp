@@ -28,7 +28,7 @@ namespace fp8rl::ops {
 
 namespace {
 
-void check_ctx(const Context& ctx, const char* what) {
+void check_backward_ctx(const Context& ctx, const char* what) {
   CHECK(!ctx.dry_run || ctx.scratch != nullptr, "a dry run needs a measuring scratch arena");
   CHECK(ctx.device != Device::cpu || ctx.scratch != nullptr, "{}: CPU Context has no scratch arena",
         what);
@@ -131,7 +131,7 @@ void check_weight(const Context& ctx, const LinearWeight& w, const char* what) {
 
 void check_ce(Context& ctx, const TensorView& x, const LinearWeight& w, const TensorView& targets,
               const CrossEntropyParams& p, const char* what) {
-  check_ctx(ctx, what);
+  check_backward_ctx(ctx, what);
   check_act(ctx, x, what);
   check_weight(ctx, w, what);
   // CUDA runs the forward's linear on it: prepared as ops::linear requires.
@@ -163,7 +163,7 @@ void ce_dry_run_scratch(Context& ctx, const LinearWeight& w, int64_t t,
 void rms_norm_save(Context& ctx, const TensorView& x, const TensorView& w, float eps, bool plus_one,
                    const TensorView& out, const TensorView& inv_rms) {
   const char* what = "rms_norm_save";
-  check_ctx(ctx, what);
+  check_backward_ctx(ctx, what);
   check_act(ctx, x, what);
   check_act(ctx, out, what);
   check_shape(out, x.shape, what);
@@ -186,7 +186,7 @@ namespace {
 // x itself.
 void check_norm_grads(const Context& ctx, const TensorView& x, const TensorView& dy,
                       const TensorView& dx, const char* what) {
-  check_ctx(ctx, what);
+  check_backward_ctx(ctx, what);
   check_act(ctx, x, what);
   check_f32(ctx, dy, what);
   check_f32(ctx, dx, what);
@@ -219,7 +219,7 @@ void rms_norm_backward(Context& ctx, const TensorView& x, const TensorView& w,
 void rope_backward(Context& ctx, const TensorView& dy, const TensorView& positions,
                    const TensorView& inv_freq) {
   const char* what = "rope_backward";
-  check_ctx(ctx, what);
+  check_backward_ctx(ctx, what);
   check_f32(ctx, dy, what);
   check_rope(ctx, dy, positions, inv_freq, what);
   FP8RL_DISPATCH(ctx, what, cpu::rope_backward(dy, positions.ptr<const int32_t>(), inv_freq),
@@ -230,7 +230,7 @@ void rms_norm_rope_save(Context& ctx, const TensorView& x, const TensorView& w, 
                         bool plus_one, const TensorView& positions, const TensorView& inv_freq,
                         const TensorView& out, const TensorView& inv_rms) {
   const char* what = "rms_norm_rope_save";
-  check_ctx(ctx, what);
+  check_backward_ctx(ctx, what);
   check_act(ctx, x, what);
   check_act(ctx, out, what);
   check_shape(out, x.shape, what);
@@ -288,7 +288,7 @@ namespace {
 void check_gated_backward(Context& ctx, const TensorView& gate, const TensorView& up,
                           const TensorView& dout, const TensorView& dgate, const TensorView& dup,
                           const char* what) {
-  check_ctx(ctx, what);
+  check_backward_ctx(ctx, what);
   check_act(ctx, gate, what);
   check_act(ctx, up, what);
   check_f32(ctx, dout, what);
@@ -320,7 +320,7 @@ void gelu_tanh_mul_backward(Context& ctx, const TensorView& gate, const TensorVi
 void softcap_backward(Context& ctx, const TensorView& y, float cap, const TensorView& dy,
                       const TensorView& dx) {
   const char* what = "softcap_backward";
-  check_ctx(ctx, what);
+  check_backward_ctx(ctx, what);
   check_f32(ctx, y, what);
   check_f32(ctx, dy, what);
   check_f32(ctx, dx, what);
@@ -338,7 +338,7 @@ namespace {
 void check_attention_saved(const Context& ctx, const TensorView& q, const TensorView& k_pool,
                            const TensorView& v_pool, const PagedBatch& batch, const TensorView& out,
                            const TensorView& lse, const char* what) {
-  check_ctx(ctx, what);
+  check_backward_ctx(ctx, what);
   check_pools_and_batch(ctx, q, k_pool, v_pool, batch, what);
   check_act(ctx, out, what);
   check_shape(out, q.shape, what);
@@ -391,7 +391,7 @@ void paged_attention_backward(Context& ctx, const TensorView& q, const TensorVie
 void linear_backward_input(Context& ctx, const TensorView& dy, const LinearWeight& w,
                            const TensorView& dx, bool accumulate) {
   const char* what = "linear_backward_input";
-  check_ctx(ctx, what);
+  check_backward_ctx(ctx, what);
   check_weight(ctx, w, what);
   check_gemm_gradient(ctx, dy, what);
   check_f32(ctx, dx, what);
@@ -405,7 +405,7 @@ void linear_backward_input(Context& ctx, const TensorView& dy, const LinearWeigh
 }
 
 TensorView gemm_gradient(Context& ctx, const TensorView& dy) {
-  check_ctx(ctx, "gemm_gradient");
+  check_backward_ctx(ctx, "gemm_gradient");
   check_f32(ctx, dy, "gemm_gradient");
   if (ctx.device == Device::cpu) return dy;
   const TensorView out = scratch_alloc(ctx, dy.shape, DType::bf16);
@@ -416,7 +416,7 @@ TensorView gemm_gradient(Context& ctx, const TensorView& dy) {
 void lora_dropout(Context& ctx, const TensorView& x, const LoraDropout& dropout,
                   const TensorView& out) {
   const char* what = "lora_dropout";
-  check_ctx(ctx, what);
+  check_backward_ctx(ctx, what);
   check_act(ctx, x, what);
   check_act(ctx, out, what);
   CHECK(x.rank() == 2 && out.shape == x.shape && dropout.p >= 0 && dropout.p < 1,
@@ -429,7 +429,7 @@ void lora_backward(Context& ctx, const TensorView& x, const TensorView& a, const
                    float scale, const LoraDropout& dropout, const TensorView& dy,
                    const TensorView& dx, const TensorView& da, const TensorView& db) {
   const char* what = "lora_backward";
-  check_ctx(ctx, what);
+  check_backward_ctx(ctx, what);
   check_act(ctx, x, what);
   for (const TensorView* t : {&a, &b, &da, &db}) check_f32(ctx, *t, what);
   check_gemm_gradient(ctx, dy, what);

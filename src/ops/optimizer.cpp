@@ -8,7 +8,7 @@ namespace fp8rl::ops {
 
 namespace {
 
-void check_ctx(const Context& ctx, const char* what) {
+void check_optimizer_ctx(const Context& ctx, const char* what) {
   // A dry run may plan for a CUDA device that is not there (it computes nothing).
   CHECK(ctx.device != Device::cuda || ctx.cuda != nullptr || ctx.dry_run,
         "{}: CUDA Context has no backend (use CudaDevice::context())", what);
@@ -25,7 +25,7 @@ void check_vector(const Context& ctx, const TensorView& t, DType dtype, int64_t 
 
 void check_update(const Context& ctx, const TensorView& params, const TensorView& grads,
                   const TensorView& compute_copy, const char* what) {
-  check_ctx(ctx, what);
+  check_optimizer_ctx(ctx, what);
   const int64_t n = params.numel();
   CHECK(n > 0, "{}: no parameters", what);
   check_vector(ctx, params, DType::f32, n, what, "params");
@@ -65,7 +65,7 @@ void sgd_step(Context& ctx, const SgdStep& step, const TensorView& params, const
 
 double l2_norm(Context& ctx, const TensorView& x) {
   const char* what = "l2_norm";
-  check_ctx(ctx, what);
+  check_optimizer_ctx(ctx, what);
   check_vector(ctx, x, DType::f32, x.numel(), what, "x");
   double norm = 0.0;
   FP8RL_DISPATCH(ctx, what, norm = cpu::l2_norm(x), norm = cuda::l2_norm(*ctx.cuda, x));

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/parallel.h"
+#include "core/sanitizers.h"
 #include "ops/cpu/backward_ops.h"
 #include "quant/fp8.h"
 
@@ -32,6 +33,17 @@ void weight_tile(const LinearWeight& w, int64_t n0, int64_t n1, int64_t k0, int6
   }
 }
 
+// out[0:width] += sum over j < rows of g[j] * tile[j, 0:width] (row stride kTileCols), j in
+// order. Unsanitized (core/sanitizers.h): its caller bounds rows and width by the tile.
+FP8RL_UNSANITIZED void add_tile_product(const float* g, int64_t rows, const float* tile,
+                                        int64_t width, float* out) {
+  for (int64_t j = 0; j < rows; ++j) {
+    const float a = g[j];
+    const float* wt = tile + j * kTileCols;
+    for (int64_t c = 0; c < width; ++c) out[c] += a * wt[c];
+  }
+}
+
 }  // namespace
 
 void linear_backward_input(const TensorView& dy, const LinearWeight& w, const TensorView& dx,
@@ -48,14 +60,8 @@ void linear_backward_input(const TensorView& dy, const LinearWeight& w, const Te
     for (int64_t n0 = 0; n0 < n; n0 += kTileRows) {
       const int64_t n1 = std::min(n, n0 + kTileRows);
       weight_tile(w, n0, n1, k0, k1, tile);
-      for (int64_t r = 0; r < m; ++r) {
-        float* out = o + r * k + k0;
-        for (int64_t j = n0; j < n1; ++j) {
-          const float a = g[r * n + j];
-          const float* wt = tile + (j - n0) * kTileCols;
-          for (int64_t c = 0; c < width; ++c) out[c] += a * wt[c];
-        }
-      }
+      for (int64_t r = 0; r < m; ++r)
+        add_tile_product(g + r * n + n0, n1 - n0, tile, width, o + r * k + k0);
     }
   });
 }

@@ -1,9 +1,9 @@
 #include "ops/cpu/gemm.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "core/parallel.h"
+#include "core/sanitizers.h"
 
 namespace fp8rl::ops::cpu {
 
@@ -17,10 +17,11 @@ inline float reduce_lanes(const float* a) {
 }
 
 // out[i, j] for MR rows of x and NR rows of w; the per-element arithmetic is identical for
-// every MR/NR, so edge tiles may use smaller ones.
+// every MR/NR, so edge tiles may use smaller ones. Unsanitized (core/sanitizers.h), so it calls
+// the builtin: a sanitized std::fma would not inline into it.
 template <int MR, int NR>
-void dot_tile(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t k, float* out,
-              int64_t ldo) {
+FP8RL_UNSANITIZED void dot_tile(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t k,
+                                float* out, int64_t ldo) {
   float acc[MR][NR][kLanes] = {};
   const int64_t k8 = k - k % kLanes;
   for (int64_t kk = 0; kk < k8; kk += kLanes) {
@@ -29,14 +30,14 @@ void dot_tile(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t 
         const float* xv = x + i * ldx + kk;
         const float* wv = w + j * ldw + kk;
 #pragma omp simd
-        for (int l = 0; l < kLanes; ++l) acc[i][j][l] = std::fma(xv[l], wv[l], acc[i][j][l]);
+        for (int l = 0; l < kLanes; ++l) acc[i][j][l] = __builtin_fmaf(xv[l], wv[l], acc[i][j][l]);
       }
     }
   }
   for (int i = 0; i < MR; ++i) {
     for (int j = 0; j < NR; ++j) {
       float s = reduce_lanes(acc[i][j]);
-      for (int64_t kk = k8; kk < k; ++kk) s = std::fma(x[i * ldx + kk], w[j * ldw + kk], s);
+      for (int64_t kk = k8; kk < k; ++kk) s = __builtin_fmaf(x[i * ldx + kk], w[j * ldw + kk], s);
       out[i * ldo + j] = s;
     }
   }
