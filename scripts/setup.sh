@@ -20,6 +20,7 @@ if [ $minimal -eq 0 ]; then
     libgtest-dev googletest libbenchmark-dev
     python3-jinja2
     clang-15 libfuzzer-15-dev libomp-15-dev  # fuzz/run.sh: libFuzzer targets (clang's OpenMP)
+    lld  # links the test binaries about 3x faster than GNU ld (CMakeLists.txt)
   )
 fi
 missing=()
