@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Quick start, tests: set up (apt + the npm peers), build, run the tests under AddressSanitizer +
-# UBSan (a CPU build of its own, build-asan/), the fuzz smoke, then the longest tests, which the
-# sanitizer run leaves out (tests/release_only.txt), with CTest on the Release build. Every test
-# runs once.
+# UBSan (a CPU build of its own, build-asan/), the fuzz smoke, then the tokenizer's and chat
+# templates' peer tests, which the sanitizer run leaves out (tests/release_only.txt), with CTest
+# on the Release build. Every test runs once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -11,8 +11,7 @@ npm ci --prefix tools/peers/npm --no-audit --no-fund --loglevel=error
 # tests it runs below (tests/release_only.txt); the sanitizer build compiles every test. CI
 # builds the CUDA code for Hopper alone (users' builds cover every supported GPU).
 release_targets=(fp8rl fp8rl_bench test_ops test_model_gpu test_generate_gpu test_train_gpu
-  test_sft_trainer test_grpo_trainer test_ppo_trainer test_environment test_agent_environment
-  test_cli test_jinja jinja_render_corpus tokenizer_peer_driver)
+  test_jinja jinja_render_corpus tokenizer_peer_driver)
 scripts/build.sh -DCMAKE_CUDA_ARCHITECTURES=90a "${release_targets[@]}"
 # The whole CTest suite built with -fsanitize=address,undefined; any report fails (tests/asan.sh).
 tests/asan.sh
@@ -25,7 +24,7 @@ if command -v clang++-15 >/dev/null && [ -e "${fuzz_runtime[0]}" ]; then
 else
   echo "test.sh: no clang-15/libFuzzer, fuzz smoke skipped" >&2
 fi
-# The Release build runs what the sanitizer run left out: the long tests of
+# The Release build runs what the sanitizer run left out: the peer tests of
 # tests/release_only.txt and the GPU tests (which skip without a CUDA device). Two test binaries
 # run at once, each with its OpenMP team: spinning threads would steal the cores the other
 # binary's team needs (6x slower training tests on 2 cores), so idle threads sleep.
