@@ -330,10 +330,15 @@ __global__ void __launch_bounds__(kStreamWarps* kWarp)
 // LoRA's up projection of a group (launch_lora_expand) on the tensor cores: a warp owns 16 rows
 // and kMmaExpandColumns columns of one segment's output, R / 16 steps of mma.m16n8k16 over the
 // rank (zeros past it where R = 8), its xa and B fragments read straight from global memory
-// (B's [n, rank] rows are the mma's column-major operand as they lie). The epilogue reads the
-// base product and writes bf16(base + scale * sum) once, so the kernel costs about one pass
-// over the output (the same sums on the CUDA cores, B in registers and xa in shared memory,
-// made `bench generate` with r 32 at 256 rows 5% slower).
+// (B's [n, rank] rows are the mma's column-major operand as they lie). The epilogue writes
+// bf16(base + scale * sum) once, so the kernel costs about one pass over the output (the same
+// sums on the CUDA cores, B in registers and xa in shared memory, made `bench generate` with
+// r 32 at 256 rows 5% slower).
+//
+// Each thread loads all of its base pairs before the first mma: loaded one before each store,
+// every pair waited a full memory latency (a load after a store to an address that may alias
+// it cannot be issued earlier), and the gate/up group with its adapter took 85 us at 256 rows
+// against 80 (docs/PERFORMANCE.md).
 constexpr int kMmaExpandColumns = 64;
 
 template <int R>
@@ -347,6 +352,21 @@ __global__ void __launch_bounds__(128) lora_expand_mma_kernel(const LoraExpandAr
   if (m0 >= a.m) return;
   const int64_t n0 = int64_t(int(blockIdx.x) - sg.first_tile) * kMmaExpandColumns;
   const int r0 = m0 + g, r1 = m0 + g + 8;
+  const bf16* base = sg.base != nullptr ? sg.base : sg.y;
+  const int64_t ld_base = sg.base != nullptr ? sg.ld_base : sg.ldy;
+  // The thread's base pairs (rows r0, r1; columns n0 + 8 j + 2 t, + 1), zeros past the output.
+  __nv_bfloat162 y0[kTiles][2];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    const int64_t n = n0 + j * 8 + 2 * t;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = h == 0 ? r0 : r1;
+      y0[j][h] = n < sg.n && row < a.m
+                     ? *reinterpret_cast<const __nv_bfloat162*>(base + int64_t(row) * ld_base + n)
+                     : __floats2bfloat162_rn(0.0f, 0.0f);
+    }
+  }
   // Two adjacent bf16 of a [rows, ld] matrix as one register; zeros past its rows or the rank.
   auto pair = [](const bf16* p, int64_t ld, int64_t row, int64_t rows, int col) -> uint32_t {
     if (row >= rows || col >= R) return 0u;
@@ -373,13 +393,8 @@ __global__ void __launch_bounds__(128) lora_expand_mma_kernel(const LoraExpandAr
     for (int h = 0; h < 2; ++h) {
       const int row = h == 0 ? r0 : r1;
       if (row >= a.m) continue;
-      __nv_bfloat162* y = reinterpret_cast<__nv_bfloat162*>(sg.y + int64_t(row) * sg.ldy + n);
-      const __nv_bfloat162* y0 =
-          sg.base != nullptr
-              ? reinterpret_cast<const __nv_bfloat162*>(sg.base + int64_t(row) * sg.ld_base + n)
-              : y;
-      const float2 b = __bfloat1622float2(*y0);
-      *y =
+      const float2 b = __bfloat1622float2(y0[j][h]);
+      *reinterpret_cast<__nv_bfloat162*>(sg.y + int64_t(row) * sg.ldy + n) =
           __floats2bfloat162_rn(b.x + sg.scale * acc[j][2 * h], b.y + sg.scale * acc[j][2 * h + 1]);
     }
   }
