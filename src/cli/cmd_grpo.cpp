@@ -109,8 +109,7 @@ void run_grpo(const GrpoConfig& cfg, const std::string& yaml, const char* name =
                        fmt::format("memory plan of the run ({}; the pass over the longest "
                                    "micro-batch)",
                                    of),
-                       p.optimizer_state_bytes, rollout_plan_parts(ts, p),
-                       std::max(p.pass.scratch_bytes, p.reward_models.scoring.scratch_bytes),
+                       p.optimizer_state_bytes, rollout_plan_parts(ts, p), p.scratch_bytes(),
                        cfg.dry_run,
                        training_budget_hint(cfg,
                                             "kv_memory, per_device_train_batch_size or "

@@ -61,8 +61,7 @@ void run_ppo(const PpoConfig& cfg, const std::string& yaml) {
                   "micro-batch)",
                   counted(int64_t(num_prompts), "prompt"),
                   counted(trainer.total_steps(), "update")),
-      p.optimizer_state_bytes, parts,
-      std::max(p.pass.scratch_bytes, p.reward_models.scoring.scratch_bytes), cfg.dry_run,
+      p.optimizer_state_bytes, parts, p.scratch_bytes(), cfg.dry_run,
       training_budget_hint(cfg, "kv_memory, per_device_train_batch_size or response_length"));
   if (cfg.dry_run) return;
   write_run_config(cfg.output_dir, yaml);

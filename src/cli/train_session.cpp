@@ -182,15 +182,23 @@ std::string training_budget_hint(const TrainingArguments& args, const std::strin
   return fmt::format("lower {}{}, or give a larger gpu_memory", sizes, switches);
 }
 
+namespace {
+
+// The offloaded layer inputs of a pass, in host memory: listed, not counted.
+PlanPart offloaded_part(const PassPlan& plan) {
+  return {"host (offloaded)", plan.host_bytes, "checkpointed layer inputs, not in the total",
+          false};
+}
+
+}  // namespace
+
 void report_pass_memory_plan(TrainSession& ts, const std::string& title,
                              size_t optimizer_state_bytes, const PassPlan& plan, bool print,
                              const std::string& hint, std::vector<PlanPart> extra) {
   std::vector<PlanPart> parts = std::move(extra);
   parts.push_back({"saved activations", plan.saved_bytes, "", true});
   parts.push_back({"KV", plan.kv_bytes, "", true});
-  if (plan.host_bytes > 0)
-    parts.push_back({"host (offloaded)", plan.host_bytes,
-                     "checkpointed layer inputs, not in the total", false});
+  if (plan.host_bytes > 0) parts.push_back(offloaded_part(plan));
   report_memory_plan(ts, title, optimizer_state_bytes, parts, plan.scratch_bytes, print, hint);
 }
 
@@ -224,9 +232,7 @@ std::vector<PlanPart> rollout_plan_parts(TrainSession& ts, const RolloutMemoryPl
   if (p.reference_adapter_bytes > 0)
     parts.push_back({"reference adapter", p.reference_adapter_bytes,
                      "the adapter the run continues from, frozen", true});
-  if (p.pass.host_bytes > 0)
-    parts.push_back({"host (offloaded)", p.pass.host_bytes,
-                     "checkpointed layer inputs, not in the total", false});
+  if (p.pass.host_bytes > 0) parts.push_back(offloaded_part(p.pass));
   return parts;
 }
 

@@ -4,6 +4,7 @@
 // largest of them.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 
 #include "rl/reward_model.h"
@@ -25,6 +26,11 @@ struct RolloutMemoryPlan {
   // The loaded reward models: their scoring of a round, a phase of the standby region, and
   // their own weights and adapters.
   RewardModelsPlan reward_models;
+
+  // The scratch arena's peak: the pass's or the scoring's, which take turns.
+  size_t scratch_bytes() const {
+    return std::max(pass.scratch_bytes, reward_models.scoring.scratch_bytes);
+  }
 };
 
 // The plan of a trainer made of these parts (`reference` null: none).
